@@ -1,0 +1,24 @@
+import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import { messages } from '../queuebox.messages';
+
+/** A table name split into its optional schema and its name, both validated. */
+export interface TableName {
+  readonly schema?: string;
+  readonly name: string;
+  /** The name as the user wrote it, for messages and lock keys. */
+  readonly qualified: string;
+}
+
+// Plain SQL identifiers only: quoting makes them safe, and the limit keeps them portable
+// (PostgreSQL truncates at 63 bytes; derived index names add a suffix to the table name).
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,47}$/;
+
+/** Validates `name` or `schema.name`; throws `QueueBoxConfigError` naming `option` otherwise. */
+export function parseTableName(option: string, value: unknown): TableName {
+  if (typeof value !== 'string') throw new QueueBoxConfigError(option, messages.tableNameInvalid(option, value));
+  const parts = value.split('.');
+  if (parts.length > 2 || !parts.every((part) => IDENTIFIER.test(part))) {
+    throw new QueueBoxConfigError(option, messages.tableNameInvalid(option, value));
+  }
+  return parts.length === 2 ? { schema: parts[0], name: parts[1], qualified: value } : { name: parts[0], qualified: value };
+}

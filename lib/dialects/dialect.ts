@@ -1,0 +1,82 @@
+import type { DataSource, EntityManager } from 'typeorm';
+import type { TableName } from '../common/identifiers';
+
+/** The two QueueBox tables, validated. */
+export interface QueueBoxTables {
+  readonly outbox: TableName;
+  readonly inbox: TableName;
+}
+
+/** Which table a fenced write targets. The outbox finishes rows as `sent`, the inbox as `processed`. */
+export type LeaseTable = 'outbox' | 'inbox';
+
+export interface OutboxInsertRow {
+  messageId: string;
+  destination: string;
+  key: string | null;
+  /** Payload and headers already serialized to JSON text. */
+  payloadJson: string;
+  headersJson: string;
+  availableAt: Date | null;
+}
+
+export interface OutboxClaimedRow {
+  id: string;
+  messageId: string;
+  destination: string;
+  key: string | null;
+  payload: unknown;
+  headers: Record<string, string>;
+  attempts: number;
+  token: string;
+  leaseExpiresAt: Date;
+  createdAt: Date;
+}
+
+export interface FenceParams {
+  table: LeaseTable;
+  id: string;
+  token: string;
+}
+
+/**
+ * Everything QueueBox says to a database. One implementation per dialect; all SQL lives in them.
+ *
+ * Methods read noun-then-verb and take one params object. A dialect owns its placeholders, its
+ * quoting, its clock function and its claim locks: PostgreSQL takes a transaction-scoped advisory
+ * lock inside the claim transaction, SQL Server a session-owned application lock around it, which
+ * is why claims are whole operations here rather than statements the caller wraps.
+ *
+ * Every fenced write (`lease*`) matches id, state `processing`, the token and a lease later than
+ * the database's current time, and reports whether it changed exactly one row.
+ */
+export interface Dialect {
+  readonly type: 'postgres' | 'mssql';
+
+  /** Throws when a QueueBox table is missing (the schema was never migrated). */
+  schemaCheck(): Promise<void>;
+
+  /** Inserts rows in the caller's transaction, in one statement; returns ids in input order. */
+  outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]>;
+  /**
+   * Claims up to `limit` available rows, at most one per key and none of a key that already has
+   * a row in flight or an earlier row pending, counting the claim as an attempt.
+   */
+  outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]>;
+  /** Returns expired `processing` rows to `pending`, or to `dead` when they used up `maxAttempts`. */
+  outboxReclaim(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }>;
+
+  /** Extends the lease to now + `leaseMs`; returns the new expiry, or null when the claim is lost. */
+  leaseRenew(p: FenceParams & { leaseMs: number }): Promise<Date | null>;
+  /** Marks the row finished, in `manager`'s transaction when given. */
+  leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean>;
+  /** Returns the row to `pending`, available again after `delayMs`. */
+  leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean>;
+  /** Marks the row `dead` with `reason`. */
+  leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean>;
+
+  /** The database's current time (for tests and health checks; never for leases). */
+  clockNow(): Promise<Date>;
+}
+
+export type DialectFactory = (dataSource: DataSource, tables: QueueBoxTables) => Dialect;

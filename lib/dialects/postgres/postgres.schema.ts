@@ -1,0 +1,75 @@
+import type { TableName } from '../../common/identifiers';
+import type { QueueBoxTables } from '../dialect';
+
+/** Quotes a validated table name for PostgreSQL. */
+export function pgTable(table: TableName): string {
+  return table.schema ? `"${table.schema}"."${table.name}"` : `"${table.name}"`;
+}
+
+/**
+ * The schema, one statement per entry. Partial indexes cover only unfinished rows, so the claim,
+ * head-of-key and reclaim lookups cost the same however many `sent`/`processed` rows are kept.
+ */
+export function postgresSchemaUp(tables: QueueBoxTables): string[] {
+  const schemas = [...new Set([tables.outbox.schema, tables.inbox.schema].filter((s): s is string => !!s))];
+  const outbox = pgTable(tables.outbox);
+  const inbox = pgTable(tables.inbox);
+  const o = tables.outbox.name;
+  const i = tables.inbox.name;
+  return [
+    ...schemas.map((schema) => `CREATE SCHEMA IF NOT EXISTS "${schema}"`),
+    `CREATE TABLE ${outbox} (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  message_id uuid NOT NULL,
+  destination text NOT NULL,
+  "key" text,
+  payload jsonb NOT NULL,
+  headers jsonb NOT NULL DEFAULT '{}'::jsonb,
+  state text NOT NULL DEFAULT 'pending',
+  attempts integer NOT NULL DEFAULT 0,
+  available_at timestamptz NOT NULL DEFAULT now(),
+  claim_token uuid,
+  claimed_at timestamptz,
+  lease_expires_at timestamptz,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  sent_at timestamptz,
+  last_error text,
+  CONSTRAINT "${o}_message_id_key" UNIQUE (message_id),
+  CONSTRAINT "${o}_state_check" CHECK (state IN ('pending', 'processing', 'sent', 'dead'))
+)`,
+    // The claim scans available pending rows oldest first.
+    `CREATE INDEX "${o}_claim_idx" ON ${outbox} (available_at, id) WHERE state = 'pending'`,
+    // Finds whether a key has an earlier unfinished row (the head-of-key check).
+    `CREATE INDEX "${o}_key_idx" ON ${outbox} ("key", id) WHERE state IN ('pending', 'processing') AND "key" IS NOT NULL`,
+    // I4 enforced by the database itself: one row per key in flight, whatever the claim does.
+    `CREATE UNIQUE INDEX "${o}_key_in_flight_idx" ON ${outbox} ("key") WHERE state = 'processing' AND "key" IS NOT NULL`,
+    `CREATE INDEX "${o}_lease_idx" ON ${outbox} (lease_expires_at) WHERE state = 'processing'`,
+    `CREATE TABLE ${inbox} (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  source text NOT NULL,
+  idempotency_key text NOT NULL,
+  aggregate_id text,
+  payload jsonb NOT NULL,
+  headers jsonb NOT NULL DEFAULT '{}'::jsonb,
+  state text NOT NULL DEFAULT 'pending',
+  attempts integer NOT NULL DEFAULT 0,
+  available_at timestamptz NOT NULL DEFAULT now(),
+  claim_token uuid,
+  claimed_at timestamptz,
+  lease_expires_at timestamptz,
+  received_at timestamptz NOT NULL DEFAULT now(),
+  processed_at timestamptz,
+  last_error text,
+  CONSTRAINT "${i}_source_idempotency_key_key" UNIQUE (source, idempotency_key),
+  CONSTRAINT "${i}_state_check" CHECK (state IN ('pending', 'processing', 'processed', 'dead'))
+)`,
+    `CREATE INDEX "${i}_claim_idx" ON ${inbox} (source, available_at, id) WHERE state = 'pending'`,
+    `CREATE INDEX "${i}_aggregate_idx" ON ${inbox} (source, aggregate_id, id) WHERE state IN ('pending', 'processing') AND aggregate_id IS NOT NULL`,
+    `CREATE UNIQUE INDEX "${i}_aggregate_in_flight_idx" ON ${inbox} (source, aggregate_id) WHERE state = 'processing' AND aggregate_id IS NOT NULL`,
+    `CREATE INDEX "${i}_lease_idx" ON ${inbox} (source, lease_expires_at) WHERE state = 'processing'`,
+  ];
+}
+
+export function postgresSchemaDown(tables: QueueBoxTables): string[] {
+  return [`DROP TABLE IF EXISTS ${pgTable(tables.inbox)}`, `DROP TABLE IF EXISTS ${pgTable(tables.outbox)}`];
+}

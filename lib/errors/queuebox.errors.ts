@@ -1,0 +1,81 @@
+/**
+ * Base class of every error QueueBox throws. `code` is stable and safe to match on;
+ * the message says what went wrong and what to do about it.
+ *
+ * @example
+ * try { await outbox.enqueue(manager, msg); }
+ * catch (err) { if (err instanceof QueueBoxError && err.code === 'QUEUEBOX_INVALID_MESSAGE') ... }
+ */
+export class QueueBoxError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** An option passed to `QueueBoxModule.forRoot()` (or a table name) is invalid. Thrown at start-up. */
+export class QueueBoxConfigError extends QueueBoxError {
+  constructor(
+    readonly option: string,
+    message: string,
+  ) {
+    super('QUEUEBOX_CONFIG', message);
+  }
+}
+
+/** A message given to `enqueue`/`receive` is invalid (bad field, oversized or unserializable payload). Nothing was stored. */
+export class QueueBoxValidationError extends QueueBoxError {
+  constructor(
+    readonly field: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super('QUEUEBOX_INVALID_MESSAGE', message, options);
+  }
+}
+
+/**
+ * The worker no longer owns the row: its lease expired and another worker claimed it,
+ * or a fenced write (renew, complete, retry, dead-letter) changed zero rows.
+ * It is the reason of `ctx.signal` / the publisher's `signal` when a claim is lost.
+ */
+export class ClaimLostError extends QueueBoxError {
+  constructor(message: string) {
+    super('QUEUEBOX_CLAIM_LOST', message);
+  }
+}
+
+/**
+ * Throw from `Publisher.publish()` when retrying cannot help (the destination rejected the
+ * message for good). The message is dead-lettered at once with this error's message as reason.
+ */
+export class PermanentPublishError extends QueueBoxError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('QUEUEBOX_PERMANENT_PUBLISH', message, options);
+  }
+}
+
+/**
+ * A publish failed in a way worth retrying (a network error, a timeout, a 5xx, 408, 425 or 429).
+ * `status` is the HTTP status when there was one.
+ */
+export class PublishError extends QueueBoxError {
+  constructor(
+    message: string,
+    readonly status?: number,
+    options?: { cause?: unknown },
+  ) {
+    super('QUEUEBOX_PUBLISH', message, options);
+  }
+}
+
+/** QueueBox was used before it started or after it shut down. */
+export class QueueBoxStateError extends QueueBoxError {
+  constructor(message: string) {
+    super('QUEUEBOX_STATE', message);
+  }
+}

@@ -1,0 +1,24 @@
+export type { BackoffFunction, BackoffOptions } from './common/backoff';
+export { schemaStatements } from './dialects/dialects';
+export {
+  ClaimLostError,
+  PermanentPublishError,
+  PublishError,
+  QueueBoxConfigError,
+  QueueBoxError,
+  QueueBoxStateError,
+  QueueBoxValidationError,
+} from './errors/queuebox.errors';
+export { LeaseService } from './lease/lease.service';
+export type { Claim, ClaimComponent, OutboxClaim } from './lease/lease.types';
+export { LeaseKeeper } from './lease/lease-keeper';
+export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
+export { createQueueBoxMigration, QueueBoxSchema1764460800000 } from './migrations/queuebox.migration';
+export { OutboxPoller } from './outbox/outbox.poller';
+export { OutboxService } from './outbox/outbox.service';
+export type { EnqueueResult, OutboundMessage, OutboxMessageInput, Publisher } from './outbox/outbox.types';
+export { HttpPublisher, type HttpPublisherOptions } from './publishers/http.publisher';
+export { DEFAULT_TABLES, MESSAGE_ID_HEADER, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+export { QueueBoxModule } from './queuebox.module';
+export type { QueueBoxModuleExtras } from './queuebox.module-definition';
+export type { OutboxOptions, QueueBoxModuleOptions, WorkersOptions } from './queuebox.options';

@@ -1,0 +1,126 @@
+import { Inject, Injectable } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import { describeError } from '../common/errors';
+import type { Dialect, LeaseTable } from '../dialects/dialect';
+import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
+import { MESSAGE_ID_HEADER, QUEUEBOX_DIALECT } from '../queuebox.constants';
+import type { Claim, OutboxClaim } from './lease.types';
+import { LeaseKeeper } from './lease-keeper';
+
+/**
+ * The one place that claims, renews, completes, retries, dead-letters and reclaims rows.
+ *
+ * Every finishing write is fenced (row id, state `processing`, the claim's token, a lease later
+ * than the database clock) and returns whether it changed exactly one row. `false` means the claim
+ * is lost: stop working on the row and change nothing more; never retry with another token. The
+ * first loss of each claim is counted in `queuebox_claims_lost_total{component}`.
+ *
+ * @example
+ * const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 30_000 });
+ * if (claim && !(await lease.complete(claim))) console.warn('someone else owns it now');
+ */
+@Injectable()
+export class LeaseService {
+  private readonly lostClaims = new WeakSet<Claim>();
+
+  constructor(
+    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    private readonly metrics: QueueBoxMetrics,
+  ) {}
+
+  /** Claims up to `limit` outbox rows, at most one per key, each with a lease of `leaseMs` by the database clock. */
+  async claimOutboxBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]> {
+    const rows = await this.dialect.outboxClaimBatch(p);
+    return rows.map((row) => ({
+      component: 'outbox',
+      id: row.id,
+      token: row.token,
+      leaseMs: p.leaseMs,
+      leaseExpiresAt: row.leaseExpiresAt,
+      attempt: row.attempts,
+      message: {
+        id: row.id,
+        messageId: row.messageId,
+        destination: row.destination,
+        key: row.key,
+        payload: row.payload,
+        headers: { ...row.headers, [MESSAGE_ID_HEADER]: row.messageId },
+        attempt: row.attempts,
+        createdAt: row.createdAt,
+      },
+    }));
+  }
+
+  /** Extends the lease by `claim.leaseMs` from the database's current time. */
+  async renew(claim: Claim): Promise<boolean> {
+    const expires = await this.dialect.leaseRenew({ ...this.fence(claim), leaseMs: claim.leaseMs });
+    if (expires) claim.leaseExpiresAt = expires;
+    return this.fenced(claim, expires !== null);
+  }
+
+  /** Marks the row `sent` (outbox) or `processed` (inbox); inside `manager`'s transaction when given. */
+  async complete(claim: Claim, manager?: EntityManager): Promise<boolean> {
+    return this.fenced(claim, await this.dialect.leaseComplete({ ...this.fence(claim), manager }));
+  }
+
+  /** Returns the row to `pending`, to be claimed again after `delayMs` (default 0), recording `error`. */
+  async retry(claim: Claim, options: { delayMs?: number; error?: unknown } = {}): Promise<boolean> {
+    const error = options.error === undefined ? null : describeError(options.error);
+    const delayMs = Math.max(0, Math.round(options.delayMs ?? 0));
+    return this.fenced(claim, await this.dialect.leaseRetry({ ...this.fence(claim), delayMs, error }));
+  }
+
+  /** Marks the row `dead` with `reason`; it is not attempted again. */
+  async deadLetter(claim: Claim, reason: unknown): Promise<boolean> {
+    return this.fenced(claim, await this.dialect.leaseDeadLetter({ ...this.fence(claim), reason: describeReason(reason) }));
+  }
+
+  /**
+   * The reclaim step: returns outbox rows whose lease expired to `pending`, or to `dead` when they
+   * used up `maxAttempts` (a message that crashes its worker every time cannot loop forever).
+   */
+  async reclaimOutbox(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }> {
+    const result = await this.dialect.outboxReclaim(p);
+    const reclaimed = result.pending + result.dead;
+    if (reclaimed > 0) this.metrics.increment('queuebox_outbox_messages_reclaimed_total', {}, reclaimed);
+    if (result.dead > 0) this.metrics.increment('queuebox_outbox_messages_dead_lettered_total', {}, result.dead);
+    return result;
+  }
+
+  /**
+   * Renews `claim` every third of its lease until `stop()`; aborts `keeper.signal` with a
+   * `ClaimLostError` when a renewal changes nothing or fails.
+   */
+  keep(claim: Claim): LeaseKeeper {
+    return new LeaseKeeper(
+      claim,
+      () => this.renew(claim),
+      (c) => this.markLost(c),
+    );
+  }
+
+  /** Whether a fenced write (or a failed renewal) already showed this claim lost. */
+  isLost(claim: Claim): boolean {
+    return this.lostClaims.has(claim);
+  }
+
+  /** Records the loss of a claim once (a failed renewal counts as a loss, as the seed says). */
+  markLost(claim: Claim): void {
+    if (this.lostClaims.has(claim)) return;
+    this.lostClaims.add(claim);
+    this.metrics.claimLost(claim.component);
+  }
+
+  private fenced(claim: Claim, changedOneRow: boolean): boolean {
+    if (!changedOneRow) this.markLost(claim);
+    return changedOneRow;
+  }
+
+  private fence(claim: Claim): { table: LeaseTable; id: string; token: string } {
+    return { table: claim.component === 'outbox' ? 'outbox' : 'inbox', id: claim.id, token: claim.token };
+  }
+}
+
+function describeReason(reason: unknown): string {
+  return typeof reason === 'string' ? reason.slice(0, 2000) : describeError(reason);
+}

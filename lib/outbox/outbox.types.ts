@@ -1,0 +1,50 @@
+/** What the application hands to `OutboxService.enqueue()`. */
+export interface OutboxMessageInput {
+  /** Where the message goes; picks the publisher route and, for the HTTP publisher, the URL. */
+  destination: string;
+  /** Ordering key: messages of one key are published one at a time, in enqueue order. Omit for no ordering. */
+  key?: string | null;
+  /** Any JSON-serializable value. */
+  payload: unknown;
+  /** String headers delivered with the message. */
+  headers?: Record<string, string>;
+  /** A UUID; defaults to a new one. Travels as the `X-Message-Id` header. */
+  messageId?: string;
+  /** Publish no earlier than this time. Defaults to the enqueue transaction's time. */
+  availableAt?: Date;
+}
+
+/** What `enqueue()` returns for each stored message. */
+export interface EnqueueResult {
+  /** The row id (a bigint, as a string). */
+  id: string;
+  messageId: string;
+}
+
+/** A claimed outbox message, as a `Publisher` receives it. */
+export interface OutboundMessage {
+  id: string;
+  messageId: string;
+  destination: string;
+  key: string | null;
+  payload: unknown;
+  /** The stored headers plus `X-Message-Id`. */
+  headers: Record<string, string>;
+  /** 1 for the first attempt. A claim counts as an attempt. */
+  attempt: number;
+  createdAt: Date;
+}
+
+/**
+ * Delivers outbox messages. Return normally when the destination has the message; throw to have
+ * it retried with backoff; throw `PermanentPublishError` to dead-letter it now. Stop work when
+ * `signal` aborts: the claim was lost or the application is shutting down.
+ *
+ * @example
+ * const publisher: Publisher = {
+ *   async publish(message, signal) { await broker.send(message.destination, message.payload, { signal }); },
+ * };
+ */
+export interface Publisher {
+  publish(message: OutboundMessage, signal: AbortSignal): Promise<void>;
+}

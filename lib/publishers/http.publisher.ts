@@ -1,0 +1,98 @@
+import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
+import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
+import { messages } from '../queuebox.messages';
+
+export interface HttpPublisherOptions {
+  /** The URL for each destination: a map, or a function returning a URL (or undefined for none). */
+  destinations: Record<string, string> | ((destination: string) => string | undefined);
+  /** Time allowed for one request, answer included. Default 10000 ms. A timeout is retried. */
+  timeoutMs?: number;
+  /** Headers added to every request (message headers win on a clash). */
+  headers?: Record<string, string>;
+}
+
+// 4xx answers that a later attempt may turn into a success.
+const RETRYABLE_4XX = new Set([408, 425, 429]);
+
+/**
+ * Delivers each message as `POST <url>` with the JSON payload as body, `X-Message-Id` and the
+ * message headers. 2xx is success; 4xx other than 408, 425 and 429 is permanent (dead-letter);
+ * anything else, a network error or a timeout included, is retried.
+ *
+ * @example
+ * new HttpPublisher({ destinations: { billing: 'http://billing.internal/events' }, timeoutMs: 5000 })
+ */
+export class HttpPublisher implements Publisher {
+  private readonly timeoutMs: number;
+
+  constructor(private readonly options: HttpPublisherOptions) {
+    const { destinations } = options ?? {};
+    if (typeof destinations === 'object' && destinations !== null) {
+      for (const [destination, url] of Object.entries(destinations)) {
+        if (!isHttpUrl(url)) throw new QueueBoxConfigError(`destinations.${destination}`, messages.httpUrlInvalid(destination, url));
+      }
+    } else if (typeof destinations !== 'function') {
+      throw new QueueBoxConfigError('destinations', messages.httpDestinationsInvalid());
+    }
+    const timeoutMs = options.timeoutMs ?? 10_000;
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 1) {
+      throw new QueueBoxConfigError('timeoutMs', messages.optionOutOfRange('timeoutMs', timeoutMs, 1, Number.MAX_SAFE_INTEGER));
+    }
+    this.timeoutMs = timeoutMs;
+  }
+
+  async publish(message: OutboundMessage, signal: AbortSignal): Promise<void> {
+    const url = this.urlOf(message.destination);
+    const timeout = AbortSignal.timeout(this.timeoutMs);
+    let response: Response;
+    try {
+      response = await fetch(url, {
+        method: 'POST',
+        headers: { ...this.options.headers, ...message.headers, 'content-type': 'application/json' },
+        body: JSON.stringify(message.payload),
+        signal: AbortSignal.any([signal, timeout]),
+        redirect: 'manual',
+      });
+    } catch (error) {
+      if (signal.aborted) throw signal.reason;
+      if (timeout.aborted) throw new PublishError(messages.httpTimeout(this.timeoutMs, url), undefined, { cause: error });
+      throw new PublishError(messages.httpNetwork(url, causeOf(error)), undefined, { cause: error });
+    }
+    // The body is not needed; release the connection.
+    await response.body?.cancel().catch(() => undefined);
+    if (response.status >= 200 && response.status < 300) return;
+    const text = messages.httpStatus(response.status, url);
+    if (response.status >= 400 && response.status < 500 && !RETRYABLE_4XX.has(response.status)) {
+      throw new PermanentPublishError(text);
+    }
+    throw new PublishError(text, response.status);
+  }
+
+  private urlOf(destination: string): string {
+    const { destinations } = this.options;
+    const url =
+      typeof destinations === 'function'
+        ? destinations(destination)
+        : Object.hasOwn(destinations, destination)
+          ? destinations[destination]
+          : undefined;
+    if (url === undefined) throw new PermanentPublishError(messages.httpNoUrl(destination));
+    if (!isHttpUrl(url)) throw new PermanentPublishError(messages.httpUrlInvalid(destination, url));
+    return url;
+  }
+}
+
+function isHttpUrl(value: unknown): value is string {
+  if (typeof value !== 'string') return false;
+  try {
+    const { protocol } = new URL(value);
+    return protocol === 'http:' || protocol === 'https:';
+  } catch {
+    return false;
+  }
+}
+
+function causeOf(error: unknown): string {
+  const cause = (error as { cause?: { code?: string; message?: string } })?.cause;
+  return cause?.code ?? cause?.message ?? (error as Error)?.message ?? String(error);
+}

@@ -1,0 +1,14 @@
+/** Injection token of the options object given to `forRoot()` / returned by `forRootAsync()`'s factory. */
+export const QUEUEBOX_MODULE_OPTIONS = 'QUEUEBOX:MODULE_OPTIONS';
+/** Injection token of the validated options with every default filled in. */
+export const QUEUEBOX_RESOLVED_OPTIONS = 'QUEUEBOX:RESOLVED_OPTIONS';
+/** Injection token of the TypeORM `DataSource` QueueBox works on. */
+export const QUEUEBOX_DATA_SOURCE = 'QUEUEBOX:DATA_SOURCE';
+/** Injection token of the SQL dialect chosen from the DataSource's driver. */
+export const QUEUEBOX_DIALECT = 'QUEUEBOX:DIALECT';
+
+/** Default table names; each may be schema-qualified (`'messaging.queuebox_outbox'`). */
+export const DEFAULT_TABLES = { outbox: 'queuebox_outbox', inbox: 'queuebox_inbox' } as const;
+
+/** The message id travels to the destination in this header. */
+export const MESSAGE_ID_HEADER = 'X-Message-Id';

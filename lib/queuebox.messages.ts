@@ -1,0 +1,94 @@
+/**
+ * Every error and log text QueueBox produces, in one place. Each message says what happened and,
+ * where the reader can act, what to do. Values from users are shown with `show()`, never raw
+ * payloads or SQL parameters.
+ */
+const show = (value: unknown): string => {
+  if (typeof value === 'string') return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
+  if (typeof value === 'function') return 'a function';
+  if (Array.isArray(value)) return 'an array';
+  if (value === null) return 'null';
+  if (typeof value === 'object') return 'an object';
+  return String(value);
+};
+
+export const messages = {
+  // Options (QueueBoxConfigError)
+  optionUnknown: (option: string, suggestion?: string) =>
+    `Unknown QueueBox option "${option}".${suggestion ? ` Did you mean "${suggestion}"?` : ''} See the configuration reference in README.md.`,
+  optionNotObject: (option: string, value: unknown) => `QueueBox option "${option}" must be an object, got ${show(value)}.`,
+  optionNotBoolean: (option: string, value: unknown) => `QueueBox option "${option}" must be true or false, got ${show(value)}.`,
+  optionNotFunction: (option: string) => `QueueBox option "${option}" must be a function.`,
+  optionNotNonEmptyString: (option: string, value: unknown) =>
+    `QueueBox option "${option}" must be a non-empty string, got ${show(value)}.`,
+  optionOutOfRange: (option: string, value: unknown, min: number, max: number) =>
+    `QueueBox option "${option}" must be an integer from ${min} to ${max}, got ${show(value)}.`,
+  backoffMaxBelowInitial: (option: string, maxMs: number, initialMs: number) =>
+    `QueueBox option "${option}.maxMs" (${maxMs}) must not be below "${option}.initialMs" (${initialMs}).`,
+  tableNameInvalid: (option: string, value: unknown) =>
+    `QueueBox option "${option}" must be a table name or schema.table, each part a letter or underscore followed by up to 47 letters, digits or underscores; got ${show(value)}.`,
+  tablesCollide: (name: string) =>
+    `QueueBox options "tables.outbox" and "tables.inbox" both name ${show(name)}; give each table its own name.`,
+  publisherAndPublishers: () =>
+    'Set either "outbox.publisher" (one publisher for every message) or "outbox.publishers" (named publishers with "outbox.route"), not both.',
+  publisherInvalid: (option: string) => `QueueBox option "${option}" must be an object with a publish(message, signal) method.`,
+  publisherMissing: () =>
+    'The outbox worker runs but no publisher is configured: set "outbox.publisher" (or "outbox.publishers"), or turn the worker off with "workers: { outbox: false }" on replicas that only enqueue.',
+  dataSourceMissing: (name: string | undefined) =>
+    `QueueBox found no TypeORM DataSource${name ? ` named ${show(name)}` : ''}. Import TypeOrmModule.forRoot(${name ? `{ name: ${show(name)}, ... }` : '...'}) in the same application, or set "dataSource" to the name of the one you use.`,
+  tableMissing: (name: string) =>
+    `QueueBox table ${show(name)} does not exist. Add QueueBoxSchema1764460800000 (or createQueueBoxMigration({ tables })) to your TypeORM migrations and run them, or apply sql/<dialect>/001_queuebox.up.sql.`,
+  migrationNameInvalid: (name: string) =>
+    `QueueBox migration name ${show(name)} must be an identifier ending in a 13-digit timestamp, like "QueueBoxSchema1764460800000".`,
+  dialectUnsupported: (type: unknown) => `QueueBox supports TypeORM DataSources of type "postgres"; this one is ${show(type)}.`,
+
+  // Messages given to enqueue (QueueBoxValidationError)
+  messageNotObject: (index: number) => `Outbox message #${index} must be an object with destination and payload.`,
+  messageFieldInvalid: (index: number, field: string, rule: string) => `Outbox message #${index}: "${field}" ${rule}.`,
+  payloadUnserializable: (index: number, reason: string) =>
+    `Outbox message #${index}: the payload cannot be stored as JSON (${reason}). Convert BigInt, cyclic or undefined values before enqueueing.`,
+  payloadTooLarge: (index: number, bytes: number, limit: number) =>
+    `Outbox message #${index}: the payload is ${bytes} bytes of JSON, above the limit of ${limit} ("maxPayloadBytes"). Store large data elsewhere and send a reference.`,
+  managerRequired: () =>
+    'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change.',
+
+  // Poller logs
+  pollerStarted: (concurrency: number, batchSize: number, leaseMs: number) =>
+    `Outbox poller started (concurrency ${concurrency}, batch ${batchSize}, lease ${leaseMs} ms).`,
+  pollerClaimFailed: (error: string, retryMs: number) => `Outbox claim failed: ${error}. Trying again in ${retryMs} ms.`,
+  pollerReclaimed: (pending: number, dead: number) =>
+    `Reclaimed ${pending + dead} outbox message(s) whose lease expired: ${pending} back to pending, ${dead} dead after their last attempt.`,
+  pollerReclaimFailed: (error: string) => `Outbox reclaim step failed: ${error}. It runs again at the next interval.`,
+  publishFailed: (messageId: string, attempt: number, error: string, delayMs: number) =>
+    `Publish of message ${messageId} failed on attempt ${attempt}: ${error}. Retrying in ${delayMs} ms.`,
+  deadLettered: (messageId: string, reason: string) => `Message ${messageId} is dead: ${reason}`,
+  routeUnknown: (name: string) => `no publisher named ${show(name)} (check "outbox.route" and "outbox.publishers")`,
+  attemptsExhausted: (attempts: number, error: string) => `failed ${attempts} attempt(s); last error: ${error}`,
+  markSentLost: (messageId: string) =>
+    `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). Raise "outbox.claimTimeoutMs" above the slowest publish.`,
+  publishClaimLost: (messageId: string) =>
+    `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.`,
+  finishLost: (messageId: string, what: string) =>
+    `Lost the claim on message ${messageId} before recording its ${what}; leaving it to the new owner.`,
+  finishFailed: (messageId: string, what: string, error: string) =>
+    `Could not record the ${what} of message ${messageId}: ${error}. It stays processing and is retried after its lease expires.`,
+  shutdownWaiting: (inFlight: number, timeoutMs: number) =>
+    `Shutting down: waiting up to ${timeoutMs} ms for ${inFlight} in-flight publish(es).`,
+  shutdownAbandoned: (inFlight: number) =>
+    `Shutdown timeout reached with ${inFlight} publish(es) still running; their rows stay processing and are reclaimed when their lease expires.`,
+  shutdownDone: () => 'Outbox poller stopped.',
+  notRunning: (what: string) => `${what} is not available: QueueBox is shutting down or has not started.`,
+
+  // Lease
+  claimLost: (component: string, id: string) => `The ${component} claim on row ${id} is lost.`,
+
+  // HTTP publisher
+  httpNoUrl: (destination: string) => `no URL is configured for destination ${show(destination)}`,
+  httpStatus: (status: number, url: string) => `HTTP ${status} from ${url}`,
+  httpTimeout: (timeoutMs: number, url: string) => `no answer from ${url} within ${timeoutMs} ms`,
+  httpNetwork: (url: string, reason: string) => `request to ${url} failed: ${reason}`,
+  httpDestinationsInvalid: () =>
+    'HttpPublisher needs "destinations": an object mapping each destination to an http(s) URL, or a function (destination) => URL | undefined.',
+  httpUrlInvalid: (destination: string, url: unknown) =>
+    `HttpPublisher: destination ${show(destination)} maps to ${show(url)}, which is not an http(s) URL.`,
+} as const;

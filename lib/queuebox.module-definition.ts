@@ -1,0 +1,55 @@
+import { ConfigurableModuleBuilder, type Provider } from '@nestjs/common';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import { createDialect } from './dialects/dialects';
+import { QueueBoxConfigError } from './errors/queuebox.errors';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_MODULE_OPTIONS, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { messages } from './queuebox.messages';
+import { type QueueBoxModuleOptions, type ResolvedQueueBoxOptions, resolveOptions } from './queuebox.options';
+
+/** Options that shape the module itself, given beside the options in both `forRoot` and `forRootAsync`. */
+export interface QueueBoxModuleExtras {
+  /** Name of the TypeORM DataSource (`TypeOrmModule.forRoot({ name })`). Default: the default DataSource. */
+  dataSource?: string;
+}
+
+function dataSourceProvider(name: string | undefined): Provider {
+  return {
+    provide: QUEUEBOX_DATA_SOURCE,
+    inject: [{ token: getDataSourceToken(name), optional: true }],
+    useFactory: (dataSource?: DataSource) => {
+      if (!dataSource) throw new QueueBoxConfigError('dataSource', messages.dataSourceMissing(name));
+      return dataSource;
+    },
+  };
+}
+
+const coreProviders: Provider[] = [
+  {
+    provide: QUEUEBOX_RESOLVED_OPTIONS,
+    inject: [QUEUEBOX_MODULE_OPTIONS],
+    useFactory: (options: QueueBoxModuleOptions) => resolveOptions(options),
+  },
+  {
+    provide: QUEUEBOX_DIALECT,
+    inject: [QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS],
+    useFactory: async (dataSource: DataSource, options: ResolvedQueueBoxOptions) => {
+      const dialect = createDialect(dataSource, options.tables);
+      if (dataSource.isInitialized) await dialect.schemaCheck();
+      return dialect;
+    },
+  },
+];
+
+export const {
+  ConfigurableModuleClass: QueueBoxConfigurableModule,
+  OPTIONS_TYPE: QUEUEBOX_OPTIONS_TYPE,
+  ASYNC_OPTIONS_TYPE: QUEUEBOX_ASYNC_OPTIONS_TYPE,
+} = new ConfigurableModuleBuilder<QueueBoxModuleOptions>({ moduleName: 'QueueBox', optionsInjectionToken: QUEUEBOX_MODULE_OPTIONS })
+  .setClassMethodName('forRoot')
+  .setExtras<QueueBoxModuleExtras>({ dataSource: undefined }, (definition, extras) => ({
+    ...definition,
+    global: true,
+    providers: [...(definition.providers ?? []), dataSourceProvider(extras.dataSource), ...coreProviders],
+  }))
+  .build();

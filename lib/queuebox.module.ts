@@ -1,0 +1,29 @@
+import { Module } from '@nestjs/common';
+import { LeaseService } from './lease/lease.service';
+import { QueueBoxMetrics } from './metrics/queuebox.metrics';
+import { OutboxPoller } from './outbox/outbox.poller';
+import { OutboxService } from './outbox/outbox.service';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { QueueBoxConfigurableModule } from './queuebox.module-definition';
+
+/**
+ * The QueueBox module: registers `OutboxService`, `OutboxPoller` and `LeaseService` over the
+ * application's TypeORM DataSource. Global, so its services can be injected anywhere.
+ *
+ * @example
+ * @Module({
+ *   imports: [
+ *     TypeOrmModule.forRoot({ type: 'postgres', url: process.env.DATABASE_URL, migrations: [QueueBoxSchema1764460800000], migrationsRun: true }),
+ *     QueueBoxModule.forRoot({ outbox: { publisher: new HttpPublisher({ destinations: { billing: 'http://billing/events' } }) } }),
+ *   ],
+ * })
+ * export class AppModule {}
+ *
+ * // or, with configuration from elsewhere:
+ * QueueBoxModule.forRootAsync({ inject: [ConfigService], useFactory: (config: ConfigService) => ({ ... }) })
+ */
+@Module({
+  providers: [QueueBoxMetrics, LeaseService, OutboxService, OutboxPoller],
+  exports: [QueueBoxMetrics, LeaseService, OutboxService, OutboxPoller, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT],
+})
+export class QueueBoxModule extends QueueBoxConfigurableModule {}

@@ -1,0 +1,217 @@
+import { type BackoffFunction, type BackoffOptions, backoffFunction, DEFAULT_BACKOFF } from './common/backoff';
+import { parseTableName } from './common/identifiers';
+import type { QueueBoxTables } from './dialects/dialect';
+import { QueueBoxConfigError } from './errors/queuebox.errors';
+import type { OutboundMessage, Publisher } from './outbox/outbox.types';
+import { DEFAULT_TABLES } from './queuebox.constants';
+import { messages } from './queuebox.messages';
+
+/** Options of the outbox poller. Every field is optional; defaults are listed. */
+export interface OutboxOptions {
+  /** The publisher of every message (use this or `publishers`). Required when the outbox worker runs. */
+  publisher?: Publisher;
+  /** Named publishers; `route(message)` picks one, by default the publisher named like the destination. */
+  publishers?: Record<string, Publisher>;
+  /** Picks a publisher name for a message. A name with no publisher dead-letters the message. */
+  route?: (message: OutboundMessage) => string;
+  /** Sleep between claims when the outbox is empty. Default 1000 ms. */
+  pollIntervalMs?: number;
+  /** Most rows claimed by one claim statement. Default 50. */
+  batchSize?: number;
+  /** Most publishes in flight per process. Default 10. */
+  concurrency?: number;
+  /** Lease of a claimed row; renewed every third of it while the publish runs. Default 300000 ms. */
+  claimTimeoutMs?: number;
+  /** How long shutdown waits for in-flight publishes. Default 10000 ms. */
+  shutdownTimeoutMs?: number;
+  /** Attempts (claims) before a message is dead-lettered. Default 10. */
+  maxAttempts?: number;
+  /** Delay before a retry: options or a function of (attempt, error). Default 1 s doubling to 5 min, with jitter. */
+  backoff?: BackoffOptions | BackoffFunction;
+}
+
+/** Which workers run in this process. `false` everywhere makes a replica that only enqueues. */
+export interface WorkersOptions {
+  outbox?: boolean;
+  relay?: boolean;
+  pull?: boolean;
+}
+
+/**
+ * Options of `QueueBoxModule.forRoot()`.
+ *
+ * @example
+ * QueueBoxModule.forRoot({
+ *   outbox: { publisher: new HttpPublisher({ destinations: { billing: 'https://billing/internal/events' } }) },
+ * })
+ */
+export interface QueueBoxModuleOptions {
+  /** Table names, each optionally schema-qualified. Defaults `queuebox_outbox`, `queuebox_inbox`. */
+  tables?: { outbox?: string; inbox?: string };
+  /** `true` (default) runs every worker; an object turns them on one by one; `false` runs none. */
+  workers?: boolean | WorkersOptions;
+  /** Largest accepted payload, in bytes of its JSON text. Default 1048576 (1 MiB). */
+  maxPayloadBytes?: number;
+  outbox?: OutboxOptions;
+}
+
+export interface ResolvedOutboxOptions {
+  publishers: Record<string, Publisher>;
+  route: (message: OutboundMessage) => string;
+  pollIntervalMs: number;
+  batchSize: number;
+  concurrency: number;
+  claimTimeoutMs: number;
+  /** Every third of the lease. */
+  renewIntervalMs: number;
+  /** The reclaim step runs at most once per `claimTimeoutMs / 5`. */
+  reclaimIntervalMs: number;
+  shutdownTimeoutMs: number;
+  maxAttempts: number;
+  backoff: BackoffFunction;
+}
+
+export interface ResolvedQueueBoxOptions {
+  tables: QueueBoxTables;
+  workers: Required<WorkersOptions>;
+  maxPayloadBytes: number;
+  outbox: ResolvedOutboxOptions;
+}
+
+const TOP_LEVEL_KEYS = ['tables', 'workers', 'maxPayloadBytes', 'outbox'];
+const OUTBOX_KEYS = [
+  'publisher',
+  'publishers',
+  'route',
+  'pollIntervalMs',
+  'batchSize',
+  'concurrency',
+  'claimTimeoutMs',
+  'shutdownTimeoutMs',
+  'maxAttempts',
+  'backoff',
+];
+const DEFAULT_PUBLISHER = 'default';
+
+/** Validates `options` and fills in every default. Throws `QueueBoxConfigError` naming the first bad option. */
+export function resolveOptions(options: QueueBoxModuleOptions = {}): ResolvedQueueBoxOptions {
+  expectObject('options', options);
+  rejectUnknownKeys('', options, TOP_LEVEL_KEYS);
+  const workers = resolveWorkers(options.workers);
+  const outbox = resolveOutbox(options.outbox ?? {}, workers.outbox);
+  return {
+    tables: resolveTables(options.tables),
+    workers,
+    maxPayloadBytes: integer('maxPayloadBytes', options.maxPayloadBytes, 1_048_576, 1, 1024 ** 3),
+    outbox,
+  };
+}
+
+/** Validates the `tables` option (also used by the migration factory). */
+export function resolveTables(tables: QueueBoxModuleOptions['tables'] = {}): QueueBoxTables {
+  expectObject('tables', tables);
+  rejectUnknownKeys('tables.', tables, ['outbox', 'inbox']);
+  const resolved: QueueBoxTables = {
+    outbox: parseTableName('tables.outbox', tables.outbox === undefined ? DEFAULT_TABLES.outbox : tables.outbox),
+    inbox: parseTableName('tables.inbox', tables.inbox === undefined ? DEFAULT_TABLES.inbox : tables.inbox),
+  };
+  if (resolved.outbox.qualified === resolved.inbox.qualified) {
+    throw new QueueBoxConfigError('tables', messages.tablesCollide(resolved.outbox.qualified));
+  }
+  return resolved;
+}
+
+function resolveWorkers(workers: QueueBoxModuleOptions['workers']): Required<WorkersOptions> {
+  if (workers === undefined || typeof workers === 'boolean') {
+    const on = workers ?? true;
+    return { outbox: on, relay: on, pull: on };
+  }
+  expectObject('workers', workers);
+  rejectUnknownKeys('workers.', workers, ['outbox', 'relay', 'pull']);
+  const flag = (name: keyof WorkersOptions) => {
+    const value = workers[name] ?? true;
+    if (typeof value !== 'boolean') throw new QueueBoxConfigError(`workers.${name}`, messages.optionNotBoolean(`workers.${name}`, value));
+    return value;
+  };
+  return { outbox: flag('outbox'), relay: flag('relay'), pull: flag('pull') };
+}
+
+function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutboxOptions {
+  expectObject('outbox', outbox);
+  rejectUnknownKeys('outbox.', outbox, OUTBOX_KEYS);
+  if (outbox.publisher !== undefined && outbox.publishers !== undefined) {
+    throw new QueueBoxConfigError('outbox.publisher', messages.publisherAndPublishers());
+  }
+  const publishers: Record<string, Publisher> =
+    outbox.publisher !== undefined ? { [DEFAULT_PUBLISHER]: outbox.publisher } : { ...(outbox.publishers ?? {}) };
+  for (const [name, publisher] of Object.entries(publishers)) {
+    const option = outbox.publisher !== undefined ? 'outbox.publisher' : `outbox.publishers.${name}`;
+    if (typeof (publisher as Partial<Publisher> | null)?.publish !== 'function') {
+      throw new QueueBoxConfigError(option, messages.publisherInvalid(option));
+    }
+  }
+  if (workerRuns && Object.keys(publishers).length === 0) {
+    throw new QueueBoxConfigError('outbox.publisher', messages.publisherMissing());
+  }
+  if (outbox.route !== undefined && typeof outbox.route !== 'function') {
+    throw new QueueBoxConfigError('outbox.route', messages.optionNotFunction('outbox.route'));
+  }
+  const names = Object.keys(publishers);
+  const route = outbox.route ?? (names.length === 1 ? () => names[0] : (message: OutboundMessage) => message.destination);
+
+  const claimTimeoutMs = integer('outbox.claimTimeoutMs', outbox.claimTimeoutMs, 300_000, 100, 24 * 3600_000);
+  return {
+    publishers,
+    route,
+    pollIntervalMs: integer('outbox.pollIntervalMs', outbox.pollIntervalMs, 1000, 1, 3600_000),
+    batchSize: integer('outbox.batchSize', outbox.batchSize, 50, 1, 10_000),
+    concurrency: integer('outbox.concurrency', outbox.concurrency, 10, 1, 10_000),
+    claimTimeoutMs,
+    renewIntervalMs: Math.floor(claimTimeoutMs / 3),
+    reclaimIntervalMs: Math.floor(claimTimeoutMs / 5),
+    shutdownTimeoutMs: integer('outbox.shutdownTimeoutMs', outbox.shutdownTimeoutMs, 10_000, 0, 24 * 3600_000),
+    maxAttempts: integer('outbox.maxAttempts', outbox.maxAttempts, 10, 1, 1_000_000),
+    backoff: resolveBackoff('outbox.backoff', outbox.backoff),
+  };
+}
+
+function resolveBackoff(option: string, backoff: OutboxOptions['backoff']): BackoffFunction {
+  if (typeof backoff === 'function') return backoff;
+  const given = backoff ?? {};
+  expectObject(option, given);
+  rejectUnknownKeys(`${option}.`, given, Object.keys(DEFAULT_BACKOFF));
+  const jitter = given.jitter ?? DEFAULT_BACKOFF.jitter;
+  if (typeof jitter !== 'boolean') throw new QueueBoxConfigError(`${option}.jitter`, messages.optionNotBoolean(`${option}.jitter`, jitter));
+  const factor = given.factor ?? DEFAULT_BACKOFF.factor;
+  if (typeof factor !== 'number' || !Number.isFinite(factor) || factor < 1 || factor > 100) {
+    throw new QueueBoxConfigError(`${option}.factor`, messages.optionOutOfRange(`${option}.factor`, factor, 1, 100));
+  }
+  const initialMs = integer(`${option}.initialMs`, given.initialMs, DEFAULT_BACKOFF.initialMs, 0, 24 * 3600_000);
+  const maxMs = integer(`${option}.maxMs`, given.maxMs, DEFAULT_BACKOFF.maxMs, 0, 30 * 24 * 3600_000);
+  if (maxMs < initialMs) throw new QueueBoxConfigError(`${option}.maxMs`, messages.backoffMaxBelowInitial(option, maxMs, initialMs));
+  return backoffFunction({ initialMs, factor, maxMs, jitter });
+}
+
+function integer(option: string, value: unknown, fallback: number, min: number, max: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new QueueBoxConfigError(option, messages.optionOutOfRange(option, value, min, max));
+  }
+  return value;
+}
+
+function expectObject(option: string, value: unknown): asserts value is object {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new QueueBoxConfigError(option, messages.optionNotObject(option, value));
+  }
+}
+
+function rejectUnknownKeys(prefix: string, value: object, known: string[]): void {
+  for (const key of Object.keys(value)) {
+    if (!known.includes(key)) {
+      const option = `${prefix}${key}`;
+      const suggestion = known.find((k) => k.toLowerCase() === key.toLowerCase());
+      throw new QueueBoxConfigError(option, messages.optionUnknown(option, suggestion && `${prefix}${suggestion}`));
+    }
+  }
+}

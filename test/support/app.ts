@@ -1,0 +1,57 @@
+import 'reflect-metadata';
+import { type INestApplicationContext, type LoggerService, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { QueueBoxModule } from '../../lib/queuebox.module';
+import type { QueueBoxModuleOptions } from '../../lib/queuebox.options';
+
+/** Keeps log lines so tests can assert on them; prints nothing unless QUEUEBOX_TEST_LOGS is set. */
+export class RecordingLogger implements LoggerService {
+  readonly lines: { level: string; message: string }[] = [];
+  log(message: unknown) {
+    this.record('log', message);
+  }
+  error(message: unknown) {
+    this.record('error', message);
+  }
+  warn(message: unknown) {
+    this.record('warn', message);
+  }
+  debug(message: unknown) {
+    this.record('debug', message);
+  }
+  verbose(message: unknown) {
+    this.record('verbose', message);
+  }
+  has(level: string, fragment: string): boolean {
+    return this.lines.some((line) => line.level === level && line.message.includes(fragment));
+  }
+  private record(level: string, message: unknown) {
+    this.lines.push({ level, message: String(message) });
+    if (process.env.QUEUEBOX_TEST_LOGS) console.log(`[${level}] ${String(message)}`);
+  }
+}
+
+export interface TestApp {
+  app: INestApplicationContext;
+  logger: RecordingLogger;
+  get<T>(type: abstract new (...args: never[]) => T): T;
+}
+
+/** A Nest application context with TypeORM on `url` and QueueBox with `options`. */
+export async function createTestApp(
+  url: string,
+  options: QueueBoxModuleOptions,
+  extra: { poolSize?: number; dataSource?: string } = {},
+): Promise<TestApp> {
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({ name: extra.dataSource, type: 'postgres', url, extra: { max: extra.poolSize ?? 10 }, logging: false }),
+      QueueBoxModule.forRoot({ ...options, dataSource: extra.dataSource }),
+    ],
+  })
+  class TestModule {}
+  const logger = new RecordingLogger();
+  const app = await NestFactory.createApplicationContext(TestModule, { logger });
+  return { app, logger, get: (type) => app.get(type as never) };
+}

@@ -1,0 +1,79 @@
+import { randomBytes } from 'node:crypto';
+import { Client } from 'pg';
+import { DataSource } from 'typeorm';
+import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
+
+/** The server the test runner gave us (`scripts/test.mjs` starts an embedded one when none is set). */
+export function serverUrl(): string {
+  const url = process.env.QUEUEBOX_PG_URL;
+  if (!url) throw new Error('QUEUEBOX_PG_URL is not set: run the tests with `npm test`, which provides a PostgreSQL server.');
+  return url;
+}
+
+export interface TestDatabase {
+  url: string;
+  name: string;
+  /** Runs SQL on a fresh connection of its own (never through the code under test). */
+  query<T = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<T[]>;
+  drop(): Promise<void>;
+}
+
+/** A new, empty database per test file, so files run in parallel without touching each other. */
+export async function createTestDatabase(
+  options: { migrate?: boolean; tables?: { outbox?: string; inbox?: string } } = {},
+): Promise<TestDatabase> {
+  const name = `qb_test_${randomBytes(6).toString('hex')}`;
+  const admin = new Client({ connectionString: serverUrl() });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(serverUrl());
+  url.pathname = `/${name}`;
+  const db: TestDatabase = {
+    url: url.toString(),
+    name,
+    async query(sql, params) {
+      const client = new Client({ connectionString: db.url });
+      await client.connect();
+      try {
+        return (await client.query(sql, params as unknown[])).rows;
+      } finally {
+        await client.end();
+      }
+    },
+    async drop() {
+      const client = new Client({ connectionString: serverUrl() });
+      await client.connect();
+      try {
+        await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      } finally {
+        await client.end();
+      }
+    },
+  };
+  if (options.migrate ?? true) await migrate(db.url, options.tables);
+  return db;
+}
+
+/** Applies the QueueBox schema through its TypeORM migration class, as users do. */
+export async function migrate(url: string, tables?: { outbox?: string; inbox?: string }): Promise<void> {
+  const dataSource = new DataSource({ type: 'postgres', url, migrations: [createQueueBoxMigration({ tables })], logging: false });
+  await dataSource.initialize();
+  try {
+    await dataSource.runMigrations();
+  } finally {
+    await dataSource.destroy();
+  }
+}
+
+/** Polls `check` until it returns true (events are preferred; this is for state in another process). */
+export async function eventually(check: () => Promise<boolean>, what: string, timeoutMs = 30_000, everyMs = 25): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+  }
+}

@@ -1,0 +1,90 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { parseTableName } from '../../lib/common/identifiers';
+import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
+import { resolveOptions } from '../../lib/queuebox.options';
+
+const publisher = { publish: async () => undefined };
+
+function rejects(options: unknown, option: string, fragment: string) {
+  assert.throws(
+    () => resolveOptions(options as never),
+    (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError, `expected QueueBoxConfigError, got ${String(error)}`);
+      assert.equal(error.option, option);
+      assert.match(error.message, new RegExp(fragment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+      return true;
+    },
+  );
+}
+
+describe('options (I10)', () => {
+  it('fills in the seed defaults', () => {
+    const resolved = resolveOptions({ outbox: { publisher } });
+    assert.equal(resolved.outbox.claimTimeoutMs, 300_000);
+    assert.equal(resolved.outbox.renewIntervalMs, 100_000);
+    assert.equal(resolved.outbox.reclaimIntervalMs, 60_000);
+    assert.equal(resolved.outbox.pollIntervalMs, 1000);
+    assert.equal(resolved.outbox.batchSize, 50);
+    assert.equal(resolved.outbox.concurrency, 10);
+    assert.equal(resolved.outbox.shutdownTimeoutMs, 10_000);
+    assert.equal(resolved.outbox.maxAttempts, 10);
+    assert.equal(resolved.maxPayloadBytes, 1_048_576);
+    assert.deepEqual(resolved.workers, { outbox: true, relay: true, pull: true });
+    assert.equal(resolved.tables.outbox.qualified, 'queuebox_outbox');
+    assert.equal(resolved.tables.inbox.qualified, 'queuebox_inbox');
+  });
+
+  it('derives renewal and reclaim intervals from the lease', () => {
+    const resolved = resolveOptions({ outbox: { publisher, claimTimeoutMs: 3000 } });
+    assert.equal(resolved.outbox.renewIntervalMs, 1000);
+    assert.equal(resolved.outbox.reclaimIntervalMs, 600);
+  });
+
+  it('names the bad option', () => {
+    rejects({ outbox: { publisher, claimTimeoutMs: -1 } }, 'outbox.claimTimeoutMs', 'must be an integer from 100');
+    rejects({ outbox: { publisher, batchSize: 1.5 } }, 'outbox.batchSize', 'got 1.5');
+    rejects({ outbox: { publisher, concurrency: '10' } }, 'outbox.concurrency', 'got "10"');
+    rejects({ outbox: { publisher, maxAttempts: 0 } }, 'outbox.maxAttempts', 'from 1');
+    rejects({ outbox: { publisher, backoff: { factor: 0.5 } } }, 'outbox.backoff.factor', 'from 1 to 100');
+    rejects({ outbox: { publisher, backoff: { initialMs: 10, maxMs: 5 } } }, 'outbox.backoff.maxMs', 'must not be below');
+    rejects({ workers: { outbox: 'yes' } }, 'workers.outbox', 'true or false');
+    rejects({ workers: false, maxPayloadBytes: 0 }, 'maxPayloadBytes', 'from 1');
+  });
+
+  it('rejects unknown options and suggests the right spelling', () => {
+    rejects({ outbox: { publisher, pollIntervalMS: 5 } }, 'outbox.pollIntervalMS', 'Did you mean "outbox.pollIntervalMs"?');
+    rejects({ outbx: {} }, 'outbx', 'Unknown QueueBox option "outbx"');
+  });
+
+  it('requires a publisher only when the outbox worker runs', () => {
+    rejects({}, 'outbox.publisher', 'no publisher is configured');
+    assert.doesNotThrow(() => resolveOptions({ workers: { outbox: false } }));
+    assert.doesNotThrow(() => resolveOptions({ workers: false }));
+    rejects({ outbox: { publisher: {} } }, 'outbox.publisher', 'publish(message, signal)');
+    rejects({ outbox: { publisher, publishers: { a: publisher } } }, 'outbox.publisher', 'not both');
+    rejects({ outbox: { publishers: { a: { send() {} } } } }, 'outbox.publishers.a', 'publish(message, signal)');
+  });
+
+  it('routes to the only publisher, or by destination when there are several', () => {
+    const one = resolveOptions({ outbox: { publishers: { http: publisher } } });
+    assert.equal(one.outbox.route({ destination: 'x' } as never), 'http');
+    const two = resolveOptions({ outbox: { publishers: { a: publisher, b: publisher } } });
+    assert.equal(two.outbox.route({ destination: 'b' } as never), 'b');
+  });
+
+  it('validates table names and allows a schema', () => {
+    assert.deepEqual(parseTableName('t', 'messaging.outbox'), { schema: 'messaging', name: 'outbox', qualified: 'messaging.outbox' });
+    for (const bad of ['', 'a.b.c', 'outbox; DROP TABLE users', '"quoted"', '1abc', 'a-b', 'x'.repeat(49), 'a.', null, 42]) {
+      rejects({ workers: false, tables: { outbox: bad } }, 'tables.outbox', 'must be a table name');
+    }
+    rejects({ workers: false, tables: { outbox: 'same', inbox: 'same' } }, 'tables', 'both name');
+  });
+
+  it('validates the migration factory options the same way', () => {
+    assert.throws(() => createQueueBoxMigration({ tables: { inbox: 'x y' } }), QueueBoxConfigError);
+    assert.throws(() => createQueueBoxMigration({ name: 'NoTimestamp' }), /13-digit timestamp/);
+    assert.equal(new (createQueueBoxMigration({ name: 'Billing1764460800001' }))().name, 'Billing1764460800001');
+  });
+});
