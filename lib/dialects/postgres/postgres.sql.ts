@@ -1,0 +1,73 @@
+/**
+ * PostgreSQL statements as pure functions of the (already quoted) table name, so tests can
+ * EXPLAIN exactly what runs. Parameters are positional (`$1`...), documented per statement.
+ */
+
+// I7: `now()` is the start of the transaction. Every lease and fence reads `clock_timestamp()`,
+// the current time, so a fence evaluated late in a long transaction sees an expired lease.
+export const NOW = 'clock_timestamp()';
+const msFromNow = (param: string) => `${NOW} + make_interval(secs => ${param}::double precision / 1000)`;
+
+/** The claim fence: $1 = id, $2 = claim token. */
+const FENCE = `id = $1 AND state = 'processing' AND claim_token = $2 AND lease_expires_at > ${NOW}`;
+
+/** Serializes outbox claims: $1 = lock name. Held until the claim transaction ends. */
+export const claimLockSql = () => 'SELECT pg_advisory_xact_lock(hashtextextended($1, 0))';
+
+/** $1..$6: arrays of message ids, destinations, keys, payloads (JSON), headers (JSON), available-at times. */
+export const outboxInsertSql = (table: string) => `INSERT INTO ${table} (message_id, destination, "key", payload, headers, available_at)
+SELECT m.message_id, m.destination, m.key, m.payload, m.headers, coalesce(m.available_at, now())
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::timestamptz[])
+  AS m(message_id, destination, key, payload, headers, available_at)
+RETURNING id, message_id`;
+
+/**
+ * $1 = limit, $2 = lease in ms. Takes available pending rows oldest first, only the head of each
+ * key (no earlier unfinished row, none in flight). The CTE is materialized so the LIMIT applies
+ * exactly once (a LIMIT in a subquery of an UPDATE can update more rows under a nested loop).
+ */
+export const outboxClaimSql = (table: string) => `WITH candidates AS MATERIALIZED (
+  SELECT o.id FROM ${table} o
+  WHERE o.state = 'pending' AND o.available_at <= ${NOW}
+    AND (o."key" IS NULL OR NOT EXISTS (
+      SELECT 1 FROM ${table} e
+      WHERE e."key" = o."key" AND e.state IN ('pending', 'processing') AND e.id <> o.id
+        AND (e.state = 'processing' OR e.id < o.id)))
+  ORDER BY o.available_at, o.id
+  LIMIT $1
+  FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE ${table} o
+SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
+    lease_expires_at = ${msFromNow('$2')}, attempts = o.attempts + 1
+FROM candidates c
+WHERE o.id = c.id
+RETURNING o.id, o.message_id, o.destination, o."key", o.payload, o.headers, o.attempts,
+          o.claim_token, o.lease_expires_at, o.created_at`;
+
+/** $1 = max attempts. Expired claims go back to pending, or to dead on their last attempt. */
+export const outboxReclaimSql = (table: string) => `UPDATE ${table}
+SET state = CASE WHEN attempts >= $1 THEN 'dead' ELSE 'pending' END,
+    claim_token = NULL, lease_expires_at = NULL,
+    last_error = 'lease expired on attempt ' || attempts || ' of ' || $1::integer
+      || ': the worker crashed, was stopped or outlived its lease'
+WHERE state = 'processing' AND lease_expires_at <= ${NOW}
+RETURNING state`;
+
+/** $1 = id, $2 = token, $3 = lease in ms. */
+export const leaseRenewSql = (table: string) => `UPDATE ${table} SET lease_expires_at = ${msFromNow('$3')}
+WHERE ${FENCE} RETURNING lease_expires_at`;
+
+/** $1 = id, $2 = token. `state`/`column`: `sent`/`sent_at` or `processed`/`processed_at`. */
+export const leaseCompleteSql = (table: string, finished: { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' }) =>
+  `UPDATE ${table} SET state = '${finished.state}', ${finished.column} = ${NOW}, lease_expires_at = NULL
+WHERE ${FENCE}`;
+
+/** $1 = id, $2 = token, $3 = delay in ms, $4 = error text. */
+export const leaseRetrySql = (table: string) => `UPDATE ${table}
+SET state = 'pending', available_at = ${msFromNow('$3')}, claim_token = NULL, lease_expires_at = NULL, last_error = $4
+WHERE ${FENCE}`;
+
+/** $1 = id, $2 = token, $3 = reason. */
+export const leaseDeadLetterSql = (table: string) => `UPDATE ${table} SET state = 'dead', lease_expires_at = NULL, last_error = $3
+WHERE ${FENCE}`;

@@ -1,0 +1,241 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import { PermanentPublishError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
+import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
+import { OutboxPoller } from '../../lib/outbox/outbox.poller';
+import { OutboxService } from '../../lib/outbox/outbox.service';
+import { createTestApp, type TestApp } from '../support/app';
+import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { gate, RecordingPublisher } from '../support/recording-publisher';
+
+describe('OutboxService and OutboxPoller on PostgreSQL', () => {
+  let db: TestDatabase;
+  let publisher: RecordingPublisher;
+  let t: TestApp;
+  let outbox: OutboxService;
+  let poller: OutboxPoller;
+  let dataSource: DataSource;
+
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => {
+    await db?.drop();
+  });
+
+  // Each test gets a fresh app; the poller loop runs only where a test starts it.
+  beforeEach(async () => {
+    await t?.app.close();
+    await db.query('TRUNCATE queuebox_outbox');
+    publisher = new RecordingPublisher();
+    const maxPayloadBytes = 1000;
+    t = await createTestApp(db.url, {
+      maxPayloadBytes,
+      outbox: {
+        publishers: { billing: publisher, audit: publisher },
+        pollIntervalMs: 20,
+        claimTimeoutMs: 2000,
+        maxAttempts: 3,
+        backoff: { initialMs: 10, maxMs: 10, jitter: false },
+      },
+      workers: false,
+    });
+    outbox = t.get(OutboxService);
+    poller = t.get(OutboxPoller);
+    dataSource = t.app.get(getDataSourceToken());
+  });
+  after(async () => {
+    await t?.app.close();
+  });
+
+  const states = async () =>
+    await db.query<{ message_id: string; state: string; attempts: number; last_error: string | null }>(
+      'SELECT message_id, state, attempts, last_error FROM queuebox_outbox ORDER BY id',
+    );
+
+  it('enqueueMany stores messages in the caller transaction with one statement, in order', async () => {
+    let statements = 0;
+    const results = await dataSource.transaction(async (manager) => {
+      const query = manager.queryRunner!.query.bind(manager.queryRunner);
+      manager.queryRunner!.query = ((...args: Parameters<typeof query>) => {
+        statements++;
+        return query(...args);
+      }) as typeof query;
+      const results = await outbox.enqueueMany(manager, [
+        { destination: 'billing', key: 'a', payload: { n: 1 }, headers: { 'x-tenant': 't1' } },
+        { destination: 'billing', payload: [1, 2, 3], messageId: '6f1c1c39-5bd3-4a53-9d7e-2a0a1f1d9a11' },
+        { destination: 'audit', key: 'a', payload: 'text', availableAt: new Date(Date.now() + 3600_000) },
+      ]);
+      manager.queryRunner!.query = query;
+      return results;
+    });
+    assert.equal(statements, 1);
+    assert.equal(results.length, 3);
+    assert.equal(results[1].messageId, '6f1c1c39-5bd3-4a53-9d7e-2a0a1f1d9a11');
+    assert.ok(BigInt(results[0].id) < BigInt(results[1].id));
+    const rows = await db.query<{ destination: string; key: string | null; payload: unknown; headers: unknown; state: string }>(
+      'SELECT destination, "key", payload, headers, state FROM queuebox_outbox ORDER BY id',
+    );
+    assert.deepEqual(rows, [
+      { destination: 'billing', key: 'a', payload: { n: 1 }, headers: { 'x-tenant': 't1' }, state: 'pending' },
+      { destination: 'billing', key: null, payload: [1, 2, 3], headers: {}, state: 'pending' },
+      { destination: 'audit', key: 'a', payload: 'text', headers: {}, state: 'pending' },
+    ]);
+  });
+
+  it('I2: a message enqueued in a transaction that rolls back is never published', async () => {
+    await assert.rejects(
+      dataSource.transaction(async (manager) => {
+        await outbox.enqueue(manager, { destination: 'billing', payload: { order: 'rolled-back' } });
+        throw new Error('business rule failed');
+      }),
+      /business rule failed/,
+    );
+    await dataSource.transaction((manager) => outbox.enqueue(manager, { destination: 'billing', payload: { order: 'committed' } }));
+    while ((await poller.runOnce()) > 0);
+    assert.deepEqual(
+      publisher.calls.map((c) => c.message.payload),
+      [{ order: 'committed' }],
+    );
+    assert.equal((await states()).length, 1);
+  });
+
+  it('I10: invalid messages fail with a typed error naming the field, and store nothing', async () => {
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    const cases: [unknown, string, RegExp][] = [
+      [{ destination: '', payload: 1 }, 'destination', /non-empty string/],
+      [{ destination: 'billing', key: 7, payload: 1 }, 'key', /non-empty string/],
+      [{ destination: 'billing', payload: 1, messageId: 'not-a-uuid' }, 'messageId', /UUID/],
+      [{ destination: 'billing', payload: 1, headers: { n: 1 } }, 'headers', /string values/],
+      [{ destination: 'billing', payload: 1, availableAt: new Date('x') }, 'availableAt', /valid Date/],
+      [{ destination: 'billing', payload: { n: 10n } }, 'payload', /cannot be stored as JSON/],
+      [{ destination: 'billing', payload: cyclic }, 'payload', /cannot be stored as JSON/],
+      [{ destination: 'billing', payload: undefined }, 'payload', /undefined/],
+      [{ destination: 'billing', payload: 'a\u0000b' }, 'payload', /NUL/],
+      [{ destination: 'billing', payload: 'x'.repeat(2000) }, 'payload', /above the limit of 1000/],
+    ];
+    await dataSource.transaction(async (manager) => {
+      await outbox.enqueue(manager, { destination: 'billing', payload: { kept: true } });
+      for (const [message, field, text] of cases) {
+        await assert.rejects(outbox.enqueue(manager, message as never), (error: unknown) => {
+          assert.ok(error instanceof QueueBoxValidationError, String(error));
+          assert.equal(error.field, field);
+          assert.match(error.message, text);
+          return true;
+        });
+      }
+      // The transaction is still usable: validation happens before any SQL.
+      await outbox.enqueue(manager, { destination: 'billing', payload: { kept: 2 } });
+    });
+    assert.equal((await states()).length, 2);
+    await assert.rejects(outbox.enqueue(undefined as never, { destination: 'b', payload: 1 }), /needs the EntityManager/);
+  });
+
+  it('publishes, marks sent, and hands the publisher X-Message-Id and the headers', async () => {
+    const { messageId } = await dataSource.transaction((manager) =>
+      outbox.enqueue(manager, { destination: 'billing', key: 'k', payload: { total: 42 }, headers: { 'x-tenant': 'acme' } }),
+    );
+    poller.start();
+    await publisher.waitForCalls(1);
+    await eventually(async () => (await states())[0].state === 'sent', 'the row to be sent');
+    const { message } = publisher.calls[0];
+    assert.equal(message.messageId, messageId);
+    assert.deepEqual(message.headers, { 'x-tenant': 'acme', 'X-Message-Id': messageId });
+    assert.equal(message.attempt, 1);
+    assert.equal(t.get(QueueBoxMetrics).value('queuebox_outbox_messages_published_total', { destination: 'billing' }), 1);
+  });
+
+  it('retries a failing publish with backoff, then dead-letters it after maxAttempts', async () => {
+    publisher.behaviour = () => {
+      throw new Error('broker unavailable');
+    };
+    await dataSource.transaction((manager) => outbox.enqueue(manager, { destination: 'billing', payload: 1 }));
+    poller.start();
+    await eventually(async () => (await states())[0].state === 'dead', 'the row to be dead');
+    const [row] = await states();
+    assert.equal(row.attempts, 3);
+    assert.match(row.last_error ?? '', /failed 3 attempt\(s\); last error: Error: broker unavailable/);
+    assert.deepEqual(
+      publisher.calls.map((c) => c.message.attempt),
+      [1, 2, 3],
+    );
+    assert.ok(t.logger.has('warn', 'Retrying in 10 ms'));
+  });
+
+  it('dead-letters at once on PermanentPublishError, and for a route with no publisher', async () => {
+    publisher.behaviour = () => {
+      throw new PermanentPublishError('422 from billing: invalid invoice');
+    };
+    await dataSource.transaction((manager) =>
+      outbox.enqueueMany(manager, [
+        { destination: 'billing', payload: 1 },
+        { destination: 'nowhere', payload: 2 },
+      ]),
+    );
+    while ((await poller.runOnce()) > 0);
+    const rows = await states();
+    assert.deepEqual(
+      rows.map((r) => [r.state, r.attempts]),
+      [
+        ['dead', 1],
+        ['dead', 1],
+      ],
+    );
+    assert.match(rows[0].last_error ?? '', /422 from billing/);
+    assert.match(rows[1].last_error ?? '', /no publisher named "nowhere"/);
+  });
+
+  it('I4: a failing row blocks its key until it is dead, and later rows then go in order', async () => {
+    publisher.behaviour = (message) => {
+      if (message.payload === 'first') throw new Error('nope');
+    };
+    await dataSource.transaction((manager) =>
+      outbox.enqueueMany(manager, [
+        { destination: 'billing', key: 'k', payload: 'first' },
+        { destination: 'billing', key: 'k', payload: 'second' },
+        { destination: 'billing', key: 'k', payload: 'third' },
+        { destination: 'billing', key: 'other', payload: 'independent' },
+      ]),
+    );
+    poller.start();
+    await eventually(async () => (await states()).every((r) => r.state === 'sent' || r.state === 'dead'), 'all rows finished');
+    const order = publisher.calls.map((c) => c.message.payload).filter((p) => p !== 'independent');
+    assert.deepEqual(order, ['first', 'first', 'first', 'second', 'third']);
+  });
+
+  it('I3: a publish whose claim is lost is aborted, logged and counted, and the row is left to the new owner', async () => {
+    const held = gate();
+    publisher.behaviour = (_message, signal) =>
+      new Promise<void>((resolve, reject) => {
+        signal.addEventListener('abort', () => reject(signal.reason));
+        void held.promise.then(resolve);
+      });
+    const { id } = await dataSource.transaction((manager) => outbox.enqueue(manager, { destination: 'billing', payload: 1 }));
+    poller.start();
+    await publisher.waitForCalls(1);
+    // Another replica took the row over (as after an expired lease): the next renewal changes nothing.
+    await db.query('UPDATE queuebox_outbox SET claim_token = gen_random_uuid() WHERE id = $1', [id]);
+    const { signal } = publisher.calls[0];
+    await new Promise((resolve) => signal.addEventListener('abort', resolve));
+    assert.equal(signal.reason.name, 'ClaimLostError');
+    await eventually(async () => t.logger.has('warn', 'while publishing'), 'the lost claim to be logged');
+    assert.equal(t.get(QueueBoxMetrics).value('queuebox_claims_lost_total', { component: 'outbox' }), 1);
+    const [row] = await states();
+    assert.equal(row.state, 'processing', 'the zombie did not retry or dead-letter the row');
+    held.open();
+  });
+
+  it('logs an error when the mark sent loses the claim after a successful publish', async () => {
+    const { id } = await dataSource.transaction((manager) => outbox.enqueue(manager, { destination: 'billing', payload: 1 }));
+    publisher.behaviour = async () => {
+      // The lease expires and another owner claims the row while the publish is still running.
+      await db.query("UPDATE queuebox_outbox SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1", [id]);
+    };
+    await poller.runOnce();
+    assert.ok(t.logger.has('error', 'before marking it sent'));
+    assert.equal(t.get(QueueBoxMetrics).value('queuebox_claims_lost_total', { component: 'outbox' }), 1);
+  });
+});
