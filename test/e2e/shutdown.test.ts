@@ -1,0 +1,76 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import { OutboxService } from '../../lib/outbox/outbox.service';
+import { createTestApp } from '../support/app';
+import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { gate, RecordingPublisher } from '../support/recording-publisher';
+
+describe('I9: graceful shutdown', () => {
+  let db: TestDatabase;
+
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => {
+    await db?.drop();
+  });
+
+  const stateOf = async (id: string) =>
+    (await db.query<{ state: string }>('SELECT state FROM queuebox_outbox WHERE id = $1', [id]))[0].state;
+
+  it('waits for an in-flight publish and records it before the DataSource closes', async () => {
+    const held = gate();
+    const publisher = new RecordingPublisher(() => held.promise);
+    const t = await createTestApp(db.url, { outbox: { publisher, pollIntervalMs: 20, shutdownTimeoutMs: 10_000 } });
+    const dataSource = t.app.get<DataSource>(getDataSourceToken());
+    const { id } = await dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'd', payload: 1 }));
+    await publisher.waitForCalls(1);
+
+    let stateWhenDataSourceCloses: string | undefined;
+    const destroy = dataSource.destroy.bind(dataSource);
+    dataSource.destroy = async () => {
+      stateWhenDataSourceCloses = await stateOf(id);
+      return destroy();
+    };
+    let closed = false;
+    const closing = t.app.close().then(() => {
+      closed = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(closed, false, 'close() waits while the publish runs');
+    held.open();
+    await closing;
+    assert.equal(stateWhenDataSourceCloses, 'sent', 'the row was marked sent before TypeORM closed its DataSource');
+    assert.equal(publisher.calls.length, 1, 'no new claims after shutdown began');
+  });
+
+  it('after shutdownTimeoutMs it stops waiting; the row stays processing and is recovered later', async () => {
+    const stuck = new RecordingPublisher(
+      (_message, signal) => new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+    );
+    const first = await createTestApp(db.url, {
+      outbox: { publisher: stuck, pollIntervalMs: 20, claimTimeoutMs: 600, shutdownTimeoutMs: 300 },
+    });
+    const dataSource = first.app.get<DataSource>(getDataSourceToken());
+    const { id } = await dataSource.transaction((manager) => first.get(OutboxService).enqueue(manager, { destination: 'd', payload: 2 }));
+    await stuck.waitForCalls(1);
+    const started = Date.now();
+    await first.app.close();
+    const took = Date.now() - started;
+    assert.ok(took >= 300 && took < 3000, `close() took ${took} ms with a 300 ms shutdown timeout`);
+    assert.equal(stuck.calls[0].signal.aborted, true, 'the abandoned publish was told to stop');
+    assert.equal(await stateOf(id), 'processing');
+    assert.ok(first.logger.has('warn', 'Shutdown timeout reached with 1 publish(es) still running'));
+
+    const publisher = new RecordingPublisher();
+    const second = await createTestApp(db.url, { outbox: { publisher, pollIntervalMs: 20, claimTimeoutMs: 600 } });
+    try {
+      await eventually(async () => (await stateOf(id)) === 'sent', 'the reclaimed row to be published', 10_000);
+      assert.equal(publisher.calls[0].message.attempt, 2);
+    } finally {
+      await second.app.close();
+    }
+  });
+});

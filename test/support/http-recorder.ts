@@ -1,0 +1,70 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface RecordedRequest {
+  path: string;
+  headers: IncomingMessage['headers'];
+  body: string;
+  /** What the server answered (0 when the connection was dropped or never answered). */
+  status: number;
+}
+
+/** Decides the answer to a request: a status, 'hang' (never answer) or 'drop' (destroy the socket). */
+export type Responder = (request: RecordedRequest) => Promise<number | 'hang' | 'drop'> | number | 'hang' | 'drop';
+
+/** A real local HTTP server that records what it receives, for publisher and end-to-end tests. */
+export class HttpRecorder {
+  readonly requests: RecordedRequest[] = [];
+  private server?: Server;
+  private readonly hanging = new Set<ServerResponse>();
+  private waiters: { check: () => boolean; resolve: () => void }[] = [];
+
+  constructor(public responder: Responder = () => 200) {}
+
+  async start(): Promise<string> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    return `http://127.0.0.1:${(this.server!.address() as AddressInfo).port}`;
+  }
+
+  async stop(): Promise<void> {
+    for (const res of this.hanging) res.destroy();
+    this.server?.closeAllConnections();
+    await new Promise((resolve) => this.server?.close(resolve) ?? resolve(undefined));
+  }
+
+  /** Answers every request still hanging with `status`. */
+  releaseHanging(status = 200): void {
+    for (const res of this.hanging) res.writeHead(status).end();
+    this.hanging.clear();
+  }
+
+  /** Resolves when `check` holds, re-checked after every request. */
+  until(check: () => boolean): Promise<void> {
+    if (check()) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push({ check, resolve }));
+  }
+
+  /** Requests answered with a 2xx status. */
+  accepted(): RecordedRequest[] {
+    return this.requests.filter((r) => r.status >= 200 && r.status < 300);
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse) {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const request: RecordedRequest = { path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString(), status: 0 };
+    const answer = await this.responder(request);
+    if (answer === 'hang') {
+      this.hanging.add(res);
+      res.on('close', () => this.hanging.delete(res));
+    } else if (answer === 'drop') {
+      req.socket.destroy();
+    } else {
+      request.status = answer;
+      res.writeHead(answer).end();
+    }
+    this.requests.push(request);
+    this.waiters = this.waiters.filter((w) => !(w.check() && (w.resolve(), true)));
+  }
+}
