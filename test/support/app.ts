@@ -3,6 +3,7 @@ import { type INestApplicationContext, type LoggerService, Module } from '@nestj
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { QueueBoxModule } from '../../lib/queuebox.module';
+import type { QueueBoxModuleExtras } from '../../lib/queuebox.module-definition';
 import type { QueueBoxModuleOptions } from '../../lib/queuebox.options';
 
 /** Keeps log lines so tests can assert on them; prints nothing unless QUEUEBOX_TEST_LOGS is set. */
@@ -41,17 +42,17 @@ export interface TestApp {
 /** A Nest application context with TypeORM on `url` and QueueBox with `options`. */
 export async function createTestApp(
   url: string,
-  options: QueueBoxModuleOptions,
-  extra: { poolSize?: number; dataSource?: string } = {},
+  options: QueueBoxModuleOptions & QueueBoxModuleExtras,
+  extra: { poolSize?: number; typeormName?: string } = {},
 ): Promise<TestApp> {
   @Module({
     imports: [
-      TypeOrmModule.forRoot({ name: extra.dataSource, type: 'postgres', url, extra: { max: extra.poolSize ?? 10 }, logging: false }),
-      QueueBoxModule.forRoot({ ...options, dataSource: extra.dataSource }),
+      TypeOrmModule.forRoot({ name: extra.typeormName, type: 'postgres', url, extra: { max: extra.poolSize ?? 10 }, logging: false }),
+      QueueBoxModule.forRoot(options),
     ],
   })
   class TestModule {}
   const logger = new RecordingLogger();
-  const app = await NestFactory.createApplicationContext(TestModule, { logger });
+  const app = await NestFactory.createApplicationContext(TestModule, { logger, abortOnError: false });
   return { app, logger, get: (type) => app.get(type as never) };
 }

@@ -65,6 +65,10 @@ export class HttpRecorder {
       res.writeHead(answer).end();
     }
     this.requests.push(request);
-    this.waiters = this.waiters.filter((w) => !(w.check() && (w.resolve(), true)));
+    this.waiters = this.waiters.filter((waiter) => {
+      if (!waiter.check()) return true;
+      waiter.resolve();
+      return false;
+    });
   }
 }

@@ -1,0 +1,111 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import type { OutboundMessage } from '../../lib/outbox/outbox.types';
+import { HttpPublisher } from '../../lib/publishers/http.publisher';
+import { HttpRecorder } from '../support/http-recorder';
+
+const message = (destination = 'orders'): OutboundMessage => ({
+  id: '1',
+  messageId: '0b8e0f1e-58f7-4f6e-9a47-0c2b7a1b6a01',
+  destination,
+  key: null,
+  payload: { orderId: 7, items: ['a'] },
+  headers: { 'x-tenant': 'acme', 'X-Message-Id': '0b8e0f1e-58f7-4f6e-9a47-0c2b7a1b6a01' },
+  attempt: 1,
+  createdAt: new Date(),
+});
+
+describe('HttpPublisher against a real local HTTP server', () => {
+  const recorder = new HttpRecorder();
+  let base: string;
+  let publisher: HttpPublisher;
+
+  before(async () => {
+    base = await recorder.start();
+    publisher = new HttpPublisher({ destinations: { orders: `${base}/orders` }, timeoutMs: 300, headers: { authorization: 'Bearer t' } });
+  });
+  after(() => recorder.stop());
+
+  const outcome = async (status: number | 'hang' | 'drop') => {
+    recorder.responder = () => status;
+    try {
+      await publisher.publish(message(), new AbortController().signal);
+      return 'ok';
+    } catch (error) {
+      if (error instanceof PermanentPublishError) return 'permanent';
+      if (error instanceof PublishError) return 'retry';
+      throw error;
+    }
+  };
+
+  it('POSTs the JSON payload with X-Message-Id, the message headers and the configured headers', async () => {
+    recorder.responder = () => 200;
+    await publisher.publish(message(), new AbortController().signal);
+    const request = recorder.requests.at(-1)!;
+    assert.equal(request.path, '/orders');
+    assert.deepEqual(JSON.parse(request.body), { orderId: 7, items: ['a'] });
+    assert.equal(request.headers['x-message-id'], '0b8e0f1e-58f7-4f6e-9a47-0c2b7a1b6a01');
+    assert.equal(request.headers['x-tenant'], 'acme');
+    assert.equal(request.headers.authorization, 'Bearer t');
+    assert.equal(request.headers['content-type'], 'application/json');
+  });
+
+  it('treats 2xx as success, 4xx as permanent except 408/425/429, and everything else as retryable', async () => {
+    const results: Record<string, string> = {};
+    for (const status of [200, 201, 202, 204, 301, 400, 401, 404, 408, 409, 410, 422, 425, 429, 500, 502, 503]) {
+      results[status] = await outcome(status);
+    }
+    assert.deepEqual(results, {
+      200: 'ok',
+      201: 'ok',
+      202: 'ok',
+      204: 'ok',
+      301: 'retry',
+      400: 'permanent',
+      401: 'permanent',
+      404: 'permanent',
+      408: 'retry',
+      409: 'permanent',
+      410: 'permanent',
+      422: 'permanent',
+      425: 'retry',
+      429: 'retry',
+      500: 'retry',
+      502: 'retry',
+      503: 'retry',
+    });
+  });
+
+  it('retries a timeout and a dropped connection', async () => {
+    assert.equal(await outcome('hang'), 'retry');
+    recorder.releaseHanging();
+    assert.equal(await outcome('drop'), 'retry');
+    await assert.rejects(
+      new HttpPublisher({ destinations: { orders: 'http://127.0.0.1:9/closed' } }).publish(message(), new AbortController().signal),
+      (error: unknown) => error instanceof PublishError && /request to http:\/\/127\.0\.0\.1:9\/closed failed/.test(error.message),
+    );
+  });
+
+  it('stops when the claim is lost, with the signal reason', async () => {
+    recorder.responder = () => 'hang';
+    const controller = new AbortController();
+    const publishing = publisher.publish(message(), controller.signal);
+    await recorder.until(() => recorder.requests.length > 0 && recorder.requests.at(-1)!.status === 0);
+    const reason = new Error('claim lost');
+    controller.abort(reason);
+    await assert.rejects(publishing, (error) => error === reason);
+    recorder.releaseHanging();
+  });
+
+  it('dead-letters a destination without a URL, and validates its options', async () => {
+    await assert.rejects(publisher.publish(message('unknown'), new AbortController().signal), PermanentPublishError);
+    const byFunction = new HttpPublisher({ destinations: (d) => (d === 'orders' ? `${base}/fn` : undefined) });
+    recorder.responder = () => 204;
+    await byFunction.publish(message(), new AbortController().signal);
+    assert.equal(recorder.requests.at(-1)!.path, '/fn');
+    assert.throws(() => new HttpPublisher({ destinations: { orders: 'ftp://x' } }), QueueBoxConfigError);
+    assert.throws(() => new HttpPublisher({} as never), QueueBoxConfigError);
+    assert.throws(() => new HttpPublisher({ destinations: {}, timeoutMs: 0 }), QueueBoxConfigError);
+  });
+});

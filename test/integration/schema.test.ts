@@ -1,0 +1,155 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import { Client } from 'pg';
+import type { DataSource } from 'typeorm';
+import { outboxClaimSql } from '../../lib/dialects/postgres/postgres.sql';
+import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
+import { renderSchemaFiles } from '../../lib/migrations/schema-files';
+import { OutboxPoller } from '../../lib/outbox/outbox.poller';
+import { OutboxService } from '../../lib/outbox/outbox.service';
+import { createTestApp } from '../support/app';
+import { createTestDatabase, type TestDatabase } from '../support/database';
+import { RecordingPublisher } from '../support/recording-publisher';
+
+const ROOT = join(__dirname, '..', '..', '..');
+
+describe('schema', () => {
+  const databases: TestDatabase[] = [];
+  after(async () => {
+    await Promise.all(databases.map((db) => db.drop()));
+  });
+  const newDatabase = async (options?: Parameters<typeof createTestDatabase>[0]) => {
+    const db = await createTestDatabase(options);
+    databases.push(db);
+    return db;
+  };
+
+  it('the shipped plain-SQL files match the migration statements', () => {
+    for (const file of renderSchemaFiles()) {
+      const shipped = readFileSync(join(ROOT, file.dir, file.name), 'utf8');
+      assert.equal(shipped, file.content, `${file.dir}/${file.name} is stale: run \`npm run sql\``);
+    }
+  });
+
+  it('the plain SQL creates a working schema', async () => {
+    const db = await newDatabase({ migrate: false });
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/001_queuebox.up.sql'), 'utf8'));
+    const publisher = new RecordingPublisher();
+    const t = await createTestApp(db.url, { outbox: { publisher }, workers: false });
+    try {
+      const dataSource = t.app.get<DataSource>(getDataSourceToken());
+      await dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'd', payload: 1 }));
+      assert.equal(await t.get(OutboxPoller).runOnce(), 1);
+    } finally {
+      await t.app.close();
+    }
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/001_queuebox.down.sql'), 'utf8'));
+    assert.deepEqual(await db.query("SELECT tablename FROM pg_tables WHERE tablename LIKE 'queuebox%'"), []);
+  });
+
+  it('schema-qualified table names work end to end, through the migration class', async () => {
+    const tables = { outbox: 'messaging.events_out', inbox: 'messaging.events_in' };
+    const db = await newDatabase({ tables });
+    const publisher = new RecordingPublisher();
+    const t = await createTestApp(db.url, { tables, outbox: { publisher }, workers: false });
+    try {
+      const dataSource = t.app.get<DataSource>(getDataSourceToken());
+      await dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'd', key: 'k', payload: 1 }));
+      assert.equal(await t.get(OutboxPoller).runOnce(), 1);
+      assert.deepEqual(await db.query('SELECT state FROM messaging.events_out'), [{ state: 'sent' }]);
+    } finally {
+      await t.app.close();
+    }
+    const migration = new (createQueueBoxMigration({ tables }))();
+    const client = new Client({ connectionString: db.url });
+    await client.connect();
+    try {
+      const tablesInSchema = await client.query("SELECT tablename FROM pg_tables WHERE schemaname = 'messaging' ORDER BY 1");
+      assert.deepEqual(
+        tablesInSchema.rows.map((r) => r.tablename),
+        ['events_in', 'events_out'],
+      );
+      assert.equal(migration.name, 'QueueBoxSchema1764460800000');
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('start-up fails with a clear error when the tables were never created', async () => {
+    const db = await newDatabase({ migrate: false });
+    await assert.rejects(
+      createTestApp(db.url, { workers: false }),
+      (error: unknown) => error instanceof QueueBoxConfigError && /queuebox_outbox" does not exist/.test(error.message),
+    );
+  });
+
+  it('start-up fails with a clear error when the named DataSource does not exist', async () => {
+    const db = await newDatabase();
+    await assert.rejects(
+      createTestApp(db.url, { workers: false, dataSource: 'reporting' }),
+      (error: unknown) => error instanceof QueueBoxConfigError && /no TypeORM DataSource named "reporting"/.test(error.message),
+    );
+  });
+
+  it('works on a named DataSource', async () => {
+    const db = await newDatabase();
+    const t = await createTestApp(db.url, { workers: false, dataSource: 'orders' }, { typeormName: 'orders' });
+    try {
+      const dataSource = t.app.get<DataSource>(getDataSourceToken('orders'));
+      await dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'd', payload: 1 }));
+      assert.equal((await db.query('SELECT count(*)::int AS n FROM queuebox_outbox'))[0].n, 1);
+    } finally {
+      await t.app.close();
+    }
+  });
+
+  // The search for claimable rows must not grow with finished rows. (Writing the claimed rows
+  // touches a few more pages in a bigger table: B-tree depth of the primary key and message_id
+  // index grows with log n, as in any table.)
+  it('finding rows to claim reads as many pages with 1,000,000 sent rows in the table as with none', async () => {
+    const db = await newDatabase();
+    const client = new Client({ connectionString: db.url });
+    await client.connect();
+    const pagesPerClaim = async () => {
+      await client.query('BEGIN');
+      try {
+        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${outboxClaimSql('"queuebox_outbox"')}`, [10, 60_000]);
+        const plan = rows[0]['QUERY PLAN'][0].Plan;
+        const search = findNode(plan, (node) => node['Subplan Name'] === 'CTE candidates');
+        assert.ok(search, 'the claim plan has its candidates CTE');
+        return { pages: search['Shared Hit Blocks'] + search['Shared Read Blocks'], claimed: search['Actual Rows'] as number };
+      } finally {
+        await client.query('ROLLBACK');
+      }
+    };
+    try {
+      await client.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
+        SELECT gen_random_uuid(), 'd', 'key-' || (n % 20), '{}' FROM generate_series(1, 40) n`);
+      await client.query('ANALYZE queuebox_outbox');
+      const small = await pagesPerClaim();
+      await client.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, sent_at)
+        SELECT gen_random_uuid(), 'd', 'key-' || (n % 1000), '{"n": 1}', 'sent', 1, now() FROM generate_series(1, 1000000) n`);
+      await client.query('ANALYZE queuebox_outbox');
+      const large = await pagesPerClaim();
+      assert.equal(small.claimed, 10);
+      assert.equal(large.claimed, 10);
+      assert.ok(large.pages <= small.pages + 2, `pages read to find 10 rows: ${small.pages} with 40 rows, ${large.pages} with 1,000,040`);
+    } finally {
+      await client.end();
+    }
+  });
+});
+
+type PlanNode = Record<string, unknown> & { Plans?: PlanNode[] };
+function findNode(node: PlanNode, match: (node: PlanNode) => boolean): (PlanNode & Record<string, number>) | undefined {
+  if (match(node)) return node as PlanNode & Record<string, number>;
+  for (const child of node.Plans ?? []) {
+    const found = findNode(child, match);
+    if (found) return found;
+  }
+  return undefined;
+}
