@@ -1,5 +1,4 @@
 export type { BackoffFunction, BackoffOptions } from './common/backoff';
-export { schemaStatements } from './dialects/dialects';
 export {
   ClaimLostError,
   PermanentPublishError,
@@ -14,6 +13,7 @@ export type { Claim, ClaimComponent, OutboxClaim } from './lease/lease.types';
 export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export { createQueueBoxMigration, QueueBoxSchema1764460800000 } from './migrations/queuebox.migration';
+export { renderSchemaSql } from './migrations/schema-files';
 export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
 export type { EnqueueResult, OutboundMessage, OutboxMessageInput, Publisher } from './outbox/outbox.types';

@@ -34,6 +34,8 @@ const child = spawn(process.execPath, ['--enable-source-maps', '--test', '--test
   stdio: 'inherit',
   env: process.env,
 });
+// Ctrl-C: let the tests end, then stop the embedded server below.
+for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
 const code = await new Promise((resolve) => child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0))));
 if (embedded) await embedded.stop();
 process.exit(code);

@@ -1,0 +1,78 @@
+import 'reflect-metadata';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ConsoleLogger, Logger } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { AppModule } from './app.module';
+import { BillingLedger } from './billing/billing-ledger';
+import { openDatabase } from './database';
+import { OrdersService } from './orders/orders.service';
+import { SampleOrdersJob } from './orders/sample-orders.job';
+import { Shutdown } from './shutdown';
+
+const MESSAGES_TIMEOUT_MS = 15_000;
+// Were there a message for the rolled-back order, it would have had several polls (200 ms each) to turn up.
+const STRAY_MESSAGE_WAIT_MS = 1_000;
+const SHUTDOWN_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
+
+// Nest colours its log whenever NO_COLOR is unset; colour only a terminal, so piped output stays plain text.
+const consoleLogger = new ConsoleLogger({ colors: !process.env.NO_COLOR && process.stdout.isTTY === true });
+Logger.overrideLogger(consoleLogger);
+const logger = new Logger('SampleApp');
+const shutdown = new Shutdown(SHUTDOWN_SIGNALS);
+
+/** A check of the sample itself failed; its message says all, no stack trace needed. */
+class SampleCheckFailed extends Error {}
+
+async function main(): Promise<void> {
+  const { url } = await shutdown.unlessBegun(shutdown.closeDatabase(openDatabase()));
+  const app = await shutdown.unlessBegun(
+    shutdown.closeApp(NestFactory.create(AppModule.forRoot(url), { abortOnError: false, logger: consoleLogger })),
+  );
+  // Nest closes the app on these signals: QueueBox stops claiming and drains, then TypeORM disconnects.
+  app.enableShutdownHooks([...SHUTDOWN_SIGNALS]);
+  // Port 0: any free port; the outbox publisher looks the real one up when it publishes.
+  await shutdown.unlessBegun(app.listen(Number(process.env.PORT ?? 0), '127.0.0.1'));
+  logger.log(`Listening on ${await app.getUrl()}; billing receives messages at POST /billing/events`);
+
+  const { committed, declined } = await shutdown.unlessBegun(app.get(SampleOrdersJob).run());
+  const ledger = app.get(BillingLedger);
+  logger.log(`Waiting for billing to receive ${committed.length} messages...`);
+  const arrived = ledger.waitForOrders(committed.map((order) => order.id));
+  await shutdown.unlessBegun(
+    withTimeout(arrived, MESSAGES_TIMEOUT_MS, () => {
+      const received = committed.filter((order) => ledger.hasOrder(order.id)).length;
+      return `Billing received messages for only ${received} of ${committed.length} committed orders within ${MESSAGES_TIMEOUT_MS / 1000} s; the QueueBox lines above say why.`;
+    }),
+  );
+  await shutdown.unlessBegun(sleep(STRAY_MESSAGE_WAIT_MS));
+
+  const orders = app.get(OrdersService);
+  logger.log(`Summary: published ${committed.length} messages, one per committed order, and billing received each of them.`);
+  for (const order of declined) {
+    if (ledger.hasOrder(order.id) || (await shutdown.unlessBegun(orders.exists(order.id)))) {
+      throw new SampleCheckFailed(`Rolled-back order ${order.id} left a trace: the outbox message must not outlive its transaction.`);
+    }
+    logger.log(`Summary: order ${order.id} (${order.customerId}) was rolled back: no orders row, and its message never arrived.`);
+  }
+  await shutdown.begin(0, 'all messages arrived');
+}
+
+async function withTimeout<T>(promise: Promise<T>, ms: number, describeTimeout: () => string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    // Unref'd: a wait abandoned by a shutdown must not hold the process open.
+    timer = setTimeout(() => reject(new SampleCheckFailed(describeTimeout())), ms).unref();
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+main().catch((error: unknown) => {
+  // Errors after a shutdown began are its consequences (the app closing under a running job), not news.
+  if (shutdown.hasBegun) return;
+  logger.error(error instanceof SampleCheckFailed ? error.message : error);
+  void shutdown.begin(1, 'the sample failed');
+});
