@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { getDataSourceToken } from '@nestjs/typeorm';
+import { Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
 import { outboxClaimSql } from '../../lib/dialects/postgres/postgres.sql';
@@ -11,8 +13,11 @@ import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration
 import { renderSchemaFiles } from '../../lib/migrations/schema-files';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
+import { QUEUEBOX_RESOLVED_OPTIONS } from '../../lib/queuebox.constants';
+import { QueueBoxModule } from '../../lib/queuebox.module';
+import type { ResolvedQueueBoxOptions } from '../../lib/queuebox.options';
 import { createTestApp } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 const ROOT = join(__dirname, '..', '..', '..');
@@ -104,6 +109,34 @@ describe('schema', () => {
       assert.equal((await db.query('SELECT count(*)::int AS n FROM queuebox_outbox'))[0].n, 1);
     } finally {
       await t.app.close();
+    }
+  });
+
+  it('forRootAsync takes its options from an injected factory', async () => {
+    const db = await newDatabase();
+    const publisher = new RecordingPublisher();
+    const CONFIG = 'TEST:CONFIG';
+    @Module({ providers: [{ provide: CONFIG, useValue: { batchSize: 7 } }], exports: [CONFIG] })
+    class ConfigModule {}
+    @Module({
+      imports: [
+        TypeOrmModule.forRoot({ type: 'postgres', url: db.url, logging: false }),
+        QueueBoxModule.forRootAsync({
+          imports: [ConfigModule],
+          inject: [CONFIG],
+          useFactory: (config: { batchSize: number }) => ({ outbox: { publisher, batchSize: config.batchSize } }),
+        }),
+      ],
+    })
+    class AsyncModule {}
+    const app = await NestFactory.createApplicationContext(AsyncModule, { logger: false, abortOnError: false });
+    try {
+      assert.equal(app.get<ResolvedQueueBoxOptions>(QUEUEBOX_RESOLVED_OPTIONS).outbox.batchSize, 7);
+      const dataSource = app.get<DataSource>(getDataSourceToken());
+      await dataSource.transaction((manager) => app.get(OutboxService).enqueue(manager, { destination: 'd', payload: 1 }));
+      await eventually(async () => publisher.calls.length === 1, 'the message to be published');
+    } finally {
+      await app.close();
     }
   });
 
