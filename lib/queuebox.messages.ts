@@ -12,6 +12,8 @@ const show = (value: unknown): string => {
   return String(value);
 };
 
+const capitalize = (text: string) => text.charAt(0).toUpperCase() + text.slice(1);
+
 export const messages = {
   // Options (QueueBoxConfigError)
   optionUnknown: (option: string, suggestion?: string) =>
@@ -52,32 +54,37 @@ export const messages = {
   managerRequired: () =>
     'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change.',
 
-  // Poller logs
-  pollerStarted: (concurrency: number, batchSize: number, leaseMs: number) =>
-    `Outbox poller started (concurrency ${concurrency}, batch ${batchSize}, lease ${leaseMs} ms).`,
-  pollerClaimFailed: (error: string, retryMs: number) => `Outbox claim failed: ${error}. Trying again in ${retryMs} ms.`,
-  pollerReclaimed: (pending: number, dead: number) =>
-    `Reclaimed ${pending + dead} outbox message(s) whose lease expired: ${pending} back to pending, ${dead} dead after their last attempt.`,
-  pollerReclaimFailed: (error: string) => `Outbox reclaim step failed: ${error}. It runs again at the next interval.`,
-  publishFailed: (messageId: string, attempt: number, error: string, delayMs: number) =>
-    `Publish of message ${messageId} failed on attempt ${attempt}: ${error}. Retrying in ${delayMs} ms.`,
-  deadLettered: (messageId: string, reason: string) => `Message ${messageId} is dead: ${reason}`,
-  routeUnknown: (name: string) => `no publisher named ${show(name)} (check "outbox.route" and "outbox.publishers")`,
-  attemptsExhausted: (attempts: number, error: string) => `failed ${attempts} attempt(s); last error: ${error}`,
-  markSentLost: (messageId: string) =>
-    `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). Raise "outbox.claimTimeoutMs" above the slowest publish.`,
-  publishClaimLost: (messageId: string) =>
-    `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.`,
+  // Worker logs (outbox poller, inbox relay, pull workers)
+  workerStarted: (name: string, concurrency: number, batchSize: number, leaseMs: number) =>
+    `${capitalize(name)} started (concurrency ${concurrency}, batch ${batchSize}, lease ${leaseMs} ms).`,
+  claimFailed: (name: string, error: string, retryMs: number) =>
+    `${capitalize(name)}: claim failed: ${error}. Trying again in ${retryMs} ms.`,
+  workFailed: (name: string, id: string, error: string) =>
+    `${capitalize(name)}: unexpected error on row ${id}: ${error}. The row is retried after its lease expires.`,
+  reclaimed: (name: string, pending: number, dead: number) =>
+    `${capitalize(name)}: reclaimed ${pending + dead} row(s) whose lease expired: ${pending} back to pending, ${dead} dead after their last attempt.`,
+  reclaimFailed: (name: string, error: string) => `${capitalize(name)}: reclaim step failed: ${error}. It runs again at the next interval.`,
+  shutdownWaiting: (name: string, inFlight: number, timeoutMs: number) =>
+    `${capitalize(name)} shutting down: waiting up to ${timeoutMs} ms for ${inFlight} message(s) in flight.`,
+  shutdownAbandoned: (name: string, inFlight: number) =>
+    `${capitalize(name)}: shutdown timeout reached with ${inFlight} message(s) still in flight; their rows stay processing and are reclaimed when their lease expires.`,
+  shutdownDone: (name: string) => `${capitalize(name)} stopped.`,
+  notRunning: (what: string) => `${capitalize(what)} is not available: QueueBox is shutting down or has not started.`,
   finishLost: (messageId: string, what: string) =>
     `Lost the claim on message ${messageId} before recording its ${what}; leaving it to the new owner.`,
   finishFailed: (messageId: string, what: string, error: string) =>
     `Could not record the ${what} of message ${messageId}: ${error}. It stays processing and is retried after its lease expires.`,
-  shutdownWaiting: (inFlight: number, timeoutMs: number) =>
-    `Shutting down: waiting up to ${timeoutMs} ms for ${inFlight} in-flight publish(es).`,
-  shutdownAbandoned: (inFlight: number) =>
-    `Shutdown timeout reached with ${inFlight} publish(es) still running; their rows stay processing and are reclaimed when their lease expires.`,
-  shutdownDone: () => 'Outbox poller stopped.',
-  notRunning: (what: string) => `${what} is not available: QueueBox is shutting down or has not started.`,
+  deadLettered: (messageId: string, reason: string) => `Message ${messageId} is dead: ${reason}`,
+  attemptsExhausted: (attempts: number, error: string) => `failed ${attempts} attempt(s); last error: ${error}`,
+
+  // Outbox poller
+  publishFailed: (messageId: string, attempt: number, error: string, delayMs: number) =>
+    `Publish of message ${messageId} failed on attempt ${attempt}: ${error}. Retrying in ${delayMs} ms.`,
+  routeUnknown: (name: string) => `no publisher named ${show(name)} (check "outbox.route" and "outbox.publishers")`,
+  markSentLost: (messageId: string) =>
+    `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). Raise "outbox.claimTimeoutMs" above the slowest publish.`,
+  publishClaimLost: (messageId: string) =>
+    `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.`,
 
   // Lease
   claimLost: (component: string, id: string) => `The ${component} claim on row ${id} is lost.`,

@@ -1,8 +1,8 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
+import { ClaimLoop } from '../common/claim-loop';
 import { describeError } from '../common/errors';
-import { settledWithin, Waker } from '../common/wait';
-import { PermanentPublishError, QueueBoxStateError } from '../errors/queuebox.errors';
+import { PermanentPublishError } from '../errors/queuebox.errors';
 import { LeaseService } from '../lease/lease.service';
 import type { OutboxClaim } from '../lease/lease.types';
 import type { LeaseKeeper } from '../lease/lease-keeper';
@@ -11,7 +11,7 @@ import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../queuebox.options';
 
-const MAX_CLAIM_RETRY_MS = 30_000;
+const NAME = 'outbox poller';
 
 /**
  * Claims outbox rows, publishes them with bounded concurrency and records the outcome, fenced.
@@ -20,28 +20,35 @@ const MAX_CLAIM_RETRY_MS = 30_000;
  * up to `outbox.shutdownTimeoutMs` for in-flight publishes, before TypeORM closes its DataSource.
  * A publish still running then keeps its row `processing` until the lease expires and the reclaim
  * step returns it to `pending`.
+ *
+ * @example
+ * // A script or test without the background loop (workers: { outbox: false }):
+ * while ((await app.get(OutboxPoller).runOnce()) > 0);
  */
 @Injectable()
 export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('QueueBox:OutboxPoller');
   private readonly options: ResolvedOutboxOptions;
-  private readonly inFlight = new Map<string, { keeper: LeaseKeeper; done: Promise<void> }>();
-  private readonly waker = new Waker();
-  private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
-  private loop?: Promise<void>;
-  private reclaimTimer?: NodeJS.Timeout;
-  private readonly reclaimTimerName: string;
-  // Set when shutdown stopped waiting: late publishes then leave their rows alone.
-  private abandoned = false;
+  private readonly loop: ClaimLoop<OutboxClaim>;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
     private readonly lease: LeaseService,
     private readonly metrics: QueueBoxMetrics,
-    @Optional() private readonly scheduler?: SchedulerRegistry,
+    @Optional() scheduler?: SchedulerRegistry,
   ) {
     this.options = rootOptions.outbox;
-    this.reclaimTimerName = `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}`;
+    this.loop = new ClaimLoop(
+      { name: NAME, ...this.options, reclaimTimerName: `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}` },
+      {
+        claim: (limit) => this.lease.claimOutboxBatch({ limit, leaseMs: this.options.claimTimeoutMs }),
+        process: (claim, keeper) => this.publish(claim, keeper),
+        reclaim: () => this.reclaim(),
+      },
+      lease,
+      this.logger,
+      scheduler,
+    );
   }
 
   onApplicationBootstrap(): void {
@@ -54,94 +61,27 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
 
   /** Starts claiming. Called at bootstrap when `workers.outbox` is on. */
   start(): void {
-    if (this.state !== 'idle') return;
-    this.state = 'running';
-    this.logger.log(messages.pollerStarted(this.options.concurrency, this.options.batchSize, this.options.claimTimeoutMs));
-    void this.reclaim();
-    this.reclaimTimer = setInterval(() => void this.reclaim(), this.options.reclaimIntervalMs);
-    this.scheduler?.addInterval(this.reclaimTimerName, this.reclaimTimer);
-    this.loop = this.run();
+    if (this.loop.running) return;
+    this.logger.log(messages.workerStarted(NAME, this.options.concurrency, this.options.batchSize, this.options.claimTimeoutMs));
+    this.loop.start();
   }
 
   /** Stops claiming and waits up to `outbox.shutdownTimeoutMs` for in-flight publishes. */
-  async stop(): Promise<void> {
-    if (this.state !== 'running') {
-      this.state = 'stopped';
-      return;
-    }
-    this.state = 'stopping';
-    if (this.reclaimTimer) {
-      clearInterval(this.reclaimTimer);
-      if (this.scheduler?.doesExist('interval', this.reclaimTimerName)) this.scheduler.deleteInterval(this.reclaimTimerName);
-    }
-    this.waker.wake();
-    await this.loop;
-    if (this.inFlight.size > 0) {
-      this.logger.log(messages.shutdownWaiting(this.inFlight.size, this.options.shutdownTimeoutMs));
-      const finished = await settledWithin(
-        [...this.inFlight.values()].map((work) => work.done),
-        this.options.shutdownTimeoutMs,
-      );
-      if (!finished) {
-        this.abandoned = true;
-        this.logger.warn(messages.shutdownAbandoned(this.inFlight.size));
-        const reason = new QueueBoxStateError(messages.notRunning('The outbox poller'));
-        for (const work of this.inFlight.values()) work.keeper.abort(reason);
-      }
-    }
-    this.state = 'stopped';
-    this.logger.log(messages.shutdownDone());
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   /** Claims one batch, publishes it and waits for the outcome. Returns how many rows it claimed. */
-  async runOnce(): Promise<number> {
-    const claims = await this.lease.claimOutboxBatch({ limit: this.options.batchSize, leaseMs: this.options.claimTimeoutMs });
-    await Promise.all(claims.map((claim) => this.dispatch(claim)));
-    return claims.length;
+  runOnce(): Promise<number> {
+    return this.loop.runOnce();
   }
 
   /** How many publishes are running now. */
   get inFlightCount(): number {
-    return this.inFlight.size;
+    return this.loop.inFlightCount;
   }
 
-  private async run(): Promise<void> {
-    let failures = 0;
-    while (this.state === 'running') {
-      const free = this.options.concurrency - this.inFlight.size;
-      if (free <= 0) {
-        await this.waker.sleep(Number.POSITIVE_INFINITY); // a finishing publish wakes us
-        continue;
-      }
-      const limit = Math.min(this.options.batchSize, free);
-      let claims: OutboxClaim[];
-      try {
-        claims = await this.lease.claimOutboxBatch({ limit, leaseMs: this.options.claimTimeoutMs });
-        failures = 0;
-      } catch (error) {
-        failures++;
-        const retryMs = Math.min(MAX_CLAIM_RETRY_MS, this.options.pollIntervalMs * 2 ** Math.min(failures, 10));
-        this.logger.error(messages.pollerClaimFailed(describeError(error), retryMs));
-        await this.waker.sleep(retryMs);
-        continue;
-      }
-      // Rows claimed while stopping are published too: shutdown waits for them like any other.
-      for (const claim of claims) void this.dispatch(claim);
-      if (claims.length < limit) await this.waker.sleep(this.options.pollIntervalMs);
-    }
-  }
-
-  private dispatch(claim: OutboxClaim): Promise<void> {
-    const keeper = this.lease.keep(claim);
-    const done = this.process(claim, keeper).finally(() => {
-      this.inFlight.delete(claim.id);
-      if (this.state === 'running') this.waker.wake();
-    });
-    this.inFlight.set(claim.id, { keeper, done });
-    return done;
-  }
-
-  private async process(claim: OutboxClaim, keeper: LeaseKeeper): Promise<void> {
+  private async publish(claim: OutboxClaim, keeper: LeaseKeeper): Promise<void> {
     const { message } = claim;
     let failure: unknown;
     let published = false;
@@ -155,31 +95,26 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
       failure = error;
     }
     await keeper.stop();
-    if (this.abandoned) return;
+    if (this.loop.abandoned) return;
     if (keeper.lost) {
       if (published) this.logger.error(messages.markSentLost(message.messageId));
       else this.logger.warn(messages.publishClaimLost(message.messageId));
       return;
     }
+    const labels = { destination: message.destination };
     let what = 'delivery';
     try {
       if (published) {
-        if (await this.lease.complete(claim)) {
-          this.metrics.increment('queuebox_outbox_messages_published_total', { destination: message.destination });
-        } else {
-          this.logger.error(messages.markSentLost(message.messageId));
-        }
+        if (await this.lease.complete(claim)) this.metrics.increment('queuebox_outbox_messages_published_total', labels);
+        else this.logger.error(messages.markSentLost(message.messageId));
         return;
       }
-      const exhausted = claim.attempt >= this.options.maxAttempts;
-      if (failure instanceof PermanentPublishError || exhausted) {
+      const permanent = failure instanceof PermanentPublishError;
+      if (permanent || claim.attempt >= this.options.maxAttempts) {
         what = 'dead-letter';
-        const reason =
-          exhausted && !(failure instanceof PermanentPublishError)
-            ? messages.attemptsExhausted(claim.attempt, describeError(failure))
-            : describeError(failure);
+        const reason = permanent ? describeError(failure) : messages.attemptsExhausted(claim.attempt, describeError(failure));
         if (await this.lease.deadLetter(claim, reason)) {
-          this.metrics.increment('queuebox_outbox_messages_dead_lettered_total', { destination: message.destination });
+          this.metrics.increment('queuebox_outbox_messages_dead_lettered_total', labels);
           this.logger.warn(messages.deadLettered(message.messageId, reason));
         } else {
           this.logger.warn(messages.finishLost(message.messageId, what));
@@ -189,7 +124,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
       what = 'retry';
       const delayMs = Math.max(0, Math.round(this.options.backoff(claim.attempt, failure)));
       if (await this.lease.retry(claim, { delayMs, error: failure })) {
-        this.metrics.increment('queuebox_outbox_messages_retried_total', { destination: message.destination });
+        this.metrics.increment('queuebox_outbox_messages_retried_total', labels);
         this.logger.warn(messages.publishFailed(message.messageId, claim.attempt, describeError(failure), delayMs));
       } else {
         this.logger.warn(messages.finishLost(message.messageId, what));
@@ -202,9 +137,9 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
   private async reclaim(): Promise<void> {
     try {
       const { pending, dead } = await this.lease.reclaimOutbox({ maxAttempts: this.options.maxAttempts });
-      if (pending + dead > 0) this.logger.warn(messages.pollerReclaimed(pending, dead));
+      if (pending + dead > 0) this.logger.warn(messages.reclaimed(NAME, pending, dead));
     } catch (error) {
-      this.logger.error(messages.pollerReclaimFailed(describeError(error)));
+      this.logger.error(messages.reclaimFailed(NAME, describeError(error)));
     }
   }
 }

@@ -62,7 +62,7 @@ describe('I9: graceful shutdown', () => {
     assert.ok(took >= 300 && took < 3000, `close() took ${took} ms with a 300 ms shutdown timeout`);
     assert.equal(stuck.calls[0].signal.aborted, true, 'the abandoned publish was told to stop');
     assert.equal(await stateOf(id), 'processing');
-    assert.ok(first.logger.has('warn', 'Shutdown timeout reached with 1 publish(es) still running'));
+    assert.ok(first.logger.has('warn', 'shutdown timeout reached with 1 message(s) still in flight'));
 
     const publisher = new RecordingPublisher();
     const second = await createTestApp(db.url, { outbox: { publisher, pollIntervalMs: 20, claimTimeoutMs: 600 } });
