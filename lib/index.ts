@@ -7,9 +7,13 @@ export {
   QueueBoxError,
   QueueBoxStateError,
   QueueBoxValidationError,
+  UnknownSourceError,
 } from './errors/queuebox.errors';
+export { CAUSATION_HEADER, InboxRelay } from './inbox/inbox.relay';
+export { InboxService } from './inbox/inbox.service';
+export type { InboxMessage, InboxMessageInput, ReceiveResult, RelayRoute } from './inbox/inbox.types';
 export { LeaseService } from './lease/lease.service';
-export type { Claim, ClaimComponent, OutboxClaim } from './lease/lease.types';
+export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './lease/lease.types';
 export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export { createQueueBoxMigration, QueueBoxSchema1764460800000 } from './migrations/queuebox.migration';
@@ -21,4 +25,4 @@ export { HttpPublisher, type HttpPublisherOptions } from './publishers/http.publ
 export { DEFAULT_TABLES, MESSAGE_ID_HEADER, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';
-export type { OutboxOptions, QueueBoxModuleOptions, WorkersOptions } from './queuebox.options';
+export type { InboxOptions, OutboxOptions, QueueBoxModuleOptions, RelayOptions, WorkerOptions, WorkersOptions } from './queuebox.options';

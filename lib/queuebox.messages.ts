@@ -27,6 +27,8 @@ export const messages = {
     `QueueBox option "${option}" must be an integer from ${min} to ${max}, got ${show(value)}.`,
   backoffMaxBelowInitial: (option: string, maxMs: number, initialMs: number) =>
     `QueueBox option "${option}.maxMs" (${maxMs}) must not be below "${option}.initialMs" (${initialMs}).`,
+  sourceNameInvalid: (source: unknown) =>
+    `Inbox source ${show(source)} is not a valid name: use 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit.`,
   tableNameInvalid: (option: string, value: unknown) =>
     `QueueBox option "${option}" must be a table name or schema.table, each part a letter or underscore followed by up to 47 letters, digits or underscores; got ${show(value)}.`,
   tablesCollide: (name: string) =>
@@ -45,12 +47,14 @@ export const messages = {
   dialectUnsupported: (type: unknown) => `QueueBox supports TypeORM DataSources of type "postgres"; this one is ${show(type)}.`,
 
   // Messages given to enqueue (QueueBoxValidationError)
-  messageNotObject: (index: number) => `Outbox message #${index} must be an object with destination and payload.`,
-  messageFieldInvalid: (index: number, field: string, rule: string) => `Outbox message #${index}: "${field}" ${rule}.`,
-  payloadUnserializable: (index: number, reason: string) =>
-    `Outbox message #${index}: the payload cannot be stored as JSON (${reason}). Convert BigInt, cyclic or undefined values before enqueueing.`,
-  payloadTooLarge: (index: number, bytes: number, limit: number) =>
-    `Outbox message #${index}: the payload is ${bytes} bytes of JSON, above the limit of ${limit} ("maxPayloadBytes"). Store large data elsewhere and send a reference.`,
+  messageNotObject: (subject: string) => `${subject} must be an object.`,
+  messageFieldInvalid: (subject: string, field: string, rule: string) => `${subject}: "${field}" ${rule}.`,
+  payloadUnserializable: (subject: string, reason: string) =>
+    `${subject}: the payload cannot be stored as JSON (${reason}). Convert BigInt, cyclic or undefined values first.`,
+  payloadTooLarge: (subject: string, bytes: number, limit: number) =>
+    `${subject}: the payload is ${bytes} bytes of JSON, above the limit of ${limit} ("maxPayloadBytes"). Store large data elsewhere and send a reference.`,
+  sourceUnknown: (source: string) =>
+    `Inbox source ${show(source)} has no consumer: add a route for it in "inbox.relay.routes" or a @PullHandler(${show(source)}), so its messages do not pile up unseen.`,
   managerRequired: () =>
     'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change.',
 
@@ -85,6 +89,14 @@ export const messages = {
     `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). Raise "outbox.claimTimeoutMs" above the slowest publish.`,
   publishClaimLost: (messageId: string) =>
     `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.`,
+
+  // Inbox relay
+  relayFailed: (id: string, attempt: number, error: string, delayMs: number) =>
+    `Forward of inbox message ${id} failed on attempt ${attempt}: ${error}. Retrying in ${delayMs} ms.`,
+  relayMarkLost: (source: string, key: string) =>
+    `Lost the claim on inbox message ${source}/${key} before marking it processed: its outbox insert was rolled back and the new owner forwards it. Raise "inbox.relay.claimTimeoutMs" if this repeats.`,
+  relayClaimLost: (source: string, key: string) =>
+    `Lost the claim on inbox message ${source}/${key} before forwarding it (lease renewal failed); leaving it to the next owner.`,
 
   // Lease
   claimLost: (component: string, id: string) => `The ${component} claim on row ${id} is lost.`,

@@ -1,4 +1,7 @@
 import { Module } from '@nestjs/common';
+import { InboxRelay } from './inbox/inbox.relay';
+import { InboxService } from './inbox/inbox.service';
+import { InboxSources } from './inbox/inbox-sources';
 import { LeaseService } from './lease/lease.service';
 import { QueueBoxMetrics } from './metrics/queuebox.metrics';
 import { OutboxPoller } from './outbox/outbox.poller';
@@ -7,7 +10,7 @@ import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } fro
 import { QueueBoxConfigurableModule } from './queuebox.module-definition';
 
 /**
- * The QueueBox module: registers `OutboxService`, `OutboxPoller` and `LeaseService` over the
+ * The QueueBox module: registers `OutboxService`, `OutboxPoller`, `InboxService`, `InboxRelay` and `LeaseService` over the
  * application's TypeORM DataSource. Global, so its services can be injected anywhere.
  *
  * @example
@@ -23,7 +26,18 @@ import { QueueBoxConfigurableModule } from './queuebox.module-definition';
  * QueueBoxModule.forRootAsync({ inject: [ConfigService], useFactory: (config: ConfigService) => ({ ... }) })
  */
 @Module({
-  providers: [QueueBoxMetrics, LeaseService, OutboxService, OutboxPoller],
-  exports: [QueueBoxMetrics, LeaseService, OutboxService, OutboxPoller, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT],
+  providers: [QueueBoxMetrics, LeaseService, OutboxService, OutboxPoller, InboxSources, InboxService, InboxRelay],
+  exports: [
+    QueueBoxMetrics,
+    LeaseService,
+    OutboxService,
+    OutboxPoller,
+    InboxSources,
+    InboxService,
+    InboxRelay,
+    QUEUEBOX_RESOLVED_OPTIONS,
+    QUEUEBOX_DATA_SOURCE,
+    QUEUEBOX_DIALECT,
+  ],
 })
 export class QueueBoxModule extends QueueBoxConfigurableModule {}

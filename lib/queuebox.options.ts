@@ -2,32 +2,47 @@ import { type BackoffFunction, type BackoffOptions, backoffFunction, DEFAULT_BAC
 import { parseTableName } from './common/identifiers';
 import type { QueueBoxTables } from './dialects/dialect';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
+import type { RelayRoute } from './inbox/inbox.types';
 import type { OutboundMessage, Publisher } from './outbox/outbox.types';
 import { DEFAULT_TABLES } from './queuebox.constants';
 import { messages } from './queuebox.messages';
 
+/** Settings every claiming worker shares (outbox poller, inbox relay). */
+export interface WorkerOptions {
+  /** Sleep between claims when there is nothing to do. Default 1000 ms. */
+  pollIntervalMs?: number;
+  /** Most rows claimed by one claim statement. Default 50. */
+  batchSize?: number;
+  /** Most rows worked on at once per process. Default 10. */
+  concurrency?: number;
+  /** Lease of a claimed row; renewed every third of it while the work runs. Default 300000 ms. */
+  claimTimeoutMs?: number;
+  /** How long shutdown waits for work in flight. Default 10000 ms. */
+  shutdownTimeoutMs?: number;
+  /** Attempts (claims) before a row is dead-lettered. Default 10. */
+  maxAttempts?: number;
+  /** Delay before a retry: options or a function of (attempt, error). Default 1 s doubling to 5 min, with jitter. */
+  backoff?: BackoffOptions | BackoffFunction;
+}
+
 /** Options of the outbox poller. Every field is optional; defaults are listed. */
-export interface OutboxOptions {
+export interface OutboxOptions extends WorkerOptions {
   /** The publisher of every message (use this or `publishers`). Required when the outbox worker runs. */
   publisher?: Publisher;
   /** Named publishers; `route(message)` picks one, by default the publisher named like the destination. */
   publishers?: Record<string, Publisher>;
   /** Picks a publisher name for a message. A name with no publisher dead-letters the message. */
   route?: (message: OutboundMessage) => string;
-  /** Sleep between claims when the outbox is empty. Default 1000 ms. */
-  pollIntervalMs?: number;
-  /** Most rows claimed by one claim statement. Default 50. */
-  batchSize?: number;
-  /** Most publishes in flight per process. Default 10. */
-  concurrency?: number;
-  /** Lease of a claimed row; renewed every third of it while the publish runs. Default 300000 ms. */
-  claimTimeoutMs?: number;
-  /** How long shutdown waits for in-flight publishes. Default 10000 ms. */
-  shutdownTimeoutMs?: number;
-  /** Attempts (claims) before a message is dead-lettered. Default 10. */
-  maxAttempts?: number;
-  /** Delay before a retry: options or a function of (attempt, error). Default 1 s doubling to 5 min, with jitter. */
-  backoff?: BackoffOptions | BackoffFunction;
+}
+
+/** Options of the inbox relay, which forwards inbox rows of its routed sources to the outbox. */
+export interface RelayOptions extends WorkerOptions {
+  /** `{ [source]: (message) => outbox message(s) }`. Each source listed here is consumed by the relay. */
+  routes?: Record<string, RelayRoute>;
+}
+
+export interface InboxOptions {
+  relay?: RelayOptions;
 }
 
 /** Which workers run in this process. `false` everywhere makes a replica that only enqueues. */
@@ -53,11 +68,10 @@ export interface QueueBoxModuleOptions {
   /** Largest accepted payload, in bytes of its JSON text. Default 1048576 (1 MiB). */
   maxPayloadBytes?: number;
   outbox?: OutboxOptions;
+  inbox?: InboxOptions;
 }
 
-export interface ResolvedOutboxOptions {
-  publishers: Record<string, Publisher>;
-  route: (message: OutboundMessage) => string;
+export interface ResolvedWorkerOptions {
   pollIntervalMs: number;
   batchSize: number;
   concurrency: number;
@@ -71,26 +85,25 @@ export interface ResolvedOutboxOptions {
   backoff: BackoffFunction;
 }
 
+export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
+  publishers: Record<string, Publisher>;
+  route: (message: OutboundMessage) => string;
+}
+
+export interface ResolvedRelayOptions extends ResolvedWorkerOptions {
+  routes: Record<string, RelayRoute>;
+}
+
 export interface ResolvedQueueBoxOptions {
   tables: QueueBoxTables;
   workers: Required<WorkersOptions>;
   maxPayloadBytes: number;
   outbox: ResolvedOutboxOptions;
+  inbox: { relay: ResolvedRelayOptions };
 }
 
-const TOP_LEVEL_KEYS = ['tables', 'workers', 'maxPayloadBytes', 'outbox'];
-const OUTBOX_KEYS = [
-  'publisher',
-  'publishers',
-  'route',
-  'pollIntervalMs',
-  'batchSize',
-  'concurrency',
-  'claimTimeoutMs',
-  'shutdownTimeoutMs',
-  'maxAttempts',
-  'backoff',
-];
+const TOP_LEVEL_KEYS = ['tables', 'workers', 'maxPayloadBytes', 'outbox', 'inbox'];
+const WORKER_KEYS = ['pollIntervalMs', 'batchSize', 'concurrency', 'claimTimeoutMs', 'shutdownTimeoutMs', 'maxAttempts', 'backoff'];
 const DEFAULT_PUBLISHER = 'default';
 
 /** Validates `options` and fills in every default. Throws `QueueBoxConfigError` naming the first bad option. */
@@ -99,11 +112,15 @@ export function resolveOptions(options: QueueBoxModuleOptions = {}): ResolvedQue
   rejectUnknownKeys('', options, TOP_LEVEL_KEYS);
   const workers = resolveWorkers(options.workers);
   const outbox = resolveOutbox(options.outbox ?? {}, workers.outbox);
+  const inbox = options.inbox ?? {};
+  expectObject('inbox', inbox);
+  rejectUnknownKeys('inbox.', inbox, ['relay']);
   return {
     tables: resolveTables(options.tables),
     workers,
     maxPayloadBytes: integer('maxPayloadBytes', options.maxPayloadBytes, 1_048_576, 1, 1024 ** 3),
     outbox,
+    inbox: { relay: resolveRelay(inbox.relay ?? {}) },
   };
 }
 
@@ -138,7 +155,7 @@ function resolveWorkers(workers: QueueBoxModuleOptions['workers']): Required<Wor
 
 function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutboxOptions {
   expectObject('outbox', outbox);
-  rejectUnknownKeys('outbox.', outbox, OUTBOX_KEYS);
+  rejectUnknownKeys('outbox.', outbox, ['publisher', 'publishers', 'route', ...WORKER_KEYS]);
   if (outbox.publisher !== undefined && outbox.publishers !== undefined) {
     throw new QueueBoxConfigError('outbox.publisher', messages.publisherAndPublishers());
   }
@@ -159,23 +176,43 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutb
   const names = Object.keys(publishers);
   const route = outbox.route ?? (names.length === 1 ? () => names[0] : (message: OutboundMessage) => message.destination);
 
-  const claimTimeoutMs = integer('outbox.claimTimeoutMs', outbox.claimTimeoutMs, 300_000, 100, 24 * 3600_000);
+  return { ...resolveWorker('outbox', outbox), publishers, route };
+}
+
+function resolveRelay(relay: RelayOptions): ResolvedRelayOptions {
+  expectObject('inbox.relay', relay);
+  rejectUnknownKeys('inbox.relay.', relay, ['routes', ...WORKER_KEYS]);
+  const routes = relay.routes ?? {};
+  expectObject('inbox.relay.routes', routes);
+  for (const [source, route] of Object.entries(routes)) {
+    if (typeof route !== 'function')
+      throw new QueueBoxConfigError(`inbox.relay.routes.${source}`, messages.optionNotFunction(`inbox.relay.routes.${source}`));
+    if (!isSourceName(source)) throw new QueueBoxConfigError(`inbox.relay.routes.${source}`, messages.sourceNameInvalid(source));
+  }
+  return { ...resolveWorker('inbox.relay', relay), routes: { ...routes } };
+}
+
+/** A source travels in URLs (`POST <path>/:source`) and in logs: keep it plain. */
+export function isSourceName(source: unknown): source is string {
+  return typeof source === 'string' && /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(source);
+}
+
+function resolveWorker(prefix: string, worker: WorkerOptions): ResolvedWorkerOptions {
+  const claimTimeoutMs = integer(`${prefix}.claimTimeoutMs`, worker.claimTimeoutMs, 300_000, 100, 24 * 3600_000);
   return {
-    publishers,
-    route,
-    pollIntervalMs: integer('outbox.pollIntervalMs', outbox.pollIntervalMs, 1000, 1, 3600_000),
-    batchSize: integer('outbox.batchSize', outbox.batchSize, 50, 1, 10_000),
-    concurrency: integer('outbox.concurrency', outbox.concurrency, 10, 1, 10_000),
+    pollIntervalMs: integer(`${prefix}.pollIntervalMs`, worker.pollIntervalMs, 1000, 1, 3600_000),
+    batchSize: integer(`${prefix}.batchSize`, worker.batchSize, 50, 1, 10_000),
+    concurrency: integer(`${prefix}.concurrency`, worker.concurrency, 10, 1, 10_000),
     claimTimeoutMs,
     renewIntervalMs: Math.floor(claimTimeoutMs / 3),
     reclaimIntervalMs: Math.floor(claimTimeoutMs / 5),
-    shutdownTimeoutMs: integer('outbox.shutdownTimeoutMs', outbox.shutdownTimeoutMs, 10_000, 0, 24 * 3600_000),
-    maxAttempts: integer('outbox.maxAttempts', outbox.maxAttempts, 10, 1, 1_000_000),
-    backoff: resolveBackoff('outbox.backoff', outbox.backoff),
+    shutdownTimeoutMs: integer(`${prefix}.shutdownTimeoutMs`, worker.shutdownTimeoutMs, 10_000, 0, 24 * 3600_000),
+    maxAttempts: integer(`${prefix}.maxAttempts`, worker.maxAttempts, 10, 1, 1_000_000),
+    backoff: resolveBackoff(`${prefix}.backoff`, worker.backoff),
   };
 }
 
-function resolveBackoff(option: string, backoff: OutboxOptions['backoff']): BackoffFunction {
+function resolveBackoff(option: string, backoff: WorkerOptions['backoff']): BackoffFunction {
   if (typeof backoff === 'function') return backoff;
   const given = backoff ?? {};
   expectObject(option, given);

@@ -33,6 +33,27 @@ export interface OutboxClaimedRow {
   createdAt: Date;
 }
 
+export interface InboxInsertRow {
+  source: string;
+  idempotencyKey: string;
+  aggregateId: string | null;
+  payloadJson: string;
+  headersJson: string;
+}
+
+export interface InboxClaimedRow {
+  id: string;
+  source: string;
+  idempotencyKey: string;
+  aggregateId: string | null;
+  payload: unknown;
+  headers: Record<string, string>;
+  attempts: number;
+  token: string;
+  leaseExpiresAt: Date;
+  receivedAt: Date;
+}
+
 export interface FenceParams {
   table: LeaseTable;
   id: string;
@@ -65,6 +86,16 @@ export interface Dialect {
   outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]>;
   /** Returns expired `processing` rows to `pending`, or to `dead` when they used up `maxAttempts`. */
   outboxReclaim(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }>;
+
+  /**
+   * Stores the row unless `(source, idempotency_key)` exists, without ever raising a unique
+   * violation (also under concurrent receives); joins `manager`'s transaction when given.
+   */
+  inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }>;
+  /** The relay's claim: like `outboxClaimBatch`, per (source, aggregate), for the given sources only. */
+  inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]>;
+  /** The relay's reclaim step, limited to its sources. */
+  inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }>;
 
   /** Extends the lease to now + `leaseMs`; returns the new expiry, or null when the claim is lost. */
   leaseRenew(p: FenceParams & { leaseMs: number }): Promise<Date | null>;

@@ -38,6 +38,16 @@ export class QueueBoxValidationError extends QueueBoxError {
   }
 }
 
+/** `receive()` was given a source that no relay route and no `@PullHandler` consumes. Nothing was stored. */
+export class UnknownSourceError extends QueueBoxError {
+  constructor(
+    readonly source: string,
+    message: string,
+  ) {
+    super('QUEUEBOX_UNKNOWN_SOURCE', message);
+  }
+}
+
 /**
  * The worker no longer owns the row: its lease expired and another worker claimed it,
  * or a fenced write (renew, complete, retry, dead-letter) changed zero rows.

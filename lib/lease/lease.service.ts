@@ -4,7 +4,7 @@ import { describeError } from '../common/errors';
 import type { Dialect, LeaseTable } from '../dialects/dialect';
 import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
 import { MESSAGE_ID_HEADER, QUEUEBOX_DIALECT } from '../queuebox.constants';
-import type { Claim, OutboxClaim } from './lease.types';
+import type { Claim, InboxClaim, OutboxClaim } from './lease.types';
 import { LeaseKeeper } from './lease-keeper';
 
 /**
@@ -51,6 +51,30 @@ export class LeaseService {
     }));
   }
 
+  /** The inbox relay's claim: up to `limit` rows of `sources`, at most one per (source, aggregate). */
+  async claimRelayBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaim[]> {
+    if (p.sources.length === 0) return [];
+    const rows = await this.dialect.inboxRelayClaimBatch(p);
+    return rows.map((row) => ({
+      component: 'inbox',
+      id: row.id,
+      token: row.token,
+      leaseMs: p.leaseMs,
+      leaseExpiresAt: row.leaseExpiresAt,
+      attempt: row.attempts,
+      message: {
+        id: row.id,
+        source: row.source,
+        idempotencyKey: row.idempotencyKey,
+        aggregateId: row.aggregateId,
+        payload: row.payload,
+        headers: row.headers,
+        attempt: row.attempts,
+        receivedAt: row.receivedAt,
+      },
+    }));
+  }
+
   /** Extends the lease by `claim.leaseMs` from the database's current time. */
   async renew(claim: Claim): Promise<boolean> {
     const expires = await this.dialect.leaseRenew({ ...this.fence(claim), leaseMs: claim.leaseMs });
@@ -84,6 +108,16 @@ export class LeaseService {
     const reclaimed = result.pending + result.dead;
     if (reclaimed > 0) this.metrics.increment('queuebox_outbox_messages_reclaimed_total', {}, reclaimed);
     if (result.dead > 0) this.metrics.increment('queuebox_outbox_messages_dead_lettered_total', {}, result.dead);
+    return result;
+  }
+
+  /** The relay's reclaim step over `sources` (see `reclaimOutbox`). */
+  async reclaimInbox(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }> {
+    if (p.sources.length === 0) return { pending: 0, dead: 0 };
+    const result = await this.dialect.inboxReclaim(p);
+    const reclaimed = result.pending + result.dead;
+    if (reclaimed > 0) this.metrics.increment('queuebox_inbox_messages_reclaimed_total', { component: 'inbox' }, reclaimed);
+    if (result.dead > 0) this.metrics.increment('queuebox_inbox_messages_dead_lettered_total', { component: 'inbox' }, result.dead);
     return result;
   }
 

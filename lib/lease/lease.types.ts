@@ -1,3 +1,4 @@
+import type { InboxMessage } from '../inbox/inbox.types';
 import type { OutboundMessage } from '../outbox/outbox.types';
 
 /** Which worker owns a claim; also the `component` label of `queuebox_claims_lost_total`. */
@@ -21,4 +22,9 @@ export interface Claim {
 export interface OutboxClaim extends Claim {
   readonly component: 'outbox';
   readonly message: OutboundMessage;
+}
+
+export interface InboxClaim extends Claim {
+  readonly component: 'inbox' | 'pull';
+  readonly message: InboxMessage;
 }

@@ -7,7 +7,13 @@ export type QueueBoxCounter =
   | 'queuebox_outbox_messages_reclaimed_total'
   | 'queuebox_outbox_messages_published_total'
   | 'queuebox_outbox_messages_retried_total'
-  | 'queuebox_outbox_messages_dead_lettered_total';
+  | 'queuebox_outbox_messages_dead_lettered_total'
+  | 'queuebox_inbox_messages_received_total'
+  | 'queuebox_inbox_messages_duplicates_total'
+  | 'queuebox_inbox_messages_processed_total'
+  | 'queuebox_inbox_messages_retried_total'
+  | 'queuebox_inbox_messages_dead_lettered_total'
+  | 'queuebox_inbox_messages_reclaimed_total';
 
 type Labels = Record<string, string>;
 

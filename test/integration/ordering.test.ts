@@ -7,7 +7,7 @@ import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { HttpRecorder } from '../support/http-recorder';
-import { startOutboxWorker, type WorkerProcess } from '../support/processes';
+import { startWorker, type WorkerProcess } from '../support/processes';
 
 const KEYS = 50;
 const PER_KEY = 40;
@@ -46,7 +46,7 @@ describe('I4: per-key order across replicas', () => {
       backoff: { initialMs: 5, maxMs: 30 },
     };
     const workers: WorkerProcess[] = await Promise.all(
-      ['a', 'b'].map((name) => startOutboxWorker({ dbUrl: db.url, publishUrl, name, outbox: workerOptions })),
+      ['a', 'b'].map((name) => startWorker({ dbUrl: db.url, publishUrl, name, options: { outbox: workerOptions } })),
     );
     try {
       // Ten producers enqueue concurrently, each message in its own transaction, while the workers run.

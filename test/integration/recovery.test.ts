@@ -6,7 +6,7 @@ import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { HttpRecorder } from '../support/http-recorder';
-import { startOutboxWorker } from '../support/processes';
+import { startWorker } from '../support/processes';
 
 const LEASE_MS = 1000;
 const workerOptions = { claimTimeoutMs: LEASE_MS, pollIntervalMs: 20, concurrency: 10, maxAttempts: 3, backoff: { initialMs: 10 } };
@@ -47,7 +47,7 @@ describe('I8: recovery after a crash', () => {
         Array.from({ length: 5 }, (_, n) => ({ destination: 'crash', payload: { n } })),
       ),
     );
-    const doomed = await startOutboxWorker({ dbUrl: db.url, publishUrl, name: 'doomed', outbox: workerOptions });
+    const doomed = await startWorker({ dbUrl: db.url, publishUrl, name: 'doomed', options: { outbox: workerOptions } });
     await recorder.until(() => recorder.requests.filter((r) => r.path === '/crash').length === 5);
     const held = await rows('crash');
     assert.ok(held.every((r) => r.state === 'processing'));
@@ -55,7 +55,7 @@ describe('I8: recovery after a crash', () => {
     assert.equal(await doomed.exited, 'SIGKILL');
 
     const leaseEnds = Math.max(...held.map((r) => new Date(r.lease_expires_at!).getTime()));
-    const survivor = await startOutboxWorker({ dbUrl: db.url, publishUrl, name: 'survivor', outbox: workerOptions });
+    const survivor = await startWorker({ dbUrl: db.url, publishUrl, name: 'survivor', options: { outbox: workerOptions } });
     try {
       await eventually(async () => (await rows('crash')).every((r) => r.state === 'sent'), 'the survivor to publish every row');
     } finally {
@@ -77,7 +77,13 @@ describe('I8: recovery after a crash', () => {
     // Start workers one after another; each dies when it publishes the poison message.
     while ((await rows('poison'))[0].state !== 'dead') {
       assert.ok(crashes <= 3, 'the poison message must not be attempted more than maxAttempts (3) times');
-      const worker = await startOutboxWorker({ dbUrl: db.url, publishUrl, name: `w${crashes}`, outbox: workerOptions, waitReady: false });
+      const worker = await startWorker({
+        dbUrl: db.url,
+        publishUrl,
+        name: `w${crashes}`,
+        options: { outbox: workerOptions },
+        waitReady: false,
+      });
       const outcome = await Promise.race([
         worker.exited,
         eventually(async () => (await rows('poison'))[0].state === 'dead', 'the poison row to die', 10_000).then(() => 'dead'),

@@ -7,22 +7,23 @@ export interface WorkerProcess {
   exited: Promise<string>;
 }
 
-/** Starts `test/fixtures/outbox-worker` in its own process and waits until it has started. */
-export async function startOutboxWorker(env: {
+/** Starts `test/fixtures/worker` in its own process and waits until it has started. */
+export async function startWorker(env: {
   dbUrl: string;
-  publishUrl: string;
+  publishUrl?: string;
   name: string;
-  outbox: Record<string, unknown>;
+  /** JSON-able QueueBox options: `workers`, `outbox`, `inbox.relay` (publisher and routes come from the fixture). */
+  options: Record<string, unknown>;
   /** Resolve as soon as the process runs, not when it is ready (for workers that may die while starting). */
   waitReady?: boolean;
 }): Promise<WorkerProcess> {
-  const child = spawn(process.execPath, [join(__dirname, '..', 'fixtures', 'outbox-worker.js')], {
+  const child = spawn(process.execPath, [join(__dirname, '..', 'fixtures', 'worker.js')], {
     env: {
       ...process.env,
       QUEUEBOX_TEST_DB_URL: env.dbUrl,
-      QUEUEBOX_TEST_PUBLISH_URL: env.publishUrl,
+      QUEUEBOX_TEST_PUBLISH_URL: env.publishUrl ?? 'http://127.0.0.1:9',
       QUEUEBOX_TEST_WORKER: env.name,
-      QUEUEBOX_TEST_OUTBOX: JSON.stringify(env.outbox),
+      QUEUEBOX_TEST_OPTIONS: JSON.stringify(env.options),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

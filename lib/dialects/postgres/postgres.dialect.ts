@@ -2,7 +2,16 @@ import type { DataSource, EntityManager } from 'typeorm';
 import { runSql } from '../../common/sql-runner';
 import { QueueBoxConfigError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
-import type { Dialect, FenceParams, LeaseTable, OutboxClaimedRow, OutboxInsertRow, QueueBoxTables } from '../dialect';
+import type {
+  Dialect,
+  FenceParams,
+  InboxClaimedRow,
+  InboxInsertRow,
+  LeaseTable,
+  OutboxClaimedRow,
+  OutboxInsertRow,
+  QueueBoxTables,
+} from '../dialect';
 import { pgTable } from './postgres.schema';
 import * as sql from './postgres.sql';
 
@@ -19,6 +28,21 @@ interface ClaimedRecord {
   created_at: Date;
 }
 
+interface InboxClaimedRecord {
+  id: string;
+  source: string;
+  idempotency_key: string;
+  aggregate_id: string | null;
+  payload: unknown;
+  headers: Record<string, string> | null;
+  attempts: number;
+  claim_token: string;
+  lease_expires_at: Date;
+  received_at: Date;
+}
+
+const byId = (a: { id: string }, b: { id: string }) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1);
+
 const FINISHED = {
   outbox: { state: 'sent', column: 'sent_at' },
   inbox: { state: 'processed', column: 'processed_at' },
@@ -28,14 +52,17 @@ const FINISHED = {
 export class PostgresDialect implements Dialect {
   readonly type = 'postgres' as const;
   private readonly table: Record<LeaseTable, string>;
-  private readonly outboxClaimLock: string;
+  private readonly claimLock: Record<LeaseTable, string>;
 
   constructor(
     private readonly dataSource: DataSource,
     private readonly tables: QueueBoxTables,
   ) {
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
-    this.outboxClaimLock = `queuebox_outbox_claim_${tables.outbox.qualified}`;
+    this.claimLock = {
+      outbox: `queuebox_outbox_claim_${tables.outbox.qualified}`,
+      inbox: `queuebox_inbox_claim_${tables.inbox.qualified}`,
+    };
   }
 
   async schemaCheck(): Promise<void> {
@@ -63,15 +90,7 @@ export class PostgresDialect implements Dialect {
   }
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    // The head-of-key check alone is not enough under READ COMMITTED: two claimers can each see a
-    // different head when rows of one key commit out of id order. The advisory lock serializes
-    // claims, so each claim statement starts after the previous claim committed and sees it;
-    // SKIP LOCKED keeps a claim from waiting on rows that fenced writes hold; the unique
-    // in-flight index is the database's last word on I4.
-    const records = await this.dataSource.transaction(async (manager) => {
-      await this.run(sql.claimLockSql(), [this.outboxClaimLock], manager);
-      return (await this.run<ClaimedRecord>(sql.outboxClaimSql(this.table.outbox), [p.limit, p.leaseMs], manager)).rows;
-    });
+    const records = await this.serializedClaim<ClaimedRecord>('outbox', sql.outboxClaimSql(this.table.outbox), [p.limit, p.leaseMs]);
     return records
       .map((r) => ({
         id: String(r.id),
@@ -85,13 +104,42 @@ export class PostgresDialect implements Dialect {
         leaseExpiresAt: r.lease_expires_at,
         createdAt: r.created_at,
       }))
-      .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+      .sort(byId);
   }
 
   async outboxReclaim(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }> {
-    const { rows } = await this.run<{ state: string }>(sql.outboxReclaimSql(this.table.outbox), [p.maxAttempts]);
-    const dead = rows.filter((r) => r.state === 'dead').length;
-    return { pending: rows.length - dead, dead };
+    return countReclaimed(await this.run<{ state: string }>(sql.outboxReclaimSql(this.table.outbox), [p.maxAttempts]));
+  }
+
+  async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
+    const { row } = p;
+    // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key and then yields no row;
+    // the lookup runs as a new statement (a new snapshot), so it sees the row that won. If that row
+    // vanished in between (retention deleted it), the insert is simply tried again.
+    for (let tries = 0; tries < 3; tries++) {
+      const inserted = await this.run<{ id: string }>(
+        sql.inboxInsertSql(this.table.inbox),
+        [row.source, row.idempotencyKey, row.aggregateId, row.payloadJson, row.headersJson],
+        p.manager,
+      );
+      if (inserted.rows.length === 1) return { id: String(inserted.rows[0].id), duplicate: false };
+      const found = await this.run<{ id: string }>(sql.inboxFindSql(this.table.inbox), [row.source, row.idempotencyKey], p.manager);
+      if (found.rows.length === 1) return { id: String(found.rows[0].id), duplicate: true };
+    }
+    throw new Error(`inbox row (${row.source}, ${row.idempotencyKey}) neither inserted nor found after 3 tries`);
+  }
+
+  async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
+    const records = await this.serializedClaim<InboxClaimedRecord>('inbox', sql.inboxRelayClaimSql(this.table.inbox), [
+      p.limit,
+      p.leaseMs,
+      p.sources,
+    ]);
+    return records.map(toInboxClaimedRow).sort(byId);
+  }
+
+  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }> {
+    return countReclaimed(await this.run<{ state: string }>(sql.inboxReclaimSql(this.table.inbox), [p.maxAttempts, p.sources]));
   }
 
   async leaseRenew(p: FenceParams & { leaseMs: number }): Promise<Date | null> {
@@ -118,7 +166,41 @@ export class PostgresDialect implements Dialect {
     return (await this.run<{ now: Date }>(`SELECT ${sql.NOW} AS now`, [])).rows[0].now;
   }
 
+  /**
+   * Runs a claim statement behind the table's advisory lock. The head-of-key check alone is not
+   * enough under READ COMMITTED: two claimers can each see a different head when rows of one key
+   * commit out of id order. With the lock, each claim statement starts after the previous claim
+   * committed and sees it; SKIP LOCKED keeps a claim from waiting on rows that fenced writes hold;
+   * the unique in-flight index is the database's last word on I4.
+   */
+  private serializedClaim<T>(table: LeaseTable, statement: string, params: unknown[]): Promise<T[]> {
+    return this.dataSource.transaction(async (manager) => {
+      await this.run(sql.claimLockSql(), [this.claimLock[table]], manager);
+      return (await this.run<T>(statement, params, manager)).rows;
+    });
+  }
+
   private run<T>(statement: string, params: unknown[], manager?: EntityManager) {
     return runSql<T>(this.dataSource, statement, params, manager);
   }
+}
+
+function toInboxClaimedRow(r: InboxClaimedRecord): InboxClaimedRow {
+  return {
+    id: String(r.id),
+    source: r.source,
+    idempotencyKey: r.idempotency_key,
+    aggregateId: r.aggregate_id,
+    payload: r.payload,
+    headers: r.headers ?? {},
+    attempts: r.attempts,
+    token: r.claim_token,
+    leaseExpiresAt: r.lease_expires_at,
+    receivedAt: r.received_at,
+  };
+}
+
+function countReclaimed({ rows }: { rows: { state: string }[] }): { pending: number; dead: number } {
+  const dead = rows.filter((r) => r.state === 'dead').length;
+  return { pending: rows.length - dead, dead };
 }

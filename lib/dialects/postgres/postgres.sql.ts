@@ -11,7 +11,7 @@ const msFromNow = (param: string) => `${NOW} + make_interval(secs => ${param}::d
 /** The claim fence: $1 = id, $2 = claim token. */
 const FENCE = `id = $1 AND state = 'processing' AND claim_token = $2 AND lease_expires_at > ${NOW}`;
 
-/** Serializes outbox claims: $1 = lock name. Held until the claim transaction ends. */
+/** Serializes claims: $1 = lock name. Held until the claim transaction ends. */
 export const claimLockSql = () => 'SELECT pg_advisory_xact_lock(hashtextextended($1, 0))';
 
 /** $1..$6: arrays of message ids, destinations, keys, payloads (JSON), headers (JSON), available-at times. */
@@ -45,12 +45,15 @@ WHERE o.id = c.id
 RETURNING o.id, o.message_id, o.destination, o."key", o.payload, o.headers, o.attempts,
           o.claim_token, o.lease_expires_at, o.created_at`;
 
-/** $1 = max attempts. Expired claims go back to pending, or to dead on their last attempt. */
-export const outboxReclaimSql = (table: string) => `UPDATE ${table}
-SET state = CASE WHEN attempts >= $1 THEN 'dead' ELSE 'pending' END,
+/** $1 = max attempts: expired claims go back to pending, or to dead on their last attempt. */
+const RECLAIM_SET = `SET state = CASE WHEN attempts >= $1 THEN 'dead' ELSE 'pending' END,
     claim_token = NULL, lease_expires_at = NULL,
     last_error = 'lease expired on attempt ' || attempts || ' of ' || $1::integer
-      || ': the worker crashed, was stopped or outlived its lease'
+      || ': the worker crashed, was stopped or outlived its lease'`;
+
+/** $1 = max attempts. */
+export const outboxReclaimSql = (table: string) => `UPDATE ${table}
+${RECLAIM_SET}
 WHERE state = 'processing' AND lease_expires_at <= ${NOW}
 RETURNING state`;
 
@@ -71,3 +74,44 @@ WHERE ${FENCE}`;
 /** $1 = id, $2 = token, $3 = reason. */
 export const leaseDeadLetterSql = (table: string) => `UPDATE ${table} SET state = 'dead', lease_expires_at = NULL, last_error = $3
 WHERE ${FENCE}`;
+
+/** $1 = source, $2 = idempotency key, $3 = aggregate id, $4 = payload (JSON), $5 = headers (JSON). No row back: a duplicate. */
+export const inboxInsertSql = (table: string) => `INSERT INTO ${table} (source, idempotency_key, aggregate_id, payload, headers)
+VALUES ($1, $2, $3, $4::jsonb, $5::jsonb)
+ON CONFLICT (source, idempotency_key) DO NOTHING
+RETURNING id`;
+
+/** $1 = source, $2 = idempotency key. Runs after a conflicting insert, in a new snapshot that sees the stored row. */
+export const inboxFindSql = (table: string) => `SELECT id FROM ${table} WHERE source = $1 AND idempotency_key = $2`;
+
+const INBOX_RETURNING = `RETURNING i.id, i.source, i.idempotency_key, i.aggregate_id, i.payload, i.headers, i.attempts,
+          i.claim_token, i.lease_expires_at, i.received_at`;
+
+/**
+ * $1 = limit, $2 = lease in ms, $3 = sources. The relay's claim: available pending rows of its
+ * sources, oldest first, only the head of each (source, aggregate). Serialized by the caller's
+ * advisory lock, like the outbox claim.
+ */
+export const inboxRelayClaimSql = (table: string) => `WITH candidates AS MATERIALIZED (
+  SELECT i.id FROM ${table} i
+  WHERE i.state = 'pending' AND i.source = ANY($3::text[]) AND i.available_at <= ${NOW}
+    AND (i.aggregate_id IS NULL OR NOT EXISTS (
+      SELECT 1 FROM ${table} e
+      WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id AND e.state IN ('pending', 'processing')
+        AND e.id <> i.id AND (e.state = 'processing' OR e.id < i.id)))
+  ORDER BY i.available_at, i.id
+  LIMIT $1
+  FOR UPDATE OF i SKIP LOCKED
+)
+UPDATE ${table} i
+SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
+    lease_expires_at = ${msFromNow('$2')}, attempts = i.attempts + 1
+FROM candidates c
+WHERE i.id = c.id
+${INBOX_RETURNING}`;
+
+/** $1 = max attempts, $2 = sources. The relay's reclaim step, limited to the sources it consumes. */
+export const inboxReclaimSql = (table: string) => `UPDATE ${table}
+${RECLAIM_SET}
+WHERE state = 'processing' AND source = ANY($2::text[]) AND lease_expires_at <= ${NOW}
+RETURNING state`;

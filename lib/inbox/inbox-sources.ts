@@ -1,0 +1,29 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import type { ResolvedQueueBoxOptions } from '../queuebox.options';
+
+/**
+ * Which inbox sources have a consumer: a relay route (from the options) or a pull handler
+ * (registered at start-up). Known whether or not this process runs the workers, so a web replica
+ * accepts exactly what the worker replicas consume.
+ */
+@Injectable()
+export class InboxSources {
+  private readonly pull = new Set<string>();
+
+  constructor(@Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions) {}
+
+  /** Sources forwarded by the inbox relay. */
+  get relaySources(): string[] {
+    return Object.keys(this.options.inbox.relay.routes);
+  }
+
+  /** Registers a source consumed by a pull handler. */
+  addPullSource(source: string): void {
+    this.pull.add(source);
+  }
+
+  isConsumed(source: string): boolean {
+    return Object.hasOwn(this.options.inbox.relay.routes, source) || this.pull.has(source);
+  }
+}

@@ -1,0 +1,183 @@
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import type { DataSource } from 'typeorm';
+import { ClaimLoop } from '../common/claim-loop';
+import { describeError } from '../common/errors';
+import { uuidV5 } from '../common/uuid';
+import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
+import { ClaimLostError, QueueBoxValidationError } from '../errors/queuebox.errors';
+import { LeaseService } from '../lease/lease.service';
+import type { InboxClaim } from '../lease/lease.types';
+import type { LeaseKeeper } from '../lease/lease-keeper';
+import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
+import { toOutboxRows } from '../outbox/outbox-rows';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { messages } from '../queuebox.messages';
+import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../queuebox.options';
+import type { InboxMessage } from './inbox.types';
+import { InboxSources } from './inbox-sources';
+
+const NAME = 'inbox relay';
+
+/** The header of forwarded messages that carries the idempotency key of the inbox message they came from. */
+export const CAUSATION_HEADER = 'X-Causation-Id';
+
+/**
+ * Forwards inbox rows of the routed sources (`inbox.relay.routes`) to the outbox. Each row is
+ * forwarded in one transaction that inserts its outbox row(s) and marks it `processed`, fenced:
+ * when the mark loses the claim the insert rolls back, so a row reaches the outbox once (I6).
+ * Outbox message ids derive from the inbox row, so a forward can be traced end to end.
+ */
+@Injectable()
+export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  private readonly logger = new Logger('QueueBox:InboxRelay');
+  private readonly options: ResolvedRelayOptions;
+  private readonly loop: ClaimLoop<InboxClaim>;
+
+  constructor(
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
+    @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    private readonly lease: LeaseService,
+    private readonly sources: InboxSources,
+    private readonly metrics: QueueBoxMetrics,
+    @Optional() scheduler?: SchedulerRegistry,
+  ) {
+    this.options = rootOptions.inbox.relay;
+    this.loop = new ClaimLoop(
+      { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}` },
+      {
+        claim: (limit) => this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.claimTimeoutMs }),
+        process: (claim, keeper) => this.forward(claim, keeper),
+        reclaim: () => this.reclaim(),
+      },
+      lease,
+      this.logger,
+      scheduler,
+    );
+  }
+
+  onApplicationBootstrap(): void {
+    if (this.rootOptions.workers.relay && this.sources.relaySources.length > 0) this.start();
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.stop();
+  }
+
+  /** Starts claiming. Called at bootstrap when `workers.relay` is on and a route exists. */
+  start(): void {
+    if (this.loop.running) return;
+    this.logger.log(messages.workerStarted(NAME, this.options.concurrency, this.options.batchSize, this.options.claimTimeoutMs));
+    this.loop.start();
+  }
+
+  /** Stops claiming and waits up to `inbox.relay.shutdownTimeoutMs` for forwards in flight. */
+  stop(): Promise<void> {
+    return this.loop.stop();
+  }
+
+  /** Claims one batch, forwards it and waits. Returns how many rows it claimed. */
+  runOnce(): Promise<number> {
+    return this.loop.runOnce();
+  }
+
+  /** The message id of the `index`-th outbox message forwarded from inbox row `inboxId`. */
+  derivedMessageId(inboxId: string, index: number): string {
+    return uuidV5(`${this.rootOptions.tables.inbox.qualified}/${inboxId}/${index}`);
+  }
+
+  private async forward(claim: InboxClaim, keeper: LeaseKeeper): Promise<void> {
+    const { message } = claim;
+    const labels = { component: 'inbox', source: message.source };
+    let rows: OutboxInsertRow[] | undefined;
+    let failure: unknown;
+    try {
+      rows = await this.outboxRowsFor(message);
+    } catch (error) {
+      failure = error;
+    }
+    // Renewal stops before the transaction that holds the completing write (see LeaseKeeper).
+    await keeper.stop();
+    if (this.loop.abandoned) return;
+    if (keeper.lost) {
+      this.logger.warn(messages.relayClaimLost(message.source, message.idempotencyKey));
+      return;
+    }
+    if (rows) {
+      try {
+        await this.dataSource.transaction(async (manager) => {
+          if (rows.length > 0) await this.dialect.outboxInsert({ manager, rows });
+          if (!(await this.lease.complete(claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', claim.id));
+        });
+        this.metrics.increment('queuebox_inbox_messages_processed_total', labels);
+        return;
+      } catch (error) {
+        if (error instanceof ClaimLostError) {
+          this.logger.error(messages.relayMarkLost(message.source, message.idempotencyKey));
+          return;
+        }
+        failure = error;
+      }
+    }
+    await this.retryOrDeadLetter(claim, failure, labels);
+  }
+
+  private async outboxRowsFor(message: InboxMessage): Promise<OutboxInsertRow[]> {
+    const route = this.options.routes[message.source];
+    const output = await route(message);
+    const list = Array.isArray(output) ? output : [output];
+    return toOutboxRows(
+      list.map((outbound, index) => ({
+        ...outbound,
+        messageId: outbound?.messageId ?? this.derivedMessageId(message.id, index),
+        headers: { [CAUSATION_HEADER]: message.idempotencyKey, ...outbound?.headers },
+      })),
+      this.rootOptions.maxPayloadBytes,
+    );
+  }
+
+  private async retryOrDeadLetter(claim: InboxClaim, failure: unknown, labels: Record<string, string>): Promise<void> {
+    const { message } = claim;
+    const id = `${message.source}/${message.idempotencyKey}`;
+    let what = 'dead-letter';
+    try {
+      // A route that returns an invalid message will not return a valid one next time.
+      if (failure instanceof QueueBoxValidationError || claim.attempt >= this.options.maxAttempts) {
+        const reason =
+          failure instanceof QueueBoxValidationError
+            ? describeError(failure)
+            : messages.attemptsExhausted(claim.attempt, describeError(failure));
+        if (await this.lease.deadLetter(claim, reason)) {
+          this.metrics.increment('queuebox_inbox_messages_dead_lettered_total', labels);
+          this.logger.warn(messages.deadLettered(id, reason));
+        } else {
+          this.logger.warn(messages.finishLost(id, what));
+        }
+        return;
+      }
+      what = 'retry';
+      const delayMs = Math.max(0, Math.round(this.options.backoff(claim.attempt, failure)));
+      if (await this.lease.retry(claim, { delayMs, error: failure })) {
+        this.metrics.increment('queuebox_inbox_messages_retried_total', labels);
+        this.logger.warn(messages.relayFailed(id, claim.attempt, describeError(failure), delayMs));
+      } else {
+        this.logger.warn(messages.finishLost(id, what));
+      }
+    } catch (error) {
+      this.logger.error(messages.finishFailed(id, what, describeError(error)));
+    }
+  }
+
+  private async reclaim(): Promise<void> {
+    try {
+      const { pending, dead } = await this.lease.reclaimInbox({
+        sources: this.sources.relaySources,
+        maxAttempts: this.options.maxAttempts,
+      });
+      if (pending + dead > 0) this.logger.warn(messages.reclaimed(NAME, pending, dead));
+    } catch (error) {
+      this.logger.error(messages.reclaimFailed(NAME, describeError(error)));
+    }
+  }
+}

@@ -1,0 +1,44 @@
+import type { OutboxMessageInput } from '../outbox/outbox.types';
+
+/** What `InboxService.receive()` stores. */
+export interface InboxMessageInput {
+  /** Who sent it; a relay route or a `@PullHandler` must consume this source. */
+  source: string;
+  /** Unique per source: a second receive with the same key is a duplicate. */
+  idempotencyKey: string;
+  /** Ordering key within the source: rows of one aggregate are handled one at a time, in receive order. */
+  aggregateId?: string | null;
+  /** Any JSON-serializable value. */
+  payload: unknown;
+  /** String headers kept with the message. */
+  headers?: Record<string, string>;
+}
+
+export interface ReceiveResult {
+  /** The row id (a bigint, as a string): the new row's, or the stored one's for a duplicate. */
+  id: string;
+  /** True when the message was already stored; a duplicate is not an error. */
+  duplicate: boolean;
+}
+
+/** A stored inbox message, as a relay route or a pull handler receives it. */
+export interface InboxMessage {
+  id: string;
+  source: string;
+  idempotencyKey: string;
+  aggregateId: string | null;
+  payload: unknown;
+  headers: Record<string, string>;
+  /** 1 for the first attempt. */
+  attempt: number;
+  receivedAt: Date;
+}
+
+/**
+ * Turns an inbox message into the outbox message(s) to send on (sync or async). It runs before
+ * the forward transaction, under the row's claim; throwing retries the row later with backoff,
+ * and an invalid result (`QueueBoxValidationError`) dead-letters it.
+ */
+export type RelayRoute = (
+  message: InboxMessage,
+) => OutboxMessageInput | OutboxMessageInput[] | Promise<OutboxMessageInput | OutboxMessageInput[]>;
