@@ -7,6 +7,7 @@ import { QueueBoxValidationError, UnknownSourceError } from '../../lib/errors/qu
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import { LeaseService } from '../../lib/lease/lease.service';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
@@ -221,7 +222,7 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
     await db.query("UPDATE queuebox_inbox SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1", [id]);
     await drainRelay();
     assert.deepEqual(await db.query('SELECT state FROM queuebox_inbox'), [{ state: 'processing' }], 'still leased to the new owner');
-    await t.get(InboxRelay)['reclaim']();
+    assert.deepEqual(await t.get(LeaseService).reclaimInbox({ sources: ['orders'], maxAttempts: 3 }), { pending: 1, dead: 0 });
     await drainRelay();
     assert.deepEqual(await db.query('SELECT state FROM queuebox_inbox'), [{ state: 'processed' }]);
     assert.deepEqual(await db.query('SELECT message_id FROM queuebox_outbox'), [{ message_id: relay.derivedMessageId(id, 0) }]);
