@@ -12,6 +12,9 @@ export {
 export { CAUSATION_HEADER, InboxRelay } from './inbox/inbox.relay';
 export { InboxService } from './inbox/inbox.service';
 export type { InboxMessage, InboxMessageInput, ReceiveResult, RelayRoute } from './inbox/inbox.types';
+export { InboxReceiver, type ReceivedRequest, type ReceiverAnswer } from './inbox/receiver/inbox-receiver';
+export type { InboxReceiverOptions } from './inbox/receiver/inbox-receiver.options';
+export { SIGNATURE_HEADER, type SignatureCheck, signatureHeaders, TIMESTAMP_HEADER, verifySignature } from './inbox/receiver/signature';
 export { LeaseService } from './lease/lease.service';
 export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './lease/lease.types';
 export { LeaseKeeper } from './lease/lease-keeper';
@@ -21,7 +24,7 @@ export { renderSchemaSql } from './migrations/schema-files';
 export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
 export type { EnqueueResult, OutboundMessage, OutboxMessageInput, Publisher } from './outbox/outbox.types';
-export { HttpPublisher, type HttpPublisherOptions } from './publishers/http.publisher';
+export { HttpPublisher, type HttpPublisherOptions, KEY_HEADER } from './publishers/http.publisher';
 export { DEFAULT_TABLES, MESSAGE_ID_HEADER, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';

@@ -102,6 +102,21 @@ export const messages = {
   claimLost: (component: string, id: string) => `The ${component} claim on row ${id} is lost.`,
 
   // HTTP publisher
+  receiverPathInvalid: (path: unknown) => `QueueBox option "receiver.path" must be a URL path like "queuebox/inbox", got ${show(path)}.`,
+  receiverGuardsInvalid: () => 'QueueBox option "receiver.guards" must be an array of Nest guards (classes or instances).',
+  receiverOpen: () =>
+    'The inbox receiver would accept unauthenticated writes: set "receiver.secret" (senders sign with HMAC-SHA256; HttpPublisher does with its "secret") or pass your own "receiver.guards".',
+  receiverNotJson: () => 'The body must be JSON, sent with Content-Type: application/json.',
+  receiverTooLarge: (bytes: number, limit: number) => `The body is ${bytes} bytes; the limit is ${limit} ("receiver.maxBodyBytes").`,
+  receiverBadSignature: (check: string) =>
+    check === 'missing'
+      ? 'The request is not signed: X-QueueBox-Timestamp and X-QueueBox-Signature are required.'
+      : check === 'stale'
+        ? 'The signature timestamp is outside the allowed window ("receiver.toleranceSeconds"); check the sender\'s clock or resend.'
+        : `The signature is ${check === 'malformed' ? 'malformed' : 'not valid for this body and secret'}.`,
+  receiverNoKey: () => 'An Idempotency-Key or X-Message-Id header is required, so a resent message is stored once.',
+  receiverUnknownSource: (source: string) => `No consumer for source ${show(source)} here.`,
+  secretTooShort: (option: string) => `"${option}" must be a string of at least 16 characters (use a random value, e.g. 32 bytes in hex).`,
   httpNoUrl: (destination: string) => `no URL is configured for destination ${show(destination)}`,
   httpStatus: (status: number, url: string) => `HTTP ${status} from ${url}`,
   httpTimeout: (timeoutMs: number, url: string) => `no answer from ${url} within ${timeoutMs} ms`,

@@ -1,9 +1,18 @@
-import { ConfigurableModuleBuilder, type Provider } from '@nestjs/common';
+import { ConfigurableModuleBuilder, type DynamicModule, type Provider } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { createDialect } from './dialects/dialects';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_MODULE_OPTIONS, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { InboxReceiver } from './inbox/receiver/inbox-receiver';
+import { createInboxReceiverController } from './inbox/receiver/inbox-receiver.controller';
+import { type InboxReceiverOptions, resolveReceiverOptions } from './inbox/receiver/inbox-receiver.options';
+import {
+  QUEUEBOX_DATA_SOURCE,
+  QUEUEBOX_DIALECT,
+  QUEUEBOX_MODULE_OPTIONS,
+  QUEUEBOX_RECEIVER_OPTIONS,
+  QUEUEBOX_RESOLVED_OPTIONS,
+} from './queuebox.constants';
 import { messages } from './queuebox.messages';
 import { type QueueBoxModuleOptions, type ResolvedQueueBoxOptions, resolveOptions } from './queuebox.options';
 
@@ -11,6 +20,17 @@ import { type QueueBoxModuleOptions, type ResolvedQueueBoxOptions, resolveOption
 export interface QueueBoxModuleExtras {
   /** Name of the TypeORM DataSource (`TypeOrmModule.forRoot({ name })`). Default: the default DataSource. */
   dataSource?: string;
+  /** Enables the HTTP receiver (`POST <path>/:source`). Off by default. */
+  receiver?: InboxReceiverOptions;
+}
+
+function receiverParts(receiver: InboxReceiverOptions | undefined): Pick<DynamicModule, 'controllers' | 'providers'> {
+  if (receiver === undefined) return { controllers: [], providers: [] };
+  const options = resolveReceiverOptions(receiver);
+  return {
+    controllers: [createInboxReceiverController(options)],
+    providers: [{ provide: QUEUEBOX_RECEIVER_OPTIONS, useValue: options }, InboxReceiver],
+  };
 }
 
 function dataSourceProvider(name: string | undefined): Provider {
@@ -47,9 +67,13 @@ export const {
   ASYNC_OPTIONS_TYPE: QUEUEBOX_ASYNC_OPTIONS_TYPE,
 } = new ConfigurableModuleBuilder<QueueBoxModuleOptions>({ moduleName: 'QueueBox', optionsInjectionToken: QUEUEBOX_MODULE_OPTIONS })
   .setClassMethodName('forRoot')
-  .setExtras<QueueBoxModuleExtras>({ dataSource: undefined }, (definition, extras) => ({
-    ...definition,
-    global: true,
-    providers: [...(definition.providers ?? []), dataSourceProvider(extras.dataSource), ...coreProviders],
-  }))
+  .setExtras<QueueBoxModuleExtras>({ dataSource: undefined, receiver: undefined }, (definition, extras) => {
+    const receiver = receiverParts(extras.receiver);
+    return {
+      ...definition,
+      global: true,
+      controllers: receiver.controllers,
+      providers: [...(definition.providers ?? []), dataSourceProvider(extras.dataSource), ...coreProviders, ...(receiver.providers ?? [])],
+    };
+  })
   .build();

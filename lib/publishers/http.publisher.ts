@@ -1,4 +1,5 @@
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
+import { signatureHeaders } from '../inbox/receiver/signature';
 import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
 import { messages } from '../queuebox.messages';
 
@@ -9,14 +10,22 @@ export interface HttpPublisherOptions {
   timeoutMs?: number;
   /** Headers added to every request (message headers win on a clash). */
   headers?: Record<string, string>;
+  /**
+   * Signs every request with HMAC-SHA256 over timestamp and body (`X-QueueBox-Timestamp`,
+   * `X-QueueBox-Signature`), as QueueBox's inbox receiver verifies. Default: unsigned.
+   */
+  secret?: string;
 }
+
+/** Carries the message's ordering key, so a receiving QueueBox inbox can keep it as the aggregate. */
+export const KEY_HEADER = 'X-QueueBox-Key';
 
 // 4xx answers that a later attempt may turn into a success.
 const RETRYABLE_4XX = new Set([408, 425, 429]);
 
 /**
- * Delivers each message as `POST <url>` with the JSON payload as body, `X-Message-Id` and the
- * message headers. 2xx is success; 4xx other than 408, 425 and 429 is permanent (dead-letter);
+ * Delivers each message as `POST <url>` with the JSON payload as body, `X-Message-Id`, the
+ * message headers and `X-QueueBox-Key` (when the message has a key), signed when `secret` is set. 2xx is success; 4xx other than 408, 425 and 429 is permanent (dead-letter);
  * anything else, a network error or a timeout included, is retried.
  *
  * @example
@@ -39,17 +48,24 @@ export class HttpPublisher implements Publisher {
       throw new QueueBoxConfigError('timeoutMs', messages.optionOutOfRange('timeoutMs', timeoutMs, 1, Number.MAX_SAFE_INTEGER));
     }
     this.timeoutMs = timeoutMs;
+    if (options.secret !== undefined && (typeof options.secret !== 'string' || options.secret.length < 16)) {
+      throw new QueueBoxConfigError('secret', messages.secretTooShort('secret'));
+    }
   }
 
   async publish(message: OutboundMessage, signal: AbortSignal): Promise<void> {
     const url = this.urlOf(message.destination);
     const timeout = AbortSignal.timeout(this.timeoutMs);
+    const body = JSON.stringify(message.payload);
+    const headers: Record<string, string> = { ...this.options.headers, ...message.headers, 'content-type': 'application/json' };
+    if (message.key !== null) headers[KEY_HEADER] = message.key;
+    if (this.options.secret) Object.assign(headers, signatureHeaders(this.options.secret, body));
     let response: Response;
     try {
       response = await fetch(url, {
         method: 'POST',
-        headers: { ...this.options.headers, ...message.headers, 'content-type': 'application/json' },
-        body: JSON.stringify(message.payload),
+        headers,
+        body,
         signal: AbortSignal.any([signal, timeout]),
         redirect: 'manual',
       });

@@ -1,0 +1,37 @@
+import { Controller, Param, Post, Req, Res, type Type, UseGuards } from '@nestjs/common';
+import { InboxReceiver } from './inbox-receiver';
+import type { ResolvedReceiverOptions } from './inbox-receiver.options';
+
+interface PlatformRequest {
+  headers: Record<string, string | string[] | undefined>;
+  rawBody?: Buffer;
+  body?: unknown;
+}
+
+interface PlatformResponse {
+  status(code: number): unknown;
+}
+
+/**
+ * Builds the receiver's controller for the configured path and guards (decorators take their
+ * arguments when the class is declared, so the class is declared here, once per module).
+ */
+export function createInboxReceiverController(options: ResolvedReceiverOptions): Type<unknown> {
+  @Controller(options.path)
+  @UseGuards(...options.guards)
+  class InboxReceiverController {
+    constructor(private readonly receiver: InboxReceiver) {}
+
+    @Post(':source')
+    async receive(
+      @Param('source') source: string,
+      @Req() request: PlatformRequest,
+      @Res({ passthrough: true }) response: PlatformResponse,
+    ) {
+      const answer = await this.receiver.handle({ source, headers: request.headers, rawBody: request.rawBody, body: request.body });
+      response.status(answer.status);
+      return answer.body;
+    }
+  }
+  return InboxReceiverController;
+}

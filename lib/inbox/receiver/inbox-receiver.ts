@@ -1,0 +1,100 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { QueueBoxValidationError, UnknownSourceError } from '../../errors/queuebox.errors';
+import { QUEUEBOX_RECEIVER_OPTIONS } from '../../queuebox.constants';
+import { messages } from '../../queuebox.messages';
+import { InboxService } from '../inbox.service';
+import type { ResolvedReceiverOptions } from './inbox-receiver.options';
+import { SIGNATURE_HEADER, TIMESTAMP_HEADER, verifySignature } from './signature';
+
+/** What the receiver needs from an HTTP request, whatever the platform. */
+export interface ReceivedRequest {
+  source: string;
+  /** Header names in lower case, as Node gives them. */
+  headers: Record<string, string | string[] | undefined>;
+  /** The exact bytes received, when the app keeps them (`NestFactory.create(App, { rawBody: true })`). */
+  rawBody?: Buffer;
+  /** The body as the platform's parser left it. */
+  body: unknown;
+}
+
+export interface ReceiverAnswer {
+  status: number;
+  body: { id?: string; duplicate?: boolean; error?: string; message: string };
+}
+
+// Kept with the message: the sender's own headers, not transport or credentials.
+const STORED_HEADER = /^x-/;
+const NOT_STORED = new Set([SIGNATURE_HEADER.toLowerCase(), TIMESTAMP_HEADER.toLowerCase()]);
+
+/**
+ * The HTTP receiver's logic: size, signature, JSON, idempotency key, then `InboxService.receive`.
+ * 202 for a new message, 200 with `duplicate: true` for a repeat, 400 for a missing key or a body
+ * that is not JSON, 401 for a bad signature, 404 for an unknown source, 413 above the size limit.
+ */
+@Injectable()
+export class InboxReceiver {
+  constructor(
+    private readonly inbox: InboxService,
+    @Inject(QUEUEBOX_RECEIVER_OPTIONS) private readonly options: ResolvedReceiverOptions,
+  ) {}
+
+  async handle(request: ReceivedRequest, nowSeconds = Math.floor(Date.now() / 1000)): Promise<ReceiverAnswer> {
+    const header = (name: string) => {
+      const value = request.headers[name.toLowerCase()];
+      return Array.isArray(value) ? value[0] : value;
+    };
+    const contentType = header('content-type') ?? '';
+    if (!/^application\/(.+\+)?json\b/i.test(contentType)) return answer(400, messages.receiverNotJson());
+    // The bytes as sent when the app keeps them; otherwise the parsed body serialized again, which
+    // reproduces what JSON.stringify produced on the sending side (HttpPublisher does exactly that).
+    const raw = request.rawBody ?? (request.body === undefined ? undefined : Buffer.from(JSON.stringify(request.body)));
+    if (raw === undefined) return answer(400, messages.receiverNotJson());
+    if (raw.length > this.options.maxBodyBytes) return answer(413, messages.receiverTooLarge(raw.length, this.options.maxBodyBytes));
+    if (this.options.secrets.length > 0) {
+      const check = verifySignature({
+        secrets: this.options.secrets,
+        timestamp: header(TIMESTAMP_HEADER),
+        signature: header(SIGNATURE_HEADER),
+        body: raw,
+        nowSeconds,
+        toleranceSeconds: this.options.toleranceSeconds,
+      });
+      if (check !== 'valid') return answer(401, messages.receiverBadSignature(check));
+    }
+    let payload: unknown;
+    try {
+      payload = request.rawBody ? JSON.parse(request.rawBody.toString('utf8')) : request.body;
+    } catch {
+      return answer(400, messages.receiverNotJson());
+    }
+    const idempotencyKey = header('idempotency-key') ?? header('x-message-id');
+    if (!idempotencyKey) return answer(400, messages.receiverNoKey());
+    const headers: Record<string, string> = {};
+    for (const [name, value] of Object.entries(request.headers)) {
+      if (STORED_HEADER.test(name) && !NOT_STORED.has(name) && typeof value === 'string') headers[name] = value;
+    }
+    try {
+      const result = await this.inbox.receive({
+        source: request.source,
+        idempotencyKey,
+        aggregateId: header(this.options.aggregateHeader) ?? null,
+        payload,
+        headers,
+      });
+      return result.duplicate
+        ? { status: 200, body: { id: result.id, duplicate: true, message: 'already received' } }
+        : { status: 202, body: { id: result.id, duplicate: false, message: 'accepted' } };
+    } catch (error) {
+      if (error instanceof UnknownSourceError) return answer(404, messages.receiverUnknownSource(request.source));
+      if (error instanceof QueueBoxValidationError)
+        return answer(error.field === 'payload' && /above the limit/.test(error.message) ? 413 : 400, error.message);
+      throw error;
+    }
+  }
+}
+
+function answer(status: number, message: string): ReceiverAnswer {
+  return { status, body: { error: STATUS_TEXT[status], message } };
+}
+
+const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 413: 'Payload Too Large' };

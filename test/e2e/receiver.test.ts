@@ -1,0 +1,206 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import {
+  type CallHandler,
+  type CanActivate,
+  type ExecutionContext,
+  type INestApplication,
+  Injectable,
+  Module,
+  type NestInterceptor,
+} from '@nestjs/common';
+import { APP_INTERCEPTOR, NestFactory } from '@nestjs/core';
+import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
+import { delay, type Observable } from 'rxjs';
+import type { DataSource } from 'typeorm';
+import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { signatureHeaders } from '../../lib/inbox/receiver/signature';
+import { OutboxService } from '../../lib/outbox/outbox.service';
+import { HttpPublisher } from '../../lib/publishers/http.publisher';
+import { QueueBoxModule } from '../../lib/queuebox.module';
+import type { QueueBoxModuleExtras } from '../../lib/queuebox.module-definition';
+import type { QueueBoxModuleOptions } from '../../lib/queuebox.options';
+import { createTestApp } from '../support/app';
+import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+
+const SECRET = 'a-test-secret-of-32-characters!!';
+
+/** Holds the first answer to each message id for a while after storing it, so the sender times out and retries. */
+@Injectable()
+class SlowFirstAnswer implements NestInterceptor {
+  private readonly seen = new Set<string>();
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const id = String(context.switchToHttp().getRequest().headers['x-message-id']);
+    const first = !this.seen.has(id);
+    this.seen.add(id);
+    return first ? next.handle().pipe(delay(700)) : next.handle();
+  }
+}
+
+@Injectable()
+class DenyAll implements CanActivate {
+  canActivate() {
+    return false;
+  }
+}
+
+async function startReceiverApp(
+  url: string,
+  options: QueueBoxModuleOptions & QueueBoxModuleExtras,
+  slow = false,
+): Promise<INestApplication> {
+  @Module({
+    imports: [TypeOrmModule.forRoot({ type: 'postgres', url, logging: false }), QueueBoxModule.forRoot(options)],
+    providers: slow ? [{ provide: APP_INTERCEPTOR, useClass: SlowFirstAnswer }] : [],
+  })
+  class ReceiverModule {}
+  const app = await NestFactory.create(ReceiverModule, { rawBody: true, logger: false, abortOnError: false });
+  await app.listen(0, '127.0.0.1');
+  return app;
+}
+
+const inboxOptions = { inbox: { relay: { routes: { orders: () => [] } } }, workers: false } as const;
+
+describe('HTTP receiver', () => {
+  let db: TestDatabase;
+  let app: INestApplication;
+  let base: string;
+
+  before(async () => {
+    db = await createTestDatabase();
+    app = await startReceiverApp(db.url, { ...inboxOptions, receiver: { secret: ['old-secret-0123456789', SECRET], maxBodyBytes: 2000 } });
+    base = `${await app.getUrl()}/queuebox/inbox`;
+  });
+  after(async () => {
+    await app?.close();
+    await db?.drop();
+  });
+
+  const post = (source: string, body: string, headers: Record<string, string> = {}, sign: string | false = SECRET, at?: number) =>
+    fetch(`${base}/${source}`, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json', ...(sign ? signatureHeaders(sign, body, at) : {}), ...headers },
+    });
+
+  it('answers 202 for a new message, 200 duplicate for a repeat, and stores it once with its aggregate and headers', async () => {
+    const body = JSON.stringify({ orderId: 1 });
+    const headers = { 'Idempotency-Key': 'evt-1', 'X-QueueBox-Key': 'order-1', 'X-Tenant': 'acme', Authorization: 'Bearer x' };
+    const first = await post('orders', body, headers);
+    assert.equal(first.status, 202);
+    const stored = (await first.json()) as { id: string; duplicate: boolean };
+    assert.equal(stored.duplicate, false);
+    const second = await post('orders', body, headers);
+    assert.equal(second.status, 200);
+    assert.deepEqual(await second.json(), { id: stored.id, duplicate: true, message: 'already received' });
+    const rows = await db.query<{ idempotency_key: string; aggregate_id: string; payload: unknown; headers: Record<string, string> }>(
+      'SELECT idempotency_key, aggregate_id, payload, headers FROM queuebox_inbox',
+    );
+    assert.equal(rows.length, 1);
+    assert.equal(rows[0].aggregate_id, 'order-1');
+    assert.deepEqual(rows[0].payload, { orderId: 1 });
+    assert.equal(rows[0].headers['x-tenant'], 'acme');
+    assert.equal(rows[0].headers.authorization, undefined, 'credentials are not stored');
+    assert.equal(rows[0].headers['x-queuebox-signature'], undefined);
+  });
+
+  it('takes the idempotency key from X-Message-Id when there is no Idempotency-Key', async () => {
+    const response = await post('orders', '{}', { 'X-Message-Id': '9b2f4c1e-0000-4000-8000-000000000001' });
+    assert.equal(response.status, 202);
+  });
+
+  it('answers 400, 404 and 413 for bad requests', async () => {
+    assert.equal((await post('orders', '{}')).status, 400, 'no idempotency key');
+    assert.equal((await post('orders', '{"broken":', { 'Idempotency-Key': 'x' })).status, 400, 'not JSON');
+    const text = await fetch(`${base}/orders`, {
+      method: 'POST',
+      body: 'hello',
+      headers: { 'content-type': 'text/plain', 'Idempotency-Key': 'y' },
+    });
+    assert.equal(text.status, 400, 'not a JSON content type');
+    assert.equal((await post('nobody', '{}', { 'Idempotency-Key': 'z' })).status, 404, 'unknown source');
+    const large = JSON.stringify({ blob: 'x'.repeat(3000) });
+    assert.equal((await post('orders', large, { 'Idempotency-Key': 'big' })).status, 413);
+    assert.deepEqual(await db.query("SELECT idempotency_key FROM queuebox_inbox WHERE idempotency_key IN ('x', 'y', 'z', 'big')"), []);
+  });
+
+  it('answers 401 for a tampered body, a wrong secret, a stale timestamp or no signature; accepts the rotated-out secret', async () => {
+    const body = JSON.stringify({ amount: 10 });
+    const signed = signatureHeaders(SECRET, body);
+    const tampered = await fetch(`${base}/orders`, {
+      method: 'POST',
+      body: JSON.stringify({ amount: 1000 }),
+      headers: { 'content-type': 'application/json', 'Idempotency-Key': 't1', ...signed },
+    });
+    assert.equal(tampered.status, 401);
+    assert.equal((await post('orders', body, { 'Idempotency-Key': 't2' }, 'a-wrong-secret-0123456789')).status, 401);
+    const stale = await post('orders', body, { 'Idempotency-Key': 't3' }, SECRET, Math.floor(Date.now() / 1000) - 301);
+    assert.equal(stale.status, 401);
+    assert.match(((await stale.json()) as { message: string }).message, /outside the allowed window/);
+    assert.equal((await post('orders', body, { 'Idempotency-Key': 't4' }, false)).status, 401);
+    assert.equal((await post('orders', body, { 'Idempotency-Key': 't5' }, 'old-secret-0123456789')).status, 202);
+  });
+
+  it('refuses to start as an open endpoint: no secret and no guard is a configuration error', async () => {
+    assert.throws(
+      () => QueueBoxModule.forRoot({ ...inboxOptions, receiver: {} }),
+      (error: unknown) =>
+        error instanceof QueueBoxConfigError && error.option === 'receiver.secret' && /unauthenticated writes/.test(error.message),
+    );
+    assert.throws(() => QueueBoxModule.forRoot({ ...inboxOptions, receiver: { secret: 'short' } }), /at least 16 characters/);
+  });
+
+  it("runs the app's own guards when it has no secret", async () => {
+    const guarded = await startReceiverApp(db.url, { ...inboxOptions, receiver: { guards: [DenyAll], path: 'hooks' } });
+    try {
+      const response = await fetch(`${await guarded.getUrl()}/hooks/orders`, {
+        method: 'POST',
+        body: '{}',
+        headers: { 'content-type': 'application/json', 'Idempotency-Key': 'g' },
+      });
+      assert.equal(response.status, 403);
+    } finally {
+      await guarded.close();
+    }
+  });
+
+  it('end to end: one app publishes to the other app, which stores each message once although the publisher retried after timeouts', async () => {
+    const receiverDb = await createTestDatabase();
+    const senderDb = await createTestDatabase();
+    const receiverApp = await startReceiverApp(receiverDb.url, { ...inboxOptions, receiver: { secret: SECRET } }, true);
+    const sender = await createTestApp(senderDb.url, {
+      outbox: {
+        publisher: new HttpPublisher({
+          destinations: { billing: `${await receiverApp.getUrl()}/queuebox/inbox/orders` },
+          secret: SECRET,
+          timeoutMs: 300,
+        }),
+        pollIntervalMs: 20,
+        backoff: { initialMs: 10, maxMs: 50 },
+      },
+    });
+    try {
+      const dataSource = sender.app.get<DataSource>(getDataSourceToken());
+      await dataSource.transaction((manager) =>
+        sender.get(OutboxService).enqueueMany(
+          manager,
+          Array.from({ length: 5 }, (_, n) => ({ destination: 'billing', key: `order-${n % 2}`, payload: { n } })),
+        ),
+      );
+      await eventually(async () => (await senderDb.query("SELECT 1 FROM queuebox_outbox WHERE state <> 'sent'")).length === 0, 'all sent');
+      assert.ok(sender.logger.has('warn', 'no answer from'), 'the publisher timed out and retried');
+      const rows = await receiverDb.query<{ idempotency_key: string; aggregate_id: string }>(
+        'SELECT idempotency_key, aggregate_id FROM queuebox_inbox',
+      );
+      const sent = await senderDb.query<{ message_id: string }>('SELECT message_id FROM queuebox_outbox');
+      assert.equal(rows.length, 5, 'each message stored exactly once');
+      assert.deepEqual(rows.map((r) => r.idempotency_key).sort(), sent.map((r) => r.message_id).sort());
+      assert.deepEqual([...new Set(rows.map((r) => r.aggregate_id))].sort(), ['order-0', 'order-1'], 'the outbox key became the aggregate');
+    } finally {
+      await sender.app.close();
+      await receiverApp.close();
+      await receiverDb.drop();
+      await senderDb.drop();
+    }
+  });
+});
