@@ -25,7 +25,18 @@ export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
 export type { EnqueueResult, OutboundMessage, OutboxMessageInput, Publisher } from './outbox/outbox.types';
 export { HttpPublisher, type HttpPublisherOptions, KEY_HEADER } from './publishers/http.publisher';
+export { PullWorker } from './pull/pull.worker';
+export { type PullContext, PullHandler } from './pull/pull-handler.decorator';
 export { DEFAULT_TABLES, MESSAGE_ID_HEADER, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';
-export type { InboxOptions, OutboxOptions, QueueBoxModuleOptions, RelayOptions, WorkerOptions, WorkersOptions } from './queuebox.options';
+export type {
+  InboxOptions,
+  OutboxOptions,
+  PullHandlerOptions,
+  PullOptions,
+  QueueBoxModuleOptions,
+  RelayOptions,
+  WorkerOptions,
+  WorkersOptions,
+} from './queuebox.options';

@@ -90,6 +90,18 @@ export const messages = {
   publishClaimLost: (messageId: string) =>
     `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.`,
 
+  // Pull workers
+  pullHandlerTwice: (source: string, first: string, second: string) =>
+    `Two @PullHandler methods consume source ${show(source)}: ${first} and ${second}. Keep one; a source has one consumer.`,
+  pullHandlerAndRoute: (source: string, handler: string) =>
+    `Source ${show(source)} has both a relay route ("inbox.relay.routes") and a @PullHandler (${handler}). Keep one; a source has one consumer.`,
+  pullPoolTight: (concurrency: number, poolSize: number) =>
+    `Pull handlers may run ${concurrency} transactions at once but the TypeORM pool has ${poolSize} connections, one of which QueueBox keeps for lease renewals: handlers beyond ${poolSize - 1} wait for a connection (renewals never do). Raise the pool size ("extra.max") or lower the handlers' concurrency.`,
+  pullHandlerFailed: (id: string, handler: string, attempt: number, error: string, delayMs: number) =>
+    `Pull handler ${handler} failed on message ${id} (attempt ${attempt}): ${error}. Rolled back; retrying in ${delayMs} ms.`,
+  pullClaimLost: (id: string, handler: string) =>
+    `Lost the claim on message ${id} while ${handler} ran: its transaction was rolled back and the new owner handles the message. Raise the handler's "leaseMs" if this repeats.`,
+
   // Inbox relay
   relayFailed: (id: string, attempt: number, error: string, delayMs: number) =>
     `Forward of inbox message ${id} failed on attempt ${attempt}: ${error}. Retrying in ${delayMs} ms.`,

@@ -1,4 +1,5 @@
 import { Module } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
 import { InboxRelay } from './inbox/inbox.relay';
 import { InboxService } from './inbox/inbox.service';
 import { InboxSources } from './inbox/inbox-sources';
@@ -6,6 +7,8 @@ import { LeaseService } from './lease/lease.service';
 import { QueueBoxMetrics } from './metrics/queuebox.metrics';
 import { OutboxPoller } from './outbox/outbox.poller';
 import { OutboxService } from './outbox/outbox.service';
+import { PullWorker } from './pull/pull.worker';
+import { PullHandlerExplorer } from './pull/pull-handler.explorer';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { QueueBoxConfigurableModule } from './queuebox.module-definition';
 
@@ -26,8 +29,20 @@ import { QueueBoxConfigurableModule } from './queuebox.module-definition';
  * QueueBoxModule.forRootAsync({ inject: [ConfigService], useFactory: (config: ConfigService) => ({ ... }) })
  */
 @Module({
-  providers: [QueueBoxMetrics, LeaseService, OutboxService, OutboxPoller, InboxSources, InboxService, InboxRelay],
+  imports: [DiscoveryModule],
+  providers: [
+    QueueBoxMetrics,
+    LeaseService,
+    OutboxService,
+    OutboxPoller,
+    InboxSources,
+    InboxService,
+    InboxRelay,
+    PullHandlerExplorer,
+    PullWorker,
+  ],
   exports: [
+    PullWorker,
     QueueBoxMetrics,
     LeaseService,
     OutboxService,

@@ -45,6 +45,24 @@ export interface InboxOptions {
   relay?: RelayOptions;
 }
 
+/** Defaults of `@PullHandler` workers (each handler may override lease, concurrency, attempts, backoff). */
+export interface PullOptions {
+  /** Lease of a pull claim when the handler gives none. Default 30000 ms. */
+  defaultLeaseMs?: number;
+  /** Handlers of one source running at once per process. Default 1. */
+  concurrency?: number;
+  /** Sleep between claims while a source has nothing to do. Default 1000 ms. */
+  pollIntervalMs?: number;
+  /** Attempts before a row is dead. Default 10. */
+  maxAttempts?: number;
+  /** Delay before a retry. Default as the outbox. */
+  backoff?: BackoffOptions | BackoffFunction;
+  /** How long shutdown waits for running handlers (and their commits). Default 10000 ms. */
+  shutdownTimeoutMs?: number;
+  /** Sources consumed by your own pull clients through `LeaseService.claim()` (so `receive()` accepts them). */
+  sources?: string[];
+}
+
 /** Which workers run in this process. `false` everywhere makes a replica that only enqueues. */
 export interface WorkersOptions {
   outbox?: boolean;
@@ -69,6 +87,7 @@ export interface QueueBoxModuleOptions {
   maxPayloadBytes?: number;
   outbox?: OutboxOptions;
   inbox?: InboxOptions;
+  pull?: PullOptions;
 }
 
 export interface ResolvedWorkerOptions {
@@ -94,15 +113,26 @@ export interface ResolvedRelayOptions extends ResolvedWorkerOptions {
   routes: Record<string, RelayRoute>;
 }
 
+export interface ResolvedPullOptions {
+  defaultLeaseMs: number;
+  concurrency: number;
+  pollIntervalMs: number;
+  maxAttempts: number;
+  backoff: BackoffFunction;
+  shutdownTimeoutMs: number;
+  sources: string[];
+}
+
 export interface ResolvedQueueBoxOptions {
   tables: QueueBoxTables;
   workers: Required<WorkersOptions>;
   maxPayloadBytes: number;
   outbox: ResolvedOutboxOptions;
   inbox: { relay: ResolvedRelayOptions };
+  pull: ResolvedPullOptions;
 }
 
-const TOP_LEVEL_KEYS = ['tables', 'workers', 'maxPayloadBytes', 'outbox', 'inbox'];
+const TOP_LEVEL_KEYS = ['tables', 'workers', 'maxPayloadBytes', 'outbox', 'inbox', 'pull'];
 const WORKER_KEYS = ['pollIntervalMs', 'batchSize', 'concurrency', 'claimTimeoutMs', 'shutdownTimeoutMs', 'maxAttempts', 'backoff'];
 const DEFAULT_PUBLISHER = 'default';
 
@@ -121,6 +151,7 @@ export function resolveOptions(options: QueueBoxModuleOptions = {}): ResolvedQue
     maxPayloadBytes: integer('maxPayloadBytes', options.maxPayloadBytes, 1_048_576, 1, 1024 ** 3),
     outbox,
     inbox: { relay: resolveRelay(inbox.relay ?? {}) },
+    pull: resolvePull(options.pull ?? {}),
   };
 }
 
@@ -190,6 +221,56 @@ function resolveRelay(relay: RelayOptions): ResolvedRelayOptions {
     if (!isSourceName(source)) throw new QueueBoxConfigError(`inbox.relay.routes.${source}`, messages.sourceNameInvalid(source));
   }
   return { ...resolveWorker('inbox.relay', relay), routes: { ...routes } };
+}
+
+function resolvePull(pull: PullOptions): ResolvedPullOptions {
+  expectObject('pull', pull);
+  rejectUnknownKeys('pull.', pull, [
+    'defaultLeaseMs',
+    'concurrency',
+    'pollIntervalMs',
+    'maxAttempts',
+    'backoff',
+    'shutdownTimeoutMs',
+    'sources',
+  ]);
+  const sources = pull.sources ?? [];
+  if (!Array.isArray(sources)) throw new QueueBoxConfigError('pull.sources', messages.optionNotObject('pull.sources', sources));
+  for (const source of sources)
+    if (!isSourceName(source)) throw new QueueBoxConfigError('pull.sources', messages.sourceNameInvalid(source));
+  return {
+    defaultLeaseMs: integer('pull.defaultLeaseMs', pull.defaultLeaseMs, 30_000, 100, 24 * 3600_000),
+    concurrency: integer('pull.concurrency', pull.concurrency, 1, 1, 10_000),
+    pollIntervalMs: integer('pull.pollIntervalMs', pull.pollIntervalMs, 1000, 1, 3600_000),
+    maxAttempts: integer('pull.maxAttempts', pull.maxAttempts, 10, 1, 1_000_000),
+    backoff: resolveBackoff('pull.backoff', pull.backoff),
+    shutdownTimeoutMs: integer('pull.shutdownTimeoutMs', pull.shutdownTimeoutMs, 10_000, 0, 24 * 3600_000),
+    sources: [...sources],
+  };
+}
+
+/** Validates one `@PullHandler`'s options against the `pull` defaults. `where` names the handler in errors. */
+export function resolvePullHandler(where: string, options: PullHandlerOptions, defaults: ResolvedPullOptions) {
+  expectObject(where, options);
+  rejectUnknownKeys(`${where}.`, options, ['leaseMs', 'concurrency', 'maxAttempts', 'backoff']);
+  return {
+    leaseMs: integer(`${where}.leaseMs`, options.leaseMs, defaults.defaultLeaseMs, 100, 24 * 3600_000),
+    concurrency: integer(`${where}.concurrency`, options.concurrency, defaults.concurrency, 1, 10_000),
+    maxAttempts: integer(`${where}.maxAttempts`, options.maxAttempts, defaults.maxAttempts, 1, 1_000_000),
+    backoff: options.backoff === undefined ? defaults.backoff : resolveBackoff(`${where}.backoff`, options.backoff),
+  };
+}
+
+/** Per-handler options of `@PullHandler(source, options)`. */
+export interface PullHandlerOptions {
+  /** Lease of each claim; renewed every third of it while the handler runs. Default `pull.defaultLeaseMs`. */
+  leaseMs?: number;
+  /** Handlers of this source running at once per process. Default `pull.concurrency`. */
+  concurrency?: number;
+  /** Attempts before the row is dead. Default `pull.maxAttempts`. */
+  maxAttempts?: number;
+  /** Delay before a retry. Default `pull.backoff`. */
+  backoff?: BackoffOptions | BackoffFunction;
 }
 
 /** A source travels in URLs (`POST <path>/:source`) and in logs: keep it plain. */

@@ -28,6 +28,8 @@ export interface ClaimLoopWork<C extends Claim> {
   /** Handles one claim. The keeper renews it; after `keeper.stop()`, check `loop.abandoned` before writing. */
   process(claim: C, keeper: LeaseKeeper): Promise<void>;
   reclaim?(): Promise<void>;
+  /** Starts renewing a claim; default `lease.keep(claim)`. */
+  keep?(claim: C): LeaseKeeper;
 }
 
 /**
@@ -149,7 +151,7 @@ export class ClaimLoop<C extends Claim> {
   }
 
   private dispatch(claim: C): Promise<void> {
-    const keeper = this.lease.keep(claim);
+    const keeper = this.work.keep ? this.work.keep(claim) : this.lease.keep(claim);
     const done = this.work
       .process(claim, keeper)
       .catch((error) => this.logger.error(messages.workFailed(this.options.name, claim.id, describeError(error))))

@@ -97,8 +97,14 @@ export interface Dialect {
   /** The relay's reclaim step, limited to its sources. */
   inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }>;
 
+  /**
+   * A pull claim for one source: expired `processing` rows and available `pending` rows in one
+   * statement, at most one per aggregate, serialized per source.
+   */
+  inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]>;
+
   /** Extends the lease to now + `leaseMs`; returns the new expiry, or null when the claim is lost. */
-  leaseRenew(p: FenceParams & { leaseMs: number }): Promise<Date | null>;
+  leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null>;
   /** Marks the row finished, in `manager`'s transaction when given. */
   leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean>;
   /** Returns the row to `pending`, available again after `delayMs`. */

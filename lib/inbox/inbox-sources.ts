@@ -3,13 +3,14 @@ import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
 
 /**
- * Which inbox sources have a consumer: a relay route (from the options) or a pull handler
- * (registered at start-up). Known whether or not this process runs the workers, so a web replica
- * accepts exactly what the worker replicas consume.
+ * Which inbox sources have a consumer: a relay route or `pull.sources` (from the options), or a
+ * `@PullHandler` (registered at start-up). Known whether or not this process runs the workers,
+ * so a web replica accepts exactly what the worker replicas consume.
  */
 @Injectable()
 export class InboxSources {
   private readonly pull = new Set<string>();
+  private readonly listeners: ((source: string) => void)[] = [];
 
   constructor(@Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions) {}
 
@@ -24,6 +25,16 @@ export class InboxSources {
   }
 
   isConsumed(source: string): boolean {
-    return Object.hasOwn(this.options.inbox.relay.routes, source) || this.pull.has(source);
+    return Object.hasOwn(this.options.inbox.relay.routes, source) || this.pull.has(source) || this.options.pull.sources.includes(source);
+  }
+
+  /** Tells the worker of `source` that a message arrived, so it claims now instead of after its sleep. */
+  notifyReceived(source: string): void {
+    for (const listener of this.listeners) listener(source);
+  }
+
+  /** Subscribes to `notifyReceived`. */
+  onReceived(listener: (source: string) => void): void {
+    this.listeners.push(listener);
   }
 }

@@ -5,7 +5,7 @@ import { ClaimLoop } from '../common/claim-loop';
 import { describeError } from '../common/errors';
 import { uuidV5 } from '../common/uuid';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
-import { ClaimLostError, QueueBoxValidationError } from '../errors/queuebox.errors';
+import { ClaimLostError } from '../errors/queuebox.errors';
 import { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
 import type { LeaseKeeper } from '../lease/lease-keeper';
@@ -15,6 +15,7 @@ import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } fro
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../queuebox.options';
 import type { InboxMessage } from './inbox.types';
+import { retryOrDeadLetter } from './inbox-failure';
 import { InboxSources } from './inbox-sources';
 
 const NAME = 'inbox relay';
@@ -55,6 +56,9 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
       this.logger,
       scheduler,
     );
+    sources.onReceived((source) => {
+      if (Object.hasOwn(this.options.routes, source)) this.loop.wake();
+    });
   }
 
   onApplicationBootstrap(): void {
@@ -120,7 +124,16 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
         failure = error;
       }
     }
-    await this.retryOrDeadLetter(claim, failure, labels);
+    await retryOrDeadLetter({
+      claim,
+      failure,
+      maxAttempts: this.options.maxAttempts,
+      backoff: this.options.backoff,
+      lease: this.lease,
+      metrics: this.metrics,
+      logger: this.logger,
+      retryMessage: (error, delayMs) => messages.relayFailed(`${message.source}/${message.idempotencyKey}`, claim.attempt, error, delayMs),
+    });
   }
 
   private async outboxRowsFor(message: InboxMessage): Promise<OutboxInsertRow[]> {
@@ -135,38 +148,6 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
       })),
       this.rootOptions.maxPayloadBytes,
     );
-  }
-
-  private async retryOrDeadLetter(claim: InboxClaim, failure: unknown, labels: Record<string, string>): Promise<void> {
-    const { message } = claim;
-    const id = `${message.source}/${message.idempotencyKey}`;
-    let what = 'dead-letter';
-    try {
-      // A route that returns an invalid message will not return a valid one next time.
-      if (failure instanceof QueueBoxValidationError || claim.attempt >= this.options.maxAttempts) {
-        const reason =
-          failure instanceof QueueBoxValidationError
-            ? describeError(failure)
-            : messages.attemptsExhausted(claim.attempt, describeError(failure));
-        if (await this.lease.deadLetter(claim, reason)) {
-          this.metrics.increment('queuebox_inbox_messages_dead_lettered_total', labels);
-          this.logger.warn(messages.deadLettered(id, reason));
-        } else {
-          this.logger.warn(messages.finishLost(id, what));
-        }
-        return;
-      }
-      what = 'retry';
-      const delayMs = Math.max(0, Math.round(this.options.backoff(claim.attempt, failure)));
-      if (await this.lease.retry(claim, { delayMs, error: failure })) {
-        this.metrics.increment('queuebox_inbox_messages_retried_total', labels);
-        this.logger.warn(messages.relayFailed(id, claim.attempt, describeError(failure), delayMs));
-      } else {
-        this.logger.warn(messages.finishLost(id, what));
-      }
-    } catch (error) {
-      this.logger.error(messages.finishFailed(id, what, describeError(error)));
-    }
   }
 
   private async reclaim(): Promise<void> {

@@ -41,6 +41,8 @@ export class InboxService {
       headersJson: serializeHeaders(message.headers, SUBJECT),
     };
     const result = await this.dialect.inboxInsertIfAbsent({ row, manager });
+    // In a caller's transaction the row is not visible until it commits; the worker's poll finds it then.
+    if (!result.duplicate && !manager?.queryRunner?.isTransactionActive) this.sources.notifyReceived(source);
     this.metrics.increment(result.duplicate ? 'queuebox_inbox_messages_duplicates_total' : 'queuebox_inbox_messages_received_total', {
       source,
     });

@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { describeError } from '../common/errors';
-import type { Dialect, LeaseTable } from '../dialects/dialect';
+import type { Dialect, InboxClaimedRow, LeaseTable } from '../dialects/dialect';
 import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
 import { MESSAGE_ID_HEADER, QUEUEBOX_DIALECT } from '../queuebox.constants';
 import type { Claim, InboxClaim, OutboxClaim } from './lease.types';
@@ -51,15 +51,41 @@ export class LeaseService {
     }));
   }
 
+  /**
+   * Claims the next message of `source` for a custom pull client, or returns `null` when there is
+   * none. Takes a pending row or one whose lease expired, at most one per aggregate in flight.
+   * Finish it with `complete(claim, manager)` in your transaction (or `retry` / `deadLetter`);
+   * keep it alive with `renew(claim)` (or `keep(claim)`) while you work.
+   *
+   * @example
+   * const claim = await lease.claim('payments', { leaseMs: 30_000 });
+   * if (claim) await dataSource.transaction(async (manager) => {
+   *   await applyPayment(manager, claim.message.payload);
+   *   if (!(await lease.complete(claim, manager))) throw new Error('claim lost: roll back');
+   * });
+   */
+  async claim(source: string, options: { leaseMs: number }): Promise<InboxClaim | null> {
+    const [claim] = await this.claimPullBatch({ source, limit: 1, leaseMs: options.leaseMs });
+    return claim ?? null;
+  }
+
+  /** A pull claim of up to `limit` rows of `source` (what `claim` does for one). */
+  async claimPullBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaim[]> {
+    return this.toInboxClaims('pull', await this.dialect.inboxPullClaimBatch(p), p.leaseMs);
+  }
+
   /** The inbox relay's claim: up to `limit` rows of `sources`, at most one per (source, aggregate). */
   async claimRelayBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaim[]> {
     if (p.sources.length === 0) return [];
-    const rows = await this.dialect.inboxRelayClaimBatch(p);
+    return this.toInboxClaims('inbox', await this.dialect.inboxRelayClaimBatch(p), p.leaseMs);
+  }
+
+  private toInboxClaims(component: 'inbox' | 'pull', rows: InboxClaimedRow[], leaseMs: number): InboxClaim[] {
     return rows.map((row) => ({
-      component: 'inbox',
+      component,
       id: row.id,
       token: row.token,
-      leaseMs: p.leaseMs,
+      leaseMs,
       leaseExpiresAt: row.leaseExpiresAt,
       attempt: row.attempts,
       message: {
@@ -75,9 +101,9 @@ export class LeaseService {
     }));
   }
 
-  /** Extends the lease by `claim.leaseMs` from the database's current time. */
-  async renew(claim: Claim): Promise<boolean> {
-    const expires = await this.dialect.leaseRenew({ ...this.fence(claim), leaseMs: claim.leaseMs });
+  /** Extends the lease by `claim.leaseMs` from the database's current time (on `manager`'s connection when given). */
+  async renew(claim: Claim, manager?: EntityManager): Promise<boolean> {
+    const expires = await this.dialect.leaseRenew({ ...this.fence(claim), leaseMs: claim.leaseMs, manager });
     if (expires) claim.leaseExpiresAt = expires;
     return this.fenced(claim, expires !== null);
   }
@@ -123,12 +149,13 @@ export class LeaseService {
 
   /**
    * Renews `claim` every third of its lease until `stop()`; aborts `keeper.signal` with a
-   * `ClaimLostError` when a renewal changes nothing or fails.
+   * `ClaimLostError` when a renewal changes nothing or fails. With `manager`, renewals run on its
+   * connection (pull workers keep one aside, so renewals never wait for the pool).
    */
-  keep(claim: Claim): LeaseKeeper {
+  keep(claim: Claim, manager?: EntityManager): LeaseKeeper {
     return new LeaseKeeper(
       claim,
-      () => this.renew(claim),
+      () => this.renew(claim, manager),
       (c) => this.markLost(c),
     );
   }

@@ -39,6 +39,11 @@ export class QueueBoxMetrics {
     return this.counters.get(seriesId(name, labels)) ?? 0;
   }
 
+  /** Every series with its value, e.g. `{ 'queuebox_claims_lost_total{component="pull"}': 1 }`. */
+  snapshot(): Record<string, number> {
+    return Object.fromEntries(this.counters);
+  }
+
   /** Sum of a counter over all its label sets. */
   total(name: QueueBoxCounter): number {
     let sum = 0;

@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { type INestApplicationContext, type LoggerService, Module } from '@nestjs/common';
+import { type INestApplicationContext, type LoggerService, Module, type Provider } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { QueueBoxModule } from '../../lib/queuebox.module';
@@ -43,13 +43,14 @@ export interface TestApp {
 export async function createTestApp(
   url: string,
   options: QueueBoxModuleOptions & QueueBoxModuleExtras,
-  extra: { poolSize?: number; typeormName?: string } = {},
+  extra: { poolSize?: number; typeormName?: string; providers?: Provider[] } = {},
 ): Promise<TestApp> {
   @Module({
     imports: [
       TypeOrmModule.forRoot({ name: extra.typeormName, type: 'postgres', url, extra: { max: extra.poolSize ?? 10 }, logging: false }),
       QueueBoxModule.forRoot(options),
     ],
+    providers: extra.providers ?? [],
   })
   class TestModule {}
   const logger = new RecordingLogger();

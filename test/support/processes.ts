@@ -5,6 +5,8 @@ export interface WorkerProcess {
   child: ChildProcess;
   /** Resolves with the exit signal or code. */
   exited: Promise<string>;
+  /** The QueueBox counters the worker printed when it shut down (empty if it was killed). */
+  metrics(): Record<string, number>;
 }
 
 /** Starts `test/fixtures/worker` in its own process and waits until it has started. */
@@ -12,6 +14,8 @@ export async function startWorker(env: {
   dbUrl: string;
   publishUrl?: string;
   name: string;
+  /** Lease of the fixture's pull handler. */
+  pullLeaseMs?: number;
   /** JSON-able QueueBox options: `workers`, `outbox`, `inbox.relay` (publisher and routes come from the fixture). */
   options: Record<string, unknown>;
   /** Resolve as soon as the process runs, not when it is ready (for workers that may die while starting). */
@@ -24,18 +28,21 @@ export async function startWorker(env: {
       QUEUEBOX_TEST_PUBLISH_URL: env.publishUrl ?? 'http://127.0.0.1:9',
       QUEUEBOX_TEST_WORKER: env.name,
       QUEUEBOX_TEST_OPTIONS: JSON.stringify(env.options),
+      QUEUEBOX_TEST_PULL_LEASE_MS: String(env.pullLeaseMs ?? 5000),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const exited = new Promise<string>((resolve) => child.on('exit', (code, signal) => resolve(signal ?? String(code))));
-  if (env.waitReady === false) return { child, exited };
-  await new Promise<void>((resolve, reject) => {
-    let output = '';
+  let output = '';
+  const ready = new Promise<void>((resolve, reject) => {
     child.stdout!.on('data', (chunk) => {
       output += String(chunk);
       if (output.includes('ready')) resolve();
     });
     void exited.then((how) => reject(new Error(`worker ${env.name} exited (${how}) before it was ready`)));
   });
-  return { child, exited };
+  const metrics = () => JSON.parse(/^metrics (.*)$/m.exec(output)?.[1] ?? '{}') as Record<string, number>;
+  if (env.waitReady !== false) await ready;
+  else ready.catch(() => undefined);
+  return { child, exited, metrics };
 }

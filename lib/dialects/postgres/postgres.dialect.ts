@@ -90,7 +90,10 @@ export class PostgresDialect implements Dialect {
   }
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    const records = await this.serializedClaim<ClaimedRecord>('outbox', sql.outboxClaimSql(this.table.outbox), [p.limit, p.leaseMs]);
+    const records = await this.serializedClaim<ClaimedRecord>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
+      p.limit,
+      p.leaseMs,
+    ]);
     return records
       .map((r) => ({
         id: String(r.id),
@@ -130,7 +133,7 @@ export class PostgresDialect implements Dialect {
   }
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.serializedClaim<InboxClaimedRecord>('inbox', sql.inboxRelayClaimSql(this.table.inbox), [
+    const records = await this.serializedClaim<InboxClaimedRecord>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
       p.limit,
       p.leaseMs,
       p.sources,
@@ -138,12 +141,25 @@ export class PostgresDialect implements Dialect {
     return records.map(toInboxClaimedRow).sort(byId);
   }
 
+  async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
+    const records = await this.serializedClaim<InboxClaimedRecord>(
+      `queuebox_pull_claim_${this.tables.inbox.qualified}:${p.source}`,
+      sql.inboxPullClaimSql(this.table.inbox),
+      [p.limit, p.leaseMs, p.source],
+    );
+    return records.map(toInboxClaimedRow).sort(byId);
+  }
+
   async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }> {
     return countReclaimed(await this.run<{ state: string }>(sql.inboxReclaimSql(this.table.inbox), [p.maxAttempts, p.sources]));
   }
 
-  async leaseRenew(p: FenceParams & { leaseMs: number }): Promise<Date | null> {
-    const { rows } = await this.run<{ lease_expires_at: Date }>(sql.leaseRenewSql(this.table[p.table]), [p.id, p.token, p.leaseMs]);
+  async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {
+    const { rows } = await this.run<{ lease_expires_at: Date }>(
+      sql.leaseRenewSql(this.table[p.table]),
+      [p.id, p.token, p.leaseMs],
+      p.manager,
+    );
     return rows.length === 1 ? rows[0].lease_expires_at : null;
   }
 
@@ -173,9 +189,9 @@ export class PostgresDialect implements Dialect {
    * committed and sees it; SKIP LOCKED keeps a claim from waiting on rows that fenced writes hold;
    * the unique in-flight index is the database's last word on I4.
    */
-  private serializedClaim<T>(table: LeaseTable, statement: string, params: unknown[]): Promise<T[]> {
+  private serializedClaim<T>(lockName: string, statement: string, params: unknown[]): Promise<T[]> {
     return this.dataSource.transaction(async (manager) => {
-      await this.run(sql.claimLockSql(), [this.claimLock[table]], manager);
+      await this.run(sql.claimLockSql(), [lockName], manager);
       return (await this.run<T>(statement, params, manager)).rows;
     });
   }

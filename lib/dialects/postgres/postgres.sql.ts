@@ -115,3 +115,37 @@ export const inboxReclaimSql = (table: string) => `UPDATE ${table}
 ${RECLAIM_SET}
 WHERE state = 'processing' AND source = ANY($2::text[]) AND lease_expires_at <= ${NOW}
 RETURNING state`;
+
+/**
+ * $1 = limit, $2 = lease in ms, $3 = source. A pull claim takes, in one statement, rows whose
+ * lease expired (a crashed client's) and available pending rows, only the head of each aggregate.
+ * Two locked CTEs keep each branch on its own index, in its own order: an OR would make the
+ * planner read and sort the whole backlog of the source on every claim.
+ */
+export const inboxPullClaimSql = (table: string) => {
+  const headOfAggregate = `(i.aggregate_id IS NULL OR NOT EXISTS (
+      SELECT 1 FROM ${table} e
+      WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id AND e.state IN ('pending', 'processing')
+        AND e.id <> i.id AND (e.state = 'processing' OR e.id < i.id)))`;
+  return `WITH expired AS MATERIALIZED (
+  SELECT i.id FROM ${table} i
+  WHERE i.source = $3 AND i.state = 'processing' AND i.lease_expires_at <= ${NOW} AND ${headOfAggregate}
+  ORDER BY i.lease_expires_at
+  LIMIT $1
+  FOR UPDATE OF i SKIP LOCKED
+), pending AS MATERIALIZED (
+  SELECT i.id FROM ${table} i
+  WHERE i.source = $3 AND i.state = 'pending' AND i.available_at <= ${NOW} AND ${headOfAggregate}
+  ORDER BY i.available_at, i.id
+  LIMIT $1
+  FOR UPDATE OF i SKIP LOCKED
+), candidates AS MATERIALIZED (
+  SELECT id FROM (SELECT id, 0 AS pass FROM expired UNION ALL SELECT id, 1 FROM pending) both_kinds ORDER BY pass LIMIT $1
+)
+UPDATE ${table} i
+SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
+    lease_expires_at = ${msFromNow('$2')}, attempts = i.attempts + 1
+FROM candidates c
+WHERE i.id = c.id
+${INBOX_RETURNING}`;
+};

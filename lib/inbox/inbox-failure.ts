@@ -1,0 +1,52 @@
+import type { Logger } from '@nestjs/common';
+import { describeError } from '../common/errors';
+import { QueueBoxValidationError } from '../errors/queuebox.errors';
+import type { LeaseService } from '../lease/lease.service';
+import type { InboxClaim } from '../lease/lease.types';
+import type { QueueBoxMetrics } from '../metrics/queuebox.metrics';
+import { messages } from '../queuebox.messages';
+
+/**
+ * Records a failed attempt on an inbox row, fenced: dead-letter when the attempts are used up or
+ * the failure is a `QueueBoxValidationError` (it would fail the same way again), otherwise retry
+ * after `backoff(attempt)`. Shared by the relay and the pull workers.
+ */
+export async function retryOrDeadLetter(p: {
+  claim: InboxClaim;
+  failure: unknown;
+  maxAttempts: number;
+  backoff: (attempt: number, error: unknown) => number;
+  lease: LeaseService;
+  metrics: QueueBoxMetrics;
+  logger: Logger;
+  /** The log line of a scheduled retry. */
+  retryMessage: (error: string, delayMs: number) => string;
+}): Promise<void> {
+  const { claim, failure, lease, logger } = p;
+  const id = `${claim.message.source}/${claim.message.idempotencyKey}`;
+  const labels = { component: claim.component, source: claim.message.source };
+  let what = 'dead-letter';
+  try {
+    const invalid = failure instanceof QueueBoxValidationError;
+    if (invalid || claim.attempt >= p.maxAttempts) {
+      const reason = invalid ? describeError(failure) : messages.attemptsExhausted(claim.attempt, describeError(failure));
+      if (await lease.deadLetter(claim, reason)) {
+        p.metrics.increment('queuebox_inbox_messages_dead_lettered_total', labels);
+        logger.warn(messages.deadLettered(id, reason));
+      } else {
+        logger.warn(messages.finishLost(id, what));
+      }
+      return;
+    }
+    what = 'retry';
+    const delayMs = Math.max(0, Math.round(p.backoff(claim.attempt, failure)));
+    if (await lease.retry(claim, { delayMs, error: failure })) {
+      p.metrics.increment('queuebox_inbox_messages_retried_total', labels);
+      logger.warn(p.retryMessage(describeError(failure), delayMs));
+    } else {
+      logger.warn(messages.finishLost(id, what));
+    }
+  } catch (error) {
+    logger.error(messages.finishFailed(id, what, describeError(error)));
+  }
+}

@@ -1,0 +1,69 @@
+import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import type { InboxMessage } from '../inbox/inbox.types';
+import { InboxSources } from '../inbox/inbox-sources';
+import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { messages } from '../queuebox.messages';
+import { isSourceName, type ResolvedQueueBoxOptions, resolvePullHandler } from '../queuebox.options';
+import { PULL_HANDLER_METADATA, type PullContext, type PullHandlerMetadata } from './pull-handler.decorator';
+
+/** A discovered `@PullHandler` with its options resolved. */
+export interface PullHandlerDefinition {
+  source: string;
+  /** `ClassName.method`, for messages. */
+  name: string;
+  handle: (message: InboxMessage, context: PullContext) => unknown;
+  leaseMs: number;
+  concurrency: number;
+  maxAttempts: number;
+  backoff: (attempt: number, error: unknown) => number;
+}
+
+/**
+ * Finds `@PullHandler` methods at start-up (collected in `onModuleInit`, as `@nestjs/schedule`
+ * does) and registers their sources as consumed. Two handlers of one source, or a source that
+ * also has a relay route, fail start-up naming both.
+ */
+@Injectable()
+export class PullHandlerExplorer implements OnModuleInit {
+  private readonly found = new Map<string, PullHandlerDefinition>();
+
+  constructor(
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+    private readonly reflector: Reflector,
+    private readonly sources: InboxSources,
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
+  ) {}
+
+  /** The handlers found, one per source. */
+  get handlers(): PullHandlerDefinition[] {
+    return [...this.found.values()];
+  }
+
+  onModuleInit(): void {
+    for (const wrapper of this.discovery.getProviders()) {
+      const { instance } = wrapper;
+      if (!instance || typeof instance !== 'object') continue;
+      const prototype = Object.getPrototypeOf(instance);
+      for (const method of this.scanner.getAllMethodNames(prototype)) {
+        const metadata = this.reflector.get<PullHandlerMetadata | undefined>(PULL_HANDLER_METADATA, prototype[method]);
+        if (metadata)
+          this.register(`${instance.constructor.name}.${method}`, metadata, (message, context) => instance[method](message, context));
+      }
+    }
+  }
+
+  private register(name: string, metadata: PullHandlerMetadata, handle: PullHandlerDefinition['handle']): void {
+    const { source } = metadata;
+    const where = `@PullHandler(${JSON.stringify(source)}) on ${name}`;
+    if (!isSourceName(source)) throw new QueueBoxConfigError(where, messages.sourceNameInvalid(source));
+    const existing = this.found.get(source);
+    if (existing) throw new QueueBoxConfigError(where, messages.pullHandlerTwice(source, existing.name, name));
+    if (Object.hasOwn(this.options.inbox.relay.routes, source))
+      throw new QueueBoxConfigError(where, messages.pullHandlerAndRoute(source, name));
+    this.found.set(source, { source, name, handle, ...resolvePullHandler(where, metadata.options, this.options.pull) });
+    this.sources.addPullSource(source);
+  }
+}

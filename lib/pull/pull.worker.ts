@@ -1,0 +1,152 @@
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import type { DataSource, QueryRunner } from 'typeorm';
+import { ClaimLoop } from '../common/claim-loop';
+import { ClaimLostError } from '../errors/queuebox.errors';
+import { retryOrDeadLetter } from '../inbox/inbox-failure';
+import { InboxSources } from '../inbox/inbox-sources';
+import { LeaseService } from '../lease/lease.service';
+import type { InboxClaim } from '../lease/lease.types';
+import type { LeaseKeeper } from '../lease/lease-keeper';
+import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { messages } from '../queuebox.messages';
+import type { ResolvedQueueBoxOptions } from '../queuebox.options';
+import { type PullHandlerDefinition, PullHandlerExplorer } from './pull-handler.explorer';
+
+// node-postgres's default pool size, which TypeORM keeps unless `poolSize` or `extra.max` is set.
+const PG_DEFAULT_POOL_SIZE = 10;
+
+/**
+ * Runs every `@PullHandler`: per source, claims messages (expired claims included), runs the
+ * handler in a TypeORM transaction and completes the row, fenced, in that same transaction.
+ *
+ * Each handler transaction holds a pooled connection while its lease must still be renewed; so
+ * renewals run on one connection set aside for them at start, and can never wait behind handlers
+ * for the pool (however high the concurrency).
+ */
+@Injectable()
+export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  private readonly logger = new Logger('QueueBox:PullWorker');
+  private readonly loops = new Map<string, ClaimLoop<InboxClaim>>();
+  private leaseRunner?: QueryRunner;
+
+  constructor(
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
+    @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
+    private readonly explorer: PullHandlerExplorer,
+    private readonly lease: LeaseService,
+    private readonly metrics: QueueBoxMetrics,
+    sources: InboxSources,
+    @Optional() private readonly scheduler?: SchedulerRegistry,
+  ) {
+    sources.onReceived((source) => this.loops.get(source)?.wake());
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    if (this.options.workers.pull && this.explorer.handlers.length > 0) await this.start();
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.stop();
+  }
+
+  /** Starts a loop per handler. Called at bootstrap when `workers.pull` is on and handlers exist. */
+  async start(): Promise<void> {
+    if (this.leaseRunner) return;
+    const concurrency = this.explorer.handlers.reduce((sum, handler) => sum + handler.concurrency, 0);
+    const poolSize = this.poolSize();
+    if (concurrency > poolSize - 1) this.logger.warn(messages.pullPoolTight(concurrency, poolSize));
+    this.leaseRunner = this.dataSource.createQueryRunner();
+    await this.leaseRunner.connect();
+    for (const handler of this.explorer.handlers) {
+      const name = `pull worker ${handler.source}`;
+      this.logger.log(messages.workerStarted(name, handler.concurrency, handler.concurrency, handler.leaseMs));
+      this.loopFor(handler).start();
+    }
+  }
+
+  /** Stops claiming and waits up to `pull.shutdownTimeoutMs` for running handlers and their commits. */
+  async stop(): Promise<void> {
+    await Promise.all([...this.loops.values()].map((loop) => loop.stop()));
+    await this.leaseRunner?.release();
+    this.leaseRunner = undefined;
+  }
+
+  /** Claims one batch of `source` (or of every source), runs the handlers and waits. Returns how many rows it claimed. */
+  async runOnce(source?: string): Promise<number> {
+    const handlers = this.explorer.handlers.filter((handler) => source === undefined || handler.source === source);
+    const counts = await Promise.all(handlers.map((handler) => this.loopFor(handler).runOnce()));
+    return counts.reduce((sum, count) => sum + count, 0);
+  }
+
+  private loopFor(handler: PullHandlerDefinition): ClaimLoop<InboxClaim> {
+    let loop = this.loops.get(handler.source);
+    if (!loop) {
+      const created: ClaimLoop<InboxClaim> = new ClaimLoop(
+        {
+          name: `pull worker ${handler.source}`,
+          concurrency: handler.concurrency,
+          batchSize: handler.concurrency,
+          pollIntervalMs: this.options.pull.pollIntervalMs,
+          shutdownTimeoutMs: this.options.pull.shutdownTimeoutMs,
+        },
+        {
+          claim: (limit) => this.lease.claimPullBatch({ source: handler.source, limit, leaseMs: handler.leaseMs }),
+          process: (claim, keeper) => this.handle(handler, created, claim, keeper),
+          keep: (claim) => this.lease.keep(claim, this.leaseRunner?.manager),
+        },
+        this.lease,
+        this.logger,
+        this.scheduler,
+      );
+      loop = created;
+      this.loops.set(handler.source, loop);
+    }
+    return loop;
+  }
+
+  private async handle(handler: PullHandlerDefinition, loop: ClaimLoop<InboxClaim>, claim: InboxClaim, keeper: LeaseKeeper): Promise<void> {
+    const { message } = claim;
+    const id = `${message.source}/${message.idempotencyKey}`;
+    const lost = () => new ClaimLostError(messages.claimLost('pull', claim.id));
+    let failure: unknown;
+    try {
+      await this.dataSource.transaction(async (manager) => {
+        await handler.handle(message, { manager, signal: keeper.signal, attempt: claim.attempt });
+        // Renewal stops before the completing write: a renewal racing it would wait for it and
+        // then see zero rows, which is not a lost claim.
+        await keeper.stop();
+        if (keeper.lost || loop.abandoned) throw lost();
+        // Fenced by the database's current time (clock_timestamp), not the transaction's start.
+        if (!(await this.lease.complete(claim, manager))) throw lost();
+      });
+      this.metrics.increment('queuebox_inbox_messages_processed_total', { component: 'pull', source: message.source });
+      return;
+    } catch (error) {
+      failure = error;
+    }
+    await keeper.stop();
+    if (loop.abandoned) return;
+    if (failure instanceof ClaimLostError || keeper.lost) {
+      this.lease.markLost(claim);
+      this.logger.error(messages.pullClaimLost(id, handler.name));
+      return;
+    }
+    await retryOrDeadLetter({
+      claim,
+      failure,
+      maxAttempts: handler.maxAttempts,
+      backoff: handler.backoff,
+      lease: this.lease,
+      metrics: this.metrics,
+      logger: this.logger,
+      retryMessage: (error, delayMs) => messages.pullHandlerFailed(id, handler.name, claim.attempt, error, delayMs),
+    });
+  }
+
+  private poolSize(): number {
+    const options = this.dataSource.options as { poolSize?: number; extra?: { max?: number } };
+    return options.poolSize ?? options.extra?.max ?? PG_DEFAULT_POOL_SIZE;
+  }
+}
