@@ -15,6 +15,7 @@ export type { InboxMessage, InboxMessageInput, ReceiveResult, RelayRoute } from 
 export { InboxReceiver, type ReceivedRequest, type ReceiverAnswer } from './inbox/receiver/inbox-receiver';
 export type { InboxReceiverOptions } from './inbox/receiver/inbox-receiver.options';
 export { SIGNATURE_HEADER, type SignatureCheck, signatureHeaders, TIMESTAMP_HEADER, verifySignature } from './inbox/receiver/signature';
+export { createLeaseService } from './lease/create-lease-service';
 export { LeaseService } from './lease/lease.service';
 export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './lease/lease.types';
 export { LeaseKeeper } from './lease/lease-keeper';
