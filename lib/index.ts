@@ -31,6 +31,7 @@ export { type PullContext, PullHandler } from './pull/pull-handler.decorator';
 export { DEFAULT_TABLES, MESSAGE_ID_HEADER, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';
+export { WorkNotifications } from './queuebox.notifications';
 export type {
   InboxOptions,
   OutboxOptions,

@@ -90,6 +90,11 @@ export const messages = {
   publishClaimLost: (messageId: string) =>
     `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.`,
 
+  // Work notifications
+  notificationsUp: () => 'Listening for new work (LISTEN/NOTIFY): workers wake as soon as messages commit.',
+  notificationsDown: (error: string) =>
+    `Not receiving work notifications (${error}); reconnecting. Workers fall back to polling meanwhile.`,
+
   // Pull workers
   pullHandlerTwice: (source: string, first: string, second: string) =>
     `Two @PullHandler methods consume source ${show(source)}: ${first} and ${second}. Keep one; a source has one consumer.`,

@@ -11,6 +11,7 @@ import { PullWorker } from './pull/pull.worker';
 import { PullHandlerExplorer } from './pull/pull-handler.explorer';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { QueueBoxConfigurableModule } from './queuebox.module-definition';
+import { WorkNotifications } from './queuebox.notifications';
 
 /**
  * The QueueBox module: registers `OutboxService`, `OutboxPoller`, `InboxService`, `InboxRelay` and `LeaseService` over the
@@ -40,9 +41,11 @@ import { QueueBoxConfigurableModule } from './queuebox.module-definition';
     InboxRelay,
     PullHandlerExplorer,
     PullWorker,
+    WorkNotifications,
   ],
   exports: [
     PullWorker,
+    WorkNotifications,
     QueueBoxMetrics,
     LeaseService,
     OutboxService,

@@ -1,8 +1,16 @@
-/** A sleep that `wake()` ends early. One sleeper at a time. */
+/**
+ * A sleep that `wake()` ends early. A wake-up that arrives while nobody sleeps is kept for the
+ * next `sleep()`, which then returns at once: work announced during a claim is not missed.
+ */
 export class Waker {
   private pending?: { resolve: () => void; timer?: NodeJS.Timeout };
+  private woken = false;
 
   sleep(ms: number): Promise<void> {
+    if (this.woken) {
+      this.woken = false;
+      return Promise.resolve();
+    }
     return new Promise((resolve) => {
       const timer = Number.isFinite(ms) ? setTimeout(() => this.wake(), ms) : undefined;
       this.pending = { resolve, timer };
@@ -11,7 +19,10 @@ export class Waker {
 
   wake(): void {
     const pending = this.pending;
-    if (!pending) return;
+    if (!pending) {
+      this.woken = true;
+      return;
+    }
     this.pending = undefined;
     if (pending.timer) clearTimeout(pending.timer);
     pending.resolve();

@@ -54,6 +54,13 @@ export interface InboxClaimedRow {
   receivedAt: Date;
 }
 
+/** Work arrived: outbox rows were committed, or an inbox message of `source` (all sources when absent). */
+export type WorkNotice = { table: 'outbox' } | { table: 'inbox'; source?: string };
+
+export interface WorkListener {
+  close(): Promise<void>;
+}
+
 export interface FenceParams {
   table: LeaseTable;
   id: string;
@@ -111,6 +118,13 @@ export interface Dialect {
   leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean>;
   /** Marks the row `dead` with `reason`. */
   leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean>;
+
+  /**
+   * Subscribes to commits of new work, where the database can push them (PostgreSQL
+   * LISTEN/NOTIFY). Optional: without it, workers poll. `onState` reports whether the
+   * subscription is up; it reconnects by itself.
+   */
+  workListen?(p: { onWork: (notice: WorkNotice) => void; onState: (listening: boolean, error?: unknown) => void }): Promise<WorkListener>;
 
   /** The database's current time (for tests and health checks; never for leases). */
   clockNow(): Promise<Date>;

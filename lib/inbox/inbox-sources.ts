@@ -28,6 +28,11 @@ export class InboxSources {
     return Object.hasOwn(this.options.inbox.relay.routes, source) || this.pull.has(source) || this.options.pull.sources.includes(source);
   }
 
+  /** Every consumed source known here. */
+  consumedSources(): string[] {
+    return [...new Set([...this.relaySources, ...this.pull, ...this.options.pull.sources])];
+  }
+
   /** Tells the worker of `source` that a message arrived, so it claims now instead of after its sleep. */
   notifyReceived(source: string): void {
     for (const listener of this.listeners) listener(source);

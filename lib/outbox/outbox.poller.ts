@@ -76,6 +76,11 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     return this.loop.runOnce();
   }
 
+  /** Claims now instead of at the end of the current sleep (new messages were committed). */
+  wake(): void {
+    this.loop.wake();
+  }
+
   /** How many publishes are running now. */
   get inFlightCount(): number {
     return this.loop.inFlightCount;

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager } from 'typeorm';
 import { runSql } from '../../common/sql-runner';
 import { QueueBoxConfigError } from '../../errors/queuebox.errors';
@@ -11,7 +12,10 @@ import type {
   OutboxClaimedRow,
   OutboxInsertRow,
   QueueBoxTables,
+  WorkListener,
+  WorkNotice,
 } from '../dialect';
+import { PostgresWorkListener } from './postgres.listener';
 import { pgTable } from './postgres.schema';
 import * as sql from './postgres.sql';
 
@@ -53,6 +57,7 @@ export class PostgresDialect implements Dialect {
   readonly type = 'postgres' as const;
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: Record<LeaseTable, string>;
+  private readonly channel: Record<LeaseTable, string>;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -63,6 +68,10 @@ export class PostgresDialect implements Dialect {
       outbox: `queuebox_outbox_claim_${tables.outbox.qualified}`,
       inbox: `queuebox_inbox_claim_${tables.inbox.qualified}`,
     };
+    // Channel names are identifiers (at most 63 bytes): derived from the table name, not the name itself.
+    const channel = (kind: LeaseTable) =>
+      `queuebox_${kind}_${createHash('sha1').update(tables[kind].qualified).digest('hex').slice(0, 16)}`;
+    this.channel = { outbox: channel('outbox'), inbox: channel('inbox') };
   }
 
   async schemaCheck(): Promise<void> {
@@ -82,6 +91,7 @@ export class PostgresDialect implements Dialect {
         p.rows.map((r) => r.payloadJson),
         p.rows.map((r) => r.headersJson),
         p.rows.map((r) => r.availableAt),
+        this.channel.outbox,
       ],
       p.manager,
     );
@@ -122,7 +132,7 @@ export class PostgresDialect implements Dialect {
     for (let tries = 0; tries < 3; tries++) {
       const inserted = await this.run<{ id: string }>(
         sql.inboxInsertSql(this.table.inbox),
-        [row.source, row.idempotencyKey, row.aggregateId, row.payloadJson, row.headersJson],
+        [row.source, row.idempotencyKey, row.aggregateId, row.payloadJson, row.headersJson, this.channel.inbox],
         p.manager,
       );
       if (inserted.rows.length === 1) return { id: String(inserted.rows[0].id), duplicate: false };
@@ -176,6 +186,15 @@ export class PostgresDialect implements Dialect {
   async leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean> {
     const { affected } = await this.run(sql.leaseDeadLetterSql(this.table[p.table]), [p.id, p.token, p.reason]);
     return affected === 1;
+  }
+
+  async workListen(p: {
+    onWork: (notice: WorkNotice) => void;
+    onState: (listening: boolean, error?: unknown) => void;
+  }): Promise<WorkListener> {
+    const listener = new PostgresWorkListener(this.dataSource, this.channel, p.onWork, p.onState);
+    await listener.start();
+    return listener;
   }
 
   async clockNow(): Promise<Date> {

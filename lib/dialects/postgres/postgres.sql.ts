@@ -11,15 +11,25 @@ const msFromNow = (param: string) => `${NOW} + make_interval(secs => ${param}::d
 /** The claim fence: $1 = id, $2 = claim token. */
 const FENCE = `id = $1 AND state = 'processing' AND claim_token = $2 AND lease_expires_at > ${NOW}`;
 
+/** Listens on a channel (a validated, generated name; LISTEN takes no parameters). */
+export const listenSql = (channel: string) => `LISTEN "${channel}"`;
+
 /** Serializes claims: $1 = lock name. Held until the claim transaction ends. */
 export const claimLockSql = () => 'SELECT pg_advisory_xact_lock(hashtextextended($1, 0))';
 
-/** $1..$6: arrays of message ids, destinations, keys, payloads (JSON), headers (JSON), available-at times. */
-export const outboxInsertSql = (table: string) => `INSERT INTO ${table} (message_id, destination, "key", payload, headers, available_at)
-SELECT m.message_id, m.destination, m.key, m.payload, m.headers, coalesce(m.available_at, now())
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::timestamptz[])
-  AS m(message_id, destination, key, payload, headers, available_at)
-RETURNING id, message_id`;
+/**
+ * $1..$6: arrays of message ids, destinations, keys, payloads (JSON), headers (JSON), available-at
+ * times; $7: the outbox's notification channel. One NOTIFY per statement, delivered at commit
+ * (never for a rollback), wakes the pollers at once.
+ */
+export const outboxInsertSql = (table: string) => `WITH inserted AS (
+  INSERT INTO ${table} (message_id, destination, "key", payload, headers, available_at)
+  SELECT m.message_id, m.destination, m.key, m.payload, m.headers, coalesce(m.available_at, now())
+  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::timestamptz[])
+    AS m(message_id, destination, key, payload, headers, available_at)
+  RETURNING id, message_id
+)
+SELECT inserted.id, inserted.message_id FROM inserted, (SELECT pg_notify($7, '')) AS wake`;
 
 /**
  * $1 = limit, $2 = lease in ms. Takes available pending rows oldest first, only the head of each
@@ -75,11 +85,17 @@ WHERE ${FENCE}`;
 export const leaseDeadLetterSql = (table: string) => `UPDATE ${table} SET state = 'dead', lease_expires_at = NULL, last_error = $3
 WHERE ${FENCE}`;
 
-/** $1 = source, $2 = idempotency key, $3 = aggregate id, $4 = payload (JSON), $5 = headers (JSON). No row back: a duplicate. */
-export const inboxInsertSql = (table: string) => `INSERT INTO ${table} (source, idempotency_key, aggregate_id, payload, headers)
-VALUES ($1, $2, $3, $4::jsonb, $5::jsonb)
-ON CONFLICT (source, idempotency_key) DO NOTHING
-RETURNING id`;
+/**
+ * $1 = source, $2 = idempotency key, $3 = aggregate id, $4 = payload (JSON), $5 = headers (JSON),
+ * $6 = the inbox's notification channel. No row back: a duplicate (and no notification).
+ */
+export const inboxInsertSql = (table: string) => `WITH inserted AS (
+  INSERT INTO ${table} (source, idempotency_key, aggregate_id, payload, headers)
+  VALUES ($1, $2, $3, $4::jsonb, $5::jsonb)
+  ON CONFLICT (source, idempotency_key) DO NOTHING
+  RETURNING id
+)
+SELECT id, pg_notify($6, $1) AS wake FROM inserted`;
 
 /** $1 = source, $2 = idempotency key. Runs after a conflicting insert, in a new snapshot that sees the stored row. */
 export const inboxFindSql = (table: string) => `SELECT id FROM ${table} WHERE source = $1 AND idempotency_key = $2`;

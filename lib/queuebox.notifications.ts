@@ -1,0 +1,56 @@
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { describeError } from './common/errors';
+import type { Dialect, WorkListener } from './dialects/dialect';
+import { InboxSources } from './inbox/inbox-sources';
+import { OutboxPoller } from './outbox/outbox.poller';
+import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { messages } from './queuebox.messages';
+import type { ResolvedQueueBoxOptions } from './queuebox.options';
+
+/**
+ * Wakes the workers of this process when another process commits work (PostgreSQL
+ * LISTEN/NOTIFY), so a message leaves within milliseconds of its commit instead of at the next
+ * poll. Polling stays as the fallback: while the notification connection is down (it reconnects
+ * by itself), workers still find their work every `pollIntervalMs`.
+ */
+@Injectable()
+export class WorkNotifications implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  private readonly logger = new Logger('QueueBox:WorkNotifications');
+  private listener?: WorkListener;
+  private up = false;
+
+  constructor(
+    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
+    private readonly poller: OutboxPoller,
+    private readonly sources: InboxSources,
+  ) {}
+
+  /** Whether notifications are being received now (false while reconnecting, or where the database has none). */
+  get listening(): boolean {
+    return this.up;
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    const { outbox, relay, pull } = this.options.workers;
+    if (!this.dialect.workListen || !(outbox || relay || pull)) return;
+    this.listener = await this.dialect.workListen({
+      onWork: (notice) => {
+        if (notice.table === 'outbox') this.poller.wake();
+        else if (notice.source) this.sources.notifyReceived(notice.source);
+        else for (const source of this.sources.consumedSources()) this.sources.notifyReceived(source);
+      },
+      onState: (listening, error) => {
+        if (listening && !this.up) this.logger.log(messages.notificationsUp());
+        if (!listening && (this.up || this.listener === undefined)) this.logger.warn(messages.notificationsDown(describeError(error)));
+        this.up = listening;
+      },
+    });
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.listener?.close();
+    this.listener = undefined;
+    this.up = false;
+  }
+}
