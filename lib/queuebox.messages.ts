@@ -72,6 +72,8 @@ export const messages = {
     `${capitalize(name)} shutting down: waiting up to ${timeoutMs} ms for ${inFlight} message(s) in flight.`,
   shutdownAbandoned: (name: string, inFlight: number) =>
     `${capitalize(name)}: shutdown timeout reached with ${inFlight} message(s) still in flight; their rows stay processing and are reclaimed when their lease expires.`,
+  releaseFailed: (id: string, error: string) =>
+    `Could not give back unstarted claim ${id} on shutdown: ${error}. It is claimed again when its lease expires.`,
   shutdownDone: (name: string) => `${capitalize(name)} stopped.`,
   notRunning: (what: string) => `${capitalize(what)} is not available: QueueBox is shutting down or has not started.`,
   finishLost: (messageId: string, what: string) =>
@@ -142,4 +144,16 @@ export const messages = {
     'HttpPublisher needs "destinations": an object mapping each destination to an http(s) URL, or a function (destination) => URL | undefined.',
   httpUrlInvalid: (destination: string, url: unknown) =>
     `HttpPublisher: destination ${show(destination)} maps to ${show(url)}, which is not an http(s) URL.`,
+
+  // SQL Server
+  dialectNotSupported: (type: unknown) =>
+    `QueueBox supports TypeORM DataSources of type "postgres" and "mssql" (SQL Server, Azure SQL); this one is ${show(type)}.`,
+  sqlServerRequestTimeoutTooShort: (option: string, timeoutMs: number, minimumMs: number, lockWaitMs: number) =>
+    `The SQL Server request timeout is ${timeoutMs} ms (TypeORM option "${option}"), but a QueueBox claim may wait ${lockWaitMs} ms for its application lock before its statement runs: claims would fail spuriously. Raise "${option}" to at least ${minimumMs} (or 0 for none). See docs/sqlserver.md.`,
+  sqlServerClaimLockNotGranted: (lock: string, result: number) =>
+    result === -1
+      ? `The claim lock ${show(lock)} was not granted within its wait (sp_getapplock returned -1): another claim held it that long. The claim is tried again; if this repeats, look for a claim blocked behind a long transaction (see docs/sqlserver.md, READ_COMMITTED_SNAPSHOT).`
+      : `The claim lock ${show(lock)} was not granted: sp_getapplock returned ${result} (${result === -2 ? 'the request was cancelled' : result === -3 ? 'chosen as a deadlock victim' : 'a parameter or call error'}). The claim is tried again.`,
+  sqlServerCompatibilityLevelTooLow: (level: number) =>
+    `QueueBox on SQL Server needs database compatibility level 130 (SQL Server 2016) or higher for OPENJSON; this database is at ${level}. Raise it with ALTER DATABASE ... SET COMPATIBILITY_LEVEL = 130 (or higher).`,
 } as const;

@@ -13,7 +13,9 @@ const MAX_CLAIM_RETRY_MS = 30_000;
 export interface ClaimLoopOptions {
   /** Names the worker in logs and timers ("outbox poller", "inbox relay", ...). */
   name: string;
+  /** Most claims worked on at once. */
   concurrency: number;
+  /** Most claims held at once (working or waiting for a slot); one claim statement fetches up to this many. */
   batchSize: number;
   pollIntervalMs: number;
   shutdownTimeoutMs: number;
@@ -32,21 +34,36 @@ export interface ClaimLoopWork<C extends Claim> {
   keep?(claim: C): LeaseKeeper;
 }
 
+interface Held<C> {
+  claim: C;
+  keeper: LeaseKeeper;
+  started: boolean;
+  /** Settles when the work is done, or when the claim was given back unstarted. */
+  done: Promise<void>;
+  settle: () => void;
+}
+
 /**
- * The claim-and-dispatch loop every QueueBox worker shares: claims as many rows as it has free
- * slots, runs each with a renewing lease, claims again at once while a backlog lasts and sleeps
- * `pollIntervalMs` when there is none. `stop()` stops claiming and waits up to
+ * The claim-and-dispatch loop every QueueBox worker shares. It holds up to `batchSize` claims
+ * and works on up to `concurrency` of them at once: one claim statement fetches a batch, and it
+ * claims again when half the batch is used, so workers never wait on a claim round trip while a
+ * backlog lasts. With nothing to do it sleeps `pollIntervalMs` (or until woken).
+ *
+ * `stop()` stops claiming, gives back claims not yet started, and waits up to
  * `shutdownTimeoutMs` for work in flight; what is still running then is abandoned (its signal is
  * aborted and its row stays `processing` until the lease expires).
  */
 export class ClaimLoop<C extends Claim> {
-  private readonly inFlight = new Map<string, { keeper: LeaseKeeper; done: Promise<void> }>();
+  private readonly held = new Map<string, Held<C>>();
+  private readonly waiting: Held<C>[] = [];
+  private working = 0;
   private readonly waker = new Waker();
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loop?: Promise<void>;
   private reclaimTimer?: NodeJS.Timeout;
   private readonly timerName: string;
   private abandonedWork = false;
+  private readonly refillAt: number;
 
   constructor(
     private readonly options: ClaimLoopOptions,
@@ -56,6 +73,8 @@ export class ClaimLoop<C extends Claim> {
     private readonly scheduler?: SchedulerRegistry,
   ) {
     this.timerName = options.reclaimTimerName ?? `queuebox:${options.name.replace(/\s+/g, '-')}:reclaim`;
+    // Claim again once half the batch is used (at once when the batch is one row).
+    this.refillAt = options.batchSize - Math.max(1, Math.floor(options.batchSize / 2));
   }
 
   /** True once shutdown stopped waiting: late work must leave its rows alone. */
@@ -67,8 +86,9 @@ export class ClaimLoop<C extends Claim> {
     return this.state === 'running';
   }
 
+  /** Claims held: working or waiting for a slot. */
   get inFlightCount(): number {
-    return this.inFlight.size;
+    return this.held.size;
   }
 
   start(): void {
@@ -100,39 +120,40 @@ export class ClaimLoop<C extends Claim> {
     }
     this.waker.wake();
     await this.loop;
-    if (this.inFlight.size > 0) {
-      this.logger.log(messages.shutdownWaiting(this.options.name, this.inFlight.size, this.options.shutdownTimeoutMs));
+    await this.releaseWaiting();
+    const started = [...this.held.values()].filter((held) => held.started);
+    if (started.length > 0) {
+      this.logger.log(messages.shutdownWaiting(this.options.name, started.length, this.options.shutdownTimeoutMs));
       const finished = await settledWithin(
-        [...this.inFlight.values()].map((work) => work.done),
+        started.map((held) => held.done),
         this.options.shutdownTimeoutMs,
       );
       if (!finished) {
         this.abandonedWork = true;
-        this.logger.warn(messages.shutdownAbandoned(this.options.name, this.inFlight.size));
+        this.logger.warn(messages.shutdownAbandoned(this.options.name, this.held.size));
         const reason = new QueueBoxStateError(messages.notRunning(this.options.name));
-        for (const work of this.inFlight.values()) work.keeper.abort(reason);
+        for (const held of this.held.values()) held.keeper.abort(reason);
       }
     }
     this.state = 'stopped';
     this.logger.log(messages.shutdownDone(this.options.name));
   }
 
-  /** Claims one batch and waits for all of it. Returns how many rows it claimed. */
+  /** Claims one batch and works through all of it. Returns how many rows it claimed. */
   async runOnce(): Promise<number> {
     const claims = await this.work.claim(this.options.batchSize);
-    await Promise.all(claims.map((claim) => this.dispatch(claim)));
+    await Promise.all(claims.map((claim) => this.hold(claim).done));
     return claims.length;
   }
 
   private async run(): Promise<void> {
     let failures = 0;
     while (this.state === 'running') {
-      const free = this.options.concurrency - this.inFlight.size;
-      if (free <= 0) {
-        await this.waker.sleep(Number.POSITIVE_INFINITY); // a finishing claim wakes us
+      if (this.held.size > this.refillAt) {
+        await this.waker.sleep(Number.POSITIVE_INFINITY); // finishing work wakes us
         continue;
       }
-      const limit = Math.min(this.options.batchSize, free);
+      const limit = this.options.batchSize - this.held.size;
       let claims: C[];
       try {
         claims = await this.work.claim(limit);
@@ -144,22 +165,55 @@ export class ClaimLoop<C extends Claim> {
         await this.waker.sleep(retryMs);
         continue;
       }
-      // Rows claimed while stopping are worked on too: shutdown waits for them like any other.
-      for (const claim of claims) void this.dispatch(claim);
+      for (const claim of claims) this.hold(claim);
       if (claims.length < limit) await this.waker.sleep(this.options.pollIntervalMs);
     }
   }
 
-  private dispatch(claim: C): Promise<void> {
+  /** Takes a claim in: renewed from now on, started as soon as a slot is free. */
+  private hold(claim: C): Held<C> {
+    let settle!: () => void;
+    const done = new Promise<void>((resolve) => {
+      settle = resolve;
+    });
     const keeper = this.work.keep ? this.work.keep(claim) : this.lease.keep(claim);
-    const done = this.work
-      .process(claim, keeper)
-      .catch((error) => this.logger.error(messages.workFailed(this.options.name, claim.id, describeError(error))))
-      .finally(() => {
-        this.inFlight.delete(claim.id);
-        if (this.state === 'running') this.waker.wake();
-      });
-    this.inFlight.set(claim.id, { keeper, done });
-    return done;
+    const held: Held<C> = { claim, keeper, started: false, done, settle };
+    this.held.set(claim.id, held);
+    this.waiting.push(held);
+    this.startWaiting();
+    return held;
+  }
+
+  private startWaiting(): void {
+    while (this.working < this.options.concurrency && this.waiting.length > 0) {
+      const held = this.waiting.shift() as Held<C>;
+      held.started = true;
+      this.working++;
+      this.work
+        .process(held.claim, held.keeper)
+        .catch((error) => this.logger.error(messages.workFailed(this.options.name, held.claim.id, describeError(error))))
+        .finally(() => {
+          this.working--;
+          this.held.delete(held.claim.id);
+          held.settle();
+          this.startWaiting();
+          if (this.state === 'running') this.waker.wake();
+        });
+    }
+  }
+
+  /** On shutdown, claims that never started go back to `pending` at once instead of waiting for their lease. */
+  private async releaseWaiting(): Promise<void> {
+    const unstarted = this.waiting.splice(0);
+    await Promise.all(
+      unstarted.map(async (held) => {
+        await held.keeper.stop();
+        this.held.delete(held.claim.id);
+        await this.lease
+          .release(held.claim)
+          .catch((error) => this.logger.warn(messages.releaseFailed(held.claim.id, describeError(error))));
+        held.settle();
+      }),
+    );
   }
 }

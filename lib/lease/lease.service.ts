@@ -113,6 +113,26 @@ export class LeaseService {
     return this.fenced(claim, await this.dialect.leaseComplete({ ...this.fence(claim), manager }));
   }
 
+  /**
+   * Completes many claims (all of one table) with one fenced statement. Returns the claims that
+   * changed a row; every other one is lost (and counted).
+   */
+  async completeBatch(claims: readonly Claim[]): Promise<Set<Claim>> {
+    if (claims.length === 0) return new Set();
+    const done = await this.dialect.leaseCompleteBatch({
+      table: this.fence(claims[0]).table,
+      claims: claims.map((c) => ({ id: c.id, token: c.token })),
+    });
+    const completed = new Set<Claim>();
+    for (const claim of claims) if (this.fenced(claim, done.has(claim.id))) completed.add(claim);
+    return completed;
+  }
+
+  /** Gives back a claim whose work never started (on shutdown): `pending` again, its attempt not counted. */
+  async release(claim: Claim): Promise<boolean> {
+    return this.dialect.leaseRelease(this.fence(claim));
+  }
+
   /** Returns the row to `pending`, to be claimed again after `delayMs` (default 0), recording `error`. */
   async retry(claim: Claim, options: { delayMs?: number; error?: unknown } = {}): Promise<boolean> {
     const error = options.error === undefined ? null : describeError(options.error);

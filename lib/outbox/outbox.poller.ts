@@ -3,6 +3,7 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import { ClaimLoop } from '../common/claim-loop';
 import { describeError } from '../common/errors';
 import { PermanentPublishError } from '../errors/queuebox.errors';
+import { BatchCompleter } from '../lease/batch-completer';
 import { LeaseService } from '../lease/lease.service';
 import type { OutboxClaim } from '../lease/lease.types';
 import type { LeaseKeeper } from '../lease/lease-keeper';
@@ -30,6 +31,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
   private readonly logger = new Logger('QueueBox:OutboxPoller');
   private readonly options: ResolvedOutboxOptions;
   private readonly loop: ClaimLoop<OutboxClaim>;
+  private readonly completer: BatchCompleter;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -38,6 +40,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     this.options = rootOptions.outbox;
+    this.completer = new BatchCompleter(lease);
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}` },
       {
@@ -110,7 +113,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     let what = 'delivery';
     try {
       if (published) {
-        if (await this.lease.complete(claim)) this.metrics.increment('queuebox_outbox_messages_published_total', labels);
+        if (await this.completer.complete(claim)) this.metrics.increment('queuebox_outbox_messages_published_total', labels);
         else this.logger.error(messages.markSentLost(message.messageId));
         return;
       }

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, beforeEach, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { OutboxService } from '../../lib/outbox/outbox.service';
@@ -15,6 +15,9 @@ describe('I9: graceful shutdown', () => {
   });
   after(async () => {
     await db?.drop();
+  });
+  beforeEach(async () => {
+    await db.query('TRUNCATE queuebox_outbox');
   });
 
   const stateOf = async (id: string) =>
@@ -44,6 +47,31 @@ describe('I9: graceful shutdown', () => {
     await closing;
     assert.equal(stateWhenDataSourceCloses, 'sent', 'the row was marked sent before TypeORM closed its DataSource');
     assert.equal(publisher.calls.length, 1, 'no new claims after shutdown began');
+  });
+
+  it('gives back claims that never started, so they need not wait for their lease', async () => {
+    const held = gate();
+    const publisher = new RecordingPublisher(() => held.promise);
+    const t = await createTestApp(db.url, { outbox: { publisher, pollIntervalMs: 20, batchSize: 5, concurrency: 1 } });
+    const dataSource = t.app.get<DataSource>(getDataSourceToken());
+    await dataSource.transaction((manager) =>
+      t.get(OutboxService).enqueueMany(
+        manager,
+        Array.from({ length: 5 }, (_, n) => ({ destination: 'd', payload: n })),
+      ),
+    );
+    await publisher.waitForCalls(1);
+    assert.equal((await db.query("SELECT 1 FROM queuebox_outbox WHERE state = 'processing'")).length, 5, 'five claimed, one started');
+    const closing = t.app.close();
+    await eventually(
+      async () => (await db.query("SELECT 1 FROM queuebox_outbox WHERE state = 'pending'")).length === 4,
+      'the unstarted four to be given back',
+    );
+    held.open();
+    await closing;
+    const rows = await db.query<{ state: string; attempts: number }>('SELECT state, attempts FROM queuebox_outbox ORDER BY id');
+    assert.deepEqual(rows[0], { state: 'sent', attempts: 1 });
+    assert.ok(rows.slice(1).every((r) => r.state === 'pending' && r.attempts === 0));
   });
 
   it('after shutdownTimeoutMs it stops waiting; the row stays processing and is recovered later', async () => {

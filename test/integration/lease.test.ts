@@ -102,6 +102,33 @@ describe('LeaseService on PostgreSQL', () => {
     assert.equal(await lease.complete(claim), true);
   });
 
+  it('completeBatch completes many claims in one fenced statement and reports the lost one', async () => {
+    for (let n = 0; n < 3; n++) await enqueueOne();
+    const claims = await lease.claimOutboxBatch({ limit: 3, leaseMs: 60_000 });
+    assert.equal(claims.length, 3);
+    await db.query('UPDATE queuebox_outbox SET claim_token = gen_random_uuid() WHERE id = $1', [claims[1].id]);
+    const lostBefore = metrics.value('queuebox_claims_lost_total', { component: 'outbox' });
+    const completed = await lease.completeBatch(claims);
+    assert.deepEqual(
+      claims.map((c) => completed.has(c)),
+      [true, false, true],
+    );
+    assert.equal(metrics.value('queuebox_claims_lost_total', { component: 'outbox' }), lostBefore + 1);
+    assert.deepEqual(
+      (await db.query<{ state: string }>('SELECT state FROM queuebox_outbox ORDER BY id')).map((r) => r.state),
+      ['sent', 'processing', 'sent'],
+    );
+  });
+
+  it('release gives an unstarted claim back without counting its attempt', async () => {
+    const { id } = await enqueueOne();
+    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 60_000 });
+    assert.equal(await lease.release(claim), true);
+    const row = await rowOf(id);
+    assert.deepEqual([row.state, row.attempts, row.claim_token], ['pending', 0, null]);
+    assert.equal(await lease.release(claim), false, 'fenced like every finishing write');
+  });
+
   it('retry returns the row to pending, available after the delay, with the error recorded', async () => {
     const { id } = await enqueueOne();
     const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 60_000 });

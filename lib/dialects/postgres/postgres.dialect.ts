@@ -178,6 +178,19 @@ export class PostgresDialect implements Dialect {
     return affected === 1;
   }
 
+  async leaseCompleteBatch(p: { table: LeaseTable; claims: { id: string; token: string }[] }): Promise<Set<string>> {
+    const { rows } = await this.run<{ id: string }>(sql.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]), [
+      p.claims.map((c) => c.id),
+      p.claims.map((c) => c.token),
+    ]);
+    return new Set(rows.map((r) => String(r.id)));
+  }
+
+  async leaseRelease(p: FenceParams): Promise<boolean> {
+    const { affected } = await this.run(sql.leaseReleaseSql(this.table[p.table]), [p.id, p.token]);
+    return affected === 1;
+  }
+
   async leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean> {
     const { affected } = await this.run(sql.leaseRetrySql(this.table[p.table]), [p.id, p.token, p.delayMs, p.error]);
     return affected === 1;

@@ -76,6 +76,21 @@ export const leaseCompleteSql = (table: string, finished: { state: 'sent' | 'pro
   `UPDATE ${table} SET state = '${finished.state}', ${finished.column} = ${NOW}, lease_expires_at = NULL
 WHERE ${FENCE}`;
 
+/**
+ * $1 = ids, $2 = tokens (same order). Completes a batch with one fenced statement and returns the
+ * ids it completed; an id missing from the result lost its claim.
+ */
+export const leaseCompleteBatchSql = (table: string, finished: { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' }) =>
+  `UPDATE ${table} t SET state = '${finished.state}', ${finished.column} = ${NOW}, lease_expires_at = NULL
+FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
+WHERE t.id = c.id AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
+RETURNING t.id`;
+
+/** $1 = id, $2 = token. Gives an unstarted claim back (shutdown): pending again, its attempt not counted. */
+export const leaseReleaseSql = (table: string) => `UPDATE ${table}
+SET state = 'pending', attempts = attempts - 1, claim_token = NULL, lease_expires_at = NULL
+WHERE ${FENCE}`;
+
 /** $1 = id, $2 = token, $3 = delay in ms, $4 = error text. */
 export const leaseRetrySql = (table: string) => `UPDATE ${table}
 SET state = 'pending', available_at = ${msFromNow('$3')}, claim_token = NULL, lease_expires_at = NULL, last_error = $4
