@@ -4,27 +4,29 @@ import { messages } from '../queuebox.messages';
 import type { Dialect, QueueBoxTables } from './dialect';
 import { PostgresDialect } from './postgres/postgres.dialect';
 import { postgresSchemaDown, postgresSchemaUp } from './postgres/postgres.schema';
+import { SqlServerDialect } from './sqlserver/sqlserver.dialect';
+import { sqlServerSchemaDown, sqlServerSchemaUp } from './sqlserver/sqlserver.schema';
 
 export type DialectType = Dialect['type'];
 
-const schemas: Partial<Record<DialectType, { up: (t: QueueBoxTables) => string[]; down: (t: QueueBoxTables) => string[] }>> = {
+const schemas: Record<DialectType, { up: (t: QueueBoxTables) => string[]; down: (t: QueueBoxTables) => string[] }> = {
   postgres: { up: postgresSchemaUp, down: postgresSchemaDown },
+  mssql: { up: sqlServerSchemaUp, down: sqlServerSchemaDown },
 };
 
 function supported(type: unknown): DialectType {
-  if (type === 'postgres') return type;
-  throw new QueueBoxConfigError('dataSource', messages.dialectUnsupported(type));
+  if (type === 'postgres' || type === 'mssql') return type;
+  throw new QueueBoxConfigError('dataSource', messages.dialectNotSupported(type));
 }
 
 /** The dialect for a TypeORM DataSource, chosen by its driver type. */
 export function createDialect(dataSource: DataSource, tables: QueueBoxTables): Dialect {
-  supported(dataSource.options.type);
-  return new PostgresDialect(dataSource, tables);
+  return supported(dataSource.options.type) === 'mssql'
+    ? new SqlServerDialect(dataSource, tables)
+    : new PostgresDialect(dataSource, tables);
 }
 
 /** The schema DDL of a dialect, one statement per entry. */
 export function schemaStatements(type: unknown, tables: QueueBoxTables, direction: 'up' | 'down'): string[] {
-  const schema = schemas[supported(type)];
-  if (!schema) throw new QueueBoxConfigError('dataSource', messages.dialectUnsupported(type));
-  return schema[direction](tables);
+  return schemas[supported(type)][direction](tables);
 }

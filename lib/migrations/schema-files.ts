@@ -8,22 +8,25 @@ import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
  * writeFileSync('V7__queuebox.sql', renderSchemaSql('postgres', { tables: { outbox: 'messaging.outbox', inbox: 'messaging.inbox' } }));
  */
 export function renderSchemaSql(
-  dialect: 'postgres',
+  dialect: 'postgres' | 'mssql',
   options: { tables?: QueueBoxModuleOptions['tables']; direction?: 'up' | 'down' } = {},
 ): string {
   const direction = options.direction ?? 'up';
+  // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
+  const end = dialect === 'mssql' ? ';\nGO\n' : ';\n';
   return [
     `-- QueueBox schema (${dialect}, ${direction}), rendered from the TypeORM migration's statements.`,
     '',
-    ...schemaStatements(dialect, resolveTables(options.tables), direction).map((statement) => `${statement};\n`),
+    ...schemaStatements(dialect, resolveTables(options.tables), direction).map((statement) => `${statement}${end}`),
   ].join('\n');
 }
 
 /** The files shipped in `sql/` (default table names); `npm run sql` writes them, a test checks them. */
 export function renderSchemaFiles(): { dir: string; name: string; content: string }[] {
-  return (['postgres'] as const).flatMap((dialect) =>
+  const dirs = { postgres: 'postgres', mssql: 'sqlserver' } as const;
+  return (['postgres', 'mssql'] as const).flatMap((dialect) =>
     (['up', 'down'] as const).map((direction) => ({
-      dir: `sql/${dialect}`,
+      dir: `sql/${dirs[dialect]}`,
       name: `001_queuebox.${direction}.sql`,
       content: renderSchemaSql(dialect, { direction }),
     })),

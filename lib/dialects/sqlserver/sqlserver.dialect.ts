@@ -1,0 +1,326 @@
+import { createHash } from 'node:crypto';
+import { type DataSource, type EntityManager, MssqlParameter, type QueryRunner } from 'typeorm';
+import { runSql } from '../../common/sql-runner';
+import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
+import { messages } from '../../queuebox.messages';
+import type {
+  Dialect,
+  FenceParams,
+  InboxClaimedRow,
+  InboxInsertRow,
+  LeaseTable,
+  OutboxClaimedRow,
+  OutboxInsertRow,
+  QueueBoxTables,
+} from '../dialect';
+import { checkSqlServerRequestTimeout } from './sqlserver.options';
+import { mssqlTable } from './sqlserver.schema';
+import * as sql from './sqlserver.sql';
+
+// Parameters are typed to match their columns exactly (NVARCHAR text, BIGINT ids, UNIQUEIDENTIFIER
+// tokens), so no comparison converts a column, and one statement keeps one cached plan whatever
+// the lengths of its values. NVARCHAR without a length is NVARCHAR(MAX).
+const text = (value: string | null, length?: number) => new MssqlParameter(value, 'nvarchar', length);
+const name = (value: string | null) => text(value, 255);
+const bigint = (value: string | number) => new MssqlParameter(value, 'bigint');
+const int = (value: number) => new MssqlParameter(value, 'int');
+const guid = (value: string) => new MssqlParameter(value, 'uniqueidentifier');
+
+/** sp_getapplock takes resource names of up to 255 characters. */
+const MAX_LOCK_NAME = 255;
+const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
+
+interface OutboxClaimedRecord {
+  id: string;
+  message_id: string;
+  destination: string;
+  key: string | null;
+  payload: string;
+  headers: string | null;
+  attempts: number;
+  claim_token: string;
+  lease_expires_at: Date;
+  created_at: Date;
+}
+
+interface InboxClaimedRecord {
+  id: string;
+  source: string;
+  idempotency_key: string;
+  aggregate_id: string | null;
+  payload: string;
+  headers: string | null;
+  attempts: number;
+  claim_token: string;
+  lease_expires_at: Date;
+  received_at: Date;
+}
+
+const byId = (a: { id: string }, b: { id: string }) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1);
+
+const FINISHED = {
+  outbox: { state: 'sent', column: 'sent_at' },
+  inbox: { state: 'processed', column: 'processed_at' },
+} as const;
+
+/**
+ * The SQL Server dialect (also Azure SQL): `UPDLOCK, READPAST, ROWLOCK` claims behind `sp_getapplock`
+ * application locks, `SYSUTCDATETIME()` fences, JSON as NVARCHAR(MAX).
+ *
+ * The outbox and relay claim locks are owned by the session and released right after the claim;
+ * the pull claim lock by the claim transaction. TypeORM's SQL Server driver runs each statement on
+ * whichever pooled connection is free unless a transaction is open, so every claim runs in a
+ * transaction: that is what keeps the lock, the claim and the release on one connection.
+ */
+export class SqlServerDialect implements Dialect {
+  readonly type = 'mssql' as const;
+  private readonly table: Record<LeaseTable, string>;
+  private readonly claimLock: Record<LeaseTable, string>;
+
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly tables: QueueBoxTables,
+  ) {
+    checkSqlServerRequestTimeout(dataSource.options);
+    this.table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
+    this.claimLock = {
+      outbox: lockName(`queuebox_outbox_claim_${tables.outbox.qualified}`),
+      inbox: lockName(`queuebox_inbox_claim_${tables.inbox.qualified}`),
+    };
+  }
+
+  async schemaCheck(): Promise<void> {
+    for (const kind of ['outbox', 'inbox'] as const) {
+      const { rows } = await this.run<{ found: number | null }>(sql.tableExistsSql(), [text(this.table[kind], 300)]);
+      if (rows[0]?.found == null) throw new QueueBoxConfigError(`tables.${kind}`, messages.tableMissing(this.tables[kind].qualified));
+    }
+    const [database] = (await this.run<{ compatibility_level: number }>(sql.compatibilityLevelSql(), [])).rows;
+    if (database && database.compatibility_level < 130) {
+      throw new QueueBoxConfigError('dataSource', messages.sqlServerCompatibilityLevelTooLow(database.compatibility_level));
+    }
+  }
+
+  async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]> {
+    const rows = JSON.stringify(
+      p.rows.map((r) => ({
+        messageId: r.messageId,
+        destination: r.destination,
+        key: r.key,
+        payload: r.payloadJson,
+        headers: r.headersJson,
+        availableAt: r.availableAt?.toISOString() ?? null,
+      })),
+    );
+    const inserted = await this.run<{ id: string; message_id: string }>(sql.outboxInsertSql(this.table.outbox), [text(rows)], p.manager);
+    const ids = new Map(inserted.rows.map((r) => [r.message_id.toLowerCase(), String(r.id)]));
+    return p.rows.map((r) => ({ id: ids.get(r.messageId.toLowerCase()) as string, messageId: r.messageId }));
+  }
+
+  async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
+    const records = await this.sessionClaim<OutboxClaimedRecord>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
+      int(p.limit),
+      bigint(p.leaseMs),
+    ]);
+    return records
+      .map((r) => ({
+        id: String(r.id),
+        messageId: r.message_id.toLowerCase(),
+        destination: r.destination,
+        key: r.key,
+        payload: JSON.parse(r.payload),
+        headers: r.headers ? JSON.parse(r.headers) : {},
+        attempts: r.attempts,
+        token: r.claim_token.toLowerCase(),
+        leaseExpiresAt: r.lease_expires_at,
+        createdAt: r.created_at,
+      }))
+      .sort(byId);
+  }
+
+  async outboxReclaim(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }> {
+    return countReclaimed(await this.run<{ state: string }>(sql.outboxReclaimSql(this.table.outbox), [int(p.maxAttempts)]));
+  }
+
+  async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
+    const { row } = p;
+    const key = [name(row.source), name(row.idempotencyKey)];
+    // The insert's range lock makes a concurrent receive of the same key wait and then insert
+    // nothing; a unique violation can still reach here from a writer that does not take that
+    // lock, and means the same. If the stored row vanished in between (retention deleted it),
+    // the insert is simply tried again.
+    for (let tries = 0; tries < 3; tries++) {
+      let inserted: { id: string }[] = [];
+      try {
+        inserted = (
+          await this.run<{ id: string }>(
+            sql.inboxInsertSql(this.table.inbox),
+            [...key, name(row.aggregateId), text(row.payloadJson), text(row.headersJson)],
+            p.manager,
+          )
+        ).rows;
+      } catch (error) {
+        if (!UNIQUE_VIOLATIONS.has(errorNumber(error) ?? 0)) throw error;
+      }
+      if (inserted.length === 1) return { id: String(inserted[0].id), duplicate: false };
+      const found = await this.run<{ id: string }>(sql.inboxFindSql(this.table.inbox), key, p.manager);
+      if (found.rows.length === 1) return { id: String(found.rows[0].id), duplicate: true };
+    }
+    throw new Error(`inbox row (${row.source}, ${row.idempotencyKey}) neither inserted nor found after 3 tries`);
+  }
+
+  async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
+    const records = await this.sessionClaim<InboxClaimedRecord>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
+      int(p.limit),
+      bigint(p.leaseMs),
+      text(JSON.stringify(p.sources)),
+    ]);
+    return records.map(toInboxClaimedRow).sort(byId);
+  }
+
+  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }> {
+    return countReclaimed(
+      await this.run<{ state: string }>(sql.inboxReclaimSql(this.table.inbox), [int(p.maxAttempts), text(JSON.stringify(p.sources))]),
+    );
+  }
+
+  async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
+    const lock = lockName(`queuebox_pull_claim_${this.tables.inbox.qualified}:${p.source}`);
+    try {
+      // The transaction owns the lock: its commit (or rollback) releases it.
+      const records = await this.dataSource.transaction(
+        async (manager) =>
+          (
+            await this.run<InboxClaimedRecord>(
+              sql.inboxPullClaimSql(this.table.inbox),
+              [name(lock), int(p.limit), bigint(p.leaseMs), name(p.source)],
+              manager,
+            )
+          ).rows,
+      );
+      return records.map(toInboxClaimedRow).sort(byId);
+    } catch (error) {
+      throw claimLockError(error, lock);
+    }
+  }
+
+  async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {
+    const { rows } = await this.run<{ lease_expires_at: Date }>(
+      sql.leaseRenewSql(this.table[p.table]),
+      [...fence(p), bigint(p.leaseMs)],
+      p.manager,
+    );
+    return rows.length === 1 ? rows[0].lease_expires_at : null;
+  }
+
+  async leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean> {
+    const { affected } = await this.run(sql.leaseCompleteSql(this.table[p.table], FINISHED[p.table]), fence(p), p.manager);
+    return affected === 1;
+  }
+
+  async leaseCompleteBatch(p: { table: LeaseTable; claims: { id: string; token: string }[] }): Promise<Set<string>> {
+    const { rows } = await this.run<{ id: string }>(sql.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]), [
+      text(JSON.stringify(p.claims.map((c) => ({ id: c.id, token: c.token })))),
+    ]);
+    return new Set(rows.map((r) => String(r.id)));
+  }
+
+  async leaseRelease(p: FenceParams): Promise<boolean> {
+    const { affected } = await this.run(sql.leaseReleaseSql(this.table[p.table]), fence(p));
+    return affected === 1;
+  }
+
+  async leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean> {
+    const { affected } = await this.run(sql.leaseRetrySql(this.table[p.table]), [...fence(p), bigint(p.delayMs), text(p.error)]);
+    return affected === 1;
+  }
+
+  async leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean> {
+    const { affected } = await this.run(sql.leaseDeadLetterSql(this.table[p.table]), [...fence(p), text(p.reason)]);
+    return affected === 1;
+  }
+
+  async clockNow(): Promise<Date> {
+    return (await this.run<{ now: Date }>(sql.clockNowSql(), [])).rows[0].now;
+  }
+
+  /**
+   * Runs a claim behind a session-owned application lock, on one connection. The batch takes the
+   * lock, claims and releases the lock (also when the claim fails); when the batch is cut off (a
+   * client-side timeout skips its CATCH block), the lock is released here, on the same
+   * connection, before the connection goes back to the pool.
+   */
+  private async sessionClaim<T>(lock: string, statement: string, params: unknown[]): Promise<T[]> {
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      await runner.startTransaction();
+      try {
+        const result = await runner.query(statement, [name(lock), ...params], true);
+        await runner.commitTransaction();
+        return (result.records ?? []) as T[];
+      } catch (error) {
+        await abandonClaim(runner, lock);
+        throw claimLockError(error, lock);
+      }
+    } finally {
+      await runner.release();
+    }
+  }
+
+  private run<T>(statement: string, params: unknown[], manager?: EntityManager) {
+    return runSql<T>(this.dataSource, statement, params, manager);
+  }
+}
+
+/** The fence parameters @0 (id) and @1 (token). */
+function fence(p: FenceParams): MssqlParameter[] {
+  return [bigint(p.id), guid(p.token)];
+}
+
+/** A lock name sp_getapplock accepts: the name itself, or a digest of it when it is too long. */
+function lockName(full: string): string {
+  return full.length <= MAX_LOCK_NAME ? full : `queuebox_claim_${createHash('sha256').update(full).digest('hex')}`;
+}
+
+async function abandonClaim(runner: QueryRunner, lock: string): Promise<void> {
+  // Each step is best effort: when the connection itself broke, the server ended the session and
+  // with it the session's locks and its transaction.
+  try {
+    await runner.query(sql.claimLockReleaseLeftoverSql(), [name(lock)]);
+  } catch {}
+  try {
+    if (runner.isTransactionActive) await runner.rollbackTransaction();
+  } catch {}
+}
+
+function errorNumber(error: unknown): number | undefined {
+  const { number, driverError } = error as { number?: unknown; driverError?: { number?: unknown } };
+  const found = number ?? driverError?.number;
+  return typeof found === 'number' ? found : undefined;
+}
+
+/** Turns the claim batch's "lock not granted" errors (51001 and up) into a clear QueueBox error; other errors pass. */
+function claimLockError(error: unknown, lock: string): unknown {
+  const number = errorNumber(error);
+  if (number === undefined || number <= sql.CLAIM_LOCK_ERROR_BASE || number > sql.CLAIM_LOCK_ERROR_BASE + 999) return error;
+  return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimLockNotGranted(lock, sql.CLAIM_LOCK_ERROR_BASE - number));
+}
+
+function toInboxClaimedRow(r: InboxClaimedRecord): InboxClaimedRow {
+  return {
+    id: String(r.id),
+    source: r.source,
+    idempotencyKey: r.idempotency_key,
+    aggregateId: r.aggregate_id,
+    payload: JSON.parse(r.payload),
+    headers: r.headers ? JSON.parse(r.headers) : {},
+    attempts: r.attempts,
+    token: r.claim_token.toLowerCase(),
+    leaseExpiresAt: r.lease_expires_at,
+    receivedAt: r.received_at,
+  };
+}
+
+function countReclaimed({ rows }: { rows: { state: string }[] }): { pending: number; dead: number } {
+  const dead = rows.filter((r) => r.state === 'dead').length;
+  return { pending: rows.length - dead, dead };
+}

@@ -1,0 +1,102 @@
+import type { TableName } from '../../common/identifiers';
+import type { QueueBoxTables } from '../dialect';
+
+/** Quotes a validated table name for SQL Server: `[schema].[name]`, or `[name]` (the user's default schema). */
+export function mssqlTable(table: TableName): string {
+  return table.schema ? `[${table.schema}].[${table.name}]` : `[${table.name}]`;
+}
+
+/**
+ * The lease columns both tables share, in PostgreSQL's order. Times are UTC `DATETIME2` written by
+ * `SYSUTCDATETIME()`; text that claims compare is NVARCHAR, the type the driver sends strings as.
+ */
+function leaseColumns(name: string): string {
+  return `  [state] NVARCHAR(16) NOT NULL CONSTRAINT [${name}_state_default] DEFAULT N'pending',
+  [attempts] INT NOT NULL CONSTRAINT [${name}_attempts_default] DEFAULT 0,
+  [available_at] DATETIME2 NOT NULL CONSTRAINT [${name}_available_at_default] DEFAULT SYSUTCDATETIME(),
+  [claim_token] UNIQUEIDENTIFIER NULL,
+  [claimed_at] DATETIME2 NULL,
+  [lease_expires_at] DATETIME2 NULL,`;
+}
+
+/**
+ * Payloads may be any JSON value. `ISJSON(x)` accepts only objects and arrays before SQL Server
+ * 2022 (its `VALUE` argument is new there), so the check tests the value wrapped in an array.
+ */
+function jsonChecks(name: string): string {
+  return `  CONSTRAINT [${name}_payload_check] CHECK (ISJSON(N'[' + [payload] + N']') = 1),
+  CONSTRAINT [${name}_headers_check] CHECK (ISJSON([headers]) = 1)`;
+}
+
+/**
+ * The schema, one statement per entry (no `GO`: the migration runs them one by one). Filtered
+ * indexes play the part of PostgreSQL's partial indexes: they hold unfinished rows only, so the
+ * claim, head-of-key and reclaim lookups cost the same however many finished rows are kept.
+ */
+export function sqlServerSchemaUp(tables: QueueBoxTables): string[] {
+  const schemas = [...new Set([tables.outbox.schema, tables.inbox.schema].filter((s): s is string => !!s))];
+  const outbox = mssqlTable(tables.outbox);
+  const inbox = mssqlTable(tables.inbox);
+  const o = tables.outbox.name;
+  const i = tables.inbox.name;
+  const unfinished = "[state] IN (N'pending', N'processing')";
+  return [
+    // Filtered indexes refuse to be created (and their tables to be written) without these; sqlcmd,
+    // for one, starts with QUOTED_IDENTIFIER OFF.
+    'SET ANSI_NULLS ON',
+    'SET QUOTED_IDENTIFIER ON',
+    // CREATE SCHEMA must be alone in its batch, hence EXEC.
+    ...schemas.map((schema) => `IF SCHEMA_ID(N'${schema}') IS NULL EXEC(N'CREATE SCHEMA [${schema}]')`),
+    `CREATE TABLE ${outbox} (
+  [id] BIGINT IDENTITY(1, 1) NOT NULL,
+  [message_id] UNIQUEIDENTIFIER NOT NULL,
+  [destination] NVARCHAR(255) NOT NULL,
+  [key] NVARCHAR(255) NULL,
+  [payload] NVARCHAR(MAX) NOT NULL,
+  [headers] NVARCHAR(MAX) NOT NULL CONSTRAINT [${o}_headers_default] DEFAULT N'{}',
+${leaseColumns(o)}
+  [created_at] DATETIME2 NOT NULL CONSTRAINT [${o}_created_at_default] DEFAULT SYSUTCDATETIME(),
+  [sent_at] DATETIME2 NULL,
+  [last_error] NVARCHAR(MAX) NULL,
+  CONSTRAINT [${o}_pkey] PRIMARY KEY CLUSTERED ([id]),
+  CONSTRAINT [${o}_message_id_key] UNIQUE ([message_id]),
+  CONSTRAINT [${o}_state_check] CHECK ([state] IN (N'pending', N'processing', N'sent', N'dead')),
+${jsonChecks(o)}
+)`,
+    // READPAST skips locked rows, not a locked table: a transaction that enqueues thousands of
+    // messages must not escalate to a table lock that stalls every claim until it commits.
+    `ALTER TABLE ${outbox} SET (LOCK_ESCALATION = DISABLE)`,
+    // The claim scans available pending rows oldest first (the key comes along for the head-of-key check).
+    `CREATE INDEX [${o}_claim_idx] ON ${outbox} ([available_at], [id]) INCLUDE ([key]) WHERE [state] = N'pending'`,
+    // Finds whether a key has an earlier unfinished row (the head-of-key check).
+    `CREATE INDEX [${o}_key_idx] ON ${outbox} ([key], [id]) INCLUDE ([state]) WHERE ${unfinished} AND [key] IS NOT NULL`,
+    // I4 enforced by the database itself: one row per key in flight, whatever the claim does.
+    `CREATE UNIQUE INDEX [${o}_key_in_flight_idx] ON ${outbox} ([key]) WHERE [state] = N'processing' AND [key] IS NOT NULL`,
+    `CREATE INDEX [${o}_lease_idx] ON ${outbox} ([lease_expires_at]) WHERE [state] = N'processing'`,
+    `CREATE TABLE ${inbox} (
+  [id] BIGINT IDENTITY(1, 1) NOT NULL,
+  [source] NVARCHAR(255) NOT NULL,
+  [idempotency_key] NVARCHAR(255) NOT NULL,
+  [aggregate_id] NVARCHAR(255) NULL,
+  [payload] NVARCHAR(MAX) NOT NULL,
+  [headers] NVARCHAR(MAX) NOT NULL CONSTRAINT [${i}_headers_default] DEFAULT N'{}',
+${leaseColumns(i)}
+  [received_at] DATETIME2 NOT NULL CONSTRAINT [${i}_received_at_default] DEFAULT SYSUTCDATETIME(),
+  [processed_at] DATETIME2 NULL,
+  [last_error] NVARCHAR(MAX) NULL,
+  CONSTRAINT [${i}_pkey] PRIMARY KEY CLUSTERED ([id]),
+  CONSTRAINT [${i}_source_idempotency_key_key] UNIQUE ([source], [idempotency_key]),
+  CONSTRAINT [${i}_state_check] CHECK ([state] IN (N'pending', N'processing', N'processed', N'dead')),
+${jsonChecks(i)}
+)`,
+    `ALTER TABLE ${inbox} SET (LOCK_ESCALATION = DISABLE)`,
+    `CREATE INDEX [${i}_claim_idx] ON ${inbox} ([source], [available_at], [id]) INCLUDE ([aggregate_id]) WHERE [state] = N'pending'`,
+    `CREATE INDEX [${i}_aggregate_idx] ON ${inbox} ([source], [aggregate_id], [id]) INCLUDE ([state]) WHERE ${unfinished} AND [aggregate_id] IS NOT NULL`,
+    `CREATE UNIQUE INDEX [${i}_aggregate_in_flight_idx] ON ${inbox} ([source], [aggregate_id]) WHERE [state] = N'processing' AND [aggregate_id] IS NOT NULL`,
+    `CREATE INDEX [${i}_lease_idx] ON ${inbox} ([source], [lease_expires_at]) INCLUDE ([aggregate_id]) WHERE [state] = N'processing'`,
+  ];
+}
+
+export function sqlServerSchemaDown(tables: QueueBoxTables): string[] {
+  return [`DROP TABLE IF EXISTS ${mssqlTable(tables.inbox)}`, `DROP TABLE IF EXISTS ${mssqlTable(tables.outbox)}`];
+}

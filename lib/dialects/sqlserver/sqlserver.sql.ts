@@ -1,0 +1,245 @@
+/**
+ * SQL Server (T-SQL) statements as pure functions of the (already bracket-quoted) table name, so
+ * tests can parse and pin exactly what runs. Parameters are positional (`@0`...), the placeholders
+ * of TypeORM's mssql driver, documented per statement; the dialect types each one explicitly.
+ */
+
+// I7: SYSUTCDATETIME() is evaluated when the statement runs, never at the transaction's start, so
+// a fence evaluated late in a long transaction sees an expired lease. UTC, because the columns
+// are DATETIME2 without an offset (GETDATE() would store the server's local time).
+export const NOW = 'SYSUTCDATETIME()';
+
+/** An application lock waits this long before sp_getapplock gives up (the seed: 10 seconds). */
+export const CLAIM_LOCK_WAIT_MS = 10_000;
+
+/**
+ * sp_getapplock's negative results become error numbers 51001 (timeout, -1), 51002 (cancelled,
+ * -2), 51003 (deadlock victim, -3) and 51999 (-999, a parameter or call error): 51000 minus the result.
+ */
+export const CLAIM_LOCK_ERROR_BASE = 51_000;
+
+/** `now + ms` for a BIGINT parameter: seconds and milliseconds apart, as DATEADD takes an INT (24 days of milliseconds). */
+const msFromNow = (param: string) =>
+  `DATEADD(MILLISECOND, CAST(${param} % 1000 AS INT), DATEADD(SECOND, CAST(${param} / 1000 AS INT), ${NOW}))`;
+
+/** DATETIME2 carries no offset and TypeORM reads it as local time; returned as DATETIMEOFFSET, it is read as the UTC instant it is. */
+const asUtc = (column: string) => `TODATETIMEOFFSET(${column}, '+00:00')`;
+
+/** The claim fence: @0 = id, @1 = claim token. */
+const FENCE = `[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ${NOW}`;
+
+/**
+ * Takes the claim lock (@0 = its name) or stops the batch with a clear error: a lock that was not
+ * granted must never let the claim run unserialized, nor look like "nothing to claim".
+ */
+const takeClaimLock = (owner: 'Session' | 'Transaction') => `DECLARE @claim_lock INT;
+EXEC @claim_lock = sp_getapplock @Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'${owner}', @LockTimeout = ${CLAIM_LOCK_WAIT_MS};
+IF @claim_lock < 0
+BEGIN
+  DECLARE @claim_lock_error INT = ${CLAIM_LOCK_ERROR_BASE} - @claim_lock;
+  THROW @claim_lock_error, N'QueueBox: sp_getapplock did not grant the claim lock.', 1;
+END;`;
+
+const releaseSessionLock = "EXEC sp_releaseapplock @Resource = @0, @LockOwner = N'Session';";
+
+/**
+ * A claim behind a session-owned application lock (outbox poller, inbox relay): the lock is taken,
+ * the claim runs, and the lock is released right after it, also when the claim fails.
+ */
+const underSessionLock = (claim: string) => `${takeClaimLock('Session')}
+BEGIN TRY
+${claim}
+END TRY
+BEGIN CATCH
+  ${releaseSessionLock}
+  THROW;
+END CATCH;
+${releaseSessionLock}`;
+
+/**
+ * @0 = lock name. Releases the session's claim lock if a batch was cut off while it held it (a
+ * client-side timeout ends a batch without running its CATCH block). Run on the same connection.
+ */
+export const claimLockReleaseLeftoverSql = () => `IF APPLOCK_MODE(N'public', @0, N'Session') <> N'NoLock' ${releaseSessionLock}`;
+
+const setClaimed = (alias: string, leaseParam: string) => `SET [state] = N'processing', [claim_token] = NEWID(), [claimed_at] = ${NOW},
+    [lease_expires_at] = ${msFromNow(leaseParam)}, [attempts] = ${alias}.[attempts] + 1`;
+
+/**
+ * @0 = outbox lock, @1 = limit, @2 = lease in ms. Takes available pending rows oldest first, only
+ * the head of each key (no earlier unfinished row, none in flight). The candidate ids are
+ * materialized once in a table variable, so the limit applies exactly once; UPDLOCK keeps them
+ * until the claim's transaction ends and READPAST skips rows other transactions hold.
+ */
+export const outboxClaimSql = (table: string) =>
+  underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+  INSERT INTO @candidates ([id])
+  SELECT TOP (@1) o.[id] FROM ${table} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
+  WHERE o.[state] = N'pending' AND o.[available_at] <= ${NOW}
+    AND (o.[key] IS NULL OR NOT EXISTS (
+      SELECT 1 FROM ${table} AS e
+      WHERE e.[key] = o.[key] AND e.[key] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] <> o.[id]
+        AND (e.[state] = N'processing' OR e.[id] < o.[id])))
+  ORDER BY o.[available_at], o.[id];
+  UPDATE o
+  ${setClaimed('o', '@2')}
+  OUTPUT inserted.[id], inserted.[message_id], inserted.[destination], inserted.[key], inserted.[payload], inserted.[headers],
+         inserted.[attempts], inserted.[claim_token], ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at],
+         ${asUtc('inserted.[created_at]')} AS [created_at]
+  FROM ${table} AS o WITH (ROWLOCK) INNER JOIN @candidates AS c ON c.[id] = o.[id]
+  WHERE o.[state] = N'pending';`);
+
+/** @0 = max attempts: expired claims go back to pending, or to dead on their last attempt. */
+const RECLAIM_SET = `SET [state] = CASE WHEN [attempts] >= @0 THEN N'dead' ELSE N'pending' END,
+    [claim_token] = NULL, [lease_expires_at] = NULL,
+    [last_error] = CONCAT(N'lease expired on attempt ', [attempts], N' of ', @0,
+      N': the worker crashed, was stopped or outlived its lease')`;
+
+/** @0 = max attempts. */
+export const outboxReclaimSql = (table: string) => `UPDATE ${table}
+${RECLAIM_SET}
+OUTPUT inserted.[state]
+WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}`;
+
+/**
+ * @0 = the rows as one JSON array of `{ messageId, destination, key, payload, headers, availableAt }`
+ * (payload and headers as JSON text, availableAt as an ISO-8601 UTC string or null). One
+ * parameter keeps a batch one statement, whatever its size (a statement takes at most 2,100
+ * parameters); identities follow the array's order.
+ */
+export const outboxInsertSql = (
+  table: string,
+) => `INSERT INTO ${table} ([message_id], [destination], [key], [payload], [headers], [available_at])
+OUTPUT inserted.[id], inserted.[message_id]
+SELECT m.[message_id], m.[destination], m.[key], m.[payload], m.[headers],
+       COALESCE(CAST(SWITCHOFFSET(m.[available_at], '+00:00') AS DATETIME2), ${NOW})
+FROM OPENJSON(@0) AS j
+CROSS APPLY OPENJSON(j.[value]) WITH (
+  [message_id] UNIQUEIDENTIFIER '$.messageId',
+  [destination] NVARCHAR(255) '$.destination',
+  [key] NVARCHAR(255) '$.key',
+  [payload] NVARCHAR(MAX) '$.payload',
+  [headers] NVARCHAR(MAX) '$.headers',
+  [available_at] DATETIMEOFFSET '$.availableAt'
+) AS m
+ORDER BY CAST(j.[key] AS INT)`;
+
+/** @0 = id, @1 = token, @2 = lease in ms. */
+export const leaseRenewSql = (table: string) => `UPDATE ${table} SET [lease_expires_at] = ${msFromNow('@2')}
+OUTPUT ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at]
+WHERE ${FENCE}`;
+
+type Finished = { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' };
+
+/** @0 = id, @1 = token. `state`/`column`: `sent`/`sent_at` or `processed`/`processed_at`. */
+export const leaseCompleteSql = (table: string, finished: Finished) =>
+  `UPDATE ${table} SET [state] = N'${finished.state}', [${finished.column}] = ${NOW}, [lease_expires_at] = NULL
+WHERE ${FENCE}`;
+
+/**
+ * @0 = the claims as one JSON array of `{ id, token }`. Completes a batch with one fenced
+ * statement and returns the ids it completed; an id missing from the result lost its claim.
+ */
+export const leaseCompleteBatchSql = (table: string, finished: Finished) => `UPDATE t
+SET [state] = N'${finished.state}', [${finished.column}] = ${NOW}, [lease_expires_at] = NULL
+OUTPUT inserted.[id]
+FROM ${table} AS t INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c ON t.[id] = c.[id]
+WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW}`;
+
+/** @0 = id, @1 = token. Gives an unstarted claim back (shutdown): pending again, its attempt not counted. */
+export const leaseReleaseSql = (table: string) => `UPDATE ${table}
+SET [state] = N'pending', [attempts] = [attempts] - 1, [claim_token] = NULL, [lease_expires_at] = NULL
+WHERE ${FENCE}`;
+
+/** @0 = id, @1 = token, @2 = delay in ms, @3 = error text. */
+export const leaseRetrySql = (table: string) => `UPDATE ${table}
+SET [state] = N'pending', [available_at] = ${msFromNow('@2')}, [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = @3
+WHERE ${FENCE}`;
+
+/** @0 = id, @1 = token, @2 = reason. */
+export const leaseDeadLetterSql = (table: string) => `UPDATE ${table} SET [state] = N'dead', [lease_expires_at] = NULL, [last_error] = @2
+WHERE ${FENCE}`;
+
+/**
+ * @0 = source, @1 = idempotency key, @2 = aggregate id, @3 = payload (JSON), @4 = headers (JSON).
+ * No row back: a duplicate. UPDLOCK, HOLDLOCK lock the key's range in the unique index even when
+ * no row exists yet, so a concurrent receive of the same key waits for this one's transaction
+ * and then sees its row, instead of failing on the unique constraint.
+ */
+export const inboxInsertSql = (table: string) => `INSERT INTO ${table} ([source], [idempotency_key], [aggregate_id], [payload], [headers])
+OUTPUT inserted.[id]
+SELECT @0, @1, @2, @3, @4
+WHERE NOT EXISTS (
+  SELECT 1 FROM ${table} WITH (UPDLOCK, HOLDLOCK) WHERE [source] = @0 AND [idempotency_key] = @1)`;
+
+/** @0 = source, @1 = idempotency key. */
+export const inboxFindSql = (table: string) => `SELECT [id] FROM ${table} WHERE [source] = @0 AND [idempotency_key] = @1`;
+
+const INBOX_OUTPUT = `OUTPUT inserted.[id], inserted.[source], inserted.[idempotency_key], inserted.[aggregate_id], inserted.[payload],
+         inserted.[headers], inserted.[attempts], inserted.[claim_token], ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at],
+         ${asUtc('inserted.[received_at]')} AS [received_at]`;
+
+/** Only the head of each (source, aggregate): no earlier unfinished row, none in flight but itself. */
+const HEAD_OF_AGGREGATE = (table: string) => `(i.[aggregate_id] IS NULL OR NOT EXISTS (
+      SELECT 1 FROM ${table} AS e
+      WHERE e.[source] = i.[source] AND e.[aggregate_id] = i.[aggregate_id] AND e.[aggregate_id] IS NOT NULL
+        AND e.[state] IN (N'pending', N'processing') AND e.[id] <> i.[id]
+        AND (e.[state] = N'processing' OR e.[id] < i.[id])))`;
+
+/**
+ * @0 = inbox lock, @1 = limit, @2 = lease in ms, @3 = the sources as a JSON array of strings. The
+ * relay's claim: available pending rows of its sources, oldest first, only the head of each
+ * (source, aggregate); materialized once, like the outbox claim.
+ */
+export const inboxRelayClaimSql = (table: string) =>
+  underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+  INSERT INTO @candidates ([id])
+  SELECT TOP (@1) i.[id] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
+  WHERE i.[state] = N'pending' AND i.[available_at] <= ${NOW}
+    AND i.[source] IN (SELECT s.[source] FROM OPENJSON(@3) WITH ([source] NVARCHAR(255) '$') AS s)
+    AND ${HEAD_OF_AGGREGATE(table)}
+  ORDER BY i.[available_at], i.[id];
+  UPDATE i
+  ${setClaimed('i', '@2')}
+  ${INBOX_OUTPUT}
+  FROM ${table} AS i WITH (ROWLOCK) INNER JOIN @candidates AS c ON c.[id] = i.[id]
+  WHERE i.[state] = N'pending';`);
+
+/** @0 = max attempts, @1 = the sources as a JSON array of strings. The relay's reclaim step, limited to its sources. */
+export const inboxReclaimSql = (table: string) => `UPDATE ${table}
+${RECLAIM_SET}
+OUTPUT inserted.[state]
+WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}
+  AND [source] IN (SELECT s.[source] FROM OPENJSON(@1) WITH ([source] NVARCHAR(255) '$') AS s)`;
+
+/**
+ * @0 = pull lock (per table and source), @1 = limit, @2 = lease in ms, @3 = source. Runs inside
+ * the claim transaction, which owns the lock. Takes rows whose lease expired (a crashed client's)
+ * first, then available pending rows, only the head of each aggregate; two reads so each uses its
+ * own index in its own order, both materialized in one table variable before the one UPDATE.
+ */
+export const inboxPullClaimSql = (table: string) => `${takeClaimLock('Transaction')}
+DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+INSERT INTO @candidates ([id])
+SELECT TOP (@1) i.[id] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
+WHERE i.[source] = @3 AND i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW} AND ${HEAD_OF_AGGREGATE(table)}
+ORDER BY i.[lease_expires_at];
+DECLARE @room INT = @1 - (SELECT COUNT(*) FROM @candidates);
+INSERT INTO @candidates ([id])
+SELECT TOP (@room) i.[id] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
+WHERE i.[source] = @3 AND i.[state] = N'pending' AND i.[available_at] <= ${NOW} AND ${HEAD_OF_AGGREGATE(table)}
+ORDER BY i.[available_at], i.[id];
+UPDATE i
+${setClaimed('i', '@2')}
+${INBOX_OUTPUT}
+FROM ${table} AS i WITH (ROWLOCK) INNER JOIN @candidates AS c ON c.[id] = i.[id]
+WHERE i.[state] = N'pending' OR (i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW});`;
+
+/** @0 = the table's name as `[schema].[name]` or `[name]`: its object id, or NULL when it does not exist. */
+export const tableExistsSql = () => "SELECT OBJECT_ID(@0, N'U') AS [found]";
+
+/** The current database's compatibility level (OPENJSON needs 130, SQL Server 2016's). */
+export const compatibilityLevelSql = () => 'SELECT [compatibility_level] FROM sys.databases WHERE [database_id] = DB_ID()';
+
+/** The database clock, as the UTC instant it is. */
+export const clockNowSql = () => `SELECT ${asUtc(NOW)} AS [now]`;

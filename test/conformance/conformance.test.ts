@@ -1,0 +1,386 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import type { Dialect, InboxInsertRow } from '../../lib/dialects/dialect';
+import { createDialect } from '../../lib/dialects/dialects';
+import { LeaseService } from '../../lib/lease/lease.service';
+import type { InboxClaim, OutboxClaim } from '../../lib/lease/lease.types';
+import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
+import type { OutboxMessageInput } from '../../lib/outbox/outbox.types';
+import { toOutboxRows } from '../../lib/outbox/outbox-rows';
+import { resolveTables } from '../../lib/queuebox.options';
+import { CONFORMANCE_TABLES, type ConformanceDatabase, type DialectHarness, HARNESSES } from './harness';
+
+// One suite for the dialect seam, run against every configured dialect (in the spirit of River's
+// driver tests): claims, fences, order, dedupe, relay rollback and pull transactions, through the
+// Dialect interface and LeaseService only. PostgreSQL always runs; SQL Server when
+// QUEUEBOX_MSSQL_URL names a server.
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const LONG = 60_000;
+
+for (const harness of HARNESSES) {
+  describe(`dialect conformance: ${harness.name}`, harness.skip ? { skip: harness.skip } : {}, () => conformance(harness));
+}
+
+function conformance(harness: DialectHarness) {
+  let db: ConformanceDatabase;
+  let dialect: Dialect;
+  let lease: LeaseService;
+  let metrics: QueueBoxMetrics;
+
+  before(async () => {
+    db = await harness.open();
+    dialect = createDialect(db.dataSource, resolveTables(CONFORMANCE_TABLES));
+    await dialect.schemaCheck();
+  });
+  after(async () => {
+    await db?.close();
+  });
+  beforeEach(async () => {
+    await db.reset();
+    metrics = new QueueBoxMetrics();
+    lease = new LeaseService(dialect, metrics);
+  });
+
+  const enqueue = (...messages: Partial<OutboxMessageInput>[]) =>
+    db.dataSource.transaction((manager) =>
+      dialect.outboxInsert({
+        manager,
+        rows: toOutboxRows(
+          messages.map((m) => ({ destination: 'd', payload: {}, ...m })),
+          1_000_000,
+        ),
+      }),
+    );
+  const receive = (row: Partial<InboxInsertRow> & { idempotencyKey: string }) =>
+    dialect.inboxInsertIfAbsent({ row: { source: 'orders', aggregateId: null, payloadJson: '{}', headersJson: '{}', ...row } });
+  const claimOutbox = (limit: number, leaseMs = LONG) => lease.claimOutboxBatch({ limit, leaseMs });
+  const keysOf = (claims: OutboxClaim[]) => claims.map((c) => `${c.message.key}:${(c.message.payload as { n: number }).n}`);
+
+  describe('claims and fences', () => {
+    it('claims with a new token and a lease by the database clock, counting the claim as an attempt', async () => {
+      const [{ id, messageId }] = await enqueue({ key: 'k', payload: { n: 1, text: 'zäh 💡' }, headers: { 'X-Trace': 't1' } });
+      const dbNow = await dialect.clockNow();
+      const [claim] = await claimOutbox(10);
+      assert.equal(claim.id, id);
+      assert.equal(claim.attempt, 1);
+      assert.equal(claim.message.messageId, messageId);
+      assert.deepEqual(claim.message.payload, { n: 1, text: 'zäh 💡' });
+      assert.equal(claim.message.headers['X-Trace'], 't1');
+      const leaseLeft = claim.leaseExpiresAt.getTime() - dbNow.getTime();
+      assert.ok(leaseLeft > LONG - 2000 && leaseLeft < LONG + 2000, `lease ends ${leaseLeft} ms after the database's now`);
+      assert.deepEqual(await db.row('outbox', id), { state: 'processing', claimToken: claim.token, attempts: 1, lastError: null });
+      assert.deepEqual(await claimOutbox(10), [], 'a claimed row is not claimed twice');
+    });
+
+    it('inserts a batch in input order, and does not claim a row before its availableAt', async () => {
+      const later = new Date(Date.now() + 3_600_000);
+      const results = await enqueue({ payload: { n: 1 } }, { payload: { n: 2 }, availableAt: later }, { payload: { n: 3 } });
+      const ids = results.map((r) => BigInt(r.id));
+      assert.ok(ids[0] < ids[1] && ids[1] < ids[2], `ids follow the input: ${ids}`);
+      const claims = await claimOutbox(10);
+      assert.deepEqual(
+        claims.map((c) => c.id),
+        [results[0].id, results[2].id],
+      );
+    });
+
+    it('I3: a zombie whose lease expired and whose row was claimed again changes nothing', async () => {
+      const [{ id }] = await enqueue({ key: 'k' });
+      const [zombie] = await claimOutbox(1, 150);
+      await sleep(250);
+      assert.deepEqual(await lease.reclaimOutbox({ maxAttempts: 10 }), { pending: 1, dead: 0 });
+      const [owner] = await claimOutbox(1);
+      assert.equal(owner.id, id);
+      assert.notEqual(owner.token, zombie.token);
+      assert.equal(await lease.renew(zombie), false);
+      assert.equal(await lease.complete(zombie), false);
+      assert.equal(await lease.retry(zombie, { delayMs: 0, error: new Error('zombie') }), false);
+      assert.equal(await lease.deadLetter(zombie, 'zombie'), false);
+      assert.equal(await dialect.leaseRelease({ table: 'outbox', id, token: zombie.token }), false);
+      assert.deepEqual(await dialect.leaseCompleteBatch({ table: 'outbox', claims: [{ id, token: zombie.token }] }), new Set());
+      const row = await db.row('outbox', id);
+      assert.equal(row.state, 'processing');
+      assert.equal(row.claimToken, owner.token, 'the new owner keeps the row');
+      assert.equal(metrics.value('queuebox_claims_lost_total', { component: 'outbox' }), 1, 'counted once per lost claim');
+      assert.equal(await lease.complete(owner), true);
+      assert.equal((await db.row('outbox', id)).state, 'sent');
+    });
+
+    it('I3: an expired lease fails the fence before anyone reclaims the row', async () => {
+      await enqueue({});
+      const [claim] = await claimOutbox(1, 100);
+      await sleep(200);
+      assert.equal(await lease.renew(claim), false);
+      assert.equal(await lease.complete(claim), false);
+      assert.equal((await db.row('outbox', claim.id)).state, 'processing');
+    });
+
+    it('renew moves the lease forward by the database clock and keeps the claim past its first lease', async () => {
+      await enqueue({});
+      const [claim] = await claimOutbox(1, 300);
+      const first = claim.leaseExpiresAt.getTime();
+      for (let i = 0; i < 4; i++) {
+        await sleep(100);
+        assert.equal(await lease.renew(claim), true);
+      }
+      assert.ok(claim.leaseExpiresAt.getTime() > first + 300, 'the lease moved forward');
+      assert.equal(await lease.complete(claim), true);
+    });
+
+    it('retry returns the row to pending after its delay with the error recorded; dead-letter ends it', async () => {
+      const [{ id }] = await enqueue({});
+      const [claim] = await claimOutbox(1);
+      assert.equal(await lease.retry(claim, { delayMs: LONG, error: new Error('broker down') }), true);
+      assert.deepEqual(await db.row('outbox', id), { state: 'pending', claimToken: null, attempts: 1, lastError: 'Error: broker down' });
+      assert.deepEqual(await claimOutbox(1), [], 'not available before the delay');
+      await db.makeAvailable('outbox');
+      const [again] = await claimOutbox(1);
+      assert.equal(again.attempt, 2);
+      assert.equal(await lease.deadLetter(again, 'gave up'), true);
+      assert.deepEqual(await db.row('outbox', id), { state: 'dead', claimToken: again.token, attempts: 2, lastError: 'gave up' });
+    });
+
+    it('completes a batch with one fenced statement, and gives back an unstarted claim without counting its attempt', async () => {
+      await enqueue({ payload: { n: 1 } }, { payload: { n: 2 } }, { payload: { n: 3 } });
+      const claims = await claimOutbox(3);
+      const done = await dialect.leaseCompleteBatch({
+        table: 'outbox',
+        claims: [claims[0], claims[1]].map((c) => ({ id: c.id, token: c.token })),
+      });
+      assert.deepEqual(done, new Set([claims[0].id, claims[1].id]));
+      assert.equal(await db.count('outbox', 'sent'), 2);
+      assert.equal(await dialect.leaseRelease({ table: 'outbox', id: claims[2].id, token: claims[2].token }), true);
+      assert.deepEqual(await db.row('outbox', claims[2].id), { state: 'pending', claimToken: null, attempts: 0, lastError: null });
+    });
+
+    it('I7: a fence evaluated late in a long transaction uses the current time, not the transaction start', async () => {
+      await enqueue({});
+      const [claim] = await claimOutbox(1, 300);
+      const completed = await db.dataSource.transaction(async (manager) => {
+        await manager.query('SELECT 1'); // the transaction has begun
+        await sleep(450);
+        return lease.complete(claim, manager);
+      });
+      assert.equal(completed, false, 'the lease expired while the transaction ran');
+      assert.equal((await db.row('outbox', claim.id)).state, 'processing');
+    });
+
+    it('I8: the reclaim step returns expired claims to pending, and dead-letters one that expired on its last attempt', async () => {
+      const [{ id }] = await enqueue({});
+      for (let attempt = 1; attempt <= 3; attempt++) {
+        const [claim] = await claimOutbox(1, 50);
+        assert.equal(claim.attempt, attempt);
+        await sleep(100);
+        assert.deepEqual(await lease.reclaimOutbox({ maxAttempts: 3 }), attempt < 3 ? { pending: 1, dead: 0 } : { pending: 0, dead: 1 });
+      }
+      const row = await db.row('outbox', id);
+      assert.equal(row.state, 'dead');
+      assert.match(row.lastError ?? '', /lease expired on attempt 3 of 3/);
+    });
+  });
+
+  describe('order (I4)', () => {
+    it('claims only the head of each key, one row per key in flight; the next row once the head is finished', async () => {
+      await enqueue(
+        { key: 'a', payload: { n: 1 } },
+        { key: 'a', payload: { n: 2 } },
+        { key: 'b', payload: { n: 1 } },
+        { key: null, payload: { n: 1 } },
+        { key: null, payload: { n: 2 } },
+      );
+      const first = await claimOutbox(10);
+      assert.deepEqual(keysOf(first), ['a:1', 'b:1', 'null:1', 'null:2']);
+      assert.deepEqual(await claimOutbox(10), [], 'a:2 waits while a:1 is in flight');
+      assert.equal(await lease.complete(first[0]), true);
+      assert.deepEqual(keysOf(await claimOutbox(10)), ['a:2']);
+    });
+
+    it('a failing row blocks its key until it is sent or dead', async () => {
+      await enqueue({ key: 'a', payload: { n: 1 } }, { key: 'a', payload: { n: 2 } });
+      const [head] = await claimOutbox(10);
+      assert.equal(await lease.retry(head, { delayMs: LONG, error: 'down' }), true);
+      assert.deepEqual(await claimOutbox(10), [], 'a:2 does not overtake the failing a:1');
+      await db.makeAvailable('outbox');
+      const [again] = await claimOutbox(10);
+      assert.deepEqual(keysOf([again]), ['a:1']);
+      assert.equal(await lease.deadLetter(again, 'poison'), true);
+      assert.deepEqual(keysOf(await claimOutbox(10)), ['a:2'], 'a dead row unblocks its key');
+    });
+
+    it('concurrent claimers racing concurrent producers never run two rows of a key at once, and keep each producer’s order', async () => {
+      const keys = ['k0', 'k1', 'k2', 'k3'];
+      const producers = 3;
+      const perProducer = 6;
+      const total = keys.length * producers * perProducer;
+      // Each producer commits its messages one by one, so per (key, producer) commit order is id order.
+      const producing = Array.from({ length: producers }, async (_, producer) => {
+        for (let n = 0; n < perProducer; n++) {
+          await enqueue(...keys.map((key) => ({ key, payload: { producer, n } })));
+        }
+      });
+      const inFlight = new Set<string>();
+      const seen = new Map<string, number[]>();
+      const violations: string[] = [];
+      let completed = 0;
+      const deadline = Date.now() + 30_000;
+      const claimer = async () => {
+        while (completed < total && Date.now() < deadline) {
+          const claims = await claimOutbox(3);
+          if (claims.length === 0) await sleep(5);
+          await Promise.all(
+            claims.map(async (claim) => {
+              const key = claim.message.key as string;
+              if (inFlight.has(key)) violations.push(`two rows of ${key} in flight`);
+              inFlight.add(key);
+              const { producer, n } = claim.message.payload as { producer: number; n: number };
+              seen.set(`${key}/${producer}`, [...(seen.get(`${key}/${producer}`) ?? []), n]);
+              await sleep(Math.random() * 5);
+              inFlight.delete(key); // before the completion commits, so a next claim of the key is never a false alarm
+              assert.equal(await lease.complete(claim), true);
+              completed++;
+            }),
+          );
+        }
+      };
+      await Promise.all([...producing, claimer(), claimer(), claimer(), claimer()]);
+      assert.deepEqual(violations, []);
+      assert.equal(completed, total, 'every message was claimed once');
+      for (const [stream, order] of seen) {
+        assert.deepEqual(
+          order,
+          Array.from({ length: perProducer }, (_, n) => n),
+          `${stream} in enqueue order`,
+        );
+      }
+    });
+  });
+
+  describe('inbox: dedupe (I5) and the relay (I6)', () => {
+    it('I5: concurrent receives of one key store one row, in transactions or not; the others report the stored id', async () => {
+      const inTransactions = await Promise.all(
+        Array.from({ length: 20 }, (_, n) =>
+          db.dataSource.transaction((manager) =>
+            dialect.inboxInsertIfAbsent({
+              row: { source: 'orders', idempotencyKey: 'e1', aggregateId: 'o1', payloadJson: JSON.stringify({ n }), headersJson: '{}' },
+              manager,
+            }),
+          ),
+        ),
+      );
+      const plain = await Promise.all(Array.from({ length: 20 }, () => receive({ idempotencyKey: 'e2' })));
+      for (const results of [inTransactions, plain]) {
+        const stored = results.filter((r) => !r.duplicate);
+        assert.equal(stored.length, 1, 'exactly one receive stored the message');
+        assert.ok(
+          results.every((r) => r.id === stored[0].id),
+          'duplicates report the stored row id',
+        );
+      }
+      assert.equal(await db.count('inbox'), 2);
+      assert.deepEqual(await receive({ idempotencyKey: 'e1' }), { id: inTransactions.find((r) => !r.duplicate)?.id, duplicate: true });
+    });
+
+    it('a receive in a transaction that rolls back stores nothing', async () => {
+      await assert.rejects(
+        db.dataSource.transaction(async (manager) => {
+          await dialect.inboxInsertIfAbsent({
+            row: { source: 'orders', idempotencyKey: 'e3', aggregateId: null, payloadJson: '1', headersJson: '{}' },
+            manager,
+          });
+          throw new Error('handler failed');
+        }),
+        /handler failed/,
+      );
+      assert.equal(await db.count('inbox'), 0);
+    });
+
+    it('the relay claims only its sources, the head of each (source, aggregate), and reclaims only its sources', async () => {
+      await receive({ idempotencyKey: 'a1', aggregateId: 'a', payloadJson: '{"n":1}' });
+      await receive({ idempotencyKey: 'a2', aggregateId: 'a', payloadJson: '{"n":2}' });
+      await receive({ idempotencyKey: 'x1', source: 'payments', aggregateId: 'a' });
+      await receive({ idempotencyKey: 'n1' });
+      const claims = await lease.claimRelayBatch({ sources: ['orders', 'payments'], limit: 10, leaseMs: 100 });
+      assert.deepEqual(
+        claims.map((c) => `${c.message.source}/${c.message.idempotencyKey}`),
+        ['orders/a1', 'payments/x1', 'orders/n1'],
+      );
+      assert.deepEqual(claims[0].message.payload, { n: 1 });
+      await sleep(200);
+      assert.deepEqual(await lease.reclaimInbox({ sources: ['payments'], maxAttempts: 5 }), { pending: 1, dead: 0 });
+      assert.deepEqual(await lease.reclaimInbox({ sources: ['orders'], maxAttempts: 1 }), { pending: 0, dead: 2 });
+    });
+
+    it('I6: a forward whose fenced mark loses the claim rolls its outbox insert back; one that keeps it commits both', async () => {
+      const { id } = await receive({ idempotencyKey: 'e6', aggregateId: 'a' });
+      const [zombie] = await lease.claimRelayBatch({ sources: ['orders'], limit: 1, leaseMs: LONG });
+      await db.expireLease('inbox', id); // the claim is taken over, as after an expiry and a reclaim
+      await lease.reclaimInbox({ sources: ['orders'], maxAttempts: 5 });
+      const [owner] = await lease.claimRelayBatch({ sources: ['orders'], limit: 1, leaseMs: LONG });
+      const forward = (claim: InboxClaim, messageId: string) =>
+        db.dataSource.transaction(async (manager) => {
+          await dialect.outboxInsert({ manager, rows: toOutboxRows([{ destination: 'billing', key: 'a', payload: {}, messageId }], 1000) });
+          if (!(await lease.complete(claim, manager))) throw new Error('claim lost: roll the forward back');
+        });
+      await assert.rejects(forward(zombie, '00000000-0000-4000-8000-000000000001'), /claim lost/);
+      assert.equal(await db.count('outbox'), 0, 'no outbox row from the lost forward');
+      assert.equal((await db.row('inbox', id)).state, 'processing');
+      await forward(owner, '00000000-0000-4000-8000-000000000002');
+      assert.equal(await db.count('outbox'), 1);
+      assert.equal((await db.row('inbox', id)).state, 'processed');
+    });
+  });
+
+  describe('pull claims and transactions', () => {
+    it('completes in the caller transaction and rolls back with it', async () => {
+      await receive({ idempotencyKey: 'p1', source: 'ledger' });
+      const claim = await lease.claim('ledger', { leaseMs: LONG });
+      assert.ok(claim);
+      await assert.rejects(
+        db.dataSource.transaction(async (manager) => {
+          assert.equal(await lease.complete(claim, manager), true);
+          throw new Error('business write failed');
+        }),
+        /business write failed/,
+      );
+      assert.equal((await db.row('inbox', claim.id)).state, 'processing');
+      assert.equal(await db.dataSource.transaction((manager) => lease.complete(claim, manager)), true);
+      assert.equal((await db.row('inbox', claim.id)).state, 'processed');
+    });
+
+    it('takes an expired claim directly (no reclaim step), before pending rows, one per aggregate', async () => {
+      await receive({ idempotencyKey: 'c1', source: 'ledger', aggregateId: 'agg' });
+      await receive({ idempotencyKey: 'c2', source: 'ledger', aggregateId: 'agg' });
+      await receive({ idempotencyKey: 'c3', source: 'ledger', aggregateId: 'other' });
+      const first = await lease.claim('ledger', { leaseMs: 100 });
+      assert.equal(first?.message.idempotencyKey, 'c1');
+      await sleep(200);
+      const batch = await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
+      assert.deepEqual(
+        batch.map((c) => [c.message.idempotencyKey, c.attempt]),
+        [
+          ['c1', 2],
+          ['c3', 1],
+        ],
+        'c1 again (expired), c3; c2 still waits behind c1',
+      );
+      assert.equal(await lease.complete(first!), false, 'the dead client changes nothing');
+      assert.equal(await lease.complete(batch[0]), true);
+      assert.deepEqual(
+        (await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG })).map((c) => c.message.idempotencyKey),
+        ['c2'],
+      );
+      assert.equal(await lease.claim('nobody', { leaseMs: LONG }), null, 'another source has nothing');
+    });
+
+    it('concurrent pull claims of one source never hand out one row twice', async () => {
+      for (let n = 0; n < 12; n++) await receive({ idempotencyKey: `q${n}`, source: 'ledger' });
+      const batches = await Promise.all(
+        Array.from({ length: 4 }, () => lease.claimPullBatch({ source: 'ledger', limit: 4, leaseMs: LONG })),
+      );
+      const ids = batches.flat().map((c) => c.id);
+      assert.equal(ids.length, 12);
+      assert.equal(new Set(ids).size, 12);
+    });
+  });
+}

@@ -1,0 +1,176 @@
+import { randomBytes } from 'node:crypto';
+import { DataSource, type DataSourceOptions } from 'typeorm';
+import { parseTableName } from '../../lib/common/identifiers';
+import type { LeaseTable } from '../../lib/dialects/dialect';
+import { pgTable } from '../../lib/dialects/postgres/postgres.schema';
+import { mssqlTable } from '../../lib/dialects/sqlserver/sqlserver.schema';
+import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
+import { createTestDatabase } from '../support/database';
+
+/** The conformance suite's tables: schema-qualified, so every dialect's quoting and schema creation are exercised. */
+export const CONFORMANCE_TABLES = { outbox: 'conformance.outbox', inbox: 'conformance.inbox' } as const;
+
+export interface StoredRow {
+  state: string;
+  claimToken: string | null;
+  attempts: number;
+  lastError: string | null;
+}
+
+/**
+ * A migrated database of one dialect, with the few raw statements the suite needs to look at
+ * rows or move time along. Everything under test goes through the Dialect and LeaseService.
+ */
+export interface ConformanceDatabase {
+  /** Initialized, with a pool large enough for the concurrency tests. */
+  dataSource: DataSource;
+  reset(): Promise<void>;
+  row(table: LeaseTable, id: string): Promise<StoredRow>;
+  count(table: LeaseTable, state?: string): Promise<number>;
+  /** Ends a claim's lease now, as if time had passed. */
+  expireLease(table: LeaseTable, id: string): Promise<void>;
+  /** Makes every pending row of `table` available now (past a retry's delay). */
+  makeAvailable(table: LeaseTable): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface DialectHarness {
+  name: string;
+  /** Why the dialect's suite does not run here, when it does not. */
+  skip?: string;
+  open(): Promise<ConformanceDatabase>;
+}
+
+const POOL_SIZE = 25;
+
+const postgres: DialectHarness = {
+  name: 'PostgreSQL',
+  async open() {
+    const db = await createTestDatabase({ tables: CONFORMANCE_TABLES });
+    const dataSource = await new DataSource({ type: 'postgres', url: db.url, extra: { max: POOL_SIZE }, logging: false }).initialize();
+    const table = {
+      outbox: pgTable(parseTableName('outbox', CONFORMANCE_TABLES.outbox)),
+      inbox: pgTable(parseTableName('inbox', CONFORMANCE_TABLES.inbox)),
+    };
+    return {
+      dataSource,
+      reset: async () => {
+        await dataSource.query(`TRUNCATE ${table.outbox}, ${table.inbox}`);
+      },
+      row: async (kind, id) => {
+        const [row] = await dataSource.query(
+          `SELECT state, claim_token::text AS claim_token, attempts, last_error FROM ${table[kind]} WHERE id = $1`,
+          [id],
+        );
+        return { state: row.state, claimToken: row.claim_token, attempts: row.attempts, lastError: row.last_error };
+      },
+      count: async (kind, state) => {
+        const where = state ? 'WHERE state = $1' : '';
+        const [row] = await dataSource.query(`SELECT count(*)::int AS n FROM ${table[kind]} ${where}`, state ? [state] : []);
+        return row.n;
+      },
+      expireLease: async (kind, id) => {
+        await dataSource.query(`UPDATE ${table[kind]} SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, [id]);
+      },
+      makeAvailable: async (kind) => {
+        await dataSource.query(`UPDATE ${table[kind]} SET available_at = clock_timestamp() - interval '1 second' WHERE state = 'pending'`);
+      },
+      close: async () => {
+        await dataSource.destroy();
+        await db.drop();
+      },
+    };
+  },
+};
+
+/** What scripts/test.mjs prints too: the same line, once at start and once where the suite is skipped. */
+export const SQL_SERVER_SKIPPED = 'SQL Server tests skipped: QUEUEBOX_MSSQL_URL is not set (no SQL Server on this machine).';
+
+/**
+ * `mssql://user:password@host:port/database`; `?encrypt=false` and `?trustServerCertificate=false`
+ * override the defaults meant for a local container (encrypted, any certificate).
+ */
+function sqlServerOptions(url: string, database?: string): DataSourceOptions {
+  const parsed = new URL(url);
+  return {
+    type: 'mssql',
+    host: parsed.hostname,
+    port: Number(parsed.port || 1433),
+    username: decodeURIComponent(parsed.username),
+    password: decodeURIComponent(parsed.password),
+    database: database ?? (decodeURIComponent(parsed.pathname.slice(1)) || 'master'),
+    options: {
+      encrypt: parsed.searchParams.get('encrypt') !== 'false',
+      trustServerCertificate: parsed.searchParams.get('trustServerCertificate') !== 'false',
+    },
+    pool: { max: POOL_SIZE },
+    logging: false,
+  };
+}
+
+/** Runs `work` on the server's own database (master, or the URL's), to create or drop a test database. */
+async function onServer(url: string, work: (dataSource: DataSource) => Promise<void>): Promise<void> {
+  const admin = await new DataSource(sqlServerOptions(url)).initialize();
+  try {
+    await work(admin);
+  } finally {
+    await admin.destroy();
+  }
+}
+
+const sqlServer: DialectHarness = {
+  name: 'SQL Server',
+  skip: process.env.QUEUEBOX_MSSQL_URL ? undefined : SQL_SERVER_SKIPPED,
+  async open() {
+    const url = process.env.QUEUEBOX_MSSQL_URL as string;
+    const name = `qb_conformance_${randomBytes(6).toString('hex')}`;
+    await onServer(url, (admin) => admin.query(`CREATE DATABASE [${name}]`));
+    const dataSource = await new DataSource({
+      ...sqlServerOptions(url, name),
+      migrations: [createQueueBoxMigration({ tables: CONFORMANCE_TABLES })],
+    } as DataSourceOptions).initialize();
+    await dataSource.runMigrations();
+    const table = {
+      outbox: mssqlTable(parseTableName('outbox', CONFORMANCE_TABLES.outbox)),
+      inbox: mssqlTable(parseTableName('inbox', CONFORMANCE_TABLES.inbox)),
+    };
+    return {
+      dataSource,
+      reset: async () => {
+        await dataSource.query(`TRUNCATE TABLE ${table.outbox}; TRUNCATE TABLE ${table.inbox};`);
+      },
+      row: async (kind, id) => {
+        const [row] = await dataSource.query(
+          `SELECT [state], LOWER(CONVERT(NVARCHAR(36), [claim_token])) AS [claim_token], [attempts], [last_error] FROM ${table[kind]} WHERE [id] = @0`,
+          [id],
+        );
+        return { state: row.state, claimToken: row.claim_token, attempts: row.attempts, lastError: row.last_error };
+      },
+      count: async (kind, state) => {
+        const where = state ? 'WHERE [state] = @0' : '';
+        const [row] = await dataSource.query(`SELECT COUNT(*) AS [n] FROM ${table[kind]} ${where}`, state ? [state] : []);
+        return row.n;
+      },
+      expireLease: async (kind, id) => {
+        await dataSource.query(`UPDATE ${table[kind]} SET [lease_expires_at] = DATEADD(SECOND, -1, SYSUTCDATETIME()) WHERE [id] = @0`, [
+          id,
+        ]);
+      },
+      makeAvailable: async (kind) => {
+        await dataSource.query(
+          `UPDATE ${table[kind]} SET [available_at] = DATEADD(SECOND, -1, SYSUTCDATETIME()) WHERE [state] = N'pending'`,
+        );
+      },
+      close: async () => {
+        await dataSource.destroy();
+        await onServer(url, async (admin) => {
+          await admin.query(`ALTER DATABASE [${name}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE`);
+          await admin.query(`DROP DATABASE [${name}]`);
+        });
+      },
+    };
+  },
+};
+
+/** Every dialect the suite knows; PostgreSQL always runs (`npm test` provides a server). */
+export const HARNESSES: DialectHarness[] = [postgres, sqlServer];

@@ -1,0 +1,382 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { DataSource, type DataSourceOptions, MssqlParameter } from 'typeorm';
+import { createDialect, schemaStatements } from '../../lib/dialects/dialects';
+import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
+import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
+import { QueueBoxConfigError, QueueBoxError } from '../../lib/errors/queuebox.errors';
+import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
+import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-files';
+import { resolveTables } from '../../lib/queuebox.options';
+
+// The SQL Server dialect's own logic, without a server: option checks, and the way it drives
+// TypeORM (which connection, which transaction, which typed parameters) through a scripted
+// QueryRunner. What the statements do on a server is the conformance suite's job.
+
+const TABLES = resolveTables(undefined);
+
+/** A DataSource for SQL Server that is never initialized: creating it loads the mssql driver but connects nowhere. */
+const mssqlDataSource = (options: Record<string, unknown> = {}) =>
+  new DataSource({ type: 'mssql', host: '127.0.0.1', username: 'sa', password: 'x', database: 'app', ...options } as DataSourceOptions);
+
+interface Call {
+  runner: number;
+  what: 'startTransaction' | 'commitTransaction' | 'rollbackTransaction' | 'release' | 'query';
+  sql?: string;
+  params?: unknown[];
+}
+
+/** A DataSource stand-in whose QueryRunners record what they are asked and answer from `respond`. */
+function scriptedDataSource(respond: (sql: string, params: unknown[]) => { records?: unknown[]; affected?: number } | Error) {
+  const calls: Call[] = [];
+  let runners = 0;
+  const createQueryRunner = () => {
+    const runner = ++runners;
+    const queryRunner = {
+      id: runner,
+      isReleased: false,
+      isTransactionActive: false,
+      async startTransaction() {
+        calls.push({ runner, what: 'startTransaction' });
+        queryRunner.isTransactionActive = true;
+      },
+      async commitTransaction() {
+        calls.push({ runner, what: 'commitTransaction' });
+        queryRunner.isTransactionActive = false;
+      },
+      async rollbackTransaction() {
+        calls.push({ runner, what: 'rollbackTransaction' });
+        queryRunner.isTransactionActive = false;
+      },
+      async release() {
+        calls.push({ runner, what: 'release' });
+        queryRunner.isReleased = true;
+      },
+      async query(statement: string, params: unknown[] = []) {
+        calls.push({ runner, what: 'query', sql: statement, params });
+        const answer = respond(statement, params);
+        if (answer instanceof Error) throw answer;
+        return { records: answer.records ?? [], affected: answer.affected ?? 0 };
+      },
+      get manager() {
+        return { queryRunner };
+      },
+    };
+    return queryRunner;
+  };
+  const dataSource = {
+    options: { type: 'mssql' },
+    createQueryRunner,
+    async transaction<T>(work: (manager: unknown) => Promise<T>): Promise<T> {
+      const runner = createQueryRunner();
+      await runner.startTransaction();
+      try {
+        const result = await work(runner.manager);
+        await runner.commitTransaction();
+        return result;
+      } catch (error) {
+        await runner.rollbackTransaction();
+        throw error;
+      } finally {
+        await runner.release();
+      }
+    },
+  };
+  return { dataSource: dataSource as unknown as DataSource, calls };
+}
+
+const typed = (params: unknown[] | undefined) =>
+  (params ?? []).map((p) => (p instanceof MssqlParameter ? [p.type, p.value, ...p.params.filter((x) => x !== undefined)] : p));
+
+const sqlError = (number: number) => Object.assign(new Error(`SQL Server error ${number}`), { number });
+
+describe('SQL Server dialect: start-up checks', () => {
+  it('is chosen for TypeORM type "mssql", and an unknown type names both supported ones', () => {
+    assert.equal(createDialect(mssqlDataSource(), TABLES).type, 'mssql');
+    assert.throws(
+      () => createDialect({ options: { type: 'mysql' } } as unknown as DataSource, TABLES),
+      (error: unknown) => error instanceof QueueBoxConfigError && /"postgres" and "mssql".*"mysql"/.test(error.message),
+    );
+  });
+
+  it('refuses a request timeout shorter than the 10 s lock wait plus margin, naming the option to raise', () => {
+    const cases: [Record<string, unknown>, string, number][] = [
+      [{ requestTimeout: 5000 }, 'requestTimeout', 5000],
+      [{ requestTimeout: 14_999 }, 'requestTimeout', 14_999],
+      [{ extra: { requestTimeout: 10_000 } }, 'extra.requestTimeout', 10_000],
+      [{ requestTimeout: 60_000, extra: { requestTimeout: 2000 } }, 'extra.requestTimeout', 2000],
+      [{ options: { requestTimeout: 8000 } }, 'options.requestTimeout', 8000],
+      [{ requestTimeout: 60_000, options: { requestTimeout: 8000 } }, 'options.requestTimeout', 8000],
+      [{ options: { requestTimeout: 60_000 }, extra: { options: { requestTimeout: 3000 } } }, 'extra.options.requestTimeout', 3000],
+      [{ extra: { timeout: 1000 } }, 'extra.timeout', 1000],
+    ];
+    for (const [options, option, ms] of cases) {
+      assert.throws(
+        () => createDialect(mssqlDataSource(options), TABLES),
+        (error: unknown) => {
+          assert.ok(error instanceof QueueBoxConfigError, String(error));
+          assert.equal(error.option, option);
+          assert.match(error.message, new RegExp(`request timeout is ${ms} ms \\(TypeORM option "${option.replace(/\./g, '\\.')}"\\)`));
+          assert.match(error.message, /may wait 10000 ms for its application lock/);
+          assert.match(error.message, new RegExp(`Raise "${option.replace(/\./g, '\\.')}" to at least 15000 \\(or 0 for none\\)`));
+          return true;
+        },
+        JSON.stringify(options),
+      );
+    }
+  });
+
+  it('accepts mssql default (15 s), a longer timeout, and none', () => {
+    for (const options of [
+      {},
+      { requestTimeout: 15_000 },
+      { requestTimeout: 120_000 },
+      { requestTimeout: 0 },
+      { requestTimeout: -1 },
+      { options: { requestTimeout: 30_000 }, requestTimeout: 1000 },
+    ]) {
+      assert.equal(createDialect(mssqlDataSource(options), TABLES).type, 'mssql', JSON.stringify(options));
+    }
+    assert.deepEqual(sqlServerRequestTimeout({ type: 'mssql' } as DataSourceOptions), { ms: 15_000, option: 'requestTimeout' });
+    assert.deepEqual(sqlServerRequestTimeout({ type: 'mssql', requestTimeout: Number.POSITIVE_INFINITY } as DataSourceOptions), {
+      ms: 0,
+      option: 'requestTimeout',
+    });
+  });
+
+  it('schemaCheck names a missing table, and a compatibility level below 130', async () => {
+    const missing = scriptedDataSource((statement) => (statement === sql.tableExistsSql() ? { records: [{ found: null }] } : {}));
+    await assert.rejects(
+      createDialect(missing.dataSource, TABLES).schemaCheck(),
+      (error: unknown) =>
+        error instanceof QueueBoxConfigError && error.option === 'tables.outbox' && /"queuebox_outbox" does not exist/.test(error.message),
+    );
+    assert.deepEqual(typed(missing.calls[0].params), [['nvarchar', '[queuebox_outbox]', 300]]);
+    const old = scriptedDataSource((statement) =>
+      statement === sql.tableExistsSql() ? { records: [{ found: 42 }] } : { records: [{ compatibility_level: 120 }] },
+    );
+    await assert.rejects(
+      createDialect(old.dataSource, TABLES).schemaCheck(),
+      (error: unknown) => error instanceof QueueBoxConfigError && /compatibility level 130 .* this database is at 120/.test(error.message),
+    );
+  });
+});
+
+describe('SQL Server dialect: schema through the migration class and plain SQL', () => {
+  it('the migration class runs the SQL Server statements on an mssql connection', async () => {
+    const tables = { outbox: 'messaging.events_out', inbox: 'messaging.events_in' };
+    const ran: string[] = [];
+    const queryRunner = { connection: { options: { type: 'mssql' } }, query: async (statement: string) => ran.push(statement) };
+    await new (createQueueBoxMigration({ tables }))().up(queryRunner as never);
+    assert.deepEqual(ran, schemaStatements('mssql', resolveTables(tables), 'up'));
+    assert.ok(ran.includes("IF SCHEMA_ID(N'messaging') IS NULL EXEC(N'CREATE SCHEMA [messaging]')"));
+  });
+
+  it('ships sql/sqlserver/001_queuebox.{up,down}.sql, one GO batch per statement', () => {
+    const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
+    assert.deepEqual(
+      files.map((file) => file.name),
+      ['001_queuebox.up.sql', '001_queuebox.down.sql'],
+    );
+    const up = renderSchemaSql('mssql');
+    assert.equal(up.match(/^GO$/gm)?.length, schemaStatements('mssql', TABLES, 'up').length);
+    assert.ok(up.startsWith('-- QueueBox schema (mssql, up)'));
+  });
+});
+
+describe('SQL Server dialect: how it drives TypeORM', () => {
+  const claimedRow = {
+    id: '12',
+    message_id: 'A0B1C2D3-0000-4000-8000-00000000000F',
+    destination: 'billing',
+    key: 'k',
+    payload: '{"total":5}',
+    headers: '{"a":"b"}',
+    attempts: 1,
+    claim_token: 'DEADBEEF-0000-4000-8000-000000000001',
+    lease_expires_at: new Date('2030-01-01T00:00:00Z'),
+    created_at: new Date('2029-12-31T00:00:00Z'),
+  };
+
+  it('runs the outbox claim batch in a transaction on one QueryRunner, with typed parameters, and maps the rows', async () => {
+    const { dataSource, calls } = scriptedDataSource(() => ({ records: [{ ...claimedRow, id: '13' }, claimedRow] }));
+    const rows = await createDialect(dataSource, TABLES).outboxClaimBatch({ limit: 10, leaseMs: 60_000 });
+    assert.deepEqual(
+      calls.map((c) => [c.runner, c.what]),
+      [
+        [1, 'startTransaction'],
+        [1, 'query'],
+        [1, 'commitTransaction'],
+        [1, 'release'],
+      ],
+    );
+    assert.equal(calls[1].sql, sql.outboxClaimSql('[queuebox_outbox]'));
+    assert.deepEqual(typed(calls[1].params), [
+      ['nvarchar', 'queuebox_outbox_claim_queuebox_outbox', 255],
+      ['int', 10],
+      ['bigint', 60_000],
+    ]);
+    assert.deepEqual(
+      rows.map((r) => r.id),
+      ['12', '13'],
+      'sorted by id',
+    );
+    assert.equal(rows[0].messageId, 'a0b1c2d3-0000-4000-8000-00000000000f');
+    assert.equal(rows[0].token, 'deadbeef-0000-4000-8000-000000000001');
+    assert.deepEqual(rows[0].payload, { total: 5 });
+    assert.deepEqual(rows[0].headers, { a: 'b' });
+    assert.equal(rows[0].leaseExpiresAt.toISOString(), '2030-01-01T00:00:00.000Z');
+  });
+
+  it('a claim lock that was not granted is a clear error; a lock the batch may still hold is released on the same connection', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(51001) : {}));
+    await assert.rejects(
+      createDialect(dataSource, TABLES).inboxRelayClaimBatch({ sources: ['orders'], limit: 5, leaseMs: 1000 }),
+      (error: unknown) => {
+        assert.ok(error instanceof QueueBoxError);
+        assert.equal(error.code, 'QUEUEBOX_CLAIM_LOCK');
+        assert.match(error.message, /"queuebox_inbox_claim_queuebox_inbox" was not granted within its wait \(sp_getapplock returned -1\)/);
+        return true;
+      },
+    );
+    assert.deepEqual(
+      calls.map((c) => [c.runner, c.what, c.sql === sql.claimLockReleaseLeftoverSql() ? 'leftover' : undefined]),
+      [
+        [1, 'startTransaction', undefined],
+        [1, 'query', undefined],
+        [1, 'query', 'leftover'],
+        [1, 'rollbackTransaction', undefined],
+        [1, 'release', undefined],
+      ],
+    );
+    assert.deepEqual(typed(calls[1].params).slice(1), [
+      ['int', 5],
+      ['bigint', 1000],
+      ['nvarchar', '["orders"]'],
+    ]);
+    for (const [number, fragment] of [
+      [51002, 'returned -2 (the request was cancelled)'],
+      [51003, 'returned -3 (chosen as a deadlock victim)'],
+      [51999, 'returned -999 (a parameter or call error)'],
+    ] as const) {
+      const failing = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(number) : {}));
+      await assert.rejects(createDialect(failing.dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }), (error: unknown) =>
+        (error as Error).message.includes(fragment),
+      );
+    }
+    const other = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(1205) : {}));
+    await assert.rejects(createDialect(other.dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }), /SQL Server error 1205/);
+  });
+
+  it('runs the pull claim in a transaction that owns the lock on the source', async () => {
+    const { dataSource, calls } = scriptedDataSource(() => ({ records: [] }));
+    await createDialect(dataSource, TABLES).inboxPullClaimBatch({ source: 'payments', limit: 3, leaseMs: 30_000 });
+    assert.deepEqual(
+      calls.map((c) => c.what),
+      ['startTransaction', 'query', 'commitTransaction', 'release'],
+    );
+    assert.equal(calls[1].sql, sql.inboxPullClaimSql('[queuebox_inbox]'));
+    assert.deepEqual(typed(calls[1].params), [
+      ['nvarchar', 'queuebox_pull_claim_queuebox_inbox:payments', 255],
+      ['int', 3],
+      ['bigint', 30_000],
+      ['nvarchar', 'payments', 255],
+    ]);
+    const failing = scriptedDataSource(() => sqlError(51001));
+    await assert.rejects(
+      createDialect(failing.dataSource, TABLES).inboxPullClaimBatch({ source: 'payments', limit: 1, leaseMs: 1000 }),
+      /"queuebox_pull_claim_queuebox_inbox:payments" was not granted/,
+    );
+    assert.deepEqual(
+      failing.calls.map((c) => c.what),
+      ['startTransaction', 'query', 'rollbackTransaction', 'release'],
+    );
+  });
+
+  it('fences with a BIGINT id and a UNIQUEIDENTIFIER token, and joins the caller transaction', async () => {
+    const { dataSource, calls } = scriptedDataSource(() => ({ affected: 1 }));
+    const dialect = createDialect(dataSource, TABLES);
+    const fence = { table: 'inbox' as const, id: '7', token: '0f0e0d0c-0000-4000-8000-000000000000' };
+    assert.equal(await dialect.leaseComplete(fence), true);
+    assert.equal(calls[0].sql, sql.leaseCompleteSql('[queuebox_inbox]', { state: 'processed', column: 'processed_at' }));
+    assert.deepEqual(typed(calls[0].params), [
+      ['bigint', '7'],
+      ['uniqueidentifier', fence.token],
+    ]);
+    assert.equal(await dialect.leaseRetry({ ...fence, delayMs: 5000, error: 'boom' }), true);
+    const retry = calls.filter((c) => c.what === 'query').at(-1);
+    assert.deepEqual(typed(retry?.params).slice(2), [
+      ['bigint', 5000],
+      ['nvarchar', 'boom'],
+    ]);
+    const caller = dataSource.createQueryRunner() as unknown as { id: number; manager: never };
+    const before = calls.length;
+    assert.equal(await dialect.leaseComplete({ ...fence, manager: caller.manager }), true);
+    assert.deepEqual(
+      calls.slice(before).map((c) => [c.runner, c.what]),
+      [[caller.id, 'query']],
+      "the statement ran on the caller's runner, which it did not release",
+    );
+  });
+
+  it('inbox insert: a unique violation from elsewhere is a duplicate, never an error', async () => {
+    let inserts = 0;
+    const { dataSource } = scriptedDataSource((statement) => {
+      if (statement === sql.inboxInsertSql('[queuebox_inbox]')) return ++inserts === 1 ? sqlError(2627) : { records: [] };
+      return { records: [{ id: '41' }] };
+    });
+    const row = { source: 'orders', idempotencyKey: 'e1', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
+    assert.deepEqual(await createDialect(dataSource, TABLES).inboxInsertIfAbsent({ row }), { id: '41', duplicate: true });
+    const failing = scriptedDataSource(() => sqlError(547));
+    await assert.rejects(createDialect(failing.dataSource, TABLES).inboxInsertIfAbsent({ row }), /SQL Server error 547/);
+  });
+
+  it('the batch insert sends every row in one JSON parameter and returns ids in input order', async () => {
+    const { dataSource, calls } = scriptedDataSource(() => ({
+      records: [
+        { id: '2', message_id: 'BBBBBBBB-0000-4000-8000-000000000000' },
+        { id: '1', message_id: 'AAAAAAAA-0000-4000-8000-000000000000' },
+      ],
+    }));
+    const caller = dataSource.createQueryRunner() as unknown as { manager: never };
+    const at = new Date('2030-05-06T07:08:09.010Z');
+    const result = await createDialect(dataSource, TABLES).outboxInsert({
+      manager: caller.manager,
+      rows: [
+        {
+          messageId: 'aaaaaaaa-0000-4000-8000-000000000000',
+          destination: 'd',
+          key: null,
+          payloadJson: '1',
+          headersJson: '{}',
+          availableAt: at,
+        },
+        {
+          messageId: 'bbbbbbbb-0000-4000-8000-000000000000',
+          destination: 'd',
+          key: 'k',
+          payloadJson: '"x"',
+          headersJson: '{}',
+          availableAt: null,
+        },
+      ],
+    });
+    assert.deepEqual(
+      result.map((r) => r.id),
+      ['1', '2'],
+    );
+    const [json] = typed(calls.at(-1)?.params) as [[string, string]];
+    assert.equal(json[0], 'nvarchar');
+    assert.deepEqual(JSON.parse(json[1]), [
+      {
+        messageId: 'aaaaaaaa-0000-4000-8000-000000000000',
+        destination: 'd',
+        key: null,
+        payload: '1',
+        headers: '{}',
+        availableAt: at.toISOString(),
+      },
+      { messageId: 'bbbbbbbb-0000-4000-8000-000000000000', destination: 'd', key: 'k', payload: '"x"', headers: '{}', availableAt: null },
+    ]);
+  });
+});

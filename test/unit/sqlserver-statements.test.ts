@@ -1,0 +1,291 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
+import { parseTableName } from '../../lib/common/identifiers';
+import type { QueueBoxTables } from '../../lib/dialects/dialect';
+import * as postgres from '../../lib/dialects/postgres/postgres.sql';
+import { mssqlTable, sqlServerSchemaDown, sqlServerSchemaUp } from '../../lib/dialects/sqlserver/sqlserver.schema';
+import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
+
+// Every T-SQL statement QueueBox sends, checked without a server: it parses with the T-SQL grammar
+// of ANTLR's grammars-v4 (the TSqlParser that antlr4ts-sql ships), and its shape is pinned below.
+// No SQL Server runs here; docs/sqlserver.md says what was and was not run against one.
+
+/** Syntax errors the T-SQL grammar reports for `statement` (none: it parses). */
+function tsqlSyntaxErrors(statement: string): string[] {
+  const antlr = new antlr4tsSQL(SQLDialect.TSQL);
+  const errors: string[] = [];
+  const listener = {
+    syntaxError: (_recognizer: unknown, _symbol: unknown, line: number, column: number, message: string) => {
+      errors.push(`${line}:${column} ${message.slice(0, 160)}`);
+    },
+  };
+  antlr.getParseTree(antlr.getParser(antlr.getTokens(statement, [listener]), [listener]));
+  return errors;
+}
+
+const tablesFor = (outbox: string, inbox: string): QueueBoxTables => ({
+  outbox: parseTableName('tables.outbox', outbox),
+  inbox: parseTableName('tables.inbox', inbox),
+});
+const TABLE_SETS = [tablesFor('queuebox_outbox', 'queuebox_inbox'), tablesFor('messaging.events_out', 'messaging.events_in')];
+
+type Builder = (table: string, finished: { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' }) => string;
+
+/** Every builder exported by sqlserver.sql.ts, with each table it can run on; a new builder is covered without a change here. */
+function builderStatements(): { name: string; statement: string }[] {
+  const builders = Object.entries(sql).filter((entry): entry is [string, Builder] => typeof entry[1] === 'function');
+  assert.ok(builders.length >= 18, `found ${builders.length} builders`);
+  return builders.flatMap(([name, build]) =>
+    TABLE_SETS.flatMap((tables) => [
+      { name: `${name}(${mssqlTable(tables.outbox)})`, statement: build(mssqlTable(tables.outbox), { state: 'sent', column: 'sent_at' }) },
+      {
+        name: `${name}(${mssqlTable(tables.inbox)})`,
+        statement: build(mssqlTable(tables.inbox), { state: 'processed', column: 'processed_at' }),
+      },
+    ]),
+  );
+}
+
+function schemaStatements(): { name: string; statement: string }[] {
+  return TABLE_SETS.flatMap((tables) => [
+    ...sqlServerSchemaUp(tables).map((statement, n) => ({ name: `up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerSchemaDown(tables).map((statement, n) => ({ name: `down #${n} (${tables.outbox.qualified})`, statement })),
+  ]);
+}
+
+const ALL = [...schemaStatements(), ...builderStatements()];
+const T = '[messaging].[events_out]';
+const FINISHED_SENT = { state: 'sent', column: 'sent_at' } as const;
+const FENCE = "[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > SYSUTCDATETIME()";
+
+/** The placeholders a statement uses, as numbers, sorted and without repeats. */
+const placeholders = (statement: string) =>
+  [...new Set([...statement.matchAll(/@(\d+)\b/g)].map((m) => Number(m[1])))].sort((a, b) => a - b);
+
+describe('SQL Server statements parse as T-SQL', () => {
+  it('the grammar rejects what is not T-SQL (so a clean parse means something)', () => {
+    for (const statement of [
+      postgres.outboxClaimSql('"queuebox_outbox"'), // LIMIT, FOR UPDATE SKIP LOCKED, RETURNING
+      postgres.inboxInsertSql('"queuebox_inbox"'), // ON CONFLICT, ::jsonb
+      'UPDATE [t] SET [a] = 1 WHERE [id] = @0 OUTPUT inserted.[a]', // OUTPUT after WHERE
+      "EXEC sp_getapplock @Resource = , @LockMode = N'Exclusive'",
+      'SELECT TOP 5 [id] FROM [t] ORDER BY [id] LIMIT 5',
+      'CREATE SCHEMA IF NOT EXISTS [messaging]',
+    ]) {
+      assert.notDeepEqual(tsqlSyntaxErrors(statement), [], `expected a syntax error in: ${statement}`);
+    }
+  });
+
+  for (const { name, statement } of ALL) {
+    it(name, () => {
+      assert.deepEqual(tsqlSyntaxErrors(statement), [], statement);
+    });
+  }
+});
+
+describe('SQL Server statements: pinned shape', () => {
+  it('uses the database clock in UTC, SYSUTCDATETIME(), and never another clock', () => {
+    for (const { name, statement } of ALL) {
+      assert.doesNotMatch(statement, /GETDATE|GETUTCDATE|CURRENT_TIMESTAMP|SYSDATETIME\(|SYSDATETIMEOFFSET|now\(|clock_timestamp/i, name);
+    }
+    for (const build of [sql.outboxClaimSql, sql.inboxRelayClaimSql, sql.inboxPullClaimSql, sql.leaseRenewSql, sql.leaseRetrySql]) {
+      assert.match(build(T), /SYSUTCDATETIME\(\)/);
+    }
+  });
+
+  it('fences every finishing write on id, processing, token and a lease later than now', () => {
+    for (const statement of [
+      sql.leaseRenewSql(T),
+      sql.leaseCompleteSql(T, FINISHED_SENT),
+      sql.leaseCompleteSql(T, { state: 'processed', column: 'processed_at' }),
+      sql.leaseRetrySql(T),
+      sql.leaseDeadLetterSql(T),
+      sql.leaseReleaseSql(T),
+    ]) {
+      assert.ok(statement.endsWith(`WHERE ${FENCE}`), statement);
+    }
+    assert.match(
+      sql.leaseCompleteBatchSql(T, FINISHED_SENT),
+      /WHERE t\.\[state\] = N'processing' AND t\.\[claim_token\] = c\.\[token\] AND t\.\[lease_expires_at\] > SYSUTCDATETIME\(\)$/,
+    );
+    assert.match(
+      sql.leaseCompleteSql(T, FINISHED_SENT),
+      /SET \[state\] = N'sent', \[sent_at\] = SYSUTCDATETIME\(\), \[lease_expires_at\] = NULL/,
+    );
+    assert.match(sql.leaseRenewSql(T), /OUTPUT TODATETIMEOFFSET\(inserted\.\[lease_expires_at\], '\+00:00'\)/);
+  });
+
+  it('outbox and relay claims: a session-owned exclusive lock, 10 s wait, checked, released after the claim and on failure', () => {
+    for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T)]) {
+      assert.ok(
+        statement.startsWith(`DECLARE @claim_lock INT;
+EXEC @claim_lock = sp_getapplock @Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = 10000;
+IF @claim_lock < 0
+BEGIN
+  DECLARE @claim_lock_error INT = 51000 - @claim_lock;
+  THROW @claim_lock_error, N'QueueBox: sp_getapplock did not grant the claim lock.', 1;
+END;
+BEGIN TRY
+`),
+        statement,
+      );
+      const release = "EXEC sp_releaseapplock @Resource = @0, @LockOwner = N'Session';";
+      assert.ok(statement.includes(`BEGIN CATCH\n  ${release}\n  THROW;\nEND CATCH;`), 'released before the error is rethrown');
+      assert.ok(statement.endsWith(`END CATCH;\n${release}`), 'released right after the claim');
+    }
+    assert.equal(
+      sql.claimLockReleaseLeftoverSql(),
+      "IF APPLOCK_MODE(N'public', @0, N'Session') <> N'NoLock' EXEC sp_releaseapplock @Resource = @0, @LockOwner = N'Session';",
+    );
+  });
+
+  it('pull claim: a transaction-owned exclusive lock, 10 s wait, checked, never released by hand', () => {
+    const statement = sql.inboxPullClaimSql(T);
+    const lock = "@Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 10000;";
+    assert.ok(statement.startsWith(`DECLARE @claim_lock INT;\nEXEC @claim_lock = sp_getapplock ${lock}\nIF @claim_lock < 0\n`), statement);
+    assert.match(statement, /THROW @claim_lock_error/);
+    assert.doesNotMatch(statement, /sp_releaseapplock|N'Session'/);
+    assert.equal(sql.CLAIM_LOCK_WAIT_MS, 10_000);
+  });
+
+  it('claims materialize their candidates once, with UPDLOCK, READPAST, ROWLOCK and TOP, and return rows with OUTPUT', () => {
+    for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.match(statement, /DECLARE @candidates TABLE \(\[id\] BIGINT NOT NULL PRIMARY KEY\);/);
+      assert.match(
+        statement,
+        /INSERT INTO @candidates \(\[id\]\)\s+SELECT TOP \(@1\) \w\.\[id\] FROM \[messaging\]\.\[events_out\] AS \w WITH \(UPDLOCK, READPAST, ROWLOCK\)/,
+      );
+      assert.match(statement, /INNER JOIN @candidates AS c ON c\.\[id\] = \w\.\[id\]/);
+      assert.match(statement, /SET \[state\] = N'processing', \[claim_token\] = NEWID\(\), \[claimed_at\] = SYSUTCDATETIME\(\)/);
+      assert.match(statement, /\[attempts\] = \w\.\[attempts\] \+ 1/);
+      assert.match(statement, /OUTPUT inserted\.\[id\],/);
+      assert.doesNotMatch(statement, /LIMIT|RETURNING|SKIP LOCKED/);
+    }
+    assert.match(sql.inboxPullClaimSql(T), /SELECT TOP \(@room\)/);
+  });
+
+  it('claims take only the head of a key or aggregate (no earlier unfinished row, none in flight)', () => {
+    const headOfKey = `AND (o.[key] IS NULL OR NOT EXISTS (
+      SELECT 1 FROM [messaging].[events_out] AS e
+      WHERE e.[key] = o.[key] AND e.[key] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] <> o.[id]
+        AND (e.[state] = N'processing' OR e.[id] < o.[id])))`;
+    assert.ok(sql.outboxClaimSql(T).includes(headOfKey), sql.outboxClaimSql(T));
+    for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.match(statement, /e\.\[source\] = i\.\[source\] AND e\.\[aggregate_id\] = i\.\[aggregate_id\]/);
+      assert.match(statement, /AND \(e\.\[state\] = N'processing' OR e\.\[id\] < i\.\[id\]\)/);
+    }
+    // A pull claim takes expired claims directly, and pending rows only when available.
+    assert.match(sql.inboxPullClaimSql(T), /i\.\[state\] = N'processing' AND i\.\[lease_expires_at\] <= SYSUTCDATETIME\(\)/);
+    assert.match(sql.inboxPullClaimSql(T), /i\.\[state\] = N'pending' AND i\.\[available_at\] <= SYSUTCDATETIME\(\)/);
+  });
+
+  it('numbers parameters @0..@n-1 with none skipped, as documented per statement', () => {
+    const expected: Record<string, number> = {
+      claimLockReleaseLeftoverSql: 1,
+      outboxClaimSql: 3,
+      outboxReclaimSql: 1,
+      outboxInsertSql: 1,
+      leaseRenewSql: 3,
+      leaseCompleteSql: 2,
+      leaseCompleteBatchSql: 1,
+      leaseReleaseSql: 2,
+      leaseRetrySql: 4,
+      leaseDeadLetterSql: 3,
+      inboxInsertSql: 5,
+      inboxFindSql: 2,
+      inboxRelayClaimSql: 4,
+      inboxReclaimSql: 2,
+      inboxPullClaimSql: 4,
+      tableExistsSql: 1,
+      compatibilityLevelSql: 0,
+      clockNowSql: 0,
+    };
+    const builders = Object.entries(sql).filter(([, value]) => typeof value === 'function') as [string, Builder][];
+    assert.deepEqual(builders.map(([name]) => name).sort(), Object.keys(expected).sort(), 'every builder has its parameter count here');
+    for (const [name, build] of builders) {
+      const used = placeholders(build(T, FINISHED_SENT));
+      assert.deepEqual(
+        used,
+        Array.from({ length: expected[name] }, (_, n) => n),
+        name,
+      );
+    }
+    assert.doesNotMatch(ALL.map((s) => s.statement).join('\n'), /\$\d/, 'no PostgreSQL placeholders');
+  });
+
+  it('quotes every identifier with brackets, schema-qualified names included, and compares text as NVARCHAR', () => {
+    const qualified = tablesFor('messaging.events_out', 'messaging.events_in');
+    const up = sqlServerSchemaUp(qualified);
+    assert.equal(mssqlTable(qualified.outbox), '[messaging].[events_out]');
+    assert.equal(mssqlTable(tablesFor('queuebox_outbox', 'queuebox_inbox').outbox), '[queuebox_outbox]');
+    assert.deepEqual(
+      up.filter((s) => s.includes('SCHEMA')),
+      ["IF SCHEMA_ID(N'messaging') IS NULL EXEC(N'CREATE SCHEMA [messaging]')"],
+      'one schema, created once, only when missing',
+    );
+    assert.ok(up.some((s) => s.startsWith('CREATE TABLE [messaging].[events_out] (')));
+    assert.ok(up.some((s) => s.startsWith('CREATE TABLE [messaging].[events_in] (')));
+    assert.deepEqual(sqlServerSchemaDown(qualified), [
+      'DROP TABLE IF EXISTS [messaging].[events_in]',
+      'DROP TABLE IF EXISTS [messaging].[events_out]',
+    ]);
+    for (const { name, statement } of ALL) {
+      assert.doesNotMatch(statement, /"/, `${name}: no double-quoted identifiers`);
+      assert.doesNotMatch(statement, /(?<![N\w])'(pending|processing|sent|processed|dead)'/, `${name}: state literals are N'...'`);
+      assert.doesNotMatch(statement, /\bVARCHAR\b|\bTEXT\b/, `${name}: text is NVARCHAR`);
+    }
+    assert.equal(up.filter((s) => s.includes('@')).length, 0, 'the schema takes no parameters');
+  });
+
+  it('the schema: NVARCHAR text, DATETIME2 by SYSUTCDATETIME(), UNIQUEIDENTIFIER, JSON checks, filtered and unique in-flight indexes', () => {
+    const up = sqlServerSchemaUp(tablesFor('queuebox_outbox', 'queuebox_inbox')).join('\n');
+    for (const column of [
+      '[id] BIGINT IDENTITY(1, 1) NOT NULL',
+      '[message_id] UNIQUEIDENTIFIER NOT NULL',
+      '[destination] NVARCHAR(255) NOT NULL',
+      '[key] NVARCHAR(255) NULL',
+      '[source] NVARCHAR(255) NOT NULL',
+      '[idempotency_key] NVARCHAR(255) NOT NULL',
+      '[aggregate_id] NVARCHAR(255) NULL',
+      '[payload] NVARCHAR(MAX) NOT NULL',
+      '[claim_token] UNIQUEIDENTIFIER NULL',
+      "[state] NVARCHAR(16) NOT NULL CONSTRAINT [queuebox_outbox_state_default] DEFAULT N'pending'",
+      '[available_at] DATETIME2 NOT NULL CONSTRAINT [queuebox_outbox_available_at_default] DEFAULT SYSUTCDATETIME()',
+      '[lease_expires_at] DATETIME2 NULL',
+      "CONSTRAINT [queuebox_outbox_payload_check] CHECK (ISJSON(N'[' + [payload] + N']') = 1)",
+      'CONSTRAINT [queuebox_inbox_headers_check] CHECK (ISJSON([headers]) = 1)',
+      'CONSTRAINT [queuebox_inbox_source_idempotency_key_key] UNIQUE ([source], [idempotency_key])',
+      'CONSTRAINT [queuebox_outbox_message_id_key] UNIQUE ([message_id])',
+    ]) {
+      assert.ok(up.includes(column), column);
+    }
+    for (const index of [
+      "CREATE INDEX [queuebox_outbox_claim_idx] ON [queuebox_outbox] ([available_at], [id]) INCLUDE ([key]) WHERE [state] = N'pending'",
+      "CREATE UNIQUE INDEX [queuebox_outbox_key_in_flight_idx] ON [queuebox_outbox] ([key]) WHERE [state] = N'processing' AND [key] IS NOT NULL",
+      "CREATE UNIQUE INDEX [queuebox_inbox_aggregate_in_flight_idx] ON [queuebox_inbox] ([source], [aggregate_id]) WHERE [state] = N'processing' AND [aggregate_id] IS NOT NULL",
+      "CREATE INDEX [queuebox_outbox_lease_idx] ON [queuebox_outbox] ([lease_expires_at]) WHERE [state] = N'processing'",
+      'ALTER TABLE [queuebox_outbox] SET (LOCK_ESCALATION = DISABLE)',
+    ]) {
+      assert.ok(up.includes(index), index);
+    }
+    // Every index but the primary keys and the unique constraints is filtered to unfinished rows.
+    for (const statement of up.split('\n').filter((line) => line.startsWith('CREATE') && line.includes('INDEX'))) {
+      assert.match(statement, / WHERE \[state\] (=|IN)/, statement);
+    }
+  });
+
+  it('the batch insert is one statement with one JSON parameter, identities in input order', () => {
+    const statement = sql.outboxInsertSql(T);
+    assert.match(statement, /FROM OPENJSON\(@0\) AS j\nCROSS APPLY OPENJSON\(j\.\[value\]\) WITH \(/);
+    assert.match(statement, /ORDER BY CAST\(j\.\[key\] AS INT\)$/);
+    assert.match(statement, /OUTPUT inserted\.\[id\], inserted\.\[message_id\]/);
+  });
+
+  it('the inbox insert locks the key range so a concurrent receive waits instead of failing', () => {
+    assert.match(
+      sql.inboxInsertSql(T),
+      /WHERE NOT EXISTS \(\n {2}SELECT 1 FROM \[messaging\]\.\[events_out\] WITH \(UPDLOCK, HOLDLOCK\) WHERE \[source\] = @0 AND \[idempotency_key\] = @1\)$/,
+    );
+  });
+});
