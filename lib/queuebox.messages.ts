@@ -44,7 +44,6 @@ export const messages = {
     `QueueBox table ${show(name)} does not exist. Add QueueBoxSchema1764460800000 (or createQueueBoxMigration({ tables })) to your TypeORM migrations and run them, or apply sql/<dialect>/001_queuebox.up.sql.`,
   migrationNameInvalid: (name: string) =>
     `QueueBox migration name ${show(name)} must be an identifier ending in a 13-digit timestamp, like "QueueBoxSchema1764460800000".`,
-  dialectUnsupported: (type: unknown) => `QueueBox supports TypeORM DataSources of type "postgres"; this one is ${show(type)}.`,
 
   // Messages given to enqueue (QueueBoxValidationError)
   messageNotObject: (subject: string) => `${subject} must be an object.`,

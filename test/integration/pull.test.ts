@@ -121,17 +121,18 @@ describe('pull workers on PostgreSQL', () => {
   });
 
   it('a renewal racing the completion is not counted as a lost claim', async () => {
-    // Leases of 150 ms renew every 50 ms; handlers of 0-60 ms finish at every phase of that cycle.
+    // Leases of 600 ms renew every 200 ms; handlers of 0-220 ms finish at every phase of that cycle.
+    // (A shorter lease also catches the race, but can expire for real on a loaded 2-core machine.)
     const racing = await createTestApp(
       db.url,
-      { workers: false, pull: { defaultLeaseMs: 150, concurrency: 8 } },
+      { workers: false, pull: { defaultLeaseMs: 600, concurrency: 8 } },
       { providers: [RacingHandler] },
     );
     try {
-      for (let n = 0; n < 120; n++) await racing.get(InboxService).receive({ source: 'racing', idempotencyKey: `r${n}`, payload: {} });
+      for (let n = 0; n < 80; n++) await racing.get(InboxService).receive({ source: 'racing', idempotencyKey: `r${n}`, payload: {} });
       while ((await racing.get(PullWorker).runOnce('racing')) > 0);
       assert.deepEqual(await db.query("SELECT state, count(*)::int AS n FROM queuebox_inbox WHERE source = 'racing' GROUP BY state"), [
-        { state: 'processed', n: 120 },
+        { state: 'processed', n: 80 },
       ]);
       assert.equal(racing.get(QueueBoxMetrics).total('queuebox_claims_lost_total'), 0);
     } finally {
@@ -242,7 +243,7 @@ describe('pull workers on PostgreSQL', () => {
 class RacingHandler {
   @PullHandler('racing', { concurrency: 8 })
   async handle() {
-    await sleep(Math.random() * 60);
+    await sleep(Math.random() * 220);
   }
 }
 
