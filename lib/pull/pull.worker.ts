@@ -14,8 +14,8 @@ import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
 import { type PullHandlerDefinition, PullHandlerExplorer } from './pull-handler.explorer';
 
-// node-postgres's default pool size, which TypeORM keeps unless `poolSize` or `extra.max` is set.
-const PG_DEFAULT_POOL_SIZE = 10;
+// The default pool size of node-postgres and of mssql (tarn), which TypeORM keeps unless told otherwise.
+const DEFAULT_POOL_SIZE = 10;
 
 /**
  * Runs every `@PullHandler`: per source, claims messages (expired claims included), runs the
@@ -146,7 +146,8 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
   }
 
   private poolSize(): number {
-    const options = this.dataSource.options as { poolSize?: number; extra?: { max?: number } };
-    return options.poolSize ?? options.extra?.max ?? PG_DEFAULT_POOL_SIZE;
+    // PostgreSQL: `poolSize` or `extra.max`; SQL Server: `pool.max`.
+    const options = this.dataSource.options as { poolSize?: number; extra?: { max?: number }; pool?: { max?: number } };
+    return options.poolSize ?? options.extra?.max ?? options.pool?.max ?? DEFAULT_POOL_SIZE;
   }
 }
