@@ -80,27 +80,6 @@ export class LeaseService {
     return this.toInboxClaims('inbox', await this.dialect.inboxRelayClaimBatch(p), p.leaseMs);
   }
 
-  private toInboxClaims(component: 'inbox' | 'pull', rows: InboxClaimedRow[], leaseMs: number): InboxClaim[] {
-    return rows.map((row) => ({
-      component,
-      id: row.id,
-      token: row.token,
-      leaseMs,
-      leaseExpiresAt: row.leaseExpiresAt,
-      attempt: row.attempts,
-      message: {
-        id: row.id,
-        source: row.source,
-        idempotencyKey: row.idempotencyKey,
-        aggregateId: row.aggregateId,
-        payload: row.payload,
-        headers: row.headers,
-        attempt: row.attempts,
-        receivedAt: row.receivedAt,
-      },
-    }));
-  }
-
   /** Extends the lease by `claim.leaseMs` from the database's current time (on `manager`'s connection when given). */
   async renew(claim: Claim, manager?: EntityManager): Promise<boolean> {
     const expires = await this.dialect.leaseRenew({ ...this.fence(claim), leaseMs: claim.leaseMs, manager });
@@ -130,7 +109,7 @@ export class LeaseService {
 
   /** Gives back a claim whose work never started (on shutdown): `pending` again, its attempt not counted. */
   async release(claim: Claim): Promise<boolean> {
-    return this.dialect.leaseRelease(this.fence(claim));
+    return this.fenced(claim, await this.dialect.leaseRelease(this.fence(claim)));
   }
 
   /** Returns the row to `pending`, to be claimed again after `delayMs` (default 0), recording `error`. */
@@ -190,6 +169,27 @@ export class LeaseService {
     if (this.lostClaims.has(claim)) return;
     this.lostClaims.add(claim);
     this.metrics.claimLost(claim.component);
+  }
+
+  private toInboxClaims(component: 'inbox' | 'pull', rows: InboxClaimedRow[], leaseMs: number): InboxClaim[] {
+    return rows.map((row) => ({
+      component,
+      id: row.id,
+      token: row.token,
+      leaseMs,
+      leaseExpiresAt: row.leaseExpiresAt,
+      attempt: row.attempts,
+      message: {
+        id: row.id,
+        source: row.source,
+        idempotencyKey: row.idempotencyKey,
+        aggregateId: row.aggregateId,
+        payload: row.payload,
+        headers: row.headers,
+        attempt: row.attempts,
+        receivedAt: row.receivedAt,
+      },
+    }));
   }
 
   private fenced(claim: Claim, changedOneRow: boolean): boolean {
