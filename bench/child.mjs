@@ -1,0 +1,87 @@
+// The parent side of the worker protocol (see worker-common.mjs): spawns `node bench/worker-*.mjs`
+// and turns its messages into promises.
+import { fork } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+// Workers still running, so an interrupted run can end them before it drops their databases.
+const live = new Set();
+
+/** Kills every worker still running (SIGKILL) and waits for them to exit. */
+export function killAllWorkers() {
+  return Promise.all([...live].map((worker) => worker.kill()));
+}
+
+function deferred() {
+  let resolve;
+  let reject;
+  const promise = new Promise((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  // Nobody may be waiting for it when the worker dies: that must not become an unhandled rejection.
+  promise.catch(() => {});
+  return { promise, resolve, reject };
+}
+
+/**
+ * Starts a worker process. `config` is passed in BENCH_WORKER_CONFIG; `onProgress({ handled,
+ * distinct })` is called about twice a second once it runs, `onRejection(text)` for each promise
+ * rejection nobody handled in the worker. With `cpuProfile`, the worker runs
+ * with `--cpu-prof` and writes its profile to `cpuProfile.dir` when it exits.
+ */
+export function spawnWorker({ script, config, onProgress = () => {}, onRejection = () => {}, cpuProfile }) {
+  const execArgv = [];
+  if (cpuProfile) {
+    mkdirSync(cpuProfile.dir, { recursive: true });
+    execArgv.push('--cpu-prof', `--cpu-prof-dir=${cpuProfile.dir}`, `--cpu-prof-name=${cpuProfile.name}.cpuprofile`);
+  }
+  const child = fork(fileURLToPath(new URL(script, import.meta.url)), [], {
+    env: { ...process.env, BENCH_WORKER_CONFIG: JSON.stringify(config) },
+    execArgv,
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const ready = deferred();
+  const started = deferred();
+  const handledAll = deferred();
+  const result = deferred();
+  const exited = deferred();
+  const pending = [ready, started, handledAll, result];
+  child.on('message', (message) => {
+    if (message.type === 'ready') ready.resolve();
+    else if (message.type === 'started') started.resolve(message);
+    else if (message.type === 'progress') onProgress(message);
+    else if (message.type === 'handled-all') handledAll.resolve(message.at);
+    else if (message.type === 'unhandled-rejection') onRejection(message.error);
+    else if (message.type === 'result') result.resolve(message);
+    else if (message.type === 'failed') for (const d of pending) d.reject(new Error(`worker failed: ${message.error}`));
+  });
+  child.on('error', (error) => {
+    for (const d of pending) d.reject(error);
+  });
+  child.on('exit', (code, signal) => {
+    const error = new Error(`worker exited early (${signal ?? `code ${code}`})`);
+    for (const d of pending) d.reject(error);
+    exited.resolve({ code, signal });
+    live.delete(worker);
+  });
+  const worker = {
+    pid: child.pid,
+    ready: ready.promise,
+    started: started.promise,
+    handledAll: handledAll.promise,
+    exited: exited.promise,
+    go: () => child.send({ type: 'go' }),
+    /** Asks for a graceful stop; resolves to the worker's `result` message. */
+    stop() {
+      if (child.connected) child.send({ type: 'stop' });
+      return result.promise;
+    },
+    kill() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      return exited.promise;
+    },
+  };
+  live.add(worker);
+  return worker;
+}

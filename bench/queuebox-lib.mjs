@@ -1,0 +1,61 @@
+// Loads QueueBox from the repository's build (`npm run build` writes dist/) and the Nest/TypeORM
+// packages from the root node_modules. bench/package.json lists none of them on purpose: a second
+// copy of @nestjs/* or typeorm would give the app two module registries and two DataSource classes.
+import { cpSync, existsSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const require = createRequire(import.meta.url);
+const repoRoot = fileURLToPath(new URL('..', import.meta.url));
+const DIST_ENV = 'BENCH_QUEUEBOX_DIST';
+
+/**
+ * Copies dist/ to .tmp/bench-dist-<runId>/ (git-ignored, inside the repository so that it resolves
+ * @nestjs/* and typeorm from the root node_modules exactly as dist/ does) and points the parent and
+ * every worker at the copy. A rebuild of dist/ during the run (`npm run build` removes it first)
+ * then changes nothing: every workload runs the same QueueBox. Returns a function that removes it.
+ */
+export function snapshotDist(runId) {
+  const source = join(repoRoot, 'dist');
+  if (!existsSync(join(source, 'index.js'))) throw new Error('dist/index.js is missing: run `npm run build` at the repository root first');
+  const copy = join(repoRoot, '.tmp', `bench-dist-${runId}`);
+  cpSync(source, copy, { recursive: true });
+  process.env[DIST_ENV] = copy;
+  return () => rmSync(copy, { recursive: true, force: true });
+}
+
+export function loadQueueBox() {
+  const distEntry = join(process.env[DIST_ENV] ?? join(repoRoot, 'dist'), 'index.js');
+  if (!existsSync(distEntry)) throw new Error(`${distEntry} is missing: run \`npm run build\` at the repository root first`);
+  require('reflect-metadata');
+  return {
+    queuebox: require(distEntry),
+    nestCommon: require('@nestjs/common'),
+    nestCore: require('@nestjs/core'),
+    nestTypeorm: require('@nestjs/typeorm'),
+    typeorm: require('typeorm'),
+  };
+}
+
+/**
+ * A Nest application context with TypeORM on `url` and QueueBoxModule with `options`, like an
+ * application that uses QueueBox. Logs only warnings and errors.
+ */
+export async function createQueueBoxApp({ url, poolSize, options }) {
+  const { queuebox, nestCommon, nestCore, nestTypeorm } = loadQueueBox();
+  class BenchAppModule {}
+  nestCommon.Module({
+    imports: [
+      nestTypeorm.TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: poolSize }, logging: false }),
+      queuebox.QueueBoxModule.forRoot(options),
+    ],
+  })(BenchAppModule);
+  const app = await nestCore.NestFactory.createApplicationContext(BenchAppModule, { logger: ['error', 'warn'], abortOnError: false });
+  return { app, queuebox, nestTypeorm };
+}
+
+/** Where a package resolves from bench/, to check that only the root copy is used. */
+export function resolveFromBench(name) {
+  return require.resolve(name);
+}

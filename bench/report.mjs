@@ -1,0 +1,197 @@
+// The markdown report: a header (machine, versions, settings), one table (workload x system),
+// QueueBox's standing against the targets of issue 7, the peers' guarantees, and the definitions.
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import { dirname, join } from 'node:path';
+import { fmt } from './stats.mjs';
+
+const require = createRequire(import.meta.url);
+const REFERENCE = 'graphile-worker';
+const RSS_TARGET_MB = 100;
+
+export function gitDescription() {
+  try {
+    const cwd = new URL('..', import.meta.url);
+    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'lib'], { cwd, encoding: 'utf8' }).trim() !== '';
+    return dirty ? `${commit} + uncommitted changes in lib/` : commit;
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** A package's version, also for packages whose `exports` hide their package.json (typeorm). */
+export function packageVersion(name) {
+  let dir = dirname(require.resolve(name));
+  while (dir !== dirname(dir)) {
+    const file = join(dir, 'package.json');
+    if (existsSync(file)) {
+      const pkg = JSON.parse(readFileSync(file, 'utf8'));
+      if (pkg.name === name) return pkg.version;
+    }
+    dir = dirname(dir);
+  }
+  return 'unknown';
+}
+
+export function environment({ systems, postgres, postgresSettings, git }) {
+  const cpus = os.cpus();
+  const versions = {};
+  for (const system of systems) Object.assign(versions, system.versions());
+  for (const name of ['pg', 'typeorm', '@nestjs/core']) versions[name] = packageVersion(name);
+  return {
+    cores: cpus.length,
+    cpuModel: cpus[0]?.model?.trim() ?? 'unknown',
+    memoryGiB: os.totalmem() / 1024 ** 3,
+    os: `${os.type()} ${os.release()}`,
+    node: process.version,
+    postgres,
+    postgresSettings,
+    versions,
+    git,
+  };
+}
+
+const cell = (text) => String(text ?? '').replaceAll('|', '\\|');
+
+function reference(results, workload) {
+  return results.find((r) => r.workload === workload && r.system === REFERENCE && r.status === 'ok');
+}
+
+function resultText(r, results) {
+  if (r.status === 'not measured yet') return '**not measured yet**';
+  if (r.status === 'n/a') return 'n/a';
+  if (r.status === 'failed') return `**FAILED**: ${r.error}`;
+  if (r.latency) {
+    const l = r.latency;
+    return `p50 ${fmt.ms(l.p50)} / p95 ${fmt.ms(l.p95)} / p99 ${fmt.ms(l.p99)} / max ${fmt.ms(l.max)} ms`;
+  }
+  let text = `${fmt.int(r.rate)} msg/s`;
+  const baseline = r.workload === 'w4' && results.find((b) => b.workload === 'w1' && b.system === r.system && b.status === 'ok');
+  if (baseline) text += ` = **${fmt.ratio(r.rate / baseline.rate)} its W1**`;
+  return text;
+}
+
+function ratioText(r, results) {
+  if (r.status !== 'ok') return '';
+  if (r.workload === 'w4') return 'n/a (W4 is a ratio to W1)';
+  const ref = reference(results, r.workload);
+  if (!ref) return 'n/a (no graphile-worker result)';
+  if (r.latency) return `p99 ${fmt.ratio(r.latency.p99 / ref.latency.p99)} (lower is better)`;
+  return fmt.ratio(r.rate / ref.rate);
+}
+
+function orderText(r) {
+  if (r.status !== 'ok') return '';
+  if (!r.ordered) return 'n/a (no keys)';
+  return r.orderViolations === 0 ? `ok (${r.orderLabel})` : `**${fmt.int(r.orderViolations)} out of order** (${r.orderLabel})`;
+}
+
+function rssText(r) {
+  if (r.rssKb === null) return '';
+  const mb = r.rssKb / 1024;
+  return mb > RSS_TARGET_MB ? `**${fmt.mb(r.rssKb)}**` : fmt.mb(r.rssKb);
+}
+
+function dupText(r) {
+  if (r.status !== 'ok') return '';
+  const missing = r.missing > 0 ? `, **${fmt.int(r.missing)} missing**` : '';
+  return `${fmt.int(r.duplicates)}${missing}`;
+}
+
+export function table(results) {
+  const lines = [
+    '| Workload | System | Result | vs graphile-worker | Per-key order | Dups | Peak RSS MB | xacts/msg | stmts/msg | Notes |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+  ];
+  for (const r of results) {
+    const stmts = r.status !== 'ok' ? '' : r.stmtsPerMsg === null ? 'n/a' : fmt.perMsg(r.stmtsPerMsg);
+    const xacts = r.status !== 'ok' ? '' : fmt.perMsg(r.xactsPerMsg);
+    const notes = [r.settings, ...r.notes].filter(Boolean).join('; ');
+    lines.push(
+      `| ${[r.title, r.system, resultText(r, results), ratioText(r, results), orderText(r), dupText(r), rssText(r), xacts, stmts, notes]
+        .map(cell)
+        .join(' | ')} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+/** QueueBox against the targets of issue 7, from this run's numbers. */
+export function targets(results) {
+  const qb = (w) => results.find((r) => r.workload === w && r.system === 'queuebox' && r.status === 'ok');
+  const verdict = (ok) => (ok ? 'met' : '**not met**');
+  const lines = [];
+  for (const w of ['w1', 'w2']) {
+    const q = qb(w);
+    const g = reference(results, w);
+    if (q && g) lines.push(`- ${q.title} drain >= 2.0x graphile-worker: ${fmt.ratio(q.rate / g.rate)}: ${verdict(q.rate / g.rate >= 2)}`);
+  }
+  const q3 = qb('w3');
+  const g3 = reference(results, 'w3');
+  if (q3 && g3) {
+    const ok = q3.latency.p99 <= g3.latency.p99;
+    lines.push(`- W3 p99 <= graphile-worker's: ${fmt.ms(q3.latency.p99)} ms against ${fmt.ms(g3.latency.p99)} ms: ${verdict(ok)}`);
+  }
+  const q1 = qb('w1');
+  const q4 = qb('w4');
+  if (q1 && q4) lines.push(`- W4 >= 0.8x W1: ${fmt.ratio(q4.rate / q1.rate)}: ${verdict(q4.rate / q1.rate >= 0.8)}`);
+  const rss = results.filter((r) => r.system === 'queuebox' && r.rssKb !== null).map((r) => r.rssKb / 1024);
+  if (rss.length) {
+    const peak = Math.max(...rss);
+    lines.push(`- Worker peak RSS <= ${RSS_TARGET_MB} MB: ${peak.toFixed(0)} MB at most: ${verdict(peak <= RSS_TARGET_MB)}`);
+  }
+  const failed = results.filter((r) => r.status === 'failed' && (r.system === 'queuebox' || r.system === REFERENCE));
+  for (const r of failed) lines.push(`- ${r.title} / ${r.system} did not finish, so it has no ratio: ${r.error}`);
+  return lines.length ? lines.join('\n') : '- no QueueBox and graphile-worker results to compare';
+}
+
+function guarantees(results) {
+  const seen = new Set();
+  const lines = [];
+  for (const r of results) {
+    if (!r.ordered || !r.guarantee || seen.has(r.system)) continue;
+    seen.add(r.system);
+    lines.push(`- **${r.system}**: ${r.guarantee}.`);
+  }
+  return lines.join('\n');
+}
+
+export function renderReport({ startedAt, runMs, env, serverLabel, statements, settings, results }) {
+  const v = Object.entries(env.versions)
+    .map(([name, version]) => `${name} ${version}`)
+    .join(', ');
+  return `# QueueBox benchmark, ${new Date(startedAt).toISOString()}
+
+- Machine: ${env.cores} cores, ${env.cpuModel}, ${env.memoryGiB.toFixed(1)} GiB RAM, ${env.os}
+- Node.js ${env.node}; PostgreSQL ${env.postgres} (${serverLabel}; ${env.postgresSettings})
+- Versions: ${v}; QueueBox from dist/ of git ${env.git} (copied at the start of the run)
+- Settings: ${fmt.int(settings.messages)} messages per drain workload, ${settings.keys} keys, ${settings.txSize} messages per enqueue transaction, concurrency ${settings.concurrency}, worker pool ${settings.poolSize} connections; W3 ${settings.latencyRate} msg/s for ${settings.latencySeconds} s; W4 ${fmt.int(settings.finishedRows)} finished rows${settings.repeat > 1 ? `; each cell is the median of ${settings.repeat} runs` : ''}
+- pg_stat_statements: ${statements ? 'loaded: stmts/msg measured' : 'not loaded on this server (it needs shared_preload_libraries), so stmts/msg is n/a'}
+- The whole run took ${fmt.seconds(runMs)}.
+
+Ratios are what count here: absolute numbers on a shared 2-core machine are noise.
+
+${table(results)}
+
+## QueueBox against the targets of issue 7 (this run)
+
+${targets(results)}
+
+## Per-key order: what each system guarantees (W1, W4)
+
+${guarantees(results)}
+
+## How it is measured
+
+- **Drain (W1, W2, W4)**: the whole backlog is enqueued and committed first (transactions of ${settings.txSize}); then one worker process boots and connects; the clock starts when it is told to go (before the system's start call) and stops at the first poll (every ${settings.donePollMs} ms, once the worker has seen every message) that finds no unfinished message in the database. msg/s = messages / that time.
+- **Latency (W3)**: the worker runs first; the producer then commits one message per transaction at a fixed rate; latency = the handler's start (worker process) minus the moment the enqueue's COMMIT returned (producer), both on \`performance.timeOrigin + performance.now()\`.
+- **Per-key order**: the worker records each handler start in order; for each key, each message's first start must come after those of the messages enqueued before it. **Dups**: handler starts beyond the first per message.
+- **Peak RSS**: \`process.resourceUsage().maxRSS\` of the worker process at its exit (after a graceful stop).
+- **xacts/msg**: delta of \`xact_commit + xact_rollback\` in \`pg_stat_database\` for the workload's database, over the worker process's whole life (boot to exit), less the parent's own done-polls (and, in W3, the producer's one transaction per message), divided by the messages. Counters are read only when no client is connected to that database, since a backend flushes them when it exits. A LISTENing backend counts a transaction each time it reads a notification.
+- **stmts/msg**: delta of \`pg_stat_statements\` calls for that database over the same span, when the server loads it (in W3 less the producer's statements per message, measured alone beforehand); otherwise n/a.
+- Each system runs each workload in a database of its own, created for it and dropped after.
+`;
+}

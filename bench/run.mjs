@@ -1,0 +1,165 @@
+#!/usr/bin/env node
+// The benchmark of issue 7: QueueBox, graphile-worker and pg-boss on the same workloads against
+// the same PostgreSQL, one after the other. `npm run bench` at the repository root builds
+// QueueBox, installs bench/'s dependencies and runs this. See bench/README.md.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { killAllWorkers } from './child.mjs';
+import { now } from './clock.mjs';
+import { SYSTEMS, settings, WORKLOADS } from './config.mjs';
+import { Admin, enableStatementStats, redact } from './pg.mjs';
+import { resolveFromBench, snapshotDist } from './queuebox-lib.mjs';
+import { environment, gitDescription, renderReport } from './report.mjs';
+import { fmt, median } from './stats.mjs';
+import graphileWorker from './systems/graphile-worker.mjs';
+import pgBoss from './systems/pg-boss.mjs';
+import queuebox from './systems/queuebox.mjs';
+import { runCell } from './workloads.mjs';
+
+const ALL_SYSTEMS = { queuebox, 'graphile-worker': graphileWorker, 'pg-boss': pgBoss };
+const benchDir = dirname(fileURLToPath(import.meta.url));
+const log = (line) => console.log(line);
+
+/** One copy of @nestjs/* and typeorm, the root's, and a built QueueBox. */
+function preflight() {
+  const rootModules = `${dirname(benchDir)}${sep}node_modules${sep}`;
+  for (const name of ['@nestjs/common', '@nestjs/core', '@nestjs/typeorm', 'typeorm']) {
+    const resolved = resolveFromBench(name);
+    if (!resolved.startsWith(rootModules))
+      throw new Error(`${name} resolves to ${resolved}, not the root node_modules: remove it from bench/`);
+  }
+}
+
+async function startServer() {
+  if (process.env.BENCH_PG_URL)
+    return { url: process.env.BENCH_PG_URL, label: `BENCH_PG_URL=${redact(process.env.BENCH_PG_URL)}`, stop: async () => {} };
+  log('BENCH_PG_URL is not set: starting an embedded PostgreSQL (scripts/embedded-postgres.mjs)');
+  const { startEmbeddedPostgres } = await import('../scripts/embedded-postgres.mjs');
+  const server = await startEmbeddedPostgres({ log: process.env.BENCH_VERBOSE ? log : () => {} });
+  return { url: server.url, label: 'embedded-postgres', stop: server.stop };
+}
+
+function timestamp(date) {
+  return date.toISOString().replace(/[-:]/g, '').replace('T', '_').slice(0, 15);
+}
+
+function summary(r) {
+  if (r.status !== 'ok') return `${r.status}${r.error ? `: ${r.error}` : ''}`;
+  const main = r.latency
+    ? `p50 ${fmt.ms(r.latency.p50)} p99 ${fmt.ms(r.latency.p99)} max ${fmt.ms(r.latency.max)} ms`
+    : `${fmt.int(r.rate)} msg/s (${fmt.seconds(r.drainMs)})`;
+  const order = r.ordered ? `, ${r.orderViolations} out of order` : '';
+  return `${main}${order}, ${r.duplicates} dups, RSS ${fmt.mb(r.rssKb)} MB, ${fmt.perMsg(r.xactsPerMsg)} xacts/msg`;
+}
+
+async function main() {
+  const startedAt = Date.now();
+  const t0 = now();
+  preflight();
+  const runId = `qb_bench_${timestamp(new Date(startedAt))}`;
+  // The QueueBox under test, frozen now with its git description.
+  const removeSnapshot = snapshotDist(runId);
+  const git = gitDescription();
+  const server = await startServer().catch((error) => {
+    removeSnapshot();
+    throw error;
+  });
+  const admin = new Admin(server.url);
+  const results = [];
+  let statements = null;
+  let interrupted = false;
+
+  // Ctrl-C: stop after cleaning up (databases of this run, the embedded server). Workers exit by
+  // themselves when their parent disconnects.
+  const cleanup = async () => {
+    await killAllWorkers();
+    if (!settings.keepDatabases) {
+      for (const name of await admin.databasesLike(runId).catch(() => [])) await admin.dropDatabase(name).catch(() => undefined);
+    }
+    await admin.close();
+    await server.stop();
+    removeSnapshot();
+  };
+  for (const signal of ['SIGINT', 'SIGTERM']) {
+    process.once(signal, () => {
+      interrupted = true;
+      log(`\n${signal}: cleaning up`);
+      void cleanup().finally(() => process.exit(130));
+    });
+  }
+  // A stray rejection from a phase already given up on (a timed-out query, say) must not end the run.
+  process.on('unhandledRejection', (error) => log(`  (ignored late error: ${error?.message ?? error})`));
+
+  try {
+    await admin.open();
+    const env = environment({
+      systems: SYSTEMS.map((s) => ALL_SYSTEMS[s]),
+      postgres: admin.version.split(' on ')[0].replace('PostgreSQL ', ''),
+      postgresSettings: admin.settings,
+      git,
+    });
+    log(
+      `QueueBox benchmark ${runId}: PostgreSQL ${env.postgres} (${server.label}; ${admin.settings}), Node.js ${env.node}, ${env.cores} cores`,
+    );
+    log(
+      `Systems: ${SYSTEMS.join(', ')}; workloads: ${WORKLOADS.map((w) => w.id).join(', ')}; limit ${fmt.seconds(settings.timeoutMs)} each`,
+    );
+
+    // pg_stat_statements is per server: probe it once, in a scratch database.
+    const probe = `${runId}_probe`;
+    statements = await enableStatementStats(await admin.createDatabase(probe));
+    await admin.dropDatabase(probe);
+    if (!statements) log('pg_stat_statements is not loaded on this server: stmts/msg will be n/a');
+
+    for (const workload of WORKLOADS) {
+      // The inbox placeholder is QueueBox's alone: the peers have no inbox.
+      const systems = workload.kind === 'placeholder' ? SYSTEMS.filter((s) => s === 'queuebox') : SYSTEMS;
+      const repeats = workload.kind === 'placeholder' ? 1 : settings.repeat;
+      const runs = new Map(systems.map((name) => [name, []]));
+      // With BENCH_REPEAT, the systems take turns (qb, gw, pgb, qb, gw, pgb, ...) so that a slow
+      // spell of the machine lands on all of them, not on one system's every run.
+      for (let repeat = 1; repeat <= repeats; repeat++) {
+        for (const name of systems) {
+          if (interrupted) return;
+          const system = ALL_SYSTEMS[name];
+          const which = repeats > 1 ? ` (run ${repeat} of ${repeats})` : '';
+          log(
+            `\n[${workload.title} / ${system.name}]${which} ${workload.kind === 'placeholder' ? '' : system.describe(workload, settings)}`,
+          );
+          const result = await runCell({ admin, runId, system, workload, repeat, log });
+          runs.get(name).push(result);
+          log(`  => ${summary(result)}${result.wallMs ? ` [${fmt.seconds(result.wallMs)} in all]` : ''}`);
+        }
+      }
+      for (const name of systems) results.push(median(runs.get(name)));
+    }
+
+    const runMs = now() - t0;
+    const report = renderReport({ startedAt, runMs, env, serverLabel: server.label, statements, settings, results });
+    const resultsDir = new URL('./results/', import.meta.url);
+    mkdirSync(resultsDir, { recursive: true });
+    const base = timestamp(new Date(startedAt));
+    const file = new URL(`${base}.md`, resultsDir);
+    writeFileSync(file, report);
+    writeFileSync(new URL(`${base}.json`, resultsDir), `${JSON.stringify({ startedAt, runMs, env, settings, results }, null, 2)}\n`);
+    log(`\n${report}`);
+    log(`Written to ${fileURLToPath(file)} (raw numbers beside it in ${base}.json)`);
+  } finally {
+    if (!interrupted) await cleanup();
+  }
+  // A peer that fails is a result to read in the table. QueueBox failing a workload, or losing,
+  // duplicating or reordering a message (nothing crashes in these workloads), fails the command.
+  const bad = results.filter(
+    (r) => r.system === 'queuebox' && (r.status === 'failed' || r.missing > 0 || r.duplicates > 0 || r.orderViolations > 0),
+  );
+  if (bad.length > 0) {
+    log(`QueueBox failed or misdelivered in: ${bad.map((r) => r.workload).join(', ')}`);
+    process.exitCode = 1;
+  }
+}
+
+main().catch((error) => {
+  console.error(error?.stack ?? error);
+  process.exit(1);
+});

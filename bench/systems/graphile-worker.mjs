@@ -1,0 +1,122 @@
+// graphile-worker 0.17.3: jobs added with its SQL API inside the producer's own transaction (the
+// way an application enqueues in its business transaction), one task `bench`, worker = run().
+import { createRequire } from 'node:module';
+import { makeWorkerUtils } from 'graphile-worker';
+import { pg } from '../pg.mjs';
+
+const require = createRequire(import.meta.url);
+const TASK = 'bench';
+
+// BENCH_GW_TUNED=0 runs graphile-worker with its defaults (no local queue, no batched completion).
+const tuned = process.env.BENCH_GW_TUNED !== '0';
+
+/**
+ * Worker settings: concurrency 10 and the pool size its docs advise. "Tuned" adds the batching of
+ * its performance page (localQueue, batched job completion), except that W1/W4 keep localQueue off:
+ * in 0.17.3 the local queue runs jobs of one named queue concurrently (graphile/worker#621), which
+ * would break the per-key order this workload measures. Batched completion keeps a named queue
+ * locked until the batch is written, so it is safe there.
+ */
+function workerOptions(workload, settings) {
+  const options = { concurrentJobs: settings.concurrency, maxPoolSize: settings.poolSize, pollInterval: 2000 };
+  if (!tuned) return options;
+  options.completeJobBatchDelay = 0;
+  options.failJobBatchDelay = 0;
+  if (!workload.ordered) options.localQueue = { size: 500 };
+  return options;
+}
+
+export default {
+  name: 'graphile-worker',
+  short: 'gw',
+  tables: ['graphile_worker._private_jobs', 'graphile_worker._private_job_queues'],
+
+  versions() {
+    return { 'graphile-worker': require('graphile-worker/package.json').version };
+  },
+
+  guarantee(workload) {
+    if (!workload.ordered) return 'none asked (no queue name)';
+    return (
+      'named queue per key: one job of a queue runs at a time; picked by (priority, run_at), and jobs added in one transaction share run_at; ' +
+      'a failed job is rescheduled with backoff and later jobs of its queue run before it'
+    );
+  },
+
+  orderLabel: () => 'named queue per key',
+
+  describe(workload, settings) {
+    const o = workerOptions(workload, settings);
+    const parts = [`concurrentJobs ${o.concurrentJobs}`, 'LISTEN/NOTIFY'];
+    if (o.localQueue) parts.push(`localQueue ${o.localQueue.size}`);
+    else if (tuned) parts.push('no localQueue (#621)');
+    if (o.completeJobBatchDelay !== undefined) parts.push(`completeJobBatchDelay ${o.completeJobBatchDelay}`);
+    if (!tuned) parts.push('defaults (BENCH_GW_TUNED=0)');
+    return parts.join(', ');
+  },
+
+  async setup(url) {
+    const utils = await makeWorkerUtils({ connectionString: url });
+    try {
+      await utils.migrate();
+    } finally {
+      await utils.release();
+    }
+  },
+
+  prefill: null,
+  prefillUnsupported: 'n/a: graphile-worker deletes completed jobs, so its table never holds finished rows',
+
+  async openProducer(url, workload) {
+    const pool = new pg.Pool({ connectionString: url, max: 4 });
+    // An idle client's error (say, the database dropped after a failure) must not crash the run.
+    pool.on('error', () => {});
+    const inTransaction = async (fn) => {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        await fn(client);
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw error;
+      } finally {
+        client.release();
+      }
+    };
+    const spec = (m) => ({ identifier: TASK, payload: { seq: m.seq, key: m.key }, queue_name: workload.ordered ? m.key : null });
+    return {
+      // add_jobs takes an array of job specs: the bulk way of 0.17 (the same SQL as WorkerUtils.addJobs).
+      enqueueMany: (messages) =>
+        inTransaction((client) =>
+          client.query(
+            `SELECT id FROM graphile_worker.add_jobs(array(SELECT json_populate_recordset(null::graphile_worker.job_spec, $1::json)))`,
+            [JSON.stringify(messages.map(spec))],
+          ),
+        ),
+      enqueueOne: (message) =>
+        inTransaction((client) => {
+          const s = spec(message);
+          return client.query('SELECT id FROM graphile_worker.add_job($1, $2::json, queue_name => $3)', [
+            s.identifier,
+            JSON.stringify(s.payload),
+            s.queue_name,
+          ]);
+        }),
+      close: () => pool.end(),
+    };
+  },
+
+  /** Completed jobs are deleted, so whatever is left in the jobs table is unfinished. */
+  unfinished() {
+    return { sql: 'SELECT count(*) AS n FROM graphile_worker._private_jobs', params: [] };
+  },
+
+  async afterCheck() {
+    return [];
+  },
+
+  worker(workload, settings) {
+    return { script: './worker-graphile-worker.mjs', options: workerOptions(workload, settings) };
+  },
+};
