@@ -15,7 +15,7 @@ const DESTINATION = 'bench';
  * the poll is the fallback, and 10 ms keeps the comparison with the polling-only runs.
  */
 function pollerOptions(workload, concurrency) {
-  return { concurrency, batchSize: 50, pollIntervalMs: workload.kind === 'latency' ? 10 : 100 };
+  return { concurrency, batchSize: Number(process.env.BENCH_QB_BATCH_SIZE ?? 50), pollIntervalMs: workload.kind === 'latency' ? 10 : 100 };
 }
 
 export default {
