@@ -15,6 +15,7 @@ import type {
   WorkListener,
   WorkNotice,
 } from '../dialect';
+import { byId, countReclaimed, FINISHED } from '../dialect-rows';
 import { PostgresWorkListener } from './postgres.listener';
 import { pgTable } from './postgres.schema';
 import * as sql from './postgres.sql';
@@ -44,13 +45,6 @@ interface InboxClaimedRecord {
   lease_expires_at: Date;
   received_at: Date;
 }
-
-const byId = (a: { id: string }, b: { id: string }) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1);
-
-const FINISHED = {
-  outbox: { state: 'sent', column: 'sent_at' },
-  inbox: { state: 'processed', column: 'processed_at' },
-} as const;
 
 /** The PostgreSQL dialect: `FOR UPDATE SKIP LOCKED` claims, advisory claim locks, `clock_timestamp()` fences. */
 export class PostgresDialect implements Dialect {
@@ -246,9 +240,4 @@ function toInboxClaimedRow(r: InboxClaimedRecord): InboxClaimedRow {
     leaseExpiresAt: r.lease_expires_at,
     receivedAt: r.received_at,
   };
-}
-
-function countReclaimed({ rows }: { rows: { state: string }[] }): { pending: number; dead: number } {
-  const dead = rows.filter((r) => r.state === 'dead').length;
-  return { pending: rows.length - dead, dead };
 }

@@ -13,6 +13,7 @@ import type {
   OutboxInsertRow,
   QueueBoxTables,
 } from '../dialect';
+import { byId, countReclaimed, FINISHED } from '../dialect-rows';
 import { checkSqlServerRequestTimeout } from './sqlserver.options';
 import { mssqlTable } from './sqlserver.schema';
 import * as sql from './sqlserver.sql';
@@ -55,13 +56,6 @@ interface InboxClaimedRecord {
   lease_expires_at: Date;
   received_at: Date;
 }
-
-const byId = (a: { id: string }, b: { id: string }) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1);
-
-const FINISHED = {
-  outbox: { state: 'sent', column: 'sent_at' },
-  inbox: { state: 'processed', column: 'processed_at' },
-} as const;
 
 /**
  * The SQL Server dialect (also Azure SQL): `UPDLOCK, READPAST, ROWLOCK` claims behind `sp_getapplock`
@@ -318,9 +312,4 @@ function toInboxClaimedRow(r: InboxClaimedRecord): InboxClaimedRow {
     leaseExpiresAt: r.lease_expires_at,
     receivedAt: r.received_at,
   };
-}
-
-function countReclaimed({ rows }: { rows: { state: string }[] }): { pending: number; dead: number } {
-  const dead = rows.filter((r) => r.state === 'dead').length;
-  return { pending: rows.length - dead, dead };
 }
