@@ -9,12 +9,14 @@ function intFromEnv(name, fallback) {
   return value;
 }
 
-function listFromEnv(name, all) {
+/** `groups` maps a name to several (`w5` = `w5a,w5b`). */
+function listFromEnv(name, all, groups = {}) {
   const raw = process.env[name];
   if (!raw) return all;
-  const wanted = raw.split(',').map((s) => s.trim().toLowerCase());
+  const wanted = raw.split(',').flatMap((s) => groups[s.trim().toLowerCase()] ?? [s.trim().toLowerCase()]);
+  const known = [...all, ...Object.keys(groups)];
   const unknown = wanted.filter((w) => !all.includes(w));
-  if (unknown.length > 0) throw new Error(`${name}: unknown ${unknown.join(', ')} (known: ${all.join(', ')})`);
+  if (unknown.length > 0) throw new Error(`${name}: unknown ${unknown.join(', ')} (known: ${known.join(', ')})`);
   return all.filter((a) => wanted.includes(a));
 }
 
@@ -62,20 +64,24 @@ export const SYSTEMS = listFromEnv('BENCH_SYSTEMS', ['queuebox', 'graphile-worke
 
 /**
  * The workloads, in the order they run. `kind`: `drain` enqueues a backlog first, then starts the
- * worker and times the drain; `latency` runs the worker first and paces the producer; `placeholder`
- * is a row for something QueueBox does not have yet.
+ * worker and times the drain; `latency` runs the worker first and paces the producer; `inbox`
+ * receives a backlog into QueueBox's inbox first, then starts the inbox relay (`consumer: 'relay'`)
+ * or a `@PullHandler` worker (`consumer: 'pull'`) and times the drain like `drain`. `queueboxOnly`:
+ * the peers have no inbox, so they get no row.
  */
 const ALL_WORKLOADS = [
   { id: 'w1', title: 'W1 ordered', kind: 'drain', ordered: true },
   { id: 'w2', title: 'W2 unordered', kind: 'drain', ordered: false },
   { id: 'w3', title: 'W3 latency', kind: 'latency', ordered: false },
   { id: 'w4', title: 'W4 scale', kind: 'drain', ordered: true, finishedRows: settings.finishedRows, baseline: 'w1' },
-  { id: 'w5', title: 'W5 inbox relay + pull', kind: 'placeholder' },
+  { id: 'w5a', title: 'W5 inbox relay', kind: 'inbox', consumer: 'relay', source: 'bench-relay', ordered: true, queueboxOnly: true },
+  { id: 'w5b', title: 'W5 pull worker', kind: 'inbox', consumer: 'pull', source: 'bench-pull', ordered: true, queueboxOnly: true },
 ];
 
 export const WORKLOADS = listFromEnv(
   'BENCH_WORKLOADS',
   ALL_WORKLOADS.map((w) => w.id),
+  { w5: ['w5a', 'w5b'] },
 ).map((id) => ALL_WORKLOADS.find((w) => w.id === id));
 
 /** How many messages a workload sends. */

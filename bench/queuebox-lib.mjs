@@ -40,9 +40,10 @@ export function loadQueueBox() {
 
 /**
  * A Nest application context with TypeORM on `url` and QueueBoxModule with `options`, like an
- * application that uses QueueBox. Logs only warnings and errors.
+ * application that uses QueueBox, plus the application's own `providers` (W5's @PullHandler class).
+ * Logs only warnings and errors.
  */
-export async function createQueueBoxApp({ url, poolSize, options }) {
+export async function createQueueBoxApp({ url, poolSize, options, providers = [] }) {
   const { queuebox, nestCommon, nestCore, nestTypeorm } = loadQueueBox();
   class BenchAppModule {}
   nestCommon.Module({
@@ -50,6 +51,7 @@ export async function createQueueBoxApp({ url, poolSize, options }) {
       nestTypeorm.TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: poolSize }, logging: false }),
       queuebox.QueueBoxModule.forRoot(options),
     ],
+    providers,
   })(BenchAppModule);
   const app = await nestCore.NestFactory.createApplicationContext(BenchAppModule, { logger: ['error', 'warn'], abortOnError: false });
   return { app, queuebox, nestTypeorm };

@@ -113,9 +113,9 @@ async function main() {
     if (!statements) log('pg_stat_statements is not loaded on this server: stmts/msg will be n/a');
 
     for (const workload of WORKLOADS) {
-      // The inbox placeholder is QueueBox's alone: the peers have no inbox.
-      const systems = workload.kind === 'placeholder' ? SYSTEMS.filter((s) => s === 'queuebox') : SYSTEMS;
-      const repeats = workload.kind === 'placeholder' ? 1 : settings.repeat;
+      // The inbox workloads (W5) are QueueBox's alone: the peers have no inbox.
+      const systems = workload.queueboxOnly ? SYSTEMS.filter((s) => s === 'queuebox') : SYSTEMS;
+      const repeats = settings.repeat;
       const runs = new Map(systems.map((name) => [name, []]));
       // With BENCH_REPEAT, the systems take turns (qb, gw, pgb, qb, gw, pgb, ...) so that a slow
       // spell of the machine lands on all of them, not on one system's every run.
@@ -124,9 +124,7 @@ async function main() {
           if (interrupted) return;
           const system = ALL_SYSTEMS[name];
           const which = repeats > 1 ? ` (run ${repeat} of ${repeats})` : '';
-          log(
-            `\n[${workload.title} / ${system.name}]${which} ${workload.kind === 'placeholder' ? '' : system.describe(workload, settings)}`,
-          );
+          log(`\n[${workload.title} / ${system.name}]${which} ${system.describe(workload, settings)}`);
           const result = await runCell({ admin, runId, system, workload, repeat, log });
           runs.get(name).push(result);
           log(`  => ${summary(result)}${result.wallMs ? ` [${fmt.seconds(result.wallMs)} in all]` : ''}`);

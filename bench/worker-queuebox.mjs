@@ -1,19 +1,56 @@
-// QueueBox worker process: a Nest application context with TypeORM and QueueBoxModule, whose
-// outbox worker publishes through a no-op Publisher that only records the message.
-import { createQueueBoxApp } from './queuebox-lib.mjs';
+// QueueBox worker process: a Nest application context with TypeORM and QueueBoxModule. W1-W4: the
+// outbox worker publishes through a no-op Publisher that only records the message. W5
+// (`config.options.inbox`): only the inbox relay runs, with a route that records the message and
+// forwards it to the outbox, or only the pull worker, with a @PullHandler provider that records it.
+import { createQueueBoxApp, loadQueueBox } from './queuebox-lib.mjs';
 import { serveWorker } from './worker-common.mjs';
 
-serveWorker(async (config, record) => {
+/** The app's options and providers for each run, and which workers run once it goes. */
+function outboxSetup(config, record) {
   const publisher = {
     async publish(message) {
       record(message.payload);
     },
   };
-  const boot = (workers) =>
-    createQueueBoxApp({ url: config.url, poolSize: config.poolSize, options: { workers, outbox: { publisher, ...config.options } } });
+  return { options: { outbox: { publisher, ...config.options } }, providers: [], workers: { outbox: true, relay: false, pull: false } };
+}
 
-  // The application is booted on `go` with the outbox worker on, as an application runs it: the
-  // poller and its LISTEN connection start at bootstrap (with `workers: false` and a hand-started
+function inboxSetup(config, record) {
+  const { consumer, source, destination, concurrency, ...worker } = config.options.inbox;
+  if (consumer === 'relay') {
+    // The route runs under the row's claim, before the forward transaction: it records first thing,
+    // as every handler of the benchmark does. The outbox worker does not run, so no publisher is needed.
+    const route = (message) => {
+      record(message.payload);
+      return { destination, key: message.aggregateId, payload: message.payload };
+    };
+    return {
+      options: { inbox: { relay: { routes: { [source]: route }, concurrency, ...worker } } },
+      providers: [],
+      workers: { outbox: false, relay: true, pull: false },
+    };
+  }
+  // A provider class with a @PullHandler method, decorated by hand (plain .mjs has no decorators).
+  const { queuebox, nestCommon } = loadQueueBox();
+  class BenchPullConsumer {
+    // A no-op inside the handler's transaction: QueueBox completes the row in it and commits.
+    async handle(message) {
+      record(message.payload);
+    }
+  }
+  const proto = BenchPullConsumer.prototype;
+  queuebox.PullHandler(source, { concurrency })(proto, 'handle', Object.getOwnPropertyDescriptor(proto, 'handle'));
+  nestCommon.Injectable()(BenchPullConsumer);
+  return { options: { pull: { ...worker } }, providers: [BenchPullConsumer], workers: { outbox: false, relay: false, pull: true } };
+}
+
+serveWorker(async (config, record) => {
+  const setup = config.options.inbox ? inboxSetup(config, record) : outboxSetup(config, record);
+  const boot = (workers) =>
+    createQueueBoxApp({ url: config.url, poolSize: config.poolSize, options: { workers, ...setup.options }, providers: setup.providers });
+
+  // The application is booted on `go` with its worker on, as an application runs it: the worker
+  // and its LISTEN connection start at bootstrap (with `workers: false` and a hand-started
   // poller, nothing would listen). So that this boot costs what it costs in a running process, and
   // not module loading and a cold JIT, the same application is booted once with no worker before
   // `ready`, and closed.
@@ -23,9 +60,9 @@ serveWorker(async (config, record) => {
   let app;
   return {
     async start() {
-      ({ app } = await boot({ outbox: true, relay: false, pull: false }));
+      ({ app } = await boot(setup.workers));
     },
-    // app.close() stops the poller (it waits for in-flight publishes), then closes TypeORM.
+    // app.close() stops the workers (they wait for work in flight), then closes TypeORM.
     stop: () => app?.close(),
   };
 });

@@ -40,9 +40,9 @@ function emptyResult(system, workload) {
     system: system.name,
     status: 'ok',
     error: null,
-    messages: workload.kind === 'placeholder' ? 0 : messageCount(workload),
-    settings: workload.kind === 'placeholder' ? '' : system.describe(workload, settings),
-    guarantee: workload.kind === 'placeholder' ? '' : system.guarantee(workload),
+    messages: messageCount(workload),
+    settings: system.describe(workload, settings),
+    guarantee: system.guarantee(workload),
     ordered: Boolean(workload.ordered),
     orderLabel: workload.ordered ? system.orderLabel(workload) : null,
     drainMs: null,
@@ -61,11 +61,16 @@ function emptyResult(system, workload) {
 
 /** Runs `workload` for `system`; never throws: a failure is reported in the result. */
 export async function runCell({ admin, runId, system, workload, repeat = 1, log }) {
-  if (workload.kind === 'placeholder') return runInboxRelay({ system, workload });
   if (workload.finishedRows && !system.prefill) {
     const result = emptyResult(system, workload);
     result.status = 'n/a';
     result.notes.push(system.prefillUnsupported);
+    return result;
+  }
+  if (workload.kind === 'inbox' && !system.receiveBacklog) {
+    const result = emptyResult(system, workload);
+    result.status = 'n/a';
+    result.notes.push('no inbox');
     return result;
   }
   const started = now();
@@ -77,7 +82,7 @@ export async function runCell({ admin, runId, system, workload, repeat = 1, log 
     cell.url = await admin.createDatabase(database);
     await within(cell, system.setup(cell.url, workload), 'setting up the schema');
     cell.statements = await enableStatementStats(cell.url);
-    if (workload.kind === 'drain') await runDrain(cell);
+    if (workload.kind === 'drain' || workload.kind === 'inbox') await runDrain(cell);
     else await runLatency(cell);
   } catch (error) {
     result.status = 'failed';
@@ -175,24 +180,30 @@ async function runDrain(cell) {
     );
   }
 
-  const producer = await within(cell, system.openProducer(url, workload), 'opening the producer');
   const enqueueStarted = now();
-  try {
-    for (let i = 0; i < n; i += settings.txSize) {
-      await within(cell, producer.enqueueMany(messages.slice(i, i + settings.txSize)), 'enqueueing the backlog');
+  if (workload.kind === 'inbox') {
+    await within(cell, system.receiveBacklog(url, workload, messages, settings.txSize), 'receiving the backlog into the inbox');
+  } else {
+    const producer = await within(cell, system.openProducer(url, workload), 'opening the producer');
+    try {
+      for (let i = 0; i < n; i += settings.txSize) {
+        await within(cell, producer.enqueueMany(messages.slice(i, i + settings.txSize)), 'enqueueing the backlog');
+      }
+    } finally {
+      await closeProducer(cell, producer);
     }
-  } finally {
-    await closeProducer(cell, producer);
   }
   const enqueueMs = now() - enqueueStarted;
-  result.notes.push(`enqueue ${fmt.int((n / enqueueMs) * 1000)} msg/s`);
+  result.notes.push(`${workload.kind === 'inbox' ? 'receive' : 'enqueue'} ${fmt.int((n / enqueueMs) * 1000)} msg/s`);
   if (settings.analyzeBacklog)
     await within(
       cell,
-      withClient(url, (client) => client.query(`ANALYZE ${system.tables.join(', ')}`)),
+      withClient(url, (client) => client.query(`ANALYZE ${(system.tablesOf?.(workload) ?? system.tables).join(', ')}`)),
       'analyzing',
     );
-  log(`  enqueued ${fmt.int(n)} messages in ${n / settings.txSize} transactions in ${fmt.seconds(enqueueMs)}; starting the worker`);
+  log(
+    `  ${workload.kind === 'inbox' ? 'received' : 'enqueued'} ${fmt.int(n)} messages in ${n / settings.txSize} transactions in ${fmt.seconds(enqueueMs)}; starting the worker`,
+  );
 
   const before = await snapshot(cell, 'before');
   const worker = startWorker(cell, n);
@@ -212,7 +223,39 @@ async function runDrain(cell) {
   recordOutcome(cell, report, messages);
   // The done-poll connection: one transaction to connect, one per poll.
   perMessageCosts(cell, before, after, { parentTransactions: polls + 1, producerTransactions: 0, producerStatements: 0 });
+  // W5 inbox relay: delivery and order are judged on the outbox rows it wrote.
+  if (workload.kind === 'inbox' && workload.consumer === 'relay') await outcomeInDatabase(cell, messages);
   result.notes.push(...(await system.afterCheck(url, workload)));
+}
+
+/**
+ * W5 inbox relay: what counts is what reached the outbox, so delivery and order are read from the
+ * database (after the `after` snapshot, so these reads are not charged to the worker): one outbox
+ * row per inbox row, and per key the seqs in outbox id order must increase. The route calls the
+ * worker recorded (the route records first thing) only give progress; if they disagree, a note says so.
+ */
+async function outcomeInDatabase(cell, messages) {
+  const { result, system, url, workload } = cell;
+  const rows = await within(cell, system.outcomeInDatabase(url, workload), 'reading the outcome');
+  const seqs = rows.map((r) => r.seq);
+  const d = delivery(seqs, messages.length);
+  const recorded = { duplicates: result.duplicates, missing: result.missing, orderViolations: result.orderViolations };
+  result.duplicates = d.duplicates;
+  result.missing = d.missing;
+  if (d.foreign > 0) result.notes.push(`${d.foreign} outbox rows with an unknown seq`);
+  // Seq by key from the rows themselves, so a row forwarded with a wrong key would show too.
+  const keyOf = new Map(rows.map((r) => [r.seq, r.key]));
+  result.orderViolations = orderViolations(seqs, (seq) => keyOf.get(seq));
+  const wrongKey = rows.filter((r) => r.seq >= 0 && r.seq < messages.length && r.key !== messages[r.seq].key).length;
+  if (wrongKey > 0) {
+    result.notes.push(`${wrongKey} outbox rows with the wrong key`);
+    result.orderViolations += wrongKey;
+  }
+  result.notes.push(`order, dups and missing read from the ${fmt.int(rows.length)} outbox rows (id order)`);
+  if (recorded.duplicates !== 0 || recorded.missing !== 0 || recorded.orderViolations !== 0)
+    result.notes.push(
+      `route calls: ${recorded.duplicates} repeated, ${recorded.missing} missing, ${recorded.orderViolations} out of order (a retried row calls its route again)`,
+    );
 }
 
 /**
@@ -395,22 +438,4 @@ function recordOutcome(cell, report, messages) {
   if (d.foreign > 0) result.notes.push(`${d.foreign} handler calls with an unknown seq`);
   if (workload.ordered) result.orderViolations = orderViolations(report.seqs, (seq) => messages[seq].key);
   result.rssKb = report.maxRssKb;
-}
-
-/**
- * The inbox relay and the pull workers of issue 7: receive-to-processed drain rate for 20,000
- * messages over 100 aggregates. Not measured yet: both landed in lib/ while this harness was being
- * written, so this returns a placeholder row and no numbers. To fill it in, run it like runDrain:
- * receive the 20,000 messages into the inbox first (InboxService.receive, keys k0..k99 as aggregate
- * ids), ANALYZE, start the relay or pull worker in a worker-queuebox-inbox.mjs process whose
- * handler calls record(payload) first, time until no inbox row is unfinished (an `unfinished()`
- * query on the inbox's partial indexes), and verify per-aggregate order with orderViolations().
- */
-export async function runInboxRelay({ system, workload }) {
-  const result = emptyResult(system, workload);
-  result.status = 'not measured yet';
-  result.notes.push(
-    'placeholder: the inbox relay and pull workers are new in lib/; runInboxRelay() in bench/workloads.mjs is the skeleton to fill in',
-  );
-  return result;
 }

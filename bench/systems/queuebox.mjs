@@ -6,6 +6,7 @@ import { createQueueBoxApp, loadQueueBox } from '../queuebox-lib.mjs';
 
 const require = createRequire(import.meta.url);
 const TABLE = 'queuebox_outbox';
+const INBOX = 'queuebox_inbox';
 const DESTINATION = 'bench';
 
 /**
@@ -18,6 +19,17 @@ function pollerOptions(workload, concurrency) {
   return { concurrency, batchSize: Number(process.env.BENCH_QB_BATCH_SIZE ?? 50), pollIntervalMs: workload.kind === 'latency' ? 10 : 100 };
 }
 
+/**
+ * W5: the inbox consumer of the worker process (worker-queuebox.mjs builds it from these): the
+ * relay (`inbox.relay`, route `source` -> destination `bench`, key = aggregate id) or a
+ * `@PullHandler(source, { concurrency })` provider. pollIntervalMs 100 as the outbox poller's
+ * (with a backlog it claims again as soon as work frees up).
+ */
+function inboxOptions(workload, concurrency) {
+  const base = { consumer: workload.consumer, source: workload.source, destination: DESTINATION, concurrency, pollIntervalMs: 100 };
+  return workload.consumer === 'relay' ? { ...base, batchSize: Number(process.env.BENCH_QB_BATCH_SIZE ?? 50) } : base;
+}
+
 export default {
   name: 'queuebox',
   short: 'qb',
@@ -27,14 +39,31 @@ export default {
     return { queuebox: require('../../package.json').version };
   },
 
+  tablesOf(workload) {
+    return workload.kind === 'inbox' ? [INBOX, TABLE] : [TABLE];
+  },
+
   guarantee(workload) {
+    if (workload.kind === 'inbox')
+      return 'per aggregate: one row in flight (unique index), receive (id) order; a failing row blocks its aggregate until processed or dead';
     if (!workload.ordered) return 'none asked (no key)';
     return 'per key: one message in flight (unique index), enqueue order; a failing message blocks its key until sent or dead';
   },
 
-  orderLabel: () => 'key: one in flight, id order',
+  orderLabel: (workload) =>
+    workload.kind === 'inbox'
+      ? `aggregate: one in flight, id order${workload.consumer === 'relay' ? '; checked on the outbox rows' : ''}`
+      : 'key: one in flight, id order',
 
   describe(workload, settings) {
+    if (workload.kind === 'inbox') {
+      const o = inboxOptions(workload, settings.concurrency);
+      const what =
+        o.consumer === 'relay'
+          ? `inbox relay only (workers: { outbox: false, relay: true, pull: false }), concurrency ${o.concurrency}, batchSize ${o.batchSize}`
+          : `@PullHandler concurrency ${o.concurrency}, no-op handler (workers: { outbox: false, relay: false, pull: true })`;
+      return `${what}, pollIntervalMs ${o.pollIntervalMs}`;
+    }
     const o = pollerOptions(workload, settings.concurrency);
     return `concurrency ${o.concurrency}, batchSize ${o.batchSize}, pollIntervalMs ${o.pollIntervalMs}`;
   },
@@ -86,16 +115,65 @@ export default {
     };
   },
 
+  /**
+   * W5: the backlog, received straight into the inbox with one INSERT ... SELECT per `batch`
+   * messages (autocommit), not through InboxService.receive: the receive side is not what W5
+   * measures. Rows get ids in seq order; checked, since per-aggregate order is judged by seq.
+   */
+  async receiveBacklog(url, workload, messages, batch) {
+    await withClient(url, async (client) => {
+      for (let i = 0; i < messages.length; i += batch) {
+        const slice = messages.slice(i, i + batch);
+        await client.query(
+          `INSERT INTO ${INBOX} (source, idempotency_key, aggregate_id, payload)
+           SELECT $1, 'm' || s, k, jsonb_build_object('seq', s, 'key', k)
+           FROM unnest($2::int[], $3::text[]) WITH ORDINALITY AS t(s, k, o) ORDER BY o`,
+          [workload.source, slice.map((m) => m.seq), slice.map((m) => m.key)],
+        );
+      }
+      const { rows } = await client.query(
+        `SELECT count(*)::int AS n, count(*) FILTER (WHERE seq <> rn)::int AS misplaced
+         FROM (SELECT (payload->>'seq')::int AS seq, row_number() OVER (ORDER BY id) - 1 AS rn FROM ${INBOX}) AS r`,
+      );
+      if (rows[0].n !== messages.length || rows[0].misplaced !== 0)
+        throw new Error(`inbox backlog: ${rows[0].n} rows, ${rows[0].misplaced} not in seq order by id`);
+    });
+  },
+
+  /** W5a: the outbox rows the relay wrote, in id order, as `{ seq, key }`. */
+  outcomeInDatabase(url) {
+    return withClient(url, async (client) => {
+      const { rows } = await client.query(`SELECT "key", (payload->>'seq')::int AS seq FROM ${TABLE} ORDER BY id`);
+      return rows;
+    });
+  },
+
   /** Unfinished messages; both counts match a partial index, so the 1M sent rows of W4 are not read. */
-  unfinished() {
+  unfinished(workload) {
+    // W5: whether any inbox row is unfinished (0 or 1).
+    if (workload.kind === 'inbox')
+      return { sql: `SELECT (EXISTS (SELECT 1 FROM ${INBOX} WHERE state IN ('pending', 'processing') LIMIT 1))::int AS n`, params: [] };
     return {
       sql: `SELECT (SELECT count(*) FROM ${TABLE} WHERE state = 'pending') + (SELECT count(*) FROM ${TABLE} WHERE state = 'processing') AS n`,
       params: [],
     };
   },
 
-  /** Anything that did not end plainly `sent` on the first attempt. */
-  async afterCheck(url) {
+  /** Anything that did not end plainly `sent` (W5: `processed`) on the first attempt. */
+  async afterCheck(url, workload) {
+    if (workload.kind === 'inbox') {
+      return withClient(url, async (client) => {
+        const { rows } = await client.query(
+          `SELECT count(*) FILTER (WHERE state = 'dead')::int AS dead, count(*) FILTER (WHERE attempts > 1)::int AS retried,
+                  count(*) FILTER (WHERE state <> 'processed')::int AS unprocessed FROM ${INBOX}`,
+        );
+        const notes = [];
+        if (rows[0].dead > 0) notes.push(`${rows[0].dead} inbox rows dead`);
+        if (rows[0].retried > 0) notes.push(`${rows[0].retried} inbox rows needed more than one attempt`);
+        if (rows[0].unprocessed > 0) notes.push(`${rows[0].unprocessed} inbox rows not processed`);
+        return notes;
+      });
+    }
     return withClient(url, async (client) => {
       const { rows } = await client.query(
         `SELECT count(*) FILTER (WHERE state = 'dead') AS dead, count(*) FILTER (WHERE attempts > 1) AS retried
@@ -109,6 +187,8 @@ export default {
   },
 
   worker(workload, settings) {
+    if (workload.kind === 'inbox')
+      return { script: './worker-queuebox.mjs', options: { inbox: inboxOptions(workload, settings.concurrency) } };
     return { script: './worker-queuebox.mjs', options: pollerOptions(workload, settings.concurrency) };
   },
 };
