@@ -121,18 +121,25 @@ const INBOX_RETURNING = `RETURNING i.id, i.source, i.idempotency_key, i.aggregat
 /**
  * $1 = limit, $2 = lease in ms, $3 = sources. The relay's claim: available pending rows of its
  * sources, oldest first, only the head of each (source, aggregate). Serialized by the caller's
- * advisory lock, like the outbox claim.
+ * advisory lock, like the outbox claim. The scan runs per source (a LATERAL over the array), so
+ * each walks the (source, available_at, id) index in order and stops at the limit: `source =
+ * ANY(...)` with one ORDER BY would read and sort every pending row of the sources on each claim.
  */
 export const inboxRelayClaimSql = (table: string) => `WITH candidates AS MATERIALIZED (
-  SELECT i.id FROM ${table} i
-  WHERE i.state = 'pending' AND i.source = ANY($3::text[]) AND i.available_at <= ${NOW}
-    AND (i.aggregate_id IS NULL OR NOT EXISTS (
-      SELECT 1 FROM ${table} e
-      WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id AND e.state IN ('pending', 'processing')
-        AND e.id <> i.id AND (e.state = 'processing' OR e.id < i.id)))
-  ORDER BY i.available_at, i.id
+  SELECT head.id FROM unnest($3::text[]) AS s(source)
+  CROSS JOIN LATERAL (
+    SELECT i.id, i.available_at FROM ${table} i
+    WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= ${NOW}
+      AND (i.aggregate_id IS NULL OR NOT EXISTS (
+        SELECT 1 FROM ${table} e
+        WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id AND e.state IN ('pending', 'processing')
+          AND e.id <> i.id AND (e.state = 'processing' OR e.id < i.id)))
+    ORDER BY i.available_at, i.id
+    LIMIT $1
+    FOR UPDATE OF i SKIP LOCKED
+  ) head
+  ORDER BY head.available_at, head.id
   LIMIT $1
-  FOR UPDATE OF i SKIP LOCKED
 )
 UPDATE ${table} i
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
