@@ -152,9 +152,10 @@ BEGIN TRY
   it('claims materialize their candidates once, with UPDLOCK, READPAST, ROWLOCK and TOP, and return rows with OUTPUT', () => {
     for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
       assert.match(statement, /DECLARE @candidates TABLE \(\[id\] BIGINT NOT NULL PRIMARY KEY\);/);
+      assert.match(statement, /INSERT INTO @candidates \(\[id\]\)\s+SELECT TOP \(@1\) \w\.\[id\]/);
       assert.match(
         statement,
-        /INSERT INTO @candidates \(\[id\]\)\s+SELECT TOP \(@1\) \w\.\[id\] FROM \[messaging\]\.\[events_out\] AS \w WITH \(UPDLOCK, READPAST, ROWLOCK\)/,
+        /SELECT TOP \(@1\) \w\.\[id\](, \w\.\[available_at\])? FROM \[messaging\]\.\[events_out\] AS \w WITH \(UPDLOCK, READPAST, ROWLOCK\)/,
       );
       assert.match(statement, /INNER JOIN @candidates AS c ON c\.\[id\] = \w\.\[id\]/);
       assert.match(statement, /SET \[state\] = N'processing', \[claim_token\] = NEWID\(\), \[claimed_at\] = SYSUTCDATETIME\(\)/);
@@ -163,6 +164,9 @@ BEGIN TRY
       assert.doesNotMatch(statement, /LIMIT|RETURNING|SKIP LOCKED/);
     }
     assert.match(sql.inboxPullClaimSql(T), /SELECT TOP \(@room\)/);
+    // The relay scans each source's index in order (per source), not every pending row of all of them.
+    assert.match(sql.inboxRelayClaimSql(T), /FROM OPENJSON\(@3\) WITH \(\[source\] NVARCHAR\(255\) '\$'\) AS s\s+CROSS APPLY \(/);
+    assert.match(sql.inboxRelayClaimSql(T), /WHERE i\.\[source\] = s\.\[source\] AND i\.\[state\] = N'pending'/);
   });
 
   it('claims take only the head of a key or aggregate (no earlier unfinished row, none in flight)', () => {

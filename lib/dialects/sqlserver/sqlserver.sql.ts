@@ -189,16 +189,22 @@ const HEAD_OF_AGGREGATE = (table: string) => `(i.[aggregate_id] IS NULL OR NOT E
 /**
  * @0 = inbox lock, @1 = limit, @2 = lease in ms, @3 = the sources as a JSON array of strings. The
  * relay's claim: available pending rows of its sources, oldest first, only the head of each
- * (source, aggregate); materialized once, like the outbox claim.
+ * (source, aggregate); materialized once, like the outbox claim. The scan runs per source (CROSS
+ * APPLY), so each one walks the (source, available_at, id) index in order and stops at the limit
+ * instead of sorting every pending row of the sources.
  */
 export const inboxRelayClaimSql = (table: string) =>
   underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
   INSERT INTO @candidates ([id])
-  SELECT TOP (@1) i.[id] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
-  WHERE i.[state] = N'pending' AND i.[available_at] <= ${NOW}
-    AND i.[source] IN (SELECT s.[source] FROM OPENJSON(@3) WITH ([source] NVARCHAR(255) '$') AS s)
-    AND ${HEAD_OF_AGGREGATE(table)}
-  ORDER BY i.[available_at], i.[id];
+  SELECT TOP (@1) h.[id]
+  FROM OPENJSON(@3) WITH ([source] NVARCHAR(255) '$') AS s
+  CROSS APPLY (
+    SELECT TOP (@1) i.[id], i.[available_at] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
+    WHERE i.[source] = s.[source] AND i.[state] = N'pending' AND i.[available_at] <= ${NOW}
+      AND ${HEAD_OF_AGGREGATE(table)}
+    ORDER BY i.[available_at], i.[id]
+  ) AS h
+  ORDER BY h.[available_at], h.[id];
   UPDATE i
   ${setClaimed('i', '@2')}
   ${INBOX_OUTPUT}
