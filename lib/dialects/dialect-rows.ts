@@ -1,4 +1,4 @@
-import type { LeaseTable } from './dialect';
+import type { InboxClaimedRow, LeaseTable, OutboxClaimedRow } from './dialect';
 
 /** The state a completed row takes, and the column that records when. */
 export const FINISHED = {
@@ -13,4 +13,68 @@ export const byId = (a: { id: string }, b: { id: string }): number => (BigInt(a.
 export function countReclaimed({ rows }: { rows: { state: string }[] }): { pending: number; dead: number } {
   const dead = rows.filter((r) => r.state === 'dead').length;
   return { pending: rows.length - dead, dead };
+}
+
+/** A claimed outbox row as a driver returns it; `J` is how JSON columns arrive (parsed, or as text). */
+export interface OutboxClaimedRecord<J> {
+  id: string;
+  message_id: string;
+  destination: string;
+  key: string | null;
+  payload: J;
+  headers: J | null;
+  attempts: number;
+  claim_token: string;
+  lease_expires_at: Date;
+  created_at: Date;
+}
+
+/** A claimed inbox row as a driver returns it. */
+export interface InboxClaimedRecord<J> {
+  id: string;
+  source: string;
+  idempotency_key: string;
+  aggregate_id: string | null;
+  payload: J;
+  headers: J | null;
+  attempts: number;
+  claim_token: string;
+  lease_expires_at: Date;
+  received_at: Date;
+}
+
+/** How a dialect's driver hands back JSON columns and UUIDs. */
+export interface RecordDecoding<J> {
+  json(value: J): unknown;
+  uuid(value: string): string;
+}
+
+export function toOutboxClaimedRow<J>(r: OutboxClaimedRecord<J>, decode: RecordDecoding<J>): OutboxClaimedRow {
+  return {
+    id: String(r.id),
+    messageId: decode.uuid(r.message_id),
+    destination: r.destination,
+    key: r.key,
+    payload: decode.json(r.payload),
+    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
+    attempts: r.attempts,
+    token: decode.uuid(r.claim_token),
+    leaseExpiresAt: r.lease_expires_at,
+    createdAt: r.created_at,
+  };
+}
+
+export function toInboxClaimedRow<J>(r: InboxClaimedRecord<J>, decode: RecordDecoding<J>): InboxClaimedRow {
+  return {
+    id: String(r.id),
+    source: r.source,
+    idempotencyKey: r.idempotency_key,
+    aggregateId: r.aggregate_id,
+    payload: decode.json(r.payload),
+    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
+    attempts: r.attempts,
+    token: decode.uuid(r.claim_token),
+    leaseExpiresAt: r.lease_expires_at,
+    receivedAt: r.received_at,
+  };
 }

@@ -15,36 +15,22 @@ import type {
   WorkListener,
   WorkNotice,
 } from '../dialect';
-import { byId, countReclaimed, FINISHED } from '../dialect-rows';
+import {
+  byId,
+  countReclaimed,
+  FINISHED,
+  type InboxClaimedRecord,
+  type OutboxClaimedRecord,
+  type RecordDecoding,
+  toInboxClaimedRow,
+  toOutboxClaimedRow,
+} from '../dialect-rows';
 import { PostgresWorkListener } from './postgres.listener';
 import { pgTable } from './postgres.schema';
 import * as sql from './postgres.sql';
 
-interface ClaimedRecord {
-  id: string;
-  message_id: string;
-  destination: string;
-  key: string | null;
-  payload: unknown;
-  headers: Record<string, string> | null;
-  attempts: number;
-  claim_token: string;
-  lease_expires_at: Date;
-  created_at: Date;
-}
-
-interface InboxClaimedRecord {
-  id: string;
-  source: string;
-  idempotency_key: string;
-  aggregate_id: string | null;
-  payload: unknown;
-  headers: Record<string, string> | null;
-  attempts: number;
-  claim_token: string;
-  lease_expires_at: Date;
-  received_at: Date;
-}
+// node-postgres parses jsonb and returns UUIDs in lower case: nothing to decode.
+const DECODING: RecordDecoding<unknown> = { json: (value) => value, uuid: (value) => value };
 
 /** The PostgreSQL dialect: `FOR UPDATE SKIP LOCKED` claims, advisory claim locks, `clock_timestamp()` fences. */
 export class PostgresDialect implements Dialect {
@@ -94,24 +80,11 @@ export class PostgresDialect implements Dialect {
   }
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    const records = await this.serializedClaim<ClaimedRecord>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
+    const records = await this.serializedClaim<OutboxClaimedRecord<unknown>>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
       p.limit,
       p.leaseMs,
     ]);
-    return records
-      .map((r) => ({
-        id: String(r.id),
-        messageId: r.message_id,
-        destination: r.destination,
-        key: r.key,
-        payload: r.payload,
-        headers: r.headers ?? {},
-        attempts: r.attempts,
-        token: r.claim_token,
-        leaseExpiresAt: r.lease_expires_at,
-        createdAt: r.created_at,
-      }))
-      .sort(byId);
+    return records.map((r) => toOutboxClaimedRow(r, DECODING)).sort(byId);
   }
 
   async outboxReclaim(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }> {
@@ -137,21 +110,21 @@ export class PostgresDialect implements Dialect {
   }
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.serializedClaim<InboxClaimedRecord>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
-      p.limit,
-      p.leaseMs,
-      p.sources,
-    ]);
-    return records.map(toInboxClaimedRow).sort(byId);
+    const records = await this.serializedClaim<InboxClaimedRecord<unknown>>(
+      this.claimLock.inbox,
+      sql.inboxRelayClaimSql(this.table.inbox),
+      [p.limit, p.leaseMs, p.sources],
+    );
+    return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
   }
 
   async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.serializedClaim<InboxClaimedRecord>(
+    const records = await this.serializedClaim<InboxClaimedRecord<unknown>>(
       `queuebox_pull_claim_${this.tables.inbox.qualified}:${p.source}`,
       sql.inboxPullClaimSql(this.table.inbox),
       [p.limit, p.leaseMs, p.source],
     );
-    return records.map(toInboxClaimedRow).sort(byId);
+    return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
   }
 
   async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }> {
@@ -225,19 +198,4 @@ export class PostgresDialect implements Dialect {
   private run<T>(statement: string, params: unknown[], manager?: EntityManager) {
     return runSql<T>(this.dataSource, statement, params, manager);
   }
-}
-
-function toInboxClaimedRow(r: InboxClaimedRecord): InboxClaimedRow {
-  return {
-    id: String(r.id),
-    source: r.source,
-    idempotencyKey: r.idempotency_key,
-    aggregateId: r.aggregate_id,
-    payload: r.payload,
-    headers: r.headers ?? {},
-    attempts: r.attempts,
-    token: r.claim_token,
-    leaseExpiresAt: r.lease_expires_at,
-    receivedAt: r.received_at,
-  };
 }

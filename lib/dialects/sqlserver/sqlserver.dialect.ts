@@ -13,7 +13,16 @@ import type {
   OutboxInsertRow,
   QueueBoxTables,
 } from '../dialect';
-import { byId, countReclaimed, FINISHED } from '../dialect-rows';
+import {
+  byId,
+  countReclaimed,
+  FINISHED,
+  type InboxClaimedRecord,
+  type OutboxClaimedRecord,
+  type RecordDecoding,
+  toInboxClaimedRow,
+  toOutboxClaimedRow,
+} from '../dialect-rows';
 import { checkSqlServerRequestTimeout } from './sqlserver.options';
 import { mssqlTable } from './sqlserver.schema';
 import * as sql from './sqlserver.sql';
@@ -27,35 +36,12 @@ const bigint = (value: string | number) => new MssqlParameter(value, 'bigint');
 const int = (value: number) => new MssqlParameter(value, 'int');
 const guid = (value: string) => new MssqlParameter(value, 'uniqueidentifier');
 
+// JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
+const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
+
 /** sp_getapplock takes resource names of up to 255 characters. */
 const MAX_LOCK_NAME = 255;
 const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
-
-interface OutboxClaimedRecord {
-  id: string;
-  message_id: string;
-  destination: string;
-  key: string | null;
-  payload: string;
-  headers: string | null;
-  attempts: number;
-  claim_token: string;
-  lease_expires_at: Date;
-  created_at: Date;
-}
-
-interface InboxClaimedRecord {
-  id: string;
-  source: string;
-  idempotency_key: string;
-  aggregate_id: string | null;
-  payload: string;
-  headers: string | null;
-  attempts: number;
-  claim_token: string;
-  lease_expires_at: Date;
-  received_at: Date;
-}
 
 /**
  * The SQL Server dialect (also Azure SQL): `UPDLOCK, READPAST, ROWLOCK` claims behind `sp_getapplock`
@@ -111,24 +97,11 @@ export class SqlServerDialect implements Dialect {
   }
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    const records = await this.sessionClaim<OutboxClaimedRecord>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
+    const records = await this.sessionClaim<OutboxClaimedRecord<string>>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
       int(p.limit),
       bigint(p.leaseMs),
     ]);
-    return records
-      .map((r) => ({
-        id: String(r.id),
-        messageId: r.message_id.toLowerCase(),
-        destination: r.destination,
-        key: r.key,
-        payload: JSON.parse(r.payload),
-        headers: r.headers ? JSON.parse(r.headers) : {},
-        attempts: r.attempts,
-        token: r.claim_token.toLowerCase(),
-        leaseExpiresAt: r.lease_expires_at,
-        createdAt: r.created_at,
-      }))
-      .sort(byId);
+    return records.map((r) => toOutboxClaimedRow(r, DECODING)).sort(byId);
   }
 
   async outboxReclaim(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }> {
@@ -163,12 +136,12 @@ export class SqlServerDialect implements Dialect {
   }
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.sessionClaim<InboxClaimedRecord>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
+    const records = await this.sessionClaim<InboxClaimedRecord<string>>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
       int(p.limit),
       bigint(p.leaseMs),
       text(JSON.stringify(p.sources)),
     ]);
-    return records.map(toInboxClaimedRow).sort(byId);
+    return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
   }
 
   async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }> {
@@ -184,14 +157,14 @@ export class SqlServerDialect implements Dialect {
       const records = await this.dataSource.transaction(
         async (manager) =>
           (
-            await this.run<InboxClaimedRecord>(
+            await this.run<InboxClaimedRecord<string>>(
               sql.inboxPullClaimSql(this.table.inbox),
               [name(lock), int(p.limit), bigint(p.leaseMs), name(p.source)],
               manager,
             )
           ).rows,
       );
-      return records.map(toInboxClaimedRow).sort(byId);
+      return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
     } catch (error) {
       throw claimLockError(error, lock);
     }
@@ -297,19 +270,4 @@ function claimLockError(error: unknown, lock: string): unknown {
   const number = errorNumber(error);
   if (number === undefined || number <= sql.CLAIM_LOCK_ERROR_BASE || number > sql.CLAIM_LOCK_ERROR_BASE + 999) return error;
   return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimLockNotGranted(lock, sql.CLAIM_LOCK_ERROR_BASE - number));
-}
-
-function toInboxClaimedRow(r: InboxClaimedRecord): InboxClaimedRow {
-  return {
-    id: String(r.id),
-    source: r.source,
-    idempotencyKey: r.idempotency_key,
-    aggregateId: r.aggregate_id,
-    payload: JSON.parse(r.payload),
-    headers: r.headers ? JSON.parse(r.headers) : {},
-    attempts: r.attempts,
-    token: r.claim_token.toLowerCase(),
-    leaseExpiresAt: r.lease_expires_at,
-    receivedAt: r.received_at,
-  };
 }
