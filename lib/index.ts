@@ -9,6 +9,14 @@ export {
   QueueBoxValidationError,
   UnknownSourceError,
 } from './errors/queuebox.errors';
+export {
+  type InboxEventMessage,
+  type OutboxEventMessage,
+  type QueueBoxEventListener,
+  type QueueBoxEventMap,
+  type QueueBoxEventName,
+  QueueBoxEvents,
+} from './events/queuebox.events';
 export { CAUSATION_HEADER, InboxRelay } from './inbox/inbox.relay';
 export { InboxService } from './inbox/inbox.service';
 export type { InboxMessage, InboxMessageInput, ReceiveResult, RelayRoute } from './inbox/inbox.types';

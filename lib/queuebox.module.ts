@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { QueueBoxEvents } from './events/queuebox.events';
 import { InboxRelay } from './inbox/inbox.relay';
 import { InboxService } from './inbox/inbox.service';
 import { InboxSources } from './inbox/inbox-sources';
@@ -32,6 +33,7 @@ import { WorkNotifications } from './queuebox.notifications';
 @Module({
   imports: [DiscoveryModule],
   providers: [
+    QueueBoxEvents,
     QueueBoxMetrics,
     LeaseService,
     OutboxService,
@@ -44,6 +46,7 @@ import { WorkNotifications } from './queuebox.notifications';
     WorkNotifications,
   ],
   exports: [
+    QueueBoxEvents,
     PullWorker,
     WorkNotifications,
     QueueBoxMetrics,

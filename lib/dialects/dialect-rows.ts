@@ -9,10 +9,32 @@ export const FINISHED = {
 /** Orders claimed rows by id (ids are bigints, carried as strings). */
 export const byId = (a: { id: string }, b: { id: string }): number => (BigInt(a.id) < BigInt(b.id) ? -1 : 1);
 
-/** Counts what a reclaim statement returned: rows back to `pending`, and rows that died on their last attempt. */
-export function countReclaimed({ rows }: { rows: { state: string }[] }): { pending: number; dead: number } {
+/** A row a reclaim statement returned: its new state and its destination (outbox) or source (inbox). */
+export interface ReclaimedRecord {
+  state: string;
+  name: string;
+}
+
+/** What a reclaim step did, per destination or source. */
+export interface ReclaimResult {
+  /** Rows back to `pending`. */
+  pending: number;
+  /** Rows that died on their last attempt. */
+  dead: number;
+  byName: { name: string; pending: number; dead: number }[];
+}
+
+/** Counts what a reclaim statement returned, in total and per destination or source. */
+export function countReclaimed({ rows }: { rows: ReclaimedRecord[] }): ReclaimResult {
+  const byName = new Map<string, { name: string; pending: number; dead: number }>();
+  for (const row of rows) {
+    const counts = byName.get(row.name) ?? { name: row.name, pending: 0, dead: 0 };
+    byName.set(row.name, counts);
+    if (row.state === 'dead') counts.dead++;
+    else counts.pending++;
+  }
   const dead = rows.filter((r) => r.state === 'dead').length;
-  return { pending: rows.length - dead, dead };
+  return { pending: rows.length - dead, dead, byName: [...byName.values()] };
 }
 
 /** A claimed outbox row as a driver returns it; `J` is how JSON columns arrive (parsed, or as text). */

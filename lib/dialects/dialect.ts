@@ -1,5 +1,6 @@
 import type { DataSource, EntityManager } from 'typeorm';
 import type { TableName } from '../common/identifiers';
+import type { ReclaimResult } from './dialect-rows';
 
 /** The two QueueBox tables, validated. */
 export interface QueueBoxTables {
@@ -92,7 +93,7 @@ export interface Dialect {
    */
   outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]>;
   /** Returns expired `processing` rows to `pending`, or to `dead` when they used up `maxAttempts`. */
-  outboxReclaim(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }>;
+  outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult>;
 
   /**
    * Stores the row unless `(source, idempotency_key)` exists, without ever raising a unique
@@ -102,7 +103,7 @@ export interface Dialect {
   /** The relay's claim: like `outboxClaimBatch`, per (source, aggregate), for the given sources only. */
   inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]>;
   /** The relay's reclaim step, limited to its sources. */
-  inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }>;
+  inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult>;
 
   /**
    * A pull claim for one source: expired `processing` rows and available `pending` rows in one

@@ -1,9 +1,9 @@
 import type { Logger } from '@nestjs/common';
 import { describeError } from '../common/errors';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
+import { inboxEventMessage, type QueueBoxEvents } from '../events/queuebox.events';
 import type { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
-import type { QueueBoxMetrics } from '../metrics/queuebox.metrics';
 import { messages } from '../queuebox.messages';
 
 /**
@@ -17,21 +17,24 @@ export async function retryOrDeadLetter(p: {
   maxAttempts: number;
   backoff: (attempt: number, error: unknown) => number;
   lease: LeaseService;
-  metrics: QueueBoxMetrics;
+  events: QueueBoxEvents;
+  /** How long the failed attempt took. */
+  durationMs: number;
   logger: Logger;
   /** The log line of a scheduled retry. */
   retryMessage: (error: string, delayMs: number) => string;
 }): Promise<void> {
   const { claim, failure, lease, logger } = p;
   const id = `${claim.message.source}/${claim.message.idempotencyKey}`;
-  const labels = { component: claim.component, source: claim.message.source };
+  const event = { ...inboxEventMessage(claim.component, claim.message), durationMs: p.durationMs };
+  const prefix = claim.component === 'pull' ? 'queuebox:pull' : 'queuebox:inbox';
   let what = 'dead-letter';
   try {
     const invalid = failure instanceof QueueBoxValidationError;
     if (invalid || claim.attempt >= p.maxAttempts) {
       const reason = invalid ? describeError(failure) : messages.attemptsExhausted(claim.attempt, describeError(failure));
       if (await lease.deadLetter(claim, reason)) {
-        p.metrics.increment('queuebox_inbox_messages_dead_lettered_total', labels);
+        p.events.emit(`${prefix}:dead-lettered`, { ...event, reason });
         logger.warn(messages.deadLettered(id, reason));
       } else {
         logger.warn(messages.finishLost(id, what));
@@ -41,7 +44,7 @@ export async function retryOrDeadLetter(p: {
     what = 'retry';
     const delayMs = Math.max(0, Math.round(p.backoff(claim.attempt, failure)));
     if (await lease.retry(claim, { delayMs, error: failure })) {
-      p.metrics.increment('queuebox_inbox_messages_retried_total', labels);
+      p.events.emit(`${prefix}:retry-scheduled`, { ...event, delayMs, error: describeError(failure) });
       logger.warn(p.retryMessage(describeError(failure), delayMs));
     } else {
       logger.warn(messages.finishLost(id, what));

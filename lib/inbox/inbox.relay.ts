@@ -6,10 +6,10 @@ import { describeError } from '../common/errors';
 import { uuidV5 } from '../common/uuid';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import { ClaimLostError } from '../errors/queuebox.errors';
+import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
 import type { LeaseKeeper } from '../lease/lease-keeper';
-import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
 import { toOutboxRows } from '../outbox/outbox-rows';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
@@ -41,7 +41,7 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     private readonly lease: LeaseService,
     private readonly sources: InboxSources,
-    private readonly metrics: QueueBoxMetrics,
+    private readonly events: QueueBoxEvents,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     this.options = rootOptions.inbox.relay;
@@ -93,7 +93,7 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
 
   private async forward(claim: InboxClaim, keeper: LeaseKeeper): Promise<void> {
     const { message } = claim;
-    const labels = { component: 'inbox', source: message.source };
+    const startedAt = performance.now();
     let rows: OutboxInsertRow[] | undefined;
     let failure: unknown;
     try {
@@ -114,7 +114,11 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
           if (rows.length > 0) await this.dialect.outboxInsert({ manager, rows });
           if (!(await this.lease.complete(claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', claim.id));
         });
-        this.metrics.increment('queuebox_inbox_messages_processed_total', labels);
+        this.events.emit('queuebox:inbox:processed', {
+          ...inboxEventMessage('inbox', claim.message),
+          durationMs: performance.now() - startedAt,
+          forwarded: rows.length,
+        });
         return;
       } catch (error) {
         if (error instanceof ClaimLostError) {
@@ -130,7 +134,8 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
       maxAttempts: this.options.maxAttempts,
       backoff: this.options.backoff,
       lease: this.lease,
-      metrics: this.metrics,
+      events: this.events,
+      durationMs: performance.now() - startedAt,
       logger: this.logger,
       retryMessage: (error, delayMs) => messages.relayFailed(`${message.source}/${message.idempotencyKey}`, claim.attempt, error, delayMs),
     });

@@ -3,7 +3,7 @@ import type { EntityManager } from 'typeorm';
 import { checkName, serializeHeaders, serializePayload } from '../common/payload';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError, UnknownSourceError } from '../errors/queuebox.errors';
-import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
+import { QueueBoxEvents } from '../events/queuebox.events';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
@@ -25,7 +25,7 @@ export class InboxService {
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
     private readonly sources: InboxSources,
-    private readonly metrics: QueueBoxMetrics,
+    private readonly events: QueueBoxEvents,
   ) {}
 
   /** Stores `message` unless it is a duplicate; joins `manager`'s transaction when given. */
@@ -43,9 +43,8 @@ export class InboxService {
     const result = await this.dialect.inboxInsertIfAbsent({ row, manager });
     // In a caller's transaction the row is not visible until it commits; the worker's poll finds it then.
     if (!result.duplicate && !manager?.queryRunner?.isTransactionActive) this.sources.notifyReceived(source);
-    this.metrics.increment(result.duplicate ? 'queuebox_inbox_messages_duplicates_total' : 'queuebox_inbox_messages_received_total', {
-      source,
-    });
+    const event = { id: result.id, source, idempotencyKey: row.idempotencyKey, aggregateId: row.aggregateId };
+    this.events.emit(result.duplicate ? 'queuebox:inbox:duplicate' : 'queuebox:inbox:received', event);
     return result;
   }
 }

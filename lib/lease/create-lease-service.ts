@@ -1,13 +1,13 @@
 import type { DataSource } from 'typeorm';
 import { createDialect } from '../dialects/dialects';
-import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
+import { QueueBoxEvents } from '../events/queuebox.events';
 import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 import { LeaseService } from './lease.service';
 
 /**
  * A `LeaseService` for a plain script or another framework: no Nest module needed, just an
  * initialized TypeORM DataSource with the QueueBox schema. Pass the same `tables` as the app that
- * receives the messages.
+ * receives the messages. Its events (claims lost) go to `node:diagnostics_channel`, or to `options.events`.
  *
  * @example
  * const lease = await createLeaseService(dataSource);
@@ -15,9 +15,9 @@ import { LeaseService } from './lease.service';
  */
 export async function createLeaseService(
   dataSource: DataSource,
-  options: { tables?: QueueBoxModuleOptions['tables']; metrics?: QueueBoxMetrics } = {},
+  options: { tables?: QueueBoxModuleOptions['tables']; events?: QueueBoxEvents } = {},
 ): Promise<LeaseService> {
   const dialect = createDialect(dataSource, resolveTables(options.tables));
   await dialect.schemaCheck();
-  return new LeaseService(dialect, options.metrics ?? new QueueBoxMetrics());
+  return new LeaseService(dialect, options.events ?? new QueueBoxEvents());
 }

@@ -2,7 +2,8 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { describeError } from '../common/errors';
 import type { Dialect, InboxClaimedRow, LeaseTable } from '../dialects/dialect';
-import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
+import type { ReclaimResult } from '../dialects/dialect-rows';
+import { QueueBoxEvents } from '../events/queuebox.events';
 import { MESSAGE_ID_HEADER, QUEUEBOX_DIALECT } from '../queuebox.constants';
 import type { Claim, InboxClaim, OutboxClaim } from './lease.types';
 import { LeaseKeeper } from './lease-keeper';
@@ -25,7 +26,7 @@ export class LeaseService {
 
   constructor(
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
-    private readonly metrics: QueueBoxMetrics,
+    private readonly events: QueueBoxEvents,
   ) {}
 
   /** Claims up to `limit` outbox rows, at most one per key, each with a lease of `leaseMs` by the database clock. */
@@ -128,21 +129,17 @@ export class LeaseService {
    * The reclaim step: returns outbox rows whose lease expired to `pending`, or to `dead` when they
    * used up `maxAttempts` (a message that crashes its worker every time cannot loop forever).
    */
-  async reclaimOutbox(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }> {
+  async reclaimOutbox(p: { maxAttempts: number }): Promise<ReclaimResult> {
     const result = await this.dialect.outboxReclaim(p);
-    const reclaimed = result.pending + result.dead;
-    if (reclaimed > 0) this.metrics.increment('queuebox_outbox_messages_reclaimed_total', {}, reclaimed);
-    if (result.dead > 0) this.metrics.increment('queuebox_outbox_messages_dead_lettered_total', {}, result.dead);
+    for (const counts of result.byName) this.events.emit('queuebox:reclaimed', { component: 'outbox', ...counts });
     return result;
   }
 
   /** The relay's reclaim step over `sources` (see `reclaimOutbox`). */
-  async reclaimInbox(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }> {
-    if (p.sources.length === 0) return { pending: 0, dead: 0 };
+  async reclaimInbox(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
+    if (p.sources.length === 0) return { pending: 0, dead: 0, byName: [] };
     const result = await this.dialect.inboxReclaim(p);
-    const reclaimed = result.pending + result.dead;
-    if (reclaimed > 0) this.metrics.increment('queuebox_inbox_messages_reclaimed_total', { component: 'inbox' }, reclaimed);
-    if (result.dead > 0) this.metrics.increment('queuebox_inbox_messages_dead_lettered_total', { component: 'inbox' }, result.dead);
+    for (const counts of result.byName) this.events.emit('queuebox:reclaimed', { component: 'inbox', ...counts });
     return result;
   }
 
@@ -168,7 +165,7 @@ export class LeaseService {
   markLost(claim: Claim): void {
     if (this.lostClaims.has(claim)) return;
     this.lostClaims.add(claim);
-    this.metrics.claimLost(claim.component);
+    this.events.emit('queuebox:claim-lost', { component: claim.component, id: claim.id });
   }
 
   private toInboxClaims(component: 'inbox' | 'pull', rows: InboxClaimedRow[], leaseMs: number): InboxClaim[] {

@@ -1,37 +1,22 @@
 import { Injectable } from '@nestjs/common';
-import type { ClaimComponent } from '../lease/lease.types';
+import { QueueBoxEvents } from '../events/queuebox.events';
+import { type Labels, metricUpdate, type QueueBoxCounter } from './metric-definitions';
 
-/** The counters QueueBox keeps. Names follow Prometheus conventions (`queuebox_` prefix, `_total`). */
-export type QueueBoxCounter =
-  | 'queuebox_claims_lost_total'
-  | 'queuebox_outbox_messages_reclaimed_total'
-  | 'queuebox_outbox_messages_published_total'
-  | 'queuebox_outbox_messages_retried_total'
-  | 'queuebox_outbox_messages_dead_lettered_total'
-  | 'queuebox_inbox_messages_received_total'
-  | 'queuebox_inbox_messages_duplicates_total'
-  | 'queuebox_inbox_messages_processed_total'
-  | 'queuebox_inbox_messages_retried_total'
-  | 'queuebox_inbox_messages_dead_lettered_total'
-  | 'queuebox_inbox_messages_reclaimed_total';
-
-type Labels = Record<string, string>;
+export type { QueueBoxCounter } from './metric-definitions';
 
 /**
- * In-process counters, readable with `value()`. Every worker reports through this one service, so
- * an exporter (Prometheus, OpenTelemetry) only has to read or wrap it.
+ * In-process counters of one application, fed by its `QueueBoxEvents` and readable with `value()`,
+ * `total()` and `snapshot()` (tests, scripts, a status page). For Prometheus, import
+ * `QueueBoxPrometheusModule` from `queuebox/prometheus`, which adds histograms and backlog gauges.
  */
 @Injectable()
 export class QueueBoxMetrics {
   private readonly counters = new Map<string, number>();
 
-  increment(name: QueueBoxCounter, labels: Labels = {}, by = 1): void {
-    const id = seriesId(name, labels);
-    this.counters.set(id, (this.counters.get(id) ?? 0) + by);
-  }
-
-  claimLost(component: ClaimComponent): void {
-    this.increment('queuebox_claims_lost_total', { component });
+  constructor(events: QueueBoxEvents) {
+    events.subscribe((name, event) => {
+      for (const counter of metricUpdate(name, event).counters) this.increment(counter.name, counter.labels, counter.by);
+    });
   }
 
   /** The current value of one series (0 when it never moved). */
@@ -49,6 +34,11 @@ export class QueueBoxMetrics {
     let sum = 0;
     for (const [id, value] of this.counters) if (id === name || id.startsWith(`${name}{`)) sum += value;
     return sum;
+  }
+
+  private increment(name: QueueBoxCounter, labels: Labels, by: number): void {
+    const id = seriesId(name, labels);
+    this.counters.set(id, (this.counters.get(id) ?? 0) + by);
   }
 }
 

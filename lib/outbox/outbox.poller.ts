@@ -3,11 +3,11 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import { ClaimLoop } from '../common/claim-loop';
 import { describeError } from '../common/errors';
 import { PermanentPublishError } from '../errors/queuebox.errors';
+import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { BatchCompleter } from '../lease/batch-completer';
 import { LeaseService } from '../lease/lease.service';
 import type { OutboxClaim } from '../lease/lease.types';
 import type { LeaseKeeper } from '../lease/lease-keeper';
-import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../queuebox.options';
@@ -36,7 +36,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
     private readonly lease: LeaseService,
-    private readonly metrics: QueueBoxMetrics,
+    private readonly events: QueueBoxEvents,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     this.options = rootOptions.outbox;
@@ -93,6 +93,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     const { message } = claim;
     let failure: unknown;
     let published = false;
+    const startedAt = performance.now();
     try {
       const name = this.options.route(message);
       const publisher = this.options.publishers[name];
@@ -102,6 +103,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     } catch (error) {
       failure = error;
     }
+    const durationMs = performance.now() - startedAt;
     await keeper.stop();
     if (this.loop.abandoned) return;
     if (keeper.lost) {
@@ -109,11 +111,11 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
       else this.logger.warn(messages.publishClaimLost(message.messageId));
       return;
     }
-    const labels = { destination: message.destination };
+    const event = outboxEventMessage(message);
     let what = 'delivery';
     try {
       if (published) {
-        if (await this.completer.complete(claim)) this.metrics.increment('queuebox_outbox_messages_published_total', labels);
+        if (await this.completer.complete(claim)) this.events.emit('queuebox:published', { ...event, durationMs });
         else this.logger.error(messages.markSentLost(message.messageId));
         return;
       }
@@ -122,7 +124,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
         what = 'dead-letter';
         const reason = permanent ? describeError(failure) : messages.attemptsExhausted(claim.attempt, describeError(failure));
         if (await this.lease.deadLetter(claim, reason)) {
-          this.metrics.increment('queuebox_outbox_messages_dead_lettered_total', labels);
+          this.events.emit('queuebox:dead-lettered', { ...event, reason, durationMs });
           this.logger.warn(messages.deadLettered(message.messageId, reason));
         } else {
           this.logger.warn(messages.finishLost(message.messageId, what));
@@ -132,7 +134,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
       what = 'retry';
       const delayMs = Math.max(0, Math.round(this.options.backoff(claim.attempt, failure)));
       if (await this.lease.retry(claim, { delayMs, error: failure })) {
-        this.metrics.increment('queuebox_outbox_messages_retried_total', labels);
+        this.events.emit('queuebox:retry-scheduled', { ...event, delayMs, error: describeError(failure), durationMs });
         this.logger.warn(messages.publishFailed(message.messageId, claim.attempt, describeError(failure), delayMs));
       } else {
         this.logger.warn(messages.finishLost(message.messageId, what));

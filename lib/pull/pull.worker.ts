@@ -3,12 +3,12 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { ClaimLoop } from '../common/claim-loop';
 import { ClaimLostError } from '../errors/queuebox.errors';
+import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { retryOrDeadLetter } from '../inbox/inbox-failure';
 import { InboxSources } from '../inbox/inbox-sources';
 import { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
 import type { LeaseKeeper } from '../lease/lease-keeper';
-import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
@@ -36,7 +36,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
     private readonly explorer: PullHandlerExplorer,
     private readonly lease: LeaseService,
-    private readonly metrics: QueueBoxMetrics,
+    private readonly events: QueueBoxEvents,
     sources: InboxSources,
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
@@ -111,6 +111,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     const id = `${message.source}/${message.idempotencyKey}`;
     const lost = () => new ClaimLostError(messages.claimLost('pull', claim.id));
     let failure: unknown;
+    const startedAt = performance.now();
     try {
       await this.dataSource.transaction(async (manager) => {
         await handler.handle(message, { manager, signal: keeper.signal, attempt: claim.attempt });
@@ -121,7 +122,11 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         // Fenced by the database's current time (clock_timestamp), not the transaction's start.
         if (!(await this.lease.complete(claim, manager))) throw lost();
       });
-      this.metrics.increment('queuebox_inbox_messages_processed_total', { component: 'pull', source: message.source });
+      this.events.emit('queuebox:pull:processed', {
+        ...inboxEventMessage('pull', message),
+        durationMs: performance.now() - startedAt,
+        handler: handler.name,
+      });
       return;
     } catch (error) {
       failure = error;
@@ -139,7 +144,8 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       maxAttempts: handler.maxAttempts,
       backoff: handler.backoff,
       lease: this.lease,
-      metrics: this.metrics,
+      events: this.events,
+      durationMs: performance.now() - startedAt,
       logger: this.logger,
       retryMessage: (error, delayMs) => messages.pullHandlerFailed(id, handler.name, claim.attempt, error, delayMs),
     });

@@ -222,7 +222,11 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
     await db.query("UPDATE queuebox_inbox SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1", [id]);
     await drainRelay();
     assert.deepEqual(await db.query('SELECT state FROM queuebox_inbox'), [{ state: 'processing' }], 'still leased to the new owner');
-    assert.deepEqual(await t.get(LeaseService).reclaimInbox({ sources: ['orders'], maxAttempts: 3 }), { pending: 1, dead: 0 });
+    assert.deepEqual(await t.get(LeaseService).reclaimInbox({ sources: ['orders'], maxAttempts: 3 }), {
+      pending: 1,
+      dead: 0,
+      byName: [{ name: 'orders', pending: 1, dead: 0 }],
+    });
     await drainRelay();
     assert.deepEqual(await db.query('SELECT state FROM queuebox_inbox'), [{ state: 'processed' }]);
     assert.deepEqual(await db.query('SELECT message_id FROM queuebox_outbox'), [{ message_id: relay.derivedMessageId(id, 0) }]);

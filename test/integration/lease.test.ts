@@ -64,7 +64,7 @@ describe('LeaseService on PostgreSQL', () => {
     const lostBefore = metrics.value('queuebox_claims_lost_total', { component: 'outbox' });
     const [zombie] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 150 });
     await sleep(250);
-    assert.deepEqual(await lease.reclaimOutbox({ maxAttempts: 10 }), { pending: 1, dead: 0 });
+    assert.deepEqual(await lease.reclaimOutbox({ maxAttempts: 10 }), { pending: 1, dead: 0, byName: [{ name: 'd', pending: 1, dead: 0 }] });
     const [owner] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 60_000 });
     assert.equal(owner.id, id);
     assert.notEqual(owner.token, zombie.token);
@@ -196,7 +196,12 @@ describe('LeaseService on PostgreSQL', () => {
       assert.equal(claim.attempt, attempt);
       await sleep(100);
       const reclaimed = await lease.reclaimOutbox({ maxAttempts: 3 });
-      assert.deepEqual(reclaimed, attempt < 3 ? { pending: 1, dead: 0 } : { pending: 0, dead: 1 });
+      assert.deepEqual(
+        { pending: reclaimed.pending, dead: reclaimed.dead },
+        attempt < 3 ? { pending: 1, dead: 0 } : { pending: 0, dead: 1 },
+      );
+      const deadLettered = metrics.value('queuebox_outbox_messages_dead_lettered_total', { destination: 'd', cause: 'reclaim' });
+      assert.equal(deadLettered, attempt < 3 ? 0 : 1, 'a row dying on the reclaim step is counted as dead-lettered');
     }
     const row = await rowOf(id);
     assert.equal(row.state, 'dead');

@@ -21,6 +21,8 @@ import {
   FINISHED,
   type InboxClaimedRecord,
   type OutboxClaimedRecord,
+  type ReclaimedRecord,
+  type ReclaimResult,
   type RecordDecoding,
   toInboxClaimedRow,
   toOutboxClaimedRow,
@@ -87,8 +89,8 @@ export class PostgresDialect implements Dialect {
     return records.map((r) => toOutboxClaimedRow(r, DECODING)).sort(byId);
   }
 
-  async outboxReclaim(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }> {
-    return countReclaimed(await this.run<{ state: string }>(sql.outboxReclaimSql(this.table.outbox), [p.maxAttempts]));
+  async outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
+    return countReclaimed(await this.run<ReclaimedRecord>(sql.outboxReclaimSql(this.table.outbox), [p.maxAttempts]));
   }
 
   async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
@@ -127,8 +129,8 @@ export class PostgresDialect implements Dialect {
     return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
   }
 
-  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }> {
-    return countReclaimed(await this.run<{ state: string }>(sql.inboxReclaimSql(this.table.inbox), [p.maxAttempts, p.sources]));
+  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
+    return countReclaimed(await this.run<ReclaimedRecord>(sql.inboxReclaimSql(this.table.inbox), [p.maxAttempts, p.sources]));
   }
 
   async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {

@@ -65,7 +65,7 @@ const RECLAIM_SET = `SET state = CASE WHEN attempts >= $1 THEN 'dead' ELSE 'pend
 export const outboxReclaimSql = (table: string) => `UPDATE ${table}
 ${RECLAIM_SET}
 WHERE state = 'processing' AND lease_expires_at <= ${NOW}
-RETURNING state`;
+RETURNING state, destination AS name`;
 
 /** $1 = id, $2 = token, $3 = lease in ms. */
 export const leaseRenewSql = (table: string) => `UPDATE ${table} SET lease_expires_at = ${msFromNow('$3')}
@@ -152,7 +152,7 @@ ${INBOX_RETURNING}`;
 export const inboxReclaimSql = (table: string) => `UPDATE ${table}
 ${RECLAIM_SET}
 WHERE state = 'processing' AND source = ANY($2::text[]) AND lease_expires_at <= ${NOW}
-RETURNING state`;
+RETURNING state, source AS name`;
 
 /**
  * $1 = limit, $2 = lease in ms, $3 = source. A pull claim takes, in one statement, rows whose

@@ -19,6 +19,8 @@ import {
   FINISHED,
   type InboxClaimedRecord,
   type OutboxClaimedRecord,
+  type ReclaimedRecord,
+  type ReclaimResult,
   type RecordDecoding,
   toInboxClaimedRow,
   toOutboxClaimedRow,
@@ -104,8 +106,8 @@ export class SqlServerDialect implements Dialect {
     return records.map((r) => toOutboxClaimedRow(r, DECODING)).sort(byId);
   }
 
-  async outboxReclaim(p: { maxAttempts: number }): Promise<{ pending: number; dead: number }> {
-    return countReclaimed(await this.run<{ state: string }>(sql.outboxReclaimSql(this.table.outbox), [int(p.maxAttempts)]));
+  async outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
+    return countReclaimed(await this.run<ReclaimedRecord>(sql.outboxReclaimSql(this.table.outbox), [int(p.maxAttempts)]));
   }
 
   async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
@@ -144,9 +146,9 @@ export class SqlServerDialect implements Dialect {
     return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
   }
 
-  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<{ pending: number; dead: number }> {
+  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
     return countReclaimed(
-      await this.run<{ state: string }>(sql.inboxReclaimSql(this.table.inbox), [int(p.maxAttempts), text(JSON.stringify(p.sources))]),
+      await this.run<ReclaimedRecord>(sql.inboxReclaimSql(this.table.inbox), [int(p.maxAttempts), text(JSON.stringify(p.sources))]),
     );
   }
 

@@ -98,7 +98,7 @@ const RECLAIM_SET = `SET [state] = CASE WHEN [attempts] >= @0 THEN N'dead' ELSE 
 /** @0 = max attempts. */
 export const outboxReclaimSql = (table: string) => `UPDATE ${table}
 ${RECLAIM_SET}
-OUTPUT inserted.[state]
+OUTPUT inserted.[state], inserted.[destination] AS [name]
 WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}`;
 
 /**
@@ -214,7 +214,7 @@ export const inboxRelayClaimSql = (table: string) =>
 /** @0 = max attempts, @1 = the sources as a JSON array of strings. The relay's reclaim step, limited to its sources. */
 export const inboxReclaimSql = (table: string) => `UPDATE ${table}
 ${RECLAIM_SET}
-OUTPUT inserted.[state]
+OUTPUT inserted.[state], inserted.[source] AS [name]
 WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}
   AND [source] IN (SELECT s.[source] FROM OPENJSON(@1) WITH ([source] NVARCHAR(255) '$') AS s)`;
 

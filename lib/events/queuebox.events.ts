@@ -1,0 +1,140 @@
+import { channel } from 'node:diagnostics_channel';
+import { Injectable } from '@nestjs/common';
+import type { ClaimComponent } from '../lease/lease.types';
+
+/** What every outbox event says about its message. */
+export interface OutboxEventMessage {
+  component: 'outbox';
+  /** The row id. */
+  id: string;
+  messageId: string;
+  destination: string;
+  key: string | null;
+  /** 1 for the first attempt. */
+  attempt: number;
+}
+
+/** What every relay (`component: 'inbox'`) and pull (`component: 'pull'`) event says about its message. */
+export interface InboxEventMessage {
+  component: 'inbox' | 'pull';
+  id: string;
+  source: string;
+  idempotencyKey: string;
+  aggregateId: string | null;
+  attempt: number;
+}
+
+/**
+ * Every event QueueBox emits, by channel name. Each is published on the `node:diagnostics_channel`
+ * of that name, so tracing libraries and applications can subscribe without QueueBox knowing them:
+ *
+ * @example
+ * import { subscribe } from 'node:diagnostics_channel';
+ * subscribe('queuebox:dead-lettered', (event) => alert(event as OutboxDeadLetteredEvent));
+ */
+export interface QueueBoxEventMap {
+  /** An outbox message was published and marked `sent`. */
+  'queuebox:published': OutboxEventMessage & { durationMs: number };
+  /** An outbox publish failed; the message is `pending` again and will be retried after `delayMs`. */
+  'queuebox:retry-scheduled': OutboxEventMessage & { delayMs: number; error: string; durationMs: number };
+  /** A publish failed for good (a `PermanentPublishError`, or the last attempt): the message is `dead`. */
+  'queuebox:dead-lettered': OutboxEventMessage & { reason: string; durationMs: number };
+  /** A fenced write or a renewal found the claim gone: the row belongs to another worker now. */
+  'queuebox:claim-lost': { component: ClaimComponent; id: string };
+  /**
+   * The reclaim step found rows of one destination (outbox) or source (relay) whose lease expired:
+   * `pending` went back to pending, `dead` were on their last attempt and are dead now.
+   */
+  'queuebox:reclaimed': { component: 'outbox' | 'inbox'; name: string; pending: number; dead: number };
+  /** `InboxService.receive()` stored a new message (reported when the insert ran, even if the caller's transaction later rolls back). */
+  'queuebox:inbox:received': { id: string; source: string; idempotencyKey: string; aggregateId: string | null };
+  /** `InboxService.receive()` found the message already stored. */
+  'queuebox:inbox:duplicate': { id: string; source: string; idempotencyKey: string; aggregateId: string | null };
+  /** The relay forwarded an inbox message (`forwarded` outbox rows) and marked it `processed`. */
+  'queuebox:inbox:processed': InboxEventMessage & { durationMs: number; forwarded: number };
+  'queuebox:inbox:retry-scheduled': InboxEventMessage & { delayMs: number; error: string; durationMs: number };
+  'queuebox:inbox:dead-lettered': InboxEventMessage & { reason: string; durationMs: number };
+  /** A `@PullHandler` committed its transaction, which marked the message `processed`. */
+  'queuebox:pull:processed': InboxEventMessage & { durationMs: number; handler: string };
+  'queuebox:pull:retry-scheduled': InboxEventMessage & { delayMs: number; error: string; durationMs: number };
+  'queuebox:pull:dead-lettered': InboxEventMessage & { reason: string; durationMs: number };
+}
+
+export type QueueBoxEventName = keyof QueueBoxEventMap;
+
+/** Receives every event of one application, in order, synchronously. */
+export type QueueBoxEventListener = <K extends QueueBoxEventName>(name: K, event: QueueBoxEventMap[K]) => void;
+
+const channels = new Map<string, ReturnType<typeof channel>>();
+
+/**
+ * The one place workers report what happened. Each event goes to its `node:diagnostics_channel`
+ * (process-wide, for tracing libraries and users) and to this application's listeners (metrics:
+ * `QueueBoxMetrics`, and the Prometheus exporter when it is imported). A listener that throws is
+ * never allowed to break the worker that reported.
+ */
+@Injectable()
+export class QueueBoxEvents {
+  private readonly listeners = new Set<QueueBoxEventListener>();
+
+  /** Calls `listener` with every event of this application; returns the unsubscribe function. */
+  subscribe(listener: QueueBoxEventListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  emit<K extends QueueBoxEventName>(name: K, event: QueueBoxEventMap[K]): void {
+    for (const listener of this.listeners) {
+      try {
+        listener(name, event);
+      } catch {
+        // Metrics and observers are best effort: the message's outcome is already in the database.
+      }
+    }
+    // A subscriber that throws does not reach us: diagnostics_channel rethrows on the next tick.
+    const diagnostics = channelOf(name);
+    if (diagnostics.hasSubscribers) diagnostics.publish(event);
+  }
+}
+
+function channelOf(name: string): ReturnType<typeof channel> {
+  let found = channels.get(name);
+  if (!found) {
+    found = channel(name);
+    channels.set(name, found);
+  }
+  return found;
+}
+
+/** The payload fields every outbox event shares. */
+export function outboxEventMessage(message: {
+  id: string;
+  messageId: string;
+  destination: string;
+  key: string | null;
+  attempt: number;
+}): OutboxEventMessage {
+  return {
+    component: 'outbox',
+    id: message.id,
+    messageId: message.messageId,
+    destination: message.destination,
+    key: message.key,
+    attempt: message.attempt,
+  };
+}
+
+/** The payload fields every relay or pull event shares. */
+export function inboxEventMessage(
+  component: 'inbox' | 'pull',
+  message: { id: string; source: string; idempotencyKey: string; aggregateId: string | null; attempt: number },
+): InboxEventMessage {
+  return {
+    component,
+    id: message.id,
+    source: message.source,
+    idempotencyKey: message.idempotencyKey,
+    aggregateId: message.aggregateId,
+    attempt: message.attempt,
+  };
+}

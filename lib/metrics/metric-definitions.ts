@@ -1,0 +1,149 @@
+import type { QueueBoxEventMap, QueueBoxEventName } from '../events/queuebox.events';
+
+/** The counters QueueBoxMetrics keeps. Names follow Prometheus conventions (`queuebox_` prefix, `_total`). */
+export type QueueBoxCounter =
+  | 'queuebox_claims_lost_total'
+  | 'queuebox_outbox_messages_reclaimed_total'
+  | 'queuebox_outbox_messages_published_total'
+  | 'queuebox_outbox_messages_retried_total'
+  | 'queuebox_outbox_messages_dead_lettered_total'
+  | 'queuebox_inbox_messages_received_total'
+  | 'queuebox_inbox_messages_duplicates_total'
+  | 'queuebox_inbox_messages_processed_total'
+  | 'queuebox_inbox_messages_retried_total'
+  | 'queuebox_inbox_messages_dead_lettered_total'
+  | 'queuebox_inbox_messages_reclaimed_total';
+
+export type QueueBoxHistogram = 'queuebox_outbox_publish_duration_seconds' | 'queuebox_inbox_handle_duration_seconds';
+
+export interface MetricDefinition<N extends string = string> {
+  name: N;
+  help: string;
+  labelNames: string[];
+}
+
+/** Every counter, with its help text and labels (the metrics reference in docs/operations.md lists the same). */
+export const COUNTERS: MetricDefinition<QueueBoxCounter>[] = [
+  { name: 'queuebox_claims_lost_total', help: 'Claims found lost by a fenced write or a failed renewal.', labelNames: ['component'] },
+  {
+    name: 'queuebox_outbox_messages_reclaimed_total',
+    help: 'Outbox rows whose lease expired, returned to pending (or dead on their last attempt) by the reclaim step.',
+    labelNames: ['destination'],
+  },
+  { name: 'queuebox_outbox_messages_published_total', help: 'Outbox messages published and marked sent.', labelNames: ['destination'] },
+  { name: 'queuebox_outbox_messages_retried_total', help: 'Failed publishes scheduled for a retry.', labelNames: ['destination'] },
+  { name: 'queuebox_outbox_messages_dead_lettered_total', help: 'Outbox messages marked dead.', labelNames: ['destination', 'cause'] },
+  { name: 'queuebox_inbox_messages_received_total', help: 'New inbox messages stored by receive().', labelNames: ['source'] },
+  {
+    name: 'queuebox_inbox_messages_duplicates_total',
+    help: 'Inbox receives that found the message already stored.',
+    labelNames: ['source'],
+  },
+  {
+    name: 'queuebox_inbox_messages_processed_total',
+    help: 'Inbox messages forwarded by the relay or handled by a pull worker.',
+    labelNames: ['component', 'source'],
+  },
+  {
+    name: 'queuebox_inbox_messages_retried_total',
+    help: 'Failed inbox attempts scheduled for a retry.',
+    labelNames: ['component', 'source'],
+  },
+  {
+    name: 'queuebox_inbox_messages_dead_lettered_total',
+    help: 'Inbox messages marked dead.',
+    labelNames: ['component', 'source', 'cause'],
+  },
+  {
+    name: 'queuebox_inbox_messages_reclaimed_total',
+    help: 'Relay rows whose lease expired, returned to pending (or dead) by the reclaim step.',
+    labelNames: ['component', 'source'],
+  },
+];
+
+/** Duration histograms, in seconds; `outcome` is `success` or `failure`. */
+export const HISTOGRAMS: (MetricDefinition<QueueBoxHistogram> & { buckets: number[] })[] = [
+  {
+    name: 'queuebox_outbox_publish_duration_seconds',
+    help: 'Time a publisher took to publish one message.',
+    labelNames: ['destination', 'outcome'],
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+  },
+  {
+    name: 'queuebox_inbox_handle_duration_seconds',
+    help: 'Time the relay took to forward, or a pull handler to handle and commit, one message.',
+    labelNames: ['component', 'source', 'outcome'],
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+  },
+];
+
+export type Labels = Record<string, string>;
+
+export interface MetricUpdate {
+  counters: { name: QueueBoxCounter; labels: Labels; by: number }[];
+  histogram?: { name: QueueBoxHistogram; labels: Labels; seconds: number };
+}
+
+/** What one event moves: the single mapping from events to metrics, shared by every exporter. */
+export function metricUpdate<K extends QueueBoxEventName>(name: K, event: QueueBoxEventMap[K]): MetricUpdate {
+  const e = event as QueueBoxEventMap[QueueBoxEventName] & Record<string, unknown>;
+  const count = (counter: QueueBoxCounter, labels: Labels, by = 1) => ({ name: counter, labels, by });
+  const publish = (outcome: string) => ({
+    name: 'queuebox_outbox_publish_duration_seconds' as const,
+    labels: { destination: String(e.destination), outcome },
+    seconds: Number(e.durationMs) / 1000,
+  });
+  const handle = (outcome: string) => ({
+    name: 'queuebox_inbox_handle_duration_seconds' as const,
+    labels: { component: String(e.component), source: String(e.source), outcome },
+    seconds: Number(e.durationMs) / 1000,
+  });
+  const destination = { destination: String(e.destination) };
+  const inbox = { component: String(e.component), source: String(e.source) };
+  switch (name) {
+    case 'queuebox:published':
+      return { counters: [count('queuebox_outbox_messages_published_total', destination)], histogram: publish('success') };
+    case 'queuebox:retry-scheduled':
+      return { counters: [count('queuebox_outbox_messages_retried_total', destination)], histogram: publish('failure') };
+    case 'queuebox:dead-lettered':
+      return {
+        counters: [count('queuebox_outbox_messages_dead_lettered_total', { ...destination, cause: 'failure' })],
+        histogram: publish('failure'),
+      };
+    case 'queuebox:claim-lost':
+      return { counters: [count('queuebox_claims_lost_total', { component: String(e.component) })] };
+    case 'queuebox:reclaimed': {
+      // Rows on their last attempt die here: counted as reclaimed and as dead-lettered (cause "reclaim").
+      const reclaimed = Number(e.pending) + Number(e.dead);
+      const dead = Number(e.dead);
+      if (e.component === 'outbox') {
+        const labels = { destination: String(e.name) };
+        const counters = [count('queuebox_outbox_messages_reclaimed_total', labels, reclaimed)];
+        if (dead > 0) counters.push(count('queuebox_outbox_messages_dead_lettered_total', { ...labels, cause: 'reclaim' }, dead));
+        return { counters };
+      }
+      const labels = { component: 'inbox', source: String(e.name) };
+      const counters = [count('queuebox_inbox_messages_reclaimed_total', labels, reclaimed)];
+      if (dead > 0) counters.push(count('queuebox_inbox_messages_dead_lettered_total', { ...labels, cause: 'reclaim' }, dead));
+      return { counters };
+    }
+    case 'queuebox:inbox:received':
+      return { counters: [count('queuebox_inbox_messages_received_total', { source: String(e.source) })] };
+    case 'queuebox:inbox:duplicate':
+      return { counters: [count('queuebox_inbox_messages_duplicates_total', { source: String(e.source) })] };
+    case 'queuebox:inbox:processed':
+    case 'queuebox:pull:processed':
+      return { counters: [count('queuebox_inbox_messages_processed_total', inbox)], histogram: handle('success') };
+    case 'queuebox:inbox:retry-scheduled':
+    case 'queuebox:pull:retry-scheduled':
+      return { counters: [count('queuebox_inbox_messages_retried_total', inbox)], histogram: handle('failure') };
+    case 'queuebox:inbox:dead-lettered':
+    case 'queuebox:pull:dead-lettered':
+      return {
+        counters: [count('queuebox_inbox_messages_dead_lettered_total', { ...inbox, cause: 'failure' })],
+        histogram: handle('failure'),
+      };
+    default:
+      return { counters: [] };
+  }
+}
