@@ -25,6 +25,17 @@ export interface ClaimLoopOptions {
   reclaimTimerName?: string;
 }
 
+/** What a health check needs to know about one worker loop. */
+export interface WorkerLoopStatus {
+  /** "outbox poller", "inbox relay", "pull worker <source>". */
+  name: string;
+  running: boolean;
+  /** When its claim statement last returned; undefined before the first claim. */
+  lastCycleAt?: Date;
+  /** Claims held now. */
+  inFlight: number;
+}
+
 export interface ClaimLoopWork<C extends Claim> {
   claim(limit: number): Promise<C[]>;
   /** Handles one claim. The keeper renews it; after `keeper.stop()`, check `loop.abandoned` before writing. */
@@ -64,6 +75,7 @@ export class ClaimLoop<C extends Claim> {
   private readonly timerName: string;
   private abandonedWork = false;
   private readonly refillAt: number;
+  private lastCycle?: Date;
 
   constructor(
     private readonly options: ClaimLoopOptions,
@@ -84,6 +96,15 @@ export class ClaimLoop<C extends Claim> {
 
   get running(): boolean {
     return this.state === 'running';
+  }
+
+  /** When a claim statement last returned (rows or none): health checks read it to see the loop is alive. */
+  get lastCycleAt(): Date | undefined {
+    return this.lastCycle;
+  }
+
+  get status(): WorkerLoopStatus {
+    return { name: this.options.name, running: this.running, lastCycleAt: this.lastCycle, inFlight: this.held.size };
   }
 
   /** Claims held: working or waiting for a slot. */
@@ -142,6 +163,7 @@ export class ClaimLoop<C extends Claim> {
   /** Claims one batch and works through all of it. Returns how many rows it claimed. */
   async runOnce(): Promise<number> {
     const claims = await this.work.claim(this.options.batchSize);
+    this.lastCycle = new Date();
     await Promise.all(claims.map((claim) => this.hold(claim).done));
     return claims.length;
   }
@@ -150,6 +172,8 @@ export class ClaimLoop<C extends Claim> {
     let failures = 0;
     while (this.state === 'running') {
       if (this.held.size > this.refillAt) {
+        // Busy is alive: a full loop waits for its work, not on the database.
+        this.lastCycle = new Date();
         await this.waker.sleep(Number.POSITIVE_INFINITY); // finishing work wakes us
         continue;
       }
@@ -157,6 +181,7 @@ export class ClaimLoop<C extends Claim> {
       let claims: C[];
       try {
         claims = await this.work.claim(limit);
+        this.lastCycle = new Date();
         failures = 0;
       } catch (error) {
         failures++;

@@ -1,7 +1,7 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
-import { ClaimLoop } from '../common/claim-loop';
+import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
 import { describeError } from '../common/errors';
 import { uuidV5 } from '../common/uuid';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
@@ -14,6 +14,7 @@ import { toOutboxRows } from '../outbox/outbox-rows';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../queuebox.options';
+import { inSpan, processSpan } from '../tracing/trace-context';
 import type { InboxMessage } from './inbox.types';
 import { retryOrDeadLetter } from './inbox-failure';
 import { InboxSources } from './inbox-sources';
@@ -49,7 +50,7 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}` },
       {
         claim: (limit) => this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.claimTimeoutMs }),
-        process: (claim, keeper) => this.forward(claim, keeper),
+        process: (claim, keeper) => inSpan(claim.message.headers, processSpan(claim.message, 'inbox'), () => this.forward(claim, keeper)),
         reclaim: () => this.reclaim(),
       },
       lease,
@@ -84,6 +85,11 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
   /** Claims one batch, forwards it and waits. Returns how many rows it claimed. */
   runOnce(): Promise<number> {
     return this.loop.runOnce();
+  }
+
+  /** Whether the loop runs and when it last claimed (read by health checks). */
+  get status(): WorkerLoopStatus {
+    return this.loop.status;
   }
 
   /** The message id of the `index`-th outbox message forwarded from inbox row `inboxId`. */

@@ -7,6 +7,7 @@ import { QueueBoxEvents } from '../events/queuebox.events';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
+import { withTraceContext } from '../tracing/trace-context';
 import type { InboxMessageInput, ReceiveResult } from './inbox.types';
 import { InboxSources } from './inbox-sources';
 
@@ -38,7 +39,7 @@ export class InboxService {
       idempotencyKey: checkName(message.idempotencyKey, 'idempotencyKey', SUBJECT, true) as string,
       aggregateId: checkName(message.aggregateId, 'aggregateId', SUBJECT, false),
       payloadJson: serializePayload(message.payload, this.options.maxPayloadBytes, SUBJECT),
-      headersJson: serializeHeaders(message.headers, SUBJECT),
+      headersJson: serializeHeaders(withTraceContext(message.headers), SUBJECT),
     };
     const result = await this.dialect.inboxInsertIfAbsent({ row, manager });
     // In a caller's transaction the row is not visible until it commits; the worker's poll finds it then.

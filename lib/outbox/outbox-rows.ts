@@ -3,6 +3,7 @@ import { checkName, serializeHeaders, serializePayload } from '../common/payload
 import type { OutboxInsertRow } from '../dialects/dialect';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
+import { withTraceContext } from '../tracing/trace-context';
 import type { OutboxMessageInput } from './outbox.types';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -24,7 +25,7 @@ export function toOutboxRows(messageList: readonly OutboxMessageInput[], maxPayl
       destination: checkName(message.destination, 'destination', subject, true) as string,
       key: checkName(message.key, 'key', subject, false),
       payloadJson: serializePayload(message.payload, maxPayloadBytes, subject),
-      headersJson: serializeHeaders(message.headers, subject),
+      headersJson: serializeHeaders(withTraceContext(message.headers), subject),
       availableAt: availableAt ?? null,
     };
   });

@@ -1,6 +1,6 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { ClaimLoop } from '../common/claim-loop';
+import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
 import { describeError } from '../common/errors';
 import { PermanentPublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
@@ -11,6 +11,7 @@ import type { LeaseKeeper } from '../lease/lease-keeper';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../queuebox.options';
+import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
 
 const NAME = 'outbox poller';
 
@@ -79,6 +80,11 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     return this.loop.runOnce();
   }
 
+  /** Whether the loop runs and when it last claimed (read by health checks). */
+  get status(): WorkerLoopStatus {
+    return this.loop.status;
+  }
+
   /** Claims now instead of at the end of the current sleep (new messages were committed). */
   wake(): void {
     this.loop.wake();
@@ -98,7 +104,10 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
       const name = this.options.route(message);
       const publisher = this.options.publishers[name];
       if (!publisher) throw new PermanentPublishError(messages.routeUnknown(name));
-      await publisher.publish(message, keeper.signal);
+      await inSpan(message.headers, publishSpan(message), () =>
+        // The publish span is the parent of whatever the destination does with the message.
+        publisher.publish({ ...message, headers: activeTraceContext(message.headers) ?? message.headers }, keeper.signal),
+      );
       published = true;
     } catch (error) {
       failure = error;

@@ -1,7 +1,7 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, QueryRunner } from 'typeorm';
-import { ClaimLoop } from '../common/claim-loop';
+import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
 import { ClaimLostError } from '../errors/queuebox.errors';
 import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { retryOrDeadLetter } from '../inbox/inbox-failure';
@@ -12,6 +12,7 @@ import type { LeaseKeeper } from '../lease/lease-keeper';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
+import { inSpan, processSpan } from '../tracing/trace-context';
 import { type PullHandlerDefinition, PullHandlerExplorer } from './pull-handler.explorer';
 
 // The default pool size of node-postgres and of mssql (tarn), which TypeORM keeps unless told otherwise.
@@ -80,6 +81,11 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     return counts.reduce((sum, count) => sum + count, 0);
   }
 
+  /** One status per handler loop (read by health checks). */
+  get status(): WorkerLoopStatus[] {
+    return [...this.loops.values()].map((loop) => loop.status);
+  }
+
   private loopFor(handler: PullHandlerDefinition): ClaimLoop<InboxClaim> {
     let loop = this.loops.get(handler.source);
     if (!loop) {
@@ -113,15 +119,17 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     let failure: unknown;
     const startedAt = performance.now();
     try {
-      await this.dataSource.transaction(async (manager) => {
-        await handler.handle(message, { manager, signal: keeper.signal, attempt: claim.attempt });
-        // Renewal stops before the completing write: a renewal racing it would wait for it and
-        // then see zero rows, which is not a lost claim.
-        await keeper.stop();
-        if (keeper.lost || loop.abandoned) throw lost();
-        // Fenced by the database's current time (clock_timestamp), not the transaction's start.
-        if (!(await this.lease.complete(claim, manager))) throw lost();
-      });
+      await inSpan(message.headers, processSpan(message, 'pull'), () =>
+        this.dataSource.transaction(async (manager) => {
+          await handler.handle(message, { manager, signal: keeper.signal, attempt: claim.attempt });
+          // Renewal stops before the completing write: a renewal racing it would wait for it and
+          // then see zero rows, which is not a lost claim.
+          await keeper.stop();
+          if (keeper.lost || loop.abandoned) throw lost();
+          // Fenced by the database's current time (clock_timestamp), not the transaction's start.
+          if (!(await this.lease.complete(claim, manager))) throw lost();
+        }),
+      );
       this.events.emit('queuebox:pull:processed', {
         ...inboxEventMessage('pull', message),
         durationMs: performance.now() - startedAt,

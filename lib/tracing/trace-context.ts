@@ -1,0 +1,133 @@
+// Trace context through the tables: when `@opentelemetry/api` is installed and a span is active at
+// enqueue or receive, its W3C `traceparent` (and `tracestate`) is stored in the message headers;
+// the publish, relay and handler spans take it as their parent, on every attempt. Without
+// OpenTelemetry installed (or with no span active) nothing is added and no span is started.
+import type * as OpenTelemetry from '@opentelemetry/api';
+
+export const TRACEPARENT_HEADER = 'traceparent';
+export const TRACESTATE_HEADER = 'tracestate';
+
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+const INVALID_TRACE_ID = '0'.repeat(32);
+const INVALID_SPAN_ID = '0'.repeat(16);
+
+let api: typeof OpenTelemetry | null | undefined;
+
+/** `@opentelemetry/api` when the application has it installed, loaded on first use. */
+function openTelemetry(): typeof OpenTelemetry | null {
+  if (api === undefined) {
+    try {
+      api = require('@opentelemetry/api') as typeof OpenTelemetry;
+    } catch {
+      api = null;
+    }
+  }
+  return api;
+}
+
+/**
+ * `headers` plus the active span's `traceparent` / `tracestate`. Headers that already carry a
+ * `traceparent` are kept as they are: the caller chose the parent.
+ */
+export function withTraceContext<H>(headers: H): H | Record<string, string> {
+  // Headers that are not an object are left for validation to reject.
+  if (headers !== undefined && (typeof headers !== 'object' || headers === null || Array.isArray(headers))) return headers;
+  if (headers && TRACEPARENT_HEADER in (headers as object)) return headers;
+  return activeTraceContext(headers as Record<string, string> | undefined) ?? headers;
+}
+
+/** `headers` with `traceparent` / `tracestate` of the active span (replacing any), or undefined when no span is active. */
+export function activeTraceContext(headers: Record<string, string> | undefined): Record<string, string> | undefined {
+  const otel = openTelemetry();
+  const span = otel?.trace.getActiveSpan();
+  if (!otel || !span) return undefined;
+  const context = span.spanContext();
+  if (!otel.isSpanContextValid(context)) return undefined;
+  const flags = (context.traceFlags & 0xff).toString(16).padStart(2, '0');
+  const { [TRACESTATE_HEADER]: _previous, ...rest } = headers ?? {};
+  const traced: Record<string, string> = { ...rest, [TRACEPARENT_HEADER]: `00-${context.traceId}-${context.spanId}-${flags}` };
+  const state = context.traceState?.serialize();
+  if (state) traced[TRACESTATE_HEADER] = state;
+  return traced;
+}
+
+export interface SpanDescription {
+  /** e.g. `billing publish`, `orders process` (OpenTelemetry messaging conventions: `<destination> <operation>`). */
+  name: string;
+  kind: 'producer' | 'consumer';
+  attributes: Record<string, string | number>;
+}
+
+/**
+ * Runs `work` in a span whose parent is the `traceparent` stored in `headers` (a new trace when
+ * there is none). Without OpenTelemetry, just runs `work`.
+ */
+export async function inSpan<T>(
+  headers: Record<string, string> | null | undefined,
+  span: SpanDescription,
+  work: () => Promise<T>,
+): Promise<T> {
+  const otel = openTelemetry();
+  if (!otel) return work();
+  const parent = parentContext(otel, headers);
+  const tracer = otel.trace.getTracer('queuebox');
+  const kind = span.kind === 'producer' ? otel.SpanKind.PRODUCER : otel.SpanKind.CONSUMER;
+  return tracer.startActiveSpan(span.name, { kind, attributes: span.attributes }, parent, async (active) => {
+    try {
+      return await work();
+    } catch (error) {
+      active.recordException(error instanceof Error ? error : String(error));
+      active.setStatus({ code: otel.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+      throw error;
+    } finally {
+      active.end();
+    }
+  });
+}
+
+function parentContext(otel: typeof OpenTelemetry, headers: Record<string, string> | null | undefined): OpenTelemetry.Context {
+  const match = TRACEPARENT.exec(headers?.[TRACEPARENT_HEADER] ?? '');
+  if (!match || match[1] === INVALID_TRACE_ID || match[2] === INVALID_SPAN_ID) return otel.ROOT_CONTEXT;
+  const state = headers?.[TRACESTATE_HEADER];
+  return otel.trace.setSpanContext(otel.ROOT_CONTEXT, {
+    traceId: match[1],
+    spanId: match[2],
+    traceFlags: Number.parseInt(match[3], 16),
+    isRemote: true,
+    traceState: state ? otel.createTraceState(state) : undefined,
+  });
+}
+
+/** The span of one publish attempt. */
+export function publishSpan(message: { destination: string; messageId: string; attempt: number }): SpanDescription {
+  return {
+    name: `${message.destination} publish`,
+    kind: 'producer',
+    attributes: {
+      'messaging.system': 'queuebox',
+      'messaging.operation.type': 'send',
+      'messaging.destination.name': message.destination,
+      'messaging.message.id': message.messageId,
+      'queuebox.attempt': message.attempt,
+    },
+  };
+}
+
+/** The span of one relay forward or pull handler attempt. */
+export function processSpan(
+  message: { source: string; idempotencyKey: string; attempt: number },
+  component: 'inbox' | 'pull',
+): SpanDescription {
+  return {
+    name: `${message.source} process`,
+    kind: 'consumer',
+    attributes: {
+      'messaging.system': 'queuebox',
+      'messaging.operation.type': 'process',
+      'messaging.destination.name': message.source,
+      'messaging.message.id': message.idempotencyKey,
+      'queuebox.component': component,
+      'queuebox.attempt': message.attempt,
+    },
+  };
+}
