@@ -1,5 +1,7 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { QueueBoxAdmin } from './admin/queuebox.admin';
+import { RetentionService } from './admin/retention.service';
 import { InboxRelay } from './inbox/inbox.relay';
 import { InboxService } from './inbox/inbox.service';
 import { InboxSources } from './inbox/inbox-sources';
@@ -42,8 +44,12 @@ import { WorkNotifications } from './queuebox.notifications';
     PullHandlerExplorer,
     PullWorker,
     WorkNotifications,
+    RetentionService,
+    QueueBoxAdmin,
   ],
   exports: [
+    RetentionService,
+    QueueBoxAdmin,
     PullWorker,
     WorkNotifications,
     QueueBoxMetrics,
