@@ -1,8 +1,22 @@
+export type {
+  AdminComponent,
+  BacklogRow,
+  BlockedKeyRow,
+  DeadLetterFilter,
+  DeadLetterPage,
+  DeadLetterRow,
+  DeadLetterSelection,
+  RetentionResult,
+  SkipHeadTarget,
+} from './admin/admin.types';
+export { QueueBoxAdmin } from './admin/queuebox.admin';
+export { RetentionService } from './admin/retention.service';
 export type { BackoffFunction, BackoffOptions } from './common/backoff';
 export {
   ClaimLostError,
   PermanentPublishError,
   PublishError,
+  QueueBoxAdminError,
   QueueBoxConfigError,
   QueueBoxError,
   QueueBoxStateError,
@@ -28,7 +42,12 @@ export { LeaseService } from './lease/lease.service';
 export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './lease/lease.types';
 export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
-export { createQueueBoxMigration, QueueBoxSchema1764460800000 } from './migrations/queuebox.migration';
+export {
+  createQueueBoxMigration,
+  createQueueBoxOperationsMigration,
+  QueueBoxOperations1764633600000,
+  QueueBoxSchema1764460800000,
+} from './migrations/queuebox.migration';
 export { renderSchemaSql } from './migrations/schema-files';
 export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
@@ -47,6 +66,7 @@ export type {
   PullOptions,
   QueueBoxModuleOptions,
   RelayOptions,
+  RetentionOptions,
   WorkerOptions,
   WorkersOptions,
 } from './queuebox.options';

@@ -144,6 +144,23 @@ export const messages = {
   httpUrlInvalid: (destination: string, url: unknown) =>
     `HttpPublisher: destination ${show(destination)} maps to ${show(url)}, which is not an http(s) URL.`,
 
+  // Admin and retention (QueueBoxAdmin, RetentionService)
+  retentionInboxTooShort: (valueMs: number, minimumMs: number) =>
+    `QueueBox option "retention.inboxFinishedAfterMs" is ${valueMs} ms, below the minimum of ${minimumMs} ms: a processed inbox row is the record that dedupes a redelivery, and a sender retrying after its row was deleted would be accepted twice. Use at least ${minimumMs} ms, and longer than your senders retry.`,
+  adminArgumentInvalid: (field: string, rule: string, value: unknown) =>
+    `QueueBoxAdmin: "${field}" ${rule}, got ${show(value)}. Nothing was changed.`,
+  adminSelectionAmbiguous: () =>
+    'QueueBoxAdmin: pass either "ids" or filter fields (name, errorContains, deadAfter, deadBefore), not both. Nothing was changed.',
+  adminSelectionEmpty: () =>
+    'QueueBoxAdmin: this call would touch every dead row of the component: pass "ids", a filter field, or "all: true" to mean it. Nothing was changed.',
+  skipHeadReason: (reason: string) => `skipped by admin: ${reason}`,
+  retentionStarted: (intervalMs: number) => `Retention started (every ${intervalMs} ms; one replica at a time).`,
+  retentionSkipped: () => 'Retention skipped: another replica holds the retention lock.',
+  retentionDone: (outbox: number, inbox: number, dead: number, ms: number) =>
+    `Retention deleted ${outbox} sent outbox row(s), ${inbox} processed inbox row(s) and ${dead} dead row(s) in ${ms} ms.`,
+  retentionFailed: (error: string, intervalMs: number) =>
+    `Retention failed: ${error}. Rows deleted so far stay deleted; it runs again in ${intervalMs} ms.`,
+
   // SQL Server
   dialectNotSupported: (type: unknown) =>
     `QueueBox supports TypeORM DataSources of type "postgres" and "mssql" (SQL Server, Azure SQL); this one is ${show(type)}.`,

@@ -1,5 +1,7 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { QueueBoxAdmin } from './admin/queuebox.admin';
+import { RetentionService } from './admin/retention.service';
 import { QueueBoxEvents } from './events/queuebox.events';
 import { InboxRelay } from './inbox/inbox.relay';
 import { InboxService } from './inbox/inbox.service';
@@ -44,9 +46,13 @@ import { WorkNotifications } from './queuebox.notifications';
     PullHandlerExplorer,
     PullWorker,
     WorkNotifications,
+    RetentionService,
+    QueueBoxAdmin,
   ],
   exports: [
     QueueBoxEvents,
+    RetentionService,
+    QueueBoxAdmin,
     PullWorker,
     WorkNotifications,
     QueueBoxMetrics,

@@ -63,6 +63,28 @@ export interface PullOptions {
   sources?: string[];
 }
 
+/**
+ * Retention: deletes finished rows (and, if asked, dead rows) older than an age, in small batches,
+ * on one replica at a time. See docs/operations.md.
+ */
+export interface RetentionOptions {
+  /** Run retention on a timer in processes where a worker runs. Default `false`; `QueueBoxAdmin.runRetention()` works either way. */
+  enabled?: boolean;
+  /** Age after which `sent` outbox rows are deleted, by `sent_at`. Default 604800000 (7 days). */
+  finishedAfterMs?: number;
+  /**
+   * Age after which `processed` inbox rows are deleted, by `processed_at`. Default `finishedAfterMs`.
+   * A deleted row's `(source, idempotency_key)` is accepted again: this is the dedupe window. At least 1 hour.
+   */
+  inboxFinishedAfterMs?: number;
+  /** Age after which `dead` rows are deleted (by their last attempt), or `false` to keep them. Default `false`. */
+  deadAfterMs?: number | false;
+  /** Time between runs. Default 3600000 (1 hour). */
+  intervalMs?: number;
+  /** Rows deleted per statement (each its own transaction). Default 1000. */
+  batchSize?: number;
+}
+
 /** Which workers run in this process. `false` everywhere makes a replica that only enqueues. */
 export interface WorkersOptions {
   outbox?: boolean;
@@ -88,6 +110,17 @@ export interface QueueBoxModuleOptions {
   outbox?: OutboxOptions;
   inbox?: InboxOptions;
   pull?: PullOptions;
+  /** Deleting old finished rows. Off by default. */
+  retention?: RetentionOptions;
+}
+
+export interface ResolvedRetentionOptions {
+  enabled: boolean;
+  finishedAfterMs: number;
+  inboxFinishedAfterMs: number;
+  deadAfterMs: number | false;
+  intervalMs: number;
+  batchSize: number;
 }
 
 export interface ResolvedWorkerOptions {
@@ -130,9 +163,10 @@ export interface ResolvedQueueBoxOptions {
   outbox: ResolvedOutboxOptions;
   inbox: { relay: ResolvedRelayOptions };
   pull: ResolvedPullOptions;
+  retention: ResolvedRetentionOptions;
 }
 
-const TOP_LEVEL_KEYS = ['tables', 'workers', 'maxPayloadBytes', 'outbox', 'inbox', 'pull'];
+const TOP_LEVEL_KEYS = ['tables', 'workers', 'maxPayloadBytes', 'outbox', 'inbox', 'pull', 'retention'];
 const WORKER_KEYS = ['pollIntervalMs', 'batchSize', 'concurrency', 'claimTimeoutMs', 'shutdownTimeoutMs', 'maxAttempts', 'backoff'];
 const DEFAULT_PUBLISHER = 'default';
 
@@ -152,6 +186,7 @@ export function resolveOptions(options: QueueBoxModuleOptions = {}): ResolvedQue
     outbox,
     inbox: { relay: resolveRelay(inbox.relay ?? {}) },
     pull: resolvePull(options.pull ?? {}),
+    retention: resolveRetention(options.retention ?? {}),
   };
 }
 
@@ -246,6 +281,51 @@ function resolvePull(pull: PullOptions): ResolvedPullOptions {
     backoff: resolveBackoff('pull.backoff', pull.backoff),
     shutdownTimeoutMs: integer('pull.shutdownTimeoutMs', pull.shutdownTimeoutMs, 10_000, 0, 24 * 3600_000),
     sources: [...sources],
+  };
+}
+
+const DAY_MS = 24 * 3600_000;
+/** The shortest inbox retention: below it a redelivery that is merely late is taken for a new message. */
+export const MIN_INBOX_RETENTION_MS = 3600_000;
+
+function resolveRetention(retention: RetentionOptions): ResolvedRetentionOptions {
+  expectObject('retention', retention);
+  rejectUnknownKeys('retention.', retention, [
+    'enabled',
+    'finishedAfterMs',
+    'inboxFinishedAfterMs',
+    'deadAfterMs',
+    'intervalMs',
+    'batchSize',
+  ]);
+  const enabled = retention.enabled ?? false;
+  if (typeof enabled !== 'boolean')
+    throw new QueueBoxConfigError('retention.enabled', messages.optionNotBoolean('retention.enabled', enabled));
+  const finishedAfterMs = integer('retention.finishedAfterMs', retention.finishedAfterMs, 7 * DAY_MS, 60_000, 3650 * DAY_MS);
+  const inboxFinishedAfterMs = integer(
+    'retention.inboxFinishedAfterMs',
+    retention.inboxFinishedAfterMs,
+    Math.max(finishedAfterMs, MIN_INBOX_RETENTION_MS),
+    1,
+    3650 * DAY_MS,
+  );
+  if (inboxFinishedAfterMs < MIN_INBOX_RETENTION_MS) {
+    throw new QueueBoxConfigError(
+      'retention.inboxFinishedAfterMs',
+      messages.retentionInboxTooShort(inboxFinishedAfterMs, MIN_INBOX_RETENTION_MS),
+    );
+  }
+  const deadAfterMs =
+    retention.deadAfterMs === undefined || retention.deadAfterMs === false
+      ? false
+      : integer('retention.deadAfterMs', retention.deadAfterMs, 0, 60_000, 3650 * DAY_MS);
+  return {
+    enabled,
+    finishedAfterMs,
+    inboxFinishedAfterMs,
+    deadAfterMs,
+    intervalMs: integer('retention.intervalMs', retention.intervalMs, 3600_000, 1000, 7 * DAY_MS),
+    batchSize: integer('retention.batchSize', retention.batchSize, 1000, 1, 10_000),
   };
 }
 

@@ -1,4 +1,5 @@
 import type { DataSource, EntityManager } from 'typeorm';
+import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../admin/admin.types';
 import type { TableName } from '../common/identifiers';
 import type { ReclaimResult } from './dialect-rows';
 
@@ -131,8 +132,42 @@ export interface Dialect {
    */
   workListen?(p: { onWork: (notice: WorkNotice) => void; onState: (listening: boolean, error?: unknown) => void }): Promise<WorkListener>;
 
+  // Admin and retention (QueueBoxAdmin, RetentionService). Every write touches `dead` rows only,
+  // except skip-head, which takes a pending head or one whose lease expired, never a live claim.
+
+  /** Pending, processing and dead rows per destination and source, through the partial indexes. */
+  adminBacklog(): Promise<BacklogRow[]>;
+  /** One page of dead rows with an id above `afterId`, in id order. */
+  deadLetterList(p: { selection: DeadSelection; afterId: string | null; limit: number; includePayload: boolean }): Promise<DeadLetterRow[]>;
+  deadLetterCount(p: { selection: DeadSelection }): Promise<number>;
+  /** Replays one batch (ids above `afterId`, at most `limit`): `pending`, attempts 0, due now, replay recorded in headers. Returns the ids changed. */
+  deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]>;
+  /** Deletes one batch of dead rows; returns the ids deleted. */
+  deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]>;
+  /** Keys / aggregates whose head row failed at least once and is not finished. */
+  blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]>;
+  /** Dead-letters the head row of a key unless a live claim holds it; returns its id, or null when nothing changed. */
+  blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null>;
+  /**
+   * Runs `work` while holding the retention lock, or returns `null` at once when another session
+   * holds it. The lock holds no row locks; `work` deletes in batches, each its own transaction.
+   */
+  retentionWithLock<T>(work: () => Promise<T>): Promise<T | null>;
+  /** Deletes up to `limit` rows of one kind whose age passed `olderThanMs` (database clock); returns how many. */
+  retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number>;
+
   /** The database's current time (for tests and health checks; never for leases). */
   clockNow(): Promise<Date>;
+}
+
+/** Dead rows an admin call selects, normalized: every absent criterion is `null`. */
+export interface DeadSelection {
+  component: AdminComponent;
+  name: string | null;
+  errorContains: string | null;
+  deadAfter: Date | null;
+  deadBefore: Date | null;
+  ids: string[] | null;
 }
 
 export type DialectFactory = (dataSource: DataSource, tables: QueueBoxTables) => Dialect;

@@ -3,9 +3,9 @@ import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import type { Dialect, QueueBoxTables } from './dialect';
 import { PostgresDialect } from './postgres/postgres.dialect';
-import { postgresSchemaDown, postgresSchemaUp } from './postgres/postgres.schema';
+import { postgresOperationsDown, postgresOperationsUp, postgresSchemaDown, postgresSchemaUp } from './postgres/postgres.schema';
 import { SqlServerDialect } from './sqlserver/sqlserver.dialect';
-import { sqlServerSchemaDown, sqlServerSchemaUp } from './sqlserver/sqlserver.schema';
+import { sqlServerOperationsDown, sqlServerOperationsUp, sqlServerSchemaDown, sqlServerSchemaUp } from './sqlserver/sqlserver.schema';
 
 export type DialectType = Dialect['type'];
 
@@ -13,6 +13,15 @@ const schemas: Record<DialectType, { up: (t: QueueBoxTables) => string[]; down: 
   postgres: { up: postgresSchemaUp, down: postgresSchemaDown },
   mssql: { up: sqlServerSchemaUp, down: sqlServerSchemaDown },
 };
+
+/** Migration 002: the indexes of the admin and retention (partial / filtered, on finished and dead rows). */
+const operations: typeof schemas = {
+  postgres: { up: postgresOperationsUp, down: postgresOperationsDown },
+  mssql: { up: sqlServerOperationsUp, down: sqlServerOperationsDown },
+};
+
+/** Which migration's statements: 001 (the tables) or 002 (the operations indexes). */
+export type SchemaMigration = 'schema' | 'operations';
 
 function supported(type: unknown): DialectType {
   if (type === 'postgres' || type === 'mssql') return type;
@@ -27,6 +36,11 @@ export function createDialect(dataSource: DataSource, tables: QueueBoxTables): D
 }
 
 /** The schema DDL of a dialect, one statement per entry. */
-export function schemaStatements(type: unknown, tables: QueueBoxTables, direction: 'up' | 'down'): string[] {
-  return schemas[supported(type)][direction](tables);
+export function schemaStatements(
+  type: unknown,
+  tables: QueueBoxTables,
+  direction: 'up' | 'down',
+  migration: SchemaMigration = 'schema',
+): string[] {
+  return (migration === 'schema' ? schemas : operations)[supported(type)][direction](tables);
 }

@@ -89,3 +89,16 @@ export class QueueBoxStateError extends QueueBoxError {
     super('QUEUEBOX_STATE', message);
   }
 }
+
+/**
+ * A `QueueBoxAdmin` call got an invalid argument (unknown component, bad limit, ambiguous
+ * selection). `field` names it. Nothing was changed.
+ */
+export class QueueBoxAdminError extends QueueBoxError {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super('QUEUEBOX_ADMIN_ARGUMENT', message);
+  }
+}

@@ -1,10 +1,11 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { schemaStatements } from '../dialects/dialects';
+import { type SchemaMigration, schemaStatements } from '../dialects/dialects';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 
 const DEFAULT_NAME = 'QueueBoxSchema1764460800000';
+const DEFAULT_OPERATIONS_NAME = 'QueueBoxOperations1764633600000';
 
 /**
  * A TypeORM migration class that creates the outbox and inbox tables (and indexes) for the
@@ -17,11 +18,33 @@ const DEFAULT_NAME = 'QueueBoxSchema1764460800000';
 export function createQueueBoxMigration(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
 ): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_NAME, 'schema');
+}
+
+/**
+ * The second QueueBox migration: partial (filtered, on SQL Server) indexes on finished and dead
+ * rows, used by retention and by `QueueBoxAdmin` (docs/operations.md). Add it after the first;
+ * same `tables`, and a `name` of its own per QueueBox schema in one database.
+ *
+ * @example
+ * migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000]
+ */
+export function createQueueBoxOperationsMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_OPERATIONS_NAME, 'operations');
+}
+
+function migrationClass(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string },
+  defaultName: string,
+  migration: SchemaMigration,
+): new () => MigrationInterface {
   const tables = resolveTables(options.tables);
-  const name = options.name ?? DEFAULT_NAME;
+  const name = options.name ?? defaultName;
   if (!/^[A-Za-z_][A-Za-z0-9_]*\d{13}$/.test(name)) throw new QueueBoxConfigError('name', messages.migrationNameInvalid(name));
   const run = async (queryRunner: QueryRunner, direction: 'up' | 'down') => {
-    for (const statement of schemaStatements(queryRunner.connection.options.type, tables, direction)) {
+    for (const statement of schemaStatements(queryRunner.connection.options.type, tables, direction, migration)) {
       await queryRunner.query(statement);
     }
   };
@@ -38,3 +61,6 @@ export function createQueueBoxMigration(
 
 /** The migration for the default table names (`queuebox_outbox`, `queuebox_inbox`). */
 export const QueueBoxSchema1764460800000 = createQueueBoxMigration();
+
+/** The operations migration for the default table names; runs after `QueueBoxSchema1764460800000`. */
+export const QueueBoxOperations1764633600000 = createQueueBoxOperationsMigration();

@@ -1,4 +1,4 @@
-import { schemaStatements } from '../dialects/dialects';
+import { type SchemaMigration, schemaStatements } from '../dialects/dialects';
 import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 
 /**
@@ -9,26 +9,32 @@ import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
  */
 export function renderSchemaSql(
   dialect: 'postgres' | 'mssql',
-  options: { tables?: QueueBoxModuleOptions['tables']; direction?: 'up' | 'down' } = {},
+  options: { tables?: QueueBoxModuleOptions['tables']; direction?: 'up' | 'down'; migration?: SchemaMigration } = {},
 ): string {
   const direction = options.direction ?? 'up';
+  const migration = options.migration ?? 'schema';
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   const end = dialect === 'mssql' ? ';\nGO\n' : ';\n';
   return [
-    `-- QueueBox schema (${dialect}, ${direction}), rendered from the TypeORM migration's statements.`,
+    migration === 'schema'
+      ? `-- QueueBox schema (${dialect}, ${direction}), rendered from the TypeORM migration's statements.`
+      : `-- QueueBox operations indexes (${dialect}, ${direction}), rendered from the TypeORM migration's statements.`,
     '',
-    ...schemaStatements(dialect, resolveTables(options.tables), direction).map((statement) => `${statement}${end}`),
+    ...schemaStatements(dialect, resolveTables(options.tables), direction, migration).map((statement) => `${statement}${end}`),
   ].join('\n');
 }
 
 /** The files shipped in `sql/` (default table names); `npm run sql` writes them, a test checks them. */
 export function renderSchemaFiles(): { dir: string; name: string; content: string }[] {
   const dirs = { postgres: 'postgres', mssql: 'sqlserver' } as const;
+  const files = { schema: '001_queuebox', operations: '002_queuebox_operations' } as const;
   return (['postgres', 'mssql'] as const).flatMap((dialect) =>
-    (['up', 'down'] as const).map((direction) => ({
-      dir: `sql/${dirs[dialect]}`,
-      name: `001_queuebox.${direction}.sql`,
-      content: renderSchemaSql(dialect, { direction }),
-    })),
+    (['schema', 'operations'] as const).flatMap((migration) =>
+      (['up', 'down'] as const).map((direction) => ({
+        dir: `sql/${dirs[dialect]}`,
+        name: `${files[migration]}.${direction}.sql`,
+        content: renderSchemaSql(dialect, { direction, migration }),
+      })),
+    ),
   );
 }

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
-import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
+import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../../lib/migrations/queuebox.migration';
 
 /** The server the test runner gave us (`scripts/test.mjs` starts an embedded one when none is set). */
 export function serverUrl(): string {
@@ -58,9 +58,14 @@ export async function createTestDatabase(
   return db;
 }
 
-/** Applies the QueueBox schema through its TypeORM migration class, as users do. */
+/** Applies the QueueBox schema through its TypeORM migration classes, as users do. */
 export async function migrate(url: string, tables?: { outbox?: string; inbox?: string }): Promise<void> {
-  const dataSource = new DataSource({ type: 'postgres', url, migrations: [createQueueBoxMigration({ tables })], logging: false });
+  const dataSource = new DataSource({
+    type: 'postgres',
+    url,
+    migrations: [createQueueBoxMigration({ tables }), createQueueBoxOperationsMigration({ tables })],
+    logging: false,
+  });
   await dataSource.initialize();
   try {
     await dataSource.runMigrations();

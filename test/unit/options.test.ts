@@ -88,3 +88,41 @@ describe('options (I10)', () => {
     assert.equal(new (createQueueBoxMigration({ name: 'Billing1764460800001' }))().name, 'Billing1764460800001');
   });
 });
+
+describe('retention options', () => {
+  it('is off by default, with 7 days for finished rows, dead rows kept, hourly batches of 1000', () => {
+    assert.deepEqual(resolveOptions({ workers: false }).retention, {
+      enabled: false,
+      finishedAfterMs: 7 * 24 * 3600_000,
+      inboxFinishedAfterMs: 7 * 24 * 3600_000,
+      deadAfterMs: false,
+      intervalMs: 3600_000,
+      batchSize: 1000,
+    });
+  });
+
+  it('takes the inbox age from finishedAfterMs, never below the one-hour dedupe minimum', () => {
+    assert.equal(
+      resolveOptions({ workers: false, retention: { finishedAfterMs: 2 * 3600_000 } }).retention.inboxFinishedAfterMs,
+      2 * 3600_000,
+    );
+    assert.equal(resolveOptions({ workers: false, retention: { finishedAfterMs: 60_000 } }).retention.inboxFinishedAfterMs, 3600_000);
+    const r = resolveOptions({
+      workers: false,
+      retention: { enabled: true, inboxFinishedAfterMs: 30 * 24 * 3600_000, deadAfterMs: 86_400_000 },
+    });
+    assert.equal(r.retention.inboxFinishedAfterMs, 30 * 24 * 3600_000);
+    assert.equal(r.retention.deadAfterMs, 86_400_000);
+    assert.equal(resolveOptions({ workers: false, retention: { deadAfterMs: false } }).retention.deadAfterMs, false);
+  });
+
+  it('rejects bad retention options by name', () => {
+    rejects({ workers: false, retention: { inboxFinishedAfterMs: 60_000 } }, 'retention.inboxFinishedAfterMs', 'dedupes a redelivery');
+    rejects({ workers: false, retention: { batchsize: 10 } }, 'retention.batchsize', 'Did you mean "retention.batchSize"');
+    rejects({ workers: false, retention: { enabled: 'yes' } }, 'retention.enabled', 'must be true or false');
+    rejects({ workers: false, retention: { deadAfterMs: true } }, 'retention.deadAfterMs', 'must be an integer');
+    rejects({ workers: false, retention: { finishedAfterMs: 10 } }, 'retention.finishedAfterMs', 'from 60000');
+    rejects({ workers: false, retention: { batchSize: 0 } }, 'retention.batchSize', 'from 1 to 10000');
+    rejects({ workers: false, retention: [] }, 'retention', 'must be an object');
+  });
+});

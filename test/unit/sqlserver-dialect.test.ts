@@ -5,7 +5,7 @@ import { createDialect, schemaStatements } from '../../lib/dialects/dialects';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
 import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
 import { QueueBoxConfigError, QueueBoxError } from '../../lib/errors/queuebox.errors';
-import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
+import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-files';
 import { resolveTables } from '../../lib/queuebox.options';
 
@@ -172,11 +172,20 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
     assert.ok(ran.includes("IF SCHEMA_ID(N'messaging') IS NULL EXEC(N'CREATE SCHEMA [messaging]')"));
   });
 
-  it('ships sql/sqlserver/001_queuebox.{up,down}.sql, one GO batch per statement', () => {
+  it('the operations migration class runs the SQL Server operations statements', async () => {
+    const tables = { outbox: 'messaging.events_out', inbox: 'messaging.events_in' };
+    const ran: string[] = [];
+    const queryRunner = { connection: { options: { type: 'mssql' } }, query: async (statement: string) => ran.push(statement) };
+    await new (createQueueBoxOperationsMigration({ tables }))().up(queryRunner as never);
+    assert.deepEqual(ran, schemaStatements('mssql', resolveTables(tables), 'up', 'operations'));
+    assert.ok(ran.includes("CREATE INDEX [events_out_sent_idx] ON [messaging].[events_out] ([sent_at]) WHERE [state] = N'sent'"));
+  });
+
+  it('ships sql/sqlserver/001_queuebox and 002_queuebox_operations .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
-      ['001_queuebox.up.sql', '001_queuebox.down.sql'],
+      ['001_queuebox.up.sql', '001_queuebox.down.sql', '002_queuebox_operations.up.sql', '002_queuebox_operations.down.sql'],
     );
     const up = renderSchemaSql('mssql');
     assert.equal(up.match(/^GO$/gm)?.length, schemaStatements('mssql', TABLES, 'up').length);

@@ -4,7 +4,13 @@ import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import { parseTableName } from '../../lib/common/identifiers';
 import type { QueueBoxTables } from '../../lib/dialects/dialect';
 import * as postgres from '../../lib/dialects/postgres/postgres.sql';
-import { mssqlTable, sqlServerSchemaDown, sqlServerSchemaUp } from '../../lib/dialects/sqlserver/sqlserver.schema';
+import {
+  mssqlTable,
+  sqlServerOperationsDown,
+  sqlServerOperationsUp,
+  sqlServerSchemaDown,
+  sqlServerSchemaUp,
+} from '../../lib/dialects/sqlserver/sqlserver.schema';
 import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
 
 // Every T-SQL statement QueueBox sends, checked without a server: it parses with the T-SQL grammar
@@ -32,9 +38,50 @@ const TABLE_SETS = [tablesFor('queuebox_outbox', 'queuebox_inbox'), tablesFor('m
 
 type Builder = (table: string, finished: { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' }) => string;
 
+/** The admin and retention builders, whose parameters differ (a component, a kind); `adminStatements` covers them. */
+const ADMIN_BUILDERS = new Set([
+  'adminBacklogSql',
+  'deadLetterListSql',
+  'deadLetterCountSql',
+  'deadLetterReplaySql',
+  'deadLetterDiscardSql',
+  'blockedKeyListSql',
+  'blockedKeySkipHeadSql',
+  'retentionTryLockSql',
+  'retentionDeleteSql',
+]);
+const COMPONENTS = ['outbox', 'inbox'] as const;
+const RETENTION_KINDS = ['outbox-sent', 'inbox-processed', 'outbox-dead', 'inbox-dead'] as const;
+
+/** Every variant of every admin and retention statement, for each table set. */
+function adminStatements(): { name: string; statement: string }[] {
+  return TABLE_SETS.flatMap((tables) => {
+    const table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
+    return [
+      { name: `adminBacklogSql(${table.outbox})`, statement: sql.adminBacklogSql(table.outbox, table.inbox) },
+      { name: 'retentionTryLockSql', statement: sql.retentionTryLockSql() },
+      ...COMPONENTS.flatMap((c) => [
+        { name: `deadLetterListSql(${table[c]})`, statement: sql.deadLetterListSql(table[c], c, false) },
+        { name: `deadLetterListSql(${table[c]}, payload)`, statement: sql.deadLetterListSql(table[c], c, true) },
+        { name: `deadLetterCountSql(${table[c]})`, statement: sql.deadLetterCountSql(table[c], c) },
+        { name: `deadLetterReplaySql(${table[c]})`, statement: sql.deadLetterReplaySql(table[c], c) },
+        { name: `deadLetterDiscardSql(${table[c]})`, statement: sql.deadLetterDiscardSql(table[c], c) },
+        { name: `blockedKeyListSql(${table[c]})`, statement: sql.blockedKeyListSql(table[c], c) },
+        { name: `blockedKeySkipHeadSql(${table[c]})`, statement: sql.blockedKeySkipHeadSql(table[c], c) },
+      ]),
+      ...RETENTION_KINDS.map((kind) => {
+        const t = kind.startsWith('outbox') ? table.outbox : table.inbox;
+        return { name: `retentionDeleteSql(${t}, ${kind})`, statement: sql.retentionDeleteSql(t, kind) };
+      }),
+    ];
+  });
+}
+
 /** Every builder exported by sqlserver.sql.ts, with each table it can run on; a new builder is covered without a change here. */
 function builderStatements(): { name: string; statement: string }[] {
-  const builders = Object.entries(sql).filter((entry): entry is [string, Builder] => typeof entry[1] === 'function');
+  const builders = Object.entries(sql).filter(
+    (entry): entry is [string, Builder] => typeof entry[1] === 'function' && !ADMIN_BUILDERS.has(entry[0]),
+  );
   assert.ok(builders.length >= 18, `found ${builders.length} builders`);
   return builders.flatMap(([name, build]) =>
     TABLE_SETS.flatMap((tables) => [
@@ -51,10 +98,12 @@ function schemaStatements(): { name: string; statement: string }[] {
   return TABLE_SETS.flatMap((tables) => [
     ...sqlServerSchemaUp(tables).map((statement, n) => ({ name: `up #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerSchemaDown(tables).map((statement, n) => ({ name: `down #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerOperationsUp(tables).map((statement, n) => ({ name: `operations up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerOperationsDown(tables).map((statement, n) => ({ name: `operations down #${n} (${tables.outbox.qualified})`, statement })),
   ]);
 }
 
-const ALL = [...schemaStatements(), ...builderStatements()];
+const ALL = [...schemaStatements(), ...builderStatements(), ...adminStatements()];
 const T = '[messaging].[events_out]';
 const FINISHED_SENT = { state: 'sent', column: 'sent_at' } as const;
 const FENCE = "[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > SYSUTCDATETIME()";
@@ -205,7 +254,10 @@ BEGIN TRY
       compatibilityLevelSql: 0,
       clockNowSql: 0,
     };
-    const builders = Object.entries(sql).filter(([, value]) => typeof value === 'function') as [string, Builder][];
+    const builders = Object.entries(sql).filter(([name, value]) => typeof value === 'function' && !ADMIN_BUILDERS.has(name)) as [
+      string,
+      Builder,
+    ][];
     assert.deepEqual(builders.map(([name]) => name).sort(), Object.keys(expected).sort(), 'every builder has its parameter count here');
     for (const [name, build] of builders) {
       const used = placeholders(build(T, FINISHED_SENT));
@@ -235,7 +287,8 @@ BEGIN TRY
       'DROP TABLE IF EXISTS [messaging].[events_out]',
     ]);
     for (const { name, statement } of ALL) {
-      assert.doesNotMatch(statement, /"/, `${name}: no double-quoted identifiers`);
+      // JSON paths quote keys with hyphens ('$."X-QueueBox-Replay-Count"'): a string literal, not an identifier.
+      assert.doesNotMatch(statement.replace(/'\$\."[A-Za-z-]+"'/g, ''), /"/, `${name}: no double-quoted identifiers`);
       assert.doesNotMatch(statement, /(?<![N\w])'(pending|processing|sent|processed|dead)'/, `${name}: state literals are N'...'`);
       assert.doesNotMatch(statement, /\bVARCHAR\b|\bTEXT\b/, `${name}: text is NVARCHAR`);
     }
@@ -291,5 +344,111 @@ BEGIN TRY
       sql.inboxInsertSql(T),
       /WHERE NOT EXISTS \(\n {2}SELECT 1 FROM \[messaging\]\.\[events_out\] WITH \(UPDLOCK, HOLDLOCK\) WHERE \[source\] = @0 AND \[idempotency_key\] = @1\)$/,
     );
+  });
+});
+
+describe('SQL Server admin and retention statements: pinned shape', () => {
+  const O = '[messaging].[events_out]';
+  const I = '[messaging].[events_in]';
+
+  it('numbers parameters @0..@n-1 as documented', () => {
+    const expected: [string, string, number][] = [
+      ['backlog', sql.adminBacklogSql(O, I), 0],
+      ['list', sql.deadLetterListSql(O, 'outbox', false), 7],
+      ['count', sql.deadLetterCountSql(I, 'inbox'), 5],
+      ['replay', sql.deadLetterReplaySql(O, 'outbox'), 7],
+      ['discard', sql.deadLetterDiscardSql(I, 'inbox'), 7],
+      ['blocked', sql.blockedKeyListSql(O, 'outbox'), 1],
+      ['skip outbox', sql.blockedKeySkipHeadSql(O, 'outbox'), 3],
+      ['skip inbox', sql.blockedKeySkipHeadSql(I, 'inbox'), 4],
+      ['retention lock', sql.retentionTryLockSql(), 1],
+      ['retention delete', sql.retentionDeleteSql(O, 'outbox-sent'), 2],
+    ];
+    for (const [name, statement, count] of expected) {
+      assert.deepEqual(
+        placeholders(statement),
+        Array.from({ length: count }, (_, n) => n),
+        name,
+      );
+    }
+  });
+
+  it('replay and discard change dead rows only: selected as dead and re-checked in the write', () => {
+    for (const c of COMPONENTS) {
+      for (const statement of [sql.deadLetterReplaySql(O, c), sql.deadLetterDiscardSql(O, c)]) {
+        assert.match(statement, /WITH \[batch\] AS \(\n {2}SELECT TOP \(@6\) /);
+        assert.match(statement, /WHERE \[state\] = N'dead'\n {2}AND \(@0 IS NULL OR /, 'the batch holds dead rows only');
+        assert.match(statement, /\nWHERE \[state\] = N'dead'\nOPTION \(RECOMPILE\)$/, 'the write re-checks dead');
+        assert.match(statement, /AND \(@5 IS NULL OR \[id\] > @5\)\n {2}ORDER BY \[id\]/, 'keyset batches in id order');
+      }
+      assert.match(sql.deadLetterListSql(O, c, false), /^SELECT TOP \(@6\) .*\nFROM .*\nWHERE \[state\] = N'dead'/s);
+      assert.doesNotMatch(sql.deadLetterListSql(O, c, false), /\[payload\]/, 'no payload unless asked');
+      assert.match(sql.deadLetterListSql(O, c, true), /, \[payload\]\n/);
+    }
+    const replay = sql.deadLetterReplaySql(O, 'outbox');
+    assert.match(replay, /SET \[state\] = N'pending', \[attempts\] = 0, \[available_at\] = SYSUTCDATETIME\(\), \[claim_token\] = NULL/);
+    assert.match(replay, /JSON_MODIFY\(\[headers\], '\$\."X-QueueBox-Replay-Count"'/);
+    assert.match(replay, /'\$\."X-QueueBox-Replayed-At"', CONVERT\(NVARCHAR\(23\), SYSUTCDATETIME\(\), 126\) \+ N'Z'\)/);
+    assert.doesNotMatch(replay, /\[message_id\]/, 'the message id is never rewritten');
+  });
+
+  it('skip-head takes the head under UPDLOCK and never a live claim (database clock)', () => {
+    for (const c of COMPONENTS) {
+      const statement = sql.blockedKeySkipHeadSql(O, c);
+      assert.match(statement, /SELECT TOP \(1\) e\.\[id\] FROM \[messaging\]\.\[events_out\] AS e WITH \(UPDLOCK, ROWLOCK\)/);
+      assert.match(statement, /e\.\[state\] IN \(N'pending', N'processing'\)\n {4}ORDER BY e\.\[id\]\)/);
+      assert.match(
+        statement,
+        /AND \(t\.\[state\] = N'pending' OR \(t\.\[state\] = N'processing' AND t\.\[lease_expires_at\] <= SYSUTCDATETIME\(\)\)\)$/,
+      );
+      assert.match(statement, /SET \[state\] = N'dead', \[claim_token\] = NULL, \[lease_expires_at\] = NULL, \[last_error\] = @\d/);
+    }
+    assert.match(sql.blockedKeySkipHeadSql(I, 'inbox'), /e\.\[source\] = @0 AND e\.\[aggregate_id\] = @1/);
+  });
+
+  it('blocked keys: failing heads only (attempts > 0 with an error), none with an earlier unfinished row', () => {
+    const statement = sql.blockedKeyListSql(I, 'inbox');
+    assert.match(statement, /h\.\[attempts\] > 0 AND h\.\[last_error\] IS NOT NULL/);
+    assert.match(
+      statement,
+      /NOT EXISTS \(SELECT 1 FROM \[messaging\]\.\[events_in\] AS e WHERE e\.\[aggregate_id\] = h\.\[aggregate_id\] AND e\.\[source\] = h\.\[source\]/,
+    );
+  });
+
+  it('retention: a transaction-owned lock that is never waited for, and small deletes of one state', () => {
+    assert.equal(
+      sql.retentionTryLockSql(),
+      `DECLARE @granted INT;
+EXEC @granted = sp_getapplock @Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 0;
+SELECT @granted AS [granted];`,
+    );
+    const states = { 'outbox-sent': 'sent', 'inbox-processed': 'processed', 'outbox-dead': 'dead', 'inbox-dead': 'dead' } as const;
+    for (const kind of RETENTION_KINDS) {
+      const statement = sql.retentionDeleteSql(O, kind);
+      assert.ok(
+        statement.startsWith(`DELETE TOP (@1) FROM ${O} WITH (ROWLOCK, READPAST)\nWHERE [state] = N'${states[kind]}' AND `),
+        statement,
+      );
+      assert.match(
+        statement,
+        /< DATEADD\(MILLISECOND, -CAST\(@0 % 1000 AS INT\), DATEADD\(SECOND, -CAST\(@0 \/ 1000 AS INT\), SYSUTCDATETIME\(\)\)\)$/,
+      );
+    }
+  });
+
+  it('the operations migration: filtered indexes on finished and dead rows only', () => {
+    const up = sqlServerOperationsUp(tablesFor('queuebox_outbox', 'queuebox_inbox'));
+    assert.deepEqual(up.slice(2), [
+      "CREATE INDEX [queuebox_outbox_sent_idx] ON [queuebox_outbox] ([sent_at]) WHERE [state] = N'sent'",
+      "CREATE INDEX [queuebox_outbox_dead_idx] ON [queuebox_outbox] ([destination], [id]) WHERE [state] = N'dead'",
+      "CREATE INDEX [queuebox_inbox_processed_idx] ON [queuebox_inbox] ([processed_at]) WHERE [state] = N'processed'",
+      "CREATE INDEX [queuebox_inbox_dead_idx] ON [queuebox_inbox] ([source], [id]) WHERE [state] = N'dead'",
+    ]);
+    assert.deepEqual(sqlServerOperationsDown(tablesFor('messaging.events_out', 'messaging.events_in')), [
+      'DROP INDEX IF EXISTS [events_in_dead_idx] ON [messaging].[events_in]',
+      'DROP INDEX IF EXISTS [events_in_processed_idx] ON [messaging].[events_in]',
+      'DROP INDEX IF EXISTS [events_out_dead_idx] ON [messaging].[events_out]',
+      'DROP INDEX IF EXISTS [events_out_sent_idx] ON [messaging].[events_out]',
+    ]);
   });
 });

@@ -1,9 +1,19 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager } from 'typeorm';
+import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../../admin/admin.types';
+import {
+  type BacklogRecord,
+  type BlockedKeyRecord,
+  type DeadLetterRecord,
+  toBacklogRows,
+  toBlockedKeyRow,
+  toDeadLetterRow,
+} from '../../admin/admin-rows';
 import { runSql } from '../../common/sql-runner';
 import { QueueBoxConfigError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
 import type {
+  DeadSelection,
   Dialect,
   FenceParams,
   InboxClaimedRow,
@@ -40,6 +50,7 @@ export class PostgresDialect implements Dialect {
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: Record<LeaseTable, string>;
   private readonly channel: Record<LeaseTable, string>;
+  private readonly retentionLock: string;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -54,6 +65,7 @@ export class PostgresDialect implements Dialect {
     const channel = (kind: LeaseTable) =>
       `queuebox_${kind}_${createHash('sha1').update(tables[kind].qualified).digest('hex').slice(0, 16)}`;
     this.channel = { outbox: channel('outbox'), inbox: channel('inbox') };
+    this.retentionLock = retentionLockName(tables);
   }
 
   async schemaCheck(): Promise<void> {
@@ -179,6 +191,85 @@ export class PostgresDialect implements Dialect {
     return listener;
   }
 
+  async adminBacklog(): Promise<BacklogRow[]> {
+    return toBacklogRows((await this.run<BacklogRecord>(sql.adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows);
+  }
+
+  async deadLetterList(p: {
+    selection: DeadSelection;
+    afterId: string | null;
+    limit: number;
+    includePayload: boolean;
+  }): Promise<DeadLetterRow[]> {
+    const { component } = p.selection;
+    const { rows } = await this.run<DeadLetterRecord<unknown>>(sql.deadLetterListSql(this.table[component], component, p.includePayload), [
+      ...selectionParams(p.selection),
+      p.afterId,
+      p.limit,
+    ]);
+    return rows.map((r) => toDeadLetterRow(component, r, DECODING));
+  }
+
+  async deadLetterCount(p: { selection: DeadSelection }): Promise<number> {
+    const { component } = p.selection;
+    const { rows } = await this.run<{ n: string }>(sql.deadLetterCountSql(this.table[component], component), selectionParams(p.selection));
+    return Number(rows[0].n);
+  }
+
+  async deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
+    const { component } = p.selection;
+    const { rows } = await this.run<{ id: string }>(sql.deadLetterReplaySql(this.table[component], component), [
+      ...selectionParams(p.selection),
+      p.afterId,
+      p.limit,
+    ]);
+    return rows.map((r) => String(r.id));
+  }
+
+  async deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
+    const { component } = p.selection;
+    const { rows } = await this.run<{ id: string }>(sql.deadLetterDiscardSql(this.table[component], component), [
+      ...selectionParams(p.selection),
+      p.afterId,
+      p.limit,
+    ]);
+    return rows.map((r) => String(r.id));
+  }
+
+  async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
+    const { rows } = await this.run<BlockedKeyRecord>(sql.blockedKeyListSql(this.table[p.component], p.component), [p.limit]);
+    return rows.map((r) => toBlockedKeyRow(p.component, r, DECODING.uuid));
+  }
+
+  async blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null> {
+    const params = p.component === 'outbox' ? [p.key, p.headId ?? null, p.reason] : [p.source, p.aggregateId, p.headId ?? null, p.reason];
+    const { rows } = await this.run<{ id: string }>(sql.blockedKeySkipHeadSql(this.table[p.component], p.component), params);
+    return rows.length === 1 ? String(rows[0].id) : null;
+  }
+
+  async retentionWithLock<T>(work: () => Promise<T>): Promise<T | null> {
+    // A session lock needs one connection for the whole run: it is set aside here, holds only the
+    // advisory lock (no transaction stays open), and the deletes run through the pool, each batch
+    // its own transaction. A crash closes the connection and with it the lock.
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      const [{ locked }] = await runner.query(sql.retentionTryLockSql(), [this.retentionLock]);
+      if (!locked) return null;
+      try {
+        return await work();
+      } finally {
+        await runner.query(sql.retentionUnlockSql(), [this.retentionLock]);
+      }
+    } finally {
+      await runner.release();
+    }
+  }
+
+  async retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number> {
+    const table = p.kind.startsWith('outbox') ? this.table.outbox : this.table.inbox;
+    return (await this.run(sql.retentionDeleteSql(table, p.kind), [p.olderThanMs, p.limit])).affected;
+  }
+
   async clockNow(): Promise<Date> {
     return (await this.run<{ now: Date }>(`SELECT ${sql.NOW} AS now`, [])).rows[0].now;
   }
@@ -200,4 +291,14 @@ export class PostgresDialect implements Dialect {
   private run<T>(statement: string, params: unknown[], manager?: EntityManager) {
     return runSql<T>(this.dataSource, statement, params, manager);
   }
+}
+
+/** The selection's parameters $1..$5. */
+function selectionParams(s: DeadSelection): unknown[] {
+  return [s.name, s.errorContains, s.deadAfter, s.deadBefore, s.ids];
+}
+
+/** The retention lock's name; PostgreSQL keys the advisory lock on `hashtextextended(name, 0)`. */
+export function retentionLockName(tables: QueueBoxTables): string {
+  return `queuebox_retention_${tables.outbox.qualified}`;
 }

@@ -73,3 +73,33 @@ export function postgresSchemaUp(tables: QueueBoxTables): string[] {
 export function postgresSchemaDown(tables: QueueBoxTables): string[] {
   return [`DROP TABLE IF EXISTS ${pgTable(tables.inbox)}`, `DROP TABLE IF EXISTS ${pgTable(tables.outbox)}`];
 }
+
+/**
+ * Migration 002 (operations): partial indexes on finished and dead rows, for retention's batched
+ * deletes (oldest first, by `sent_at` / `processed_at`) and for the admin's dead-row counts,
+ * listing, replay and discard per destination or source. Each holds one state only, so the
+ * claim's indexes stay as small as before; the cost is one index entry per finished row.
+ */
+export function postgresOperationsUp(tables: QueueBoxTables): string[] {
+  const outbox = pgTable(tables.outbox);
+  const inbox = pgTable(tables.inbox);
+  const o = tables.outbox.name;
+  const i = tables.inbox.name;
+  return [
+    `CREATE INDEX "${o}_sent_idx" ON ${outbox} (sent_at) WHERE state = 'sent'`,
+    `CREATE INDEX "${o}_dead_idx" ON ${outbox} (destination, id) WHERE state = 'dead'`,
+    `CREATE INDEX "${i}_processed_idx" ON ${inbox} (processed_at) WHERE state = 'processed'`,
+    `CREATE INDEX "${i}_dead_idx" ON ${inbox} (source, id) WHERE state = 'dead'`,
+  ];
+}
+
+export function postgresOperationsDown(tables: QueueBoxTables): string[] {
+  const index = (table: QueueBoxTables['outbox'], name: string) =>
+    `DROP INDEX IF EXISTS ${table.schema ? `"${table.schema}".` : ''}"${table.name}_${name}"`;
+  return [
+    index(tables.inbox, 'dead_idx'),
+    index(tables.inbox, 'processed_idx'),
+    index(tables.outbox, 'dead_idx'),
+    index(tables.outbox, 'sent_idx'),
+  ];
+}

@@ -1,9 +1,19 @@
 import { createHash } from 'node:crypto';
 import { type DataSource, type EntityManager, MssqlParameter, type QueryRunner } from 'typeorm';
+import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../../admin/admin.types';
+import {
+  type BacklogRecord,
+  type BlockedKeyRecord,
+  type DeadLetterRecord,
+  toBacklogRows,
+  toBlockedKeyRow,
+  toDeadLetterRow,
+} from '../../admin/admin-rows';
 import { runSql } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
 import type {
+  DeadSelection,
   Dialect,
   FenceParams,
   InboxClaimedRow,
@@ -37,6 +47,8 @@ const name = (value: string | null) => text(value, 255);
 const bigint = (value: string | number) => new MssqlParameter(value, 'bigint');
 const int = (value: number) => new MssqlParameter(value, 'int');
 const guid = (value: string) => new MssqlParameter(value, 'uniqueidentifier');
+const bigintOrNull = (value: string | null) => new MssqlParameter(value, 'bigint');
+const datetime = (value: Date | null) => new MssqlParameter(value, 'datetime2');
 
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
@@ -58,6 +70,7 @@ export class SqlServerDialect implements Dialect {
   readonly type = 'mssql' as const;
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: Record<LeaseTable, string>;
+  private readonly retentionLock: string;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -69,6 +82,7 @@ export class SqlServerDialect implements Dialect {
       outbox: lockName(`queuebox_outbox_claim_${tables.outbox.qualified}`),
       inbox: lockName(`queuebox_inbox_claim_${tables.inbox.qualified}`),
     };
+    this.retentionLock = lockName(`queuebox_retention_${tables.outbox.qualified}`);
   }
 
   async schemaCheck(): Promise<void> {
@@ -208,6 +222,86 @@ export class SqlServerDialect implements Dialect {
     return affected === 1;
   }
 
+  async adminBacklog(): Promise<BacklogRow[]> {
+    return toBacklogRows((await this.run<BacklogRecord>(sql.adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows);
+  }
+
+  async deadLetterList(p: {
+    selection: DeadSelection;
+    afterId: string | null;
+    limit: number;
+    includePayload: boolean;
+  }): Promise<DeadLetterRow[]> {
+    const { component } = p.selection;
+    const { rows } = await this.run<DeadLetterRecord<string>>(sql.deadLetterListSql(this.table[component], component, p.includePayload), [
+      ...selectionParams(p.selection),
+      bigintOrNull(p.afterId),
+      int(p.limit),
+    ]);
+    return rows.map((r) => toDeadLetterRow(component, r, DECODING));
+  }
+
+  async deadLetterCount(p: { selection: DeadSelection }): Promise<number> {
+    const { component } = p.selection;
+    const { rows } = await this.run<{ n: string }>(sql.deadLetterCountSql(this.table[component], component), selectionParams(p.selection));
+    return Number(rows[0].n);
+  }
+
+  async deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
+    const { component } = p.selection;
+    const { rows } = await this.run<{ id: string }>(sql.deadLetterReplaySql(this.table[component], component), [
+      ...selectionParams(p.selection),
+      bigintOrNull(p.afterId),
+      int(p.limit),
+    ]);
+    return rows.map((r) => String(r.id));
+  }
+
+  async deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
+    const { component } = p.selection;
+    const { rows } = await this.run<{ id: string }>(sql.deadLetterDiscardSql(this.table[component], component), [
+      ...selectionParams(p.selection),
+      bigintOrNull(p.afterId),
+      int(p.limit),
+    ]);
+    return rows.map((r) => String(r.id));
+  }
+
+  async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
+    const { rows } = await this.run<BlockedKeyRecord>(sql.blockedKeyListSql(this.table[p.component], p.component), [int(p.limit)]);
+    return rows.map((r) => toBlockedKeyRow(p.component, r, DECODING.uuid));
+  }
+
+  async blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null> {
+    const head = bigintOrNull(p.headId ?? null);
+    const params =
+      p.component === 'outbox' ? [name(p.key), head, text(p.reason)] : [name(p.source), name(p.aggregateId), head, text(p.reason)];
+    const { rows } = await this.run<{ id: string }>(sql.blockedKeySkipHeadSql(this.table[p.component], p.component), params);
+    return rows.length === 1 ? String(rows[0].id) : null;
+  }
+
+  async retentionWithLock<T>(work: () => Promise<T>): Promise<T | null> {
+    // The lock's transaction holds no row locks; it only pins the connection that owns the lock.
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      await runner.startTransaction();
+      try {
+        const [{ granted }] = await runner.query(sql.retentionTryLockSql(), [name(this.retentionLock)]);
+        if (granted < 0) return null;
+        return await work();
+      } finally {
+        if (runner.isTransactionActive) await runner.commitTransaction();
+      }
+    } finally {
+      await runner.release();
+    }
+  }
+
+  async retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number> {
+    const table = p.kind.startsWith('outbox') ? this.table.outbox : this.table.inbox;
+    return (await this.run(sql.retentionDeleteSql(table, p.kind), [bigint(p.olderThanMs), int(p.limit)])).affected;
+  }
+
   async clockNow(): Promise<Date> {
     return (await this.run<{ now: Date }>(sql.clockNowSql(), [])).rows[0].now;
   }
@@ -238,6 +332,17 @@ export class SqlServerDialect implements Dialect {
   private run<T>(statement: string, params: unknown[], manager?: EntityManager) {
     return runSql<T>(this.dataSource, statement, params, manager);
   }
+}
+
+/** The selection's parameters @0..@4. */
+function selectionParams(s: DeadSelection): MssqlParameter[] {
+  return [
+    name(s.name),
+    text(s.errorContains),
+    datetime(s.deadAfter),
+    datetime(s.deadBefore),
+    text(s.ids === null ? null : JSON.stringify(s.ids)),
+  ];
 }
 
 /** The fence parameters @0 (id) and @1 (token). */

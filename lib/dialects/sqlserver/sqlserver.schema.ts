@@ -100,3 +100,35 @@ ${jsonChecks(i)}
 export function sqlServerSchemaDown(tables: QueueBoxTables): string[] {
   return [`DROP TABLE IF EXISTS ${mssqlTable(tables.inbox)}`, `DROP TABLE IF EXISTS ${mssqlTable(tables.outbox)}`];
 }
+
+/**
+ * Migration 002 (operations): filtered indexes on finished and dead rows, for retention's batched
+ * deletes and the admin's dead-row counts, listing, replay and discard (see the PostgreSQL twin).
+ */
+export function sqlServerOperationsUp(tables: QueueBoxTables): string[] {
+  const outbox = mssqlTable(tables.outbox);
+  const inbox = mssqlTable(tables.inbox);
+  const o = tables.outbox.name;
+  const i = tables.inbox.name;
+  return [
+    'SET ANSI_NULLS ON',
+    'SET QUOTED_IDENTIFIER ON',
+    `CREATE INDEX [${o}_sent_idx] ON ${outbox} ([sent_at]) WHERE [state] = N'sent'`,
+    `CREATE INDEX [${o}_dead_idx] ON ${outbox} ([destination], [id]) WHERE [state] = N'dead'`,
+    `CREATE INDEX [${i}_processed_idx] ON ${inbox} ([processed_at]) WHERE [state] = N'processed'`,
+    `CREATE INDEX [${i}_dead_idx] ON ${inbox} ([source], [id]) WHERE [state] = N'dead'`,
+  ];
+}
+
+export function sqlServerOperationsDown(tables: QueueBoxTables): string[] {
+  const outbox = mssqlTable(tables.outbox);
+  const inbox = mssqlTable(tables.inbox);
+  const o = tables.outbox.name;
+  const i = tables.inbox.name;
+  return [
+    `DROP INDEX IF EXISTS [${i}_dead_idx] ON ${inbox}`,
+    `DROP INDEX IF EXISTS [${i}_processed_idx] ON ${inbox}`,
+    `DROP INDEX IF EXISTS [${o}_dead_idx] ON ${outbox}`,
+    `DROP INDEX IF EXISTS [${o}_sent_idx] ON ${outbox}`,
+  ];
+}

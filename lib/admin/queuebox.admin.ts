@@ -1,0 +1,197 @@
+import { Inject, Injectable } from '@nestjs/common';
+import type { DeadSelection, Dialect } from '../dialects/dialect';
+import { QueueBoxAdminError } from '../errors/queuebox.errors';
+import { QUEUEBOX_DIALECT } from '../queuebox.constants';
+import { messages } from '../queuebox.messages';
+import type {
+  AdminComponent,
+  BacklogRow,
+  BlockedKeyRow,
+  DeadLetterFilter,
+  DeadLetterPage,
+  DeadLetterRow,
+  DeadLetterSelection,
+  RetentionResult,
+  SkipHeadTarget,
+} from './admin.types';
+import { RetentionService } from './retention.service';
+
+const DEFAULT_PAGE = 50;
+const MAX_PAGE = 1000;
+/** Rows a replay or discard changes per statement; a bigger selection takes several statements. */
+const WRITE_BATCH = 1000;
+const FILTER_FIELDS = ['name', 'errorContains', 'deadAfter', 'deadBefore'] as const;
+
+/**
+ * Operations on the QueueBox tables: the backlog, dead letters (list, count, replay, discard),
+ * keys blocked behind a failing head (list, skip the head) and retention on demand. No HTTP
+ * endpoint: call it from your own admin controller, CLI or script.
+ *
+ * Every write is fenced against workers: replay and discard change `dead` rows only, and
+ * `skipHead` changes a pending head, or a processing one whose lease expired by the database
+ * clock, never a row a worker holds. Each call is one statement, or batches of 1000 rows.
+ *
+ * @example
+ * const admin = app.get(QueueBoxAdmin);
+ * const { rows } = await admin.listDeadLetters({ component: 'outbox', name: 'billing' });
+ * await admin.replayDeadLetters({ component: 'outbox', ids: rows.map((r) => r.id) });
+ */
+@Injectable()
+export class QueueBoxAdmin {
+  constructor(
+    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    private readonly retention: RetentionService,
+  ) {}
+
+  /** Pending, processing and dead rows per destination (outbox) and source (inbox), counted by the database. */
+  async backlog(): Promise<BacklogRow[]> {
+    return this.dialect.adminBacklog();
+  }
+
+  /** One page of dead rows matching `filter`, in id order; pass `nextAfterId` back as `afterId` for the next page. */
+  async listDeadLetters(
+    filter: DeadLetterFilter,
+    page: DeadLetterPage = {},
+  ): Promise<{ rows: DeadLetterRow[]; nextAfterId: string | null }> {
+    const selection = toSelection(filter, false);
+    const limit = pageLimit(page.limit);
+    const afterId = page.afterId === undefined ? null : rowId('afterId', page.afterId);
+    const rows = await this.dialect.deadLetterList({ selection, afterId, limit, includePayload: page.includePayload === true });
+    return { rows, nextAfterId: rows.length === limit ? rows[rows.length - 1].id : null };
+  }
+
+  /** How many dead rows match `filter`. */
+  async countDeadLetters(filter: DeadLetterFilter): Promise<number> {
+    return this.dialect.deadLetterCount({ selection: toSelection(filter, false) });
+  }
+
+  /**
+   * Puts dead rows back to `pending`: attempts 0, due now, `last_error` kept, the replay recorded
+   * in the headers `X-QueueBox-Replay-Count` and `X-QueueBox-Replayed-At`. An outbox row keeps its
+   * `message_id`, so it is published again with the same `X-Message-Id`. Returns how many changed.
+   */
+  async replayDeadLetters(selection: DeadLetterSelection): Promise<number> {
+    return this.inBatches(toSelection(selection, true), (p) => this.dialect.deadLetterReplay(p));
+  }
+
+  /** Deletes dead rows (only dead rows). Returns how many. */
+  async discardDeadLetters(selection: DeadLetterSelection): Promise<number> {
+    return this.inBatches(toSelection(selection, true), (p) => this.dialect.deadLetterDiscard(p));
+  }
+
+  /**
+   * Keys (outbox `key`) and aggregates (inbox `(source, aggregate_id)`) whose head row failed at
+   * least once and is not finished: it holds back every later row of its key.
+   */
+  async listBlockedKeys(p: { component: AdminComponent; limit?: number }): Promise<BlockedKeyRow[]> {
+    return this.dialect.blockedKeyList({ component: component(p?.component), limit: pageLimit(p.limit) });
+  }
+
+  /**
+   * Dead-letters the head row of one key or aggregate (`last_error` = "skipped by admin: <reason>"),
+   * so the rows behind it flow again. Only a pending head, or a processing one whose lease expired,
+   * is skipped; a head a worker holds is left alone. With `headId` (from `listBlockedKeys`), only
+   * that row is skipped, and only while it is still the head. Returns the id skipped, or `null`.
+   */
+  async skipHead(target: SkipHeadTarget): Promise<string | null> {
+    const kind = component(target?.component);
+    const reason = messages.skipHeadReason(target.reason === undefined ? 'no reason given' : text('reason', target.reason));
+    const headId = target.headId === undefined ? undefined : rowId('headId', target.headId);
+    if (kind === 'outbox') {
+      const t = target as Extract<SkipHeadTarget, { component: 'outbox' }>;
+      return this.dialect.blockedKeySkipHead({ component: 'outbox', key: text('key', t.key), headId, reason });
+    }
+    const t = target as Extract<SkipHeadTarget, { component: 'inbox' }>;
+    return this.dialect.blockedKeySkipHead({
+      component: 'inbox',
+      source: text('source', t.source),
+      aggregateId: text('aggregateId', t.aggregateId),
+      headId,
+      reason,
+    });
+  }
+
+  /** One retention run now (see `RetentionService.runOnce`). */
+  async runRetention(): Promise<RetentionResult> {
+    return this.retention.runOnce();
+  }
+
+  private async inBatches(
+    selection: DeadSelection,
+    write: (p: { selection: DeadSelection; afterId: string | null; limit: number }) => Promise<string[]>,
+  ): Promise<number> {
+    let total = 0;
+    let afterId: string | null = null;
+    for (;;) {
+      const ids = await write({ selection, afterId, limit: WRITE_BATCH });
+      total += ids.length;
+      if (ids.length < WRITE_BATCH) return total;
+      afterId = ids.reduce((max, id) => (BigInt(id) > BigInt(max) ? id : max));
+    }
+  }
+}
+
+function component(value: unknown): AdminComponent {
+  if (value === 'outbox' || value === 'inbox') return value;
+  throw new QueueBoxAdminError('component', messages.adminArgumentInvalid('component', 'must be "outbox" or "inbox"', value));
+}
+
+function pageLimit(value: unknown): number {
+  if (value === undefined) return DEFAULT_PAGE;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > MAX_PAGE) {
+    throw new QueueBoxAdminError('limit', messages.adminArgumentInvalid('limit', `must be an integer from 1 to ${MAX_PAGE}`, value));
+  }
+  return value;
+}
+
+function rowId(field: string, value: unknown): string {
+  if (typeof value === 'string' && /^[1-9][0-9]{0,18}$/.test(value)) return value;
+  throw new QueueBoxAdminError(field, messages.adminArgumentInvalid(field, 'must be a row id (a positive integer as a string)', value));
+}
+
+function text(field: string, value: unknown): string {
+  if (typeof value === 'string' && value.length > 0 && value.length <= 2000) return value;
+  throw new QueueBoxAdminError(field, messages.adminArgumentInvalid(field, 'must be a non-empty string of at most 2000 characters', value));
+}
+
+function date(field: string, value: unknown): Date | null {
+  if (value === undefined) return null;
+  if (value instanceof Date && !Number.isNaN(value.getTime())) return value;
+  throw new QueueBoxAdminError(field, messages.adminArgumentInvalid(field, 'must be a valid Date', value));
+}
+
+/** Validates a filter or an id list; a write with no criterion at all needs `all: true`. */
+function toSelection(given: DeadLetterSelection, forWrite: boolean): DeadSelection {
+  if (typeof given !== 'object' || given === null) {
+    throw new QueueBoxAdminError('filter', messages.adminArgumentInvalid('filter', 'must be an object', given));
+  }
+  const kind = component(given.component);
+  if ('ids' in given && given.ids !== undefined) {
+    if (FILTER_FIELDS.some((f) => (given as Record<string, unknown>)[f] !== undefined)) {
+      throw new QueueBoxAdminError('ids', messages.adminSelectionAmbiguous());
+    }
+    if (!Array.isArray(given.ids) || given.ids.length > 100_000) {
+      throw new QueueBoxAdminError('ids', messages.adminArgumentInvalid('ids', 'must be an array of at most 100000 row ids', given.ids));
+    }
+    return {
+      component: kind,
+      name: null,
+      errorContains: null,
+      deadAfter: null,
+      deadBefore: null,
+      ids: given.ids.map((id) => rowId('ids', id)),
+    };
+  }
+  const filter = given as DeadLetterFilter & { all?: boolean };
+  const selection: DeadSelection = {
+    component: kind,
+    name: filter.name === undefined ? null : text('name', filter.name),
+    errorContains: filter.errorContains === undefined ? null : text('errorContains', filter.errorContains),
+    deadAfter: date('deadAfter', filter.deadAfter),
+    deadBefore: date('deadBefore', filter.deadBefore),
+    ids: null,
+  };
+  const empty = FILTER_FIELDS.every((f) => selection[f] === null);
+  if (forWrite && empty && filter.all !== true) throw new QueueBoxAdminError('filter', messages.adminSelectionEmpty());
+  return selection;
+}

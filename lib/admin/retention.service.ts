@@ -1,0 +1,102 @@
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { describeError } from '../common/errors';
+import type { Dialect } from '../dialects/dialect';
+import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { messages } from '../queuebox.messages';
+import type { ResolvedQueueBoxOptions, ResolvedRetentionOptions } from '../queuebox.options';
+import type { RetentionKind, RetentionResult } from './admin.types';
+
+/**
+ * Deletes `sent` outbox rows and `processed` inbox rows older than their configured age (and dead
+ * rows when `retention.deadAfterMs` is set), in batches of `retention.batchSize`, each batch its
+ * own statement and transaction, so claims never wait behind it. One replica at a time: a run
+ * first tries the retention lock and is skipped when another replica holds it.
+ *
+ * Runs every `retention.intervalMs` when `retention.enabled` is on and this process runs a worker;
+ * `runOnce()` runs it on demand anywhere.
+ *
+ * @example
+ * const { outboxDeleted, skipped } = await app.get(RetentionService).runOnce();
+ */
+@Injectable()
+export class RetentionService implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  private readonly logger = new Logger('QueueBox:Retention');
+  private readonly options: ResolvedRetentionOptions;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<RetentionResult> | undefined;
+  private stopping = false;
+
+  constructor(
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
+    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+  ) {
+    this.options = rootOptions.retention;
+  }
+
+  onApplicationBootstrap(): void {
+    const { workers } = this.rootOptions;
+    if (this.options.enabled && (workers.outbox || workers.relay || workers.pull)) this.start();
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.stop();
+  }
+
+  /** Starts the timer (the first run comes one interval after start-up). */
+  start(): void {
+    if (this.timer) return;
+    this.stopping = false;
+    this.logger.log(messages.retentionStarted(this.options.intervalMs));
+    this.timer = setInterval(() => {
+      if (this.running) return;
+      this.runOnce().catch((error) => this.logger.error(messages.retentionFailed(describeError(error), this.options.intervalMs)));
+    }, this.options.intervalMs);
+    this.timer.unref();
+  }
+
+  /** Stops the timer and waits for a run in progress to finish its current batch. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.running?.catch(() => undefined);
+  }
+
+  /** One run: skipped (`skipped: true`) when another replica holds the lock. Concurrent calls share one run. */
+  runOnce(): Promise<RetentionResult> {
+    if (!this.running) {
+      this.running = this.run().finally(() => {
+        this.running = undefined;
+      });
+    }
+    return this.running;
+  }
+
+  private async run(): Promise<RetentionResult> {
+    const started = Date.now();
+    const result = await this.dialect.retentionWithLock(async () => {
+      const o = this.options;
+      const outboxDeleted = await this.drain('outbox-sent', o.finishedAfterMs);
+      const inboxDeleted = await this.drain('inbox-processed', o.inboxFinishedAfterMs);
+      const deadDeleted =
+        o.deadAfterMs === false ? 0 : (await this.drain('outbox-dead', o.deadAfterMs)) + (await this.drain('inbox-dead', o.deadAfterMs));
+      return { outboxDeleted, inboxDeleted, deadDeleted, skipped: false };
+    });
+    if (result === null) {
+      this.logger.log(messages.retentionSkipped());
+      return { outboxDeleted: 0, inboxDeleted: 0, deadDeleted: 0, skipped: true };
+    }
+    this.logger.log(messages.retentionDone(result.outboxDeleted, result.inboxDeleted, result.deadDeleted, Date.now() - started));
+    return result;
+  }
+
+  /** Deletes batch after batch until one comes back short (or shutdown begins). */
+  private async drain(kind: RetentionKind, olderThanMs: number): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const deleted = await this.dialect.retentionDeleteBatch({ kind, olderThanMs, limit: this.options.batchSize });
+      total += deleted;
+      if (deleted < this.options.batchSize || this.stopping) return total;
+    }
+  }
+}
