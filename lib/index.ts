@@ -31,6 +31,7 @@ export {
   type QueueBoxEventName,
   QueueBoxEvents,
 } from './events/queuebox.events';
+export { QueueBoxHealth, type QueueBoxHealthCheckOptions, type QueueBoxHealthReport } from './health/queuebox-health';
 export { CAUSATION_HEADER, InboxRelay } from './inbox/inbox.relay';
 export { InboxService } from './inbox/inbox.service';
 export type { InboxMessage, InboxMessageInput, ReceiveResult, RelayRoute } from './inbox/inbox.types';

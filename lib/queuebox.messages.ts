@@ -172,4 +172,22 @@ export const messages = {
       : `The claim lock ${show(lock)} was not granted: sp_getapplock returned ${result} (${result === -2 ? 'the request was cancelled' : result === -3 ? 'chosen as a deadlock victim' : 'a parameter or call error'}). The claim is tried again.`,
   sqlServerCompatibilityLevelTooLow: (level: number) =>
     `QueueBox on SQL Server needs database compatibility level 130 (SQL Server 2016) or higher for OPENJSON; this database is at ${level}. Raise it with ALTER DATABASE ... SET COMPATIBILITY_LEVEL = 130 (or higher).`,
+
+  // Debug log of outcomes (QueueBoxEventLog)
+  logPublished: (messageId: string, destination: string, attempt: number, ms: number) =>
+    `outbox message ${messageId} published to ${show(destination)} (attempt ${attempt}, ${Math.round(ms)} ms)`,
+  logProcessed: (component: string, id: string, attempt: number, ms: number) =>
+    `${component === 'pull' ? 'pull' : 'relay'} message ${id} processed (attempt ${attempt}, ${Math.round(ms)} ms)`,
+  logReclaimed: (component: string, name: string, pending: number, dead: number) =>
+    `${component} reclaim for ${show(name)}: ${pending} back to pending, ${dead} dead (lease expired)`,
+
+  // Health
+  healthDraining: () => 'The application is shutting down: QueueBox stopped claiming and is draining its work in flight.',
+  healthWorkerStuck: (name: string, seconds: number) =>
+    `The ${name} has not completed a claim cycle for ${seconds} s: its work may be stuck (see docs/operations.md, runbook).`,
+  healthDatabaseDown: (reason: string) => `The database does not answer: ${reason}`,
+  healthLagging: (where: string, seconds: number, maxLagMs: number) =>
+    `The oldest due message of ${where} has waited ${seconds} s, more than ${maxLagMs / 1000} s (see docs/operations.md, runbook: the backlog grows).`,
+  healthBacklogFailed: (reason: string) => `The backlog could not be read: ${reason}`,
+  healthTimeout: (ms: number) => `no answer within ${ms} ms`,
 } as const;

@@ -2,7 +2,9 @@ import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { QueueBoxAdmin } from './admin/queuebox.admin';
 import { RetentionService } from './admin/retention.service';
+import { QueueBoxEventLog } from './events/event-log';
 import { QueueBoxEvents } from './events/queuebox.events';
+import { QueueBoxHealth } from './health/queuebox-health';
 import { InboxRelay } from './inbox/inbox.relay';
 import { InboxService } from './inbox/inbox.service';
 import { InboxSources } from './inbox/inbox-sources';
@@ -36,6 +38,7 @@ import { WorkNotifications } from './queuebox.notifications';
   imports: [DiscoveryModule],
   providers: [
     QueueBoxEvents,
+    QueueBoxEventLog,
     QueueBoxMetrics,
     LeaseService,
     OutboxService,
@@ -48,8 +51,10 @@ import { WorkNotifications } from './queuebox.notifications';
     WorkNotifications,
     RetentionService,
     QueueBoxAdmin,
+    QueueBoxHealth,
   ],
   exports: [
+    QueueBoxHealth,
     QueueBoxEvents,
     RetentionService,
     QueueBoxAdmin,

@@ -26,6 +26,11 @@ export class WorkNotifications implements OnApplicationBootstrap, BeforeApplicat
     private readonly sources: InboxSources,
   ) {}
 
+  /** Whether this process listens for notifications at all (workers run and the database has them). */
+  get enabled(): boolean {
+    return this.listener !== undefined;
+  }
+
   /** Whether notifications are being received now (false while reconnecting, or where the database has none). */
   get listening(): boolean {
     return this.up;

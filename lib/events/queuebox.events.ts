@@ -83,6 +83,13 @@ export class QueueBoxEvents {
     return () => this.listeners.delete(listener);
   }
 
+  /** Calls `listener` with every event named `name`; returns the unsubscribe function. */
+  on<K extends QueueBoxEventName>(name: K, listener: (event: QueueBoxEventMap[K]) => void): () => void {
+    return this.subscribe((emitted: QueueBoxEventName, event: unknown) => {
+      if (emitted === name) listener(event as QueueBoxEventMap[K]);
+    });
+  }
+
   emit<K extends QueueBoxEventName>(name: K, event: QueueBoxEventMap[K]): void {
     for (const listener of this.listeners) {
       try {

@@ -1,0 +1,23 @@
+import { Injectable, Logger } from '@nestjs/common';
+import { messages } from '../queuebox.messages';
+import { QueueBoxEvents } from './queuebox.events';
+
+/**
+ * Logs each successful outcome at debug level (failures, dead letters and lost claims are logged
+ * by the workers at warn and error). Lines name the component, the message id and the outcome;
+ * never a payload or a SQL parameter.
+ */
+@Injectable()
+export class QueueBoxEventLog {
+  private readonly logger = new Logger('QueueBox:Events');
+
+  constructor(events: QueueBoxEvents) {
+    events.on('queuebox:published', (e) => this.logger.debug(messages.logPublished(e.messageId, e.destination, e.attempt, e.durationMs)));
+    for (const name of ['queuebox:inbox:processed', 'queuebox:pull:processed'] as const) {
+      events.on(name, (e) =>
+        this.logger.debug(messages.logProcessed(e.component, `${e.source}/${e.idempotencyKey}`, e.attempt, e.durationMs)),
+      );
+    }
+    events.on('queuebox:reclaimed', (e) => this.logger.debug(messages.logReclaimed(e.component, e.name, e.pending, e.dead)));
+  }
+}

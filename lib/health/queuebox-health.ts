@@ -1,0 +1,149 @@
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import type { DataSource } from 'typeorm';
+import type { BacklogRow } from '../admin/admin.types';
+import type { WorkerLoopStatus } from '../common/claim-loop';
+import { describeError } from '../common/errors';
+import type { Dialect } from '../dialects/dialect';
+import { InboxRelay } from '../inbox/inbox.relay';
+import { OutboxPoller } from '../outbox/outbox.poller';
+import { PullWorker } from '../pull/pull.worker';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT } from '../queuebox.constants';
+import { messages } from '../queuebox.messages';
+import { WorkNotifications } from '../queuebox.notifications';
+
+/** What a health check looks at. Every field is optional; defaults are listed. */
+export interface QueueBoxHealthCheckOptions {
+  /** Check that the database answers `SELECT 1` within `timeoutMs`. Default true. */
+  database?: boolean;
+  /** Down while the application shuts down (QueueBox stops claiming and drains). Default true. */
+  draining?: boolean;
+  /** Down when a running worker loop has not completed a claim cycle for this long; `false` skips. Default 60000 ms. */
+  maxCycleAgeMs?: number | false;
+  /** Down when the oldest due pending message waited longer than this; `false` skips. Default 300000 ms. */
+  maxLagMs?: number | false;
+  /** How long the database may take to answer. Default 3000 ms. */
+  timeoutMs?: number;
+}
+
+/** What a check found. `problems` is empty when `healthy`. */
+export interface QueueBoxHealthReport {
+  healthy: boolean;
+  problems: string[];
+  database?: 'up' | 'down';
+  draining: boolean;
+  /** Seconds the oldest due pending message (outbox or inbox) has waited; null when none is due. */
+  lagSeconds?: number | null;
+  /** Where the lag is: `outbox:<destination>` or `inbox:<source>`. */
+  lagWhere?: string;
+  workers: { name: string; running: boolean; lastCycleSecondsAgo: number | null; inFlight: number }[];
+  /** `listening` (LISTEN/NOTIFY wakes the workers), `polling` (no notification connection now), or `off`. */
+  notifications: 'listening' | 'polling' | 'off';
+}
+
+const DEFAULTS = { database: true, draining: true, maxCycleAgeMs: 60_000, maxLagMs: 300_000, timeoutMs: 3_000 };
+
+/**
+ * The state of QueueBox in this process, for health checks: database reachable, workers cycling,
+ * backlog lag, shutdown. `QueueBoxHealthIndicator` (`queuebox/terminus`) turns it into a Terminus
+ * result; an app without Terminus can call `check()` itself.
+ */
+@Injectable()
+export class QueueBoxHealth implements OnModuleDestroy {
+  private draining = false;
+
+  constructor(
+    @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    private readonly outbox: OutboxPoller,
+    private readonly relay: InboxRelay,
+    private readonly pull: PullWorker,
+    private readonly notifications: WorkNotifications,
+  ) {}
+
+  /** Nest calls every `onModuleDestroy` before any `beforeApplicationShutdown`: draining starts here, before the workers stop. */
+  onModuleDestroy(): void {
+    this.draining = true;
+  }
+
+  /** True from the start of application shutdown. */
+  get isDraining(): boolean {
+    return this.draining;
+  }
+
+  /** Runs the checks `options` selects (all by default). */
+  async check(options: QueueBoxHealthCheckOptions = {}): Promise<QueueBoxHealthReport> {
+    const o = {
+      database: options.database ?? DEFAULTS.database,
+      draining: options.draining ?? DEFAULTS.draining,
+      maxCycleAgeMs: options.maxCycleAgeMs ?? DEFAULTS.maxCycleAgeMs,
+      maxLagMs: options.maxLagMs ?? DEFAULTS.maxLagMs,
+      timeoutMs: options.timeoutMs ?? DEFAULTS.timeoutMs,
+    };
+    const problems: string[] = [];
+    const now = Date.now();
+    const loops: WorkerLoopStatus[] = [this.outbox.status, this.relay.status, ...this.pull.status];
+    const report: QueueBoxHealthReport = {
+      healthy: true,
+      problems,
+      draining: this.draining,
+      workers: loops.map((loop) => ({
+        name: loop.name,
+        running: loop.running,
+        lastCycleSecondsAgo: loop.lastCycleAt ? round((now - loop.lastCycleAt.getTime()) / 1000) : null,
+        inFlight: loop.inFlight,
+      })),
+      notifications: this.notifications.enabled ? (this.notifications.listening ? 'listening' : 'polling') : 'off',
+    };
+    if (o.draining && this.draining) problems.push(messages.healthDraining());
+    if (o.maxCycleAgeMs !== false) {
+      for (const worker of report.workers) {
+        // A loop that never claimed yet counts from now: it has just started.
+        if (worker.running && worker.lastCycleSecondsAgo !== null && worker.lastCycleSecondsAgo * 1000 > o.maxCycleAgeMs) {
+          problems.push(messages.healthWorkerStuck(worker.name, worker.lastCycleSecondsAgo));
+        }
+      }
+    }
+    if (o.database) {
+      try {
+        await withTimeout(this.dataSource.query('SELECT 1'), o.timeoutMs);
+        report.database = 'up';
+      } catch (error) {
+        report.database = 'down';
+        problems.push(messages.healthDatabaseDown(describeError(error)));
+      }
+    }
+    if (o.maxLagMs !== false && report.database !== 'down') {
+      try {
+        const oldest = oldestDue(await withTimeout(this.dialect.adminBacklog(), o.timeoutMs));
+        report.lagSeconds = oldest?.oldestPendingAgeSeconds ?? null;
+        if (oldest) report.lagWhere = `${oldest.component}:${oldest.name}`;
+        if (oldest && (oldest.oldestPendingAgeSeconds ?? 0) * 1000 > o.maxLagMs) {
+          problems.push(messages.healthLagging(report.lagWhere as string, oldest.oldestPendingAgeSeconds ?? 0, o.maxLagMs));
+        }
+      } catch (error) {
+        problems.push(messages.healthBacklogFailed(describeError(error)));
+      }
+    }
+    report.healthy = problems.length === 0;
+    return report;
+  }
+}
+
+function oldestDue(rows: BacklogRow[]): BacklogRow | undefined {
+  let oldest: BacklogRow | undefined;
+  for (const row of rows) {
+    if (row.oldestPendingAgeSeconds === null) continue;
+    if (!oldest || row.oldestPendingAgeSeconds > (oldest.oldestPendingAgeSeconds ?? 0)) oldest = row;
+  }
+  return oldest;
+}
+
+function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(messages.healthTimeout(ms))), ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+}
+
+const round = (n: number) => Math.round(n * 10) / 10;

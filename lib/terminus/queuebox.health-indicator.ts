@@ -1,0 +1,76 @@
+import { Injectable, Module } from '@nestjs/common';
+import { type HealthIndicatorResult, HealthIndicatorService, TerminusModule } from '@nestjs/terminus';
+import { QueueBoxHealth, type QueueBoxHealthCheckOptions } from '../health/queuebox-health';
+
+/**
+ * QueueBox for `@nestjs/terminus`: `up` with the lag, workers and notification state in its
+ * details, `down` with the reasons in `problems`.
+ *
+ * - `isHealthy()` runs every check: database, draining, worker cycles and backlog lag. For a status
+ *   page or alerting.
+ * - `readiness()`: database reachable and not draining. Use it as the readiness probe: a replica
+ *   that drains for shutdown, or cannot reach its database, should get no new requests.
+ * - `liveness()`: every running worker loop completed a claim cycle recently. Use it as the
+ *   liveness probe: a restart helps a stuck worker, not a slow database or a long backlog.
+ *
+ * @example
+ * @Controller('health')
+ * export class HealthController {
+ *   constructor(private readonly health: HealthCheckService, private readonly queuebox: QueueBoxHealthIndicator) {}
+ *   @Get('ready') @HealthCheck() ready() { return this.health.check([() => this.queuebox.readiness()]); }
+ *   @Get('live') @HealthCheck() live() { return this.health.check([() => this.queuebox.liveness()]); }
+ * }
+ */
+@Injectable()
+export class QueueBoxHealthIndicator {
+  constructor(
+    private readonly indicators: HealthIndicatorService,
+    private readonly health: QueueBoxHealth,
+  ) {}
+
+  /** Every check, or those `options` select (see `QueueBoxHealthCheckOptions`). */
+  isHealthy<const Key extends string = 'queuebox'>(
+    key?: Key,
+    options: QueueBoxHealthCheckOptions = {},
+  ): Promise<HealthIndicatorResult<Key>> {
+    return this.run((key ?? 'queuebox') as Key, options);
+  }
+
+  /** Database reachable, not draining. */
+  readiness<const Key extends string = 'queuebox'>(
+    key?: Key,
+    options: Pick<QueueBoxHealthCheckOptions, 'timeoutMs'> = {},
+  ): Promise<HealthIndicatorResult<Key>> {
+    return this.run((key ?? 'queuebox') as Key, { ...options, database: true, draining: true, maxCycleAgeMs: false, maxLagMs: false });
+  }
+
+  /** Worker loops cycling within `maxCycleAgeMs` (default 60000 ms). */
+  liveness<const Key extends string = 'queuebox'>(
+    key?: Key,
+    options: Pick<QueueBoxHealthCheckOptions, 'maxCycleAgeMs'> = {},
+  ): Promise<HealthIndicatorResult<Key>> {
+    return this.run((key ?? 'queuebox') as Key, {
+      maxCycleAgeMs: options.maxCycleAgeMs,
+      database: false,
+      draining: false,
+      maxLagMs: false,
+    });
+  }
+
+  private async run<Key extends string>(key: Key, options: QueueBoxHealthCheckOptions): Promise<HealthIndicatorResult<Key>> {
+    const indicator = this.indicators.check(key);
+    const { healthy, ...details } = await this.health.check(options);
+    return healthy ? indicator.up(details) : indicator.down(details);
+  }
+}
+
+/**
+ * Provides `QueueBoxHealthIndicator`. Import it next to `TerminusModule` in the module of your
+ * health controller (QueueBoxModule must be imported by the app).
+ */
+@Module({
+  imports: [TerminusModule],
+  providers: [QueueBoxHealthIndicator],
+  exports: [QueueBoxHealthIndicator],
+})
+export class QueueBoxHealthModule {}
