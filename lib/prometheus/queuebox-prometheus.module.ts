@@ -35,8 +35,9 @@ export const GAUGES = [
   },
 ] as const;
 
-// Every gauge of one scrape shares one backlog query; a second scrape within this window reuses it too.
-const BACKLOG_REUSE_MS = 1000;
+// The gauges of one scrape share one backlog query: a query in flight, or one that finished this
+// recently, is reused.
+const BACKLOG_REUSE_MS = 500;
 
 /**
  * Feeds QueueBox's events into prom-client counters and histograms, and reads the backlog for the
@@ -45,7 +46,7 @@ const BACKLOG_REUSE_MS = 1000;
 @Injectable()
 export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy {
   private unsubscribe?: () => void;
-  private backlog?: { at: number; rows: Promise<BacklogRow[]> };
+  private backlog?: { rows: Promise<BacklogRow[]>; doneAt?: number };
 
   constructor(
     private readonly events: QueueBoxEvents,
@@ -70,19 +71,33 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
 
   /** Sets one backlog gauge from the current backlog (prom-client calls it on each scrape). */
   async collect(gauge: Gauge, definition: GaugeDefinition): Promise<void> {
-    const now = Date.now();
-    if (!this.backlog || now - this.backlog.at > BACKLOG_REUSE_MS) this.backlog = { at: now, rows: this.dialect.adminBacklog() };
     let rows: BacklogRow[];
     try {
-      rows = await this.backlog.rows;
+      rows = await this.currentBacklog();
     } catch {
-      this.backlog = undefined;
       return; // The gauges keep their last values; the health check reports an unreachable database.
     }
     gauge.reset();
     for (const row of rows) {
       if (row.component === definition.component) gauge.set({ [labelOf(definition)]: row.name }, Number(row[definition.field] ?? 0));
     }
+  }
+
+  /** The backlog query in flight, or one that finished less than BACKLOG_REUSE_MS ago, or a new one. */
+  private currentBacklog(): Promise<BacklogRow[]> {
+    const fresh = this.backlog && (this.backlog.doneAt === undefined || Date.now() - this.backlog.doneAt < BACKLOG_REUSE_MS);
+    if (this.backlog && fresh) return this.backlog.rows;
+    const read: { rows: Promise<BacklogRow[]>; doneAt?: number } = { rows: this.dialect.adminBacklog() };
+    read.rows.then(
+      () => {
+        read.doneAt = Date.now();
+      },
+      () => {
+        if (this.backlog === read) this.backlog = undefined;
+      },
+    );
+    this.backlog = read;
+    return read.rows;
   }
 }
 

@@ -1,0 +1,192 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Injectable, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
+import { PrometheusModule } from '@willsoto/nestjs-prometheus';
+import { register } from 'prom-client';
+import type { DataSource } from 'typeorm';
+import { PermanentPublishError } from '../../lib/errors/queuebox.errors';
+import { InboxRelay } from '../../lib/inbox/inbox.relay';
+import { InboxService } from '../../lib/inbox/inbox.service';
+import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import { LeaseService } from '../../lib/lease/lease.service';
+import { OutboxPoller } from '../../lib/outbox/outbox.poller';
+import { OutboxService } from '../../lib/outbox/outbox.service';
+import { QueueBoxPrometheusModule } from '../../lib/prometheus';
+import { PullWorker } from '../../lib/pull/pull.worker';
+import { PullHandler } from '../../lib/pull/pull-handler.decorator';
+import { QueueBoxModule } from '../../lib/queuebox.module';
+import { createTestApp, RecordingLogger } from '../support/app';
+import { createTestDatabase, type TestDatabase } from '../support/database';
+import { RecordingPublisher } from '../support/recording-publisher';
+
+let handlerFails = false;
+
+@Injectable()
+class LedgerHandler {
+  @PullHandler('ledger', { leaseMs: 10_000, maxAttempts: 2, backoff: () => 0 })
+  async handle(_message: InboxMessage) {
+    if (handlerFails) throw new Error('ledger is closed');
+  }
+}
+
+/** The value of one series in the registry's text exposition, e.g. `name{a="b"}`; 0 when absent. */
+async function scrape(series: string): Promise<number> {
+  const text = await register.metrics();
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('Prometheus metrics (queuebox/prometheus)', () => {
+  let db: TestDatabase;
+  let app: Awaited<ReturnType<typeof NestFactory.createApplicationContext>>;
+  let dataSource: DataSource;
+  const publisher = new RecordingPublisher();
+
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => {
+    await app?.close();
+    await db?.drop();
+  });
+
+  it('registers nothing when the app does not import QueueBoxPrometheusModule', async () => {
+    const plain = await createTestApp(db.url, { workers: false, outbox: { publisher } });
+    try {
+      await plain
+        .get(OutboxService)
+        .enqueue(plain.app.get<DataSource>(getDataSourceToken()).manager, { destination: 'billing', payload: {} });
+      await plain.get(OutboxPoller).runOnce();
+      assert.doesNotMatch(await register.metrics(), /queuebox_/);
+    } finally {
+      await plain.app.close();
+      await db.query('TRUNCATE queuebox_outbox');
+    }
+  });
+
+  describe('with QueueBoxPrometheusModule', () => {
+    before(async () => {
+      @Module({
+        imports: [
+          TypeOrmModule.forRoot({ type: 'postgres', url: db.url, logging: false }),
+          PrometheusModule.register({ defaultMetrics: { enabled: false } }),
+          QueueBoxModule.forRoot({
+            workers: false,
+            outbox: { publisher, maxAttempts: 2, backoff: () => 0 },
+            inbox: {
+              relay: {
+                maxAttempts: 1,
+                routes: {
+                  orders: (message) => {
+                    if ((message.payload as { bad?: boolean }).bad) throw new Error('no route');
+                    return { destination: 'billing', payload: message.payload };
+                  },
+                },
+              },
+            },
+          }),
+          QueueBoxPrometheusModule,
+        ],
+        providers: [LedgerHandler],
+      })
+      class MetricsApp {}
+      app = await NestFactory.createApplicationContext(MetricsApp, { logger: new RecordingLogger(), abortOnError: false });
+      dataSource = app.get(getDataSourceToken());
+    });
+
+    const enqueue = (destination = 'billing', extra = {}) =>
+      dataSource.transaction((manager) => app.get(OutboxService).enqueue(manager, { destination, payload: {}, ...extra }));
+
+    it('counts published, retried and dead-lettered outbox messages, and times each publish', async () => {
+      await enqueue();
+      await app.get(OutboxPoller).runOnce();
+      assert.equal(await scrape('queuebox_outbox_messages_published_total{destination="billing"}'), 1);
+      assert.equal(await scrape('queuebox_outbox_publish_duration_seconds_count{destination="billing",outcome="success"}'), 1);
+
+      publisher.behaviour = () => {
+        throw new Error('broker down');
+      };
+      await enqueue('audit');
+      await app.get(OutboxPoller).runOnce();
+      assert.equal(await scrape('queuebox_outbox_messages_retried_total{destination="audit"}'), 1);
+      await app.get(OutboxPoller).runOnce();
+      assert.equal(await scrape('queuebox_outbox_messages_dead_lettered_total{destination="audit",cause="failure"}'), 1);
+      assert.equal(await scrape('queuebox_outbox_publish_duration_seconds_count{destination="audit",outcome="failure"}'), 2);
+
+      publisher.behaviour = () => {
+        throw new PermanentPublishError('rejected');
+      };
+      await enqueue('audit');
+      await app.get(OutboxPoller).runOnce();
+      assert.equal(await scrape('queuebox_outbox_messages_dead_lettered_total{destination="audit",cause="failure"}'), 2);
+      publisher.behaviour = () => undefined;
+    });
+
+    it('counts lost claims and reclaimed rows (a row dying in the reclaim step is dead-lettered, cause "reclaim")', async () => {
+      await db.query('TRUNCATE queuebox_outbox');
+      await enqueue('ledger-out');
+      const lease = app.get(LeaseService);
+      for (let attempt = 1; attempt <= 2; attempt++) {
+        const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 40 });
+        await sleep(80);
+        if (attempt === 1) assert.equal(await lease.complete(claim), false);
+        await lease.reclaimOutbox({ maxAttempts: 2 });
+      }
+      assert.equal(await scrape('queuebox_claims_lost_total{component="outbox"}'), 1);
+      assert.equal(await scrape('queuebox_outbox_messages_reclaimed_total{destination="ledger-out"}'), 2);
+      assert.equal(await scrape('queuebox_outbox_messages_dead_lettered_total{destination="ledger-out",cause="reclaim"}'), 1);
+    });
+
+    it('counts inbox receives and duplicates, relay and pull outcomes, and times each attempt', async () => {
+      const inbox = app.get(InboxService);
+      await inbox.receive({ source: 'orders', idempotencyKey: 'o-1', payload: {} });
+      await inbox.receive({ source: 'orders', idempotencyKey: 'o-1', payload: {} });
+      await inbox.receive({ source: 'orders', idempotencyKey: 'o-2', payload: { bad: true } });
+      assert.equal(await scrape('queuebox_inbox_messages_received_total{source="orders"}'), 2);
+      assert.equal(await scrape('queuebox_inbox_messages_duplicates_total{source="orders"}'), 1);
+      await app.get(InboxRelay).runOnce();
+      assert.equal(await scrape('queuebox_inbox_messages_processed_total{component="inbox",source="orders"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_messages_dead_lettered_total{component="inbox",source="orders",cause="failure"}'), 1);
+
+      await inbox.receive({ source: 'ledger', idempotencyKey: 'l-1', payload: {} });
+      await app.get(PullWorker).runOnce('ledger');
+      handlerFails = true;
+      await inbox.receive({ source: 'ledger', idempotencyKey: 'l-2', payload: {} });
+      await app.get(PullWorker).runOnce('ledger');
+      handlerFails = false;
+      assert.equal(await scrape('queuebox_inbox_messages_processed_total{component="pull",source="ledger"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_messages_retried_total{component="pull",source="ledger"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_handle_duration_seconds_count{component="pull",source="ledger",outcome="success"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_handle_duration_seconds_count{component="pull",source="ledger",outcome="failure"}'), 1);
+    });
+
+    it('backlog gauges: pending, processing, dead and the age of the oldest due message, per destination and source', async () => {
+      await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
+      await enqueue('billing', { key: 'k1' });
+      await enqueue('billing', { key: 'k2' });
+      await enqueue('billing', { key: 'k3', availableAt: new Date(Date.now() + 3_600_000) }); // scheduled: pending, not due
+      await db.query("UPDATE queuebox_outbox SET created_at = created_at - interval '100 seconds' WHERE key = 'k2'");
+      await app.get(LeaseService).claimOutboxBatch({ limit: 1, leaseMs: 60_000 }); // k1 (first due) is processing
+      await app.get(InboxService).receive({ source: 'ledger', idempotencyKey: 'l-9', payload: {} });
+      await db.query(
+        "INSERT INTO queuebox_outbox (message_id, destination, payload, state) VALUES (gen_random_uuid(), 'billing', '{}', 'dead')",
+      );
+
+      await sleep(600); // past the reuse window of the last scrape's backlog query
+      assert.equal(await scrape('queuebox_outbox_pending_messages{destination="billing"}'), 2);
+      assert.equal(await scrape('queuebox_outbox_processing_messages{destination="billing"}'), 1);
+      assert.equal(await scrape('queuebox_outbox_dead_messages{destination="billing"}'), 1);
+      const age = await scrape('queuebox_outbox_oldest_pending_age_seconds{destination="billing"}');
+      assert.ok(age >= 100 && age < 160, `oldest due message is about 100 s old, got ${age}`);
+      assert.equal(await scrape('queuebox_inbox_pending_messages{source="ledger"}'), 1);
+
+      await db.query('TRUNCATE queuebox_outbox');
+      await sleep(600);
+      assert.equal(await scrape('queuebox_outbox_pending_messages{destination="billing"}'), 0, 'a drained destination leaves the gauge');
+    });
+  });
+});
