@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { type INestApplicationContext, type LoggerService, Module, type Provider } from '@nestjs/common';
+import { type INestApplicationContext, type LoggerService, Module, type ModuleMetadata, type Provider } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { QueueBoxModule } from '../../lib/queuebox.module';
@@ -43,12 +43,13 @@ export interface TestApp {
 export async function createTestApp(
   url: string,
   options: QueueBoxModuleOptions & QueueBoxModuleExtras,
-  extra: { poolSize?: number; typeormName?: string; providers?: Provider[] } = {},
+  extra: { poolSize?: number; typeormName?: string; providers?: Provider[]; imports?: ModuleMetadata['imports'] } = {},
 ): Promise<TestApp> {
   @Module({
     imports: [
       TypeOrmModule.forRoot({ name: extra.typeormName, type: 'postgres', url, extra: { max: extra.poolSize ?? 10 }, logging: false }),
       QueueBoxModule.forRoot(options),
+      ...(extra.imports ?? []),
     ],
     providers: extra.providers ?? [],
   })

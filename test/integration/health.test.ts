@@ -1,0 +1,144 @@
+import assert from 'node:assert/strict';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import { OutboxPoller } from '../../lib/outbox/outbox.poller';
+import { OutboxService } from '../../lib/outbox/outbox.service';
+import { QueueBoxHealthIndicator, QueueBoxHealthModule } from '../../lib/terminus';
+import { createTestApp, type TestApp } from '../support/app';
+import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { gate, RecordingPublisher } from '../support/recording-publisher';
+
+/** A TCP proxy to PostgreSQL that the test can cut and restore: the database "goes away" for the app. */
+class CuttableProxy {
+  private server?: Server;
+  private readonly sockets = new Set<Socket>();
+  port = 0;
+
+  constructor(private readonly target: { host: string; port: number }) {}
+
+  async open(): Promise<void> {
+    this.server = createServer((client) => {
+      const upstream = connect(this.target);
+      for (const socket of [client, upstream]) {
+        this.sockets.add(socket);
+        socket.on('close', () => this.sockets.delete(socket));
+        socket.on('error', () => socket.destroy());
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((resolve) => this.server?.listen(this.port, '127.0.0.1', resolve));
+    this.port = (this.server.address() as { port: number }).port;
+  }
+
+  async cut(): Promise<void> {
+    for (const socket of this.sockets) socket.destroy();
+    await new Promise((resolve) => this.server?.close(resolve));
+  }
+}
+
+type Details = { status: string; problems: string[]; lagSeconds?: number | null; lagWhere?: string; draining: boolean };
+const detailsOf = (result: Record<string, unknown>) => result.queuebox as Details;
+
+describe('QueueBoxHealthIndicator (Terminus)', () => {
+  let db: TestDatabase;
+  let proxy: CuttableProxy;
+  let t: TestApp;
+  let indicator: QueueBoxHealthIndicator;
+  let dataSource: DataSource;
+  const publisher = new RecordingPublisher();
+
+  before(async () => {
+    db = await createTestDatabase();
+    const url = new URL(db.url);
+    proxy = new CuttableProxy({ host: url.hostname, port: Number(url.port || 5432) });
+    await proxy.open();
+    url.host = `127.0.0.1:${proxy.port}`;
+    t = await createTestApp(
+      url.toString(),
+      { workers: { outbox: true }, outbox: { publisher, pollIntervalMs: 50, batchSize: 1, concurrency: 1 } },
+      { imports: [QueueBoxHealthModule] },
+    );
+    indicator = t.get(QueueBoxHealthIndicator);
+    dataSource = t.app.get(getDataSourceToken());
+  });
+  after(async () => {
+    await t?.app.close().catch(() => undefined);
+    await proxy?.cut().catch(() => undefined);
+    await db?.drop();
+  });
+
+  it('is up with the lag, workers and notifications in its details', async () => {
+    const result = detailsOf(await indicator.isHealthy());
+    assert.equal(result.status, 'up');
+    assert.deepEqual(result.problems, []);
+    assert.equal(result.lagSeconds, null);
+    const readiness = detailsOf(await indicator.readiness());
+    assert.equal(readiness.status, 'up');
+  });
+
+  it('is down while the oldest due message waits longer than maxLagMs, and up once it left', async () => {
+    const held = gate();
+    publisher.behaviour = () => held.promise;
+    const { id } = await dataSource.transaction((manager) =>
+      t.get(OutboxService).enqueue(manager, { destination: 'billing', key: 'k', payload: {} }),
+    );
+    await publisher.waitForCalls(1); // the head is processing; the next message of the key waits behind it
+    await dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'billing', key: 'k', payload: {} }));
+    await db.query(`UPDATE queuebox_outbox SET created_at = created_at - interval '10 minutes' WHERE id > $1`, [id]);
+    const lagging = detailsOf(await indicator.isHealthy('queuebox', { maxLagMs: 60_000, maxCycleAgeMs: false }));
+    assert.equal(lagging.status, 'down');
+    assert.equal(lagging.lagWhere, 'outbox:billing');
+    assert.ok((lagging.lagSeconds ?? 0) >= 600);
+    assert.match(lagging.problems.join('\n'), /outbox:billing has waited/);
+    held.open();
+    await eventually(async () => publisher.delivered.length === 2, 'both messages published');
+    assert.equal(detailsOf(await indicator.isHealthy('queuebox', { maxLagMs: 60_000 })).status, 'up');
+    publisher.behaviour = () => undefined;
+  });
+
+  it('liveness is down while a worker loop completes no cycle within maxCycleAgeMs (stuck publish), up again after', async () => {
+    const held = gate();
+    publisher.behaviour = () => held.promise;
+    const calls = publisher.calls.length;
+    await dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'billing', payload: {} }));
+    await publisher.waitForCalls(calls + 1);
+    await eventually(
+      async () => detailsOf(await indicator.liveness('queuebox', { maxCycleAgeMs: 200 })).status === 'down',
+      'liveness down',
+    );
+    const stuck = detailsOf(await indicator.liveness('queuebox', { maxCycleAgeMs: 200 }));
+    assert.match(stuck.problems.join('\n'), /outbox poller has not completed a claim cycle/);
+    held.open();
+    await eventually(async () => detailsOf(await indicator.liveness('queuebox', { maxCycleAgeMs: 200 })).status === 'up', 'liveness up');
+    publisher.behaviour = () => undefined;
+  });
+
+  it('readiness is down while the database is unreachable, up again when it is back', async () => {
+    const port = proxy.port;
+    await proxy.cut();
+    const down = detailsOf(await indicator.readiness('queuebox', { timeoutMs: 2000 }));
+    assert.equal(down.status, 'down');
+    assert.match(down.problems.join('\n'), /database does not answer/);
+    proxy.port = port;
+    await proxy.open();
+    await eventually(async () => detailsOf(await indicator.readiness('queuebox', { timeoutMs: 2000 })).status === 'up', 'readiness up');
+  });
+
+  it('readiness is down while the application drains for shutdown', async () => {
+    const held = gate();
+    publisher.behaviour = () => held.promise;
+    const calls = publisher.calls.length;
+    await dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'billing', payload: {} }));
+    await publisher.waitForCalls(calls + 1);
+    assert.equal(t.get(OutboxPoller).inFlightCount, 1);
+    const closing = t.app.close(); // waits for the held publish (shutdownTimeoutMs)
+    await eventually(async () => detailsOf(await indicator.readiness()).status === 'down', 'readiness down while draining');
+    const draining = detailsOf(await indicator.readiness());
+    assert.equal(draining.draining, true);
+    assert.match(draining.problems.join('\n'), /shutting down/);
+    held.open();
+    await closing;
+  });
+});
