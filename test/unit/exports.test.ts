@@ -62,3 +62,17 @@ describe('queuebox/testing entry point', () => {
     assert.ok(loaded().length > 0);
   });
 });
+
+describe('queuebox CLI entry point', () => {
+  it('is the package bin, built from lib/cli/main.ts with a node shebang', () => {
+    const root = join(__dirname, '..', '..', '..');
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    assert.deepEqual(pkg.bin, { queuebox: 'dist/cli/main.js' });
+    assert.match(readFileSync(join(root, 'lib', 'cli', 'main.ts'), 'utf8'), /^#!\/usr\/bin\/env node\n/);
+    assert.match(
+      readFileSync(join(__dirname, '..', '..', 'lib', 'cli', 'main.js'), 'utf8'),
+      /^#!\/usr\/bin\/env node\n/,
+      'tsc keeps the shebang',
+    );
+  });
+});
