@@ -162,10 +162,15 @@ export class ClaimLoop<C extends Claim> {
 
   /** Claims one batch and works through all of it. Returns how many rows it claimed. */
   async runOnce(): Promise<number> {
+    return (await this.runBatch()).length;
+  }
+
+  /** Claims one batch and works through all of it. Returns the claims, so a caller can look up their outcome. */
+  async runBatch(): Promise<C[]> {
     const claims = await this.work.claim(this.options.batchSize);
     this.lastCycle = new Date();
     await Promise.all(claims.map((claim) => this.hold(claim).done));
-    return claims.length;
+    return claims;
   }
 
   private async run(): Promise<void> {

@@ -92,6 +92,11 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
     return this.loop.status;
   }
 
+  /** Like `runOnce()`, but resolves to the claims it worked on (`queuebox/testing` reports their outcome). */
+  runBatch(): Promise<InboxClaim[]> {
+    return this.loop.runBatch();
+  }
+
   /** The message id of the `index`-th outbox message forwarded from inbox row `inboxId`. */
   derivedMessageId(inboxId: string, index: number): string {
     return uuidV5(`${this.rootOptions.tables.inbox.qualified}/${inboxId}/${index}`);

@@ -85,6 +85,11 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     return this.loop.status;
   }
 
+  /** Like `runOnce()`, but resolves to the claims it worked on (`queuebox/testing` reports their outcome). */
+  runBatch(): Promise<OutboxClaim[]> {
+    return this.loop.runBatch();
+  }
+
   /** Claims now instead of at the end of the current sleep (new messages were committed). */
   wake(): void {
     this.loop.wake();

@@ -76,9 +76,14 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
 
   /** Claims one batch of `source` (or of every source), runs the handlers and waits. Returns how many rows it claimed. */
   async runOnce(source?: string): Promise<number> {
+    return (await this.runBatch(source)).length;
+  }
+
+  /** Like `runOnce()`, but resolves to the claims it worked on (`queuebox/testing` reports their outcome). */
+  async runBatch(source?: string): Promise<InboxClaim[]> {
     const handlers = this.explorer.handlers.filter((handler) => source === undefined || handler.source === source);
-    const counts = await Promise.all(handlers.map((handler) => this.loopFor(handler).runOnce()));
-    return counts.reduce((sum, count) => sum + count, 0);
+    const batches = await Promise.all(handlers.map((handler) => this.loopFor(handler).runBatch()));
+    return batches.flat();
   }
 
   /** One status per handler loop (read by health checks). */

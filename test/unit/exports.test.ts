@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import * as queuebox from '../../lib';
 
@@ -37,5 +39,45 @@ describe('public barrel', () => {
     assert.ok(error instanceof queuebox.QueueBoxError);
     assert.equal(error.name, 'QueueBoxConfigError');
     assert.equal(error.code, 'QUEUEBOX_CONFIG');
+  });
+});
+
+describe('queuebox/testing entry point', () => {
+  const root = join(__dirname, '..', '..', '..');
+  const loaded = () => Object.keys(require.cache).filter((file) => /[\\/]lib[\\/]testing[\\/]/.test(file));
+
+  it('is a separate export of the package, mapped to the built testing barrel', () => {
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    assert.deepEqual(pkg.exports['./testing'], { types: './dist/testing/index.d.ts', default: './dist/testing/index.js' });
+    // dist/ mirrors lib/: the export names the build of lib/testing/index.ts.
+    assert.ok(existsSync(join(root, 'lib', 'testing', 'index.ts')));
+  });
+
+  it('is not loaded by the main entry point', () => {
+    assert.ok(typeof queuebox.QueueBoxModule === 'function');
+    assert.deepEqual(loaded(), []);
+    for (const name of ['QueueBoxTesting', 'RecordingPublisher'])
+      assert.equal(name in queuebox, false, `${name} is not in the main barrel`);
+  });
+
+  it('exports QueueBoxTesting and RecordingPublisher', () => {
+    const testing = require('../../lib/testing') as Record<string, unknown>;
+    assert.equal(typeof testing.QueueBoxTesting, 'function');
+    assert.equal(typeof testing.RecordingPublisher, 'function');
+    assert.ok(loaded().length > 0);
+  });
+});
+
+describe('queuebox CLI entry point', () => {
+  it('is the package bin, built from lib/cli/main.ts with a node shebang', () => {
+    const root = join(__dirname, '..', '..', '..');
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    assert.deepEqual(pkg.bin, { queuebox: 'dist/cli/main.js' });
+    assert.match(readFileSync(join(root, 'lib', 'cli', 'main.ts'), 'utf8'), /^#!\/usr\/bin\/env node\n/);
+    assert.match(
+      readFileSync(join(__dirname, '..', '..', 'lib', 'cli', 'main.js'), 'utf8'),
+      /^#!\/usr\/bin\/env node\n/,
+      'tsc keeps the shebang',
+    );
   });
 });

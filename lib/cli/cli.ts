@@ -1,0 +1,123 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { describeError } from '../common/errors';
+import { CliFailure, CliUsageError } from './cli.errors';
+import { cliMessages } from './cli.messages';
+import type { CliIo, Command } from './command';
+import { migrateCommand } from './commands/migrate.command';
+import { sqlCommand } from './commands/sql.command';
+import { statusCommand } from './commands/status.command';
+import { maskSecrets, parseDatabaseUrl } from './database-url';
+
+/** Exit codes, as documented in docs/cli.md. */
+export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
+
+/**
+ * The commands, in help order. `dead-letters list|replay` comes next, built on the admin service
+ * (QueueBoxAdmin) once it is merged; it is not stubbed here.
+ */
+export const commands: readonly Command[] = [migrateCommand, statusCommand, sqlCommand];
+
+const HELP = `Usage: queuebox <command> [options]
+
+Commands:
+${commands.map((command) => `  ${command.name.padEnd(9)} ${command.summary}`).join('\n')}
+
+Options:
+  -h, --help      Show this help; \`queuebox <command> --help\` shows a command's
+  -v, --version   Print the version
+
+Database URL (migrate, status): --url, else $QUEUEBOX_DATABASE_URL, else $DATABASE_URL.
+  postgres://user:password@host:5432/database     also postgresql://; node-postgres reads
+                                                  parameters such as ?sslmode=require
+  mssql://user:password@host:1433/database        also sqlserver://; parameters:
+      ?encrypt=true|false                 (default true)
+      &trustServerCertificate=true|false  (default false; true for a self-signed certificate)
+      &instanceName=NAME                  (a named instance, instead of the port)
+  Percent-encode special characters in the user or password (@ is %40, : is %3A).
+  JDBC and ADO.NET strings (sqlserver://host;databaseName=...) are not accepted.
+  Passwords are never printed: every URL shown reads user:***@host.
+
+Exit codes: 0 success; 1 failure (cannot connect or log in, missing database or schema, SQL
+error); 2 usage error (unknown command or option, missing or malformed URL, bad --tables).`;
+
+/** The package's version, from the package.json above this file (dist/cli or .build/lib/cli). */
+function version(): string {
+  for (let dir = __dirname; dir !== dirname(dir); dir = dirname(dir)) {
+    const file = join(dir, 'package.json');
+    if (!existsSync(file)) continue;
+    const pkg = JSON.parse(readFileSync(file, 'utf8')) as { name?: string; version?: string };
+    if (pkg.name === 'queuebox') return pkg.version ?? 'unknown';
+  }
+  return 'unknown';
+}
+
+/** Secrets of every URL the command may have seen, so no message can carry them. */
+function secretsOf(args: readonly string[], env: NodeJS.ProcessEnv): string[] {
+  const candidates = [...args, env.QUEUEBOX_DATABASE_URL, env.DATABASE_URL].filter((value): value is string => typeof value === 'string');
+  const secrets: string[] = [];
+  for (const candidate of candidates) {
+    try {
+      secrets.push(...parseDatabaseUrl(candidate).secrets);
+    } catch {
+      // Not a database URL.
+    }
+  }
+  return secrets;
+}
+
+/**
+ * Runs `queuebox <args>` and resolves to the exit code. Everything printed passes through
+ * `maskSecrets`: no URL password reaches the terminal, whatever the driver says.
+ */
+export async function runCli(args: readonly string[], io: CliIo): Promise<number> {
+  const secrets = secretsOf(args, io.env);
+  const safe: CliIo = {
+    env: io.env,
+    out: (text) => io.out(maskSecrets(text, secrets)),
+    err: (text) => io.err(maskSecrets(text, secrets)),
+  };
+  const [first, ...rest] = args;
+  if (first === '-h' || first === '--help' || first === 'help') {
+    const command = commands.find((c) => c.name === rest[0]);
+    io.out(command ? command.help : HELP); // static text: its user:password placeholders are not secrets
+    return EXIT.ok;
+  }
+  if (first === '-v' || first === '--version') {
+    safe.out(version());
+    return EXIT.ok;
+  }
+  if (first === undefined) {
+    io.err(HELP);
+    safe.err(`\nqueuebox: ${cliMessages.commandMissing()}`);
+    return EXIT.usage;
+  }
+  const command = commands.find((c) => c.name === first);
+  if (!command) {
+    safe.err(`queuebox: ${cliMessages.commandUnknown(first)}`);
+    return EXIT.usage;
+  }
+  try {
+    let values: Record<string, string | boolean | undefined>;
+    try {
+      // No option is declared `multiple`, so every value is a string or a boolean.
+      values = parseArgs({ args: [...rest], options: command.options, strict: true, allowPositionals: false }).values as typeof values;
+    } catch (error) {
+      throw new CliUsageError(cliMessages.optionInvalid(command.name, error instanceof Error ? error.message : String(error)));
+    }
+    if (values.help === true) {
+      io.out(command.help);
+      return EXIT.ok;
+    }
+    return await command.run(values, safe);
+  } catch (error) {
+    if (error instanceof CliUsageError) {
+      safe.err(`queuebox ${command.name}: ${error.message}`);
+      return EXIT.usage;
+    }
+    const message = error instanceof CliFailure ? error.message : cliMessages.commandFailed(describeError(error).split('\n')[0]);
+    safe.err(`queuebox ${command.name}: ${message}`);
+    return EXIT.failure;
+  }
+}

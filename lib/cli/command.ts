@@ -1,0 +1,42 @@
+import type { ParseArgsConfig } from 'node:util';
+
+/** Where a command writes, and the environment it reads (`QUEUEBOX_DATABASE_URL`, `DATABASE_URL`). */
+export interface CliIo {
+  out(text: string): void;
+  err(text: string): void;
+  env: NodeJS.ProcessEnv;
+}
+
+export type CommandValues = Record<string, string | boolean | undefined>;
+
+/** One `queuebox <name>` command: its options (for `node:util` parseArgs), its help and what it does. */
+export interface Command {
+  name: string;
+  /** One line for `queuebox --help`. */
+  summary: string;
+  /** The full `queuebox <name> --help` text. */
+  help: string;
+  options: NonNullable<ParseArgsConfig['options']>;
+  /** Resolves to the exit code; throws `CliUsageError` (2) or anything else (1). */
+  run(values: CommandValues, io: CliIo): Promise<number>;
+}
+
+/** Options of the commands that connect to a database. */
+export const databaseOptions = {
+  url: { type: 'string' },
+  tables: { type: 'string' },
+  'migrations-table': { type: 'string' },
+  'migration-name': { type: 'string' },
+} as const satisfies Command['options'];
+
+export const DATABASE_OPTIONS_HELP = `  --url <url>                 Database URL; default $QUEUEBOX_DATABASE_URL, then $DATABASE_URL
+                              postgres://user:password@host:5432/database  (or postgresql://)
+                              mssql://user:password@host:1433/database     (or sqlserver://)
+                              (see \`queuebox --help\` for the SQL Server parameters)
+  --tables <spec>             Table names as given to QueueBoxModule: outbox=<table>,inbox=<table>
+                              (each name or schema.name; default queuebox_outbox, queuebox_inbox)
+  --migrations-table <name>   TypeORM's migrations table (migrationsTableName); default migrations
+  --migration-name <name>     Name of the QueueBox migration; default QueueBoxSchema1764460800000
+                              (give each QueueBox schema in one database its own, ending in 13 digits)`;
+
+export const DEFAULT_MIGRATIONS_TABLE = 'migrations';

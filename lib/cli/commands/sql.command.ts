@@ -1,0 +1,32 @@
+import { renderSchemaSql } from '../../migrations/schema-files';
+import { CliUsageError } from '../cli.errors';
+import { cliMessages } from '../cli.messages';
+import { parseTables } from '../cli-options';
+import type { Command } from '../command';
+
+export const sqlCommand: Command = {
+  name: 'sql',
+  summary: 'Print the schema SQL, for your own migration tool',
+  help: `Usage: queuebox sql [--dialect postgres|mssql] [--tables outbox=<table>,inbox=<table>] [--down]
+
+Prints the statements the QueueBox migration runs, as one script (SQL Server batches end with GO).
+Needs no database. Apply it with your migration tool (Flyway, Liquibase, sqitch, psql, sqlcmd).
+
+Options:
+  --dialect <name>   postgres (default) or mssql
+  --tables <spec>    outbox=<table>,inbox=<table> (each name or schema.name)
+  --down             Print the script that drops the tables instead
+  -h, --help         Show this help`,
+  options: { dialect: { type: 'string' }, tables: { type: 'string' }, down: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+  async run(values, io) {
+    const dialect = (values.dialect as string | undefined) ?? 'postgres';
+    if (dialect !== 'postgres' && dialect !== 'mssql') throw new CliUsageError(cliMessages.dialectUnknown(dialect));
+    const tables = parseTables(values.tables as string | undefined);
+    const script = renderSchemaSql(dialect, {
+      tables: { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified },
+      direction: values.down === true ? 'down' : 'up',
+    });
+    io.out(script.replace(/\n$/, ''));
+    return 0;
+  },
+};

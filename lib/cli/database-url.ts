@@ -1,0 +1,90 @@
+import type { DataSourceOptions } from 'typeorm';
+import { CliUsageError } from './cli.errors';
+import { cliMessages } from './cli.messages';
+
+/** What a database URL says, as TypeORM connection options, and how to show it safely. */
+export interface DatabaseTarget {
+  type: 'postgres' | 'mssql';
+  /** TypeORM's connection options (no migrations, no logging). */
+  connection: DataSourceOptions;
+  /** The URL with its password replaced by `***`. */
+  masked: string;
+  /** `host:port`, for messages. */
+  where: string;
+  user: string;
+  database: string;
+  /** The password as given and decoded, so any text can be scrubbed of it. */
+  secrets: string[];
+}
+
+// A connection that hangs (a firewall dropping packets) fails within this instead of minutes.
+const CONNECT_TIMEOUT_MS = 10_000;
+
+/**
+ * Replaces the password of every `scheme://user:password@` in `text` with `***`, and then any
+ * remaining occurrence of the given secrets. Every line the CLI prints goes through this.
+ */
+export function maskSecrets(text: string, secrets: readonly string[] = []): string {
+  let masked = text.replace(/([a-z][a-z0-9+.-]*:\/\/[^\s:/@]*:)[^\s@/]*@/gi, '$1***@');
+  for (const secret of secrets) if (secret.length > 0) masked = masked.split(secret).join('***');
+  return masked;
+}
+
+/** Parses `postgres://` / `postgresql://` / `mssql://` / `sqlserver://` URLs. Throws `CliUsageError` for anything else. */
+export function parseDatabaseUrl(raw: string): DatabaseTarget {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new CliUsageError(cliMessages.urlUnparseable());
+  }
+  const scheme = url.protocol.slice(0, -1).toLowerCase();
+  const user = decodeURIComponent(url.username);
+  const password = decodeURIComponent(url.password);
+  const secrets = [...new Set([password, url.password])].filter((s) => s.length > 0);
+  const masked = maskSecrets(raw, secrets);
+  const database = decodeURIComponent(url.pathname.replace(/^\//, ''));
+  if (scheme === 'postgres' || scheme === 'postgresql') {
+    const where = `${url.hostname || 'localhost'}:${url.port || '5432'}`;
+    return {
+      type: 'postgres',
+      connection: { type: 'postgres', url: raw, extra: { max: 2, connectionTimeoutMillis: CONNECT_TIMEOUT_MS } },
+      masked,
+      where,
+      user: user || 'the default user',
+      database: database || user,
+      secrets,
+    };
+  }
+  if (scheme === 'mssql' || scheme === 'sqlserver') {
+    if (!url.hostname) throw new CliUsageError(cliMessages.urlNoHost(masked));
+    if (!database) throw new CliUsageError(cliMessages.urlNoDatabase(masked));
+    const flag = (name: string, fallback: boolean): boolean => {
+      const value = url.searchParams.get(name);
+      if (value === null) return fallback;
+      if (value === 'true' || value === 'false') return value === 'true';
+      throw new CliUsageError(cliMessages.urlBadParameter(name, value));
+    };
+    const instanceName = url.searchParams.get('instanceName') ?? undefined;
+    return {
+      type: 'mssql',
+      connection: {
+        type: 'mssql',
+        host: url.hostname,
+        port: url.port ? Number(url.port) : 1433,
+        username: user,
+        password,
+        database,
+        connectionTimeout: CONNECT_TIMEOUT_MS,
+        pool: { max: 2 },
+        options: { encrypt: flag('encrypt', true), trustServerCertificate: flag('trustServerCertificate', false), instanceName },
+      },
+      masked,
+      where: `${url.hostname}:${url.port || (instanceName ? `(instance ${instanceName})` : '1433')}`,
+      user,
+      database,
+      secrets,
+    };
+  }
+  throw new CliUsageError(cliMessages.urlSchemeUnknown(scheme));
+}

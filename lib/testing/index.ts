@@ -1,0 +1,10 @@
+export {
+  type DrainOptions,
+  type DrainResult,
+  type FailedAttempt,
+  type FailureOutcome,
+  type InboxRunResult,
+  type OutboxDrainResult,
+  QueueBoxTesting,
+} from './queuebox-testing';
+export { type PublishAttempt, RecordingPublisher, type SimulatedFailure } from './recording-publisher';

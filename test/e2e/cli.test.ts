@@ -1,0 +1,215 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { renderSchemaSql } from '../../lib/migrations/schema-files';
+import { createTestDatabase, type TestDatabase } from '../support/database';
+
+// The compiled CLI of this build (`npm test` compiles lib/ and test/ to .build/), run as users run
+// `queuebox`: its own process, its exit code, its stdout and stderr.
+const CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
+const PASSWORD = 'Pa55-w0rd-never-printed';
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function queuebox(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
+  const base = { ...process.env };
+  delete base.DATABASE_URL;
+  delete base.QUEUEBOX_DATABASE_URL;
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { env: { ...base, ...env }, timeout: 60_000 }, (error, stdout, stderr) => {
+      const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
+      const run = { code, stdout: String(stdout), stderr: String(stderr) };
+      assert.ok(!`${run.stdout}${run.stderr}`.includes(PASSWORD), `the password was printed:\n${run.stdout}\n${run.stderr}`);
+      resolve(run);
+    });
+  });
+}
+
+/** The database's URL with a password in it (the test server trusts local connections, so any password works). */
+function withPassword(url: string): string {
+  const parsed = new URL(url);
+  parsed.password = PASSWORD;
+  return parsed.toString();
+}
+
+function withUser(url: string, user: string): string {
+  const parsed = new URL(url);
+  parsed.username = user;
+  return parsed.toString();
+}
+
+describe('queuebox CLI', () => {
+  const databases: TestDatabase[] = [];
+  after(async () => {
+    await Promise.all(databases.map((db) => db.drop()));
+  });
+  const emptyDatabase = async () => {
+    const db = await createTestDatabase({ migrate: false });
+    databases.push(db);
+    return db;
+  };
+  const tableNames = async (db: TestDatabase, schema = 'public') =>
+    (await db.query<{ tablename: string }>('SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1', [schema])).map(
+      (r) => r.tablename,
+    );
+
+  it('migrate creates the schema in an empty database; a second run changes nothing', async () => {
+    const db = await emptyDatabase();
+    const url = withPassword(db.url);
+
+    const first = await queuebox(['migrate', '--url', url]);
+    assert.equal(first.code, 0, first.stderr);
+    assert.match(first.stdout, /Applied migration QueueBoxSchema1764460800000/);
+    assert.match(first.stdout, /Database: postgres:\/\/postgres:\*\*\*@/);
+    assert.deepEqual(await tableNames(db), ['migrations', 'queuebox_inbox', 'queuebox_outbox']);
+
+    const second = await queuebox(['migrate', '--url', url]);
+    assert.equal(second.code, 0, second.stderr);
+    assert.match(second.stdout, /Nothing to do: migration QueueBoxSchema1764460800000 is already applied/);
+    assert.deepEqual(await db.query('SELECT name FROM migrations'), [{ name: 'QueueBoxSchema1764460800000' }]);
+  });
+
+  it('migrate takes the URL from QUEUEBOX_DATABASE_URL (then DATABASE_URL) and honours --tables', async () => {
+    const db = await emptyDatabase();
+    const run = await queuebox(['migrate', '--tables', 'outbox=messaging.out_box,inbox=messaging.in_box'], {
+      DATABASE_URL: 'postgres://wrong:wrong@127.0.0.1:1/none',
+      QUEUEBOX_DATABASE_URL: withPassword(db.url),
+    });
+    assert.equal(run.code, 0, run.stderr);
+    assert.deepEqual(await tableNames(db, 'messaging'), ['in_box', 'out_box']);
+
+    const status = await queuebox(['status', '--tables', 'outbox=messaging.out_box,inbox=messaging.in_box'], {
+      DATABASE_URL: withPassword(db.url),
+    });
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, /"messaging.out_box" exists, "messaging.in_box" exists/);
+  });
+
+  it('status reports the schema and the counts per destination and source, as text and as JSON', async () => {
+    const db = await emptyDatabase();
+    const url = withPassword(db.url);
+    assert.equal((await queuebox(['migrate', '--url', url])).code, 0);
+    await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload, state, created_at) VALUES
+      (gen_random_uuid(), 'billing', '{}', 'pending', now() - interval '90 seconds'),
+      (gen_random_uuid(), 'billing', '{}', 'pending', now()),
+      (gen_random_uuid(), 'billing', '{}', 'sent', now()),
+      (gen_random_uuid(), 'shipping', '{}', 'dead', now())`);
+    await db.query(`INSERT INTO queuebox_inbox (source, idempotency_key, payload, state) VALUES
+      ('orders', 'a', '{}', 'processed'), ('orders', 'b', '{}', 'pending')`);
+
+    const text = await queuebox(['status', '--url', url]);
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, /Migration QueueBoxSchema1764460800000: applied/);
+    assert.match(text.stdout, /destination\s+pending\s+processing\s+sent\s+dead\s+oldest pending/);
+    assert.match(text.stdout, /billing\s+2\s+0\s+1\s+0\s+1m 3\ds/);
+    assert.match(text.stdout, /shipping\s+0\s+0\s+0\s+1\s+-/);
+    assert.match(text.stdout, /orders\s+1\s+0\s+1\s+0\s+\ds/);
+
+    const json = await queuebox(['status', '--url', url, '--json']);
+    assert.equal(json.code, 0, json.stderr);
+    const report = JSON.parse(json.stdout);
+    assert.equal(report.migration.applied, true);
+    assert.ok(!report.database.includes(PASSWORD));
+    const counts = report.backlog.map((e: Record<string, unknown>) => [e.component, e.name, e.pending, e.processing, e.done, e.dead]);
+    assert.deepEqual(counts, [
+      ['outbox', 'billing', 2, 0, 1, 0],
+      ['outbox', 'shipping', 0, 0, 0, 1],
+      ['inbox', 'orders', 1, 0, 1, 0],
+    ]);
+    const billing = report.backlog[0].oldestPendingAgeSeconds;
+    assert.ok(billing >= 90 && billing < 120, `oldest pending age ${billing}`);
+    assert.equal(report.backlog[1].oldestPendingAgeSeconds, null);
+  });
+
+  it('status on a database without the schema says to run migrate, and exits 1', async () => {
+    const db = await emptyDatabase();
+    const run = await queuebox(['status', '--url', withPassword(db.url)]);
+    assert.equal(run.code, 1);
+    assert.match(run.stdout, /"queuebox_outbox" MISSING, "queuebox_inbox" MISSING/);
+    assert.match(run.stderr, /schema missing .*run `queuebox migrate`/);
+    assert.deepEqual(await tableNames(db), [], 'status creates nothing, not even TypeORM migrations table');
+  });
+
+  it('migrate leaves tables created from plain SQL alone and says why', async () => {
+    const db = await emptyDatabase();
+    await db.query(renderSchemaSql('postgres'));
+    const run = await queuebox(['migrate', '--url', withPassword(db.url)]);
+    assert.equal(run.code, 1);
+    assert.match(run.stderr, /already exist but migration QueueBoxSchema1764460800000 is not recorded/);
+    const status = await queuebox(['status', '--url', withPassword(db.url)]);
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, /not recorded \(tables created some other way/);
+  });
+
+  it('sql prints the schema of either dialect, for the given tables, without a database', async () => {
+    const postgres = await queuebox(['sql']);
+    assert.equal(postgres.code, 0, postgres.stderr);
+    assert.equal(`${postgres.stdout}`, renderSchemaSql('postgres'));
+    assert.match(postgres.stdout, /CREATE TABLE "queuebox_outbox"/);
+
+    const mssql = await queuebox(['sql', '--dialect', 'mssql', '--tables', 'outbox=q.out,inbox=q.in']);
+    assert.equal(mssql.code, 0, mssql.stderr);
+    assert.equal(mssql.stdout, renderSchemaSql('mssql', { tables: { outbox: 'q.out', inbox: 'q.in' } }));
+    assert.match(mssql.stdout, /CREATE TABLE \[q\]\.\[out\]/);
+    assert.match(mssql.stdout, /\nGO\n/);
+
+    const down = await queuebox(['sql', '--down']);
+    assert.match(down.stdout, /DROP TABLE/);
+  });
+
+  it('fails with one clear line and a non-zero exit on a bad URL, never printing the password', async () => {
+    const db = await emptyDatabase();
+    const cases: { url: string; code: number; message: RegExp }[] = [
+      { url: `postgres://postgres:${PASSWORD}@127.0.0.1:1/db`, code: 1, message: /connection refused by 127\.0\.0\.1:1/ },
+      { url: `mysql://root:${PASSWORD}@127.0.0.1/db`, code: 2, message: /scheme "mysql:", which QueueBox does not know/ },
+      {
+        url: withPassword(db.url).replace(db.name, 'qb_no_such_database'),
+        code: 1,
+        message: /database "qb_no_such_database" does not exist/,
+      },
+      { url: withUser(withPassword(db.url), 'nobody_here'), code: 1, message: /authentication failed for user "nobody_here"/ },
+      { url: `postgres://postgres:${PASSWORD}@127.0.0.1:99999/db`, code: 2, message: /not a valid URL/ },
+      { url: `mssql://sa:${PASSWORD}@127.0.0.1:1/db`, code: 1, message: /connection refused by 127\.0\.0\.1:1/ },
+    ];
+    for (const { url, code, message } of cases) {
+      for (const command of ['migrate', 'status']) {
+        const run = await queuebox([command, '--url', url]);
+        assert.equal(run.code, code, `${command} ${url}: ${run.stderr}`);
+        assert.match(run.stderr, message);
+        assert.equal(run.stderr.trim().split('\n').length, 1, `one line: ${run.stderr}`);
+      }
+    }
+  });
+
+  it('answers --help, --version and usage errors with the documented exit codes', async () => {
+    const help = await queuebox(['--help']);
+    assert.equal(help.code, 0);
+    for (const command of ['migrate', 'status', 'sql']) assert.match(help.stdout, new RegExp(`\\n  ${command} `));
+    assert.match(help.stdout, /Exit codes: 0 success; 1 failure/);
+    const migrateHelp = await queuebox(['migrate', '--help']);
+    assert.equal(migrateHelp.code, 0);
+    assert.match(migrateHelp.stdout, /Usage: queuebox migrate/);
+    const version = await queuebox(['--version']);
+    assert.equal(version.stdout.trim(), JSON.parse(readFileSync(join(__dirname, '..', '..', '..', 'package.json'), 'utf8')).version);
+
+    assert.equal((await queuebox([])).code, 2);
+    const unknown = await queuebox(['frobnicate']);
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /unknown command "frobnicate"/);
+    const badOption = await queuebox(['status', `--ulr=postgres://u:${PASSWORD}@h/db`]);
+    assert.equal(badOption.code, 2);
+    assert.match(badOption.stderr, /Unknown option '--ulr'/);
+    const noUrl = await queuebox(['status']);
+    assert.equal(noUrl.code, 2);
+    assert.match(noUrl.stderr, /no database URL: pass --url, or set QUEUEBOX_DATABASE_URL or DATABASE_URL/);
+    const badTables = await queuebox(['sql', '--tables', 'outbox=no-dashes']);
+    assert.equal(badTables.code, 2);
+    assert.match(badTables.stderr, /--tables: .*"tables.outbox"/);
+  });
+});

@@ -1,0 +1,43 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
+import { parseTableName } from '../../lib/common/identifiers';
+import { backlogQuery, rowStatesQuery } from '../../lib/dialects/inspection.sql';
+
+// The SQL Server side of the read-only inspection statements (CLI status, queuebox/testing), checked
+// without a server like the dialect's own statements: they parse with the T-SQL grammar. The
+// PostgreSQL side runs in test/e2e/cli.test.ts and test/integration/testing-helpers.test.ts.
+
+function tsqlSyntaxErrors(statement: string): string[] {
+  const antlr = new antlr4tsSQL(SQLDialect.TSQL);
+  const errors: string[] = [];
+  const listener = {
+    syntaxError: (_recognizer: unknown, _symbol: unknown, line: number, column: number, message: string) => {
+      errors.push(`${line}:${column} ${message.slice(0, 160)}`);
+    },
+  };
+  antlr.getParseTree(antlr.getParser(antlr.getTokens(statement, [listener]), [listener]));
+  return errors;
+}
+
+describe('inspection statements on SQL Server', () => {
+  const tables = {
+    outbox: parseTableName('tables.outbox', 'messaging.events_out'),
+    inbox: parseTableName('tables.inbox', 'queuebox_inbox'),
+  };
+
+  it('the backlog query parses and reads both tables, quoted', () => {
+    const { sql, params } = backlogQuery('mssql', tables);
+    assert.deepEqual(tsqlSyntaxErrors(sql), []);
+    assert.match(sql, /FROM \[messaging\]\.\[events_out\] GROUP BY \[destination\], \[state\]/);
+    assert.match(sql, /FROM \[queuebox_inbox\] GROUP BY \[source\], \[state\]/);
+    assert.deepEqual(params, []);
+  });
+
+  it('the row-state query parses and takes the ids as one JSON parameter', () => {
+    const { sql, params } = rowStatesQuery('mssql', tables.outbox, ['1', '9007199254740993']);
+    assert.deepEqual(tsqlSyntaxErrors(sql), []);
+    assert.match(sql, /OPENJSON\(@0\)/);
+    assert.deepEqual(params, ['["1","9007199254740993"]']);
+  });
+});
