@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -79,5 +80,28 @@ describe('queuebox CLI entry point', () => {
       /^#!\/usr\/bin\/env node\n/,
       'tsc keeps the shebang',
     );
+  });
+});
+
+describe('optional peers', () => {
+  const root = join(__dirname, '..', '..', '..');
+  /** The optional packages a fresh process loads when it requires `entry`. */
+  const optionalPeersLoadedBy = (entry: string): string[] => {
+    const script = `require(${JSON.stringify(entry)});
+const peers = ['@nestjs/terminus', '@willsoto/nestjs-prometheus', 'prom-client', '@opentelemetry/api', '@nestjs/microservices'];
+console.log(JSON.stringify(peers.filter((peer) => Object.keys(require.cache).some((file) => file.includes('/node_modules/' + peer + '/')))));`;
+    return JSON.parse(execFileSync(process.execPath, ['-e', script], { encoding: 'utf8' }));
+  };
+
+  it('the main entry point loads none of them (Terminus, Prometheus, OpenTelemetry, microservices)', () => {
+    assert.deepEqual(optionalPeersLoadedBy(join(__dirname, '..', '..', 'lib', 'index.js')), []);
+  });
+
+  it('queuebox/terminus and queuebox/prometheus are separate exports that load their own peer', () => {
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    assert.deepEqual(pkg.exports['./terminus'], { types: './dist/terminus/index.d.ts', default: './dist/terminus/index.js' });
+    assert.deepEqual(pkg.exports['./prometheus'], { types: './dist/prometheus/index.d.ts', default: './dist/prometheus/index.js' });
+    assert.ok(optionalPeersLoadedBy(join(__dirname, '..', '..', 'lib', 'terminus', 'index.js')).includes('@nestjs/terminus'));
+    assert.ok(optionalPeersLoadedBy(join(__dirname, '..', '..', 'lib', 'prometheus', 'index.js')).includes('prom-client'));
   });
 });
