@@ -3,6 +3,7 @@ import { HttpAdapterHost } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { HttpPublisher, QueueBoxModule, QueueBoxSchema1764460800000 } from 'queuebox';
 import { BillingModule } from './billing/billing.module';
+import { OpsModule } from './ops/ops.module';
 import { CreateOrdersTable1764547200000 } from './orders/create-orders-table.migration';
 import { Order } from './orders/order.entity';
 import { OrdersModule } from './orders/orders.module';
@@ -51,6 +52,7 @@ export class AppModule {
         }),
         OrdersModule,
         BillingModule,
+        OpsModule,
       ],
     };
   }

@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import { subscribe } from 'node:diagnostics_channel';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ConsoleLogger, Logger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -19,6 +20,12 @@ const consoleLogger = new ConsoleLogger({ colors: !process.env.NO_COLOR && proce
 Logger.overrideLogger(consoleLogger);
 const logger = new Logger('SampleApp');
 const shutdown = new Shutdown(SHUTDOWN_SIGNALS);
+
+// Any code can follow QueueBox's outcomes on node:diagnostics_channel (docs/events.md).
+let publishedEvents = 0;
+subscribe('queuebox:published', () => {
+  publishedEvents++;
+});
 
 /** A check of the sample itself failed; its message says all, no stack trace needed. */
 class SampleCheckFailed extends Error {}
@@ -54,7 +61,33 @@ async function main(): Promise<void> {
     }
     logger.log(`Summary: order ${order.id} (${order.customerId}) was rolled back: no orders row, and its message never arrived.`);
   }
+  await shutdown.unlessBegun(reportOperations(await app.getUrl(), committed.length));
   await shutdown.begin(0, 'all messages arrived');
+}
+
+/** What an operator would see now: the readiness probe, the Prometheus counter, the events. */
+async function reportOperations(baseUrl: string, expected: number): Promise<void> {
+  const url = baseUrl.replace('[::1]', '127.0.0.1');
+  const ready = await fetch(`${url}/health/ready`);
+  const health = (await ready.json()) as { status: string };
+  if (ready.status !== 200 || health.status !== 'ok')
+    throw new SampleCheckFailed(`GET /health/ready answered ${ready.status} ${JSON.stringify(health)}`);
+  const metrics = await (await fetch(`${url}/metrics`)).text();
+  const series = 'queuebox_outbox_messages_published_total{destination="billing"}';
+  const published = Number(
+    metrics
+      .split('\n')
+      .find((line) => line.startsWith(`${series} `))
+      ?.split(' ')[1] ?? 0,
+  );
+  if (published < expected || publishedEvents < expected) {
+    throw new SampleCheckFailed(
+      `Expected ${expected} publishes in /metrics and on queuebox:published, saw ${published} and ${publishedEvents}.`,
+    );
+  }
+  logger.log(
+    `Summary: GET /health/ready is up; GET /metrics has ${series} ${published}; queuebox:published fired ${publishedEvents} times.`,
+  );
 }
 
 async function withTimeout<T>(promise: Promise<T>, ms: number, describeTimeout: () => string): Promise<T> {
