@@ -1,13 +1,13 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import type { BacklogRow } from '../admin/admin.types';
+import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import type { WorkerLoopStatus } from '../common/claim-loop';
 import { describeError } from '../common/errors';
-import type { Dialect } from '../dialects/dialect';
 import { InboxRelay } from '../inbox/inbox.relay';
 import { OutboxPoller } from '../outbox/outbox.poller';
 import { PullWorker } from '../pull/pull.worker';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT } from '../queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { WorkNotifications } from '../queuebox.notifications';
 
@@ -53,7 +53,7 @@ export class QueueBoxHealth implements OnModuleDestroy {
 
   constructor(
     @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
-    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    private readonly admin: QueueBoxAdmin,
     private readonly outbox: OutboxPoller,
     private readonly relay: InboxRelay,
     private readonly pull: PullWorker,
@@ -114,7 +114,7 @@ export class QueueBoxHealth implements OnModuleDestroy {
     }
     if (o.maxLagMs !== false && report.database !== 'down') {
       try {
-        const oldest = oldestDue(await withTimeout(this.dialect.adminBacklog(), o.timeoutMs));
+        const oldest = oldestDue(await withTimeout(this.admin.backlog(), o.timeoutMs));
         report.lagSeconds = oldest?.oldestPendingAgeSeconds ?? null;
         if (oldest) report.lagWhere = `${oldest.component}:${oldest.name}`;
         if (oldest && (oldest.oldestPendingAgeSeconds ?? 0) * 1000 > o.maxLagMs) {

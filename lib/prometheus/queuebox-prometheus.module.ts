@@ -1,12 +1,11 @@
-import { Inject, Injectable, Module, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { Injectable, Module, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { getToken, makeCounterProvider, makeGaugeProvider, makeHistogramProvider } from '@willsoto/nestjs-prometheus';
 import type { Counter, Gauge, Histogram } from 'prom-client';
 import type { BacklogRow } from '../admin/admin.types';
-import type { Dialect } from '../dialects/dialect';
+import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { COUNTERS, HISTOGRAMS, metricUpdate } from '../metrics/metric-definitions';
-import { QUEUEBOX_DIALECT } from '../queuebox.constants';
 
 /** Backlog gauges, set from one backlog query per scrape. */
 export const GAUGES = [
@@ -50,7 +49,7 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
 
   constructor(
     private readonly events: QueueBoxEvents,
-    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    private readonly admin: QueueBoxAdmin,
     private readonly moduleRef: ModuleRef,
   ) {}
 
@@ -87,7 +86,7 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
   private currentBacklog(): Promise<BacklogRow[]> {
     const fresh = this.backlog && (this.backlog.doneAt === undefined || Date.now() - this.backlog.doneAt < BACKLOG_REUSE_MS);
     if (this.backlog && fresh) return this.backlog.rows;
-    const read: { rows: Promise<BacklogRow[]>; doneAt?: number } = { rows: this.dialect.adminBacklog() };
+    const read: { rows: Promise<BacklogRow[]>; doneAt?: number } = { rows: this.admin.backlog() };
     read.rows.then(
       () => {
         read.doneAt = Date.now();
