@@ -132,6 +132,10 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
         ['dead list', pg.deadLetterListSql('"queuebox_outbox"', 'outbox', false), [null, null, null, null, null, null, 50]],
         ['dead count', pg.deadLetterCountSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, null]],
         ['blocked keys', pg.blockedKeyListSql('"queuebox_outbox"', 'outbox'), [50]],
+        ['replay by name', pg.deadLetterReplaySql('"queuebox_outbox"', 'outbox'), ['d1', null, null, null, null, null, 1000]],
+        ['discard by ids', pg.deadLetterDiscardSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, ['1', '2'], null, 1000]],
+        ['skip head', pg.blockedKeySkipHeadSql('"queuebox_outbox"', 'outbox'), ['k', null, 'r']],
+        ['skip aggregate', pg.blockedKeySkipHeadSql('"queuebox_inbox"', 'inbox'), ['s', 'a', null, 'r']],
         ['retention', pg.retentionDeleteSql('"queuebox_outbox"', 'outbox-sent'), [3600_000, 1000]],
         ['dead retention', pg.retentionDeleteSql('"queuebox_inbox"', 'inbox-dead'), [3600_000, 1000]],
       ];
