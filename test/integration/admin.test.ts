@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
+import { createQueueBoxAdmin } from '../../lib/admin/create-queuebox-admin';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import * as pg from '../../lib/dialects/postgres/postgres.sql';
 import { PermanentPublishError, QueueBoxAdminError } from '../../lib/errors/queuebox.errors';
@@ -115,6 +116,15 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
         ],
         'finished rows are not counted; a destination with only sent rows does not appear',
       );
+    });
+
+    it('works without Nest through createQueueBoxAdmin(dataSource)', async () => {
+      await outboxRow({ destination: 'script', state: 'dead', attempts: 1, error: 'x' });
+      const plain = await createQueueBoxAdmin(dataSource);
+      assert.deepEqual(await plain.backlog(), [
+        { component: 'outbox', name: 'script', pending: 0, processing: 0, dead: 1, oldestPendingAgeSeconds: null },
+      ]);
+      assert.equal((await plain.runRetention()).skipped, false);
     });
 
     it('reads the partial indexes, never the whole table (EXPLAIN with 20,000 sent rows)', async () => {
