@@ -9,6 +9,7 @@ export type {
   RetentionResult,
   SkipHeadTarget,
 } from './admin/admin.types';
+export { createQueueBoxAdmin } from './admin/create-queuebox-admin';
 export { QueueBoxAdmin } from './admin/queuebox.admin';
 export { RetentionService } from './admin/retention.service';
 export type { BackoffFunction, BackoffOptions } from './common/backoff';

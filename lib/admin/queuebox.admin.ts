@@ -84,7 +84,7 @@ export class QueueBoxAdmin {
    * least once and is not finished: it holds back every later row of its key.
    */
   async listBlockedKeys(p: { component: AdminComponent; limit?: number }): Promise<BlockedKeyRow[]> {
-    return this.dialect.blockedKeyList({ component: component(p?.component), limit: pageLimit(p.limit) });
+    return this.dialect.blockedKeyList({ component: component(p?.component), limit: pageLimit(p?.limit) });
   }
 
   /**

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
+import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
+import { RetentionService } from '../../lib/admin/retention.service';
 import type { Dialect, InboxInsertRow } from '../../lib/dialects/dialect';
 import { createDialect } from '../../lib/dialects/dialects';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
@@ -8,7 +10,7 @@ import type { InboxClaim, OutboxClaim } from '../../lib/lease/lease.types';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import type { OutboxMessageInput } from '../../lib/outbox/outbox.types';
 import { toOutboxRows } from '../../lib/outbox/outbox-rows';
-import { resolveTables } from '../../lib/queuebox.options';
+import { resolveOptions, resolveTables } from '../../lib/queuebox.options';
 import { CONFORMANCE_TABLES, type ConformanceDatabase, type DialectHarness, HARNESSES } from './harness';
 
 // One suite for the dialect seam, run against every configured dialect (in the spirit of River's
@@ -389,6 +391,86 @@ function conformance(harness: DialectHarness) {
       const ids = batches.flat().map((c) => c.id);
       assert.equal(ids.length, 12);
       assert.equal(new Set(ids).size, 12);
+    });
+  });
+
+  describe('admin and retention', () => {
+    const admin = () =>
+      new QueueBoxAdmin(dialect, new RetentionService(resolveOptions({ workers: false, tables: CONFORMANCE_TABLES }), dialect));
+
+    it('counts the backlog per destination and source', async () => {
+      await enqueue({ destination: 'a' }, { destination: 'a' }, { destination: 'b' });
+      const [claim] = await claimOutbox(1);
+      assert.equal(await lease.deadLetter(claim, 'gave up'), true);
+      await receive({ idempotencyKey: 'r1' });
+      const rows = await admin().backlog();
+      assert.deepEqual(
+        rows.map((r) => [r.component, r.name, r.pending, r.processing, r.dead]),
+        [
+          ['outbox', 'a', 1, 0, 1],
+          ['outbox', 'b', 1, 0, 0],
+          ['inbox', 'orders', 1, 0, 0],
+        ],
+      );
+    });
+
+    it('replays and discards dead rows only; a replayed row keeps its message id', async () => {
+      await enqueue({ key: 'k1', payload: { n: 1 } }, { key: 'k2', payload: { n: 2 } }, { key: 'k3', payload: { n: 3 } });
+      const [dead, held, pending] = await claimOutbox(3);
+      assert.equal(await lease.deadLetter(dead, 'rejected'), true);
+      assert.equal(await lease.retry(pending, { delayMs: LONG, error: new Error('later') }), true);
+      const a = admin();
+      const listed = await a.listDeadLetters({ component: 'outbox', errorContains: 'REJECTED' });
+      assert.deepEqual(
+        listed.rows.map((r) => [r.id, r.messageId, r.lastError]),
+        [[dead.id, dead.message.messageId, 'rejected']],
+      );
+      assert.equal(await a.replayDeadLetters({ component: 'outbox', ids: [dead.id, held.id, pending.id] }), 1);
+      assert.deepEqual(await db.row('outbox', held.id), { state: 'processing', claimToken: held.token, attempts: 1, lastError: null });
+      assert.equal((await db.row('outbox', pending.id)).state, 'pending');
+      const [again] = await claimOutbox(10);
+      assert.equal(again.id, dead.id);
+      assert.equal(again.message.messageId, dead.message.messageId);
+      assert.equal(again.attempt, 1, 'attempts start again');
+      assert.equal(again.message.headers['X-QueueBox-Replay-Count'], '1');
+      assert.equal(await lease.deadLetter(again, 'rejected again'), true);
+      assert.equal(await a.discardDeadLetters({ component: 'outbox', ids: [dead.id, held.id, pending.id] }), 1);
+      assert.equal(await db.count('outbox'), 2);
+      assert.equal(await lease.complete(held), true, 'the worker still owns its row');
+    });
+
+    it('skips a failing head, never one a worker holds', async () => {
+      await enqueue({ key: 'k', payload: { n: 1 } }, { key: 'k', payload: { n: 2 } });
+      const [head] = await claimOutbox(10);
+      const a = admin();
+      assert.equal(await a.skipHead({ component: 'outbox', key: 'k' }), null);
+      assert.equal((await db.row('outbox', head.id)).state, 'processing');
+      await db.expireLease('outbox', head.id);
+      assert.equal(await a.skipHead({ component: 'outbox', key: 'k', headId: head.id, reason: 'poison' }), head.id);
+      assert.deepEqual(await db.row('outbox', head.id), {
+        state: 'dead',
+        claimToken: null,
+        attempts: 1,
+        lastError: 'skipped by admin: poison',
+      });
+      assert.equal(await lease.complete(head), false, 'the old owner is fenced out');
+      const [next] = await claimOutbox(10);
+      assert.equal((next.message.payload as { n: number }).n, 2);
+    });
+
+    it('retention deletes old finished rows in batches, under a lock only one session holds', async () => {
+      await enqueue({ payload: { n: 1 } }, { payload: { n: 2 } }, { payload: { n: 3 } }, { payload: { n: 4 } });
+      const claims = await claimOutbox(3);
+      for (const claim of claims) assert.equal(await lease.complete(claim), true);
+      await db.age('outbox', 10);
+      const inside = await dialect.retentionWithLock(async () => ({
+        nested: await dialect.retentionWithLock(async () => 'ran'),
+        first: await dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 7 * 86_400_000, limit: 2 }),
+        second: await dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 7 * 86_400_000, limit: 2 }),
+      }));
+      assert.deepEqual(inside, { nested: null, first: 2, second: 1 });
+      assert.equal(await db.count('outbox'), 1, 'the pending row stays');
+      assert.equal(await dialect.retentionWithLock(async () => 'free again'), 'free again');
     });
   });
 }

@@ -4,7 +4,7 @@ import { parseTableName } from '../../lib/common/identifiers';
 import type { LeaseTable } from '../../lib/dialects/dialect';
 import { pgTable } from '../../lib/dialects/postgres/postgres.schema';
 import { mssqlTable } from '../../lib/dialects/sqlserver/sqlserver.schema';
-import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
+import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../../lib/migrations/queuebox.migration';
 import { createTestDatabase } from '../support/database';
 
 /** The conformance suite's tables: schema-qualified, so every dialect's quoting and schema creation are exercised. */
@@ -31,6 +31,8 @@ export interface ConformanceDatabase {
   expireLease(table: LeaseTable, id: string): Promise<void>;
   /** Makes every pending row of `table` available now (past a retry's delay). */
   makeAvailable(table: LeaseTable): Promise<void>;
+  /** Moves the finish time (`sent_at` / `processed_at`) and the last claim of every row of `table` back by `days`. */
+  age(table: LeaseTable, days: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -74,6 +76,13 @@ const postgres: DialectHarness = {
       },
       makeAvailable: async (kind) => {
         await dataSource.query(`UPDATE ${table[kind]} SET available_at = clock_timestamp() - interval '1 second' WHERE state = 'pending'`);
+      },
+      age: async (kind, days) => {
+        const finished = kind === 'outbox' ? 'sent_at' : 'processed_at';
+        await dataSource.query(
+          `UPDATE ${table[kind]} SET ${finished} = ${finished} - make_interval(days => $1), claimed_at = claimed_at - make_interval(days => $1)`,
+          [days],
+        );
       },
       close: async () => {
         await dataSource.destroy();
@@ -127,7 +136,10 @@ const sqlServer: DialectHarness = {
     await onServer(url, (admin) => admin.query(`CREATE DATABASE [${name}]`));
     const dataSource = await new DataSource({
       ...sqlServerOptions(url, name),
-      migrations: [createQueueBoxMigration({ tables: CONFORMANCE_TABLES })],
+      migrations: [
+        createQueueBoxMigration({ tables: CONFORMANCE_TABLES }),
+        createQueueBoxOperationsMigration({ tables: CONFORMANCE_TABLES }),
+      ],
     } as DataSourceOptions).initialize();
     await dataSource.runMigrations();
     const table = {
@@ -159,6 +171,13 @@ const sqlServer: DialectHarness = {
       makeAvailable: async (kind) => {
         await dataSource.query(
           `UPDATE ${table[kind]} SET [available_at] = DATEADD(SECOND, -1, SYSUTCDATETIME()) WHERE [state] = N'pending'`,
+        );
+      },
+      age: async (kind, days) => {
+        const finished = kind === 'outbox' ? '[sent_at]' : '[processed_at]';
+        await dataSource.query(
+          `UPDATE ${table[kind]} SET ${finished} = DATEADD(DAY, -@0, ${finished}), [claimed_at] = DATEADD(DAY, -@0, [claimed_at])`,
+          [days],
         );
       },
       close: async () => {

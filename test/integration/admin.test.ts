@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
+import { createQueueBoxAdmin } from '../../lib/admin/create-queuebox-admin';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import * as pg from '../../lib/dialects/postgres/postgres.sql';
 import { PermanentPublishError, QueueBoxAdminError } from '../../lib/errors/queuebox.errors';
@@ -117,6 +118,15 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
       );
     });
 
+    it('works without Nest through createQueueBoxAdmin(dataSource)', async () => {
+      await outboxRow({ destination: 'script', state: 'dead', attempts: 1, error: 'x' });
+      const plain = await createQueueBoxAdmin(dataSource);
+      assert.deepEqual(await plain.backlog(), [
+        { component: 'outbox', name: 'script', pending: 0, processing: 0, dead: 1, oldestPendingAgeSeconds: null },
+      ]);
+      assert.equal((await plain.runRetention()).skipped, false);
+    });
+
     it('reads the partial indexes, never the whole table (EXPLAIN with 20,000 sent rows)', async () => {
       await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload, state, attempts, sent_at)
         SELECT gen_random_uuid(), 'd' || (n % 5), '{}', 'sent', 1, now() FROM generate_series(1, 20000) n`);
@@ -132,6 +142,10 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
         ['dead list', pg.deadLetterListSql('"queuebox_outbox"', 'outbox', false), [null, null, null, null, null, null, 50]],
         ['dead count', pg.deadLetterCountSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, null]],
         ['blocked keys', pg.blockedKeyListSql('"queuebox_outbox"', 'outbox'), [50]],
+        ['replay by name', pg.deadLetterReplaySql('"queuebox_outbox"', 'outbox'), ['d1', null, null, null, null, null, 1000]],
+        ['discard by ids', pg.deadLetterDiscardSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, ['1', '2'], null, 1000]],
+        ['skip head', pg.blockedKeySkipHeadSql('"queuebox_outbox"', 'outbox'), ['k', null, 'r']],
+        ['skip aggregate', pg.blockedKeySkipHeadSql('"queuebox_inbox"', 'inbox'), ['s', 'a', null, 'r']],
         ['retention', pg.retentionDeleteSql('"queuebox_outbox"', 'outbox-sent'), [3600_000, 1000]],
         ['dead retention', pg.retentionDeleteSql('"queuebox_inbox"', 'inbox-dead'), [3600_000, 1000]],
       ];

@@ -126,7 +126,12 @@ describe('retention on PostgreSQL', () => {
         'replica A waiting on its inbox delete',
       );
       assert.equal((await remaining()).oldSent, 0, 'A deleted the outbox rows in 500-row transactions already committed');
-      assert.deepEqual(await b.get(RetentionService).runOnce(), { outboxDeleted: 0, inboxDeleted: 0, deadDeleted: 0, skipped: true });
+      // Bounded: without the lock, B would wait behind the same table lock instead of skipping.
+      const runB = await Promise.race([
+        b.get(RetentionService).runOnce(),
+        new Promise((resolve) => setTimeout(() => resolve('still running after 5 s'), 5000)),
+      ]);
+      assert.deepEqual(runB, { outboxDeleted: 0, inboxDeleted: 0, deadDeleted: 0, skipped: true });
       const claims = await b.get(LeaseService).claimOutboxBatch({ limit: 10, leaseMs: 60_000 });
       assert.deepEqual(
         claims.map((c) => c.message.destination),
@@ -136,6 +141,7 @@ describe('retention on PostgreSQL', () => {
       await blocker.query('COMMIT');
       assert.deepEqual(await runA, { outboxDeleted: 1500, inboxDeleted: 2, deadDeleted: 0, skipped: false });
     } finally {
+      await blocker.query('ROLLBACK').catch(() => undefined);
       await blocker.end();
     }
   });
@@ -153,5 +159,6 @@ describe('retention on PostgreSQL', () => {
       SELECT gen_random_uuid(), 'd', '{}', 'sent', 1, now() - interval '8 days' FROM generate_series(1, 5)`);
     await new Promise((resolve) => setTimeout(resolve, 1500));
     assert.equal((await remaining()).oldSent, 5, 'no run after close');
+    assert.equal(worker.logger.has('error', 'Retention'), false, 'no timer left to fire on a closed DataSource');
   });
 });

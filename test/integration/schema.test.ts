@@ -9,7 +9,7 @@ import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
 import { outboxClaimSql } from '../../lib/dialects/postgres/postgres.sql';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
+import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles } from '../../lib/migrations/schema-files';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
@@ -43,6 +43,8 @@ describe('schema', () => {
   it('the plain SQL creates a working schema', async () => {
     const db = await newDatabase({ migrate: false });
     await db.query(readFileSync(join(ROOT, 'sql/postgres/001_queuebox.up.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/002_queuebox_operations.up.sql'), 'utf8'));
+    assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_sent\\_idx'")).length, 1);
     const publisher = new RecordingPublisher();
     const t = await createTestApp(db.url, { outbox: { publisher }, workers: false });
     try {
@@ -52,6 +54,8 @@ describe('schema', () => {
     } finally {
       await t.app.close();
     }
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/002_queuebox_operations.down.sql'), 'utf8'));
+    assert.deepEqual(await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_dead\\_idx'"), []);
     await db.query(readFileSync(join(ROOT, 'sql/postgres/001_queuebox.down.sql'), 'utf8'));
     assert.deepEqual(await db.query("SELECT tablename FROM pg_tables WHERE tablename LIKE 'queuebox%'"), []);
   });
@@ -79,6 +83,18 @@ describe('schema', () => {
         ['events_in', 'events_out'],
       );
       assert.equal(migration.name, 'QueueBoxSchema1764460800000');
+      // Migration 002 on schema-qualified names: its indexes exist, and its down drops them by their qualified names.
+      const indexes = async () =>
+        (
+          await client.query(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = 'messaging' AND indexname ~ '_(sent|processed|dead)_idx$' ORDER BY 1",
+          )
+        ).rows.map((r) => r.indexname);
+      assert.deepEqual(await indexes(), ['events_in_dead_idx', 'events_in_processed_idx', 'events_out_dead_idx', 'events_out_sent_idx']);
+      const operations = new (createQueueBoxOperationsMigration({ tables }))();
+      assert.equal(operations.name, 'QueueBoxOperations1764633600000');
+      await operations.down({ connection: { options: { type: 'postgres' } }, query: (sql: string) => client.query(sql) } as never);
+      assert.deepEqual(await indexes(), []);
     } finally {
       await client.end();
     }

@@ -20,6 +20,7 @@ describe('public barrel', () => {
       'QueueBoxOperations1764633600000',
       'createQueueBoxOperationsMigration',
       'QueueBoxAdmin',
+      'createQueueBoxAdmin',
       'RetentionService',
       'QueueBoxAdminError',
       'renderSchemaSql',

@@ -1,0 +1,24 @@
+import type { DataSource } from 'typeorm';
+import { createDialect } from '../dialects/dialects';
+import { type QueueBoxModuleOptions, resolveOptions } from '../queuebox.options';
+import { QueueBoxAdmin } from './queuebox.admin';
+import { RetentionService } from './retention.service';
+
+/**
+ * A `QueueBoxAdmin` for a plain script or a CLI: no Nest module needed, just an initialized
+ * TypeORM DataSource with the QueueBox schema. Pass the same `tables` (and `retention`, for
+ * `runRetention()`) as the app. No timer runs: retention happens only when you call it.
+ *
+ * @example
+ * const admin = await createQueueBoxAdmin(dataSource);
+ * console.table(await admin.backlog());
+ */
+export async function createQueueBoxAdmin(
+  dataSource: DataSource,
+  options: Pick<QueueBoxModuleOptions, 'tables' | 'retention'> = {},
+): Promise<QueueBoxAdmin> {
+  const resolved = resolveOptions({ tables: options.tables, retention: options.retention, workers: false });
+  const dialect = createDialect(dataSource, resolved.tables);
+  await dialect.schemaCheck();
+  return new QueueBoxAdmin(dialect, new RetentionService(resolved, dialect));
+}
