@@ -3,12 +3,14 @@ export type {
   BacklogRow,
   BlockedKeyRow,
   DeadLetterFilter,
+  DeadLetterIds,
   DeadLetterPage,
   DeadLetterRow,
   DeadLetterSelection,
   RetentionResult,
   SkipHeadTarget,
 } from './admin/admin.types';
+export { createQueueBoxAdmin } from './admin/create-queuebox-admin';
 export { QueueBoxAdmin } from './admin/queuebox.admin';
 export { RetentionService } from './admin/retention.service';
 export type { BackoffFunction, BackoffOptions } from './common/backoff';
