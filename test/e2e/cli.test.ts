@@ -99,7 +99,11 @@ describe('queuebox CLI', () => {
       (gen_random_uuid(), 'billing', '{}', 'pending', now() - interval '90 seconds'),
       (gen_random_uuid(), 'billing', '{}', 'pending', now()),
       (gen_random_uuid(), 'billing', '{}', 'sent', now()),
-      (gen_random_uuid(), 'shipping', '{}', 'dead', now())`);
+      (gen_random_uuid(), 'shipping', '{}', 'dead', now()),
+      (gen_random_uuid(), 'archive', '{}', 'sent', now())`);
+    // Scheduled for later: counted as pending, but it does not age the queue.
+    await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload, state, created_at, available_at)
+      VALUES (gen_random_uuid(), 'billing', '{}', 'pending', now() - interval '1 hour', now() + interval '1 hour')`);
     await db.query(`INSERT INTO queuebox_inbox (source, idempotency_key, payload, state) VALUES
       ('orders', 'a', '{}', 'processed'), ('orders', 'b', '{}', 'pending')`);
 
@@ -107,7 +111,8 @@ describe('queuebox CLI', () => {
     assert.equal(text.code, 0, text.stderr);
     assert.match(text.stdout, /Migration QueueBoxSchema1764460800000: applied/);
     assert.match(text.stdout, /destination\s+pending\s+processing\s+sent\s+dead\s+oldest pending/);
-    assert.match(text.stdout, /billing\s+2\s+0\s+1\s+0\s+1m 3\ds/);
+    assert.match(text.stdout, /archive\s+0\s+0\s+1\s+0\s+-/);
+    assert.match(text.stdout, /billing\s+3\s+0\s+1\s+0\s+1m 3\ds/);
     assert.match(text.stdout, /shipping\s+0\s+0\s+0\s+1\s+-/);
     assert.match(text.stdout, /orders\s+1\s+0\s+1\s+0\s+\ds/);
 
@@ -118,13 +123,14 @@ describe('queuebox CLI', () => {
     assert.ok(!report.database.includes(PASSWORD));
     const counts = report.backlog.map((e: Record<string, unknown>) => [e.component, e.name, e.pending, e.processing, e.done, e.dead]);
     assert.deepEqual(counts, [
-      ['outbox', 'billing', 2, 0, 1, 0],
+      ['outbox', 'archive', 0, 0, 1, 0],
+      ['outbox', 'billing', 3, 0, 1, 0],
       ['outbox', 'shipping', 0, 0, 0, 1],
       ['inbox', 'orders', 1, 0, 1, 0],
     ]);
-    const billing = report.backlog[0].oldestPendingAgeSeconds;
+    const billing = report.backlog[1].oldestPendingAgeSeconds;
     assert.ok(billing >= 90 && billing < 120, `oldest pending age ${billing}`);
-    assert.equal(report.backlog[1].oldestPendingAgeSeconds, null);
+    assert.equal(report.backlog[2].oldestPendingAgeSeconds, null);
   });
 
   it('status on a database without the schema says to run migrate, and exits 1', async () => {
