@@ -42,5 +42,7 @@ export const cliMessages = {
   idsWithFilter: () => '--id picks rows by id: it does not combine with --name, --error, --after or --before.',
   bulkWithoutAll: (action: string, component: string) =>
     `${action} without --id, --name, --error, --after or --before would change every dead ${component} row: add a filter, or --all to mean it. Nothing was changed.`,
+  nothingSkipped: (what: string, headId: string | undefined) =>
+    `nothing skipped: ${what} has no ${headId === undefined ? 'head row' : `head row with id ${headId}`} that is pending or whose lease expired (it may be held by a worker, finished, or not exist). See \`queuebox blocked\`.`,
   textInvalid: (option: string) => `${option} must be a non-empty text of at most 2000 characters.`,
 };

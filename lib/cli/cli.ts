@@ -6,8 +6,10 @@ import { QueueBoxAdminError } from '../errors/queuebox.errors';
 import { CliFailure, CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
 import type { CliIo, Command, CommandValues } from './command';
+import { blockedCommand } from './commands/blocked.command';
 import { deadLettersCommand } from './commands/dead-letters.command';
 import { migrateCommand } from './commands/migrate.command';
+import { skipHeadCommand } from './commands/skip-head.command';
 import { sqlCommand } from './commands/sql.command';
 import { statusCommand } from './commands/status.command';
 import { maskSecrets, parseDatabaseUrl } from './database-url';
@@ -16,7 +18,14 @@ import { maskSecrets, parseDatabaseUrl } from './database-url';
 export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
 
 /** The commands, in help order. The row commands (dead-letters, ...) go through QueueBoxAdmin. */
-export const commands: readonly Command[] = [migrateCommand, statusCommand, sqlCommand, deadLettersCommand];
+export const commands: readonly Command[] = [
+  migrateCommand,
+  statusCommand,
+  sqlCommand,
+  deadLettersCommand,
+  blockedCommand,
+  skipHeadCommand,
+];
 
 const HELP = `Usage: queuebox <command> [options]
 

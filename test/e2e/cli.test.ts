@@ -390,10 +390,84 @@ describe('queuebox CLI', () => {
     assert.match(help.stdout, /Usage: queuebox dead-letters list\|count\|replay\|discard/);
   });
 
+  it('blocked lists keys behind a failing head; skip-head dead-letters that head only, and only while it is the head', async () => {
+    const db = await emptyDatabase();
+    const url = withPassword(db.url);
+    assert.equal((await queuebox(['migrate', '--url', url])).code, 0);
+    const outbox = await db.query<{
+      id: string;
+    }>(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, attempts, last_error, available_at)
+      VALUES (gen_random_uuid(), 'billing', 'order-9', '{}', 2, 'HTTP 500 Internal Server Error', now() + interval '5 minutes'),
+             (gen_random_uuid(), 'billing', 'order-9', '{}', 0, NULL, now()),
+             (gen_random_uuid(), 'shipping', 'order-9', '{}', 0, NULL, now()),
+             (gen_random_uuid(), 'billing', 'order-10', '{}', 0, NULL, now())
+      RETURNING id::text AS id`);
+    const [head, behind] = outbox.map((r) => r.id);
+    const inbox = await db.query<{
+      id: string;
+    }>(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload, attempts, last_error)
+      VALUES ('orders', 'e1', 'agg-2', '{}', 1, 'handler threw'), ('orders', 'e2', 'agg-2', '{}', 0, NULL)
+      RETURNING id::text AS id`);
+    const rows = async () =>
+      db.query<{ id: string; state: string; last_error: string | null }>(
+        `SELECT 'o' || id AS id, state, last_error FROM queuebox_outbox UNION ALL SELECT 'i' || id, state, last_error FROM queuebox_inbox ORDER BY 1`,
+      );
+
+    const text = await queuebox(['blocked', '--url', url, '--component', 'outbox']);
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, /head id\s+destination\s+key\s+state\s+attempts\s+next attempt\s+waiting\s+last error/);
+    assert.match(text.stdout, new RegExp(`${head}\\s+billing\\s+order-9\\s+pending\\s+2\\s+\\S+Z\\s+2\\s+HTTP 500 Internal Server Error`));
+    assert.doesNotMatch(text.stdout, /order-10/);
+    const json = await queuebox(['blocked', '--url', url, '--component', 'inbox', '--json']);
+    assert.deepEqual(
+      (JSON.parse(json.stdout) as Record<string, unknown>[]).map((r) => [r.headId, r.name, r.key, r.waiting]),
+      [[inbox[0].id, 'orders', 'agg-2', 1]],
+    );
+
+    const before = await rows();
+    const notHead = await queuebox(['skip-head', '--url', url, '--component', 'outbox', '--key', 'order-9', '--head-id', behind]);
+    assert.equal(notHead.code, 1);
+    assert.match(notHead.stderr, new RegExp(`nothing skipped: key "order-9" has no head row with id ${behind}`));
+    assert.deepEqual(await rows(), before);
+
+    const skip = await queuebox([
+      'skip-head',
+      '--url',
+      url,
+      '--component',
+      'outbox',
+      '--key',
+      'order-9',
+      '--head-id',
+      head,
+      '--reason',
+      'bad payload',
+    ]);
+    assert.equal(skip.code, 0, skip.stderr);
+    assert.match(skip.stdout, new RegExp(`Skipped row ${head}, the head of key "order-9"`));
+    const expected = before.map((r) => (r.id === `o${head}` ? { ...r, state: 'dead', last_error: 'skipped by admin: bad payload' } : r));
+    assert.deepEqual(await rows(), expected);
+    assert.match((await queuebox(['blocked', '--url', url, '--component', 'outbox'])).stdout, /No blocked outbox keys\./);
+
+    const noSource = await queuebox(['skip-head', '--url', url, '--component', 'inbox', '--key', 'agg-2']);
+    assert.equal(noSource.code, 2);
+    assert.match(noSource.stderr, /--name is required for inbox/);
+    const outboxName = await queuebox(['skip-head', '--url', url, '--component', 'outbox', '--key', 'order-10', '--name', 'billing']);
+    assert.equal(outboxName.code, 2);
+    const inboxSkip = await queuebox(['skip-head', '--url', url, '--component', 'inbox', '--name', 'orders', '--key', 'agg-2', '--json']);
+    assert.equal(inboxSkip.code, 0, inboxSkip.stderr);
+    assert.deepEqual(JSON.parse(inboxSkip.stdout), { component: 'inbox', skippedId: inbox[0].id });
+    assert.deepEqual(
+      await rows(),
+      expected.map((r) => (r.id === `i${inbox[0].id}` ? { ...r, state: 'dead', last_error: 'skipped by admin: queuebox skip-head' } : r)),
+    );
+  });
+
   it('answers --help, --version and usage errors with the documented exit codes', async () => {
     const help = await queuebox(['--help']);
     assert.equal(help.code, 0);
-    for (const command of ['migrate', 'status', 'sql', 'dead-letters']) assert.match(help.stdout, new RegExp(`\\n  ${command} `));
+    for (const command of ['migrate', 'status', 'sql', 'dead-letters', 'blocked', 'skip-head'])
+      assert.match(help.stdout, new RegExp(`\\n  ${command} `));
     assert.match(help.stdout, /Exit codes: 0 success; 1 failure/);
     const migrateHelp = await queuebox(['migrate', '--help']);
     assert.equal(migrateHelp.code, 0);
