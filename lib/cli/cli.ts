@@ -48,7 +48,8 @@ Database URL (every command but sql): --url, else $QUEUEBOX_DATABASE_URL, else $
   Passwords are never printed: every URL shown reads user:***@host.
 
 Exit codes: 0 success; 1 failure (cannot connect or log in, missing database or schema, SQL
-error); 2 usage error (unknown command or option, missing or malformed URL, bad --tables).`;
+error, skip-head skipped nothing); 2 usage error (unknown command or option, missing or malformed
+URL, bad --tables or --component, an unfiltered replay or discard without --all): nothing was done.`;
 
 /** The package's version, from the package.json above this file (dist/cli or .build/lib/cli). */
 function version(): string {
