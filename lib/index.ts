@@ -3,6 +3,7 @@ export type {
   BacklogRow,
   BlockedKeyRow,
   DeadLetterFilter,
+  DeadLetterIds,
   DeadLetterPage,
   DeadLetterRow,
   DeadLetterSelection,

@@ -65,11 +65,14 @@ export interface DeadLetterRow {
   payload?: unknown;
 }
 
+/** Dead rows picked by id (rows of other states among them are left out). */
+export type DeadLetterIds = { component: AdminComponent; ids: string[] };
+
 /**
  * Dead rows picked by id, or by a filter (every dead row it matches). A filter with no criterion
  * must say `all: true`, so an empty filter never replays or discards a whole table by accident.
  */
-export type DeadLetterSelection = (DeadLetterFilter & { all?: boolean }) | { component: AdminComponent; ids: string[] };
+export type DeadLetterSelection = (DeadLetterFilter & { all?: boolean }) | DeadLetterIds;
 
 /** A key or aggregate whose head row (its earliest unfinished row) is failing, and what waits behind it. */
 export interface BlockedKeyRow {

@@ -8,6 +8,7 @@ import type {
   BacklogRow,
   BlockedKeyRow,
   DeadLetterFilter,
+  DeadLetterIds,
   DeadLetterPage,
   DeadLetterRow,
   DeadLetterSelection,
@@ -48,9 +49,9 @@ export class QueueBoxAdmin {
     return this.dialect.adminBacklog();
   }
 
-  /** One page of dead rows matching `filter`, in id order; pass `nextAfterId` back as `afterId` for the next page. */
+  /** One page of dead rows matching `filter` (or picked by `ids`), in id order; pass `nextAfterId` back as `afterId` for the next page. */
   async listDeadLetters(
-    filter: DeadLetterFilter,
+    filter: DeadLetterFilter | DeadLetterIds,
     page: DeadLetterPage = {},
   ): Promise<{ rows: DeadLetterRow[]; nextAfterId: string | null }> {
     const selection = toSelection(filter, false);
@@ -60,8 +61,8 @@ export class QueueBoxAdmin {
     return { rows, nextAfterId: rows.length === limit ? rows[rows.length - 1].id : null };
   }
 
-  /** How many dead rows match `filter`. */
-  async countDeadLetters(filter: DeadLetterFilter): Promise<number> {
+  /** How many dead rows match `filter` (or are among `ids`). */
+  async countDeadLetters(filter: DeadLetterFilter | DeadLetterIds): Promise<number> {
     return this.dialect.deadLetterCount({ selection: toSelection(filter, false) });
   }
 

@@ -26,4 +26,23 @@ export const cliMessages = {
   schemaUnrecorded: (tables: string, name: string, migrationsTable: string) =>
     `${tables} already exist but migration ${name} is not recorded in TypeORM's "${migrationsTable}" table (were they created from plain SQL?). Nothing was changed; if you migrate with TypeORM, record it or drop the tables first.`,
   commandFailed: (detail: string) => `failed: ${detail}`,
+  subcommandMissing: (command: string, choices: readonly string[]) =>
+    `no sub-command given: use one of ${choices.join(', ')} (\`queuebox ${command} --help\`).`,
+  subcommandUnknown: (command: string, name: string, choices: readonly string[]) =>
+    `unknown sub-command ${JSON.stringify(name)}: use one of ${choices.join(', ')} (\`queuebox ${command} --help\`).`,
+  extraArguments: (values: readonly string[]) => `unexpected argument(s) ${values.map((v) => JSON.stringify(v)).join(' ')}.`,
+  componentMissing: () => '--component is required: outbox or inbox.',
+  componentInvalid: (value: string) => `--component ${JSON.stringify(value)} must be outbox or inbox.`,
+  optionRequired: (option: string, why: string) => `${option} is required ${why}.`,
+  optionNotHere: (option: string, where: string) => `${option} applies to ${where} only.`,
+  limitInvalid: (value: string, max: number) => `--limit ${JSON.stringify(value)} must be an integer from 1 to ${max}.`,
+  rowIdInvalid: (option: string, value: string) => `${option} ${JSON.stringify(value)} must be a row id (a positive integer).`,
+  timeInvalid: (option: string, value: string) =>
+    `${option} ${JSON.stringify(value)} is not a time: use ISO 8601, e.g. 2026-11-30T14:00:00Z (without a zone it is this machine's local time).`,
+  idsWithFilter: () => '--id picks rows by id: it does not combine with --name, --error, --after or --before.',
+  bulkWithoutAll: (action: string, component: string) =>
+    `${action} without --id, --name, --error, --after or --before would change every dead ${component} row: add a filter, or --all to mean it. Nothing was changed.`,
+  nothingSkipped: (what: string, headId: string | undefined) =>
+    `nothing skipped: ${what} has no ${headId === undefined ? 'head row' : `head row with id ${headId}`} that is pending or whose lease expired (it may be held by a worker, finished, or not exist). See \`queuebox blocked\`.`,
+  textInvalid: (option: string) => `${option} must be a non-empty text of at most 2000 characters.`,
 };

@@ -2,10 +2,14 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { describeError } from '../common/errors';
+import { QueueBoxAdminError } from '../errors/queuebox.errors';
 import { CliFailure, CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
-import type { CliIo, Command } from './command';
+import type { CliIo, Command, CommandValues } from './command';
+import { blockedCommand } from './commands/blocked.command';
+import { deadLettersCommand } from './commands/dead-letters.command';
 import { migrateCommand } from './commands/migrate.command';
+import { skipHeadCommand } from './commands/skip-head.command';
 import { sqlCommand } from './commands/sql.command';
 import { statusCommand } from './commands/status.command';
 import { maskSecrets, parseDatabaseUrl } from './database-url';
@@ -13,22 +17,26 @@ import { maskSecrets, parseDatabaseUrl } from './database-url';
 /** Exit codes, as documented in docs/cli.md. */
 export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
 
-/**
- * The commands, in help order. `dead-letters list|replay` comes next, built on the admin service
- * (QueueBoxAdmin) once it is merged; it is not stubbed here.
- */
-export const commands: readonly Command[] = [migrateCommand, statusCommand, sqlCommand];
+/** The commands, in help order. The row commands (dead-letters, ...) go through QueueBoxAdmin. */
+export const commands: readonly Command[] = [
+  migrateCommand,
+  statusCommand,
+  sqlCommand,
+  deadLettersCommand,
+  blockedCommand,
+  skipHeadCommand,
+];
 
 const HELP = `Usage: queuebox <command> [options]
 
 Commands:
-${commands.map((command) => `  ${command.name.padEnd(9)} ${command.summary}`).join('\n')}
+${commands.map((command) => `  ${command.name.padEnd(12)} ${command.summary}`).join('\n')}
 
 Options:
   -h, --help      Show this help; \`queuebox <command> --help\` shows a command's
   -v, --version   Print the version
 
-Database URL (migrate, status): --url, else $QUEUEBOX_DATABASE_URL, else $DATABASE_URL.
+Database URL (every command but sql): --url, else $QUEUEBOX_DATABASE_URL, else $DATABASE_URL.
   postgres://user:password@host:5432/database     also postgresql://; node-postgres reads
                                                   parameters such as ?sslmode=require
   mssql://user:password@host:1433/database        also sqlserver://; parameters:
@@ -40,7 +48,8 @@ Database URL (migrate, status): --url, else $QUEUEBOX_DATABASE_URL, else $DATABA
   Passwords are never printed: every URL shown reads user:***@host.
 
 Exit codes: 0 success; 1 failure (cannot connect or log in, missing database or schema, SQL
-error); 2 usage error (unknown command or option, missing or malformed URL, bad --tables).`;
+error, skip-head skipped nothing); 2 usage error (unknown command or option, missing or malformed
+URL, bad --tables or --component, an unfiltered replay or discard without --all): nothing was done.`;
 
 /** The package's version, from the package.json above this file (dist/cli or .build/lib/cli). */
 function version(): string {
@@ -99,10 +108,12 @@ export async function runCli(args: readonly string[], io: CliIo): Promise<number
     return EXIT.usage;
   }
   try {
-    let values: Record<string, string | boolean | undefined>;
+    let values: CommandValues;
+    let positionals: string[];
     try {
-      // No option is declared `multiple`, so every value is a string or a boolean.
-      values = parseArgs({ args: [...rest], options: command.options, strict: true, allowPositionals: false }).values as typeof values;
+      const parsed = parseArgs({ args: [...rest], options: command.options, strict: true, allowPositionals: command.positionals === true });
+      values = parsed.values as CommandValues;
+      positionals = parsed.positionals;
     } catch (error) {
       throw new CliUsageError(cliMessages.optionInvalid(command.name, error instanceof Error ? error.message : String(error)));
     }
@@ -110,9 +121,10 @@ export async function runCli(args: readonly string[], io: CliIo): Promise<number
       io.out(command.help);
       return EXIT.ok;
     }
-    return await command.run(values, safe);
+    return await command.run(values, safe, positionals);
   } catch (error) {
-    if (error instanceof CliUsageError) {
+    // QueueBoxAdmin validates its arguments before any statement: a bad one is a usage error.
+    if (error instanceof CliUsageError || error instanceof QueueBoxAdminError) {
       safe.err(`queuebox ${command.name}: ${error.message}`);
       return EXIT.usage;
     }

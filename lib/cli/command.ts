@@ -7,7 +7,8 @@ export interface CliIo {
   env: NodeJS.ProcessEnv;
 }
 
-export type CommandValues = Record<string, string | boolean | undefined>;
+/** Parsed options; an option declared `multiple` is a `string[]`. */
+export type CommandValues = Record<string, string | boolean | string[] | undefined>;
 
 /** One `queuebox <name>` command: its options (for `node:util` parseArgs), its help and what it does. */
 export interface Command {
@@ -17,8 +18,10 @@ export interface Command {
   /** The full `queuebox <name> --help` text. */
   help: string;
   options: NonNullable<ParseArgsConfig['options']>;
+  /** Whether it takes positional arguments (a sub-command such as `dead-letters list`). */
+  positionals?: boolean;
   /** Resolves to the exit code; throws `CliUsageError` (2) or anything else (1). */
-  run(values: CommandValues, io: CliIo): Promise<number>;
+  run(values: CommandValues, io: CliIo, positionals: string[]): Promise<number>;
 }
 
 /** Options of the commands that connect to a database. */
@@ -29,12 +32,17 @@ export const databaseOptions = {
   'migration-name': { type: 'string' },
 } as const satisfies Command['options'];
 
-export const DATABASE_OPTIONS_HELP = `  --url <url>                 Database URL; default $QUEUEBOX_DATABASE_URL, then $DATABASE_URL
+/** Options of the commands that connect to read or change rows (no migration involved). */
+export const connectionOptions = { url: databaseOptions.url, tables: databaseOptions.tables } as const satisfies Command['options'];
+
+export const CONNECTION_OPTIONS_HELP = `  --url <url>                 Database URL; default $QUEUEBOX_DATABASE_URL, then $DATABASE_URL
                               postgres://user:password@host:5432/database  (or postgresql://)
                               mssql://user:password@host:1433/database     (or sqlserver://)
                               (see \`queuebox --help\` for the SQL Server parameters)
   --tables <spec>             Table names as given to QueueBoxModule: outbox=<table>,inbox=<table>
-                              (each name or schema.name; default queuebox_outbox, queuebox_inbox)
+                              (each name or schema.name; default queuebox_outbox, queuebox_inbox)`;
+
+export const DATABASE_OPTIONS_HELP = `${CONNECTION_OPTIONS_HELP}
   --migrations-table <name>   TypeORM's migrations table (migrationsTableName); default migrations
   --migration-name <name>     Name of the QueueBox migration; default QueueBoxSchema1764460800000
                               (give each QueueBox schema in one database its own, ending in 13 digits)`;

@@ -8,48 +8,44 @@ import { mssqlTable } from './sqlserver/sqlserver.schema';
  * `queuebox/testing`'s outcome of a claimed batch. Pure functions of the dialect and the tables,
  * run with `dataSource.query(sql, params)`; they take no locks and change nothing.
  *
- * The backlog counts every row, finished ones included (one scan of each table), which suits an
- * operator's command, not a hot path.
+ * The finished-row count reads every sent or processed row, which suits an operator's command, not
+ * a hot path.
  */
 export interface InspectionQuery {
   sql: string;
   params: unknown[];
 }
 
-/** One row of `backlogQuery`: how many rows of a destination (outbox) or source (inbox) are in a state. */
-export interface BacklogCountRow {
+/** One row of `finishedCountQuery`: how many rows of a destination (outbox) or source (inbox) are finished. */
+export interface FinishedCountRow {
   component: 'outbox' | 'inbox';
   name: string;
-  state: string;
   count: number | string;
-  /** Seconds since the oldest row of this group was created (outbox) or received (inbox), by the database clock. */
-  oldest_age_seconds: number | string | null;
 }
 
-/** Counts per (destination or source, state) of both tables, with the age of each group's oldest row. */
-export function backlogQuery(type: 'postgres' | 'mssql', tables: QueueBoxTables): InspectionQuery {
+/**
+ * Sent outbox rows per destination and processed inbox rows per source: what `queuebox status`
+ * adds to `QueueBoxAdmin.backlog()`, which counts unfinished and dead rows only.
+ */
+export function finishedCountQuery(type: 'postgres' | 'mssql', tables: QueueBoxTables): InspectionQuery {
   if (type === 'mssql') {
-    const part = (component: string, table: TableName, name: string, since: string) =>
-      `SELECT N'${component}' AS [component], [${name}] AS [name], [state], COUNT_BIG(*) AS [count],
-  DATEDIFF_BIG(millisecond, MIN([${since}]), SYSUTCDATETIME()) / 1000.0 AS [oldest_age_seconds]
-FROM ${mssqlTable(table)} GROUP BY [${name}], [state]`;
+    const part = (component: string, table: TableName, name: string, state: string) =>
+      `SELECT N'${component}' AS [component], [${name}] AS [name], COUNT_BIG(*) AS [count]
+FROM ${mssqlTable(table)} WHERE [state] = N'${state}' GROUP BY [${name}]`;
     return {
-      sql: `${part('outbox', tables.outbox, 'destination', 'created_at')}
+      sql: `${part('outbox', tables.outbox, 'destination', 'sent')}
 UNION ALL
-${part('inbox', tables.inbox, 'source', 'received_at')}
-ORDER BY [component] DESC, [name], [state]`,
+${part('inbox', tables.inbox, 'source', 'processed')}`,
       params: [],
     };
   }
-  const part = (component: string, table: TableName, name: string, since: string) =>
-    `SELECT '${component}' AS component, "${name}" AS name, state, count(*) AS count,
-  EXTRACT(EPOCH FROM (clock_timestamp() - min("${since}")))::float8 AS oldest_age_seconds
-FROM ${pgTable(table)} GROUP BY "${name}", state`;
+  const part = (component: string, table: TableName, name: string, state: string) =>
+    `SELECT '${component}' AS component, "${name}" AS name, count(*) AS count
+FROM ${pgTable(table)} WHERE state = '${state}' GROUP BY "${name}"`;
   return {
-    sql: `${part('outbox', tables.outbox, 'destination', 'created_at')}
+    sql: `${part('outbox', tables.outbox, 'destination', 'sent')}
 UNION ALL
-${part('inbox', tables.inbox, 'source', 'received_at')}
-ORDER BY component DESC, name, state`,
+${part('inbox', tables.inbox, 'source', 'processed')}`,
     params: [],
   };
 }

@@ -99,7 +99,11 @@ describe('queuebox CLI', () => {
       (gen_random_uuid(), 'billing', '{}', 'pending', now() - interval '90 seconds'),
       (gen_random_uuid(), 'billing', '{}', 'pending', now()),
       (gen_random_uuid(), 'billing', '{}', 'sent', now()),
-      (gen_random_uuid(), 'shipping', '{}', 'dead', now())`);
+      (gen_random_uuid(), 'shipping', '{}', 'dead', now()),
+      (gen_random_uuid(), 'archive', '{}', 'sent', now())`);
+    // Scheduled for later: counted as pending, but it does not age the queue.
+    await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload, state, created_at, available_at)
+      VALUES (gen_random_uuid(), 'billing', '{}', 'pending', now() - interval '1 hour', now() + interval '1 hour')`);
     await db.query(`INSERT INTO queuebox_inbox (source, idempotency_key, payload, state) VALUES
       ('orders', 'a', '{}', 'processed'), ('orders', 'b', '{}', 'pending')`);
 
@@ -107,7 +111,8 @@ describe('queuebox CLI', () => {
     assert.equal(text.code, 0, text.stderr);
     assert.match(text.stdout, /Migration QueueBoxSchema1764460800000: applied/);
     assert.match(text.stdout, /destination\s+pending\s+processing\s+sent\s+dead\s+oldest pending/);
-    assert.match(text.stdout, /billing\s+2\s+0\s+1\s+0\s+1m 3\ds/);
+    assert.match(text.stdout, /archive\s+0\s+0\s+1\s+0\s+-/);
+    assert.match(text.stdout, /billing\s+3\s+0\s+1\s+0\s+1m 3\ds/);
     assert.match(text.stdout, /shipping\s+0\s+0\s+0\s+1\s+-/);
     assert.match(text.stdout, /orders\s+1\s+0\s+1\s+0\s+\ds/);
 
@@ -118,13 +123,14 @@ describe('queuebox CLI', () => {
     assert.ok(!report.database.includes(PASSWORD));
     const counts = report.backlog.map((e: Record<string, unknown>) => [e.component, e.name, e.pending, e.processing, e.done, e.dead]);
     assert.deepEqual(counts, [
-      ['outbox', 'billing', 2, 0, 1, 0],
+      ['outbox', 'archive', 0, 0, 1, 0],
+      ['outbox', 'billing', 3, 0, 1, 0],
       ['outbox', 'shipping', 0, 0, 0, 1],
       ['inbox', 'orders', 1, 0, 1, 0],
     ]);
-    const billing = report.backlog[0].oldestPendingAgeSeconds;
+    const billing = report.backlog[1].oldestPendingAgeSeconds;
     assert.ok(billing >= 90 && billing < 120, `oldest pending age ${billing}`);
-    assert.equal(report.backlog[1].oldestPendingAgeSeconds, null);
+    assert.equal(report.backlog[2].oldestPendingAgeSeconds, null);
   });
 
   it('status on a database without the schema says to run migrate, and exits 1', async () => {
@@ -187,10 +193,281 @@ describe('queuebox CLI', () => {
     }
   });
 
+  /** A migrated database with dead, pending and finished rows in both tables; returns their ids. */
+  const seededDatabase = async () => {
+    const db = await emptyDatabase();
+    const url = withPassword(db.url);
+    assert.equal((await queuebox(['migrate', '--url', url])).code, 0);
+    const outbox = async (
+      destination: string,
+      state: string,
+      lastError: string | null,
+      diedAgo: string | null,
+      key: string | null = null,
+    ) =>
+      (
+        await db.query<{ id: string }>(
+          `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, last_error, claimed_at)
+           VALUES (gen_random_uuid(), $1, $2, '{}', $3, 5, $4, now() - $5::interval) RETURNING id::text AS id`,
+          [destination, key, state, lastError, diedAgo],
+        )
+      )[0].id;
+    const ids = {
+      billing503: await outbox('billing', 'dead', 'HTTP 503 Service Unavailable\nfrom https://billing.internal', '2 hours', 'order-1'),
+      billingTimeout: await outbox('billing', 'dead', 'Timeout after 10000 ms', '30 minutes', 'order-2'),
+      shipping503: await outbox('shipping', 'dead', 'HTTP 503 from shipping', '10 minutes'),
+      billingPending: await outbox('billing', 'pending', 'HTTP 503 (will retry)', null),
+      billingSent: await outbox('billing', 'sent', null, '1 minute'),
+    };
+    const inbox = async (key: string, state: string, lastError: string | null) =>
+      (
+        await db.query<{ id: string }>(
+          `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload, state, attempts, last_error)
+           VALUES ('orders', $1, 'agg-1', '{}', $2, 3, $3) RETURNING id::text AS id`,
+          [key, state, lastError],
+        )
+      )[0].id;
+    const inboxIds = { dead: await inbox('evt-1', 'dead', 'handler threw: boom'), pending: await inbox('evt-2', 'pending', null) };
+    const states = async () =>
+      Object.fromEntries(
+        (
+          await db.query<{ k: string; state: string; attempts: number }>(
+            `SELECT 'o' || id AS k, state, attempts FROM queuebox_outbox UNION ALL SELECT 'i' || id, state, attempts FROM queuebox_inbox`,
+          )
+        ).map((r) => [r.k, `${r.state}/${r.attempts}`]),
+      );
+    const [{ hourAgo }] = await db.query<{ hourAgo: Date }>(`SELECT now() - interval '1 hour' AS "hourAgo"`);
+    return { db, url, ids, inboxIds, states, hourAgo: hourAgo.toISOString() };
+  };
+
+  it('dead-letters list and count pick dead rows by name, error, time and id, a page at a time', async () => {
+    const { url, ids, inboxIds, hourAgo } = await seededDatabase();
+    const list = async (...args: string[]) => {
+      const run = await queuebox(['dead-letters', 'list', '--url', url, '--json', ...args]);
+      assert.equal(run.code, 0, run.stderr);
+      const page = JSON.parse(run.stdout) as { rows: { id: string }[]; nextAfterId: string | null };
+      return { ids: page.rows.map((r) => r.id), next: page.nextAfterId, page };
+    };
+    assert.deepEqual((await list('--component', 'outbox')).ids, [ids.billing503, ids.billingTimeout, ids.shipping503]);
+    assert.deepEqual((await list('--component', 'outbox', '--name', 'billing')).ids, [ids.billing503, ids.billingTimeout]);
+    assert.deepEqual((await list('--component', 'outbox', '--error', 'http 503')).ids, [ids.billing503, ids.shipping503]);
+    assert.deepEqual((await list('--component', 'outbox', '--after', hourAgo)).ids, [ids.billingTimeout, ids.shipping503]);
+    assert.deepEqual((await list('--component', 'outbox', '--before', hourAgo)).ids, [ids.billing503]);
+    assert.deepEqual(
+      (await list('--component', 'outbox', '--id', `${ids.shipping503},${ids.billingPending}`, '--id', ids.billing503)).ids,
+      [ids.billing503, ids.shipping503],
+    );
+    const inbox = await list('--component', 'inbox');
+    assert.deepEqual(inbox.ids, [inboxIds.dead]);
+    assert.equal((inbox.page.rows[0] as unknown as { idempotencyKey: string }).idempotencyKey, 'evt-1');
+
+    const first = await list('--component', 'outbox', '--limit', '2');
+    assert.deepEqual(first, { ...first, ids: [ids.billing503, ids.billingTimeout], next: ids.billingTimeout });
+    const second = await list('--component', 'outbox', '--limit', '2', '--after-id', first.next as string);
+    assert.deepEqual([second.ids, second.next], [[ids.shipping503], null]);
+
+    const text = await queuebox(['dead-letters', 'list', '--url', url, '--component', 'outbox', '--name', 'billing', '--limit', '1']);
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, /id\s+message id\s+destination\s+key\s+attempts\s+died at\s+last error/);
+    assert.match(
+      text.stdout,
+      new RegExp(
+        `${ids.billing503}\\s+[0-9a-f-]{36}\\s+billing\\s+order-1\\s+5\\s+\\d{4}-\\d\\d-\\d\\dT[0-9:]{8}Z\\s+HTTP 503 Service Unavailable from https://billing`,
+      ),
+    );
+    assert.match(text.stdout, new RegExp(`add --after-id ${ids.billing503} for the next page`));
+    const inboxText = await queuebox(['dead-letters', 'list', '--url', url, '--component', 'inbox']);
+    assert.match(inboxText.stdout, /idempotency key\s+source\s+aggregate/);
+    assert.match(inboxText.stdout, /evt-1\s+orders\s+agg-1\s+3 .*handler threw: boom/);
+    assert.match(inboxText.stdout, /1 row\(s\); no more pages/);
+
+    const count = await queuebox(['dead-letters', 'count', '--url', url, '--component', 'outbox', '--error', '503']);
+    assert.equal(count.code, 0, count.stderr);
+    assert.match(count.stdout, /^2 dead outbox row\(s\) match\.$/m);
+    const countJson = await queuebox([
+      'dead-letters',
+      'count',
+      '--url',
+      url,
+      '--component',
+      'outbox',
+      '--json',
+      '--id',
+      `${ids.billingPending},${ids.billingTimeout}`,
+    ]);
+    assert.deepEqual(JSON.parse(countJson.stdout), { component: 'outbox', count: 1 });
+  });
+
+  it('dead-letters replay and discard change exactly the dead rows selected, and refuse an unfiltered run without --all', async () => {
+    const { db, url, ids, inboxIds, states } = await seededDatabase();
+    const before = await states();
+
+    const unfiltered = await queuebox(['dead-letters', 'replay', '--url', url, '--component', 'outbox']);
+    assert.equal(unfiltered.code, 2);
+    assert.match(
+      unfiltered.stderr,
+      /replay without --id, --name, --error, --after or --before would change every dead outbox row: .*--all/,
+    );
+    assert.equal((await queuebox(['dead-letters', 'discard', '--url', url, '--component', 'inbox'])).code, 2);
+    assert.deepEqual(await states(), before, 'an unfiltered run without --all changes nothing');
+
+    const replay = await queuebox([
+      'dead-letters',
+      'replay',
+      '--url',
+      url,
+      '--component',
+      'outbox',
+      '--name',
+      'billing',
+      '--error',
+      'timeout',
+    ]);
+    assert.equal(replay.code, 0, replay.stderr);
+    assert.match(replay.stdout, /Replayed 1 dead outbox row\(s\)/);
+    assert.deepEqual(await states(), { ...before, [`o${ids.billingTimeout}`]: 'pending/0' });
+    const [replayed] = await db.query<{ headers: Record<string, string>; last_error: string }>(
+      'SELECT headers, last_error FROM queuebox_outbox WHERE id = $1',
+      [ids.billingTimeout],
+    );
+    assert.equal(replayed.headers['X-QueueBox-Replay-Count'], '1');
+    assert.equal(replayed.last_error, 'Timeout after 10000 ms');
+
+    const discard = await queuebox([
+      'dead-letters',
+      'discard',
+      '--url',
+      url,
+      '--component',
+      'outbox',
+      '--json',
+      '--id',
+      `${ids.shipping503},${ids.billingPending},${ids.billingSent}`,
+    ]);
+    assert.equal(discard.code, 0, discard.stderr);
+    assert.deepEqual(JSON.parse(discard.stdout), { component: 'outbox', discarded: 1 });
+    const afterDiscard = { ...before, [`o${ids.billingTimeout}`]: 'pending/0' };
+    delete afterDiscard[`o${ids.shipping503}`];
+    assert.deepEqual(await states(), afterDiscard, 'only the dead row among the ids is deleted');
+
+    const all = await queuebox(['dead-letters', 'replay', '--url', url, '--component', 'outbox', '--all']);
+    assert.equal(all.code, 0, all.stderr);
+    assert.match(all.stdout, /Replayed 1 dead outbox row\(s\)/);
+    const discardInbox = await queuebox(['dead-letters', 'discard', '--url', url, '--component', 'inbox', '--all']);
+    assert.match(discardInbox.stdout, /Discarded 1 dead inbox row\(s\)/);
+    const end = { ...afterDiscard, [`o${ids.billing503}`]: 'pending/0' };
+    delete end[`i${inboxIds.dead}`];
+    assert.deepEqual(await states(), end);
+  });
+
+  it('dead-letters answers bad arguments with exit 2 before touching the database', async () => {
+    const { url, states } = await seededDatabase();
+    const before = await states();
+    const cases: { args: string[]; message: RegExp }[] = [
+      { args: ['list', '--component', 'outbx'], message: /--component "outbx" must be outbox or inbox/ },
+      { args: ['replay', '--name', 'billing'], message: /--component is required/ },
+      { args: [], message: /no sub-command given: use one of list, count, replay, discard/ },
+      { args: ['requeue', '--component', 'outbox'], message: /unknown sub-command "requeue"/ },
+      {
+        args: ['replay', '--component', 'outbox', '--id', '7', '--name', 'billing'],
+        message: /--id picks rows by id: it does not combine/,
+      },
+      { args: ['discard', '--component', 'outbox', '--id', '7,x'], message: /--id "x" must be a row id/ },
+      { args: ['list', '--component', 'outbox', '--limit', '0'], message: /--limit "0" must be an integer from 1 to 1000/ },
+      { args: ['list', '--component', 'outbox', '--after', 'yesterday'], message: /--after "yesterday" is not a time/ },
+      { args: ['count', '--component', 'outbox', '--all'], message: /--all applies to replay and discard only/ },
+      { args: ['replay', '--component', 'outbox', '--all', '--limit', '5'], message: /--limit applies to list only/ },
+    ];
+    for (const { args, message } of cases) {
+      const run = await queuebox(['dead-letters', ...args, '--url', url]);
+      assert.equal(run.code, 2, `${args.join(' ')}: ${run.stderr}`);
+      assert.match(run.stderr, message);
+      assert.equal(run.stderr.trim().split('\n').length, 1, `one line: ${run.stderr}`);
+    }
+    assert.deepEqual(await states(), before);
+    const help = await queuebox(['dead-letters', '--help']);
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /Usage: queuebox dead-letters list\|count\|replay\|discard/);
+  });
+
+  it('blocked lists keys behind a failing head; skip-head dead-letters that head only, and only while it is the head', async () => {
+    const db = await emptyDatabase();
+    const url = withPassword(db.url);
+    assert.equal((await queuebox(['migrate', '--url', url])).code, 0);
+    const outbox = await db.query<{
+      id: string;
+    }>(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, attempts, last_error, available_at)
+      VALUES (gen_random_uuid(), 'billing', 'order-9', '{}', 2, 'HTTP 500 Internal Server Error', now() + interval '5 minutes'),
+             (gen_random_uuid(), 'billing', 'order-9', '{}', 0, NULL, now()),
+             (gen_random_uuid(), 'shipping', 'order-9', '{}', 0, NULL, now()),
+             (gen_random_uuid(), 'billing', 'order-10', '{}', 0, NULL, now())
+      RETURNING id::text AS id`);
+    const [head, behind] = outbox.map((r) => r.id);
+    const inbox = await db.query<{
+      id: string;
+    }>(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload, attempts, last_error)
+      VALUES ('orders', 'e1', 'agg-2', '{}', 1, 'handler threw'), ('orders', 'e2', 'agg-2', '{}', 0, NULL)
+      RETURNING id::text AS id`);
+    const rows = async () =>
+      db.query<{ id: string; state: string; last_error: string | null }>(
+        `SELECT 'o' || id AS id, state, last_error FROM queuebox_outbox UNION ALL SELECT 'i' || id, state, last_error FROM queuebox_inbox ORDER BY 1`,
+      );
+
+    const text = await queuebox(['blocked', '--url', url, '--component', 'outbox']);
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, /head id\s+destination\s+key\s+state\s+attempts\s+next attempt\s+waiting\s+last error/);
+    assert.match(text.stdout, new RegExp(`${head}\\s+billing\\s+order-9\\s+pending\\s+2\\s+\\S+Z\\s+2\\s+HTTP 500 Internal Server Error`));
+    assert.doesNotMatch(text.stdout, /order-10/);
+    const json = await queuebox(['blocked', '--url', url, '--component', 'inbox', '--json']);
+    assert.deepEqual(
+      (JSON.parse(json.stdout) as Record<string, unknown>[]).map((r) => [r.headId, r.name, r.key, r.waiting]),
+      [[inbox[0].id, 'orders', 'agg-2', 1]],
+    );
+
+    const before = await rows();
+    const notHead = await queuebox(['skip-head', '--url', url, '--component', 'outbox', '--key', 'order-9', '--head-id', behind]);
+    assert.equal(notHead.code, 1);
+    assert.match(notHead.stderr, new RegExp(`nothing skipped: key "order-9" has no head row with id ${behind}`));
+    assert.deepEqual(await rows(), before);
+
+    const skip = await queuebox([
+      'skip-head',
+      '--url',
+      url,
+      '--component',
+      'outbox',
+      '--key',
+      'order-9',
+      '--head-id',
+      head,
+      '--reason',
+      'bad payload',
+    ]);
+    assert.equal(skip.code, 0, skip.stderr);
+    assert.match(skip.stdout, new RegExp(`Skipped row ${head}, the head of key "order-9"`));
+    const expected = before.map((r) => (r.id === `o${head}` ? { ...r, state: 'dead', last_error: 'skipped by admin: bad payload' } : r));
+    assert.deepEqual(await rows(), expected);
+    assert.match((await queuebox(['blocked', '--url', url, '--component', 'outbox'])).stdout, /No blocked outbox keys\./);
+
+    const noSource = await queuebox(['skip-head', '--url', url, '--component', 'inbox', '--key', 'agg-2']);
+    assert.equal(noSource.code, 2);
+    assert.match(noSource.stderr, /--name is required for inbox/);
+    const outboxName = await queuebox(['skip-head', '--url', url, '--component', 'outbox', '--key', 'order-10', '--name', 'billing']);
+    assert.equal(outboxName.code, 2);
+    const inboxSkip = await queuebox(['skip-head', '--url', url, '--component', 'inbox', '--name', 'orders', '--key', 'agg-2', '--json']);
+    assert.equal(inboxSkip.code, 0, inboxSkip.stderr);
+    assert.deepEqual(JSON.parse(inboxSkip.stdout), { component: 'inbox', skippedId: inbox[0].id });
+    assert.deepEqual(
+      await rows(),
+      expected.map((r) => (r.id === `i${inbox[0].id}` ? { ...r, state: 'dead', last_error: 'skipped by admin: queuebox skip-head' } : r)),
+    );
+  });
+
   it('answers --help, --version and usage errors with the documented exit codes', async () => {
     const help = await queuebox(['--help']);
     assert.equal(help.code, 0);
-    for (const command of ['migrate', 'status', 'sql']) assert.match(help.stdout, new RegExp(`\\n  ${command} `));
+    for (const command of ['migrate', 'status', 'sql', 'dead-letters', 'blocked', 'skip-head'])
+      assert.match(help.stdout, new RegExp(`\\n  ${command} `));
     assert.match(help.stdout, /Exit codes: 0 success; 1 failure/);
     const migrateHelp = await queuebox(['migrate', '--help']);
     assert.equal(migrateHelp.code, 0);

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import { parseTableName } from '../../lib/common/identifiers';
-import { backlogQuery, rowStatesQuery } from '../../lib/dialects/inspection.sql';
+import { finishedCountQuery, rowStatesQuery } from '../../lib/dialects/inspection.sql';
 
 // The SQL Server side of the read-only inspection statements (CLI status, queuebox/testing), checked
 // without a server like the dialect's own statements: they parse with the T-SQL grammar. The
@@ -26,11 +26,11 @@ describe('inspection statements on SQL Server', () => {
     inbox: parseTableName('tables.inbox', 'queuebox_inbox'),
   };
 
-  it('the backlog query parses and reads both tables, quoted', () => {
-    const { sql, params } = backlogQuery('mssql', tables);
+  it('the finished-row count parses and reads both tables, quoted', () => {
+    const { sql, params } = finishedCountQuery('mssql', tables);
     assert.deepEqual(tsqlSyntaxErrors(sql), []);
-    assert.match(sql, /FROM \[messaging\]\.\[events_out\] GROUP BY \[destination\], \[state\]/);
-    assert.match(sql, /FROM \[queuebox_inbox\] GROUP BY \[source\], \[state\]/);
+    assert.match(sql, /FROM \[messaging\]\.\[events_out\] WHERE \[state\] = N'sent' GROUP BY \[destination\]/);
+    assert.match(sql, /FROM \[queuebox_inbox\] WHERE \[state\] = N'processed' GROUP BY \[source\]/);
     assert.deepEqual(params, []);
   });
 

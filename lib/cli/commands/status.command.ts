@@ -1,4 +1,5 @@
 import { MigrationExecutor } from 'typeorm';
+import { createQueueBoxAdmin } from '../../admin/create-queuebox-admin';
 import { type BacklogEntry, readBacklog } from '../backlog';
 import { CliFailure } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
@@ -32,7 +33,13 @@ ${DATABASE_OPTIONS_HELP}
       const present = await tablesPresent(dataSource, tables);
       const applied = (await new MigrationExecutor(dataSource).getPendingMigrations()).length === 0;
       const complete = present.outbox && present.inbox;
-      const backlog = complete ? await readBacklog(dataSource, tables) : [];
+      const backlog = complete
+        ? await readBacklog(
+            await createQueueBoxAdmin(dataSource, { tables: { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified } }),
+            dataSource,
+            tables,
+          )
+        : [];
       if (json) {
         io.out(
           JSON.stringify(

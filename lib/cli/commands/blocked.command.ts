@@ -1,0 +1,73 @@
+import { parseComponent, parseLimit } from '../admin-options';
+import { withAdmin } from '../admin-session';
+import { CONNECTION_OPTIONS_HELP, type Command, connectionOptions } from '../command';
+import { formatTable, formatTime, oneLine } from '../table';
+
+export const blockedCommand: Command = {
+  name: 'blocked',
+  summary: 'List keys held back by a failing head row',
+  help: `Usage: queuebox blocked --component outbox|inbox [--limit <n>] [--json] [options]
+
+Lists the keys (outbox "key") and aggregates (inbox source and aggregate id) whose head row, the
+earliest unfinished row of the key, has failed at least once and is not finished: every later row
+of that key waits behind it. For each: the head row's id (for \`queuebox skip-head --head-id\`),
+destination or source, key, state, attempts, its next attempt (or lease end), how many rows wait
+and its last error. Reads only.
+
+Options:
+  --component <outbox|inbox>  Required
+  --limit <n>                 At most this many keys, 1 to 1000 (default 50), oldest head first
+  --json                      Print the rows as a JSON array
+${CONNECTION_OPTIONS_HELP}
+  -h, --help                  Show this help
+
+Example:
+  queuebox blocked --component outbox`,
+  options: {
+    ...connectionOptions,
+    component: { type: 'string' },
+    limit: { type: 'string' },
+    json: { type: 'boolean' },
+    help: { type: 'boolean', short: 'h' },
+  },
+  async run(values, io) {
+    const component = parseComponent(values);
+    const limit = parseLimit(values);
+    return withAdmin(values, io, async ({ admin, target }) => {
+      const rows = await admin.listBlockedKeys({ component, limit });
+      if (values.json === true) {
+        io.out(JSON.stringify(rows, null, 2));
+        return 0;
+      }
+      io.out(`Database: ${target.masked} (${target.type})`);
+      if (rows.length === 0) {
+        io.out(`No blocked ${component} keys.`);
+        return 0;
+      }
+      const header = [
+        'head id',
+        component === 'outbox' ? 'destination' : 'source',
+        component === 'outbox' ? 'key' : 'aggregate',
+        'state',
+        'attempts',
+        'next attempt',
+        'waiting',
+        'last error',
+      ];
+      const table = rows.map((r) => [
+        r.headId,
+        r.name,
+        oneLine(r.key, 30),
+        r.state,
+        String(r.attempts),
+        formatTime(r.nextAttemptAt),
+        String(r.waiting),
+        oneLine(r.lastError, 60),
+      ]);
+      io.out(`Blocked ${component} keys:`);
+      for (const line of formatTable(header, table, [0, 4, 6])) io.out(line);
+      if (rows.length === (limit ?? 50)) io.out(`${rows.length} key(s) shown; there may be more: raise --limit.`);
+      return 0;
+    });
+  },
+};

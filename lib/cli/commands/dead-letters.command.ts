@@ -1,0 +1,148 @@
+import type { AdminComponent, DeadLetterRow } from '../../admin/admin.types';
+import { parseDeadSelection, parseLimit, parseRowId } from '../admin-options';
+import { withAdmin } from '../admin-session';
+import { CliUsageError } from '../cli.errors';
+import { cliMessages } from '../cli.messages';
+import { CONNECTION_OPTIONS_HELP, type Command, connectionOptions } from '../command';
+import { formatTable, formatTime, oneLine } from '../table';
+
+const ACTIONS = ['list', 'count', 'replay', 'discard'] as const;
+type Action = (typeof ACTIONS)[number];
+const ERROR_WIDTH = 60;
+
+export const deadLettersCommand: Command = {
+  name: 'dead-letters',
+  summary: 'List, count, replay or discard dead outbox or inbox rows',
+  help: `Usage: queuebox dead-letters list|count|replay|discard --component outbox|inbox [filters] [options]
+
+  list      One page of dead rows in id order: id, message id (outbox) or idempotency key
+            (inbox), destination or source, key or aggregate, attempts, when it died (its last
+            attempt) and the last error, cut to ${ERROR_WIDTH} characters (--json has it whole)
+  count     How many dead rows match
+  replay    Put the matching dead rows back to pending (attempts 0, due now, last error kept,
+            headers X-QueueBox-Replay-Count and X-QueueBox-Replayed-At added); prints how many
+  discard   Delete the matching dead rows; prints how many
+
+Only dead rows are read or changed, whatever the filter. replay and discard refuse to run with
+no --id and no filter unless --all is given.
+
+Filters (they combine with AND):
+  --component <outbox|inbox>  Required
+  --name <name>               Destination (outbox) or source (inbox), exactly
+  --error <text>              Last error contains this text (case-insensitive on PostgreSQL)
+  --after <time>              Died at or after this ISO 8601 time (e.g. 2026-11-30T14:00:00Z)
+  --before <time>             Died before this ISO 8601 time
+  --id <id>                   These rows only: repeat it or give a comma list (--id 7,8);
+                              not combined with the other filters
+
+Options:
+  --all                       replay, discard: every dead row of the component
+  --limit <n>                 list: rows per page, 1 to 1000 (default 50)
+  --after-id <id>             list: the page after this id (as printed by the previous page)
+  --json                      Print JSON: list {rows, nextAfterId}, count {count},
+                              replay {replayed}, discard {discarded}
+${CONNECTION_OPTIONS_HELP}
+  -h, --help                  Show this help
+
+Examples:
+  queuebox dead-letters list --component outbox --name billing --error timeout
+  queuebox dead-letters replay --component outbox --name billing --after 2026-11-30T09:00:00Z
+  queuebox dead-letters discard --component inbox --id 412,413`,
+  options: {
+    ...connectionOptions,
+    component: { type: 'string' },
+    name: { type: 'string' },
+    error: { type: 'string' },
+    after: { type: 'string' },
+    before: { type: 'string' },
+    id: { type: 'string', multiple: true },
+    all: { type: 'boolean' },
+    limit: { type: 'string' },
+    'after-id': { type: 'string' },
+    json: { type: 'boolean' },
+    help: { type: 'boolean', short: 'h' },
+  },
+  positionals: true,
+  async run(values, io, positionals) {
+    const [action, ...extra] = positionals;
+    if (action === undefined) throw new CliUsageError(cliMessages.subcommandMissing('dead-letters', ACTIONS));
+    if (!(ACTIONS as readonly string[]).includes(action))
+      throw new CliUsageError(cliMessages.subcommandUnknown('dead-letters', action, ACTIONS));
+    if (extra.length > 0) throw new CliUsageError(cliMessages.extraArguments(extra));
+    const { selection, filtered } = parseDeadSelection(values);
+    const { component } = selection;
+    const json = values.json === true;
+    const write = action === 'replay' || action === 'discard';
+    if (!write && values.all !== undefined) throw new CliUsageError(cliMessages.optionNotHere('--all', 'replay and discard'));
+    if (action !== 'list') {
+      for (const option of ['limit', 'after-id'])
+        if (values[option] !== undefined) throw new CliUsageError(cliMessages.optionNotHere(`--${option}`, 'list'));
+    }
+    if (write && !filtered && values.all !== true) throw new CliUsageError(cliMessages.bulkWithoutAll(action, component));
+    const limit = parseLimit(values);
+    const afterId = values['after-id'] === undefined ? undefined : parseRowId('--after-id', values['after-id'] as string);
+
+    return withAdmin(values, io, async ({ admin, target }) => {
+      if (!json) io.out(`Database: ${target.masked} (${target.type})`);
+      switch (action as Action) {
+        case 'list': {
+          const page = await admin.listDeadLetters(selection, { limit, afterId });
+          if (json) io.out(JSON.stringify(page, null, 2));
+          else for (const line of formatDeadLetters(component, page.rows, page.nextAfterId, values)) io.out(line);
+          return 0;
+        }
+        case 'count': {
+          const count = await admin.countDeadLetters(selection);
+          io.out(json ? JSON.stringify({ component, count }) : `${count} dead ${component} row(s) match.`);
+          return 0;
+        }
+        case 'replay': {
+          const replayed = await admin.replayDeadLetters({ ...selection, all: values.all === true });
+          io.out(json ? JSON.stringify({ component, replayed }) : `Replayed ${replayed} dead ${component} row(s): they are pending again.`);
+          return 0;
+        }
+        case 'discard': {
+          const discarded = await admin.discardDeadLetters({ ...selection, all: values.all === true });
+          io.out(json ? JSON.stringify({ component, discarded }) : `Discarded ${discarded} dead ${component} row(s).`);
+          return 0;
+        }
+      }
+    });
+  },
+};
+
+/** A page of dead rows as a table, then how to get the next page. */
+export function formatDeadLetters(
+  component: AdminComponent,
+  rows: DeadLetterRow[],
+  nextAfterId: string | null,
+  values: Record<string, unknown>,
+): string[] {
+  if (rows.length === 0)
+    return [`No dead ${component} rows match${values['after-id'] === undefined ? '' : ` after id ${values['after-id']}`}.`];
+  const header = [
+    'id',
+    component === 'outbox' ? 'message id' : 'idempotency key',
+    component === 'outbox' ? 'destination' : 'source',
+    component === 'outbox' ? 'key' : 'aggregate',
+    'attempts',
+    'died at',
+    'last error',
+  ];
+  const table = rows.map((r) => [
+    r.id,
+    oneLine(component === 'outbox' ? r.messageId : r.idempotencyKey, 40),
+    r.name,
+    oneLine(r.key, 30),
+    String(r.attempts),
+    formatTime(r.lastAttemptAt ?? r.createdAt),
+    oneLine(r.lastError, ERROR_WIDTH),
+  ]);
+  const lines = [`Dead ${component} rows:`, ...formatTable(header, table, [0, 4])];
+  lines.push(
+    nextAfterId === null
+      ? `${rows.length} row(s); no more pages.`
+      : `${rows.length} row(s); more may follow: add --after-id ${nextAfterId} for the next page.`,
+  );
+  return lines;
+}

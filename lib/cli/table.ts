@@ -1,0 +1,19 @@
+/** Rows as aligned columns, two spaces apart, each line indented by two; `right` columns are right-aligned. */
+export function formatTable(header: readonly string[], rows: readonly string[][], right: readonly number[] = []): string[] {
+  const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i].length)));
+  const format = (row: readonly string[]) =>
+    `  ${row.map((cell, i) => (right.includes(i) ? cell.padStart(widths[i]) : i === row.length - 1 ? cell : cell.padEnd(widths[i]))).join('  ')}`;
+  return [format(header), ...rows.map(format)];
+}
+
+/** One line of at most `max` characters: whitespace runs (newlines included) collapsed, `…` when cut. */
+export function oneLine(text: string | null, max: number): string {
+  if (text === null) return '-';
+  const flat = text.replace(/\s+/g, ' ').trim();
+  return flat.length <= max ? flat : `${flat.slice(0, max - 1)}…`;
+}
+
+/** An instant as ISO 8601 UTC to the second: `2026-11-30T14:03:07Z`. */
+export function formatTime(time: Date | null): string {
+  return time === null ? '-' : `${time.toISOString().slice(0, 19)}Z`;
+}
