@@ -4,7 +4,7 @@ import type { QueueBoxAdmin } from '../admin/queuebox.admin';
 import type { QueueBoxTables } from '../dialects/dialect';
 import { CliFailure } from './cli.errors';
 import { cliMessages } from './cli.messages';
-import { databaseTarget, describeTables, migrationFor, parseTables } from './cli-options';
+import { databaseTarget, describeTables, migrationsFor, parseTables } from './cli-options';
 import { type CliIo, type CommandValues, DEFAULT_MIGRATIONS_TABLE } from './command';
 import { openDataSource, tablesPresent } from './connect';
 import type { DatabaseTarget } from './database-url';
@@ -24,8 +24,8 @@ export interface AdminSession {
 export async function withAdmin<T>(values: CommandValues, io: CliIo, work: (session: AdminSession) => Promise<T>): Promise<T> {
   const target = databaseTarget(values.url as string | undefined, io.env);
   const tables = parseTables(values.tables as string | undefined);
-  // The DataSource needs no migration here; it is given the QueueBox one only to satisfy openDataSource.
-  const dataSource = await openDataSource(target, migrationFor(tables).class, DEFAULT_MIGRATIONS_TABLE);
+  // No migration runs here; the DataSource knows them only because openDataSource always says which.
+  const dataSource = await openDataSource(target, migrationsFor(tables).classes, DEFAULT_MIGRATIONS_TABLE);
   try {
     const present = await tablesPresent(dataSource, tables);
     if (!present.outbox || !present.inbox) throw new CliFailure(cliMessages.schemaMissing(describeTables(tables)));

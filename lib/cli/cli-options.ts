@@ -1,7 +1,7 @@
 import type { MigrationInterface } from 'typeorm';
 import type { QueueBoxTables } from '../dialects/dialect';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import { createQueueBoxMigration } from '../migrations/queuebox.migration';
+import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../migrations/queuebox.migration';
 import { resolveTables } from '../queuebox.options';
 import { CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
@@ -38,11 +38,23 @@ export function describeTables(tables: QueueBoxTables): string {
 }
 
 const DEFAULT_MIGRATION_NAME = 'QueueBoxSchema1764460800000';
+const OPERATIONS_MIGRATION_NAME = 'QueueBoxOperations1764633600000';
 
-/** The QueueBox migration class for `tables`, named `name` (default: the shipped migration's name). */
-export function migrationFor(tables: QueueBoxTables, name = DEFAULT_MIGRATION_NAME): { name: string; class: new () => MigrationInterface } {
+export interface QueueBoxMigrations {
+  /** The schema migration's name (`--migration-name`, default the shipped one) and the operations migration's. */
+  names: { schema: string; operations: string };
+  /** Both classes, in the order they run. */
+  classes: (new () => MigrationInterface)[];
+}
+
+/** The two QueueBox migrations for `tables`: the schema (named `name`), then the operations indexes. */
+export function migrationsFor(tables: QueueBoxTables, name = DEFAULT_MIGRATION_NAME): QueueBoxMigrations {
+  const named = { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
   try {
-    return { name, class: createQueueBoxMigration({ tables: { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified }, name }) };
+    return {
+      names: { schema: name, operations: OPERATIONS_MIGRATION_NAME },
+      classes: [createQueueBoxMigration({ tables: named, name }), createQueueBoxOperationsMigration({ tables: named })],
+    };
   } catch (error) {
     if (error instanceof QueueBoxConfigError) throw new CliUsageError(`--migration-name: ${error.message}`);
     throw error;

@@ -3,15 +3,15 @@ import type { QueueBoxTables } from '../dialects/dialect';
 import { connectionFailure } from './connection-errors';
 import type { DatabaseTarget } from './database-url';
 
-/** Opens a DataSource on `target` that knows the QueueBox migration; a failure to connect becomes a one-line `CliFailure`. */
+/** Opens a DataSource on `target` that knows the QueueBox migrations; a failure to connect becomes a one-line `CliFailure`. */
 export async function openDataSource(
   target: DatabaseTarget,
-  migration: new () => MigrationInterface,
+  migrations: (new () => MigrationInterface)[],
   migrationsTableName: string,
 ): Promise<DataSource> {
   const dataSource = new DataSource({
     ...target.connection,
-    migrations: [migration],
+    migrations,
     migrationsTableName,
     logging: false,
   } as DataSourceOptions);

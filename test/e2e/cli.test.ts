@@ -3,6 +3,8 @@ import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
+import { DataSource } from 'typeorm';
+import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 
@@ -32,6 +34,17 @@ function queuebox(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
 }
 
 /** The database's URL with a password in it (the test server trusts local connections, so any password works). */
+/** A database as an app left it before the operations migration existed: the schema migration only. */
+async function migrateSchemaOnly(url: string): Promise<void> {
+  const dataSource = new DataSource({ type: 'postgres', url, migrations: [createQueueBoxMigration()], logging: false });
+  await dataSource.initialize();
+  try {
+    await dataSource.runMigrations();
+  } finally {
+    await dataSource.destroy();
+  }
+}
+
 function withPassword(url: string): string {
   const parsed = new URL(url);
   parsed.password = PASSWORD;
@@ -66,13 +79,36 @@ describe('queuebox CLI', () => {
     const first = await queuebox(['migrate', '--url', url]);
     assert.equal(first.code, 0, first.stderr);
     assert.match(first.stdout, /Applied migration QueueBoxSchema1764460800000/);
+    assert.match(first.stdout, /Applied migration QueueBoxOperations1764633600000/);
     assert.match(first.stdout, /Database: postgres:\/\/postgres:\*\*\*@/);
     assert.deepEqual(await tableNames(db), ['migrations', 'queuebox_inbox', 'queuebox_outbox']);
 
     const second = await queuebox(['migrate', '--url', url]);
     assert.equal(second.code, 0, second.stderr);
-    assert.match(second.stdout, /Nothing to do: migration QueueBoxSchema1764460800000 is already applied/);
-    assert.deepEqual(await db.query('SELECT name FROM migrations'), [{ name: 'QueueBoxSchema1764460800000' }]);
+    assert.match(
+      second.stdout,
+      /Nothing to do: migrations QueueBoxSchema1764460800000 and QueueBoxOperations1764633600000 are already applied/,
+    );
+    assert.deepEqual(await db.query('SELECT name FROM migrations ORDER BY id'), [
+      { name: 'QueueBoxSchema1764460800000' },
+      { name: 'QueueBoxOperations1764633600000' },
+    ]);
+    const indexes = await db.query<{ indexname: string }>("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%dead%' ORDER BY 1");
+    assert.equal(indexes.length, 2, 'the operations indexes of dead rows exist');
+  });
+
+  it('migrate brings a database with only the schema migration up to date (the operations indexes)', async () => {
+    const db = await emptyDatabase();
+    const url = withPassword(db.url);
+    await migrateSchemaOnly(db.url);
+    const before = await queuebox(['status', '--url', url]);
+    assert.match(before.stdout, /Migration QueueBoxOperations1764633600000: not applied/);
+    const run = await queuebox(['migrate', '--url', url]);
+    assert.equal(run.code, 0, run.stderr);
+    assert.doesNotMatch(run.stdout, /QueueBoxSchema1764460800000/);
+    assert.match(run.stdout, /Applied migration QueueBoxOperations1764633600000/);
+    const after = await queuebox(['status', '--url', url]);
+    assert.match(after.stdout, /Migration QueueBoxOperations1764633600000: applied/);
   });
 
   it('migrate takes the URL from QUEUEBOX_DATABASE_URL (then DATABASE_URL) and honours --tables', async () => {
@@ -156,12 +192,17 @@ describe('queuebox CLI', () => {
   it('sql prints the schema of either dialect, for the given tables, without a database', async () => {
     const postgres = await queuebox(['sql']);
     assert.equal(postgres.code, 0, postgres.stderr);
-    assert.equal(`${postgres.stdout}`, renderSchemaSql('postgres'));
+    assert.equal(
+      `${postgres.stdout}`,
+      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}`,
+      'the schema, then the operations indexes',
+    );
     assert.match(postgres.stdout, /CREATE TABLE "queuebox_outbox"/);
 
     const mssql = await queuebox(['sql', '--dialect', 'mssql', '--tables', 'outbox=q.out,inbox=q.in']);
     assert.equal(mssql.code, 0, mssql.stderr);
-    assert.equal(mssql.stdout, renderSchemaSql('mssql', { tables: { outbox: 'q.out', inbox: 'q.in' } }));
+    const tables = { outbox: 'q.out', inbox: 'q.in' };
+    assert.equal(mssql.stdout, `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}`);
     assert.match(mssql.stdout, /CREATE TABLE \[q\]\.\[out\]/);
     assert.match(mssql.stdout, /\nGO\n/);
 

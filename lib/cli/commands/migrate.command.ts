@@ -1,19 +1,20 @@
 import { MigrationExecutor } from 'typeorm';
 import { CliFailure } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
-import { databaseTarget, describeTables, migrationFor, parseTables } from '../cli-options';
+import { databaseTarget, describeTables, migrationsFor, parseTables } from '../cli-options';
 import { type Command, DATABASE_OPTIONS_HELP, DEFAULT_MIGRATIONS_TABLE, databaseOptions } from '../command';
 import { openDataSource, tablesPresent } from '../connect';
 
 export const migrateCommand: Command = {
   name: 'migrate',
-  summary: 'Create the QueueBox tables (runs its TypeORM migration; running it again changes nothing)',
+  summary: 'Create the QueueBox tables and indexes (runs its TypeORM migrations; running them again changes nothing)',
   help: `Usage: queuebox migrate [--url <url>] [--tables outbox=<table>,inbox=<table>] [options]
 
-Creates the outbox and inbox tables and their indexes by running the QueueBox TypeORM migration,
-the same one your app can list in TypeORM's "migrations". TypeORM records it in its migrations
-table, so a second run is a no-op. Tables that exist without that record (created from plain SQL)
-are left alone and reported.
+Creates the outbox and inbox tables and their indexes by running the QueueBox TypeORM migrations,
+the same ones your app can list in TypeORM's "migrations": the schema (QueueBoxSchema1764460800000)
+and the indexes admin and retention use (QueueBoxOperations1764633600000). TypeORM records each in
+its migrations table, so a second run is a no-op and an older database gets only what it lacks.
+Tables that exist without the schema's record (created from plain SQL) are left alone and reported.
 
 Options:
 ${DATABASE_OPTIONS_HELP}
@@ -22,22 +23,33 @@ ${DATABASE_OPTIONS_HELP}
   async run(values, io) {
     const target = databaseTarget(values.url as string | undefined, io.env);
     const tables = parseTables(values.tables as string | undefined);
-    const migration = migrationFor(tables, values['migration-name'] as string | undefined);
+    const migrations = migrationsFor(tables, values['migration-name'] as string | undefined);
     const migrationsTable = (values['migrations-table'] as string | undefined) ?? DEFAULT_MIGRATIONS_TABLE;
     io.out(`Database: ${target.masked} (${target.type})`);
-    const dataSource = await openDataSource(target, migration.class, migrationsTable);
+    const dataSource = await openDataSource(target, migrations.classes, migrationsTable);
     try {
-      const pending = await new MigrationExecutor(dataSource).getPendingMigrations();
+      const pending = (await new MigrationExecutor(dataSource).getPendingMigrations()).map((migration) => migration.name);
       if (pending.length === 0) {
-        io.out(`Nothing to do: migration ${migration.name} is already applied (recorded in "${migrationsTable}").`);
+        io.out(
+          `Nothing to do: migrations ${Object.values(migrations.names).join(' and ')} are already applied (recorded in "${migrationsTable}").`,
+        );
         return 0;
       }
-      const present = await tablesPresent(dataSource, tables);
-      if (present.outbox || present.inbox) {
-        throw new CliFailure(cliMessages.schemaUnrecorded(describeTables(tables), migration.name, migrationsTable));
+      if (pending.includes(migrations.names.schema)) {
+        const present = await tablesPresent(dataSource, tables);
+        if (present.outbox || present.inbox) {
+          throw new CliFailure(cliMessages.schemaUnrecorded(describeTables(tables), migrations.names.schema, migrationsTable));
+        }
       }
       await dataSource.runMigrations({ transaction: 'all' });
-      io.out(`Applied migration ${migration.name}: created tables ${describeTables(tables)} with their indexes.`);
+      if (pending.includes(migrations.names.schema)) {
+        io.out(`Applied migration ${migrations.names.schema}: created tables ${describeTables(tables)} with their indexes.`);
+      }
+      if (pending.includes(migrations.names.operations)) {
+        io.out(
+          `Applied migration ${migrations.names.operations}: created the indexes of sent, processed and dead rows (admin, retention).`,
+        );
+      }
       return 0;
     } finally {
       await dataSource.destroy();

@@ -9,7 +9,7 @@ export const sqlCommand: Command = {
   summary: 'Print the schema SQL, for your own migration tool',
   help: `Usage: queuebox sql [--dialect postgres|mssql] [--tables outbox=<table>,inbox=<table>] [--down]
 
-Prints the statements the QueueBox migration runs, as one script (SQL Server batches end with GO).
+Prints the statements the QueueBox migrations run (the schema, then the operations indexes), as one script (SQL Server batches end with GO).
 Needs no database. Apply it with your migration tool (Flyway, Liquibase, sqitch, psql, sqlcmd).
 
 Options:
@@ -22,11 +22,12 @@ Options:
     const dialect = (values.dialect as string | undefined) ?? 'postgres';
     if (dialect !== 'postgres' && dialect !== 'mssql') throw new CliUsageError(cliMessages.dialectUnknown(dialect));
     const tables = parseTables(values.tables as string | undefined);
-    const script = renderSchemaSql(dialect, {
-      tables: { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified },
-      direction: values.down === true ? 'down' : 'up',
-    });
-    io.out(script.replace(/\n$/, ''));
+    const direction = values.down === true ? 'down' : 'up';
+    // Up: the schema, then the operations indexes; down: the reverse.
+    const order = direction === 'up' ? (['schema', 'operations'] as const) : (['operations', 'schema'] as const);
+    const named = { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
+    const scripts = order.map((migration) => renderSchemaSql(dialect, { tables: named, direction, migration }).replace(/\n$/, ''));
+    io.out(scripts.join('\n\n'));
     return 0;
   },
 };

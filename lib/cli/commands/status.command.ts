@@ -3,7 +3,7 @@ import { createQueueBoxAdmin } from '../../admin/create-queuebox-admin';
 import { type BacklogEntry, readBacklog } from '../backlog';
 import { CliFailure } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
-import { databaseTarget, describeTables, migrationFor, parseTables } from '../cli-options';
+import { databaseTarget, describeTables, migrationsFor, parseTables } from '../cli-options';
 import { type Command, DATABASE_OPTIONS_HELP, DEFAULT_MIGRATIONS_TABLE, databaseOptions } from '../command';
 import { openDataSource, tablesPresent } from '../connect';
 
@@ -25,13 +25,15 @@ ${DATABASE_OPTIONS_HELP}
   async run(values, io) {
     const target = databaseTarget(values.url as string | undefined, io.env);
     const tables = parseTables(values.tables as string | undefined);
-    const migration = migrationFor(tables, values['migration-name'] as string | undefined);
+    const migrations = migrationsFor(tables, values['migration-name'] as string | undefined);
     const migrationsTable = (values['migrations-table'] as string | undefined) ?? DEFAULT_MIGRATIONS_TABLE;
     const json = values.json === true;
-    const dataSource = await openDataSource(target, migration.class, migrationsTable);
+    const dataSource = await openDataSource(target, migrations.classes, migrationsTable);
     try {
       const present = await tablesPresent(dataSource, tables);
-      const applied = (await new MigrationExecutor(dataSource).getPendingMigrations()).length === 0;
+      const pending = (await new MigrationExecutor(dataSource).getPendingMigrations()).map((migration) => migration.name);
+      const applied = !pending.includes(migrations.names.schema);
+      const operationsApplied = !pending.includes(migrations.names.operations);
       const complete = present.outbox && present.inbox;
       const backlog = complete
         ? await readBacklog(
@@ -50,7 +52,8 @@ ${DATABASE_OPTIONS_HELP}
                 outbox: { name: tables.outbox.qualified, exists: present.outbox },
                 inbox: { name: tables.inbox.qualified, exists: present.inbox },
               },
-              migration: { name: migration.name, applied, migrationsTable },
+              migration: { name: migrations.names.schema, applied, migrationsTable },
+              operationsMigration: { name: migrations.names.operations, applied: operationsApplied },
               backlog,
             },
             null,
@@ -62,7 +65,10 @@ ${DATABASE_OPTIONS_HELP}
         const exists = (name: string, yes: boolean) => `"${name}" ${yes ? 'exists' : 'MISSING'}`;
         io.out(`Tables: ${exists(tables.outbox.qualified, present.outbox)}, ${exists(tables.inbox.qualified, present.inbox)}`);
         io.out(
-          `Migration ${migration.name}: ${applied ? 'applied' : complete ? 'not recorded (tables created some other way, e.g. plain SQL)' : 'not applied'} (TypeORM table "${migrationsTable}")`,
+          `Migration ${migrations.names.schema}: ${applied ? 'applied' : complete ? 'not recorded (tables created some other way, e.g. plain SQL)' : 'not applied'} (TypeORM table "${migrationsTable}")`,
+        );
+        io.out(
+          `Migration ${migrations.names.operations}: ${operationsApplied ? 'applied' : 'not applied: admin queries and retention scan whole tables until you run `queuebox migrate`'}`,
         );
         if (complete) for (const line of formatBacklog(backlog)) io.out(line);
       }
