@@ -1,4 +1,5 @@
-export type { BackoffFunction, BackoffOptions } from './common/backoff';
+export type { BackoffFunction, BackoffOptions, RetryBackoffOptions, RetryOption, RetryPolicy } from './common/backoff';
+export { type Duration, parseDuration } from './common/duration';
 export {
   ClaimLostError,
   PermanentPublishError,
@@ -35,6 +36,7 @@ export { WorkNotifications } from './queuebox.notifications';
 export type {
   InboxOptions,
   OutboxOptions,
+  PublisherOption,
   PullHandlerOptions,
   PullOptions,
   QueueBoxModuleOptions,

@@ -129,6 +129,7 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
       failure,
       maxAttempts: this.options.maxAttempts,
       backoff: this.options.backoff,
+      retryIf: this.options.retryIf,
       lease: this.lease,
       metrics: this.metrics,
       logger: this.logger,

@@ -138,6 +138,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       failure,
       maxAttempts: handler.maxAttempts,
       backoff: handler.backoff,
+      retryIf: handler.retryIf,
       lease: this.lease,
       metrics: this.metrics,
       logger: this.logger,
