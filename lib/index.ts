@@ -26,6 +26,13 @@ export { renderSchemaSql } from './migrations/schema-files';
 export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
 export type { EnqueueResult, OutboundMessage, OutboxMessageInput, Publisher } from './outbox/outbox.types';
+export {
+  type ClientProxyEnvelope,
+  type ClientProxyLike,
+  ClientProxyPublisher,
+  type ClientProxyPublisherOptions,
+  type ClientProxyTransport,
+} from './publishers/client-proxy.publisher';
 export { HttpPublisher, type HttpPublisherOptions, KEY_HEADER } from './publishers/http.publisher';
 export { PullWorker } from './pull/pull.worker';
 export { type PullContext, PullHandler } from './pull/pull-handler.decorator';
