@@ -42,7 +42,7 @@ function unreachable(url: string): Promise<string | undefined> {
 
 const redact = (url: string) => url.replace(/\/\/[^@/]*@/, '//');
 
-describe('ClientProxyPublisher through real brokers', () => {
+describe('ClientProxyPublisher through real brokers', { timeout: 60_000 }, () => {
   let db: TestDatabase;
   let app: Awaited<ReturnType<typeof NestFactory.createApplicationContext>> | undefined;
   const skip: { rabbit?: string; nats?: string } = {};

@@ -175,12 +175,16 @@ describe('named publishers, routing, publishTimeout and the retry policy', () =>
       ],
     })
     class BrokenModule {}
-    await assert.rejects(NestFactory.createApplicationContext(BrokenModule, { logger: false, abortOnError: false }), (error: unknown) => {
-      assert.ok(error instanceof QueueBoxConfigError, String(error));
-      assert.equal(error.option, 'outbox.publishers.x');
-      assert.match(error.message, /could not instantiate publisher class NeedsMissing/);
-      return true;
-    });
+    const failure = await NestFactory.createApplicationContext(BrokenModule, { logger: false, abortOnError: false }).then(
+      async (created) => {
+        await created.close(); // started after all: close it, or its poller keeps this process alive
+        return undefined;
+      },
+      (error: unknown) => error,
+    );
+    assert.ok(failure instanceof QueueBoxConfigError, `start-up failed with a QueueBoxConfigError, got ${String(failure)}`);
+    assert.equal(failure.option, 'outbox.publishers.x');
+    assert.match(failure.message, /could not instantiate publisher class NeedsMissing/);
   });
 
   it('an unknown route, or a route that throws, dead-letters the message at once with the reason', async () => {
@@ -213,7 +217,10 @@ describe('named publishers, routing, publishTimeout and the retry policy', () =>
     );
   });
 
-  it('publishTimeout aborts a hanging publish and retries it with backoff, even a publisher that ignores the signal', async () => {
+  // A broken timeout would hang the drain: fail instead.
+  it('publishTimeout aborts a hanging publish and retries it with backoff, even a publisher that ignores the signal', {
+    timeout: 20_000,
+  }, async () => {
     let reason: unknown;
     const hanging = new RecordingPublisher(
       (_message, signal) =>
