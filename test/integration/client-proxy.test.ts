@@ -139,6 +139,30 @@ describe('ClientProxyPublisher through real brokers', { timeout: 60_000 }, () =>
     }
   });
 
+  it('RabbitMQ: a publish the broker refuses (nack) is retried, which proves publisher confirms are used', async (t) => {
+    if (skipped(t, 'rabbit')) return;
+    const amqp = require('amqplib') as typeof import('amqplib');
+    // A queue that holds nothing and refuses new messages: the broker nacks every publish to it.
+    const queue = `qb_test_full_${randomBytes(6).toString('hex')}`;
+    const queueOptions = { durable: false, arguments: { 'x-max-length': 0, 'x-overflow': 'reject-publish' } };
+    try {
+      const { enqueue, drain } = await start(
+        { isGlobal: true, clients: [{ name: 'FULL_RMQ', transport: Transport.RMQ, options: { urls: [RABBIT_URL], queue, queueOptions } }] },
+        { publishers: { billing: ClientProxyPublisher.for('FULL_RMQ') }, claimTimeoutMs: 6000, publishTimeout: '3s', retry: 5 },
+      );
+      await enqueue([{ destination: 'billing', payload: 1 }]);
+      await drain();
+      const [row] = await rows();
+      assert.equal(row.state, 'pending', 'not marked sent: the broker did not take it');
+      assert.equal(row.attempts, 1);
+      assert.match(row.last_error ?? '', /rmq emit to "billing" failed: .*nack/i);
+    } finally {
+      const connection = await amqp.connect(RABBIT_URL);
+      await (await connection.createChannel()).deleteQueue(queue);
+      await connection.close();
+    }
+  });
+
   // The "down" tests need only the client packages, not a running broker.
   it('RabbitMQ down: the message is retried (attempt counted, last_error set), not lost', async () => {
     const { enqueue, drain } = await start(

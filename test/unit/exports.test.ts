@@ -12,6 +12,8 @@ describe('public barrel', () => {
       'LeaseKeeper',
       'QueueBoxMetrics',
       'HttpPublisher',
+      'ClientProxyPublisher',
+      'parseDuration',
       'QueueBoxSchema1764460800000',
       'createQueueBoxMigration',
       'renderSchemaSql',
