@@ -123,8 +123,8 @@ describe('ClientProxyPublisher through real brokers', { timeout: 60_000 }, () =>
     assert.deepEqual(await rows(), [{ state: 'sent', attempts: 1, last_error: null }]);
 
     const connection = await amqp.connect(RABBIT_URL);
+    const channel = await connection.createChannel();
     try {
-      const channel = await connection.createChannel();
       const got = await channel.get(queue, { noAck: true });
       assert.ok(got, 'the message is in the queue');
       assert.deepEqual(JSON.parse(got.content.toString()), { pattern: 'billing', data: { invoice: 42 } });
@@ -133,8 +133,8 @@ describe('ClientProxyPublisher through real brokers', { timeout: 60_000 }, () =>
       assert.equal(got.properties.headers?.['x-tenant'], 'acme');
       assert.equal(got.properties.headers?.['X-QueueBox-Key'], 'customer-7');
       assert.equal(got.properties.deliveryMode, 2, 'persistent');
-      await channel.deleteQueue(queue);
     } finally {
+      await channel.deleteQueue(queue); // the broker is shared: leave no queue behind, failed or not
       await connection.close();
     }
   });
