@@ -116,7 +116,8 @@ describe('retry policy options', () => {
   it('names bad retry options, with a "did you mean" for misspelled keys', () => {
     rejects({ outbox: { publisher, retry: 0 } }, 'outbox.retry', 'from 1 to');
     rejects({ outbox: { publisher, retry: true } }, 'outbox.retry', 'must be false (no retry), a number of attempts');
-    rejects({ outbox: { publisher, retry: { attempt: 3 } } }, 'outbox.retry.attempt', 'Unknown QueueBox option "outbox.retry.attempt"');
+    rejects({ outbox: { publisher, retry: { attempt: 3 } } }, 'outbox.retry.attempt', 'Did you mean "outbox.retry.attempts"?');
+    rejects({ outbox: { publisher, retry: { tries: 3 } } }, 'outbox.retry.tries', 'Unknown QueueBox option "outbox.retry.tries". See');
     rejects({ outbox: { publisher, retry: { retryif: () => true } } }, 'outbox.retry.retryif', 'Did you mean "outbox.retry.retryIf"?');
     rejects(
       { outbox: { publisher, retry: { backoff: { maxdelay: '1s' } } } },
@@ -148,7 +149,7 @@ describe('publishTimeout', () => {
     rejects({ outbox: { publisher, publishTimeout: '5m' } }, 'outbox.publishTimeout', 'must be below "outbox.claimTimeoutMs" (300000 ms)');
     rejects({ outbox: { publisher, claimTimeoutMs: 1000, publishTimeout: 1000 } }, 'outbox.publishTimeout', 'must be below');
     rejects({ outbox: { publisher, publishTimeout: '1 minute' } }, 'outbox.publishTimeout', 'must be a duration');
-    rejects({ outbox: { publisher, publishTimout: '1s' } }, 'outbox.publishTimout', 'Unknown QueueBox option');
+    rejects({ outbox: { publisher, publishTimout: '1s' } }, 'outbox.publishTimout', 'Did you mean "outbox.publishTimeout"?');
   });
 });
 
