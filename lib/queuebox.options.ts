@@ -9,6 +9,7 @@ import {
 } from './common/backoff';
 import { type Duration, parseDuration } from './common/duration';
 import { parseTableName } from './common/identifiers';
+import { closestName } from './common/suggest';
 import type { QueueBoxTables } from './dialects/dialect';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
 import type { InboxMessage, RelayRoute } from './inbox/inbox.types';
@@ -450,7 +451,7 @@ function rejectUnknownKeys(prefix: string, value: object, known: string[]): void
   for (const key of Object.keys(value)) {
     if (!known.includes(key)) {
       const option = `${prefix}${key}`;
-      const suggestion = known.find((k) => k.toLowerCase() === key.toLowerCase());
+      const suggestion = closestName(key, known);
       throw new QueueBoxConfigError(option, messages.optionUnknown(option, suggestion && `${prefix}${suggestion}`));
     }
   }
