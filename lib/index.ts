@@ -13,7 +13,8 @@ export type {
 export { createQueueBoxAdmin } from './admin/create-queuebox-admin';
 export { QueueBoxAdmin } from './admin/queuebox.admin';
 export { RetentionService } from './admin/retention.service';
-export type { BackoffFunction, BackoffOptions } from './common/backoff';
+export type { BackoffFunction, BackoffOptions, RetryBackoffOptions, RetryOption, RetryPolicy } from './common/backoff';
+export { type Duration, parseDuration } from './common/duration';
 export {
   ClaimLostError,
   PermanentPublishError,
@@ -55,6 +56,13 @@ export { renderSchemaSql } from './migrations/schema-files';
 export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
 export type { EnqueueResult, OutboundMessage, OutboxMessageInput, Publisher } from './outbox/outbox.types';
+export {
+  type ClientProxyEnvelope,
+  type ClientProxyLike,
+  ClientProxyPublisher,
+  type ClientProxyPublisherOptions,
+  type ClientProxyTransport,
+} from './publishers/client-proxy.publisher';
 export { HttpPublisher, type HttpPublisherOptions, KEY_HEADER } from './publishers/http.publisher';
 export { PullWorker } from './pull/pull.worker';
 export { type PullContext, PullHandler } from './pull/pull-handler.decorator';
@@ -65,6 +73,7 @@ export { WorkNotifications } from './queuebox.notifications';
 export type {
   InboxOptions,
   OutboxOptions,
+  PublisherOption,
   PullHandlerOptions,
   PullOptions,
   QueueBoxModuleOptions,

@@ -25,6 +25,18 @@ export const messages = {
     `QueueBox option "${option}" must be a non-empty string, got ${show(value)}.`,
   optionOutOfRange: (option: string, value: unknown, min: number, max: number) =>
     `QueueBox option "${option}" must be an integer from ${min} to ${max}, got ${show(value)}.`,
+  durationInvalid: (option: string, value: unknown) =>
+    `QueueBox option "${option}" must be a duration: whole milliseconds (30000) or a number with a unit, "ms", "s", "m", "h" or "d" ("500ms", "30s", "1.5m", "1h"); got ${show(value)}.`,
+  durationOutOfRange: (option: string, value: unknown, min: number, max: number) =>
+    `QueueBox option "${option}" must be a duration from ${min} ms to ${max} ms, got ${show(value)}.`,
+  publishTimeoutNotBelowLease: (timeoutMs: number, leaseMs: number) =>
+    `QueueBox option "outbox.publishTimeout" (${timeoutMs} ms) must be below "outbox.claimTimeoutMs" (${leaseMs} ms): a publish must end, or be aborted, while its claim is still held. Lower the timeout or raise the lease.`,
+  retryAndOlderOption: (prefix: string, older: string) =>
+    `Set either "${prefix}.retry" or "${prefix}.${older}", not both: "retry" replaces "maxAttempts" and "backoff" (retry: { attempts, backoff }).`,
+  retryInvalid: (option: string, value: unknown) =>
+    `QueueBox option "${option}" must be false (no retry), a number of attempts, or { attempts, backoff, retryIf }; got ${show(value)}.`,
+  retryMaxDelayBelowDelay: (option: string, maxMs: number, initialMs: number) =>
+    `QueueBox option "${option}.maxDelay" (${maxMs} ms) must not be below "${option}.delay" (${initialMs} ms).`,
   backoffMaxBelowInitial: (option: string, maxMs: number, initialMs: number) =>
     `QueueBox option "${option}.maxMs" (${maxMs}) must not be below "${option}.initialMs" (${initialMs}).`,
   sourceNameInvalid: (source: unknown) =>
@@ -35,7 +47,10 @@ export const messages = {
     `QueueBox options "tables.outbox" and "tables.inbox" both name ${show(name)}; give each table its own name.`,
   publisherAndPublishers: () =>
     'Set either "outbox.publisher" (one publisher for every message) or "outbox.publishers" (named publishers with "outbox.route"), not both.',
-  publisherInvalid: (option: string) => `QueueBox option "${option}" must be an object with a publish(message, signal) method.`,
+  publisherInvalid: (option: string) =>
+    `QueueBox option "${option}" must be a Publisher: an object with a publish(message, signal) method, or a class with one (Nest instantiates it and injects its dependencies).`,
+  publisherCreateFailed: (option: string, name: string, error: string) =>
+    `QueueBox could not instantiate publisher class ${name} ("${option}"): ${error}. Its dependencies must be visible from QueueBoxModule: global providers (e.g. ClientsModule.register({ isGlobal: true, ... })) or modules given in forRootAsync({ imports }).`,
   publisherMissing: () =>
     'The outbox worker runs but no publisher is configured: set "outbox.publisher" (or "outbox.publishers"), or turn the worker off with "workers: { outbox: false }" on replicas that only enqueue.',
   dataSourceMissing: (name: string | undefined) =>
@@ -85,7 +100,12 @@ export const messages = {
   // Outbox poller
   publishFailed: (messageId: string, attempt: number, error: string, delayMs: number) =>
     `Publish of message ${messageId} failed on attempt ${attempt}: ${error}. Retrying in ${delayMs} ms.`,
-  routeUnknown: (name: string) => `no publisher named ${show(name)} (check "outbox.route" and "outbox.publishers")`,
+  routeUnknown: (name: unknown) => `no publisher named ${show(name)} (check "outbox.route" and "outbox.publishers")`,
+  routeFailed: (error: string) => `"outbox.route" threw, so no publisher could be chosen: ${error}`,
+  publishTimedOut: (timeoutMs: number) => `the publish took longer than "outbox.publishTimeout" (${timeoutMs} ms) and was aborted`,
+  retryDeclined: (attempt: number, error: string) => `not retried ("retryIf" returned false) after attempt ${attempt}: ${error}`,
+  leaseTooShortRenewFailed: (messageId: string, error: string) =>
+    `Message ${messageId} was not published: too little of its lease was left for "outbox.publishTimeout" and the renewal failed (${error}). It is claimed again when its lease expires.`,
   markSentLost: (messageId: string) =>
     `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). Raise "outbox.claimTimeoutMs" above the slowest publish.`,
   publishClaimLost: (messageId: string) =>
@@ -118,6 +138,15 @@ export const messages = {
 
   // Lease
   claimLost: (component: string, id: string) => `The ${component} claim on row ${id} is lost.`,
+
+  // ClientProxy publisher
+  clientProxyInvalid: () =>
+    'ClientProxyPublisher needs a ClientProxy from @nestjs/microservices (ClientsModule.register(...) / ClientProxyFactory.create(...)): an object with emit(pattern, data).',
+  clientProxyTokenInvalid: (token: unknown) =>
+    `ClientProxyPublisher.for(token) needs the injection token of a ClientsModule client (a string or symbol), got ${show(token)}.`,
+  clientProxyEmitFailed: (transport: string, pattern: string, error: string) => `${transport} emit to ${show(pattern)} failed: ${error}`,
+  microservicesMissing: () =>
+    "ClientProxyPublisher needs the optional peer dependency @nestjs/microservices (and your transport's client package): npm install @nestjs/microservices.",
 
   // HTTP publisher
   receiverPathInvalid: (path: unknown) => `QueueBox option "receiver.path" must be a URL path like "queuebox/inbox", got ${show(path)}.`,

@@ -1,4 +1,5 @@
 import { ConfigurableModuleBuilder, type DynamicModule, type Provider } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { createDialect } from './dialects/dialects';
@@ -6,6 +7,7 @@ import { QueueBoxConfigError } from './errors/queuebox.errors';
 import { InboxReceiver } from './inbox/receiver/inbox-receiver';
 import { createInboxReceiverController } from './inbox/receiver/inbox-receiver.controller';
 import { type InboxReceiverOptions, resolveReceiverOptions } from './inbox/receiver/inbox-receiver.options';
+import { instantiatePublishers } from './outbox/outbox-publishers';
 import {
   QUEUEBOX_DATA_SOURCE,
   QUEUEBOX_DIALECT,
@@ -47,8 +49,8 @@ function dataSourceProvider(name: string | undefined): Provider {
 const coreProviders: Provider[] = [
   {
     provide: QUEUEBOX_RESOLVED_OPTIONS,
-    inject: [QUEUEBOX_MODULE_OPTIONS],
-    useFactory: (options: QueueBoxModuleOptions) => resolveOptions(options),
+    inject: [QUEUEBOX_MODULE_OPTIONS, ModuleRef],
+    useFactory: (options: QueueBoxModuleOptions, moduleRef: ModuleRef) => instantiatePublishers(resolveOptions(options), moduleRef),
   },
   {
     provide: QUEUEBOX_DIALECT,

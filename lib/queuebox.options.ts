@@ -1,8 +1,18 @@
-import { type BackoffFunction, type BackoffOptions, backoffFunction, DEFAULT_BACKOFF } from './common/backoff';
+import type { Type } from '@nestjs/common';
+import {
+  type BackoffFunction,
+  type BackoffOptions,
+  backoffFunction,
+  DEFAULT_BACKOFF,
+  type RetryBackoffOptions,
+  type RetryOption,
+} from './common/backoff';
+import { type Duration, parseDuration } from './common/duration';
 import { parseTableName } from './common/identifiers';
+import { closestName } from './common/suggest';
 import type { QueueBoxTables } from './dialects/dialect';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
-import type { RelayRoute } from './inbox/inbox.types';
+import type { InboxMessage, RelayRoute } from './inbox/inbox.types';
 import type { OutboundMessage, Publisher } from './outbox/outbox.types';
 import { DEFAULT_TABLES } from './queuebox.constants';
 import { messages } from './queuebox.messages';
@@ -19,26 +29,41 @@ export interface WorkerOptions {
   claimTimeoutMs?: number;
   /** How long shutdown waits for work in flight. Default 10000 ms. */
   shutdownTimeoutMs?: number;
-  /** Attempts (claims) before a row is dead-lettered. Default 10. */
+  /** Attempts (claims) before a row is dead-lettered. Default 10. Or use `retry`. */
   maxAttempts?: number;
-  /** Delay before a retry: options or a function of (attempt, error). Default 1 s doubling to 5 min, with jitter. */
+  /** Delay before a retry: options or a function of (attempt, error, message). Default 1 s doubling to 5 min, with jitter. Or use `retry`. */
   backoff?: BackoffOptions | BackoffFunction;
 }
+
+/** A `Publisher` instance, or a class that Nest instantiates with dependency injection. */
+export type PublisherOption = Publisher | Type<Publisher>;
 
 /** Options of the outbox poller. Every field is optional; defaults are listed. */
 export interface OutboxOptions extends WorkerOptions {
   /** The publisher of every message (use this or `publishers`). Required when the outbox worker runs. */
-  publisher?: Publisher;
-  /** Named publishers; `route(message)` picks one, by default the publisher named like the destination. */
-  publishers?: Record<string, Publisher>;
-  /** Picks a publisher name for a message. A name with no publisher dead-letters the message. */
+  publisher?: PublisherOption;
+  /**
+   * Named publishers, instances or classes (a class is instantiated by Nest, its dependencies
+   * injected); `route(message)` picks one, by default the only one or the one named like the destination.
+   */
+  publishers?: Record<string, PublisherOption>;
+  /** Picks a publisher name for a message. A name with no publisher, or a throw, dead-letters the message. */
   route?: (message: OutboundMessage) => string;
+  /** Retry policy (replaces `maxAttempts` and `backoff`): `false`, a number of attempts, or `{ attempts, backoff, retryIf }`. */
+  retry?: RetryOption<OutboundMessage>;
+  /**
+   * Longest time one publish may take (ms or `'30s'`); then its signal is aborted and the attempt
+   * fails (retried with backoff). No publish starts with less lease left. Default a third of `claimTimeoutMs`.
+   */
+  publishTimeout?: Duration;
 }
 
 /** Options of the inbox relay, which forwards inbox rows of its routed sources to the outbox. */
 export interface RelayOptions extends WorkerOptions {
   /** `{ [source]: (message) => outbox message(s) }`. Each source listed here is consumed by the relay. */
   routes?: Record<string, RelayRoute>;
+  /** Retry policy (replaces `maxAttempts` and `backoff`), as for the outbox. */
+  retry?: RetryOption<InboxMessage>;
 }
 
 export interface InboxOptions {
@@ -57,6 +82,8 @@ export interface PullOptions {
   maxAttempts?: number;
   /** Delay before a retry. Default as the outbox. */
   backoff?: BackoffOptions | BackoffFunction;
+  /** Retry policy of handlers (replaces `maxAttempts` and `backoff`), as for the outbox. */
+  retry?: RetryOption<InboxMessage>;
   /** How long shutdown waits for running handlers (and their commits). Default 10000 ms. */
   shutdownTimeoutMs?: number;
   /** Sources consumed by your own pull clients through `LeaseService.claim()` (so `receive()` accepts them). */
@@ -134,12 +161,20 @@ export interface ResolvedWorkerOptions {
   reclaimIntervalMs: number;
   shutdownTimeoutMs: number;
   maxAttempts: number;
-  backoff: BackoffFunction;
+  // biome-ignore lint/suspicious/noExplicitAny: one resolved shape for outbox (OutboundMessage) and inbox (InboxMessage) workers.
+  backoff: BackoffFunction<any>;
+  /** `retry.retryIf`; true for every failure by default. */
+  // biome-ignore lint/suspicious/noExplicitAny: as above.
+  retryIf: (error: unknown, attempt: number, message: any) => boolean;
 }
 
 export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
+  /** Publisher instances by name (classes are instantiated by the module and added here). */
   publishers: Record<string, Publisher>;
+  /** Publisher classes by name, still to be instantiated with dependency injection. */
+  publisherTypes: Record<string, Type<Publisher>>;
   route: (message: OutboundMessage) => string;
+  publishTimeoutMs: number;
 }
 
 export interface ResolvedRelayOptions extends ResolvedWorkerOptions {
@@ -151,7 +186,8 @@ export interface ResolvedPullOptions {
   concurrency: number;
   pollIntervalMs: number;
   maxAttempts: number;
-  backoff: BackoffFunction;
+  backoff: BackoffFunction<InboxMessage>;
+  retryIf: (error: unknown, attempt: number, message: InboxMessage) => boolean;
   shutdownTimeoutMs: number;
   sources: string[];
 }
@@ -167,7 +203,16 @@ export interface ResolvedQueueBoxOptions {
 }
 
 const TOP_LEVEL_KEYS = ['tables', 'workers', 'maxPayloadBytes', 'outbox', 'inbox', 'pull', 'retention'];
-const WORKER_KEYS = ['pollIntervalMs', 'batchSize', 'concurrency', 'claimTimeoutMs', 'shutdownTimeoutMs', 'maxAttempts', 'backoff'];
+const WORKER_KEYS = [
+  'pollIntervalMs',
+  'batchSize',
+  'concurrency',
+  'claimTimeoutMs',
+  'shutdownTimeoutMs',
+  'maxAttempts',
+  'backoff',
+  'retry',
+];
 const DEFAULT_PUBLISHER = 'default';
 
 /** Validates `options` and fills in every default. Throws `QueueBoxConfigError` naming the first bad option. */
@@ -221,28 +266,42 @@ function resolveWorkers(workers: QueueBoxModuleOptions['workers']): Required<Wor
 
 function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutboxOptions {
   expectObject('outbox', outbox);
-  rejectUnknownKeys('outbox.', outbox, ['publisher', 'publishers', 'route', ...WORKER_KEYS]);
+  rejectUnknownKeys('outbox.', outbox, ['publisher', 'publishers', 'route', 'publishTimeout', ...WORKER_KEYS]);
   if (outbox.publisher !== undefined && outbox.publishers !== undefined) {
     throw new QueueBoxConfigError('outbox.publisher', messages.publisherAndPublishers());
   }
-  const publishers: Record<string, Publisher> =
+  if (outbox.publishers !== undefined) expectObject('outbox.publishers', outbox.publishers);
+  const given: Record<string, PublisherOption> =
     outbox.publisher !== undefined ? { [DEFAULT_PUBLISHER]: outbox.publisher } : { ...(outbox.publishers ?? {}) };
-  for (const [name, publisher] of Object.entries(publishers)) {
+  const publishers: Record<string, Publisher> = {};
+  const publisherTypes: Record<string, Type<Publisher>> = {};
+  for (const [name, publisher] of Object.entries(given)) {
     const option = outbox.publisher !== undefined ? 'outbox.publisher' : `outbox.publishers.${name}`;
-    if (typeof (publisher as Partial<Publisher> | null)?.publish !== 'function') {
+    if (typeof publisher === 'function' && typeof (publisher.prototype as Partial<Publisher> | undefined)?.publish === 'function') {
+      publisherTypes[name] = publisher as Type<Publisher>;
+    } else if (typeof (publisher as Partial<Publisher> | null)?.publish === 'function') {
+      publishers[name] = publisher as Publisher;
+    } else {
       throw new QueueBoxConfigError(option, messages.publisherInvalid(option));
     }
   }
-  if (workerRuns && Object.keys(publishers).length === 0) {
+  if (workerRuns && Object.keys(given).length === 0) {
     throw new QueueBoxConfigError('outbox.publisher', messages.publisherMissing());
   }
   if (outbox.route !== undefined && typeof outbox.route !== 'function') {
     throw new QueueBoxConfigError('outbox.route', messages.optionNotFunction('outbox.route'));
   }
-  const names = Object.keys(publishers);
+  const names = Object.keys(given);
   const route = outbox.route ?? (names.length === 1 ? () => names[0] : (message: OutboundMessage) => message.destination);
-
-  return { ...resolveWorker('outbox', outbox), publishers, route };
+  const worker = resolveWorker('outbox', outbox);
+  const publishTimeoutMs =
+    outbox.publishTimeout === undefined
+      ? Math.floor(worker.claimTimeoutMs / 3)
+      : parseDuration('outbox.publishTimeout', outbox.publishTimeout, { min: 1, max: 24 * 3600_000 });
+  if (publishTimeoutMs >= worker.claimTimeoutMs) {
+    throw new QueueBoxConfigError('outbox.publishTimeout', messages.publishTimeoutNotBelowLease(publishTimeoutMs, worker.claimTimeoutMs));
+  }
+  return { ...worker, publishers, publisherTypes, route, publishTimeoutMs };
 }
 
 function resolveRelay(relay: RelayOptions): ResolvedRelayOptions {
@@ -266,6 +325,7 @@ function resolvePull(pull: PullOptions): ResolvedPullOptions {
     'pollIntervalMs',
     'maxAttempts',
     'backoff',
+    'retry',
     'shutdownTimeoutMs',
     'sources',
   ]);
@@ -277,8 +337,7 @@ function resolvePull(pull: PullOptions): ResolvedPullOptions {
     defaultLeaseMs: integer('pull.defaultLeaseMs', pull.defaultLeaseMs, 30_000, 100, 24 * 3600_000),
     concurrency: integer('pull.concurrency', pull.concurrency, 1, 1, 10_000),
     pollIntervalMs: integer('pull.pollIntervalMs', pull.pollIntervalMs, 1000, 1, 3600_000),
-    maxAttempts: integer('pull.maxAttempts', pull.maxAttempts, 10, 1, 1_000_000),
-    backoff: resolveBackoff('pull.backoff', pull.backoff),
+    ...resolveRetry('pull', pull),
     shutdownTimeoutMs: integer('pull.shutdownTimeoutMs', pull.shutdownTimeoutMs, 10_000, 0, 24 * 3600_000),
     sources: [...sources],
   };
@@ -332,12 +391,19 @@ function resolveRetention(retention: RetentionOptions): ResolvedRetentionOptions
 /** Validates one `@PullHandler`'s options against the `pull` defaults. `where` names the handler in errors. */
 export function resolvePullHandler(where: string, options: PullHandlerOptions, defaults: ResolvedPullOptions) {
   expectObject(where, options);
-  rejectUnknownKeys(`${where}.`, options, ['leaseMs', 'concurrency', 'maxAttempts', 'backoff']);
+  rejectUnknownKeys(`${where}.`, options, ['leaseMs', 'concurrency', 'maxAttempts', 'backoff', 'retry']);
+  const retry =
+    options.retry !== undefined
+      ? resolveRetry(where, options)
+      : {
+          maxAttempts: integer(`${where}.maxAttempts`, options.maxAttempts, defaults.maxAttempts, 1, 1_000_000),
+          backoff: options.backoff === undefined ? defaults.backoff : resolveBackoff(`${where}.backoff`, options.backoff),
+          retryIf: defaults.retryIf,
+        };
   return {
     leaseMs: integer(`${where}.leaseMs`, options.leaseMs, defaults.defaultLeaseMs, 100, 24 * 3600_000),
     concurrency: integer(`${where}.concurrency`, options.concurrency, defaults.concurrency, 1, 10_000),
-    maxAttempts: integer(`${where}.maxAttempts`, options.maxAttempts, defaults.maxAttempts, 1, 1_000_000),
-    backoff: options.backoff === undefined ? defaults.backoff : resolveBackoff(`${where}.backoff`, options.backoff),
+    ...retry,
   };
 }
 
@@ -351,6 +417,8 @@ export interface PullHandlerOptions {
   maxAttempts?: number;
   /** Delay before a retry. Default `pull.backoff`. */
   backoff?: BackoffOptions | BackoffFunction;
+  /** Retry policy of this handler (replaces `maxAttempts` and `backoff`). Default `pull.retry`. */
+  retry?: RetryOption<InboxMessage>;
 }
 
 /** A source travels in URLs (`POST <path>/:source`) and in logs: keep it plain. */
@@ -368,9 +436,64 @@ function resolveWorker(prefix: string, worker: WorkerOptions): ResolvedWorkerOpt
     renewIntervalMs: Math.floor(claimTimeoutMs / 3),
     reclaimIntervalMs: Math.floor(claimTimeoutMs / 5),
     shutdownTimeoutMs: integer(`${prefix}.shutdownTimeoutMs`, worker.shutdownTimeoutMs, 10_000, 0, 24 * 3600_000),
-    maxAttempts: integer(`${prefix}.maxAttempts`, worker.maxAttempts, 10, 1, 1_000_000),
-    backoff: resolveBackoff(`${prefix}.backoff`, worker.backoff),
+    ...resolveRetry(prefix, worker as WorkerOptions & { retry?: RetryOption<unknown> }),
   };
+}
+
+const ALWAYS_RETRY = () => true;
+
+/**
+ * Resolves `retry` (or the older `maxAttempts` and `backoff`, which it replaces) into attempts,
+ * a backoff function and a `retryIf` predicate.
+ */
+function resolveRetry(
+  prefix: string,
+  worker: { maxAttempts?: number; backoff?: BackoffOptions | BackoffFunction; retry?: RetryOption<never> },
+  // biome-ignore lint/suspicious/noExplicitAny: see ResolvedWorkerOptions.
+): { maxAttempts: number; backoff: BackoffFunction<any>; retryIf: ResolvedWorkerOptions['retryIf'] } {
+  const { retry } = worker;
+  if (retry === undefined) {
+    return {
+      maxAttempts: integer(`${prefix}.maxAttempts`, worker.maxAttempts, 10, 1, 1_000_000),
+      backoff: resolveBackoff(`${prefix}.backoff`, worker.backoff),
+      retryIf: ALWAYS_RETRY,
+    };
+  }
+  const option = `${prefix}.retry`;
+  for (const older of ['maxAttempts', 'backoff'] as const) {
+    if (worker[older] !== undefined) throw new QueueBoxConfigError(`${prefix}.${older}`, messages.retryAndOlderOption(prefix, older));
+  }
+  const noBackoff = resolveBackoff(`${option}.backoff`, undefined);
+  if (retry === false) return { maxAttempts: 1, backoff: noBackoff, retryIf: ALWAYS_RETRY };
+  if (typeof retry === 'number')
+    return { maxAttempts: integer(option, retry, 10, 1, 1_000_000), backoff: noBackoff, retryIf: ALWAYS_RETRY };
+  if (typeof retry !== 'object' || retry === null || Array.isArray(retry)) {
+    throw new QueueBoxConfigError(option, messages.retryInvalid(option, retry));
+  }
+  rejectUnknownKeys(`${option}.`, retry, ['attempts', 'backoff', 'retryIf']);
+  if (retry.retryIf !== undefined && typeof retry.retryIf !== 'function') {
+    throw new QueueBoxConfigError(`${option}.retryIf`, messages.optionNotFunction(`${option}.retryIf`));
+  }
+  return {
+    maxAttempts: integer(`${option}.attempts`, retry.attempts, 10, 1, 1_000_000),
+    backoff: resolveRetryBackoff(`${option}.backoff`, retry.backoff),
+    retryIf: (retry.retryIf as ResolvedWorkerOptions['retryIf'] | undefined) ?? ALWAYS_RETRY,
+  };
+}
+
+function resolveRetryBackoff(option: string, backoff: RetryBackoffOptions | BackoffFunction<never> | undefined): BackoffFunction<unknown> {
+  if (typeof backoff === 'function') return backoff as BackoffFunction<unknown>;
+  const given = backoff ?? {};
+  expectObject(option, given);
+  rejectUnknownKeys(`${option}.`, given, ['delay', 'factor', 'maxDelay', 'jitter']);
+  const initialMs =
+    given.delay === undefined ? DEFAULT_BACKOFF.initialMs : parseDuration(`${option}.delay`, given.delay, { min: 0, max: 24 * 3600_000 });
+  const maxMs =
+    given.maxDelay === undefined
+      ? Math.max(DEFAULT_BACKOFF.maxMs, initialMs)
+      : parseDuration(`${option}.maxDelay`, given.maxDelay, { min: 0, max: 30 * 24 * 3600_000 });
+  if (maxMs < initialMs) throw new QueueBoxConfigError(`${option}.maxDelay`, messages.retryMaxDelayBelowDelay(option, maxMs, initialMs));
+  return resolveBackoff(option, { initialMs, maxMs, factor: given.factor, jitter: given.jitter });
 }
 
 function resolveBackoff(option: string, backoff: WorkerOptions['backoff']): BackoffFunction {
@@ -408,7 +531,7 @@ function rejectUnknownKeys(prefix: string, value: object, known: string[]): void
   for (const key of Object.keys(value)) {
     if (!known.includes(key)) {
       const option = `${prefix}${key}`;
-      const suggestion = known.find((k) => k.toLowerCase() === key.toLowerCase());
+      const suggestion = closestName(key, known);
       throw new QueueBoxConfigError(option, messages.optionUnknown(option, suggestion && `${prefix}${suggestion}`));
     }
   }

@@ -5,17 +5,21 @@ import { inboxEventMessage, type QueueBoxEvents } from '../events/queuebox.event
 import type { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
 import { messages } from '../queuebox.messages';
+import type { InboxMessage } from './inbox.types';
 
 /**
  * Records a failed attempt on an inbox row, fenced: dead-letter when the attempts are used up or
- * the failure is a `QueueBoxValidationError` (it would fail the same way again), otherwise retry
- * after `backoff(attempt)`. Shared by the relay and the pull workers.
+ * the failure is a `QueueBoxValidationError` (it would fail the same way again) or `retryIf`
+ * declines it, otherwise retry after `backoff(attempt, error, message)`. Shared by the relay and
+ * the pull workers.
  */
 export async function retryOrDeadLetter(p: {
   claim: InboxClaim;
   failure: unknown;
   maxAttempts: number;
-  backoff: (attempt: number, error: unknown) => number;
+  backoff: (attempt: number, error: unknown, message: InboxMessage) => number;
+  /** `retry.retryIf`: false dead-letters now. */
+  retryIf?: (error: unknown, attempt: number, message: InboxMessage) => boolean;
   lease: LeaseService;
   events: QueueBoxEvents;
   /** How long the failed attempt took. */
@@ -31,8 +35,13 @@ export async function retryOrDeadLetter(p: {
   let what = 'dead-letter';
   try {
     const invalid = failure instanceof QueueBoxValidationError;
-    if (invalid || claim.attempt >= p.maxAttempts) {
-      const reason = invalid ? describeError(failure) : messages.attemptsExhausted(claim.attempt, describeError(failure));
+    const declined = !invalid && claim.attempt < p.maxAttempts && !retryAllowed(p.retryIf, failure, claim);
+    if (invalid || declined || claim.attempt >= p.maxAttempts) {
+      const reason = invalid
+        ? describeError(failure)
+        : declined
+          ? messages.retryDeclined(claim.attempt, describeError(failure))
+          : messages.attemptsExhausted(claim.attempt, describeError(failure));
       if (await lease.deadLetter(claim, reason)) {
         p.events.emit(`${prefix}:dead-lettered`, { ...event, reason });
         logger.warn(messages.deadLettered(id, reason));
@@ -42,7 +51,7 @@ export async function retryOrDeadLetter(p: {
       return;
     }
     what = 'retry';
-    const delayMs = Math.max(0, Math.round(p.backoff(claim.attempt, failure)));
+    const delayMs = Math.max(0, Math.round(p.backoff(claim.attempt, failure, claim.message)));
     if (await lease.retry(claim, { delayMs, error: failure })) {
       p.events.emit(`${prefix}:retry-scheduled`, { ...event, delayMs, error: describeError(failure) });
       logger.warn(p.retryMessage(describeError(failure), delayMs));
@@ -53,3 +62,14 @@ export async function retryOrDeadLetter(p: {
     logger.error(messages.finishFailed(id, what, describeError(error)));
   }
 }
+
+/** A `retryIf` that throws does not stop the retries (the attempts still bound them). */
+function retryAllowed(retryIf: RetryIf | undefined, failure: unknown, claim: InboxClaim): boolean {
+  try {
+    return retryIf === undefined || retryIf(failure, claim.attempt, claim.message) !== false;
+  } catch {
+    return true;
+  }
+}
+
+type RetryIf = (error: unknown, attempt: number, message: InboxMessage) => boolean;

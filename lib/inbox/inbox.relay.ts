@@ -144,6 +144,7 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
       failure,
       maxAttempts: this.options.maxAttempts,
       backoff: this.options.backoff,
+      retryIf: this.options.retryIf,
       lease: this.lease,
       events: this.events,
       durationMs: performance.now() - startedAt,

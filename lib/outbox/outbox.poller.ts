@@ -2,16 +2,17 @@ import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnAppl
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
 import { describeError } from '../common/errors';
-import { PermanentPublishError } from '../errors/queuebox.errors';
+import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { BatchCompleter } from '../lease/batch-completer';
 import { LeaseService } from '../lease/lease.service';
 import type { OutboxClaim } from '../lease/lease.types';
-import type { LeaseKeeper } from '../lease/lease-keeper';
+import { LeaseKeeper } from '../lease/lease-keeper';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../queuebox.options';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
+import type { OutboundMessage, Publisher } from './outbox.types';
 
 const NAME = 'outbox poller';
 
@@ -33,6 +34,13 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
   private readonly options: ResolvedOutboxOptions;
   private readonly loop: ClaimLoop<OutboxClaim>;
   private readonly completer: BatchCompleter;
+  /**
+   * When each claim's lease ends at the latest, on this process's monotonic clock: the send time of
+   * the claim (or last renewal) statement plus the lease. The database set the expiry to its own
+   * clock plus the lease *after* that send, so this never overestimates what is left, whatever the
+   * clock difference between the hosts.
+   */
+  private readonly leaseDeadlines = new WeakMap<OutboxClaim, number>();
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -45,9 +53,15 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}` },
       {
-        claim: (limit) => this.lease.claimOutboxBatch({ limit, leaseMs: this.options.claimTimeoutMs }),
+        claim: (limit) => this.claim(limit),
         process: (claim, keeper) => this.publish(claim, keeper),
         reclaim: () => this.reclaim(),
+        keep: (claim) =>
+          new LeaseKeeper(
+            claim,
+            () => this.renew(claim),
+            (lost) => this.lease.markLost(lost),
+          ),
       },
       lease,
       this.logger,
@@ -100,22 +114,46 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     return this.loop.inFlightCount;
   }
 
+  private async claim(limit: number): Promise<OutboxClaim[]> {
+    const sentAt = performance.now();
+    const claims = await this.lease.claimOutboxBatch({ limit, leaseMs: this.options.claimTimeoutMs });
+    for (const claim of claims) this.leaseDeadlines.set(claim, sentAt + claim.leaseMs);
+    return claims;
+  }
+
+  private async renew(claim: OutboxClaim): Promise<boolean> {
+    const sentAt = performance.now();
+    const renewed = await this.lease.renew(claim);
+    if (renewed) this.leaseDeadlines.set(claim, sentAt + claim.leaseMs);
+    return renewed;
+  }
+
   private async publish(claim: OutboxClaim, keeper: LeaseKeeper): Promise<void> {
     const { message } = claim;
     let failure: unknown;
     let published = false;
+    let publisher: Publisher | undefined;
     const startedAt = performance.now();
     try {
-      const name = this.options.route(message);
-      const publisher = this.options.publishers[name];
-      if (!publisher) throw new PermanentPublishError(messages.routeUnknown(name));
-      await inSpan(message.headers, publishSpan(message), () =>
-        // The publish span is the parent of whatever the destination does with the message.
-        publisher.publish({ ...message, headers: activeTraceContext(message.headers) ?? message.headers }, keeper.signal),
-      );
-      published = true;
+      publisher = this.publisherFor(message);
     } catch (error) {
       failure = error;
+    }
+    if (publisher && (await this.leaseLeftFor(claim, keeper))) {
+      try {
+        const chosen = publisher;
+        await inSpan(message.headers, publishSpan(message), () =>
+          // The publish span is the parent of whatever the destination does with the message.
+          this.publishWithin(chosen, { ...message, headers: activeTraceContext(message.headers) ?? message.headers }, keeper.signal),
+        );
+        published = true;
+      } catch (error) {
+        failure = error;
+      }
+    } else if (publisher) {
+      await keeper.stop();
+      if (keeper.lost || this.lease.isLost(claim)) this.logger.warn(messages.publishClaimLost(message.messageId));
+      return;
     }
     const durationMs = performance.now() - startedAt;
     await keeper.stop();
@@ -134,9 +172,14 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
         return;
       }
       const permanent = failure instanceof PermanentPublishError;
-      if (permanent || claim.attempt >= this.options.maxAttempts) {
+      const declined = !permanent && claim.attempt < this.options.maxAttempts && !this.retryIf(failure, claim);
+      if (permanent || declined || claim.attempt >= this.options.maxAttempts) {
         what = 'dead-letter';
-        const reason = permanent ? describeError(failure) : messages.attemptsExhausted(claim.attempt, describeError(failure));
+        const reason = permanent
+          ? describeError(failure)
+          : declined
+            ? messages.retryDeclined(claim.attempt, describeError(failure))
+            : messages.attemptsExhausted(claim.attempt, describeError(failure));
         if (await this.lease.deadLetter(claim, reason)) {
           this.events.emit('queuebox:dead-lettered', { ...event, reason, durationMs });
           this.logger.warn(messages.deadLettered(message.messageId, reason));
@@ -146,7 +189,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
         return;
       }
       what = 'retry';
-      const delayMs = Math.max(0, Math.round(this.options.backoff(claim.attempt, failure)));
+      const delayMs = Math.max(0, Math.round(this.options.backoff(claim.attempt, failure, message)));
       if (await this.lease.retry(claim, { delayMs, error: failure })) {
         this.events.emit('queuebox:retry-scheduled', { ...event, delayMs, error: describeError(failure), durationMs });
         this.logger.warn(messages.publishFailed(message.messageId, claim.attempt, describeError(failure), delayMs));
@@ -155,6 +198,71 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
       }
     } catch (error) {
       this.logger.error(messages.finishFailed(message.messageId, what, describeError(error)));
+    }
+  }
+
+  /** The publisher `outbox.route` names; a throwing route or an unknown name is permanent (retrying cannot help). */
+  private publisherFor(message: OutboundMessage): Publisher {
+    let name: unknown;
+    try {
+      name = this.options.route(message);
+    } catch (error) {
+      throw new PermanentPublishError(messages.routeFailed(describeError(error)), { cause: error });
+    }
+    const { publishers } = this.options;
+    if (typeof name !== 'string' || !Object.hasOwn(publishers, name)) throw new PermanentPublishError(messages.routeUnknown(name));
+    return publishers[name];
+  }
+
+  /**
+   * Whether at least `publishTimeout` of the lease is left, so the publish ends (or is aborted)
+   * while the claim is held. With less left (renewals were late, or the claim waited long for a
+   * slot) it renews first; a lost or failed renewal means the message is not published now.
+   * Renewing keeps the attempt; giving the claim back would cost a claim round trip and reorder nothing.
+   */
+  private async leaseLeftFor(claim: OutboxClaim, keeper: LeaseKeeper): Promise<boolean> {
+    if (keeper.signal.aborted) return false;
+    const left = (this.leaseDeadlines.get(claim) ?? 0) - performance.now();
+    if (left >= this.options.publishTimeoutMs) return true;
+    try {
+      return (await this.renew(claim)) && !keeper.signal.aborted;
+    } catch (error) {
+      this.logger.warn(messages.leaseTooShortRenewFailed(claim.message.messageId, describeError(error)));
+      return false;
+    }
+  }
+
+  /**
+   * Runs one publish with `outbox.publishTimeout`: at the deadline its signal aborts and the
+   * attempt fails with a retryable `PublishError`, even if the publisher ignores the signal.
+   */
+  private async publishWithin(publisher: Publisher, message: OutboundMessage, claimSignal: AbortSignal): Promise<void> {
+    const timeoutMs = this.options.publishTimeoutMs;
+    const timeout = new AbortController();
+    const timer = setTimeout(() => timeout.abort(new PublishError(messages.publishTimedOut(timeoutMs))), timeoutMs);
+    const signal = AbortSignal.any([claimSignal, timeout.signal]);
+    let onAbort: () => void = () => undefined;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        onAbort = () => reject(signal.reason);
+        if (signal.aborted) return onAbort();
+        signal.addEventListener('abort', onAbort, { once: true });
+        Promise.resolve()
+          .then(() => publisher.publish(message, signal))
+          .then(resolve, reject);
+      });
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** `retry.retryIf`; one that throws does not stop the retries (the attempts still bound them). */
+  private retryIf(failure: unknown, claim: OutboxClaim): boolean {
+    try {
+      return this.options.retryIf(failure, claim.attempt, claim.message) !== false;
+    } catch {
+      return true;
     }
   }
 

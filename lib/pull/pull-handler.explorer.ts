@@ -17,7 +17,8 @@ export interface PullHandlerDefinition {
   leaseMs: number;
   concurrency: number;
   maxAttempts: number;
-  backoff: (attempt: number, error: unknown) => number;
+  backoff: (attempt: number, error: unknown, message: InboxMessage) => number;
+  retryIf: (error: unknown, attempt: number, message: InboxMessage) => boolean;
 }
 
 /**

@@ -156,6 +156,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       failure,
       maxAttempts: handler.maxAttempts,
       backoff: handler.backoff,
+      retryIf: handler.retryIf,
       lease: this.lease,
       events: this.events,
       durationMs: performance.now() - startedAt,

@@ -79,7 +79,8 @@ describe('I9: graceful shutdown', () => {
       (_message, signal) => new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
     );
     const first = await createTestApp(db.url, {
-      outbox: { publisher: stuck, pollIntervalMs: 20, claimTimeoutMs: 600, shutdownTimeoutMs: 300 },
+      // publishTimeout above shutdownTimeoutMs (its default, a third of the lease, would end the publish first).
+      outbox: { publisher: stuck, pollIntervalMs: 20, claimTimeoutMs: 600, publishTimeout: 550, shutdownTimeoutMs: 300 },
     });
     const dataSource = first.app.get<DataSource>(getDataSourceToken());
     const { id } = await dataSource.transaction((manager) => first.get(OutboxService).enqueue(manager, { destination: 'd', payload: 2 }));

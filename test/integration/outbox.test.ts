@@ -37,6 +37,8 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
         publishers: { billing: publisher, audit: publisher },
         pollIntervalMs: 20,
         claimTimeoutMs: 2000,
+        // Above the renewal interval (a third of the lease), so the I3 test sees the renewal lose the claim first.
+        publishTimeout: 1500,
         maxAttempts: 3,
         backoff: { initialMs: 10, maxMs: 10, jitter: false },
       },

@@ -7,7 +7,7 @@ describe('backoff', () => {
   it('grows exponentially up to the maximum', () => {
     const delay = backoffFunction({ initialMs: 100, factor: 2, maxMs: 1000, jitter: false });
     assert.deepEqual(
-      [1, 2, 3, 4, 5, 6].map((attempt) => delay(attempt, null)),
+      [1, 2, 3, 4, 5, 6].map((attempt) => delay(attempt, null, undefined)),
       [100, 200, 400, 800, 1000, 1000],
     );
   });
@@ -15,8 +15,8 @@ describe('backoff', () => {
   it('spreads delays over the upper half with jitter', () => {
     const low = backoffFunction({ initialMs: 1000, factor: 2, maxMs: 60_000, jitter: true }, () => 0);
     const high = backoffFunction({ initialMs: 1000, factor: 2, maxMs: 60_000, jitter: true }, () => 1);
-    assert.equal(low(3, null), 2000);
-    assert.equal(high(3, null), 4000);
+    assert.equal(low(3, null, undefined), 2000);
+    assert.equal(high(3, null, undefined), 4000);
   });
 });
 

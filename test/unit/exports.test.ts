@@ -15,6 +15,8 @@ describe('public barrel', () => {
       'LeaseKeeper',
       'QueueBoxMetrics',
       'HttpPublisher',
+      'ClientProxyPublisher',
+      'parseDuration',
       'QueueBoxSchema1764460800000',
       'createQueueBoxMigration',
       'QueueBoxOperations1764633600000',
