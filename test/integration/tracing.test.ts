@@ -10,6 +10,8 @@ import { context, type Span, SpanStatusCode, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { DataSource } from 'typeorm';
+import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
+import { PermanentPublishError } from '../../lib/errors/queuebox.errors';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
@@ -120,6 +122,26 @@ describe('trace context through the tables (OpenTelemetry)', () => {
     );
     const sent = publisher.calls[1].message.headers.traceparent;
     assert.equal(sent, `00-${caller.traceId}-${spans[1].spanContext().spanId}-01`, 'the destination continues from the publish span');
+  });
+
+  it('survives dead-letter and replay: the replayed publish joins the original trace', async () => {
+    const caller = await inActiveSpan(() =>
+      dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'billing', payload: { n: 2 } })),
+    );
+    publisher.behaviour = () => {
+      throw new PermanentPublishError('rejected until the fix ships');
+    };
+    await t.get(OutboxPoller).runOnce();
+    assert.equal((await db.query<{ state: string }>('SELECT state FROM queuebox_outbox'))[0].state, 'dead');
+    publisher.behaviour = () => undefined;
+    assert.equal(await t.get(QueueBoxAdmin).replayDeadLetters({ component: 'outbox', all: true }), 1);
+    await t.get(OutboxPoller).runOnce();
+    const spans = spansNamed('billing publish');
+    assert.equal(spans.length, 2, 'the dead attempt and the replayed one');
+    for (const span of spans) {
+      assert.equal(span.spanContext().traceId, caller.traceId);
+      assert.equal(span.parentSpanContext?.spanId, caller.spanId);
+    }
   });
 
   it('stores the active span at receive; each pull attempt is its child; the relay forwards within the same trace', async () => {
