@@ -152,16 +152,27 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       assert.equal(await scrape('queuebox_inbox_messages_processed_total{component="inbox",source="orders"}'), 1);
       assert.equal(await scrape('queuebox_inbox_messages_dead_lettered_total{component="inbox",source="orders",cause="failure"}'), 1);
 
+      const [relayClaim] = await app.get(LeaseService).claimRelayBatch({ sources: ['orders'], limit: 1, leaseMs: 40 });
+      assert.equal(relayClaim, undefined, 'nothing left for the relay');
+      await inbox.receive({ source: 'orders', idempotencyKey: 'o-3', payload: {} });
+      await app.get(LeaseService).claimRelayBatch({ sources: ['orders'], limit: 1, leaseMs: 40 });
+      await sleep(80);
+      await app.get(LeaseService).reclaimInbox({ sources: ['orders'], maxAttempts: 5 });
+      assert.equal(await scrape('queuebox_inbox_messages_reclaimed_total{component="inbox",source="orders"}'), 1);
+      await app.get(InboxRelay).runOnce();
+
       await inbox.receive({ source: 'ledger', idempotencyKey: 'l-1', payload: {} });
       await app.get(PullWorker).runOnce('ledger');
       handlerFails = true;
       await inbox.receive({ source: 'ledger', idempotencyKey: 'l-2', payload: {} });
       await app.get(PullWorker).runOnce('ledger');
+      await app.get(PullWorker).runOnce('ledger'); // the last of 2 attempts
       handlerFails = false;
       assert.equal(await scrape('queuebox_inbox_messages_processed_total{component="pull",source="ledger"}'), 1);
       assert.equal(await scrape('queuebox_inbox_messages_retried_total{component="pull",source="ledger"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_messages_dead_lettered_total{component="pull",source="ledger",cause="failure"}'), 1);
       assert.equal(await scrape('queuebox_inbox_handle_duration_seconds_count{component="pull",source="ledger",outcome="success"}'), 1);
-      assert.equal(await scrape('queuebox_inbox_handle_duration_seconds_count{component="pull",source="ledger",outcome="failure"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_handle_duration_seconds_count{component="pull",source="ledger",outcome="failure"}'), 2);
     });
 
     it('backlog gauges: pending, processing, dead and the age of the oldest due message, per destination and source', async () => {
@@ -175,6 +186,11 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       await db.query(
         "INSERT INTO queuebox_outbox (message_id, destination, payload, state) VALUES (gen_random_uuid(), 'billing', '{}', 'dead')",
       );
+      await app.get(InboxService).receive({ source: 'orders', idempotencyKey: 'o-9', payload: {} });
+      await app.get(InboxService).receive({ source: 'orders', idempotencyKey: 'o-10', payload: {} });
+      await app.get(LeaseService).claimRelayBatch({ sources: ['orders'], limit: 1, leaseMs: 60_000 }); // o-9 processing
+      await db.query("UPDATE queuebox_inbox SET received_at = received_at - interval '50 seconds' WHERE idempotency_key = 'o-10'");
+      await db.query("INSERT INTO queuebox_inbox (source, idempotency_key, payload, state) VALUES ('orders', 'o-dead', '{}', 'dead')");
 
       await sleep(600); // past the reuse window of the last scrape's backlog query
       assert.equal(await scrape('queuebox_outbox_pending_messages{destination="billing"}'), 2);
@@ -183,6 +199,11 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       const age = await scrape('queuebox_outbox_oldest_pending_age_seconds{destination="billing"}');
       assert.ok(age >= 100 && age < 160, `oldest due message is about 100 s old, got ${age}`);
       assert.equal(await scrape('queuebox_inbox_pending_messages{source="ledger"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_pending_messages{source="orders"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_processing_messages{source="orders"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_dead_messages{source="orders"}'), 1);
+      const inboxAge = await scrape('queuebox_inbox_oldest_pending_age_seconds{source="orders"}');
+      assert.ok(inboxAge >= 50 && inboxAge < 110, `oldest due inbox message is about 50 s old, got ${inboxAge}`);
 
       await db.query('TRUNCATE queuebox_outbox');
       await sleep(600);
