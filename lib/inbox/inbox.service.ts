@@ -1,10 +1,11 @@
-import { Inject, Injectable } from '@nestjs/common';
-import type { EntityManager } from 'typeorm';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import type { DataSource, EntityManager } from 'typeorm';
+import { AfterCommit } from '../common/after-commit';
 import { checkName, serializeHeaders, serializePayload } from '../common/payload';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError, UnknownSourceError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
-import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
 import { withTraceContext } from '../tracing/trace-context';
@@ -21,13 +22,22 @@ const SUBJECT = 'Inbox message';
  * const { duplicate } = await inbox.receive({ source: 'payments', idempotencyKey: event.id, aggregateId: event.orderId, payload: event });
  */
 @Injectable()
-export class InboxService {
+export class InboxService implements OnModuleDestroy {
+  private readonly afterCommit: AfterCommit;
+
   constructor(
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
     private readonly sources: InboxSources,
     private readonly events: QueueBoxEvents,
-  ) {}
+    @Inject(QUEUEBOX_DATA_SOURCE) dataSource: DataSource,
+  ) {
+    this.afterCommit = new AfterCommit(dataSource);
+  }
+
+  onModuleDestroy(): void {
+    this.afterCommit.detach();
+  }
 
   /** Stores `message` unless it is a duplicate; joins `manager`'s transaction when given. */
   async receive(message: InboxMessageInput, manager?: EntityManager): Promise<ReceiveResult> {
@@ -42,10 +52,13 @@ export class InboxService {
       headersJson: serializeHeaders(withTraceContext(message.headers), SUBJECT),
     };
     const result = await this.dialect.inboxInsertIfAbsent({ row, manager });
-    // In a caller's transaction the row is not visible until it commits; the worker's poll finds it then.
-    if (!result.duplicate && !manager?.queryRunner?.isTransactionActive) this.sources.notifyReceived(source);
-    const event = { id: result.id, source, idempotencyKey: row.idempotencyKey, aggregateId: row.aggregateId };
-    this.events.emit(result.duplicate ? 'queuebox:inbox:duplicate' : 'queuebox:inbox:received', event);
+    // In a caller's transaction the row exists for others only once it commits: wake the workers
+    // and report the receive then, and not at all if it rolls back.
+    this.afterCommit.schedule(manager, () => {
+      if (!result.duplicate) this.sources.notifyReceived(source);
+      const event = { id: result.id, source, idempotencyKey: row.idempotencyKey, aggregateId: row.aggregateId };
+      this.events.emit(result.duplicate ? 'queuebox:inbox:duplicate' : 'queuebox:inbox:received', event);
+    });
     return result;
   }
 }

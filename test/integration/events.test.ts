@@ -176,6 +176,38 @@ describe('events on node:diagnostics_channel', () => {
     assert.deepEqual(of('queuebox:inbox:duplicate'), [expected]);
   });
 
+  it("receive() in the caller's transaction reports after its commit, never after a rollback (savepoints included)", async () => {
+    const inbox = t.get(InboxService);
+    await assert.rejects(
+      dataSource.transaction(async (manager) => {
+        await inbox.receive({ source: 'orders', idempotencyKey: 'rolled-back', payload: {} }, manager);
+        throw new Error('the business change failed');
+      }),
+      /the business change failed/,
+    );
+    assert.deepEqual(of('queuebox:inbox:received'), [], 'nothing stored, nothing reported');
+
+    await dataSource.transaction(async (manager) => {
+      await inbox.receive({ source: 'orders', idempotencyKey: 'kept', payload: {} }, manager);
+      await manager
+        .transaction(async (nested) => {
+          await inbox.receive({ source: 'orders', idempotencyKey: 'in-savepoint', payload: {} }, nested);
+          throw new Error('inner step failed');
+        })
+        .catch(() => undefined);
+      assert.deepEqual(of('queuebox:inbox:received'), [], 'not reported before the commit');
+    });
+    assert.deepEqual(
+      of('queuebox:inbox:received').map((e) => e.idempotencyKey),
+      ['kept'],
+    );
+    const stored = await db.query<{ idempotency_key: string }>('SELECT idempotency_key FROM queuebox_inbox');
+    assert.deepEqual(
+      stored.map((r) => r.idempotency_key),
+      ['kept'],
+    );
+  });
+
   it('the relay: queuebox:inbox:processed with the forwarded count; retry-scheduled, then dead-lettered', async () => {
     const inbox = t.get(InboxService);
     const relay = t.get(InboxRelay);
