@@ -38,8 +38,14 @@ export interface WorkerLoopStatus {
 
 export interface ClaimLoopWork<C extends Claim> {
   claim(limit: number): Promise<C[]>;
-  /** Handles one claim. The keeper renews it; after `keeper.stop()`, check `loop.abandoned` before writing. */
-  process(claim: C, keeper: LeaseKeeper): Promise<void>;
+  /**
+   * Handles one claim. The keeper renews it; after `keeper.stop()`, check `loop.abandoned` before writing.
+   * `yieldSlot()` gives its concurrency slot to the next claim before the work is done (the outbox
+   * calls it once the publish settled: the finishing write is not a publish, and waiting for it
+   * held a slot for a round trip per message). The claim stays held, and counted in `batchSize`,
+   * until `process` settles.
+   */
+  process(claim: C, keeper: LeaseKeeper, yieldSlot: () => void): Promise<void>;
   reclaim?(): Promise<void>;
   /** Starts renewing a claim; default `lease.keep(claim)`. */
   keep?(claim: C): LeaseKeeper;
@@ -219,14 +225,20 @@ export class ClaimLoop<C extends Claim> {
       const held = this.waiting.shift() as Held<C>;
       held.started = true;
       this.working++;
+      let slotHeld = true;
+      const yieldSlot = () => {
+        if (!slotHeld) return;
+        slotHeld = false;
+        this.working--;
+        this.startWaiting();
+      };
       this.work
-        .process(held.claim, held.keeper)
+        .process(held.claim, held.keeper, yieldSlot)
         .catch((error) => this.logger.error(messages.workFailed(this.options.name, held.claim.id, describeError(error))))
         .finally(() => {
-          this.working--;
           this.held.delete(held.claim.id);
           held.settle();
-          this.startWaiting();
+          yieldSlot();
           if (this.state === 'running') this.waker.wake();
         });
     }

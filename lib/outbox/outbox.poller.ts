@@ -54,7 +54,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}` },
       {
         claim: (limit) => this.claim(limit),
-        process: (claim, keeper) => this.publish(claim, keeper),
+        process: (claim, keeper, yieldSlot) => this.publish(claim, keeper, yieldSlot),
         reclaim: () => this.reclaim(),
         keep: (claim) =>
           new LeaseKeeper(
@@ -128,7 +128,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     return renewed;
   }
 
-  private async publish(claim: OutboxClaim, keeper: LeaseKeeper): Promise<void> {
+  private async publish(claim: OutboxClaim, keeper: LeaseKeeper, yieldSlot: () => void): Promise<void> {
     const { message } = claim;
     let failure: unknown;
     let published = false;
@@ -156,6 +156,8 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
       return;
     }
     const durationMs = performance.now() - startedAt;
+    // `concurrency` bounds publishes in flight: the next one starts while this outcome is written.
+    yieldSlot();
     await keeper.stop();
     if (this.loop.abandoned) return;
     if (keeper.lost) {
