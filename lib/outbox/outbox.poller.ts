@@ -236,27 +236,43 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
 
   /**
    * Runs one publish with `outbox.publishTimeout`: at the deadline its signal aborts and the
-   * attempt fails with a retryable `PublishError`, even if the publisher ignores the signal.
+   * attempt fails with a retryable `PublishError`, even if the publisher ignores the signal. The
+   * publisher's signal also aborts when the claim's does (lost claim, shutdown). One controller,
+   * one timer and one listener on the claim's signal per publish: `AbortSignal.any` costs more per
+   * call and, on Node.js 20, keeps its composed signals alive longer than the publish.
    */
-  private async publishWithin(publisher: Publisher, message: OutboundMessage, claimSignal: AbortSignal): Promise<void> {
+  private publishWithin(publisher: Publisher, message: OutboundMessage, claimSignal: AbortSignal): Promise<void> {
     const timeoutMs = this.options.publishTimeoutMs;
-    const timeout = new AbortController();
-    const timer = setTimeout(() => timeout.abort(new PublishError(messages.publishTimedOut(timeoutMs))), timeoutMs);
-    const signal = AbortSignal.any([claimSignal, timeout.signal]);
-    let onAbort: () => void = () => undefined;
-    try {
-      await new Promise<void>((resolve, reject) => {
-        onAbort = () => reject(signal.reason);
-        if (signal.aborted) return onAbort();
-        signal.addEventListener('abort', onAbort, { once: true });
-        Promise.resolve()
-          .then(() => publisher.publish(message, signal))
-          .then(resolve, reject);
-      });
-    } finally {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', onAbort);
-    }
+    const controller = new AbortController();
+    const { signal } = controller;
+    return new Promise<void>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const onClaimAbort = () => abort(claimSignal.reason);
+      const settle = () => {
+        clearTimeout(timer);
+        claimSignal.removeEventListener('abort', onClaimAbort);
+      };
+      const abort = (reason: unknown) => {
+        settle();
+        if (!signal.aborted) controller.abort(reason);
+        reject(signal.reason);
+      };
+      if (claimSignal.aborted) return abort(claimSignal.reason);
+      claimSignal.addEventListener('abort', onClaimAbort, { once: true });
+      timer = setTimeout(() => abort(new PublishError(messages.publishTimedOut(timeoutMs))), timeoutMs);
+      Promise.resolve()
+        .then(() => publisher.publish(message, signal))
+        .then(
+          () => {
+            settle();
+            resolve();
+          },
+          (error) => {
+            settle();
+            reject(error);
+          },
+        );
+    });
   }
 
   /** `retry.retryIf`; one that throws does not stop the retries (the attempts still bound them). */
