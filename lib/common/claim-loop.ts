@@ -15,7 +15,7 @@ export interface ClaimLoopOptions {
   name: string;
   /** Most claims worked on at once. */
   concurrency: number;
-  /** Most claims held at once (working or waiting for a slot); one claim statement fetches up to this many. */
+  /** Most claims held at once (working, waiting for a slot, or writing their outcome); one claim statement fetches up to this many. */
   batchSize: number;
   pollIntervalMs: number;
   shutdownTimeoutMs: number;
@@ -49,6 +49,13 @@ export interface ClaimLoopWork<C extends Claim> {
   reclaim?(): Promise<void>;
   /** Starts renewing a claim; default `lease.keep(claim)`. */
   keep?(claim: C): LeaseKeeper;
+  /**
+   * Whether finishing `claim` can make rows claimable that the last claim could not take (a row
+   * of a key frees its key; a retried row is pending again). Default true. When false, and the
+   * loop sleeps because the outbox looked empty, the loop is not woken for a claim that would find
+   * nothing: new rows wake it anyway (notifications, the poll).
+   */
+  unblocks?(claim: C): boolean;
 }
 
 interface Held<C> {
@@ -74,6 +81,8 @@ export class ClaimLoop<C extends Claim> {
   private readonly held = new Map<string, Held<C>>();
   private readonly waiting: Held<C>[] = [];
   private working = 0;
+  /** The loop sleeps because enough claims are waiting or working (not because the last claim came back short). */
+  private sleepingFull = false;
   private readonly waker = new Waker();
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loop?: Promise<void>;
@@ -113,7 +122,7 @@ export class ClaimLoop<C extends Claim> {
     return { name: this.options.name, running: this.running, lastCycleAt: this.lastCycle, inFlight: this.held.size };
   }
 
-  /** Claims held: working or waiting for a slot. */
+  /** Claims held: working, waiting for a slot, or writing their outcome. */
   get inFlightCount(): number {
     return this.held.size;
   }
@@ -185,7 +194,9 @@ export class ClaimLoop<C extends Claim> {
       if (this.held.size > this.refillAt) {
         // Busy is alive: a full loop waits for its work, not on the database.
         this.lastCycle = new Date();
+        this.sleepingFull = true;
         await this.waker.sleep(Number.POSITIVE_INFINITY); // finishing work wakes us
+        this.sleepingFull = false;
         continue;
       }
       const limit = this.options.batchSize - this.held.size;
@@ -239,7 +250,8 @@ export class ClaimLoop<C extends Claim> {
           this.held.delete(held.claim.id);
           held.settle();
           yieldSlot();
-          if (this.state === 'running') this.waker.wake();
+          if (this.state !== 'running') return;
+          if (this.sleepingFull || (this.work.unblocks?.(held.claim) ?? true)) this.waker.wake();
         });
     }
   }

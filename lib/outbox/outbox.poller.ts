@@ -41,6 +41,8 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
    * clock difference between the hosts.
    */
   private readonly leaseDeadlines = new WeakMap<OutboxClaim, number>();
+  /** Claims whose row was marked `sent` (read by the loop's `unblocks`). */
+  private readonly markedSent = new WeakSet<OutboxClaim>();
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -55,6 +57,8 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
       {
         claim: (limit) => this.claim(limit),
         process: (claim, keeper, yieldSlot) => this.publish(claim, keeper, yieldSlot),
+        // A row without a key, marked sent, frees nothing another claim was waiting for.
+        unblocks: (claim) => claim.message.key !== null || !this.markedSent.has(claim),
         reclaim: () => this.reclaim(),
         keep: (claim) =>
           new LeaseKeeper(
@@ -169,8 +173,10 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     let what = 'delivery';
     try {
       if (published) {
-        if (await this.completer.complete(claim)) this.events.emit('queuebox:published', { ...event, durationMs });
-        else this.logger.error(messages.markSentLost(message.messageId));
+        if (await this.completer.complete(claim)) {
+          this.markedSent.add(claim);
+          this.events.emit('queuebox:published', { ...event, durationMs });
+        } else this.logger.error(messages.markSentLost(message.messageId));
         return;
       }
       const permanent = failure instanceof PermanentPublishError;
