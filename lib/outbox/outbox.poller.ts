@@ -148,7 +148,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
         const chosen = publisher;
         await inSpan(message.headers, publishSpan(message), () =>
           // The publish span is the parent of whatever the destination does with the message.
-          this.publishWithin(chosen, { ...message, headers: activeTraceContext(message.headers) ?? message.headers }, keeper.signal),
+          this.publishWithin(chosen, { ...message, headers: activeTraceContext(message.headers) ?? message.headers }, keeper),
         );
         published = true;
       } catch (error) {
@@ -229,11 +229,11 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
    * Renewing keeps the attempt; giving the claim back would cost a claim round trip and reorder nothing.
    */
   private async leaseLeftFor(claim: OutboxClaim, keeper: LeaseKeeper): Promise<boolean> {
-    if (keeper.signal.aborted) return false;
+    if (keeper.aborted) return false;
     const left = (this.leaseDeadlines.get(claim) ?? 0) - performance.now();
     if (left >= this.options.publishTimeoutMs) return true;
     try {
-      return (await this.renew(claim)) && !keeper.signal.aborted;
+      return (await this.renew(claim)) && !keeper.aborted;
     } catch (error) {
       this.logger.warn(messages.leaseTooShortRenewFailed(claim.message.messageId, describeError(error)));
       return false;
@@ -243,28 +243,29 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
   /**
    * Runs one publish with `outbox.publishTimeout`: at the deadline its signal aborts and the
    * attempt fails with a retryable `PublishError`, even if the publisher ignores the signal. The
-   * publisher's signal also aborts when the claim's does (lost claim, shutdown). One controller,
-   * one timer and one listener on the claim's signal per publish: `AbortSignal.any` costs more per
-   * call and, on Node.js 20, keeps its composed signals alive longer than the publish.
+   * publisher's signal also aborts when the claim's does (lost claim, shutdown). One controller and
+   * one timer per publish, and the keeper's abort forwarded to it: `AbortSignal.any` costs more per
+   * call and, on Node.js 20, keeps its composed signals alive longer than the publish; the keeper
+   * makes its own signal only when someone reads it.
    */
-  private publishWithin(publisher: Publisher, message: OutboundMessage, claimSignal: AbortSignal): Promise<void> {
+  private publishWithin(publisher: Publisher, message: OutboundMessage, keeper: LeaseKeeper): Promise<void> {
     const timeoutMs = this.options.publishTimeoutMs;
     const controller = new AbortController();
     const { signal } = controller;
     return new Promise<void>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
-      const onClaimAbort = () => abort(claimSignal.reason);
+      let unsubscribe: () => void = () => undefined;
       const settle = () => {
         clearTimeout(timer);
-        claimSignal.removeEventListener('abort', onClaimAbort);
+        unsubscribe();
       };
       const abort = (reason: unknown) => {
         settle();
         if (!signal.aborted) controller.abort(reason);
         reject(signal.reason);
       };
-      if (claimSignal.aborted) return abort(claimSignal.reason);
-      claimSignal.addEventListener('abort', onClaimAbort, { once: true });
+      unsubscribe = keeper.onAbort(abort);
+      if (signal.aborted) return;
       timer = setTimeout(() => abort(new PublishError(messages.publishTimedOut(timeoutMs))), timeoutMs);
       Promise.resolve()
         .then(() => publisher.publish(message, signal))
