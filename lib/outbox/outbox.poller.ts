@@ -59,6 +59,8 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
         process: (claim, keeper, yieldSlot) => this.publish(claim, keeper, yieldSlot),
         // A row without a key, marked sent, frees nothing another claim was waiting for.
         unblocks: (claim) => claim.message.key !== null || !this.markedSent.has(claim),
+        // Only a keyed row keeps others (of its key) from being claimed.
+        holdsOthers: (claim) => claim.message.key !== null,
         reclaim: () => this.reclaim(),
         keep: (claim) =>
           new LeaseKeeper(
