@@ -15,7 +15,11 @@ export interface ClaimLoopOptions {
   name: string;
   /** Most claims worked on at once. */
   concurrency: number;
-  /** Most claims held at once (working or waiting for a slot); one claim statement fetches up to this many. */
+  /**
+   * Most claims held at once (working, waiting for a slot, or writing their outcome); one claim
+   * statement fetches up to this many. Up to this many more claims that only write their outcome
+   * and hold no other row (`holdsOthers`) are not counted.
+   */
   batchSize: number;
   pollIntervalMs: number;
   shutdownTimeoutMs: number;
@@ -38,11 +42,32 @@ export interface WorkerLoopStatus {
 
 export interface ClaimLoopWork<C extends Claim> {
   claim(limit: number): Promise<C[]>;
-  /** Handles one claim. The keeper renews it; after `keeper.stop()`, check `loop.abandoned` before writing. */
-  process(claim: C, keeper: LeaseKeeper): Promise<void>;
+  /**
+   * Handles one claim. The keeper renews it; after `keeper.stop()`, check `loop.abandoned` before writing.
+   * `yieldSlot()` gives its concurrency slot to the next claim before the work is done (the outbox
+   * calls it once the publish settled: the finishing write is not a publish, and waiting for it
+   * held a slot for a round trip per message). The claim stays held, and counted in `batchSize`,
+   * until `process` settles.
+   */
+  process(claim: C, keeper: LeaseKeeper, yieldSlot: () => void): Promise<void>;
   reclaim?(): Promise<void>;
   /** Starts renewing a claim; default `lease.keep(claim)`. */
   keep?(claim: C): LeaseKeeper;
+  /**
+   * Whether finishing `claim` can make rows claimable that the last claim could not take (a row
+   * of a key frees its key; a retried row is pending again). Default true. When false, and the
+   * loop sleeps because the outbox looked empty, the loop is not woken for a claim that would find
+   * nothing: new rows wake it anyway (notifications, the poll).
+   */
+  unblocks?(claim: C): boolean;
+  /**
+   * Whether `claim`, until it is finished, keeps other rows from being claimed (a row of a key
+   * holds its key). Default true. A claim that holds nothing stops counting against `batchSize`
+   * once its work gave back its slot (`yieldSlot`), so the next claim overlaps the write of its
+   * outcome; one that holds a key keeps counting, since a claim made over it would find its key
+   * still in flight.
+   */
+  holdsOthers?(claim: C): boolean;
 }
 
 interface Held<C> {
@@ -68,6 +93,10 @@ export class ClaimLoop<C extends Claim> {
   private readonly held = new Map<string, Held<C>>();
   private readonly waiting: Held<C>[] = [];
   private working = 0;
+  /** Held claims that gave back their slot, hold no other row (`holdsOthers`) and only write their outcome: not counted by refills. */
+  private finishing = 0;
+  /** The loop sleeps because enough claims are waiting or working (not because the last claim came back short). */
+  private sleepingFull = false;
   private readonly waker = new Waker();
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loop?: Promise<void>;
@@ -107,9 +136,18 @@ export class ClaimLoop<C extends Claim> {
     return { name: this.options.name, running: this.running, lastCycleAt: this.lastCycle, inFlight: this.held.size };
   }
 
-  /** Claims held: working or waiting for a slot. */
+  /** Claims held: working, waiting for a slot, or writing their outcome. */
   get inFlightCount(): number {
     return this.held.size;
+  }
+
+  /**
+   * Held claims that count against `batchSize`: all but those only writing an outcome that holds
+   * no other row, and of those at most `batchSize` (writes that lag cannot let claims pile up:
+   * at most twice `batchSize` are held).
+   */
+  private get counted(): number {
+    return this.held.size - Math.min(this.finishing, this.options.batchSize);
   }
 
   start(): void {
@@ -176,13 +214,17 @@ export class ClaimLoop<C extends Claim> {
   private async run(): Promise<void> {
     let failures = 0;
     while (this.state === 'running') {
-      if (this.held.size > this.refillAt) {
+      if (this.counted > this.refillAt) {
         // Busy is alive: a full loop waits for its work, not on the database.
         this.lastCycle = new Date();
+        this.sleepingFull = true;
         await this.waker.sleep(Number.POSITIVE_INFINITY); // finishing work wakes us
+        this.sleepingFull = false;
+        // Work that settles in this turn of the event loop makes the next claim bigger.
+        await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
-      const limit = this.options.batchSize - this.held.size;
+      const limit = this.options.batchSize - this.counted;
       let claims: C[];
       try {
         claims = await this.work.claim(limit);
@@ -219,15 +261,29 @@ export class ClaimLoop<C extends Claim> {
       const held = this.waiting.shift() as Held<C>;
       held.started = true;
       this.working++;
+      let slotHeld = true;
+      let finishing = false;
+      const yieldSlot = () => {
+        if (!slotHeld) return;
+        slotHeld = false;
+        this.working--;
+        this.startWaiting();
+        if (this.work.holdsOthers?.(held.claim) === false) {
+          finishing = true;
+          this.finishing++;
+          if (this.sleepingFull && this.state === 'running') this.waker.wake();
+        }
+      };
       this.work
-        .process(held.claim, held.keeper)
+        .process(held.claim, held.keeper, yieldSlot)
         .catch((error) => this.logger.error(messages.workFailed(this.options.name, held.claim.id, describeError(error))))
         .finally(() => {
-          this.working--;
+          yieldSlot();
+          if (finishing) this.finishing--;
           this.held.delete(held.claim.id);
           held.settle();
-          this.startWaiting();
-          if (this.state === 'running') this.waker.wake();
+          if (this.state !== 'running') return;
+          if (this.sleepingFull || (this.work.unblocks?.(held.claim) ?? true)) this.waker.wake();
         });
     }
   }

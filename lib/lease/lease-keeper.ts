@@ -9,7 +9,10 @@ import type { Claim } from './lease.types';
  * lost claim.
  */
 export class LeaseKeeper {
-  private readonly controller = new AbortController();
+  /** Made when `signal` is first read: most claims finish without anyone reading it (an AbortSignal is costly to create). */
+  private controller?: AbortController;
+  private abortReason?: { reason: unknown };
+  private abortListeners?: Set<(reason: unknown) => void>;
   private readonly timer: NodeJS.Timeout;
   private renewal: Promise<void> = Promise.resolve();
   private stopped = false;
@@ -30,12 +33,35 @@ export class LeaseKeeper {
 
   /** Aborts when the claim is lost (reason: `ClaimLostError`) or `abort()` is called. */
   get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.abortReason) this.controller.abort(this.abortReason.reason);
+    }
     return this.controller.signal;
+  }
+
+  /** Whether `signal` aborted (without making the signal). */
+  get aborted(): boolean {
+    return this.abortReason !== undefined;
   }
 
   /** True once a renewal showed the claim lost. */
   get lost(): boolean {
-    return this.controller.signal.reason instanceof ClaimLostError;
+    return this.abortReason?.reason instanceof ClaimLostError;
+  }
+
+  /**
+   * Calls `listener` with the reason when `signal` aborts, at once if it already did, like an
+   * 'abort' listener on `signal` but without making the signal. Returns the unsubscribe function.
+   */
+  onAbort(listener: (reason: unknown) => void): () => void {
+    if (this.abortReason) {
+      listener(this.abortReason.reason);
+      return () => undefined;
+    }
+    this.abortListeners ??= new Set();
+    this.abortListeners.add(listener);
+    return () => this.abortListeners?.delete(listener);
   }
 
   /** Stops renewing and waits for a renewal in flight, so the finishing write runs alone. */
@@ -49,7 +75,12 @@ export class LeaseKeeper {
   abort(reason: unknown): void {
     this.stopped = true;
     clearInterval(this.timer);
-    if (!this.controller.signal.aborted) this.controller.abort(reason);
+    if (this.abortReason) return;
+    this.abortReason = { reason };
+    this.controller?.abort(reason);
+    const listeners = this.abortListeners;
+    this.abortListeners = undefined;
+    for (const listener of listeners ?? []) listener(reason);
   }
 
   private async renewOnce(): Promise<void> {

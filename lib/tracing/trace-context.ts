@@ -58,9 +58,24 @@ export interface SpanDescription {
   attributes: Record<string, string | number>;
 }
 
+let noopTracerProvider: unknown;
+
+/**
+ * Whether no SDK registered a tracer provider: the API is installed (many libraries bring it
+ * along) but every span would be a no-op. Checked on each call, since an SDK can be registered
+ * after QueueBox started.
+ */
+function noTracerProvider(otel: typeof OpenTelemetry): boolean {
+  const provider = otel.trace.getTracerProvider() as { getDelegate?: () => unknown };
+  if (typeof provider.getDelegate !== 'function') return false;
+  noopTracerProvider ??= new otel.ProxyTracerProvider().getDelegate();
+  return provider.getDelegate() === noopTracerProvider;
+}
+
 /**
  * Runs `work` in a span whose parent is the `traceparent` stored in `headers` (a new trace when
- * there is none). Without OpenTelemetry, just runs `work`.
+ * there is none). Without OpenTelemetry, just runs `work`; so it does when no SDK is registered
+ * and there is no parent to carry (a no-op span without a parent changes nothing `work` can see).
  */
 export async function inSpan<T>(
   headers: Record<string, string> | null | undefined,
@@ -68,7 +83,7 @@ export async function inSpan<T>(
   work: () => Promise<T>,
 ): Promise<T> {
   const otel = openTelemetry();
-  if (!otel) return work();
+  if (!otel || (!headers?.[TRACEPARENT_HEADER] && noTracerProvider(otel))) return work();
   const parent = parentContext(otel, headers);
   const tracer = otel.trace.getTracer('queuebox');
   const kind = span.kind === 'producer' ? otel.SpanKind.PRODUCER : otel.SpanKind.CONSUMER;

@@ -280,17 +280,33 @@ export class PostgresDialect implements Dialect {
    * commit out of id order. With the lock, each claim statement starts after the previous claim
    * committed and sees it; SKIP LOCKED keeps a claim from waiting on rows that fenced writes hold;
    * the unique in-flight index is the database's last word on I4.
+   *
+   * The lock and the claim go as one query string (`serializedClaimSql`): one round trip instead
+   * of four (BEGIN, lock, claim, COMMIT), the same transaction and the same order of snapshots.
+   * It bypasses TypeORM's query runner (which cannot return the results of several statements),
+   * so TypeORM's query logging does not show it.
    */
-  private serializedClaim<T>(lockName: string, statement: string, params: unknown[]): Promise<T[]> {
-    return this.dataSource.transaction(async (manager) => {
-      await this.run(sql.claimLockSql(), [lockName], manager);
-      return (await this.run<T>(statement, params, manager)).rows;
-    });
+  private async serializedClaim<T>(lockName: string, statement: string, params: readonly sql.InlineParam[]): Promise<T[]> {
+    const text = sql.serializedClaimSql(lockName, statement, params);
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      const client = (await runner.connect()) as MultiStatementClient;
+      const results = await client.query(text);
+      // One result per statement; the claim is the last.
+      return (Array.isArray(results) ? results[results.length - 1] : results).rows as T[];
+    } finally {
+      await runner.release();
+    }
   }
 
   private run<T>(statement: string, params: unknown[], manager?: EntityManager) {
     return runSql<T>(this.dataSource, statement, params, manager);
   }
+}
+
+/** The part of node-postgres' client a serialized claim uses: a query string of several statements, no parameters. */
+interface MultiStatementClient {
+  query(text: string): Promise<{ rows: unknown[] } | { rows: unknown[] }[]>;
 }
 
 /** The selection's parameters $1..$5. */

@@ -17,6 +17,52 @@ export const listenSql = (channel: string) => `LISTEN "${channel}"`;
 /** Serializes claims: $1 = lock name. Held until the claim transaction ends. */
 export const claimLockSql = () => 'SELECT pg_advisory_xact_lock(hashtextextended($1, 0))';
 
+/** A value inlined into a serialized claim: an integer, a string or a list of strings. */
+export type InlineParam = number | string | readonly string[];
+
+/**
+ * A claim and its advisory lock as one query string of two statements, sent in one round trip
+ * with the simple query protocol (no parameters: each `$n` of `statement` is replaced by the
+ * literal of `params[n - 1]`). PostgreSQL runs the statements of one query string as one
+ * transaction (committed after the last, rolled back on any error), and under READ COMMITTED each
+ * statement takes its own snapshot: the claim's snapshot is taken after the lock was granted,
+ * so it sees every claim committed before it, exactly as with BEGIN, the lock, the claim and
+ * COMMIT sent one by one (four round trips).
+ */
+export const serializedClaimSql = (lockName: string, statement: string, params: readonly InlineParam[]) =>
+  `SELECT pg_advisory_xact_lock(hashtextextended(${pgLiteral(lockName)}, 0));
+${inlineParams(statement, params)}`;
+
+/** `statement` with `$1`, `$2`... replaced by the literals of `params`. */
+export function inlineParams(statement: string, params: readonly InlineParam[]): string {
+  return statement.replace(/\$(\d+)/g, (_placeholder, n: string) => {
+    const index = Number(n) - 1;
+    if (index >= params.length) throw new Error(`no value for $${n} (${params.length} given)`);
+    return inlineValue(params[index]);
+  });
+}
+
+function inlineValue(value: InlineParam): string {
+  if (typeof value === 'number') {
+    // Only integers reach SQL text: a NaN or a fraction here is a bug upstream, never a value to send.
+    if (!Number.isSafeInteger(value)) throw new Error(`not an integer: ${value}`);
+    return value < 0 ? `(${value})` : String(value);
+  }
+  if (typeof value === 'string') return pgLiteral(value);
+  return value.length === 0 ? `'{}'::text[]` : `ARRAY[${value.map(pgLiteral).join(', ')}]::text[]`;
+}
+
+/**
+ * A string literal that means `value` whatever `standard_conforming_strings` says: quotes doubled,
+ * and with backslashes the escape-string form with backslashes doubled (as node-postgres'
+ * `escapeLiteral`). A NUL cannot be in a PostgreSQL string at all.
+ */
+export function pgLiteral(value: string): string {
+  if (value.includes('\0')) throw new Error('a PostgreSQL string cannot contain NUL');
+  const quoted = `'${value.replace(/'/g, "''")}'`;
+  return value.includes('\\') ? ` E${quoted.replace(/\\/g, '\\\\')}` : quoted;
+}
+
 /**
  * $1..$6: arrays of message ids, destinations, keys, payloads (JSON), headers (JSON), available-at
  * times; $7: the outbox's notification channel. One NOTIFY per statement, delivered at commit

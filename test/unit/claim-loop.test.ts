@@ -1,0 +1,85 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { Logger } from '@nestjs/common';
+import { ClaimLoop } from '../../lib/common/claim-loop';
+import type { LeaseService } from '../../lib/lease/lease.service';
+import type { Claim } from '../../lib/lease/lease.types';
+import { LeaseKeeper } from '../../lib/lease/lease-keeper';
+
+// The loop's bookkeeping without a database: claims come from a counter, work yields its slot and
+// then waits for a "write" the test releases, as the outbox's publish and completion do.
+
+interface TestClaim extends Claim {
+  keyed: boolean;
+}
+
+function setup(keyed: boolean) {
+  let next = 0;
+  const claimed: number[] = [];
+  const writes: (() => void)[] = [];
+  const loop = new ClaimLoop<TestClaim>(
+    { name: 'test loop', concurrency: 2, batchSize: 4, pollIntervalMs: 60_000, shutdownTimeoutMs: 1000 },
+    {
+      claim: async (limit) => {
+        claimed.push(limit);
+        return Array.from({ length: limit }, () => {
+          const id = String(++next);
+          return { component: 'outbox', id, token: id, leaseMs: 60_000, leaseExpiresAt: new Date(), attempt: 1, keyed } as TestClaim;
+        });
+      },
+      process: async (_claim, keeper, yieldSlot) => {
+        yieldSlot();
+        await new Promise<void>((resolve) => writes.push(resolve));
+        await keeper.stop();
+      },
+      keep: (claim) =>
+        new LeaseKeeper(
+          claim,
+          async () => true,
+          () => undefined,
+        ),
+      holdsOthers: (claim) => claim.keyed,
+    },
+    {} as LeaseService,
+    new Logger('test'),
+  );
+  return { loop, claimed, writes };
+}
+
+const settle = () => new Promise((resolve) => setTimeout(resolve, 20));
+
+describe('ClaimLoop', () => {
+  it('claims again while the outcomes of claims that hold no other row are written', async () => {
+    const { loop, claimed, writes } = setup(false);
+    loop.start();
+    await settle();
+    // Every claim gave back its slot and waits for its write: those do not count, so the loop
+    // claimed more, but never more than batchSize of them (writes that never end cannot let claims pile up).
+    assert.deepEqual(claimed, [4, 4]);
+    assert.equal(loop.inFlightCount, 8);
+    for (const write of writes.splice(0)) write();
+    const stopping = loop.stop();
+    for (let i = 0; i < 5; i++) {
+      await settle();
+      for (const write of writes.splice(0)) write();
+    }
+    await stopping;
+  });
+
+  it('waits for the writes of keyed claims before claiming again (a claim made over them would find their keys in flight)', async () => {
+    const { loop, claimed, writes } = setup(true);
+    loop.start();
+    await settle();
+    assert.deepEqual(claimed, [4]);
+    assert.equal(loop.inFlightCount, 4);
+    for (const write of writes.splice(0)) write();
+    await settle();
+    assert.deepEqual(claimed, [4, 4]);
+    const stopping = loop.stop();
+    for (let i = 0; i < 5; i++) {
+      await settle();
+      for (const write of writes.splice(0)) write();
+    }
+    await stopping;
+  });
+});
