@@ -2,11 +2,12 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
+import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { createTestDatabase, serverUrl, type TestDatabase } from '../support/database';
 
 // The compiled CLI of this build (`npm test` compiles lib/ and test/ to .build/), run as users run
 // `queuebox`: its own process, its exit code, its stdout and stderr.
@@ -33,7 +34,6 @@ function queuebox(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
   });
 }
 
-/** The database's URL with a password in it (the test server trusts local connections, so any password works). */
 /** A database as an app left it before the operations migration existed: the schema migration only. */
 async function migrateSchemaOnly(url: string): Promise<void> {
   const dataSource = new DataSource({ type: 'postgres', url, migrations: [createQueueBoxMigration()], logging: false });
@@ -45,8 +45,39 @@ async function migrateSchemaOnly(url: string): Promise<void> {
   }
 }
 
+/** A login role whose password is PASSWORD, so every URL the CLI gets carries a password that must never be printed. */
+const CLI_ROLE = `qb_cli_${process.pid}`;
+
+/** Creates (or resets) CLI_ROLE on the test server; works whether the server trusts local connections or checks passwords. */
+async function createCliRole(): Promise<void> {
+  const client = new Client({ connectionString: serverUrl() });
+  await client.connect();
+  try {
+    await client.query(`DO $$ BEGIN
+      CREATE ROLE ${CLI_ROLE} LOGIN SUPERUSER;
+    EXCEPTION WHEN duplicate_object THEN NULL;
+    END $$`);
+    await client.query(`ALTER ROLE ${CLI_ROLE} PASSWORD '${PASSWORD}'`);
+  } finally {
+    await client.end();
+  }
+}
+
+/** Drops CLI_ROLE once the databases holding its tables are gone. */
+async function dropCliRole(): Promise<void> {
+  const client = new Client({ connectionString: serverUrl() });
+  await client.connect();
+  try {
+    await client.query(`DROP ROLE IF EXISTS ${CLI_ROLE}`);
+  } finally {
+    await client.end();
+  }
+}
+
+/** `url` as CLI_ROLE, with its password. */
 function withPassword(url: string): string {
   const parsed = new URL(url);
+  parsed.username = CLI_ROLE;
   parsed.password = PASSWORD;
   return parsed.toString();
 }
@@ -59,8 +90,10 @@ function withUser(url: string, user: string): string {
 
 describe('queuebox CLI', () => {
   const databases: TestDatabase[] = [];
+  before(createCliRole);
   after(async () => {
     await Promise.all(databases.map((db) => db.drop()));
+    await dropCliRole();
   });
   const emptyDatabase = async () => {
     const db = await createTestDatabase({ migrate: false });
@@ -80,7 +113,7 @@ describe('queuebox CLI', () => {
     assert.equal(first.code, 0, first.stderr);
     assert.match(first.stdout, /Applied migration QueueBoxSchema1764460800000/);
     assert.match(first.stdout, /Applied migration QueueBoxOperations1764633600000/);
-    assert.match(first.stdout, /Database: postgres:\/\/postgres:\*\*\*@/);
+    assert.match(first.stdout, /Database: postgres:\/\/qb_cli_\d+:\*\*\*@/);
     assert.deepEqual(await tableNames(db), ['migrations', 'queuebox_inbox', 'queuebox_outbox']);
 
     const second = await queuebox(['migrate', '--url', url]);
