@@ -50,7 +50,12 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}` },
       {
         claim: (limit) => this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.claimTimeoutMs }),
-        process: (claim, keeper) => inSpan(claim.message.headers, processSpan(claim.message, 'inbox'), () => this.forward(claim, keeper)),
+        process: (claim, keeper) =>
+          inSpan(
+            claim.message.headers,
+            () => processSpan(claim.message, 'inbox'),
+            () => this.forward(claim, keeper),
+          ),
         reclaim: () => this.reclaim(),
       },
       lease,

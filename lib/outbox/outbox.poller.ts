@@ -148,9 +148,14 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     if (publisher && (await this.leaseLeftFor(claim, keeper))) {
       try {
         const chosen = publisher;
-        await inSpan(message.headers, publishSpan(message), () =>
-          // The publish span is the parent of whatever the destination does with the message.
-          this.publishWithin(chosen, { ...message, headers: activeTraceContext(message.headers) ?? message.headers }, keeper),
+        await inSpan(
+          message.headers,
+          () => publishSpan(message),
+          () => {
+            // Inside the publish span, the destination continues from it (a copy only when a span is active).
+            const traced = activeTraceContext(message.headers);
+            return this.publishWithin(chosen, traced ? { ...message, headers: traced } : message, keeper);
+          },
         );
         published = true;
       } catch (error) {

@@ -124,16 +124,19 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     let failure: unknown;
     const startedAt = performance.now();
     try {
-      await inSpan(message.headers, processSpan(message, 'pull'), () =>
-        this.dataSource.transaction(async (manager) => {
-          await handler.handle(message, { manager, signal: keeper.signal, attempt: claim.attempt });
-          // Renewal stops before the completing write: a renewal racing it would wait for it and
-          // then see zero rows, which is not a lost claim.
-          await keeper.stop();
-          if (keeper.lost || loop.abandoned) throw lost();
-          // Fenced by the database's current time (clock_timestamp), not the transaction's start.
-          if (!(await this.lease.complete(claim, manager))) throw lost();
-        }),
+      await inSpan(
+        message.headers,
+        () => processSpan(message, 'pull'),
+        () =>
+          this.dataSource.transaction(async (manager) => {
+            await handler.handle(message, { manager, signal: keeper.signal, attempt: claim.attempt });
+            // Renewal stops before the completing write: a renewal racing it would wait for it and
+            // then see zero rows, which is not a lost claim.
+            await keeper.stop();
+            if (keeper.lost || loop.abandoned) throw lost();
+            // Fenced by the database's current time (clock_timestamp), not the transaction's start.
+            if (!(await this.lease.complete(claim, manager))) throw lost();
+          }),
       );
       this.events.emit('queuebox:pull:processed', {
         ...inboxEventMessage('pull', message),

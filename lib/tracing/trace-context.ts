@@ -36,7 +36,10 @@ export function withTraceContext<H>(headers: H): H | Record<string, string> {
   return activeTraceContext(headers as Record<string, string> | undefined) ?? headers;
 }
 
-/** `headers` with `traceparent` / `tracestate` of the active span (replacing any), or undefined when no span is active. */
+/**
+ * `headers` with `traceparent` / `tracestate` of the active span (replacing any), or undefined when
+ * no span is active (then callers keep their object as it is: nothing is copied).
+ */
 export function activeTraceContext(headers: Record<string, string> | undefined): Record<string, string> | undefined {
   const otel = openTelemetry();
   const span = otel?.trace.getActiveSpan();
@@ -79,11 +82,12 @@ function noTracerProvider(otel: typeof OpenTelemetry): boolean {
  */
 export async function inSpan<T>(
   headers: Record<string, string> | null | undefined,
-  span: SpanDescription,
+  describe: () => SpanDescription,
   work: () => Promise<T>,
 ): Promise<T> {
   const otel = openTelemetry();
   if (!otel || (!headers?.[TRACEPARENT_HEADER] && noTracerProvider(otel))) return work();
+  const span = describe();
   const parent = parentContext(otel, headers);
   const tracer = otel.trace.getTracer('queuebox');
   const kind = span.kind === 'producer' ? otel.SpanKind.PRODUCER : otel.SpanKind.CONSUMER;

@@ -197,7 +197,7 @@ Module._resolveFilename = function (request, ...rest) {
         preload,
         '-e',
         `const t = require(${JSON.stringify(module)});
-t.inSpan({ traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' }, t.publishSpan({ destination: 'd', messageId: 'm', attempt: 1 }), async () => 'ran')
+t.inSpan({ traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' }, () => t.publishSpan({ destination: 'd', messageId: 'm', attempt: 1 }), async () => 'ran')
   .then((ran) => console.log(JSON.stringify({ headers: t.withTraceContext({ a: '1' }), ran, otel: Object.keys(require.cache).some((k) => k.includes('@opentelemetry')) })));`,
       ],
       { encoding: 'utf8' },
