@@ -65,6 +65,8 @@ export class RetentionService implements OnApplicationBootstrap, BeforeApplicati
   /** One run: skipped (`skipped: true`) when another replica holds the lock. Concurrent calls share one run. */
   runOnce(): Promise<RetentionResult> {
     if (!this.running) {
+      // `stop()` cuts short the run in progress only; a run asked for afterwards runs in full.
+      this.stopping = false;
       this.running = this.run().finally(() => {
         this.running = undefined;
       });

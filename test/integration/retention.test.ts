@@ -75,6 +75,13 @@ describe('retention on PostgreSQL', () => {
     assert.deepEqual(await t.get(QueueBoxAdmin).runRetention(), { outboxDeleted: 0, inboxDeleted: 0, deadDeleted: 0, skipped: false });
   });
 
+  it('a run asked for after stop() runs in full (stop cuts short only the run in progress)', async () => {
+    await fixture(2500);
+    const t = await app({ batchSize: 1000 });
+    await t.get(RetentionService).stop();
+    assert.equal((await t.get(RetentionService).runOnce()).outboxDeleted, 2500);
+  });
+
   it('deletes dead rows older than deadAfterMs when configured; the inbox keeps its own, longer age', async () => {
     await fixture(3);
     const t = await app({ deadAfterMs: 7 * DAY, inboxFinishedAfterMs: 10 * DAY });
