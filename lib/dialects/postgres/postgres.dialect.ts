@@ -9,7 +9,7 @@ import {
   toBlockedKeyRow,
   toDeadLetterRow,
 } from '../../admin/admin-rows';
-import { runSql } from '../../common/sql-runner';
+import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
 import type {
@@ -288,25 +288,36 @@ export class PostgresDialect implements Dialect {
    */
   private async serializedClaim<T>(lockName: string, statement: string, params: readonly sql.InlineParam[]): Promise<T[]> {
     const text = sql.serializedClaimSql(lockName, statement, params);
-    const runner = this.dataSource.createQueryRunner();
-    try {
-      const client = (await runner.connect()) as MultiStatementClient;
-      const results = await client.query(text);
-      // One result per statement; the claim is the last.
-      return (Array.isArray(results) ? results[results.length - 1] : results).rows as T[];
-    } finally {
-      await runner.release();
-    }
+    // No values: node-postgres sends the text with the simple query protocol, which runs several statements.
+    const results = await poolOf(this.dataSource).query(text);
+    // One result per statement; the claim is the last.
+    return (Array.isArray(results) ? results[results.length - 1] : results).rows as T[];
   }
 
-  private run<T>(statement: string, params: unknown[], manager?: EntityManager) {
-    return runSql<T>(this.dataSource, statement, params, manager);
+  private run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>> {
+    if (manager?.queryRunner && !manager.queryRunner.isReleased) return runSql<T>(this.dataSource, statement, params, manager);
+    // Outside a caller's transaction, straight to the driver's pool: a TypeORM QueryRunner per
+    // statement is garbage on the hot path (claims, completions, renewals), and nothing here uses it.
+    return poolQuery<T>(this.dataSource, statement, params);
   }
 }
 
-/** The part of node-postgres' client a serialized claim uses: a query string of several statements, no parameters. */
-interface MultiStatementClient {
+/** The parts of node-postgres' pool QueueBox uses. */
+interface PgPool {
+  query(text: string, values: unknown[]): Promise<{ rows: unknown[]; rowCount: number | null }>;
+  /** Without values: the simple query protocol, so `text` may hold several statements (one result each). */
   query(text: string): Promise<{ rows: unknown[] } | { rows: unknown[] }[]>;
+}
+
+/** node-postgres' pool of TypeORM's driver: the pool TypeORM itself draws its connections from. */
+function poolOf(dataSource: DataSource): PgPool {
+  return (dataSource.driver as unknown as { master: PgPool }).master;
+}
+
+/** One statement on the driver's pool. */
+async function poolQuery<T>(dataSource: DataSource, statement: string, params: unknown[]): Promise<SqlResult<T>> {
+  const result = await poolOf(dataSource).query(statement, params);
+  return { rows: result.rows as T[], affected: result.rowCount ?? 0 };
 }
 
 /** The selection's parameters $1..$5. */
