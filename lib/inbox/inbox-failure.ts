@@ -1,5 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import { describeError } from '../common/errors';
+import { failedAttemptOutcome } from '../common/failed-attempt';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { inboxEventMessage, type QueueBoxEvents } from '../events/queuebox.events';
 import type { LeaseService } from '../lease/lease.service';
@@ -32,16 +33,21 @@ export async function retryOrDeadLetter(p: {
   const id = `${claim.message.source}/${claim.message.idempotencyKey}`;
   const event = { ...inboxEventMessage(claim.component, claim.message), durationMs: p.durationMs };
   const prefix = claim.component === 'pull' ? 'queuebox:pull' : 'queuebox:inbox';
-  let what = 'dead-letter';
+  let what = 'retry'; // the backoff may throw
   try {
-    const invalid = failure instanceof QueueBoxValidationError;
-    const declined = !invalid && claim.attempt < p.maxAttempts && !retryAllowed(p.retryIf, failure, claim);
-    if (invalid || declined || claim.attempt >= p.maxAttempts) {
-      const reason = invalid
-        ? describeError(failure)
-        : declined
-          ? messages.retryDeclined(claim.attempt, describeError(failure))
-          : messages.attemptsExhausted(claim.attempt, describeError(failure));
+    const next = failedAttemptOutcome({
+      failure,
+      // It would fail the same way again.
+      final: failure instanceof QueueBoxValidationError,
+      attempt: claim.attempt,
+      maxAttempts: p.maxAttempts,
+      message: claim.message,
+      retryIf: p.retryIf,
+      backoff: p.backoff,
+    });
+    if (next.deadLetter) {
+      what = 'dead-letter';
+      const { reason } = next;
       if (await lease.deadLetter(claim, reason)) {
         p.events.emit(`${prefix}:dead-lettered`, { ...event, reason });
         logger.warn(messages.deadLettered(id, reason));
@@ -50,8 +56,7 @@ export async function retryOrDeadLetter(p: {
       }
       return;
     }
-    what = 'retry';
-    const delayMs = Math.max(0, Math.round(p.backoff(claim.attempt, failure, claim.message)));
+    const { delayMs } = next;
     if (await lease.retry(claim, { delayMs, error: failure })) {
       p.events.emit(`${prefix}:retry-scheduled`, { ...event, delayMs, error: describeError(failure) });
       logger.warn(p.retryMessage(describeError(failure), delayMs));
@@ -62,14 +67,3 @@ export async function retryOrDeadLetter(p: {
     logger.error(messages.finishFailed(id, what, describeError(error)));
   }
 }
-
-/** A `retryIf` that throws does not stop the retries (the attempts still bound them). */
-function retryAllowed(retryIf: RetryIf | undefined, failure: unknown, claim: InboxClaim): boolean {
-  try {
-    return retryIf === undefined || retryIf(failure, claim.attempt, claim.message) !== false;
-  } catch {
-    return true;
-  }
-}
-
-type RetryIf = (error: unknown, attempt: number, message: InboxMessage) => boolean;

@@ -2,6 +2,7 @@ import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnAppl
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
 import { describeError } from '../common/errors';
+import { failedAttemptOutcome } from '../common/failed-attempt';
 import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { BatchCompleter } from '../lease/batch-completer';
@@ -186,15 +187,19 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
         } else this.logger.error(messages.markSentLost(message.messageId));
         return;
       }
-      const permanent = failure instanceof PermanentPublishError;
-      const declined = !permanent && claim.attempt < this.options.maxAttempts && !this.retryIf(failure, claim);
-      if (permanent || declined || claim.attempt >= this.options.maxAttempts) {
+      what = 'retry'; // the backoff may throw
+      const next = failedAttemptOutcome({
+        failure,
+        final: failure instanceof PermanentPublishError,
+        attempt: claim.attempt,
+        maxAttempts: this.options.maxAttempts,
+        message,
+        retryIf: this.options.retryIf,
+        backoff: this.options.backoff,
+      });
+      if (next.deadLetter) {
         what = 'dead-letter';
-        const reason = permanent
-          ? describeError(failure)
-          : declined
-            ? messages.retryDeclined(claim.attempt, describeError(failure))
-            : messages.attemptsExhausted(claim.attempt, describeError(failure));
+        const { reason } = next;
         if (await this.lease.deadLetter(claim, reason)) {
           this.events.emit('queuebox:dead-lettered', { ...event, reason, durationMs });
           this.logger.warn(messages.deadLettered(message.messageId, reason));
@@ -203,8 +208,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
         }
         return;
       }
-      what = 'retry';
-      const delayMs = Math.max(0, Math.round(this.options.backoff(claim.attempt, failure, message)));
+      const { delayMs } = next;
       if (await this.lease.retry(claim, { delayMs, error: failure })) {
         this.events.emit('queuebox:retry-scheduled', { ...event, delayMs, error: describeError(failure), durationMs });
         this.logger.warn(messages.publishFailed(message.messageId, claim.attempt, describeError(failure), delayMs));
@@ -287,15 +291,6 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
           },
         );
     });
-  }
-
-  /** `retry.retryIf`; one that throws does not stop the retries (the attempts still bound them). */
-  private retryIf(failure: unknown, claim: OutboxClaim): boolean {
-    try {
-      return this.options.retryIf(failure, claim.attempt, claim.message) !== false;
-    } catch {
-      return true;
-    }
   }
 
   private async reclaim(): Promise<void> {
