@@ -1,8 +1,9 @@
-import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
-import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
+import { ClaimLoop } from '../common/claim-loop';
 import { describeError } from '../common/errors';
+import { LoopWorker } from '../common/loop-worker';
 import { uuidV5 } from '../common/uuid';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import { ClaimLostError } from '../errors/queuebox.errors';
@@ -31,10 +32,11 @@ export const CAUSATION_HEADER = 'X-Causation-Id';
  * Outbox message ids derive from the inbox row, so a forward can be traced end to end.
  */
 @Injectable()
-export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('QueueBox:InboxRelay');
-  private readonly options: ResolvedRelayOptions;
-  private readonly loop: ClaimLoop<InboxClaim>;
+export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationBootstrap {
+  protected readonly name = NAME;
+  protected readonly logger = new Logger('QueueBox:InboxRelay');
+  protected readonly options: ResolvedRelayOptions;
+  protected readonly loop: ClaimLoop<InboxClaim>;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -45,6 +47,7 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
     private readonly events: QueueBoxEvents,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
+    super();
     this.options = rootOptions.inbox.relay;
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}` },
@@ -69,37 +72,6 @@ export class InboxRelay implements OnApplicationBootstrap, BeforeApplicationShut
 
   onApplicationBootstrap(): void {
     if (this.rootOptions.workers.relay && this.sources.relaySources.length > 0) this.start();
-  }
-
-  async beforeApplicationShutdown(): Promise<void> {
-    await this.stop();
-  }
-
-  /** Starts claiming. Called at bootstrap when `workers.relay` is on and a route exists. */
-  start(): void {
-    if (this.loop.running) return;
-    this.logger.log(messages.workerStarted(NAME, this.options.concurrency, this.options.batchSize, this.options.claimTimeoutMs));
-    this.loop.start();
-  }
-
-  /** Stops claiming and waits up to `inbox.relay.shutdownTimeoutMs` for forwards in flight. */
-  stop(): Promise<void> {
-    return this.loop.stop();
-  }
-
-  /** Claims one batch, forwards it and waits. Returns how many rows it claimed. */
-  runOnce(): Promise<number> {
-    return this.loop.runOnce();
-  }
-
-  /** Whether the loop runs and when it last claimed (read by health checks). */
-  get status(): WorkerLoopStatus {
-    return this.loop.status;
-  }
-
-  /** Like `runOnce()`, but resolves to the claims it worked on (`queuebox/testing` reports their outcome). */
-  runBatch(): Promise<InboxClaim[]> {
-    return this.loop.runBatch();
   }
 
   /** The message id of the `index`-th outbox message forwarded from inbox row `inboxId`. */

@@ -1,8 +1,9 @@
-import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
+import { ClaimLoop } from '../common/claim-loop';
 import { describeError } from '../common/errors';
 import { failedAttemptOutcome } from '../common/failed-attempt';
+import { LoopWorker } from '../common/loop-worker';
 import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { BatchCompleter } from '../lease/batch-completer';
@@ -30,10 +31,11 @@ const NAME = 'outbox poller';
  * while ((await app.get(OutboxPoller).runOnce()) > 0);
  */
 @Injectable()
-export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('QueueBox:OutboxPoller');
-  private readonly options: ResolvedOutboxOptions;
-  private readonly loop: ClaimLoop<OutboxClaim>;
+export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicationBootstrap {
+  protected readonly name = NAME;
+  protected readonly logger = new Logger('QueueBox:OutboxPoller');
+  protected readonly options: ResolvedOutboxOptions;
+  protected readonly loop: ClaimLoop<OutboxClaim>;
   private readonly completer: BatchCompleter;
   /**
    * When each claim's lease ends at the latest, on this process's monotonic clock: the send time of
@@ -51,6 +53,7 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
     private readonly events: QueueBoxEvents,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
+    super();
     this.options = rootOptions.outbox;
     this.completer = new BatchCompleter(lease);
     this.loop = new ClaimLoop(
@@ -78,37 +81,6 @@ export class OutboxPoller implements OnApplicationBootstrap, BeforeApplicationSh
 
   onApplicationBootstrap(): void {
     if (this.rootOptions.workers.outbox) this.start();
-  }
-
-  async beforeApplicationShutdown(): Promise<void> {
-    await this.stop();
-  }
-
-  /** Starts claiming. Called at bootstrap when `workers.outbox` is on. */
-  start(): void {
-    if (this.loop.running) return;
-    this.logger.log(messages.workerStarted(NAME, this.options.concurrency, this.options.batchSize, this.options.claimTimeoutMs));
-    this.loop.start();
-  }
-
-  /** Stops claiming and waits up to `outbox.shutdownTimeoutMs` for in-flight publishes. */
-  stop(): Promise<void> {
-    return this.loop.stop();
-  }
-
-  /** Claims one batch, publishes it and waits for the outcome. Returns how many rows it claimed. */
-  runOnce(): Promise<number> {
-    return this.loop.runOnce();
-  }
-
-  /** Whether the loop runs and when it last claimed (read by health checks). */
-  get status(): WorkerLoopStatus {
-    return this.loop.status;
-  }
-
-  /** Like `runOnce()`, but resolves to the claims it worked on (`queuebox/testing` reports their outcome). */
-  runBatch(): Promise<OutboxClaim[]> {
-    return this.loop.runBatch();
   }
 
   /** Claims now instead of at the end of the current sleep (new messages were committed). */
