@@ -8,6 +8,8 @@
 // pg_stat_force_next_flush() only flushes the calling backend, so it cannot reach the worker's.
 // So every phase that is measured ends with all its clients closed, and the parent waits until
 // pg_stat_activity shows no client backend on that database before it reads the counters.
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { beforeDeadline, now, sleep } from './clock.mjs';
 
@@ -45,6 +47,12 @@ export async function withClient(url, fn) {
   }
 }
 
+/** Fields of /proc/<pid>/stat after the command name (index 0 = state, 1 = ppid, 13 = cutime, 14 = cstime). */
+function statFields(pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+}
+
 export class Admin {
   constructor(serverUrl) {
     this.serverUrl = serverUrl;
@@ -54,6 +62,7 @@ export class Admin {
     this.client = await connect(this.serverUrl);
     const { rows } = await this.client.query(`SELECT current_setting('server_version_num')::int AS num, version() AS full_version`);
     this.versionNum = rows[0].num;
+    this.backendPid = (await this.client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
     this.version = rows[0].full_version;
     // Durability settings decide what a commit costs (a WAL flush each, unless fsync or
     // synchronous_commit is off), so the report names them beside the numbers.
@@ -67,6 +76,42 @@ export class Admin {
 
   async close() {
     await this.client?.end().catch(() => undefined);
+  }
+
+  /**
+   * CPU time, in ms, of every backend of the server that has exited so far: the user and system
+   * time of the postmaster's reaped children (`cutime` + `cstime` in /proc/<postmaster>/stat).
+   * A workload's backends all exit before its closing snapshot, so the delta over a workload is
+   * what the database spent on it (plus autovacuum workers and anything else that exited on the
+   * server meanwhile). Null when the server is not a process of this Linux machine.
+   */
+  backendCpuMs() {
+    if (this.postmaster === undefined) this.postmaster = this.findPostmaster();
+    if (this.postmaster === null) return null;
+    try {
+      const fields = statFields(this.postmaster.pid);
+      return ((Number(fields[13]) + Number(fields[14])) / this.postmaster.ticksPerSecond) * 1000;
+    } catch {
+      return null;
+    }
+  }
+
+  findPostmaster() {
+    try {
+      // This connection's backend is a child of the postmaster; its PID means something here only
+      // if the server runs on this machine: the parent must be a postgres process.
+      const backendPid = this.backendPid;
+      const ppid = Number(statFields(backendPid)[1]);
+      const command = readFileSync(`/proc/${ppid}/cmdline`, 'latin1').split('\0')[0];
+      if (!/postgres/.test(command)) return null;
+      let ticksPerSecond = 100;
+      try {
+        ticksPerSecond = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+      } catch {}
+      return { pid: ppid, ticksPerSecond };
+    } catch {
+      return null;
+    }
   }
 
   async createDatabase(name) {

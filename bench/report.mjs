@@ -95,6 +95,13 @@ function rssText(r) {
   return mb > RSS_TARGET_MB ? `**${fmt.mb(r.rssKb)}**` : fmt.mb(r.rssKb);
 }
 
+function cpuText(r) {
+  if (r.status !== 'ok') return '';
+  if (r.workerCpuUsPerMsg === null) return 'n/a';
+  const us = (v) => (v === null ? 'n/a' : v.toFixed(0));
+  return `${us(r.workerCpuUsPerMsg)} + ${us(r.databaseCpuUsPerMsg)}`;
+}
+
 function dupText(r) {
   if (r.status !== 'ok') return '';
   const missing = r.missing > 0 ? `, **${fmt.int(r.missing)} missing**` : '';
@@ -103,15 +110,27 @@ function dupText(r) {
 
 export function table(results) {
   const lines = [
-    '| Workload | System | Result | vs graphile-worker | Per-key order | Dups | Peak RSS MB | xacts/msg | stmts/msg | Notes |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    '| Workload | System | Result | vs graphile-worker | Per-key order | Dups | Peak RSS MB | CPU µs/msg worker + database | xacts/msg | stmts/msg | Notes |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const r of results) {
     const stmts = r.status !== 'ok' ? '' : r.stmtsPerMsg === null ? 'n/a' : fmt.perMsg(r.stmtsPerMsg);
     const xacts = r.status !== 'ok' ? '' : fmt.perMsg(r.xactsPerMsg);
     const notes = [r.settings, ...r.notes].filter(Boolean).join('; ');
     lines.push(
-      `| ${[r.title, r.system, resultText(r, results), ratioText(r, results), orderText(r), dupText(r), rssText(r), xacts, stmts, notes]
+      `| ${[
+        r.title,
+        r.system,
+        resultText(r, results),
+        ratioText(r, results),
+        orderText(r),
+        dupText(r),
+        rssText(r),
+        cpuText(r),
+        xacts,
+        stmts,
+        notes,
+      ]
         .map(cell)
         .join(' | ')} |`,
     );
@@ -192,6 +211,7 @@ ${guarantees(results)}
 - **Per-key order**: the worker records each handler start in order; for each key, each message's first start must come after those of the messages enqueued before it. **Dups**: handler starts beyond the first per message. W5 inbox relay: read from the outbox rows it wrote instead (id order; dups = outbox rows beyond one per inbox row).
 - **Peak RSS**: \`process.resourceUsage().maxRSS\` of the worker process at its exit (after a graceful stop).
 - **xacts/msg**: delta of \`xact_commit + xact_rollback\` in \`pg_stat_database\` for the workload's database, over the worker process's whole life (boot to exit), less the parent's own done-polls (and, in W3, the producer's one transaction per message), divided by the messages. Counters are read only when no client is connected to that database, since a backend flushes them when it exits. A LISTENing backend counts a transaction each time it reads a notification.
+- **CPU µs/msg worker + database** (drains only): the worker process's user + system CPU (\`process.cpuUsage()\`) from its \`go\` until the parent saw the work finished, and the CPU of the database backends that exited between the two counter snapshots (the postmaster's reaped children, \`cutime + cstime\` in /proc: the worker's connections, the parent's done-polls, autovacuum workers; \`n/a\` when the server is not a process of this machine), each per message. On a machine of C cores, no system can drain faster than C x 1,000,000 / (worker + database) msg/s.
 - **stmts/msg**: delta of \`pg_stat_statements\` calls for that database over the same span, when the server loads it (in W3 less the producer's statements per message, measured alone beforehand); otherwise n/a.
 - Each system runs each workload in a database of its own, created for it and dropped after.
 `;

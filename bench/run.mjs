@@ -50,7 +50,11 @@ function summary(r) {
     ? `p50 ${fmt.ms(r.latency.p50)} p99 ${fmt.ms(r.latency.p99)} max ${fmt.ms(r.latency.max)} ms`
     : `${fmt.int(r.rate)} msg/s (${fmt.seconds(r.drainMs)})`;
   const order = r.ordered ? `, ${r.orderViolations} out of order` : '';
-  return `${main}${order}, ${r.duplicates} dups, RSS ${fmt.mb(r.rssKb)} MB, ${fmt.perMsg(r.xactsPerMsg)} xacts/msg`;
+  const cpu =
+    r.workerCpuUsPerMsg === null
+      ? ''
+      : `, CPU ${r.workerCpuUsPerMsg.toFixed(0)} + ${r.databaseCpuUsPerMsg?.toFixed(0) ?? 'n/a'} µs/msg (worker + database)`;
+  return `${main}${order}, ${r.duplicates} dups, RSS ${fmt.mb(r.rssKb)} MB${cpu}, ${fmt.perMsg(r.xactsPerMsg)} xacts/msg`;
 }
 
 async function main() {

@@ -4,7 +4,7 @@
 //
 //   parent -> worker: { type: 'go' } | { type: 'stop' }
 //   worker -> parent: { type: 'ready' } | { type: 'started', at, startMs } | { type: 'progress', handled, distinct }
-//                     | { type: 'handled-all', at } | { type: 'result', seqs, times, maxRssKb, startedAt, unhandledRejections }
+//                     | { type: 'handled-all', at } | { type: 'result', seqs, times, maxRssKb, cpuMs, startedAt, unhandledRejections }
 //                     | { type: 'unhandled-rejection', error } | { type: 'failed', error }
 import { now } from './clock.mjs';
 
@@ -82,11 +82,13 @@ export async function serveWorker(boot) {
     const worker = await boot(config, (payload) => recorder.record(Number(payload.seq)));
     let progress;
     let startedAt = Number.NaN;
+    let cpuAtGo;
     recorder.onAllSeen = (at) => void send({ type: 'handled-all', at });
     process.on('message', async (message) => {
       try {
         if (message.type === 'go') {
           startedAt = now();
+          cpuAtGo = process.cpuUsage();
           await worker.start();
           await send({ type: 'started', at: startedAt, startMs: now() - startedAt });
           progress = setInterval(
@@ -95,6 +97,8 @@ export async function serveWorker(boot) {
           );
         } else if (message.type === 'stop') {
           clearInterval(progress);
+          // CPU from `go` until the parent saw the work finished: boot and shutdown left out.
+          const cpu = process.cpuUsage(cpuAtGo);
           await worker.stop();
           await send({
             type: 'result',
@@ -103,6 +107,7 @@ export async function serveWorker(boot) {
             times: Array.from(recorder.times.subarray(0, recorder.count)),
             // Peak resident set size of this process over its whole life, in KiB.
             maxRssKb: process.resourceUsage().maxRSS,
+            cpuMs: (cpu.user + cpu.system) / 1000,
             unhandledRejections,
           });
           process.exit(0);

@@ -11,6 +11,8 @@ const PROFILE_DIR = fileURLToPath(new URL('./results/profiles/', import.meta.url
 const PROGRESS_LOG_EVERY_MS = 3000;
 // W3: the worker idles this long before the producer starts, so it is in its steady waiting state.
 const LATENCY_WARMUP_MS = 1000;
+/** How long the postmaster is given to reap the backends that just closed before their CPU is read. */
+const BACKEND_REAP_MS = 100;
 
 /** A small seeded PRNG (mulberry32): the same keys in every run and for every system. */
 function seededRandom(seed) {
@@ -55,6 +57,8 @@ function emptyResult(system, workload) {
     rssKb: null,
     xactsPerMsg: null,
     stmtsPerMsg: null,
+    workerCpuUsPerMsg: null,
+    databaseCpuUsPerMsg: null,
     notes: [],
   };
 }
@@ -223,6 +227,7 @@ async function runDrain(cell) {
   recordOutcome(cell, report, messages);
   // The done-poll connection: one transaction to connect, one per poll.
   perMessageCosts(cell, before, after, { parentTransactions: polls + 1, producerTransactions: 0, producerStatements: 0 });
+  perMessageCpu(cell, before, after, report);
   // W5 inbox relay: delivery and order are judged on the outbox rows it wrote.
   if (workload.kind === 'inbox' && workload.consumer === 'relay') await outcomeInDatabase(cell, messages);
   result.notes.push(...(await system.afterCheck(url, workload)));
@@ -411,16 +416,23 @@ function startWorker(cell, expected) {
 async function snapshot(cell, phase) {
   const { admin, database, url } = cell;
   const readStatements = async () => (cell.statements ? statementCount(url) : null);
+  // Read once no client is left: a backend's CPU reaches the postmaster's total when it is reaped.
+  const readCpu = async () => {
+    await sleep(BACKEND_REAP_MS);
+    return admin.backendCpuMs();
+  };
   const readTransactions = async () => {
     if (!(await admin.waitForNoClients(database))) cell.result.notes.push(`a connection was still open at the ${phase} snapshot`);
     return admin.transactions(database);
   };
   if (phase === 'before') {
     const statements = await readStatements();
-    return { statements, transactions: await readTransactions() };
+    const transactions = await readTransactions();
+    return { statements, transactions, backendCpuMs: await readCpu() };
   }
   const transactions = await readTransactions();
-  return { transactions, statements: await readStatements() };
+  const backendCpuMs = await readCpu();
+  return { transactions, backendCpuMs, statements: await readStatements() };
 }
 
 function perMessageCosts(cell, before, after, { parentTransactions, producerTransactions, producerStatements }) {
@@ -428,6 +440,19 @@ function perMessageCosts(cell, before, after, { parentTransactions, producerTran
   const n = result.messages;
   result.xactsPerMsg = (after.transactions - before.transactions - parentTransactions - producerTransactions) / n;
   result.stmtsPerMsg = cell.statements ? (after.statements - before.statements - producerStatements) / n : null;
+}
+
+/**
+ * Drains only: CPU per message of the worker process (from \`go\` until the parent saw the work
+ * done) and of the database's backends (every backend that exited between the snapshots: the
+ * worker's connections, the parent's done-polls, autovacuum). W3 spends most of its time idle.
+ */
+function perMessageCpu(cell, before, after, report) {
+  const { result } = cell;
+  const n = result.messages;
+  if (typeof report.cpuMs === 'number') result.workerCpuUsPerMsg = (report.cpuMs * 1000) / n;
+  if (before.backendCpuMs !== null && after.backendCpuMs !== null)
+    result.databaseCpuUsPerMsg = ((after.backendCpuMs - before.backendCpuMs) * 1000) / n;
 }
 
 function recordOutcome(cell, report, messages) {
