@@ -68,13 +68,17 @@ export default {
     return `concurrency ${o.concurrency}, batchSize ${o.batchSize}, pollIntervalMs ${o.pollIntervalMs}`;
   },
 
-  /** The schema, by the migration an application would run. */
+  /** The schema, by the migrations an application runs (README: all three). */
   async setup(url) {
     const { queuebox, typeorm } = loadQueueBox();
     const dataSource = new typeorm.DataSource({
       type: 'postgres',
       url,
-      migrations: [queuebox.QueueBoxSchema1764460800000],
+      migrations: [
+        queuebox.QueueBoxSchema1764460800000,
+        queuebox.QueueBoxOperations1764633600000,
+        queuebox.QueueBoxClaimIndexes1795996800000,
+      ],
       logging: false,
     });
     await dataSource.initialize();

@@ -1,7 +1,11 @@
 import type { MigrationInterface } from 'typeorm';
 import type { QueueBoxTables } from '../dialects/dialect';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../migrations/queuebox.migration';
+import {
+  createQueueBoxClaimIndexesMigration,
+  createQueueBoxMigration,
+  createQueueBoxOperationsMigration,
+} from '../migrations/queuebox.migration';
 import { resolveTables } from '../queuebox.options';
 import { CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
@@ -39,21 +43,26 @@ export function describeTables(tables: QueueBoxTables): string {
 
 const DEFAULT_MIGRATION_NAME = 'QueueBoxSchema1764460800000';
 const OPERATIONS_MIGRATION_NAME = 'QueueBoxOperations1764633600000';
+const CLAIM_INDEXES_MIGRATION_NAME = 'QueueBoxClaimIndexes1795996800000';
 
 export interface QueueBoxMigrations {
-  /** The schema migration's name (`--migration-name`, default the shipped one) and the operations migration's. */
-  names: { schema: string; operations: string };
-  /** Both classes, in the order they run. */
+  /** The schema migration's name (`--migration-name`, default the shipped one), the operations and the claim-indexes migrations'. */
+  names: { schema: string; operations: string; claims: string };
+  /** The classes, in the order they run. */
   classes: (new () => MigrationInterface)[];
 }
 
-/** The two QueueBox migrations for `tables`: the schema (named `name`), then the operations indexes. */
+/** The QueueBox migrations for `tables`: the schema (named `name`), the operations indexes, the claim indexes. */
 export function migrationsFor(tables: QueueBoxTables, name = DEFAULT_MIGRATION_NAME): QueueBoxMigrations {
   const named = { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
   try {
     return {
-      names: { schema: name, operations: OPERATIONS_MIGRATION_NAME },
-      classes: [createQueueBoxMigration({ tables: named, name }), createQueueBoxOperationsMigration({ tables: named })],
+      names: { schema: name, operations: OPERATIONS_MIGRATION_NAME, claims: CLAIM_INDEXES_MIGRATION_NAME },
+      classes: [
+        createQueueBoxMigration({ tables: named, name }),
+        createQueueBoxOperationsMigration({ tables: named }),
+        createQueueBoxClaimIndexesMigration({ tables: named }),
+      ],
     };
   } catch (error) {
     if (error instanceof QueueBoxConfigError) throw new CliUsageError(`--migration-name: ${error.message}`);

@@ -3,25 +3,50 @@ import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import type { Dialect, QueueBoxTables } from './dialect';
 import { PostgresDialect } from './postgres/postgres.dialect';
-import { postgresOperationsDown, postgresOperationsUp, postgresSchemaDown, postgresSchemaUp } from './postgres/postgres.schema';
+import {
+  postgresClaimIndexesDown,
+  postgresClaimIndexesUp,
+  postgresOperationsDown,
+  postgresOperationsUp,
+  postgresSchemaDown,
+  postgresSchemaUp,
+} from './postgres/postgres.schema';
 import { SqlServerDialect } from './sqlserver/sqlserver.dialect';
-import { sqlServerOperationsDown, sqlServerOperationsUp, sqlServerSchemaDown, sqlServerSchemaUp } from './sqlserver/sqlserver.schema';
+import {
+  sqlServerClaimIndexesDown,
+  sqlServerClaimIndexesUp,
+  sqlServerOperationsDown,
+  sqlServerOperationsUp,
+  sqlServerSchemaDown,
+  sqlServerSchemaUp,
+} from './sqlserver/sqlserver.schema';
 
 export type DialectType = Dialect['type'];
 
-const schemas: Record<DialectType, { up: (t: QueueBoxTables) => string[]; down: (t: QueueBoxTables) => string[] }> = {
-  postgres: { up: postgresSchemaUp, down: postgresSchemaDown },
-  mssql: { up: sqlServerSchemaUp, down: sqlServerSchemaDown },
-};
+type Statements = { up: (t: QueueBoxTables) => string[]; down: (t: QueueBoxTables) => string[] };
 
-/** Migration 002: the indexes of the admin and retention (partial / filtered, on finished and dead rows). */
-const operations: typeof schemas = {
-  postgres: { up: postgresOperationsUp, down: postgresOperationsDown },
-  mssql: { up: sqlServerOperationsUp, down: sqlServerOperationsDown },
-};
+/** Which migration's statements: 001 (the tables), 002 (the operations indexes) or 003 (the claim indexes). */
+export type SchemaMigration = 'schema' | 'operations' | 'claims';
 
-/** Which migration's statements: 001 (the tables) or 002 (the operations indexes). */
-export type SchemaMigration = 'schema' | 'operations';
+/** The QueueBox migrations in the order they run. */
+export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = ['schema', 'operations', 'claims'];
+
+const migrations: Record<SchemaMigration, Record<DialectType, Statements>> = {
+  schema: {
+    postgres: { up: postgresSchemaUp, down: postgresSchemaDown },
+    mssql: { up: sqlServerSchemaUp, down: sqlServerSchemaDown },
+  },
+  /** Migration 002: the indexes of the admin and retention (partial / filtered, on finished and dead rows). */
+  operations: {
+    postgres: { up: postgresOperationsUp, down: postgresOperationsDown },
+    mssql: { up: sqlServerOperationsUp, down: sqlServerOperationsDown },
+  },
+  /** Migration 003: the indexes of pending rows without a key or aggregate, for the claims. */
+  claims: {
+    postgres: { up: postgresClaimIndexesUp, down: postgresClaimIndexesDown },
+    mssql: { up: sqlServerClaimIndexesUp, down: sqlServerClaimIndexesDown },
+  },
+};
 
 function supported(type: unknown): DialectType {
   if (type === 'postgres' || type === 'mssql') return type;
@@ -42,5 +67,5 @@ export function schemaStatements(
   direction: 'up' | 'down',
   migration: SchemaMigration = 'schema',
 ): string[] {
-  return (migration === 'schema' ? schemas : operations)[supported(type)][direction](tables);
+  return migrations[migration][supported(type)][direction](tables);
 }

@@ -6,6 +6,7 @@ import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 
 const DEFAULT_NAME = 'QueueBoxSchema1764460800000';
 const DEFAULT_OPERATIONS_NAME = 'QueueBoxOperations1764633600000';
+const DEFAULT_CLAIM_INDEXES_NAME = 'QueueBoxClaimIndexes1795996800000';
 
 /**
  * A TypeORM migration class that creates the outbox and inbox tables (and indexes) for the
@@ -33,6 +34,21 @@ export function createQueueBoxOperationsMigration(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
 ): new () => MigrationInterface {
   return migrationClass(options, DEFAULT_OPERATIONS_NAME, 'operations');
+}
+
+/**
+ * The third QueueBox migration: partial (filtered, on SQL Server) indexes on pending rows without
+ * a key or aggregate, so a claim finds them quickly when the oldest pending rows belong to keys in
+ * flight (docs/schema.md). Add it after the second; same `tables`, and a `name` of its own per
+ * QueueBox schema in one database. Without it claims stay correct, and slow down in that case only.
+ *
+ * @example
+ * migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaimIndexes1795996800000]
+ */
+export function createQueueBoxClaimIndexesMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_CLAIM_INDEXES_NAME, 'claims');
 }
 
 function migrationClass(
@@ -64,3 +80,6 @@ export const QueueBoxSchema1764460800000 = createQueueBoxMigration();
 
 /** The operations migration for the default table names; runs after `QueueBoxSchema1764460800000`. */
 export const QueueBoxOperations1764633600000 = createQueueBoxOperationsMigration();
+
+/** The claim-indexes migration for the default table names; runs after `QueueBoxOperations1764633600000`. */
+export const QueueBoxClaimIndexes1795996800000 = createQueueBoxClaimIndexesMigration();

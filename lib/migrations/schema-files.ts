@@ -1,4 +1,4 @@
-import { type SchemaMigration, schemaStatements } from '../dialects/dialects';
+import { SCHEMA_MIGRATIONS, type SchemaMigration, schemaStatements } from '../dialects/dialects';
 import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 
 /**
@@ -15,10 +15,9 @@ export function renderSchemaSql(
   const migration = options.migration ?? 'schema';
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   const end = dialect === 'mssql' ? ';\nGO\n' : ';\n';
+  const title = { schema: 'schema', operations: 'operations indexes', claims: 'claim indexes' }[migration];
   return [
-    migration === 'schema'
-      ? `-- QueueBox schema (${dialect}, ${direction}), rendered from the TypeORM migration's statements.`
-      : `-- QueueBox operations indexes (${dialect}, ${direction}), rendered from the TypeORM migration's statements.`,
+    `-- QueueBox ${title} (${dialect}, ${direction}), rendered from the TypeORM migration's statements.`,
     '',
     ...schemaStatements(dialect, resolveTables(options.tables), direction, migration).map((statement) => `${statement}${end}`),
   ].join('\n');
@@ -27,9 +26,9 @@ export function renderSchemaSql(
 /** The files shipped in `sql/` (default table names); `npm run sql` writes them, a test checks them. */
 export function renderSchemaFiles(): { dir: string; name: string; content: string }[] {
   const dirs = { postgres: 'postgres', mssql: 'sqlserver' } as const;
-  const files = { schema: '001_queuebox', operations: '002_queuebox_operations' } as const;
+  const files = { schema: '001_queuebox', operations: '002_queuebox_operations', claims: '003_queuebox_claim_indexes' } as const;
   return (['postgres', 'mssql'] as const).flatMap((dialect) =>
-    (['schema', 'operations'] as const).flatMap((migration) =>
+    SCHEMA_MIGRATIONS.flatMap((migration) =>
       (['up', 'down'] as const).map((direction) => ({
         dir: `sql/${dirs[dialect]}`,
         name: `${files[migration]}.${direction}.sql`,

@@ -1,7 +1,13 @@
 import { type DynamicModule, Module } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { HttpPublisher, QueueBoxModule, QueueBoxOperations1764633600000, QueueBoxSchema1764460800000 } from 'queuebox';
+import {
+  HttpPublisher,
+  QueueBoxClaimIndexes1795996800000,
+  QueueBoxModule,
+  QueueBoxOperations1764633600000,
+  QueueBoxSchema1764460800000,
+} from 'queuebox';
 import { BillingModule } from './billing/billing.module';
 import { OpsModule } from './ops/ops.module';
 import { CreateOrdersTable1764547200000 } from './orders/create-orders-table.migration';
@@ -20,7 +26,12 @@ export class AppModule {
           type: 'postgres',
           url: databaseUrl,
           entities: [Order],
-          migrations: [QueueBoxSchema1764460800000, CreateOrdersTable1764547200000, QueueBoxOperations1764633600000],
+          migrations: [
+            QueueBoxSchema1764460800000,
+            CreateOrdersTable1764547200000,
+            QueueBoxOperations1764633600000,
+            QueueBoxClaimIndexes1795996800000,
+          ],
           // Applies whatever is new at startup; TypeORM's migrations table makes a second run a no-op.
           migrationsRun: true,
           // Prints which migrations ran; errors of failed queries, too.

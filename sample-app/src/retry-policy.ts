@@ -12,6 +12,7 @@ import {
   type OutboundMessage,
   OutboxService,
   type Publisher,
+  QueueBoxClaimIndexes1795996800000,
   QueueBoxEvents,
   QueueBoxModule,
   QueueBoxOperations1764633600000,
@@ -47,7 +48,7 @@ async function main(): Promise<void> {
       TypeOrmModule.forRoot({
         type: 'postgres',
         url: database.url,
-        migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000],
+        migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaimIndexes1795996800000],
         migrationsRun: true,
         logging: false,
       }),

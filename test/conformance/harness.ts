@@ -4,7 +4,11 @@ import { parseTableName } from '../../lib/common/identifiers';
 import type { LeaseTable } from '../../lib/dialects/dialect';
 import { pgTable } from '../../lib/dialects/postgres/postgres.schema';
 import { mssqlTable } from '../../lib/dialects/sqlserver/sqlserver.schema';
-import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../../lib/migrations/queuebox.migration';
+import {
+  createQueueBoxClaimIndexesMigration,
+  createQueueBoxMigration,
+  createQueueBoxOperationsMigration,
+} from '../../lib/migrations/queuebox.migration';
 import { createTestDatabase } from '../support/database';
 
 /** The conformance suite's tables: schema-qualified, so every dialect's quoting and schema creation are exercised. */
@@ -139,6 +143,7 @@ const sqlServer: DialectHarness = {
       migrations: [
         createQueueBoxMigration({ tables: CONFORMANCE_TABLES }),
         createQueueBoxOperationsMigration({ tables: CONFORMANCE_TABLES }),
+        createQueueBoxClaimIndexesMigration({ tables: CONFORMANCE_TABLES }),
       ],
     } as DataSourceOptions).initialize();
     await dataSource.runMigrations();

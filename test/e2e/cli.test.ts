@@ -113,6 +113,7 @@ describe('queuebox CLI', () => {
     assert.equal(first.code, 0, first.stderr);
     assert.match(first.stdout, /Applied migration QueueBoxSchema1764460800000/);
     assert.match(first.stdout, /Applied migration QueueBoxOperations1764633600000/);
+    assert.match(first.stdout, /Applied migration QueueBoxClaimIndexes1795996800000/);
     assert.match(first.stdout, /Database: postgres:\/\/qb_cli_\d+:\*\*\*@/);
     assert.deepEqual(await tableNames(db), ['migrations', 'queuebox_inbox', 'queuebox_outbox']);
 
@@ -120,11 +121,12 @@ describe('queuebox CLI', () => {
     assert.equal(second.code, 0, second.stderr);
     assert.match(
       second.stdout,
-      /Nothing to do: migrations QueueBoxSchema1764460800000 and QueueBoxOperations1764633600000 are already applied/,
+      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaimIndexes1795996800000 are already applied/,
     );
     assert.deepEqual(await db.query('SELECT name FROM migrations ORDER BY id'), [
       { name: 'QueueBoxSchema1764460800000' },
       { name: 'QueueBoxOperations1764633600000' },
+      { name: 'QueueBoxClaimIndexes1795996800000' },
     ]);
     const indexes = await db.query<{ indexname: string }>("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%dead%' ORDER BY 1");
     assert.equal(indexes.length, 2, 'the operations indexes of dead rows exist');
@@ -136,12 +138,15 @@ describe('queuebox CLI', () => {
     await migrateSchemaOnly(db.url);
     const before = await queuebox(['status', '--url', url]);
     assert.match(before.stdout, /Migration QueueBoxOperations1764633600000: not applied/);
+    assert.match(before.stdout, /Migration QueueBoxClaimIndexes1795996800000: not applied/);
     const run = await queuebox(['migrate', '--url', url]);
     assert.equal(run.code, 0, run.stderr);
     assert.doesNotMatch(run.stdout, /QueueBoxSchema1764460800000/);
     assert.match(run.stdout, /Applied migration QueueBoxOperations1764633600000/);
+    assert.match(run.stdout, /Applied migration QueueBoxClaimIndexes1795996800000/);
     const after = await queuebox(['status', '--url', url]);
     assert.match(after.stdout, /Migration QueueBoxOperations1764633600000: applied/);
+    assert.match(after.stdout, /Migration QueueBoxClaimIndexes1795996800000: applied/);
   });
 
   it('migrate takes the URL from QUEUEBOX_DATABASE_URL (then DATABASE_URL) and honours --tables', async () => {
@@ -227,15 +232,18 @@ describe('queuebox CLI', () => {
     assert.equal(postgres.code, 0, postgres.stderr);
     assert.equal(
       `${postgres.stdout}`,
-      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}`,
-      'the schema, then the operations indexes',
+      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}`,
+      'the schema, the operations indexes, the claim indexes',
     );
     assert.match(postgres.stdout, /CREATE TABLE "queuebox_outbox"/);
 
     const mssql = await queuebox(['sql', '--dialect', 'mssql', '--tables', 'outbox=q.out,inbox=q.in']);
     assert.equal(mssql.code, 0, mssql.stderr);
     const tables = { outbox: 'q.out', inbox: 'q.in' };
-    assert.equal(mssql.stdout, `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}`);
+    assert.equal(
+      mssql.stdout,
+      `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}\n${renderSchemaSql('mssql', { tables, migration: 'claims' })}`,
+    );
     assert.match(mssql.stdout, /CREATE TABLE \[q\]\.\[out\]/);
     assert.match(mssql.stdout, /\nGO\n/);
 

@@ -7,9 +7,13 @@ import { NestFactory } from '@nestjs/core';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
-import { outboxClaimSql } from '../../lib/dialects/postgres/postgres.sql';
+import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from '../../lib/dialects/postgres/postgres.sql';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../../lib/migrations/queuebox.migration';
+import {
+  createQueueBoxClaimIndexesMigration,
+  createQueueBoxMigration,
+  createQueueBoxOperationsMigration,
+} from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles } from '../../lib/migrations/schema-files';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
@@ -44,7 +48,9 @@ describe('schema', () => {
     const db = await newDatabase({ migrate: false });
     await db.query(readFileSync(join(ROOT, 'sql/postgres/001_queuebox.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/002_queuebox_operations.up.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/003_queuebox_claim_indexes.up.sql'), 'utf8'));
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_sent\\_idx'")).length, 1);
+    assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_unkeyed\\_claim\\_idx'")).length, 2);
     const publisher = new RecordingPublisher();
     const t = await createTestApp(db.url, { outbox: { publisher }, workers: false });
     try {
@@ -54,6 +60,8 @@ describe('schema', () => {
     } finally {
       await t.app.close();
     }
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/003_queuebox_claim_indexes.down.sql'), 'utf8'));
+    assert.deepEqual(await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_unkeyed\\_claim\\_idx'"), []);
     await db.query(readFileSync(join(ROOT, 'sql/postgres/002_queuebox_operations.down.sql'), 'utf8'));
     assert.deepEqual(await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_dead\\_idx'"), []);
     await db.query(readFileSync(join(ROOT, 'sql/postgres/001_queuebox.down.sql'), 'utf8'));
@@ -95,6 +103,18 @@ describe('schema', () => {
       assert.equal(operations.name, 'QueueBoxOperations1764633600000');
       await operations.down({ connection: { options: { type: 'postgres' } }, query: (sql: string) => client.query(sql) } as never);
       assert.deepEqual(await indexes(), []);
+      // Migration 003 likewise.
+      const claimIndexes = async () =>
+        (
+          await client.query(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = 'messaging' AND indexname ~ '_unkeyed_claim_idx$' ORDER BY 1",
+          )
+        ).rows.map((r) => r.indexname);
+      assert.deepEqual(await claimIndexes(), ['events_in_unkeyed_claim_idx', 'events_out_unkeyed_claim_idx']);
+      const claims = new (createQueueBoxClaimIndexesMigration({ tables }))();
+      assert.equal(claims.name, 'QueueBoxClaimIndexes1795996800000');
+      await claims.down({ connection: { options: { type: 'postgres' } }, query: (sql: string) => client.query(sql) } as never);
+      assert.deepEqual(await claimIndexes(), []);
     } finally {
       await client.end();
     }
@@ -168,9 +188,9 @@ describe('schema', () => {
       try {
         const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${outboxClaimSql('"queuebox_outbox"')}`, [10, 60_000]);
         const plan = rows[0]['QUERY PLAN'][0].Plan;
-        const search = findNode(plan, (node) => node['Subplan Name'] === 'CTE candidates');
-        assert.ok(search, 'the claim plan has its candidates CTE');
-        return { pages: search['Shared Hit Blocks'] + search['Shared Read Blocks'], claimed: search['Actual Rows'] as number };
+        const candidates = findNode(plan, (node) => node['Subplan Name'] === 'CTE candidates');
+        assert.ok(candidates, 'the claim plan has its candidates CTE');
+        return { pages: searchPages(plan), claimed: candidates['Actual Rows'] as number };
       } finally {
         await client.query('ROLLBACK');
       }
@@ -191,9 +211,135 @@ describe('schema', () => {
       await client.end();
     }
   });
+
+  // The oldest pending rows belong to keys in flight: the claim must reach the claimable rows behind
+  // them (rows without a key, heads of free keys) without reading the busy keys' backlog.
+  it('a claim behind keys in flight takes the rows behind them without reading the rows waiting on them (20,000 against 2,000)', async () => {
+    const db = await newDatabase();
+    const client = new Client({ connectionString: db.url });
+    await client.connect();
+    const claimBehindBusyKeys = async (waiting: number) => {
+      await client.query('TRUNCATE queuebox_outbox');
+      // 20 busy keys: a head in flight and `waiting` rows behind them, all older than what follows.
+      await client.query(
+        `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, available_at)
+         SELECT gen_random_uuid(), 'd', 'busy-' || (n % 20), '{}', now() - interval '1 hour' + n * interval '1 ms' FROM generate_series(1, $1::int) n`,
+        [waiting + 20],
+      );
+      await client.query(`UPDATE queuebox_outbox SET state = 'processing', claim_token = gen_random_uuid(), attempts = 1,
+        lease_expires_at = now() + interval '1 hour' WHERE id IN (SELECT min(id) FROM queuebox_outbox GROUP BY "key")`);
+      // Behind them: 4 rows without a key and the heads of 4 free keys (each with a second row).
+      await client.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
+        SELECT gen_random_uuid(), 'd', NULL, '{}' FROM generate_series(1, 4)`);
+      await client.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
+        SELECT gen_random_uuid(), 'd', 'free-' || (n % 4), '{}' FROM generate_series(0, 7) n ORDER BY n`);
+      await client.query('ANALYZE queuebox_outbox');
+      await client.query('BEGIN');
+      try {
+        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${outboxClaimSql('"queuebox_outbox"')}`, [10, 60_000]);
+        // Everything the claim read to find and lock its rows (its search CTEs run inside this one).
+        const candidates = findNode(rows[0]['QUERY PLAN'][0].Plan, (node) => node['Subplan Name'] === 'CTE candidates');
+        assert.ok(candidates, 'the claim plan has its candidates CTE');
+        const pages = candidates['Shared Hit Blocks'] + candidates['Shared Read Blocks'];
+        const claimed = await client.query(
+          `SELECT coalesce("key", 'none') AS "key" FROM queuebox_outbox WHERE state = 'processing' AND "key" IS DISTINCT FROM 'busy' AND "key" NOT LIKE 'busy-%' OR state = 'processing' AND "key" IS NULL`,
+        );
+        return { pages, claimed: claimed.rows.map((r) => r.key).sort() };
+      } finally {
+        await client.query('ROLLBACK');
+      }
+    };
+    try {
+      const small = await claimBehindBusyKeys(2_000);
+      const large = await claimBehindBusyKeys(20_000);
+      const expected = ['free-0', 'free-1', 'free-2', 'free-3', 'none', 'none', 'none', 'none'];
+      assert.deepEqual(small.claimed, expected, 'the 4 rows without a key and the 4 free heads, not their second rows');
+      assert.deepEqual(large.claimed, expected);
+      // Ten times the rows waiting: a search that read them would read about ten times the pages;
+      // a bounded one reads more only by the depth of the indexes it probes (log n).
+      assert.ok(large.pages <= small.pages * 3, `pages read: ${small.pages} with 2,000 rows waiting, ${large.pages} with 20,000`);
+    } finally {
+      await client.end();
+    }
+  });
+  it('relay and pull claims behind aggregates in flight take the rows behind them without reading the rows waiting (20,000 against 2,000)', async () => {
+    const db = await newDatabase();
+    const client = new Client({ connectionString: db.url });
+    await client.connect();
+    const claims = {
+      relay: [inboxRelayClaimSql('"queuebox_inbox"'), [10, 60_000, ['src']]],
+      pull: [inboxPullClaimSql('"queuebox_inbox"'), [10, 60_000, 'src']],
+    } as const;
+    const claimBehindBusyAggregates = async (kind: keyof typeof claims, waiting: number) => {
+      await client.query('TRUNCATE queuebox_inbox');
+      await client.query(
+        `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload, available_at)
+         SELECT 'src', 'w' || n, 'busy-' || (n % 20), '{}', now() - interval '1 hour' + n * interval '1 ms' FROM generate_series(1, $1::int) n`,
+        [waiting + 20],
+      );
+      await client.query(`UPDATE queuebox_inbox SET state = 'processing', claim_token = gen_random_uuid(), attempts = 1,
+        lease_expires_at = now() + interval '1 hour' WHERE id IN (SELECT min(id) FROM queuebox_inbox GROUP BY aggregate_id)`);
+      // Another source's rows must not be taken.
+      await client.query(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
+        SELECT 'other', 'o' || n, NULL, '{}' FROM generate_series(1, 3) n`);
+      await client.query(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
+        SELECT 'src', 'u' || n, NULL, '{}' FROM generate_series(1, 4) n`);
+      await client.query(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
+        SELECT 'src', 'f' || n, 'free-' || (n % 4), '{}' FROM generate_series(0, 7) n ORDER BY n`);
+      await client.query('ANALYZE queuebox_inbox');
+      const [sql, params] = claims[kind];
+      await client.query('BEGIN');
+      try {
+        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, [...params]);
+        const candidates = findNode(rows[0]['QUERY PLAN'][0].Plan, (node) => node['Subplan Name'] === 'CTE candidates');
+        assert.ok(candidates, 'the claim plan has its candidates CTE');
+        const claimed = await client.query(
+          `SELECT source || ':' || coalesce(aggregate_id, 'none') AS row FROM queuebox_inbox WHERE state = 'processing' AND (aggregate_id IS NULL OR aggregate_id NOT LIKE 'busy-%')`,
+        );
+        return {
+          pages: candidates['Shared Hit Blocks'] + candidates['Shared Read Blocks'],
+          claimed: claimed.rows.map((r) => r.row).sort(),
+        };
+      } finally {
+        await client.query('ROLLBACK');
+      }
+    };
+    try {
+      const expected = ['src:free-0', 'src:free-1', 'src:free-2', 'src:free-3', 'src:none', 'src:none', 'src:none', 'src:none'];
+      for (const kind of ['relay', 'pull'] as const) {
+        const small = await claimBehindBusyAggregates(kind, 2_000);
+        const large = await claimBehindBusyAggregates(kind, 20_000);
+        assert.deepEqual(small.claimed, expected, `${kind}: the 4 rows without an aggregate and the 4 free heads`);
+        assert.deepEqual(large.claimed, expected, kind);
+        assert.ok(
+          large.pages <= small.pages * 3,
+          `${kind}: pages read: ${small.pages} with 2,000 rows waiting, ${large.pages} with 20,000`,
+        );
+      }
+    } finally {
+      await client.end();
+    }
+  });
 });
 
 type PlanNode = Record<string, unknown> & { Plans?: PlanNode[] };
+
+/**
+ * Pages the claim read to find its rows: its search CTEs (\`near\`, \`keys\`, \`far\`). Locking and
+ * writing the rows found comes after, through the primary key, whose depth grows with log n.
+ */
+function searchPages(plan: PlanNode): number {
+  assert.ok(
+    findNode(plan, (n) => n['Subplan Name'] === 'CTE near'),
+    'the claim plan has its near CTE',
+  );
+  let pages = 0;
+  for (const name of ['CTE near', 'CTE keys', 'CTE far']) {
+    const node = findNode(plan, (n) => n['Subplan Name'] === name);
+    if (node) pages += node['Shared Hit Blocks'] + node['Shared Read Blocks'];
+  }
+  return pages;
+}
 function findNode(node: PlanNode, match: (node: PlanNode) => boolean): (PlanNode & Record<string, number>) | undefined {
   if (match(node)) return node as PlanNode & Record<string, number>;
   for (const child of node.Plans ?? []) {

@@ -1,7 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
-import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../../lib/migrations/queuebox.migration';
+import {
+  createQueueBoxClaimIndexesMigration,
+  createQueueBoxMigration,
+  createQueueBoxOperationsMigration,
+} from '../../lib/migrations/queuebox.migration';
 
 /** The server the test runner gave us (`scripts/test.mjs` starts an embedded one when none is set). */
 export function serverUrl(): string {
@@ -63,7 +67,11 @@ export async function migrate(url: string, tables?: { outbox?: string; inbox?: s
   const dataSource = new DataSource({
     type: 'postgres',
     url,
-    migrations: [createQueueBoxMigration({ tables }), createQueueBoxOperationsMigration({ tables })],
+    migrations: [
+      createQueueBoxMigration({ tables }),
+      createQueueBoxOperationsMigration({ tables }),
+      createQueueBoxClaimIndexesMigration({ tables }),
+    ],
     logging: false,
   });
   await dataSource.initialize();

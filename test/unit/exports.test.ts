@@ -21,6 +21,8 @@ describe('public barrel', () => {
       'createQueueBoxMigration',
       'QueueBoxOperations1764633600000',
       'createQueueBoxOperationsMigration',
+      'QueueBoxClaimIndexes1795996800000',
+      'createQueueBoxClaimIndexesMigration',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
       'RetentionService',

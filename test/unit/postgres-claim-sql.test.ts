@@ -18,7 +18,7 @@ describe('PostgreSQL serialized claim text', () => {
     const text = serializedClaimSql('queuebox_outbox_claim_queuebox_outbox', outboxClaimSql('"queuebox_outbox"'), [25, 300_000]);
     const [lock, claim] = text.split(';\n');
     assert.equal(lock, "SELECT pg_advisory_xact_lock(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0))");
-    assert.match(claim, /^WITH candidates AS MATERIALIZED/);
+    assert.match(claim, /^WITH RECURSIVE near AS/);
     assert.match(claim, /LIMIT 25\n/);
     assert.match(claim, /secs => 300000::double precision/);
     assert.doesNotMatch(text, /\$\d/);

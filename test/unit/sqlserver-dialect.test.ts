@@ -181,11 +181,18 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
     assert.ok(ran.includes("CREATE INDEX [events_out_sent_idx] ON [messaging].[events_out] ([sent_at]) WHERE [state] = N'sent'"));
   });
 
-  it('ships sql/sqlserver/001_queuebox and 002_queuebox_operations .{up,down}.sql, one GO batch per statement', () => {
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations and 003_queuebox_claim_indexes .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
-      ['001_queuebox.up.sql', '001_queuebox.down.sql', '002_queuebox_operations.up.sql', '002_queuebox_operations.down.sql'],
+      [
+        '001_queuebox.up.sql',
+        '001_queuebox.down.sql',
+        '002_queuebox_operations.up.sql',
+        '002_queuebox_operations.down.sql',
+        '003_queuebox_claim_indexes.up.sql',
+        '003_queuebox_claim_indexes.down.sql',
+      ],
     );
     const up = renderSchemaSql('mssql');
     assert.equal(up.match(/^GO$/gm)?.length, schemaStatements('mssql', TABLES, 'up').length);

@@ -6,6 +6,8 @@ import type { QueueBoxTables } from '../../lib/dialects/dialect';
 import * as postgres from '../../lib/dialects/postgres/postgres.sql';
 import {
   mssqlTable,
+  sqlServerClaimIndexesDown,
+  sqlServerClaimIndexesUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
   sqlServerSchemaDown,
@@ -100,6 +102,11 @@ function schemaStatements(): { name: string; statement: string }[] {
     ...sqlServerSchemaDown(tables).map((statement, n) => ({ name: `down #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerOperationsUp(tables).map((statement, n) => ({ name: `operations up #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerOperationsDown(tables).map((statement, n) => ({ name: `operations down #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerClaimIndexesUp(tables).map((statement, n) => ({ name: `claim indexes up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerClaimIndexesDown(tables).map((statement, n) => ({
+      name: `claim indexes down #${n} (${tables.outbox.qualified})`,
+      statement,
+    })),
   ]);
 }
 
@@ -214,19 +221,34 @@ BEGIN TRY
     }
     assert.match(sql.inboxPullClaimSql(T), /SELECT TOP \(@room\)/);
     // The relay scans each source's index in order (per source), not every pending row of all of them.
-    assert.match(sql.inboxRelayClaimSql(T), /FROM OPENJSON\(@3\) WITH \(\[source\] NVARCHAR\(255\) '\$'\) AS s\s+CROSS APPLY \(/);
+    assert.match(sql.inboxRelayClaimSql(T), /SELECT s\.\[source\] FROM OPENJSON\(@3\) WITH \(\[source\] NVARCHAR\(255\) '\$'\) AS s;/);
+    assert.match(sql.inboxRelayClaimSql(T), /FROM @sources AS s\s+CROSS APPLY \(/);
     assert.match(sql.inboxRelayClaimSql(T), /WHERE i\.\[source\] = s\.\[source\] AND i\.\[state\] = N'pending'/);
   });
 
   it('claims take only the head of a key or aggregate (no earlier unfinished row, none in flight)', () => {
-    const headOfKey = `AND (o.[key] IS NULL OR NOT EXISTS (
-      SELECT 1 FROM [messaging].[events_out] AS e
-      WHERE e.[key] = o.[key] AND e.[key] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] <> o.[id]
-        AND (e.[state] = N'processing' OR e.[id] < o.[id])))`;
+    const headOfKey = `WHERE (w.[key] IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM [messaging].[events_out] AS e WHERE e.[key] = w.[key] AND e.[key] IS NOT NULL
+        AND e.[state] IN (N'pending', N'processing') AND e.[id] < w.[id])
+      AND NOT EXISTS (SELECT 1 FROM [messaging].[events_out] AS e WHERE e.[key] = w.[key] AND e.[key] IS NOT NULL
+        AND e.[state] = N'processing')))`;
     assert.ok(sql.outboxClaimSql(T).includes(headOfKey), sql.outboxClaimSql(T));
+    // Past the scan window, a key's head is its first unfinished row, taken only if pending, due and none of the key is in flight.
+    assert.match(sql.outboxClaimSql(T), /WHERE o\.\[key\] = @key AND o\.\[state\] IN \(N'pending', N'processing'\)\s+ORDER BY o\.\[id\]/);
+    assert.match(sql.outboxClaimSql(T), /WHERE h\.\[state\] = N'pending' AND h\.\[available_at\] <= SYSUTCDATETIME\(\)/);
     for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
-      assert.match(statement, /e\.\[source\] = i\.\[source\] AND e\.\[aggregate_id\] = i\.\[aggregate_id\]/);
-      assert.match(statement, /AND \(e\.\[state\] = N'processing' OR e\.\[id\] < i\.\[id\]\)/);
+      assert.match(statement, /e\.\[source\] = w\.\[source\] AND e\.\[aggregate_id\] = w\.\[aggregate_id\]/);
+      assert.match(statement, /AND e\.\[state\] IN \(N'pending', N'processing'\) AND e\.\[id\] < w\.\[id\]\)/);
+      assert.match(statement, /AND e\.\[state\] = N'processing' AND e\.\[id\] <> w\.\[id\]\)/);
+      assert.match(
+        statement,
+        /WHERE i\.\[source\] = @source AND i\.\[aggregate_id\] = @aggregate AND i\.\[state\] IN \(N'pending', N'processing'\)/,
+      );
+    }
+    // The scan stops at the window, in both dialects.
+    assert.equal(sql.CLAIM_SCAN_WINDOW, postgres.CLAIM_SCAN_WINDOW);
+    for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.match(statement, new RegExp(`SELECT TOP \\(${sql.CLAIM_SCAN_WINDOW}\\) \\w\\.\\[id\\]`));
     }
     // A pull claim takes expired claims directly, and pending rows only when available.
     assert.match(sql.inboxPullClaimSql(T), /i\.\[state\] = N'processing' AND i\.\[lease_expires_at\] <= SYSUTCDATETIME\(\)/);

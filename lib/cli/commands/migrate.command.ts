@@ -11,8 +11,9 @@ export const migrateCommand: Command = {
   help: `Usage: queuebox migrate [--url <url>] [--tables outbox=<table>,inbox=<table>] [options]
 
 Creates the outbox and inbox tables and their indexes by running the QueueBox TypeORM migrations,
-the same ones your app can list in TypeORM's "migrations": the schema (QueueBoxSchema1764460800000)
-and the indexes admin and retention use (QueueBoxOperations1764633600000). TypeORM records each in
+the same ones your app can list in TypeORM's "migrations": the schema (QueueBoxSchema1764460800000),
+the indexes admin and retention use (QueueBoxOperations1764633600000) and the claims' indexes of
+rows without a key (QueueBoxClaimIndexes1795996800000). TypeORM records each in
 its migrations table, so a second run is a no-op and an older database gets only what it lacks.
 Tables that exist without the schema's record (created from plain SQL) are left alone and reported.
 
@@ -31,7 +32,7 @@ ${DATABASE_OPTIONS_HELP}
       const pending = (await new MigrationExecutor(dataSource).getPendingMigrations()).map((migration) => migration.name);
       if (pending.length === 0) {
         io.out(
-          `Nothing to do: migrations ${Object.values(migrations.names).join(' and ')} are already applied (recorded in "${migrationsTable}").`,
+          `Nothing to do: migrations ${Object.values(migrations.names).join(', ')} are already applied (recorded in "${migrationsTable}").`,
         );
         return 0;
       }
@@ -49,6 +50,9 @@ ${DATABASE_OPTIONS_HELP}
         io.out(
           `Applied migration ${migrations.names.operations}: created the indexes of sent, processed and dead rows (admin, retention).`,
         );
+      }
+      if (pending.includes(migrations.names.claims)) {
+        io.out(`Applied migration ${migrations.names.claims}: created the claims' indexes of pending rows without a key or aggregate.`);
       }
       return 0;
     } finally {

@@ -1,3 +1,4 @@
+import { SCHEMA_MIGRATIONS } from '../../dialects/dialects';
 import { renderSchemaSql } from '../../migrations/schema-files';
 import { CliUsageError } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
@@ -9,7 +10,7 @@ export const sqlCommand: Command = {
   summary: 'Print the schema SQL, for your own migration tool',
   help: `Usage: queuebox sql [--dialect postgres|mssql] [--tables outbox=<table>,inbox=<table>] [--down]
 
-Prints the statements the QueueBox migrations run (the schema, then the operations indexes), as one script (SQL Server batches end with GO).
+Prints the statements the QueueBox migrations run (the schema, the operations indexes, the claim indexes), as one script (SQL Server batches end with GO).
 Needs no database. Apply it with your migration tool (Flyway, Liquibase, sqitch, psql, sqlcmd).
 
 Options:
@@ -23,8 +24,8 @@ Options:
     if (dialect !== 'postgres' && dialect !== 'mssql') throw new CliUsageError(cliMessages.dialectUnknown(dialect));
     const tables = parseTables(values.tables as string | undefined);
     const direction = values.down === true ? 'down' : 'up';
-    // Up: the schema, then the operations indexes; down: the reverse.
-    const order = direction === 'up' ? (['schema', 'operations'] as const) : (['operations', 'schema'] as const);
+    // Up: the migrations in order; down: the reverse.
+    const order = direction === 'up' ? SCHEMA_MIGRATIONS : [...SCHEMA_MIGRATIONS].reverse();
     const named = { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
     const scripts = order.map((migration) => renderSchemaSql(dialect, { tables: named, direction, migration }).replace(/\n$/, ''));
     io.out(scripts.join('\n\n'));

@@ -103,3 +103,24 @@ export function postgresOperationsDown(tables: QueueBoxTables): string[] {
     index(tables.outbox, 'sent_idx'),
   ];
 }
+
+/**
+ * Migration 003 (claim indexes): pending rows without a key (outbox) or aggregate (inbox). When
+ * the oldest pending rows all belong to keys in flight, the claim finds the rows without a key
+ * behind them through these, in as many index pages as it takes, instead of reading every row of
+ * the busy keys on the way (see `outboxClaimSql`).
+ */
+export function postgresClaimIndexesUp(tables: QueueBoxTables): string[] {
+  const o = tables.outbox.name;
+  const i = tables.inbox.name;
+  return [
+    `CREATE INDEX "${o}_unkeyed_claim_idx" ON ${pgTable(tables.outbox)} (available_at, id) WHERE state = 'pending' AND "key" IS NULL`,
+    `CREATE INDEX "${i}_unkeyed_claim_idx" ON ${pgTable(tables.inbox)} (source, available_at, id) WHERE state = 'pending' AND aggregate_id IS NULL`,
+  ];
+}
+
+export function postgresClaimIndexesDown(tables: QueueBoxTables): string[] {
+  const index = (table: QueueBoxTables['outbox'], name: string) =>
+    `DROP INDEX IF EXISTS ${table.schema ? `"${table.schema}".` : ''}"${table.name}_${name}"`;
+  return [index(tables.inbox, 'unkeyed_claim_idx'), index(tables.outbox, 'unkeyed_claim_idx')];
+}

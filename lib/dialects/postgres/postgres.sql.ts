@@ -78,17 +78,70 @@ export const outboxInsertSql = (table: string) => `WITH inserted AS (
 SELECT inserted.id, inserted.message_id FROM inserted, (SELECT pg_notify($7, '')) AS wake`;
 
 /**
- * $1 = limit, $2 = lease in ms. Takes available pending rows oldest first, only the head of each
- * key (no earlier unfinished row, none in flight). The CTE is materialized so the LIMIT applies
- * exactly once (a LIMIT in a subquery of an UPDATE can update more rows under a nested loop).
+ * How many of the oldest available pending rows a claim looks through for heads of keys before it
+ * looks key by key. Bounds a claim's cost when the oldest rows belong to keys that are in flight.
  */
-export const outboxClaimSql = (table: string) => `WITH candidates AS MATERIALIZED (
+export const CLAIM_SCAN_WINDOW = 1000;
+
+/**
+ * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key,
+ * and none of it in flight. Two probes, each stopping at its first index entry (the key index from
+ * the row's id down; the in-flight unique index), so a head costs the same however many rows its
+ * key has waiting.
+ */
+const outboxHeadOfKey = (table: string, alias: string) => `(${alias}."key" IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state IN ('pending', 'processing') AND e.id < ${alias}.id)
+      AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state = 'processing')))`;
+
+/**
+ * $1 = limit, $2 = lease in ms. Takes available pending rows oldest first, only the head of each
+ * key (no earlier unfinished row, none in flight), in two steps so that its cost does not grow
+ * with the backlog of keys in flight:
+ * - `near`: the oldest CLAIM_SCAN_WINDOW available pending rows, checked one by one, stopping at
+ *   the limit. With free keys (or no keys) the rows are found here, in a few index pages.
+ * - `far`, only when `near` found fewer than the limit (the oldest rows belong to busy keys, or
+ *   the outbox is nearly empty): the head of every key with unfinished rows, one probe of the key
+ *   index per key (a skip scan over distinct keys), plus the oldest rows without a key through
+ *   their own index. Its cost follows the number of keys, never the rows waiting behind them.
+ * Both are merged, ordered by age and locked; the CTE is materialized so the LIMIT applies exactly
+ * once (a LIMIT in a subquery of an UPDATE can update more rows under a nested loop), and the rows
+ * are reached by primary key (an id array) so no plan reads the backlog to join them.
+ */
+export const outboxClaimSql = (table: string) => `WITH RECURSIVE near AS (
+  SELECT s.id FROM (
+    SELECT o.id, o."key" FROM ${table} o
+    WHERE o.state = 'pending' AND o.available_at <= ${NOW}
+    ORDER BY o.available_at, o.id
+    LIMIT ${CLAIM_SCAN_WINDOW}
+  ) s
+  WHERE ${outboxHeadOfKey(table, 's')}
+  LIMIT $1
+), keys AS (
+  SELECT min(o."key") AS "key" FROM ${table} o
+  WHERE o.state IN ('pending', 'processing') AND o."key" IS NOT NULL AND (SELECT count(*) FROM near) < $1
+  UNION ALL
+  SELECT (SELECT min(o."key") FROM ${table} o WHERE o.state IN ('pending', 'processing') AND o."key" > k."key")
+  FROM keys k WHERE k."key" IS NOT NULL
+), far AS (
+  (SELECT head.id FROM keys k
+   CROSS JOIN LATERAL (
+     SELECT o.id, o.state, o.available_at FROM ${table} o
+     WHERE o."key" = k."key" AND o.state IN ('pending', 'processing')
+     ORDER BY o.id
+     LIMIT 1
+   ) head
+   WHERE head.state = 'pending' AND head.available_at <= ${NOW}
+     AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = k."key" AND e.state = 'processing')
+   ORDER BY head.available_at, head.id
+   LIMIT $1)
+  UNION ALL
+  (SELECT o.id FROM ${table} o
+   WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= ${NOW} AND (SELECT count(*) FROM near) < $1
+   ORDER BY o.available_at, o.id
+   LIMIT $1)
+), candidates AS MATERIALIZED (
   SELECT o.id FROM ${table} o
-  WHERE o.state = 'pending' AND o.available_at <= ${NOW}
-    AND (o."key" IS NULL OR NOT EXISTS (
-      SELECT 1 FROM ${table} e
-      WHERE e."key" = o."key" AND e.state IN ('pending', 'processing') AND e.id <> o.id
-        AND (e.state = 'processing' OR e.id < o.id)))
+  WHERE o.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND o.state = 'pending'
   ORDER BY o.available_at, o.id
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
@@ -165,31 +218,91 @@ const INBOX_RETURNING = `RETURNING i.id, i.source, i.idempotency_key, i.aggregat
           i.claim_token, i.lease_expires_at, i.received_at`;
 
 /**
+ * Whether inbox row `alias` is the head of its aggregate: no earlier unfinished row of the same
+ * (source, aggregate), and no other row of it in flight. Two probes, each stopping at its first
+ * index entry (the aggregate index from the row's id down; the in-flight unique index), so a head
+ * costs the same however many rows its aggregate has waiting.
+ */
+const inboxHeadOfAggregate = (table: string, alias: string) => `(${alias}.aggregate_id IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = ${alias}.source AND e.aggregate_id = ${alias}.aggregate_id
+        AND e.state IN ('pending', 'processing') AND e.id < ${alias}.id)
+      AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = ${alias}.source AND e.aggregate_id = ${alias}.aggregate_id
+        AND e.state = 'processing' AND e.id <> ${alias}.id)))`;
+
+/**
+ * The search CTEs of an inbox claim of pending rows (`near`, `keys`, `far`: the outbox claim's, per
+ * source of `sources`, a text[] expression; see outboxClaimSql). $1 = limit.
+ */
+const inboxPendingSearch = (table: string, sources: string) => `near AS (
+  SELECT head.id FROM unnest(${sources}) AS s(source)
+  CROSS JOIN LATERAL (
+    SELECT w.id FROM (
+      SELECT i.id, i.source, i.aggregate_id FROM ${table} i
+      WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= ${NOW}
+      ORDER BY i.available_at, i.id
+      LIMIT ${CLAIM_SCAN_WINDOW}
+    ) w
+    WHERE ${inboxHeadOfAggregate(table, 'w')}
+    LIMIT $1
+  ) head
+), keys AS (
+  SELECT s.source, (SELECT min(i.aggregate_id) FROM ${table} i
+      WHERE i.source = s.source AND i.state IN ('pending', 'processing') AND i.aggregate_id IS NOT NULL) AS aggregate_id
+  FROM unnest(${sources}) AS s(source)
+  WHERE (SELECT count(*) FROM near) < $1
+  UNION ALL
+  SELECT k.source, (SELECT min(i.aggregate_id) FROM ${table} i
+      WHERE i.source = k.source AND i.state IN ('pending', 'processing') AND i.aggregate_id > k.aggregate_id)
+  FROM keys k WHERE k.aggregate_id IS NOT NULL
+), far AS (
+  (SELECT head.id FROM keys k
+   CROSS JOIN LATERAL (
+     SELECT i.id, i.state, i.available_at FROM ${table} i
+     WHERE i.source = k.source AND i.aggregate_id = k.aggregate_id AND i.state IN ('pending', 'processing')
+     ORDER BY i.id
+     LIMIT 1
+   ) head
+   WHERE head.state = 'pending' AND head.available_at <= ${NOW}
+     AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = k.source AND e.aggregate_id = k.aggregate_id AND e.state = 'processing')
+   ORDER BY head.available_at, head.id
+   LIMIT $1)
+  UNION ALL
+  (SELECT unkeyed.id FROM unnest(${sources}) AS s(source)
+   CROSS JOIN LATERAL (
+     SELECT i.id, i.available_at FROM ${table} i
+     WHERE i.source = s.source AND i.state = 'pending' AND i.aggregate_id IS NULL AND i.available_at <= ${NOW}
+     ORDER BY i.available_at, i.id
+     LIMIT $1
+   ) unkeyed
+   WHERE (SELECT count(*) FROM near) < $1
+   ORDER BY unkeyed.available_at, unkeyed.id
+   LIMIT $1)
+)`;
+
+/** The pending rows a search found, oldest first, locked (a row locked elsewhere is skipped). $1 = limit. */
+const inboxLockFound = (table: string) => `SELECT i.id FROM ${table} i
+  WHERE i.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND i.state = 'pending'
+  ORDER BY i.available_at, i.id
+  LIMIT $1
+  FOR UPDATE OF i SKIP LOCKED`;
+
+const INBOX_SET_CLAIMED = `SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
+    lease_expires_at = ${msFromNow('$2')}, attempts = i.attempts + 1`;
+
+/**
  * $1 = limit, $2 = lease in ms, $3 = sources. The relay's claim: available pending rows of its
  * sources, oldest first, only the head of each (source, aggregate). Serialized by the caller's
- * advisory lock, like the outbox claim. The scan runs per source (a LATERAL over the array), so
- * each walks the (source, available_at, id) index in order and stops at the limit: `source =
- * ANY(...)` with one ORDER BY would read and sort every pending row of the sources on each claim.
+ * advisory lock, like the outbox claim. Each source's scan walks its (source, available_at, id)
+ * index in order and stops at the limit or the window (`source = ANY(...)` with one ORDER BY would
+ * read and sort every pending row of the sources on each claim).
  */
-export const inboxRelayClaimSql = (table: string) => `WITH candidates AS MATERIALIZED (
-  SELECT head.id FROM unnest($3::text[]) AS s(source)
-  CROSS JOIN LATERAL (
-    SELECT i.id, i.available_at FROM ${table} i
-    WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= ${NOW}
-      AND (i.aggregate_id IS NULL OR NOT EXISTS (
-        SELECT 1 FROM ${table} e
-        WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id AND e.state IN ('pending', 'processing')
-          AND e.id <> i.id AND (e.state = 'processing' OR e.id < i.id)))
-    ORDER BY i.available_at, i.id
-    LIMIT $1
-    FOR UPDATE OF i SKIP LOCKED
-  ) head
-  ORDER BY head.available_at, head.id
-  LIMIT $1
+export const inboxRelayClaimSql = (
+  table: string,
+) => `WITH RECURSIVE ${inboxPendingSearch(table, '$3::text[]')}, candidates AS MATERIALIZED (
+  ${inboxLockFound(table)}
 )
 UPDATE ${table} i
-SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
-    lease_expires_at = ${msFromNow('$2')}, attempts = i.attempts + 1
+${INBOX_SET_CLAIMED}
 FROM candidates c
 WHERE i.id = c.id
 ${INBOX_RETURNING}`;
@@ -203,36 +316,26 @@ RETURNING state, source AS name`;
 /**
  * $1 = limit, $2 = lease in ms, $3 = source. A pull claim takes, in one statement, rows whose
  * lease expired (a crashed client's) and available pending rows, only the head of each aggregate.
- * Two locked CTEs keep each branch on its own index, in its own order: an OR would make the
- * planner read and sort the whole backlog of the source on every claim.
+ * Expired rows first, through the lease index; then the pending rows' search. Each kind is locked
+ * on its own index, in its own order: an OR would make the planner read and sort the whole
+ * backlog of the source on every claim.
  */
-export const inboxPullClaimSql = (table: string) => {
-  const headOfAggregate = `(i.aggregate_id IS NULL OR NOT EXISTS (
-      SELECT 1 FROM ${table} e
-      WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id AND e.state IN ('pending', 'processing')
-        AND e.id <> i.id AND (e.state = 'processing' OR e.id < i.id)))`;
-  return `WITH expired AS MATERIALIZED (
+export const inboxPullClaimSql = (table: string) => `WITH RECURSIVE expired AS MATERIALIZED (
   SELECT i.id FROM ${table} i
-  WHERE i.source = $3 AND i.state = 'processing' AND i.lease_expires_at <= ${NOW} AND ${headOfAggregate}
+  WHERE i.source = $3 AND i.state = 'processing' AND i.lease_expires_at <= ${NOW} AND ${inboxHeadOfAggregate(table, 'i')}
   ORDER BY i.lease_expires_at
   LIMIT $1
   FOR UPDATE OF i SKIP LOCKED
-), pending AS MATERIALIZED (
-  SELECT i.id FROM ${table} i
-  WHERE i.source = $3 AND i.state = 'pending' AND i.available_at <= ${NOW} AND ${headOfAggregate}
-  ORDER BY i.available_at, i.id
-  LIMIT $1
-  FOR UPDATE OF i SKIP LOCKED
+), ${inboxPendingSearch(table, 'ARRAY[$3::text]')}, pending AS MATERIALIZED (
+  ${inboxLockFound(table)}
 ), candidates AS MATERIALIZED (
   SELECT id FROM (SELECT id, 0 AS pass FROM expired UNION ALL SELECT id, 1 FROM pending) both_kinds ORDER BY pass LIMIT $1
 )
 UPDATE ${table} i
-SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
-    lease_expires_at = ${msFromNow('$2')}, attempts = i.attempts + 1
+${INBOX_SET_CLAIMED}
 FROM candidates c
 WHERE i.id = c.id
 ${INBOX_RETURNING}`;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Admin and retention (QueueBoxAdmin, RetentionService)

@@ -132,3 +132,22 @@ export function sqlServerOperationsDown(tables: QueueBoxTables): string[] {
     `DROP INDEX IF EXISTS [${o}_sent_idx] ON ${outbox}`,
   ];
 }
+
+/** Migration 003 (claim indexes): pending rows without a key or aggregate (see the PostgreSQL twin). */
+export function sqlServerClaimIndexesUp(tables: QueueBoxTables): string[] {
+  const o = tables.outbox.name;
+  const i = tables.inbox.name;
+  return [
+    'SET ANSI_NULLS ON',
+    'SET QUOTED_IDENTIFIER ON',
+    `CREATE INDEX [${o}_unkeyed_claim_idx] ON ${mssqlTable(tables.outbox)} ([available_at], [id]) WHERE [state] = N'pending' AND [key] IS NULL`,
+    `CREATE INDEX [${i}_unkeyed_claim_idx] ON ${mssqlTable(tables.inbox)} ([source], [available_at], [id]) WHERE [state] = N'pending' AND [aggregate_id] IS NULL`,
+  ];
+}
+
+export function sqlServerClaimIndexesDown(tables: QueueBoxTables): string[] {
+  return [
+    `DROP INDEX IF EXISTS [${tables.inbox.name}_unkeyed_claim_idx] ON ${mssqlTable(tables.inbox)}`,
+    `DROP INDEX IF EXISTS [${tables.outbox.name}_unkeyed_claim_idx] ON ${mssqlTable(tables.outbox)}`,
+  ];
+}

@@ -66,21 +66,74 @@ const setClaimed = (alias: string, leaseParam: string) => `SET [state] = N'proce
     [lease_expires_at] = ${msFromNow(leaseParam)}, [attempts] = ${alias}.[attempts] + 1`;
 
 /**
+ * How many of the oldest available pending rows a claim looks through for heads of keys before it
+ * looks key by key (see the PostgreSQL twin, CLAIM_SCAN_WINDOW).
+ */
+export const CLAIM_SCAN_WINDOW = 1000;
+
+/**
+ * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key,
+ * none of it in flight. Two probes that each stop at their first index entry (the key index
+ * from the row's id down, the in-flight unique index), whatever the key's backlog.
+ */
+const headOfKey = (table: string, alias: string) => `(${alias}.[key] IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
+        AND e.[state] IN (N'pending', N'processing') AND e.[id] < ${alias}.[id])
+      AND NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
+        AND e.[state] = N'processing')))`;
+
+/** The rows found (`@found`), oldest first, locked: UPDLOCK keeps them until the claim ends, READPAST skips rows others hold. */
+const lockFound = (table: string, alias: string, limit: string) => `INSERT INTO @candidates ([id])
+  SELECT TOP (${limit}) ${alias}.[id] FROM ${table} AS ${alias} WITH (UPDLOCK, READPAST, ROWLOCK)
+  INNER JOIN @found AS f ON f.[id] = ${alias}.[id]
+  WHERE ${alias}.[state] = N'pending'
+  ORDER BY ${alias}.[available_at], ${alias}.[id];`;
+
+/**
  * @0 = outbox lock, @1 = limit, @2 = lease in ms. Takes available pending rows oldest first, only
- * the head of each key (no earlier unfinished row, none in flight). The candidate ids are
- * materialized once in a table variable, so the limit applies exactly once; UPDLOCK keeps them
- * until the claim's transaction ends and READPAST skips rows other transactions hold.
+ * the head of each key (no earlier unfinished row, none in flight), in two steps so that its cost
+ * does not grow with the backlog of keys in flight (see the PostgreSQL twin): the heads among the
+ * oldest CLAIM_SCAN_WINDOW rows; then, only when those were fewer than the limit, the head of each
+ * key with unfinished rows (one seek per key, from MIN(key) up) and the oldest rows without a key
+ * (their own filtered index). The ids found are locked and materialized once in `@candidates`, so
+ * the limit applies exactly once.
  */
 export const outboxClaimSql = (table: string) =>
   underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
-  INSERT INTO @candidates ([id])
-  SELECT TOP (@1) o.[id] FROM ${table} AS o WITH (UPDLOCK, READPAST, ROWLOCK)
-  WHERE o.[state] = N'pending' AND o.[available_at] <= ${NOW}
-    AND (o.[key] IS NULL OR NOT EXISTS (
-      SELECT 1 FROM ${table} AS e
-      WHERE e.[key] = o.[key] AND e.[key] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] <> o.[id]
-        AND (e.[state] = N'processing' OR e.[id] < o.[id])))
-  ORDER BY o.[available_at], o.[id];
+  DECLARE @found TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+  INSERT INTO @found ([id])
+  SELECT TOP (@1) w.[id] FROM (
+    SELECT TOP (${CLAIM_SCAN_WINDOW}) o.[id], o.[key], o.[available_at] FROM ${table} AS o
+    WHERE o.[state] = N'pending' AND o.[available_at] <= ${NOW}
+    ORDER BY o.[available_at], o.[id]
+  ) AS w
+  WHERE ${headOfKey(table, 'w')}
+  ORDER BY w.[available_at], w.[id];
+  IF (SELECT COUNT(*) FROM @found) < @1
+  BEGIN
+    DECLARE @key NVARCHAR(255) = (SELECT MIN(k.[key]) FROM ${table} AS k
+      WHERE k.[state] IN (N'pending', N'processing') AND k.[key] IS NOT NULL);
+    WHILE @key IS NOT NULL
+    BEGIN
+      INSERT INTO @found ([id])
+      SELECT h.[id] FROM (
+        SELECT TOP (1) o.[id], o.[state], o.[available_at] FROM ${table} AS o
+        WHERE o.[key] = @key AND o.[state] IN (N'pending', N'processing')
+        ORDER BY o.[id]
+      ) AS h
+      WHERE h.[state] = N'pending' AND h.[available_at] <= ${NOW}
+        AND NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE e.[key] = @key AND e.[state] = N'processing')
+        AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);
+      SET @key = (SELECT MIN(k.[key]) FROM ${table} AS k
+        WHERE k.[state] IN (N'pending', N'processing') AND k.[key] IS NOT NULL AND k.[key] > @key);
+    END;
+    INSERT INTO @found ([id])
+    SELECT TOP (@1) o.[id] FROM ${table} AS o
+    WHERE o.[state] = N'pending' AND o.[key] IS NULL AND o.[available_at] <= ${NOW}
+      AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = o.[id])
+    ORDER BY o.[available_at], o.[id];
+  END;
+  ${lockFound(table, 'o', '@1')}
   UPDATE o
   ${setClaimed('o', '@2')}
   OUTPUT inserted.[id], inserted.[message_id], inserted.[destination], inserted.[key], inserted.[payload], inserted.[headers],
@@ -179,32 +232,81 @@ const INBOX_OUTPUT = `OUTPUT inserted.[id], inserted.[source], inserted.[idempot
          inserted.[headers], inserted.[attempts], inserted.[claim_token], ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at],
          ${asUtc('inserted.[received_at]')} AS [received_at]`;
 
-/** Only the head of each (source, aggregate): no earlier unfinished row, none in flight but itself. */
-const HEAD_OF_AGGREGATE = (table: string) => `(i.[aggregate_id] IS NULL OR NOT EXISTS (
-      SELECT 1 FROM ${table} AS e
-      WHERE e.[source] = i.[source] AND e.[aggregate_id] = i.[aggregate_id] AND e.[aggregate_id] IS NOT NULL
-        AND e.[state] IN (N'pending', N'processing') AND e.[id] <> i.[id]
-        AND (e.[state] = N'processing' OR e.[id] < i.[id])))`;
+/** Only the head of each (source, aggregate): no earlier unfinished row, none in flight but itself (see headOfKey). */
+const headOfAggregate = (table: string, alias: string) => `(${alias}.[aggregate_id] IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE e.[source] = ${alias}.[source] AND e.[aggregate_id] = ${alias}.[aggregate_id]
+        AND e.[aggregate_id] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] < ${alias}.[id])
+      AND NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE e.[source] = ${alias}.[source] AND e.[aggregate_id] = ${alias}.[aggregate_id]
+        AND e.[aggregate_id] IS NOT NULL AND e.[state] = N'processing' AND e.[id] <> ${alias}.[id])))`;
+
+/**
+ * Finds up to `limit` available pending heads of the sources in `@sources` into `@found`, as the
+ * outbox claim does (see outboxClaimSql): per source (CROSS APPLY, so each walks its
+ * (source, available_at, id) index in order) the heads among its oldest CLAIM_SCAN_WINDOW rows;
+ * then, only when those were fewer than the limit, per source the head of each aggregate (one seek
+ * per aggregate) and the oldest rows without one.
+ */
+const inboxPendingSearch = (table: string, limit: string) => `DECLARE @found TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+  INSERT INTO @found ([id])
+  SELECT TOP (${limit}) h.[id]
+  FROM @sources AS s
+  CROSS APPLY (
+    SELECT TOP (${limit}) w.[id], w.[available_at] FROM (
+      SELECT TOP (${CLAIM_SCAN_WINDOW}) i.[id], i.[source], i.[aggregate_id], i.[available_at] FROM ${table} AS i
+      WHERE i.[source] = s.[source] AND i.[state] = N'pending' AND i.[available_at] <= ${NOW}
+      ORDER BY i.[available_at], i.[id]
+    ) AS w
+    WHERE ${headOfAggregate(table, 'w')}
+    ORDER BY w.[available_at], w.[id]
+  ) AS h
+  ORDER BY h.[available_at], h.[id];
+  IF (SELECT COUNT(*) FROM @found) < ${limit}
+  BEGIN
+    DECLARE @n INT = (SELECT MIN([n]) FROM @sources);
+    DECLARE @source NVARCHAR(255);
+    DECLARE @aggregate NVARCHAR(255);
+    WHILE @n IS NOT NULL
+    BEGIN
+      SET @source = (SELECT [source] FROM @sources WHERE [n] = @n);
+      SET @aggregate = (SELECT MIN(k.[aggregate_id]) FROM ${table} AS k
+        WHERE k.[source] = @source AND k.[state] IN (N'pending', N'processing') AND k.[aggregate_id] IS NOT NULL);
+      WHILE @aggregate IS NOT NULL
+      BEGIN
+        INSERT INTO @found ([id])
+        SELECT h.[id] FROM (
+          SELECT TOP (1) i.[id], i.[state], i.[available_at] FROM ${table} AS i
+          WHERE i.[source] = @source AND i.[aggregate_id] = @aggregate AND i.[state] IN (N'pending', N'processing')
+          ORDER BY i.[id]
+        ) AS h
+        WHERE h.[state] = N'pending' AND h.[available_at] <= ${NOW}
+          AND NOT EXISTS (SELECT 1 FROM ${table} AS e
+            WHERE e.[source] = @source AND e.[aggregate_id] = @aggregate AND e.[state] = N'processing')
+          AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);
+        SET @aggregate = (SELECT MIN(k.[aggregate_id]) FROM ${table} AS k
+          WHERE k.[source] = @source AND k.[state] IN (N'pending', N'processing') AND k.[aggregate_id] IS NOT NULL
+            AND k.[aggregate_id] > @aggregate);
+      END;
+      INSERT INTO @found ([id])
+      SELECT TOP (${limit}) i.[id] FROM ${table} AS i
+      WHERE i.[source] = @source AND i.[state] = N'pending' AND i.[aggregate_id] IS NULL AND i.[available_at] <= ${NOW}
+        AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = i.[id])
+      ORDER BY i.[available_at], i.[id];
+      SET @n = (SELECT MIN([n]) FROM @sources WHERE [n] > @n);
+    END;
+  END;`;
 
 /**
  * @0 = inbox lock, @1 = limit, @2 = lease in ms, @3 = the sources as a JSON array of strings. The
  * relay's claim: available pending rows of its sources, oldest first, only the head of each
- * (source, aggregate); materialized once, like the outbox claim. The scan runs per source (CROSS
- * APPLY), so each one walks the (source, available_at, id) index in order and stops at the limit
- * instead of sorting every pending row of the sources.
+ * (source, aggregate), found per source (inboxPendingSearch); locked and materialized once, like
+ * the outbox claim.
  */
 export const inboxRelayClaimSql = (table: string) =>
   underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
-  INSERT INTO @candidates ([id])
-  SELECT TOP (@1) h.[id]
-  FROM OPENJSON(@3) WITH ([source] NVARCHAR(255) '$') AS s
-  CROSS APPLY (
-    SELECT TOP (@1) i.[id], i.[available_at] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
-    WHERE i.[source] = s.[source] AND i.[state] = N'pending' AND i.[available_at] <= ${NOW}
-      AND ${HEAD_OF_AGGREGATE(table)}
-    ORDER BY i.[available_at], i.[id]
-  ) AS h
-  ORDER BY h.[available_at], h.[id];
+  DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) NOT NULL);
+  INSERT INTO @sources ([source]) SELECT s.[source] FROM OPENJSON(@3) WITH ([source] NVARCHAR(255) '$') AS s;
+  ${inboxPendingSearch(table, '@1')}
+  ${lockFound(table, 'i', '@1')}
   UPDATE i
   ${setClaimed('i', '@2')}
   ${INBOX_OUTPUT}
@@ -221,20 +323,21 @@ WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}
 /**
  * @0 = pull lock (per table and source), @1 = limit, @2 = lease in ms, @3 = source. Runs inside
  * the claim transaction, which owns the lock. Takes rows whose lease expired (a crashed client's)
- * first, then available pending rows, only the head of each aggregate; two reads so each uses its
- * own index in its own order, both materialized in one table variable before the one UPDATE.
+ * first, then available pending rows (inboxPendingSearch, for the room left), only the head of each
+ * aggregate; two reads so each uses its own index in its own order, both materialized in one table
+ * variable before the one UPDATE.
  */
 export const inboxPullClaimSql = (table: string) => `${takeClaimLock('Transaction')}
 DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
 INSERT INTO @candidates ([id])
 SELECT TOP (@1) i.[id] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
-WHERE i.[source] = @3 AND i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW} AND ${HEAD_OF_AGGREGATE(table)}
+WHERE i.[source] = @3 AND i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW} AND ${headOfAggregate(table, 'i')}
 ORDER BY i.[lease_expires_at];
 DECLARE @room INT = @1 - (SELECT COUNT(*) FROM @candidates);
-INSERT INTO @candidates ([id])
-SELECT TOP (@room) i.[id] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
-WHERE i.[source] = @3 AND i.[state] = N'pending' AND i.[available_at] <= ${NOW} AND ${HEAD_OF_AGGREGATE(table)}
-ORDER BY i.[available_at], i.[id];
+DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) NOT NULL);
+INSERT INTO @sources ([source]) VALUES (@3);
+${inboxPendingSearch(table, '@room')}
+${lockFound(table, 'i', '@room')}
 UPDATE i
 ${setClaimed('i', '@2')}
 ${INBOX_OUTPUT}
