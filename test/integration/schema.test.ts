@@ -206,7 +206,9 @@ describe('schema', () => {
       const large = await pagesPerClaim();
       assert.equal(small.claimed, 10);
       assert.equal(large.claimed, 10);
-      assert.ok(large.pages <= small.pages + 2, `pages read to find 10 rows: ${small.pages} with 40 rows, ${large.pages} with 1,000,040`);
+      // A handful of pages either way: the plans differ (a 40-row table is read by sequential scans
+      // of its one page, a large one through the partial indexes), the count must not grow with n.
+      assert.ok(large.pages <= small.pages + 5, `pages read to find 10 rows: ${small.pages} with 40 rows, ${large.pages} with 1,000,040`);
     } finally {
       await client.end();
     }
@@ -325,7 +327,7 @@ describe('schema', () => {
 type PlanNode = Record<string, unknown> & { Plans?: PlanNode[] };
 
 /**
- * Pages the claim read to find its rows: its search CTEs (\`near\`, \`keys\`, \`far\`). Locking and
+ * Pages the claim read to find its rows: its search CTEs (`near`, `heads`, `far`). Locking and
  * writing the rows found comes after, through the primary key, whose depth grows with log n.
  */
 function searchPages(plan: PlanNode): number {
@@ -334,7 +336,7 @@ function searchPages(plan: PlanNode): number {
     'the claim plan has its near CTE',
   );
   let pages = 0;
-  for (const name of ['CTE near', 'CTE keys', 'CTE far']) {
+  for (const name of ['CTE near', 'CTE heads', 'CTE far']) {
     const node = findNode(plan, (n) => n['Subplan Name'] === name);
     if (node) pages += node['Shared Hit Blocks'] + node['Shared Read Blocks'];
   }

@@ -99,10 +99,11 @@ const outboxHeadOfKey = (table: string, alias: string) => `(${alias}."key" IS NU
  * with the backlog of keys in flight:
  * - `near`: the oldest CLAIM_SCAN_WINDOW available pending rows, checked one by one, stopping at
  *   the limit. With free keys (or no keys) the rows are found here, in a few index pages.
- * - `far`, only when `near` found fewer than the limit (the oldest rows belong to busy keys, or
- *   the outbox is nearly empty): the head of every key with unfinished rows, one probe of the key
- *   index per key (a skip scan over distinct keys), plus the oldest rows without a key through
- *   their own index. Its cost follows the number of keys, never the rows waiting behind them.
+ * - `heads` and `far`, only when `near` found fewer than the limit (the oldest rows belong to
+ *   busy keys, or the outbox is nearly empty): the first unfinished row of every key, one probe of
+ *   the key index per key (a recursive skip scan: the next key's first row after the last key),
+ *   taken if it is pending, due and its key has nothing in flight; plus the oldest rows without a
+ *   key through their own index. Its cost follows the number of keys, never the rows waiting.
  * Both are merged, ordered by age and locked; the CTE is materialized so the LIMIT applies exactly
  * once (a LIMIT in a subquery of an UPDATE can update more rows under a nested loop), and the rows
  * are reached by primary key (an id array) so no plan reads the backlog to join them.
@@ -116,23 +117,24 @@ export const outboxClaimSql = (table: string) => `WITH RECURSIVE near AS (
   ) s
   WHERE ${outboxHeadOfKey(table, 's')}
   LIMIT $1
-), keys AS (
-  SELECT min(o."key") AS "key" FROM ${table} o
-  WHERE o.state IN ('pending', 'processing') AND o."key" IS NOT NULL AND (SELECT count(*) FROM near) < $1
+), heads AS (
+  (SELECT o."key", o.id, o.state, o.available_at FROM ${table} o
+   WHERE o.state IN ('pending', 'processing') AND o."key" IS NOT NULL AND (SELECT count(*) FROM near) < $1
+   ORDER BY o."key", o.id
+   LIMIT 1)
   UNION ALL
-  SELECT (SELECT min(o."key") FROM ${table} o WHERE o.state IN ('pending', 'processing') AND o."key" > k."key")
-  FROM keys k WHERE k."key" IS NOT NULL
+  SELECT next.* FROM heads h
+  CROSS JOIN LATERAL (
+    SELECT o."key", o.id, o.state, o.available_at FROM ${table} o
+    WHERE o.state IN ('pending', 'processing') AND o."key" > h."key"
+    ORDER BY o."key", o.id
+    LIMIT 1
+  ) next
 ), far AS (
-  (SELECT head.id FROM keys k
-   CROSS JOIN LATERAL (
-     SELECT o.id, o.state, o.available_at FROM ${table} o
-     WHERE o."key" = k."key" AND o.state IN ('pending', 'processing')
-     ORDER BY o.id
-     LIMIT 1
-   ) head
-   WHERE head.state = 'pending' AND head.available_at <= ${NOW}
-     AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = k."key" AND e.state = 'processing')
-   ORDER BY head.available_at, head.id
+  (SELECT h.id FROM heads h
+   WHERE h.state = 'pending' AND h.available_at <= ${NOW}
+     AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = h."key" AND e.state = 'processing')
+   ORDER BY h.available_at, h.id
    LIMIT $1)
   UNION ALL
   (SELECT o.id FROM ${table} o
@@ -230,7 +232,7 @@ const inboxHeadOfAggregate = (table: string, alias: string) => `(${alias}.aggreg
         AND e.state = 'processing' AND e.id <> ${alias}.id)))`;
 
 /**
- * The search CTEs of an inbox claim of pending rows (`near`, `keys`, `far`: the outbox claim's, per
+ * The search CTEs of an inbox claim of pending rows (`near`, `heads`, `far`: the outbox claim's, per
  * source of `sources`, a text[] expression; see outboxClaimSql). $1 = limit.
  */
 const inboxPendingSearch = (table: string, sources: string) => `near AS (
@@ -245,26 +247,28 @@ const inboxPendingSearch = (table: string, sources: string) => `near AS (
     WHERE ${inboxHeadOfAggregate(table, 'w')}
     LIMIT $1
   ) head
-), keys AS (
-  SELECT s.source, (SELECT min(i.aggregate_id) FROM ${table} i
-      WHERE i.source = s.source AND i.state IN ('pending', 'processing') AND i.aggregate_id IS NOT NULL) AS aggregate_id
-  FROM unnest(${sources}) AS s(source)
+), heads AS (
+  SELECT first.* FROM unnest(${sources}) AS s(source)
+  CROSS JOIN LATERAL (
+    SELECT i.source, i.aggregate_id, i.id, i.state, i.available_at FROM ${table} i
+    WHERE i.source = s.source AND i.state IN ('pending', 'processing') AND i.aggregate_id IS NOT NULL
+    ORDER BY i.aggregate_id, i.id
+    LIMIT 1
+  ) first
   WHERE (SELECT count(*) FROM near) < $1
   UNION ALL
-  SELECT k.source, (SELECT min(i.aggregate_id) FROM ${table} i
-      WHERE i.source = k.source AND i.state IN ('pending', 'processing') AND i.aggregate_id > k.aggregate_id)
-  FROM keys k WHERE k.aggregate_id IS NOT NULL
+  SELECT next.* FROM heads h
+  CROSS JOIN LATERAL (
+    SELECT i.source, i.aggregate_id, i.id, i.state, i.available_at FROM ${table} i
+    WHERE i.source = h.source AND i.state IN ('pending', 'processing') AND i.aggregate_id > h.aggregate_id
+    ORDER BY i.aggregate_id, i.id
+    LIMIT 1
+  ) next
 ), far AS (
-  (SELECT head.id FROM keys k
-   CROSS JOIN LATERAL (
-     SELECT i.id, i.state, i.available_at FROM ${table} i
-     WHERE i.source = k.source AND i.aggregate_id = k.aggregate_id AND i.state IN ('pending', 'processing')
-     ORDER BY i.id
-     LIMIT 1
-   ) head
-   WHERE head.state = 'pending' AND head.available_at <= ${NOW}
-     AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = k.source AND e.aggregate_id = k.aggregate_id AND e.state = 'processing')
-   ORDER BY head.available_at, head.id
+  (SELECT h.id FROM heads h
+   WHERE h.state = 'pending' AND h.available_at <= ${NOW}
+     AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = h.source AND e.aggregate_id = h.aggregate_id AND e.state = 'processing')
+   ORDER BY h.available_at, h.id
    LIMIT $1)
   UNION ALL
   (SELECT unkeyed.id FROM unnest(${sources}) AS s(source)
