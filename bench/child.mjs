@@ -31,7 +31,8 @@ function deferred() {
  * with `--cpu-prof` and writes its profile to `cpuProfile.dir` when it exits.
  */
 export function spawnWorker({ script, config, onProgress = () => {}, onRejection = () => {}, cpuProfile }) {
-  const execArgv = [];
+  // BENCH_WORKER_NODE_FLAGS: extra Node/V8 flags for the worker processes (memory experiments).
+  const execArgv = (process.env.BENCH_WORKER_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
   if (cpuProfile) {
     mkdirSync(cpuProfile.dir, { recursive: true });
     execArgv.push('--cpu-prof', `--cpu-prof-dir=${cpuProfile.dir}`, `--cpu-prof-name=${cpuProfile.name}.cpuprofile`);

@@ -6,6 +6,9 @@
 //   worker -> parent: { type: 'ready' } | { type: 'started', at, startMs } | { type: 'progress', handled, distinct }
 //                     | { type: 'handled-all', at } | { type: 'result', seqs, times, maxRssKb, cpuMs, startedAt, unhandledRejections }
 //                     | { type: 'unhandled-rejection', error } | { type: 'failed', error }
+import { appendFileSync, writeFileSync } from 'node:fs';
+import inspector from 'node:inspector';
+import { getHeapSpaceStatistics, writeHeapSnapshot } from 'node:v8';
 import { now } from './clock.mjs';
 
 const PROGRESS_EVERY_MS = 500;
@@ -45,6 +48,90 @@ class Recorder {
   }
 }
 
+/**
+ * BENCH_MEM_TRACE=<file>: samples process.memoryUsage() every BENCH_MEM_TRACE_MS (50) ms and writes
+ * the samples (t ms, rss, heapTotal, heapUsed, external, arrayBuffers in MB, and marks) as JSON
+ * lines to `<file>` when the worker stops. Off by default: costs nothing then.
+ */
+function startMemTrace() {
+  const file = process.env.BENCH_MEM_TRACE;
+  if (!file) return { mark() {}, write() {} };
+  const t0 = performance.now();
+  const samples = [];
+  const sample = (mark) => {
+    const m = process.memoryUsage();
+    const mb = (x) => Math.round(x / 104857.6) / 10;
+    samples.push({
+      t: Math.round(performance.now() - t0),
+      rss: mb(m.rss),
+      heapTotal: mb(m.heapTotal),
+      heapUsed: mb(m.heapUsed),
+      external: mb(m.external),
+      arrayBuffers: mb(m.arrayBuffers),
+      ...(mark ? { mark } : {}),
+    });
+  };
+  const timer = setInterval(sample, Number(process.env.BENCH_MEM_TRACE_MS ?? 50));
+  timer.unref();
+  sample('start');
+  return {
+    mark(label) {
+      sample(label);
+      if (label === 'ready')
+        samples.push({
+          spacesAtReady: Object.fromEntries(
+            getHeapSpaceStatistics().map((x) => [
+              x.space_name,
+              [x.space_size, x.space_used_size, x.physical_space_size].map((v) => Math.round(v / 104857.6) / 10),
+            ]),
+          ),
+        });
+    },
+    write() {
+      clearInterval(timer);
+      sample('stopped');
+      samples.push({
+        spaces: Object.fromEntries(
+          getHeapSpaceStatistics().map((x) => [
+            x.space_name,
+            [x.space_size, x.space_used_size, x.physical_space_size].map((v) => Math.round(v / 104857.6) / 10),
+          ]),
+        ),
+      });
+      if (globalThis.gc) {
+        globalThis.gc();
+        sample('after-gc');
+      }
+      samples.push({ maxRss: Math.round(process.resourceUsage().maxRSS / 102.4) / 10 });
+      appendFileSync(file, `${samples.map((s) => JSON.stringify(s)).join('\n')}\n`);
+    },
+  };
+}
+
+/**
+ * BENCH_ALLOC_PROF=<file>: V8's sampling heap profiler from `go` to the stop, counting objects the
+ * GC collected too (so: every allocation, sampled), written as a .heapprofile to `<file>`.
+ */
+function allocationProfiler() {
+  const file = process.env.BENCH_ALLOC_PROF;
+  if (!file) return { async start() {}, async stop() {} };
+  const session = new inspector.Session();
+  session.connect();
+  const post = (method, params) => new Promise((resolve, reject) => session.post(method, params, (e, r) => (e ? reject(e) : resolve(r))));
+  return {
+    start: () =>
+      post('HeapProfiler.startSampling', {
+        samplingInterval: 4096,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: process.env.BENCH_ALLOC_PROF_MINOR !== '0',
+      }),
+    async stop() {
+      const { profile } = await post('HeapProfiler.stopSampling');
+      writeFileSync(file, JSON.stringify(profile));
+    },
+  };
+}
+
 /** The message and the outermost stack frame: where the promise nobody awaited was made. */
 function describeRejection(error) {
   const frames = String(error?.stack ?? '')
@@ -67,6 +154,8 @@ function send(message) {
  * The config comes from the parent in BENCH_WORKER_CONFIG.
  */
 export async function serveWorker(boot) {
+  const memTrace = startMemTrace();
+  const allocProfile = allocationProfiler();
   const config = JSON.parse(process.env.BENCH_WORKER_CONFIG ?? '{}');
   const recorder = new Recorder(config.expected);
   // The parent going away (Ctrl-C, a crash) must not leave a worker running.
@@ -79,7 +168,12 @@ export async function serveWorker(boot) {
     void send({ type: 'unhandled-rejection', error: describeRejection(error) });
   });
   try {
-    const worker = await boot(config, (payload) => recorder.record(Number(payload.seq)));
+    // BENCH_HEAP_SNAPSHOT_AT=<n>: a heap snapshot when the n-th message is recorded (diagnosis only).
+    const snapshotAt = Number(process.env.BENCH_HEAP_SNAPSHOT_AT ?? 0);
+    const worker = await boot(config, (payload) => {
+      recorder.record(Number(payload.seq));
+      if (recorder.count === snapshotAt) console.error(`[worker] heap snapshot ${writeHeapSnapshot()}`);
+    });
     let progress;
     let startedAt = Number.NaN;
     let cpuAtGo;
@@ -87,6 +181,8 @@ export async function serveWorker(boot) {
     process.on('message', async (message) => {
       try {
         if (message.type === 'go') {
+          await allocProfile.start();
+          memTrace.mark('go');
           startedAt = now();
           cpuAtGo = process.cpuUsage();
           await worker.start();
@@ -100,6 +196,8 @@ export async function serveWorker(boot) {
           // CPU from `go` until the parent saw the work finished: boot and shutdown left out.
           const cpu = process.cpuUsage(cpuAtGo);
           await worker.stop();
+          await allocProfile.stop();
+          memTrace.write();
           await send({
             type: 'result',
             startedAt,
@@ -117,6 +215,7 @@ export async function serveWorker(boot) {
         process.exit(1);
       }
     });
+    memTrace.mark('ready');
     await send({ type: 'ready' });
   } catch (error) {
     await send({ type: 'failed', error: String(error?.stack ?? error) });

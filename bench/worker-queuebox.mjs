@@ -54,8 +54,11 @@ serveWorker(async (config, record) => {
   // poller, nothing would listen). So that this boot costs what it costs in a running process, and
   // not module loading and a cold JIT, the same application is booted once with no worker before
   // `ready`, and closed.
-  const warmUp = await boot(false);
-  await warmUp.app.close();
+  // BENCH_QB_WARMUP=0 skips it (memory experiments).
+  if (process.env.BENCH_QB_WARMUP !== '0') {
+    const warmUp = await boot(false);
+    await warmUp.app.close();
+  }
 
   let app;
   return {
