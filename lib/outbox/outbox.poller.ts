@@ -4,6 +4,7 @@ import { ClaimLoop } from '../common/claim-loop';
 import { describeError } from '../common/errors';
 import { failedAttemptOutcome } from '../common/failed-attempt';
 import { LoopWorker } from '../common/loop-worker';
+import { SpareAbortControllers } from '../common/spare-abort-controllers';
 import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { BatchCompleter } from '../lease/batch-completer';
@@ -46,6 +47,8 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
   private readonly leaseDeadlines = new WeakMap<OutboxClaim, number>();
   /** Claims whose row was marked `sent` (read by the loop's `unblocks`). */
   private readonly markedSent = new WeakSet<OutboxClaim>();
+  /** Publish signals nobody used, reused by later publishes (see `publishWithin`). */
+  private readonly controllers: SpareAbortControllers;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -56,6 +59,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
     super();
     this.options = rootOptions.outbox;
     this.completer = new BatchCompleter(lease);
+    this.controllers = new SpareAbortControllers(this.options.concurrency);
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}` },
       {
@@ -229,11 +233,13 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
    * publisher's signal also aborts when the claim's does (lost claim, shutdown). One controller and
    * one timer per publish, and the keeper's abort forwarded to it: `AbortSignal.any` costs more per
    * call and, on Node.js 20, keeps its composed signals alive longer than the publish; the keeper
-   * makes its own signal only when someone reads it.
+   * makes its own signal only when someone reads it. The controller of a publish that settled with
+   * its signal untouched (not aborted, no listener left) serves a later publish: the signal is the
+   * publisher's until its promise settles, not after.
    */
   private publishWithin(publisher: Publisher, message: OutboundMessage, keeper: LeaseKeeper): Promise<void> {
     const timeoutMs = this.options.publishTimeoutMs;
-    const controller = new AbortController();
+    const controller = this.controllers.take();
     const { signal } = controller;
     return new Promise<void>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
@@ -255,10 +261,12 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
         .then(
           () => {
             settle();
+            this.controllers.giveBack(controller);
             resolve();
           },
           (error) => {
             settle();
+            this.controllers.giveBack(controller);
             reject(error);
           },
         );

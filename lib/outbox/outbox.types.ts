@@ -38,7 +38,9 @@ export interface OutboundMessage {
 /**
  * Delivers outbox messages. Return normally when the destination has the message; throw to have
  * it retried with backoff; throw `PermanentPublishError` to dead-letter it now. Stop work when
- * `signal` aborts: the claim was lost or the application is shutting down.
+ * `signal` aborts: the claim was lost or the application is shutting down. The signal is the
+ * publish's until its promise settles: do not keep it (or listeners on it) after that, since
+ * QueueBox may hand a signal that was never aborted and has no listener left to a later publish.
  *
  * @example
  * const publisher: Publisher = {
