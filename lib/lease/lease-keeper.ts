@@ -2,6 +2,9 @@ import { ClaimLostError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import type { Claim } from './lease.types';
 
+/** The renewal of a keeper that has not renewed yet: one promise for all of them. */
+const SETTLED: Promise<void> = Promise.resolve();
+
 /**
  * Keeps one claim alive while its work runs: renews every third of the lease and aborts
  * `signal` when a renewal changes nothing or fails. Call `stop()` before the finishing write: a
@@ -14,7 +17,7 @@ export class LeaseKeeper {
   private abortReason?: { reason: unknown };
   private abortListeners?: Set<(reason: unknown) => void>;
   private readonly timer: NodeJS.Timeout;
-  private renewal: Promise<void> = Promise.resolve();
+  private renewal: Promise<void> = SETTLED;
   private stopped = false;
 
   constructor(
@@ -65,10 +68,10 @@ export class LeaseKeeper {
   }
 
   /** Stops renewing and waits for a renewal in flight, so the finishing write runs alone. */
-  async stop(): Promise<void> {
+  stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
-    await this.renewal;
+    return this.renewal;
   }
 
   /** Stops renewing and aborts the work with `reason` (used on shutdown). */

@@ -122,7 +122,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
     } catch (error) {
       failure = error;
     }
-    if (publisher && (await this.leaseLeftFor(claim, keeper))) {
+    if (publisher && (this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) {
       try {
         const chosen = publisher;
         await inSpan(
@@ -215,10 +215,14 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
    * slot) it renews first; a lost or failed renewal means the message is not published now.
    * Renewing keeps the attempt; giving the claim back would cost a claim round trip and reorder nothing.
    */
-  private async leaseLeftFor(claim: OutboxClaim, keeper: LeaseKeeper): Promise<boolean> {
+  private leaseLeftNow(claim: OutboxClaim, keeper: LeaseKeeper): boolean | undefined {
     if (keeper.aborted) return false;
     const left = (this.leaseDeadlines.get(claim) ?? 0) - performance.now();
-    if (left >= this.options.publishTimeoutMs) return true;
+    // Undecided: renew first (asynchronous, so kept out of the common path).
+    return left >= this.options.publishTimeoutMs ? true : undefined;
+  }
+
+  private async leaseLeftAfterRenewal(claim: OutboxClaim, keeper: LeaseKeeper): Promise<boolean> {
     try {
       return (await this.renew(claim)) && !keeper.aborted;
     } catch (error) {

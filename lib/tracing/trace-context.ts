@@ -80,14 +80,30 @@ function noTracerProvider(otel: typeof OpenTelemetry): boolean {
  * there is none). Without OpenTelemetry, just runs `work`; so it does when no SDK is registered
  * and there is no parent to carry (a no-op span without a parent changes nothing `work` can see).
  */
-export async function inSpan<T>(
+export function inSpan<T>(
   headers: Record<string, string> | null | undefined,
   describe: () => SpanDescription,
   work: () => Promise<T>,
 ): Promise<T> {
   const otel = openTelemetry();
-  if (!otel || (!headers?.[TRACEPARENT_HEADER] && noTracerProvider(otel))) return work();
-  const span = describe();
+  if (!otel || (!headers?.[TRACEPARENT_HEADER] && noTracerProvider(otel))) {
+    // `work`'s own promise, not one more around it (this runs once per message); a synchronous
+    // throw still becomes a rejection, as from an async function.
+    try {
+      return work();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+  return inActiveSpan(otel, headers, describe(), work);
+}
+
+async function inActiveSpan<T>(
+  otel: typeof OpenTelemetry,
+  headers: Record<string, string> | null | undefined,
+  span: SpanDescription,
+  work: () => Promise<T>,
+): Promise<T> {
   const parent = parentContext(otel, headers);
   const tracer = otel.trace.getTracer('queuebox');
   const kind = span.kind === 'producer' ? otel.SpanKind.PRODUCER : otel.SpanKind.CONSUMER;
