@@ -81,7 +81,7 @@ SELECT inserted.id, inserted.message_id FROM inserted, (SELECT pg_notify($7, '')
  * How many of the oldest available pending rows a claim looks through for heads of keys before it
  * looks key by key. Bounds a claim's cost when the oldest rows belong to keys that are in flight.
  */
-export const CLAIM_SCAN_WINDOW = 1000;
+export const CLAIM_SCAN_WINDOW = 500;
 
 /**
  * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key,

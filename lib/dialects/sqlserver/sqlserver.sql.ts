@@ -69,7 +69,7 @@ const setClaimed = (alias: string, leaseParam: string) => `SET [state] = N'proce
  * How many of the oldest available pending rows a claim looks through for heads of keys before it
  * looks key by key (see the PostgreSQL twin, CLAIM_SCAN_WINDOW).
  */
-export const CLAIM_SCAN_WINDOW = 1000;
+export const CLAIM_SCAN_WINDOW = 500;
 
 /**
  * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key,
