@@ -179,7 +179,7 @@ describe('schema', () => {
   // The search for claimable rows must not grow with finished rows. (Writing the claimed rows
   // touches a few more pages in a bigger table: B-tree depth of the primary key and message_id
   // index grows with log n, as in any table.)
-  it('finding rows to claim reads as many pages with 1,000,000 sent rows in the table as with none', async () => {
+  it('finding rows to claim reads about as many pages with 1,000,000 sent rows in the table as with none', async () => {
     const db = await newDatabase();
     const client = new Client({ connectionString: db.url });
     await client.connect();
@@ -198,17 +198,19 @@ describe('schema', () => {
     try {
       await client.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
         SELECT gen_random_uuid(), 'd', 'key-' || (n % 20), '{}' FROM generate_series(1, 40) n`);
-      await client.query('ANALYZE queuebox_outbox');
+      await client.query('VACUUM ANALYZE queuebox_outbox');
       const small = await pagesPerClaim();
       await client.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, sent_at)
         SELECT gen_random_uuid(), 'd', 'key-' || (n % 1000), '{"n": 1}', 'sent', 1, now() FROM generate_series(1, 1000000) n`);
-      await client.query('ANALYZE queuebox_outbox');
+      await client.query('VACUUM ANALYZE queuebox_outbox');
       const large = await pagesPerClaim();
       assert.equal(small.claimed, 10);
       assert.equal(large.claimed, 10);
-      // A handful of pages either way: the plans differ (a 40-row table is read by sequential scans
-      // of its one page, a large one through the partial indexes), the count must not grow with n.
-      assert.ok(large.pages <= small.pages + 5, `pages read to find 10 rows: ${small.pages} with 40 rows, ${large.pages} with 1,000,040`);
+      // A few dozen pages either way, whatever the plan (a 40-row table is read by sequential scans
+      // of its one page; a large one through the partial indexes, with the in-flight check either
+      // hashed once or probed per row, 1 or 20 pages of an empty index). A search that read the
+      // sent rows would read thousands.
+      assert.ok(large.pages <= small.pages * 3, `pages read to find 10 rows: ${small.pages} with 40 rows, ${large.pages} with 1,000,040`);
     } finally {
       await client.end();
     }
