@@ -47,10 +47,10 @@ export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './lease/lea
 export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export {
-  createQueueBoxClaimIndexesMigration,
+  createQueueBoxClaimsMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
-  QueueBoxClaimIndexes1795996800000,
+  QueueBoxClaims1795996800000,
   QueueBoxOperations1764633600000,
   QueueBoxSchema1764460800000,
 } from './migrations/queuebox.migration';

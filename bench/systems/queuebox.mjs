@@ -84,11 +84,7 @@ export default {
     const dataSource = new typeorm.DataSource({
       type: 'postgres',
       url,
-      migrations: [
-        queuebox.QueueBoxSchema1764460800000,
-        queuebox.QueueBoxOperations1764633600000,
-        queuebox.QueueBoxClaimIndexes1795996800000,
-      ],
+      migrations: [queuebox.QueueBoxSchema1764460800000, queuebox.QueueBoxOperations1764633600000, queuebox.QueueBoxClaims1795996800000],
       logging: false,
     });
     await dataSource.initialize();

@@ -2,7 +2,7 @@ import type { MigrationInterface } from 'typeorm';
 import type { QueueBoxTables } from '../dialects/dialect';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import {
-  createQueueBoxClaimIndexesMigration,
+  createQueueBoxClaimsMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
 } from '../migrations/queuebox.migration';
@@ -43,7 +43,7 @@ export function describeTables(tables: QueueBoxTables): string {
 
 const DEFAULT_MIGRATION_NAME = 'QueueBoxSchema1764460800000';
 const OPERATIONS_MIGRATION_NAME = 'QueueBoxOperations1764633600000';
-const CLAIM_INDEXES_MIGRATION_NAME = 'QueueBoxClaimIndexes1795996800000';
+const CLAIMS_MIGRATION_NAME = 'QueueBoxClaims1795996800000';
 
 export interface QueueBoxMigrations {
   /** The schema migration's name (`--migration-name`, default the shipped one), the operations and the claim-indexes migrations'. */
@@ -52,16 +52,16 @@ export interface QueueBoxMigrations {
   classes: (new () => MigrationInterface)[];
 }
 
-/** The QueueBox migrations for `tables`: the schema (named `name`), the operations indexes, the claim indexes. */
+/** The QueueBox migrations for `tables`: the schema (named `name`), the operations indexes, the claims' indexes and functions. */
 export function migrationsFor(tables: QueueBoxTables, name = DEFAULT_MIGRATION_NAME): QueueBoxMigrations {
   const named = { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
   try {
     return {
-      names: { schema: name, operations: OPERATIONS_MIGRATION_NAME, claims: CLAIM_INDEXES_MIGRATION_NAME },
+      names: { schema: name, operations: OPERATIONS_MIGRATION_NAME, claims: CLAIMS_MIGRATION_NAME },
       classes: [
         createQueueBoxMigration({ tables: named, name }),
         createQueueBoxOperationsMigration({ tables: named }),
-        createQueueBoxClaimIndexesMigration({ tables: named }),
+        createQueueBoxClaimsMigration({ tables: named }),
       ],
     };
   } catch (error) {

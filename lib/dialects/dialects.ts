@@ -4,8 +4,8 @@ import { messages } from '../queuebox.messages';
 import type { Dialect, QueueBoxTables } from './dialect';
 import { PostgresDialect } from './postgres/postgres.dialect';
 import {
-  postgresClaimIndexesDown,
-  postgresClaimIndexesUp,
+  postgresClaimsDown,
+  postgresClaimsUp,
   postgresOperationsDown,
   postgresOperationsUp,
   postgresSchemaDown,
@@ -13,8 +13,8 @@ import {
 } from './postgres/postgres.schema';
 import { SqlServerDialect } from './sqlserver/sqlserver.dialect';
 import {
-  sqlServerClaimIndexesDown,
-  sqlServerClaimIndexesUp,
+  sqlServerClaimsDown,
+  sqlServerClaimsUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
   sqlServerSchemaDown,
@@ -25,7 +25,7 @@ export type DialectType = Dialect['type'];
 
 type Statements = { up: (t: QueueBoxTables) => string[]; down: (t: QueueBoxTables) => string[] };
 
-/** Which migration's statements: 001 (the tables), 002 (the operations indexes) or 003 (the claim indexes). */
+/** Which migration's statements: 001 (the tables), 002 (the operations indexes) or 003 (the claims' indexes and functions). */
 export type SchemaMigration = 'schema' | 'operations' | 'claims';
 
 /** The QueueBox migrations in the order they run. */
@@ -41,10 +41,10 @@ const migrations: Record<SchemaMigration, Record<DialectType, Statements>> = {
     postgres: { up: postgresOperationsUp, down: postgresOperationsDown },
     mssql: { up: sqlServerOperationsUp, down: sqlServerOperationsDown },
   },
-  /** Migration 003: the indexes of pending rows without a key or aggregate, for the claims. */
+  /** Migration 003: the claims' indexes of pending rows without a key or aggregate, and (PostgreSQL) their PL/pgSQL functions. */
   claims: {
-    postgres: { up: postgresClaimIndexesUp, down: postgresClaimIndexesDown },
-    mssql: { up: sqlServerClaimIndexesUp, down: sqlServerClaimIndexesDown },
+    postgres: { up: postgresClaimsUp, down: postgresClaimsDown },
+    mssql: { up: sqlServerClaimsUp, down: sqlServerClaimsDown },
   },
 };
 

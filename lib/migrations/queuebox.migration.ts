@@ -6,7 +6,7 @@ import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 
 const DEFAULT_NAME = 'QueueBoxSchema1764460800000';
 const DEFAULT_OPERATIONS_NAME = 'QueueBoxOperations1764633600000';
-const DEFAULT_CLAIM_INDEXES_NAME = 'QueueBoxClaimIndexes1795996800000';
+const DEFAULT_CLAIMS_NAME = 'QueueBoxClaims1795996800000';
 
 /**
  * A TypeORM migration class that creates the outbox and inbox tables (and indexes) for the
@@ -43,12 +43,12 @@ export function createQueueBoxOperationsMigration(
  * QueueBox schema in one database. Without it claims stay correct, and slow down in that case only.
  *
  * @example
- * migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaimIndexes1795996800000]
+ * migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000]
  */
-export function createQueueBoxClaimIndexesMigration(
+export function createQueueBoxClaimsMigration(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
 ): new () => MigrationInterface {
-  return migrationClass(options, DEFAULT_CLAIM_INDEXES_NAME, 'claims');
+  return migrationClass(options, DEFAULT_CLAIMS_NAME, 'claims');
 }
 
 function migrationClass(
@@ -82,4 +82,4 @@ export const QueueBoxSchema1764460800000 = createQueueBoxMigration();
 export const QueueBoxOperations1764633600000 = createQueueBoxOperationsMigration();
 
 /** The claim-indexes migration for the default table names; runs after `QueueBoxOperations1764633600000`. */
-export const QueueBoxClaimIndexes1795996800000 = createQueueBoxClaimIndexesMigration();
+export const QueueBoxClaims1795996800000 = createQueueBoxClaimsMigration();

@@ -15,7 +15,7 @@ export function renderSchemaSql(
   const migration = options.migration ?? 'schema';
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   const end = dialect === 'mssql' ? ';\nGO\n' : ';\n';
-  const title = { schema: 'schema', operations: 'operations indexes', claims: 'claim indexes' }[migration];
+  const title = { schema: 'schema', operations: 'operations indexes', claims: 'claims (indexes and functions)' }[migration];
   return [
     `-- QueueBox ${title} (${dialect}, ${direction}), rendered from the TypeORM migration's statements.`,
     '',
@@ -26,7 +26,7 @@ export function renderSchemaSql(
 /** The files shipped in `sql/` (default table names); `npm run sql` writes them, a test checks them. */
 export function renderSchemaFiles(): { dir: string; name: string; content: string }[] {
   const dirs = { postgres: 'postgres', mssql: 'sqlserver' } as const;
-  const files = { schema: '001_queuebox', operations: '002_queuebox_operations', claims: '003_queuebox_claim_indexes' } as const;
+  const files = { schema: '001_queuebox', operations: '002_queuebox_operations', claims: '003_queuebox_claims' } as const;
   return (['postgres', 'mssql'] as const).flatMap((dialect) =>
     SCHEMA_MIGRATIONS.flatMap((migration) =>
       (['up', 'down'] as const).map((direction) => ({

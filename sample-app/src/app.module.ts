@@ -3,7 +3,7 @@ import { HttpAdapterHost } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
   HttpPublisher,
-  QueueBoxClaimIndexes1795996800000,
+  QueueBoxClaims1795996800000,
   QueueBoxModule,
   QueueBoxOperations1764633600000,
   QueueBoxSchema1764460800000,
@@ -30,7 +30,7 @@ export class AppModule {
             QueueBoxSchema1764460800000,
             CreateOrdersTable1764547200000,
             QueueBoxOperations1764633600000,
-            QueueBoxClaimIndexes1795996800000,
+            QueueBoxClaims1795996800000,
           ],
           // Applies whatever is new at startup; TypeORM's migrations table makes a second run a no-op.
           migrationsRun: true,

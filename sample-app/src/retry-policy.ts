@@ -12,7 +12,7 @@ import {
   type OutboundMessage,
   OutboxService,
   type Publisher,
-  QueueBoxClaimIndexes1795996800000,
+  QueueBoxClaims1795996800000,
   QueueBoxEvents,
   QueueBoxModule,
   QueueBoxOperations1764633600000,
@@ -48,7 +48,7 @@ async function main(): Promise<void> {
       TypeOrmModule.forRoot({
         type: 'postgres',
         url: database.url,
-        migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaimIndexes1795996800000],
+        migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000],
         migrationsRun: true,
         logging: false,
       }),

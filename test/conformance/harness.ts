@@ -5,7 +5,7 @@ import type { LeaseTable } from '../../lib/dialects/dialect';
 import { pgTable } from '../../lib/dialects/postgres/postgres.schema';
 import { mssqlTable } from '../../lib/dialects/sqlserver/sqlserver.schema';
 import {
-  createQueueBoxClaimIndexesMigration,
+  createQueueBoxClaimsMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
@@ -143,7 +143,7 @@ const sqlServer: DialectHarness = {
       migrations: [
         createQueueBoxMigration({ tables: CONFORMANCE_TABLES }),
         createQueueBoxOperationsMigration({ tables: CONFORMANCE_TABLES }),
-        createQueueBoxClaimIndexesMigration({ tables: CONFORMANCE_TABLES }),
+        createQueueBoxClaimsMigration({ tables: CONFORMANCE_TABLES }),
       ],
     } as DataSourceOptions).initialize();
     await dataSource.runMigrations();

@@ -113,7 +113,7 @@ describe('queuebox CLI', () => {
     assert.equal(first.code, 0, first.stderr);
     assert.match(first.stdout, /Applied migration QueueBoxSchema1764460800000/);
     assert.match(first.stdout, /Applied migration QueueBoxOperations1764633600000/);
-    assert.match(first.stdout, /Applied migration QueueBoxClaimIndexes1795996800000/);
+    assert.match(first.stdout, /Applied migration QueueBoxClaims1795996800000/);
     assert.match(first.stdout, /Database: postgres:\/\/qb_cli_\d+:\*\*\*@/);
     assert.deepEqual(await tableNames(db), ['migrations', 'queuebox_inbox', 'queuebox_outbox']);
 
@@ -121,12 +121,12 @@ describe('queuebox CLI', () => {
     assert.equal(second.code, 0, second.stderr);
     assert.match(
       second.stdout,
-      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaimIndexes1795996800000 are already applied/,
+      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000 are already applied/,
     );
     assert.deepEqual(await db.query('SELECT name FROM migrations ORDER BY id'), [
       { name: 'QueueBoxSchema1764460800000' },
       { name: 'QueueBoxOperations1764633600000' },
-      { name: 'QueueBoxClaimIndexes1795996800000' },
+      { name: 'QueueBoxClaims1795996800000' },
     ]);
     const indexes = await db.query<{ indexname: string }>("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%dead%' ORDER BY 1");
     assert.equal(indexes.length, 2, 'the operations indexes of dead rows exist');
@@ -138,15 +138,15 @@ describe('queuebox CLI', () => {
     await migrateSchemaOnly(db.url);
     const before = await queuebox(['status', '--url', url]);
     assert.match(before.stdout, /Migration QueueBoxOperations1764633600000: not applied/);
-    assert.match(before.stdout, /Migration QueueBoxClaimIndexes1795996800000: not applied/);
+    assert.match(before.stdout, /Migration QueueBoxClaims1795996800000: not applied/);
     const run = await queuebox(['migrate', '--url', url]);
     assert.equal(run.code, 0, run.stderr);
     assert.doesNotMatch(run.stdout, /QueueBoxSchema1764460800000/);
     assert.match(run.stdout, /Applied migration QueueBoxOperations1764633600000/);
-    assert.match(run.stdout, /Applied migration QueueBoxClaimIndexes1795996800000/);
+    assert.match(run.stdout, /Applied migration QueueBoxClaims1795996800000/);
     const after = await queuebox(['status', '--url', url]);
     assert.match(after.stdout, /Migration QueueBoxOperations1764633600000: applied/);
-    assert.match(after.stdout, /Migration QueueBoxClaimIndexes1795996800000: applied/);
+    assert.match(after.stdout, /Migration QueueBoxClaims1795996800000: applied/);
   });
 
   it('migrate takes the URL from QUEUEBOX_DATABASE_URL (then DATABASE_URL) and honours --tables', async () => {
@@ -233,7 +233,7 @@ describe('queuebox CLI', () => {
     assert.equal(
       `${postgres.stdout}`,
       `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}`,
-      'the schema, the operations indexes, the claim indexes',
+      'the schema, the operations indexes, the claims',
     );
     assert.match(postgres.stdout, /CREATE TABLE "queuebox_outbox"/);
 

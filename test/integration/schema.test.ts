@@ -9,8 +9,9 @@ import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
 import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from '../../lib/dialects/postgres/postgres.sql';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { LeaseService } from '../../lib/lease/lease.service';
 import {
-  createQueueBoxClaimIndexesMigration,
+  createQueueBoxClaimsMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
@@ -48,7 +49,7 @@ describe('schema', () => {
     const db = await newDatabase({ migrate: false });
     await db.query(readFileSync(join(ROOT, 'sql/postgres/001_queuebox.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/002_queuebox_operations.up.sql'), 'utf8'));
-    await db.query(readFileSync(join(ROOT, 'sql/postgres/003_queuebox_claim_indexes.up.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/003_queuebox_claims.up.sql'), 'utf8'));
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_sent\\_idx'")).length, 1);
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_unkeyed\\_claim\\_idx'")).length, 2);
     const publisher = new RecordingPublisher();
@@ -60,7 +61,7 @@ describe('schema', () => {
     } finally {
       await t.app.close();
     }
-    await db.query(readFileSync(join(ROOT, 'sql/postgres/003_queuebox_claim_indexes.down.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/003_queuebox_claims.down.sql'), 'utf8'));
     assert.deepEqual(await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_unkeyed\\_claim\\_idx'"), []);
     await db.query(readFileSync(join(ROOT, 'sql/postgres/002_queuebox_operations.down.sql'), 'utf8'));
     assert.deepEqual(await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_dead\\_idx'"), []);
@@ -104,17 +105,17 @@ describe('schema', () => {
       await operations.down({ connection: { options: { type: 'postgres' } }, query: (sql: string) => client.query(sql) } as never);
       assert.deepEqual(await indexes(), []);
       // Migration 003 likewise.
-      const claimIndexes = async () =>
+      const claimsIndexes = async () =>
         (
           await client.query(
             "SELECT indexname FROM pg_indexes WHERE schemaname = 'messaging' AND indexname ~ '_unkeyed_claim_idx$' ORDER BY 1",
           )
         ).rows.map((r) => r.indexname);
-      assert.deepEqual(await claimIndexes(), ['events_in_unkeyed_claim_idx', 'events_out_unkeyed_claim_idx']);
-      const claims = new (createQueueBoxClaimIndexesMigration({ tables }))();
-      assert.equal(claims.name, 'QueueBoxClaimIndexes1795996800000');
+      assert.deepEqual(await claimsIndexes(), ['events_in_unkeyed_claim_idx', 'events_out_unkeyed_claim_idx']);
+      const claims = new (createQueueBoxClaimsMigration({ tables }))();
+      assert.equal(claims.name, 'QueueBoxClaims1795996800000');
       await claims.down({ connection: { options: { type: 'postgres' } }, query: (sql: string) => client.query(sql) } as never);
-      assert.deepEqual(await claimIndexes(), []);
+      assert.deepEqual(await claimsIndexes(), []);
     } finally {
       await client.end();
     }
@@ -322,6 +323,53 @@ describe('schema', () => {
       }
     } finally {
       await client.end();
+    }
+  });
+  it("claims go through migration 003's functions, and back to the claim statement when those are gone", async () => {
+    const db = await newDatabase();
+    const t = await createTestApp(db.url, { workers: false });
+    try {
+      const lease = t.get(LeaseService);
+      const dataSource = t.app.get<DataSource>(getDataSourceToken());
+      const fill = async () => {
+        await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
+        await dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'd', key: 'k', payload: 1 }));
+        await db.query(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload) VALUES
+          ('relayed', 'i1', 'a', '1'), ('pulled', 'i1', 'a', '1')`);
+      };
+      const claimAll = async () => [
+        (await lease.claimOutboxBatch({ limit: 10, leaseMs: 60_000 })).length,
+        (await lease.claimRelayBatch({ sources: ['relayed'], limit: 10, leaseMs: 60_000 })).length,
+        (await lease.claimPullBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 })).length,
+      ];
+      const functions = { outbox: 'queuebox_outbox_claim', relay: 'queuebox_inbox_relay_claim', pull: 'queuebox_inbox_pull_claim' };
+      // Each function made to fail with its own name: a claim that reaches it says so.
+      for (const [kind, fn] of Object.entries(functions)) {
+        const args = {
+          outbox: 'p_limit integer, p_lease_ms bigint',
+          relay: 'p_limit integer, p_lease_ms bigint, p_sources text[]',
+          pull: 'p_limit integer, p_lease_ms bigint, p_source text',
+        }[kind];
+        await db.query(
+          `CREATE OR REPLACE FUNCTION ${fn}(${args}) RETURNS SETOF ${kind === 'outbox' ? 'queuebox_outbox' : 'queuebox_inbox'}
+           LANGUAGE plpgsql AS $f$ BEGIN RAISE EXCEPTION 'reached ${fn}'; END $f$`,
+        );
+      }
+      await fill();
+      await assert.rejects(lease.claimOutboxBatch({ limit: 10, leaseMs: 60_000 }), /reached queuebox_outbox_claim/);
+      await assert.rejects(
+        lease.claimRelayBatch({ sources: ['relayed'], limit: 10, leaseMs: 60_000 }),
+        /reached queuebox_inbox_relay_claim/,
+      );
+      await assert.rejects(lease.claimPullBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 }), /reached queuebox_inbox_pull_claim/);
+      // Gone (migration 003 rolled back while the application runs): the claim statement, same rows.
+      for (const [kind, fn] of Object.entries(functions)) {
+        const args = { outbox: 'integer, bigint', relay: 'integer, bigint, text[]', pull: 'integer, bigint, text' }[kind];
+        await db.query(`DROP FUNCTION ${fn}(${args})`);
+      }
+      assert.deepEqual(await claimAll(), [1, 1, 1]);
+    } finally {
+      await t.app.close();
     }
   });
 });

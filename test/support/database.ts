@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import {
-  createQueueBoxClaimIndexesMigration,
+  createQueueBoxClaimsMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
@@ -70,7 +70,7 @@ export async function migrate(url: string, tables?: { outbox?: string; inbox?: s
     migrations: [
       createQueueBoxMigration({ tables }),
       createQueueBoxOperationsMigration({ tables }),
-      createQueueBoxClaimIndexesMigration({ tables }),
+      createQueueBoxClaimsMigration({ tables }),
     ],
     logging: false,
   });

@@ -181,7 +181,7 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
     assert.ok(ran.includes("CREATE INDEX [events_out_sent_idx] ON [messaging].[events_out] ([sent_at]) WHERE [state] = N'sent'"));
   });
 
-  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations and 003_queuebox_claim_indexes .{up,down}.sql, one GO batch per statement', () => {
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations and 003_queuebox_claims .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
@@ -190,8 +190,8 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
         '001_queuebox.down.sql',
         '002_queuebox_operations.up.sql',
         '002_queuebox_operations.down.sql',
-        '003_queuebox_claim_indexes.up.sql',
-        '003_queuebox_claim_indexes.down.sql',
+        '003_queuebox_claims.up.sql',
+        '003_queuebox_claims.down.sql',
       ],
     );
     const up = renderSchemaSql('mssql');

@@ -6,8 +6,8 @@ import type { QueueBoxTables } from '../../lib/dialects/dialect';
 import * as postgres from '../../lib/dialects/postgres/postgres.sql';
 import {
   mssqlTable,
-  sqlServerClaimIndexesDown,
-  sqlServerClaimIndexesUp,
+  sqlServerClaimsDown,
+  sqlServerClaimsUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
   sqlServerSchemaDown,
@@ -102,9 +102,9 @@ function schemaStatements(): { name: string; statement: string }[] {
     ...sqlServerSchemaDown(tables).map((statement, n) => ({ name: `down #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerOperationsUp(tables).map((statement, n) => ({ name: `operations up #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerOperationsDown(tables).map((statement, n) => ({ name: `operations down #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerClaimIndexesUp(tables).map((statement, n) => ({ name: `claim indexes up #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerClaimIndexesDown(tables).map((statement, n) => ({
-      name: `claim indexes down #${n} (${tables.outbox.qualified})`,
+    ...sqlServerClaimsUp(tables).map((statement, n) => ({ name: `claims up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerClaimsDown(tables).map((statement, n) => ({
+      name: `claims down #${n} (${tables.outbox.qualified})`,
       statement,
     })),
   ]);

@@ -13,7 +13,7 @@ export const migrateCommand: Command = {
 Creates the outbox and inbox tables and their indexes by running the QueueBox TypeORM migrations,
 the same ones your app can list in TypeORM's "migrations": the schema (QueueBoxSchema1764460800000),
 the indexes admin and retention use (QueueBoxOperations1764633600000) and the claims' indexes of
-rows without a key (QueueBoxClaimIndexes1795996800000). TypeORM records each in
+rows without a key and, on PostgreSQL, their functions (QueueBoxClaims1795996800000). TypeORM records each in
 its migrations table, so a second run is a no-op and an older database gets only what it lacks.
 Tables that exist without the schema's record (created from plain SQL) are left alone and reported.
 
@@ -52,7 +52,9 @@ ${DATABASE_OPTIONS_HELP}
         );
       }
       if (pending.includes(migrations.names.claims)) {
-        io.out(`Applied migration ${migrations.names.claims}: created the claims' indexes of pending rows without a key or aggregate.`);
+        io.out(
+          `Applied migration ${migrations.names.claims}: created the claims' indexes of pending rows without a key or aggregate, and their functions.`,
+        );
       }
       return 0;
     } finally {

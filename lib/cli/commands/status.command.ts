@@ -34,7 +34,7 @@ ${DATABASE_OPTIONS_HELP}
       const pending = (await new MigrationExecutor(dataSource).getPendingMigrations()).map((migration) => migration.name);
       const applied = !pending.includes(migrations.names.schema);
       const operationsApplied = !pending.includes(migrations.names.operations);
-      const claimIndexesApplied = !pending.includes(migrations.names.claims);
+      const claimsApplied = !pending.includes(migrations.names.claims);
       const complete = present.outbox && present.inbox;
       const backlog = complete
         ? await readBacklog(
@@ -55,7 +55,7 @@ ${DATABASE_OPTIONS_HELP}
               },
               migration: { name: migrations.names.schema, applied, migrationsTable },
               operationsMigration: { name: migrations.names.operations, applied: operationsApplied },
-              claimIndexesMigration: { name: migrations.names.claims, applied: claimIndexesApplied },
+              claimsMigration: { name: migrations.names.claims, applied: claimsApplied },
               backlog,
             },
             null,
@@ -73,7 +73,7 @@ ${DATABASE_OPTIONS_HELP}
           `Migration ${migrations.names.operations}: ${operationsApplied ? 'applied' : 'not applied: admin queries and retention scan whole tables until you run `queuebox migrate`'}`,
         );
         io.out(
-          `Migration ${migrations.names.claims}: ${claimIndexesApplied ? 'applied' : 'not applied: while keys in flight hold the oldest pending rows, claims read all of them to reach rows without a key, until you run `queuebox migrate`'}`,
+          `Migration ${migrations.names.claims}: ${claimsApplied ? 'applied' : 'not applied: claims are planned on every call, and while keys in flight hold the oldest pending rows they read all of them to reach rows without a key, until you run `queuebox migrate`'}`,
         );
         if (complete) for (const line of formatBacklog(backlog)) io.out(line);
       }

@@ -38,7 +38,7 @@ import {
   toOutboxClaimedRow,
 } from '../dialect-rows';
 import { PostgresWorkListener } from './postgres.listener';
-import { pgTable } from './postgres.schema';
+import { claimFunctionNames, claimLockNames, pgTable } from './postgres.schema';
 import * as sql from './postgres.sql';
 
 // node-postgres parses jsonb and returns UUIDs in lower case: nothing to decode.
@@ -48,7 +48,10 @@ const DECODING: RecordDecoding<unknown> = { json: (value) => value, uuid: (value
 export class PostgresDialect implements Dialect {
   readonly type = 'postgres' as const;
   private readonly table: Record<LeaseTable, string>;
-  private readonly claimLock: Record<LeaseTable, string>;
+  private readonly claimLock: ReturnType<typeof claimLockNames>;
+  private readonly claimFunction: sql.ClaimFunctions;
+  /** Whether migration 003's claim functions exist: looked up at the first claim, again after one went missing. */
+  private claimFunctionsPresent?: Promise<boolean>;
   private readonly channel: Record<LeaseTable, string>;
   private readonly retentionLock: string;
 
@@ -57,10 +60,8 @@ export class PostgresDialect implements Dialect {
     private readonly tables: QueueBoxTables,
   ) {
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
-    this.claimLock = {
-      outbox: `queuebox_outbox_claim_${tables.outbox.qualified}`,
-      inbox: `queuebox_inbox_claim_${tables.inbox.qualified}`,
-    };
+    this.claimLock = claimLockNames(tables);
+    this.claimFunction = claimFunctionNames(tables);
     // Channel names are identifiers (at most 63 bytes): derived from the table name, not the name itself.
     const channel = (kind: LeaseTable) =>
       `queuebox_${kind}_${createHash('sha1').update(tables[kind].qualified).digest('hex').slice(0, 16)}`;
@@ -94,10 +95,12 @@ export class PostgresDialect implements Dialect {
   }
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    const records = await this.serializedClaim<OutboxClaimedRecord<unknown>>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
-      p.limit,
-      p.leaseMs,
-    ]);
+    const records = await this.claim<OutboxClaimedRecord<unknown>>(
+      this.claimFunction.outbox,
+      this.claimLock.outbox,
+      sql.outboxClaimSql(this.table.outbox),
+      [p.limit, p.leaseMs],
+    );
     return records.map((r) => toOutboxClaimedRow(r, DECODING)).sort(byId);
   }
 
@@ -124,7 +127,8 @@ export class PostgresDialect implements Dialect {
   }
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.serializedClaim<InboxClaimedRecord<unknown>>(
+    const records = await this.claim<InboxClaimedRecord<unknown>>(
+      this.claimFunction.relay,
       this.claimLock.inbox,
       sql.inboxRelayClaimSql(this.table.inbox),
       [p.limit, p.leaseMs, p.sources],
@@ -133,8 +137,9 @@ export class PostgresDialect implements Dialect {
   }
 
   async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.serializedClaim<InboxClaimedRecord<unknown>>(
-      `queuebox_pull_claim_${this.tables.inbox.qualified}:${p.source}`,
+    const records = await this.claim<InboxClaimedRecord<unknown>>(
+      this.claimFunction.pull,
+      `${this.claimLock.pullPrefix}${p.source}`,
       sql.inboxPullClaimSql(this.table.inbox),
       [p.limit, p.leaseMs, p.source],
     );
@@ -286,6 +291,40 @@ export class PostgresDialect implements Dialect {
    * It bypasses TypeORM's query runner (which cannot return the results of several statements),
    * so TypeORM's query logging does not show it.
    */
+  /**
+   * A claim: through migration 003's PL/pgSQL function when it exists (one statement, its plan
+   * kept by the session), else the lock and the claim statement as one query string. A function
+   * dropped while the application runs sends the claim back to the query string.
+   */
+  private async claim<T>(fn: string, lockName: string, statement: string, params: readonly sql.InlineParam[]): Promise<T[]> {
+    this.claimFunctionsPresent ??= this.lookUpClaimFunctions().catch((error: unknown) => {
+      this.claimFunctionsPresent = undefined; // looked up again at the next claim
+      throw error;
+    });
+    if (await this.claimFunctionsPresent) {
+      try {
+        const { rows } = await poolQuery<T>(this.dataSource, sql.claimFunctionCallSql(fn, params.length as 2 | 3), [...params]);
+        return rows;
+      } catch (error) {
+        if ((error as { code?: string }).code !== UNDEFINED_FUNCTION) throw error;
+        this.claimFunctionsPresent = undefined;
+      }
+    }
+    return this.serializedClaim<T>(lockName, statement, params);
+  }
+
+  private async lookUpClaimFunctions(): Promise<boolean> {
+    const signatures = (Object.keys(sql.CLAIM_FUNCTION_ARGS) as (keyof sql.ClaimFunctions)[]).map(
+      (kind) => `${this.claimFunction[kind]}(${sql.CLAIM_FUNCTION_ARGS[kind]})`,
+    );
+    const { rows } = await poolQuery<{ found: number }>(
+      this.dataSource,
+      'SELECT count(to_regprocedure(signature))::int AS found FROM unnest($1::text[]) AS signature',
+      [signatures],
+    );
+    return rows[0]?.found === signatures.length;
+  }
+
   private async serializedClaim<T>(lockName: string, statement: string, params: readonly sql.InlineParam[]): Promise<T[]> {
     const text = sql.serializedClaimSql(lockName, statement, params);
     // No values: node-postgres sends the text with the simple query protocol, which runs several statements.
@@ -301,6 +340,9 @@ export class PostgresDialect implements Dialect {
     return poolQuery<T>(this.dataSource, statement, params);
   }
 }
+
+/** SQLSTATE 42883: the function does not exist. */
+const UNDEFINED_FUNCTION = '42883';
 
 /** The parts of node-postgres' pool QueueBox uses. */
 interface PgPool {

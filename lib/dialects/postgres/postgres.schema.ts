@@ -1,5 +1,12 @@
 import type { TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
+import {
+  CLAIM_FUNCTION_ARGS,
+  type ClaimFunctions,
+  inboxPullClaimFunctionSql,
+  inboxRelayClaimFunctionSql,
+  outboxClaimFunctionSql,
+} from './postgres.sql';
 
 /** Quotes a validated table name for PostgreSQL. */
 export function pgTable(table: TableName): string {
@@ -105,22 +112,55 @@ export function postgresOperationsDown(tables: QueueBoxTables): string[] {
 }
 
 /**
- * Migration 003 (claim indexes): pending rows without a key (outbox) or aggregate (inbox). When
- * the oldest pending rows all belong to keys in flight, the claim finds the rows without a key
- * behind them through these, in as many index pages as it takes, instead of reading every row of
- * the busy keys on the way (see `outboxClaimSql`).
+ * The claim locks' names (the advisory lock key is `hashtextextended(name, 0)`): one per outbox
+ * table, one per inbox table for the relay, one per inbox table and source for pull claims
+ * (`pullPrefix` followed by the source).
  */
-export function postgresClaimIndexesUp(tables: QueueBoxTables): string[] {
-  const o = tables.outbox.name;
-  const i = tables.inbox.name;
+export function claimLockNames(tables: QueueBoxTables): { outbox: string; inbox: string; pullPrefix: string } {
+  return {
+    outbox: `queuebox_outbox_claim_${tables.outbox.qualified}`,
+    inbox: `queuebox_inbox_claim_${tables.inbox.qualified}`,
+    pullPrefix: `queuebox_pull_claim_${tables.inbox.qualified}:`,
+  };
+}
+
+/** The claim functions of migration 003, quoted, in the schema of their table. */
+export function claimFunctionNames(tables: QueueBoxTables): ClaimFunctions {
+  const fn = (table: QueueBoxTables['outbox'], suffix: string) =>
+    table.schema ? `"${table.schema}"."${table.name}_${suffix}"` : `"${table.name}_${suffix}"`;
+  return { outbox: fn(tables.outbox, 'claim'), relay: fn(tables.inbox, 'relay_claim'), pull: fn(tables.inbox, 'pull_claim') };
+}
+
+/**
+ * Migration 003 (claims). Partial indexes of pending rows without a key (outbox) or aggregate
+ * (inbox): when the oldest pending rows all belong to keys in flight, the claim finds the rows
+ * without a key behind them through these, instead of reading every row of the busy keys on the
+ * way (see `outboxClaimSql`). And the three claims as PL/pgSQL functions (claimFunctionSql), whose
+ * plans PostgreSQL keeps per session; without them QueueBox sends the claim statement itself.
+ */
+export function postgresClaimsUp(tables: QueueBoxTables): string[] {
+  const outbox = pgTable(tables.outbox);
+  const inbox = pgTable(tables.inbox);
+  const fn = claimFunctionNames(tables);
+  const lock = claimLockNames(tables);
   return [
-    `CREATE INDEX "${o}_unkeyed_claim_idx" ON ${pgTable(tables.outbox)} (available_at, id) WHERE state = 'pending' AND "key" IS NULL`,
-    `CREATE INDEX "${i}_unkeyed_claim_idx" ON ${pgTable(tables.inbox)} (source, available_at, id) WHERE state = 'pending' AND aggregate_id IS NULL`,
+    `CREATE INDEX "${tables.outbox.name}_unkeyed_claim_idx" ON ${outbox} (available_at, id) WHERE state = 'pending' AND "key" IS NULL`,
+    `CREATE INDEX "${tables.inbox.name}_unkeyed_claim_idx" ON ${inbox} (source, available_at, id) WHERE state = 'pending' AND aggregate_id IS NULL`,
+    outboxClaimFunctionSql(fn.outbox, outbox, lock.outbox),
+    inboxRelayClaimFunctionSql(fn.relay, inbox, lock.inbox),
+    inboxPullClaimFunctionSql(fn.pull, inbox, lock.pullPrefix),
   ];
 }
 
-export function postgresClaimIndexesDown(tables: QueueBoxTables): string[] {
+export function postgresClaimsDown(tables: QueueBoxTables): string[] {
+  const fn = claimFunctionNames(tables);
   const index = (table: QueueBoxTables['outbox'], name: string) =>
     `DROP INDEX IF EXISTS ${table.schema ? `"${table.schema}".` : ''}"${table.name}_${name}"`;
-  return [index(tables.inbox, 'unkeyed_claim_idx'), index(tables.outbox, 'unkeyed_claim_idx')];
+  return [
+    `DROP FUNCTION IF EXISTS ${fn.pull}(${CLAIM_FUNCTION_ARGS.pull})`,
+    `DROP FUNCTION IF EXISTS ${fn.relay}(${CLAIM_FUNCTION_ARGS.relay})`,
+    `DROP FUNCTION IF EXISTS ${fn.outbox}(${CLAIM_FUNCTION_ARGS.outbox})`,
+    index(tables.inbox, 'unkeyed_claim_idx'),
+    index(tables.outbox, 'unkeyed_claim_idx'),
+  ];
 }

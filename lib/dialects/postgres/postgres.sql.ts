@@ -83,6 +83,10 @@ SELECT inserted.id, inserted.message_id FROM inserted, (SELECT pg_notify($7, '')
  */
 export const CLAIM_SCAN_WINDOW = 500;
 
+/** What an outbox claim returns: the columns the poller reads. */
+const OUTBOX_CLAIM_RETURNING = `RETURNING o.id, o.message_id, o.destination, o."key", o.payload, o.headers, o.attempts,
+          o.claim_token, o.lease_expires_at, o.created_at`;
+
 /**
  * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key,
  * and none of it in flight. Two probes, each stopping at its first index entry (the key index from
@@ -108,7 +112,7 @@ const outboxHeadOfKey = (table: string, alias: string) => `(${alias}."key" IS NU
  * once (a LIMIT in a subquery of an UPDATE can update more rows under a nested loop), and the rows
  * are reached by primary key (an id array) so no plan reads the backlog to join them.
  */
-export const outboxClaimSql = (table: string) => `WITH RECURSIVE near AS (
+export const outboxClaimSql = (table: string, returning = OUTBOX_CLAIM_RETURNING) => `WITH RECURSIVE near AS (
   SELECT s.id FROM (
     SELECT o.id, o."key" FROM ${table} o
     WHERE o.state = 'pending' AND o.available_at <= ${NOW}
@@ -153,8 +157,7 @@ SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
     lease_expires_at = ${msFromNow('$2')}, attempts = o.attempts + 1
 FROM candidates c
 WHERE o.id = c.id
-RETURNING o.id, o.message_id, o.destination, o."key", o.payload, o.headers, o.attempts,
-          o.claim_token, o.lease_expires_at, o.created_at`;
+${returning}`;
 
 /** $1 = max attempts: expired claims go back to pending, or to dead on their last attempt. */
 const RECLAIM_SET = `SET state = CASE WHEN attempts >= $1 THEN 'dead' ELSE 'pending' END,
@@ -302,6 +305,7 @@ const INBOX_SET_CLAIMED = `SET state = 'processing', claim_token = gen_random_uu
  */
 export const inboxRelayClaimSql = (
   table: string,
+  returning = INBOX_RETURNING,
 ) => `WITH RECURSIVE ${inboxPendingSearch(table, '$3::text[]')}, candidates AS MATERIALIZED (
   ${inboxLockFound(table)}
 )
@@ -309,7 +313,7 @@ UPDATE ${table} i
 ${INBOX_SET_CLAIMED}
 FROM candidates c
 WHERE i.id = c.id
-${INBOX_RETURNING}`;
+${returning}`;
 
 /** $1 = max attempts, $2 = sources. The relay's reclaim step, limited to the sources it consumes. */
 export const inboxReclaimSql = (table: string) => `UPDATE ${table}
@@ -324,7 +328,7 @@ RETURNING state, source AS name`;
  * on its own index, in its own order: an OR would make the planner read and sort the whole
  * backlog of the source on every claim.
  */
-export const inboxPullClaimSql = (table: string) => `WITH RECURSIVE expired AS MATERIALIZED (
+export const inboxPullClaimSql = (table: string, returning = INBOX_RETURNING) => `WITH RECURSIVE expired AS MATERIALIZED (
   SELECT i.id FROM ${table} i
   WHERE i.source = $3 AND i.state = 'processing' AND i.lease_expires_at <= ${NOW} AND ${inboxHeadOfAggregate(table, 'i')}
   ORDER BY i.lease_expires_at
@@ -339,7 +343,79 @@ UPDATE ${table} i
 ${INBOX_SET_CLAIMED}
 FROM candidates c
 WHERE i.id = c.id
-${INBOX_RETURNING}`;
+${returning}`;
+
+/** The PL/pgSQL claim functions of migration 003, one per claim of a table set (names quoted). */
+export interface ClaimFunctions {
+  /** `<outbox>_claim(p_limit integer, p_lease_ms bigint)`. */
+  outbox: string;
+  /** `<inbox>_relay_claim(p_limit integer, p_lease_ms bigint, p_sources text[])`. */
+  relay: string;
+  /** `<inbox>_pull_claim(p_limit integer, p_lease_ms bigint, p_source text)`. */
+  pull: string;
+}
+
+/** Their argument types, as `to_regprocedure` and `DROP FUNCTION` name them. */
+export const CLAIM_FUNCTION_ARGS = { outbox: 'integer, bigint', relay: 'integer, bigint, text[]', pull: 'integer, bigint, text' } as const;
+
+/** `statement` with `$1`, `$2`... replaced by the names of PL/pgSQL parameters. */
+function withParamNames(statement: string, names: readonly string[]): string {
+  return statement.replace(/\$(\d+)/g, (_placeholder, n: string) => {
+    const name = names[Number(n) - 1];
+    if (!name) throw new Error(`no parameter name for $${n}`);
+    return name;
+  });
+}
+
+/**
+ * A claim as a PL/pgSQL function: the claim lock, then the claim, as the one-query-string claim
+ * does (serializedClaimSql), with the same snapshots: in a VOLATILE function each statement takes
+ * a snapshot of its own when it starts, so the claim sees every claim committed before the lock
+ * was granted. What it adds: PL/pgSQL keeps the claim's plan for the session, where a query
+ * string is planned on every call (the claim takes 0.45 ms to plan, 0.14 ms to run, on one row).
+ * `lockKey` is an SQL expression of the lock's name; the function returns the claimed rows whole.
+ */
+const claimFunctionSql = (fn: string, args: string, table: string, lockKey: string, claim: string) =>
+  `CREATE OR REPLACE FUNCTION ${fn}(${args}) RETURNS SETOF ${table}
+LANGUAGE plpgsql VOLATILE AS $queuebox$
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended(${lockKey}, 0));
+  RETURN QUERY ${claim};
+END
+$queuebox$`;
+
+/** The outbox claim function: the lock `lockName`, then outboxClaimSql. */
+export const outboxClaimFunctionSql = (fn: string, table: string, lockName: string) =>
+  claimFunctionSql(
+    fn,
+    'p_limit integer, p_lease_ms bigint',
+    table,
+    pgLiteral(lockName),
+    withParamNames(outboxClaimSql(table, 'RETURNING o.*'), ['p_limit', 'p_lease_ms']),
+  );
+
+/** The relay claim function: the lock `lockName`, then inboxRelayClaimSql. */
+export const inboxRelayClaimFunctionSql = (fn: string, table: string, lockName: string) =>
+  claimFunctionSql(
+    fn,
+    'p_limit integer, p_lease_ms bigint, p_sources text[]',
+    table,
+    pgLiteral(lockName),
+    withParamNames(inboxRelayClaimSql(table, 'RETURNING i.*'), ['p_limit', 'p_lease_ms', 'p_sources']),
+  );
+
+/** The pull claim function: the lock `lockPrefix` followed by the source, then inboxPullClaimSql. */
+export const inboxPullClaimFunctionSql = (fn: string, table: string, lockPrefix: string) =>
+  claimFunctionSql(
+    fn,
+    'p_limit integer, p_lease_ms bigint, p_source text',
+    table,
+    `${pgLiteral(lockPrefix)} || p_source`,
+    withParamNames(inboxPullClaimSql(table, 'RETURNING i.*'), ['p_limit', 'p_lease_ms', 'p_source']),
+  );
+
+/** A call of a claim function ($1 = limit, $2 = lease in ms, $3 = sources or source): the claimed rows. */
+export const claimFunctionCallSql = (fn: string, argCount: 2 | 3) => `SELECT * FROM ${fn}(${argCount === 2 ? '$1, $2' : '$1, $2, $3'})`;
 
 // ---------------------------------------------------------------------------------------------
 // Admin and retention (QueueBoxAdmin, RetentionService)

@@ -133,8 +133,11 @@ export function sqlServerOperationsDown(tables: QueueBoxTables): string[] {
   ];
 }
 
-/** Migration 003 (claim indexes): pending rows without a key or aggregate (see the PostgreSQL twin). */
-export function sqlServerClaimIndexesUp(tables: QueueBoxTables): string[] {
+/**
+ * Migration 003 (claims): the filtered indexes of pending rows without a key or aggregate (see the
+ * PostgreSQL twin). No functions here: SQL Server keeps the plans of parameterized batches itself.
+ */
+export function sqlServerClaimsUp(tables: QueueBoxTables): string[] {
   const o = tables.outbox.name;
   const i = tables.inbox.name;
   return [
@@ -145,7 +148,7 @@ export function sqlServerClaimIndexesUp(tables: QueueBoxTables): string[] {
   ];
 }
 
-export function sqlServerClaimIndexesDown(tables: QueueBoxTables): string[] {
+export function sqlServerClaimsDown(tables: QueueBoxTables): string[] {
   return [
     `DROP INDEX IF EXISTS [${tables.inbox.name}_unkeyed_claim_idx] ON ${mssqlTable(tables.inbox)}`,
     `DROP INDEX IF EXISTS [${tables.outbox.name}_unkeyed_claim_idx] ON ${mssqlTable(tables.outbox)}`,
