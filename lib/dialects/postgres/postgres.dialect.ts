@@ -280,18 +280,6 @@ export class PostgresDialect implements Dialect {
   }
 
   /**
-   * Runs a claim statement behind the table's advisory lock. The head-of-key check alone is not
-   * enough under READ COMMITTED: two claimers can each see a different head when rows of one key
-   * commit out of id order. With the lock, each claim statement starts after the previous claim
-   * committed and sees it; SKIP LOCKED keeps a claim from waiting on rows that fenced writes hold;
-   * the unique in-flight index is the database's last word on I4.
-   *
-   * The lock and the claim go as one query string (`serializedClaimSql`): one round trip instead
-   * of four (BEGIN, lock, claim, COMMIT), the same transaction and the same order of snapshots.
-   * It bypasses TypeORM's query runner (which cannot return the results of several statements),
-   * so TypeORM's query logging does not show it.
-   */
-  /**
    * A claim: through migration 003's PL/pgSQL function when it exists (one statement, its plan
    * kept by the session), else the lock and the claim statement as one query string. A function
    * dropped while the application runs sends the claim back to the query string.
@@ -325,6 +313,18 @@ export class PostgresDialect implements Dialect {
     return rows[0]?.found === signatures.length;
   }
 
+  /**
+   * Runs a claim statement behind the table's advisory lock. The head-of-key check alone is not
+   * enough under READ COMMITTED: two claimers can each see a different head when rows of one key
+   * commit out of id order. With the lock, each claim statement starts after the previous claim
+   * committed and sees it; SKIP LOCKED keeps a claim from waiting on rows that fenced writes hold;
+   * the unique in-flight index is the database's last word on I4.
+   *
+   * The lock and the claim go as one query string (`serializedClaimSql`): one round trip instead
+   * of four (BEGIN, lock, claim, COMMIT), the same transaction and the same order of snapshots.
+   * It bypasses TypeORM's query runner (which cannot return the results of several statements),
+   * so TypeORM's query logging does not show it.
+   */
   private async serializedClaim<T>(lockName: string, statement: string, params: readonly sql.InlineParam[]): Promise<T[]> {
     const text = sql.serializedClaimSql(lockName, statement, params);
     // No values: node-postgres sends the text with the simple query protocol, which runs several statements.
