@@ -96,7 +96,7 @@ export class PostgresDialect implements Dialect {
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
     const records = await this.claim<OutboxClaimedRecord<unknown>>(
-      this.claimFunction.outbox,
+      { name: this.claimFunction.outbox, columns: sql.OUTBOX_CLAIM_COLUMNS },
       this.claimLock.outbox,
       sql.outboxClaimSql(this.table.outbox),
       [p.limit, p.leaseMs],
@@ -128,7 +128,7 @@ export class PostgresDialect implements Dialect {
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
     const records = await this.claim<InboxClaimedRecord<unknown>>(
-      this.claimFunction.relay,
+      { name: this.claimFunction.relay, columns: sql.INBOX_CLAIM_COLUMNS },
       this.claimLock.inbox,
       sql.inboxRelayClaimSql(this.table.inbox),
       [p.limit, p.leaseMs, p.sources],
@@ -138,7 +138,7 @@ export class PostgresDialect implements Dialect {
 
   async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
     const records = await this.claim<InboxClaimedRecord<unknown>>(
-      this.claimFunction.pull,
+      { name: this.claimFunction.pull, columns: sql.INBOX_CLAIM_COLUMNS },
       `${this.claimLock.pullPrefix}${p.source}`,
       sql.inboxPullClaimSql(this.table.inbox),
       [p.limit, p.leaseMs, p.source],
@@ -284,14 +284,21 @@ export class PostgresDialect implements Dialect {
    * kept by the session), else the lock and the claim statement as one query string. A function
    * dropped while the application runs sends the claim back to the query string.
    */
-  private async claim<T>(fn: string, lockName: string, statement: string, params: readonly sql.InlineParam[]): Promise<T[]> {
+  private async claim<T>(
+    fn: { name: string; columns: string },
+    lockName: string,
+    statement: string,
+    params: readonly sql.InlineParam[],
+  ): Promise<T[]> {
     this.claimFunctionsPresent ??= this.lookUpClaimFunctions().catch((error: unknown) => {
       this.claimFunctionsPresent = undefined; // looked up again at the next claim
       throw error;
     });
     if (await this.claimFunctionsPresent) {
       try {
-        const { rows } = await poolQuery<T>(this.dataSource, sql.claimFunctionCallSql(fn, params.length as 2 | 3), [...params]);
+        const { rows } = await poolQuery<T>(this.dataSource, sql.claimFunctionCallSql(fn.name, fn.columns, params.length as 2 | 3), [
+          ...params,
+        ]);
         return rows;
       } catch (error) {
         if ((error as { code?: string }).code !== UNDEFINED_FUNCTION) throw error;
