@@ -12,12 +12,17 @@ export class QueueBoxEventLog {
   private readonly logger = new Logger('QueueBox:Events');
 
   constructor(events: QueueBoxEvents) {
-    events.on('queuebox:published', (e) => this.logger.debug(messages.logPublished(e.messageId, e.destination, e.attempt, e.durationMs)));
+    events.on('queuebox:published', (e) => this.debug(() => messages.logPublished(e.messageId, e.destination, e.attempt, e.durationMs)));
     for (const name of ['queuebox:inbox:processed', 'queuebox:pull:processed'] as const) {
       events.on(name, (e) =>
-        this.logger.debug(messages.logProcessed(e.component, `${e.source}/${e.idempotencyKey}`, e.attempt, e.durationMs)),
+        this.debug(() => messages.logProcessed(e.component, `${e.source}/${e.idempotencyKey}`, e.attempt, e.durationMs)),
       );
     }
-    events.on('queuebox:reclaimed', (e) => this.logger.debug(messages.logReclaimed(e.component, e.name, e.pending, e.dead)));
+    events.on('queuebox:reclaimed', (e) => this.debug(() => messages.logReclaimed(e.component, e.name, e.pending, e.dead)));
+  }
+
+  /** Builds the line only when debug is on: these run once per message, and debug is usually off. */
+  private debug(line: () => string): void {
+    if (Logger.isLevelEnabled('debug')) this.logger.debug(line());
   }
 }
