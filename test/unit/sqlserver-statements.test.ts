@@ -245,6 +245,19 @@ BEGIN TRY
         /WHERE i\.\[source\] = @source AND i\.\[aggregate_id\] = @aggregate AND i\.\[state\] IN \(N'pending', N'processing'\)/,
       );
     }
+    // Candidate scans pass over rows others hold; the lookup of a key's head never does (it would take a later row for the head).
+    assert.match(
+      sql.outboxClaimSql(T),
+      /SELECT TOP \(500\) o\.\[id\], o\.\[key\], o\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS o WITH \(READPAST\)/,
+    );
+    assert.match(
+      sql.outboxClaimSql(T),
+      /SELECT TOP \(1\) o\.\[id\], o\.\[state\], o\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS o\n/,
+    );
+    assert.match(
+      sql.inboxPullClaimSql(T),
+      /SELECT TOP \(1\) i\.\[id\], i\.\[state\], i\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS i\n/,
+    );
     // The scan stops at the window, in both dialects.
     assert.equal(sql.CLAIM_SCAN_WINDOW, postgres.CLAIM_SCAN_WINDOW);
     for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {

@@ -96,14 +96,16 @@ const lockFound = (table: string, alias: string, limit: string) => `INSERT INTO 
  * oldest CLAIM_SCAN_WINDOW rows; then, only when those were fewer than the limit, the head of each
  * key with unfinished rows (one seek per key, from MIN(key) up) and the oldest rows without a key
  * (their own filtered index). The ids found are locked and materialized once in `@candidates`, so
- * the limit applies exactly once.
+ * the limit applies exactly once. The scans for candidates pass over rows others hold (READPAST,
+ * as the claim always did); the head checks never do: skipping an earlier row of a key held by
+ * someone else would take a later one for its head.
  */
 export const outboxClaimSql = (table: string) =>
   underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
   DECLARE @found TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
   INSERT INTO @found ([id])
   SELECT TOP (@1) w.[id] FROM (
-    SELECT TOP (${CLAIM_SCAN_WINDOW}) o.[id], o.[key], o.[available_at] FROM ${table} AS o
+    SELECT TOP (${CLAIM_SCAN_WINDOW}) o.[id], o.[key], o.[available_at] FROM ${table} AS o WITH (READPAST)
     WHERE o.[state] = N'pending' AND o.[available_at] <= ${NOW}
     ORDER BY o.[available_at], o.[id]
   ) AS w
@@ -128,7 +130,7 @@ export const outboxClaimSql = (table: string) =>
         WHERE k.[state] IN (N'pending', N'processing') AND k.[key] IS NOT NULL AND k.[key] > @key);
     END;
     INSERT INTO @found ([id])
-    SELECT TOP (@1) o.[id] FROM ${table} AS o
+    SELECT TOP (@1) o.[id] FROM ${table} AS o WITH (READPAST)
     WHERE o.[state] = N'pending' AND o.[key] IS NULL AND o.[available_at] <= ${NOW}
       AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = o.[id])
     ORDER BY o.[available_at], o.[id];
@@ -252,7 +254,7 @@ const inboxPendingSearch = (table: string, limit: string) => `DECLARE @found TAB
   FROM @sources AS s
   CROSS APPLY (
     SELECT TOP (${limit}) w.[id], w.[available_at] FROM (
-      SELECT TOP (${CLAIM_SCAN_WINDOW}) i.[id], i.[source], i.[aggregate_id], i.[available_at] FROM ${table} AS i
+      SELECT TOP (${CLAIM_SCAN_WINDOW}) i.[id], i.[source], i.[aggregate_id], i.[available_at] FROM ${table} AS i WITH (READPAST)
       WHERE i.[source] = s.[source] AND i.[state] = N'pending' AND i.[available_at] <= ${NOW}
       ORDER BY i.[available_at], i.[id]
     ) AS w
@@ -287,7 +289,7 @@ const inboxPendingSearch = (table: string, limit: string) => `DECLARE @found TAB
             AND k.[aggregate_id] > @aggregate);
       END;
       INSERT INTO @found ([id])
-      SELECT TOP (${limit}) i.[id] FROM ${table} AS i
+      SELECT TOP (${limit}) i.[id] FROM ${table} AS i WITH (READPAST)
       WHERE i.[source] = @source AND i.[state] = N'pending' AND i.[aggregate_id] IS NULL AND i.[available_at] <= ${NOW}
         AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = i.[id])
       ORDER BY i.[available_at], i.[id];
