@@ -49,7 +49,8 @@ export class PostgresDialect implements Dialect {
   readonly type = 'postgres' as const;
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: ReturnType<typeof claimLockNames>;
-  private readonly claimFunction: sql.ClaimFunctions;
+  /** What each claim sends, built once: the call of its function (migration 003) and, without it, the statement. */
+  private readonly claims: Record<keyof sql.ClaimFunctions, { call: string; signature: string; statement: string }>;
   /** Whether migration 003's claim functions exist: looked up at the first claim, again after one went missing. */
   private claimFunctionsPresent?: Promise<boolean>;
   private readonly channel: Record<LeaseTable, string>;
@@ -61,7 +62,17 @@ export class PostgresDialect implements Dialect {
   ) {
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
     this.claimLock = claimLockNames(tables);
-    this.claimFunction = claimFunctionNames(tables);
+    const fn = claimFunctionNames(tables);
+    const claim = (kind: keyof sql.ClaimFunctions, columns: string, statement: string) => ({
+      call: sql.claimFunctionCallSql(kind, fn[kind], columns),
+      signature: sql.claimFunctionSignature(kind, fn[kind]),
+      statement,
+    });
+    this.claims = {
+      outbox: claim('outbox', sql.OUTBOX_CLAIM_COLUMNS, sql.outboxClaimSql(this.table.outbox)),
+      relay: claim('relay', sql.INBOX_CLAIM_COLUMNS, sql.inboxRelayClaimSql(this.table.inbox)),
+      pull: claim('pull', sql.INBOX_CLAIM_COLUMNS, sql.inboxPullClaimSql(this.table.inbox)),
+    };
     // Channel names are identifiers (at most 63 bytes): derived from the table name, not the name itself.
     const channel = (kind: LeaseTable) =>
       `queuebox_${kind}_${createHash('sha1').update(tables[kind].qualified).digest('hex').slice(0, 16)}`;
@@ -95,12 +106,7 @@ export class PostgresDialect implements Dialect {
   }
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    const records = await this.claim<OutboxClaimedRecord<unknown>>(
-      { name: this.claimFunction.outbox, columns: sql.OUTBOX_CLAIM_COLUMNS },
-      this.claimLock.outbox,
-      sql.outboxClaimSql(this.table.outbox),
-      [p.limit, p.leaseMs],
-    );
+    const records = await this.claim<OutboxClaimedRecord<unknown>>('outbox', this.claimLock.outbox, [p.limit, p.leaseMs]);
     return records.map((r) => toOutboxClaimedRow(r, DECODING)).sort(byId);
   }
 
@@ -127,22 +133,16 @@ export class PostgresDialect implements Dialect {
   }
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.claim<InboxClaimedRecord<unknown>>(
-      { name: this.claimFunction.relay, columns: sql.INBOX_CLAIM_COLUMNS },
-      this.claimLock.inbox,
-      sql.inboxRelayClaimSql(this.table.inbox),
-      [p.limit, p.leaseMs, p.sources],
-    );
+    const records = await this.claim<InboxClaimedRecord<unknown>>('relay', this.claimLock.inbox, [p.limit, p.leaseMs, p.sources]);
     return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
   }
 
   async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.claim<InboxClaimedRecord<unknown>>(
-      { name: this.claimFunction.pull, columns: sql.INBOX_CLAIM_COLUMNS },
-      `${this.claimLock.pullPrefix}${p.source}`,
-      sql.inboxPullClaimSql(this.table.inbox),
-      [p.limit, p.leaseMs, p.source],
-    );
+    const records = await this.claim<InboxClaimedRecord<unknown>>('pull', `${this.claimLock.pullPrefix}${p.source}`, [
+      p.limit,
+      p.leaseMs,
+      p.source,
+    ]);
     return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
   }
 
@@ -284,34 +284,25 @@ export class PostgresDialect implements Dialect {
    * kept by the session), else the lock and the claim statement as one query string. A function
    * dropped while the application runs sends the claim back to the query string.
    */
-  private async claim<T>(
-    fn: { name: string; columns: string },
-    lockName: string,
-    statement: string,
-    params: readonly sql.InlineParam[],
-  ): Promise<T[]> {
+  private async claim<T>(kind: keyof sql.ClaimFunctions, lockName: string, params: readonly sql.InlineParam[]): Promise<T[]> {
+    const claim = this.claims[kind];
     this.claimFunctionsPresent ??= this.lookUpClaimFunctions().catch((error: unknown) => {
       this.claimFunctionsPresent = undefined; // looked up again at the next claim
       throw error;
     });
     if (await this.claimFunctionsPresent) {
       try {
-        const { rows } = await poolQuery<T>(this.dataSource, sql.claimFunctionCallSql(fn.name, fn.columns, params.length as 2 | 3), [
-          ...params,
-        ]);
-        return rows;
+        return (await poolQuery<T>(this.dataSource, claim.call, [...params])).rows;
       } catch (error) {
         if ((error as { code?: string }).code !== UNDEFINED_FUNCTION) throw error;
         this.claimFunctionsPresent = undefined;
       }
     }
-    return this.serializedClaim<T>(lockName, statement, params);
+    return this.serializedClaim<T>(lockName, claim.statement, params);
   }
 
   private async lookUpClaimFunctions(): Promise<boolean> {
-    const signatures = (Object.keys(sql.CLAIM_FUNCTION_ARGS) as (keyof sql.ClaimFunctions)[]).map(
-      (kind) => `${this.claimFunction[kind]}(${sql.CLAIM_FUNCTION_ARGS[kind]})`,
-    );
+    const signatures = Object.values(this.claims).map((claim) => claim.signature);
     const { rows } = await poolQuery<{ found: number }>(
       this.dataSource,
       'SELECT count(to_regprocedure(signature))::int AS found FROM unnest($1::text[]) AS signature',

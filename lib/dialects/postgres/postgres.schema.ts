@@ -1,8 +1,8 @@
 import type { TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import {
-  CLAIM_FUNCTION_ARGS,
   type ClaimFunctions,
+  claimFunctionSignature,
   inboxPullClaimFunctionSql,
   inboxRelayClaimFunctionSql,
   outboxClaimFunctionSql,
@@ -101,14 +101,17 @@ export function postgresOperationsUp(tables: QueueBoxTables): string[] {
 }
 
 export function postgresOperationsDown(tables: QueueBoxTables): string[] {
-  const index = (table: QueueBoxTables['outbox'], name: string) =>
-    `DROP INDEX IF EXISTS ${table.schema ? `"${table.schema}".` : ''}"${table.name}_${name}"`;
   return [
-    index(tables.inbox, 'dead_idx'),
-    index(tables.inbox, 'processed_idx'),
-    index(tables.outbox, 'dead_idx'),
-    index(tables.outbox, 'sent_idx'),
+    dropIndexSql(tables.inbox, 'dead_idx'),
+    dropIndexSql(tables.inbox, 'processed_idx'),
+    dropIndexSql(tables.outbox, 'dead_idx'),
+    dropIndexSql(tables.outbox, 'sent_idx'),
   ];
+}
+
+/** Drops index `<table>_<name>` (an index lives in its table's schema). */
+function dropIndexSql(table: QueueBoxTables['outbox'], name: string): string {
+  return `DROP INDEX IF EXISTS ${table.schema ? `"${table.schema}".` : ''}"${table.name}_${name}"`;
 }
 
 /**
@@ -154,13 +157,11 @@ export function postgresClaimsUp(tables: QueueBoxTables): string[] {
 
 export function postgresClaimsDown(tables: QueueBoxTables): string[] {
   const fn = claimFunctionNames(tables);
-  const index = (table: QueueBoxTables['outbox'], name: string) =>
-    `DROP INDEX IF EXISTS ${table.schema ? `"${table.schema}".` : ''}"${table.name}_${name}"`;
   return [
-    `DROP FUNCTION IF EXISTS ${fn.pull}(${CLAIM_FUNCTION_ARGS.pull})`,
-    `DROP FUNCTION IF EXISTS ${fn.relay}(${CLAIM_FUNCTION_ARGS.relay})`,
-    `DROP FUNCTION IF EXISTS ${fn.outbox}(${CLAIM_FUNCTION_ARGS.outbox})`,
-    index(tables.inbox, 'unkeyed_claim_idx'),
-    index(tables.outbox, 'unkeyed_claim_idx'),
+    `DROP FUNCTION IF EXISTS ${claimFunctionSignature('pull', fn.pull)}`,
+    `DROP FUNCTION IF EXISTS ${claimFunctionSignature('relay', fn.relay)}`,
+    `DROP FUNCTION IF EXISTS ${claimFunctionSignature('outbox', fn.outbox)}`,
+    dropIndexSql(tables.inbox, 'unkeyed_claim_idx'),
+    dropIndexSql(tables.outbox, 'unkeyed_claim_idx'),
   ];
 }
