@@ -247,19 +247,21 @@ export class SqlServerDialect implements Dialect {
     return Number(rows[0].n);
   }
 
-  async deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    const { component } = p.selection;
-    const { rows } = await this.run<{ id: string }>(sql.deadLetterReplaySql(this.table[component], component), [
-      ...selectionParams(p.selection),
-      bigintOrNull(p.afterId),
-      int(p.limit),
-    ]);
-    return rows.map((r) => String(r.id));
+  deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
+    return this.deadLetterBatch(sql.deadLetterReplaySql, p);
   }
 
-  async deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
+  deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
+    return this.deadLetterBatch(sql.deadLetterDiscardSql, p);
+  }
+
+  /** Runs a replay or discard statement on one batch of the selection; returns the ids it changed. */
+  private async deadLetterBatch(
+    statement: (table: string, component: AdminComponent) => string,
+    p: { selection: DeadSelection; afterId: string | null; limit: number },
+  ): Promise<string[]> {
     const { component } = p.selection;
-    const { rows } = await this.run<{ id: string }>(sql.deadLetterDiscardSql(this.table[component], component), [
+    const { rows } = await this.run<{ id: string }>(statement(this.table[component], component), [
       ...selectionParams(p.selection),
       bigintOrNull(p.afterId),
       int(p.limit),
