@@ -5,6 +5,7 @@ import {
   createQueueBoxClaimsMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
+  DEFAULT_MIGRATION_NAMES,
 } from '../migrations/queuebox.migration';
 import { resolveTables } from '../queuebox.options';
 import { CliUsageError } from './cli.errors';
@@ -41,23 +42,19 @@ export function describeTables(tables: QueueBoxTables): string {
   return `"${tables.outbox.qualified}" and "${tables.inbox.qualified}"`;
 }
 
-const DEFAULT_MIGRATION_NAME = 'QueueBoxSchema1764460800000';
-const OPERATIONS_MIGRATION_NAME = 'QueueBoxOperations1764633600000';
-const CLAIMS_MIGRATION_NAME = 'QueueBoxClaims1795996800000';
-
 export interface QueueBoxMigrations {
-  /** The schema migration's name (`--migration-name`, default the shipped one), the operations and the claim-indexes migrations'. */
+  /** The schema migration's name (`--migration-name`, default the shipped one), the operations and the claims migrations'. */
   names: { schema: string; operations: string; claims: string };
   /** The classes, in the order they run. */
   classes: (new () => MigrationInterface)[];
 }
 
 /** The QueueBox migrations for `tables`: the schema (named `name`), the operations indexes, the claims' indexes and functions. */
-export function migrationsFor(tables: QueueBoxTables, name = DEFAULT_MIGRATION_NAME): QueueBoxMigrations {
+export function migrationsFor(tables: QueueBoxTables, name: string = DEFAULT_MIGRATION_NAMES.schema): QueueBoxMigrations {
   const named = { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
   try {
     return {
-      names: { schema: name, operations: OPERATIONS_MIGRATION_NAME, claims: CLAIMS_MIGRATION_NAME },
+      names: { schema: name, operations: DEFAULT_MIGRATION_NAMES.operations, claims: DEFAULT_MIGRATION_NAMES.claims },
       classes: [
         createQueueBoxMigration({ tables: named, name }),
         createQueueBoxOperationsMigration({ tables: named }),

@@ -4,9 +4,12 @@ import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 
-const DEFAULT_NAME = 'QueueBoxSchema1764460800000';
-const DEFAULT_OPERATIONS_NAME = 'QueueBoxOperations1764633600000';
-const DEFAULT_CLAIMS_NAME = 'QueueBoxClaims1795996800000';
+/** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
+export const DEFAULT_MIGRATION_NAMES = {
+  schema: 'QueueBoxSchema1764460800000',
+  operations: 'QueueBoxOperations1764633600000',
+  claims: 'QueueBoxClaims1795996800000',
+} as const;
 
 /**
  * A TypeORM migration class that creates the outbox and inbox tables (and indexes) for the
@@ -19,7 +22,7 @@ const DEFAULT_CLAIMS_NAME = 'QueueBoxClaims1795996800000';
 export function createQueueBoxMigration(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
 ): new () => MigrationInterface {
-  return migrationClass(options, DEFAULT_NAME, 'schema');
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.schema, 'schema');
 }
 
 /**
@@ -33,14 +36,16 @@ export function createQueueBoxMigration(
 export function createQueueBoxOperationsMigration(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
 ): new () => MigrationInterface {
-  return migrationClass(options, DEFAULT_OPERATIONS_NAME, 'operations');
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.operations, 'operations');
 }
 
 /**
  * The third QueueBox migration: partial (filtered, on SQL Server) indexes on pending rows without
  * a key or aggregate, so a claim finds them quickly when the oldest pending rows belong to keys in
- * flight (docs/schema.md). Add it after the second; same `tables`, and a `name` of its own per
- * QueueBox schema in one database. Without it claims stay correct, and slow down in that case only.
+ * flight, and on PostgreSQL the claims as PL/pgSQL functions, whose plans the session keeps
+ * (docs/schema.md). Add it after the second; same `tables`, and a `name` of its own per QueueBox
+ * schema in one database. Without it claims stay correct, planned on every call and slower behind
+ * busy keys.
  *
  * @example
  * migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000]
@@ -48,7 +53,7 @@ export function createQueueBoxOperationsMigration(
 export function createQueueBoxClaimsMigration(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
 ): new () => MigrationInterface {
-  return migrationClass(options, DEFAULT_CLAIMS_NAME, 'claims');
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.claims, 'claims');
 }
 
 function migrationClass(
