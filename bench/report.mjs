@@ -95,7 +95,8 @@ function rssText(r) {
   return mb > RSS_TARGET_MB ? `**${fmt.mb(r.rssKb)}**` : fmt.mb(r.rssKb);
 }
 
-function cpuText(r) {
+/** `worker + database` CPU µs per message (drains), `n/a` where not measured. */
+export function cpuText(r) {
   if (r.status !== 'ok') return '';
   if (r.workerCpuUsPerMsg === null) return 'n/a';
   const us = (v) => (v === null ? 'n/a' : v.toFixed(0));

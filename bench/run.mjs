@@ -10,7 +10,7 @@ import { now } from './clock.mjs';
 import { SYSTEMS, settings, WORKLOADS } from './config.mjs';
 import { Admin, enableStatementStats, redact } from './pg.mjs';
 import { resolveFromBench, snapshotDist } from './queuebox-lib.mjs';
-import { environment, gitDescription, renderReport } from './report.mjs';
+import { cpuText, environment, gitDescription, renderReport } from './report.mjs';
 import { fmt, median } from './stats.mjs';
 import graphileWorker from './systems/graphile-worker.mjs';
 import pgBoss from './systems/pg-boss.mjs';
@@ -50,10 +50,7 @@ function summary(r) {
     ? `p50 ${fmt.ms(r.latency.p50)} p99 ${fmt.ms(r.latency.p99)} max ${fmt.ms(r.latency.max)} ms`
     : `${fmt.int(r.rate)} msg/s (${fmt.seconds(r.drainMs)})`;
   const order = r.ordered ? `, ${r.orderViolations} out of order` : '';
-  const cpu =
-    r.workerCpuUsPerMsg === null
-      ? ''
-      : `, CPU ${r.workerCpuUsPerMsg.toFixed(0)} + ${r.databaseCpuUsPerMsg?.toFixed(0) ?? 'n/a'} µs/msg (worker + database)`;
+  const cpu = r.workerCpuUsPerMsg === null ? '' : `, CPU ${cpuText(r)} µs/msg (worker + database)`;
   return `${main}${order}, ${r.duplicates} dups, RSS ${fmt.mb(r.rssKb)} MB${cpu}, ${fmt.perMsg(r.xactsPerMsg)} xacts/msg`;
 }
 

@@ -443,7 +443,7 @@ function perMessageCosts(cell, before, after, { parentTransactions, producerTran
 }
 
 /**
- * Drains only: CPU per message of the worker process (from \`go\` until the parent saw the work
+ * Drains only: CPU per message of the worker process (from `go` until the parent saw the work
  * done) and of the database's backends (every backend that exited between the snapshots: the
  * worker's connections, the parent's done-polls, autovacuum). W3 spends most of its time idle.
  */
