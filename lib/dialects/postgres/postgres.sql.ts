@@ -88,6 +88,16 @@ SELECT inserted.id, inserted.message_id FROM inserted, (SELECT pg_notify($7, '')
  */
 export const CLAIM_SCAN_WINDOW = 500;
 
+/**
+ * The pending rows a claim's search (`near`, `far`) found, oldest first, locked (a row locked
+ * elsewhere is skipped), reached by primary key. $1 = limit.
+ */
+const lockFoundSql = (table: string, alias: string) => `SELECT ${alias}.id FROM ${table} ${alias}
+  WHERE ${alias}.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND ${alias}.state = 'pending'
+  ORDER BY ${alias}.available_at, ${alias}.id
+  LIMIT $1
+  FOR UPDATE OF ${alias} SKIP LOCKED`;
+
 /** What an outbox claim returns: the columns the poller reads. */
 export const OUTBOX_CLAIM_COLUMNS =
   'id, message_id, destination, "key", payload, headers, attempts, claim_token, lease_expires_at, created_at';
@@ -160,11 +170,7 @@ export const outboxClaimSql = (table: string, returning = OUTBOX_CLAIM_RETURNING
    ORDER BY o.available_at, o.id
    LIMIT $1)
 ), candidates AS MATERIALIZED (
-  SELECT o.id FROM ${table} o
-  WHERE o.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND o.state = 'pending'
-  ORDER BY o.available_at, o.id
-  LIMIT $1
-  FOR UPDATE OF o SKIP LOCKED
+  ${lockFoundSql(table, 'o')}
 )
 UPDATE ${table} o
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
@@ -302,13 +308,6 @@ const inboxPendingSearch = (table: string, sources: string) => `near AS (
    LIMIT $1)
 )`;
 
-/** The pending rows a search found, oldest first, locked (a row locked elsewhere is skipped). $1 = limit. */
-const inboxLockFound = (table: string) => `SELECT i.id FROM ${table} i
-  WHERE i.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND i.state = 'pending'
-  ORDER BY i.available_at, i.id
-  LIMIT $1
-  FOR UPDATE OF i SKIP LOCKED`;
-
 const INBOX_SET_CLAIMED = `SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
     lease_expires_at = ${msFromNow('$2')}, attempts = i.attempts + 1`;
 
@@ -323,7 +322,7 @@ export const inboxRelayClaimSql = (
   table: string,
   returning = INBOX_RETURNING,
 ) => `WITH RECURSIVE ${inboxPendingSearch(table, '$3::text[]')}, candidates AS MATERIALIZED (
-  ${inboxLockFound(table)}
+  ${lockFoundSql(table, 'i')}
 )
 UPDATE ${table} i
 ${INBOX_SET_CLAIMED}
@@ -351,7 +350,7 @@ export const inboxPullClaimSql = (table: string, returning = INBOX_RETURNING) =>
   LIMIT $1
   FOR UPDATE OF i SKIP LOCKED
 ), ${inboxPendingSearch(table, 'ARRAY[$3::text]')}, pending AS MATERIALIZED (
-  ${inboxLockFound(table)}
+  ${lockFoundSql(table, 'i')}
 ), candidates AS MATERIALIZED (
   SELECT id FROM (SELECT id, 0 AS pass FROM expired UNION ALL SELECT id, 1 FROM pending) both_kinds ORDER BY pass LIMIT $1
 )
