@@ -76,7 +76,9 @@ export const messages = {
   workerStarted: (name: string, concurrency: number, batchSize: number, leaseMs: number) =>
     `${capitalize(name)} started (concurrency ${concurrency}, batch ${batchSize}, lease ${leaseMs} ms).`,
   claimFailed: (name: string, error: string, retryMs: number) =>
-    `${capitalize(name)}: claim failed: ${error}. Trying again in ${retryMs} ms.`,
+    `${capitalize(name)}: claim failed: ${error}. Trying again in ${retryMs} ms, or as soon as the database answers again.`,
+  claimRecovered: (name: string, failures: number) =>
+    `${capitalize(name)}: claims work again after ${failures} failed attempt(s); waking the other workers.`,
   workFailed: (name: string, id: string, error: string) =>
     `${capitalize(name)}: unexpected error on row ${id}: ${error}. The row is retried after its lease expires.`,
   reclaimed: (name: string, pending: number, dead: number) =>

@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { QueueBoxAdmin } from './admin/queuebox.admin';
 import { RetentionService } from './admin/retention.service';
+import { DatabaseRecovery } from './common/database-recovery';
 import { QueueBoxEventLog } from './events/event-log';
 import { QueueBoxEvents } from './events/queuebox.events';
 import { QueueBoxHealth } from './health/queuebox-health';
@@ -37,6 +38,7 @@ import { WorkNotifications } from './queuebox.notifications';
 @Module({
   imports: [DiscoveryModule],
   providers: [
+    DatabaseRecovery,
     QueueBoxEvents,
     QueueBoxEventLog,
     QueueBoxMetrics,

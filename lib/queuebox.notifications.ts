@@ -1,4 +1,5 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { DatabaseRecovery } from './common/database-recovery';
 import { describeError } from './common/errors';
 import type { Dialect, WorkListener } from './dialects/dialect';
 import { InboxSources } from './inbox/inbox-sources';
@@ -24,6 +25,7 @@ export class WorkNotifications implements OnApplicationBootstrap, BeforeApplicat
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
     private readonly poller: OutboxPoller,
     private readonly sources: InboxSources,
+    private readonly recovery: DatabaseRecovery,
   ) {}
 
   /** Whether this process listens for notifications at all (workers run and the database has them). */
@@ -47,6 +49,8 @@ export class WorkNotifications implements OnApplicationBootstrap, BeforeApplicat
       },
       onState: (listening, error) => {
         if (listening && !this.up) this.logger.log(messages.notificationsUp());
+        // The notification connection is back: so is the database, for loops waiting after a failed claim.
+        if (listening) this.recovery.recovered();
         if (!listening && (this.up || this.listener === undefined)) this.logger.warn(messages.notificationsDown(describeError(error)));
         this.up = listening;
       },

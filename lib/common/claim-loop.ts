@@ -5,10 +5,16 @@ import type { LeaseService } from '../lease/lease.service';
 import type { Claim } from '../lease/lease.types';
 import type { LeaseKeeper } from '../lease/lease-keeper';
 import { messages } from '../queuebox.messages';
+import type { DatabaseRecovery } from './database-recovery';
 import { describeError } from './errors';
 import { settledWithin, Waker } from './wait';
 
-const MAX_CLAIM_RETRY_MS = 30_000;
+/**
+ * Longest wait between two claims that failed (the database is down or unreachable). The wait
+ * starts at twice `pollIntervalMs` and doubles per failure up to this; a recovery signal
+ * (`DatabaseRecovery`) ends it early.
+ */
+export const MAX_CLAIM_RETRY_MS = 5_000;
 
 export interface ClaimLoopOptions {
   /** Names the worker in logs and timers ("outbox poller", "inbox relay", ...). */
@@ -27,6 +33,8 @@ export interface ClaimLoopOptions {
   reclaimIntervalMs?: number;
   /** Name of the reclaim interval in the app's `SchedulerRegistry` (when `@nestjs/schedule` is set up). */
   reclaimTimerName?: string;
+  /** Shared by the loops of one application: a claim that works again wakes the loops waiting for the database. */
+  recovery?: DatabaseRecovery;
 }
 
 /** What a health check needs to know about one worker loop. */
@@ -38,6 +46,10 @@ export interface WorkerLoopStatus {
   lastCycleAt?: Date;
   /** Claims held now. */
   inFlight: number;
+  /** Its last claim failed (database down or unreachable) and it retries: alive, but not claiming. */
+  waitingForDatabase: boolean;
+  /** When the claim statement running now was sent; undefined between claims. */
+  claimingSince?: Date;
 }
 
 export interface ClaimLoopWork<C extends Claim> {
@@ -105,6 +117,10 @@ export class ClaimLoop<C extends Claim> {
   private abandonedWork = false;
   private readonly refillAt: number;
   private lastCycle?: Date;
+  private claimingSince?: Date;
+  /** Consecutive failed claims; 0 while claims work. */
+  private claimFailures = 0;
+  private stopWaitingForDatabase?: () => void;
 
   constructor(
     private readonly options: ClaimLoopOptions,
@@ -133,7 +149,14 @@ export class ClaimLoop<C extends Claim> {
   }
 
   get status(): WorkerLoopStatus {
-    return { name: this.options.name, running: this.running, lastCycleAt: this.lastCycle, inFlight: this.held.size };
+    return {
+      name: this.options.name,
+      running: this.running,
+      lastCycleAt: this.lastCycle,
+      inFlight: this.held.size,
+      waitingForDatabase: this.claimFailures > 0,
+      claimingSince: this.claimingSince,
+    };
   }
 
   /** Claims held: working, waiting for a slot, or writing their outcome. */
@@ -173,6 +196,7 @@ export class ClaimLoop<C extends Claim> {
       return;
     }
     this.state = 'stopping';
+    this.stopWaitingForDatabase?.();
     if (this.reclaimTimer) {
       clearInterval(this.reclaimTimer);
       if (this.scheduler?.doesExist('interval', this.timerName)) this.scheduler.deleteInterval(this.timerName);
@@ -212,7 +236,6 @@ export class ClaimLoop<C extends Claim> {
   }
 
   private async run(): Promise<void> {
-    let failures = 0;
     while (this.state === 'running') {
       if (this.counted > this.refillAt) {
         // Busy is alive: a full loop waits for its work, not on the database.
@@ -226,20 +249,42 @@ export class ClaimLoop<C extends Claim> {
       }
       const limit = this.options.batchSize - this.counted;
       let claims: C[];
+      this.claimingSince = new Date();
       try {
         claims = await this.work.claim(limit);
         this.lastCycle = new Date();
-        failures = 0;
       } catch (error) {
-        failures++;
-        const retryMs = Math.min(MAX_CLAIM_RETRY_MS, this.options.pollIntervalMs * 2 ** Math.min(failures, 10));
-        this.logger.error(messages.claimFailed(this.options.name, describeError(error), retryMs));
-        await this.waker.sleep(retryMs);
+        this.claimingSince = undefined;
+        await this.waitForDatabase(error);
         continue;
       }
+      this.claimingSince = undefined;
+      if (this.claimFailures > 0) this.databaseBack();
       for (const claim of claims) this.hold(claim);
       if (claims.length < limit) await this.waker.sleep(this.options.pollIntervalMs);
     }
+  }
+
+  /**
+   * After a failed claim: waits twice `pollIntervalMs`, doubling per failure up to
+   * `MAX_CLAIM_RETRY_MS`, or less when another loop or a health check sees the database answer.
+   */
+  private async waitForDatabase(error: unknown): Promise<void> {
+    this.claimFailures++;
+    const retryMs = Math.min(MAX_CLAIM_RETRY_MS, this.options.pollIntervalMs * 2 ** Math.min(this.claimFailures, 10));
+    this.logger.error(messages.claimFailed(this.options.name, describeError(error), retryMs));
+    this.stopWaitingForDatabase?.();
+    this.stopWaitingForDatabase = this.options.recovery?.waitFor(() => this.waker.wake());
+    await this.waker.sleep(retryMs);
+  }
+
+  /** The first claim that worked after failures: the database is back for the other loops too. */
+  private databaseBack(): void {
+    this.logger.log(messages.claimRecovered(this.options.name, this.claimFailures));
+    this.claimFailures = 0;
+    this.stopWaitingForDatabase?.();
+    this.stopWaitingForDatabase = undefined;
+    this.options.recovery?.recovered();
   }
 
   /** Takes a claim in: renewed from now on, started as soon as a slot is free. */

@@ -3,6 +3,7 @@ import type { DataSource } from 'typeorm';
 import type { BacklogRow } from '../admin/admin.types';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import type { WorkerLoopStatus } from '../common/claim-loop';
+import { DatabaseRecovery } from '../common/database-recovery';
 import { describeError } from '../common/errors';
 import { InboxRelay } from '../inbox/inbox.relay';
 import { OutboxPoller } from '../outbox/outbox.poller';
@@ -17,7 +18,11 @@ export interface QueueBoxHealthCheckOptions {
   database?: boolean;
   /** Down while the application shuts down (QueueBox stops claiming and drains). Default true. */
   draining?: boolean;
-  /** Down when a running worker loop has not completed a claim cycle for this long; `false` skips. Default 60000 ms. */
+  /**
+   * Down when a running worker loop has not completed a claim cycle for this long; `false` skips.
+   * A loop whose claims fail (database down or unreachable) and that retries is not stuck: only a
+   * claim statement that has not returned for this long counts then. Default 60000 ms.
+   */
   maxCycleAgeMs?: number | false;
   /** Down when the oldest due pending message waited longer than this; `false` skips. Default 300000 ms. */
   maxLagMs?: number | false;
@@ -35,7 +40,8 @@ export interface QueueBoxHealthReport {
   lagSeconds?: number | null;
   /** Where the lag is: `outbox:<destination>` or `inbox:<source>`. */
   lagWhere?: string;
-  workers: { name: string; running: boolean; lastCycleSecondsAgo: number | null; inFlight: number }[];
+  /** `waitingForDatabase`: its last claim failed and it retries (at most every 5 s, at once when the database answers). */
+  workers: { name: string; running: boolean; lastCycleSecondsAgo: number | null; inFlight: number; waitingForDatabase: boolean }[];
   /** `listening` (LISTEN/NOTIFY wakes the workers), `polling` (no notification connection now), or `off`. */
   notifications: 'listening' | 'polling' | 'off';
 }
@@ -58,6 +64,7 @@ export class QueueBoxHealth implements OnModuleDestroy {
     private readonly relay: InboxRelay,
     private readonly pull: PullWorker,
     private readonly notifications: WorkNotifications,
+    private readonly recovery: DatabaseRecovery,
   ) {}
 
   /** Nest calls every `onModuleDestroy` before any `beforeApplicationShutdown`: draining starts here, before the workers stop. */
@@ -82,6 +89,7 @@ export class QueueBoxHealth implements OnModuleDestroy {
     const problems: string[] = [];
     const now = Date.now();
     const loops: WorkerLoopStatus[] = [this.outbox.status, this.relay.status, ...this.pull.status];
+    const secondsAgo = (at: Date | undefined) => (at ? round((now - at.getTime()) / 1000) : null);
     const report: QueueBoxHealthReport = {
       healthy: true,
       problems,
@@ -89,24 +97,28 @@ export class QueueBoxHealth implements OnModuleDestroy {
       workers: loops.map((loop) => ({
         name: loop.name,
         running: loop.running,
-        lastCycleSecondsAgo: loop.lastCycleAt ? round((now - loop.lastCycleAt.getTime()) / 1000) : null,
+        lastCycleSecondsAgo: secondsAgo(loop.lastCycleAt),
         inFlight: loop.inFlight,
+        waitingForDatabase: loop.waitingForDatabase,
       })),
       notifications: this.notifications.enabled ? (this.notifications.listening ? 'listening' : 'polling') : 'off',
     };
     if (o.draining && this.draining) problems.push(messages.healthDraining());
     if (o.maxCycleAgeMs !== false) {
-      for (const worker of report.workers) {
+      for (const loop of loops) {
+        // A loop waiting for the database is alive (readiness reports the database): a restart
+        // would not bring the database back. Only a claim statement that does not return is stuck.
         // A loop that never claimed yet counts from now: it has just started.
-        if (worker.running && worker.lastCycleSecondsAgo !== null && worker.lastCycleSecondsAgo * 1000 > o.maxCycleAgeMs) {
-          problems.push(messages.healthWorkerStuck(worker.name, worker.lastCycleSecondsAgo));
-        }
+        const age = secondsAgo(loop.waitingForDatabase ? loop.claimingSince : loop.lastCycleAt);
+        if (loop.running && age !== null && age * 1000 > o.maxCycleAgeMs) problems.push(messages.healthWorkerStuck(loop.name, age));
       }
     }
     if (o.database) {
       try {
         await withTimeout(this.dataSource.query('SELECT 1'), o.timeoutMs);
         report.database = 'up';
+        // Loops waiting after a failed claim try again now instead of at the end of their wait.
+        this.recovery.recovered();
       } catch (error) {
         report.database = 'down';
         problems.push(messages.healthDatabaseDown(describeError(error)));

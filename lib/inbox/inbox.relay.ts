@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } fro
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
 import { ClaimLoop } from '../common/claim-loop';
+import { DatabaseRecovery } from '../common/database-recovery';
 import { describeError } from '../common/errors';
 import { LoopWorker } from '../common/loop-worker';
 import { uuidV5 } from '../common/uuid';
@@ -45,12 +46,13 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     private readonly lease: LeaseService,
     private readonly sources: InboxSources,
     private readonly events: QueueBoxEvents,
+    recovery: DatabaseRecovery,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
     this.options = rootOptions.inbox.relay;
     this.loop = new ClaimLoop(
-      { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}` },
+      { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
       {
         claim: (limit) => this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.claimTimeoutMs }),
         process: (claim, keeper) =>

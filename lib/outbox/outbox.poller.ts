@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ClaimLoop } from '../common/claim-loop';
+import { DatabaseRecovery } from '../common/database-recovery';
 import { describeError } from '../common/errors';
 import { failedAttemptOutcome } from '../common/failed-attempt';
 import { LoopWorker } from '../common/loop-worker';
@@ -54,6 +55,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
     private readonly lease: LeaseService,
     private readonly events: QueueBoxEvents,
+    recovery: DatabaseRecovery,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
@@ -61,7 +63,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
     this.completer = new BatchCompleter(lease);
     this.controllers = new SpareAbortControllers(this.options.concurrency);
     this.loop = new ClaimLoop(
-      { name: NAME, ...this.options, reclaimTimerName: `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}` },
+      { name: NAME, ...this.options, reclaimTimerName: `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}`, recovery },
       {
         claim: (limit) => this.claim(limit),
         process: (claim, keeper, yieldSlot) => this.publish(claim, keeper, yieldSlot),

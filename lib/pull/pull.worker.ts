@@ -2,6 +2,7 @@ import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnAppl
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
+import { DatabaseRecovery } from '../common/database-recovery';
 import { ClaimLostError } from '../errors/queuebox.errors';
 import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { retryOrDeadLetter } from '../inbox/inbox-failure';
@@ -40,6 +41,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     private readonly lease: LeaseService,
     private readonly events: QueueBoxEvents,
     sources: InboxSources,
+    private readonly recovery: DatabaseRecovery,
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
     sources.onReceived((source) => this.loops.get(source)?.wake());
@@ -102,6 +104,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
           batchSize: handler.concurrency,
           pollIntervalMs: this.options.pull.pollIntervalMs,
           shutdownTimeoutMs: this.options.pull.shutdownTimeoutMs,
+          recovery: this.recovery,
         },
         {
           claim: (limit) => this.lease.claimPullBatch({ source: handler.source, limit, leaseMs: handler.leaseMs }),

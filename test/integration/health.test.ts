@@ -38,7 +38,14 @@ class CuttableProxy {
   }
 }
 
-type Details = { status: string; problems: string[]; lagSeconds?: number | null; lagWhere?: string; draining: boolean };
+type Details = {
+  status: string;
+  problems: string[];
+  lagSeconds?: number | null;
+  lagWhere?: string;
+  draining: boolean;
+  workers: { name: string; running: boolean; lastCycleSecondsAgo: number | null; waitingForDatabase: boolean }[];
+};
 const detailsOf = (result: Record<string, unknown>) => result.queuebox as Details;
 
 describe('QueueBoxHealthIndicator (Terminus)', () => {
@@ -124,6 +131,32 @@ describe('QueueBoxHealthIndicator (Terminus)', () => {
     proxy.port = port;
     await proxy.open();
     await eventually(async () => detailsOf(await indicator.readiness('queuebox', { timeoutMs: 2000 })).status === 'up', 'readiness up');
+  });
+
+  it('liveness stays up while the database is unreachable (the loops wait for it), readiness is down, and publishing resumes once it is back', async () => {
+    const port = proxy.port;
+    const poller = t.get(OutboxPoller);
+    await proxy.cut();
+    await eventually(async () => poller.status.waitingForDatabase, 'the poller waiting for the database after a failed claim');
+    // The last claim cycle grows older than maxCycleAgeMs, and the loop is still alive.
+    await eventually(async () => {
+      const live = detailsOf(await indicator.liveness('queuebox', { maxCycleAgeMs: 100 }));
+      assert.equal(live.status, 'up', live.problems.join('\n'));
+      const worker = live.workers.find((w) => w.name === 'outbox poller');
+      assert.equal(worker?.waitingForDatabase, true);
+      return (worker?.lastCycleSecondsAgo ?? 0) * 1000 > 300;
+    }, 'the last claim cycle older than maxCycleAgeMs');
+    const ready = detailsOf(await indicator.readiness('queuebox', { timeoutMs: 2000 }));
+    assert.equal(ready.status, 'down');
+    assert.match(ready.problems.join('\n'), /database does not answer/);
+    // Written behind QueueBox's back (no NOTIFY, no wake-up from an enqueue): the loop finds it when it claims again.
+    const calls = publisher.calls.length;
+    await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload) VALUES (gen_random_uuid(), 'billing', '{}')`);
+    proxy.port = port;
+    await proxy.open();
+    await publisher.waitForCalls(calls + 1);
+    assert.equal(poller.status.waitingForDatabase, false);
+    assert.ok(t.logger.has('log', 'claims work again'));
   });
 
   it('readiness is down while the application drains for shutdown', async () => {

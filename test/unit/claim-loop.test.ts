@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
-import { ClaimLoop } from '../../lib/common/claim-loop';
+import { ClaimLoop, MAX_CLAIM_RETRY_MS } from '../../lib/common/claim-loop';
+import { DatabaseRecovery } from '../../lib/common/database-recovery';
 import type { LeaseService } from '../../lib/lease/lease.service';
 import type { Claim } from '../../lib/lease/lease.types';
 import { LeaseKeeper } from '../../lib/lease/lease-keeper';
@@ -81,5 +82,52 @@ describe('ClaimLoop', () => {
       for (const write of writes.splice(0)) write();
     }
     await stopping;
+  });
+
+  it('after failed claims waits at most MAX_CLAIM_RETRY_MS, and claims again at once when another loop finds the database back', async (t) => {
+    const recovery = new DatabaseRecovery();
+    let databaseUp = false;
+    const attempts = { a: 0, b: 0 };
+    const lines: string[] = [];
+    const logger = {
+      error: (line: string) => lines.push(line),
+      log: (line: string) => lines.push(line),
+      warn: () => undefined,
+    } as unknown as Logger;
+    const loopOf = (name: 'a' | 'b') =>
+      new ClaimLoop<TestClaim>(
+        // A long poll interval: without the recovery signal the next claim is MAX_CLAIM_RETRY_MS away.
+        { name: `loop ${name}`, concurrency: 1, batchSize: 1, pollIntervalMs: 60_000, shutdownTimeoutMs: 1000, recovery },
+        {
+          claim: async () => {
+            attempts[name]++;
+            if (!databaseUp) throw new Error('connect ECONNREFUSED 127.0.0.1:5432');
+            return [];
+          },
+          process: async () => undefined,
+        },
+        {} as LeaseService,
+        logger,
+      );
+    const a = loopOf('a');
+    const b = loopOf('b');
+    t.after(() => Promise.all([a.stop(), b.stop()]));
+    a.start();
+    b.start();
+    await settle();
+    assert.deepEqual(attempts, { a: 1, b: 1 });
+    assert.equal(a.status.waitingForDatabase, true);
+    assert.ok(
+      lines.some((line) => line.includes(`Trying again in ${MAX_CLAIM_RETRY_MS} ms`)),
+      lines.join('\n'),
+    );
+    assert.equal(MAX_CLAIM_RETRY_MS, 5000);
+    databaseUp = true;
+    b.wake(); // as new work would: b's claim works again
+    await settle();
+    assert.equal(attempts.b, 2);
+    assert.equal(attempts.a, 2, 'loop a claimed again at once, not at the end of its retry wait');
+    assert.equal(a.status.waitingForDatabase, false);
+    assert.equal(b.status.waitingForDatabase, false);
   });
 });
