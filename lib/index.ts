@@ -40,7 +40,18 @@ export { InboxService } from './inbox/inbox.service';
 export type { InboxMessage, InboxMessageInput, ReceiveResult, RelayRoute } from './inbox/inbox.types';
 export { InboxReceiver, type ReceivedRequest, type ReceiverAnswer } from './inbox/receiver/inbox-receiver';
 export type { InboxReceiverOptions } from './inbox/receiver/inbox-receiver.options';
-export { SIGNATURE_HEADER, type SignatureCheck, signatureHeaders, TIMESTAMP_HEADER, verifySignature } from './inbox/receiver/signature';
+export {
+  canonicalSigningString,
+  SIGNATURE_HEADER,
+  SIGNED_HEADERS_HEADER,
+  type SignatureCheck,
+  type SignedRequest,
+  signatureHeaders,
+  signRequest,
+  TIMESTAMP_HEADER,
+  verifyRequestSignature,
+  verifySignature,
+} from './inbox/receiver/signature';
 export { createLeaseService } from './lease/create-lease-service';
 export { LeaseService } from './lease/lease.service';
 export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './lease/lease.types';

@@ -162,7 +162,11 @@ export const messages = {
       ? 'The request is not signed: X-QueueBox-Timestamp and X-QueueBox-Signature are required.'
       : check === 'stale'
         ? 'The signature timestamp is outside the allowed window ("receiver.toleranceSeconds"); check the sender\'s clock or resend.'
-        : `The signature is ${check === 'malformed' ? 'malformed' : 'not valid for this body and secret'}.`,
+        : check === 'unsigned-header'
+          ? 'A header the receiver stores or uses (Idempotency-Key, the aggregate key, any X- header) is not listed in X-QueueBox-Signed-Headers: sign it (see docs/inbox.md, "Signing requests").'
+          : check === 'v1-refused'
+            ? 'v1 signatures (timestamp and body only) are not accepted here: sign with v2 (see docs/inbox.md, "Signing requests"), or set "receiver.acceptV1Signatures" while senders upgrade.'
+            : `The signature is ${check === 'malformed' ? 'malformed' : 'not valid for this request and secret'}.`,
   receiverNoKey: () => 'An Idempotency-Key or X-Message-Id header is required, so a resent message is stored once.',
   receiverUnknownSource: (source: string) => `No consumer for source ${show(source)} here.`,
   secretTooShort: (option: string) => `"${option}" must be a string of at least 16 characters (use a random value, e.g. 32 bytes in hex).`,

@@ -1,5 +1,5 @@
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
-import { signatureHeaders } from '../inbox/receiver/signature';
+import { signRequest } from '../inbox/receiver/signature';
 import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
 import { messages } from '../queuebox.messages';
 
@@ -11,8 +11,9 @@ export interface HttpPublisherOptions {
   /** Headers added to every request (message headers win on a clash). */
   headers?: Record<string, string>;
   /**
-   * Signs every request with HMAC-SHA256 over timestamp and body (`X-QueueBox-Timestamp`,
-   * `X-QueueBox-Signature`), as QueueBox's inbox receiver verifies. Default: unsigned.
+   * Signs every request with HMAC-SHA256, scheme `v2` (`signRequest`): timestamp, method, URL
+   * path, every header sent (message id, key, the message's own headers) and the body, as
+   * QueueBox's inbox receiver verifies (docs/inbox.md, "Signing requests"). Default: unsigned.
    */
   secret?: string;
 }
@@ -57,9 +58,14 @@ export class HttpPublisher implements Publisher {
     const url = this.urlOf(message.destination);
     const timeout = AbortSignal.timeout(this.timeoutMs);
     const body = JSON.stringify(message.payload);
-    const headers: Record<string, string> = { ...this.options.headers, ...message.headers, 'content-type': 'application/json' };
-    if (message.key !== null) headers[KEY_HEADER] = message.key;
-    if (this.options.secret) Object.assign(headers, signatureHeaders(this.options.secret, body));
+    // Lower-case names: two spellings of one header would be sent joined, and signed as one of them.
+    const headers: Record<string, string> = {};
+    for (const [name, value] of [...Object.entries(this.options.headers ?? {}), ...Object.entries(message.headers)])
+      headers[name.toLowerCase()] = value;
+    if (message.key !== null) headers[KEY_HEADER.toLowerCase()] = message.key;
+    // v2: signs the method, the path, the body and every header set above (id, key, the message's own).
+    if (this.options.secret) Object.assign(headers, signRequest(this.options.secret, { path: new URL(url).pathname, headers, body }));
+    headers['content-type'] = 'application/json';
     let response: Response;
     try {
       response = await fetch(url, {

@@ -14,7 +14,7 @@ import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { delay, type Observable } from 'rxjs';
 import type { DataSource } from 'typeorm';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import { signatureHeaders } from '../../lib/inbox/receiver/signature';
+import { SIGNATURE_HEADER, signatureHeaders, signRequest } from '../../lib/inbox/receiver/signature';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { HttpPublisher } from '../../lib/publishers/http.publisher';
 import { QueueBoxModule } from '../../lib/queuebox.module';
@@ -48,18 +48,19 @@ async function startReceiverApp(
   url: string,
   options: QueueBoxModuleOptions & QueueBoxModuleExtras,
   slow = false,
+  rawBody = true,
 ): Promise<INestApplication> {
   @Module({
     imports: [TypeOrmModule.forRoot({ type: 'postgres', url, logging: false }), QueueBoxModule.forRoot(options)],
     providers: slow ? [{ provide: APP_INTERCEPTOR, useClass: SlowFirstAnswer }] : [],
   })
   class ReceiverModule {}
-  const app = await NestFactory.create(ReceiverModule, { rawBody: true, logger: false, abortOnError: false });
+  const app = await NestFactory.create(ReceiverModule, { rawBody, logger: false, abortOnError: false });
   await app.listen(0, '127.0.0.1');
   return app;
 }
 
-const inboxOptions = { inbox: { relay: { routes: { orders: () => [] } } }, workers: false } as const;
+const inboxOptions = { inbox: { relay: { routes: { orders: () => [], payments: () => [] } } }, workers: false } as const;
 
 describe('HTTP receiver', () => {
   let db: TestDatabase;
@@ -80,8 +81,16 @@ describe('HTTP receiver', () => {
     fetch(`${base}/${source}`, {
       method: 'POST',
       body,
-      headers: { 'content-type': 'application/json', ...(sign ? signatureHeaders(sign, body, at) : {}), ...headers },
+      headers: {
+        'content-type': 'application/json',
+        ...(sign ? signRequest(sign, { path: `/queuebox/inbox/${source}`, headers, body }, at) : {}),
+        ...headers,
+      },
     });
+  /** Sends the headers as they are (a captured request, replayed with changes). */
+  const send = (source: string, body: string, headers: Record<string, string>) =>
+    fetch(`${base}/${source}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers } });
+  const messageOf = async (response: Response) => ((await response.json()) as { message: string }).message;
 
   it('answers 202 for a new message, 200 duplicate for a repeat, and stores it once with its aggregate and headers', async () => {
     const body = JSON.stringify({ orderId: 1 });
@@ -126,7 +135,7 @@ describe('HTTP receiver', () => {
 
   it('answers 401 for a tampered body, a wrong secret, a stale timestamp or no signature; accepts the rotated-out secret', async () => {
     const body = JSON.stringify({ amount: 10 });
-    const signed = signatureHeaders(SECRET, body);
+    const signed = signRequest(SECRET, { path: '/queuebox/inbox/orders', headers: { 'Idempotency-Key': 't1' }, body });
     const tampered = await fetch(`${base}/orders`, {
       method: 'POST',
       body: JSON.stringify({ amount: 1000 }),
@@ -139,6 +148,95 @@ describe('HTTP receiver', () => {
     assert.match(((await stale.json()) as { message: string }).message, /outside the allowed window/);
     assert.equal((await post('orders', body, { 'Idempotency-Key': 't4' }, false)).status, 401);
     assert.equal((await post('orders', body, { 'Idempotency-Key': 't5' }, 'old-secret-0123456789')).status, 202);
+  });
+
+  it('v2 covers the idempotency key, the path (source) and the headers: a captured request replayed with any of them changed is refused', async () => {
+    const body = JSON.stringify({ amount: 5 });
+    const headers = { 'Idempotency-Key': 'r1', 'X-QueueBox-Key': 'account-1', 'X-Tenant': 'acme' };
+    const captured = { ...headers, ...signRequest(SECRET, { path: '/queuebox/inbox/orders', headers, body }) };
+    assert.equal((await send('orders', body, captured)).status, 202);
+    const newKey = await send('orders', body, { ...captured, 'Idempotency-Key': 'r1-replayed' });
+    assert.equal(newKey.status, 401, 'another idempotency key');
+    assert.equal((await send('payments', body, captured)).status, 401, "another source's path");
+    assert.equal((await send('orders', body, { ...captured, 'Idempotency-Key': 'r2', 'X-QueueBox-Key': 'account-2' })).status, 401);
+    assert.equal((await send('orders', body, { ...captured, 'X-QueueBox-Key': 'account-2' })).status, 401, 'a forged aggregate key');
+    assert.equal((await send('orders', body, { ...captured, 'X-Tenant': 'evil' })).status, 401, 'a forged custom header');
+    const added = await send('orders', body, { ...captured, 'X-Role': 'admin' });
+    assert.equal(added.status, 401, 'an unsigned header added');
+    assert.match(await messageOf(added), /not listed in X-QueueBox-Signed-Headers/);
+    const { 'Idempotency-Key': _, ...withoutKey } = captured;
+    const byMessageId = await send('orders', body, { ...withoutKey, 'X-Message-Id': '9b2f4c1e-0000-4000-8000-0000000000aa' });
+    assert.equal(byMessageId.status, 401, 'the idempotency key swapped for an unsigned X-Message-Id');
+    const stored = await db.query<{ idempotency_key: string }>(
+      "SELECT idempotency_key FROM queuebox_inbox WHERE idempotency_key LIKE 'r%' OR source = 'payments'",
+    );
+    assert.deepEqual(stored, [{ idempotency_key: 'r1' }]);
+  });
+
+  it('refuses v1 signatures by default (401 naming the option) and malformed signature values (401, never 500)', async () => {
+    const body = JSON.stringify({ amount: 6 });
+    const v1 = await send('orders', body, { 'Idempotency-Key': 'm1', ...signatureHeaders(SECRET, body) });
+    assert.equal(v1.status, 401);
+    assert.match(await messageOf(v1), /receiver\.acceptV1Signatures/);
+    const headers = { 'Idempotency-Key': 'm2' };
+    const good: Record<string, string> = { ...headers, ...signRequest(SECRET, { path: '/queuebox/inbox/orders', headers, body }) };
+    for (const signature of ['v2=zz', 'v2=', 'sha256=abc', `v2=${'0'.repeat(63)}`, `${good[SIGNATURE_HEADER]},garbage`, ',', 'v2=\u00e9']) {
+      const response = await send('orders', body, { ...good, [SIGNATURE_HEADER]: signature });
+      assert.equal(response.status, 401, signature);
+      assert.match(await messageOf(response), /malformed/, signature);
+    }
+    for (const list of ['idempotency-key,idempotency-key', 'idempotency key', 'idempotency-key,x-absent', 'x-queuebox-signature']) {
+      const response = await send('orders', body, { ...good, 'X-QueueBox-Signed-Headers': list });
+      assert.equal(response.status, 401, list);
+    }
+    assert.equal((await send('orders', body, { ...good, 'X-QueueBox-Timestamp': '17e8' })).status, 401);
+    assert.equal((await send('orders', body, good)).status, 202, 'the untouched request is accepted');
+  });
+
+  it('accepts v1 signatures with receiver.acceptV1Signatures (while senders upgrade), and v2 as well', async () => {
+    const legacy = await startReceiverApp(db.url, {
+      ...inboxOptions,
+      receiver: { secret: SECRET, acceptV1Signatures: true, path: 'legacy' },
+    });
+    try {
+      const url = `${await legacy.getUrl()}/legacy/orders`;
+      const body = JSON.stringify({ amount: 7 });
+      const v1 = await fetch(url, {
+        method: 'POST',
+        body,
+        headers: { 'content-type': 'application/json', 'Idempotency-Key': 'l1', ...signatureHeaders(SECRET, body) },
+      });
+      assert.equal(v1.status, 202);
+      const headers = { 'Idempotency-Key': 'l2' };
+      const v2 = await fetch(url, {
+        method: 'POST',
+        body,
+        headers: { 'content-type': 'application/json', ...headers, ...signRequest(SECRET, { path: '/legacy/orders', headers, body }) },
+      });
+      assert.equal(v2.status, 202);
+    } finally {
+      await legacy.close();
+    }
+  });
+
+  it('answers an unsigned, deeply nested body with 401 (not 500) on an app without rawBody; a signed one with 400', async () => {
+    const parsed = await startReceiverApp(db.url, { ...inboxOptions, receiver: { secret: SECRET, path: 'parsed' } }, false, false);
+    try {
+      const url = `${await parsed.getUrl()}/parsed/orders`;
+      const depth = 40_000; // JSON.stringify of the parsed body overflows the stack
+      const body = `${'['.repeat(depth)}${']'.repeat(depth)}`;
+      const unsigned = await fetch(url, { method: 'POST', body, headers: { 'content-type': 'application/json', 'Idempotency-Key': 'n1' } });
+      assert.equal(unsigned.status, 401);
+      const headers = { 'Idempotency-Key': 'n2' };
+      const signed = await fetch(url, {
+        method: 'POST',
+        body,
+        headers: { 'content-type': 'application/json', ...headers, ...signRequest(SECRET, { path: '/parsed/orders', headers, body }) },
+      });
+      assert.equal(signed.status, 400);
+    } finally {
+      await parsed.close();
+    }
   });
 
   it('refuses to start as an open endpoint: no secret and no guard is a configuration error', async () => {

@@ -3,6 +3,10 @@ import { InboxReceiver } from './inbox-receiver';
 import type { ResolvedReceiverOptions } from './inbox-receiver.options';
 
 interface PlatformRequest {
+  method?: string;
+  /** Express and Fastify: the path as received, with any global prefix and the query string. */
+  originalUrl?: string;
+  url?: string;
   headers: Record<string, string | string[] | undefined>;
   rawBody?: Buffer;
   body?: unknown;
@@ -28,7 +32,15 @@ export function createInboxReceiverController(options: ResolvedReceiverOptions):
       @Req() request: PlatformRequest,
       @Res({ passthrough: true }) response: PlatformResponse,
     ) {
-      const answer = await this.receiver.handle({ source, headers: request.headers, rawBody: request.rawBody, body: request.body });
+      const url = request.originalUrl ?? request.url;
+      const answer = await this.receiver.handle({
+        source,
+        method: request.method,
+        path: url === undefined ? undefined : url.split('?')[0],
+        headers: request.headers,
+        rawBody: request.rawBody,
+        body: request.body,
+      });
       response.status(answer.status);
       return answer.body;
     }

@@ -11,6 +11,12 @@ export interface InboxReceiverOptions {
   path?: string;
   /** Shared secret(s) of signed senders; several during a rotation. Unset: `guards` are required. */
   secret?: string | string[];
+  /**
+   * Also accept legacy `v1` signatures (timestamp and body only: a captured request can be replayed
+   * within the window with another idempotency key, path or headers). Only while senders upgrade to
+   * `v2`. Default false.
+   */
+  acceptV1Signatures?: boolean;
   /** How far a signature's timestamp may be from now, in seconds. Default 300. */
   toleranceSeconds?: number;
   /** Largest accepted body, in bytes. Default 1048576. (Raise your body parser's limit to match: Express's default is 100 kB.) */
@@ -24,13 +30,14 @@ export interface InboxReceiverOptions {
 export interface ResolvedReceiverOptions {
   path: string;
   secrets: string[];
+  acceptV1Signatures: boolean;
   toleranceSeconds: number;
   maxBodyBytes: number;
   aggregateHeader: string;
   guards: (Type<CanActivate> | CanActivate)[];
 }
 
-const KEYS = ['path', 'secret', 'toleranceSeconds', 'maxBodyBytes', 'aggregateHeader', 'guards'];
+const KEYS = ['path', 'secret', 'acceptV1Signatures', 'toleranceSeconds', 'maxBodyBytes', 'aggregateHeader', 'guards'];
 
 /** Validates the receiver options. An open write endpoint is never the default: no secret and no guard fails. */
 export function resolveReceiverOptions(receiver: InboxReceiverOptions): ResolvedReceiverOptions {
@@ -52,6 +59,9 @@ export function resolveReceiverOptions(receiver: InboxReceiverOptions): Resolved
       throw fail(option, messages.optionOutOfRange(`receiver.${option}`, value, 1, max));
     return value;
   };
+  const acceptV1Signatures = receiver.acceptV1Signatures ?? false;
+  if (typeof acceptV1Signatures !== 'boolean')
+    throw fail('acceptV1Signatures', messages.optionNotBoolean('receiver.acceptV1Signatures', acceptV1Signatures));
   const aggregateHeader = receiver.aggregateHeader ?? 'X-QueueBox-Key';
   if (typeof aggregateHeader !== 'string' || !/^[A-Za-z0-9-]+$/.test(aggregateHeader)) {
     throw fail('aggregateHeader', messages.optionNotNonEmptyString('receiver.aggregateHeader', aggregateHeader));
@@ -59,6 +69,7 @@ export function resolveReceiverOptions(receiver: InboxReceiverOptions): Resolved
   return {
     path,
     secrets,
+    acceptV1Signatures,
     toleranceSeconds: positive('toleranceSeconds', 300, 86_400),
     maxBodyBytes: positive('maxBodyBytes', 1_048_576, 1024 ** 3),
     aggregateHeader,

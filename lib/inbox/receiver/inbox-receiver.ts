@@ -4,11 +4,18 @@ import { QUEUEBOX_RECEIVER_OPTIONS } from '../../queuebox.constants';
 import { messages } from '../../queuebox.messages';
 import { InboxService } from '../inbox.service';
 import type { ResolvedReceiverOptions } from './inbox-receiver.options';
-import { SIGNATURE_HEADER, TIMESTAMP_HEADER, verifySignature } from './signature';
+import { SIGNATURE_HEADER, SIGNED_HEADERS_HEADER, TIMESTAMP_HEADER, verifyRequestSignature } from './signature';
 
 /** What the receiver needs from an HTTP request, whatever the platform. */
 export interface ReceivedRequest {
   source: string;
+  /** HTTP method. Default `POST`. */
+  method?: string;
+  /**
+   * The request path as received (percent-encoded, query string ignored), which a `v2` signature
+   * covers. Default `/<receiver.path>/<source>`.
+   */
+  path?: string;
   /** Header names in lower case, as Node gives them. */
   headers: Record<string, string | string[] | undefined>;
   /** The exact bytes received, when the app keeps them (`NestFactory.create(App, { rawBody: true })`). */
@@ -24,12 +31,13 @@ export interface ReceiverAnswer {
 
 // Kept with the message: the sender's own headers, not transport or credentials.
 const STORED_HEADER = /^x-/;
-const NOT_STORED = new Set([SIGNATURE_HEADER.toLowerCase(), TIMESTAMP_HEADER.toLowerCase()]);
+const NOT_STORED = new Set([SIGNATURE_HEADER, TIMESTAMP_HEADER, SIGNED_HEADERS_HEADER].map((name) => name.toLowerCase()));
 
 /**
  * The HTTP receiver's logic: size, signature, JSON, idempotency key, then `InboxService.receive`.
  * 202 for a new message, 200 with `duplicate: true` for a repeat, 400 for a missing key or a body
  * that is not JSON, 401 for a bad signature, 404 for an unknown source, 413 above the size limit.
+ * With a secret, a request without signature headers gets 401 before its body is looked at.
  */
 @Injectable()
 export class InboxReceiver {
@@ -45,19 +53,31 @@ export class InboxReceiver {
     };
     const contentType = header('content-type') ?? '';
     if (!/^application\/(.+\+)?json\b/i.test(contentType)) return answer(400, messages.receiverNotJson());
+    const signed = this.options.secrets.length > 0;
+    // Unsigned requests are refused before their body is serialized (a deeply nested body would throw there).
+    if (signed && (!header(TIMESTAMP_HEADER) || !header(SIGNATURE_HEADER))) return answer(401, messages.receiverBadSignature('missing'));
     // The bytes as sent when the app keeps them; otherwise the parsed body serialized again, which
     // reproduces what JSON.stringify produced on the sending side (HttpPublisher does exactly that).
-    const raw = request.rawBody ?? (request.body === undefined ? undefined : Buffer.from(JSON.stringify(request.body)));
+    let raw: Buffer | undefined;
+    try {
+      raw = request.rawBody ?? (request.body === undefined ? undefined : Buffer.from(JSON.stringify(request.body)));
+    } catch {
+      return answer(400, messages.receiverNotJson());
+    }
     if (raw === undefined) return answer(400, messages.receiverNotJson());
     if (raw.length > this.options.maxBodyBytes) return answer(413, messages.receiverTooLarge(raw.length, this.options.maxBodyBytes));
-    if (this.options.secrets.length > 0) {
-      const check = verifySignature({
+    if (signed) {
+      const check = verifyRequestSignature({
         secrets: this.options.secrets,
-        timestamp: header(TIMESTAMP_HEADER),
-        signature: header(SIGNATURE_HEADER),
+        method: request.method ?? 'POST',
+        path: request.path ?? `/${this.options.path.replace(/^\/|\/$/g, '')}/${encodeURIComponent(request.source)}`,
+        headers: request.headers,
         body: raw,
+        // Whatever is stored with the message, or decides its key or aggregate, must be signed.
+        requiredHeaders: ['idempotency-key', this.options.aggregateHeader.toLowerCase(), ...Object.keys(request.headers).filter(isStored)],
         nowSeconds,
         toleranceSeconds: this.options.toleranceSeconds,
+        acceptV1: this.options.acceptV1Signatures,
       });
       if (check !== 'valid') return answer(401, messages.receiverBadSignature(check));
     }
@@ -71,7 +91,7 @@ export class InboxReceiver {
     if (!idempotencyKey) return answer(400, messages.receiverNoKey());
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(request.headers)) {
-      if (STORED_HEADER.test(name) && !NOT_STORED.has(name) && typeof value === 'string') headers[name] = value;
+      if (isStored(name) && typeof value === 'string') headers[name] = value;
     }
     try {
       const result = await this.inbox.receive({
@@ -91,6 +111,10 @@ export class InboxReceiver {
       throw error;
     }
   }
+}
+
+function isStored(name: string): boolean {
+  return STORED_HEADER.test(name) && !NOT_STORED.has(name);
 }
 
 function answer(status: number, message: string): ReceiverAnswer {
