@@ -7,25 +7,29 @@ export interface DatabaseTarget {
   type: 'postgres' | 'mssql';
   /** TypeORM's connection options (no migrations, no logging). */
   connection: DataSourceOptions;
-  /** The URL with its password replaced by `***`. */
+  /** The URL with its password (user info, `password=` and `sslpassword=` parameters) replaced by `***`. */
   masked: string;
   /** `host:port`, for messages. */
   where: string;
   user: string;
   database: string;
-  /** The password as given and decoded, so any text can be scrubbed of it. */
+  /** The passwords (user info and URL parameters) as given and decoded, so any text can be scrubbed of them. */
   secrets: string[];
 }
 
 // A connection that hangs (a firewall dropping packets) fails within this instead of minutes.
 const CONNECT_TIMEOUT_MS = 10_000;
 
+// URL parameters that carry a password (libpq and node-postgres read both).
+const PASSWORD_PARAMETER = /([?&;](?:ssl)?password=)[^&;#\s]*/gi;
+
 /**
- * Replaces the password of every `scheme://user:password@` in `text` with `***`, and then any
- * remaining occurrence of the given secrets. Every line the CLI prints goes through this.
+ * Replaces the password of every `scheme://user:password@` in `text`, and the value of every
+ * `password=` / `sslpassword=` URL parameter, with `***`, and then any remaining occurrence of the
+ * given secrets. Every line the CLI prints goes through this.
  */
 export function maskSecrets(text: string, secrets: readonly string[] = []): string {
-  let masked = text.replace(/([a-z][a-z0-9+.-]*:\/\/[^\s:/@]*:)[^\s@/]*@/gi, '$1***@');
+  let masked = text.replace(/([a-z][a-z0-9+.-]*:\/\/[^\s:/@]*:)[^\s@/]*@/gi, '$1***@').replace(PASSWORD_PARAMETER, '$1***');
   for (const secret of secrets) if (secret.length > 0) masked = masked.split(secret).join('***');
   return masked;
 }
@@ -41,7 +45,15 @@ export function parseDatabaseUrl(raw: string): DatabaseTarget {
   const scheme = url.protocol.slice(0, -1).toLowerCase();
   const user = decodeURIComponent(url.username);
   const password = decodeURIComponent(url.password);
-  const secrets = [...new Set([password, url.password])].filter((s) => s.length > 0);
+  const parameters = [...raw.matchAll(PASSWORD_PARAMETER)].map((match) => match[0].slice(match[1].length));
+  const decoded = parameters.map((value) => {
+    try {
+      return decodeURIComponent(value.replace(/\+/g, ' '));
+    } catch {
+      return value;
+    }
+  });
+  const secrets = [...new Set([password, url.password, ...parameters, ...decoded])].filter((s) => s.length > 0);
   const masked = maskSecrets(raw, secrets);
   const database = decodeURIComponent(url.pathname.replace(/^\//, ''));
   if (scheme === 'postgres' || scheme === 'postgresql') {

@@ -264,6 +264,8 @@ describe('queuebox CLI', () => {
       { url: withUser(withPassword(db.url), 'nobody_here'), code: 1, message: /authentication failed for user "nobody_here"/ },
       { url: `postgres://postgres:${PASSWORD}@127.0.0.1:99999/db`, code: 2, message: /not a valid URL/ },
       { url: `mssql://sa:${PASSWORD}@127.0.0.1:1/db`, code: 1, message: /connection refused by 127\.0\.0\.1:1/ },
+      { url: `postgres://postgres@127.0.0.1:1/db?password=${PASSWORD}`, code: 1, message: /connection refused by 127\.0\.0\.1:1/ },
+      { url: `postgres://postgres@127.0.0.1:1/db?sslpassword=${PASSWORD}`, code: 1, message: /connection refused by 127\.0\.0\.1:1/ },
     ];
     for (const { url, code, message } of cases) {
       for (const command of ['migrate', 'status']) {
@@ -273,6 +275,14 @@ describe('queuebox CLI', () => {
         assert.equal(run.stderr.trim().split('\n').length, 1, `one line: ${run.stderr}`);
       }
     }
+  });
+
+  it('prints the URL with a password given as a URL parameter masked', async () => {
+    const db = await emptyDatabase();
+    const url = `${withUser(db.url, CLI_ROLE)}?password=${PASSWORD}`;
+    const run = await queuebox(['migrate', '--url', url]); // the helper fails on any printed password
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stdout, /Database: postgres:\/\/.*\?password=\*\*\* \(postgres\)/);
   });
 
   /** A migrated database with dead, pending and finished rows in both tables; returns their ids. */
