@@ -15,6 +15,9 @@ export abstract class LoopWorker<C extends Claim> implements BeforeApplicationSh
   protected abstract readonly options: ResolvedWorkerOptions;
   protected abstract readonly loop: ClaimLoop<C>;
 
+  /** Whether this process runs this worker: on in `workers`, and with work to do. Health checks list only these. */
+  abstract get enabled(): boolean;
+
   async beforeApplicationShutdown(): Promise<void> {
     await this.stop();
   }

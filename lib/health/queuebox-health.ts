@@ -88,7 +88,13 @@ export class QueueBoxHealth implements OnModuleDestroy {
     };
     const problems: string[] = [];
     const now = Date.now();
-    const loops: WorkerLoopStatus[] = [this.outbox.status, this.relay.status, ...this.pull.status];
+    // Only the loops this process runs (or that were started by hand): a web replica, or an app
+    // without an inbox, has no relay to report as "not running".
+    const loops: WorkerLoopStatus[] = [
+      ...(this.outbox.enabled || this.outbox.status.running ? [this.outbox.status] : []),
+      ...(this.relay.enabled || this.relay.status.running ? [this.relay.status] : []),
+      ...this.pull.status.filter((loop) => this.pull.enabled || loop.running),
+    ];
     const secondsAgo = (at: Date | undefined) => (at ? round((now - at.getTime()) / 1000) : null);
     const report: QueueBoxHealthReport = {
       healthy: true,

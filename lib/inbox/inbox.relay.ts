@@ -72,8 +72,13 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     });
   }
 
+  /** On in `workers.relay`, and some source has a relay route. */
+  get enabled(): boolean {
+    return this.rootOptions.workers.relay && this.sources.relaySources.length > 0;
+  }
+
   onApplicationBootstrap(): void {
-    if (this.rootOptions.workers.relay && this.sources.relaySources.length > 0) this.start();
+    if (this.enabled) this.start();
   }
 
   /** The message id of the `index`-th outbox message forwarded from inbox row `inboxId`. */

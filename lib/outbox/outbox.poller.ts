@@ -85,8 +85,12 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
     );
   }
 
+  get enabled(): boolean {
+    return this.rootOptions.workers.outbox;
+  }
+
   onApplicationBootstrap(): void {
-    if (this.rootOptions.workers.outbox) this.start();
+    if (this.enabled) this.start();
   }
 
   /** Claims now instead of at the end of the current sleep (new messages were committed). */

@@ -5,6 +5,7 @@ import type { Counter, Gauge, Histogram } from 'prom-client';
 import type { BacklogRow } from '../admin/admin.types';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { QueueBoxEvents } from '../events/queuebox.events';
+import { InboxSources } from '../inbox/inbox-sources';
 import { COUNTERS, HISTOGRAMS, metricUpdate } from '../metrics/metric-definitions';
 
 /** Backlog gauges, set from one backlog query per scrape. */
@@ -46,11 +47,17 @@ const BACKLOG_REUSE_MS = 500;
 export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy {
   private unsubscribe?: () => void;
   private backlog?: { rows: Promise<BacklogRow[]>; doneAt?: number };
+  /**
+   * Destinations and sources seen in a backlog (plus the consumed sources): their gauges read 0
+   * once drained instead of vanishing, so a dashboard shows 0 and `absent()` alerts stay quiet.
+   */
+  private readonly known = { outbox: new Set<string>(), inbox: new Set<string>() };
 
   constructor(
     private readonly events: QueueBoxEvents,
     private readonly admin: QueueBoxAdmin,
     private readonly moduleRef: ModuleRef,
+    private readonly sources: InboxSources,
   ) {}
 
   onModuleInit(): void {
@@ -76,10 +83,16 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
     } catch {
       return; // The gauges keep their last values; the health check reports an unreachable database.
     }
-    gauge.reset();
+    const known = this.known[definition.component];
+    for (const source of definition.component === 'inbox' ? this.sources.consumedSources() : []) known.add(source);
+    const values = new Map<string, number>();
     for (const row of rows) {
-      if (row.component === definition.component) gauge.set({ [labelOf(definition)]: row.name }, Number(row[definition.field] ?? 0));
+      if (row.component !== definition.component) continue;
+      known.add(row.name);
+      values.set(row.name, Number(row[definition.field] ?? 0));
     }
+    gauge.reset();
+    for (const name of known) gauge.set({ [labelOf(definition)]: name }, values.get(name) ?? 0);
   }
 
   /** The backlog query in flight, or one that finished less than BACKLOG_REUSE_MS ago, or a new one. */

@@ -47,8 +47,13 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     sources.onReceived((source) => this.loops.get(source)?.wake());
   }
 
+  /** Whether this process runs pull workers: on in `workers.pull`, and some `@PullHandler` exists. */
+  get enabled(): boolean {
+    return this.options.workers.pull && this.explorer.handlers.length > 0;
+  }
+
   async onApplicationBootstrap(): Promise<void> {
-    if (this.options.workers.pull && this.explorer.handlers.length > 0) await this.start();
+    if (this.enabled) await this.start();
   }
 
   async beforeApplicationShutdown(): Promise<void> {

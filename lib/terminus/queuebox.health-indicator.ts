@@ -6,6 +6,9 @@ import { QueueBoxHealth, type QueueBoxHealthCheckOptions } from '../health/queue
  * QueueBox for `@nestjs/terminus`: `up` with the lag, workers and notification state in its
  * details, `down` with the reasons in `problems`.
  *
+ * Each method reports under its own key by default (`queuebox`, `queuebox_readiness`,
+ * `queuebox_liveness`), so one Terminus check can combine them without one result overwriting another.
+ *
  * - `isHealthy()` runs every check: database, draining, worker cycles and backlog lag. For a status
  *   page or alerting.
  * - `readiness()`: database reachable and not draining. Use it as the readiness probe: a replica
@@ -36,20 +39,26 @@ export class QueueBoxHealthIndicator {
     return this.run((key ?? 'queuebox') as Key, options);
   }
 
-  /** Database reachable, not draining. */
-  readiness<const Key extends string = 'queuebox'>(
+  /** Database reachable, not draining. Key `queuebox_readiness` unless given. */
+  readiness<const Key extends string = 'queuebox_readiness'>(
     key?: Key,
     options: Pick<QueueBoxHealthCheckOptions, 'timeoutMs'> = {},
   ): Promise<HealthIndicatorResult<Key>> {
-    return this.run((key ?? 'queuebox') as Key, { ...options, database: true, draining: true, maxCycleAgeMs: false, maxLagMs: false });
+    return this.run((key ?? 'queuebox_readiness') as Key, {
+      ...options,
+      database: true,
+      draining: true,
+      maxCycleAgeMs: false,
+      maxLagMs: false,
+    });
   }
 
-  /** Worker loops cycling within `maxCycleAgeMs` (default 60000 ms). */
-  liveness<const Key extends string = 'queuebox'>(
+  /** Worker loops cycling within `maxCycleAgeMs` (default 60000 ms); a loop waiting for the database counts as alive. Key `queuebox_liveness` unless given. */
+  liveness<const Key extends string = 'queuebox_liveness'>(
     key?: Key,
     options: Pick<QueueBoxHealthCheckOptions, 'maxCycleAgeMs'> = {},
   ): Promise<HealthIndicatorResult<Key>> {
-    return this.run((key ?? 'queuebox') as Key, {
+    return this.run((key ?? 'queuebox_liveness') as Key, {
       maxCycleAgeMs: options.maxCycleAgeMs,
       database: false,
       draining: false,

@@ -46,7 +46,7 @@ type Details = {
   draining: boolean;
   workers: { name: string; running: boolean; lastCycleSecondsAgo: number | null; waitingForDatabase: boolean }[];
 };
-const detailsOf = (result: Record<string, unknown>) => result.queuebox as Details;
+const detailsOf = (result: Record<string, unknown>, key = 'queuebox') => result[key] as Details;
 
 describe('QueueBoxHealthIndicator (Terminus)', () => {
   let db: TestDatabase;
@@ -81,8 +81,23 @@ describe('QueueBoxHealthIndicator (Terminus)', () => {
     assert.equal(result.status, 'up');
     assert.deepEqual(result.problems, []);
     assert.equal(result.lagSeconds, null);
-    const readiness = detailsOf(await indicator.readiness());
+    const readiness = detailsOf(await indicator.readiness(), 'queuebox_readiness');
     assert.equal(readiness.status, 'up');
+  });
+
+  it('gives readiness, liveness and the full check distinct default keys, so one Terminus check can combine them', async () => {
+    assert.deepEqual(Object.keys(await indicator.isHealthy()), ['queuebox']);
+    assert.deepEqual(Object.keys(await indicator.readiness()), ['queuebox_readiness']);
+    assert.deepEqual(Object.keys(await indicator.liveness()), ['queuebox_liveness']);
+    assert.deepEqual(Object.keys(await indicator.liveness('custom')), ['custom']);
+  });
+
+  it('lists only the worker loops this app runs: no inbox relay in an app without an inbox', async () => {
+    const details = detailsOf(await indicator.isHealthy());
+    assert.deepEqual(
+      details.workers.map((worker) => [worker.name, worker.running]),
+      [['outbox poller', true]],
+    );
   });
 
   it('is down while the oldest due message waits longer than maxLagMs, and up once it left', async () => {
@@ -167,8 +182,8 @@ describe('QueueBoxHealthIndicator (Terminus)', () => {
     await publisher.waitForCalls(calls + 1);
     assert.equal(t.get(OutboxPoller).inFlightCount, 1);
     const closing = t.app.close(); // waits for the held publish (shutdownTimeoutMs)
-    await eventually(async () => detailsOf(await indicator.readiness()).status === 'down', 'readiness down while draining');
-    const draining = detailsOf(await indicator.readiness());
+    await eventually(async () => detailsOf(await indicator.readiness('queuebox')).status === 'down', 'readiness down while draining');
+    const draining = detailsOf(await indicator.readiness('queuebox'));
     assert.equal(draining.draining, true);
     assert.match(draining.problems.join('\n'), /shutting down/);
     held.open();

@@ -38,6 +38,12 @@ async function scrape(series: string): Promise<number> {
   return line ? Number(line.slice(series.length + 1)) : 0;
 }
 
+/** The value of one series, or undefined when the registry does not expose it. */
+async function series(name: string): Promise<number | undefined> {
+  const line = (await register.metrics()).split('\n').find((l) => l.startsWith(`${name} `));
+  return line === undefined ? undefined : Number(line.slice(name.length + 1));
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('Prometheus metrics (queuebox/prometheus)', () => {
@@ -205,9 +211,16 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       const inboxAge = await scrape('queuebox_inbox_oldest_pending_age_seconds{source="orders"}');
       assert.ok(inboxAge >= 50 && inboxAge < 110, `oldest due inbox message is about 50 s old, got ${inboxAge}`);
 
-      await db.query('TRUNCATE queuebox_outbox');
+      await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
       await sleep(600);
-      assert.equal(await scrape('queuebox_outbox_pending_messages{destination="billing"}'), 0, 'a drained destination leaves the gauge');
+      // Drained names read 0 instead of vanishing (a vanished series looks like a scrape failure to absent() alerts).
+      for (const field of ['pending', 'processing', 'dead']) {
+        assert.equal(await series(`queuebox_outbox_${field}_messages{destination="billing"}`), 0, `${field} of a drained destination`);
+        assert.equal(await series(`queuebox_inbox_${field}_messages{source="orders"}`), 0, `${field} of a drained source`);
+      }
+      assert.equal(await series('queuebox_outbox_oldest_pending_age_seconds{destination="billing"}'), 0);
+      assert.equal(await series('queuebox_inbox_pending_messages{source="ledger"}'), 0, 'a consumed source (pull handler) is known');
+      assert.equal(await series('queuebox_inbox_pending_messages{source="nobody"}'), undefined, 'no series for names never seen');
     });
   });
 });
