@@ -95,6 +95,8 @@ export const messages = {
   finishFailed: (messageId: string, what: string, error: string) =>
     `Could not record the ${what} of message ${messageId}: ${error}. It stays processing and is retried after its lease expires.`,
   deadLettered: (messageId: string, reason: string) => `Message ${messageId} is dead: ${reason}`,
+  pullAttemptsExpired: (attempts: number, maxAttempts: number) =>
+    `lease expired on attempt ${attempts} of ${maxAttempts}: the worker crashed, was stopped or outlived its lease on every claim (dead before the handler ran again)`,
   attemptsExhausted: (attempts: number, error: string) => `failed ${attempts} attempt(s); last error: ${error}`,
 
   // Outbox poller

@@ -104,7 +104,8 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
           shutdownTimeoutMs: this.options.pull.shutdownTimeoutMs,
         },
         {
-          claim: (limit) => this.lease.claimPullBatch({ source: handler.source, limit, leaseMs: handler.leaseMs }),
+          claim: (limit) =>
+            this.lease.claimPullBatch({ source: handler.source, limit, leaseMs: handler.leaseMs, maxAttempts: handler.maxAttempts }),
           process: (claim, keeper) => this.handle(handler, created, claim, keeper),
           keep: (claim) => this.lease.keep(claim, this.leaseRunner?.manager),
         },

@@ -221,6 +221,26 @@ describe('pull workers on PostgreSQL', () => {
     );
   });
 
+  it('LeaseService.claim with maxAttempts dead-letters a message whose claims kept expiring and claims the next one', async () => {
+    const lease = t.get(LeaseService);
+    await inbox.receive({ source: 'custom', idempotencyKey: 'poison', payload: {} });
+    await inbox.receive({ source: 'custom', idempotencyKey: 'fine', payload: {} });
+    for (let attempt = 1; attempt <= 2; attempt++) {
+      const claim = await lease.claim('custom', { leaseMs: 60_000, maxAttempts: 2 });
+      assert.equal(claim?.message.idempotencyKey, 'poison');
+      assert.equal(claim?.attempt, attempt);
+      // The client dies holding it: its lease runs out (moved back instead of waited for).
+      await db.query("UPDATE queuebox_inbox SET lease_expires_at = now() - interval '1 second' WHERE idempotency_key = 'poison'");
+    }
+    const next = await lease.claim('custom', { leaseMs: 60_000, maxAttempts: 2 });
+    assert.equal(next?.message.idempotencyKey, 'fine', 'the spent message is not handed out a third time');
+    const [poison] = await db.query<{ state: string; attempts: number; last_error: string }>(
+      "SELECT state, attempts, last_error FROM queuebox_inbox WHERE idempotency_key = 'poison'",
+    );
+    assert.equal(poison.state, 'dead');
+    assert.match(poison.last_error, /lease expired on attempt 2 of 2/);
+  });
+
   it('refuses two handlers for one source, or a handler for a relayed source, naming both', async () => {
     @Injectable()
     class AnotherLedgerHandler {
@@ -305,6 +325,37 @@ describe('pull workers in separate processes', () => {
     for (const [aggregate, seqs] of byAggregate) assert.deepEqual(seqs, expected, `${aggregate} in order`);
     assert.deepEqual(new Set(rows.map((r) => r.worker)), new Set(['p1', 'p2']), 'both workers handled messages');
     for (const w of workers) assert.equal(w.metrics()['queuebox_claims_lost_total{component="pull"}'] ?? 0, 0);
+  });
+
+  it('a message that kills its worker every time ends dead after maxAttempts, its handler not run again (I8)', {
+    timeout: 90_000,
+  }, async () => {
+    await db.query('TRUNCATE queuebox_inbox, ledger');
+    await producer
+      .get(InboxService)
+      .receive({ source: 'ledger', idempotencyKey: 'poison-1', aggregateId: 'p', payload: { crash: 'in-handler' } });
+    const limited = { ...options, pull: { ...options.pull, maxAttempts: 2 } };
+    for (const name of ['doomed-1', 'doomed-2']) {
+      const doomed = await startWorker({ dbUrl: db.url, name, options: limited, pullLeaseMs: 300, waitReady: false });
+      assert.equal(await doomed.exited, 'SIGKILL', `${name} ran the handler and died`);
+    }
+    const third = await startWorker({ dbUrl: db.url, name: 'third', options: limited, pullLeaseMs: 300 });
+    try {
+      await Promise.race([
+        eventually(async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE state = 'dead'")).length === 1, 'the dead letter'),
+        third.exited.then((how) => assert.fail(`the third worker ran the handler a third time and died (${how})`)),
+      ]);
+    } finally {
+      third.child.kill('SIGTERM');
+      await third.exited;
+    }
+    const [row] = await db.query<{ state: string; attempts: number; last_error: string }>(
+      'SELECT state, attempts, last_error FROM queuebox_inbox',
+    );
+    assert.equal(row.state, 'dead');
+    assert.match(row.last_error, /lease expired on attempt 2 of 2/);
+    assert.deepEqual(await db.query('SELECT * FROM ledger'), [], 'no handler write ever committed');
+    assert.equal(third.metrics()['queuebox_inbox_messages_dead_lettered_total{cause="reclaim",component="pull",source="ledger"}'], 1);
   });
 
   for (const crash of ['in-handler', 'before-commit'] as const) {
