@@ -17,6 +17,7 @@ export type { BackoffFunction, BackoffOptions, RetryBackoffOptions, RetryOption,
 export { type Duration, parseDuration } from './common/duration';
 export {
   ClaimLostError,
+  DuplicateMessageIdError,
   PermanentPublishError,
   PublishError,
   QueueBoxAdminError,

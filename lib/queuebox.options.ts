@@ -334,7 +334,7 @@ function resolvePull(pull: PullOptions): ResolvedPullOptions {
   for (const source of sources)
     if (!isSourceName(source)) throw new QueueBoxConfigError('pull.sources', messages.sourceNameInvalid(source));
   return {
-    defaultLeaseMs: integer('pull.defaultLeaseMs', pull.defaultLeaseMs, 30_000, 100, 24 * 3600_000),
+    defaultLeaseMs: integer('pull.defaultLeaseMs', pull.defaultLeaseMs, 30_000, MIN_LEASE_MS, MAX_LEASE_MS),
     concurrency: integer('pull.concurrency', pull.concurrency, 1, 1, 10_000),
     pollIntervalMs: integer('pull.pollIntervalMs', pull.pollIntervalMs, 1000, 1, 3600_000),
     ...resolveRetry('pull', pull),
@@ -388,6 +388,10 @@ function resolveRetention(retention: RetentionOptions): ResolvedRetentionOptions
   };
 }
 
+/** The range of a pull lease (`@PullHandler` `leaseMs`, `pull.defaultLeaseMs`, `LeaseService.claim`). */
+export const MIN_LEASE_MS = 100;
+export const MAX_LEASE_MS = 24 * 3600_000;
+
 /** Validates one `@PullHandler`'s options against the `pull` defaults. `where` names the handler in errors. */
 export function resolvePullHandler(where: string, options: PullHandlerOptions, defaults: ResolvedPullOptions) {
   expectObject(where, options);
@@ -401,7 +405,7 @@ export function resolvePullHandler(where: string, options: PullHandlerOptions, d
           retryIf: defaults.retryIf,
         };
   return {
-    leaseMs: integer(`${where}.leaseMs`, options.leaseMs, defaults.defaultLeaseMs, 100, 24 * 3600_000),
+    leaseMs: integer(`${where}.leaseMs`, options.leaseMs, defaults.defaultLeaseMs, MIN_LEASE_MS, MAX_LEASE_MS),
     concurrency: integer(`${where}.concurrency`, options.concurrency, defaults.concurrency, 1, 10_000),
     ...retry,
   };

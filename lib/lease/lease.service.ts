@@ -3,10 +3,15 @@ import type { EntityManager } from 'typeorm';
 import { describeError } from '../common/errors';
 import type { Dialect, InboxClaimedRow, LeaseTable } from '../dialects/dialect';
 import type { ReclaimResult } from '../dialects/dialect-rows';
+import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { MESSAGE_ID_HEADER, QUEUEBOX_DIALECT } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
+import { isSourceName, MAX_LEASE_MS, MIN_LEASE_MS } from '../queuebox.options';
 import type { Claim, InboxClaim, OutboxClaim } from './lease.types';
+
+const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit';
+
 import { LeaseKeeper } from './lease-keeper';
 
 /**
@@ -71,6 +76,7 @@ export class LeaseService {
    * });
    */
   async claim(source: string, options: { leaseMs: number; maxAttempts?: number }): Promise<InboxClaim | null> {
+    checkPullClaim('LeaseService.claim', { source, limit: 1, ...options });
     for (;;) {
       const [claimed] = await this.dialect.inboxPullClaimBatch({ source, limit: 1, leaseMs: options.leaseMs });
       if (!claimed) return null;
@@ -86,6 +92,7 @@ export class LeaseService {
    * crashed or hung on it every time) is dead-lettered under the new claim and not returned.
    */
   async claimPullBatch(p: { source: string; limit: number; leaseMs: number; maxAttempts?: number }): Promise<InboxClaim[]> {
+    checkPullClaim('LeaseService.claimPullBatch', p);
     const claims = this.toInboxClaims('pull', await this.dialect.inboxPullClaimBatch(p), p.leaseMs);
     return this.liveClaims(claims, p.maxAttempts);
   }
@@ -241,6 +248,28 @@ export class LeaseService {
   private fence(claim: Claim): { table: LeaseTable; id: string; token: string } {
     return { table: claim.component === 'outbox' ? 'outbox' : 'inbox', id: claim.id, token: claim.token };
   }
+}
+
+/**
+ * Refuses arguments that would make a claim wrong rather than fail: a lease of zero or less is
+ * already expired when it is granted (another claim takes the row at once: handled twice).
+ */
+function checkPullClaim(where: string, p: { source: unknown; limit: unknown; leaseMs: unknown; maxAttempts?: unknown }): void {
+  if (typeof p !== 'object' || p === null)
+    throw new QueueBoxValidationError('options', messages.leaseArgumentInvalid(where, 'options', 'must be an object', p));
+  if (!isSourceName(p.source))
+    throw new QueueBoxValidationError('source', messages.leaseArgumentInvalid(where, 'source', SOURCE_RULE, p.source));
+  const integer = (field: string, value: unknown, min: number, max: number) => {
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+      throw new QueueBoxValidationError(
+        field,
+        messages.leaseArgumentInvalid(where, field, `must be an integer from ${min} to ${max}`, value),
+      );
+    }
+  };
+  integer('leaseMs', p.leaseMs, MIN_LEASE_MS, MAX_LEASE_MS);
+  integer('limit', p.limit, 1, 10_000);
+  if (p.maxAttempts !== undefined) integer('maxAttempts', p.maxAttempts, 1, 1_000_000);
 }
 
 function describeReason(reason: unknown): string {

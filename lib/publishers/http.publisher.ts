@@ -1,3 +1,4 @@
+import { describeError } from '../common/errors';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { signatureHeaders } from '../inbox/receiver/signature';
 import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
@@ -60,11 +61,12 @@ export class HttpPublisher implements Publisher {
     const headers: Record<string, string> = { ...this.options.headers, ...message.headers, 'content-type': 'application/json' };
     if (message.key !== null) headers[KEY_HEADER] = message.key;
     if (this.options.secret) Object.assign(headers, signatureHeaders(this.options.secret, body));
+    const sendable = sendableHeaders(headers);
     let response: Response;
     try {
       response = await fetch(url, {
         method: 'POST',
-        headers,
+        headers: sendable,
         body,
         signal: AbortSignal.any([signal, timeout]),
         redirect: 'manual',
@@ -95,6 +97,15 @@ export class HttpPublisher implements Publisher {
     if (url === undefined) throw new PermanentPublishError(messages.httpNoUrl(destination));
     if (!isHttpUrl(url)) throw new PermanentPublishError(messages.httpUrlInvalid(destination, url));
     return url;
+  }
+}
+
+/** `headers` as fetch sends them; a header that cannot be sent (a value beyond Latin-1, say) fails every attempt the same way. */
+function sendableHeaders(headers: Record<string, string>): Headers {
+  try {
+    return new Headers(headers);
+  } catch (error) {
+    throw new PermanentPublishError(messages.httpHeadersInvalid(describeError(error)));
   }
 }
 

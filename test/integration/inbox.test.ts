@@ -119,11 +119,25 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
       [{ source: 'orders', idempotencyKey: 'k', aggregateId: 5, payload: 1 }, 'aggregateId'],
       [{ source: 'orders', idempotencyKey: 'k', payload: 10n }, 'payload'],
       [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { a: 1 } }, 'headers'],
+      // Characters PostgreSQL cannot store (issue 13 item 8).
+      [{ source: 'orders', idempotencyKey: 'k\u0000', payload: 1 }, 'idempotencyKey'],
+      [{ source: 'orders', idempotencyKey: 'k\ud800', payload: 1 }, 'idempotencyKey'],
+      [{ source: 'orders', idempotencyKey: 'k', aggregateId: 'a\u0000', payload: 1 }, 'aggregateId'],
+      [{ source: 'orders', idempotencyKey: 'k', aggregateId: '\udc00', payload: 1 }, 'aggregateId'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: { a: '\ud800' } }, 'payload'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: { a: 'x\u0000' } }, 'payload'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { a: '\u0000' } }, 'headers'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { ['\ud800']: 'v' } }, 'headers'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { a: 'x'.repeat(20_000) } }, 'headers'],
     ] as const) {
-      await assert.rejects(
-        inbox.receive(message as never),
-        (error: unknown) => error instanceof QueueBoxValidationError && error.field === field,
-      );
+      // In the caller's transaction, which stays usable: nothing reached the database.
+      await dataSource.transaction(async (manager) => {
+        await assert.rejects(
+          inbox.receive(message as never, manager),
+          (error: unknown) => error instanceof QueueBoxValidationError && error.field === field,
+        );
+        await manager.query('SELECT 1');
+      });
     }
     assert.deepEqual(await db.query('SELECT count(*)::int AS n FROM queuebox_inbox'), [{ n: 0 }]);
   });

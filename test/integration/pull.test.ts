@@ -3,7 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { QueueBoxConfigError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
 import { LeaseService } from '../../lib/lease/lease.service';
@@ -218,6 +218,35 @@ describe('pull workers on PostgreSQL', () => {
     assert.deepEqual(
       (await states()).map((r) => r.state),
       ['processed', 'dead'],
+    );
+  });
+
+  it('LeaseService.claim refuses arguments that would make a wrong claim, with a typed error naming the field', async () => {
+    const lease = t.get(LeaseService);
+    await inbox.receive({ source: 'custom', idempotencyKey: 'v1', payload: {} });
+    const cases: [string, unknown, string][] = [
+      ['custom', { leaseMs: -1000 }, 'leaseMs'],
+      ['custom', { leaseMs: 0 }, 'leaseMs'],
+      ['custom', { leaseMs: 1.5e3 + 0.5 }, 'leaseMs'],
+      ['custom', { leaseMs: Number.POSITIVE_INFINITY }, 'leaseMs'],
+      ['custom', { leaseMs: Number.NaN }, 'leaseMs'],
+      ['custom', {}, 'leaseMs'],
+      ['', { leaseMs: 1000 }, 'source'],
+      ['x'.repeat(200), { leaseMs: 1000 }, 'source'],
+      ['custom', { leaseMs: 1000, maxAttempts: 0 }, 'maxAttempts'],
+    ];
+    for (const [source, options, field] of cases) {
+      await assert.rejects(lease.claim(source, options as never), (error: unknown) => {
+        assert.ok(error instanceof QueueBoxValidationError, String(error));
+        assert.equal(error.field, field);
+        assert.match(error.message, /Nothing was claimed/);
+        return true;
+      });
+    }
+    assert.deepEqual(
+      (await states()).map((r) => [r.state, r.attempts]),
+      [['pending', 0]],
+      'nothing was claimed',
     );
   });
 

@@ -35,6 +35,7 @@ describe('public barrel', () => {
       'PermanentPublishError',
       'PublishError',
       'QueueBoxStateError',
+      'DuplicateMessageIdError',
     ]) {
       assert.equal(typeof (queuebox as Record<string, unknown>)[name], 'function', `${name} is exported`);
     }
