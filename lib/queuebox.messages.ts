@@ -88,6 +88,9 @@ export const messages = {
   managerRequired: () =>
     'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change.',
 
+  errorUndescribable: (kind: string) =>
+    `a thrown ${kind} that cannot be described (converting it to text threw: an object without a prototype, a revoked Proxy, or a throwing message or toString); throw an Error instead`,
+
   // Worker logs (outbox poller, inbox relay, pull workers)
   workerStarted: (name: string, concurrency: number, batchSize: number, leaseMs: number) =>
     `${capitalize(name)} started (concurrency ${concurrency}, batch ${batchSize}, lease ${leaseMs} ms).`,

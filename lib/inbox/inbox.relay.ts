@@ -2,7 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } fro
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
 import { ClaimLoop } from '../common/claim-loop';
-import { describeError } from '../common/errors';
+import { describeError, isInstance } from '../common/errors';
 import { LoopWorker } from '../common/loop-worker';
 import { uuidV5 } from '../common/uuid';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
@@ -109,7 +109,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
         });
         return;
       } catch (error) {
-        if (error instanceof ClaimLostError) {
+        if (isInstance(error, ClaimLostError)) {
           this.logger.error(messages.relayMarkLost(message.source, message.idempotencyKey));
           return;
         }

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ClaimLoop } from '../common/claim-loop';
-import { describeError } from '../common/errors';
+import { describeError, isInstance } from '../common/errors';
 import { failedAttemptOutcome } from '../common/failed-attempt';
 import { LoopWorker } from '../common/loop-worker';
 import { SpareAbortControllers } from '../common/spare-abort-controllers';
@@ -166,7 +166,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
       what = 'retry'; // the backoff may throw
       const next = failedAttemptOutcome({
         failure,
-        final: failure instanceof PermanentPublishError,
+        final: isInstance(failure, PermanentPublishError),
         attempt: claim.attempt,
         maxAttempts: this.options.maxAttempts,
         message,

@@ -2,6 +2,7 @@ import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnAppl
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
+import { isInstance } from '../common/errors';
 import { ClaimLostError } from '../errors/queuebox.errors';
 import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { retryOrDeadLetter } from '../inbox/inbox-failure';
@@ -160,7 +161,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     }
     await keeper.stop();
     if (loop.abandoned) return;
-    if (failure instanceof ClaimLostError || keeper.lost) {
+    if (isInstance(failure, ClaimLostError) || keeper.lost) {
       this.lease.markLost(claim);
       this.logger.error(messages.pullClaimLost(id, handler.name));
       return;

@@ -208,6 +208,57 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
     assert.equal((await states()).length, 2);
   });
 
+  it('a publisher throwing a value that cannot be described still has its attempt recorded, not left processing', async () => {
+    const revoked = Proxy.revocable({}, {});
+    revoked.revoke();
+    const messageGetterThrows = new Error('hidden');
+    Object.defineProperty(messageGetterThrows, 'message', {
+      get() {
+        throw new Error('message getter');
+      },
+    });
+    const nameGetterThrows = new Error('hidden');
+    Object.defineProperty(nameGetterThrows, 'name', {
+      get() {
+        throw new Error('name getter');
+      },
+    });
+    const hostile: Record<string, unknown> = {
+      'no prototype': Object.create(null),
+      'revoked proxy': revoked.proxy,
+      'throwing toString': {
+        toString() {
+          throw new Error('toString');
+        },
+      },
+      'throwing toPrimitive': {
+        [Symbol.toPrimitive]() {
+          throw new Error('toPrimitive');
+        },
+      },
+      'throwing message getter': messageGetterThrows,
+      'throwing name getter': nameGetterThrows,
+    };
+    publisher.behaviour = (message) => {
+      throw hostile[(message.payload as { kind: string }).kind];
+    };
+    await dataSource.transaction((manager) =>
+      outbox.enqueueMany(
+        manager,
+        Object.keys(hostile).map((kind) => ({ destination: 'billing', payload: { kind } })),
+      ),
+    );
+    assert.equal(await poller.runOnce(), Object.keys(hostile).length);
+    const rows = await db.query<{ kind: string; state: string; attempts: number; last_error: string | null }>(
+      "SELECT payload->>'kind' AS kind, state, attempts, last_error FROM queuebox_outbox ORDER BY id",
+    );
+    for (const row of rows) {
+      assert.equal(row.state, 'pending', `${row.kind}: retried, not stuck processing`);
+      assert.equal(row.attempts, 1);
+      assert.match(row.last_error ?? '', /cannot be described/, row.kind);
+    }
+  });
+
   it('publishes, marks sent, and hands the publisher X-Message-Id and the headers', async () => {
     const { messageId } = await dataSource.transaction((manager) =>
       outbox.enqueue(manager, { destination: 'billing', key: 'k', payload: { total: 42 }, headers: { 'x-tenant': 'acme' } }),

@@ -186,6 +186,20 @@ describe('pull workers on PostgreSQL', () => {
     assert.equal((await ledger()).length, 1);
   });
 
+  it('a handler throwing a revoked Proxy rolls back and is retried with a last_error, not left processing', async () => {
+    const revoked = Proxy.revocable({}, {});
+    revoked.revoke();
+    behaviour = async () => {
+      throw revoked.proxy;
+    };
+    await inbox.receive({ source: 'ledger', idempotencyKey: 'hostile', payload: {} });
+    assert.equal(await worker.runOnce('ledger'), 1);
+    const [row] = await states();
+    assert.equal(row.state, 'pending');
+    assert.match(row.last_error ?? '', /cannot be described/);
+    assert.deepEqual(await ledger(), [], 'rolled back');
+  });
+
   it('LeaseService serves custom pull clients: claim, renew, complete in a transaction, retry, dead-letter', async () => {
     const lease = t.get(LeaseService);
     const dataSource = t.app.get<DataSource>(getDataSourceToken());
