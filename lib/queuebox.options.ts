@@ -104,7 +104,10 @@ export interface RetentionOptions {
    * A deleted row's `(source, idempotency_key)` is accepted again: this is the dedupe window. At least 1 hour.
    */
   inboxFinishedAfterMs?: number;
-  /** Age after which `dead` rows are deleted (by their last attempt), or `false` to keep them. Default `false`. */
+  /**
+   * Age after which `dead` rows are deleted (by their last attempt), or `false` to keep them.
+   * Default `false`. Dead inbox rows are kept at least `inboxFinishedAfterMs` (the dedupe window).
+   */
   deadAfterMs?: number | false;
   /** Time between runs. Default 3600000 (1 hour). */
   intervalMs?: number;
