@@ -259,6 +259,60 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
     }
   });
 
+  it('a publish that ignores its timed-out signal keeps its concurrency slot until it really ends', async () => {
+    const stuck = gate();
+    let inFlight = 0;
+    let mostInFlight = 0;
+    const ignoring = new RecordingPublisher(async () => {
+      inFlight++;
+      mostInFlight = Math.max(mostInFlight, inFlight);
+      try {
+        await stuck.promise; // never looks at its signal
+      } finally {
+        inFlight--;
+      }
+    });
+    const own = await createTestApp(db.url, {
+      outbox: {
+        publisher: ignoring,
+        concurrency: 3,
+        pollIntervalMs: 10,
+        claimTimeoutMs: 3000,
+        publishTimeout: 50,
+        retry: { attempts: 100, backoff: { delay: 0, jitter: false } },
+      },
+      workers: false,
+    });
+    try {
+      await own.app.get<DataSource>(getDataSourceToken()).transaction((manager) =>
+        own.get(OutboxService).enqueueMany(
+          manager,
+          Array.from({ length: 12 }, (_, n) => ({ destination: 'billing', payload: { n } })),
+        ),
+      );
+      const ownPoller = own.get(OutboxPoller);
+      ownPoller.start();
+      await ignoring.waitForCalls(3);
+      await eventually(
+        async () => (await db.query("SELECT 1 FROM queuebox_outbox WHERE last_error LIKE '%publishTimeout%'")).length === 3,
+        'the three timed-out attempts to be recorded as failed',
+      );
+      assert.equal(ignoring.calls.length, 3, 'no fourth publish started while three still run');
+      assert.equal(ownPoller.overrunningCount, 3);
+      assert.ok(own.logger.has('warn', 'ignores its signal and is still running'));
+      stuck.open();
+      await eventually(
+        async () => (await db.query("SELECT 1 FROM queuebox_outbox WHERE state = 'sent'")).length === 12,
+        'every message to be sent once the stuck publishes ended',
+      );
+      assert.equal(mostInFlight, 3, 'never more publishes running than "concurrency"');
+      assert.equal(ownPoller.overrunningCount, 0);
+    } finally {
+      stuck.open();
+      await own.app.close();
+    }
+  });
+
   it('publishes, marks sent, and hands the publisher X-Message-Id and the headers', async () => {
     const { messageId } = await dataSource.transaction((manager) =>
       outbox.enqueue(manager, { destination: 'billing', key: 'k', payload: { total: 42 }, headers: { 'x-tenant': 'acme' } }),
