@@ -18,6 +18,7 @@ export { type Duration, parseDuration } from './common/duration';
 export {
   ClaimLostError,
   DuplicateMessageIdError,
+  HandlerTimeoutError,
   PermanentPublishError,
   PublishError,
   QueueBoxAdminError,

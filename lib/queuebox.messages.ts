@@ -126,6 +126,8 @@ export const messages = {
   publishTimedOut: (timeoutMs: number) => `the publish took longer than "outbox.publishTimeout" (${timeoutMs} ms) and was aborted`,
   publishOverrunning: (messageId: string, timeoutMs: number, count: number) =>
     `The publish of message ${messageId} was aborted (timeout ${timeoutMs} ms, lost claim or shutdown) but the publisher ignores its signal and is still running: its concurrency slot stays taken until it ends (${count} such publish(es) now). Make the publisher honour its AbortSignal.`,
+  handlerTimedOut: (what: string, option: string, timeoutMs: number) =>
+    `${what} took longer than "${option}" (${timeoutMs} ms): its signal was aborted and the attempt failed; its transaction, if any, can only roll back`,
   retryDeclined: (attempt: number, error: string) => `not retried ("retryIf" returned false) after attempt ${attempt}: ${error}`,
   leaseTooShortRenewFailed: (messageId: string, error: string) =>
     `Message ${messageId} was not published: too little of its lease was left for "outbox.publishTimeout" and the renewal failed (${error}). It is claimed again when its lease expires.`,

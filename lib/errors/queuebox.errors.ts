@@ -103,6 +103,16 @@ export class PublishError extends QueueBoxError {
   }
 }
 
+/**
+ * A pull handler or a relay route ran longer than its `handlerTimeout`: its `signal` aborted with
+ * this error and the attempt counts as failed (retried with backoff, or dead at the last attempt).
+ */
+export class HandlerTimeoutError extends QueueBoxError {
+  constructor(message: string) {
+    super('QUEUEBOX_HANDLER_TIMEOUT', message);
+  }
+}
+
 /** QueueBox was used before it started or after it shut down. */
 export class QueueBoxStateError extends QueueBoxError {
   constructor(message: string) {

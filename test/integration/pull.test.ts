@@ -3,7 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { QueueBoxConfigError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
+import { HandlerTimeoutError, QueueBoxConfigError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
 import { LeaseService } from '../../lib/lease/lease.service';
@@ -36,6 +36,23 @@ class LedgerHandler {
   }
 }
 
+/** The handler of source "timed", with a short handlerTimeout; set per test. */
+let timedBehaviour: (message: InboxMessage, context: PullContext) => Promise<void> = async () => undefined;
+let timedCalls = 0;
+
+@Injectable()
+class TimedHandler {
+  @PullHandler('timed', { leaseMs: 10_000, handlerTimeout: 300, maxAttempts: 3, backoff: { initialMs: 1, maxMs: 1, jitter: false } })
+  async handle(message: InboxMessage, context: PullContext) {
+    timedCalls++;
+    await context.manager.query('INSERT INTO ledger (idempotency_key, worker) VALUES ($1, $2)', [
+      message.idempotencyKey,
+      `attempt ${context.attempt}`,
+    ]);
+    await timedBehaviour(message, context);
+  }
+}
+
 describe('pull workers on PostgreSQL', () => {
   let db: TestDatabase;
   let t: TestApp;
@@ -45,7 +62,7 @@ describe('pull workers on PostgreSQL', () => {
   before(async () => {
     db = await createTestDatabase();
     await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, worker text)');
-    t = await createTestApp(db.url, { workers: false, pull: { sources: ['custom'] } }, { providers: [LedgerHandler] });
+    t = await createTestApp(db.url, { workers: false, pull: { sources: ['custom'] } }, { providers: [LedgerHandler, TimedHandler] });
     inbox = t.get(InboxService);
     worker = t.get(PullWorker);
   });
@@ -198,6 +215,46 @@ describe('pull workers on PostgreSQL', () => {
     assert.equal(row.state, 'pending');
     assert.match(row.last_error ?? '', /cannot be described/);
     assert.deepEqual(await ledger(), [], 'rolled back');
+  });
+
+  it('a handler past its handlerTimeout: signal aborted, attempt recorded, transaction never commits, slot held until it ends', async () => {
+    const hold = gate();
+    let signal: AbortSignal | undefined;
+    timedCalls = 0;
+    timedBehaviour = async (_message, context) => {
+      signal = context.signal;
+      await hold.promise; // ignores its signal
+    };
+    await inbox.receive({ source: 'timed', idempotencyKey: 'slow', payload: {} });
+    let second: Promise<number> | undefined;
+    try {
+      assert.equal(await worker.runOnce('timed'), 1, 'the attempt ends at the timeout, not when the handler does');
+      const [row] = await states();
+      assert.equal(row.state, 'pending');
+      assert.match(
+        row.last_error ?? '',
+        /HandlerTimeoutError \[QUEUEBOX_HANDLER_TIMEOUT\]: Pull handler TimedHandler.handle took longer than "handlerTimeout" \(300 ms\)/,
+      );
+      assert.equal(signal?.aborted, true);
+      assert.ok(signal?.reason instanceof HandlerTimeoutError);
+      // The retry is claimed again, but its handler waits: the timed-out one still holds the only slot.
+      timedBehaviour = async () => undefined;
+      second = worker.runOnce('timed');
+      await eventually(async () => (await states())[0].attempts === 2, 'the second claim');
+      assert.equal(timedCalls, 1, 'no second handler runs while the first still does (concurrency 1)');
+    } finally {
+      hold.open();
+    }
+    assert.equal(await second, 1);
+    assert.deepEqual(
+      (await states()).map((r) => [r.state, r.attempts]),
+      [['processed', 2]],
+    );
+    assert.deepEqual(
+      (await db.query<{ worker: string }>("SELECT worker FROM ledger WHERE idempotency_key = 'slow'")).map((r) => r.worker),
+      ['attempt 2'],
+      'the timed-out attempt rolled back when its handler returned',
+    );
   });
 
   it('LeaseService serves custom pull clients: claim, renew, complete in a transaction, retry, dead-letter', async () => {

@@ -36,6 +36,7 @@ describe('public barrel', () => {
       'PublishError',
       'QueueBoxStateError',
       'DuplicateMessageIdError',
+      'HandlerTimeoutError',
     ]) {
       assert.equal(typeof (queuebox as Record<string, unknown>)[name], 'function', `${name} is exported`);
     }
