@@ -17,6 +17,8 @@ export type { BackoffFunction, BackoffOptions, RetryBackoffOptions, RetryOption,
 export { type Duration, parseDuration } from './common/duration';
 export {
   ClaimLostError,
+  DuplicateMessageIdError,
+  HandlerTimeoutError,
   PermanentPublishError,
   PublishError,
   QueueBoxAdminError,

@@ -67,10 +67,29 @@ export const messages = {
     `${subject}: the payload cannot be stored as JSON (${reason}). Convert BigInt, cyclic or undefined values first.`,
   payloadTooLarge: (subject: string, bytes: number, limit: number) =>
     `${subject}: the payload is ${bytes} bytes of JSON, above the limit of ${limit} ("maxPayloadBytes"). Store large data elsewhere and send a reference.`,
+  nulCharacter: () => 'a NUL character (\\u0000)',
+  loneSurrogate: () => 'a lone UTF-16 surrogate (half of a character, e.g. from a string cut in the middle of an emoji)',
+  fieldUnstorable: (what: string) => `contains ${what}, which the database cannot store`,
+  headerUnstorable: (subject: string, name: string, what: string) =>
+    `${subject}: header ${show(name)} contains ${what}, which the database cannot store.`,
+  headerNameInvalid: (subject: string, name: string) =>
+    `${subject}: header name ${show(name)} is not a valid HTTP header name (letters, digits and !#$%&'*+-.^_\`|~ only): it could never be sent.`,
+  headerValueLineBreak: (subject: string, name: string) =>
+    `${subject}: header ${show(name)} contains a line break (CR or LF), which no HTTP header may: it could never be sent.`,
+  headersTooLarge: (subject: string, bytes: number, limit: number) =>
+    `${subject}: the headers are ${bytes} bytes of JSON, above the limit of ${limit}. Put large data in the payload.`,
+  availableAtOutOfRange: () => 'must be between the years 1 and 9999 (the range both databases store)',
+  messageIdRepeated: (subject: string, messageId: string) =>
+    `${subject}: "messageId" ${messageId} is given to an earlier message of the same call; each message needs its own id.`,
+  messageIdTaken: (messageId: string | undefined) =>
+    `An outbox message with "messageId" ${messageId ?? '(one of those given)'} already exists; nothing of this call was stored. Give each message its own id (or leave it out for a new UUID). On PostgreSQL the failed insert aborted your transaction: roll it back.`,
   sourceUnknown: (source: string) =>
     `Inbox source ${show(source)} has no consumer: add a route for it in "inbox.relay.routes" or a @PullHandler(${show(source)}), so its messages do not pile up unseen.`,
   managerRequired: () =>
     'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change.',
+
+  errorUndescribable: (kind: string) =>
+    `a thrown ${kind} that cannot be described (converting it to text threw: an object without a prototype, a revoked Proxy, or a throwing message or toString); throw an Error instead`,
 
   // Worker logs (outbox poller, inbox relay, pull workers)
   workerStarted: (name: string, concurrency: number, batchSize: number, leaseMs: number) =>
@@ -97,6 +116,8 @@ export const messages = {
   finishFailed: (messageId: string, what: string, error: string) =>
     `Could not record the ${what} of message ${messageId}: ${error}. It stays processing and is retried after its lease expires.`,
   deadLettered: (messageId: string, reason: string) => `Message ${messageId} is dead: ${reason}`,
+  pullAttemptsExpired: (attempts: number, maxAttempts: number) =>
+    `lease expired on attempt ${attempts} of ${maxAttempts}: the worker crashed, was stopped or outlived its lease on every claim (dead before the handler ran again)`,
   attemptsExhausted: (attempts: number, error: string) => `failed ${attempts} attempt(s); last error: ${error}`,
 
   // Outbox poller
@@ -105,6 +126,10 @@ export const messages = {
   routeUnknown: (name: unknown) => `no publisher named ${show(name)} (check "outbox.route" and "outbox.publishers")`,
   routeFailed: (error: string) => `"outbox.route" threw, so no publisher could be chosen: ${error}`,
   publishTimedOut: (timeoutMs: number) => `the publish took longer than "outbox.publishTimeout" (${timeoutMs} ms) and was aborted`,
+  publishOverrunning: (messageId: string, timeoutMs: number, count: number) =>
+    `The publish of message ${messageId} was aborted (timeout ${timeoutMs} ms, lost claim or shutdown) but the publisher ignores its signal and is still running: its concurrency slot stays taken until it ends (${count} such publish(es) now). Make the publisher honour its AbortSignal.`,
+  handlerTimedOut: (what: string, option: string, timeoutMs: number) =>
+    `${what} took longer than "${option}" (${timeoutMs} ms): its signal was aborted and the attempt failed; its transaction, if any, can only roll back`,
   retryDeclined: (attempt: number, error: string) => `not retried ("retryIf" returned false) after attempt ${attempt}: ${error}`,
   leaseTooShortRenewFailed: (messageId: string, error: string) =>
     `Message ${messageId} was not published: too little of its lease was left for "outbox.publishTimeout" and the renewal failed (${error}). It is claimed again when its lease expires.`,
@@ -140,6 +165,8 @@ export const messages = {
 
   // Lease
   claimLost: (component: string, id: string) => `The ${component} claim on row ${id} is lost.`,
+  leaseArgumentInvalid: (where: string, field: string, rule: string, value: unknown) =>
+    `${where}: "${field}" ${rule}, got ${show(value)}. Nothing was claimed.`,
 
   // ClientProxy publisher
   clientProxyInvalid: () =>
@@ -171,6 +198,7 @@ export const messages = {
   receiverUnknownSource: (source: string) => `No consumer for source ${show(source)} here.`,
   secretTooShort: (option: string) => `"${option}" must be a string of at least 16 characters (use a random value, e.g. 32 bytes in hex).`,
   httpNoUrl: (destination: string) => `no URL is configured for destination ${show(destination)}`,
+  httpHeadersInvalid: (error: string) => `the message's headers cannot be sent over HTTP: ${error}`,
   httpStatus: (status: number, url: string) => `HTTP ${status} from ${url}`,
   httpTimeout: (timeoutMs: number, url: string) => `no answer from ${url} within ${timeoutMs} ms`,
   httpNetwork: (url: string, reason: string) => `request to ${url} failed: ${reason}`,

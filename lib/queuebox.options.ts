@@ -62,6 +62,11 @@ export interface OutboxOptions extends WorkerOptions {
 export interface RelayOptions extends WorkerOptions {
   /** `{ [source]: (message) => outbox message(s) }`. Each source listed here is consumed by the relay. */
   routes?: Record<string, RelayRoute>;
+  /**
+   * Longest time one route call may take (ms or `'30s'`); then its `signal` aborts and the attempt
+   * fails (retried with backoff). Default 300000 (5 min). See docs/retries.md.
+   */
+  handlerTimeout?: Duration;
   /** Retry policy (replaces `maxAttempts` and `backoff`), as for the outbox. */
   retry?: RetryOption<InboxMessage>;
 }
@@ -88,6 +93,12 @@ export interface PullOptions {
   shutdownTimeoutMs?: number;
   /** Sources consumed by your own pull clients through `LeaseService.claim()` (so `receive()` accepts them). */
   sources?: string[];
+  /**
+   * Longest time one handler call may take (ms or `'30s'`) when the handler sets none; then its
+   * `signal` aborts, the attempt fails (retried with backoff) and its transaction can only roll
+   * back. Default 300000 (5 min). See docs/retries.md.
+   */
+  handlerTimeout?: Duration;
 }
 
 /**
@@ -104,7 +115,10 @@ export interface RetentionOptions {
    * A deleted row's `(source, idempotency_key)` is accepted again: this is the dedupe window. At least 1 hour.
    */
   inboxFinishedAfterMs?: number;
-  /** Age after which `dead` rows are deleted (by their last attempt), or `false` to keep them. Default `false`. */
+  /**
+   * Age after which `dead` rows are deleted (by their last attempt), or `false` to keep them.
+   * Default `false`. Dead inbox rows are kept at least `inboxFinishedAfterMs` (the dedupe window).
+   */
   deadAfterMs?: number | false;
   /** Time between runs. Default 3600000 (1 hour). */
   intervalMs?: number;
@@ -179,6 +193,7 @@ export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
 
 export interface ResolvedRelayOptions extends ResolvedWorkerOptions {
   routes: Record<string, RelayRoute>;
+  handlerTimeoutMs: number;
 }
 
 export interface ResolvedPullOptions {
@@ -190,6 +205,7 @@ export interface ResolvedPullOptions {
   retryIf: (error: unknown, attempt: number, message: InboxMessage) => boolean;
   shutdownTimeoutMs: number;
   sources: string[];
+  handlerTimeoutMs: number;
 }
 
 export interface ResolvedQueueBoxOptions {
@@ -306,7 +322,7 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutb
 
 function resolveRelay(relay: RelayOptions): ResolvedRelayOptions {
   expectObject('inbox.relay', relay);
-  rejectUnknownKeys('inbox.relay.', relay, ['routes', ...WORKER_KEYS]);
+  rejectUnknownKeys('inbox.relay.', relay, ['routes', 'handlerTimeout', ...WORKER_KEYS]);
   const routes = relay.routes ?? {};
   expectObject('inbox.relay.routes', routes);
   for (const [source, route] of Object.entries(routes)) {
@@ -314,7 +330,11 @@ function resolveRelay(relay: RelayOptions): ResolvedRelayOptions {
       throw new QueueBoxConfigError(`inbox.relay.routes.${source}`, messages.optionNotFunction(`inbox.relay.routes.${source}`));
     if (!isSourceName(source)) throw new QueueBoxConfigError(`inbox.relay.routes.${source}`, messages.sourceNameInvalid(source));
   }
-  return { ...resolveWorker('inbox.relay', relay), routes: { ...routes } };
+  return {
+    ...resolveWorker('inbox.relay', relay),
+    routes: { ...routes },
+    handlerTimeoutMs: handlerTimeout('inbox.relay.handlerTimeout', relay.handlerTimeout, DEFAULT_HANDLER_TIMEOUT_MS),
+  };
 }
 
 function resolvePull(pull: PullOptions): ResolvedPullOptions {
@@ -328,18 +348,20 @@ function resolvePull(pull: PullOptions): ResolvedPullOptions {
     'retry',
     'shutdownTimeoutMs',
     'sources',
+    'handlerTimeout',
   ]);
   const sources = pull.sources ?? [];
   if (!Array.isArray(sources)) throw new QueueBoxConfigError('pull.sources', messages.optionNotObject('pull.sources', sources));
   for (const source of sources)
     if (!isSourceName(source)) throw new QueueBoxConfigError('pull.sources', messages.sourceNameInvalid(source));
   return {
-    defaultLeaseMs: integer('pull.defaultLeaseMs', pull.defaultLeaseMs, 30_000, 100, 24 * 3600_000),
+    defaultLeaseMs: integer('pull.defaultLeaseMs', pull.defaultLeaseMs, 30_000, MIN_LEASE_MS, MAX_LEASE_MS),
     concurrency: integer('pull.concurrency', pull.concurrency, 1, 1, 10_000),
     pollIntervalMs: integer('pull.pollIntervalMs', pull.pollIntervalMs, 1000, 1, 3600_000),
     ...resolveRetry('pull', pull),
     shutdownTimeoutMs: integer('pull.shutdownTimeoutMs', pull.shutdownTimeoutMs, 10_000, 0, 24 * 3600_000),
     sources: [...sources],
+    handlerTimeoutMs: handlerTimeout('pull.handlerTimeout', pull.handlerTimeout, DEFAULT_HANDLER_TIMEOUT_MS),
   };
 }
 
@@ -388,10 +410,25 @@ function resolveRetention(retention: RetentionOptions): ResolvedRetentionOptions
   };
 }
 
+/**
+ * Default `handlerTimeout` of pull handlers and relay routes. Not tied to the lease, unlike
+ * `publishTimeout`: renewals keep a handler's lease however long it runs; the timeout only stops a
+ * hung one from holding its aggregate and its transaction for ever.
+ */
+const DEFAULT_HANDLER_TIMEOUT_MS = 300_000;
+
+function handlerTimeout(option: string, value: Duration | undefined, fallback: number): number {
+  return value === undefined ? fallback : parseDuration(option, value, { min: 1, max: 24 * 3600_000 });
+}
+
+/** The range of a pull lease (`@PullHandler` `leaseMs`, `pull.defaultLeaseMs`, `LeaseService.claim`). */
+export const MIN_LEASE_MS = 100;
+export const MAX_LEASE_MS = 24 * 3600_000;
+
 /** Validates one `@PullHandler`'s options against the `pull` defaults. `where` names the handler in errors. */
 export function resolvePullHandler(where: string, options: PullHandlerOptions, defaults: ResolvedPullOptions) {
   expectObject(where, options);
-  rejectUnknownKeys(`${where}.`, options, ['leaseMs', 'concurrency', 'maxAttempts', 'backoff', 'retry']);
+  rejectUnknownKeys(`${where}.`, options, ['leaseMs', 'concurrency', 'maxAttempts', 'backoff', 'retry', 'handlerTimeout']);
   const retry =
     options.retry !== undefined
       ? resolveRetry(where, options)
@@ -401,8 +438,9 @@ export function resolvePullHandler(where: string, options: PullHandlerOptions, d
           retryIf: defaults.retryIf,
         };
   return {
-    leaseMs: integer(`${where}.leaseMs`, options.leaseMs, defaults.defaultLeaseMs, 100, 24 * 3600_000),
+    leaseMs: integer(`${where}.leaseMs`, options.leaseMs, defaults.defaultLeaseMs, MIN_LEASE_MS, MAX_LEASE_MS),
     concurrency: integer(`${where}.concurrency`, options.concurrency, defaults.concurrency, 1, 10_000),
+    handlerTimeoutMs: handlerTimeout(`${where}.handlerTimeout`, options.handlerTimeout, defaults.handlerTimeoutMs),
     ...retry,
   };
 }
@@ -419,6 +457,8 @@ export interface PullHandlerOptions {
   backoff?: BackoffOptions | BackoffFunction;
   /** Retry policy of this handler (replaces `maxAttempts` and `backoff`). Default `pull.retry`. */
   retry?: RetryOption<InboxMessage>;
+  /** Longest time one call of this handler may take. Default `pull.handlerTimeout`. */
+  handlerTimeout?: Duration;
 }
 
 /** A source travels in URLs (`POST <path>/:source`) and in logs: keep it plain. */

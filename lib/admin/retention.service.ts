@@ -8,7 +8,8 @@ import type { RetentionKind, RetentionResult } from './admin.types';
 
 /**
  * Deletes `sent` outbox rows and `processed` inbox rows older than their configured age (and dead
- * rows when `retention.deadAfterMs` is set), in batches of `retention.batchSize`, each batch its
+ * rows when `retention.deadAfterMs` is set; dead inbox rows only once they are also older than the
+ * dedupe window, `retention.inboxFinishedAfterMs`), in batches of `retention.batchSize`, each batch its
  * own statement and transaction, so claims never wait behind it. One replica at a time: a run
  * first tries the retention lock and is skipped when another replica holds it.
  *
@@ -80,8 +81,14 @@ export class RetentionService implements OnApplicationBootstrap, BeforeApplicati
       const o = this.options;
       const outboxDeleted = await this.drain('outbox-sent', o.finishedAfterMs);
       const inboxDeleted = await this.drain('inbox-processed', o.inboxFinishedAfterMs);
+      // A dead inbox row still dedupes its key: deleting it inside the dedupe window would let a
+      // redelivery in as a new message. So the window bounds it too (its last attempt came after
+      // its receive, so this age also covers the receive).
       const deadDeleted =
-        o.deadAfterMs === false ? 0 : (await this.drain('outbox-dead', o.deadAfterMs)) + (await this.drain('inbox-dead', o.deadAfterMs));
+        o.deadAfterMs === false
+          ? 0
+          : (await this.drain('outbox-dead', o.deadAfterMs)) +
+            (await this.drain('inbox-dead', Math.max(o.deadAfterMs, o.inboxFinishedAfterMs)));
       return { outboxDeleted, inboxDeleted, deadDeleted, skipped: false };
     });
     if (result === null) {

@@ -59,9 +59,11 @@ export interface ClaimLoopWork<C extends Claim> {
    * `yieldSlot()` gives its concurrency slot to the next claim before the work is done (the outbox
    * calls it once the publish settled: the finishing write is not a publish, and waiting for it
    * held a slot for a round trip per message). The claim stays held, and counted in `batchSize`,
-   * until `process` settles.
+   * until `process` settles. `yieldSlot(until)` instead keeps the slot taken until `until`
+   * settles, even after `process` did: work that timed out but ignores its abort signal (a
+   * publisher, a handler) still runs, and `concurrency` counts it until it really ends.
    */
-  process(claim: C, keeper: LeaseKeeper, yieldSlot: () => void): Promise<void>;
+  process(claim: C, keeper: LeaseKeeper, yieldSlot: (until?: Promise<unknown>) => void): Promise<void>;
   reclaim?(): Promise<void>;
   /** Starts renewing a claim; default `lease.keep(claim)`. */
   keep?(claim: C): LeaseKeeper;
@@ -308,22 +310,30 @@ export class ClaimLoop<C extends Claim> {
       this.working++;
       let slotHeld = true;
       let finishing = false;
-      const yieldSlot = () => {
+      let processed = false;
+      let slotHeldUntil = false;
+      const release = () => {
         if (!slotHeld) return;
         slotHeld = false;
         this.working--;
         this.startWaiting();
-        if (this.work.holdsOthers?.(held.claim) === false) {
+        if (!processed && this.work.holdsOthers?.(held.claim) === false) {
           finishing = true;
           this.finishing++;
           if (this.sleepingFull && this.state === 'running') this.waker.wake();
         }
       };
+      const yieldSlot = (until?: Promise<unknown>) => {
+        if (until === undefined) return release();
+        slotHeldUntil = true;
+        void until.then(release, release);
+      };
       this.work
         .process(held.claim, held.keeper, yieldSlot)
         .catch((error) => this.logger.error(messages.workFailed(this.options.name, held.claim.id, describeError(error))))
         .finally(() => {
-          yieldSlot();
+          processed = true;
+          if (!slotHeldUntil) release();
           if (finishing) this.finishing--;
           this.held.delete(held.claim.id);
           held.settle();

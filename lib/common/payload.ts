@@ -2,6 +2,31 @@ import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 
 /**
+ * Largest headers object accepted, in bytes of its JSON text: Node.js's default limit for all
+ * the headers of one HTTP request (`--max-http-header-size`), so whatever is stored can also be
+ * delivered over HTTP. Headers are not counted in `maxPayloadBytes`.
+ */
+export const MAX_HEADERS_BYTES = 16_384;
+
+/** A UTF-16 surrogate without its other half: PostgreSQL can store it neither as text nor as jsonb. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+/**
+ * In JSON.stringify's output, the escape of a NUL character or of a lone surrogate (paired ones
+ * are written as characters, never escaped), not preceded by an escaped backslash.
+ */
+const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(0000|d[89a-f][0-9a-f]{2})/;
+/** An HTTP header name (RFC 9110 token). */
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const LINE_BREAK = /[\r\n]/;
+
+/** What in `value` the database cannot store (PostgreSQL rejects NUL and lone surrogates), or undefined. */
+function unstorable(value: string): string | undefined {
+  if (value.includes('\u0000')) return messages.nulCharacter();
+  if (LONE_SURROGATE.test(value)) return messages.loneSurrogate();
+  return undefined;
+}
+
+/**
  * Serializes a payload to the JSON text QueueBox stores, or throws `QueueBoxValidationError`.
  * `subject` names the message in errors ("Outbox message #2", "Inbox message").
  */
@@ -14,29 +39,47 @@ export function serializePayload(payload: unknown, limitBytes: number, subject: 
   }
   if (json === undefined)
     throw new QueueBoxValidationError('payload', messages.payloadUnserializable(subject, 'it is undefined or a function'));
-  // PostgreSQL's jsonb rejects the NUL character; refuse it here with a clear error.
-  if (json.includes('\\u0000'))
-    throw new QueueBoxValidationError('payload', messages.payloadUnserializable(subject, 'it contains a NUL character'));
+  // PostgreSQL's jsonb rejects NUL characters and lone surrogates; refuse them here with a clear error.
+  const unstorableEscape = json.includes('\\u') ? UNSTORABLE_ESCAPE.exec(json) : null;
+  if (unstorableEscape) {
+    const what = unstorableEscape[1] === '0000' ? messages.nulCharacter() : messages.loneSurrogate();
+    throw new QueueBoxValidationError('payload', messages.payloadUnserializable(subject, `it contains ${what}`));
+  }
   const bytes = Buffer.byteLength(json);
   if (bytes > limitBytes) throw new QueueBoxValidationError('payload', messages.payloadTooLarge(subject, bytes, limitBytes));
   return json;
 }
 
-/** Validates an optional headers object (string values only) and returns its JSON text. */
-export function serializeHeaders(headers: unknown, subject: string): string {
+/**
+ * Validates an optional headers object (string values only, at most MAX_HEADERS_BYTES of JSON)
+ * and returns its JSON text. With `http`, every name must be an HTTP header name and no value may
+ * hold a line break: outbox headers are sent as HTTP headers, and a header that cannot be sent
+ * would fail every attempt.
+ */
+export function serializeHeaders(headers: unknown, subject: string, rules: { http: boolean }): string {
   if (headers === undefined) return '{}';
-  if (
-    typeof headers !== 'object' ||
-    headers === null ||
-    Array.isArray(headers) ||
-    !Object.values(headers).every((v) => typeof v === 'string')
-  ) {
+  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) {
     throw new QueueBoxValidationError('headers', messages.messageFieldInvalid(subject, 'headers', 'must be an object of string values'));
   }
-  return JSON.stringify(headers);
+  for (const [name, value] of Object.entries(headers)) {
+    if (typeof value !== 'string') {
+      throw new QueueBoxValidationError('headers', messages.messageFieldInvalid(subject, 'headers', 'must be an object of string values'));
+    }
+    const bad = unstorable(name) ?? unstorable(value);
+    if (bad) throw new QueueBoxValidationError('headers', messages.headerUnstorable(subject, name, bad));
+    if (rules.http && !HEADER_NAME.test(name)) throw new QueueBoxValidationError('headers', messages.headerNameInvalid(subject, name));
+    if (rules.http && LINE_BREAK.test(value)) throw new QueueBoxValidationError('headers', messages.headerValueLineBreak(subject, name));
+  }
+  const json = JSON.stringify(headers);
+  const bytes = Buffer.byteLength(json);
+  if (bytes > MAX_HEADERS_BYTES) throw new QueueBoxValidationError('headers', messages.headersTooLarge(subject, bytes, MAX_HEADERS_BYTES));
+  return json;
 }
 
-/** Checks an optional short text field (key, aggregate id, ...): a non-empty string of at most 255 characters. */
+/**
+ * Checks an optional short text field (key, aggregate id, ...): a non-empty string of at most 255
+ * characters that the database can store (no NUL character, no lone surrogate).
+ */
 export function checkName(value: unknown, field: string, subject: string, required: boolean): string | null {
   if (value === undefined || value === null) {
     if (required) throw new QueueBoxValidationError(field, messages.messageFieldInvalid(subject, field, 'is required'));
@@ -48,5 +91,7 @@ export function checkName(value: unknown, field: string, subject: string, requir
       messages.messageFieldInvalid(subject, field, 'must be a non-empty string of at most 255 characters'),
     );
   }
+  const bad = unstorable(value);
+  if (bad) throw new QueueBoxValidationError(field, messages.messageFieldInvalid(subject, field, messages.fieldUnstorable(bad)));
   return value;
 }

@@ -27,14 +27,34 @@ export class QueueBoxConfigError extends QueueBoxError {
   }
 }
 
-/** A message given to `enqueue`/`receive` is invalid (bad field, oversized or unserializable payload). Nothing was stored. */
+/**
+ * A message given to `enqueue`/`receive` is invalid (bad field, oversized or unserializable
+ * payload, text the database cannot store), or an argument of `LeaseService.claim` is. `field`
+ * names it. Nothing was stored or claimed.
+ */
 export class QueueBoxValidationError extends QueueBoxError {
   constructor(
     readonly field: string,
     message: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; code?: string },
   ) {
-    super('QUEUEBOX_INVALID_MESSAGE', message, options);
+    super(options?.code ?? 'QUEUEBOX_INVALID_MESSAGE', message, options);
+  }
+}
+
+/**
+ * An outbox message was enqueued with a `messageId` that another row already has (or that an
+ * earlier message of the same `enqueueMany` call has). Nothing of the call was stored. When the
+ * collision is found by the database (PostgreSQL: a unique violation), the statement failed inside
+ * your transaction, which PostgreSQL then refuses to continue: roll it back. `field` is
+ * `messageId`; a subclass of `QueueBoxValidationError`.
+ */
+export class DuplicateMessageIdError extends QueueBoxValidationError {
+  constructor(
+    readonly messageId: string,
+    message: string,
+  ) {
+    super('messageId', message, { code: 'QUEUEBOX_DUPLICATE_MESSAGE_ID' });
   }
 }
 
@@ -80,6 +100,16 @@ export class PublishError extends QueueBoxError {
     options?: { cause?: unknown },
   ) {
     super('QUEUEBOX_PUBLISH', message, options);
+  }
+}
+
+/**
+ * A pull handler or a relay route ran longer than its `handlerTimeout`: its `signal` aborted with
+ * this error and the attempt counts as failed (retried with backoff, or dead at the last attempt).
+ */
+export class HandlerTimeoutError extends QueueBoxError {
+  constructor(message: string) {
+    super('QUEUEBOX_HANDLER_TIMEOUT', message);
   }
 }
 

@@ -43,9 +43,11 @@ export interface QueueBoxEventMap {
   'queuebox:claim-lost': { component: ClaimComponent; id: string };
   /**
    * The reclaim step found rows of one destination (outbox) or source (relay) whose lease expired:
-   * `pending` went back to pending, `dead` were on their last attempt and are dead now.
+   * `pending` went back to pending, `dead` were on their last attempt and are dead now. A pull
+   * claim takes expired rows itself (no `pending` counts); one that took a row whose last
+   * attempt expired dead-letters it and reports it here (`component: 'pull'`, `dead: 1`).
    */
-  'queuebox:reclaimed': { component: 'outbox' | 'inbox'; name: string; pending: number; dead: number };
+  'queuebox:reclaimed': { component: 'outbox' | 'inbox' | 'pull'; name: string; pending: number; dead: number };
   /** `InboxService.receive()` stored a new message (reported when the insert ran, even if the caller's transaction later rolls back). */
   'queuebox:inbox:received': { id: string; source: string; idempotencyKey: string; aggregateId: string | null };
   /** `InboxService.receive()` found the message already stored. */

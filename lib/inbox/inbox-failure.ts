@@ -1,5 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import { describeError } from '../common/errors';
+import { describeError, isInstance } from '../common/errors';
 import { failedAttemptOutcome } from '../common/failed-attempt';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { inboxEventMessage, type QueueBoxEvents } from '../events/queuebox.events';
@@ -38,7 +38,7 @@ export async function retryOrDeadLetter(p: {
     const next = failedAttemptOutcome({
       failure,
       // It would fail the same way again.
-      final: failure instanceof QueueBoxValidationError,
+      final: isInstance(failure, QueueBoxValidationError),
       attempt: claim.attempt,
       maxAttempts: p.maxAttempts,
       message: claim.message,

@@ -3,11 +3,12 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
 import { ClaimLoop } from '../common/claim-loop';
 import { DatabaseRecovery } from '../common/database-recovery';
-import { describeError } from '../common/errors';
+import { describeError, isInstance } from '../common/errors';
 import { LoopWorker } from '../common/loop-worker';
+import { withinTimeout } from '../common/time-limit';
 import { uuidV5 } from '../common/uuid';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
-import { ClaimLostError } from '../errors/queuebox.errors';
+import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
@@ -55,11 +56,11 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
       {
         claim: (limit) => this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.claimTimeoutMs }),
-        process: (claim, keeper) =>
+        process: (claim, keeper, yieldSlot) =>
           inSpan(
             claim.message.headers,
             () => processSpan(claim.message, 'inbox'),
-            () => this.forward(claim, keeper),
+            () => this.forward(claim, keeper, yieldSlot),
           ),
         reclaim: () => this.reclaim(),
       },
@@ -86,13 +87,13 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     return uuidV5(`${this.rootOptions.tables.inbox.qualified}/${inboxId}/${index}`);
   }
 
-  private async forward(claim: InboxClaim, keeper: LeaseKeeper): Promise<void> {
+  private async forward(claim: InboxClaim, keeper: LeaseKeeper, yieldSlot: (until?: Promise<unknown>) => void): Promise<void> {
     const { message } = claim;
     const startedAt = performance.now();
     let rows: OutboxInsertRow[] | undefined;
     let failure: unknown;
     try {
-      rows = await this.outboxRowsFor(message);
+      rows = await this.outboxRowsFor(message, keeper, yieldSlot);
     } catch (error) {
       failure = error;
     }
@@ -116,7 +117,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
         });
         return;
       } catch (error) {
-        if (error instanceof ClaimLostError) {
+        if (isInstance(error, ClaimLostError)) {
           this.logger.error(messages.relayMarkLost(message.source, message.idempotencyKey));
           return;
         }
@@ -137,9 +138,30 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     });
   }
 
-  private async outboxRowsFor(message: InboxMessage): Promise<OutboxInsertRow[]> {
+  private async outboxRowsFor(
+    message: InboxMessage,
+    keeper: LeaseKeeper,
+    yieldSlot: (until?: Promise<unknown>) => void,
+  ): Promise<OutboxInsertRow[]> {
     const route = this.options.routes[message.source];
-    const output = await route(message);
+    // The signal is made only when the route reads it (see LeaseKeeper).
+    const context = {
+      get signal() {
+        return keeper.signal;
+      },
+    };
+    const timeoutMs = this.options.handlerTimeoutMs;
+    // A route that ignores its aborted signal keeps its slot until it ends.
+    const output = await withinTimeout(
+      Promise.resolve().then(() => route(message, context)),
+      timeoutMs,
+      () =>
+        new HandlerTimeoutError(messages.handlerTimedOut(`The relay route of ${message.source}`, 'inbox.relay.handlerTimeout', timeoutMs)),
+      (error, settled) => {
+        keeper.abort(error);
+        yieldSlot(settled);
+      },
+    );
     const list = Array.isArray(output) ? output : [output];
     return toOutboxRows(
       list.map((outbound, index) => ({

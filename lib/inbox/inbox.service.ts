@@ -49,7 +49,7 @@ export class InboxService implements OnModuleDestroy {
       idempotencyKey: checkName(message.idempotencyKey, 'idempotencyKey', SUBJECT, true) as string,
       aggregateId: checkName(message.aggregateId, 'aggregateId', SUBJECT, false),
       payloadJson: serializePayload(message.payload, this.options.maxPayloadBytes, SUBJECT),
-      headersJson: serializeHeaders(withTraceContext(message.headers), SUBJECT),
+      headersJson: serializeHeaders(withTraceContext(message.headers), SUBJECT, { http: false }),
     };
     const result = await this.dialect.inboxInsertIfAbsent({ row, manager });
     // In a caller's transaction the row exists for others only once it commits: wake the workers

@@ -41,4 +41,6 @@ export interface InboxMessage {
  */
 export type RelayRoute = (
   message: InboxMessage,
+  /** `signal` aborts when the claim is lost or the route passes `inbox.relay.handlerTimeout`. */
+  context: { signal: AbortSignal },
 ) => OutboxMessageInput | OutboxMessageInput[] | Promise<OutboxMessageInput | OutboxMessageInput[]>;

@@ -1,11 +1,17 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { describeError } from '../common/errors';
 import type { Dialect, InboxClaimedRow, LeaseTable } from '../dialects/dialect';
 import type { ReclaimResult } from '../dialects/dialect-rows';
+import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { MESSAGE_ID_HEADER, QUEUEBOX_DIALECT } from '../queuebox.constants';
+import { messages } from '../queuebox.messages';
+import { isSourceName, MAX_LEASE_MS, MIN_LEASE_MS } from '../queuebox.options';
 import type { Claim, InboxClaim, OutboxClaim } from './lease.types';
+
+const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit';
+
 import { LeaseKeeper } from './lease-keeper';
 
 /**
@@ -23,6 +29,7 @@ import { LeaseKeeper } from './lease-keeper';
 @Injectable()
 export class LeaseService {
   private readonly lostClaims = new WeakSet<Claim>();
+  private readonly logger = new Logger('QueueBox:LeaseService');
 
   constructor(
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
@@ -56,23 +63,38 @@ export class LeaseService {
    * Claims the next message of `source` for a custom pull client, or returns `null` when there is
    * none. Takes a pending row or one whose lease expired, at most one per aggregate in flight.
    * Finish it with `complete(claim, manager)` in your transaction (or `retry` / `deadLetter`);
-   * keep it alive with `renew(claim)` (or `keep(claim)`) while you work.
+   * keep it alive with `renew(claim)` (or `keep(claim)`) while you work. With `maxAttempts`, a
+   * message claimed for an attempt beyond it (every earlier claim expired: your client crashed or
+   * hung on it) is dead-lettered instead of returned, and the next one is claimed; without it
+   * such a message is returned however often its claims expired.
    *
    * @example
-   * const claim = await lease.claim('payments', { leaseMs: 30_000 });
+   * const claim = await lease.claim('payments', { leaseMs: 30_000, maxAttempts: 10 });
    * if (claim) await dataSource.transaction(async (manager) => {
    *   await applyPayment(manager, claim.message.payload);
    *   if (!(await lease.complete(claim, manager))) throw new Error('claim lost: roll back');
    * });
    */
-  async claim(source: string, options: { leaseMs: number }): Promise<InboxClaim | null> {
-    const [claim] = await this.claimPullBatch({ source, limit: 1, leaseMs: options.leaseMs });
-    return claim ?? null;
+  async claim(source: string, options: { leaseMs: number; maxAttempts?: number }): Promise<InboxClaim | null> {
+    checkPullClaim('LeaseService.claim', { source, limit: 1, ...options });
+    for (;;) {
+      const [claimed] = await this.dialect.inboxPullClaimBatch({ source, limit: 1, leaseMs: options.leaseMs });
+      if (!claimed) return null;
+      const [claim] = await this.liveClaims(this.toInboxClaims('pull', [claimed], options.leaseMs), options.maxAttempts);
+      // A claim that used up its attempts is dead now: look for the next message.
+      if (claim) return claim;
+    }
   }
 
-  /** A pull claim of up to `limit` rows of `source` (what `claim` does for one). */
-  async claimPullBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaim[]> {
-    return this.toInboxClaims('pull', await this.dialect.inboxPullClaimBatch(p), p.leaseMs);
+  /**
+   * A pull claim of up to `limit` rows of `source` (what `claim` does for one). With
+   * `maxAttempts`, a row claimed for an attempt beyond it (its earlier claims expired: the worker
+   * crashed or hung on it every time) is dead-lettered under the new claim and not returned.
+   */
+  async claimPullBatch(p: { source: string; limit: number; leaseMs: number; maxAttempts?: number }): Promise<InboxClaim[]> {
+    checkPullClaim('LeaseService.claimPullBatch', p);
+    const claims = this.toInboxClaims('pull', await this.dialect.inboxPullClaimBatch(p), p.leaseMs);
+    return this.liveClaims(claims, p.maxAttempts);
   }
 
   /** The inbox relay's claim: up to `limit` rows of `sources`, at most one per (source, aggregate). */
@@ -168,6 +190,35 @@ export class LeaseService {
     this.events.emit('queuebox:claim-lost', { component: claim.component, id: claim.id });
   }
 
+  /**
+   * The pull claim statement takes expired rows directly, so pull has no reclaim step to end a
+   * message that kills its worker every time (I8): a claim beyond `maxAttempts` is that step. It
+   * is dead-lettered, fenced by its own fresh token, before any handler sees it.
+   */
+  private async liveClaims(claims: InboxClaim[], maxAttempts: number | undefined): Promise<InboxClaim[]> {
+    if (maxAttempts === undefined || claims.every((claim) => claim.attempt <= maxAttempts)) return claims;
+    const spent = claims.filter((claim) => claim.attempt > maxAttempts);
+    await Promise.all(spent.map((claim) => this.deadLetterSpent(claim, maxAttempts)));
+    return claims.filter((claim) => claim.attempt <= maxAttempts);
+  }
+
+  private async deadLetterSpent(claim: InboxClaim, maxAttempts: number): Promise<void> {
+    const { message } = claim;
+    const id = `${message.source}/${message.idempotencyKey}`;
+    const reason = messages.pullAttemptsExpired(claim.attempt - 1, maxAttempts);
+    try {
+      if (await this.deadLetter(claim, reason)) {
+        this.events.emit('queuebox:reclaimed', { component: 'pull', name: message.source, pending: 0, dead: 1 });
+        this.logger.warn(messages.deadLettered(id, reason));
+      } else {
+        this.logger.warn(messages.finishLost(id, 'dead-letter'));
+      }
+    } catch (error) {
+      // The row stays processing under this claim; the next claim after its lease tries again.
+      this.logger.error(messages.finishFailed(id, 'dead-letter', describeError(error)));
+    }
+  }
+
   private toInboxClaims(component: 'inbox' | 'pull', rows: InboxClaimedRow[], leaseMs: number): InboxClaim[] {
     return rows.map((row) => ({
       component,
@@ -197,6 +248,28 @@ export class LeaseService {
   private fence(claim: Claim): { table: LeaseTable; id: string; token: string } {
     return { table: claim.component === 'outbox' ? 'outbox' : 'inbox', id: claim.id, token: claim.token };
   }
+}
+
+/**
+ * Refuses arguments that would make a claim wrong rather than fail: a lease of zero or less is
+ * already expired when it is granted (another claim takes the row at once: handled twice).
+ */
+function checkPullClaim(where: string, p: { source: unknown; limit: unknown; leaseMs: unknown; maxAttempts?: unknown }): void {
+  if (typeof p !== 'object' || p === null)
+    throw new QueueBoxValidationError('options', messages.leaseArgumentInvalid(where, 'options', 'must be an object', p));
+  if (!isSourceName(p.source))
+    throw new QueueBoxValidationError('source', messages.leaseArgumentInvalid(where, 'source', SOURCE_RULE, p.source));
+  const integer = (field: string, value: unknown, min: number, max: number) => {
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+      throw new QueueBoxValidationError(
+        field,
+        messages.leaseArgumentInvalid(where, field, `must be an integer from ${min} to ${max}`, value),
+      );
+    }
+  };
+  integer('leaseMs', p.leaseMs, MIN_LEASE_MS, MAX_LEASE_MS);
+  integer('limit', p.limit, 1, 10_000);
+  if (p.maxAttempts !== undefined) integer('maxAttempts', p.maxAttempts, 1, 1_000_000);
 }
 
 function describeReason(reason: unknown): string {

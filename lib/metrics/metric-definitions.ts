@@ -56,7 +56,7 @@ export const COUNTERS: MetricDefinition<QueueBoxCounter>[] = [
   },
   {
     name: 'queuebox_inbox_messages_reclaimed_total',
-    help: 'Relay rows whose lease expired, returned to pending (or dead) by the reclaim step.',
+    help: 'Relay rows whose lease expired, returned to pending (or dead) by the reclaim step; pull rows dead after their last claim expired.',
     labelNames: ['component', 'source'],
   },
 ];
@@ -122,7 +122,7 @@ export function metricUpdate<K extends QueueBoxEventName>(name: K, event: QueueB
         if (dead > 0) counters.push(count('queuebox_outbox_messages_dead_lettered_total', { ...labels, cause: 'reclaim' }, dead));
         return { counters };
       }
-      const labels = { component: 'inbox', source: String(e.name) };
+      const labels = { component: String(e.component), source: String(e.name) };
       const counters = [count('queuebox_inbox_messages_reclaimed_total', labels, reclaimed)];
       if (dead > 0) counters.push(count('queuebox_inbox_messages_dead_lettered_total', { ...labels, cause: 'reclaim' }, dead));
       return { counters };

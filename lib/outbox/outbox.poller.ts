@@ -2,7 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } fro
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ClaimLoop } from '../common/claim-loop';
 import { DatabaseRecovery } from '../common/database-recovery';
-import { describeError } from '../common/errors';
+import { describeError, isInstance } from '../common/errors';
 import { failedAttemptOutcome } from '../common/failed-attempt';
 import { LoopWorker } from '../common/loop-worker';
 import { SpareAbortControllers } from '../common/spare-abort-controllers';
@@ -50,6 +50,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
   private readonly markedSent = new WeakSet<OutboxClaim>();
   /** Publish signals nobody used, reused by later publishes (see `publishWithin`). */
   private readonly controllers: SpareAbortControllers;
+  private overrunningPublishes = 0;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -117,9 +118,11 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
     return renewed;
   }
 
-  private async publish(claim: OutboxClaim, keeper: LeaseKeeper, yieldSlot: () => void): Promise<void> {
+  private async publish(claim: OutboxClaim, keeper: LeaseKeeper, yieldSlot: (until?: Promise<unknown>) => void): Promise<void> {
     const { message } = claim;
     let failure: unknown;
+    /** Settles when a publish that QueueBox stopped waiting for (timeout, lost claim) really ends. */
+    let overrun: Promise<void> | undefined;
     let published = false;
     let publisher: Publisher | undefined;
     const startedAt = performance.now();
@@ -137,7 +140,9 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
           () => {
             // Inside the publish span, the destination continues from it (a copy only when a span is active).
             const traced = activeTraceContext(message.headers);
-            return this.publishWithin(chosen, traced ? { ...message, headers: traced } : message, keeper);
+            return this.publishWithin(chosen, traced ? { ...message, headers: traced } : message, keeper, (settled) => {
+              overrun = settled;
+            });
           },
         );
         published = true;
@@ -150,8 +155,9 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
       return;
     }
     const durationMs = performance.now() - startedAt;
-    // `concurrency` bounds publishes in flight: the next one starts while this outcome is written.
-    yieldSlot();
+    // `concurrency` bounds publishes in flight: the next one starts while this outcome is written,
+    // and not before a publish that ignored its aborted signal has really ended.
+    yieldSlot(overrun);
     await keeper.stop();
     if (this.loop.abandoned) return;
     if (keeper.lost) {
@@ -172,7 +178,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
       what = 'retry'; // the backoff may throw
       const next = failedAttemptOutcome({
         failure,
-        final: failure instanceof PermanentPublishError,
+        final: isInstance(failure, PermanentPublishError),
         attempt: claim.attempt,
         maxAttempts: this.options.maxAttempts,
         message,
@@ -239,7 +245,8 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
 
   /**
    * Runs one publish with `outbox.publishTimeout`: at the deadline its signal aborts and the
-   * attempt fails with a retryable `PublishError`, even if the publisher ignores the signal. The
+   * attempt fails with a retryable `PublishError`, even if the publisher ignores the signal (then
+   * `overran` gets a promise of its end: its concurrency slot stays taken until then). The
    * publisher's signal also aborts when the claim's does (lost claim, shutdown). One controller and
    * one timer per publish, and the keeper's abort forwarded to it: `AbortSignal.any` costs more per
    * call and, on Node.js 20, keeps its composed signals alive longer than the publish; the keeper
@@ -247,7 +254,12 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
    * its signal untouched (not aborted, no listener left) serves a later publish: the signal is the
    * publisher's until its promise settles, not after.
    */
-  private publishWithin(publisher: Publisher, message: OutboundMessage, keeper: LeaseKeeper): Promise<void> {
+  private publishWithin(
+    publisher: Publisher,
+    message: OutboundMessage,
+    keeper: LeaseKeeper,
+    overran: (settled: Promise<void>) => void,
+  ): Promise<void> {
     const timeoutMs = this.options.publishTimeoutMs;
     const controller = this.controllers.take();
     const { signal } = controller;
@@ -258,29 +270,48 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
         clearTimeout(timer);
         unsubscribe();
       };
+      let publishing: Promise<void> | undefined;
       const abort = (reason: unknown) => {
         settle();
         if (!signal.aborted) controller.abort(reason);
         reject(signal.reason);
+        if (publishing) overran(this.overrunning(publishing, message.messageId, timeoutMs));
       };
       unsubscribe = keeper.onAbort(abort);
       if (signal.aborted) return;
       timer = setTimeout(() => abort(new PublishError(messages.publishTimedOut(timeoutMs))), timeoutMs);
-      Promise.resolve()
-        .then(() => publisher.publish(message, signal))
-        .then(
-          () => {
-            settle();
-            this.controllers.giveBack(controller);
-            resolve();
-          },
-          (error) => {
-            settle();
-            this.controllers.giveBack(controller);
-            reject(error);
-          },
-        );
+      publishing = Promise.resolve().then(() => publisher.publish(message, signal));
+      publishing.then(
+        () => {
+          settle();
+          this.controllers.giveBack(controller);
+          resolve();
+        },
+        (error) => {
+          settle();
+          this.controllers.giveBack(controller);
+          reject(error);
+        },
+      );
     });
+  }
+
+  /**
+   * Publishes that QueueBox stopped waiting for (their signal aborted: timeout, lost claim,
+   * shutdown) and that have not ended yet: each still holds its `concurrency` slot.
+   */
+  get overrunningCount(): number {
+    return this.overrunningPublishes;
+  }
+
+  /** Counts and logs a publish still running after its signal aborted; settles when it ends. */
+  private overrunning(publishing: Promise<void>, messageId: string, timeoutMs: number): Promise<void> {
+    this.overrunningPublishes++;
+    this.logger.warn(messages.publishOverrunning(messageId, timeoutMs, this.overrunningPublishes));
+    const ended = () => {
+      this.overrunningPublishes--;
+    };
+    return publishing.then(ended, ended);
   }
 
   private async reclaim(): Promise<void> {

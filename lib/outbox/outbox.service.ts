@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import type { Dialect } from '../dialects/dialect';
-import { QueueBoxValidationError } from '../errors/queuebox.errors';
+import { DuplicateMessageIdError, QueueBoxValidationError } from '../errors/queuebox.errors';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
@@ -38,6 +38,33 @@ export class OutboxService {
     if (!Array.isArray(messageList)) throw new QueueBoxValidationError('messages', messages.messageNotObject('The message list'));
     if (messageList.length === 0) return [];
     const rows = toOutboxRows(messageList, this.options.maxPayloadBytes);
-    return this.dialect.outboxInsert({ manager, rows });
+    try {
+      return await this.dialect.outboxInsert({ manager, rows });
+    } catch (error) {
+      const collision = messageIdCollision(error);
+      if (collision) throw new DuplicateMessageIdError(collision.messageId ?? '', messages.messageIdTaken(collision.messageId));
+      throw error;
+    }
   }
+}
+
+/**
+ * Whether `error` is the unique violation of the outbox's `message_id` constraint (named
+ * `<table>_message_id_key` by both dialects' schemas): PostgreSQL's 23505, SQL Server's 2627
+ * (or 2601 for an index). Returns the colliding id when the database names it.
+ */
+function messageIdCollision(error: unknown): { messageId?: string } | undefined {
+  const driver = (error as { driverError?: unknown } | null)?.driverError ?? error;
+  const { code, number, constraint, detail, message } = (driver ?? {}) as {
+    code?: unknown;
+    number?: unknown;
+    constraint?: unknown;
+    detail?: unknown;
+    message?: unknown;
+  };
+  const postgres = code === '23505' && typeof constraint === 'string' && constraint.endsWith('_message_id_key');
+  const sqlServer = (number === 2627 || number === 2601) && typeof message === 'string' && message.includes('_message_id_key');
+  if (!postgres && !sqlServer) return undefined;
+  const text = `${typeof detail === 'string' ? detail : ''} ${typeof message === 'string' ? message : ''}`;
+  return { messageId: /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i.exec(text)?.[0]?.toLowerCase() };
 }

@@ -1,3 +1,4 @@
+import { describeError } from '../common/errors';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { signRequest } from '../inbox/receiver/signature';
 import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
@@ -66,11 +67,12 @@ export class HttpPublisher implements Publisher {
     // v2: signs the method, the path, the body and every header set above (id, key, the message's own).
     if (this.options.secret) Object.assign(headers, signRequest(this.options.secret, { path: new URL(url).pathname, headers, body }));
     headers['content-type'] = 'application/json';
+    const sendable = sendableHeaders(headers);
     let response: Response;
     try {
       response = await fetch(url, {
         method: 'POST',
-        headers,
+        headers: sendable,
         body,
         signal: AbortSignal.any([signal, timeout]),
         redirect: 'manual',
@@ -101,6 +103,15 @@ export class HttpPublisher implements Publisher {
     if (url === undefined) throw new PermanentPublishError(messages.httpNoUrl(destination));
     if (!isHttpUrl(url)) throw new PermanentPublishError(messages.httpUrlInvalid(destination, url));
     return url;
+  }
+}
+
+/** `headers` as fetch sends them; a header that cannot be sent (a value beyond Latin-1, say) fails every attempt the same way. */
+function sendableHeaders(headers: Record<string, string>): Headers {
+  try {
+    return new Headers(headers);
+  } catch (error) {
+    throw new PermanentPublishError(messages.httpHeadersInvalid(describeError(error)));
   }
 }
 

@@ -16,6 +16,8 @@ export interface PullHandlerDefinition {
   handle: (message: InboxMessage, context: PullContext) => unknown;
   leaseMs: number;
   concurrency: number;
+  /** Longest time one call may take (`handlerTimeout`). */
+  handlerTimeoutMs: number;
   maxAttempts: number;
   backoff: (attempt: number, error: unknown, message: InboxMessage) => number;
   retryIf: (error: unknown, attempt: number, message: InboxMessage) => boolean;

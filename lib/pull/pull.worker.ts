@@ -3,7 +3,9 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
 import { DatabaseRecovery } from '../common/database-recovery';
-import { ClaimLostError } from '../errors/queuebox.errors';
+import { isInstance } from '../common/errors';
+import { withinTimeout } from '../common/time-limit';
+import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { retryOrDeadLetter } from '../inbox/inbox-failure';
 import { InboxSources } from '../inbox/inbox-sources';
@@ -112,8 +114,9 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
           recovery: this.recovery,
         },
         {
-          claim: (limit) => this.lease.claimPullBatch({ source: handler.source, limit, leaseMs: handler.leaseMs }),
-          process: (claim, keeper) => this.handle(handler, created, claim, keeper),
+          claim: (limit) =>
+            this.lease.claimPullBatch({ source: handler.source, limit, leaseMs: handler.leaseMs, maxAttempts: handler.maxAttempts }),
+          process: (claim, keeper, yieldSlot) => this.handle(handler, created, claim, keeper, yieldSlot),
           keep: (claim) => this.lease.keep(claim, this.leaseRunner?.manager),
         },
         this.lease,
@@ -126,14 +129,21 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     return loop;
   }
 
-  private async handle(handler: PullHandlerDefinition, loop: ClaimLoop<InboxClaim>, claim: InboxClaim, keeper: LeaseKeeper): Promise<void> {
+  private async handle(
+    handler: PullHandlerDefinition,
+    loop: ClaimLoop<InboxClaim>,
+    claim: InboxClaim,
+    keeper: LeaseKeeper,
+    yieldSlot: (until?: Promise<unknown>) => void,
+  ): Promise<void> {
     const { message } = claim;
     const id = `${message.source}/${message.idempotencyKey}`;
     const lost = () => new ClaimLostError(messages.claimLost('pull', claim.id));
     let failure: unknown;
+    let timedOut: Error | undefined;
     const startedAt = performance.now();
     try {
-      await inSpan(
+      const attempt = inSpan(
         message.headers,
         () => processSpan(message, 'pull'),
         () =>
@@ -148,6 +158,9 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
               attempt: claim.attempt,
             };
             await handler.handle(message, context);
+            // Past the timeout the attempt is already recorded as failed and the row may have a
+            // new owner: this transaction must not commit (the fenced completion would refuse too).
+            if (timedOut) throw timedOut;
             // Renewal stops before the completing write: a renewal racing it would wait for it and
             // then see zero rows, which is not a lost claim.
             await keeper.stop();
@@ -155,6 +168,18 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
             // Fenced by the database's current time (clock_timestamp), not the transaction's start.
             if (!(await this.lease.complete(claim, manager))) throw lost();
           }),
+      );
+      // At the timeout the signal aborts and the attempt is recorded now; a handler that ignores
+      // the signal keeps its transaction (rolled back when it returns) and its slot until it ends.
+      await withinTimeout(
+        attempt,
+        handler.handlerTimeoutMs,
+        () => new HandlerTimeoutError(messages.handlerTimedOut(`Pull handler ${handler.name}`, 'handlerTimeout', handler.handlerTimeoutMs)),
+        (error, settled) => {
+          timedOut = error;
+          keeper.abort(error);
+          yieldSlot(settled);
+        },
       );
       this.events.emit('queuebox:pull:processed', {
         ...inboxEventMessage('pull', message),
@@ -167,7 +192,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     }
     await keeper.stop();
     if (loop.abandoned) return;
-    if (failure instanceof ClaimLostError || keeper.lost) {
+    if (isInstance(failure, ClaimLostError) || keeper.lost) {
       this.lease.markLost(claim);
       this.logger.error(messages.pullClaimLost(id, handler.name));
       return;

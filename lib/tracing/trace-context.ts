@@ -2,7 +2,9 @@
 // enqueue or receive, its W3C `traceparent` (and `tracestate`) is stored in the message headers;
 // the publish, relay and handler spans take it as their parent, on every attempt. Without
 // OpenTelemetry installed (or with no span active) nothing is added and no span is started.
+
 import type * as OpenTelemetry from '@opentelemetry/api';
+import { describeError, isInstance } from '../common/errors';
 
 export const TRACEPARENT_HEADER = 'traceparent';
 export const TRACESTATE_HEADER = 'tracestate';
@@ -111,8 +113,14 @@ async function inActiveSpan<T>(
     try {
       return await work();
     } catch (error) {
-      active.recordException(error instanceof Error ? error : String(error));
-      active.setStatus({ code: otel.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+      // Whatever was thrown (describeError never throws; reading a hostile Error's fields may).
+      const text = describeError(error);
+      try {
+        active.recordException(isInstance(error, Error) ? error : text);
+      } catch {
+        active.recordException(text);
+      }
+      active.setStatus({ code: otel.SpanStatusCode.ERROR, message: text });
       throw error;
     } finally {
       active.end();

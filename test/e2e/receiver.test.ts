@@ -133,6 +133,20 @@ describe('HTTP receiver', () => {
     assert.deepEqual(await db.query("SELECT idempotency_key FROM queuebox_inbox WHERE idempotency_key IN ('x', 'y', 'z', 'big')"), []);
   });
 
+  it('answers 400 naming the field for a body the database cannot store (a lone surrogate, a NUL), not 500', async () => {
+    for (const [key, body] of [
+      ['surrogate', '{"text":"half an emoji \\ud83d"}'],
+      ['nul', '{"text":"a\\u0000b"}'],
+    ]) {
+      const response = await post('orders', body, { 'Idempotency-Key': key });
+      assert.equal(response.status, 400, key);
+      const answer = (await response.json()) as { field: string; message: string };
+      assert.equal(answer.field, 'payload');
+      assert.match(answer.message, key === 'nul' ? /NUL character/ : /lone UTF-16 surrogate/);
+    }
+    assert.deepEqual(await db.query("SELECT idempotency_key FROM queuebox_inbox WHERE idempotency_key IN ('surrogate', 'nul')"), []);
+  });
+
   it('answers 401 for a tampered body, a wrong secret, a stale timestamp or no signature; accepts the rotated-out secret', async () => {
     const body = JSON.stringify({ amount: 10 });
     const signed = signRequest(SECRET, { path: '/queuebox/inbox/orders', headers: { 'Idempotency-Key': 't1' }, body });

@@ -51,6 +51,17 @@ describe('HttpPublisher against a real local HTTP server', () => {
     assert.equal(request.headers['content-type'], 'application/json');
   });
 
+  it('a header that cannot be sent over HTTP (a value beyond Latin-1) is permanent, not retried forever', async () => {
+    const sent = recorder.requests.length;
+    const unsendable = { ...message(), headers: { ...message().headers, 'x-city': '東京' } };
+    await assert.rejects(publisher.publish(unsendable, new AbortController().signal), (error: unknown) => {
+      assert.ok(error instanceof PermanentPublishError, String(error));
+      assert.match(error.message, /cannot be sent over HTTP/);
+      return true;
+    });
+    assert.equal(recorder.requests.length, sent, 'nothing was sent');
+  });
+
   it('treats 2xx as success, 4xx as permanent except 408/425/429, and everything else as retryable', async () => {
     const results: Record<string, string> = {};
     for (const status of [200, 201, 202, 204, 301, 400, 401, 404, 408, 409, 410, 422, 425, 429, 500, 502, 503]) {

@@ -3,7 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
-import { QueueBoxValidationError, UnknownSourceError } from '../../lib/errors/queuebox.errors';
+import { HandlerTimeoutError, QueueBoxValidationError, UnknownSourceError } from '../../lib/errors/queuebox.errors';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
@@ -12,6 +12,7 @@ import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { startWorker, type WorkerProcess } from '../support/processes';
+import { gate } from '../support/recording-publisher';
 
 describe('InboxService and InboxRelay on PostgreSQL', () => {
   let db: TestDatabase;
@@ -21,6 +22,7 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
   let dataSource: DataSource;
   let routed: InboxMessage[];
   let routeBehaviour: (message: InboxMessage) => unknown;
+  let currentContext: { signal: AbortSignal } | undefined;
 
   before(async () => {
     db = await createTestDatabase();
@@ -31,8 +33,9 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
         inbox: {
           relay: {
             routes: {
-              orders: (message) => {
+              orders: (message, context) => {
                 routed.push(message);
+                currentContext = context;
                 return routeBehaviour(message) as never;
               },
               fanout: (message) => [
@@ -41,6 +44,7 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
               ],
             },
             claimTimeoutMs: 2000,
+            handlerTimeout: 500,
             maxAttempts: 3,
             backoff: { initialMs: 1, maxMs: 1, jitter: false },
           },
@@ -119,11 +123,25 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
       [{ source: 'orders', idempotencyKey: 'k', aggregateId: 5, payload: 1 }, 'aggregateId'],
       [{ source: 'orders', idempotencyKey: 'k', payload: 10n }, 'payload'],
       [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { a: 1 } }, 'headers'],
+      // Characters PostgreSQL cannot store (issue 13 item 8).
+      [{ source: 'orders', idempotencyKey: 'k\u0000', payload: 1 }, 'idempotencyKey'],
+      [{ source: 'orders', idempotencyKey: 'k\ud800', payload: 1 }, 'idempotencyKey'],
+      [{ source: 'orders', idempotencyKey: 'k', aggregateId: 'a\u0000', payload: 1 }, 'aggregateId'],
+      [{ source: 'orders', idempotencyKey: 'k', aggregateId: '\udc00', payload: 1 }, 'aggregateId'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: { a: '\ud800' } }, 'payload'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: { a: 'x\u0000' } }, 'payload'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { a: '\u0000' } }, 'headers'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { ['\ud800']: 'v' } }, 'headers'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { a: 'x'.repeat(20_000) } }, 'headers'],
     ] as const) {
-      await assert.rejects(
-        inbox.receive(message as never),
-        (error: unknown) => error instanceof QueueBoxValidationError && error.field === field,
-      );
+      // In the caller's transaction, which stays usable: nothing reached the database.
+      await dataSource.transaction(async (manager) => {
+        await assert.rejects(
+          inbox.receive(message as never, manager),
+          (error: unknown) => error instanceof QueueBoxValidationError && error.field === field,
+        );
+        await manager.query('SELECT 1');
+      });
     }
     assert.deepEqual(await db.query('SELECT count(*)::int AS n FROM queuebox_inbox'), [{ n: 0 }]);
   });
@@ -148,6 +166,36 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
     ]);
     assert.equal(routed[0].attempt, 1);
     assert.equal(t.get(QueueBoxMetrics).value('queuebox_inbox_messages_processed_total', { component: 'inbox', source: 'orders' }), 1);
+  });
+
+  it('a route past inbox.relay.handlerTimeout has its signal aborted and its attempt recorded; a late result is dropped', async () => {
+    const hold = gate();
+    let seen: AbortSignal | undefined;
+    routeBehaviour = async (message) => {
+      seen = (routed.at(-1) === message ? currentContext : undefined)?.signal;
+      await hold.promise; // ignores its signal
+      return { destination: 'billing', payload: message.payload };
+    };
+    await inbox.receive({ source: 'orders', idempotencyKey: 'slow-route', payload: { n: 1 } });
+    try {
+      assert.equal(await relay.runOnce(), 1, 'the attempt ends at the timeout, not when the route does');
+      const [row] = await db.query<{ state: string; attempts: number; last_error: string }>(
+        'SELECT state, attempts, last_error FROM queuebox_inbox',
+      );
+      assert.equal(row.state, 'pending');
+      assert.match(
+        row.last_error,
+        /HandlerTimeoutError \[QUEUEBOX_HANDLER_TIMEOUT\]: The relay route of orders took longer than "inbox.relay.handlerTimeout" \(500 ms\)/,
+      );
+      assert.equal(seen?.aborted, true);
+      assert.ok(seen?.reason instanceof HandlerTimeoutError);
+    } finally {
+      hold.open();
+    }
+    routeBehaviour = (message) => ({ destination: 'billing', payload: message.payload });
+    await drainRelay();
+    assert.deepEqual(await db.query('SELECT state, attempts FROM queuebox_inbox'), [{ state: 'processed', attempts: 2 }]);
+    assert.equal((await db.query('SELECT 1 FROM queuebox_outbox')).length, 1, 'the late result of the timed-out route was not forwarded');
   });
 
   it('a route may fan out to several outbox messages, all in the forward transaction', async () => {

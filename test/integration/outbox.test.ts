@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { PermanentPublishError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
+import { DuplicateMessageIdError, PermanentPublishError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
@@ -118,6 +118,22 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
       [{ destination: 'billing', payload: undefined }, 'payload', /undefined/],
       [{ destination: 'billing', payload: 'a\u0000b' }, 'payload', /NUL/],
       [{ destination: 'billing', payload: 'x'.repeat(2000) }, 'payload', /above the limit of 1000/],
+      // Characters PostgreSQL cannot store, in every text field (issue 13 item 8): refused before any SQL.
+      [{ destination: 'bill\u0000ing', payload: 1 }, 'destination', /NUL character/],
+      [{ destination: 'billing\ud800', payload: 1 }, 'destination', /lone UTF-16 surrogate/],
+      [{ destination: 'billing', key: 'k\u0000', payload: 1 }, 'key', /NUL character/],
+      [{ destination: 'billing', key: '\udc00k', payload: 1 }, 'key', /lone UTF-16 surrogate/],
+      [{ destination: 'billing', payload: { text: 'half \ud83d' } }, 'payload', /lone UTF-16 surrogate/],
+      [{ destination: 'billing', payload: { ['k\udfff']: 1 } }, 'payload', /lone UTF-16 surrogate/],
+      [{ destination: 'billing', payload: 1, headers: { 'x-a': 'v\u0000' } }, 'headers', /NUL character/],
+      [{ destination: 'billing', payload: 1, headers: { 'x-\ud800': 'v' } }, 'headers', /lone UTF-16 surrogate/],
+      // Headers that could never be sent (issue 13 item 9).
+      [{ destination: 'billing', payload: 1, headers: { 'x-a': 'v\r\nx-injected: 1' } }, 'headers', /line break/],
+      [{ destination: 'billing', payload: 1, headers: { 'x a': 'v' } }, 'headers', /not a valid HTTP header name/],
+      [{ destination: 'billing', payload: 1, headers: { '': 'v' } }, 'headers', /not a valid HTTP header name/],
+      [{ destination: 'billing', payload: 1, headers: { 'x-big': 'x'.repeat(20_000) } }, 'headers', /above the limit of 16384/],
+      [{ destination: 'billing', payload: 1, availableAt: new Date('+275760-01-01T00:00:00Z') }, 'availableAt', /years 1 and 9999/],
+      [{ destination: 'billing', payload: 1, availableAt: new Date('-000001-01-01T00:00:00Z') }, 'availableAt', /years 1 and 9999/],
     ];
     await dataSource.transaction(async (manager) => {
       await outbox.enqueue(manager, { destination: 'billing', payload: { kept: true } });
@@ -134,6 +150,167 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
     });
     assert.equal((await states()).length, 2);
     await assert.rejects(outbox.enqueue(undefined as never, { destination: 'b', payload: 1 }), /needs the EntityManager/);
+  });
+
+  it('stores what validation lets through: paired surrogates, escaped backslashes, the edges of the time range', async () => {
+    const edges = [new Date('0001-01-01T00:00:00Z'), new Date('9999-12-31T23:59:59.999Z')];
+    const payload = { emoji: '\ud83d\ude00', text: 'a literal \\u0000 is no NUL' };
+    await dataSource.transaction(async (manager) => {
+      for (const availableAt of edges) await outbox.enqueue(manager, { destination: 'billing', payload, availableAt });
+    });
+    const rows = await db.query<{ payload: unknown; available_at: Date }>('SELECT payload, available_at FROM queuebox_outbox ORDER BY id');
+    assert.deepEqual(
+      rows.map((r) => r.payload),
+      [payload, payload],
+    );
+    assert.deepEqual(
+      rows.map((r) => r.available_at.getTime()),
+      edges.map((d) => d.getTime()),
+    );
+  });
+
+  it('a messageId is stored and returned in lower case; a taken one fails with DuplicateMessageIdError', async () => {
+    const upper = '9B2F4C1E-AAAA-4000-8000-00000000000A';
+    const result = await dataSource.transaction((manager) =>
+      outbox.enqueue(manager, { destination: 'billing', payload: 1, messageId: upper }),
+    );
+    const [row] = await db.query<{ id: string; message_id: string }>('SELECT id::text, message_id::text FROM queuebox_outbox');
+    assert.deepEqual(result, { id: row.id, messageId: upper.toLowerCase() }, 'the id and message id returned are the ones stored');
+    assert.equal(row.message_id, upper.toLowerCase());
+    // Twice in one call: refused before any SQL, the transaction goes on.
+    const again = '0c8d6e10-0000-4000-8000-000000000001';
+    await dataSource.transaction(async (manager) => {
+      await assert.rejects(
+        outbox.enqueueMany(manager, [
+          { destination: 'billing', payload: 1, messageId: again },
+          { destination: 'billing', payload: 2, messageId: again.toUpperCase() },
+        ]),
+        (error: unknown) => error instanceof DuplicateMessageIdError && error.field === 'messageId' && error.messageId === again,
+      );
+      await outbox.enqueue(manager, { destination: 'billing', payload: 3 });
+    });
+    // Already stored: the database finds it; a typed error, not a QueryFailedError, and nothing of the call stored.
+    await assert.rejects(
+      dataSource.transaction((manager) =>
+        outbox.enqueueMany(manager, [
+          { destination: 'billing', payload: 4 },
+          { destination: 'billing', payload: 5, messageId: upper },
+        ]),
+      ),
+      (error: unknown) => {
+        assert.ok(error instanceof DuplicateMessageIdError, String(error));
+        assert.equal(error.code, 'QUEUEBOX_DUPLICATE_MESSAGE_ID');
+        assert.equal(error.messageId, upper.toLowerCase());
+        assert.match(error.message, /already exists/);
+        return true;
+      },
+    );
+    assert.equal((await states()).length, 2);
+  });
+
+  it('a publisher throwing a value that cannot be described still has its attempt recorded, not left processing', async () => {
+    const revoked = Proxy.revocable({}, {});
+    revoked.revoke();
+    const messageGetterThrows = new Error('hidden');
+    Object.defineProperty(messageGetterThrows, 'message', {
+      get() {
+        throw new Error('message getter');
+      },
+    });
+    const nameGetterThrows = new Error('hidden');
+    Object.defineProperty(nameGetterThrows, 'name', {
+      get() {
+        throw new Error('name getter');
+      },
+    });
+    const hostile: Record<string, unknown> = {
+      'no prototype': Object.create(null),
+      'revoked proxy': revoked.proxy,
+      'throwing toString': {
+        toString() {
+          throw new Error('toString');
+        },
+      },
+      'throwing toPrimitive': {
+        [Symbol.toPrimitive]() {
+          throw new Error('toPrimitive');
+        },
+      },
+      'throwing message getter': messageGetterThrows,
+      'throwing name getter': nameGetterThrows,
+    };
+    publisher.behaviour = (message) => {
+      throw hostile[(message.payload as { kind: string }).kind];
+    };
+    await dataSource.transaction((manager) =>
+      outbox.enqueueMany(
+        manager,
+        Object.keys(hostile).map((kind) => ({ destination: 'billing', payload: { kind } })),
+      ),
+    );
+    assert.equal(await poller.runOnce(), Object.keys(hostile).length);
+    const rows = await db.query<{ kind: string; state: string; attempts: number; last_error: string | null }>(
+      "SELECT payload->>'kind' AS kind, state, attempts, last_error FROM queuebox_outbox ORDER BY id",
+    );
+    for (const row of rows) {
+      assert.equal(row.state, 'pending', `${row.kind}: retried, not stuck processing`);
+      assert.equal(row.attempts, 1);
+      assert.match(row.last_error ?? '', /cannot be described/, row.kind);
+    }
+  });
+
+  it('a publish that ignores its timed-out signal keeps its concurrency slot until it really ends', async () => {
+    const stuck = gate();
+    let inFlight = 0;
+    let mostInFlight = 0;
+    const ignoring = new RecordingPublisher(async () => {
+      inFlight++;
+      mostInFlight = Math.max(mostInFlight, inFlight);
+      try {
+        await stuck.promise; // never looks at its signal
+      } finally {
+        inFlight--;
+      }
+    });
+    const own = await createTestApp(db.url, {
+      outbox: {
+        publisher: ignoring,
+        concurrency: 3,
+        pollIntervalMs: 10,
+        claimTimeoutMs: 3000,
+        publishTimeout: 50,
+        retry: { attempts: 100, backoff: { delay: 0, jitter: false } },
+      },
+      workers: false,
+    });
+    try {
+      await own.app.get<DataSource>(getDataSourceToken()).transaction((manager) =>
+        own.get(OutboxService).enqueueMany(
+          manager,
+          Array.from({ length: 12 }, (_, n) => ({ destination: 'billing', payload: { n } })),
+        ),
+      );
+      const ownPoller = own.get(OutboxPoller);
+      ownPoller.start();
+      await ignoring.waitForCalls(3);
+      await eventually(
+        async () => (await db.query("SELECT 1 FROM queuebox_outbox WHERE last_error LIKE '%publishTimeout%'")).length === 3,
+        'the three timed-out attempts to be recorded as failed',
+      );
+      assert.equal(ignoring.calls.length, 3, 'no fourth publish started while three still run');
+      assert.equal(ownPoller.overrunningCount, 3);
+      assert.ok(own.logger.has('warn', 'ignores its signal and is still running'));
+      stuck.open();
+      await eventually(
+        async () => (await db.query("SELECT 1 FROM queuebox_outbox WHERE state = 'sent'")).length === 12,
+        'every message to be sent once the stuck publishes ended',
+      );
+      assert.equal(mostInFlight, 3, 'never more publishes running than "concurrency"');
+      assert.equal(ownPoller.overrunningCount, 0);
+    } finally {
+      stuck.open();
+      await own.app.close();
+    }
   });
 
   it('publishes, marks sent, and hands the publisher X-Message-Id and the headers', async () => {

@@ -3,7 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { HandlerTimeoutError, QueueBoxConfigError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
 import { LeaseService } from '../../lib/lease/lease.service';
@@ -36,6 +36,23 @@ class LedgerHandler {
   }
 }
 
+/** The handler of source "timed", with a short handlerTimeout; set per test. */
+let timedBehaviour: (message: InboxMessage, context: PullContext) => Promise<void> = async () => undefined;
+let timedCalls = 0;
+
+@Injectable()
+class TimedHandler {
+  @PullHandler('timed', { leaseMs: 10_000, handlerTimeout: 300, maxAttempts: 3, backoff: { initialMs: 1, maxMs: 1, jitter: false } })
+  async handle(message: InboxMessage, context: PullContext) {
+    timedCalls++;
+    await context.manager.query('INSERT INTO ledger (idempotency_key, worker) VALUES ($1, $2)', [
+      message.idempotencyKey,
+      `attempt ${context.attempt}`,
+    ]);
+    await timedBehaviour(message, context);
+  }
+}
+
 describe('pull workers on PostgreSQL', () => {
   let db: TestDatabase;
   let t: TestApp;
@@ -45,7 +62,7 @@ describe('pull workers on PostgreSQL', () => {
   before(async () => {
     db = await createTestDatabase();
     await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, worker text)');
-    t = await createTestApp(db.url, { workers: false, pull: { sources: ['custom'] } }, { providers: [LedgerHandler] });
+    t = await createTestApp(db.url, { workers: false, pull: { sources: ['custom'] } }, { providers: [LedgerHandler, TimedHandler] });
     inbox = t.get(InboxService);
     worker = t.get(PullWorker);
   });
@@ -186,6 +203,60 @@ describe('pull workers on PostgreSQL', () => {
     assert.equal((await ledger()).length, 1);
   });
 
+  it('a handler throwing a revoked Proxy rolls back and is retried with a last_error, not left processing', async () => {
+    const revoked = Proxy.revocable({}, {});
+    revoked.revoke();
+    behaviour = async () => {
+      throw revoked.proxy;
+    };
+    await inbox.receive({ source: 'ledger', idempotencyKey: 'hostile', payload: {} });
+    assert.equal(await worker.runOnce('ledger'), 1);
+    const [row] = await states();
+    assert.equal(row.state, 'pending');
+    assert.match(row.last_error ?? '', /cannot be described/);
+    assert.deepEqual(await ledger(), [], 'rolled back');
+  });
+
+  it('a handler past its handlerTimeout: signal aborted, attempt recorded, transaction never commits, slot held until it ends', async () => {
+    const hold = gate();
+    let signal: AbortSignal | undefined;
+    timedCalls = 0;
+    timedBehaviour = async (_message, context) => {
+      signal = context.signal;
+      await hold.promise; // ignores its signal
+    };
+    await inbox.receive({ source: 'timed', idempotencyKey: 'slow', payload: {} });
+    let second: Promise<number> | undefined;
+    try {
+      assert.equal(await worker.runOnce('timed'), 1, 'the attempt ends at the timeout, not when the handler does');
+      const [row] = await states();
+      assert.equal(row.state, 'pending');
+      assert.match(
+        row.last_error ?? '',
+        /HandlerTimeoutError \[QUEUEBOX_HANDLER_TIMEOUT\]: Pull handler TimedHandler.handle took longer than "handlerTimeout" \(300 ms\)/,
+      );
+      assert.equal(signal?.aborted, true);
+      assert.ok(signal?.reason instanceof HandlerTimeoutError);
+      // The retry is claimed again, but its handler waits: the timed-out one still holds the only slot.
+      timedBehaviour = async () => undefined;
+      second = worker.runOnce('timed');
+      await eventually(async () => (await states())[0].attempts === 2, 'the second claim');
+      assert.equal(timedCalls, 1, 'no second handler runs while the first still does (concurrency 1)');
+    } finally {
+      hold.open();
+    }
+    assert.equal(await second, 1);
+    assert.deepEqual(
+      (await states()).map((r) => [r.state, r.attempts]),
+      [['processed', 2]],
+    );
+    assert.deepEqual(
+      (await db.query<{ worker: string }>("SELECT worker FROM ledger WHERE idempotency_key = 'slow'")).map((r) => r.worker),
+      ['attempt 2'],
+      'the timed-out attempt rolled back when its handler returned',
+    );
+  });
+
   it('LeaseService serves custom pull clients: claim, renew, complete in a transaction, retry, dead-letter', async () => {
     const lease = t.get(LeaseService);
     const dataSource = t.app.get<DataSource>(getDataSourceToken());
@@ -219,6 +290,55 @@ describe('pull workers on PostgreSQL', () => {
       (await states()).map((r) => r.state),
       ['processed', 'dead'],
     );
+  });
+
+  it('LeaseService.claim refuses arguments that would make a wrong claim, with a typed error naming the field', async () => {
+    const lease = t.get(LeaseService);
+    await inbox.receive({ source: 'custom', idempotencyKey: 'v1', payload: {} });
+    const cases: [string, unknown, string][] = [
+      ['custom', { leaseMs: -1000 }, 'leaseMs'],
+      ['custom', { leaseMs: 0 }, 'leaseMs'],
+      ['custom', { leaseMs: 1.5e3 + 0.5 }, 'leaseMs'],
+      ['custom', { leaseMs: Number.POSITIVE_INFINITY }, 'leaseMs'],
+      ['custom', { leaseMs: Number.NaN }, 'leaseMs'],
+      ['custom', {}, 'leaseMs'],
+      ['', { leaseMs: 1000 }, 'source'],
+      ['x'.repeat(200), { leaseMs: 1000 }, 'source'],
+      ['custom', { leaseMs: 1000, maxAttempts: 0 }, 'maxAttempts'],
+    ];
+    for (const [source, options, field] of cases) {
+      await assert.rejects(lease.claim(source, options as never), (error: unknown) => {
+        assert.ok(error instanceof QueueBoxValidationError, String(error));
+        assert.equal(error.field, field);
+        assert.match(error.message, /Nothing was claimed/);
+        return true;
+      });
+    }
+    assert.deepEqual(
+      (await states()).map((r) => [r.state, r.attempts]),
+      [['pending', 0]],
+      'nothing was claimed',
+    );
+  });
+
+  it('LeaseService.claim with maxAttempts dead-letters a message whose claims kept expiring and claims the next one', async () => {
+    const lease = t.get(LeaseService);
+    await inbox.receive({ source: 'custom', idempotencyKey: 'poison', payload: {} });
+    await inbox.receive({ source: 'custom', idempotencyKey: 'fine', payload: {} });
+    for (let attempt = 1; attempt <= 2; attempt++) {
+      const claim = await lease.claim('custom', { leaseMs: 60_000, maxAttempts: 2 });
+      assert.equal(claim?.message.idempotencyKey, 'poison');
+      assert.equal(claim?.attempt, attempt);
+      // The client dies holding it: its lease runs out (moved back instead of waited for).
+      await db.query("UPDATE queuebox_inbox SET lease_expires_at = now() - interval '1 second' WHERE idempotency_key = 'poison'");
+    }
+    const next = await lease.claim('custom', { leaseMs: 60_000, maxAttempts: 2 });
+    assert.equal(next?.message.idempotencyKey, 'fine', 'the spent message is not handed out a third time');
+    const [poison] = await db.query<{ state: string; attempts: number; last_error: string }>(
+      "SELECT state, attempts, last_error FROM queuebox_inbox WHERE idempotency_key = 'poison'",
+    );
+    assert.equal(poison.state, 'dead');
+    assert.match(poison.last_error, /lease expired on attempt 2 of 2/);
   });
 
   it('refuses two handlers for one source, or a handler for a relayed source, naming both', async () => {
@@ -305,6 +425,37 @@ describe('pull workers in separate processes', () => {
     for (const [aggregate, seqs] of byAggregate) assert.deepEqual(seqs, expected, `${aggregate} in order`);
     assert.deepEqual(new Set(rows.map((r) => r.worker)), new Set(['p1', 'p2']), 'both workers handled messages');
     for (const w of workers) assert.equal(w.metrics()['queuebox_claims_lost_total{component="pull"}'] ?? 0, 0);
+  });
+
+  it('a message that kills its worker every time ends dead after maxAttempts, its handler not run again (I8)', {
+    timeout: 90_000,
+  }, async () => {
+    await db.query('TRUNCATE queuebox_inbox, ledger');
+    await producer
+      .get(InboxService)
+      .receive({ source: 'ledger', idempotencyKey: 'poison-1', aggregateId: 'p', payload: { crash: 'in-handler' } });
+    const limited = { ...options, pull: { ...options.pull, maxAttempts: 2 } };
+    for (const name of ['doomed-1', 'doomed-2']) {
+      const doomed = await startWorker({ dbUrl: db.url, name, options: limited, pullLeaseMs: 300, waitReady: false });
+      assert.equal(await doomed.exited, 'SIGKILL', `${name} ran the handler and died`);
+    }
+    const third = await startWorker({ dbUrl: db.url, name: 'third', options: limited, pullLeaseMs: 300 });
+    try {
+      await Promise.race([
+        eventually(async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE state = 'dead'")).length === 1, 'the dead letter'),
+        third.exited.then((how) => assert.fail(`the third worker ran the handler a third time and died (${how})`)),
+      ]);
+    } finally {
+      third.child.kill('SIGTERM');
+      await third.exited;
+    }
+    const [row] = await db.query<{ state: string; attempts: number; last_error: string }>(
+      'SELECT state, attempts, last_error FROM queuebox_inbox',
+    );
+    assert.equal(row.state, 'dead');
+    assert.match(row.last_error, /lease expired on attempt 2 of 2/);
+    assert.deepEqual(await db.query('SELECT * FROM ledger'), [], 'no handler write ever committed');
+    assert.equal(third.metrics()['queuebox_inbox_messages_dead_lettered_total{cause="reclaim",component="pull",source="ledger"}'], 1);
   });
 
   for (const crash of ['in-handler', 'before-commit'] as const) {

@@ -3,6 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { Client } from 'pg';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { RetentionService } from '../../lib/admin/retention.service';
+import { InboxService } from '../../lib/inbox/inbox.service';
 import { LeaseService } from '../../lib/lease/lease.service';
 import type { QueueBoxModuleOptions } from '../../lib/queuebox.options';
 import { createTestApp, type TestApp } from '../support/app';
@@ -91,6 +92,25 @@ describe('retention on PostgreSQL', () => {
       oldSent: 0,
       inbox: ['old-1', 'old-2', 'recent', 'old-pending'],
     });
+  });
+
+  it('a dead inbox row inside the dedupe window survives deadAfterMs, and a redelivery of it is still a duplicate', async () => {
+    const t = await createTestApp(db.url, {
+      workers: false,
+      pull: { sources: ['s'] },
+      retention: { deadAfterMs: 60_000, inboxFinishedAfterMs: DAY },
+      outbox: { publisher: new RecordingPublisher() },
+    });
+    apps.push(t);
+    await db.query(`INSERT INTO queuebox_inbox (source, idempotency_key, payload, state, attempts, received_at, claimed_at) VALUES
+      ('s', 'young-dead', '{}', 'dead', 5, now() - interval '3 hours', now() - interval '2 hours'),
+      ('s', 'old-dead', '{}', 'dead', 5, now() - interval '3 days', now() - interval '2 days')`);
+    await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload, state, attempts, created_at, claimed_at) VALUES
+      (gen_random_uuid(), 'young-dead', '{}', 'dead', 5, now() - interval '3 hours', now() - interval '2 hours')`);
+    assert.deepEqual(await t.get(RetentionService).runOnce(), { outboxDeleted: 0, inboxDeleted: 0, deadDeleted: 2, skipped: false });
+    assert.deepEqual((await remaining()).inbox, ['young-dead'], 'the outbox dead row and the inbox one past the window are gone');
+    const redelivered = await t.get(InboxService).receive({ source: 's', idempotencyKey: 'young-dead', payload: {} });
+    assert.equal(redelivered.duplicate, true);
   });
 
   it('skips the run while another session holds the retention lock, and runs once it is released', async () => {

@@ -35,6 +35,8 @@ describe('public barrel', () => {
       'PermanentPublishError',
       'PublishError',
       'QueueBoxStateError',
+      'DuplicateMessageIdError',
+      'HandlerTimeoutError',
     ]) {
       assert.equal(typeof (queuebox as Record<string, unknown>)[name], 'function', `${name} is exported`);
     }

@@ -26,7 +26,8 @@ export interface ReceivedRequest {
 
 export interface ReceiverAnswer {
   status: number;
-  body: { id?: string; duplicate?: boolean; error?: string; message: string };
+  /** `field` names the invalid part of a message a 400 (or 413) refused. */
+  body: { id?: string; duplicate?: boolean; error?: string; message: string; field?: string };
 }
 
 // Kept with the message: the sender's own headers, not transport or credentials.
@@ -106,8 +107,10 @@ export class InboxReceiver {
         : { status: 202, body: { id: result.id, duplicate: false, message: 'accepted' } };
     } catch (error) {
       if (error instanceof UnknownSourceError) return answer(404, messages.receiverUnknownSource(request.source));
-      if (error instanceof QueueBoxValidationError)
-        return answer(error.field === 'payload' && /above the limit/.test(error.message) ? 413 : 400, error.message);
+      if (error instanceof QueueBoxValidationError) {
+        const status = error.field === 'payload' && /above the limit/.test(error.message) ? 413 : 400;
+        return { status, body: { ...answer(status, error.message).body, field: error.field } };
+      }
       throw error;
     }
   }
