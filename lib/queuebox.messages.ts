@@ -71,6 +71,12 @@ export const messages = {
     `Inbox source ${show(source)} has no consumer: add a route for it in "inbox.relay.routes" or a @PullHandler(${show(source)}), so its messages do not pile up unseen.`,
   managerRequired: () =>
     'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change.',
+  transactionRequired: (call: 'enqueue' | 'receive') =>
+    call === 'enqueue'
+      ? 'OutboxService.enqueue() was given an EntityManager that is not in a transaction (such as dataSource.manager): the message would commit on its own, whether or not your change does. Pass the manager of dataSource.transaction(async (manager) => ...). A script that means it can pass { allowAutocommit: true } as the third argument.'
+      : 'InboxService.receive() was given an EntityManager that is not in a transaction (such as dataSource.manager). Pass the manager of dataSource.transaction(async (manager) => ...) to store the message with your change, or no manager to store it on its own.',
+  transactionLost: () =>
+    "The statement was not run: the connection of the given EntityManager's transaction was released or broke (the database ended the session or the network dropped it). QueueBox never falls back to another connection, which would commit the write on its own: the transaction is gone, so run the whole unit of work again.",
 
   // Worker logs (outbox poller, inbox relay, pull workers)
   workerStarted: (name: string, concurrency: number, batchSize: number, leaseMs: number) =>

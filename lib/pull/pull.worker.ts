@@ -1,6 +1,6 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import type { DataSource, QueryRunner } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
 import { ClaimLostError } from '../errors/queuebox.errors';
 import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
@@ -9,6 +9,7 @@ import { InboxSources } from '../inbox/inbox-sources';
 import { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
 import type { LeaseKeeper } from '../lease/lease-keeper';
+import { RenewalConnection } from '../lease/renewal-connection';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
@@ -31,7 +32,7 @@ const DEFAULT_POOL_SIZE = 10;
 export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('QueueBox:PullWorker');
   private readonly loops = new Map<string, ClaimLoop<InboxClaim>>();
-  private leaseRunner?: QueryRunner;
+  private renewals?: RenewalConnection;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
@@ -55,12 +56,12 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
 
   /** Starts a loop per handler. Called at bootstrap when `workers.pull` is on and handlers exist. */
   async start(): Promise<void> {
-    if (this.leaseRunner) return;
+    if (this.renewals) return;
     const concurrency = this.explorer.handlers.reduce((sum, handler) => sum + handler.concurrency, 0);
     const poolSize = this.poolSize();
     if (concurrency > poolSize - 1) this.logger.warn(messages.pullPoolTight(concurrency, poolSize));
-    this.leaseRunner = this.dataSource.createQueryRunner();
-    await this.leaseRunner.connect();
+    this.renewals = new RenewalConnection(this.dataSource);
+    await this.renewals.open();
     for (const handler of this.explorer.handlers) {
       const name = `pull worker ${handler.source}`;
       this.logger.log(messages.workerStarted(name, handler.concurrency, handler.concurrency, handler.leaseMs));
@@ -71,8 +72,8 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
   /** Stops claiming and waits up to `pull.shutdownTimeoutMs` for running handlers and their commits. */
   async stop(): Promise<void> {
     await Promise.all([...this.loops.values()].map((loop) => loop.stop()));
-    await this.leaseRunner?.release();
-    this.leaseRunner = undefined;
+    await this.renewals?.close();
+    this.renewals = undefined;
   }
 
   /** Claims one batch of `source` (or of every source), runs the handlers and waits. Returns how many rows it claimed. */
@@ -106,7 +107,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         {
           claim: (limit) => this.lease.claimPullBatch({ source: handler.source, limit, leaseMs: handler.leaseMs }),
           process: (claim, keeper) => this.handle(handler, created, claim, keeper),
-          keep: (claim) => this.lease.keep(claim, this.leaseRunner?.manager),
+          keep: (claim) => this.lease.keepOn(claim, () => this.renewals?.managerIfConnected()),
         },
         this.lease,
         this.logger,

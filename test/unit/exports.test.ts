@@ -35,6 +35,8 @@ describe('public barrel', () => {
       'PermanentPublishError',
       'PublishError',
       'QueueBoxStateError',
+      'TransactionLostError',
+      'TransactionRequiredError',
     ]) {
       assert.equal(typeof (queuebox as Record<string, unknown>)[name], 'function', `${name} is exported`);
     }

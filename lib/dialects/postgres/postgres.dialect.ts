@@ -333,10 +333,14 @@ export class PostgresDialect implements Dialect {
     return (Array.isArray(results) ? results[results.length - 1] : results).rows as T[];
   }
 
+  /**
+   * With a manager's query runner: on that connection or not at all (`runSql` throws
+   * `TransactionLostError` when it is gone; a write meant for a transaction never autocommits on
+   * another connection). Without one, straight to the driver's pool: a TypeORM QueryRunner per
+   * statement is garbage on the hot path (claims, completions, renewals), and nothing here uses it.
+   */
   private run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>> {
-    if (manager?.queryRunner && !manager.queryRunner.isReleased) return runSql<T>(this.dataSource, statement, params, manager);
-    // Outside a caller's transaction, straight to the driver's pool: a TypeORM QueryRunner per
-    // statement is garbage on the hot path (claims, completions, renewals), and nothing here uses it.
+    if (manager?.queryRunner) return runSql<T>(this.dataSource, statement, params, manager);
     return poolQuery<T>(this.dataSource, statement, params);
   }
 }
