@@ -2,8 +2,10 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
-import type { DataSource, EntityManager } from 'typeorm';
+import type { Pool } from 'pg';
+import { type DataSource, DataSource as DataSourceClass, type EntityManager } from 'typeorm';
 import type { Dialect } from '../../lib/dialects/dialect';
+import { PostgresWorkListener } from '../../lib/dialects/postgres/postgres.listener';
 import { TransactionLostError, TransactionRequiredError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
@@ -12,7 +14,10 @@ import { PullWorker } from '../../lib/pull/pull.worker';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import { QUEUEBOX_DIALECT } from '../../lib/queuebox.constants';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { startWorker } from '../support/processes';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** What the handler does after its business write; set per test. */
 let afterWrite: (manager: EntityManager) => Promise<void> = async () => undefined;
@@ -161,5 +166,142 @@ describe('statements given an EntityManager join its transaction or fail (issue 
     );
     assert.deepEqual(await db.query('SELECT id FROM queuebox_inbox'), []);
     assert.equal((await inbox.receive({ source: 'payments', idempotencyKey: 'r1', payload: {} })).duplicate, false);
+  });
+});
+
+describe('a dropped connection ends no QueueBox process (issue 13, item 3)', () => {
+  let db: TestDatabase;
+  let producer: TestApp;
+  const APP = 'qb_conn_chaos_worker';
+
+  before(async () => {
+    db = await createTestDatabase();
+    await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, worker text)');
+    producer = await createTestApp(db.url, { workers: false, pull: { sources: ['ledger'] } });
+  });
+  after(async () => {
+    await producer?.app.close();
+    await db?.drop();
+  });
+
+  /** The worker's URL: its connections carry an application_name, so only they are terminated. */
+  const workerUrl = () => {
+    const url = new URL(db.url);
+    url.searchParams.set('application_name', APP);
+    return url.toString();
+  };
+  const terminateWorkerBackends = async () =>
+    (
+      await db.query<{ pid: number }>(
+        'SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = $2 AND pid <> pg_backend_pid()',
+        [db.name, APP],
+      )
+    ).length;
+  const options = {
+    workers: { outbox: false, relay: false },
+    pull: { pollIntervalMs: 10, maxAttempts: 1000, backoff: { initialMs: 5, maxMs: 20, jitter: false } },
+  };
+
+  it('backends terminated again and again under running pull handlers: the worker survives, keeps working, and commits each message once', {
+    timeout: 120_000,
+  }, async () => {
+    await db.query('TRUNCATE queuebox_inbox, ledger');
+    const worker = await startWorker({ dbUrl: workerUrl(), name: 'chaos', options, pullLeaseMs: 3000 });
+    let kills = 0;
+    try {
+      const MESSAGES = 120;
+      for (let n = 0; n < MESSAGES; n++) {
+        await producer
+          .get(InboxService)
+          .receive({ source: 'ledger', idempotencyKey: `c${n}`, aggregateId: `a${n % 8}`, payload: { seq: n, holdMs: 10 } });
+      }
+      // Chaos: every backend of the worker (handler transactions, claims, renewals, LISTEN) is
+      // terminated every 5-25 ms, at every phase: connecting, idle in transaction, mid-statement.
+      const until = Date.now() + 4000;
+      while (Date.now() < until && worker.child.exitCode === null) {
+        kills += await terminateWorkerBackends();
+        await sleep(5 + Math.random() * 20);
+      }
+      assert.ok(kills > 10, `terminated ${kills} backends`);
+      assert.equal(worker.child.exitCode, null, 'the worker survived every terminated connection');
+      await producer.get(InboxService).receive({ source: 'ledger', idempotencyKey: 'after-chaos', aggregateId: 'z', payload: { seq: 0 } });
+      await eventually(
+        async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE state <> 'processed' LIMIT 1")).length === 0,
+        'every message to be processed once the connections stay up',
+        60_000,
+      );
+      const written = await db.query<{ idempotency_key: string; n: number }>(
+        'SELECT idempotency_key, count(*)::int AS n FROM ledger GROUP BY idempotency_key HAVING count(*) <> 1',
+      );
+      assert.deepEqual(written, [], 'every business write committed exactly once, with its completion');
+      assert.equal((await db.query('SELECT DISTINCT idempotency_key FROM ledger')).length, MESSAGES + 1);
+    } finally {
+      worker.child.kill('SIGTERM');
+    }
+    assert.equal(await worker.exited, 'SIGTERM', 'closed by its signal, not by a crash');
+  });
+
+  it('backends terminated while the worker closes (a handler running, LISTEN being ended): it closes cleanly', {
+    timeout: 60_000,
+  }, async () => {
+    await db.query('TRUNCATE queuebox_inbox, ledger');
+    const worker = await startWorker({ dbUrl: workerUrl(), name: 'closing', options, pullLeaseMs: 3000 });
+    await producer.get(InboxService).receive({ source: 'ledger', idempotencyKey: 'held', payload: { seq: 1, holdMs: 1500 } });
+    await eventually(async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE state = 'processing'")).length === 1, 'the claim');
+    worker.child.kill('SIGTERM');
+    let exited = false;
+    const exit = worker.exited.finally(() => {
+      exited = true;
+    });
+    while (!exited) {
+      await terminateWorkerBackends();
+      await sleep(5);
+    }
+    assert.equal(await exit, 'SIGTERM', 'closed by its signal, not by a crash');
+  });
+
+  it('a client the pool hands out already has an error listener (before TypeORM attaches its own)', async () => {
+    const pool = (producer.app.get<DataSource>(getDataSourceToken()).driver as unknown as { master: Pool }).master;
+    const listeners = await new Promise<number>((resolve, reject) => {
+      pool.connect((error, client, release) => {
+        if (error || !client) return reject(error);
+        // pg-pool removed its idle listener just now; TypeORM's comes a few promise ticks later.
+        const count = client.listenerCount('error');
+        release();
+        resolve(count);
+      });
+    });
+    assert.ok(listeners >= 1, 'an error arriving now would be an unhandled error event');
+  });
+
+  it('the LISTEN connection dropping during close() does not crash the process', async () => {
+    const dataSource = new DataSourceClass({ type: 'postgres', url: db.url, logging: false });
+    await dataSource.initialize();
+    try {
+      let listening!: () => void;
+      const up = new Promise<void>((resolve) => {
+        listening = resolve;
+      });
+      const started = new PostgresWorkListener(
+        dataSource,
+        { outbox: 'qb_conn_outbox', inbox: 'qb_conn_inbox' },
+        () => undefined,
+        (on) => {
+          if (on) listening();
+        },
+      );
+      await started.start();
+      await up;
+      const client = (started as unknown as { client: { connection: { stream: { destroy(): void } } } }).client;
+      const closing = started.close();
+      // The socket goes away while UNLISTEN * is in flight.
+      client.connection.stream.destroy();
+      await closing;
+      // Let the driver deliver its 'error' and 'end' events: an unhandled one would fail this test.
+      await new Promise((resolve) => setImmediate(resolve));
+      await sleep(50);
+    } finally {
+      await dataSource.destroy();
+    }
   });
 });

@@ -78,6 +78,7 @@ export class PostgresDialect implements Dialect {
       `queuebox_${kind}_${createHash('sha1').update(tables[kind].qualified).digest('hex').slice(0, 16)}`;
     this.channel = { outbox: channel('outbox'), inbox: channel('inbox') };
     this.retentionLock = retentionLockName(tables);
+    if (dataSource.isInitialized) poolOf(dataSource);
   }
 
   async schemaCheck(): Promise<void> {
@@ -191,6 +192,7 @@ export class PostgresDialect implements Dialect {
     onWork: (notice: WorkNotice) => void;
     onState: (listening: boolean, error?: unknown) => void;
   }): Promise<WorkListener> {
+    poolOf(this.dataSource); // guards the pool's clients before the listener checks one out
     const listener = new PostgresWorkListener(this.dataSource, this.channel, p.onWork, p.onState);
     await listener.start();
     return listener;
@@ -357,7 +359,37 @@ interface PgPool {
 
 /** node-postgres' pool of TypeORM's driver: the pool TypeORM itself draws its connections from. */
 function poolOf(dataSource: DataSource): PgPool {
-  return (dataSource.driver as unknown as { master: PgPool }).master;
+  const pool = (dataSource.driver as unknown as { master: PgPool }).master;
+  guardClients(pool);
+  return pool;
+}
+
+const guardedPools = new WeakSet<object>();
+const GUARDED = Symbol('queuebox.errorGuard');
+const ignoreClientError = () => undefined;
+
+/**
+ * Gives every client of the pool an 'error' listener for its whole life, from its first checkout
+ * on. pg-pool removes its own listener when it hands a client out, and TypeORM attaches its
+ * listener only a few promise ticks later: an error the server sends in that gap (a backend
+ * terminated just after it said ready) is an unhandled 'error' event, which ends the process.
+ * Whoever holds the client still learns of the error (its query fails, TypeORM releases the
+ * runner), and a client that saw one is not queryable, so the pool discards it on release.
+ */
+export function guardClients(pool: unknown): void {
+  const emitter = pool as { on?(event: 'acquire', listener: (client: PgClientEvents) => void): void };
+  if (!emitter || typeof emitter.on !== 'function' || guardedPools.has(emitter)) return;
+  guardedPools.add(emitter);
+  emitter.on('acquire', (client) => {
+    if (client[GUARDED]) return;
+    client[GUARDED] = true;
+    client.on('error', ignoreClientError);
+  });
+}
+
+interface PgClientEvents {
+  [GUARDED]?: boolean;
+  on(event: 'error', listener: (error: Error) => void): void;
 }
 
 /** One statement on the driver's pool. */

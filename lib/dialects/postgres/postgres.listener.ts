@@ -49,8 +49,13 @@ export class PostgresWorkListener implements WorkListener {
     this.release = undefined;
     if (!client || !release) return;
     this.detach?.();
+    // The connection can still drop during UNLISTEN: until it is released, an 'error' event needs
+    // a listener (pg-pool's comes back only with the release), or it would end the process.
+    const ignore = () => undefined;
+    client.on('error', ignore);
     try {
       await client.query('UNLISTEN *');
+      client.removeListener('error', ignore);
       release();
     } catch (error) {
       release(error as Error);
