@@ -127,8 +127,18 @@ export const messages = {
     `Two @PullHandler methods consume source ${show(source)}: ${first} and ${second}. Keep one; a source has one consumer.`,
   pullHandlerAndRoute: (source: string, handler: string) =>
     `Source ${show(source)} has both a relay route ("inbox.relay.routes") and a @PullHandler (${handler}). Keep one; a source has one consumer.`,
-  pullPoolTight: (concurrency: number, poolSize: number) =>
-    `Pull handlers may run ${concurrency} transactions at once but the TypeORM pool has ${poolSize} connections, one of which QueueBox keeps for lease renewals: handlers beyond ${poolSize - 1} wait for a connection (renewals never do). Raise the pool size ("extra.max") or lower the handlers' concurrency.`,
+  pullPoolTight: (concurrency: number, poolSize: number, forHandlers: number) =>
+    `Pull handlers may run ${concurrency} transactions at once but the TypeORM pool has ${poolSize} connections, of which QueueBox keeps ${poolSize - forHandlers} for itself (LISTEN, lease renewals): handlers beyond ${forHandlers} wait for a connection (renewals never do). Raise the pool size ("extra.max") or lower the handlers' concurrency.`,
+  poolTooSmall: (poolSize: number, minimum: number, listen: number, renewals: number) =>
+    `The TypeORM pool has ${poolSize} connection(s) but QueueBox needs at least ${minimum}: ${[
+      listen ? '1 kept LISTENing for new work' : '',
+      renewals ? '1 kept for the lease renewals of pull handlers' : '',
+      '1 to claim, complete and run handler transactions',
+    ]
+      .filter(Boolean)
+      .join(
+        ', ',
+      )}. With fewer, workers wait forever for a connection. Set the pool size ("extra.max" or "poolSize" on PostgreSQL, "pool.max" on SQL Server) to at least ${minimum}, plus what your application uses at once.`,
   pullHandlerFailed: (id: string, handler: string, attempt: number, error: string, delayMs: number) =>
     `Pull handler ${handler} failed on message ${id} (attempt ${attempt}): ${error}. Rolled back; retrying in ${delayMs} ms.`,
   pullClaimLost: (id: string, handler: string) =>

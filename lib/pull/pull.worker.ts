@@ -17,9 +17,6 @@ import { inSpan, processSpan } from '../tracing/trace-context';
 import type { PullContext } from './pull-handler.decorator';
 import { type PullHandlerDefinition, PullHandlerExplorer } from './pull-handler.explorer';
 
-// The default pool size of node-postgres and of mssql (tarn), which TypeORM keeps unless told otherwise.
-const DEFAULT_POOL_SIZE = 10;
-
 /**
  * Runs every `@PullHandler`: per source, claims messages (expired claims included), runs the
  * handler in a TypeORM transaction and completes the row, fenced, in that same transaction.
@@ -57,9 +54,6 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
   /** Starts a loop per handler. Called at bootstrap when `workers.pull` is on and handlers exist. */
   async start(): Promise<void> {
     if (this.renewals) return;
-    const concurrency = this.explorer.handlers.reduce((sum, handler) => sum + handler.concurrency, 0);
-    const poolSize = this.poolSize();
-    if (concurrency > poolSize - 1) this.logger.warn(messages.pullPoolTight(concurrency, poolSize));
     this.renewals = new RenewalConnection(this.dataSource);
     await this.renewals.open();
     for (const handler of this.explorer.handlers) {
@@ -177,11 +171,5 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       logger: this.logger,
       retryMessage: (error, delayMs) => messages.pullHandlerFailed(id, handler.name, claim.attempt, error, delayMs),
     });
-  }
-
-  private poolSize(): number {
-    // PostgreSQL: `poolSize` or `extra.max`; SQL Server: `pool.max`.
-    const options = this.dataSource.options as { poolSize?: number; extra?: { max?: number }; pool?: { max?: number } };
-    return options.poolSize ?? options.extra?.max ?? options.pool?.max ?? DEFAULT_POOL_SIZE;
   }
 }
