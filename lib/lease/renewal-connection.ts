@@ -30,9 +30,9 @@ export class RenewalConnection {
     return undefined;
   }
 
+  /** Releases the connection. A replacement still connecting releases itself when it gets one (not awaited: it may wait for the pool). */
   async close(): Promise<void> {
     this.closed = true;
-    await this.replacing;
     const runner = this.runner;
     this.runner = undefined;
     if (runner && !runner.isReleased) await runner.release();
@@ -44,13 +44,14 @@ export class RenewalConnection {
       try {
         await runner.connect();
       } catch {
-        await runner.release();
         return; // the next renewal tries again
       }
       if (this.closed) await runner.release();
       else this.runner = runner;
-    })().finally(() => {
-      this.replacing = undefined;
-    });
+    })()
+      .catch(() => undefined)
+      .finally(() => {
+        this.replacing = undefined;
+      });
   }
 }

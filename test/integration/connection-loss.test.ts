@@ -9,6 +9,7 @@ import { PostgresWorkListener } from '../../lib/dialects/postgres/postgres.liste
 import { TransactionLostError, TransactionRequiredError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
@@ -166,6 +167,63 @@ describe('statements given an EntityManager join its transaction or fail (issue 
     );
     assert.deepEqual(await db.query('SELECT id FROM queuebox_inbox'), []);
     assert.equal((await inbox.receive({ source: 'payments', idempotencyKey: 'r1', payload: {} })).duplicate, false);
+  });
+});
+
+/** Set by the renewal test: what the holding handler does. */
+let holding: () => Promise<void> = async () => undefined;
+
+@Injectable()
+class HoldingHandler {
+  @PullHandler('holding', { leaseMs: 600 })
+  async handle() {
+    await holding();
+  }
+}
+
+describe('pull renewals: their set-aside connection while it is there, else the pool', () => {
+  let db: TestDatabase;
+
+  before(async () => {
+    db = await createTestDatabase();
+  });
+  after(async () => {
+    await db?.drop();
+  });
+
+  it('the renewal connection dies under a handler that outlives its lease: renewals go on through the pool, nothing is lost', {
+    timeout: 60_000,
+  }, async () => {
+    const t = await createTestApp(
+      db.url,
+      { workers: { outbox: false, relay: false, pull: true }, pull: { pollIntervalMs: 10 } },
+      { providers: [HoldingHandler] },
+    );
+    try {
+      const worker = t.get(PullWorker) as unknown as { renewals: { runner: { query(sql: string): Promise<{ pid: number }[]> } } };
+      const renewalConnection = worker.renewals.runner;
+      const [{ pid }] = await renewalConnection.query('SELECT pg_backend_pid() AS pid');
+      const handled = new Promise<void>((resolve) => {
+        holding = async () => {
+          await db.query('SELECT pg_terminate_backend($1)', [pid]);
+          // Three leases of 600 ms: renewals every 200 ms must keep it, through the pool.
+          await sleep(1800);
+          resolve();
+        };
+      });
+      await t.get(InboxService).receive({ source: 'holding', idempotencyKey: 'h1', payload: {} });
+      await handled;
+      await eventually(
+        async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE state = 'processed'")).length === 1,
+        'the completion',
+      );
+      assert.deepEqual(await db.query('SELECT attempts FROM queuebox_inbox'), [{ attempts: 1 }], 'never lost, never retried');
+      assert.equal(t.get(QueueBoxMetrics).total('queuebox_claims_lost_total'), 0);
+      assert.notEqual(worker.renewals.runner, renewalConnection, 'a new renewal connection replaced the dead one');
+    } finally {
+      holding = async () => undefined;
+      await t.app.close();
+    }
   });
 });
 
