@@ -26,6 +26,8 @@ export {
   QueueBoxError,
   QueueBoxStateError,
   QueueBoxValidationError,
+  TransactionLostError,
+  TransactionRequiredError,
   UnknownSourceError,
 } from './errors/queuebox.errors';
 export {
@@ -70,7 +72,7 @@ export {
 export { renderSchemaSql } from './migrations/schema-files';
 export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
-export type { EnqueueResult, OutboundMessage, OutboxMessageInput, Publisher } from './outbox/outbox.types';
+export type { EnqueueOptions, EnqueueResult, OutboundMessage, OutboxMessageInput, Publisher } from './outbox/outbox.types';
 export {
   type ClientProxyEnvelope,
   type ClientProxyLike,

@@ -87,6 +87,14 @@ export const messages = {
     `Inbox source ${show(source)} has no consumer: add a route for it in "inbox.relay.routes" or a @PullHandler(${show(source)}), so its messages do not pile up unseen.`,
   managerRequired: () =>
     'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change.',
+  transactionRequired: (call: 'enqueue' | 'receive') =>
+    call === 'enqueue'
+      ? 'OutboxService.enqueue() was given an EntityManager that is not in a transaction (such as dataSource.manager): the message would commit on its own, whether or not your change does. Pass the manager of dataSource.transaction(async (manager) => ...). A script that means it can pass { allowAutocommit: true } as the third argument.'
+      : 'InboxService.receive() was given an EntityManager that is not in a transaction (such as dataSource.manager). Pass the manager of dataSource.transaction(async (manager) => ...) to store the message with your change, or no manager to store it on its own.',
+  queryTimedOut: (timeoutMs: number) =>
+    `A QueueBox statement got no answer within ${timeoutMs} ms (a third of the shortest lease): the connection was discarded and the work is retried. A lock held elsewhere, an overloaded database or a silent network partition does this; see "Timeouts" in docs/runbook.md.`,
+  transactionLost: () =>
+    "The statement was not run: the connection of the given EntityManager's transaction was released or broke (the database ended the session or the network dropped it). QueueBox never falls back to another connection, which would commit the write on its own: the transaction is gone, so run the whole unit of work again.",
 
   errorUndescribable: (kind: string) =>
     `a thrown ${kind} that cannot be described (converting it to text threw: an object without a prototype, a revoked Proxy, or a throwing message or toString); throw an Error instead`,
@@ -148,8 +156,18 @@ export const messages = {
     `Two @PullHandler methods consume source ${show(source)}: ${first} and ${second}. Keep one; a source has one consumer.`,
   pullHandlerAndRoute: (source: string, handler: string) =>
     `Source ${show(source)} has both a relay route ("inbox.relay.routes") and a @PullHandler (${handler}). Keep one; a source has one consumer.`,
-  pullPoolTight: (concurrency: number, poolSize: number) =>
-    `Pull handlers may run ${concurrency} transactions at once but the TypeORM pool has ${poolSize} connections, one of which QueueBox keeps for lease renewals: handlers beyond ${poolSize - 1} wait for a connection (renewals never do). Raise the pool size ("extra.max") or lower the handlers' concurrency.`,
+  pullPoolTight: (concurrency: number, poolSize: number, forHandlers: number) =>
+    `Pull handlers may run ${concurrency} transactions at once but the TypeORM pool has ${poolSize} connections, of which QueueBox keeps ${poolSize - forHandlers} for itself (LISTEN, lease renewals): handlers beyond ${forHandlers} wait for a connection (renewals never do). Raise the pool size ("extra.max") or lower the handlers' concurrency.`,
+  poolTooSmall: (poolSize: number, minimum: number, listen: number, renewals: number) =>
+    `The TypeORM pool has ${poolSize} connection(s) but QueueBox needs at least ${minimum}: ${[
+      listen ? '1 kept LISTENing for new work' : '',
+      renewals ? '1 kept for the lease renewals of pull handlers' : '',
+      '1 to claim, complete and run handler transactions',
+    ]
+      .filter(Boolean)
+      .join(
+        ', ',
+      )}. With fewer, workers wait forever for a connection. Set the pool size ("extra.max" or "poolSize" on PostgreSQL, "pool.max" on SQL Server) to at least ${minimum}, plus what your application uses at once.`,
   pullHandlerFailed: (id: string, handler: string, attempt: number, error: string, delayMs: number) =>
     `Pull handler ${handler} failed on message ${id} (attempt ${attempt}): ${error}. Rolled back; retrying in ${delayMs} ms.`,
   pullClaimLost: (id: string, handler: string) =>

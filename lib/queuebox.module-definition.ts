@@ -2,6 +2,7 @@ import { ConfigurableModuleBuilder, type DynamicModule, type Provider } from '@n
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
+import { queryTimeoutFor } from './common/query-timeout';
 import { createDialect } from './dialects/dialects';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
 import { InboxReceiver } from './inbox/receiver/inbox-receiver';
@@ -56,7 +57,7 @@ const coreProviders: Provider[] = [
     provide: QUEUEBOX_DIALECT,
     inject: [QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS],
     useFactory: async (dataSource: DataSource, options: ResolvedQueueBoxOptions) => {
-      const dialect = createDialect(dataSource, options.tables);
+      const dialect = createDialect(dataSource, options.tables, { queryTimeoutMs: queryTimeoutFor(options) });
       if (dataSource.isInitialized) await dialect.schemaCheck();
       return dialect;
     },

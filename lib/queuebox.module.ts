@@ -18,6 +18,7 @@ import { PullHandlerExplorer } from './pull/pull-handler.explorer';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { QueueBoxConfigurableModule } from './queuebox.module-definition';
 import { WorkNotifications } from './queuebox.notifications';
+import { QueueBoxPoolCheck } from './queuebox.pool-check';
 
 /**
  * The QueueBox module: registers `OutboxService`, `OutboxPoller`, `InboxService`, `InboxRelay` and `LeaseService` over the
@@ -51,6 +52,7 @@ import { WorkNotifications } from './queuebox.notifications';
     PullHandlerExplorer,
     PullWorker,
     WorkNotifications,
+    QueueBoxPoolCheck,
     RetentionService,
     QueueBoxAdmin,
     QueueBoxHealth,

@@ -1,4 +1,6 @@
-import type { DataSource, EntityManager } from 'typeorm';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import { TransactionLostError } from '../errors/queuebox.errors';
+import { messages } from '../queuebox.messages';
 
 export interface SqlResult<T> {
   rows: T[];
@@ -7,7 +9,13 @@ export interface SqlResult<T> {
 
 /**
  * Runs one statement and returns rows and the affected count the same way for every driver.
- * With a `manager` that belongs to a transaction, the statement joins it.
+ *
+ * With a `manager` that has a query runner (a transaction, or a connection set aside), the
+ * statement runs on that connection or not at all: when it was released or broke, this throws
+ * `TransactionLostError`. It never falls back to the pool, where the write would commit on its
+ * own after the caller's transaction was gone (an outbox row from a rolled-back change breaks I2).
+ * Without a query runner (`dataSource.manager`, or no manager) the statement runs on a pooled
+ * connection of its own.
  */
 export async function runSql<T = Record<string, unknown>>(
   dataSource: DataSource,
@@ -16,11 +24,27 @@ export async function runSql<T = Record<string, unknown>>(
   manager?: EntityManager,
 ): Promise<SqlResult<T>> {
   const joined = manager?.queryRunner;
-  const runner = joined && !joined.isReleased ? joined : dataSource.createQueryRunner();
+  if (joined) return runJoined<T>(joined, sql, params);
+  const runner = dataSource.createQueryRunner();
   try {
-    const result = await runner.query(sql, params, true);
-    return { rows: (result.records ?? []) as T[], affected: result.affected ?? 0 };
+    return toSqlResult<T>(await runner.query(sql, params, true));
   } finally {
-    if (runner !== joined) await runner.release();
+    await runner.release();
   }
+}
+
+/** Runs on the caller's connection, or throws `TransactionLostError` when that connection is gone. */
+async function runJoined<T>(runner: QueryRunner, sql: string, params: unknown[]): Promise<SqlResult<T>> {
+  if (runner.isReleased) throw new TransactionLostError(messages.transactionLost());
+  try {
+    return toSqlResult<T>(await runner.query(sql, params, true));
+  } catch (error) {
+    // The connection broke under the statement: TypeORM released the runner on the driver's error.
+    if (runner.isReleased) throw new TransactionLostError(messages.transactionLost(), { cause: error });
+    throw error;
+  }
+}
+
+function toSqlResult<T>(result: { records?: unknown[]; affected?: number }): SqlResult<T> {
+  return { rows: (result.records ?? []) as T[], affected: result.affected ?? 0 };
 }

@@ -170,4 +170,13 @@ export interface DeadSelection {
   ids: string[] | null;
 }
 
-export type DialectFactory = (dataSource: DataSource, tables: QueueBoxTables) => Dialect;
+/** How a dialect runs QueueBox's own statements. */
+export interface DialectSettings {
+  /**
+   * Client-side bound (ms) on each of QueueBox's own statements outside a caller's transaction
+   * (claims, reclaims, fenced writes, renewals, LISTEN); none when absent. PostgreSQL only.
+   */
+  queryTimeoutMs?: number;
+}
+
+export type DialectFactory = (dataSource: DataSource, tables: QueueBoxTables, settings?: DialectSettings) => Dialect;

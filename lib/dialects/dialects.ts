@@ -1,7 +1,7 @@
 import type { DataSource } from 'typeorm';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
-import type { Dialect, QueueBoxTables } from './dialect';
+import type { Dialect, DialectSettings, QueueBoxTables } from './dialect';
 import { PostgresDialect } from './postgres/postgres.dialect';
 import {
   postgresClaimsDown,
@@ -54,10 +54,10 @@ function supported(type: unknown): DialectType {
 }
 
 /** The dialect for a TypeORM DataSource, chosen by its driver type. */
-export function createDialect(dataSource: DataSource, tables: QueueBoxTables): Dialect {
+export function createDialect(dataSource: DataSource, tables: QueueBoxTables, settings?: DialectSettings): Dialect {
   return supported(dataSource.options.type) === 'mssql'
     ? new SqlServerDialect(dataSource, tables)
-    : new PostgresDialect(dataSource, tables);
+    : new PostgresDialect(dataSource, tables, settings);
 }
 
 /** The schema DDL of a dialect, one statement per entry. */

@@ -113,6 +113,34 @@ export class HandlerTimeoutError extends QueueBoxError {
   }
 }
 
+/**
+ * A statement meant for the caller's transaction could not join it: the `EntityManager`'s
+ * connection was released or broke (the database ended the session, the network dropped it).
+ * Nothing was written, and nothing ever falls back to another connection: roll the transaction
+ * back (it is gone anyway) and run the whole unit of work again.
+ *
+ * @example
+ * try { await dataSource.transaction((m) => outbox.enqueue(m, msg)); }
+ * catch (err) { if (err instanceof TransactionLostError) await retryLater(); else throw err; }
+ */
+export class TransactionLostError extends QueueBoxError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('QUEUEBOX_TRANSACTION_LOST', message, options);
+  }
+}
+
+/**
+ * `enqueue` (or `receive` with a manager) was given an `EntityManager` that is not in a
+ * transaction, such as `dataSource.manager`: the row would commit on its own, whatever happens to
+ * the business change. Nothing was stored. Pass the manager of `dataSource.transaction(...)`, or
+ * (scripts that mean it) `enqueue(manager, msg, { allowAutocommit: true })`.
+ */
+export class TransactionRequiredError extends QueueBoxError {
+  constructor(message: string) {
+    super('QUEUEBOX_TRANSACTION_REQUIRED', message);
+  }
+}
+
 /** QueueBox was used before it started or after it shut down. */
 export class QueueBoxStateError extends QueueBoxError {
   constructor(message: string) {

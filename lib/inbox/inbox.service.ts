@@ -2,6 +2,7 @@ import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import { AfterCommit } from '../common/after-commit';
 import { checkName, serializeHeaders, serializePayload } from '../common/payload';
+import { checkTransaction } from '../common/transaction-check';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError, UnknownSourceError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
@@ -39,9 +40,14 @@ export class InboxService implements OnModuleDestroy {
     this.afterCommit.detach();
   }
 
-  /** Stores `message` unless it is a duplicate; joins `manager`'s transaction when given. */
+  /**
+   * Stores `message` unless it is a duplicate; joins `manager`'s transaction when given. A
+   * manager outside a transaction (`dataSource.manager`) throws `TransactionRequiredError`: omit
+   * the manager to store the message on its own.
+   */
   async receive(message: InboxMessageInput, manager?: EntityManager): Promise<ReceiveResult> {
     if (typeof message !== 'object' || message === null) throw new QueueBoxValidationError('message', messages.messageNotObject(SUBJECT));
+    if (manager !== undefined) checkTransaction(manager, 'receive', false);
     const source = checkName(message.source, 'source', SUBJECT, true) as string;
     if (!this.sources.isConsumed(source)) throw new UnknownSourceError(source, messages.sourceUnknown(source));
     const row = {

@@ -89,10 +89,21 @@ export class LeaseKeeper {
   private async renewOnce(): Promise<void> {
     if (this.stopped) return;
     let renewed: boolean;
+    let timer: NodeJS.Timeout | undefined;
     try {
-      renewed = await this.renew();
+      // A renewal starts at most a third of the lease after the last one landed: one without an
+      // answer two thirds of the lease later cannot have kept the lease (a dead connection, a
+      // silent partition). It counts as failed, so the work is aborted and `stop()` does not wait
+      // for an answer that may never come.
+      const unanswered = new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), Math.max(1, Math.floor((this.claim.leaseMs * 2) / 3)));
+        timer.unref();
+      });
+      renewed = await Promise.race([this.renew(), unanswered]);
     } catch {
       renewed = false;
+    } finally {
+      clearTimeout(timer);
     }
     if (!renewed && !this.stopped) {
       this.onLost(this.claim);

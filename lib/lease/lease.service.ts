@@ -168,12 +168,21 @@ export class LeaseService {
   /**
    * Renews `claim` every third of its lease until `stop()`; aborts `keeper.signal` with a
    * `ClaimLostError` when a renewal changes nothing or fails. With `manager`, renewals run on its
-   * connection (pull workers keep one aside, so renewals never wait for the pool).
+   * connection, or fail once it is gone (like every statement given a manager).
    */
   keep(claim: Claim, manager?: EntityManager): LeaseKeeper {
+    return this.keepOn(claim, () => manager);
+  }
+
+  /**
+   * Like `keep`, with each renewal on the manager `connection()` returns at that moment (the pool
+   * when it returns none). Pull workers pass their set-aside renewal connection while it is
+   * connected (`RenewalConnection.managerIfConnected`).
+   */
+  keepOn(claim: Claim, connection: () => EntityManager | undefined): LeaseKeeper {
     return new LeaseKeeper(
       claim,
-      () => this.renew(claim, manager),
+      () => this.renew(claim, connection()),
       (c) => this.markLost(c),
     );
   }

@@ -1,11 +1,12 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
+import { checkTransaction } from '../common/transaction-check';
 import type { Dialect } from '../dialects/dialect';
 import { DuplicateMessageIdError, QueueBoxValidationError } from '../errors/queuebox.errors';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
-import type { EnqueueResult, OutboxMessageInput } from './outbox.types';
+import type { EnqueueOptions, EnqueueResult, OutboxMessageInput } from './outbox.types';
 import { toOutboxRows } from './outbox-rows';
 
 /**
@@ -24,17 +25,25 @@ export class OutboxService {
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
   ) {}
 
-  /** Stores one message in `manager`'s transaction. */
-  async enqueue(manager: EntityManager, message: OutboxMessageInput): Promise<EnqueueResult> {
-    const [result] = await this.enqueueMany(manager, [message]);
+  /**
+   * Stores one message in `manager`'s transaction. A manager outside a transaction
+   * (`dataSource.manager`) throws `TransactionRequiredError` unless `options.allowAutocommit`.
+   */
+  async enqueue(manager: EntityManager, message: OutboxMessageInput, options?: EnqueueOptions): Promise<EnqueueResult> {
+    const [result] = await this.enqueueMany(manager, [message], options);
     return result;
   }
 
   /** Stores messages in `manager`'s transaction with one statement; results are in input order. */
-  async enqueueMany(manager: EntityManager, messageList: readonly OutboxMessageInput[]): Promise<EnqueueResult[]> {
+  async enqueueMany(
+    manager: EntityManager,
+    messageList: readonly OutboxMessageInput[],
+    options: EnqueueOptions = {},
+  ): Promise<EnqueueResult[]> {
     if (!manager || typeof (manager as Partial<EntityManager>).query !== 'function') {
       throw new QueueBoxValidationError('manager', messages.managerRequired());
     }
+    checkTransaction(manager, 'enqueue', options.allowAutocommit === true);
     if (!Array.isArray(messageList)) throw new QueueBoxValidationError('messages', messages.messageNotObject('The message list'));
     if (messageList.length === 0) return [];
     const rows = toOutboxRows(messageList, this.options.maxPayloadBytes);

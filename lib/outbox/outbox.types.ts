@@ -14,6 +14,17 @@ export interface OutboxMessageInput {
   availableAt?: Date;
 }
 
+/** Options of one `enqueue()` / `enqueueMany()` call. */
+export interface EnqueueOptions {
+  /**
+   * Store the messages even though `manager` is not in a transaction (`dataSource.manager`): each
+   * statement then commits on its own, with no business change to commit or roll back with.
+   * Default `false`: such a call throws `TransactionRequiredError`. For scripts and back-fills
+   * that mean it.
+   */
+  allowAutocommit?: boolean;
+}
+
 /** What `enqueue()` returns for each stored message. */
 export interface EnqueueResult {
   /** The row id (a bigint, as a string). */

@@ -31,6 +31,7 @@ export interface PullHandlerDefinition {
 @Injectable()
 export class PullHandlerExplorer implements OnModuleInit {
   private readonly found = new Map<string, PullHandlerDefinition>();
+  private explored = false;
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -40,12 +41,16 @@ export class PullHandlerExplorer implements OnModuleInit {
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
   ) {}
 
-  /** The handlers found, one per source. */
+  /** The handlers found, one per source (found at the first read, if that comes before `onModuleInit`). */
   get handlers(): PullHandlerDefinition[] {
+    this.onModuleInit();
     return [...this.found.values()];
   }
 
   onModuleInit(): void {
+    // Once: other providers read the handlers in their own onModuleInit, in no set order.
+    if (this.explored) return;
+    this.explored = true;
     for (const wrapper of this.discovery.getProviders()) {
       const { instance } = wrapper;
       if (!instance || typeof instance !== 'object') continue;

@@ -1,6 +1,6 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import type { DataSource, QueryRunner } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
 import { DatabaseRecovery } from '../common/database-recovery';
 import { isInstance } from '../common/errors';
@@ -12,15 +12,13 @@ import { InboxSources } from '../inbox/inbox-sources';
 import { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
 import type { LeaseKeeper } from '../lease/lease-keeper';
+import { RenewalConnection } from '../lease/renewal-connection';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
 import { inSpan, processSpan } from '../tracing/trace-context';
 import type { PullContext } from './pull-handler.decorator';
 import { type PullHandlerDefinition, PullHandlerExplorer } from './pull-handler.explorer';
-
-// The default pool size of node-postgres and of mssql (tarn), which TypeORM keeps unless told otherwise.
-const DEFAULT_POOL_SIZE = 10;
 
 /**
  * Runs every `@PullHandler`: per source, claims messages (expired claims included), runs the
@@ -34,7 +32,7 @@ const DEFAULT_POOL_SIZE = 10;
 export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('QueueBox:PullWorker');
   private readonly loops = new Map<string, ClaimLoop<InboxClaim>>();
-  private leaseRunner?: QueryRunner;
+  private renewals?: RenewalConnection;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
@@ -64,12 +62,9 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
 
   /** Starts a loop per handler. Called at bootstrap when `workers.pull` is on and handlers exist. */
   async start(): Promise<void> {
-    if (this.leaseRunner) return;
-    const concurrency = this.explorer.handlers.reduce((sum, handler) => sum + handler.concurrency, 0);
-    const poolSize = this.poolSize();
-    if (concurrency > poolSize - 1) this.logger.warn(messages.pullPoolTight(concurrency, poolSize));
-    this.leaseRunner = this.dataSource.createQueryRunner();
-    await this.leaseRunner.connect();
+    if (this.renewals) return;
+    this.renewals = new RenewalConnection(this.dataSource);
+    await this.renewals.open();
     for (const handler of this.explorer.handlers) {
       const name = `pull worker ${handler.source}`;
       this.logger.log(messages.workerStarted(name, handler.concurrency, handler.concurrency, handler.leaseMs));
@@ -80,8 +75,8 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
   /** Stops claiming and waits up to `pull.shutdownTimeoutMs` for running handlers and their commits. */
   async stop(): Promise<void> {
     await Promise.all([...this.loops.values()].map((loop) => loop.stop()));
-    await this.leaseRunner?.release();
-    this.leaseRunner = undefined;
+    await this.renewals?.close();
+    this.renewals = undefined;
   }
 
   /** Claims one batch of `source` (or of every source), runs the handlers and waits. Returns how many rows it claimed. */
@@ -117,7 +112,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
           claim: (limit) =>
             this.lease.claimPullBatch({ source: handler.source, limit, leaseMs: handler.leaseMs, maxAttempts: handler.maxAttempts }),
           process: (claim, keeper, yieldSlot) => this.handle(handler, created, claim, keeper, yieldSlot),
-          keep: (claim) => this.lease.keep(claim, this.leaseRunner?.manager),
+          keep: (claim) => this.lease.keepOn(claim, () => this.renewals?.managerIfConnected()),
         },
         this.lease,
         this.logger,
@@ -209,11 +204,5 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       logger: this.logger,
       retryMessage: (error, delayMs) => messages.pullHandlerFailed(id, handler.name, claim.attempt, error, delayMs),
     });
-  }
-
-  private poolSize(): number {
-    // PostgreSQL: `poolSize` or `extra.max`; SQL Server: `pool.max`.
-    const options = this.dataSource.options as { poolSize?: number; extra?: { max?: number }; pool?: { max?: number } };
-    return options.poolSize ?? options.extra?.max ?? options.pool?.max ?? DEFAULT_POOL_SIZE;
   }
 }

@@ -65,7 +65,11 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
     try {
       await plain
         .get(OutboxService)
-        .enqueue(plain.app.get<DataSource>(getDataSourceToken()).manager, { destination: 'billing', payload: {} });
+        .enqueue(
+          plain.app.get<DataSource>(getDataSourceToken()).manager,
+          { destination: 'billing', payload: {} },
+          { allowAutocommit: true },
+        );
       await plain.get(OutboxPoller).runOnce();
       assert.doesNotMatch(await register.metrics(), /queuebox_/);
     } finally {

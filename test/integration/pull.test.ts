@@ -164,7 +164,7 @@ describe('pull workers on PostgreSQL', () => {
       { poolSize: 3, providers: [SlowHandler] },
     );
     try {
-      assert.ok(tight.logger.has('warn', 'handlers beyond 2 wait for a connection (renewals never do)'));
+      assert.ok(tight.logger.has('warn', 'handlers beyond 1 wait for a connection (renewals never do)'));
       for (let n = 0; n < 12; n++) await tight.get(InboxService).receive({ source: 'slow', idempotencyKey: `s${n}`, payload: {} });
       await eventually(
         async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE source = 'slow' AND state <> 'processed'")).length === 0,

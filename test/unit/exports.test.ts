@@ -37,6 +37,8 @@ describe('public barrel', () => {
       'QueueBoxStateError',
       'DuplicateMessageIdError',
       'HandlerTimeoutError',
+      'TransactionLostError',
+      'TransactionRequiredError',
     ]) {
       assert.equal(typeof (queuebox as Record<string, unknown>)[name], 'function', `${name} is exported`);
     }

@@ -10,11 +10,12 @@ import {
   toDeadLetterRow,
 } from '../../admin/admin-rows';
 import { runSql, type SqlResult } from '../../common/sql-runner';
-import { QueueBoxConfigError } from '../../errors/queuebox.errors';
+import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
 import type {
   DeadSelection,
   Dialect,
+  DialectSettings,
   FenceParams,
   InboxClaimedRow,
   InboxInsertRow,
@@ -56,10 +57,18 @@ export class PostgresDialect implements Dialect {
   private readonly channel: Record<LeaseTable, string>;
   private readonly retentionLock: string;
 
+  /**
+   * The client-side bound on each of QueueBox's own pool statements (claims, reclaims, fenced
+   * writes, renewals, LISTEN), or none. Derived from the shortest lease (see `queryTimeoutFor`).
+   */
+  private readonly queryTimeoutMs?: number;
+
   constructor(
     private readonly dataSource: DataSource,
     private readonly tables: QueueBoxTables,
+    settings: DialectSettings = {},
   ) {
+    this.queryTimeoutMs = settings.queryTimeoutMs;
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
     this.claimLock = claimLockNames(tables);
     const fn = claimFunctionNames(tables);
@@ -78,6 +87,7 @@ export class PostgresDialect implements Dialect {
       `queuebox_${kind}_${createHash('sha1').update(tables[kind].qualified).digest('hex').slice(0, 16)}`;
     this.channel = { outbox: channel('outbox'), inbox: channel('inbox') };
     this.retentionLock = retentionLockName(tables);
+    if (dataSource.isInitialized) poolOf(dataSource);
   }
 
   async schemaCheck(): Promise<void> {
@@ -191,13 +201,14 @@ export class PostgresDialect implements Dialect {
     onWork: (notice: WorkNotice) => void;
     onState: (listening: boolean, error?: unknown) => void;
   }): Promise<WorkListener> {
-    const listener = new PostgresWorkListener(this.dataSource, this.channel, p.onWork, p.onState);
+    poolOf(this.dataSource); // guards the pool's clients before the listener checks one out
+    const listener = new PostgresWorkListener(this.dataSource, this.channel, p.onWork, p.onState, this.queryTimeoutMs);
     await listener.start();
     return listener;
   }
 
   async adminBacklog(): Promise<BacklogRow[]> {
-    return toBacklogRows((await this.run<BacklogRecord>(sql.adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows);
+    return toBacklogRows((await this.runUnbounded<BacklogRecord>(sql.adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows);
   }
 
   async deadLetterList(p: {
@@ -207,17 +218,19 @@ export class PostgresDialect implements Dialect {
     includePayload: boolean;
   }): Promise<DeadLetterRow[]> {
     const { component } = p.selection;
-    const { rows } = await this.run<DeadLetterRecord<unknown>>(sql.deadLetterListSql(this.table[component], component, p.includePayload), [
-      ...selectionParams(p.selection),
-      p.afterId,
-      p.limit,
-    ]);
+    const { rows } = await this.runUnbounded<DeadLetterRecord<unknown>>(
+      sql.deadLetterListSql(this.table[component], component, p.includePayload),
+      [...selectionParams(p.selection), p.afterId, p.limit],
+    );
     return rows.map((r) => toDeadLetterRow(component, r, DECODING));
   }
 
   async deadLetterCount(p: { selection: DeadSelection }): Promise<number> {
     const { component } = p.selection;
-    const { rows } = await this.run<{ n: string }>(sql.deadLetterCountSql(this.table[component], component), selectionParams(p.selection));
+    const { rows } = await this.runUnbounded<{ n: string }>(
+      sql.deadLetterCountSql(this.table[component], component),
+      selectionParams(p.selection),
+    );
     return Number(rows[0].n);
   }
 
@@ -235,7 +248,7 @@ export class PostgresDialect implements Dialect {
     p: { selection: DeadSelection; afterId: string | null; limit: number },
   ): Promise<string[]> {
     const { component } = p.selection;
-    const { rows } = await this.run<{ id: string }>(statement(this.table[component], component), [
+    const { rows } = await this.runUnbounded<{ id: string }>(statement(this.table[component], component), [
       ...selectionParams(p.selection),
       p.afterId,
       p.limit,
@@ -244,13 +257,13 @@ export class PostgresDialect implements Dialect {
   }
 
   async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
-    const { rows } = await this.run<BlockedKeyRecord>(sql.blockedKeyListSql(this.table[p.component], p.component), [p.limit]);
+    const { rows } = await this.runUnbounded<BlockedKeyRecord>(sql.blockedKeyListSql(this.table[p.component], p.component), [p.limit]);
     return rows.map((r) => toBlockedKeyRow(p.component, r, DECODING.uuid));
   }
 
   async blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null> {
     const params = p.component === 'outbox' ? [p.key, p.headId ?? null, p.reason] : [p.source, p.aggregateId, p.headId ?? null, p.reason];
-    const { rows } = await this.run<{ id: string }>(sql.blockedKeySkipHeadSql(this.table[p.component], p.component), params);
+    const { rows } = await this.runUnbounded<{ id: string }>(sql.blockedKeySkipHeadSql(this.table[p.component], p.component), params);
     return rows.length === 1 ? String(rows[0].id) : null;
   }
 
@@ -274,7 +287,7 @@ export class PostgresDialect implements Dialect {
 
   async retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number> {
     const table = p.kind.startsWith('outbox') ? this.table.outbox : this.table.inbox;
-    return (await this.run(sql.retentionDeleteSql(table, p.kind), [p.olderThanMs, p.limit])).affected;
+    return (await this.runUnbounded(sql.retentionDeleteSql(table, p.kind), [p.olderThanMs, p.limit])).affected;
   }
 
   async clockNow(): Promise<Date> {
@@ -294,7 +307,7 @@ export class PostgresDialect implements Dialect {
     });
     if (await this.claimFunctionsPresent) {
       try {
-        return (await poolQuery<T>(this.dataSource, claim.call, [...params])).rows;
+        return (await poolQuery<T>(this.dataSource, claim.call, [...params], this.queryTimeoutMs)).rows;
       } catch (error) {
         if ((error as { code?: string }).code !== UNDEFINED_FUNCTION) throw error;
         this.claimFunctionsPresent = undefined;
@@ -309,6 +322,7 @@ export class PostgresDialect implements Dialect {
       this.dataSource,
       'SELECT count(to_regprocedure(signature))::int AS found FROM unnest($1::text[]) AS signature',
       [signatures],
+      this.queryTimeoutMs,
     );
     return rows[0]?.found === signatures.length;
   }
@@ -328,15 +342,27 @@ export class PostgresDialect implements Dialect {
   private async serializedClaim<T>(lockName: string, statement: string, params: readonly sql.InlineParam[]): Promise<T[]> {
     const text = sql.serializedClaimSql(lockName, statement, params);
     // No values: node-postgres sends the text with the simple query protocol, which runs several statements.
-    const results = await poolOf(this.dataSource).query(text);
+    const results = await bounded(poolOf(this.dataSource).query({ text, query_timeout: this.queryTimeoutMs }), this.queryTimeoutMs);
     // One result per statement; the claim is the last.
     return (Array.isArray(results) ? results[results.length - 1] : results).rows as T[];
   }
 
+  /**
+   * With a manager's query runner: on that connection or not at all (`runSql` throws
+   * `TransactionLostError` when it is gone; a write meant for a transaction never autocommits on
+   * another connection). Without one, straight to the driver's pool: a TypeORM QueryRunner per
+   * statement is garbage on the hot path (claims, completions, renewals), and nothing here uses it.
+   */
   private run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>> {
-    if (manager?.queryRunner && !manager.queryRunner.isReleased) return runSql<T>(this.dataSource, statement, params, manager);
-    // Outside a caller's transaction, straight to the driver's pool: a TypeORM QueryRunner per
-    // statement is garbage on the hot path (claims, completions, renewals), and nothing here uses it.
+    if (manager?.queryRunner) return runSql<T>(this.dataSource, statement, params, manager);
+    return poolQuery<T>(this.dataSource, statement, params, this.queryTimeoutMs);
+  }
+
+  /**
+   * Admin and retention statements run as long as they need: an operator waits for them, and a
+   * retention batch may take longer than a claim should.
+   */
+  private runUnbounded<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
     return poolQuery<T>(this.dataSource, statement, params);
   }
 }
@@ -346,20 +372,74 @@ const UNDEFINED_FUNCTION = '42883';
 
 /** The parts of node-postgres' pool QueueBox uses. */
 interface PgPool {
-  query(text: string, values: unknown[]): Promise<{ rows: unknown[]; rowCount: number | null }>;
-  /** Without values: the simple query protocol, so `text` may hold several statements (one result each). */
-  query(text: string): Promise<{ rows: unknown[] } | { rows: unknown[] }[]>;
+  /**
+   * With `values`: one statement. Without: the simple query protocol, so `text` may hold several
+   * statements (one result each). `query_timeout` (ms) ends the wait client-side: the pool then
+   * discards the connection, so nothing late arrives on a connection someone else uses.
+   */
+  query(query: { text: string; values?: unknown[]; query_timeout?: number }): Promise<PgResult | PgResult[]>;
+}
+
+interface PgResult {
+  rows: unknown[];
+  rowCount: number | null;
 }
 
 /** node-postgres' pool of TypeORM's driver: the pool TypeORM itself draws its connections from. */
 function poolOf(dataSource: DataSource): PgPool {
-  return (dataSource.driver as unknown as { master: PgPool }).master;
+  const pool = (dataSource.driver as unknown as { master: PgPool }).master;
+  guardClients(pool);
+  return pool;
 }
 
-/** One statement on the driver's pool. */
-async function poolQuery<T>(dataSource: DataSource, statement: string, params: unknown[]): Promise<SqlResult<T>> {
-  const result = await poolOf(dataSource).query(statement, params);
+const guardedPools = new WeakSet<object>();
+const GUARDED = Symbol('queuebox.errorGuard');
+const ignoreClientError = () => undefined;
+
+/**
+ * Gives every client of the pool an 'error' listener for its whole life, from its first checkout
+ * on. pg-pool removes its own listener when it hands a client out, and TypeORM attaches its
+ * listener only a few promise ticks later: an error the server sends in that gap (a backend
+ * terminated just after it said ready) is an unhandled 'error' event, which ends the process.
+ * Whoever holds the client still learns of the error (its query fails, TypeORM releases the
+ * runner), and a client that saw one is not queryable, so the pool discards it on release.
+ */
+export function guardClients(pool: unknown): void {
+  const emitter = pool as { on?(event: 'acquire', listener: (client: PgClientEvents) => void): void };
+  if (!emitter || typeof emitter.on !== 'function' || guardedPools.has(emitter)) return;
+  guardedPools.add(emitter);
+  emitter.on('acquire', (client) => {
+    if (client[GUARDED]) return;
+    client[GUARDED] = true;
+    client.on('error', ignoreClientError);
+  });
+}
+
+interface PgClientEvents {
+  [GUARDED]?: boolean;
+  on(event: 'error', listener: (error: Error) => void): void;
+}
+
+/** One statement on the driver's pool, bounded by `timeoutMs` when given. */
+async function poolQuery<T>(dataSource: DataSource, statement: string, params: unknown[], timeoutMs?: number): Promise<SqlResult<T>> {
+  const result = (await bounded(
+    poolOf(dataSource).query({ text: statement, values: params, query_timeout: timeoutMs }),
+    timeoutMs,
+  )) as PgResult;
   return { rows: result.rows as T[], affected: result.rowCount ?? 0 };
+}
+
+/** Turns node-postgres' "Query read timeout" into a QueueBox error that says what to do. */
+export async function bounded<T>(query: Promise<T>, timeoutMs: number | undefined): Promise<T> {
+  if (timeoutMs === undefined) return query;
+  try {
+    return await query;
+  } catch (error) {
+    if (error instanceof Error && error.message === 'Query read timeout') {
+      throw new QueueBoxError('QUEUEBOX_QUERY_TIMEOUT', messages.queryTimedOut(timeoutMs), { cause: error });
+    }
+    throw error;
+  }
 }
 
 /** The selection's parameters $1..$5. */

@@ -3,7 +3,7 @@ import type { WorkListener, WorkNotice } from '../dialect';
 import { listenSql } from './postgres.sql';
 
 interface PgClient {
-  query(sql: string): Promise<unknown>;
+  query(query: { text: string; query_timeout?: number }): Promise<unknown>;
   on(event: 'notification', listener: (message: { channel: string; payload?: string }) => void): void;
   on(event: 'error' | 'end', listener: (error?: Error) => void): void;
   removeListener(event: string, listener: (...args: never[]) => void): void;
@@ -31,6 +31,8 @@ export class PostgresWorkListener implements WorkListener {
     private readonly channels: { outbox: string; inbox: string },
     private readonly onWork: (notice: WorkNotice) => void,
     private readonly onState: (listening: boolean, error?: unknown) => void,
+    /** Bound on LISTEN and UNLISTEN: a connection that does not answer is dropped and made again. */
+    private readonly queryTimeoutMs?: number,
   ) {}
 
   async start(): Promise<void> {
@@ -49,8 +51,13 @@ export class PostgresWorkListener implements WorkListener {
     this.release = undefined;
     if (!client || !release) return;
     this.detach?.();
+    // The connection can still drop during UNLISTEN: until it is released, an 'error' event needs
+    // a listener (pg-pool's comes back only with the release), or it would end the process.
+    const ignore = () => undefined;
+    client.on('error', ignore);
     try {
-      await client.query('UNLISTEN *');
+      await client.query({ text: 'UNLISTEN *', query_timeout: this.queryTimeoutMs });
+      client.removeListener('error', ignore);
       release();
     } catch (error) {
       release(error as Error);
@@ -82,8 +89,8 @@ export class PostgresWorkListener implements WorkListener {
       client.removeListener('end', broken);
     };
     try {
-      await client.query(listenSql(this.channels.outbox));
-      await client.query(listenSql(this.channels.inbox));
+      await client.query({ text: listenSql(this.channels.outbox), query_timeout: this.queryTimeoutMs });
+      await client.query({ text: listenSql(this.channels.inbox), query_timeout: this.queryTimeoutMs });
     } catch (error) {
       broken(error);
       return;

@@ -1,0 +1,17 @@
+import type { ResolvedQueueBoxOptions } from '../queuebox.options';
+
+/** No bound below this: a claim on a busy database may take a few hundred milliseconds. */
+const MIN_QUERY_TIMEOUT_MS = 500;
+
+/**
+ * The bound on each of QueueBox's own statements: a third of the shortest lease it is configured
+ * with (outbox and relay `claimTimeoutMs`, `pull.defaultLeaseMs`), at least 500 ms. A third is the
+ * renewal interval: a statement that waits longer than that cannot keep a lease alive anyway, and
+ * after a silent network partition (sockets open, nothing answered) the workers give up on the
+ * dead connection and reconnect instead of waiting forever, and `app.close()` ends. Defaults:
+ * leases 300 s, 300 s and 30 s give 10 s.
+ */
+export function queryTimeoutFor(options: ResolvedQueueBoxOptions): number {
+  const shortestLease = Math.min(options.outbox.claimTimeoutMs, options.inbox.relay.claimTimeoutMs, options.pull.defaultLeaseMs);
+  return Math.max(MIN_QUERY_TIMEOUT_MS, Math.floor(shortestLease / 3));
+}

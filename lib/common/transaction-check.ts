@@ -1,0 +1,15 @@
+import type { EntityManager } from 'typeorm';
+import { TransactionLostError, TransactionRequiredError } from '../errors/queuebox.errors';
+import { messages } from '../queuebox.messages';
+
+/**
+ * Refuses a manager whose writes would not belong to a transaction: its connection is gone
+ * (`TransactionLostError`), or it has none (`TransactionRequiredError`, unless `allowAutocommit`).
+ * Without the check, `enqueue(dataSource.manager, ...)` commits the message at once, whatever
+ * happens to the business change it was meant to go with.
+ */
+export function checkTransaction(manager: EntityManager, call: 'enqueue' | 'receive', allowAutocommit: boolean): void {
+  const runner = manager.queryRunner;
+  if (runner?.isReleased) throw new TransactionLostError(messages.transactionLost());
+  if (!allowAutocommit && !runner?.isTransactionActive) throw new TransactionRequiredError(messages.transactionRequired(call));
+}

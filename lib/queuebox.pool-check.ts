@@ -1,0 +1,71 @@
+import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import type { DataSource } from 'typeorm';
+import type { Dialect } from './dialects/dialect';
+import { QueueBoxConfigError } from './errors/queuebox.errors';
+import { PullHandlerExplorer } from './pull/pull-handler.explorer';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { messages } from './queuebox.messages';
+import type { ResolvedQueueBoxOptions } from './queuebox.options';
+
+// The default pool size of node-postgres and of mssql (tarn), which TypeORM keeps unless told otherwise.
+const DEFAULT_POOL_SIZE = 10;
+
+/** The size of the DataSource's pool: PostgreSQL `poolSize` or `extra.max`, SQL Server `pool.max`. */
+export function poolSizeOf(dataSource: DataSource): number {
+  const options = dataSource.options as { poolSize?: number; extra?: { max?: number }; pool?: { max?: number } };
+  return options.poolSize ?? options.extra?.max ?? options.pool?.max ?? DEFAULT_POOL_SIZE;
+}
+
+/** The connections QueueBox holds for as long as it runs, and what the pool must have at least. */
+export interface PoolNeeds {
+  /** One connection LISTENing for work (PostgreSQL, when any worker runs). */
+  listen: number;
+  /** One for lease renewals while pull handlers hold theirs in transactions (when pull handlers run). */
+  renewals: number;
+  /** The two above plus one to work with (claims, completions, a handler's transaction, enqueue). */
+  minimum: number;
+}
+
+/**
+ * Checks at start-up that the TypeORM pool can hold what QueueBox keeps for itself plus one
+ * connection to work with. Below that, nothing moves: with pool 1 the LISTEN connection holds the
+ * only connection and the poller never claims; with pool 2 and a `@PullHandler`, LISTEN and the
+ * renewal connection leave none for the handler's transaction, nor for `receive()`. Start-up fails
+ * with a `QueueBoxConfigError` naming the minimum; a pool above it but below the handlers' total
+ * concurrency only makes handlers wait, which is logged as a warning.
+ */
+@Injectable()
+export class QueueBoxPoolCheck implements OnModuleInit {
+  private readonly logger = new Logger('QueueBox');
+
+  constructor(
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
+    @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    private readonly explorer: PullHandlerExplorer,
+  ) {}
+
+  onModuleInit(): void {
+    const needs = this.needs();
+    const poolSize = poolSizeOf(this.dataSource);
+    if (poolSize < needs.minimum) {
+      throw new QueueBoxConfigError('dataSource', messages.poolTooSmall(poolSize, needs.minimum, needs.listen, needs.renewals));
+    }
+    const concurrency = this.pullHandlersRun() ? this.explorer.handlers.reduce((sum, handler) => sum + handler.concurrency, 0) : 0;
+    const forHandlers = poolSize - needs.listen - needs.renewals;
+    if (concurrency > forHandlers) this.logger.warn(messages.pullPoolTight(concurrency, poolSize, forHandlers));
+  }
+
+  /** What QueueBox keeps of the pool with the configured workers and the handlers found. */
+  needs(): PoolNeeds {
+    const { outbox, relay, pull } = this.options.workers;
+    // As WorkNotifications decides: it listens when the dialect can and any worker is on.
+    const listen = this.dialect.workListen && (outbox || relay || pull) ? 1 : 0;
+    const renewals = this.pullHandlersRun() ? 1 : 0;
+    return { listen, renewals, minimum: listen + renewals + 1 };
+  }
+
+  private pullHandlersRun(): boolean {
+    return this.options.workers.pull && this.explorer.handlers.length > 0;
+  }
+}
