@@ -4,8 +4,12 @@ import { DataSource, type DataSourceOptions, MssqlParameter } from 'typeorm';
 import { createDialect, schemaStatements } from '../../lib/dialects/dialects';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
 import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
-import { QueueBoxConfigError, QueueBoxError } from '../../lib/errors/queuebox.errors';
-import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../../lib/migrations/queuebox.migration';
+import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
+import {
+  createQueueBoxKeyCollationMigration,
+  createQueueBoxMigration,
+  createQueueBoxOperationsMigration,
+} from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-files';
 import { resolveTables } from '../../lib/queuebox.options';
 
@@ -153,12 +157,85 @@ describe('SQL Server dialect: start-up checks', () => {
     );
     assert.deepEqual(typed(missing.calls[0].params), [['nvarchar', '[queuebox_outbox]', 300]]);
     const old = scriptedDataSource((statement) =>
-      statement === sql.tableExistsSql() ? { records: [{ found: 42 }] } : { records: [{ compatibility_level: 120 }] },
+      statement === sql.tableExistsSql()
+        ? { records: [{ found: 42 }] }
+        : statement === sql.keyCollationSql()
+          ? { records: [] }
+          : { records: [{ compatibility_level: 120 }] },
     );
     await assert.rejects(
       createDialect(old.dataSource, TABLES).schemaCheck(),
       (error: unknown) => error instanceof QueueBoxConfigError && /compatibility level 130 .* this database is at 120/.test(error.message),
     );
+  });
+});
+
+describe('SQL Server dialect: keys compared exactly (issue 14, item 1)', () => {
+  it('schemaCheck refuses key columns that are not Latin1_General_100_BIN2, naming them and migration 004', async () => {
+    const collations: Record<string, { column: string; collation: string }[]> = {
+      '[queuebox_outbox]': [
+        { column: 'destination', collation: 'Latin1_General_100_BIN2' },
+        { column: 'key', collation: 'Latin1_General_100_BIN2' },
+      ],
+      '[queuebox_inbox]': [
+        { column: 'source', collation: 'Latin1_General_100_BIN2' },
+        { column: 'idempotency_key', collation: 'SQL_Latin1_General_CP1_CI_AS' },
+        { column: 'aggregate_id', collation: 'SQL_Latin1_General_CP1_CI_AS' },
+      ],
+    };
+    const respond = (statement: string, params: unknown[]) => {
+      if (statement === sql.tableExistsSql()) return { records: [{ found: 1 }] };
+      if (statement === sql.keyCollationSql()) return { records: collations[(params[0] as MssqlParameter).value as string] };
+      return { records: [{ compatibility_level: 160 }] };
+    };
+    await assert.rejects(createDialect(scriptedDataSource(respond).dataSource, TABLES).schemaCheck(), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError);
+      assert.equal(error.option, 'migrations');
+      assert.match(
+        error.message,
+        /"queuebox_inbox" on SQL Server compares "idempotency_key", "aggregate_id" under the database's collation/,
+      );
+      assert.match(error.message, /Run migration QueueBoxKeyCollation1796083200000/);
+      return true;
+    });
+    collations['[queuebox_inbox]'] = collations['[queuebox_inbox]'].map((c) => ({ ...c, collation: 'Latin1_General_100_BIN2' }));
+    await createDialect(scriptedDataSource(respond).dataSource, TABLES).schemaCheck();
+  });
+
+  it("refuses keys, destinations and sources that end with a space (SQL Server's = ignores them), before any statement runs", async () => {
+    const { dataSource, calls } = scriptedDataSource(() => ({ records: [{ id: '1' }] }));
+    const dialect = createDialect(dataSource, TABLES);
+    const row = { source: 'orders', idempotencyKey: 'e1', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
+    for (const [field, bad] of [
+      ['idempotencyKey', { idempotencyKey: 'e1 ' }],
+      ['source', { source: 'orders ' }],
+      ['aggregateId', { aggregateId: 'a ' }],
+    ] as const) {
+      await assert.rejects(dialect.inboxInsertIfAbsent({ row: { ...row, ...bad } }), (error: unknown) => {
+        assert.ok(error instanceof QueueBoxValidationError, String(error));
+        assert.equal(error.field, field);
+        assert.match(error.message, new RegExp(`InboxService.receive: "${field}" ends with a space`));
+        return true;
+      });
+    }
+    const caller = dataSource.createQueryRunner() as unknown as { manager: never };
+    const message = { messageId: 'aaaaaaaa-0000-4000-8000-000000000000', payloadJson: '1', headersJson: '{}', availableAt: null };
+    for (const [field, bad] of [
+      ['destination', { destination: 'billing ', key: null }],
+      ['key', { destination: 'billing', key: 'k ' }],
+    ] as const) {
+      await assert.rejects(
+        dialect.outboxInsert({ manager: caller.manager, rows: [{ ...message, ...bad }] }),
+        (error: unknown) => error instanceof QueueBoxValidationError && error.field === field,
+      );
+    }
+    assert.deepEqual(
+      calls.filter((c) => c.what === 'query'),
+      [],
+      'nothing was sent',
+    );
+    // Leading and inner spaces, and other trailing white space, compare exactly and pass.
+    assert.deepEqual(await dialect.inboxInsertIfAbsent({ row: { ...row, idempotencyKey: ' e 1\t' } }), { id: '1', duplicate: false });
   });
 });
 
@@ -181,7 +258,25 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
     assert.ok(ran.includes("CREATE INDEX [events_out_sent_idx] ON [messaging].[events_out] ([sent_at]) WHERE [state] = N'sent'"));
   });
 
-  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations and 003_queuebox_claims .{up,down}.sql, one GO batch per statement', () => {
+  it('the key-collation migration class runs the SQL Server statements of 004, and nothing on PostgreSQL', async () => {
+    const tables = { outbox: 'messaging.events_out', inbox: 'messaging.events_in' };
+    for (const type of ['mssql', 'postgres'] as const) {
+      const ran: string[] = [];
+      const queryRunner = { connection: { options: { type } }, query: async (statement: string) => ran.push(statement) };
+      const migration = new (createQueueBoxKeyCollationMigration({ tables }))();
+      assert.equal(migration.name, 'QueueBoxKeyCollation1796083200000');
+      await migration.up(queryRunner as never);
+      await migration.down(queryRunner as never);
+      assert.deepEqual(ran, [
+        ...schemaStatements(type, resolveTables(tables), 'up', 'keyCollation'),
+        ...schemaStatements(type, resolveTables(tables), 'down', 'keyCollation'),
+      ]);
+      assert.equal(ran.length > 0, type === 'mssql');
+    }
+    assert.match(renderSchemaSql('postgres', { migration: 'keyCollation' }), /Nothing to do on PostgreSQL/);
+  });
+
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims and 004_queuebox_key_collation .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
@@ -192,6 +287,8 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
         '002_queuebox_operations.down.sql',
         '003_queuebox_claims.up.sql',
         '003_queuebox_claims.down.sql',
+        '004_queuebox_key_collation.up.sql',
+        '004_queuebox_key_collation.down.sql',
       ],
     );
     const up = renderSchemaSql('mssql');

@@ -8,6 +8,8 @@ import {
   mssqlTable,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
+  sqlServerKeyCollationDown,
+  sqlServerKeyCollationUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
   sqlServerSchemaDown,
@@ -105,6 +107,11 @@ function schemaStatements(): { name: string; statement: string }[] {
     ...sqlServerClaimsUp(tables).map((statement, n) => ({ name: `claims up #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerClaimsDown(tables).map((statement, n) => ({
       name: `claims down #${n} (${tables.outbox.qualified})`,
+      statement,
+    })),
+    ...sqlServerKeyCollationUp(tables).map((statement, n) => ({ name: `key collation up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerKeyCollationDown(tables).map((statement, n) => ({
+      name: `key collation down #${n} (${tables.outbox.qualified})`,
       statement,
     })),
   ]);
@@ -287,6 +294,7 @@ BEGIN TRY
       inboxPullClaimSql: 4,
       tableExistsSql: 1,
       compatibilityLevelSql: 0,
+      keyCollationSql: 1,
       clockNowSql: 0,
     };
     const builders = Object.entries(sql).filter(([name, value]) => typeof value === 'function' && !ADMIN_BUILDERS.has(name)) as [
@@ -485,5 +493,82 @@ SELECT @granted AS [granted];`,
       'DROP INDEX IF EXISTS [events_out_dead_idx] ON [messaging].[events_out]',
       'DROP INDEX IF EXISTS [events_out_sent_idx] ON [messaging].[events_out]',
     ]);
+  });
+});
+
+describe('SQL Server key collation (migration 004): distinct keys stay distinct', () => {
+  const tables = tablesFor('messaging.events_out', 'messaging.events_in');
+  const KEY_COLUMNS = { outbox: ['destination', 'key'], inbox: ['source', 'idempotency_key', 'aggregate_id'] } as const;
+  const earlier = [...sqlServerSchemaUp(tables), ...sqlServerOperationsUp(tables), ...sqlServerClaimsUp(tables)];
+  const indexName = (statement: string) => /^CREATE (?:UNIQUE )?INDEX \[([^\]]+)\]/.exec(statement)?.[1];
+
+  it('moves every compared key column to Latin1_General_100_BIN2 with its 001 type and nullability, and back on down', () => {
+    assert.equal(sql.KEY_COLLATION, 'Latin1_General_100_BIN2');
+    const up = sqlServerKeyCollationUp(tables);
+    assert.deepEqual(
+      up.filter((s) => s.includes('ALTER COLUMN')),
+      [
+        '[messaging].[events_out] ALTER COLUMN [destination] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL',
+        '[messaging].[events_out] ALTER COLUMN [key] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NULL',
+        '[messaging].[events_in] ALTER COLUMN [source] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL',
+        '[messaging].[events_in] ALTER COLUMN [idempotency_key] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL',
+        '[messaging].[events_in] ALTER COLUMN [aggregate_id] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NULL',
+      ].map((s) => `ALTER TABLE ${s}`),
+    );
+    const created = sqlServerSchemaUp(tables).join('\n');
+    for (const [kind, columns] of Object.entries(KEY_COLUMNS)) {
+      for (const column of columns) {
+        assert.match(created, new RegExp(`\\[${column}\\] NVARCHAR\\(255\\) (NOT )?NULL`), `${kind}.${column} as 001 declares it`);
+      }
+    }
+    assert.ok(
+      sqlServerKeyCollationDown(tables)
+        .filter((s) => s.includes('ALTER COLUMN'))
+        .every((s) => s.includes('COLLATE DATABASE_DEFAULT')),
+    );
+  });
+
+  it('drops every index of 001-003 that depends on a key column (key, INCLUDE or filter) and creates it again exactly', () => {
+    for (const statements of [sqlServerKeyCollationUp(tables), sqlServerKeyCollationDown(tables)]) {
+      const dependent = earlier.filter((s) => indexName(s) && /\[(destination|key|source|idempotency_key|aggregate_id)\]/.test(s));
+      assert.ok(dependent.length >= 11, `found ${dependent.length} dependent indexes`);
+      const alters = statements.map((s, n) => (s.includes('ALTER COLUMN') ? n : -1)).filter((n) => n >= 0);
+      for (const index of dependent) {
+        const name = indexName(index) as string;
+        const on = index.includes('[events_out]') ? '[messaging].[events_out]' : '[messaging].[events_in]';
+        const dropAt = statements.indexOf(`DROP INDEX IF EXISTS [${name}] ON ${on}`);
+        const createAt = statements.indexOf(index);
+        const columnAlters = alters.filter((n) => statements[n].startsWith(`ALTER TABLE ${on}`));
+        assert.ok(dropAt >= 0 && dropAt < Math.min(...columnAlters), `${name} dropped before its table's columns change`);
+        assert.ok(createAt > Math.max(...columnAlters), `${name} created again, as 001-003 do, after the change`);
+      }
+      // Indexes on other columns only are left alone.
+      assert.ok(!statements.some((s) => s.includes('events_out_lease_idx') || s.includes('events_out_sent_idx')));
+      const unique = 'CONSTRAINT [events_in_source_idempotency_key_key]';
+      const dropUnique = statements.indexOf(`ALTER TABLE [messaging].[events_in] DROP ${unique}`);
+      const addUnique = statements.indexOf(`ALTER TABLE [messaging].[events_in] ADD ${unique} UNIQUE ([source], [idempotency_key])`);
+      const inboxAlters = alters.filter((n) => statements[n].startsWith('ALTER TABLE [messaging].[events_in]'));
+      assert.ok(
+        dropUnique >= 0 && dropUnique < Math.min(...inboxAlters) && addUnique > Math.max(...inboxAlters),
+        'the dedupe constraint too',
+      );
+      assert.deepEqual(statements.slice(0, 2), ['SET ANSI_NULLS ON', 'SET QUOTED_IDENTIFIER ON']);
+    }
+  });
+
+  it('statements compare key columns only with parameters, variables or text that names the key collation (never error 468)', () => {
+    for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.match(
+        statement,
+        /DECLARE @sources TABLE \(\[n\] INT IDENTITY\(1, 1\) PRIMARY KEY, \[source\] NVARCHAR\(255\) COLLATE Latin1_General_100_BIN2 NOT NULL\);/,
+      );
+    }
+    assert.match(sql.inboxReclaimSql(T), /\[source\] IN \(SELECT s\.\[source\] COLLATE Latin1_General_100_BIN2 FROM OPENJSON\(@1\)/);
+    // No other table variable or OPENJSON column is compared with a key column.
+    for (const { name, statement } of ALL) {
+      for (const match of statement.matchAll(/DECLARE @\w+ TABLE \(([^;]*)\);/g)) {
+        if (/NVARCHAR/.test(match[1])) assert.match(match[1], /COLLATE Latin1_General_100_BIN2/, name);
+      }
+    }
   });
 });

@@ -10,7 +10,8 @@ import {
   toDeadLetterRow,
 } from '../../admin/admin-rows';
 import { runSql } from '../../common/sql-runner';
-import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
+import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
+import { DEFAULT_MIGRATION_NAMES } from '../../migrations/queuebox.migration';
 import { messages } from '../../queuebox.messages';
 import type {
   DeadSelection,
@@ -90,6 +91,21 @@ export class SqlServerDialect implements Dialect {
       const { rows } = await this.run<{ found: number | null }>(sql.tableExistsSql(), [text(this.table[kind], 300)]);
       if (rows[0]?.found == null) throw new QueueBoxConfigError(`tables.${kind}`, messages.tableMissing(this.tables[kind].qualified));
     }
+    for (const kind of ['outbox', 'inbox'] as const) {
+      const { rows } = await this.run<{ column: string; collation: string | null }>(sql.keyCollationSql(), [text(this.table[kind], 300)]);
+      const other = rows.filter((r) => r.collation !== sql.KEY_COLLATION).map((r) => r.column);
+      if (other.length > 0) {
+        throw new QueueBoxConfigError(
+          'migrations',
+          messages.sqlServerKeyCollationMissing(
+            this.tables[kind].qualified,
+            other,
+            sql.KEY_COLLATION,
+            DEFAULT_MIGRATION_NAMES.keyCollation,
+          ),
+        );
+      }
+    }
     const [database] = (await this.run<{ compatibility_level: number }>(sql.compatibilityLevelSql(), [])).rows;
     if (database && database.compatibility_level < 130) {
       throw new QueueBoxConfigError('dataSource', messages.sqlServerCompatibilityLevelTooLow(database.compatibility_level));
@@ -97,6 +113,7 @@ export class SqlServerDialect implements Dialect {
   }
 
   async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]> {
+    for (const r of p.rows) refuseTrailingSpaces('OutboxService.enqueue', { destination: r.destination, key: r.key });
     const rows = JSON.stringify(
       p.rows.map((r) => ({
         messageId: r.messageId,
@@ -126,6 +143,7 @@ export class SqlServerDialect implements Dialect {
 
   async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
     const { row } = p;
+    refuseTrailingSpaces('InboxService.receive', { source: row.source, idempotencyKey: row.idempotencyKey, aggregateId: row.aggregateId });
     const key = [name(row.source), name(row.idempotencyKey)];
     // The insert's range lock makes a concurrent receive of the same key wait and then insert
     // nothing; a unique violation can still reach here from a writer that does not take that
@@ -333,6 +351,17 @@ export class SqlServerDialect implements Dialect {
 
   private run<T>(statement: string, params: unknown[], manager?: EntityManager) {
     return runSql<T>(this.dataSource, statement, params, manager);
+  }
+}
+
+/**
+ * SQL Server's `=` pads the shorter text with spaces under every collation, BIN2 included: `e1`
+ * and `e1 ` would be one inbox key (a receive dropped as a duplicate) or one outbox key. Refused,
+ * so a key is compared exactly as written; PostgreSQL keeps them apart and needs no such rule.
+ */
+function refuseTrailingSpaces(subject: string, fields: Record<string, string | null>): void {
+  for (const [field, value] of Object.entries(fields)) {
+    if (value?.endsWith(' ')) throw new QueueBoxValidationError(field, messages.sqlServerTrailingSpace(subject, field));
   }
 }
 

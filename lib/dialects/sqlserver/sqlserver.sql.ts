@@ -9,6 +9,13 @@
 // are DATETIME2 without an offset (GETDATE() would store the server's local time).
 export const NOW = 'SYSUTCDATETIME()';
 
+/**
+ * The collation of the key columns (migration 004). Table variables take the database's default
+ * collation, and OPENJSON's columns too: every one compared with a key column names this one, or
+ * SQL Server refuses the comparison (error 468) or compares under the wrong rules.
+ */
+export const KEY_COLLATION = 'Latin1_General_100_BIN2';
+
 /** An application lock waits this long before sp_getapplock gives up (the seed: 10 seconds). */
 export const CLAIM_LOCK_WAIT_MS = 10_000;
 
@@ -305,7 +312,7 @@ const inboxPendingSearch = (table: string, limit: string) => `DECLARE @found TAB
  */
 export const inboxRelayClaimSql = (table: string) =>
   underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
-  DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) NOT NULL);
+  DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL);
   INSERT INTO @sources ([source]) SELECT s.[source] FROM OPENJSON(@3) WITH ([source] NVARCHAR(255) '$') AS s;
   ${inboxPendingSearch(table, '@1')}
   ${lockFound(table, 'i', '@1')}
@@ -320,7 +327,7 @@ export const inboxReclaimSql = (table: string) => `UPDATE ${table}
 ${RECLAIM_SET}
 OUTPUT inserted.[state], inserted.[source] AS [name]
 WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}
-  AND [source] IN (SELECT s.[source] FROM OPENJSON(@1) WITH ([source] NVARCHAR(255) '$') AS s)`;
+  AND [source] IN (SELECT s.[source] COLLATE ${KEY_COLLATION} FROM OPENJSON(@1) WITH ([source] NVARCHAR(255) '$') AS s)`;
 
 /**
  * @0 = pull lock (per table and source), @1 = limit, @2 = lease in ms, @3 = source. Runs inside
@@ -336,7 +343,7 @@ SELECT TOP (@1) i.[id] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
 WHERE i.[source] = @3 AND i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW} AND ${headOfAggregate(table, 'i')}
 ORDER BY i.[lease_expires_at];
 DECLARE @room INT = @1 - (SELECT COUNT(*) FROM @candidates);
-DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) NOT NULL);
+DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL);
 INSERT INTO @sources ([source]) VALUES (@3);
 ${inboxPendingSearch(table, '@room')}
 ${lockFound(table, 'i', '@room')}
@@ -348,6 +355,13 @@ WHERE i.[state] = N'pending' OR (i.[state] = N'processing' AND i.[lease_expires_
 
 /** @0 = the table's name as `[schema].[name]` or `[name]`: its object id, or NULL when it does not exist. */
 export const tableExistsSql = () => "SELECT OBJECT_ID(@0, N'U') AS [found]";
+
+/**
+ * @0 = the table's name as `[schema].[name]` or `[name]`: the collation of each of its key columns
+ * (migration 004 makes them KEY_COLLATION).
+ */
+export const keyCollationSql = () => `SELECT c.[name] AS [column], c.[collation_name] AS [collation] FROM sys.columns AS c
+WHERE c.[object_id] = OBJECT_ID(@0, N'U') AND c.[name] IN (N'destination', N'key', N'source', N'idempotency_key', N'aggregate_id')`;
 
 /** The current database's compatibility level (OPENJSON needs 130, SQL Server 2016's). */
 export const compatibilityLevelSql = () => 'SELECT [compatibility_level] FROM sys.databases WHERE [database_id] = DB_ID()';
