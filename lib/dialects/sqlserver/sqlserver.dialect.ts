@@ -62,10 +62,10 @@ const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
  * The SQL Server dialect (also Azure SQL): `UPDLOCK, READPAST, ROWLOCK` claims behind `sp_getapplock`
  * application locks, `SYSUTCDATETIME()` fences, JSON as NVARCHAR(MAX).
  *
- * The outbox and relay claim locks are owned by the session and released right after the claim;
- * the pull claim lock by the claim transaction. TypeORM's SQL Server driver runs each statement on
- * whichever pooled connection is free unless a transaction is open, so every claim runs in a
- * transaction: that is what keeps the lock, the claim and the release on one connection.
+ * Every claim lock (outbox, relay, pull) is owned by the claim's transaction: its commit or
+ * rollback releases it, so no timeout or broken batch can leave it held on a pooled connection.
+ * TypeORM's SQL Server driver runs each statement on whichever pooled connection is free unless a
+ * transaction is open, so every claim runs in a transaction of its own.
  */
 export class SqlServerDialect implements Dialect {
   readonly type = 'mssql' as const;
@@ -130,7 +130,7 @@ export class SqlServerDialect implements Dialect {
   }
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    const records = await this.sessionClaim<OutboxClaimedRecord<string>>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
+    const records = await this.claimUnderLock<OutboxClaimedRecord<string>>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
       int(p.limit),
       bigint(p.leaseMs),
     ]);
@@ -170,7 +170,7 @@ export class SqlServerDialect implements Dialect {
   }
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.sessionClaim<InboxClaimedRecord<string>>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
+    const records = await this.claimUnderLock<InboxClaimedRecord<string>>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
       int(p.limit),
       bigint(p.leaseMs),
       text(JSON.stringify(p.sources)),
@@ -186,22 +186,12 @@ export class SqlServerDialect implements Dialect {
 
   async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
     const lock = lockName(`queuebox_pull_claim_${this.tables.inbox.qualified}:${p.source}`);
-    try {
-      // The transaction owns the lock: its commit (or rollback) releases it.
-      const records = await this.dataSource.transaction(
-        async (manager) =>
-          (
-            await this.run<InboxClaimedRecord<string>>(
-              sql.inboxPullClaimSql(this.table.inbox),
-              [name(lock), int(p.limit), bigint(p.leaseMs), name(p.source)],
-              manager,
-            )
-          ).rows,
-      );
-      return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
-    } catch (error) {
-      throw claimLockError(error, lock);
-    }
+    const records = await this.claimUnderLock<InboxClaimedRecord<string>>(lock, sql.inboxPullClaimSql(this.table.inbox), [
+      int(p.limit),
+      bigint(p.leaseMs),
+      name(p.source),
+    ]);
+    return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
   }
 
   async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {
@@ -327,12 +317,10 @@ export class SqlServerDialect implements Dialect {
   }
 
   /**
-   * Runs a claim behind a session-owned application lock, on one connection. The batch takes the
-   * lock, claims and releases the lock (also when the claim fails); when the batch is cut off (a
-   * client-side timeout skips its CATCH block), the lock is released here, on the same
-   * connection, before the connection goes back to the pool.
+   * Runs a claim in a transaction of its own, which owns the claim lock (@0): the commit releases
+   * it, and so does the rollback when the claim fails or is cut off.
    */
-  private async sessionClaim<T>(lock: string, statement: string, params: unknown[]): Promise<T[]> {
+  private async claimUnderLock<T>(lock: string, statement: string, params: unknown[]): Promise<T[]> {
     const runner = this.dataSource.createQueryRunner();
     try {
       await runner.startTransaction();
@@ -341,7 +329,7 @@ export class SqlServerDialect implements Dialect {
         await runner.commitTransaction();
         return (result.records ?? []) as T[];
       } catch (error) {
-        await abandonClaim(runner, lock);
+        await abandonClaim(runner);
         throw claimLockError(error, lock);
       }
     } finally {
@@ -386,12 +374,9 @@ function lockName(full: string): string {
   return full.length <= MAX_LOCK_NAME ? full : `queuebox_claim_${createHash('sha256').update(full).digest('hex')}`;
 }
 
-async function abandonClaim(runner: QueryRunner, lock: string): Promise<void> {
-  // Each step is best effort: when the connection itself broke, the server ended the session and
-  // with it the session's locks and its transaction.
-  try {
-    await runner.query(sql.claimLockReleaseLeftoverSql(), [name(lock)]);
-  } catch {}
+async function abandonClaim(runner: QueryRunner): Promise<void> {
+  // Best effort: when the connection itself broke, the server ended the session and with it the
+  // transaction and the lock it owned.
   try {
     if (runner.isTransactionActive) await runner.rollbackTransaction();
   } catch {}

@@ -37,37 +37,22 @@ const FENCE = `[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND 
 
 /**
  * Takes the claim lock (@0 = its name) or stops the batch with a clear error: a lock that was not
- * granted must never let the claim run unserialized, nor look like "nothing to claim".
+ * granted must never let the claim run unserialized, nor look like "nothing to claim". The claim
+ * transaction owns the lock, so its commit or rollback releases it whatever ends it: a session-owned
+ * lock outlived a batch cut off by a request timeout (with XACT_ABORT ON the rollback skipped any
+ * release) and went back to the pool still held, stalling every other claim.
  */
-const takeClaimLock = (owner: 'Session' | 'Transaction') => `DECLARE @claim_lock INT;
-EXEC @claim_lock = sp_getapplock @Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'${owner}', @LockTimeout = ${CLAIM_LOCK_WAIT_MS};
+const takeClaimLock = () => `DECLARE @claim_lock INT;
+EXEC @claim_lock = sp_getapplock @Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = ${CLAIM_LOCK_WAIT_MS};
 IF @claim_lock < 0
 BEGIN
   DECLARE @claim_lock_error INT = ${CLAIM_LOCK_ERROR_BASE} - @claim_lock;
   THROW @claim_lock_error, N'QueueBox: sp_getapplock did not grant the claim lock.', 1;
 END;`;
 
-const releaseSessionLock = "EXEC sp_releaseapplock @Resource = @0, @LockOwner = N'Session';";
-
-/**
- * A claim behind a session-owned application lock (outbox poller, inbox relay): the lock is taken,
- * the claim runs, and the lock is released right after it, also when the claim fails.
- */
-const underSessionLock = (claim: string) => `${takeClaimLock('Session')}
-BEGIN TRY
-${claim}
-END TRY
-BEGIN CATCH
-  ${releaseSessionLock}
-  THROW;
-END CATCH;
-${releaseSessionLock}`;
-
-/**
- * @0 = lock name. Releases the session's claim lock if a batch was cut off while it held it (a
- * client-side timeout ends a batch without running its CATCH block). Run on the same connection.
- */
-export const claimLockReleaseLeftoverSql = () => `IF APPLOCK_MODE(N'public', @0, N'Session') <> N'NoLock' ${releaseSessionLock}`;
+/** A claim behind its transaction-owned application lock (outbox poller, inbox relay, pull). */
+const underClaimLock = (claim: string) => `${takeClaimLock()}
+${claim}`;
 
 const setClaimed = (alias: string, leaseParam: string) => `SET [state] = N'processing', [claim_token] = NEWID(), [claimed_at] = ${NOW},
     [lease_expires_at] = ${msFromNow(leaseParam)}, [attempts] = ${alias}.[attempts] + 1`;
@@ -108,7 +93,7 @@ const lockFound = (table: string, alias: string, limit: string) => `INSERT INTO 
  * someone else would take a later one for its head.
  */
 export const outboxClaimSql = (table: string) =>
-  underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+  underClaimLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
   DECLARE @found TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
   INSERT INTO @found ([id])
   SELECT TOP (@1) w.[id] FROM (
@@ -311,7 +296,7 @@ const inboxPendingSearch = (table: string, limit: string) => `DECLARE @found TAB
  * the outbox claim.
  */
 export const inboxRelayClaimSql = (table: string) =>
-  underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+  underClaimLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
   DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL);
   INSERT INTO @sources ([source]) SELECT s.[source] FROM OPENJSON(@3) WITH ([source] NVARCHAR(255) '$') AS s;
   ${inboxPendingSearch(table, '@1')}
@@ -336,8 +321,8 @@ WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}
  * aggregate; two reads so each uses its own index in its own order, both materialized in one table
  * variable before the one UPDATE.
  */
-export const inboxPullClaimSql = (table: string) => `${takeClaimLock('Transaction')}
-DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+export const inboxPullClaimSql = (table: string) =>
+  underClaimLock(`DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
 INSERT INTO @candidates ([id])
 SELECT TOP (@1) i.[id] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
 WHERE i.[source] = @3 AND i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW} AND ${headOfAggregate(table, 'i')}
@@ -351,7 +336,7 @@ UPDATE i
 ${setClaimed('i', '@2')}
 ${INBOX_OUTPUT}
 FROM ${table} AS i WITH (ROWLOCK) INNER JOIN @candidates AS c ON c.[id] = i.[id]
-WHERE i.[state] = N'pending' OR (i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW});`;
+WHERE i.[state] = N'pending' OR (i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW});`);
 
 /** @0 = the table's name as `[schema].[name]` or `[name]`: its object id, or NULL when it does not exist. */
 export const tableExistsSql = () => "SELECT OBJECT_ID(@0, N'U') AS [found]";
