@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { Logger } from '@nestjs/common';
 import { DataSource, type DataSourceOptions, MssqlParameter } from 'typeorm';
 import { createDialect, schemaStatements } from '../../lib/dialects/dialects';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
@@ -167,6 +168,44 @@ describe('SQL Server dialect: start-up checks', () => {
       createDialect(old.dataSource, TABLES).schemaCheck(),
       (error: unknown) => error instanceof QueueBoxConfigError && /compatibility level 130 .* this database is at 120/.test(error.message),
     );
+  });
+});
+
+describe('SQL Server dialect: READ_COMMITTED_SNAPSHOT and row-lock waits (issue 14, item 3)', () => {
+  it('warns at start-up when READ_COMMITTED_SNAPSHOT is off, naming the fix; silent when it is on', async () => {
+    const warned: string[] = [];
+    const warn = Logger.prototype.warn;
+    Logger.prototype.warn = (message: unknown) => {
+      warned.push(String(message));
+    };
+    try {
+      for (const rcsi of [false, true]) {
+        const { dataSource } = scriptedDataSource((statement) => {
+          if (statement === sql.tableExistsSql()) return { records: [{ found: 1 }] };
+          if (statement === sql.keyCollationSql()) return { records: [] };
+          return { records: [{ compatibility_level: 160, is_read_committed_snapshot_on: rcsi }] };
+        });
+        await createDialect(dataSource, TABLES).schemaCheck();
+      }
+    } finally {
+      Logger.prototype.warn = warn;
+    }
+    assert.equal(warned.length, 1, warned.join('\n'));
+    assert.match(
+      warned[0],
+      /READ_COMMITTED_SNAPSHOT is OFF .*\(at most 3000 ms, .*\(ALTER DATABASE CURRENT SET READ_COMMITTED_SNAPSHOT ON\)/,
+    );
+  });
+
+  it('a claim whose row-lock wait ran out (error 1222) is a clear error, and the connection gets its lock timeout back', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(1222) : {}));
+    await assert.rejects(createDialect(dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxError);
+      assert.equal(error.code, 'QUEUEBOX_CLAIM_LOCK');
+      assert.match(error.message, /waited more than 3000 ms for a row lock \(SQL Server error 1222\)/);
+      return true;
+    });
+    assert.ok(calls.some((c) => c.sql === sql.claimLockTimeoutResetSql()));
   });
 });
 
@@ -353,12 +392,13 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       },
     );
     assert.deepEqual(
-      calls.map((c) => [c.runner, c.what]),
+      calls.map((c) => [c.runner, c.what, c.sql === sql.claimLockTimeoutResetSql() ? 'reset' : undefined]),
       [
-        [1, 'startTransaction'],
-        [1, 'query'],
-        [1, 'rollbackTransaction'],
-        [1, 'release'],
+        [1, 'startTransaction', undefined],
+        [1, 'query', undefined],
+        [1, 'query', 'reset'],
+        [1, 'rollbackTransaction', undefined],
+        [1, 'release', undefined],
       ],
     );
     assert.deepEqual(typed(calls[1].params).slice(1), [
@@ -401,7 +441,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     );
     assert.deepEqual(
       failing.calls.map((c) => c.what),
-      ['startTransaction', 'query', 'rollbackTransaction', 'release'],
+      ['startTransaction', 'query', 'query', 'rollbackTransaction', 'release'],
     );
   });
 

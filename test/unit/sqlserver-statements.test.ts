@@ -199,6 +199,20 @@ END;
     assert.equal(sql.CLAIM_LOCK_WAIT_MS, 10_000);
   });
 
+  it('every claim bounds its row-lock waits with SET LOCK_TIMEOUT once it holds the claim lock, and puts the default back', () => {
+    assert.equal(sql.CLAIM_ROW_LOCK_WAIT_MS, 3000);
+    for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.ok(statement.includes('END;\nSET LOCK_TIMEOUT 3000;\nBEGIN TRY\n'), 'set after the claim lock is granted, before the claim');
+      assert.ok(statement.includes('BEGIN CATCH\n  SET LOCK_TIMEOUT -1;\n  THROW;\nEND CATCH;'), 'reset before a failure is rethrown');
+      assert.ok(statement.endsWith('END CATCH;\nSET LOCK_TIMEOUT -1;'), 'reset after the claim');
+    }
+    assert.equal(sql.claimLockTimeoutResetSql(), 'SET LOCK_TIMEOUT -1');
+    assert.equal(
+      sql.databaseSettingsSql(),
+      'SELECT [compatibility_level], [is_read_committed_snapshot_on] FROM sys.databases WHERE [database_id] = DB_ID()',
+    );
+  });
+
   it('claims materialize their candidates once, with UPDLOCK, READPAST, ROWLOCK and TOP, and return rows with OUTPUT', () => {
     for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
       assert.match(statement, /DECLARE @candidates TABLE \(\[id\] BIGINT NOT NULL PRIMARY KEY\);/);
@@ -279,7 +293,8 @@ END;
       inboxReclaimSql: 2,
       inboxPullClaimSql: 4,
       tableExistsSql: 1,
-      compatibilityLevelSql: 0,
+      databaseSettingsSql: 0,
+      claimLockTimeoutResetSql: 0,
       keyCollationSql: 1,
       clockNowSql: 0,
     };

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { Logger } from '@nestjs/common';
 import { type DataSource, type EntityManager, MssqlParameter, type QueryRunner } from 'typeorm';
 import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../../admin/admin.types';
 import {
@@ -72,6 +73,7 @@ export class SqlServerDialect implements Dialect {
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: Record<LeaseTable, string>;
   private readonly retentionLock: string;
+  private readonly logger = new Logger('QueueBox:SqlServer');
 
   constructor(
     private readonly dataSource: DataSource,
@@ -106,9 +108,17 @@ export class SqlServerDialect implements Dialect {
         );
       }
     }
-    const [database] = (await this.run<{ compatibility_level: number }>(sql.compatibilityLevelSql(), [])).rows;
+    const [database] = (
+      await this.run<{ compatibility_level: number; is_read_committed_snapshot_on: boolean }>(sql.databaseSettingsSql(), [])
+    ).rows;
     if (database && database.compatibility_level < 130) {
       throw new QueueBoxConfigError('dataSource', messages.sqlServerCompatibilityLevelTooLow(database.compatibility_level));
+    }
+    // A warning, not a refusal: claims stay correct without RCSI (their row-lock waits are bounded
+    // by LOCK_TIMEOUT), only slower behind long producer transactions; and RCSI is a database-wide
+    // choice that is not QueueBox's to impose.
+    if (database && !database.is_read_committed_snapshot_on) {
+      this.logger.warn(messages.sqlServerReadCommittedSnapshotOff(sql.CLAIM_ROW_LOCK_WAIT_MS));
     }
   }
 
@@ -378,6 +388,9 @@ async function abandonClaim(runner: QueryRunner): Promise<void> {
   // Best effort: when the connection itself broke, the server ended the session and with it the
   // transaction and the lock it owned.
   try {
+    await runner.query(sql.claimLockTimeoutResetSql());
+  } catch {}
+  try {
     if (runner.isTransactionActive) await runner.rollbackTransaction();
   } catch {}
 }
@@ -388,9 +401,15 @@ function errorNumber(error: unknown): number | undefined {
   return typeof found === 'number' ? found : undefined;
 }
 
-/** Turns the claim batch's "lock not granted" errors (51001 and up) into a clear QueueBox error; other errors pass. */
+/**
+ * Turns the claim batch's "lock not granted" errors (51001 and up) and a row-lock wait that ran
+ * out (1222) into clear QueueBox errors; other errors pass.
+ */
 function claimLockError(error: unknown, lock: string): unknown {
   const number = errorNumber(error);
+  if (number === sql.LOCK_TIMEOUT_ERROR) {
+    return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimRowLockTimeout(lock, sql.CLAIM_ROW_LOCK_WAIT_MS));
+  }
   if (number === undefined || number <= sql.CLAIM_LOCK_ERROR_BASE || number > sql.CLAIM_LOCK_ERROR_BASE + 999) return error;
   return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimLockNotGranted(lock, sql.CLAIM_LOCK_ERROR_BASE - number));
 }

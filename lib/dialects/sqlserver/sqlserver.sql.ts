@@ -20,6 +20,17 @@ export const KEY_COLLATION = 'Latin1_General_100_BIN2';
 export const CLAIM_LOCK_WAIT_MS = 10_000;
 
 /**
+ * How long a claim waits for one row lock (`SET LOCK_TIMEOUT`) once it holds the claim lock. With
+ * READ_COMMITTED_SNAPSHOT OFF the head-of-key probes wait for producers' open transactions while
+ * every other claim waits for the claim lock; this bounds that stall (error 1222), well inside
+ * the request timeout's margin (CLAIM_STATEMENT_MARGIN_MS).
+ */
+export const CLAIM_ROW_LOCK_WAIT_MS = 3_000;
+
+/** SQL Server's "lock request time out period exceeded" (SET LOCK_TIMEOUT ran out). */
+export const LOCK_TIMEOUT_ERROR = 1222;
+
+/**
  * sp_getapplock's negative results become error numbers 51001 (timeout, -1), 51002 (cancelled,
  * -2), 51003 (deadlock victim, -3) and 51999 (-999, a parameter or call error): 51000 minus the result.
  */
@@ -50,9 +61,25 @@ BEGIN
   THROW @claim_lock_error, N'QueueBox: sp_getapplock did not grant the claim lock.', 1;
 END;`;
 
-/** A claim behind its transaction-owned application lock (outbox poller, inbox relay, pull). */
+/**
+ * A claim behind its transaction-owned application lock (outbox poller, inbox relay, pull), its row
+ * lock waits bounded by LOCK_TIMEOUT. SET LOCK_TIMEOUT outlives the batch on its pooled
+ * connection, so it goes back to the default (-1, wait) after the claim, also when it fails; a
+ * batch cut off before that is reset by the dialect (claimLockTimeoutResetSql).
+ */
 const underClaimLock = (claim: string) => `${takeClaimLock()}
-${claim}`;
+SET LOCK_TIMEOUT ${CLAIM_ROW_LOCK_WAIT_MS};
+BEGIN TRY
+${claim}
+END TRY
+BEGIN CATCH
+  SET LOCK_TIMEOUT -1;
+  THROW;
+END CATCH;
+SET LOCK_TIMEOUT -1;`;
+
+/** Resets the row-lock wait a claim batch cut off before its end left on the connection. */
+export const claimLockTimeoutResetSql = () => 'SET LOCK_TIMEOUT -1';
 
 const setClaimed = (alias: string, leaseParam: string) => `SET [state] = N'processing', [claim_token] = NEWID(), [claimed_at] = ${NOW},
     [lease_expires_at] = ${msFromNow(leaseParam)}, [attempts] = ${alias}.[attempts] + 1`;
@@ -348,8 +375,12 @@ export const tableExistsSql = () => "SELECT OBJECT_ID(@0, N'U') AS [found]";
 export const keyCollationSql = () => `SELECT c.[name] AS [column], c.[collation_name] AS [collation] FROM sys.columns AS c
 WHERE c.[object_id] = OBJECT_ID(@0, N'U') AND c.[name] IN (N'destination', N'key', N'source', N'idempotency_key', N'aggregate_id')`;
 
-/** The current database's compatibility level (OPENJSON needs 130, SQL Server 2016's). */
-export const compatibilityLevelSql = () => 'SELECT [compatibility_level] FROM sys.databases WHERE [database_id] = DB_ID()';
+/**
+ * The current database's settings QueueBox checks at start-up: its compatibility level (OPENJSON
+ * needs 130, SQL Server 2016's) and whether READ COMMITTED reads row versions (RCSI).
+ */
+export const databaseSettingsSql = () =>
+  'SELECT [compatibility_level], [is_read_committed_snapshot_on] FROM sys.databases WHERE [database_id] = DB_ID()';
 
 /** The database clock, as the UTC instant it is. */
 export const clockNowSql = () => `SELECT ${asUtc(NOW)} AS [now]`;
