@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
 import { DataSource, type DataSourceOptions, MssqlParameter } from 'typeorm';
@@ -530,5 +532,40 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       },
       { messageId: 'bbbbbbbb-0000-4000-8000-000000000000', destination: 'd', key: 'k', payload: '"x"', headers: '{}', availableAt: null },
     ]);
+  });
+});
+
+describe('SQL Server dialect: admin instants in UTC whatever the Node time zone (issue 14, item 4)', () => {
+  it('sends deadAfter/deadBefore as ISO-8601 UTC text under TZ=Europe/Berlin, and the statement reads them as UTC', () => {
+    // A child process, so the time zone is Berlin's from the start (Node reads TZ once).
+    const child = `
+      const { createDialect } = require(${JSON.stringify(join(__dirname, '../../lib/dialects/dialects.js'))});
+      const { resolveTables } = require(${JSON.stringify(join(__dirname, '../../lib/queuebox.options.js'))});
+      const sent = [];
+      const runner = { isReleased: false, query: async (_sql, params) => { sent.push(params); return { records: [{ n: '0' }] }; }, release: async () => {} };
+      const dataSource = { options: { type: 'mssql' }, createQueryRunner: () => runner };
+      const dialect = createDialect(dataSource, resolveTables(undefined));
+      const selection = { component: 'outbox', name: null, errorContains: null, ids: null,
+        deadAfter: new Date('2030-03-31T00:30:00.000Z'), deadBefore: new Date('2030-07-01T12:00:00.000Z') };
+      dialect.deadLetterCount({ selection }).then(() => {
+        process.stdout.write(JSON.stringify({ offset: new Date('2030-07-01T12:00:00Z').getTimezoneOffset(),
+          params: sent[0].map((p) => [p.type, p.value, ...p.params.filter((x) => x !== undefined)]) }));
+      });`;
+    const out = execFileSync(process.execPath, ['-e', child], { env: { ...process.env, TZ: 'Europe/Berlin' }, encoding: 'utf8' });
+    const { offset, params } = JSON.parse(out);
+    assert.equal(offset, -120, 'the child ran in Berlin summer time');
+    assert.deepEqual(params.slice(2, 4), [
+      ['nvarchar', '2030-03-31T00:30:00.000Z', 30],
+      ['nvarchar', '2030-07-01T12:00:00.000Z', 30],
+    ]);
+    const statement = sql.deadLetterCountSql('[queuebox_outbox]', 'outbox');
+    assert.match(
+      statement,
+      /COALESCE\(\[claimed_at\], \[created_at\]\) >= CAST\(SWITCHOFFSET\(CAST\(@2 AS DATETIMEOFFSET\), '\+00:00'\) AS DATETIME2\)/,
+    );
+    assert.match(
+      statement,
+      /COALESCE\(\[claimed_at\], \[created_at\]\) < CAST\(SWITCHOFFSET\(CAST\(@3 AS DATETIMEOFFSET\), '\+00:00'\) AS DATETIME2\)/,
+    );
   });
 });

@@ -50,7 +50,8 @@ const bigint = (value: string | number) => new MssqlParameter(value, 'bigint');
 const int = (value: number) => new MssqlParameter(value, 'int');
 const guid = (value: string) => new MssqlParameter(value, 'uniqueidentifier');
 const bigintOrNull = (value: string | null) => new MssqlParameter(value, 'bigint');
-const datetime = (value: Date | null) => new MssqlParameter(value, 'datetime2');
+/** An instant as ISO-8601 UTC text (`...Z`, 24 characters), never in the Node process's time zone (see utcInstant). */
+const instant = (value: Date | null) => text(value === null ? null : value.toISOString(), 30);
 
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
@@ -368,8 +369,8 @@ function selectionParams(s: DeadSelection): MssqlParameter[] {
   return [
     name(s.name),
     text(s.errorContains),
-    datetime(s.deadAfter),
-    datetime(s.deadBefore),
+    instant(s.deadAfter),
+    instant(s.deadBefore),
     text(s.ids === null ? null : JSON.stringify(s.ids)),
   ];
 }

@@ -422,16 +422,23 @@ ${branches('inbox', inbox)}`;
 const deadAt = (component: Component) => `COALESCE([claimed_at], ${ADMIN_COLUMNS[component].created})`;
 
 /**
+ * An instant sent as ISO-8601 UTC text (`2030-01-02T03:04:05.678Z`), as the UTC DATETIME2 the
+ * columns hold. A Date parameter would be sent by the driver in the Node process's time zone
+ * (TypeORM's mssql driver sets `useUTC: false`), shifting every filter by the zone's offset.
+ */
+const utcInstant = (param: string) => `CAST(SWITCHOFFSET(CAST(${param} AS DATETIMEOFFSET), '+00:00') AS DATETIME2)`;
+
+/**
  * The dead-row selection: @0 = name, @1 = error substring, @2 = last attempt from, @3 = last
- * attempt before (DATETIME2, UTC), @4 = ids as a JSON array; each NULL when absent. Statements
+ * attempt before (both ISO-8601 UTC text, see utcInstant), @4 = ids as a JSON array; each NULL when absent. Statements
  * using it end with OPTION (RECOMPILE), so an absent criterion folds away and the plan fits the
  * values (one cached plan would have to serve every combination).
  */
 const deadWhere = (component: Component) => `[state] = N'dead'
   AND (@0 IS NULL OR ${ADMIN_COLUMNS[component].name} = @0)
   AND (@1 IS NULL OR CHARINDEX(@1, [last_error]) > 0)
-  AND (@2 IS NULL OR ${deadAt(component)} >= @2)
-  AND (@3 IS NULL OR ${deadAt(component)} < @3)
+  AND (@2 IS NULL OR ${deadAt(component)} >= ${utcInstant('@2')})
+  AND (@3 IS NULL OR ${deadAt(component)} < ${utcInstant('@3')})
   AND (@4 IS NULL OR [id] IN (SELECT j.[id] FROM OPENJSON(@4) WITH ([id] BIGINT '$') AS j))`;
 
 /** @0..@4 = the selection, @5 = after id, @6 = limit. Keyset page of dead rows in id order. */
