@@ -29,6 +29,7 @@ const mssqlDataSource = (options: Record<string, unknown> = {}) =>
 interface Call {
   runner: number;
   what: 'startTransaction' | 'commitTransaction' | 'rollbackTransaction' | 'release' | 'query';
+  isolation?: string;
   sql?: string;
   params?: unknown[];
 }
@@ -43,8 +44,8 @@ function scriptedDataSource(respond: (sql: string, params: unknown[]) => { recor
       id: runner,
       isReleased: false,
       isTransactionActive: false,
-      async startTransaction() {
-        calls.push({ runner, what: 'startTransaction' });
+      async startTransaction(isolation?: string) {
+        calls.push({ runner, what: 'startTransaction', isolation });
         queryRunner.isTransactionActive = true;
       },
       async commitTransaction() {
@@ -59,11 +60,12 @@ function scriptedDataSource(respond: (sql: string, params: unknown[]) => { recor
         calls.push({ runner, what: 'release' });
         queryRunner.isReleased = true;
       },
-      async query(statement: string, params: unknown[] = []) {
+      async query(statement: string, params: unknown[] = [], structured = false) {
         calls.push({ runner, what: 'query', sql: statement, params });
         const answer = respond(statement, params);
         if (answer instanceof Error) throw answer;
-        return { records: answer.records ?? [], affected: answer.affected ?? 0 };
+        // As TypeORM: the records alone unless a structured result is asked for.
+        return structured ? { records: answer.records ?? [], affected: answer.affected ?? 0 } : (answer.records ?? []);
       },
       get manager() {
         return { queryRunner };
@@ -567,5 +569,30 @@ describe('SQL Server dialect: admin instants in UTC whatever the Node time zone 
       statement,
       /COALESCE\(\[claimed_at\], \[created_at\]\) < CAST\(SWITCHOFFSET\(CAST\(@3 AS DATETIMEOFFSET\), '\+00:00'\) AS DATETIME2\)/,
     );
+  });
+});
+
+describe('SQL Server dialect: READ COMMITTED pinned (issue 14, item 5)', () => {
+  it('every claim transaction, the retention lock transaction and each retention delete run READ COMMITTED, whatever the DataSource says', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) =>
+      statement === sql.retentionTryLockSql() ? { records: [{ granted: 0 }] } : { records: [], affected: 2 },
+    );
+    (dataSource.options as { isolationLevel?: string }).isolationLevel = 'SERIALIZABLE';
+    const dialect = createDialect(dataSource, TABLES);
+    await dialect.outboxClaimBatch({ limit: 1, leaseMs: 1000 });
+    await dialect.inboxRelayClaimBatch({ sources: ['orders'], limit: 1, leaseMs: 1000 });
+    await dialect.inboxPullClaimBatch({ source: 'orders', limit: 1, leaseMs: 1000 });
+    const deleted = await dialect.retentionWithLock(() =>
+      dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 1000, limit: 10 }),
+    );
+    assert.equal(deleted, 2);
+    const starts = calls.filter((c) => c.what === 'startTransaction');
+    assert.equal(starts.length, 5, 'three claims, the retention lock, one delete');
+    assert.deepEqual(
+      starts.map((c) => c.isolation),
+      Array(5).fill('READ COMMITTED'),
+    );
+    const deleteCall = calls.find((c) => c.sql?.startsWith('DELETE TOP'));
+    assert.ok(deleteCall && starts.some((c) => c.runner === deleteCall.runner), 'the delete ran in its own pinned transaction');
   });
 });

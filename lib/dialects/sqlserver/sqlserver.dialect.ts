@@ -56,6 +56,12 @@ const instant = (value: Date | null) => text(value === null ? null : value.toISO
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
 
+/**
+ * Every transaction QueueBox opens names its isolation: TypeORM otherwise takes the DataSource's
+ * `isolationLevel`, and READPAST fails under SERIALIZABLE, SNAPSHOT or READ UNCOMMITTED (error 650).
+ */
+const READ_COMMITTED = 'READ COMMITTED';
+
 /** sp_getapplock takes resource names of up to 255 characters. */
 const MAX_LOCK_NAME = 255;
 const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
@@ -305,7 +311,7 @@ export class SqlServerDialect implements Dialect {
     // The lock's transaction holds no row locks; it only pins the connection that owns the lock.
     const runner = this.dataSource.createQueryRunner();
     try {
-      await runner.startTransaction();
+      await runner.startTransaction(READ_COMMITTED);
       try {
         const [{ granted }] = await runner.query(sql.retentionTryLockSql(), [name(this.retentionLock)]);
         if (granted < 0) return null;
@@ -320,7 +326,22 @@ export class SqlServerDialect implements Dialect {
 
   async retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number> {
     const table = p.kind.startsWith('outbox') ? this.table.outbox : this.table.inbox;
-    return (await this.run(sql.retentionDeleteSql(table, p.kind), [bigint(p.olderThanMs), int(p.limit)])).affected;
+    // Its own READ COMMITTED transaction: a pooled connection may keep another isolation from its
+    // last user, and the delete's READPAST needs READ COMMITTED.
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      await runner.startTransaction(READ_COMMITTED);
+      try {
+        const result = await runner.query(sql.retentionDeleteSql(table, p.kind), [bigint(p.olderThanMs), int(p.limit)], true);
+        await runner.commitTransaction();
+        return result.affected ?? 0;
+      } catch (error) {
+        if (runner.isTransactionActive) await runner.rollbackTransaction();
+        throw error;
+      }
+    } finally {
+      await runner.release();
+    }
   }
 
   async clockNow(): Promise<Date> {
@@ -334,7 +355,7 @@ export class SqlServerDialect implements Dialect {
   private async claimUnderLock<T>(lock: string, statement: string, params: unknown[]): Promise<T[]> {
     const runner = this.dataSource.createQueryRunner();
     try {
-      await runner.startTransaction();
+      await runner.startTransaction(READ_COMMITTED);
       try {
         const result = await runner.query(statement, [name(lock), ...params], true);
         await runner.commitTransaction();
