@@ -63,9 +63,11 @@ export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export {
   createQueueBoxClaimsMigration,
+  createQueueBoxKeyCollationMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
   QueueBoxClaims1795996800000,
+  QueueBoxKeyCollation1796083200000,
   QueueBoxOperations1764633600000,
   QueueBoxSchema1764460800000,
 } from './migrations/queuebox.migration';

@@ -251,6 +251,14 @@ export const messages = {
     result === -1
       ? `The claim lock ${show(lock)} was not granted within its wait (sp_getapplock returned -1): another claim held it that long. The claim is tried again; if this repeats, look for a claim blocked behind a long transaction (see docs/sqlserver.md, READ_COMMITTED_SNAPSHOT).`
       : `The claim lock ${show(lock)} was not granted: sp_getapplock returned ${result} (${result === -2 ? 'the request was cancelled' : result === -3 ? 'chosen as a deadlock victim' : 'a parameter or call error'}). The claim is tried again.`,
+  sqlServerKeyCollationMissing: (table: string, columns: string[], collation: string, migration: string) =>
+    `QueueBox table ${show(table)} on SQL Server compares ${columns.map((c) => `"${c}"`).join(', ')} under the database's collation, not ${collation}: keys that differ only in case would count as one (a receive dropped as a duplicate, two keys ordered as one). Run migration ${migration} (createQueueBoxKeyCollationMigration({ tables }), or sql/sqlserver/004_queuebox_key_collation.up.sql). See docs/sqlserver.md.`,
+  sqlServerTrailingSpace: (subject: string, field: string) =>
+    `${subject}: "${field}" ends with a space. SQL Server's "=" ignores trailing spaces under every collation, so it would be the same key as the text without them: trim it, or end it with another character. Nothing was stored.`,
+  sqlServerReadCommittedSnapshotOff: (rowLockWaitMs: number) =>
+    `SQL Server: READ_COMMITTED_SNAPSHOT is OFF in this database. QueueBox claims still work, but a claim that meets a row a producer's open transaction wrote waits for that transaction (at most ${rowLockWaitMs} ms, then the claim fails and is tried again) while every other claim waits behind it. Turn it on (ALTER DATABASE CURRENT SET READ_COMMITTED_SNAPSHOT ON) unless your application relies on locking reads. See docs/sqlserver.md.`,
+  sqlServerClaimRowLockTimeout: (lock: string, rowLockWaitMs: number) =>
+    `A claim under the lock ${show(lock)} waited more than ${rowLockWaitMs} ms for a row lock (SQL Server error 1222): an open transaction holds rows the claim must read. The claim is tried again; keep producer transactions short, or turn READ_COMMITTED_SNAPSHOT on (see docs/sqlserver.md).`,
   sqlServerCompatibilityLevelTooLow: (level: number) =>
     `QueueBox on SQL Server needs database compatibility level 130 (SQL Server 2016) or higher for OPENJSON; this database is at ${level}. Raise it with ALTER DATABASE ... SET COMPATIBILITY_LEVEL = 130 (or higher).`,
 

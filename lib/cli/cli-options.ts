@@ -3,6 +3,7 @@ import type { QueueBoxTables } from '../dialects/dialect';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import {
   createQueueBoxClaimsMigration,
+  createQueueBoxKeyCollationMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
   DEFAULT_MIGRATION_NAMES,
@@ -43,22 +44,31 @@ export function describeTables(tables: QueueBoxTables): string {
 }
 
 export interface QueueBoxMigrations {
-  /** The schema migration's name (`--migration-name`, default the shipped one), the operations and the claims migrations'. */
-  names: { schema: string; operations: string; claims: string };
+  /** The schema migration's name (`--migration-name`, default the shipped one), the operations, claims and key-collation migrations'. */
+  names: { schema: string; operations: string; claims: string; keyCollation: string };
   /** The classes, in the order they run. */
   classes: (new () => MigrationInterface)[];
 }
 
-/** The QueueBox migrations for `tables`: the schema (named `name`), the operations indexes, the claims' indexes and functions. */
+/**
+ * The QueueBox migrations for `tables`: the schema (named `name`), the operations indexes, the
+ * claims' indexes and functions, the key columns' binary collation (SQL Server).
+ */
 export function migrationsFor(tables: QueueBoxTables, name: string = DEFAULT_MIGRATION_NAMES.schema): QueueBoxMigrations {
   const named = { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
   try {
     return {
-      names: { schema: name, operations: DEFAULT_MIGRATION_NAMES.operations, claims: DEFAULT_MIGRATION_NAMES.claims },
+      names: {
+        schema: name,
+        operations: DEFAULT_MIGRATION_NAMES.operations,
+        claims: DEFAULT_MIGRATION_NAMES.claims,
+        keyCollation: DEFAULT_MIGRATION_NAMES.keyCollation,
+      },
       classes: [
         createQueueBoxMigration({ tables: named, name }),
         createQueueBoxOperationsMigration({ tables: named }),
         createQueueBoxClaimsMigration({ tables: named }),
+        createQueueBoxKeyCollationMigration({ tables: named }),
       ],
     };
   } catch (error) {

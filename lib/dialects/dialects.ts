@@ -6,6 +6,8 @@ import { PostgresDialect } from './postgres/postgres.dialect';
 import {
   postgresClaimsDown,
   postgresClaimsUp,
+  postgresKeyCollationDown,
+  postgresKeyCollationUp,
   postgresOperationsDown,
   postgresOperationsUp,
   postgresSchemaDown,
@@ -15,6 +17,8 @@ import { SqlServerDialect } from './sqlserver/sqlserver.dialect';
 import {
   sqlServerClaimsDown,
   sqlServerClaimsUp,
+  sqlServerKeyCollationDown,
+  sqlServerKeyCollationUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
   sqlServerSchemaDown,
@@ -25,11 +29,14 @@ export type DialectType = Dialect['type'];
 
 type Statements = { up: (t: QueueBoxTables) => string[]; down: (t: QueueBoxTables) => string[] };
 
-/** Which migration's statements: 001 (the tables), 002 (the operations indexes) or 003 (the claims' indexes and functions). */
-export type SchemaMigration = 'schema' | 'operations' | 'claims';
+/**
+ * Which migration's statements: 001 (the tables), 002 (the operations indexes), 003 (the claims'
+ * indexes and functions) or 004 (binary collation of the compared key columns; none on PostgreSQL).
+ */
+export type SchemaMigration = 'schema' | 'operations' | 'claims' | 'keyCollation';
 
 /** The QueueBox migrations in the order they run. */
-export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = ['schema', 'operations', 'claims'];
+export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = ['schema', 'operations', 'claims', 'keyCollation'];
 
 const migrations: Record<SchemaMigration, Record<DialectType, Statements>> = {
   schema: {
@@ -45,6 +52,11 @@ const migrations: Record<SchemaMigration, Record<DialectType, Statements>> = {
   claims: {
     postgres: { up: postgresClaimsUp, down: postgresClaimsDown },
     mssql: { up: sqlServerClaimsUp, down: sqlServerClaimsDown },
+  },
+  /** Migration 004: key columns compared by code point (SQL Server: BIN2 collation; PostgreSQL already does, so no statements). */
+  keyCollation: {
+    postgres: { up: postgresKeyCollationUp, down: postgresKeyCollationDown },
+    mssql: { up: sqlServerKeyCollationUp, down: sqlServerKeyCollationDown },
   },
 };
 

@@ -9,6 +9,7 @@ export const DEFAULT_MIGRATION_NAMES = {
   schema: 'QueueBoxSchema1764460800000',
   operations: 'QueueBoxOperations1764633600000',
   claims: 'QueueBoxClaims1795996800000',
+  keyCollation: 'QueueBoxKeyCollation1796083200000',
 } as const;
 
 /**
@@ -56,6 +57,24 @@ export function createQueueBoxClaimsMigration(
   return migrationClass(options, DEFAULT_MIGRATION_NAMES.claims, 'claims');
 }
 
+/**
+ * The fourth QueueBox migration: on SQL Server, the text columns that claims, the inbox dedupe and
+ * admin filters compare (`destination`, `key`, `source`, `idempotency_key`, `aggregate_id`) move
+ * to the binary collation `Latin1_General_100_BIN2`, so `evt_A` and `evt_a` are two keys (the
+ * database's default collation is usually case-insensitive). It rebuilds the indexes on those
+ * columns. On PostgreSQL it runs nothing (text already compares byte-wise); it exists so both
+ * dialects number the same migrations. Add it after the third; same `tables`, and a `name` of its
+ * own per QueueBox schema in one database.
+ *
+ * @example
+ * migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000]
+ */
+export function createQueueBoxKeyCollationMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.keyCollation, 'keyCollation');
+}
+
 function migrationClass(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string },
   defaultName: string,
@@ -88,3 +107,6 @@ export const QueueBoxOperations1764633600000 = createQueueBoxOperationsMigration
 
 /** The claim-indexes migration for the default table names; runs after `QueueBoxOperations1764633600000`. */
 export const QueueBoxClaims1795996800000 = createQueueBoxClaimsMigration();
+
+/** The key-collation migration for the default table names; runs after `QueueBoxClaims1795996800000`. */
+export const QueueBoxKeyCollation1796083200000 = createQueueBoxKeyCollationMigration();

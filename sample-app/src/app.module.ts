@@ -4,6 +4,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import {
   HttpPublisher,
   QueueBoxClaims1795996800000,
+  QueueBoxKeyCollation1796083200000,
   QueueBoxModule,
   QueueBoxOperations1764633600000,
   QueueBoxSchema1764460800000,
@@ -31,6 +32,7 @@ export class AppModule {
             CreateOrdersTable1764547200000,
             QueueBoxOperations1764633600000,
             QueueBoxClaims1795996800000,
+            QueueBoxKeyCollation1796083200000,
           ],
           // Applies whatever is new at startup; TypeORM's migrations table makes a second run a no-op.
           migrationsRun: true,

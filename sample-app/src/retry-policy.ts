@@ -14,6 +14,7 @@ import {
   type Publisher,
   QueueBoxClaims1795996800000,
   QueueBoxEvents,
+  QueueBoxKeyCollation1796083200000,
   QueueBoxModule,
   QueueBoxOperations1764633600000,
   QueueBoxSchema1764460800000,
@@ -48,7 +49,12 @@ async function main(): Promise<void> {
       TypeOrmModule.forRoot({
         type: 'postgres',
         url: database.url,
-        migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000],
+        migrations: [
+          QueueBoxSchema1764460800000,
+          QueueBoxOperations1764633600000,
+          QueueBoxClaims1795996800000,
+          QueueBoxKeyCollation1796083200000,
+        ],
         migrationsRun: true,
         logging: false,
       }),

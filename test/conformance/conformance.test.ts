@@ -291,6 +291,23 @@ function conformance(harness: DialectHarness) {
       assert.deepEqual(await receive({ idempotencyKey: 'e1' }), { id: inTransactions.find((r) => !r.duplicate)?.id, duplicate: true });
     });
 
+    it('keys that differ only in case, accents or trailing spaces are distinct keys, never duplicates (issue 14)', async () => {
+      const upper = await receive({ idempotencyKey: 'evt_A' });
+      const lower = await receive({ idempotencyKey: 'evt_a' });
+      const accent = await receive({ idempotencyKey: 'evt_á' });
+      assert.deepEqual([upper.duplicate, lower.duplicate, accent.duplicate], [false, false, false]);
+      assert.equal(new Set([upper.id, lower.id, accent.id]).size, 3);
+      if (harness.name === 'SQL Server') {
+        // SQL Server's = ignores trailing spaces under every collation: refused rather than merged.
+        await assert.rejects(receive({ idempotencyKey: 'evt_a ' }), { code: 'QUEUEBOX_INVALID_MESSAGE' });
+      } else {
+        assert.equal((await receive({ idempotencyKey: 'evt_a ' })).duplicate, false);
+      }
+      // Outbox keys and destinations: two keys in flight at once, each its own head.
+      await enqueue({ key: 'K', payload: { n: 1 } }, { key: 'k', payload: { n: 2 } }, { key: 'K', payload: { n: 3 } });
+      assert.deepEqual(keysOf(await claimOutbox(10)).sort(), ['K:1', 'k:2']);
+    });
+
     it('a receive in a transaction that rolls back stores nothing', async () => {
       await assert.rejects(
         db.dataSource.transaction(async (manager) => {

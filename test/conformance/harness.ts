@@ -6,6 +6,7 @@ import { pgTable } from '../../lib/dialects/postgres/postgres.schema';
 import { mssqlTable } from '../../lib/dialects/sqlserver/sqlserver.schema';
 import {
   createQueueBoxClaimsMigration,
+  createQueueBoxKeyCollationMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
@@ -144,6 +145,7 @@ const sqlServer: DialectHarness = {
         createQueueBoxMigration({ tables: CONFORMANCE_TABLES }),
         createQueueBoxOperationsMigration({ tables: CONFORMANCE_TABLES }),
         createQueueBoxClaimsMigration({ tables: CONFORMANCE_TABLES }),
+        createQueueBoxKeyCollationMigration({ tables: CONFORMANCE_TABLES }),
       ],
     } as DataSourceOptions).initialize();
     await dataSource.runMigrations();

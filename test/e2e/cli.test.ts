@@ -114,6 +114,7 @@ describe('queuebox CLI', () => {
     assert.match(first.stdout, /Applied migration QueueBoxSchema1764460800000/);
     assert.match(first.stdout, /Applied migration QueueBoxOperations1764633600000/);
     assert.match(first.stdout, /Applied migration QueueBoxClaims1795996800000/);
+    assert.match(first.stdout, /Applied migration QueueBoxKeyCollation1796083200000: nothing to change on PostgreSQL/);
     assert.match(first.stdout, /Database: postgres:\/\/qb_cli_\d+:\*\*\*@/);
     assert.deepEqual(await tableNames(db), ['migrations', 'queuebox_inbox', 'queuebox_outbox']);
 
@@ -121,12 +122,13 @@ describe('queuebox CLI', () => {
     assert.equal(second.code, 0, second.stderr);
     assert.match(
       second.stdout,
-      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000 are already applied/,
+      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000 are already applied/,
     );
     assert.deepEqual(await db.query('SELECT name FROM migrations ORDER BY id'), [
       { name: 'QueueBoxSchema1764460800000' },
       { name: 'QueueBoxOperations1764633600000' },
       { name: 'QueueBoxClaims1795996800000' },
+      { name: 'QueueBoxKeyCollation1796083200000' },
     ]);
     const indexes = await db.query<{ indexname: string }>("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%dead%' ORDER BY 1");
     assert.equal(indexes.length, 2, 'the operations indexes of dead rows exist');
@@ -147,6 +149,7 @@ describe('queuebox CLI', () => {
     const after = await queuebox(['status', '--url', url]);
     assert.match(after.stdout, /Migration QueueBoxOperations1764633600000: applied/);
     assert.match(after.stdout, /Migration QueueBoxClaims1795996800000: applied/);
+    assert.match(after.stdout, /Migration QueueBoxKeyCollation1796083200000: applied/);
   });
 
   it('migrate takes the URL from QUEUEBOX_DATABASE_URL (then DATABASE_URL) and honours --tables', async () => {
@@ -232,8 +235,8 @@ describe('queuebox CLI', () => {
     assert.equal(postgres.code, 0, postgres.stderr);
     assert.equal(
       `${postgres.stdout}`,
-      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}`,
-      'the schema, the operations indexes, the claims',
+      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}\n${renderSchemaSql('postgres', { migration: 'keyCollation' })}`,
+      'the schema, the operations indexes, the claims, the key collation (a comment on PostgreSQL)',
     );
     assert.match(postgres.stdout, /CREATE TABLE "queuebox_outbox"/);
 
@@ -242,10 +245,14 @@ describe('queuebox CLI', () => {
     const tables = { outbox: 'q.out', inbox: 'q.in' };
     assert.equal(
       mssql.stdout,
-      `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}\n${renderSchemaSql('mssql', { tables, migration: 'claims' })}`,
+      `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}\n${renderSchemaSql('mssql', { tables, migration: 'claims' })}\n${renderSchemaSql('mssql', { tables, migration: 'keyCollation' })}`,
     );
     assert.match(mssql.stdout, /CREATE TABLE \[q\]\.\[out\]/);
     assert.match(mssql.stdout, /\nGO\n/);
+    assert.match(
+      mssql.stdout,
+      /ALTER TABLE \[q\]\.\[in\] ALTER COLUMN \[idempotency_key\] NVARCHAR\(255\) COLLATE Latin1_General_100_BIN2 NOT NULL;/,
+    );
 
     const down = await queuebox(['sql', '--down']);
     assert.match(down.stdout, /DROP TABLE/);

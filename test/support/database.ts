@@ -3,6 +3,7 @@ import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import {
   createQueueBoxClaimsMigration,
+  createQueueBoxKeyCollationMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
@@ -71,6 +72,7 @@ export async function migrate(url: string, tables?: { outbox?: string; inbox?: s
       createQueueBoxMigration({ tables }),
       createQueueBoxOperationsMigration({ tables }),
       createQueueBoxClaimsMigration({ tables }),
+      createQueueBoxKeyCollationMigration({ tables }),
     ],
     logging: false,
   });

@@ -23,6 +23,8 @@ describe('public barrel', () => {
       'createQueueBoxOperationsMigration',
       'QueueBoxClaims1795996800000',
       'createQueueBoxClaimsMigration',
+      'QueueBoxKeyCollation1796083200000',
+      'createQueueBoxKeyCollationMigration',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
       'RetentionService',

@@ -1,11 +1,18 @@
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { Logger } from '@nestjs/common';
 import { DataSource, type DataSourceOptions, MssqlParameter } from 'typeorm';
 import { createDialect, schemaStatements } from '../../lib/dialects/dialects';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
 import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
-import { QueueBoxConfigError, QueueBoxError } from '../../lib/errors/queuebox.errors';
-import { createQueueBoxMigration, createQueueBoxOperationsMigration } from '../../lib/migrations/queuebox.migration';
+import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
+import {
+  createQueueBoxKeyCollationMigration,
+  createQueueBoxMigration,
+  createQueueBoxOperationsMigration,
+} from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-files';
 import { resolveTables } from '../../lib/queuebox.options';
 
@@ -22,6 +29,7 @@ const mssqlDataSource = (options: Record<string, unknown> = {}) =>
 interface Call {
   runner: number;
   what: 'startTransaction' | 'commitTransaction' | 'rollbackTransaction' | 'release' | 'query';
+  isolation?: string;
   sql?: string;
   params?: unknown[];
 }
@@ -36,8 +44,8 @@ function scriptedDataSource(respond: (sql: string, params: unknown[]) => { recor
       id: runner,
       isReleased: false,
       isTransactionActive: false,
-      async startTransaction() {
-        calls.push({ runner, what: 'startTransaction' });
+      async startTransaction(isolation?: string) {
+        calls.push({ runner, what: 'startTransaction', isolation });
         queryRunner.isTransactionActive = true;
       },
       async commitTransaction() {
@@ -52,11 +60,12 @@ function scriptedDataSource(respond: (sql: string, params: unknown[]) => { recor
         calls.push({ runner, what: 'release' });
         queryRunner.isReleased = true;
       },
-      async query(statement: string, params: unknown[] = []) {
+      async query(statement: string, params: unknown[] = [], structured = false) {
         calls.push({ runner, what: 'query', sql: statement, params });
         const answer = respond(statement, params);
         if (answer instanceof Error) throw answer;
-        return { records: answer.records ?? [], affected: answer.affected ?? 0 };
+        // As TypeORM: the records alone unless a structured result is asked for.
+        return structured ? { records: answer.records ?? [], affected: answer.affected ?? 0 } : (answer.records ?? []);
       },
       get manager() {
         return { queryRunner };
@@ -153,12 +162,123 @@ describe('SQL Server dialect: start-up checks', () => {
     );
     assert.deepEqual(typed(missing.calls[0].params), [['nvarchar', '[queuebox_outbox]', 300]]);
     const old = scriptedDataSource((statement) =>
-      statement === sql.tableExistsSql() ? { records: [{ found: 42 }] } : { records: [{ compatibility_level: 120 }] },
+      statement === sql.tableExistsSql()
+        ? { records: [{ found: 42 }] }
+        : statement === sql.keyCollationSql()
+          ? { records: [] }
+          : { records: [{ compatibility_level: 120 }] },
     );
     await assert.rejects(
       createDialect(old.dataSource, TABLES).schemaCheck(),
       (error: unknown) => error instanceof QueueBoxConfigError && /compatibility level 130 .* this database is at 120/.test(error.message),
     );
+  });
+});
+
+describe('SQL Server dialect: READ_COMMITTED_SNAPSHOT and row-lock waits (issue 14, item 3)', () => {
+  it('warns at start-up when READ_COMMITTED_SNAPSHOT is off, naming the fix; silent when it is on', async () => {
+    const warned: string[] = [];
+    const warn = Logger.prototype.warn;
+    Logger.prototype.warn = (message: unknown) => {
+      warned.push(String(message));
+    };
+    try {
+      for (const rcsi of [false, true]) {
+        const { dataSource } = scriptedDataSource((statement) => {
+          if (statement === sql.tableExistsSql()) return { records: [{ found: 1 }] };
+          if (statement === sql.keyCollationSql()) return { records: [] };
+          return { records: [{ compatibility_level: 160, is_read_committed_snapshot_on: rcsi }] };
+        });
+        await createDialect(dataSource, TABLES).schemaCheck();
+      }
+    } finally {
+      Logger.prototype.warn = warn;
+    }
+    assert.equal(warned.length, 1, warned.join('\n'));
+    assert.match(
+      warned[0],
+      /READ_COMMITTED_SNAPSHOT is OFF .*\(at most 3000 ms, .*\(ALTER DATABASE CURRENT SET READ_COMMITTED_SNAPSHOT ON\)/,
+    );
+  });
+
+  it('a claim whose row-lock wait ran out (error 1222) is a clear error, and the connection gets its lock timeout back', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(1222) : {}));
+    await assert.rejects(createDialect(dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxError);
+      assert.equal(error.code, 'QUEUEBOX_CLAIM_LOCK');
+      assert.match(error.message, /waited more than 3000 ms for a row lock \(SQL Server error 1222\)/);
+      return true;
+    });
+    assert.ok(calls.some((c) => c.sql === sql.claimLockTimeoutResetSql()));
+  });
+});
+
+describe('SQL Server dialect: keys compared exactly (issue 14, item 1)', () => {
+  it('schemaCheck refuses key columns that are not Latin1_General_100_BIN2, naming them and migration 004', async () => {
+    const collations: Record<string, { column: string; collation: string }[]> = {
+      '[queuebox_outbox]': [
+        { column: 'destination', collation: 'Latin1_General_100_BIN2' },
+        { column: 'key', collation: 'Latin1_General_100_BIN2' },
+      ],
+      '[queuebox_inbox]': [
+        { column: 'source', collation: 'Latin1_General_100_BIN2' },
+        { column: 'idempotency_key', collation: 'SQL_Latin1_General_CP1_CI_AS' },
+        { column: 'aggregate_id', collation: 'SQL_Latin1_General_CP1_CI_AS' },
+      ],
+    };
+    const respond = (statement: string, params: unknown[]) => {
+      if (statement === sql.tableExistsSql()) return { records: [{ found: 1 }] };
+      if (statement === sql.keyCollationSql()) return { records: collations[(params[0] as MssqlParameter).value as string] };
+      return { records: [{ compatibility_level: 160 }] };
+    };
+    await assert.rejects(createDialect(scriptedDataSource(respond).dataSource, TABLES).schemaCheck(), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError);
+      assert.equal(error.option, 'migrations');
+      assert.match(
+        error.message,
+        /"queuebox_inbox" on SQL Server compares "idempotency_key", "aggregate_id" under the database's collation/,
+      );
+      assert.match(error.message, /Run migration QueueBoxKeyCollation1796083200000/);
+      return true;
+    });
+    collations['[queuebox_inbox]'] = collations['[queuebox_inbox]'].map((c) => ({ ...c, collation: 'Latin1_General_100_BIN2' }));
+    await createDialect(scriptedDataSource(respond).dataSource, TABLES).schemaCheck();
+  });
+
+  it("refuses keys, destinations and sources that end with a space (SQL Server's = ignores them), before any statement runs", async () => {
+    const { dataSource, calls } = scriptedDataSource(() => ({ records: [{ id: '1' }] }));
+    const dialect = createDialect(dataSource, TABLES);
+    const row = { source: 'orders', idempotencyKey: 'e1', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
+    for (const [field, bad] of [
+      ['idempotencyKey', { idempotencyKey: 'e1 ' }],
+      ['source', { source: 'orders ' }],
+      ['aggregateId', { aggregateId: 'a ' }],
+    ] as const) {
+      await assert.rejects(dialect.inboxInsertIfAbsent({ row: { ...row, ...bad } }), (error: unknown) => {
+        assert.ok(error instanceof QueueBoxValidationError, String(error));
+        assert.equal(error.field, field);
+        assert.match(error.message, new RegExp(`InboxService.receive: "${field}" ends with a space`));
+        return true;
+      });
+    }
+    const caller = dataSource.createQueryRunner() as unknown as { manager: never };
+    const message = { messageId: 'aaaaaaaa-0000-4000-8000-000000000000', payloadJson: '1', headersJson: '{}', availableAt: null };
+    for (const [field, bad] of [
+      ['destination', { destination: 'billing ', key: null }],
+      ['key', { destination: 'billing', key: 'k ' }],
+    ] as const) {
+      await assert.rejects(
+        dialect.outboxInsert({ manager: caller.manager, rows: [{ ...message, ...bad }] }),
+        (error: unknown) => error instanceof QueueBoxValidationError && error.field === field,
+      );
+    }
+    assert.deepEqual(
+      calls.filter((c) => c.what === 'query'),
+      [],
+      'nothing was sent',
+    );
+    // Leading and inner spaces, and other trailing white space, compare exactly and pass.
+    assert.deepEqual(await dialect.inboxInsertIfAbsent({ row: { ...row, idempotencyKey: ' e 1\t' } }), { id: '1', duplicate: false });
   });
 });
 
@@ -181,7 +301,25 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
     assert.ok(ran.includes("CREATE INDEX [events_out_sent_idx] ON [messaging].[events_out] ([sent_at]) WHERE [state] = N'sent'"));
   });
 
-  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations and 003_queuebox_claims .{up,down}.sql, one GO batch per statement', () => {
+  it('the key-collation migration class runs the SQL Server statements of 004, and nothing on PostgreSQL', async () => {
+    const tables = { outbox: 'messaging.events_out', inbox: 'messaging.events_in' };
+    for (const type of ['mssql', 'postgres'] as const) {
+      const ran: string[] = [];
+      const queryRunner = { connection: { options: { type } }, query: async (statement: string) => ran.push(statement) };
+      const migration = new (createQueueBoxKeyCollationMigration({ tables }))();
+      assert.equal(migration.name, 'QueueBoxKeyCollation1796083200000');
+      await migration.up(queryRunner as never);
+      await migration.down(queryRunner as never);
+      assert.deepEqual(ran, [
+        ...schemaStatements(type, resolveTables(tables), 'up', 'keyCollation'),
+        ...schemaStatements(type, resolveTables(tables), 'down', 'keyCollation'),
+      ]);
+      assert.equal(ran.length > 0, type === 'mssql');
+    }
+    assert.match(renderSchemaSql('postgres', { migration: 'keyCollation' }), /Nothing to do on PostgreSQL/);
+  });
+
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims and 004_queuebox_key_collation .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
@@ -192,6 +330,8 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
         '002_queuebox_operations.down.sql',
         '003_queuebox_claims.up.sql',
         '003_queuebox_claims.down.sql',
+        '004_queuebox_key_collation.up.sql',
+        '004_queuebox_key_collation.down.sql',
       ],
     );
     const up = renderSchemaSql('mssql');
@@ -244,7 +384,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     assert.equal(rows[0].leaseExpiresAt.toISOString(), '2030-01-01T00:00:00.000Z');
   });
 
-  it('a claim lock that was not granted is a clear error; a lock the batch may still hold is released on the same connection', async () => {
+  it('a claim lock that was not granted is a clear error; a failed claim rolls back its transaction, which owns the lock', async () => {
     const { dataSource, calls } = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(51001) : {}));
     await assert.rejects(
       createDialect(dataSource, TABLES).inboxRelayClaimBatch({ sources: ['orders'], limit: 5, leaseMs: 1000 }),
@@ -256,11 +396,11 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       },
     );
     assert.deepEqual(
-      calls.map((c) => [c.runner, c.what, c.sql === sql.claimLockReleaseLeftoverSql() ? 'leftover' : undefined]),
+      calls.map((c) => [c.runner, c.what, c.sql === sql.claimLockTimeoutResetSql() ? 'reset' : undefined]),
       [
         [1, 'startTransaction', undefined],
         [1, 'query', undefined],
-        [1, 'query', 'leftover'],
+        [1, 'query', 'reset'],
         [1, 'rollbackTransaction', undefined],
         [1, 'release', undefined],
       ],
@@ -305,7 +445,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     );
     assert.deepEqual(
       failing.calls.map((c) => c.what),
-      ['startTransaction', 'query', 'rollbackTransaction', 'release'],
+      ['startTransaction', 'query', 'query', 'rollbackTransaction', 'release'],
     );
   });
 
@@ -394,5 +534,65 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       },
       { messageId: 'bbbbbbbb-0000-4000-8000-000000000000', destination: 'd', key: 'k', payload: '"x"', headers: '{}', availableAt: null },
     ]);
+  });
+});
+
+describe('SQL Server dialect: admin instants in UTC whatever the Node time zone (issue 14, item 4)', () => {
+  it('sends deadAfter/deadBefore as ISO-8601 UTC text under TZ=Europe/Berlin, and the statement reads them as UTC', () => {
+    // A child process, so the time zone is Berlin's from the start (Node reads TZ once).
+    const child = `
+      const { createDialect } = require(${JSON.stringify(join(__dirname, '../../lib/dialects/dialects.js'))});
+      const { resolveTables } = require(${JSON.stringify(join(__dirname, '../../lib/queuebox.options.js'))});
+      const sent = [];
+      const runner = { isReleased: false, query: async (_sql, params) => { sent.push(params); return { records: [{ n: '0' }] }; }, release: async () => {} };
+      const dataSource = { options: { type: 'mssql' }, createQueryRunner: () => runner };
+      const dialect = createDialect(dataSource, resolveTables(undefined));
+      const selection = { component: 'outbox', name: null, errorContains: null, ids: null,
+        deadAfter: new Date('2030-03-31T00:30:00.000Z'), deadBefore: new Date('2030-07-01T12:00:00.000Z') };
+      dialect.deadLetterCount({ selection }).then(() => {
+        process.stdout.write(JSON.stringify({ offset: new Date('2030-07-01T12:00:00Z').getTimezoneOffset(),
+          params: sent[0].map((p) => [p.type, p.value, ...p.params.filter((x) => x !== undefined)]) }));
+      });`;
+    const out = execFileSync(process.execPath, ['-e', child], { env: { ...process.env, TZ: 'Europe/Berlin' }, encoding: 'utf8' });
+    const { offset, params } = JSON.parse(out);
+    assert.equal(offset, -120, 'the child ran in Berlin summer time');
+    assert.deepEqual(params.slice(2, 4), [
+      ['nvarchar', '2030-03-31T00:30:00.000Z', 30],
+      ['nvarchar', '2030-07-01T12:00:00.000Z', 30],
+    ]);
+    const statement = sql.deadLetterCountSql('[queuebox_outbox]', 'outbox');
+    assert.match(
+      statement,
+      /COALESCE\(\[claimed_at\], \[created_at\]\) >= CAST\(SWITCHOFFSET\(CAST\(@2 AS DATETIMEOFFSET\), '\+00:00'\) AS DATETIME2\)/,
+    );
+    assert.match(
+      statement,
+      /COALESCE\(\[claimed_at\], \[created_at\]\) < CAST\(SWITCHOFFSET\(CAST\(@3 AS DATETIMEOFFSET\), '\+00:00'\) AS DATETIME2\)/,
+    );
+  });
+});
+
+describe('SQL Server dialect: READ COMMITTED pinned (issue 14, item 5)', () => {
+  it('every claim transaction, the retention lock transaction and each retention delete run READ COMMITTED, whatever the DataSource says', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) =>
+      statement === sql.retentionTryLockSql() ? { records: [{ granted: 0 }] } : { records: [], affected: 2 },
+    );
+    (dataSource.options as { isolationLevel?: string }).isolationLevel = 'SERIALIZABLE';
+    const dialect = createDialect(dataSource, TABLES);
+    await dialect.outboxClaimBatch({ limit: 1, leaseMs: 1000 });
+    await dialect.inboxRelayClaimBatch({ sources: ['orders'], limit: 1, leaseMs: 1000 });
+    await dialect.inboxPullClaimBatch({ source: 'orders', limit: 1, leaseMs: 1000 });
+    const deleted = await dialect.retentionWithLock(() =>
+      dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 1000, limit: 10 }),
+    );
+    assert.equal(deleted, 2);
+    const starts = calls.filter((c) => c.what === 'startTransaction');
+    assert.equal(starts.length, 5, 'three claims, the retention lock, one delete');
+    assert.deepEqual(
+      starts.map((c) => c.isolation),
+      Array(5).fill('READ COMMITTED'),
+    );
+    const deleteCall = calls.find((c) => c.sql?.startsWith('DELETE TOP'));
+    assert.ok(deleteCall && starts.some((c) => c.runner === deleteCall.runner), 'the delete ran in its own pinned transaction');
   });
 });

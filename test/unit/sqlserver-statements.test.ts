@@ -8,6 +8,8 @@ import {
   mssqlTable,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
+  sqlServerKeyCollationDown,
+  sqlServerKeyCollationUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
   sqlServerSchemaDown,
@@ -107,6 +109,11 @@ function schemaStatements(): { name: string; statement: string }[] {
       name: `claims down #${n} (${tables.outbox.qualified})`,
       statement,
     })),
+    ...sqlServerKeyCollationUp(tables).map((statement, n) => ({ name: `key collation up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerKeyCollationDown(tables).map((statement, n) => ({
+      name: `key collation down #${n} (${tables.outbox.qualified})`,
+      statement,
+    })),
   ]);
 }
 
@@ -172,37 +179,38 @@ describe('SQL Server statements: pinned shape', () => {
     assert.match(sql.leaseRenewSql(T), /OUTPUT TODATETIMEOFFSET\(inserted\.\[lease_expires_at\], '\+00:00'\)/);
   });
 
-  it('outbox and relay claims: a session-owned exclusive lock, 10 s wait, checked, released after the claim and on failure', () => {
-    for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T)]) {
+  it('every claim (outbox, relay, pull): a transaction-owned exclusive lock, 10 s wait, checked, never released by hand', () => {
+    for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
       assert.ok(
         statement.startsWith(`DECLARE @claim_lock INT;
-EXEC @claim_lock = sp_getapplock @Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = 10000;
+EXEC @claim_lock = sp_getapplock @Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 10000;
 IF @claim_lock < 0
 BEGIN
   DECLARE @claim_lock_error INT = 51000 - @claim_lock;
   THROW @claim_lock_error, N'QueueBox: sp_getapplock did not grant the claim lock.', 1;
 END;
-BEGIN TRY
 `),
         statement,
       );
-      const release = "EXEC sp_releaseapplock @Resource = @0, @LockOwner = N'Session';";
-      assert.ok(statement.includes(`BEGIN CATCH\n  ${release}\n  THROW;\nEND CATCH;`), 'released before the error is rethrown');
-      assert.ok(statement.endsWith(`END CATCH;\n${release}`), 'released right after the claim');
+      // A session-owned lock outlives a batch cut off by a timeout; the transaction's ends with it.
+      assert.doesNotMatch(statement, /sp_releaseapplock|N'Session'/);
     }
-    assert.equal(
-      sql.claimLockReleaseLeftoverSql(),
-      "IF APPLOCK_MODE(N'public', @0, N'Session') <> N'NoLock' EXEC sp_releaseapplock @Resource = @0, @LockOwner = N'Session';",
-    );
+    for (const { name, statement } of ALL) assert.doesNotMatch(statement, /N'Session'/, name);
+    assert.equal(sql.CLAIM_LOCK_WAIT_MS, 10_000);
   });
 
-  it('pull claim: a transaction-owned exclusive lock, 10 s wait, checked, never released by hand', () => {
-    const statement = sql.inboxPullClaimSql(T);
-    const lock = "@Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 10000;";
-    assert.ok(statement.startsWith(`DECLARE @claim_lock INT;\nEXEC @claim_lock = sp_getapplock ${lock}\nIF @claim_lock < 0\n`), statement);
-    assert.match(statement, /THROW @claim_lock_error/);
-    assert.doesNotMatch(statement, /sp_releaseapplock|N'Session'/);
-    assert.equal(sql.CLAIM_LOCK_WAIT_MS, 10_000);
+  it('every claim bounds its row-lock waits with SET LOCK_TIMEOUT once it holds the claim lock, and puts the default back', () => {
+    assert.equal(sql.CLAIM_ROW_LOCK_WAIT_MS, 3000);
+    for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.ok(statement.includes('END;\nSET LOCK_TIMEOUT 3000;\nBEGIN TRY\n'), 'set after the claim lock is granted, before the claim');
+      assert.ok(statement.includes('BEGIN CATCH\n  SET LOCK_TIMEOUT -1;\n  THROW;\nEND CATCH;'), 'reset before a failure is rethrown');
+      assert.ok(statement.endsWith('END CATCH;\nSET LOCK_TIMEOUT -1;'), 'reset after the claim');
+    }
+    assert.equal(sql.claimLockTimeoutResetSql(), 'SET LOCK_TIMEOUT -1');
+    assert.equal(
+      sql.databaseSettingsSql(),
+      'SELECT [compatibility_level], [is_read_committed_snapshot_on] FROM sys.databases WHERE [database_id] = DB_ID()',
+    );
   });
 
   it('claims materialize their candidates once, with UPDLOCK, READPAST, ROWLOCK and TOP, and return rows with OUTPUT', () => {
@@ -270,7 +278,6 @@ BEGIN TRY
 
   it('numbers parameters @0..@n-1 with none skipped, as documented per statement', () => {
     const expected: Record<string, number> = {
-      claimLockReleaseLeftoverSql: 1,
       outboxClaimSql: 3,
       outboxReclaimSql: 1,
       outboxInsertSql: 1,
@@ -286,7 +293,9 @@ BEGIN TRY
       inboxReclaimSql: 2,
       inboxPullClaimSql: 4,
       tableExistsSql: 1,
-      compatibilityLevelSql: 0,
+      databaseSettingsSql: 0,
+      claimLockTimeoutResetSql: 0,
+      keyCollationSql: 1,
       clockNowSql: 0,
     };
     const builders = Object.entries(sql).filter(([name, value]) => typeof value === 'function' && !ADMIN_BUILDERS.has(name)) as [
@@ -485,5 +494,82 @@ SELECT @granted AS [granted];`,
       'DROP INDEX IF EXISTS [events_out_dead_idx] ON [messaging].[events_out]',
       'DROP INDEX IF EXISTS [events_out_sent_idx] ON [messaging].[events_out]',
     ]);
+  });
+});
+
+describe('SQL Server key collation (migration 004): distinct keys stay distinct', () => {
+  const tables = tablesFor('messaging.events_out', 'messaging.events_in');
+  const KEY_COLUMNS = { outbox: ['destination', 'key'], inbox: ['source', 'idempotency_key', 'aggregate_id'] } as const;
+  const earlier = [...sqlServerSchemaUp(tables), ...sqlServerOperationsUp(tables), ...sqlServerClaimsUp(tables)];
+  const indexName = (statement: string) => /^CREATE (?:UNIQUE )?INDEX \[([^\]]+)\]/.exec(statement)?.[1];
+
+  it('moves every compared key column to Latin1_General_100_BIN2 with its 001 type and nullability, and back on down', () => {
+    assert.equal(sql.KEY_COLLATION, 'Latin1_General_100_BIN2');
+    const up = sqlServerKeyCollationUp(tables);
+    assert.deepEqual(
+      up.filter((s) => s.includes('ALTER COLUMN')),
+      [
+        '[messaging].[events_out] ALTER COLUMN [destination] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL',
+        '[messaging].[events_out] ALTER COLUMN [key] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NULL',
+        '[messaging].[events_in] ALTER COLUMN [source] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL',
+        '[messaging].[events_in] ALTER COLUMN [idempotency_key] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NOT NULL',
+        '[messaging].[events_in] ALTER COLUMN [aggregate_id] NVARCHAR(255) COLLATE Latin1_General_100_BIN2 NULL',
+      ].map((s) => `ALTER TABLE ${s}`),
+    );
+    const created = sqlServerSchemaUp(tables).join('\n');
+    for (const [kind, columns] of Object.entries(KEY_COLUMNS)) {
+      for (const column of columns) {
+        assert.match(created, new RegExp(`\\[${column}\\] NVARCHAR\\(255\\) (NOT )?NULL`), `${kind}.${column} as 001 declares it`);
+      }
+    }
+    assert.ok(
+      sqlServerKeyCollationDown(tables)
+        .filter((s) => s.includes('ALTER COLUMN'))
+        .every((s) => s.includes('COLLATE DATABASE_DEFAULT')),
+    );
+  });
+
+  it('drops every index of 001-003 that depends on a key column (key, INCLUDE or filter) and creates it again exactly', () => {
+    for (const statements of [sqlServerKeyCollationUp(tables), sqlServerKeyCollationDown(tables)]) {
+      const dependent = earlier.filter((s) => indexName(s) && /\[(destination|key|source|idempotency_key|aggregate_id)\]/.test(s));
+      assert.ok(dependent.length >= 11, `found ${dependent.length} dependent indexes`);
+      const alters = statements.map((s, n) => (s.includes('ALTER COLUMN') ? n : -1)).filter((n) => n >= 0);
+      for (const index of dependent) {
+        const name = indexName(index) as string;
+        const on = index.includes('[events_out]') ? '[messaging].[events_out]' : '[messaging].[events_in]';
+        const dropAt = statements.indexOf(`DROP INDEX IF EXISTS [${name}] ON ${on}`);
+        const createAt = statements.indexOf(index);
+        const columnAlters = alters.filter((n) => statements[n].startsWith(`ALTER TABLE ${on}`));
+        assert.ok(dropAt >= 0 && dropAt < Math.min(...columnAlters), `${name} dropped before its table's columns change`);
+        assert.ok(createAt > Math.max(...columnAlters), `${name} created again, as 001-003 do, after the change`);
+      }
+      // Indexes on other columns only are left alone.
+      assert.ok(!statements.some((s) => s.includes('events_out_lease_idx') || s.includes('events_out_sent_idx')));
+      const unique = 'CONSTRAINT [events_in_source_idempotency_key_key]';
+      const dropUnique = statements.indexOf(`ALTER TABLE [messaging].[events_in] DROP ${unique}`);
+      const addUnique = statements.indexOf(`ALTER TABLE [messaging].[events_in] ADD ${unique} UNIQUE ([source], [idempotency_key])`);
+      const inboxAlters = alters.filter((n) => statements[n].startsWith('ALTER TABLE [messaging].[events_in]'));
+      assert.ok(
+        dropUnique >= 0 && dropUnique < Math.min(...inboxAlters) && addUnique > Math.max(...inboxAlters),
+        'the dedupe constraint too',
+      );
+      assert.deepEqual(statements.slice(0, 2), ['SET ANSI_NULLS ON', 'SET QUOTED_IDENTIFIER ON']);
+    }
+  });
+
+  it('statements compare key columns only with parameters, variables or text that names the key collation (never error 468)', () => {
+    for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.match(
+        statement,
+        /DECLARE @sources TABLE \(\[n\] INT IDENTITY\(1, 1\) PRIMARY KEY, \[source\] NVARCHAR\(255\) COLLATE Latin1_General_100_BIN2 NOT NULL\);/,
+      );
+    }
+    assert.match(sql.inboxReclaimSql(T), /\[source\] IN \(SELECT s\.\[source\] COLLATE Latin1_General_100_BIN2 FROM OPENJSON\(@1\)/);
+    // No other table variable or OPENJSON column is compared with a key column.
+    for (const { name, statement } of ALL) {
+      for (const match of statement.matchAll(/DECLARE @\w+ TABLE \(([^;]*)\);/g)) {
+        if (/NVARCHAR/.test(match[1])) assert.match(match[1], /COLLATE Latin1_General_100_BIN2/, name);
+      }
+    }
   });
 });

@@ -1,4 +1,5 @@
 import { MigrationExecutor } from 'typeorm';
+import { KEY_COLLATION } from '../../dialects/sqlserver/sqlserver.schema';
 import { CliFailure } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
 import { databaseTarget, describeTables, migrationsFor, parseTables } from '../cli-options';
@@ -13,7 +14,9 @@ export const migrateCommand: Command = {
 Creates the outbox and inbox tables and their indexes by running the QueueBox TypeORM migrations,
 the same ones your app can list in TypeORM's "migrations": the schema (QueueBoxSchema1764460800000),
 the indexes admin and retention use (QueueBoxOperations1764633600000) and the claims' indexes of
-rows without a key and, on PostgreSQL, their functions (QueueBoxClaims1795996800000). TypeORM records each in
+rows without a key and, on PostgreSQL, their functions (QueueBoxClaims1795996800000), and on SQL
+Server the key columns' binary collation (QueueBoxKeyCollation1796083200000; nothing on PostgreSQL).
+TypeORM records each in
 its migrations table, so a second run is a no-op and an older database gets only what it lacks.
 Tables that exist without the schema's record (created from plain SQL) are left alone and reported.
 
@@ -54,6 +57,13 @@ ${DATABASE_OPTIONS_HELP}
       if (pending.includes(migrations.names.claims)) {
         io.out(
           `Applied migration ${migrations.names.claims}: created the claims' indexes of pending rows without a key or aggregate, and their functions.`,
+        );
+      }
+      if (pending.includes(migrations.names.keyCollation)) {
+        io.out(
+          target.type === 'mssql'
+            ? `Applied migration ${migrations.names.keyCollation}: key columns now compare by code point (${KEY_COLLATION}); their indexes were rebuilt.`
+            : `Applied migration ${migrations.names.keyCollation}: nothing to change on PostgreSQL (text compares byte-wise).`,
         );
       }
       return 0;

@@ -10,7 +10,7 @@ export const sqlCommand: Command = {
   summary: 'Print the schema SQL, for your own migration tool',
   help: `Usage: queuebox sql [--dialect postgres|mssql] [--tables outbox=<table>,inbox=<table>] [--down]
 
-Prints the statements the QueueBox migrations run (the schema, the operations indexes, the claims' indexes and functions), as one script (SQL Server batches end with GO).
+Prints the statements the QueueBox migrations run (the schema, the operations indexes, the claims' indexes and functions, the key collation on SQL Server), as one script (SQL Server batches end with GO).
 Needs no database. Apply it with your migration tool (Flyway, Liquibase, sqitch, psql, sqlcmd).
 
 Options:

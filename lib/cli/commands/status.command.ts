@@ -35,6 +35,7 @@ ${DATABASE_OPTIONS_HELP}
       const applied = !pending.includes(migrations.names.schema);
       const operationsApplied = !pending.includes(migrations.names.operations);
       const claimsApplied = !pending.includes(migrations.names.claims);
+      const keyCollationApplied = !pending.includes(migrations.names.keyCollation);
       const complete = present.outbox && present.inbox;
       const backlog = complete
         ? await readBacklog(
@@ -56,6 +57,7 @@ ${DATABASE_OPTIONS_HELP}
               migration: { name: migrations.names.schema, applied, migrationsTable },
               operationsMigration: { name: migrations.names.operations, applied: operationsApplied },
               claimsMigration: { name: migrations.names.claims, applied: claimsApplied },
+              keyCollationMigration: { name: migrations.names.keyCollation, applied: keyCollationApplied },
               backlog,
             },
             null,
@@ -74,6 +76,9 @@ ${DATABASE_OPTIONS_HELP}
         );
         io.out(
           `Migration ${migrations.names.claims}: ${claimsApplied ? 'applied' : 'not applied: claims are planned on every call, and while keys in flight hold the oldest pending rows they read all of them to reach rows without a key, until you run `queuebox migrate`'}`,
+        );
+        io.out(
+          `Migration ${migrations.names.keyCollation}: ${keyCollationApplied ? 'applied' : target.type === 'mssql' ? 'not applied: keys that differ only in case (or accents) count as one key (a receive is dropped as a duplicate, two keys are ordered as one), until you run `queuebox migrate`' : 'not applied (changes nothing on PostgreSQL; `queuebox migrate` records it)'}`,
         );
         if (complete) for (const line of formatBacklog(backlog)) io.out(line);
       }

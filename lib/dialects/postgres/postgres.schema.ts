@@ -165,3 +165,17 @@ export function postgresClaimsDown(tables: QueueBoxTables): string[] {
     dropIndexSql(tables.outbox, 'unkeyed_claim_idx'),
   ];
 }
+
+/**
+ * Migration 004 (key collation) changes nothing on PostgreSQL: `text` columns under the database's
+ * default collation, which is deterministic, compare equal only when their bytes are equal, so
+ * `evt_A`, `evt_a` and `evt_a ` stay three keys. It exists so both dialects number the same
+ * migrations; SQL Server's twin moves its key columns to a binary collation.
+ */
+export function postgresKeyCollationUp(_tables: QueueBoxTables): string[] {
+  return [];
+}
+
+export function postgresKeyCollationDown(_tables: QueueBoxTables): string[] {
+  return [];
+}

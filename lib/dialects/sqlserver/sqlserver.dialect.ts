@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { Logger } from '@nestjs/common';
 import { type DataSource, type EntityManager, MssqlParameter, type QueryRunner } from 'typeorm';
 import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../../admin/admin.types';
 import {
@@ -10,7 +11,8 @@ import {
   toDeadLetterRow,
 } from '../../admin/admin-rows';
 import { runSql } from '../../common/sql-runner';
-import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
+import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
+import { DEFAULT_MIGRATION_NAMES } from '../../migrations/queuebox.migration';
 import { messages } from '../../queuebox.messages';
 import type {
   DeadSelection,
@@ -48,10 +50,17 @@ const bigint = (value: string | number) => new MssqlParameter(value, 'bigint');
 const int = (value: number) => new MssqlParameter(value, 'int');
 const guid = (value: string) => new MssqlParameter(value, 'uniqueidentifier');
 const bigintOrNull = (value: string | null) => new MssqlParameter(value, 'bigint');
-const datetime = (value: Date | null) => new MssqlParameter(value, 'datetime2');
+/** An instant as ISO-8601 UTC text (`...Z`, 24 characters), never in the Node process's time zone (see utcInstant). */
+const instant = (value: Date | null) => text(value === null ? null : value.toISOString(), 30);
 
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
+
+/**
+ * Every transaction QueueBox opens names its isolation: TypeORM otherwise takes the DataSource's
+ * `isolationLevel`, and READPAST fails under SERIALIZABLE, SNAPSHOT or READ UNCOMMITTED (error 650).
+ */
+const READ_COMMITTED = 'READ COMMITTED';
 
 /** sp_getapplock takes resource names of up to 255 characters. */
 const MAX_LOCK_NAME = 255;
@@ -61,16 +70,17 @@ const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
  * The SQL Server dialect (also Azure SQL): `UPDLOCK, READPAST, ROWLOCK` claims behind `sp_getapplock`
  * application locks, `SYSUTCDATETIME()` fences, JSON as NVARCHAR(MAX).
  *
- * The outbox and relay claim locks are owned by the session and released right after the claim;
- * the pull claim lock by the claim transaction. TypeORM's SQL Server driver runs each statement on
- * whichever pooled connection is free unless a transaction is open, so every claim runs in a
- * transaction: that is what keeps the lock, the claim and the release on one connection.
+ * Every claim lock (outbox, relay, pull) is owned by the claim's transaction: its commit or
+ * rollback releases it, so no timeout or broken batch can leave it held on a pooled connection.
+ * TypeORM's SQL Server driver runs each statement on whichever pooled connection is free unless a
+ * transaction is open, so every claim runs in a transaction of its own.
  */
 export class SqlServerDialect implements Dialect {
   readonly type = 'mssql' as const;
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: Record<LeaseTable, string>;
   private readonly retentionLock: string;
+  private readonly logger = new Logger('QueueBox:SqlServer');
 
   constructor(
     private readonly dataSource: DataSource,
@@ -90,13 +100,37 @@ export class SqlServerDialect implements Dialect {
       const { rows } = await this.run<{ found: number | null }>(sql.tableExistsSql(), [text(this.table[kind], 300)]);
       if (rows[0]?.found == null) throw new QueueBoxConfigError(`tables.${kind}`, messages.tableMissing(this.tables[kind].qualified));
     }
-    const [database] = (await this.run<{ compatibility_level: number }>(sql.compatibilityLevelSql(), [])).rows;
+    for (const kind of ['outbox', 'inbox'] as const) {
+      const { rows } = await this.run<{ column: string; collation: string | null }>(sql.keyCollationSql(), [text(this.table[kind], 300)]);
+      const other = rows.filter((r) => r.collation !== sql.KEY_COLLATION).map((r) => r.column);
+      if (other.length > 0) {
+        throw new QueueBoxConfigError(
+          'migrations',
+          messages.sqlServerKeyCollationMissing(
+            this.tables[kind].qualified,
+            other,
+            sql.KEY_COLLATION,
+            DEFAULT_MIGRATION_NAMES.keyCollation,
+          ),
+        );
+      }
+    }
+    const [database] = (
+      await this.run<{ compatibility_level: number; is_read_committed_snapshot_on: boolean }>(sql.databaseSettingsSql(), [])
+    ).rows;
     if (database && database.compatibility_level < 130) {
       throw new QueueBoxConfigError('dataSource', messages.sqlServerCompatibilityLevelTooLow(database.compatibility_level));
+    }
+    // A warning, not a refusal: claims stay correct without RCSI (their row-lock waits are bounded
+    // by LOCK_TIMEOUT), only slower behind long producer transactions; and RCSI is a database-wide
+    // choice that is not QueueBox's to impose.
+    if (database && !database.is_read_committed_snapshot_on) {
+      this.logger.warn(messages.sqlServerReadCommittedSnapshotOff(sql.CLAIM_ROW_LOCK_WAIT_MS));
     }
   }
 
   async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]> {
+    for (const r of p.rows) refuseTrailingSpaces('OutboxService.enqueue', { destination: r.destination, key: r.key });
     const rows = JSON.stringify(
       p.rows.map((r) => ({
         messageId: r.messageId,
@@ -113,7 +147,7 @@ export class SqlServerDialect implements Dialect {
   }
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    const records = await this.sessionClaim<OutboxClaimedRecord<string>>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
+    const records = await this.claimUnderLock<OutboxClaimedRecord<string>>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
       int(p.limit),
       bigint(p.leaseMs),
     ]);
@@ -126,6 +160,7 @@ export class SqlServerDialect implements Dialect {
 
   async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
     const { row } = p;
+    refuseTrailingSpaces('InboxService.receive', { source: row.source, idempotencyKey: row.idempotencyKey, aggregateId: row.aggregateId });
     const key = [name(row.source), name(row.idempotencyKey)];
     // The insert's range lock makes a concurrent receive of the same key wait and then insert
     // nothing; a unique violation can still reach here from a writer that does not take that
@@ -152,7 +187,7 @@ export class SqlServerDialect implements Dialect {
   }
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.sessionClaim<InboxClaimedRecord<string>>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
+    const records = await this.claimUnderLock<InboxClaimedRecord<string>>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
       int(p.limit),
       bigint(p.leaseMs),
       text(JSON.stringify(p.sources)),
@@ -168,22 +203,12 @@ export class SqlServerDialect implements Dialect {
 
   async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
     const lock = lockName(`queuebox_pull_claim_${this.tables.inbox.qualified}:${p.source}`);
-    try {
-      // The transaction owns the lock: its commit (or rollback) releases it.
-      const records = await this.dataSource.transaction(
-        async (manager) =>
-          (
-            await this.run<InboxClaimedRecord<string>>(
-              sql.inboxPullClaimSql(this.table.inbox),
-              [name(lock), int(p.limit), bigint(p.leaseMs), name(p.source)],
-              manager,
-            )
-          ).rows,
-      );
-      return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
-    } catch (error) {
-      throw claimLockError(error, lock);
-    }
+    const records = await this.claimUnderLock<InboxClaimedRecord<string>>(lock, sql.inboxPullClaimSql(this.table.inbox), [
+      int(p.limit),
+      bigint(p.leaseMs),
+      name(p.source),
+    ]);
+    return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
   }
 
   async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {
@@ -286,7 +311,7 @@ export class SqlServerDialect implements Dialect {
     // The lock's transaction holds no row locks; it only pins the connection that owns the lock.
     const runner = this.dataSource.createQueryRunner();
     try {
-      await runner.startTransaction();
+      await runner.startTransaction(READ_COMMITTED);
       try {
         const [{ granted }] = await runner.query(sql.retentionTryLockSql(), [name(this.retentionLock)]);
         if (granted < 0) return null;
@@ -301,7 +326,22 @@ export class SqlServerDialect implements Dialect {
 
   async retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number> {
     const table = p.kind.startsWith('outbox') ? this.table.outbox : this.table.inbox;
-    return (await this.run(sql.retentionDeleteSql(table, p.kind), [bigint(p.olderThanMs), int(p.limit)])).affected;
+    // Its own READ COMMITTED transaction: a pooled connection may keep another isolation from its
+    // last user, and the delete's READPAST needs READ COMMITTED.
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      await runner.startTransaction(READ_COMMITTED);
+      try {
+        const result = await runner.query(sql.retentionDeleteSql(table, p.kind), [bigint(p.olderThanMs), int(p.limit)], true);
+        await runner.commitTransaction();
+        return result.affected ?? 0;
+      } catch (error) {
+        if (runner.isTransactionActive) await runner.rollbackTransaction();
+        throw error;
+      }
+    } finally {
+      await runner.release();
+    }
   }
 
   async clockNow(): Promise<Date> {
@@ -309,21 +349,19 @@ export class SqlServerDialect implements Dialect {
   }
 
   /**
-   * Runs a claim behind a session-owned application lock, on one connection. The batch takes the
-   * lock, claims and releases the lock (also when the claim fails); when the batch is cut off (a
-   * client-side timeout skips its CATCH block), the lock is released here, on the same
-   * connection, before the connection goes back to the pool.
+   * Runs a claim in a transaction of its own, which owns the claim lock (@0): the commit releases
+   * it, and so does the rollback when the claim fails or is cut off.
    */
-  private async sessionClaim<T>(lock: string, statement: string, params: unknown[]): Promise<T[]> {
+  private async claimUnderLock<T>(lock: string, statement: string, params: unknown[]): Promise<T[]> {
     const runner = this.dataSource.createQueryRunner();
     try {
-      await runner.startTransaction();
+      await runner.startTransaction(READ_COMMITTED);
       try {
         const result = await runner.query(statement, [name(lock), ...params], true);
         await runner.commitTransaction();
         return (result.records ?? []) as T[];
       } catch (error) {
-        await abandonClaim(runner, lock);
+        await abandonClaim(runner);
         throw claimLockError(error, lock);
       }
     } finally {
@@ -336,13 +374,24 @@ export class SqlServerDialect implements Dialect {
   }
 }
 
+/**
+ * SQL Server's `=` pads the shorter text with spaces under every collation, BIN2 included: `e1`
+ * and `e1 ` would be one inbox key (a receive dropped as a duplicate) or one outbox key. Refused,
+ * so a key is compared exactly as written; PostgreSQL keeps them apart and needs no such rule.
+ */
+function refuseTrailingSpaces(subject: string, fields: Record<string, string | null>): void {
+  for (const [field, value] of Object.entries(fields)) {
+    if (value?.endsWith(' ')) throw new QueueBoxValidationError(field, messages.sqlServerTrailingSpace(subject, field));
+  }
+}
+
 /** The selection's parameters @0..@4. */
 function selectionParams(s: DeadSelection): MssqlParameter[] {
   return [
     name(s.name),
     text(s.errorContains),
-    datetime(s.deadAfter),
-    datetime(s.deadBefore),
+    instant(s.deadAfter),
+    instant(s.deadBefore),
     text(s.ids === null ? null : JSON.stringify(s.ids)),
   ];
 }
@@ -357,11 +406,11 @@ function lockName(full: string): string {
   return full.length <= MAX_LOCK_NAME ? full : `queuebox_claim_${createHash('sha256').update(full).digest('hex')}`;
 }
 
-async function abandonClaim(runner: QueryRunner, lock: string): Promise<void> {
-  // Each step is best effort: when the connection itself broke, the server ended the session and
-  // with it the session's locks and its transaction.
+async function abandonClaim(runner: QueryRunner): Promise<void> {
+  // Best effort: when the connection itself broke, the server ended the session and with it the
+  // transaction and the lock it owned.
   try {
-    await runner.query(sql.claimLockReleaseLeftoverSql(), [name(lock)]);
+    await runner.query(sql.claimLockTimeoutResetSql());
   } catch {}
   try {
     if (runner.isTransactionActive) await runner.rollbackTransaction();
@@ -374,9 +423,15 @@ function errorNumber(error: unknown): number | undefined {
   return typeof found === 'number' ? found : undefined;
 }
 
-/** Turns the claim batch's "lock not granted" errors (51001 and up) into a clear QueueBox error; other errors pass. */
+/**
+ * Turns the claim batch's "lock not granted" errors (51001 and up) and a row-lock wait that ran
+ * out (1222) into clear QueueBox errors; other errors pass.
+ */
 function claimLockError(error: unknown, lock: string): unknown {
   const number = errorNumber(error);
+  if (number === sql.LOCK_TIMEOUT_ERROR) {
+    return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimRowLockTimeout(lock, sql.CLAIM_ROW_LOCK_WAIT_MS));
+  }
   if (number === undefined || number <= sql.CLAIM_LOCK_ERROR_BASE || number > sql.CLAIM_LOCK_ERROR_BASE + 999) return error;
   return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimLockNotGranted(lock, sql.CLAIM_LOCK_ERROR_BASE - number));
 }

@@ -1,5 +1,8 @@
 import type { TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
+import { KEY_COLLATION } from './sqlserver.sql';
+
+export { KEY_COLLATION };
 
 /** Quotes a validated table name for SQL Server: `[schema].[name]`, or `[name]` (the user's default schema). */
 export function mssqlTable(table: TableName): string {
@@ -153,4 +156,88 @@ export function sqlServerClaimsDown(tables: QueueBoxTables): string[] {
     `DROP INDEX IF EXISTS [${tables.inbox.name}_unkeyed_claim_idx] ON ${mssqlTable(tables.inbox)}`,
     `DROP INDEX IF EXISTS [${tables.outbox.name}_unkeyed_claim_idx] ON ${mssqlTable(tables.outbox)}`,
   ];
+}
+
+// KEY_COLLATION is the binary collation of every text column a claim, the dedupe or an admin filter
+// compares. The database's default collation is usually case-insensitive, which merges `evt_A` and
+// `evt_a` (a dropped receive, two keys ordered as one); BIN2 compares code points. Trailing spaces
+// are still ignored by `=` under any collation (ANSI padding), so the dialect refuses them instead.
+
+/** The compared text columns per table, as declared in 001 apart from the collation. */
+const KEY_COLUMNS = {
+  outbox: [
+    ['destination', 'NOT NULL'],
+    ['key', 'NULL'],
+  ],
+  inbox: [
+    ['source', 'NOT NULL'],
+    ['idempotency_key', 'NOT NULL'],
+    ['aggregate_id', 'NULL'],
+  ],
+} as const;
+
+/**
+ * The indexes (001-003) that name a key column as a key, an included column or in their filter:
+ * SQL Server refuses to change the collation of a column an index depends on.
+ */
+function keyIndexes(tables: QueueBoxTables): { outbox: string[]; inbox: string[] } {
+  const o = tables.outbox.name;
+  const i = tables.inbox.name;
+  return {
+    outbox: [`${o}_claim_idx`, `${o}_key_idx`, `${o}_key_in_flight_idx`, `${o}_dead_idx`, `${o}_unkeyed_claim_idx`],
+    inbox: [
+      `${i}_claim_idx`,
+      `${i}_aggregate_idx`,
+      `${i}_aggregate_in_flight_idx`,
+      `${i}_lease_idx`,
+      `${i}_dead_idx`,
+      `${i}_unkeyed_claim_idx`,
+    ],
+  };
+}
+
+/**
+ * Migration 004 (key collation): the compared key columns to `collation`. Drops what depends on
+ * them (the indexes of 001-003 and the inbox's unique constraint), alters the columns and creates
+ * the same indexes again, from the very statements of 001-003.
+ */
+function keyCollation(tables: QueueBoxTables, collation: string): string[] {
+  const table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
+  const indexes = keyIndexes(tables);
+  const unique = `${tables.inbox.name}_source_idempotency_key_key`;
+  const created = [...sqlServerSchemaUp(tables), ...sqlServerOperationsUp(tables), ...sqlServerClaimsUp(tables)];
+  const recreate = (names: string[]) =>
+    names.map((index) => {
+      const statement = created.find((s) => s.startsWith(`CREATE INDEX [${index}] `) || s.startsWith(`CREATE UNIQUE INDEX [${index}] `));
+      if (!statement) throw new Error(`migration 004: no CREATE statement for index ${index}`);
+      return statement;
+    });
+  const alter = (kind: LeaseTableName) =>
+    KEY_COLUMNS[kind].map(
+      ([column, nullability]) => `ALTER TABLE ${table[kind]} ALTER COLUMN [${column}] NVARCHAR(255) COLLATE ${collation} ${nullability}`,
+    );
+  return [
+    'SET ANSI_NULLS ON',
+    'SET QUOTED_IDENTIFIER ON',
+    ...indexes.outbox.map((index) => `DROP INDEX IF EXISTS [${index}] ON ${table.outbox}`),
+    ...alter('outbox'),
+    ...recreate(indexes.outbox),
+    ...indexes.inbox.map((index) => `DROP INDEX IF EXISTS [${index}] ON ${table.inbox}`),
+    `ALTER TABLE ${table.inbox} DROP CONSTRAINT [${unique}]`,
+    ...alter('inbox'),
+    `ALTER TABLE ${table.inbox} ADD CONSTRAINT [${unique}] UNIQUE ([source], [idempotency_key])`,
+    ...recreate(indexes.inbox),
+  ];
+}
+
+type LeaseTableName = keyof typeof KEY_COLUMNS;
+
+/** Migration 004 up: key columns compared by code point (KEY_COLLATION). */
+export function sqlServerKeyCollationUp(tables: QueueBoxTables): string[] {
+  return keyCollation(tables, KEY_COLLATION);
+}
+
+/** Migration 004 down: key columns back to the database's default collation (what 001 created). */
+export function sqlServerKeyCollationDown(tables: QueueBoxTables): string[] {
+  return keyCollation(tables, 'DATABASE_DEFAULT');
 }

@@ -9,8 +9,26 @@
 // are DATETIME2 without an offset (GETDATE() would store the server's local time).
 export const NOW = 'SYSUTCDATETIME()';
 
+/**
+ * The collation of the key columns (migration 004). Table variables take the database's default
+ * collation, and OPENJSON's columns too: every one compared with a key column names this one, or
+ * SQL Server refuses the comparison (error 468) or compares under the wrong rules.
+ */
+export const KEY_COLLATION = 'Latin1_General_100_BIN2';
+
 /** An application lock waits this long before sp_getapplock gives up (the seed: 10 seconds). */
 export const CLAIM_LOCK_WAIT_MS = 10_000;
+
+/**
+ * How long a claim waits for one row lock (`SET LOCK_TIMEOUT`) once it holds the claim lock. With
+ * READ_COMMITTED_SNAPSHOT OFF the head-of-key probes wait for producers' open transactions while
+ * every other claim waits for the claim lock; this bounds that stall (error 1222), well inside
+ * the request timeout's margin (CLAIM_STATEMENT_MARGIN_MS).
+ */
+export const CLAIM_ROW_LOCK_WAIT_MS = 3_000;
+
+/** SQL Server's "lock request time out period exceeded" (SET LOCK_TIMEOUT ran out). */
+export const LOCK_TIMEOUT_ERROR = 1222;
 
 /**
  * sp_getapplock's negative results become error numbers 51001 (timeout, -1), 51002 (cancelled,
@@ -30,37 +48,38 @@ const FENCE = `[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND 
 
 /**
  * Takes the claim lock (@0 = its name) or stops the batch with a clear error: a lock that was not
- * granted must never let the claim run unserialized, nor look like "nothing to claim".
+ * granted must never let the claim run unserialized, nor look like "nothing to claim". The claim
+ * transaction owns the lock, so its commit or rollback releases it whatever ends it: a session-owned
+ * lock outlived a batch cut off by a request timeout (with XACT_ABORT ON the rollback skipped any
+ * release) and went back to the pool still held, stalling every other claim.
  */
-const takeClaimLock = (owner: 'Session' | 'Transaction') => `DECLARE @claim_lock INT;
-EXEC @claim_lock = sp_getapplock @Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'${owner}', @LockTimeout = ${CLAIM_LOCK_WAIT_MS};
+const takeClaimLock = () => `DECLARE @claim_lock INT;
+EXEC @claim_lock = sp_getapplock @Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = ${CLAIM_LOCK_WAIT_MS};
 IF @claim_lock < 0
 BEGIN
   DECLARE @claim_lock_error INT = ${CLAIM_LOCK_ERROR_BASE} - @claim_lock;
   THROW @claim_lock_error, N'QueueBox: sp_getapplock did not grant the claim lock.', 1;
 END;`;
 
-const releaseSessionLock = "EXEC sp_releaseapplock @Resource = @0, @LockOwner = N'Session';";
-
 /**
- * A claim behind a session-owned application lock (outbox poller, inbox relay): the lock is taken,
- * the claim runs, and the lock is released right after it, also when the claim fails.
+ * A claim behind its transaction-owned application lock (outbox poller, inbox relay, pull), its row
+ * lock waits bounded by LOCK_TIMEOUT. SET LOCK_TIMEOUT outlives the batch on its pooled
+ * connection, so it goes back to the default (-1, wait) after the claim, also when it fails; a
+ * batch cut off before that is reset by the dialect (claimLockTimeoutResetSql).
  */
-const underSessionLock = (claim: string) => `${takeClaimLock('Session')}
+const underClaimLock = (claim: string) => `${takeClaimLock()}
+SET LOCK_TIMEOUT ${CLAIM_ROW_LOCK_WAIT_MS};
 BEGIN TRY
 ${claim}
 END TRY
 BEGIN CATCH
-  ${releaseSessionLock}
+  SET LOCK_TIMEOUT -1;
   THROW;
 END CATCH;
-${releaseSessionLock}`;
+SET LOCK_TIMEOUT -1;`;
 
-/**
- * @0 = lock name. Releases the session's claim lock if a batch was cut off while it held it (a
- * client-side timeout ends a batch without running its CATCH block). Run on the same connection.
- */
-export const claimLockReleaseLeftoverSql = () => `IF APPLOCK_MODE(N'public', @0, N'Session') <> N'NoLock' ${releaseSessionLock}`;
+/** Resets the row-lock wait a claim batch cut off before its end left on the connection. */
+export const claimLockTimeoutResetSql = () => 'SET LOCK_TIMEOUT -1';
 
 const setClaimed = (alias: string, leaseParam: string) => `SET [state] = N'processing', [claim_token] = NEWID(), [claimed_at] = ${NOW},
     [lease_expires_at] = ${msFromNow(leaseParam)}, [attempts] = ${alias}.[attempts] + 1`;
@@ -101,7 +120,7 @@ const lockFound = (table: string, alias: string, limit: string) => `INSERT INTO 
  * someone else would take a later one for its head.
  */
 export const outboxClaimSql = (table: string) =>
-  underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+  underClaimLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
   DECLARE @found TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
   INSERT INTO @found ([id])
   SELECT TOP (@1) w.[id] FROM (
@@ -304,8 +323,8 @@ const inboxPendingSearch = (table: string, limit: string) => `DECLARE @found TAB
  * the outbox claim.
  */
 export const inboxRelayClaimSql = (table: string) =>
-  underSessionLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
-  DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) NOT NULL);
+  underClaimLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+  DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL);
   INSERT INTO @sources ([source]) SELECT s.[source] FROM OPENJSON(@3) WITH ([source] NVARCHAR(255) '$') AS s;
   ${inboxPendingSearch(table, '@1')}
   ${lockFound(table, 'i', '@1')}
@@ -320,7 +339,7 @@ export const inboxReclaimSql = (table: string) => `UPDATE ${table}
 ${RECLAIM_SET}
 OUTPUT inserted.[state], inserted.[source] AS [name]
 WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}
-  AND [source] IN (SELECT s.[source] FROM OPENJSON(@1) WITH ([source] NVARCHAR(255) '$') AS s)`;
+  AND [source] IN (SELECT s.[source] COLLATE ${KEY_COLLATION} FROM OPENJSON(@1) WITH ([source] NVARCHAR(255) '$') AS s)`;
 
 /**
  * @0 = pull lock (per table and source), @1 = limit, @2 = lease in ms, @3 = source. Runs inside
@@ -329,14 +348,14 @@ WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}
  * aggregate; two reads so each uses its own index in its own order, both materialized in one table
  * variable before the one UPDATE.
  */
-export const inboxPullClaimSql = (table: string) => `${takeClaimLock('Transaction')}
-DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+export const inboxPullClaimSql = (table: string) =>
+  underClaimLock(`DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
 INSERT INTO @candidates ([id])
 SELECT TOP (@1) i.[id] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
 WHERE i.[source] = @3 AND i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW} AND ${headOfAggregate(table, 'i')}
 ORDER BY i.[lease_expires_at];
 DECLARE @room INT = @1 - (SELECT COUNT(*) FROM @candidates);
-DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) NOT NULL);
+DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL);
 INSERT INTO @sources ([source]) VALUES (@3);
 ${inboxPendingSearch(table, '@room')}
 ${lockFound(table, 'i', '@room')}
@@ -344,13 +363,24 @@ UPDATE i
 ${setClaimed('i', '@2')}
 ${INBOX_OUTPUT}
 FROM ${table} AS i WITH (ROWLOCK) INNER JOIN @candidates AS c ON c.[id] = i.[id]
-WHERE i.[state] = N'pending' OR (i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW});`;
+WHERE i.[state] = N'pending' OR (i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW});`);
 
 /** @0 = the table's name as `[schema].[name]` or `[name]`: its object id, or NULL when it does not exist. */
 export const tableExistsSql = () => "SELECT OBJECT_ID(@0, N'U') AS [found]";
 
-/** The current database's compatibility level (OPENJSON needs 130, SQL Server 2016's). */
-export const compatibilityLevelSql = () => 'SELECT [compatibility_level] FROM sys.databases WHERE [database_id] = DB_ID()';
+/**
+ * @0 = the table's name as `[schema].[name]` or `[name]`: the collation of each of its key columns
+ * (migration 004 makes them KEY_COLLATION).
+ */
+export const keyCollationSql = () => `SELECT c.[name] AS [column], c.[collation_name] AS [collation] FROM sys.columns AS c
+WHERE c.[object_id] = OBJECT_ID(@0, N'U') AND c.[name] IN (N'destination', N'key', N'source', N'idempotency_key', N'aggregate_id')`;
+
+/**
+ * The current database's settings QueueBox checks at start-up: its compatibility level (OPENJSON
+ * needs 130, SQL Server 2016's) and whether READ COMMITTED reads row versions (RCSI).
+ */
+export const databaseSettingsSql = () =>
+  'SELECT [compatibility_level], [is_read_committed_snapshot_on] FROM sys.databases WHERE [database_id] = DB_ID()';
 
 /** The database clock, as the UTC instant it is. */
 export const clockNowSql = () => `SELECT ${asUtc(NOW)} AS [now]`;
@@ -392,16 +422,23 @@ ${branches('inbox', inbox)}`;
 const deadAt = (component: Component) => `COALESCE([claimed_at], ${ADMIN_COLUMNS[component].created})`;
 
 /**
+ * An instant sent as ISO-8601 UTC text (`2030-01-02T03:04:05.678Z`), as the UTC DATETIME2 the
+ * columns hold. A Date parameter would be sent by the driver in the Node process's time zone
+ * (TypeORM's mssql driver sets `useUTC: false`), shifting every filter by the zone's offset.
+ */
+const utcInstant = (param: string) => `CAST(SWITCHOFFSET(CAST(${param} AS DATETIMEOFFSET), '+00:00') AS DATETIME2)`;
+
+/**
  * The dead-row selection: @0 = name, @1 = error substring, @2 = last attempt from, @3 = last
- * attempt before (DATETIME2, UTC), @4 = ids as a JSON array; each NULL when absent. Statements
+ * attempt before (both ISO-8601 UTC text, see utcInstant), @4 = ids as a JSON array; each NULL when absent. Statements
  * using it end with OPTION (RECOMPILE), so an absent criterion folds away and the plan fits the
  * values (one cached plan would have to serve every combination).
  */
 const deadWhere = (component: Component) => `[state] = N'dead'
   AND (@0 IS NULL OR ${ADMIN_COLUMNS[component].name} = @0)
   AND (@1 IS NULL OR CHARINDEX(@1, [last_error]) > 0)
-  AND (@2 IS NULL OR ${deadAt(component)} >= @2)
-  AND (@3 IS NULL OR ${deadAt(component)} < @3)
+  AND (@2 IS NULL OR ${deadAt(component)} >= ${utcInstant('@2')})
+  AND (@3 IS NULL OR ${deadAt(component)} < ${utcInstant('@3')})
   AND (@4 IS NULL OR [id] IN (SELECT j.[id] FROM OPENJSON(@4) WITH ([id] BIGINT '$') AS j))`;
 
 /** @0..@4 = the selection, @5 = after id, @6 = limit. Keyset page of dead rows in id order. */
