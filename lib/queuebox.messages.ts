@@ -12,6 +12,9 @@ const show = (value: unknown): string => {
   return String(value);
 };
 
+/** Where a message's reader finds a doc: the docs ship in the package (`files` in package.json). */
+const doc = (file: string): string => `node_modules/queuebox/docs/${file}`;
+
 const capitalize = (text: string) => text.charAt(0).toUpperCase() + text.slice(1);
 
 export const messages = {
@@ -194,10 +197,10 @@ export const messages = {
   dialectNotSupported: (type: unknown) =>
     `QueueBox supports TypeORM DataSources of type "postgres" and "mssql" (SQL Server, Azure SQL); this one is ${show(type)}.`,
   sqlServerRequestTimeoutTooShort: (option: string, timeoutMs: number, minimumMs: number, lockWaitMs: number) =>
-    `The SQL Server request timeout is ${timeoutMs} ms (TypeORM option "${option}"), but a QueueBox claim may wait ${lockWaitMs} ms for its application lock before its statement runs: claims would fail spuriously. Raise "${option}" to at least ${minimumMs} (or 0 for none). See docs/sqlserver.md.`,
+    `The SQL Server request timeout is ${timeoutMs} ms (TypeORM option "${option}"), but a QueueBox claim may wait ${lockWaitMs} ms for its application lock before its statement runs: claims would fail spuriously. Raise "${option}" to at least ${minimumMs} (or 0 for none). See ${doc('sqlserver.md')}.`,
   sqlServerClaimLockNotGranted: (lock: string, result: number) =>
     result === -1
-      ? `The claim lock ${show(lock)} was not granted within its wait (sp_getapplock returned -1): another claim held it that long. The claim is tried again; if this repeats, look for a claim blocked behind a long transaction (see docs/sqlserver.md, READ_COMMITTED_SNAPSHOT).`
+      ? `The claim lock ${show(lock)} was not granted within its wait (sp_getapplock returned -1): another claim held it that long. The claim is tried again; if this repeats, look for a claim blocked behind a long transaction (see ${doc('sqlserver.md')}, READ_COMMITTED_SNAPSHOT).`
       : `The claim lock ${show(lock)} was not granted: sp_getapplock returned ${result} (${result === -2 ? 'the request was cancelled' : result === -3 ? 'chosen as a deadlock victim' : 'a parameter or call error'}). The claim is tried again.`,
   sqlServerCompatibilityLevelTooLow: (level: number) =>
     `QueueBox on SQL Server needs database compatibility level 130 (SQL Server 2016) or higher for OPENJSON; this database is at ${level}. Raise it with ALTER DATABASE ... SET COMPATIBILITY_LEVEL = 130 (or higher).`,
@@ -213,10 +216,10 @@ export const messages = {
   // Health
   healthDraining: () => 'The application is shutting down: QueueBox stopped claiming and is draining its work in flight.',
   healthWorkerStuck: (name: string, seconds: number) =>
-    `The ${name} has not completed a claim cycle for ${seconds} s: its work may be stuck (see docs/operations.md, runbook).`,
+    `The ${name} has not completed a claim cycle for ${seconds} s: its work may be stuck (see ${doc('operations.md')}, runbook).`,
   healthDatabaseDown: (reason: string) => `The database does not answer: ${reason}`,
   healthLagging: (where: string, seconds: number, maxLagMs: number) =>
-    `The oldest due message of ${where} has waited ${seconds} s, more than ${maxLagMs / 1000} s (see docs/operations.md, runbook: the backlog grows).`,
+    `The oldest due message of ${where} has waited ${seconds} s, more than ${maxLagMs / 1000} s (see ${doc('operations.md')}, runbook: the backlog grows).`,
   healthBacklogFailed: (reason: string) => `The backlog could not be read: ${reason}`,
   healthTimeout: (ms: number) => `no answer within ${ms} ms`,
 } as const;

@@ -2,7 +2,7 @@
 // fresh ESM app (as `nest new` makes one), the packed library and the README's install line
 // installed, built with tsc, started against a real PostgreSQL, and one order placed over HTTP
 // until billing receives its message.
-//   npm run build && node scripts/with-postgres.mjs node --test test/readme/quick-start.test.mjs
+//   npm run test:package
 // Offline where it can be: `npm install --prefer-offline` takes what `npm ci` cached.
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
