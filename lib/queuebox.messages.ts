@@ -60,6 +60,16 @@ export const messages = {
     `QueueBox found no TypeORM DataSource${name ? ` named ${show(name)}` : ''}. Import TypeOrmModule.forRoot(${name ? `{ name: ${show(name)}, ... }` : '...'}) in the same application, or set "dataSource" to the name of the one you use.`,
   tableMissing: (name: string) =>
     `QueueBox table ${show(name)} does not exist. Add QueueBoxSchema1764460800000 (or createQueueBoxMigration({ tables })) to your TypeORM migrations and run them, or apply sql/<dialect>/001_queuebox.up.sql.`,
+  migrationsMissing: (names: string[], migrationsTable: string) =>
+    `QueueBox cannot start: the database lacks migration${names.length > 1 ? 's' : ''} ${names.join(', ')} (not recorded in TypeORM's migrations table ${show(migrationsTable)}). Add ${names.length > 1 ? 'them' : 'it'} to your DataSource's "migrations" after the QueueBox migrations you have (the classes of that name exported by "queuebox", or the create...Migration({ tables, name }) factories) and run them (migrationsRun: true), or run \`npx --no-install queuebox migrate${migrationsTable === 'migrations' ? '' : ` --migrations-table ${migrationsTable}`}\`. See ${doc('schema.md')}.`,
+  migrationMissingOptional: (name: string, migrationsTable: string, consequence: string) =>
+    `QueueBox migration ${name} is not recorded in TypeORM's migrations table ${show(migrationsTable)}: ${consequence} Add it to your DataSource's "migrations", or run \`npx --no-install queuebox migrate${migrationsTable === 'migrations' ? '' : ` --migrations-table ${migrationsTable}`}\`.`,
+  operationsMigrationOptional: () =>
+    'admin queries and retention scan whole tables until it runs (it is required when retention.enabled is true).',
+  claimsMigrationOptional: () =>
+    'claims stay correct but are planned on every call and read every pending row of keys in flight to reach rows without a key.',
+  schemaVersionUnchecked: (name: string, migrationsTable: string) =>
+    `QueueBox tables exist but migration ${name} is not recorded in TypeORM's migrations table ${show(migrationsTable)} (created from plain SQL?): their version is not checked at start-up; apply every sql/<dialect>/NNN_*.up.sql script of this version.`,
   migrationNameInvalid: (name: string) =>
     `QueueBox migration name ${show(name)} must be an identifier ending in a 13-digit timestamp, like "QueueBoxSchema1764460800000".`,
 
