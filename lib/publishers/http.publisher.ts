@@ -1,3 +1,4 @@
+import { packageVersion } from '../common/package-version';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { signatureHeaders } from '../inbox/receiver/signature';
 import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
@@ -57,7 +58,12 @@ export class HttpPublisher implements Publisher {
     const url = this.urlOf(message.destination);
     const timeout = AbortSignal.timeout(this.timeoutMs);
     const body = JSON.stringify(message.payload);
-    const headers: Record<string, string> = { ...this.options.headers, ...message.headers, 'content-type': 'application/json' };
+    const headers: Record<string, string> = {
+      'user-agent': `queuebox/${packageVersion()}`,
+      ...this.options.headers,
+      ...message.headers,
+      'content-type': 'application/json',
+    };
     if (message.key !== null) headers[KEY_HEADER] = message.key;
     if (this.options.secret) Object.assign(headers, signatureHeaders(this.options.secret, body));
     let response: Response;
