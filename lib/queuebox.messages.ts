@@ -12,6 +12,9 @@ const show = (value: unknown): string => {
   return String(value);
 };
 
+/** Where a message's reader finds a doc: the docs ship in the package (`files` in package.json). */
+const doc = (file: string): string => `node_modules/queuebox/docs/${file}`;
+
 const capitalize = (text: string) => text.charAt(0).toUpperCase() + text.slice(1);
 
 export const messages = {
@@ -57,6 +60,18 @@ export const messages = {
     `QueueBox found no TypeORM DataSource${name ? ` named ${show(name)}` : ''}. Import TypeOrmModule.forRoot(${name ? `{ name: ${show(name)}, ... }` : '...'}) in the same application, or set "dataSource" to the name of the one you use.`,
   tableMissing: (name: string) =>
     `QueueBox table ${show(name)} does not exist. Add QueueBoxSchema1764460800000 (or createQueueBoxMigration({ tables })) to your TypeORM migrations and run them, or apply sql/<dialect>/001_queuebox.up.sql.`,
+  migrationsMissing: (names: string[], migrationsTable: string) =>
+    `QueueBox cannot start: the database lacks migration${names.length > 1 ? 's' : ''} ${names.join(', ')} (not recorded in TypeORM's migrations table ${show(migrationsTable)}). Add ${names.length > 1 ? 'them' : 'it'} to your DataSource's "migrations" after the QueueBox migrations you have (the classes of that name exported by "queuebox", or the create...Migration({ tables, name }) factories) and run them (migrationsRun: true), or run \`npx --no-install queuebox migrate${migrationsTable === 'migrations' ? '' : ` --migrations-table ${migrationsTable}`}\`. See ${doc('schema.md')}.`,
+  migrationMissingOptional: (name: string, migrationsTable: string, consequence: string) =>
+    `QueueBox migration ${name} is not recorded in TypeORM's migrations table ${show(migrationsTable)}: ${consequence} Add it to your DataSource's "migrations", or run \`npx --no-install queuebox migrate${migrationsTable === 'migrations' ? '' : ` --migrations-table ${migrationsTable}`}\`.`,
+  operationsMigrationOptional: () =>
+    'admin queries and retention scan whole tables until it runs (it is required when retention.enabled is true).',
+  claimsMigrationOptional: () =>
+    'claims stay correct but are planned on every call and read every pending row of keys in flight to reach rows without a key.',
+  keyCollationMigrationOptional: () =>
+    'on PostgreSQL it runs no statement (keys already compare byte for byte); add it so the list matches SQL Server.',
+  schemaVersionUnchecked: (name: string, migrationsTable: string) =>
+    `QueueBox tables exist but migration ${name} is not recorded in TypeORM's migrations table ${show(migrationsTable)} (created from plain SQL?): their version is not checked at start-up; apply every sql/<dialect>/NNN_*.up.sql script of this version.`,
   migrationNameInvalid: (name: string) =>
     `QueueBox migration name ${show(name)} must be an identifier ending in a 13-digit timestamp, like "QueueBoxSchema1764460800000".`,
 
@@ -246,10 +261,10 @@ export const messages = {
   dialectNotSupported: (type: unknown) =>
     `QueueBox supports TypeORM DataSources of type "postgres" and "mssql" (SQL Server, Azure SQL); this one is ${show(type)}.`,
   sqlServerRequestTimeoutTooShort: (option: string, timeoutMs: number, minimumMs: number, lockWaitMs: number) =>
-    `The SQL Server request timeout is ${timeoutMs} ms (TypeORM option "${option}"), but a QueueBox claim may wait ${lockWaitMs} ms for its application lock before its statement runs: claims would fail spuriously. Raise "${option}" to at least ${minimumMs} (or 0 for none). See docs/sqlserver.md.`,
+    `The SQL Server request timeout is ${timeoutMs} ms (TypeORM option "${option}"), but a QueueBox claim may wait ${lockWaitMs} ms for its application lock before its statement runs: claims would fail spuriously. Raise "${option}" to at least ${minimumMs} (or 0 for none). See ${doc('sqlserver.md')}.`,
   sqlServerClaimLockNotGranted: (lock: string, result: number) =>
     result === -1
-      ? `The claim lock ${show(lock)} was not granted within its wait (sp_getapplock returned -1): another claim held it that long. The claim is tried again; if this repeats, look for a claim blocked behind a long transaction (see docs/sqlserver.md, READ_COMMITTED_SNAPSHOT).`
+      ? `The claim lock ${show(lock)} was not granted within its wait (sp_getapplock returned -1): another claim held it that long. The claim is tried again; if this repeats, look for a claim blocked behind a long transaction (see ${doc('sqlserver.md')}, READ_COMMITTED_SNAPSHOT).`
       : `The claim lock ${show(lock)} was not granted: sp_getapplock returned ${result} (${result === -2 ? 'the request was cancelled' : result === -3 ? 'chosen as a deadlock victim' : 'a parameter or call error'}). The claim is tried again.`,
   sqlServerKeyCollationMissing: (table: string, columns: string[], collation: string, migration: string) =>
     `QueueBox table ${show(table)} on SQL Server compares ${columns.map((c) => `"${c}"`).join(', ')} under the database's collation, not ${collation}: keys that differ only in case would count as one (a receive dropped as a duplicate, two keys ordered as one). Run migration ${migration} (createQueueBoxKeyCollationMigration({ tables }), or sql/sqlserver/004_queuebox_key_collation.up.sql). See docs/sqlserver.md.`,
@@ -273,10 +288,10 @@ export const messages = {
   // Health
   healthDraining: () => 'The application is shutting down: QueueBox stopped claiming and is draining its work in flight.',
   healthWorkerStuck: (name: string, seconds: number) =>
-    `The ${name} has not completed a claim cycle for ${seconds} s: its work may be stuck (see docs/operations.md, runbook).`,
+    `The ${name} has not completed a claim cycle for ${seconds} s: its work may be stuck (see ${doc('operations.md')}, runbook).`,
   healthDatabaseDown: (reason: string) => `The database does not answer: ${reason}`,
   healthLagging: (where: string, seconds: number, maxLagMs: number) =>
-    `The oldest due message of ${where} has waited ${seconds} s, more than ${maxLagMs / 1000} s (see docs/operations.md, runbook: the backlog grows).`,
+    `The oldest due message of ${where} has waited ${seconds} s, more than ${maxLagMs / 1000} s (see ${doc('operations.md')}, runbook: the backlog grows).`,
   healthBacklogFailed: (reason: string) => `The backlog could not be read: ${reason}`,
   healthTimeout: (ms: number) => `no answer within ${ms} ms`,
 } as const;

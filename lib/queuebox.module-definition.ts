@@ -1,4 +1,4 @@
-import { ConfigurableModuleBuilder, type DynamicModule, type Provider } from '@nestjs/common';
+import { ConfigurableModuleBuilder, type DynamicModule, Logger, type Provider } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
@@ -8,6 +8,7 @@ import { QueueBoxConfigError } from './errors/queuebox.errors';
 import { InboxReceiver } from './inbox/receiver/inbox-receiver';
 import { createInboxReceiverController } from './inbox/receiver/inbox-receiver.controller';
 import { type InboxReceiverOptions, resolveReceiverOptions } from './inbox/receiver/inbox-receiver.options';
+import { checkSchemaVersion } from './migrations/schema-version';
 import { instantiatePublishers } from './outbox/outbox-publishers';
 import {
   QUEUEBOX_DATA_SOURCE,
@@ -47,6 +48,8 @@ function dataSourceProvider(name: string | undefined): Provider {
   };
 }
 
+const schemaLogger = new Logger('QueueBox:Schema');
+
 const coreProviders: Provider[] = [
   {
     provide: QUEUEBOX_RESOLVED_OPTIONS,
@@ -58,7 +61,10 @@ const coreProviders: Provider[] = [
     inject: [QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS],
     useFactory: async (dataSource: DataSource, options: ResolvedQueueBoxOptions) => {
       const dialect = createDialect(dataSource, options.tables, { queryTimeoutMs: queryTimeoutFor(options) });
-      if (dataSource.isInitialized) await dialect.schemaCheck();
+      if (dataSource.isInitialized) {
+        await dialect.schemaCheck();
+        await checkSchemaVersion(dataSource, options, schemaLogger);
+      }
       return dialect;
     },
   },

@@ -1,7 +1,7 @@
 /** Every line the `queuebox` CLI prints about a problem. URLs in them are already masked. */
 export const cliMessages = {
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
-  commandMissing: () => 'no command given. Run `queuebox --help` for the list.',
+  commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',
   optionInvalid: (command: string, detail: string) => `${detail}. Run \`queuebox ${command} --help\` for its options.`,
   urlMissing: () => 'no database URL: pass --url, or set QUEUEBOX_DATABASE_URL or DATABASE_URL.',
   urlUnparseable: () =>
@@ -24,7 +24,7 @@ export const cliMessages = {
   connectFailed: (where: string, detail: string) => `could not connect to ${where}: ${detail}`,
   schemaMissing: (tables: string) => `schema missing (${tables}): run \`queuebox migrate\` with the same --url and --tables.`,
   schemaUnrecorded: (tables: string, name: string, migrationsTable: string) =>
-    `${tables} already exist but migration ${name} is not recorded in TypeORM's "${migrationsTable}" table (were they created from plain SQL?). Nothing was changed; if you migrate with TypeORM, record it or drop the tables first.`,
+    `${tables} already exist but migration ${name} is not recorded in TypeORM's "${migrationsTable}" table. If your DataSource sets migrationsTableName, pass it: --migrations-table <that name>. Were they created from plain SQL? Nothing was changed; if you migrate with TypeORM, record it or drop the tables first.`,
   commandFailed: (detail: string) => `failed: ${detail}`,
   subcommandMissing: (command: string, choices: readonly string[]) =>
     `no sub-command given: use one of ${choices.join(', ')} (\`queuebox ${command} --help\`).`,

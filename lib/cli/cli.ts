@@ -29,6 +29,10 @@ export const commands: readonly Command[] = [
 
 const HELP = `Usage: queuebox <command> [options]
 
+Run it from your project, where queuebox is installed: \`npx --no-install queuebox <command>\`
+(or ./node_modules/.bin/queuebox, or an npm script). A plain \`npx queuebox\` outside such a
+folder downloads whatever package of that name the registry has: it is not this CLI.
+
 Commands:
 ${commands.map((command) => `  ${command.name.padEnd(12)} ${command.summary}`).join('\n')}
 

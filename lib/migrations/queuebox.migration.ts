@@ -4,6 +4,16 @@ import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 
+/** Marks QueueBox's migration instances, so the start-up check finds the names an app gave them. */
+export const QUEUEBOX_MIGRATION = Symbol.for('queuebox.migration');
+
+/** What the mark says: which migration, for which tables. */
+export interface QueueBoxMigrationMark {
+  migration: SchemaMigration;
+  outbox: string;
+  inbox: string;
+}
+
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
 export const DEFAULT_MIGRATION_NAMES = {
   schema: 'QueueBoxSchema1764460800000',
@@ -88,8 +98,10 @@ function migrationClass(
       await queryRunner.query(statement);
     }
   };
+  const mark: QueueBoxMigrationMark = { migration, outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
   return class QueueBoxSchemaMigration implements MigrationInterface {
     readonly name = name;
+    readonly [QUEUEBOX_MIGRATION] = mark;
     async up(queryRunner: QueryRunner): Promise<void> {
       await run(queryRunner, 'up');
     }

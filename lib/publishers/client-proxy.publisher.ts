@@ -31,9 +31,12 @@ export interface ClientProxyPublisherOptions {
   /**
    * `'auto'` (default): the data is the payload, and the message id and headers travel as
    * transport headers where the transport has them (RabbitMQ, NATS, MQTT 5, Kafka); elsewhere the
-   * data is a `ClientProxyEnvelope`. `'always'`: the envelope on every transport.
+   * data is a `ClientProxyEnvelope`. `'always'`: the envelope on every transport. `'never'`: the
+   * bare payload on every transport; where the transport has no headers (Redis, TCP, MQTT before
+   * v5) the consumer then gets neither the message id nor the key, so put what it deduplicates on
+   * in the payload.
    */
-  envelope?: 'auto' | 'always';
+  envelope?: 'auto' | 'always' | 'never';
 }
 
 /** The transports whose headers or acknowledgements the publisher knows. */
@@ -99,8 +102,11 @@ export class ClientProxyPublisher implements Publisher {
     if (options.pattern !== undefined && typeof options.pattern !== 'function') {
       throw new QueueBoxConfigError('pattern', messages.optionNotFunction('pattern'));
     }
-    if (options.envelope !== undefined && options.envelope !== 'auto' && options.envelope !== 'always') {
-      throw new QueueBoxConfigError('envelope', messages.optionNotNonEmptyString('envelope ("auto" or "always")', options.envelope));
+    if (options.envelope !== undefined && !['auto', 'always', 'never'].includes(options.envelope)) {
+      throw new QueueBoxConfigError(
+        'envelope',
+        messages.optionNotNonEmptyString('envelope ("auto", "always" or "never")', options.envelope),
+      );
     }
     this.ms = loadMicroservices();
     this.transport = transportOf(client, this.ms);
@@ -132,7 +138,10 @@ export class ClientProxyPublisher implements Publisher {
       payload: message.payload,
     };
     const always = this.options.envelope === 'always';
+    const bare = this.options.envelope === 'never';
     const data = always ? envelope : message.payload;
+    // Where the transport has no headers, 'auto' wraps the payload so the id and key still travel.
+    const withoutHeaders = bare ? message.payload : envelope;
     switch (this.transport) {
       case 'rmq':
         // persistent: a durable queue keeps the message across a broker restart.
@@ -145,14 +154,14 @@ export class ClientProxyPublisher implements Publisher {
       case 'mqtt': {
         // QoS 1: the client's publish callback waits for the broker's PUBACK.
         const v5 = (this.client as { options?: { protocolVersion?: number } }).options?.protocolVersion === 5;
-        const record = new this.ms.MqttRecordBuilder(v5 ? data : envelope).setQoS(1);
+        const record = new this.ms.MqttRecordBuilder(v5 ? data : withoutHeaders).setQoS(1);
         return v5 ? record.setProperties({ userProperties: headers }).build() : record.build();
       }
       case 'kafka':
         // The key picks the partition, so messages of one key stay in order there too.
         return { key: message.key ?? undefined, value: data, headers };
       default:
-        return envelope;
+        return withoutHeaders;
     }
   }
 }

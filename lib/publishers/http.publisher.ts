@@ -1,4 +1,5 @@
 import { describeError } from '../common/errors';
+import { packageVersion } from '../common/package-version';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { signRequest } from '../inbox/receiver/signature';
 import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
@@ -66,6 +67,8 @@ export class HttpPublisher implements Publisher {
     if (message.key !== null) headers[KEY_HEADER.toLowerCase()] = message.key;
     // v2: signs the method, the path, the body and every header set above (id, key, the message's own).
     if (this.options.secret) Object.assign(headers, signRequest(this.options.secret, { path: new URL(url).pathname, headers, body }));
+    // Unsigned, as content-type: proxies may rewrite either.
+    headers['user-agent'] = `queuebox/${packageVersion()}`;
     headers['content-type'] = 'application/json';
     const sendable = sendableHeaders(headers);
     let response: Response;

@@ -11,8 +11,8 @@ import { OutboxPoller } from '../outbox/outbox.poller';
 import type { OutboundMessage } from '../outbox/outbox.types';
 import { PullWorker } from '../pull/pull.worker';
 import { PullHandlerExplorer } from '../pull/pull-handler.explorer';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
-import type { ResolvedQueueBoxOptions } from '../queuebox.options';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_MODULE_OPTIONS, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import type { QueueBoxModuleOptions, ResolvedQueueBoxOptions } from '../queuebox.options';
 import { testingMessages } from './testing.messages';
 
 const DEFAULT_MAX_BATCHES = 1000;
@@ -62,6 +62,11 @@ export interface DrainResult {
   rounds: number;
 }
 
+/** The part of `@nestjs/testing`'s `TestingModuleBuilder` that `overrideOptions` uses (no import of it at run time). */
+export interface OverridableModuleBuilder<B> {
+  overrideProvider(token: string): { useValue(value: unknown): B };
+}
+
 export interface DrainOptions {
   /** Fail instead of looping forever when rows stay claimable (e.g. retried with no backoff and a high `maxAttempts`). Default 1000. */
   maxBatches?: number;
@@ -95,6 +100,23 @@ export class QueueBoxTesting {
     private readonly pull: PullWorker,
     private readonly pullSources: string[],
   ) {}
+
+  /**
+   * Replaces the options of the app's `QueueBoxModule`, whether it was imported with `forRoot()` or
+   * `forRootAsync()`, in a testing module built from the whole app. Use it instead of
+   * `overrideModule(QueueBoxModule)`, which Nest ignores for a dynamic module (the app imports
+   * `QueueBoxModule.forRoot(...)`, not the class). The DataSource and the module extras
+   * (`dataSource`, `receiver`) stay the app's. Returns the builder, to chain.
+   *
+   * @example
+   * const moduleRef = await QueueBoxTesting.overrideOptions(Test.createTestingModule({ imports: [AppModule] }), {
+   *   workers: false,
+   *   outbox: { publisher: new RecordingPublisher() },
+   * }).compile();
+   */
+  static overrideOptions<B extends OverridableModuleBuilder<B>>(builder: B, options: QueueBoxModuleOptions): B {
+    return builder.overrideProvider(QUEUEBOX_MODULE_OPTIONS).useValue(options);
+  }
 
   /** The helpers for an initialized Nest application or testing module that imports `QueueBoxModule`. */
   static from(app: Pick<INestApplicationContext, 'get'>): QueueBoxTesting {

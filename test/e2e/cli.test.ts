@@ -225,9 +225,35 @@ describe('queuebox CLI', () => {
     const run = await queuebox(['migrate', '--url', withPassword(db.url)]);
     assert.equal(run.code, 1);
     assert.match(run.stderr, /already exist but migration QueueBoxSchema1764460800000 is not recorded/);
+    assert.match(run.stderr, /--migrations-table <that name>/);
     const status = await queuebox(['status', '--url', withPassword(db.url)]);
     assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, /not recorded \(tables created some other way/);
+  });
+
+  it("honours the DataSource's migrationsTableName with --migrations-table", async () => {
+    const db = await emptyDatabase();
+    const dataSource = new DataSource({
+      type: 'postgres',
+      url: db.url,
+      migrationsTableName: 'app_migrations',
+      migrations: [createQueueBoxMigration()],
+      logging: false,
+    });
+    await dataSource.initialize();
+    await dataSource.runMigrations();
+    await dataSource.destroy();
+    const without = await queuebox(['migrate', '--url', withPassword(db.url)]);
+    assert.equal(without.code, 1);
+    assert.match(
+      without.stderr,
+      /not recorded in TypeORM's "migrations" table\. If your DataSource sets migrationsTableName, pass it: --migrations-table/,
+    );
+    const withTable = await queuebox(['migrate', '--url', withPassword(db.url), '--migrations-table', 'app_migrations']);
+    assert.equal(withTable.code, 0, withTable.stderr);
+    assert.match(withTable.stdout, /Applied migration QueueBoxOperations1764633600000/);
+    const status = await queuebox(['status', '--url', withPassword(db.url), '--migrations-table', 'app_migrations', '--json']);
+    assert.equal(JSON.parse(status.stdout).migration.applied, true);
   });
 
   it('sql prints the schema of either dialect, for the given tables, without a database', async () => {
@@ -568,6 +594,7 @@ describe('queuebox CLI', () => {
     for (const command of ['migrate', 'status', 'sql', 'dead-letters', 'blocked', 'skip-head'])
       assert.match(help.stdout, new RegExp(`\\n  ${command} `));
     assert.match(help.stdout, /Exit codes: 0 success; 1 failure/);
+    assert.match(help.stdout, /npx --no-install queuebox <command>/);
     const migrateHelp = await queuebox(['migrate', '--help']);
     assert.equal(migrateHelp.code, 0);
     assert.match(migrateHelp.stdout, /Usage: queuebox migrate/);

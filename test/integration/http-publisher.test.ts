@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import type { OutboundMessage } from '../../lib/outbox/outbox.types';
@@ -49,6 +51,10 @@ describe('HttpPublisher against a real local HTTP server', () => {
     assert.equal(request.headers['x-tenant'], 'acme');
     assert.equal(request.headers.authorization, 'Bearer t');
     assert.equal(request.headers['content-type'], 'application/json');
+    assert.equal(
+      request.headers['user-agent'],
+      `queuebox/${JSON.parse(readFileSync(join(__dirname, '../../../package.json'), 'utf8')).version}`,
+    );
   });
 
   it('a header that cannot be sent over HTTP (a value beyond Latin-1) is permanent, not retried forever', async () => {

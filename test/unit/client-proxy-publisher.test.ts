@@ -41,6 +41,12 @@ describe('ClientProxyPublisher without a broker', () => {
     ]);
   });
 
+  it("sends the bare payload on a transport without headers with envelope: 'never'", async () => {
+    const client = fakeClient(() => of(undefined));
+    await new ClientProxyPublisher(client, { envelope: 'never' }).publish(message, new AbortController().signal);
+    assert.deepEqual(client.emitted, [['billing', { total: 5 }]]);
+  });
+
   it('waits for the emit to complete, and stops waiting when the signal aborts', async () => {
     const publisher = new ClientProxyPublisher(fakeClient(() => NEVER));
     const controller = new AbortController();

@@ -1,0 +1,137 @@
+import 'reflect-metadata';
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import { Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { DataSource, type MigrationInterface } from 'typeorm';
+import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import {
+  createQueueBoxMigration,
+  QueueBoxClaims1795996800000,
+  QueueBoxKeyCollation1796083200000,
+  QueueBoxOperations1764633600000,
+  QueueBoxSchema1764460800000,
+} from '../../lib/migrations/queuebox.migration';
+import { renderSchemaSql } from '../../lib/migrations/schema-files';
+import { QueueBoxModule } from '../../lib/queuebox.module';
+import type { QueueBoxModuleOptions } from '../../lib/queuebox.options';
+import { RecordingLogger } from '../support/app';
+import { createTestDatabase, type TestDatabase } from '../support/database';
+
+type MigrationClass = new () => MigrationInterface;
+
+/** Runs `migrations` on a fresh database, recorded in `migrationsTableName`. */
+async function databaseWith(migrations: MigrationClass[], migrationsTableName?: string): Promise<TestDatabase> {
+  const db = await createTestDatabase({ migrate: false });
+  const dataSource = new DataSource({ type: 'postgres', url: db.url, migrations, migrationsTableName, logging: false });
+  await dataSource.initialize();
+  try {
+    await dataSource.runMigrations();
+  } finally {
+    await dataSource.destroy();
+  }
+  return db;
+}
+
+/** Starts an app on `db` whose DataSource lists `migrations` (already run) in `migrationsTableName`. */
+async function start(
+  db: TestDatabase,
+  options: QueueBoxModuleOptions,
+  typeorm: { migrations?: MigrationClass[]; migrationsTableName?: string } = {},
+): Promise<{ logger: RecordingLogger; close(): Promise<void> }> {
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, logging: false, migrationsRun: true, ...typeorm }),
+      QueueBoxModule.forRoot({ workers: false, ...options }),
+    ],
+  })
+  class AppModule {}
+  const logger = new RecordingLogger();
+  const app = await NestFactory.createApplicationContext(AppModule, { logger, abortOnError: false });
+  return { logger, close: () => app.close() };
+}
+
+describe('schema version checked at start-up', () => {
+  const databases: TestDatabase[] = [];
+  const track = (db: TestDatabase) => {
+    databases.push(db);
+    return db;
+  };
+  after(async () => {
+    for (const db of databases) await db.drop();
+  });
+
+  it('starts with every migration recorded, and warns of nothing', async () => {
+    const db = track(
+      await databaseWith([
+        QueueBoxSchema1764460800000,
+        QueueBoxOperations1764633600000,
+        QueueBoxClaims1795996800000,
+        QueueBoxKeyCollation1796083200000,
+      ]),
+    );
+    const app = await start(db, { retention: { enabled: true } });
+    await app.close();
+    assert.deepEqual(
+      app.logger.lines.filter((line) => line.level === 'warn'),
+      [],
+    );
+  });
+
+  it('fails with only migration 001 when retention is on, naming the missing migration and the command', async () => {
+    const db = track(await databaseWith([QueueBoxSchema1764460800000]));
+    await assert.rejects(start(db, { retention: { enabled: true } }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError, String(error));
+      assert.equal(error.option, 'migrations');
+      assert.match(error.message, /lacks migration QueueBoxOperations1764633600000 /);
+      assert.match(error.message, /npx --no-install queuebox migrate`/);
+      assert.doesNotMatch(error.message, /QueueBoxClaims/); // optional: a warning, not a failure
+      assert.doesNotMatch(error.message, /QueueBoxKeyCollation/); // no statement on PostgreSQL: a warning
+      return true;
+    });
+  });
+
+  it('starts with only migration 001 when retention is off, warning of 002, 003 and 004', async () => {
+    const db = track(await databaseWith([QueueBoxSchema1764460800000]));
+    const app = await start(db, {});
+    await app.close();
+    assert.ok(app.logger.has('warn', 'QueueBoxOperations1764633600000 is not recorded'), JSON.stringify(app.logger.lines));
+    assert.ok(app.logger.has('warn', 'QueueBoxClaims1795996800000 is not recorded'));
+    assert.ok(app.logger.has('warn', 'QueueBoxKeyCollation1796083200000 is not recorded'));
+  });
+
+  it("reads the DataSource's own migrationsTableName and names it in the command", async () => {
+    const db = track(await databaseWith([QueueBoxSchema1764460800000], 'app_migrations'));
+    await assert.rejects(start(db, { retention: { enabled: true } }, { migrationsTableName: 'app_migrations' }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError, String(error));
+      assert.match(error.message, /migrations table "app_migrations"/);
+      assert.match(error.message, /queuebox migrate --migrations-table app_migrations`/);
+      return true;
+    });
+  });
+
+  it('checks the names the app gave its QueueBox migrations', async () => {
+    const tables = { outbox: 'billing_outbox', inbox: 'billing_inbox' };
+    const renamed = createQueueBoxMigration({ tables, name: 'BillingQueueBox1790000000000' });
+    const db = track(await databaseWith([renamed]));
+    await assert.rejects(
+      start(db, { tables, retention: { enabled: true } }, { migrations: [renamed] }),
+      /lacks migration QueueBoxOperations1764633600000 /,
+    );
+    const app = await start(db, { tables }, { migrations: [renamed] });
+    await app.close();
+    assert.ok(
+      !app.logger.lines.some((line) => line.message.includes('BillingQueueBox1790000000000')),
+      'the renamed schema migration counts as recorded',
+    );
+  });
+
+  it('does not version tables created from plain SQL (no record at all), and says so', async () => {
+    const db = track(await createTestDatabase({ migrate: false }));
+    await db.query(renderSchemaSql('postgres'));
+    const app = await start(db, { retention: { enabled: true } });
+    await app.close();
+    assert.ok(app.logger.has('log', 'their version is not checked'), JSON.stringify(app.logger.lines));
+  });
+});
