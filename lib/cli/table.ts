@@ -13,6 +13,18 @@ export function oneLine(text: string | null, max: number): string {
   return flat.length <= max ? flat : `${flat.slice(0, max - 1)}…`;
 }
 
+/**
+ * One line of at most `max` characters that keeps both ends when cut: an error's first words say
+ * which attempt and publisher, its last ones the cause the driver or server gave.
+ */
+export function oneLineBothEnds(text: string | null, max: number): string {
+  if (text === null) return '-';
+  const flat = text.replace(/\s+/g, ' ').trim();
+  if (flat.length <= max) return flat;
+  const head = Math.ceil((max - 3) / 2);
+  return `${flat.slice(0, head)} … ${flat.slice(flat.length - (max - 3 - head))}`;
+}
+
 /** An instant as ISO 8601 UTC to the second: `2026-11-30T14:03:07Z`. */
 export function formatTime(time: Date | null): string {
   return time === null ? '-' : `${time.toISOString().slice(0, 19)}Z`;

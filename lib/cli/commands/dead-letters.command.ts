@@ -4,11 +4,11 @@ import { withAdmin } from '../admin-session';
 import { CliUsageError } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
 import { CONNECTION_OPTIONS_HELP, type Command, connectionOptions } from '../command';
-import { formatTable, formatTime, oneLine } from '../table';
+import { formatTable, formatTime, oneLine, oneLineBothEnds } from '../table';
 
 const ACTIONS = ['list', 'count', 'replay', 'discard'] as const;
 type Action = (typeof ACTIONS)[number];
-const ERROR_WIDTH = 60;
+const ERROR_WIDTH = 100;
 
 export const deadLettersCommand: Command = {
   name: 'dead-letters',
@@ -17,7 +17,8 @@ export const deadLettersCommand: Command = {
 
   list      One page of dead rows in id order: id, message id (outbox) or idempotency key
             (inbox), destination or source, key or aggregate, attempts, when it died (its last
-            attempt) and the last error, cut to ${ERROR_WIDTH} characters (--json has it whole)
+            attempt) and the last error, cut to ${ERROR_WIDTH} characters keeping its start and
+            its end (--json has it whole)
   count     How many dead rows match
   replay    Put the matching dead rows back to pending (attempts 0, due now, last error kept,
             headers X-QueueBox-Replay-Count and X-QueueBox-Replayed-At added); prints how many
@@ -136,7 +137,7 @@ export function formatDeadLetters(
     oneLine(r.key, 30),
     String(r.attempts),
     formatTime(r.lastAttemptAt ?? r.createdAt),
-    oneLine(r.lastError, ERROR_WIDTH),
+    oneLineBothEnds(r.lastError, ERROR_WIDTH),
   ]);
   const lines = [`Dead ${component} rows:`, ...formatTable(header, table, [0, 4])];
   lines.push(
