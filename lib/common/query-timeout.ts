@@ -1,11 +1,14 @@
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
 
-/** No bound below this: a claim on a busy database may take a few hundred milliseconds. */
-const MIN_QUERY_TIMEOUT_MS = 500;
+/**
+ * No bound below this: on a busy database a claim or a completion can take a second, and a
+ * statement cut off too early costs an attempt (its rows wait for their lease to expire).
+ */
+const MIN_QUERY_TIMEOUT_MS = 2000;
 
 /**
  * The bound on each of QueueBox's own statements: a third of the shortest lease it is configured
- * with (outbox and relay `claimTimeoutMs`, `pull.defaultLeaseMs`), at least 500 ms. A third is the
+ * with (outbox and relay `claimTimeoutMs`, `pull.defaultLeaseMs`), at least 2 s. A third is the
  * renewal interval: a statement that waits longer than that cannot keep a lease alive anyway, and
  * after a silent network partition (sockets open, nothing answered) the workers give up on the
  * dead connection and reconnect instead of waiting forever, and `app.close()` ends. Defaults:
