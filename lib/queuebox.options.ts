@@ -187,6 +187,8 @@ export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
   publishers: Record<string, Publisher>;
   /** Publisher classes by name, still to be instantiated with dependency injection. */
   publisherTypes: Record<string, Type<Publisher>>;
+  /** The option path of each publisher, as the user wrote it: `outbox.publisher` or `outbox.publishers.<name>`, for errors. */
+  publisherOptions: Record<string, string>;
   route: (message: OutboundMessage) => string;
   publishTimeoutMs: number;
 }
@@ -291,8 +293,10 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutb
     outbox.publisher !== undefined ? { [DEFAULT_PUBLISHER]: outbox.publisher } : { ...(outbox.publishers ?? {}) };
   const publishers: Record<string, Publisher> = {};
   const publisherTypes: Record<string, Type<Publisher>> = {};
+  const publisherOptions: Record<string, string> = {};
   for (const [name, publisher] of Object.entries(given)) {
     const option = outbox.publisher !== undefined ? 'outbox.publisher' : `outbox.publishers.${name}`;
+    publisherOptions[name] = option;
     if (typeof publisher === 'function' && typeof (publisher.prototype as Partial<Publisher> | undefined)?.publish === 'function') {
       publisherTypes[name] = publisher as Type<Publisher>;
     } else if (typeof (publisher as Partial<Publisher> | null)?.publish === 'function') {
@@ -317,7 +321,7 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutb
   if (publishTimeoutMs >= worker.claimTimeoutMs) {
     throw new QueueBoxConfigError('outbox.publishTimeout', messages.publishTimeoutNotBelowLease(publishTimeoutMs, worker.claimTimeoutMs));
   }
-  return { ...worker, publishers, publisherTypes, route, publishTimeoutMs };
+  return { ...worker, publishers, publisherTypes, publisherOptions, route, publishTimeoutMs };
 }
 
 function resolveRelay(relay: RelayOptions): ResolvedRelayOptions {

@@ -21,7 +21,7 @@ export async function instantiatePublishers(options: ResolvedQueueBoxOptions, mo
     try {
       publishers[name] = await moduleRef.create(type);
     } catch (error) {
-      const option = `outbox.publishers.${name}`;
+      const option = options.outbox.publisherOptions[name];
       throw new QueueBoxConfigError(option, messages.publisherCreateFailed(option, type.name, describeError(error)));
     }
   }

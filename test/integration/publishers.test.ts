@@ -162,29 +162,34 @@ describe('named publishers, routing, publishTimeout and the retry policy', () =>
     );
   });
 
-  it('a publisher class whose dependency is not visible fails start-up with a QueueBoxConfigError naming it', async () => {
+  it('a publisher class whose dependency is not visible fails start-up with a QueueBoxConfigError naming it as written', async () => {
     @Injectable()
     class NeedsMissing implements Publisher {
       constructor(@Inject('NOT_REGISTERED') readonly dep: unknown) {}
       async publish() {}
     }
-    @Module({
-      imports: [
-        TypeOrmModule.forRoot({ type: 'postgres', url: db.url, logging: false }),
-        QueueBoxModule.forRoot({ outbox: { publishers: { x: NeedsMissing } } }),
-      ],
-    })
-    class BrokenModule {}
-    const failure = await NestFactory.createApplicationContext(BrokenModule, { logger: false, abortOnError: false }).then(
-      async (created) => {
-        await created.close(); // started after all: close it, or its poller keeps this process alive
-        return undefined;
-      },
-      (error: unknown) => error,
-    );
-    assert.ok(failure instanceof QueueBoxConfigError, `start-up failed with a QueueBoxConfigError, got ${String(failure)}`);
-    assert.equal(failure.option, 'outbox.publishers.x');
-    assert.match(failure.message, /could not instantiate publisher class NeedsMissing/);
+    const startUp = async (outbox: OutboxOptions) => {
+      @Module({
+        imports: [TypeOrmModule.forRoot({ type: 'postgres', url: db.url, logging: false }), QueueBoxModule.forRoot({ outbox })],
+      })
+      class BrokenModule {}
+      return NestFactory.createApplicationContext(BrokenModule, { logger: false, abortOnError: false }).then(
+        async (created) => {
+          await created.close(); // started after all: close it, or its poller keeps this process alive
+          return undefined;
+        },
+        (error: unknown) => error,
+      );
+    };
+    for (const [outbox, option] of [
+      [{ publishers: { x: NeedsMissing } }, 'outbox.publishers.x'],
+      [{ publisher: NeedsMissing }, 'outbox.publisher'],
+    ] as const) {
+      const failure = await startUp(outbox);
+      assert.ok(failure instanceof QueueBoxConfigError, `start-up failed with a QueueBoxConfigError, got ${String(failure)}`);
+      assert.equal(failure.option, option);
+      assert.ok(failure.message.includes(`could not instantiate publisher class NeedsMissing ("${option}")`), failure.message);
+    }
   });
 
   it('an unknown route, or a route that throws, dead-letters the message at once with the reason', async () => {
