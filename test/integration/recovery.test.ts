@@ -8,7 +8,9 @@ import { createTestDatabase, eventually, type TestDatabase } from '../support/da
 import { HttpRecorder } from '../support/http-recorder';
 import { startWorker } from '../support/processes';
 
-const LEASE_MS = 1000;
+// Long enough that a loaded machine (CI runs two test files at once) does not time out a publish or
+// its completion, which would publish a row twice (allowed, at least once) and break the exact counts.
+const LEASE_MS = 2000;
 const workerOptions = { claimTimeoutMs: LEASE_MS, pollIntervalMs: 20, concurrency: 10, maxAttempts: 3, backoff: { initialMs: 10 } };
 
 describe('I8: recovery after a crash', () => {
