@@ -8,6 +8,32 @@ import { messages } from '../queuebox.messages';
  */
 export const MAX_HEADERS_BYTES = 16_384;
 
+/**
+ * Deepest nesting of arrays and objects accepted in a payload. PostgreSQL parses jsonb
+ * recursively and gives up near 20,000 levels with its default `max_stack_depth` (an error that
+ * aborts the caller's transaction); Node.js 20's JSON.stringify overflows earlier, Node.js 26's
+ * does not. Real payloads stay far below.
+ */
+export const MAX_PAYLOAD_DEPTH = 1_000;
+
+/** Whether `json` (JSON.stringify's output) nests arrays and objects deeper than `limit`. */
+function nestsDeeperThan(json: string, limit: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < json.length; i++) {
+    const c = json.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > limit) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
 /** A UTF-16 surrogate without its other half: PostgreSQL can store it neither as text nor as jsonb. */
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 /**
@@ -44,6 +70,13 @@ export function serializePayload(payload: unknown, limitBytes: number, subject: 
   if (unstorableEscape) {
     const what = unstorableEscape[1] === '0000' ? messages.nulCharacter() : messages.loneSurrogate();
     throw new QueueBoxValidationError('payload', messages.payloadUnserializable(subject, `it contains ${what}`));
+  }
+  // Nesting deeper than the limit needs two brackets a level: shorter text cannot.
+  if (json.length > 2 * MAX_PAYLOAD_DEPTH && nestsDeeperThan(json, MAX_PAYLOAD_DEPTH)) {
+    throw new QueueBoxValidationError(
+      'payload',
+      messages.payloadUnserializable(subject, `it nests deeper than ${MAX_PAYLOAD_DEPTH} levels`),
+    );
   }
   const bytes = Buffer.byteLength(json);
   if (bytes > limitBytes) throw new QueueBoxValidationError('payload', messages.payloadTooLarge(subject, bytes, limitBytes));

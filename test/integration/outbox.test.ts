@@ -118,6 +118,12 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
       [{ destination: 'billing', payload: undefined }, 'payload', /undefined/],
       [{ destination: 'billing', payload: 'a\u0000b' }, 'payload', /NUL/],
       [{ destination: 'billing', payload: 'x'.repeat(2000) }, 'payload', /above the limit of 1000/],
+      // Deeper than PostgreSQL's jsonb parser goes with its default stack (and Node 26's JSON.stringify does).
+      [
+        { destination: 'billing', payload: JSON.parse(`${'['.repeat(1001)}${']'.repeat(1001)}`) },
+        'payload',
+        /nests deeper than 1000 levels/,
+      ],
       // Characters PostgreSQL cannot store, in every text field (issue 13 item 8): refused before any SQL.
       [{ destination: 'bill\u0000ing', payload: 1 }, 'destination', /NUL character/],
       [{ destination: 'billing\ud800', payload: 1 }, 'destination', /lone UTF-16 surrogate/],
