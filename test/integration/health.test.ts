@@ -175,6 +175,13 @@ describe('QueueBoxHealthIndicator (Terminus)', () => {
   });
 
   it('readiness is down while the application drains for shutdown', async () => {
+    // Earlier tests' messages finish first, so the one held below is the only publish in flight.
+    await eventually(async () => {
+      const [{ unfinished }] = await db.query<{ unfinished: number }>(
+        "SELECT count(*)::int AS unfinished FROM queuebox_outbox WHERE state IN ('pending', 'processing')",
+      );
+      return unfinished === 0 && t.get(OutboxPoller).inFlightCount === 0;
+    }, 'earlier messages published');
     const held = gate();
     publisher.behaviour = () => held.promise;
     const calls = publisher.calls.length;
