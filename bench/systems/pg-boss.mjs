@@ -76,9 +76,9 @@ export default {
   },
 
   /**
-   * W4: `rows` completed jobs in the queue's partition. pg-boss keeps completed jobs in its job
-   * table until `archiveCompletedAfterSeconds` (12 hours by default) moves them to the archive, so
-   * a busy queue does carry this many.
+   * W4: `rows` completed jobs in the queue's job table (the shared one: the queue is not created
+   * with `partition: true`). pg-boss 12 keeps completed jobs there for `deleteAfterSeconds` (7 days
+   * by default), so a busy queue does carry this many.
    */
   async prefill(url, rows, workload) {
     await withClient(url, async (client) => {
@@ -90,7 +90,7 @@ export default {
       );
       await client.query('VACUUM (ANALYZE) pgboss.job');
     });
-    return `${rows.toLocaleString('en-US')} completed jobs in the queue's partition (not yet archived)`;
+    return `${rows.toLocaleString('en-US')} completed jobs in the job table (not yet deleted)`;
   },
 
   async openProducer(url, workload) {
