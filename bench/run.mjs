@@ -152,6 +152,8 @@ async function main() {
       for (const name of systems) results.push(median(runs.get(name)));
     }
 
+    // Ctrl-C during the last cell: the clean-up is under way and exits; no report of a cut run.
+    if (interrupted) return;
     const runMs = now() - t0;
     const report = renderReport({ startedAt, runMs, env, serverLabel: server.label, statements, settings, results, floor });
     const resultsDir = new URL('./results/', import.meta.url);
