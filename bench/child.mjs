@@ -39,6 +39,8 @@ export function spawnWorker({ script, config, onProgress = () => {}, onRejection
   }
   const child = fork(fileURLToPath(new URL(script, import.meta.url)), [], {
     env: { ...process.env, BENCH_WORKER_CONFIG: JSON.stringify(config) },
+    // The parent's own binary (bench/node.mjs: Node 26 unless BENCH_NODE=current), said outright.
+    execPath: process.execPath,
     execArgv,
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });

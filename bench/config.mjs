@@ -50,8 +50,8 @@ export const settings = {
    * never-analyzed table. W4's prefill is VACUUM ANALYZE'd either way; this keeps W1 and W4 alike.
    */
   analyzeBacklog: process.env.BENCH_ANALYZE !== '0',
-  /** pg-boss work() loops; the default is the shared concurrency (see systems/pg-boss.mjs). */
-  pgBossLoops: intFromEnv('BENCH_PGBOSS_LOOPS', 10),
+  /** Jobs per fetch of each of pg-boss's `localConcurrency` workers; unset: 10 ordered, 100 unordered (see systems/pg-boss.mjs). */
+  pgBossBatchSize: process.env.BENCH_PGBOSS_BATCH_SIZE ? intFromEnv('BENCH_PGBOSS_BATCH_SIZE', 100) : null,
   /** Runs of each workload per system; the table shows the median run (by msg/s, or by p99 in W3). */
   repeat: intFromEnv('BENCH_REPEAT', 1),
   /** Keep each workload's database after it ran, for inspection (drop them by hand). */

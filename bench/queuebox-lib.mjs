@@ -57,6 +57,24 @@ export async function createQueueBoxApp({ url, poolSize, options, providers = []
   return { app, queuebox, nestTypeorm };
 }
 
+/**
+ * The stack QueueBox runs on, without QueueBox: a Nest application context with TypeORM on `url`
+ * (its pool of `poolSize`, connected at boot), nothing else. QueueBox is not even loaded. Its peak
+ * RSS is the floor the RSS target is measured from (worker-floor.mjs).
+ */
+export async function createStackApp({ url, poolSize }) {
+  require('reflect-metadata');
+  const nestCommon = require('@nestjs/common');
+  const nestCore = require('@nestjs/core');
+  const nestTypeorm = require('@nestjs/typeorm');
+  class FloorAppModule {}
+  nestCommon.Module({
+    imports: [nestTypeorm.TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: poolSize }, logging: false })],
+  })(FloorAppModule);
+  const app = await nestCore.NestFactory.createApplicationContext(FloorAppModule, { logger: ['error', 'warn'], abortOnError: false });
+  return { app, dataSource: app.get(require('typeorm').DataSource) };
+}
+
 /** Where a package resolves from bench/, to check that only the root copy is used. */
 export function resolveFromBench(name) {
   return require.resolve(name);

@@ -1,5 +1,5 @@
 // The markdown report: a header (machine, versions, settings), one table (workload x system),
-// QueueBox's standing against the targets of issue 7, the peers' guarantees, and the definitions.
+// QueueBox's verdict against each target of issue 16, the peers' guarantees, and the definitions.
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -9,7 +9,6 @@ import { fmt } from './stats.mjs';
 
 const require = createRequire(import.meta.url);
 const REFERENCE = 'graphile-worker';
-const RSS_TARGET_MB = 100;
 
 export function gitDescription() {
   try {
@@ -36,7 +35,7 @@ export function packageVersion(name) {
   return 'unknown';
 }
 
-export function environment({ systems, postgres, postgresSettings, git }) {
+export function environment({ systems, postgres, postgresSettings, git, nodeLabel }) {
   const cpus = os.cpus();
   const versions = {};
   for (const system of systems) Object.assign(versions, system.versions());
@@ -47,6 +46,7 @@ export function environment({ systems, postgres, postgresSettings, git }) {
     memoryGiB: os.totalmem() / 1024 ** 3,
     os: `${os.type()} ${os.release()}`,
     node: process.version,
+    nodeLabel,
     postgres,
     postgresSettings,
     versions,
@@ -89,10 +89,11 @@ function orderText(r) {
   return r.orderViolations === 0 ? `ok (${r.orderLabel})` : `**${fmt.int(r.orderViolations)} out of order** (${r.orderLabel})`;
 }
 
-function rssText(r) {
+/** QueueBox's peak RSS in bold when it is more than the target above the floor. */
+function rssText(r, floor) {
   if (r.rssKb === null) return '';
-  const mb = r.rssKb / 1024;
-  return mb > RSS_TARGET_MB ? `**${fmt.mb(r.rssKb)}**` : fmt.mb(r.rssKb);
+  const over = r.system === 'queuebox' && floor?.rssKb && (r.rssKb - floor.rssKb) / 1024 > TARGETS.rssAboveFloorMb;
+  return over ? `**${fmt.mb(r.rssKb)}**` : fmt.mb(r.rssKb);
 }
 
 /** `worker + database` CPU µs per message (drains), `n/a` where not measured. */
@@ -109,7 +110,7 @@ function dupText(r) {
   return `${fmt.int(r.duplicates)}${missing}`;
 }
 
-export function table(results) {
+export function table(results, floor) {
   const lines = [
     '| Workload | System | Result | vs graphile-worker | Per-key order | Dups | Peak RSS MB | CPU µs/msg worker + database | xacts/msg | stmts/msg | Notes |',
     '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
@@ -126,7 +127,7 @@ export function table(results) {
         ratioText(r, results),
         orderText(r),
         dupText(r),
-        rssText(r),
+        rssText(r, floor),
         cpuText(r),
         xacts,
         stmts,
@@ -139,33 +140,107 @@ export function table(results) {
   return lines.join('\n');
 }
 
-/** QueueBox against the targets of issue 7, from this run's numbers. */
-export function targets(results) {
-  const qb = (w) => results.find((r) => r.workload === w && r.system === 'queuebox' && r.status === 'ok');
-  const verdict = (ok) => (ok ? 'met' : '**not met**');
+/** The targets of issue 16 item 4; each verdict is computed from one run against the best peer. */
+export const TARGETS = {
+  orderedVsBestPeer: 2,
+  unorderedVsBestPeer: 2,
+  scaleVsW1: 0.9,
+  inboxMsgPerSecond: 5000,
+  rssAboveFloorMb: 15,
+};
+
+const isPeer = (r) => r.system !== 'queuebox';
+const met = (ok) => (ok ? 'MET' : 'NOT MET');
+
+/** The best peer result of a workload: highest msg/s, or, with `byP99`, lowest p99. */
+function bestPeer(results, workload, byP99 = false) {
+  const peers = results.filter((r) => r.workload === workload && isPeer(r) && r.status === 'ok');
+  if (byP99) return peers.reduce((best, r) => (!best || r.latency.p99 < best.latency.p99 ? r : best), null);
+  return peers.reduce((best, r) => (!best || r.rate > best.rate ? r : best), null);
+}
+
+/** Peers of a workload that lost, duplicated or reordered a message: said next to a ratio against them. */
+function peerCaveat(peer) {
+  const issues = [];
+  if (peer.orderViolations > 0) issues.push(`${fmt.int(peer.orderViolations)} out of order`);
+  if (peer.duplicates > 0) issues.push(`${fmt.int(peer.duplicates)} dups`);
+  if (peer.missing > 0) issues.push(`${fmt.int(peer.missing)} missing`);
+  return issues.length ? `; ${peer.system} had ${issues.join(', ')}` : '';
+}
+
+/**
+ * One line per target of issue 16 item 4, from this run: `W1 ordered: MET (2.4x best peer pg-boss,
+ * target 2x)`. A target with no result to judge it by says NOT MEASURED and why; QueueBox losing,
+ * duplicating or reordering a message fails the target of that workload whatever its rate.
+ */
+export function verdicts(results, floor) {
+  const qb = (w) => results.find((r) => r.workload === w && r.system === 'queuebox');
+  const qbOk = (w) => (qb(w)?.status === 'ok' ? qb(w) : null);
+  const misdelivered = (r) => r.missing > 0 || r.duplicates > 0 || r.orderViolations > 0;
+  const notMeasured = (title, why) => `${title}: NOT MEASURED (${why})`;
+  const whyNoQueueBox = (w) => (qb(w) ? `queuebox ${qb(w).status}${qb(w).error ? `: ${qb(w).error}` : ''}` : 'queuebox did not run it');
   const lines = [];
-  for (const w of ['w1', 'w2']) {
-    const q = qb(w);
-    const g = reference(results, w);
-    if (q && g) lines.push(`- ${q.title} drain >= 2.0x graphile-worker: ${fmt.ratio(q.rate / g.rate)}: ${verdict(q.rate / g.rate >= 2)}`);
+
+  for (const [w, title, target] of [
+    ['w1', 'W1 ordered', TARGETS.orderedVsBestPeer],
+    ['w2', 'W2 unordered', TARGETS.unorderedVsBestPeer],
+  ]) {
+    const q = qbOk(w);
+    const peer = bestPeer(results, w);
+    if (!q) lines.push(notMeasured(title, whyNoQueueBox(w)));
+    else if (!peer) lines.push(notMeasured(title, 'no peer finished it'));
+    else {
+      const ratio = q.rate / peer.rate;
+      const bad = misdelivered(q) ? '; queuebox misdelivered' : '';
+      lines.push(
+        `${title}: ${met(ratio >= target && !bad)} (${fmt.ratio(ratio)} best peer ${peer.system}, target ${target}x${bad}${peerCaveat(peer)})`,
+      );
+    }
   }
-  const q3 = qb('w3');
-  const g3 = reference(results, 'w3');
-  if (q3 && g3) {
-    const ok = q3.latency.p99 <= g3.latency.p99;
-    lines.push(`- W3 p99 <= graphile-worker's: ${fmt.ms(q3.latency.p99)} ms against ${fmt.ms(g3.latency.p99)} ms: ${verdict(ok)}`);
+
+  const q3 = qbOk('w3');
+  const p3 = bestPeer(results, 'w3', true);
+  if (!q3) lines.push(notMeasured('W3 latency', whyNoQueueBox('w3')));
+  else if (!p3) lines.push(notMeasured('W3 latency', 'no peer finished it'));
+  else
+    lines.push(
+      `W3 latency: ${met(q3.latency.p99 <= p3.latency.p99 && !misdelivered(q3))} (p99 ${fmt.ms(q3.latency.p99)} ms, best peer ${p3.system} ${fmt.ms(p3.latency.p99)} ms, target <= best peer's p99)`,
+    );
+
+  const q1 = qbOk('w1');
+  const q4 = qbOk('w4');
+  if (!q4) lines.push(notMeasured('W4 scale', whyNoQueueBox('w4')));
+  else if (!q1) lines.push(notMeasured('W4 scale', 'no queuebox W1 in this run'));
+  else {
+    const ratio = q4.rate / q1.rate;
+    lines.push(
+      `W4 scale: ${met(ratio >= TARGETS.scaleVsW1 && !misdelivered(q4))} (${fmt.ratio(ratio)} queuebox's W1, target ${TARGETS.scaleVsW1}x)`,
+    );
   }
-  const q1 = qb('w1');
-  const q4 = qb('w4');
-  if (q1 && q4) lines.push(`- W4 >= 0.8x W1: ${fmt.ratio(q4.rate / q1.rate)}: ${verdict(q4.rate / q1.rate >= 0.8)}`);
-  const rss = results.filter((r) => r.system === 'queuebox' && r.rssKb !== null).map((r) => r.rssKb / 1024);
-  if (rss.length) {
-    const peak = Math.max(...rss);
-    lines.push(`- Worker peak RSS <= ${RSS_TARGET_MB} MB: ${peak.toFixed(0)} MB at most: ${verdict(peak <= RSS_TARGET_MB)}`);
+
+  for (const [w, title] of [
+    ['w5a', 'W5 inbox relay'],
+    ['w5b', 'W5 pull worker'],
+  ]) {
+    const q = qbOk(w);
+    if (!q) lines.push(notMeasured(title, whyNoQueueBox(w)));
+    else
+      lines.push(
+        `${title}: ${met(q.rate >= TARGETS.inboxMsgPerSecond && !misdelivered(q))} (${fmt.int(q.rate)} msg/s, target ${fmt.int(TARGETS.inboxMsgPerSecond)})`,
+      );
   }
-  const failed = results.filter((r) => r.status === 'failed' && (r.system === 'queuebox' || r.system === REFERENCE));
-  for (const r of failed) lines.push(`- ${r.title} / ${r.system} did not finish, so it has no ratio: ${r.error}`);
-  return lines.length ? lines.join('\n') : '- no QueueBox and graphile-worker results to compare';
+
+  const measured = results.filter((r) => r.system === 'queuebox' && r.rssKb !== null);
+  if (!floor?.rssKb) lines.push(notMeasured('Peak RSS above the floor', floor?.error ? `no floor: ${floor.error}` : 'no floor measured'));
+  else if (measured.length === 0) lines.push(notMeasured('Peak RSS above the floor', 'no queuebox workload finished'));
+  else {
+    const worst = measured.reduce((a, b) => (b.rssKb > a.rssKb ? b : a));
+    const above = (worst.rssKb - floor.rssKb) / 1024;
+    lines.push(
+      `Peak RSS above the floor: ${met(above <= TARGETS.rssAboveFloorMb)} (${above >= 0 ? '+' : ''}${above.toFixed(1)} MB at most, in ${worst.title}: ${fmt.mb(worst.rssKb)} MB against the floor's ${fmt.mb(floor.rssKb)} MB; target ${TARGETS.rssAboveFloorMb} MB in every workload)`,
+    );
+  }
+  return lines;
 }
 
 function guarantees(results) {
@@ -180,26 +255,29 @@ function guarantees(results) {
   return lines.join('\n');
 }
 
-export function renderReport({ startedAt, runMs, env, serverLabel, statements, settings, results }) {
+export function renderReport({ startedAt, runMs, env, serverLabel, statements, settings, results, floor }) {
   const v = Object.entries(env.versions)
     .map(([name, version]) => `${name} ${version}`)
     .join(', ');
   return `# QueueBox benchmark, ${new Date(startedAt).toISOString()}
 
 - Machine: ${env.cores} cores, ${env.cpuModel}, ${env.memoryGiB.toFixed(1)} GiB RAM, ${env.os}
-- Node.js ${env.node}; PostgreSQL ${env.postgres} (${serverLabel}; ${env.postgresSettings})
+- Node.js ${env.node} (${env.nodeLabel ?? 'the running node'}; the parent and every worker process); PostgreSQL ${env.postgres} (${serverLabel}; ${env.postgresSettings})
 - Versions: ${v}; QueueBox from dist/ of git ${env.git} (copied at the start of the run)
 - Settings: ${fmt.int(settings.messages)} messages per drain workload, ${settings.keys} keys, ${settings.txSize} messages per enqueue transaction, concurrency ${settings.concurrency}, worker pool ${settings.poolSize} connections; W3 ${settings.latencyRate} msg/s for ${settings.latencySeconds} s; W4 ${fmt.int(settings.finishedRows)} finished rows${settings.repeat > 1 ? `; each cell is the median of ${settings.repeat} runs` : ''}
+- RSS floor: ${floor?.rssKb ? `${fmt.mb(floor.rssKb)} MB, the median peak RSS of ${floor.runsKb.length} processes that boot Nest + TypeORM + pg (one query) as the QueueBox worker boots, without QueueBox (${floor.runsKb.map((kb) => fmt.mb(kb)).join(', ')} MB)` : `not measured${floor?.error ? ` (${floor.error})` : ''}`}
 - pg_stat_statements: ${statements ? 'loaded: stmts/msg measured' : 'not loaded on this server (it needs shared_preload_libraries), so stmts/msg is n/a'}
 - The whole run took ${fmt.seconds(runMs)}.
 
 Ratios are what count here: absolute numbers on a shared 2-core machine are noise.
 
-${table(results)}
+${table(results, floor)}
 
-## QueueBox against the targets of issue 7 (this run)
+## Verdicts: QueueBox against the targets of issue 16 (this run, against the best peer)
 
-${targets(results)}
+${verdicts(results, floor)
+  .map((line) => `- ${line}`)
+  .join('\n')}
 
 ## Per-key order: what each system guarantees (W1, W4)
 

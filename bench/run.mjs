@@ -2,28 +2,37 @@
 // The benchmark of issue 7: QueueBox, graphile-worker and pg-boss on the same workloads against
 // the same PostgreSQL, one after the other. `npm run bench` at the repository root builds
 // QueueBox, installs bench/'s dependencies and runs this. See bench/README.md.
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, sep } from 'node:path';
+import { mkdirSync, realpathSync, writeFileSync } from 'node:fs';
+import { dirname, join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { killAllWorkers } from './child.mjs';
-import { now } from './clock.mjs';
-import { SYSTEMS, settings, WORKLOADS } from './config.mjs';
-import { Admin, enableStatementStats, redact } from './pg.mjs';
-import { resolveFromBench, snapshotDist } from './queuebox-lib.mjs';
-import { cpuText, environment, gitDescription, renderReport } from './report.mjs';
-import { fmt, median } from './stats.mjs';
-import graphileWorker from './systems/graphile-worker.mjs';
-import pgBoss from './systems/pg-boss.mjs';
-import queuebox from './systems/queuebox.mjs';
-import { runCell } from './workloads.mjs';
+import { benchNode } from './node.mjs';
 
-const ALL_SYSTEMS = { queuebox, 'graphile-worker': graphileWorker, 'pg-boss': pgBoss };
+// Everything runs on the benchmark's node (Node 26 unless BENCH_NODE=current): when this process
+// is not it, this script runs again under it and this process only waits. The rest is imported
+// after that, since the peers need a newer Node than the one that may have started the run.
+const node = await benchNode(fileURLToPath(import.meta.url));
+if ('exitCode' in node) process.exit(node.exitCode);
+
+const { killAllWorkers } = await import('./child.mjs');
+const { now } = await import('./clock.mjs');
+const { SYSTEMS, settings, WORKLOADS } = await import('./config.mjs');
+const { Admin, enableStatementStats, redact } = await import('./pg.mjs');
+const { resolveFromBench, snapshotDist } = await import('./queuebox-lib.mjs');
+const { cpuText, environment, gitDescription, renderReport, verdicts } = await import('./report.mjs');
+const { fmt, median } = await import('./stats.mjs');
+const { measureFloor, runCell } = await import('./workloads.mjs');
+const ALL_SYSTEMS = {
+  queuebox: (await import('./systems/queuebox.mjs')).default,
+  'graphile-worker': (await import('./systems/graphile-worker.mjs')).default,
+  'pg-boss': (await import('./systems/pg-boss.mjs')).default,
+};
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const log = (line) => console.log(line);
 
 /** One copy of @nestjs/* and typeorm, the root's, and a built QueueBox. */
 function preflight() {
-  const rootModules = `${dirname(benchDir)}${sep}node_modules${sep}`;
+  // Its real path: the root node_modules may be a symlink (git worktrees share one).
+  const rootModules = `${realpathSync(join(dirname(benchDir), 'node_modules'))}${sep}`;
   for (const name of ['@nestjs/common', '@nestjs/core', '@nestjs/typeorm', 'typeorm']) {
     const resolved = resolveFromBench(name);
     if (!resolved.startsWith(rootModules))
@@ -69,6 +78,7 @@ async function main() {
   const admin = new Admin(server.url);
   const results = [];
   let statements = null;
+  let floor = null;
   let interrupted = false;
 
   // Ctrl-C: stop after cleaning up (databases of this run, the embedded server). Workers exit by
@@ -99,9 +109,10 @@ async function main() {
       postgres: admin.version.split(' on ')[0].replace('PostgreSQL ', ''),
       postgresSettings: admin.settings,
       git,
+      nodeLabel: node.label,
     });
     log(
-      `QueueBox benchmark ${runId}: PostgreSQL ${env.postgres} (${server.label}; ${admin.settings}), Node.js ${env.node}, ${env.cores} cores`,
+      `QueueBox benchmark ${runId}: PostgreSQL ${env.postgres} (${server.label}; ${admin.settings}), Node.js ${env.node} (${env.nodeLabel}; every worker process too), ${env.cores} cores`,
     );
     log(
       `Systems: ${SYSTEMS.join(', ')}; workloads: ${WORKLOADS.map((w) => w.id).join(', ')}; limit ${fmt.seconds(settings.timeoutMs)} each`,
@@ -112,6 +123,13 @@ async function main() {
     statements = await enableStatementStats(await admin.createDatabase(probe));
     await admin.dropDatabase(probe);
     if (!statements) log('pg_stat_statements is not loaded on this server: stmts/msg will be n/a');
+
+    // The RSS target is QueueBox's peak RSS above what its stack (Nest + TypeORM + pg) takes alone.
+    if (SYSTEMS.includes('queuebox')) {
+      log('\n[RSS floor] Nest + TypeORM + pg booted as the QueueBox worker boots, without QueueBox');
+      floor = await measureFloor({ admin, runId, log });
+      if (floor.rssKb) log(`  => ${fmt.mb(floor.rssKb)} MB (median of ${floor.runsKb.map((kb) => fmt.mb(kb)).join(', ')} MB)`);
+    }
 
     for (const workload of WORKLOADS) {
       // The inbox workloads (W5) are QueueBox's alone: the peers have no inbox.
@@ -134,16 +152,20 @@ async function main() {
       for (const name of systems) results.push(median(runs.get(name)));
     }
 
+    // Ctrl-C during the last cell: the clean-up is under way and exits; no report of a cut run.
+    if (interrupted) return;
     const runMs = now() - t0;
-    const report = renderReport({ startedAt, runMs, env, serverLabel: server.label, statements, settings, results });
+    const report = renderReport({ startedAt, runMs, env, serverLabel: server.label, statements, settings, results, floor });
     const resultsDir = new URL('./results/', import.meta.url);
     mkdirSync(resultsDir, { recursive: true });
     const base = timestamp(new Date(startedAt));
     const file = new URL(`${base}.md`, resultsDir);
     writeFileSync(file, report);
-    writeFileSync(new URL(`${base}.json`, resultsDir), `${JSON.stringify({ startedAt, runMs, env, settings, results }, null, 2)}\n`);
+    writeFileSync(new URL(`${base}.json`, resultsDir), `${JSON.stringify({ startedAt, runMs, env, settings, floor, results }, null, 2)}\n`);
     log(`\n${report}`);
     log(`Written to ${fileURLToPath(file)} (raw numbers beside it in ${base}.json)`);
+    // The verdicts once more, last, as plain lines (the report has them after the table).
+    log(`\nVerdicts (issue 16, against the best peer of this run):\n${verdicts(results, floor).join('\n')}`);
   } finally {
     if (!interrupted) await cleanup();
   }

@@ -1,14 +1,15 @@
-// pg-boss process: `concurrency` work() loops on one queue (v10 has no per-worker concurrency
-// option: each work() call is one polling loop that fetches a batch and hands it to the handler).
-import PgBoss from 'pg-boss';
+// pg-boss process: one work() call on one queue with `localConcurrency` workers (pg-boss 12),
+// each fetching a batch and handing it to the handler.
+import { PgBoss } from 'pg-boss';
 import { serveWorker } from './worker-common.mjs';
 
 const MAX_LOGGED_ERRORS = 5;
 
 serveWorker(async (config, record) => {
-  const { queue, loops, batchSize, pollingIntervalSeconds } = config.options;
-  // Defaults otherwise (maintenance and cron supervision on), as an application runs it.
-  const boss = new PgBoss({ connectionString: config.url, max: config.poolSize });
+  const { queue, work } = config.options;
+  // Defaults otherwise (maintenance and supervision on), as an application runs it; LISTEN/NOTIFY
+  // on, so the queue's `notify` wakes the workers.
+  const boss = new PgBoss({ connectionString: config.url, max: config.poolSize, useListenNotify: true });
   let errors = 0;
   boss.on('error', (error) => {
     if (++errors <= MAX_LOGGED_ERRORS) console.error(`[pg-boss] ${error.message}`);
@@ -16,11 +17,9 @@ serveWorker(async (config, record) => {
   await boss.start();
   return {
     async start() {
-      for (let i = 0; i < loops; i++) {
-        await boss.work(queue, { batchSize, pollingIntervalSeconds }, async (jobs) => {
-          for (const job of jobs) record(job.data);
-        });
-      }
+      await boss.work(queue, work, async (jobs) => {
+        for (const job of jobs) record(job.data);
+      });
     },
     async stop() {
       await boss.stop({ graceful: true, wait: true, timeout: 5000 });

@@ -464,3 +464,40 @@ function recordOutcome(cell, report, messages) {
   if (workload.ordered) result.orderViolations = orderViolations(report.seqs, (seq) => messages[seq].key);
   result.rssKb = report.maxRssKb;
 }
+
+/** Floor runs; the median is the floor (one boot takes a second or two). */
+const FLOOR_RUNS = 3;
+
+/**
+ * The RSS floor: peak RSS of a process that boots the stack QueueBox runs on (Nest + TypeORM + pg,
+ * worker-floor.mjs) the way the QueueBox worker boots, and handles nothing, in a scratch database.
+ * Resolves to `{ rssKb, runsKb }` (rssKb the median of FLOOR_RUNS runs), or `{ error }`.
+ */
+export async function measureFloor({ admin, runId, log }) {
+  const database = `${runId}_floor`;
+  const runsKb = [];
+  try {
+    const url = await admin.createDatabase(database);
+    for (let run = 0; run < FLOOR_RUNS; run++) {
+      const deadline = now() + 60_000;
+      const worker = spawnWorker({ script: './worker-floor.mjs', config: { url, expected: 0, poolSize: settings.poolSize, options: {} } });
+      try {
+        await beforeDeadline(worker.ready, deadline, 'booting the floor process');
+        worker.go();
+        await beforeDeadline(worker.started, deadline, 'starting the floor process');
+        const report = await beforeDeadline(worker.stop(), deadline, 'stopping the floor process');
+        await beforeDeadline(worker.exited, deadline, 'waiting for the floor process to exit');
+        runsKb.push(report.maxRssKb);
+      } finally {
+        await worker.kill();
+      }
+    }
+  } catch (error) {
+    log(`  the floor could not be measured: ${error?.message ?? error}`);
+    return { error: String(error?.message ?? error) };
+  } finally {
+    await admin.dropDatabase(database).catch(() => undefined);
+  }
+  const sorted = [...runsKb].sort((a, b) => a - b);
+  return { rssKb: sorted[Math.floor(sorted.length / 2)], runsKb };
+}

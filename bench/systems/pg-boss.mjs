@@ -1,75 +1,84 @@
-// pg-boss 10.4.2: one queue, `bench`; jobs inserted with boss.insert/boss.send through the `db`
-// option inside the producer's own transaction; worker = `concurrency` work() loops.
-import { createRequire } from 'node:module';
-import PgBoss from 'pg-boss';
+// pg-boss 12: one queue, `bench`; jobs inserted with boss.insert/boss.send through the `db`
+// option inside the producer's own transaction; worker = one work() call with localConcurrency.
+import { PgBoss } from 'pg-boss';
 import { pg, withClient } from '../pg.mjs';
+import { packageVersion } from '../report.mjs';
 
-const require = createRequire(import.meta.url);
 const QUEUE = 'bench';
 
 /**
- * v10 queue policies: standard (default), short (one queued), singleton (one active), stately
- * (one queued and one active); singleton/stately are per singletonKey when the job has one. The
- * closest to FIFO per key is a singleton queue with singletonKey = key: at most one active job per
- * key, enforced by a unique index. (The `key_strict_fifo` policy of later pg-boss versions needs
- * Node 22.)
+ * W1/W4: the `key_strict_fifo` policy, FIFO per singletonKey (key = the message's key): a key's
+ * next job is fetchable only when no job of that key is active, in retry or failed (a unique
+ * index), and its head is the oldest by (created_on, id). Unordered workloads: a standard queue.
+ * Every queue has `notify: true`, so a job's insert wakes the workers (with `useListenNotify` on
+ * the worker's instance), as graphile-worker and QueueBox are woken.
  */
-const policy = (workload) => (workload.ordered ? 'singleton' : 'standard');
+const policy = (workload) => (workload.ordered ? 'key_strict_fifo' : 'standard');
 
 /**
- * A work() loop fetches up to batchSize jobs, runs the handler on the whole batch, completes the
- * batch in one statement, then sleeps out the rest of its polling interval (0.5 s is the least
- * v10 accepts), backlog or not. So throughput is bounded by loops x batchSize / 0.5 s: 100 per
- * batch lets 10 loops reach 2,000 jobs/s. pg-boss 10 has no LISTEN/NOTIFY.
- *
- * On the singleton queue, concurrent loops deadlock now and then: the completion of one batch
- * against the fetch of another. pg-boss does not await that completion, so the error is an
- * unhandled rejection and the batch stays `active`, its keys blocked until the jobs expire (15
- * minutes). BENCH_PGBOSS_LOOPS=1 avoids it (one loop, at most 200 jobs/s).
+ * One work() call with `localConcurrency` 10 (the shared concurrency): 10 workers, each fetching
+ * up to batchSize jobs, running the handler on the batch and completing it in one statement.
+ * batchSize 100, or 10 where order matters: a key_strict_fifo fetch returns at most one job per
+ * key (100 keys here), and in a 2,000-message W1 trial 10 drained at 828 msg/s, 100 at 388.
+ * With `burstWhenBatchFull` a worker whose last fetch came back full fetches again at once
+ * instead of waiting out its polling interval (0.5 s, the least pg-boss accepts). The polling
+ * interval while NOTIFY is active (`notifyPollingIntervalSeconds`, 30 s by default) is 0.5 s too:
+ * on a key_strict_fifo queue a completion makes its key's next job fetchable without a NOTIFY,
+ * so with the default the workers sleep 30 s after every short fetch with a backlog waiting.
  */
-function workOptions(settings) {
-  return { queue: QUEUE, loops: settings.pgBossLoops, batchSize: 100, pollingIntervalSeconds: 0.5 };
+function workOptions(workload, settings) {
+  return {
+    queue: QUEUE,
+    work: {
+      localConcurrency: settings.concurrency,
+      batchSize: settings.pgBossBatchSize ?? (workload.ordered ? 10 : 100),
+      pollingIntervalSeconds: 0.5,
+      notifyPollingIntervalSeconds: 0.5,
+      burstWhenBatchFull: true,
+    },
+  };
 }
-
 export default {
   name: 'pg-boss',
   short: 'pgb',
   tables: ['pgboss.job'],
 
   versions() {
-    return { 'pg-boss': require('pg-boss/package.json').version };
+    return { 'pg-boss': packageVersion('pg-boss') };
   },
 
   guarantee(workload) {
     if (!workload.ordered) return 'none asked (standard queue)';
     return (
-      'singleton queue + singletonKey: at most one active job per key; fetch takes the oldest by (created_on, random uuid id), ' +
-      'created_on being the enqueue transaction start; within a fetched batch one job per key is picked by row_number() with no ORDER BY; ' +
-      'a failed job waits in retry while later jobs of its key run'
+      "key_strict_fifo queue + singletonKey = key: FIFO per key; a key's head (oldest by created_on, then its random uuid id) " +
+      'is fetchable only while no job of the key is active, in retry or failed (unique index), so a failing job holds back its key'
     );
   },
 
-  orderLabel: () => 'singleton queue + singletonKey',
+  orderLabel: () => 'key_strict_fifo + singletonKey',
 
   describe(workload, settings) {
-    const o = workOptions(settings);
-    return `${policy(workload)} queue, ${o.loops} work() loops x batchSize ${o.batchSize}, polling ${o.pollingIntervalSeconds} s (no LISTEN/NOTIFY)`;
+    const { work } = workOptions(workload, settings);
+    return (
+      `${policy(workload)} queue (notify), one work() with localConcurrency ${work.localConcurrency} x batchSize ${work.batchSize}, ` +
+      `burstWhenBatchFull, polling ${work.pollingIntervalSeconds} s, useListenNotify`
+    );
   },
 
   async setup(url, workload) {
     const boss = new PgBoss({ connectionString: url, max: 2, supervise: false, schedule: false });
     await boss.start();
     try {
-      await boss.createQueue(QUEUE, { name: QUEUE, policy: policy(workload) });
+      await boss.createQueue(QUEUE, { policy: policy(workload), notify: true });
     } finally {
       await boss.stop({ graceful: false, wait: true });
     }
   },
 
   /**
-   * W4: `rows` completed jobs in the queue's partition. pg-boss keeps completed jobs in its job
-   * table until `archiveCompletedAfterSeconds` (12 hours by default) moves them to the archive, so
-   * a busy queue does carry this many.
+   * W4: `rows` completed jobs in the queue's job table (the shared one: the queue is not created
+   * with `partition: true`). pg-boss 12 keeps completed jobs there for `deleteAfterSeconds` (7 days
+   * by default), so a busy queue does carry this many.
    */
   async prefill(url, rows, workload) {
     await withClient(url, async (client) => {
@@ -81,7 +90,7 @@ export default {
       );
       await client.query('VACUUM (ANALYZE) pgboss.job');
     });
-    return `${rows.toLocaleString('en-US')} completed jobs in the queue's partition (not yet archived)`;
+    return `${rows.toLocaleString('en-US')} completed jobs in the job table (not yet deleted)`;
   },
 
   async openProducer(url, workload) {
@@ -110,7 +119,8 @@ export default {
       enqueueMany: (messages) =>
         inTransaction((db) =>
           boss.insert(
-            messages.map((m) => ({ name: QUEUE, data: data(m), singletonKey: singletonKey(m) })),
+            QUEUE,
+            messages.map((m) => ({ data: data(m), singletonKey: singletonKey(m) })),
             { db },
           ),
         ),
@@ -140,7 +150,7 @@ export default {
     });
   },
 
-  worker(_workload, settings) {
-    return { script: './worker-pg-boss.mjs', options: workOptions(settings) };
+  worker(workload, settings) {
+    return { script: './worker-pg-boss.mjs', options: workOptions(workload, settings) };
   },
 };

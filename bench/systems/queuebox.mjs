@@ -78,13 +78,18 @@ export default {
     return `concurrency ${o.concurrency}, batchSize ${o.batchSize}, pollIntervalMs ${o.pollIntervalMs}`;
   },
 
-  /** The schema, by the migrations an application runs (README: all three). */
+  /** The schema, by the migrations an application runs (README: all four). */
   async setup(url) {
     const { queuebox, typeorm } = loadQueueBox();
     const dataSource = new typeorm.DataSource({
       type: 'postgres',
       url,
-      migrations: [queuebox.QueueBoxSchema1764460800000, queuebox.QueueBoxOperations1764633600000, queuebox.QueueBoxClaims1795996800000],
+      migrations: [
+        queuebox.QueueBoxSchema1764460800000,
+        queuebox.QueueBoxOperations1764633600000,
+        queuebox.QueueBoxClaims1795996800000,
+        queuebox.QueueBoxKeyCollation1796083200000,
+      ],
       logging: false,
     });
     await dataSource.initialize();
