@@ -3,8 +3,10 @@ import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
+import { TYPES } from 'tedious';
 import { DataSource, type DataSourceOptions, MssqlParameter } from 'typeorm';
 import { createDialect, schemaStatements } from '../../lib/dialects/dialects';
+import { rowStatesQuery } from '../../lib/dialects/inspection.sql';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
 import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
@@ -408,7 +410,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     assert.deepEqual(typed(calls[1].params).slice(1), [
       ['int', 5],
       ['bigint', 1000],
-      ['nvarchar', '["orders"]'],
+      ['nvarchar', '["orders"]', 65535],
     ]);
     for (const [number, fragment] of [
       [51002, 'returned -2 (the request was cancelled)'],
@@ -463,7 +465,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     const retry = calls.filter((c) => c.what === 'query').at(-1);
     assert.deepEqual(typed(retry?.params).slice(2), [
       ['bigint', 5000],
-      ['nvarchar', 'boom'],
+      ['nvarchar', 'boom', 65535],
     ]);
     const caller = dataSource.createQueryRunner() as unknown as { id: number; manager: never };
     const before = calls.length;
@@ -594,5 +596,136 @@ describe('SQL Server dialect: READ COMMITTED pinned (issue 14, item 5)', () => {
     );
     const deleteCall = calls.find((c) => c.sql?.startsWith('DELETE TOP'));
     assert.ok(deleteCall && starts.some((c) => c.runner === deleteCall.runner), 'the delete ran in its own pinned transaction');
+  });
+});
+
+describe('SQL Server dialect: every parameter declared at a fixed size (issue 14, item 6)', () => {
+  // What tedious declares for a parameter (sp_executesql's parameter list), from the type and
+  // length TypeORM hands to mssql. An unsized NVARCHAR is declared at its value's length, so each
+  // distinct length would compile a plan of its own.
+  const TEDIOUS_TYPE: Record<string, keyof typeof TYPES> = {
+    nvarchar: 'NVarChar',
+    bigint: 'BigInt',
+    int: 'Int',
+    uniqueidentifier: 'UniqueIdentifier',
+  };
+  const declared = (p: unknown, value?: unknown) => {
+    assert.ok(p instanceof MssqlParameter, `an untyped parameter was sent: ${JSON.stringify(p)}`);
+    const type = TEDIOUS_TYPE[p.type];
+    assert.ok(type, `unexpected parameter type ${p.type}`);
+    return TYPES[type].declaration({ value: value === undefined ? p.value : value, length: p.params[0] } as never);
+  };
+
+  it('every statement the dialect sends declares each parameter by its column, whatever the values', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) => {
+      if (statement === sql.retentionTryLockSql()) return { records: [{ granted: 0 }] };
+      if (statement === sql.deadLetterCountSql('[queuebox_outbox]', 'outbox')) return { records: [{ n: '0' }] };
+      if (statement === sql.inboxInsertSql('[queuebox_inbox]')) return { records: [{ id: '1' }] };
+      return { records: [], affected: 1 };
+    });
+    const dialect = createDialect(dataSource, TABLES);
+    const caller = dataSource.createQueryRunner() as unknown as { manager: never };
+    const fence = { table: 'outbox' as const, id: '7', token: '0f0e0d0c-0000-4000-8000-000000000000' };
+    const selection = {
+      component: 'outbox' as const,
+      name: 'billing',
+      errorContains: 'boom',
+      deadAfter: new Date(0),
+      deadBefore: new Date(1),
+      ids: ['1', '2'],
+    };
+    const N255 = 'nvarchar(255)';
+    const MAX = 'nvarchar(max)';
+    const expected: [string, () => Promise<unknown>, string[]][] = [
+      [
+        'outboxInsert',
+        () =>
+          dialect.outboxInsert({
+            manager: caller.manager,
+            rows: [
+              {
+                messageId: 'aaaaaaaa-0000-4000-8000-000000000000',
+                destination: 'd',
+                key: 'k',
+                payloadJson: '1',
+                headersJson: '{}',
+                availableAt: null,
+              },
+            ],
+          }),
+        [MAX],
+      ],
+      ['outboxClaimBatch', () => dialect.outboxClaimBatch({ limit: 5, leaseMs: 1000 }), [N255, 'int', 'bigint']],
+      ['outboxReclaim', () => dialect.outboxReclaim({ maxAttempts: 3 }), ['int']],
+      [
+        'inboxInsertIfAbsent',
+        () =>
+          dialect.inboxInsertIfAbsent({
+            row: { source: 's', idempotencyKey: 'e', aggregateId: null, payloadJson: '{}', headersJson: '{}' },
+          }),
+        [N255, N255, N255, MAX, MAX],
+      ],
+      [
+        'inboxRelayClaimBatch',
+        () => dialect.inboxRelayClaimBatch({ sources: ['a'], limit: 5, leaseMs: 1000 }),
+        [N255, 'int', 'bigint', MAX],
+      ],
+      ['inboxReclaim', () => dialect.inboxReclaim({ sources: ['a'], maxAttempts: 3 }), ['int', MAX]],
+      ['inboxPullClaimBatch', () => dialect.inboxPullClaimBatch({ source: 'a', limit: 5, leaseMs: 1000 }), [N255, 'int', 'bigint', N255]],
+      ['leaseRenew', () => dialect.leaseRenew({ ...fence, leaseMs: 1000 }), ['bigint', 'uniqueidentifier', 'bigint']],
+      ['leaseComplete', () => dialect.leaseComplete(fence), ['bigint', 'uniqueidentifier']],
+      ['leaseCompleteBatch', () => dialect.leaseCompleteBatch({ table: 'outbox', claims: [{ id: '7', token: fence.token }] }), [MAX]],
+      ['leaseRelease', () => dialect.leaseRelease(fence), ['bigint', 'uniqueidentifier']],
+      ['leaseRetry', () => dialect.leaseRetry({ ...fence, delayMs: 5, error: 'x' }), ['bigint', 'uniqueidentifier', 'bigint', MAX]],
+      ['leaseDeadLetter', () => dialect.leaseDeadLetter({ ...fence, reason: 'x' }), ['bigint', 'uniqueidentifier', MAX]],
+      [
+        'deadLetterList',
+        () => dialect.deadLetterList({ selection, afterId: null, limit: 5, includePayload: false }),
+        [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX, 'bigint', 'int'],
+      ],
+      ['deadLetterCount', () => dialect.deadLetterCount({ selection }), [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX]],
+      [
+        'deadLetterReplay',
+        () => dialect.deadLetterReplay({ selection, afterId: '3', limit: 5 }),
+        [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX, 'bigint', 'int'],
+      ],
+      ['blockedKeyList', () => dialect.blockedKeyList({ component: 'inbox', limit: 5 }), ['int']],
+      [
+        'blockedKeySkipHead outbox',
+        () => dialect.blockedKeySkipHead({ component: 'outbox', key: 'k', reason: 'r' }),
+        [N255, 'bigint', MAX],
+      ],
+      [
+        'blockedKeySkipHead inbox',
+        () => dialect.blockedKeySkipHead({ component: 'inbox', source: 's', aggregateId: 'a', headId: '4', reason: 'r' }),
+        [N255, N255, 'bigint', MAX],
+      ],
+      ['retentionWithLock', () => dialect.retentionWithLock(async () => 0), [N255]],
+      ['retentionDeleteBatch', () => dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 1000, limit: 5 }), ['bigint', 'int']],
+    ];
+    for (const [method, call, types] of expected) {
+      const before = calls.length;
+      await call();
+      const sent = calls.slice(before).filter((c) => c.what === 'query' && c.sql !== sql.claimLockTimeoutResetSql());
+      assert.equal(sent.length, 1, `${method}: one statement`);
+      const params = sent[0].params ?? [];
+      assert.deepEqual(
+        params.map((p) => declared(p)),
+        types,
+        method,
+      );
+      for (const p of params) {
+        if ((p as MssqlParameter).type !== 'nvarchar') continue;
+        for (const other of [null, '', 'x'.repeat(17), 'y'.repeat(5000)]) {
+          assert.equal(declared(p, other), declared(p), `${method}: the declaration does not depend on the value`);
+        }
+      }
+    }
+    const rowStates = rowStatesQuery('mssql', TABLES.outbox, ['1', '2']);
+    assert.deepEqual(
+      rowStates.params.map((p) => declared(p)),
+      [MAX],
+      'queuebox/testing and the CLI send typed parameters too',
+    );
   });
 });

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Logger } from '@nestjs/common';
-import { type DataSource, type EntityManager, MssqlParameter, type QueryRunner } from 'typeorm';
+import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typeorm';
 import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../../admin/admin.types';
 import {
   type BacklogRecord,
@@ -38,20 +38,9 @@ import {
   toOutboxClaimedRow,
 } from '../dialect-rows';
 import { checkSqlServerRequestTimeout } from './sqlserver.options';
+import { bigint, bigintOrNull, guid, instant, int, name, text } from './sqlserver.params';
 import { mssqlTable } from './sqlserver.schema';
 import * as sql from './sqlserver.sql';
-
-// Parameters are typed to match their columns exactly (NVARCHAR text, BIGINT ids, UNIQUEIDENTIFIER
-// tokens), so no comparison converts a column, and one statement keeps one cached plan whatever
-// the lengths of its values. NVARCHAR without a length is NVARCHAR(MAX).
-const text = (value: string | null, length?: number) => new MssqlParameter(value, 'nvarchar', length);
-const name = (value: string | null) => text(value, 255);
-const bigint = (value: string | number) => new MssqlParameter(value, 'bigint');
-const int = (value: number) => new MssqlParameter(value, 'int');
-const guid = (value: string) => new MssqlParameter(value, 'uniqueidentifier');
-const bigintOrNull = (value: string | null) => new MssqlParameter(value, 'bigint');
-/** An instant as ISO-8601 UTC text (`...Z`, 24 characters), never in the Node process's time zone (see utcInstant). */
-const instant = (value: Date | null) => text(value === null ? null : value.toISOString(), 30);
 
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
