@@ -17,6 +17,7 @@ import {
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-files';
 import { resolveTables } from '../../lib/queuebox.options';
+import { QueueBoxPoolCheck } from '../../lib/queuebox.pool-check';
 
 // The SQL Server dialect's own logic, without a server: option checks, and the way it drives
 // TypeORM (which connection, which transaction, which typed parameters) through a scripted
@@ -727,5 +728,46 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
       [MAX],
       'queuebox/testing and the CLI send typed parameters too',
     );
+  });
+});
+
+describe('SQL Server: renewals cannot starve behind a full pool (issue 14, item 7)', () => {
+  // TypeORM's SQL Server driver reserves no connection outside a transaction, so the pull
+  // workers' renewal connection is not set aside there: start-up refuses a pool that handler
+  // transactions and waiting claims could fill.
+  const check = (p: { type: 'mssql' | 'postgres'; poolMax: number; handlers: number[]; outbox?: boolean; relay?: boolean }) => {
+    const dialect =
+      p.type === 'mssql'
+        ? createDialect(mssqlDataSource(), TABLES)
+        : ({ type: 'postgres', reservesConnections: true, workListen: () => {} } as never);
+    const options = { workers: { outbox: p.outbox ?? true, relay: p.relay ?? true, pull: true } } as never;
+    const dataSource = {
+      options: p.type === 'mssql' ? { type: 'mssql', pool: { max: p.poolMax } } : { type: 'postgres', poolSize: p.poolMax },
+    };
+    const explorer = { handlers: p.handlers.map((concurrency) => ({ concurrency })) } as never;
+    return () => new QueueBoxPoolCheck(options, dataSource as never, dialect, explorer).onModuleInit();
+  };
+
+  it('refuses pool.max below the handlers’ concurrency + one per claim loop + one for renewals, naming pool.max', () => {
+    assert.equal(createDialect(mssqlDataSource(), TABLES).reservesConnections, false);
+    // Handlers 4 + 2, claim loops: outbox, relay and one per handler (4), renewals 1: 11.
+    assert.throws(check({ type: 'mssql', poolMax: 10, handlers: [4, 2] }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError, String(error));
+      assert.equal(error.option, 'pool.max');
+      assert.match(
+        error.message,
+        /"pool\.max"\) has 10 connection.*at least 11 \(6 for the pull handlers' transactions.*4 for the claim loops; 1 for renewals\)/,
+      );
+      return true;
+    });
+    assert.doesNotThrow(check({ type: 'mssql', poolMax: 11, handlers: [4, 2] }));
+    // Without the outbox and relay workers, two claim loops fewer.
+    assert.doesNotThrow(check({ type: 'mssql', poolMax: 9, handlers: [4, 2], outbox: false, relay: false }));
+    assert.throws(check({ type: 'mssql', poolMax: 8, handlers: [4, 2], outbox: false, relay: false }), /at least 9/);
+  });
+
+  it('PostgreSQL, whose renewal connection is set aside, keeps its own minimum (a warning above it); no pull handler, no rule', () => {
+    assert.doesNotThrow(check({ type: 'postgres', poolMax: 4, handlers: [4, 2] }));
+    assert.doesNotThrow(check({ type: 'mssql', poolMax: 2, handlers: [] }));
   });
 });

@@ -66,6 +66,7 @@ const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
  */
 export class SqlServerDialect implements Dialect {
   readonly type = 'mssql' as const;
+  readonly reservesConnections = false;
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: Record<LeaseTable, string>;
   private readonly retentionLock: string;
