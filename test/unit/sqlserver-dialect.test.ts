@@ -595,7 +595,7 @@ describe('SQL Server dialect: READ COMMITTED pinned (issue 14, item 5)', () => {
       starts.map((c) => c.isolation),
       Array(5).fill('READ COMMITTED'),
     );
-    const deleteCall = calls.find((c) => c.sql?.startsWith('DELETE TOP'));
+    const deleteCall = calls.find((c) => c.sql?.includes('DELETE TOP'));
     assert.ok(deleteCall && starts.some((c) => c.runner === deleteCall.runner), 'the delete ran in its own pinned transaction');
   });
 });
