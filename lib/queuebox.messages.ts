@@ -270,6 +270,8 @@ export const messages = {
       : `The claim lock ${show(lock)} was not granted: sp_getapplock returned ${result} (${result === -2 ? 'the request was cancelled' : result === -3 ? 'chosen as a deadlock victim' : 'a parameter or call error'}). The claim is tried again.`,
   sqlServerKeyCollationMissing: (table: string, columns: string[], collation: string, migration: string) =>
     `QueueBox table ${show(table)} on SQL Server compares ${columns.map((c) => `"${c}"`).join(', ')} under the database's collation, not ${collation}: keys that differ only in case would count as one (a receive dropped as a duplicate, two keys ordered as one). Run migration ${migration} (createQueueBoxKeyCollationMigration({ tables }), or sql/sqlserver/004_queuebox_key_collation.up.sql). See docs/sqlserver.md.`,
+  sqlServerKeyTooLong: (field: string, length: number, max: number) =>
+    `QueueBoxAdmin: "${field}" is ${length} characters long, but on SQL Server the column it is compared with holds at most ${max}, so no row can match it. Nothing was read or changed.`,
   sqlServerTrailingSpace: (subject: string, field: string) =>
     `${subject}: "${field}" ends with a space. SQL Server's "=" ignores trailing spaces under every collation, so it would be the same key as the text without them: trim it, or end it with another character. Nothing was stored.`,
   sqlServerReadCommittedSnapshotOff: (rowLockWaitMs: number) =>

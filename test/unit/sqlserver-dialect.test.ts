@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
 import { TYPES } from 'tedious';
-import { DataSource, type DataSourceOptions, MssqlParameter } from 'typeorm';
+import { DataSource, type DataSourceOptions, MssqlParameter, QueryFailedError } from 'typeorm';
 import { createDialect, schemaStatements } from '../../lib/dialects/dialects';
 import { rowStatesQuery } from '../../lib/dialects/inspection.sql';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
@@ -769,5 +769,88 @@ describe('SQL Server: renewals cannot starve behind a full pool (issue 14, item 
   it('PostgreSQL, whose renewal connection is set aside, keeps its own minimum (a warning above it); no pull handler, no rule', () => {
     assert.doesNotThrow(check({ type: 'postgres', poolMax: 4, handlers: [4, 2] }));
     assert.doesNotThrow(check({ type: 'mssql', poolMax: 2, handlers: [] }));
+  });
+});
+
+describe('SQL Server dialect: admin keys sized to their columns, and every error of a failed request (issue 14, item 8 c, d)', () => {
+  it('(c) refuses an admin name, key, source or aggregate longer than its 255-character column, naming the field; 255 is sent as NVARCHAR(255)', async () => {
+    const { dataSource, calls } = scriptedDataSource(() => ({ records: [{ n: '0' }] }));
+    const dialect = createDialect(dataSource, TABLES);
+    const long = 'k'.repeat(256);
+    const selection = { component: 'outbox' as const, name: long, errorContains: null, deadAfter: null, deadBefore: null, ids: null };
+    const refused = (field: string) => (error: unknown) => {
+      assert.ok(error instanceof QueueBoxValidationError, String(error));
+      assert.equal(error.field, field);
+      assert.equal(error.code, 'QUEUEBOX_ADMIN_ARGUMENT');
+      assert.match(error.message, new RegExp(`"${field}" is 256 characters long.*at most 255`));
+      return true;
+    };
+    await assert.rejects(dialect.deadLetterCount({ selection }), refused('name'));
+    await assert.rejects(dialect.deadLetterList({ selection, afterId: null, limit: 1, includePayload: false }), refused('name'));
+    await assert.rejects(dialect.deadLetterReplay({ selection, afterId: null, limit: 1 }), refused('name'));
+    await assert.rejects(dialect.blockedKeySkipHead({ component: 'outbox', key: long, reason: 'r' }), refused('key'));
+    await assert.rejects(
+      dialect.blockedKeySkipHead({ component: 'inbox', source: long, aggregateId: 'a', reason: 'r' }),
+      refused('source'),
+    );
+    await assert.rejects(
+      dialect.blockedKeySkipHead({ component: 'inbox', source: 's', aggregateId: long, reason: 'r' }),
+      refused('aggregateId'),
+    );
+    assert.deepEqual(
+      calls.filter((c) => c.what === 'query'),
+      [],
+      'nothing was sent',
+    );
+    await dialect.deadLetterCount({ selection: { ...selection, name: 'k'.repeat(255) } });
+    assert.deepEqual(typed(calls.at(-2)?.params)[0], ['nvarchar', 'k'.repeat(255), 255]);
+  });
+
+  // As mssql reports a request whose transaction was rolled back by an earlier error: the last
+  // error (266) is thrown, the real one is in precedingErrors; TypeORM's QueryFailedError copies both.
+  const mismatch = (preceding: { number: number; message: string }) =>
+    new QueryFailedError(
+      'UPDATE ...',
+      [],
+      Object.assign(
+        new Error(
+          'Transaction count after EXECUTE indicates a mismatching number of BEGIN and COMMIT statements. Previous count = 1, current count = 0.',
+        ),
+        { number: 266, precedingErrors: [Object.assign(new Error(preceding.message), { number: preceding.number })] },
+      ),
+    );
+
+  it('(d) a failed request names the errors before its last one in the error QueueBox throws', async () => {
+    const { dataSource } = scriptedDataSource(() =>
+      mismatch({ number: 547, message: 'The UPDATE statement conflicted with the CHECK constraint "x".' }),
+    );
+    const dialect = createDialect(dataSource, TABLES);
+    const fence = { table: 'outbox' as const, id: '7', token: '0f0e0d0c-0000-4000-8000-000000000000' };
+    await assert.rejects(dialect.leaseRetry({ ...fence, delayMs: 1, error: 'e' }), (error: unknown) => {
+      assert.ok(error instanceof QueryFailedError, 'the error keeps its class');
+      assert.match(
+        error.message,
+        /mismatching number of BEGIN and COMMIT.*\(preceded by error 547: The UPDATE statement conflicted with the CHECK constraint "x"\.\)/,
+      );
+      assert.equal((error as { number?: number }).number, 266, 'and its fields');
+      return true;
+    });
+    await assert.rejects(dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 1, limit: 1 }), /preceded by error 547/);
+  });
+
+  it('(d) a claim-lock error or a unique violation hidden behind error 266 is still recognised', async () => {
+    const claim = scriptedDataSource(() => mismatch({ number: 51001, message: 'QueueBox: sp_getapplock did not grant the claim lock.' }));
+    await assert.rejects(
+      createDialect(claim.dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }),
+      (error: unknown) => error instanceof QueueBoxError && error.code === 'QUEUEBOX_CLAIM_LOCK' && /was not granted/.test(error.message),
+    );
+    let inserts = 0;
+    const insert = scriptedDataSource((statement) => {
+      if (statement === sql.inboxInsertSql('[queuebox_inbox]'))
+        return ++inserts === 1 ? mismatch({ number: 2627, message: 'Violation of UNIQUE KEY' }) : { records: [] };
+      return { records: [{ id: '41' }] };
+    });
+    const row = { source: 'orders', idempotencyKey: 'e1', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
+    assert.deepEqual(await createDialect(insert.dataSource, TABLES).inboxInsertIfAbsent({ row }), { id: '41', duplicate: true });
   });
 });
