@@ -173,6 +173,8 @@ export const messages = {
     `Source ${show(source)} has both a relay route ("inbox.relay.routes") and a @PullHandler (${handler}). Keep one; a source has one consumer.`,
   pullPoolTight: (concurrency: number, poolSize: number, forHandlers: number) =>
     `Pull handlers may run ${concurrency} transactions at once but the TypeORM pool has ${poolSize} connections, of which QueueBox keeps ${poolSize - forHandlers} for itself (LISTEN, lease renewals): handlers beyond ${forHandlers} wait for a connection (renewals never do). Raise the pool size ("extra.max") or lower the handlers' concurrency.`,
+  renewalsCouldStarve: (poolSize: number, needed: number, concurrency: number, claimers: number) =>
+    `The TypeORM pool ("pool.max") has ${poolSize} connection(s), but on SQL Server lease renewals cannot have a connection of their own and share the pool: it needs at least ${needed} (${concurrency} for the pull handlers' transactions, their total concurrency; ${claimers} for the claim loops; 1 for renewals), or a full pool makes renewals wait until leases expire and handlers run a second time. Raise "pool.max" to at least ${needed}, or lower the handlers' concurrency. See docs/sqlserver.md.`,
   poolTooSmall: (poolSize: number, minimum: number, listen: number, renewals: number) =>
     `The TypeORM pool has ${poolSize} connection(s) but QueueBox needs at least ${minimum}: ${[
       listen ? '1 kept LISTENing for new work' : '',
@@ -268,6 +270,8 @@ export const messages = {
       : `The claim lock ${show(lock)} was not granted: sp_getapplock returned ${result} (${result === -2 ? 'the request was cancelled' : result === -3 ? 'chosen as a deadlock victim' : 'a parameter or call error'}). The claim is tried again.`,
   sqlServerKeyCollationMissing: (table: string, columns: string[], collation: string, migration: string) =>
     `QueueBox table ${show(table)} on SQL Server compares ${columns.map((c) => `"${c}"`).join(', ')} under the database's collation, not ${collation}: keys that differ only in case would count as one (a receive dropped as a duplicate, two keys ordered as one). Run migration ${migration} (createQueueBoxKeyCollationMigration({ tables }), or sql/sqlserver/004_queuebox_key_collation.up.sql). See docs/sqlserver.md.`,
+  sqlServerKeyTooLong: (field: string, length: number, max: number) =>
+    `QueueBoxAdmin: "${field}" is ${length} characters long, but on SQL Server the column it is compared with holds at most ${max}, so no row can match it. Nothing was read or changed.`,
   sqlServerTrailingSpace: (subject: string, field: string) =>
     `${subject}: "${field}" ends with a space. SQL Server's "=" ignores trailing spaces under every collation, so it would be the same key as the text without them: trim it, or end it with another character. Nothing was stored.`,
   sqlServerReadCommittedSnapshotOff: (rowLockWaitMs: number) =>

@@ -52,6 +52,18 @@ export class QueueBoxPoolCheck implements OnModuleInit {
       throw new QueueBoxConfigError('dataSource', messages.poolTooSmall(poolSize, needs.minimum, needs.listen, needs.renewals));
     }
     const concurrency = this.pullHandlersRun() ? this.explorer.handlers.reduce((sum, handler) => sum + handler.concurrency, 0) : 0;
+    if (needs.renewals > 0 && !this.dialect.reservesConnections) {
+      // No connection can be set aside (SQL Server): renewals share the pool with handler
+      // transactions and claims. Unless the pool holds every handler transaction, every claim
+      // waiting for its lock and one more, a full pool makes renewals wait until leases expire,
+      // and the expired rows are claimed and handled a second time.
+      const claimers = this.claimers();
+      const starvationFree = concurrency + claimers + needs.renewals;
+      if (poolSize < starvationFree) {
+        throw new QueueBoxConfigError('pool.max', messages.renewalsCouldStarve(poolSize, starvationFree, concurrency, claimers));
+      }
+      return;
+    }
     const forHandlers = poolSize - needs.listen - needs.renewals;
     if (concurrency > forHandlers) this.logger.warn(messages.pullPoolTight(concurrency, poolSize, forHandlers));
   }
@@ -63,6 +75,12 @@ export class QueueBoxPoolCheck implements OnModuleInit {
     const listen = this.dialect.workListen && (outbox || relay || pull) ? 1 : 0;
     const renewals = this.pullHandlersRun() ? 1 : 0;
     return { listen, renewals, minimum: listen + renewals + 1 };
+  }
+
+  /** The claim loops that may each hold a connection while they wait for a claim lock: the outbox poller, the relay, one per pull handler. */
+  private claimers(): number {
+    const { outbox, relay } = this.options.workers;
+    return (outbox ? 1 : 0) + (relay ? 1 : 0) + (this.pullHandlersRun() ? this.explorer.handlers.length : 0);
   }
 
   private pullHandlersRun(): boolean {

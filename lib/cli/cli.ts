@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { describeError } from '../common/errors';
-import { QueueBoxAdminError } from '../errors/queuebox.errors';
+import { QueueBoxAdminError, QueueBoxValidationError } from '../errors/queuebox.errors';
 import { CliFailure, CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
 import type { CliIo, Command, CommandValues } from './command';
@@ -127,8 +127,9 @@ export async function runCli(args: readonly string[], io: CliIo): Promise<number
     }
     return await command.run(values, safe, positionals);
   } catch (error) {
-    // QueueBoxAdmin validates its arguments before any statement: a bad one is a usage error.
-    if (error instanceof CliUsageError || error instanceof QueueBoxAdminError) {
+    // QueueBoxAdmin (and the SQL Server dialect, for key lengths) validates its arguments before
+    // any statement: a bad one is a usage error.
+    if (error instanceof CliUsageError || error instanceof QueueBoxAdminError || error instanceof QueueBoxValidationError) {
       safe.err(`queuebox ${command.name}: ${error.message}`);
       return EXIT.usage;
     }

@@ -100,3 +100,17 @@ export function parseDatabaseUrl(raw: string): DatabaseTarget {
   }
   throw new CliUsageError(cliMessages.urlSchemeUnknown(scheme));
 }
+
+/**
+ * SQL Server's request timeout for `queuebox migrate`: one hour. Migrations build and rebuild
+ * indexes (004 rebuilds every index on a key column), which on a large table takes far longer than
+ * mssql's default of 15 s; a migration cut off by the client fails half-way through. PostgreSQL
+ * has no client-side statement timeout here.
+ */
+export const MIGRATION_REQUEST_TIMEOUT_MS = 3_600_000;
+
+/** The target with the request timeout migrations need (SQL Server); unchanged on PostgreSQL. */
+export function forMigrations(target: DatabaseTarget): DatabaseTarget {
+  if (target.connection.type !== 'mssql') return target;
+  return { ...target, connection: { ...target.connection, requestTimeout: MIGRATION_REQUEST_TIMEOUT_MS } };
+}

@@ -82,6 +82,12 @@ export interface FenceParams {
  */
 export interface Dialect {
   readonly type: 'postgres' | 'mssql';
+  /**
+   * Whether `QueryRunner.connect()` reserves a connection, so the pull workers' renewal connection
+   * is really set aside. TypeORM's SQL Server driver reserves one only inside a transaction: its
+   * renewals go through the pool (see QueueBoxPoolCheck).
+   */
+  readonly reservesConnections: boolean;
 
   /** Throws when a QueueBox table is missing (the schema was never migrated). */
   schemaCheck(): Promise<void>;

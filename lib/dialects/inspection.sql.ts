@@ -1,6 +1,7 @@
 import type { TableName } from '../common/identifiers';
 import type { QueueBoxTables } from './dialect';
 import { pgTable } from './postgres/postgres.schema';
+import { text } from './sqlserver/sqlserver.params';
 import { mssqlTable } from './sqlserver/sqlserver.schema';
 
 /**
@@ -65,7 +66,7 @@ export function rowStatesQuery(type: 'postgres' | 'mssql', table: TableName, ids
       sql: `SELECT CAST(t.[id] AS NVARCHAR(20)) AS [id], t.[state], t.[attempts], t.[last_error]
 FROM ${mssqlTable(table)} AS t
 WHERE t.[id] IN (SELECT j.[id] FROM OPENJSON(@0) WITH ([id] BIGINT '$') AS j)`,
-      params: [JSON.stringify(ids)],
+      params: [text(JSON.stringify(ids))],
     };
   }
   return {

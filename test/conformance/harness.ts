@@ -122,6 +122,16 @@ function sqlServerOptions(url: string, database?: string): DataSourceOptions {
   };
 }
 
+/**
+ * QUEUEBOX_MSSQL_READ_COMMITTED_SNAPSHOT (`ON` or `OFF`, as npm run test:sqlserver sets it for its
+ * two runs) is set on each test database; unset, it keeps the server's default (OFF, from model).
+ */
+export function readCommittedSnapshot(value = process.env.QUEUEBOX_MSSQL_READ_COMMITTED_SNAPSHOT): 'ON' | 'OFF' | undefined {
+  if (value === undefined || value === '') return undefined;
+  if (value === 'ON' || value === 'OFF') return value;
+  throw new Error(`QUEUEBOX_MSSQL_READ_COMMITTED_SNAPSHOT must be ON or OFF, not ${JSON.stringify(value)}`);
+}
+
 /** Runs `work` on the server's own database (master, or the URL's), to create or drop a test database. */
 async function onServer(url: string, work: (dataSource: DataSource) => Promise<void>): Promise<void> {
   const admin = await new DataSource(sqlServerOptions(url)).initialize();
@@ -138,7 +148,11 @@ const sqlServer: DialectHarness = {
   async open() {
     const url = process.env.QUEUEBOX_MSSQL_URL as string;
     const name = `qb_conformance_${randomBytes(6).toString('hex')}`;
-    await onServer(url, (admin) => admin.query(`CREATE DATABASE [${name}]`));
+    const rcsi = readCommittedSnapshot();
+    await onServer(url, async (admin) => {
+      await admin.query(`CREATE DATABASE [${name}]`);
+      if (rcsi) await admin.query(`ALTER DATABASE [${name}] SET READ_COMMITTED_SNAPSHOT ${rcsi} WITH ROLLBACK IMMEDIATE`);
+    });
     const dataSource = await new DataSource({
       ...sqlServerOptions(url, name),
       migrations: [

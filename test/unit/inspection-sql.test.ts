@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
+import { MssqlParameter } from 'typeorm';
 import { parseTableName } from '../../lib/common/identifiers';
 import { finishedCountQuery, rowStatesQuery } from '../../lib/dialects/inspection.sql';
 
@@ -38,6 +39,10 @@ describe('inspection statements on SQL Server', () => {
     const { sql, params } = rowStatesQuery('mssql', tables.outbox, ['1', '9007199254740993']);
     assert.deepEqual(tsqlSyntaxErrors(sql), []);
     assert.match(sql, /OPENJSON\(@0\)/);
-    assert.deepEqual(params, ['["1","9007199254740993"]']);
+    // Typed and sized (NVARCHAR(MAX)), like every parameter QueueBox sends to SQL Server.
+    assert.deepEqual(
+      params.map((p) => (p instanceof MssqlParameter ? [p.type, p.value, ...p.params] : p)),
+      [['nvarchar', '["1","9007199254740993"]', 65_535]],
+    );
   });
 });

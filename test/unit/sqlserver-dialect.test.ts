@@ -3,8 +3,10 @@ import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
-import { DataSource, type DataSourceOptions, MssqlParameter } from 'typeorm';
+import { TYPES } from 'tedious';
+import { DataSource, type DataSourceOptions, MssqlParameter, QueryFailedError } from 'typeorm';
 import { createDialect, schemaStatements } from '../../lib/dialects/dialects';
+import { rowStatesQuery } from '../../lib/dialects/inspection.sql';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
 import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
@@ -15,6 +17,7 @@ import {
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-files';
 import { resolveTables } from '../../lib/queuebox.options';
+import { QueueBoxPoolCheck } from '../../lib/queuebox.pool-check';
 
 // The SQL Server dialect's own logic, without a server: option checks, and the way it drives
 // TypeORM (which connection, which transaction, which typed parameters) through a scripted
@@ -408,7 +411,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     assert.deepEqual(typed(calls[1].params).slice(1), [
       ['int', 5],
       ['bigint', 1000],
-      ['nvarchar', '["orders"]'],
+      ['nvarchar', '["orders"]', 65535],
     ]);
     for (const [number, fragment] of [
       [51002, 'returned -2 (the request was cancelled)'],
@@ -463,7 +466,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     const retry = calls.filter((c) => c.what === 'query').at(-1);
     assert.deepEqual(typed(retry?.params).slice(2), [
       ['bigint', 5000],
-      ['nvarchar', 'boom'],
+      ['nvarchar', 'boom', 65535],
     ]);
     const caller = dataSource.createQueryRunner() as unknown as { id: number; manager: never };
     const before = calls.length;
@@ -592,7 +595,262 @@ describe('SQL Server dialect: READ COMMITTED pinned (issue 14, item 5)', () => {
       starts.map((c) => c.isolation),
       Array(5).fill('READ COMMITTED'),
     );
-    const deleteCall = calls.find((c) => c.sql?.startsWith('DELETE TOP'));
+    const deleteCall = calls.find((c) => c.sql?.includes('DELETE TOP'));
     assert.ok(deleteCall && starts.some((c) => c.runner === deleteCall.runner), 'the delete ran in its own pinned transaction');
+  });
+});
+
+describe('SQL Server dialect: every parameter declared at a fixed size (issue 14, item 6)', () => {
+  // What tedious declares for a parameter (sp_executesql's parameter list), from the type and
+  // length TypeORM hands to mssql. An unsized NVARCHAR is declared at its value's length, so each
+  // distinct length would compile a plan of its own.
+  const TEDIOUS_TYPE: Record<string, keyof typeof TYPES> = {
+    nvarchar: 'NVarChar',
+    bigint: 'BigInt',
+    int: 'Int',
+    uniqueidentifier: 'UniqueIdentifier',
+  };
+  const declared = (p: unknown, value?: unknown) => {
+    assert.ok(p instanceof MssqlParameter, `an untyped parameter was sent: ${JSON.stringify(p)}`);
+    const type = TEDIOUS_TYPE[p.type];
+    assert.ok(type, `unexpected parameter type ${p.type}`);
+    return TYPES[type].declaration({ value: value === undefined ? p.value : value, length: p.params[0] } as never);
+  };
+
+  it('every statement the dialect sends declares each parameter by its column, whatever the values', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) => {
+      if (statement === sql.retentionTryLockSql()) return { records: [{ granted: 0 }] };
+      if (statement === sql.deadLetterCountSql('[queuebox_outbox]', 'outbox')) return { records: [{ n: '0' }] };
+      if (statement === sql.inboxInsertSql('[queuebox_inbox]')) return { records: [{ id: '1' }] };
+      return { records: [], affected: 1 };
+    });
+    const dialect = createDialect(dataSource, TABLES);
+    const caller = dataSource.createQueryRunner() as unknown as { manager: never };
+    const fence = { table: 'outbox' as const, id: '7', token: '0f0e0d0c-0000-4000-8000-000000000000' };
+    const selection = {
+      component: 'outbox' as const,
+      name: 'billing',
+      errorContains: 'boom',
+      deadAfter: new Date(0),
+      deadBefore: new Date(1),
+      ids: ['1', '2'],
+    };
+    const N255 = 'nvarchar(255)';
+    const MAX = 'nvarchar(max)';
+    const expected: [string, () => Promise<unknown>, string[]][] = [
+      [
+        'outboxInsert',
+        () =>
+          dialect.outboxInsert({
+            manager: caller.manager,
+            rows: [
+              {
+                messageId: 'aaaaaaaa-0000-4000-8000-000000000000',
+                destination: 'd',
+                key: 'k',
+                payloadJson: '1',
+                headersJson: '{}',
+                availableAt: null,
+              },
+            ],
+          }),
+        [MAX],
+      ],
+      ['outboxClaimBatch', () => dialect.outboxClaimBatch({ limit: 5, leaseMs: 1000 }), [N255, 'int', 'bigint']],
+      ['outboxReclaim', () => dialect.outboxReclaim({ maxAttempts: 3 }), ['int']],
+      [
+        'inboxInsertIfAbsent',
+        () =>
+          dialect.inboxInsertIfAbsent({
+            row: { source: 's', idempotencyKey: 'e', aggregateId: null, payloadJson: '{}', headersJson: '{}' },
+          }),
+        [N255, N255, N255, MAX, MAX],
+      ],
+      [
+        'inboxRelayClaimBatch',
+        () => dialect.inboxRelayClaimBatch({ sources: ['a'], limit: 5, leaseMs: 1000 }),
+        [N255, 'int', 'bigint', MAX],
+      ],
+      ['inboxReclaim', () => dialect.inboxReclaim({ sources: ['a'], maxAttempts: 3 }), ['int', MAX]],
+      ['inboxPullClaimBatch', () => dialect.inboxPullClaimBatch({ source: 'a', limit: 5, leaseMs: 1000 }), [N255, 'int', 'bigint', N255]],
+      ['leaseRenew', () => dialect.leaseRenew({ ...fence, leaseMs: 1000 }), ['bigint', 'uniqueidentifier', 'bigint']],
+      ['leaseComplete', () => dialect.leaseComplete(fence), ['bigint', 'uniqueidentifier']],
+      ['leaseCompleteBatch', () => dialect.leaseCompleteBatch({ table: 'outbox', claims: [{ id: '7', token: fence.token }] }), [MAX]],
+      ['leaseRelease', () => dialect.leaseRelease(fence), ['bigint', 'uniqueidentifier']],
+      ['leaseRetry', () => dialect.leaseRetry({ ...fence, delayMs: 5, error: 'x' }), ['bigint', 'uniqueidentifier', 'bigint', MAX]],
+      ['leaseDeadLetter', () => dialect.leaseDeadLetter({ ...fence, reason: 'x' }), ['bigint', 'uniqueidentifier', MAX]],
+      [
+        'deadLetterList',
+        () => dialect.deadLetterList({ selection, afterId: null, limit: 5, includePayload: false }),
+        [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX, 'bigint', 'int'],
+      ],
+      ['deadLetterCount', () => dialect.deadLetterCount({ selection }), [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX]],
+      [
+        'deadLetterReplay',
+        () => dialect.deadLetterReplay({ selection, afterId: '3', limit: 5 }),
+        [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX, 'bigint', 'int'],
+      ],
+      ['blockedKeyList', () => dialect.blockedKeyList({ component: 'inbox', limit: 5 }), ['int']],
+      [
+        'blockedKeySkipHead outbox',
+        () => dialect.blockedKeySkipHead({ component: 'outbox', key: 'k', reason: 'r' }),
+        [N255, 'bigint', MAX],
+      ],
+      [
+        'blockedKeySkipHead inbox',
+        () => dialect.blockedKeySkipHead({ component: 'inbox', source: 's', aggregateId: 'a', headId: '4', reason: 'r' }),
+        [N255, N255, 'bigint', MAX],
+      ],
+      ['retentionWithLock', () => dialect.retentionWithLock(async () => 0), [N255]],
+      ['retentionDeleteBatch', () => dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 1000, limit: 5 }), ['bigint', 'int']],
+    ];
+    for (const [method, call, types] of expected) {
+      const before = calls.length;
+      await call();
+      const sent = calls.slice(before).filter((c) => c.what === 'query' && c.sql !== sql.claimLockTimeoutResetSql());
+      assert.equal(sent.length, 1, `${method}: one statement`);
+      const params = sent[0].params ?? [];
+      assert.deepEqual(
+        params.map((p) => declared(p)),
+        types,
+        method,
+      );
+      for (const p of params) {
+        if ((p as MssqlParameter).type !== 'nvarchar') continue;
+        for (const other of [null, '', 'x'.repeat(17), 'y'.repeat(5000)]) {
+          assert.equal(declared(p, other), declared(p), `${method}: the declaration does not depend on the value`);
+        }
+      }
+    }
+    const rowStates = rowStatesQuery('mssql', TABLES.outbox, ['1', '2']);
+    assert.deepEqual(
+      rowStates.params.map((p) => declared(p)),
+      [MAX],
+      'queuebox/testing and the CLI send typed parameters too',
+    );
+  });
+});
+
+describe('SQL Server: renewals cannot starve behind a full pool (issue 14, item 7)', () => {
+  // TypeORM's SQL Server driver reserves no connection outside a transaction, so the pull
+  // workers' renewal connection is not set aside there: start-up refuses a pool that handler
+  // transactions and waiting claims could fill.
+  const check = (p: { type: 'mssql' | 'postgres'; poolMax: number; handlers: number[]; outbox?: boolean; relay?: boolean }) => {
+    const dialect =
+      p.type === 'mssql'
+        ? createDialect(mssqlDataSource(), TABLES)
+        : ({ type: 'postgres', reservesConnections: true, workListen: () => {} } as never);
+    const options = { workers: { outbox: p.outbox ?? true, relay: p.relay ?? true, pull: true } } as never;
+    const dataSource = {
+      options: p.type === 'mssql' ? { type: 'mssql', pool: { max: p.poolMax } } : { type: 'postgres', poolSize: p.poolMax },
+    };
+    const explorer = { handlers: p.handlers.map((concurrency) => ({ concurrency })) } as never;
+    return () => new QueueBoxPoolCheck(options, dataSource as never, dialect, explorer).onModuleInit();
+  };
+
+  it('refuses pool.max below the handlers’ concurrency + one per claim loop + one for renewals, naming pool.max', () => {
+    assert.equal(createDialect(mssqlDataSource(), TABLES).reservesConnections, false);
+    // Handlers 4 + 2, claim loops: outbox, relay and one per handler (4), renewals 1: 11.
+    assert.throws(check({ type: 'mssql', poolMax: 10, handlers: [4, 2] }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError, String(error));
+      assert.equal(error.option, 'pool.max');
+      assert.match(
+        error.message,
+        /"pool\.max"\) has 10 connection.*at least 11 \(6 for the pull handlers' transactions.*4 for the claim loops; 1 for renewals\)/,
+      );
+      return true;
+    });
+    assert.doesNotThrow(check({ type: 'mssql', poolMax: 11, handlers: [4, 2] }));
+    // Without the outbox and relay workers, two claim loops fewer.
+    assert.doesNotThrow(check({ type: 'mssql', poolMax: 9, handlers: [4, 2], outbox: false, relay: false }));
+    assert.throws(check({ type: 'mssql', poolMax: 8, handlers: [4, 2], outbox: false, relay: false }), /at least 9/);
+  });
+
+  it('PostgreSQL, whose renewal connection is set aside, keeps its own minimum (a warning above it); no pull handler, no rule', () => {
+    assert.doesNotThrow(check({ type: 'postgres', poolMax: 4, handlers: [4, 2] }));
+    assert.doesNotThrow(check({ type: 'mssql', poolMax: 2, handlers: [] }));
+  });
+});
+
+describe('SQL Server dialect: admin keys sized to their columns, and every error of a failed request (issue 14, item 8 c, d)', () => {
+  it('(c) refuses an admin name, key, source or aggregate longer than its 255-character column, naming the field; 255 is sent as NVARCHAR(255)', async () => {
+    const { dataSource, calls } = scriptedDataSource(() => ({ records: [{ n: '0' }] }));
+    const dialect = createDialect(dataSource, TABLES);
+    const long = 'k'.repeat(256);
+    const selection = { component: 'outbox' as const, name: long, errorContains: null, deadAfter: null, deadBefore: null, ids: null };
+    const refused = (field: string) => (error: unknown) => {
+      assert.ok(error instanceof QueueBoxValidationError, String(error));
+      assert.equal(error.field, field);
+      assert.equal(error.code, 'QUEUEBOX_ADMIN_ARGUMENT');
+      assert.match(error.message, new RegExp(`"${field}" is 256 characters long.*at most 255`));
+      return true;
+    };
+    await assert.rejects(dialect.deadLetterCount({ selection }), refused('name'));
+    await assert.rejects(dialect.deadLetterList({ selection, afterId: null, limit: 1, includePayload: false }), refused('name'));
+    await assert.rejects(dialect.deadLetterReplay({ selection, afterId: null, limit: 1 }), refused('name'));
+    await assert.rejects(dialect.blockedKeySkipHead({ component: 'outbox', key: long, reason: 'r' }), refused('key'));
+    await assert.rejects(
+      dialect.blockedKeySkipHead({ component: 'inbox', source: long, aggregateId: 'a', reason: 'r' }),
+      refused('source'),
+    );
+    await assert.rejects(
+      dialect.blockedKeySkipHead({ component: 'inbox', source: 's', aggregateId: long, reason: 'r' }),
+      refused('aggregateId'),
+    );
+    assert.deepEqual(
+      calls.filter((c) => c.what === 'query'),
+      [],
+      'nothing was sent',
+    );
+    await dialect.deadLetterCount({ selection: { ...selection, name: 'k'.repeat(255) } });
+    assert.deepEqual(typed(calls.at(-2)?.params)[0], ['nvarchar', 'k'.repeat(255), 255]);
+  });
+
+  // As mssql reports a request whose transaction was rolled back by an earlier error: the last
+  // error (266) is thrown, the real one is in precedingErrors; TypeORM's QueryFailedError copies both.
+  const mismatch = (preceding: { number: number; message: string }) =>
+    new QueryFailedError(
+      'UPDATE ...',
+      [],
+      Object.assign(
+        new Error(
+          'Transaction count after EXECUTE indicates a mismatching number of BEGIN and COMMIT statements. Previous count = 1, current count = 0.',
+        ),
+        { number: 266, precedingErrors: [Object.assign(new Error(preceding.message), { number: preceding.number })] },
+      ),
+    );
+
+  it('(d) a failed request names the errors before its last one in the error QueueBox throws', async () => {
+    const { dataSource } = scriptedDataSource(() =>
+      mismatch({ number: 547, message: 'The UPDATE statement conflicted with the CHECK constraint "x".' }),
+    );
+    const dialect = createDialect(dataSource, TABLES);
+    const fence = { table: 'outbox' as const, id: '7', token: '0f0e0d0c-0000-4000-8000-000000000000' };
+    await assert.rejects(dialect.leaseRetry({ ...fence, delayMs: 1, error: 'e' }), (error: unknown) => {
+      assert.ok(error instanceof QueryFailedError, 'the error keeps its class');
+      assert.match(
+        error.message,
+        /mismatching number of BEGIN and COMMIT.*\(preceded by error 547: The UPDATE statement conflicted with the CHECK constraint "x"\.\)/,
+      );
+      assert.equal((error as { number?: number }).number, 266, 'and its fields');
+      return true;
+    });
+    await assert.rejects(dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 1, limit: 1 }), /preceded by error 547/);
+  });
+
+  it('(d) a claim-lock error or a unique violation hidden behind error 266 is still recognised', async () => {
+    const claim = scriptedDataSource(() => mismatch({ number: 51001, message: 'QueueBox: sp_getapplock did not grant the claim lock.' }));
+    await assert.rejects(
+      createDialect(claim.dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }),
+      (error: unknown) => error instanceof QueueBoxError && error.code === 'QUEUEBOX_CLAIM_LOCK' && /was not granted/.test(error.message),
+    );
+    let inserts = 0;
+    const insert = scriptedDataSource((statement) => {
+      if (statement === sql.inboxInsertSql('[queuebox_inbox]'))
+        return ++inserts === 1 ? mismatch({ number: 2627, message: 'Violation of UNIQUE KEY' }) : { records: [] };
+      return { records: [{ id: '41' }] };
+    });
+    const row = { source: 'orders', idempotencyKey: 'e1', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
+    assert.deepEqual(await createDialect(insert.dataSource, TABLES).inboxInsertIfAbsent({ row }), { id: '41', duplicate: true });
   });
 });

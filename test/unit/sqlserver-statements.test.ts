@@ -219,7 +219,7 @@ END;
       assert.match(statement, /INSERT INTO @candidates \(\[id\]\)\s+SELECT TOP \(@1\) \w\.\[id\]/);
       assert.match(
         statement,
-        /SELECT TOP \(@1\) \w\.\[id\](, \w\.\[available_at\])? FROM \[messaging\]\.\[events_out\] AS \w WITH \(UPDLOCK, READPAST, ROWLOCK\)/,
+        /SELECT TOP \(@1\) \w\.\[id\](, \w\.\[available_at\])? FROM \[messaging\]\.\[events_out\] AS \w WITH \(UPDLOCK, READPAST, ROWLOCK, FORCESEEK\)/,
       );
       assert.match(statement, /INNER JOIN @candidates AS c ON c\.\[id\] = \w\.\[id\]/);
       assert.match(statement, /SET \[state\] = N'processing', \[claim_token\] = NEWID\(\), \[claimed_at\] = SYSUTCDATETIME\(\)/);
@@ -242,7 +242,10 @@ END;
         AND e.[state] = N'processing')))`;
     assert.ok(sql.outboxClaimSql(T).includes(headOfKey), sql.outboxClaimSql(T));
     // Past the scan window, a key's head is its first unfinished row, taken only if pending, due and none of the key is in flight.
-    assert.match(sql.outboxClaimSql(T), /WHERE o\.\[key\] = @key AND o\.\[state\] IN \(N'pending', N'processing'\)\s+ORDER BY o\.\[id\]/);
+    assert.match(
+      sql.outboxClaimSql(T),
+      /WHERE o\.\[key\] = @key AND o\.\[key\] IS NOT NULL AND o\.\[state\] IN \(N'pending', N'processing'\)\s+ORDER BY o\.\[id\]/,
+    );
     assert.match(sql.outboxClaimSql(T), /WHERE h\.\[state\] = N'pending' AND h\.\[available_at\] <= SYSUTCDATETIME\(\)/);
     for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
       assert.match(statement, /e\.\[source\] = w\.\[source\] AND e\.\[aggregate_id\] = w\.\[aggregate_id\]/);
@@ -250,7 +253,7 @@ END;
       assert.match(statement, /AND e\.\[state\] = N'processing' AND e\.\[id\] <> w\.\[id\]\)/);
       assert.match(
         statement,
-        /WHERE i\.\[source\] = @source AND i\.\[aggregate_id\] = @aggregate AND i\.\[state\] IN \(N'pending', N'processing'\)/,
+        /WHERE i\.\[source\] = @source AND i\.\[aggregate_id\] = @aggregate AND i\.\[aggregate_id\] IS NOT NULL\s+AND i\.\[state\] IN \(N'pending', N'processing'\)/,
       );
     }
     // Candidate scans pass over rows others hold; the lookup of a key's head never does (it would take a later row for the head).
@@ -470,7 +473,9 @@ SELECT @granted AS [granted];`,
     for (const kind of RETENTION_KINDS) {
       const statement = sql.retentionDeleteSql(O, kind);
       assert.ok(
-        statement.startsWith(`DELETE TOP (@1) FROM ${O} WITH (ROWLOCK, READPAST)\nWHERE [state] = N'${states[kind]}' AND `),
+        statement.startsWith(
+          `SET NOCOUNT OFF;\nDELETE TOP (@1) FROM ${O} WITH (ROWLOCK, READPAST)\nWHERE [state] = N'${states[kind]}' AND `,
+        ),
         statement,
       );
       assert.match(
@@ -570,6 +575,48 @@ describe('SQL Server key collation (migration 004): distinct keys stay distinct'
       for (const match of statement.matchAll(/DECLARE @\w+ TABLE \(([^;]*)\);/g)) {
         if (/NVARCHAR/.test(match[1])) assert.match(match[1], /COLLATE Latin1_General_100_BIN2/, name);
       }
+    }
+  });
+});
+
+describe('SQL Server statements: seeks, counts and filtered indexes (issue 14, item 8)', () => {
+  const CLAIMS = [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)];
+
+  it('(a) every locked read of a claim, and the batch completion, force an index seek', () => {
+    for (const statement of CLAIMS) {
+      const lockedReads = statement.match(/WITH \([^)]*UPDLOCK[^)]*\)/g) ?? [];
+      assert.ok(lockedReads.length >= 1);
+      for (const hints of lockedReads) assert.equal(hints, 'WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)');
+    }
+    assert.match(
+      sql.leaseCompleteBatchSql(T, FINISHED_SENT),
+      /FROM \[messaging\]\.\[events_out\] AS t WITH \(FORCESEEK\) INNER JOIN OPENJSON\(@0\)/,
+    );
+  });
+
+  it('(b) every statement whose affected-row count decides a fence, or ends retention, sets NOCOUNT OFF first', () => {
+    const counted = [
+      sql.leaseCompleteSql(T, FINISHED_SENT),
+      sql.leaseReleaseSql(T),
+      sql.leaseRetrySql(T),
+      sql.leaseDeadLetterSql(T),
+      ...RETENTION_KINDS.map((kind) => sql.retentionDeleteSql(T, kind)),
+    ];
+    for (const statement of counted) assert.ok(statement.startsWith('SET NOCOUNT OFF;\n'), statement.slice(0, 60));
+  });
+
+  it('(e) the per-key lookups of a claim state IS NOT NULL, so the filtered key indexes match', () => {
+    const outbox = sql.outboxClaimSql(T);
+    const byKey = outbox.match(/\w\.\[key\] = @key\b/g) ?? [];
+    assert.ok(byKey.length >= 2);
+    assert.equal((outbox.match(/(\w)\.\[key\] = @key AND \1\.\[key\] IS NOT NULL/g) ?? []).length, byKey.length);
+    for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      const byAggregate = statement.match(/\w\.\[aggregate_id\] = @aggregate\b/g) ?? [];
+      assert.ok(byAggregate.length >= 2);
+      assert.equal(
+        (statement.match(/(\w)\.\[aggregate_id\] = @aggregate AND \1\.\[aggregate_id\] IS NOT NULL/g) ?? []).length,
+        byAggregate.length,
+      );
     }
   });
 });

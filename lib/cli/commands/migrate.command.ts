@@ -5,6 +5,7 @@ import { cliMessages } from '../cli.messages';
 import { databaseTarget, describeTables, migrationsFor, parseTables } from '../cli-options';
 import { type Command, DATABASE_OPTIONS_HELP, DEFAULT_MIGRATIONS_TABLE, databaseOptions } from '../command';
 import { openDataSource, tablesPresent } from '../connect';
+import { forMigrations } from '../database-url';
 
 export const migrateCommand: Command = {
   name: 'migrate',
@@ -30,7 +31,7 @@ ${DATABASE_OPTIONS_HELP}
     const migrations = migrationsFor(tables, values['migration-name'] as string | undefined);
     const migrationsTable = (values['migrations-table'] as string | undefined) ?? DEFAULT_MIGRATIONS_TABLE;
     io.out(`Database: ${target.masked} (${target.type})`);
-    const dataSource = await openDataSource(target, migrations.classes, migrationsTable);
+    const dataSource = await openDataSource(forMigrations(target), migrations.classes, migrationsTable);
     try {
       const pending = (await new MigrationExecutor(dataSource).getPendingMigrations()).map((migration) => migration.name);
       if (pending.length === 0) {

@@ -48,6 +48,7 @@ const DECODING: RecordDecoding<unknown> = { json: (value) => value, uuid: (value
 /** The PostgreSQL dialect: `FOR UPDATE SKIP LOCKED` claims, advisory claim locks, `clock_timestamp()` fences. */
 export class PostgresDialect implements Dialect {
   readonly type = 'postgres' as const;
+  readonly reservesConnections = true;
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: ReturnType<typeof claimLockNames>;
   /** What each claim sends, built once: the call of its function (migration 003) and, without it, the statement. */

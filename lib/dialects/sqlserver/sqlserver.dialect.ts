@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Logger } from '@nestjs/common';
-import { type DataSource, type EntityManager, MssqlParameter, type QueryRunner } from 'typeorm';
+import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typeorm';
 import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../../admin/admin.types';
 import {
   type BacklogRecord,
@@ -38,20 +38,9 @@ import {
   toOutboxClaimedRow,
 } from '../dialect-rows';
 import { checkSqlServerRequestTimeout } from './sqlserver.options';
+import { bigint, bigintOrNull, guid, instant, int, KEY_LENGTH, name, text } from './sqlserver.params';
 import { mssqlTable } from './sqlserver.schema';
 import * as sql from './sqlserver.sql';
-
-// Parameters are typed to match their columns exactly (NVARCHAR text, BIGINT ids, UNIQUEIDENTIFIER
-// tokens), so no comparison converts a column, and one statement keeps one cached plan whatever
-// the lengths of its values. NVARCHAR without a length is NVARCHAR(MAX).
-const text = (value: string | null, length?: number) => new MssqlParameter(value, 'nvarchar', length);
-const name = (value: string | null) => text(value, 255);
-const bigint = (value: string | number) => new MssqlParameter(value, 'bigint');
-const int = (value: number) => new MssqlParameter(value, 'int');
-const guid = (value: string) => new MssqlParameter(value, 'uniqueidentifier');
-const bigintOrNull = (value: string | null) => new MssqlParameter(value, 'bigint');
-/** An instant as ISO-8601 UTC text (`...Z`, 24 characters), never in the Node process's time zone (see utcInstant). */
-const instant = (value: Date | null) => text(value === null ? null : value.toISOString(), 30);
 
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
@@ -77,6 +66,7 @@ const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
  */
 export class SqlServerDialect implements Dialect {
   readonly type = 'mssql' as const;
+  readonly reservesConnections = false;
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: Record<LeaseTable, string>;
   private readonly retentionLock: string;
@@ -177,7 +167,7 @@ export class SqlServerDialect implements Dialect {
           )
         ).rows;
       } catch (error) {
-        if (!UNIQUE_VIOLATIONS.has(errorNumber(error) ?? 0)) throw error;
+        if (!errorNumbers(error).some((n) => UNIQUE_VIOLATIONS.has(n))) throw error;
       }
       if (inserted.length === 1) return { id: String(inserted[0].id), duplicate: false };
       const found = await this.run<{ id: string }>(sql.inboxFindSql(this.table.inbox), key, p.manager);
@@ -302,7 +292,9 @@ export class SqlServerDialect implements Dialect {
   async blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null> {
     const head = bigintOrNull(p.headId ?? null);
     const params =
-      p.component === 'outbox' ? [name(p.key), head, text(p.reason)] : [name(p.source), name(p.aggregateId), head, text(p.reason)];
+      p.component === 'outbox'
+        ? [keyText('key', p.key), head, text(p.reason)]
+        : [keyText('source', p.source), keyText('aggregateId', p.aggregateId), head, text(p.reason)];
     const { rows } = await this.run<{ id: string }>(sql.blockedKeySkipHeadSql(this.table[p.component], p.component), params);
     return rows.length === 1 ? String(rows[0].id) : null;
   }
@@ -313,7 +305,9 @@ export class SqlServerDialect implements Dialect {
     try {
       await runner.startTransaction(READ_COMMITTED);
       try {
-        const [{ granted }] = await runner.query(sql.retentionTryLockSql(), [name(this.retentionLock)]);
+        const [{ granted }] = await runner.query(sql.retentionTryLockSql(), [name(this.retentionLock)]).catch((error: unknown) => {
+          throw withPrecedingErrors(error);
+        });
         if (granted < 0) return null;
         return await work();
       } finally {
@@ -337,7 +331,7 @@ export class SqlServerDialect implements Dialect {
         return result.affected ?? 0;
       } catch (error) {
         if (runner.isTransactionActive) await runner.rollbackTransaction();
-        throw error;
+        throw withPrecedingErrors(error);
       }
     } finally {
       await runner.release();
@@ -362,15 +356,19 @@ export class SqlServerDialect implements Dialect {
         return (result.records ?? []) as T[];
       } catch (error) {
         await abandonClaim(runner);
-        throw claimLockError(error, lock);
+        throw claimLockError(withPrecedingErrors(error), lock);
       }
     } finally {
       await runner.release();
     }
   }
 
-  private run<T>(statement: string, params: unknown[], manager?: EntityManager) {
-    return runSql<T>(this.dataSource, statement, params, manager);
+  private async run<T>(statement: string, params: unknown[], manager?: EntityManager) {
+    try {
+      return await runSql<T>(this.dataSource, statement, params, manager);
+    } catch (error) {
+      throw withPrecedingErrors(error);
+    }
   }
 }
 
@@ -385,10 +383,26 @@ function refuseTrailingSpaces(subject: string, fields: Record<string, string | n
   }
 }
 
+/**
+ * An admin argument compared with a key column, sent as NVARCHAR(255) like the column. QueueBoxAdmin
+ * takes up to 2,000 characters (PostgreSQL's columns are text); a longer value cannot match a
+ * row here, and a value longer than its declared NVARCHAR(255) is either cut to a prefix (which
+ * could match another key) or refused with a protocol error, depending on driver and server
+ * (not tried here). Refused first, with the field's name.
+ */
+function keyText(field: string, value: string | null): MssqlParameter {
+  if (value !== null && value.length > KEY_LENGTH) {
+    throw new QueueBoxValidationError(field, messages.sqlServerKeyTooLong(field, value.length, KEY_LENGTH), {
+      code: 'QUEUEBOX_ADMIN_ARGUMENT',
+    });
+  }
+  return name(value);
+}
+
 /** The selection's parameters @0..@4. */
 function selectionParams(s: DeadSelection): MssqlParameter[] {
   return [
-    name(s.name),
+    keyText('name', s.name),
     text(s.errorContains),
     instant(s.deadAfter),
     instant(s.deadBefore),
@@ -417,10 +431,51 @@ async function abandonClaim(runner: QueryRunner): Promise<void> {
   } catch {}
 }
 
+interface RequestError {
+  number?: unknown;
+  message?: unknown;
+  precedingErrors?: unknown;
+  driverError?: RequestError;
+}
+
+/**
+ * The errors before the last of a failed request. mssql throws the last error the server sent
+ * and keeps the others in `precedingErrors` (TypeORM's QueryFailedError copies it); the last is
+ * often only a consequence, such as 266 ("transaction count after EXECUTE indicates a mismatching
+ * number of BEGIN and COMMIT statements") after the error that rolled the transaction back.
+ */
+function precedingErrors(error: unknown): RequestError[] {
+  if (typeof error !== 'object' || error === null) return [];
+  const { precedingErrors: own, driverError } = error as RequestError;
+  const found = own ?? driverError?.precedingErrors;
+  return Array.isArray(found) ? found.filter((e): e is RequestError => typeof e === 'object' && e !== null) : [];
+}
+
 function errorNumber(error: unknown): number | undefined {
-  const { number, driverError } = error as { number?: unknown; driverError?: { number?: unknown } };
+  if (typeof error !== 'object' || error === null) return undefined;
+  const { number, driverError } = error as RequestError;
   const found = number ?? driverError?.number;
   return typeof found === 'number' ? found : undefined;
+}
+
+/** The numbers of every error of a failed request, first to last. */
+function errorNumbers(error: unknown): number[] {
+  return [...precedingErrors(error).map((e) => e.number), errorNumber(error)].filter((n): n is number => typeof n === 'number');
+}
+
+const DESCRIBED = Symbol('queuebox.precedingErrorsDescribed');
+
+/**
+ * Adds the preceding errors (number and message) to the error's message, in place, so the error
+ * keeps its class and fields and whoever logs or catches it sees the real cause.
+ */
+function withPrecedingErrors(error: unknown): unknown {
+  const preceding = precedingErrors(error);
+  if (preceding.length === 0 || !(error instanceof Error) || DESCRIBED in error) return error;
+  const described = preceding.map((e) => `error ${typeof e.number === 'number' ? e.number : '?'}: ${String(e.message ?? '')}`);
+  error.message = `${error.message} (preceded by ${described.join('; ')})`;
+  Object.defineProperty(error, DESCRIBED, { value: true });
+  return error;
 }
 
 /**
@@ -428,10 +483,15 @@ function errorNumber(error: unknown): number | undefined {
  * out (1222) into clear QueueBox errors; other errors pass.
  */
 function claimLockError(error: unknown, lock: string): unknown {
-  const number = errorNumber(error);
-  if (number === sql.LOCK_TIMEOUT_ERROR) {
-    return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimRowLockTimeout(lock, sql.CLAIM_ROW_LOCK_WAIT_MS));
+  const numbers = errorNumbers(error);
+  if (numbers.includes(sql.LOCK_TIMEOUT_ERROR)) {
+    return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimRowLockTimeout(lock, sql.CLAIM_ROW_LOCK_WAIT_MS), {
+      cause: error,
+    });
   }
-  if (number === undefined || number <= sql.CLAIM_LOCK_ERROR_BASE || number > sql.CLAIM_LOCK_ERROR_BASE + 999) return error;
-  return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimLockNotGranted(lock, sql.CLAIM_LOCK_ERROR_BASE - number));
+  const notGranted = numbers.find((n) => n > sql.CLAIM_LOCK_ERROR_BASE && n <= sql.CLAIM_LOCK_ERROR_BASE + 999);
+  if (notGranted === undefined) return error;
+  return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimLockNotGranted(lock, sql.CLAIM_LOCK_ERROR_BASE - notGranted), {
+    cause: error,
+  });
 }

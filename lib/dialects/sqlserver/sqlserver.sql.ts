@@ -43,6 +43,14 @@ const msFromNow = (param: string) =>
 /** DATETIME2 carries no offset and TypeORM reads it as local time; returned as DATETIMEOFFSET, it is read as the UTC instant it is. */
 const asUtc = (column: string) => `TODATETIMEOFFSET(${column}, '+00:00')`;
 
+/**
+ * Starts a batch whose affected-row count decides a fence (or the end of retention): with
+ * `SET NOCOUNT ON` (a server-wide `user options` setting, or a login trigger) no count comes back,
+ * the driver reports 0, and every fenced write would look lost. Set inside the batch, it goes
+ * back to the connection's setting when the batch ends.
+ */
+const COUNTED = 'SET NOCOUNT OFF;\n';
+
 /** The claim fence: @0 = id, @1 = claim token. */
 const FENCE = `[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ${NOW}`;
 
@@ -101,9 +109,18 @@ const headOfKey = (table: string, alias: string) => `(${alias}.[key] IS NULL OR 
       AND NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
         AND e.[state] = N'processing')))`;
 
-/** The rows found (`@found`), oldest first, locked: UPDLOCK keeps them until the claim ends, READPAST skips rows others hold. */
+/**
+ * Hints of the locked reads: UPDLOCK keeps the rows until the claim ends, READPAST skips rows
+ * others hold, ROWLOCK locks only them, FORCESEEK keeps a misestimate (a stale statistic, a table
+ * variable's guessed row count) from turning the read into a scan that locks its way through
+ * the table. Each read it is on has an index to seek: the primary key for the ids found, the
+ * lease index for expired pull claims.
+ */
+const LOCKED_READ = 'WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)';
+
+/** The rows found (`@found`), oldest first, locked (LOCKED_READ). */
 const lockFound = (table: string, alias: string, limit: string) => `INSERT INTO @candidates ([id])
-  SELECT TOP (${limit}) ${alias}.[id] FROM ${table} AS ${alias} WITH (UPDLOCK, READPAST, ROWLOCK)
+  SELECT TOP (${limit}) ${alias}.[id] FROM ${table} AS ${alias} ${LOCKED_READ}
   INNER JOIN @found AS f ON f.[id] = ${alias}.[id]
   WHERE ${alias}.[state] = N'pending'
   ORDER BY ${alias}.[available_at], ${alias}.[id];`;
@@ -115,7 +132,9 @@ const lockFound = (table: string, alias: string, limit: string) => `INSERT INTO 
  * oldest CLAIM_SCAN_WINDOW rows; then, only when those were fewer than the limit, the head of each
  * key with unfinished rows (one seek per key, from MIN(key) up) and the oldest rows without a key
  * (their own filtered index). The ids found are locked and materialized once in `@candidates`, so
- * the limit applies exactly once. The scans for candidates pass over rows others hold (READPAST,
+ * the limit applies exactly once. The key lookups of the second step state `[key] IS NOT NULL`,
+ * which `= @key` implies: SQL Server matches a filtered index (`... AND [key] IS NOT NULL`) only
+ * to a query that states its filter, and would scan otherwise. The scans for candidates pass over rows others hold (READPAST,
  * as the claim always did); the head checks never do: skipping an earlier row of a key held by
  * someone else would take a later one for its head.
  */
@@ -139,11 +158,11 @@ export const outboxClaimSql = (table: string) =>
       INSERT INTO @found ([id])
       SELECT h.[id] FROM (
         SELECT TOP (1) o.[id], o.[state], o.[available_at] FROM ${table} AS o
-        WHERE o.[key] = @key AND o.[state] IN (N'pending', N'processing')
+        WHERE o.[key] = @key AND o.[key] IS NOT NULL AND o.[state] IN (N'pending', N'processing')
         ORDER BY o.[id]
       ) AS h
       WHERE h.[state] = N'pending' AND h.[available_at] <= ${NOW}
-        AND NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE e.[key] = @key AND e.[state] = N'processing')
+        AND NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE e.[key] = @key AND e.[key] IS NOT NULL AND e.[state] = N'processing')
         AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);
       SET @key = (SELECT MIN(k.[key]) FROM ${table} AS k
         WHERE k.[state] IN (N'pending', N'processing') AND k.[key] IS NOT NULL AND k.[key] > @key);
@@ -207,31 +226,35 @@ type Finished = { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at
 
 /** @0 = id, @1 = token. `state`/`column`: `sent`/`sent_at` or `processed`/`processed_at`. */
 export const leaseCompleteSql = (table: string, finished: Finished) =>
-  `UPDATE ${table} SET [state] = N'${finished.state}', [${finished.column}] = ${NOW}, [lease_expires_at] = NULL
+  `${COUNTED}UPDATE ${table} SET [state] = N'${finished.state}', [${finished.column}] = ${NOW}, [lease_expires_at] = NULL
 WHERE ${FENCE}`;
 
 /**
  * @0 = the claims as one JSON array of `{ id, token }`. Completes a batch with one fenced
  * statement and returns the ids it completed; an id missing from the result lost its claim.
+ * FORCESEEK: one primary-key seek per claim, never a scan (OPENJSON's row count is a guess).
  */
 export const leaseCompleteBatchSql = (table: string, finished: Finished) => `UPDATE t
 SET [state] = N'${finished.state}', [${finished.column}] = ${NOW}, [lease_expires_at] = NULL
 OUTPUT inserted.[id]
-FROM ${table} AS t INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c ON t.[id] = c.[id]
+FROM ${table} AS t WITH (FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
+  ON t.[id] = c.[id]
 WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW}`;
 
 /** @0 = id, @1 = token. Gives an unstarted claim back (shutdown): pending again, its attempt not counted. */
-export const leaseReleaseSql = (table: string) => `UPDATE ${table}
+export const leaseReleaseSql = (table: string) => `${COUNTED}UPDATE ${table}
 SET [state] = N'pending', [attempts] = [attempts] - 1, [claim_token] = NULL, [lease_expires_at] = NULL
 WHERE ${FENCE}`;
 
 /** @0 = id, @1 = token, @2 = delay in ms, @3 = error text. */
-export const leaseRetrySql = (table: string) => `UPDATE ${table}
+export const leaseRetrySql = (table: string) => `${COUNTED}UPDATE ${table}
 SET [state] = N'pending', [available_at] = ${msFromNow('@2')}, [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = @3
 WHERE ${FENCE}`;
 
 /** @0 = id, @1 = token, @2 = reason. */
-export const leaseDeadLetterSql = (table: string) => `UPDATE ${table} SET [state] = N'dead', [lease_expires_at] = NULL, [last_error] = @2
+export const leaseDeadLetterSql = (
+  table: string,
+) => `${COUNTED}UPDATE ${table} SET [state] = N'dead', [lease_expires_at] = NULL, [last_error] = @2
 WHERE ${FENCE}`;
 
 /**
@@ -296,12 +319,14 @@ const inboxPendingSearch = (table: string, limit: string) => `DECLARE @found TAB
         INSERT INTO @found ([id])
         SELECT h.[id] FROM (
           SELECT TOP (1) i.[id], i.[state], i.[available_at] FROM ${table} AS i
-          WHERE i.[source] = @source AND i.[aggregate_id] = @aggregate AND i.[state] IN (N'pending', N'processing')
+          WHERE i.[source] = @source AND i.[aggregate_id] = @aggregate AND i.[aggregate_id] IS NOT NULL
+            AND i.[state] IN (N'pending', N'processing')
           ORDER BY i.[id]
         ) AS h
         WHERE h.[state] = N'pending' AND h.[available_at] <= ${NOW}
           AND NOT EXISTS (SELECT 1 FROM ${table} AS e
-            WHERE e.[source] = @source AND e.[aggregate_id] = @aggregate AND e.[state] = N'processing')
+            WHERE e.[source] = @source AND e.[aggregate_id] = @aggregate AND e.[aggregate_id] IS NOT NULL
+              AND e.[state] = N'processing')
           AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);
         SET @aggregate = (SELECT MIN(k.[aggregate_id]) FROM ${table} AS k
           WHERE k.[source] = @source AND k.[state] IN (N'pending', N'processing') AND k.[aggregate_id] IS NOT NULL
@@ -351,7 +376,7 @@ WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}
 export const inboxPullClaimSql = (table: string) =>
   underClaimLock(`DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
 INSERT INTO @candidates ([id])
-SELECT TOP (@1) i.[id] FROM ${table} AS i WITH (UPDLOCK, READPAST, ROWLOCK)
+SELECT TOP (@1) i.[id] FROM ${table} AS i ${LOCKED_READ}
 WHERE i.[source] = @3 AND i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW} AND ${headOfAggregate(table, 'i')}
 ORDER BY i.[lease_expires_at];
 DECLARE @room INT = @1 - (SELECT COUNT(*) FROM @candidates);
@@ -549,6 +574,6 @@ export const retentionDeleteSql = (table: string, kind: 'outbox-sent' | 'inbox-p
     'outbox-dead': { state: 'dead', age: deadAt('outbox') },
     'inbox-dead': { state: 'dead', age: deadAt('inbox') },
   }[kind];
-  return `DELETE TOP (@1) FROM ${table} WITH (ROWLOCK, READPAST)
+  return `${COUNTED}DELETE TOP (@1) FROM ${table} WITH (ROWLOCK, READPAST)
 WHERE [state] = N'${pick.state}' AND ${pick.age} < ${msAgo('@0')}`;
 };
