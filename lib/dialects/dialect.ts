@@ -122,8 +122,11 @@ export interface Dialect {
   leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null>;
   /** Marks the row finished, in `manager`'s transaction when given. */
   leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean>;
-  /** Completes many claims of one table with one fenced statement; returns the ids it completed. */
-  leaseCompleteBatch(p: { table: LeaseTable; claims: { id: string; token: string }[] }): Promise<Set<string>>;
+  /**
+   * Completes many claims of one table with one fenced statement; returns the ids it completed.
+   * With `manager`, in that transaction (or `TransactionLostError`), as `leaseComplete`.
+   */
+  leaseCompleteBatch(p: { table: LeaseTable; claims: { id: string; token: string }[]; manager?: EntityManager }): Promise<Set<string>>;
   /** Gives back a claim whose work never started (shutdown): `pending` again, the attempt not counted. */
   leaseRelease(p: FenceParams): Promise<boolean>;
   /** Returns the row to `pending`, available again after `delayMs`. */

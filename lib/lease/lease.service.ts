@@ -117,13 +117,15 @@ export class LeaseService {
 
   /**
    * Completes many claims (all of one table) with one fenced statement. Returns the claims that
-   * changed a row; every other one is lost (and counted).
+   * changed a row; every other one is lost (and counted). With `manager`, in that transaction, so
+   * the completions commit with the work done in it (or throws `TransactionLostError`).
    */
-  async completeBatch(claims: readonly Claim[]): Promise<Set<Claim>> {
+  async completeBatch(claims: readonly Claim[], manager?: EntityManager): Promise<Set<Claim>> {
     if (claims.length === 0) return new Set();
     const done = await this.dialect.leaseCompleteBatch({
       table: this.fence(claims[0]).table,
       claims: claims.map((c) => ({ id: c.id, token: c.token })),
+      manager,
     });
     const completed = new Set<Claim>();
     for (const claim of claims) if (this.fenced(claim, done.has(claim.id))) completed.add(claim);

@@ -161,6 +161,23 @@ function conformance(harness: DialectHarness) {
       assert.deepEqual(await db.row('outbox', claims[2].id), { state: 'pending', claimToken: null, attempts: 0, lastError: null });
     });
 
+    it('a batch completed in a transaction commits with it, and rolls back with it', async () => {
+      await enqueue({ payload: { n: 1 } }, { payload: { n: 2 } });
+      const claims = await claimOutbox(2);
+      const rollback = new Error('the work failed');
+      await assert.rejects(
+        db.dataSource.transaction(async (manager) => {
+          assert.equal((await lease.completeBatch(claims, manager)).size, 2);
+          throw rollback;
+        }),
+        rollback,
+      );
+      assert.equal(await db.count('outbox', 'sent'), 0, 'rolled back with the transaction');
+      const done = await db.dataSource.transaction((manager) => lease.completeBatch(claims, manager));
+      assert.deepEqual(done, new Set(claims));
+      assert.equal(await db.count('outbox', 'sent'), 2);
+    });
+
     it('I7: a fence evaluated late in a long transaction uses the current time, not the transaction start', async () => {
       await enqueue({});
       const [claim] = await claimOutbox(1, 300);

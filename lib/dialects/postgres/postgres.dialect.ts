@@ -175,11 +175,16 @@ export class PostgresDialect implements Dialect {
     return affected === 1;
   }
 
-  async leaseCompleteBatch(p: { table: LeaseTable; claims: { id: string; token: string }[] }): Promise<Set<string>> {
-    const { rows } = await this.run<{ id: string }>(sql.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]), [
-      p.claims.map((c) => c.id),
-      p.claims.map((c) => c.token),
-    ]);
+  async leaseCompleteBatch(p: {
+    table: LeaseTable;
+    claims: { id: string; token: string }[];
+    manager?: EntityManager;
+  }): Promise<Set<string>> {
+    const { rows } = await this.run<{ id: string }>(
+      sql.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
+      [p.claims.map((c) => c.id), p.claims.map((c) => c.token)],
+      p.manager,
+    );
     return new Set(rows.map((r) => String(r.id)));
   }
 

@@ -215,10 +215,16 @@ export class SqlServerDialect implements Dialect {
     return affected === 1;
   }
 
-  async leaseCompleteBatch(p: { table: LeaseTable; claims: { id: string; token: string }[] }): Promise<Set<string>> {
-    const { rows } = await this.run<{ id: string }>(sql.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]), [
-      text(JSON.stringify(p.claims.map((c) => ({ id: c.id, token: c.token })))),
-    ]);
+  async leaseCompleteBatch(p: {
+    table: LeaseTable;
+    claims: { id: string; token: string }[];
+    manager?: EntityManager;
+  }): Promise<Set<string>> {
+    const { rows } = await this.run<{ id: string }>(
+      sql.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
+      [text(JSON.stringify(p.claims.map((c) => ({ id: c.id, token: c.token }))))],
+      p.manager,
+    );
     return new Set(rows.map((r) => String(r.id)));
   }
 
