@@ -18,6 +18,7 @@ import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } fro
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../queuebox.options';
 import { inSpan, processSpan } from '../tracing/trace-context';
+import { ForwardBatcher } from './forward-batcher';
 import type { InboxMessage } from './inbox.types';
 import { retryOrDeadLetter } from './inbox-failure';
 import { InboxSources } from './inbox-sources';
@@ -28,9 +29,10 @@ const NAME = 'inbox relay';
 export const CAUSATION_HEADER = 'X-Causation-Id';
 
 /**
- * Forwards inbox rows of the routed sources (`inbox.relay.routes`) to the outbox. Each row is
- * forwarded in one transaction that inserts its outbox row(s) and marks it `processed`, fenced:
- * when the mark loses the claim the insert rolls back, so a row reaches the outbox once (I6).
+ * Forwards inbox rows of the routed sources (`inbox.relay.routes`) to the outbox. A row's outbox
+ * row(s) are inserted in the transaction that marks it `processed`, fenced: a row whose claim is
+ * lost gets no outbox row, so a row reaches the outbox once (I6). Rows routed at the same time
+ * share that transaction (`ForwardBatcher`); a row whose batch failed is forwarded alone.
  * Outbox message ids derive from the inbox row, so a forward can be traced end to end.
  */
 @Injectable()
@@ -39,6 +41,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
   protected readonly logger = new Logger('QueueBox:InboxRelay');
   protected readonly options: ResolvedRelayOptions;
   protected readonly loop: ClaimLoop<InboxClaim>;
+  private readonly batcher: ForwardBatcher;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -52,6 +55,8 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
   ) {
     super();
     this.options = rootOptions.inbox.relay;
+    // At most `batchSize` claims are held, so no batch could be bigger.
+    this.batcher = new ForwardBatcher(dataSource, dialect, lease, this.options.batchSize);
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
       {
@@ -94,6 +99,10 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     let failure: unknown;
     try {
       rows = await this.outboxRowsFor(message, keeper, yieldSlot);
+      // `concurrency` bounds routes running: the next route runs while this forward waits for its
+      // batch, so a batch can gather up to `batchSize` forwards (a route that timed out and still
+      // runs kept its slot above and never gets here).
+      yieldSlot();
     } catch (error) {
       failure = error;
     }
@@ -106,10 +115,9 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     }
     if (rows) {
       try {
-        await this.dataSource.transaction(async (manager) => {
-          if (rows.length > 0) await this.dialect.outboxInsert({ manager, rows });
-          if (!(await this.lease.complete(claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', claim.id));
-        });
+        const outcome = await this.batcher.forward(claim, rows);
+        if (outcome === 'lost') throw new ClaimLostError(messages.claimLost('inbox', claim.id));
+        if (outcome === 'alone') await this.forwardAlone(claim, rows);
         this.events.emit('queuebox:inbox:processed', {
           ...inboxEventMessage('inbox', claim.message),
           durationMs: performance.now() - startedAt,
@@ -135,6 +143,14 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
       durationMs: performance.now() - startedAt,
       logger: this.logger,
       retryMessage: (error, delayMs) => messages.relayFailed(`${message.source}/${message.idempotencyKey}`, claim.attempt, error, delayMs),
+    });
+  }
+
+  /** One row's forward in a transaction of its own: its outbox row(s), then its fenced completion. */
+  private async forwardAlone(claim: InboxClaim, rows: OutboxInsertRow[]): Promise<void> {
+    await this.dataSource.transaction(async (manager) => {
+      if (rows.length > 0) await this.dialect.outboxInsert({ manager, rows });
+      if (!(await this.lease.complete(claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', claim.id));
     });
   }
 
