@@ -168,7 +168,10 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
     assert.equal(t.get(QueueBoxMetrics).value('queuebox_inbox_messages_processed_total', { component: 'inbox', source: 'orders' }), 1);
   });
 
-  it('a route past inbox.relay.handlerTimeout has its signal aborted and its attempt recorded; a late result is dropped', async () => {
+  // Bounded: without the time limit this test would hang, not fail.
+  it('a route past inbox.relay.handlerTimeout has its signal aborted and its attempt recorded; a late result is dropped', {
+    timeout: 30_000,
+  }, async () => {
     const hold = gate();
     let seen: AbortSignal | undefined;
     routeBehaviour = async (message) => {

@@ -144,12 +144,17 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
     await dataSource.transaction(async (manager) => {
       await outbox.enqueue(manager, { destination: 'billing', payload: { kept: true } });
       for (const [message, field, text] of cases) {
-        await assert.rejects(outbox.enqueue(manager, message as never), (error: unknown) => {
-          assert.ok(error instanceof QueueBoxValidationError, String(error));
-          assert.equal(error.field, field);
-          assert.match(error.message, text);
-          return true;
-        });
+        const which = `the case of ${field} ${text}`;
+        await assert.rejects(
+          outbox.enqueue(manager, message as never),
+          (error: unknown) => {
+            assert.ok(error instanceof QueueBoxValidationError, String(error));
+            assert.equal(error.field, field);
+            assert.match(error.message, text);
+            return true;
+          },
+          `${which} was accepted`,
+        );
       }
       // The transaction is still usable: validation happens before any SQL.
       await outbox.enqueue(manager, { destination: 'billing', payload: { kept: 2 } });

@@ -8,7 +8,7 @@ import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
-import { createTestApp } from '../support/app';
+import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
@@ -33,20 +33,30 @@ describe('the pool must hold the LISTEN and renewal connections plus one (issue 
 
   const tooSmall = (minimum: number) => (error: unknown) =>
     error instanceof QueueBoxConfigError && error.option === 'dataSource' && error.message.includes(`needs at least ${minimum}`);
+  // An app that starts when it should not is closed before the test fails, so the run can end.
+  const closedIfStarted = (starting: Promise<TestApp>) =>
+    starting.then(async (started) => {
+      await started.app.close();
+      return started;
+    });
 
   it('pool 1 with the outbox worker fails start-up: the LISTEN connection would hold the only one', async () => {
     await assert.rejects(
-      createTestApp(db.url, { workers: { relay: false, pull: false }, outbox: { publisher: new RecordingPublisher() } }, { poolSize: 1 }),
+      closedIfStarted(
+        createTestApp(db.url, { workers: { relay: false, pull: false }, outbox: { publisher: new RecordingPublisher() } }, { poolSize: 1 }),
+      ),
       tooSmall(2),
     );
   });
 
   it('pool 2 with a @PullHandler fails start-up: LISTEN and renewals would leave none for the handler', async () => {
     await assert.rejects(
-      createTestApp(
-        db.url,
-        { workers: { outbox: false, relay: false }, pull: { pollIntervalMs: 10 } },
-        { poolSize: 2, providers: [TallyHandler] },
+      closedIfStarted(
+        createTestApp(
+          db.url,
+          { workers: { outbox: false, relay: false }, pull: { pollIntervalMs: 10 } },
+          { poolSize: 2, providers: [TallyHandler] },
+        ),
       ),
       (error: unknown) => tooSmall(3)(error) && /LISTEN.*lease renewals/.test((error as Error).message),
     );

@@ -217,7 +217,10 @@ describe('pull workers on PostgreSQL', () => {
     assert.deepEqual(await ledger(), [], 'rolled back');
   });
 
-  it('a handler past its handlerTimeout: signal aborted, attempt recorded, transaction never commits, slot held until it ends', async () => {
+  // Bounded: without the time limit this test would hang, not fail.
+  it('a handler past its handlerTimeout: signal aborted, attempt recorded, transaction never commits, slot held until it ends', {
+    timeout: 30_000,
+  }, async () => {
     const hold = gate();
     let signal: AbortSignal | undefined;
     timedCalls = 0;
