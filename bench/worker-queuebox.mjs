@@ -31,17 +31,41 @@ function inboxSetup(config, record) {
     };
   }
   // A provider class with a @PullHandler method, decorated by hand (plain .mjs has no decorators).
+  // The batch form (`batch`: several messages, one transaction) when this QueueBox offers it;
+  // BENCH_PULL_BATCH=1 measures the one-message form.
   const { queuebox, nestCommon } = loadQueueBox();
+  const batch = pullBatch(queuebox);
   class BenchPullConsumer {
-    // A no-op inside the handler's transaction: QueueBox completes the row in it and commits.
-    async handle(message) {
-      record(message.payload);
+    // A no-op inside the handler's transaction: QueueBox completes the row(s) in it and commits.
+    async handle(messageOrMessages) {
+      if (Array.isArray(messageOrMessages)) for (const message of messageOrMessages) record(message.payload);
+      else record(messageOrMessages.payload);
     }
   }
   const proto = BenchPullConsumer.prototype;
-  queuebox.PullHandler(source, { concurrency })(proto, 'handle', Object.getOwnPropertyDescriptor(proto, 'handle'));
+  const handlerOptions = batch > 1 ? { concurrency, batch } : { concurrency };
+  queuebox.PullHandler(source, handlerOptions)(proto, 'handle', Object.getOwnPropertyDescriptor(proto, 'handle'));
   nestCommon.Injectable()(BenchPullConsumer);
   return { options: { pull: { ...worker } }, providers: [BenchPullConsumer], workers: { outbox: false, relay: false, pull: true } };
+}
+
+/**
+ * Messages per pull handler call: BENCH_PULL_BATCH (1 = one message per call), default 100 when
+ * the QueueBox under test accepts `batch` (older builds refuse it as an unknown option).
+ */
+function pullBatch(queuebox) {
+  const raw = process.env.BENCH_PULL_BATCH;
+  if (raw !== undefined && raw !== '') {
+    const value = Number(raw);
+    if (!Number.isInteger(value) || value < 1) throw new Error(`BENCH_PULL_BATCH must be a positive integer, got ${JSON.stringify(raw)}`);
+    return value;
+  }
+  return offersPullBatch(queuebox) ? 100 : 1;
+}
+
+/** Whether the QueueBox build under test has the batch form (older builds refuse `batch` as an unknown option at boot). */
+function offersPullBatch(queuebox) {
+  return typeof queuebox.PullWorker?.prototype?.handleBatch === 'function';
 }
 
 serveWorker(async (config, record) => {
