@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
-import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { ClaimLostError, HandlerTimeoutError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
@@ -10,6 +10,7 @@ import { type PullBatchContext, PullHandler } from '../../lib/pull/pull-handler.
 import { resolveOptions, resolvePullHandler } from '../../lib/queuebox.options';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { gate } from '../support/recording-publisher';
 
 /** What the batch handler does after its writes; set per test. */
 let behaviour: (messages: InboxMessage[], context: PullBatchContext) => Promise<void> = async () => undefined;
@@ -39,6 +40,25 @@ class BatchLedgerHandler {
   }
 }
 
+/** The batch handler of source "batched-timed": handlerTimeout 300 ms, short leases; set per test. */
+let timedBehaviour: (messages: InboxMessage[], context: PullBatchContext) => Promise<void> = async () => undefined;
+
+@Injectable()
+class TimedBatchHandler {
+  @PullHandler('batched-timed', {
+    batch: 10,
+    leaseMs: 600,
+    handlerTimeout: 300,
+    maxAttempts: 3,
+    backoff: { initialMs: 1, maxMs: 1, jitter: false },
+  })
+  async handle(messages: InboxMessage[], context: PullBatchContext) {
+    for (const message of messages)
+      await context.manager.query('INSERT INTO ledger (idempotency_key, xid) VALUES ($1, txid_current())', [message.idempotencyKey]);
+    await timedBehaviour(messages, context);
+  }
+}
+
 describe('batch pull handlers on PostgreSQL', () => {
   let db: TestDatabase;
   let t: TestApp;
@@ -48,7 +68,7 @@ describe('batch pull handlers on PostgreSQL', () => {
   before(async () => {
     db = await createTestDatabase();
     await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, xid bigint)');
-    t = await createTestApp(db.url, { workers: false }, { providers: [BatchLedgerHandler] });
+    t = await createTestApp(db.url, { workers: false }, { providers: [BatchLedgerHandler, TimedBatchHandler] });
     inbox = t.get(InboxService);
     worker = t.get(PullWorker);
   });
@@ -59,6 +79,7 @@ describe('batch pull handlers on PostgreSQL', () => {
   beforeEach(async () => {
     await db.query('TRUNCATE queuebox_inbox, ledger');
     behaviour = async () => undefined;
+    timedBehaviour = async () => undefined;
     calls.length = 0;
   });
 
@@ -184,6 +205,59 @@ describe('batch pull handlers on PostgreSQL', () => {
       );
       assert.equal(seqs.length, 4);
     }
+  });
+
+  it('a batch past its handlerTimeout: signal aborted, every message’s attempt failed, nothing commits', async () => {
+    const hold = gate();
+    let signal: AbortSignal | undefined;
+    timedBehaviour = async (_messages, context) => {
+      signal = context.signal;
+      await hold.promise; // ignores its signal
+    };
+    for (let n = 0; n < 3; n++) await inbox.receive({ source: 'batched-timed', idempotencyKey: `t${n}`, payload: {} });
+    let handlerDone: Promise<unknown> | undefined;
+    try {
+      assert.equal(await worker.runOnce('batched-timed'), 3, 'the attempt ends at the timeout');
+      for (const row of await states()) {
+        assert.equal(row.state, 'pending');
+        assert.equal(row.attempts, 1);
+        assert.match(row.last_error ?? '', /HandlerTimeoutError/);
+      }
+      assert.equal(signal?.aborted, true);
+      assert.ok(signal?.reason instanceof HandlerTimeoutError);
+    } finally {
+      hold.open();
+      handlerDone = eventually(async () => (await worker.runOnce('batched-timed')) === 3, 'the retry');
+    }
+    await handlerDone;
+    assert.deepEqual(new Set((await states()).map((row) => row.state)), new Set(['processed']));
+    assert.equal((await ledger()).length, 3, 'only the retry committed');
+  });
+
+  it('a renewal that fails aborts the batch’s signal; nothing commits and the claims still held are released', async () => {
+    let signal: AbortSignal | undefined;
+    timedBehaviour = async (messages, context) => {
+      if (signal) return; // the retry
+      signal = context.signal;
+      // Another owner now: the next renewal (every 200 ms) of the first message changes nothing.
+      await db.query('UPDATE queuebox_inbox SET claim_token = gen_random_uuid() WHERE id = $1', [messages[0].id]);
+      await new Promise((resolve) => context.signal.addEventListener('abort', resolve));
+    };
+    for (let n = 0; n < 3; n++) await inbox.receive({ source: 'batched-timed', idempotencyKey: `r${n}`, payload: {} });
+    const lostBefore = t.get(QueueBoxMetrics).total('queuebox_claims_lost_total');
+    assert.equal(await worker.runOnce('batched-timed'), 3);
+    assert.ok(signal?.reason instanceof ClaimLostError);
+    assert.deepEqual(await ledger(), [], 'nothing of the batch committed');
+    assert.deepEqual(
+      (await states()).map((row) => [row.idempotency_key, row.state, row.attempts]),
+      [
+        ['r0', 'processing', 1],
+        ['r1', 'pending', 0],
+        ['r2', 'pending', 0],
+      ],
+      'the lost row is left to its owner; the others are released',
+    );
+    assert.equal(t.get(QueueBoxMetrics).total('queuebox_claims_lost_total') - lostBefore, 1);
   });
 
   it('a running worker drains a backlog in batches', { timeout: 60_000 }, async () => {
