@@ -302,3 +302,15 @@ describe('the batch option', () => {
     });
   }
 });
+
+// Compile-time: the batch form only decorates `(messages: InboxMessage[], context: PullBatchContext)`.
+// (Never registered as a provider: only the compiler reads these.)
+class WronglyTypedBatchHandlers {
+  // @ts-expect-error -- one message is not the batch form's first parameter
+  @PullHandler('typed', { batch: 5 })
+  async one(_message: InboxMessage, _context: PullBatchContext) {}
+
+  @PullHandler('typed', { batch: 5 })
+  async many(_messages: InboxMessage[], _context: PullBatchContext) {}
+}
+void WronglyTypedBatchHandlers;
