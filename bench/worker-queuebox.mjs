@@ -2,7 +2,7 @@
 // outbox worker publishes through a no-op Publisher that only records the message. W5
 // (`config.options.inbox`): only the inbox relay runs, with a route that records the message and
 // forwards it to the outbox, or only the pull worker, with a @PullHandler provider that records it.
-import { createQueueBoxApp, loadQueueBox } from './queuebox-lib.mjs';
+import { createQueueBoxApp, loadQueueBox, pullBatchSize } from './queuebox-lib.mjs';
 import { serveWorker } from './worker-common.mjs';
 
 /** The app's options and providers for each run, and which workers run once it goes. */
@@ -34,7 +34,7 @@ function inboxSetup(config, record) {
   // The batch form (`batch`: several messages, one transaction) when this QueueBox offers it;
   // BENCH_PULL_BATCH=1 measures the one-message form.
   const { queuebox, nestCommon } = loadQueueBox();
-  const batch = pullBatch(queuebox);
+  const batch = pullBatchSize();
   class BenchPullConsumer {
     // A no-op inside the handler's transaction: QueueBox completes the row(s) in it and commits.
     async handle(messageOrMessages) {
@@ -47,25 +47,6 @@ function inboxSetup(config, record) {
   queuebox.PullHandler(source, handlerOptions)(proto, 'handle', Object.getOwnPropertyDescriptor(proto, 'handle'));
   nestCommon.Injectable()(BenchPullConsumer);
   return { options: { pull: { ...worker } }, providers: [BenchPullConsumer], workers: { outbox: false, relay: false, pull: true } };
-}
-
-/**
- * Messages per pull handler call: BENCH_PULL_BATCH (1 = one message per call), default 100 when
- * the QueueBox under test accepts `batch` (older builds refuse it as an unknown option).
- */
-function pullBatch(queuebox) {
-  const raw = process.env.BENCH_PULL_BATCH;
-  if (raw !== undefined && raw !== '') {
-    const value = Number(raw);
-    if (!Number.isInteger(value) || value < 1) throw new Error(`BENCH_PULL_BATCH must be a positive integer, got ${JSON.stringify(raw)}`);
-    return value;
-  }
-  return offersPullBatch(queuebox) ? 100 : 1;
-}
-
-/** Whether the QueueBox build under test has the batch form (older builds refuse `batch` as an unknown option at boot). */
-function offersPullBatch(queuebox) {
-  return typeof queuebox.PullWorker?.prototype?.handleBatch === 'function';
 }
 
 serveWorker(async (config, record) => {
