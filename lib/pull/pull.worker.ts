@@ -169,6 +169,9 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     batch: HeldClaim[],
     holdSlot: (until: Promise<unknown>) => void,
   ): Promise<void> {
+    // Claims that waited for a batch slot past the point where shutdown stopped waiting: their
+    // keepers are aborted; leave the rows to their leases, as abandoned work does.
+    if (loop.abandoned) return;
     const claims = batch.map((held) => held.claim);
     const keepers = batch.map((held) => held.keeper);
     const lost = (claim: InboxClaim) => new ClaimLostError(messages.claimLost('pull', claim.id));
