@@ -59,6 +59,19 @@ class TimedBatchHandler {
   }
 }
 
+/** The batch handler of source "batched-slow" (one batch at a time); set per test. */
+let slowBehaviour: (messages: InboxMessage[]) => Promise<void> = async () => undefined;
+const slowCalls: string[][] = [];
+
+@Injectable()
+class SlowBatchHandler {
+  @PullHandler('batched-slow', { batch: 10, concurrency: 1, leaseMs: 10_000 })
+  async handle(messages: InboxMessage[]) {
+    slowCalls.push(messages.map((message) => message.idempotencyKey));
+    await slowBehaviour(messages);
+  }
+}
+
 describe('batch pull handlers on PostgreSQL', () => {
   let db: TestDatabase;
   let t: TestApp;
@@ -68,7 +81,11 @@ describe('batch pull handlers on PostgreSQL', () => {
   before(async () => {
     db = await createTestDatabase();
     await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, xid bigint)');
-    t = await createTestApp(db.url, { workers: false }, { providers: [BatchLedgerHandler, TimedBatchHandler] });
+    t = await createTestApp(
+      db.url,
+      { workers: false, pull: { sources: ['batched-slow'] } },
+      { providers: [BatchLedgerHandler, TimedBatchHandler] },
+    );
     inbox = t.get(InboxService);
     worker = t.get(PullWorker);
   });
@@ -258,6 +275,35 @@ describe('batch pull handlers on PostgreSQL', () => {
       'the lost row is left to its owner; the others are released',
     );
     assert.equal(t.get(QueueBoxMetrics).total('queuebox_claims_lost_total') - lostBefore, 1);
+  });
+
+  it('shutdown that stops waiting: claims still waiting for a batch slot are not handed to the handler', { timeout: 60_000 }, async () => {
+    const hold = gate();
+    const running = gate();
+    slowCalls.length = 0;
+    slowBehaviour = async () => {
+      running.open();
+      await hold.promise;
+    };
+    for (let n = 0; n < 3; n++) await inbox.receive({ source: 'batched-slow', idempotencyKey: `first${n}`, payload: {} });
+    const app = await createTestApp(
+      db.url,
+      { workers: { outbox: false, relay: false, pull: true }, pull: { pollIntervalMs: 10, shutdownTimeoutMs: 100 } },
+      { providers: [SlowBatchHandler] },
+    );
+    await running.promise;
+    // Claimed while the first batch holds the only slot: they wait for it.
+    for (let n = 0; n < 5; n++) await app.get(InboxService).receive({ source: 'batched-slow', idempotencyKey: `second${n}`, payload: {} });
+    await eventually(
+      async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE source = 'batched-slow' AND state = 'processing'")).length === 8,
+      'the second messages claimed',
+    );
+    const closing = app.app.close();
+    await eventually(async () => app.logger.has('warn', 'shutdown timeout reached'), 'shutdown to stop waiting');
+    hold.open();
+    await closing;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.deepEqual(slowCalls, [['first0', 'first1', 'first2']], 'only the batch that ran before shutdown');
   });
 
   it('a running worker drains a backlog in batches', { timeout: 60_000 }, async () => {
