@@ -79,3 +79,22 @@ export async function createStackApp({ url, poolSize }) {
 export function resolveFromBench(name) {
   return require.resolve(name);
 }
+
+/**
+ * Messages per pull handler call: BENCH_PULL_BATCH (1 = one message per call), default 100 when
+ * the QueueBox under test accepts `batch` (older builds refuse it as an unknown option).
+ */
+export function pullBatchSize() {
+  const raw = process.env.BENCH_PULL_BATCH;
+  if (raw !== undefined && raw !== '') {
+    const value = Number(raw);
+    if (!Number.isInteger(value) || value < 1) throw new Error(`BENCH_PULL_BATCH must be a positive integer, got ${JSON.stringify(raw)}`);
+    return value;
+  }
+  return offersPullBatch(loadQueueBox().queuebox) ? 100 : 1;
+}
+
+/** Whether the QueueBox build under test has the batch form (older builds refuse `batch` as an unknown option at boot). */
+function offersPullBatch(queuebox) {
+  return typeof queuebox.PullWorker?.prototype?.handleBatch === 'function';
+}

@@ -2,7 +2,7 @@
 // outbox worker publishes through a no-op Publisher that only records the message. W5
 // (`config.options.inbox`): only the inbox relay runs, with a route that records the message and
 // forwards it to the outbox, or only the pull worker, with a @PullHandler provider that records it.
-import { createQueueBoxApp, loadQueueBox } from './queuebox-lib.mjs';
+import { createQueueBoxApp, loadQueueBox, pullBatchSize } from './queuebox-lib.mjs';
 import { serveWorker } from './worker-common.mjs';
 
 /** The app's options and providers for each run, and which workers run once it goes. */
@@ -31,15 +31,20 @@ function inboxSetup(config, record) {
     };
   }
   // A provider class with a @PullHandler method, decorated by hand (plain .mjs has no decorators).
+  // The batch form (`batch`: several messages, one transaction) when this QueueBox offers it;
+  // BENCH_PULL_BATCH=1 measures the one-message form.
   const { queuebox, nestCommon } = loadQueueBox();
+  const batch = pullBatchSize();
   class BenchPullConsumer {
-    // A no-op inside the handler's transaction: QueueBox completes the row in it and commits.
-    async handle(message) {
-      record(message.payload);
+    // A no-op inside the handler's transaction: QueueBox completes the row(s) in it and commits.
+    async handle(messageOrMessages) {
+      if (Array.isArray(messageOrMessages)) for (const message of messageOrMessages) record(message.payload);
+      else record(messageOrMessages.payload);
     }
   }
   const proto = BenchPullConsumer.prototype;
-  queuebox.PullHandler(source, { concurrency })(proto, 'handle', Object.getOwnPropertyDescriptor(proto, 'handle'));
+  const handlerOptions = batch > 1 ? { concurrency, batch } : { concurrency };
+  queuebox.PullHandler(source, handlerOptions)(proto, 'handle', Object.getOwnPropertyDescriptor(proto, 'handle'));
   nestCommon.Injectable()(BenchPullConsumer);
   return { options: { pull: { ...worker } }, providers: [BenchPullConsumer], workers: { outbox: false, relay: false, pull: true } };
 }

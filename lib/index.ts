@@ -84,7 +84,13 @@ export {
 } from './publishers/client-proxy.publisher';
 export { HttpPublisher, type HttpPublisherOptions, KEY_HEADER } from './publishers/http.publisher';
 export { PullWorker } from './pull/pull.worker';
-export { type PullContext, PullHandler } from './pull/pull-handler.decorator';
+export {
+  type PullBatchContext,
+  type PullBatchHandlerMethod,
+  type PullBatchHandlerOptions,
+  type PullContext,
+  PullHandler,
+} from './pull/pull-handler.decorator';
 export { DEFAULT_TABLES, MESSAGE_ID_HEADER, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';

@@ -432,7 +432,7 @@ export const MAX_LEASE_MS = 24 * 3600_000;
 /** Validates one `@PullHandler`'s options against the `pull` defaults. `where` names the handler in errors. */
 export function resolvePullHandler(where: string, options: PullHandlerOptions, defaults: ResolvedPullOptions) {
   expectObject(where, options);
-  rejectUnknownKeys(`${where}.`, options, ['leaseMs', 'concurrency', 'maxAttempts', 'backoff', 'retry', 'handlerTimeout']);
+  rejectUnknownKeys(`${where}.`, options, ['leaseMs', 'concurrency', 'maxAttempts', 'backoff', 'retry', 'handlerTimeout', 'batch']);
   const retry =
     options.retry !== undefined
       ? resolveRetry(where, options)
@@ -445,9 +445,14 @@ export function resolvePullHandler(where: string, options: PullHandlerOptions, d
     leaseMs: integer(`${where}.leaseMs`, options.leaseMs, defaults.defaultLeaseMs, MIN_LEASE_MS, MAX_LEASE_MS),
     concurrency: integer(`${where}.concurrency`, options.concurrency, defaults.concurrency, 1, 10_000),
     handlerTimeoutMs: handlerTimeout(`${where}.handlerTimeout`, options.handlerTimeout, defaults.handlerTimeoutMs),
+    // Undefined: the handler takes one message per call.
+    batch: options.batch === undefined ? undefined : integer(`${where}.batch`, options.batch, 1, 1, MAX_PULL_BATCH),
     ...retry,
   };
 }
+
+/** Most messages one call of a batch `@PullHandler` receives (`batch`). */
+export const MAX_PULL_BATCH = 1000;
 
 /** Per-handler options of `@PullHandler(source, options)`. */
 export interface PullHandlerOptions {
@@ -463,6 +468,12 @@ export interface PullHandlerOptions {
   retry?: RetryOption<InboxMessage>;
   /** Longest time one call of this handler may take. Default `pull.handlerTimeout`. */
   handlerTimeout?: Duration;
+  /**
+   * Opt-in batch form (integer 1 to 1000): the method receives up to this many messages and one
+   * `PullBatchContext`, and its writes and every message's completion commit in one transaction.
+   * `concurrency` then counts batch calls. Default: one message per call.
+   */
+  batch?: number;
 }
 
 /** A source travels in URLs (`POST <path>/:source`) and in logs: keep it plain. */

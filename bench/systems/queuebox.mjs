@@ -2,7 +2,7 @@
 // inside TypeORM transactions (as an application does), worker = OutboxPoller + no-op Publisher.
 import { createRequire } from 'node:module';
 import { withClient } from '../pg.mjs';
-import { createQueueBoxApp, loadQueueBox } from '../queuebox-lib.mjs';
+import { createQueueBoxApp, loadQueueBox, pullBatchSize } from '../queuebox-lib.mjs';
 
 const require = createRequire(import.meta.url);
 const TABLE = 'queuebox_outbox';
@@ -71,7 +71,7 @@ export default {
       const what =
         o.consumer === 'relay'
           ? `inbox relay only (workers: { outbox: false, relay: true, pull: false }), concurrency ${o.concurrency}, batchSize ${o.batchSize}`
-          : `@PullHandler concurrency ${o.concurrency}, no-op handler (workers: { outbox: false, relay: false, pull: true })`;
+          : `@PullHandler concurrency ${o.concurrency}, ${pullBatchSize() > 1 ? `batch ${pullBatchSize()}` : 'one message per call'}, no-op handler (workers: { outbox: false, relay: false, pull: true })`;
       return `${what}, pollIntervalMs ${o.pollIntervalMs}`;
     }
     const o = pollerOptions(workload, settings.concurrency);

@@ -1,5 +1,6 @@
 import { SetMetadata } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
+import type { InboxMessage } from '../inbox/inbox.types';
 import type { PullHandlerOptions } from '../queuebox.options';
 
 export const PULL_HANDLER_METADATA = 'QUEUEBOX:PULL_HANDLER';
@@ -19,6 +20,20 @@ export interface PullContext {
   attempt: number;
 }
 
+/** What a batch pull handler (`batch` option) gets beside its messages. */
+export interface PullBatchContext {
+  /** The one transaction of the call; every message's row is completed in it. Do every business write through it. */
+  manager: EntityManager;
+  /** Aborts when any claim of the batch is lost, at the handler timeout, or when shutdown stops waiting: stop, the transaction rolls back. */
+  signal: AbortSignal;
+}
+
+/** The `@PullHandler` options of the batch form: `batch` set. */
+export type PullBatchHandlerOptions = PullHandlerOptions & { batch: number };
+
+/** The method a batch `@PullHandler` decorates: `(messages, context)`. */
+export type PullBatchHandlerMethod = (messages: InboxMessage[], context: PullBatchContext) => unknown;
+
 /**
  * Marks a provider method as the consumer of an inbox `source`. QueueBox claims each message of
  * the source, opens a TypeORM transaction, calls the method with the message and that
@@ -35,6 +50,25 @@ export interface PullContext {
  *   }
  * }
  */
+export function PullHandler(source: string, options?: PullHandlerOptions & { batch?: undefined }): MethodDecorator;
+/**
+ * The batch form (`batch: n`): the method receives up to `n` claimed messages of `source` (at most
+ * one per aggregate, each in its aggregate's order) and one `PullBatchContext`. Its writes and all
+ * the messages' completions commit in one transaction. If it throws (or times out), all of it
+ * rolls back and every message's attempt is recorded as failed (retried or dead-lettered per
+ * `maxAttempts`). If any claim of the batch is lost before the commit, nothing of the batch
+ * commits; the claims still held go back to `pending` with their attempt not counted.
+ *
+ * @example
+ * @PullHandler('payments', { batch: 100 })
+ * async onPayments(messages: InboxMessage[], { manager }: PullBatchContext) {
+ *   await manager.insert(Payment, messages.map((m) => ({ id: m.idempotencyKey, ...m.payload })));
+ * }
+ */
+export function PullHandler(
+  source: string,
+  options: PullBatchHandlerOptions,
+): <M extends PullBatchHandlerMethod>(target: object, key: string | symbol, descriptor: TypedPropertyDescriptor<M>) => void;
 export function PullHandler(source: string, options: PullHandlerOptions = {}): MethodDecorator {
   return SetMetadata<string, PullHandlerMetadata>(PULL_HANDLER_METADATA, { source, options });
 }

@@ -6,14 +6,17 @@ import { InboxSources } from '../inbox/inbox-sources';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { isSourceName, type ResolvedQueueBoxOptions, resolvePullHandler } from '../queuebox.options';
-import { PULL_HANDLER_METADATA, type PullContext, type PullHandlerMetadata } from './pull-handler.decorator';
+import { PULL_HANDLER_METADATA, type PullBatchContext, type PullContext, type PullHandlerMetadata } from './pull-handler.decorator';
 
 /** A discovered `@PullHandler` with its options resolved. */
 export interface PullHandlerDefinition {
   source: string;
   /** `ClassName.method`, for messages. */
   name: string;
-  handle: (message: InboxMessage, context: PullContext) => unknown;
+  /** Called with one message and a `PullContext`, or, with `batch` set, with an array and a `PullBatchContext`. */
+  handle: (message: InboxMessage | InboxMessage[], context: PullContext | PullBatchContext) => unknown;
+  /** Most messages per call of the batch form; undefined for one message per call. */
+  batch?: number;
   leaseMs: number;
   concurrency: number;
   /** Longest time one call may take (`handlerTimeout`). */

@@ -3,7 +3,7 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
 import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
 import { DatabaseRecovery } from '../common/database-recovery';
-import { isInstance } from '../common/errors';
+import { describeError, isInstance } from '../common/errors';
 import { withinTimeout } from '../common/time-limit';
 import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
@@ -17,8 +17,18 @@ import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.con
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';
 import { inSpan, processSpan } from '../tracing/trace-context';
-import type { PullContext } from './pull-handler.decorator';
+import { BatchQueue } from './batch-queue';
+import type { PullBatchContext, PullContext } from './pull-handler.decorator';
 import { type PullHandlerDefinition, PullHandlerExplorer } from './pull-handler.explorer';
+
+/** `LeaseService.claimPullBatch` takes at most this many rows per statement. */
+const MAX_CLAIM_LIMIT = 10_000;
+
+/** A claim of the batch form, with the keeper renewing it since it was claimed. */
+interface HeldClaim {
+  claim: InboxClaim;
+  keeper: LeaseKeeper;
+}
 
 /**
  * Runs every `@PullHandler`: per source, claims messages (expired claims included), runs the
@@ -32,6 +42,7 @@ import { type PullHandlerDefinition, PullHandlerExplorer } from './pull-handler.
 export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('QueueBox:PullWorker');
   private readonly loops = new Map<string, ClaimLoop<InboxClaim>>();
+  private readonly batchQueues = new Map<string, BatchQueue<HeldClaim>>();
   private renewals?: RenewalConnection;
 
   constructor(
@@ -99,19 +110,30 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
   private loopFor(handler: PullHandlerDefinition): ClaimLoop<InboxClaim> {
     let loop = this.loops.get(handler.source);
     if (!loop) {
+      // The batch form holds up to `concurrency` batches of claims; each claim is renewed on its
+      // own from the moment it is held, and its `process` only joins a batch (see handleBatch).
+      const held = handler.batch === undefined ? handler.concurrency : handler.concurrency * handler.batch;
       const created: ClaimLoop<InboxClaim> = new ClaimLoop(
         {
           name: `pull worker ${handler.source}`,
-          concurrency: handler.concurrency,
-          batchSize: handler.concurrency,
+          concurrency: held,
+          batchSize: held,
           pollIntervalMs: this.options.pull.pollIntervalMs,
           shutdownTimeoutMs: this.options.pull.shutdownTimeoutMs,
           recovery: this.recovery,
         },
         {
           claim: (limit) =>
-            this.lease.claimPullBatch({ source: handler.source, limit, leaseMs: handler.leaseMs, maxAttempts: handler.maxAttempts }),
-          process: (claim, keeper, yieldSlot) => this.handle(handler, created, claim, keeper, yieldSlot),
+            this.lease.claimPullBatch({
+              source: handler.source,
+              limit: Math.min(limit, MAX_CLAIM_LIMIT),
+              leaseMs: handler.leaseMs,
+              maxAttempts: handler.maxAttempts,
+            }),
+          process: (claim, keeper, yieldSlot) =>
+            handler.batch === undefined
+              ? this.handle(handler, created, claim, keeper, yieldSlot)
+              : this.batchQueueFor(handler, created).add({ claim, keeper }),
           keep: (claim) => this.lease.keepOn(claim, () => this.renewals?.managerIfConnected()),
         },
         this.lease,
@@ -122,6 +144,125 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       this.loops.set(handler.source, loop);
     }
     return loop;
+  }
+
+  private batchQueueFor(handler: PullHandlerDefinition, loop: ClaimLoop<InboxClaim>): BatchQueue<HeldClaim> {
+    let queue = this.batchQueues.get(handler.source);
+    if (!queue) {
+      queue = new BatchQueue(handler.batch ?? 1, handler.concurrency, (batch, holdSlot) =>
+        this.handleBatch(handler, loop, batch, holdSlot),
+      );
+      this.batchQueues.set(handler.source, queue);
+    }
+    return queue;
+  }
+
+  /**
+   * The batch form: one transaction runs the handler on every message of the batch and completes
+   * every claim, fenced, in one statement. All or nothing: a handler that throws (or times out)
+   * fails every message's attempt; a claim lost before the commit rolls the whole batch back, and
+   * the claims still held are released (their attempt not counted: they did not fail).
+   */
+  private async handleBatch(
+    handler: PullHandlerDefinition,
+    loop: ClaimLoop<InboxClaim>,
+    batch: HeldClaim[],
+    holdSlot: (until: Promise<unknown>) => void,
+  ): Promise<void> {
+    // Claims that waited for a batch slot past the point where shutdown stopped waiting: their
+    // keepers are aborted; leave the rows to their leases, as abandoned work does.
+    if (loop.abandoned) return;
+    const claims = batch.map((held) => held.claim);
+    const keepers = batch.map((held) => held.keeper);
+    const lost = (claim: InboxClaim) => new ClaimLostError(messages.claimLost('pull', claim.id));
+    let failure: unknown;
+    let timedOut: Error | undefined;
+    const startedAt = performance.now();
+    try {
+      const attempt = this.dataSource.transaction(async (manager) => {
+        let controller: AbortController | undefined;
+        const context: PullBatchContext = {
+          manager,
+          // Made when first read (see PullContext); aborts with the first keeper that aborts.
+          get signal() {
+            if (!controller) {
+              const made = new AbortController();
+              controller = made;
+              for (const keeper of keepers) keeper.onAbort((reason) => made.abort(reason));
+            }
+            return controller.signal;
+          },
+        };
+        await handler.handle(
+          claims.map((claim) => claim.message),
+          context,
+        );
+        if (timedOut) throw timedOut;
+        await Promise.all(keepers.map((keeper) => keeper.stop()));
+        const gone = claims.find((_claim, i) => keepers[i].lost);
+        if (gone) throw lost(gone);
+        if (loop.abandoned) throw lost(claims[0]);
+        // One fenced statement; any claim it did not complete rolls back every completion and the handler's writes.
+        const completed = await this.lease.completeBatch(claims, manager);
+        const missed = claims.find((claim) => !completed.has(claim));
+        if (missed) throw lost(missed);
+      });
+      await withinTimeout(
+        attempt,
+        handler.handlerTimeoutMs,
+        () => new HandlerTimeoutError(messages.handlerTimedOut(`Pull handler ${handler.name}`, 'handlerTimeout', handler.handlerTimeoutMs)),
+        (error, settled) => {
+          timedOut = error;
+          for (const keeper of keepers) keeper.abort(error);
+          holdSlot(settled);
+        },
+      );
+      const durationMs = performance.now() - startedAt;
+      for (const claim of claims)
+        this.events.emit('queuebox:pull:processed', { ...inboxEventMessage('pull', claim.message), durationMs, handler: handler.name });
+      return;
+    } catch (error) {
+      failure = error;
+    }
+    await Promise.all(keepers.map((keeper) => keeper.stop()));
+    if (loop.abandoned) return;
+    const durationMs = performance.now() - startedAt;
+    if (isInstance(failure, ClaimLostError) || keepers.some((keeper) => keeper.lost)) {
+      await Promise.all(
+        claims.map(async (claim, i) => {
+          if (keepers[i].lost || this.lease.isLost(claim)) {
+            this.lease.markLost(claim);
+            this.logger.error(messages.pullClaimLost(`${claim.message.source}/${claim.message.idempotencyKey}`, handler.name));
+            return;
+          }
+          await this.lease.release(claim).catch((error) => this.logger.warn(messages.releaseFailed(claim.id, describeError(error))));
+        }),
+      );
+      return;
+    }
+    await Promise.all(
+      claims.map((claim) =>
+        retryOrDeadLetter({
+          claim,
+          failure,
+          maxAttempts: handler.maxAttempts,
+          backoff: handler.backoff,
+          retryIf: handler.retryIf,
+          lease: this.lease,
+          events: this.events,
+          durationMs,
+          logger: this.logger,
+          retryMessage: (error, delayMs) =>
+            messages.pullHandlerFailed(
+              `${claim.message.source}/${claim.message.idempotencyKey}`,
+              handler.name,
+              claim.attempt,
+              error,
+              delayMs,
+            ),
+        }),
+      ),
+    );
   }
 
   private async handle(

@@ -1,0 +1,62 @@
+/**
+ * Groups items handed in one at a time into batches of up to `size`, and runs at most
+ * `concurrency` batches at once. Items handed in during one turn of the event loop (the claims of
+ * one claim statement) form batches together; a partial batch runs at the end of that turn when a
+ * slot is free, or else takes in more items until one is.
+ */
+export class BatchQueue<T> {
+  private readonly forming: { item: T; done: () => void; failed: (error: unknown) => void }[] = [];
+  private running = 0;
+  private scheduled = false;
+
+  constructor(
+    private readonly size: number,
+    private readonly concurrency: number,
+    /** Runs one batch; `holdSlot(until)` keeps its slot taken until `until` settles, even after it returned. */
+    private readonly run: (items: T[], holdSlot: (until: Promise<unknown>) => void) => Promise<void>,
+  ) {}
+
+  /** Settles when the batch that took `item` has run (rejects if that run threw). */
+  add(item: T): Promise<void> {
+    return new Promise((done, failed) => {
+      this.forming.push({ item, done, failed });
+      if (this.forming.length >= this.size) this.dispatch();
+      else if (!this.scheduled) {
+        this.scheduled = true;
+        queueMicrotask(() => {
+          this.scheduled = false;
+          this.dispatch();
+        });
+      }
+    });
+  }
+
+  private dispatch(): void {
+    while (this.running < this.concurrency && this.forming.length > 0) {
+      const group = this.forming.splice(0, this.size);
+      this.running++;
+      let until: Promise<unknown> | undefined;
+      const ran = this.run(
+        group.map((entry) => entry.item),
+        (settles) => {
+          until = settles;
+        },
+      );
+      const release = () => {
+        this.running--;
+        this.dispatch();
+      };
+      const settled = () => (until ? void until.then(release, release) : release());
+      ran.then(
+        () => {
+          for (const entry of group) entry.done();
+          settled();
+        },
+        (error: unknown) => {
+          for (const entry of group) entry.failed(error);
+          settled();
+        },
+      );
+    }
+  }
+}

@@ -1,0 +1,362 @@
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { Injectable } from '@nestjs/common';
+import { ClaimLostError, HandlerTimeoutError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { InboxService } from '../../lib/inbox/inbox.service';
+import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
+import { PullWorker } from '../../lib/pull/pull.worker';
+import { type PullBatchContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
+import { resolveOptions, resolvePullHandler } from '../../lib/queuebox.options';
+import { createTestApp, type TestApp } from '../support/app';
+import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { gate } from '../support/recording-publisher';
+
+/** What the batch handler does after its writes; set per test. */
+let behaviour: (messages: InboxMessage[], context: PullBatchContext) => Promise<void> = async () => undefined;
+/** The idempotency keys of each call, in call order. */
+const calls: string[][] = [];
+
+@Injectable()
+class BatchLedgerHandler {
+  @PullHandler('batched', {
+    batch: 50,
+    concurrency: 2,
+    leaseMs: 10_000,
+    maxAttempts: 2,
+    backoff: { initialMs: 1, maxMs: 1, jitter: false },
+  })
+  async handle(messages: InboxMessage[], context: PullBatchContext) {
+    calls.push(messages.map((message) => message.idempotencyKey));
+    for (const message of messages) {
+      // txid_current(): rows written in one transaction share it.
+      await context.manager.query('INSERT INTO ledger (aggregate_id, seq, idempotency_key, xid) VALUES ($1, $2, $3, txid_current())', [
+        message.aggregateId,
+        (message.payload as { seq?: number }).seq ?? null,
+        message.idempotencyKey,
+      ]);
+    }
+    await behaviour(messages, context);
+  }
+}
+
+/** The batch handler of source "batched-timed": handlerTimeout 300 ms, short leases; set per test. */
+let timedBehaviour: (messages: InboxMessage[], context: PullBatchContext) => Promise<void> = async () => undefined;
+
+@Injectable()
+class TimedBatchHandler {
+  @PullHandler('batched-timed', {
+    batch: 10,
+    leaseMs: 600,
+    handlerTimeout: 300,
+    maxAttempts: 3,
+    backoff: { initialMs: 1, maxMs: 1, jitter: false },
+  })
+  async handle(messages: InboxMessage[], context: PullBatchContext) {
+    for (const message of messages)
+      await context.manager.query('INSERT INTO ledger (idempotency_key, xid) VALUES ($1, txid_current())', [message.idempotencyKey]);
+    await timedBehaviour(messages, context);
+  }
+}
+
+/** The batch handler of source "batched-slow" (one batch at a time); set per test. */
+let slowBehaviour: (messages: InboxMessage[]) => Promise<void> = async () => undefined;
+const slowCalls: string[][] = [];
+
+@Injectable()
+class SlowBatchHandler {
+  @PullHandler('batched-slow', { batch: 10, concurrency: 1, leaseMs: 10_000 })
+  async handle(messages: InboxMessage[]) {
+    slowCalls.push(messages.map((message) => message.idempotencyKey));
+    await slowBehaviour(messages);
+  }
+}
+
+describe('batch pull handlers on PostgreSQL', () => {
+  let db: TestDatabase;
+  let t: TestApp;
+  let inbox: InboxService;
+  let worker: PullWorker;
+
+  before(async () => {
+    db = await createTestDatabase();
+    await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, xid bigint)');
+    t = await createTestApp(
+      db.url,
+      { workers: false, pull: { sources: ['batched-slow'] } },
+      { providers: [BatchLedgerHandler, TimedBatchHandler] },
+    );
+    inbox = t.get(InboxService);
+    worker = t.get(PullWorker);
+  });
+  after(async () => {
+    await t?.app.close();
+    await db?.drop();
+  });
+  beforeEach(async () => {
+    await db.query('TRUNCATE queuebox_inbox, ledger');
+    behaviour = async () => undefined;
+    timedBehaviour = async () => undefined;
+    calls.length = 0;
+  });
+
+  const ledger = () =>
+    db.query<{ idempotency_key: string; aggregate_id: string; seq: number; xid: string }>(
+      'SELECT idempotency_key, aggregate_id, seq, xid FROM ledger ORDER BY id',
+    );
+  const states = () =>
+    db.query<{ idempotency_key: string; state: string; attempts: number; last_error: string | null }>(
+      'SELECT idempotency_key, state, attempts, last_error FROM queuebox_inbox ORDER BY id',
+    );
+  const receive = async (count: number, aggregate = (n: number) => `a${n}`) => {
+    for (let n = 0; n < count; n++)
+      await inbox.receive({ source: 'batched', idempotencyKey: `m${n}`, aggregateId: aggregate(n), payload: { seq: n } });
+  };
+
+  it('one call gets many messages; its writes and every completion commit in one transaction', async () => {
+    await receive(30);
+    assert.equal(await worker.runOnce('batched'), 30);
+    assert.equal(calls.length, 1, 'one call for 30 messages');
+    assert.equal(calls[0].length, 30);
+    const rows = await ledger();
+    assert.equal(rows.length, 30, 'a business row per message');
+    assert.equal(new Set(rows.map((row) => row.xid)).size, 1, 'all written in one transaction');
+    assert.deepEqual(new Set((await states()).map((row) => row.state)), new Set(['processed']));
+    assert.equal(t.get(QueueBoxMetrics).value('queuebox_inbox_messages_processed_total', { component: 'pull', source: 'batched' }), 30);
+  });
+
+  it('more messages than one batch: up to `concurrency` batches of `batch` messages, far fewer transactions than messages', async () => {
+    await receive(120);
+    let claimed = 0;
+    while (claimed < 120) {
+      const n = await worker.runOnce('batched');
+      assert.ok(n > 0);
+      claimed += n;
+    }
+    assert.ok(calls.length <= 3, `${calls.length} calls`);
+    assert.ok(
+      calls.every((call) => call.length <= 50),
+      'no call beyond `batch`',
+    );
+    assert.equal(new Set((await ledger()).map((row) => row.xid)).size, calls.length, 'one transaction per call');
+    assert.equal((await ledger()).length, 120);
+  });
+
+  it('a handler that throws rolls back every write and completion; every message’s attempt fails, then each is dead after maxAttempts', async () => {
+    behaviour = async () => {
+      throw new Error('ledger service said no');
+    };
+    await receive(5);
+    assert.equal(await worker.runOnce('batched'), 5);
+    assert.deepEqual(await ledger(), [], 'no business row');
+    for (const row of await states()) {
+      assert.equal(row.state, 'pending');
+      assert.equal(row.attempts, 1);
+      assert.match(row.last_error ?? '', /ledger service said no/);
+    }
+    await eventually(async () => {
+      await worker.runOnce('batched');
+      return (await states()).every((row) => row.state === 'dead');
+    }, 'every row dead');
+    assert.deepEqual(
+      (await states()).map((row) => row.attempts),
+      [2, 2, 2, 2, 2],
+    );
+    assert.deepEqual(await ledger(), []);
+    assert.equal(t.get(QueueBoxMetrics).total('queuebox_inbox_messages_dead_lettered_total'), 5);
+  });
+
+  it('a claim of the batch lost before the commit: nothing of the batch commits; the other claims are released, then processed once', async () => {
+    const other = await createTestApp(db.url, { workers: false }, { providers: [BatchLedgerHandler] });
+    try {
+      let taken = false;
+      behaviour = async (messages) => {
+        if (taken) return; // the other worker's run, and the retry
+        taken = true;
+        // While the batch runs, the lease of its second message runs out and another worker takes and processes it.
+        await db.query("UPDATE queuebox_inbox SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1", [
+          messages[1].id,
+        ]);
+        assert.equal(await other.get(PullWorker).runOnce('batched'), 1);
+      };
+      await receive(3);
+      assert.equal(await worker.runOnce('batched'), 3);
+      assert.deepEqual(
+        (await ledger()).map((row) => row.idempotency_key),
+        ['m1'],
+        'only the other worker’s commit: the lost batch wrote nothing',
+      );
+      assert.deepEqual(
+        (await states()).map((row) => [row.idempotency_key, row.state, row.attempts]),
+        [
+          ['m0', 'pending', 0],
+          ['m1', 'processed', 2],
+          ['m2', 'pending', 0],
+        ],
+        'the claims still held went back to pending, their attempt not counted',
+      );
+      assert.equal(t.get(QueueBoxMetrics).value('queuebox_claims_lost_total', { component: 'pull' }), 1);
+      assert.equal(await worker.runOnce('batched'), 2);
+      assert.deepEqual((await ledger()).map((row) => row.idempotency_key).sort(), ['m0', 'm1', 'm2'], 'each message once');
+    } finally {
+      await other.app.close();
+    }
+  });
+
+  it('keeps per-aggregate order: a batch holds at most one message per aggregate, the next waits for its commit', async () => {
+    // 3 aggregates of 4 messages each, received interleaved.
+    await receive(12, (n) => `agg${n % 3}`);
+    while ((await worker.runOnce('batched')) > 0);
+    for (const call of calls) {
+      const aggregates = call.map((key) => `agg${Number(key.slice(1)) % 3}`);
+      assert.equal(new Set(aggregates).size, aggregates.length, `one message per aggregate in ${call.join(',')}`);
+    }
+    assert.ok(calls.length >= 4, 'four messages per aggregate need four batches');
+    const rows = await ledger();
+    for (const aggregate of ['agg0', 'agg1', 'agg2']) {
+      const seqs = rows.filter((row) => row.aggregate_id === aggregate).map((row) => row.seq);
+      assert.deepEqual(
+        seqs,
+        [...seqs].sort((a, b) => a - b),
+        `${aggregate} in order`,
+      );
+      assert.equal(seqs.length, 4);
+    }
+  });
+
+  it('a batch past its handlerTimeout: signal aborted, every message’s attempt failed, nothing commits', async () => {
+    const hold = gate();
+    let signal: AbortSignal | undefined;
+    timedBehaviour = async (_messages, context) => {
+      signal = context.signal;
+      await hold.promise; // ignores its signal
+    };
+    for (let n = 0; n < 3; n++) await inbox.receive({ source: 'batched-timed', idempotencyKey: `t${n}`, payload: {} });
+    let handlerDone: Promise<unknown> | undefined;
+    try {
+      assert.equal(await worker.runOnce('batched-timed'), 3, 'the attempt ends at the timeout');
+      for (const row of await states()) {
+        assert.equal(row.state, 'pending');
+        assert.equal(row.attempts, 1);
+        assert.match(row.last_error ?? '', /HandlerTimeoutError/);
+      }
+      assert.equal(signal?.aborted, true);
+      assert.ok(signal?.reason instanceof HandlerTimeoutError);
+    } finally {
+      hold.open();
+      handlerDone = eventually(async () => (await worker.runOnce('batched-timed')) === 3, 'the retry');
+    }
+    await handlerDone;
+    assert.deepEqual(new Set((await states()).map((row) => row.state)), new Set(['processed']));
+    assert.equal((await ledger()).length, 3, 'only the retry committed');
+  });
+
+  it('a renewal that fails aborts the batch’s signal; nothing commits and the claims still held are released', async () => {
+    let signal: AbortSignal | undefined;
+    timedBehaviour = async (messages, context) => {
+      if (signal) return; // the retry
+      signal = context.signal;
+      // Another owner now: the next renewal (every 200 ms) of the first message changes nothing.
+      await db.query('UPDATE queuebox_inbox SET claim_token = gen_random_uuid() WHERE id = $1', [messages[0].id]);
+      await new Promise((resolve) => context.signal.addEventListener('abort', resolve));
+    };
+    for (let n = 0; n < 3; n++) await inbox.receive({ source: 'batched-timed', idempotencyKey: `r${n}`, payload: {} });
+    const lostBefore = t.get(QueueBoxMetrics).total('queuebox_claims_lost_total');
+    assert.equal(await worker.runOnce('batched-timed'), 3);
+    assert.ok(signal?.reason instanceof ClaimLostError);
+    assert.deepEqual(await ledger(), [], 'nothing of the batch committed');
+    assert.deepEqual(
+      (await states()).map((row) => [row.idempotency_key, row.state, row.attempts]),
+      [
+        ['r0', 'processing', 1],
+        ['r1', 'pending', 0],
+        ['r2', 'pending', 0],
+      ],
+      'the lost row is left to its owner; the others are released',
+    );
+    assert.equal(t.get(QueueBoxMetrics).total('queuebox_claims_lost_total') - lostBefore, 1);
+  });
+
+  it('shutdown that stops waiting: claims still waiting for a batch slot are not handed to the handler', { timeout: 60_000 }, async () => {
+    const hold = gate();
+    const running = gate();
+    slowCalls.length = 0;
+    slowBehaviour = async () => {
+      running.open();
+      await hold.promise;
+    };
+    for (let n = 0; n < 3; n++) await inbox.receive({ source: 'batched-slow', idempotencyKey: `first${n}`, payload: {} });
+    const app = await createTestApp(
+      db.url,
+      { workers: { outbox: false, relay: false, pull: true }, pull: { pollIntervalMs: 10, shutdownTimeoutMs: 100 } },
+      { providers: [SlowBatchHandler] },
+    );
+    await running.promise;
+    // Claimed while the first batch holds the only slot: they wait for it.
+    for (let n = 0; n < 5; n++) await app.get(InboxService).receive({ source: 'batched-slow', idempotencyKey: `second${n}`, payload: {} });
+    await eventually(
+      async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE source = 'batched-slow' AND state = 'processing'")).length === 8,
+      'the second messages claimed',
+    );
+    const closing = app.app.close();
+    await eventually(async () => app.logger.has('warn', 'shutdown timeout reached'), 'shutdown to stop waiting');
+    hold.open();
+    await closing;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.deepEqual(slowCalls, [['first0', 'first1', 'first2']], 'only the batch that ran before shutdown');
+  });
+
+  it('a running worker drains a backlog in batches', { timeout: 60_000 }, async () => {
+    // Received before the worker starts: received one by one while it runs, each would wake it for a batch of one.
+    await receive(300);
+    const running = await createTestApp(
+      db.url,
+      { workers: { outbox: false, relay: false, pull: true }, pull: { pollIntervalMs: 10 } },
+      { providers: [BatchLedgerHandler] },
+    );
+    try {
+      await eventually(
+        async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE state <> 'processed'")).length === 0,
+        'every message processed',
+        30_000,
+      );
+      assert.ok(calls.length < 60, `${calls.length} calls for 300 messages`);
+      assert.ok(Math.max(...calls.map((call) => call.length)) > 1, 'some call got several messages');
+      assert.equal((await ledger()).length, 300);
+    } finally {
+      await running.app.close();
+    }
+  });
+});
+
+describe('the batch option', () => {
+  const defaults = resolveOptions({ workers: false }).pull;
+  const where = '@PullHandler("s") on A.b';
+
+  it('accepts an integer from 1 to 1000; undefined means one message per call', () => {
+    assert.equal(resolvePullHandler(where, { batch: 1 }, defaults).batch, 1);
+    assert.equal(resolvePullHandler(where, { batch: 1000 }, defaults).batch, 1000);
+    assert.equal(resolvePullHandler(where, {}, defaults).batch, undefined);
+  });
+
+  for (const batch of [0, 1001, 2.5, '10', -1, null]) {
+    it(`refuses batch ${JSON.stringify(batch)} with a QueueBoxConfigError naming the option`, () => {
+      assert.throws(
+        () => resolvePullHandler(where, { batch: batch as number }, defaults),
+        (error: unknown) => error instanceof QueueBoxConfigError && error.message.includes(`${where}.batch`),
+      );
+    });
+  }
+});
+
+// Compile-time: the batch form only decorates `(messages: InboxMessage[], context: PullBatchContext)`.
+// (Never registered as a provider: only the compiler reads these.)
+class WronglyTypedBatchHandlers {
+  // @ts-expect-error -- one message is not the batch form's first parameter
+  @PullHandler('typed', { batch: 5 })
+  async one(_message: InboxMessage, _context: PullBatchContext) {}
+
+  @PullHandler('typed', { batch: 5 })
+  async many(_messages: InboxMessage[], _context: PullBatchContext) {}
+}
+void WronglyTypedBatchHandlers;
