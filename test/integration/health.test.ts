@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { connect, createServer, type Server, type Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
@@ -9,34 +8,7 @@ import { QueueBoxHealthIndicator, QueueBoxHealthModule } from '../../lib/terminu
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { gate, RecordingPublisher } from '../support/recording-publisher';
-
-/** A TCP proxy to PostgreSQL that the test can cut and restore: the database "goes away" for the app. */
-class CuttableProxy {
-  private server?: Server;
-  private readonly sockets = new Set<Socket>();
-  port = 0;
-
-  constructor(private readonly target: { host: string; port: number }) {}
-
-  async open(): Promise<void> {
-    this.server = createServer((client) => {
-      const upstream = connect(this.target);
-      for (const socket of [client, upstream]) {
-        this.sockets.add(socket);
-        socket.on('close', () => this.sockets.delete(socket));
-        socket.on('error', () => socket.destroy());
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    await new Promise<void>((resolve) => this.server?.listen(this.port, '127.0.0.1', resolve));
-    this.port = (this.server.address() as { port: number }).port;
-  }
-
-  async cut(): Promise<void> {
-    for (const socket of this.sockets) socket.destroy();
-    await new Promise((resolve) => this.server?.close(resolve));
-  }
-}
+import { TcpProxy } from '../support/tcp-proxy';
 
 type Details = {
   status: string;
@@ -50,7 +22,7 @@ const detailsOf = (result: Record<string, unknown>, key = 'queuebox') => result[
 
 describe('QueueBoxHealthIndicator (Terminus)', () => {
   let db: TestDatabase;
-  let proxy: CuttableProxy;
+  let proxy: TcpProxy;
   let t: TestApp;
   let indicator: QueueBoxHealthIndicator;
   let dataSource: DataSource;
@@ -59,7 +31,7 @@ describe('QueueBoxHealthIndicator (Terminus)', () => {
   before(async () => {
     db = await createTestDatabase();
     const url = new URL(db.url);
-    proxy = new CuttableProxy({ host: url.hostname, port: Number(url.port || 5432) });
+    proxy = new TcpProxy({ host: url.hostname, port: Number(url.port || 5432) });
     await proxy.open();
     url.host = `127.0.0.1:${proxy.port}`;
     t = await createTestApp(

@@ -1,13 +1,16 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Client } from 'pg';
+import { DataSource } from 'typeorm';
 import { queryTimeoutFor } from '../../lib/common/query-timeout';
 import { QueueBoxError } from '../../lib/errors/queuebox.errors';
 import { LeaseService } from '../../lib/lease/lease.service';
+import { OutboxService } from '../../lib/outbox/outbox.service';
 import { resolveOptions } from '../../lib/queuebox.options';
 import { createTestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
+import { TcpProxy } from '../support/tcp-proxy';
 
 describe("QueueBox's own statements are bounded by a third of the shortest lease (issue 13, item 5)", () => {
   let db: TestDatabase;
@@ -61,6 +64,57 @@ describe("QueueBox's own statements are bounded by a third of the shortest lease
       await locker.query('ROLLBACK');
       await locker.end();
       if (!closed) await t.app.close();
+    }
+  });
+
+  it('a silent partition (sockets open, nothing answered): claims time out, publishing resumes when it heals, app.close() does not hang', {
+    timeout: 60_000,
+  }, async () => {
+    const server = new URL(db.url);
+    const proxy = new TcpProxy({ host: server.hostname, port: Number(server.port || 5432) });
+    await proxy.open();
+    const publisher = new RecordingPublisher();
+    const leases = { outbox: { claimTimeoutMs: 1500 }, inbox: { relay: { claimTimeoutMs: 1500 } }, pull: { defaultLeaseMs: 1500 } };
+    const t = await createTestApp(proxy.route(db.url), {
+      ...leases,
+      workers: { outbox: true, relay: false, pull: false },
+      outbox: { ...leases.outbox, publisher, pollIntervalMs: 10 },
+    });
+    let closed = false;
+    try {
+      const outbox = t.get(OutboxService);
+      const dataSource = t.get(DataSource);
+      await dataSource.transaction((manager) => outbox.enqueue(manager, { destination: 'billing', payload: { n: 1 } }));
+      // Due once the partition has begun, so only a claim made through it can publish it.
+      await dataSource.transaction((manager) =>
+        outbox.enqueue(manager, { destination: 'billing', payload: { n: 2 }, availableAt: new Date(Date.now() + 1000) }),
+      );
+      await publisher.waitForCalls(1);
+
+      proxy.pause();
+      await eventually(
+        async () => t.logger.lines.some((line) => line.message.includes('got no answer within 2000 ms')),
+        'a claim through the partition to time out',
+        15_000,
+      );
+      assert.equal(publisher.calls.length, 1, 'nothing published while the database cannot answer');
+
+      proxy.resume();
+      // At least once: the first message may be published again, when its completion was cut off by the partition.
+      const published = (n: number) => publisher.delivered.some((message) => (message.payload as { n: number }).n === n);
+      await eventually(async () => published(2), 'the second message published once the partition healed', 20_000);
+
+      // Partitioned again: shutdown gives up on the statements that will never be answered.
+      proxy.pause();
+      const closing = Date.now();
+      await t.app.close();
+      closed = true;
+      assert.ok(Date.now() - closing < 20_000, `app.close() took ${Date.now() - closing} ms`);
+    } finally {
+      // Healed first, so a failed run still closes the app and names its failure.
+      proxy.resume();
+      if (!closed) await t.app.close();
+      await proxy.cut();
     }
   });
 });
