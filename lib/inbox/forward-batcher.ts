@@ -1,4 +1,5 @@
 import type { DataSource } from 'typeorm';
+import { TurnBatcher } from '../common/turn-batcher';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import type { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
@@ -10,10 +11,9 @@ import type { InboxClaim } from '../lease/lease.types';
  */
 export type BatchedForward = 'forwarded' | 'lost' | 'alone';
 
-interface QueuedForward {
+interface Forward {
   claim: InboxClaim;
   rows: OutboxInsertRow[];
-  resolve: (outcome: BatchedForward) => void;
 }
 
 /**
@@ -28,51 +28,39 @@ interface QueuedForward {
  * fails only itself, with the retry and dead-letter handling of a single forward.
  */
 export class ForwardBatcher {
-  private queue: QueuedForward[] = [];
-  private flushing = false;
+  private readonly batcher: TurnBatcher<Forward, BatchedForward>;
 
   constructor(
     private readonly dataSource: DataSource,
     private readonly dialect: Dialect,
     private readonly lease: LeaseService,
-    private readonly maxBatch: number,
-  ) {}
+    maxBatch: number,
+  ) {
+    this.batcher = new TurnBatcher(maxBatch, (batch) => this.write(batch));
+  }
 
   /** Settles once the forward was written with its batch, lost, or must be written `alone`. Never rejects. */
   forward(claim: InboxClaim, rows: OutboxInsertRow[]): Promise<BatchedForward> {
-    return new Promise((resolve) => {
-      this.queue.push({ claim, rows, resolve });
-      if (!this.flushing) {
-        this.flushing = true;
-        setImmediate(() => void this.flush());
-      }
-    });
+    return this.batcher.add({ claim, rows });
   }
 
-  private async flush(): Promise<void> {
-    while (this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.maxBatch);
-      // A batch of one is a single forward: written as such, it is not tried a second time when it fails.
-      if (batch.length === 1) {
-        batch[0].resolve('alone');
-        continue;
-      }
-      try {
-        const completed = await this.dataSource.transaction(async (manager) => {
-          const done = await this.lease.completeBatch(
-            batch.map((entry) => entry.claim),
-            manager,
-          );
-          const rows = batch.filter((entry) => done.has(entry.claim)).flatMap((entry) => entry.rows);
-          if (rows.length > 0) await this.dialect.outboxInsert({ manager, rows });
-          return done;
-        });
-        for (const entry of batch) entry.resolve(completed.has(entry.claim) ? 'forwarded' : 'lost');
-      } catch {
-        // Rolled back: each forward is tried in a transaction of its own, which reports its own error.
-        for (const entry of batch) entry.resolve('alone');
-      }
+  private async write(batch: Forward[]): Promise<BatchedForward[]> {
+    // A batch of one is a single forward: written as such, it is not tried a second time when it fails.
+    if (batch.length === 1) return ['alone'];
+    try {
+      const completed = await this.dataSource.transaction(async (manager) => {
+        const done = await this.lease.completeBatch(
+          batch.map((entry) => entry.claim),
+          manager,
+        );
+        const rows = batch.filter((entry) => done.has(entry.claim)).flatMap((entry) => entry.rows);
+        if (rows.length > 0) await this.dialect.outboxInsert({ manager, rows });
+        return done;
+      });
+      return batch.map((entry) => (completed.has(entry.claim) ? 'forwarded' : 'lost'));
+    } catch {
+      // Rolled back: each forward is tried in a transaction of its own, which reports its own error.
+      return batch.map(() => 'alone');
     }
-    this.flushing = false;
   }
 }

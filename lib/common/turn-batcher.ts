@@ -1,0 +1,40 @@
+/**
+ * Groups work handed in one item at a time: every item added during one turn of the event loop,
+ * or while the previous batch runs, goes into the next batch (up to `maxBatch` items), and
+ * `runBatch` handles the batch at once. Under load that is one round trip for many items; alone, an
+ * item waits for nothing but its own batch. `runBatch` returns one outcome per item, in order; when
+ * it throws, every item of that batch is rejected with the error.
+ */
+export class TurnBatcher<Item, Outcome> {
+  private queue: { item: Item; resolve: (outcome: Outcome) => void; reject: (error: unknown) => void }[] = [];
+  private flushing = false;
+
+  constructor(
+    private readonly maxBatch: number,
+    private readonly runBatch: (items: Item[]) => Promise<Outcome[]>,
+  ) {}
+
+  /** Settles with this item's outcome once its batch has run. */
+  add(item: Item): Promise<Outcome> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ item, resolve, reject });
+      if (!this.flushing) {
+        this.flushing = true;
+        setImmediate(() => void this.flush());
+      }
+    });
+  }
+
+  private async flush(): Promise<void> {
+    while (this.queue.length > 0) {
+      const batch = this.queue.splice(0, this.maxBatch);
+      try {
+        const outcomes = await this.runBatch(batch.map((entry) => entry.item));
+        for (const [i, entry] of batch.entries()) entry.resolve(outcomes[i]);
+      } catch (error) {
+        for (const entry of batch) entry.reject(error);
+      }
+    }
+    this.flushing = false;
+  }
+}
