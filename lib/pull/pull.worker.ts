@@ -7,6 +7,7 @@ import { describeError, isInstance } from '../common/errors';
 import { withinTimeout } from '../common/time-limit';
 import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
+import type { InboxMessage } from '../inbox/inbox.types';
 import { retryOrDeadLetter } from '../inbox/inbox-failure';
 import { InboxSources } from '../inbox/inbox-sources';
 import { LeaseService } from '../lease/lease.service';
@@ -210,7 +211,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       await withinTimeout(
         attempt,
         handler.handlerTimeoutMs,
-        () => new HandlerTimeoutError(messages.handlerTimedOut(`Pull handler ${handler.name}`, 'handlerTimeout', handler.handlerTimeoutMs)),
+        () => timeoutError(handler),
         (error, settled) => {
           timedOut = error;
           for (const keeper of keepers) keeper.abort(error);
@@ -232,7 +233,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         claims.map(async (claim, i) => {
           if (keepers[i].lost || this.lease.isLost(claim)) {
             this.lease.markLost(claim);
-            this.logger.error(messages.pullClaimLost(`${claim.message.source}/${claim.message.idempotencyKey}`, handler.name));
+            this.logger.error(messages.pullClaimLost(messageName(claim.message), handler.name));
             return;
           }
           await this.lease.release(claim).catch((error) => this.logger.warn(messages.releaseFailed(claim.id, describeError(error))));
@@ -240,29 +241,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       );
       return;
     }
-    await Promise.all(
-      claims.map((claim) =>
-        retryOrDeadLetter({
-          claim,
-          failure,
-          maxAttempts: handler.maxAttempts,
-          backoff: handler.backoff,
-          retryIf: handler.retryIf,
-          lease: this.lease,
-          events: this.events,
-          durationMs,
-          logger: this.logger,
-          retryMessage: (error, delayMs) =>
-            messages.pullHandlerFailed(
-              `${claim.message.source}/${claim.message.idempotencyKey}`,
-              handler.name,
-              claim.attempt,
-              error,
-              delayMs,
-            ),
-        }),
-      ),
-    );
+    await Promise.all(claims.map((claim) => this.recordFailure(handler, claim, failure, durationMs)));
   }
 
   private async handle(
@@ -273,7 +252,6 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     yieldSlot: (until?: Promise<unknown>) => void,
   ): Promise<void> {
     const { message } = claim;
-    const id = `${message.source}/${message.idempotencyKey}`;
     const lost = () => new ClaimLostError(messages.claimLost('pull', claim.id));
     let failure: unknown;
     let timedOut: Error | undefined;
@@ -310,7 +288,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       await withinTimeout(
         attempt,
         handler.handlerTimeoutMs,
-        () => new HandlerTimeoutError(messages.handlerTimedOut(`Pull handler ${handler.name}`, 'handlerTimeout', handler.handlerTimeoutMs)),
+        () => timeoutError(handler),
         (error, settled) => {
           timedOut = error;
           keeper.abort(error);
@@ -330,10 +308,15 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     if (loop.abandoned) return;
     if (isInstance(failure, ClaimLostError) || keeper.lost) {
       this.lease.markLost(claim);
-      this.logger.error(messages.pullClaimLost(id, handler.name));
+      this.logger.error(messages.pullClaimLost(messageName(message), handler.name));
       return;
     }
-    await retryOrDeadLetter({
+    await this.recordFailure(handler, claim, failure, performance.now() - startedAt);
+  }
+
+  /** A failed attempt: retried with the handler's backoff, or dead after its `maxAttempts`. */
+  private recordFailure(handler: PullHandlerDefinition, claim: InboxClaim, failure: unknown, durationMs: number): Promise<void> {
+    return retryOrDeadLetter({
       claim,
       failure,
       maxAttempts: handler.maxAttempts,
@@ -341,9 +324,18 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       retryIf: handler.retryIf,
       lease: this.lease,
       events: this.events,
-      durationMs: performance.now() - startedAt,
+      durationMs,
       logger: this.logger,
-      retryMessage: (error, delayMs) => messages.pullHandlerFailed(id, handler.name, claim.attempt, error, delayMs),
+      retryMessage: (error, delayMs) => messages.pullHandlerFailed(messageName(claim.message), handler.name, claim.attempt, error, delayMs),
     });
   }
+}
+
+/** `source/idempotencyKey`, how messages name a pull message. */
+function messageName(message: InboxMessage): string {
+  return `${message.source}/${message.idempotencyKey}`;
+}
+
+function timeoutError(handler: PullHandlerDefinition): HandlerTimeoutError {
+  return new HandlerTimeoutError(messages.handlerTimedOut(`Pull handler ${handler.name}`, 'handlerTimeout', handler.handlerTimeoutMs));
 }
