@@ -39,20 +39,17 @@ export {
   QueueBoxEvents,
 } from './events/queuebox.events';
 export { QueueBoxHealth, type QueueBoxHealthCheckOptions, type QueueBoxHealthReport } from './health/queuebox-health';
-export { CAUSATION_HEADER, InboxRelay } from './inbox/inbox.relay';
+export { InboxRelay } from './inbox/inbox.relay';
 export { InboxService } from './inbox/inbox.service';
 export type { InboxMessage, InboxMessageInput, ReceiveResult, RelayRoute } from './inbox/inbox.types';
 export { InboxReceiver, type ReceivedRequest, type ReceiverAnswer } from './inbox/receiver/inbox-receiver';
 export type { InboxReceiverOptions } from './inbox/receiver/inbox-receiver.options';
 export {
   canonicalSigningString,
-  SIGNATURE_HEADER,
-  SIGNED_HEADERS_HEADER,
   type SignatureCheck,
   type SignedRequest,
   signatureHeaders,
   signRequest,
-  TIMESTAMP_HEADER,
   verifyRequestSignature,
   verifySignature,
 } from './inbox/receiver/signature';
@@ -82,7 +79,7 @@ export {
   type ClientProxyPublisherOptions,
   type ClientProxyTransport,
 } from './publishers/client-proxy.publisher';
-export { HttpPublisher, type HttpPublisherOptions, KEY_HEADER } from './publishers/http.publisher';
+export { HttpPublisher, type HttpPublisherOptions } from './publishers/http.publisher';
 export { PullWorker } from './pull/pull.worker';
 export {
   type PullBatchContext,
@@ -91,7 +88,7 @@ export {
   type PullContext,
   PullHandler,
 } from './pull/pull-handler.decorator';
-export { DEFAULT_TABLES, MESSAGE_ID_HEADER, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+export { DEFAULT_TABLES, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';
 export { WorkNotifications } from './queuebox.notifications';
@@ -107,3 +104,14 @@ export type {
   WorkerOptions,
   WorkersOptions,
 } from './queuebox.options';
+export {
+  CAUSATION_HEADER,
+  IDEMPOTENCY_KEY_HEADER,
+  KEY_HEADER,
+  MESSAGE_ID_HEADER,
+  REPLAY_COUNT_HEADER,
+  REPLAYED_AT_HEADER,
+  SIGNATURE_HEADER,
+  SIGNED_HEADERS_HEADER,
+  TIMESTAMP_HEADER,
+} from './wire-headers';

@@ -12,6 +12,3 @@ export const QUEUEBOX_RECEIVER_OPTIONS = 'QUEUEBOX:RECEIVER_OPTIONS';
 
 /** Default table names; each may be schema-qualified (`'messaging.queuebox_outbox'`). */
 export const DEFAULT_TABLES = { outbox: 'queuebox_outbox', inbox: 'queuebox_inbox' } as const;
-
-/** The message id travels to the destination in this header. */
-export const MESSAGE_ID_HEADER = 'X-Message-Id';

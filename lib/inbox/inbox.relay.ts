@@ -18,15 +18,13 @@ import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } fro
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../queuebox.options';
 import { inSpan, processSpan } from '../tracing/trace-context';
+import { CAUSATION_HEADER } from '../wire-headers';
 import { ForwardBatcher } from './forward-batcher';
 import type { InboxMessage } from './inbox.types';
 import { retryOrDeadLetter } from './inbox-failure';
 import { InboxSources } from './inbox-sources';
 
 const NAME = 'inbox relay';
-
-/** The header of forwarded messages that carries the idempotency key of the inbox message they came from. */
-export const CAUSATION_HEADER = 'X-Causation-Id';
 
 /**
  * Forwards inbox rows of the routed sources (`inbox.relay.routes`) to the outbox. A row's outbox

@@ -2,9 +2,8 @@ import { Inject, Injectable, type Type } from '@nestjs/common';
 import { describeError } from '../common/errors';
 import { PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
-import { MESSAGE_ID_HEADER } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import { KEY_HEADER } from './http.publisher';
+import { KEY_HEADER, MESSAGE_ID_HEADER } from '../wire-headers';
 
 /**
  * What `ClientProxyPublisher` needs of a `ClientProxy` (`@nestjs/microservices` stays an optional

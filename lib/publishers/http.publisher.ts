@@ -4,6 +4,7 @@ import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../err
 import { signRequest } from '../inbox/receiver/signature';
 import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
 import { messages } from '../queuebox.messages';
+import { KEY_HEADER } from '../wire-headers';
 
 export interface HttpPublisherOptions {
   /** The URL for each destination: a map, or a function returning a URL (or undefined for none). */
@@ -19,9 +20,6 @@ export interface HttpPublisherOptions {
    */
   secret?: string;
 }
-
-/** Carries the message's ordering key, so a receiving QueueBox inbox can keep it as the aggregate. */
-export const KEY_HEADER = 'X-QueueBox-Key';
 
 // 4xx answers that a later attempt may turn into a success.
 const RETRYABLE_4XX = new Set([408, 425, 429]);

@@ -5,9 +5,7 @@
 
 import type * as OpenTelemetry from '@opentelemetry/api';
 import { describeError, isInstance } from '../common/errors';
-
-export const TRACEPARENT_HEADER = 'traceparent';
-export const TRACESTATE_HEADER = 'tracestate';
+import { TRACEPARENT_HEADER, TRACESTATE_HEADER } from '../wire-headers';
 
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 const INVALID_TRACE_ID = '0'.repeat(32);

@@ -14,12 +14,13 @@ import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { delay, type Observable } from 'rxjs';
 import type { DataSource } from 'typeorm';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import { SIGNATURE_HEADER, signatureHeaders, signRequest } from '../../lib/inbox/receiver/signature';
+import { signatureHeaders, signRequest } from '../../lib/inbox/receiver/signature';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { HttpPublisher } from '../../lib/publishers/http.publisher';
 import { QueueBoxModule } from '../../lib/queuebox.module';
 import type { QueueBoxModuleExtras } from '../../lib/queuebox.module-definition';
 import type { QueueBoxModuleOptions } from '../../lib/queuebox.options';
+import { SIGNATURE_HEADER } from '../../lib/wire-headers';
 import { createTestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 

@@ -9,7 +9,7 @@ import { PermanentPublishError, QueueBoxAdminError } from '../../lib/errors/queu
 import { LeaseService } from '../../lib/lease/lease.service';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
-import { MESSAGE_ID_HEADER } from '../../lib/queuebox.constants';
+import { MESSAGE_ID_HEADER } from '../../lib/wire-headers';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';

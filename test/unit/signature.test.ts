@@ -3,14 +3,12 @@ import { createHmac } from 'node:crypto';
 import { describe, it } from 'node:test';
 import {
   canonicalSigningString,
-  SIGNATURE_HEADER,
-  SIGNED_HEADERS_HEADER,
   signatureHeaders,
   signRequest,
-  TIMESTAMP_HEADER,
   verifyRequestSignature,
   verifySignature,
 } from '../../lib/inbox/receiver/signature';
+import { SIGNATURE_HEADER, SIGNED_HEADERS_HEADER, TIMESTAMP_HEADER } from '../../lib/wire-headers';
 
 const secret = 'unit-test-secret-0123456789';
 const body = '{"a":1}';

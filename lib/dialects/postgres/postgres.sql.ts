@@ -6,6 +6,9 @@
 // I7: `now()` is the start of the transaction. Every lease and fence reads `clock_timestamp()`,
 // the current time, so a fence evaluated late in a long transaction sees an expired lease.
 export const NOW = 'clock_timestamp()';
+
+import { REPLAY_COUNT_HEADER, REPLAYED_AT_HEADER } from '../../wire-headers';
+
 const msFromNow = (param: string) => `${NOW} + make_interval(secs => ${param}::double precision / 1000)`;
 
 /** The claim fence: $1 = id, $2 = claim token. */
@@ -519,10 +522,6 @@ const deadBatch = (table: string, component: 'outbox' | 'inbox') => `WITH batch 
   LIMIT $7
   FOR UPDATE
 )`;
-
-/** Headers a replay adds: how many times the row was replayed, and when (database clock, UTC). */
-export const REPLAY_COUNT_HEADER = 'X-QueueBox-Replay-Count';
-export const REPLAYED_AT_HEADER = 'X-QueueBox-Replayed-At';
 
 /**
  * $1..$7 as the batch. Dead rows back to `pending`, due now, attempts 0, no claim; `last_error`

@@ -1,6 +1,7 @@
 import type { CanActivate, Type } from '@nestjs/common';
 import { QueueBoxConfigError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
+import { KEY_HEADER } from '../../wire-headers';
 
 /**
  * The opt-in HTTP receiver: `POST <path>/:source` stores a message in the inbox.
@@ -62,7 +63,7 @@ export function resolveReceiverOptions(receiver: InboxReceiverOptions): Resolved
   const acceptV1Signatures = receiver.acceptV1Signatures ?? false;
   if (typeof acceptV1Signatures !== 'boolean')
     throw fail('acceptV1Signatures', messages.optionNotBoolean('receiver.acceptV1Signatures', acceptV1Signatures));
-  const aggregateHeader = receiver.aggregateHeader ?? 'X-QueueBox-Key';
+  const aggregateHeader = receiver.aggregateHeader ?? KEY_HEADER;
   if (typeof aggregateHeader !== 'string' || !/^[A-Za-z0-9-]+$/.test(aggregateHeader)) {
     throw fail('aggregateHeader', messages.optionNotNonEmptyString('receiver.aggregateHeader', aggregateHeader));
   }

@@ -2,9 +2,10 @@ import { Inject, Injectable } from '@nestjs/common';
 import { QueueBoxValidationError, UnknownSourceError } from '../../errors/queuebox.errors';
 import { QUEUEBOX_RECEIVER_OPTIONS } from '../../queuebox.constants';
 import { messages } from '../../queuebox.messages';
+import { IDEMPOTENCY_KEY_HEADER, MESSAGE_ID_HEADER, SIGNATURE_HEADER, SIGNED_HEADERS_HEADER, TIMESTAMP_HEADER } from '../../wire-headers';
 import { InboxService } from '../inbox.service';
 import type { ResolvedReceiverOptions } from './inbox-receiver.options';
-import { SIGNATURE_HEADER, SIGNED_HEADERS_HEADER, TIMESTAMP_HEADER, verifyRequestSignature } from './signature';
+import { verifyRequestSignature } from './signature';
 
 /** What the receiver needs from an HTTP request, whatever the platform. */
 export interface ReceivedRequest {
@@ -75,7 +76,11 @@ export class InboxReceiver {
         headers: request.headers,
         body: raw,
         // Whatever is stored with the message, or decides its key or aggregate, must be signed.
-        requiredHeaders: ['idempotency-key', this.options.aggregateHeader.toLowerCase(), ...Object.keys(request.headers).filter(isStored)],
+        requiredHeaders: [
+          IDEMPOTENCY_KEY_HEADER.toLowerCase(),
+          this.options.aggregateHeader.toLowerCase(),
+          ...Object.keys(request.headers).filter(isStored),
+        ],
         nowSeconds,
         toleranceSeconds: this.options.toleranceSeconds,
         acceptV1: this.options.acceptV1Signatures,
@@ -88,7 +93,7 @@ export class InboxReceiver {
     } catch {
       return answer(400, messages.receiverNotJson());
     }
-    const idempotencyKey = header('idempotency-key') ?? header('x-message-id');
+    const idempotencyKey = header(IDEMPOTENCY_KEY_HEADER) ?? header(MESSAGE_ID_HEADER);
     if (!idempotencyKey) return answer(400, messages.receiverNoKey());
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(request.headers)) {

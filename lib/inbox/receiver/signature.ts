@@ -1,14 +1,6 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
-/**
- * `X-QueueBox-Signature: v2=<hex HMAC-SHA256(secret, canonical string)>` (several entries may be
- * comma-separated: one per secret during a rotation, or `v1=` beside `v2=` while receivers upgrade).
- */
-export const SIGNATURE_HEADER = 'X-QueueBox-Signature';
-/** `X-QueueBox-Timestamp: <unix seconds>`, signed, so a captured request is refused outside the receiver's window. */
-export const TIMESTAMP_HEADER = 'X-QueueBox-Timestamp';
-/** `X-QueueBox-Signed-Headers: idempotency-key,x-message-id,...`: the headers a `v2` signature covers, lower case, in signing order. */
-export const SIGNED_HEADERS_HEADER = 'X-QueueBox-Signed-Headers';
+import { SIGNATURE_HEADER, SIGNED_HEADERS_HEADER, TIMESTAMP_HEADER } from '../../wire-headers';
 
 /**
  * Outcome of a signature check. `unsigned-header`: a header the receiver stores or uses (idempotency
