@@ -8,7 +8,6 @@ import { dirname, join } from 'node:path';
 import { fmt } from './stats.mjs';
 
 const require = createRequire(import.meta.url);
-const REFERENCE = 'graphile-worker';
 
 export function gitDescription() {
   try {
@@ -56,10 +55,6 @@ export function environment({ systems, postgres, postgresSettings, git, nodeLabe
 
 const cell = (text) => String(text ?? '').replaceAll('|', '\\|');
 
-function reference(results, workload) {
-  return results.find((r) => r.workload === workload && r.system === REFERENCE && r.status === 'ok');
-}
-
 function resultText(r, results) {
   if (r.status === 'not measured yet') return '**not measured yet**';
   if (r.status === 'n/a') return 'n/a';
@@ -74,13 +69,15 @@ function resultText(r, results) {
   return text;
 }
 
+/** Each row against the best peer of its workload in this run (the peer the verdicts use), named in the cell. */
 function ratioText(r, results) {
   if (r.status !== 'ok') return '';
   if (r.workload === 'w4') return 'n/a (W4 is a ratio to W1)';
-  const ref = reference(results, r.workload);
-  if (!ref) return 'n/a (no graphile-worker result)';
-  if (r.latency) return `p99 ${fmt.ratio(r.latency.p99 / ref.latency.p99)} (lower is better)`;
-  return fmt.ratio(r.rate / ref.rate);
+  const peer = bestPeer(results, r.workload, Boolean(r.latency));
+  if (!peer) return 'n/a (no peer finished it)';
+  if (peer === r) return 'best peer';
+  if (r.latency) return `p99 ${fmt.ratio(r.latency.p99 / peer.latency.p99)} ${peer.system} (lower is better)`;
+  return `${fmt.ratio(r.rate / peer.rate)} ${peer.system}`;
 }
 
 function orderText(r) {
@@ -112,7 +109,7 @@ function dupText(r) {
 
 export function table(results, floor) {
   const lines = [
-    '| Workload | System | Result | vs graphile-worker | Per-key order | Dups | Peak RSS MB | CPU µs/msg worker + database | xacts/msg | stmts/msg | Notes |',
+    '| Workload | System | Result | vs best peer | Per-key order | Dups | Peak RSS MB | CPU µs/msg worker + database | xacts/msg | stmts/msg | Notes |',
     '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const r of results) {
