@@ -168,10 +168,9 @@ export interface ResolvedWorkerOptions {
   pollIntervalMs: number;
   batchSize: number;
   concurrency: number;
-  claimTimeoutMs: number;
-  /** Every third of the lease. */
-  renewIntervalMs: number;
-  /** The reclaim step runs at most once per `claimTimeoutMs / 5`. */
+  /** Lease of a claimed row (the public `claimTimeoutMs`). */
+  leaseMs: number;
+  /** The reclaim step runs at most once per `leaseMs / 5`. */
   reclaimIntervalMs: number;
   shutdownTimeoutMs: number;
   maxAttempts: number;
@@ -199,7 +198,8 @@ export interface ResolvedRelayOptions extends ResolvedWorkerOptions {
 }
 
 export interface ResolvedPullOptions {
-  defaultLeaseMs: number;
+  /** Lease of a pull claim when the handler gives none (the public `pull.defaultLeaseMs`). */
+  leaseMs: number;
   concurrency: number;
   pollIntervalMs: number;
   maxAttempts: number;
@@ -316,10 +316,10 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutb
   const worker = resolveWorker('outbox', outbox);
   const publishTimeoutMs =
     outbox.publishTimeout === undefined
-      ? Math.floor(worker.claimTimeoutMs / 3)
+      ? Math.floor(worker.leaseMs / 3)
       : parseDuration('outbox.publishTimeout', outbox.publishTimeout, { min: 1, max: 24 * 3600_000 });
-  if (publishTimeoutMs >= worker.claimTimeoutMs) {
-    throw new QueueBoxConfigError('outbox.publishTimeout', messages.publishTimeoutNotBelowLease(publishTimeoutMs, worker.claimTimeoutMs));
+  if (publishTimeoutMs >= worker.leaseMs) {
+    throw new QueueBoxConfigError('outbox.publishTimeout', messages.publishTimeoutNotBelowLease(publishTimeoutMs, worker.leaseMs));
   }
   return { ...worker, publishers, publisherTypes, publisherOptions, route, publishTimeoutMs };
 }
@@ -359,7 +359,7 @@ function resolvePull(pull: PullOptions): ResolvedPullOptions {
   for (const source of sources)
     if (!isSourceName(source)) throw new QueueBoxConfigError('pull.sources', messages.sourceNameInvalid(source));
   return {
-    defaultLeaseMs: integer('pull.defaultLeaseMs', pull.defaultLeaseMs, 30_000, MIN_LEASE_MS, MAX_LEASE_MS),
+    leaseMs: integer('pull.defaultLeaseMs', pull.defaultLeaseMs, 30_000, MIN_LEASE_MS, MAX_LEASE_MS),
     concurrency: integer('pull.concurrency', pull.concurrency, 1, 1, 10_000),
     pollIntervalMs: integer('pull.pollIntervalMs', pull.pollIntervalMs, 1000, 1, 3600_000),
     ...resolveRetry('pull', pull),
@@ -442,7 +442,7 @@ export function resolvePullHandler(where: string, options: PullHandlerOptions, d
           retryIf: defaults.retryIf,
         };
   return {
-    leaseMs: integer(`${where}.leaseMs`, options.leaseMs, defaults.defaultLeaseMs, MIN_LEASE_MS, MAX_LEASE_MS),
+    leaseMs: integer(`${where}.leaseMs`, options.leaseMs, defaults.leaseMs, MIN_LEASE_MS, MAX_LEASE_MS),
     concurrency: integer(`${where}.concurrency`, options.concurrency, defaults.concurrency, 1, 10_000),
     handlerTimeoutMs: handlerTimeout(`${where}.handlerTimeout`, options.handlerTimeout, defaults.handlerTimeoutMs),
     // Undefined: the handler takes one message per call.
@@ -482,14 +482,13 @@ export function isSourceName(source: unknown): source is string {
 }
 
 function resolveWorker(prefix: string, worker: WorkerOptions): ResolvedWorkerOptions {
-  const claimTimeoutMs = integer(`${prefix}.claimTimeoutMs`, worker.claimTimeoutMs, 300_000, 100, 24 * 3600_000);
+  const leaseMs = integer(`${prefix}.claimTimeoutMs`, worker.claimTimeoutMs, 300_000, 100, 24 * 3600_000);
   return {
     pollIntervalMs: integer(`${prefix}.pollIntervalMs`, worker.pollIntervalMs, 1000, 1, 3600_000),
     batchSize: integer(`${prefix}.batchSize`, worker.batchSize, 50, 1, 10_000),
     concurrency: integer(`${prefix}.concurrency`, worker.concurrency, 10, 1, 10_000),
-    claimTimeoutMs,
-    renewIntervalMs: Math.floor(claimTimeoutMs / 3),
-    reclaimIntervalMs: Math.floor(claimTimeoutMs / 5),
+    leaseMs,
+    reclaimIntervalMs: Math.floor(leaseMs / 5),
     shutdownTimeoutMs: integer(`${prefix}.shutdownTimeoutMs`, worker.shutdownTimeoutMs, 10_000, 0, 24 * 3600_000),
     ...resolveRetry(prefix, worker as WorkerOptions & { retry?: RetryOption<unknown> }),
   };

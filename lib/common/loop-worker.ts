@@ -25,7 +25,7 @@ export abstract class LoopWorker<C extends Claim> implements BeforeApplicationSh
   /** Starts claiming (at bootstrap when this worker is on in `workers`). */
   start(): void {
     if (this.loop.running) return;
-    this.logger.log(messages.workerStarted(this.name, this.options.concurrency, this.options.batchSize, this.options.claimTimeoutMs));
+    this.logger.log(messages.workerStarted(this.name, this.options.concurrency, this.options.batchSize, this.options.leaseMs));
     this.loop.start();
   }
 

@@ -58,7 +58,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
       {
-        claim: (limit) => this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.claimTimeoutMs }),
+        claim: (limit) => this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.leaseMs }),
         process: (claim, keeper, yieldSlot) =>
           inSpan(
             claim.message.headers,

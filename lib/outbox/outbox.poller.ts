@@ -106,7 +106,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
 
   private async claim(limit: number): Promise<OutboxClaim[]> {
     const sentAt = performance.now();
-    const claims = await this.lease.claimOutboxBatch({ limit, leaseMs: this.options.claimTimeoutMs });
+    const claims = await this.lease.claimOutboxBatch({ limit, leaseMs: this.options.leaseMs });
     for (const claim of claims) this.leaseDeadlines.set(claim, sentAt + claim.leaseMs);
     return claims;
   }
