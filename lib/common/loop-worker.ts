@@ -1,7 +1,7 @@
 import type { BeforeApplicationShutdown, Logger } from '@nestjs/common';
 import type { Claim } from '../lease/lease.types';
+import type { ResolvedWorkerOptions } from '../options/options.resolver';
 import { messages } from '../queuebox.messages';
-import type { ResolvedWorkerOptions } from '../queuebox.options';
 import type { ClaimLoop, WorkerLoopStatus } from './claim-loop';
 
 /**

@@ -1,4 +1,4 @@
-import type { ResolvedQueueBoxOptions } from '../queuebox.options';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 
 /**
  * No bound below this: on a busy database a claim or a completion can take a second, and a

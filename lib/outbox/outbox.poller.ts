@@ -12,9 +12,9 @@ import { BatchCompleter } from '../lease/batch-completer';
 import { LeaseService } from '../lease/lease.service';
 import type { OutboxClaim } from '../lease/lease.types';
 import { LeaseKeeper } from '../lease/lease-keeper';
+import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../queuebox.options';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
 import type { OutboundMessage, Publisher } from './outbox.types';
 

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { parseTableName } from '../../lib/common/identifiers';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
-import { resolveOptions } from '../../lib/queuebox.options';
+import { resolveOptions } from '../../lib/options/options.resolver';
 
 const publisher = { publish: async () => undefined };
 
