@@ -69,6 +69,18 @@ export {
   QueueBoxSchema1764460800000,
 } from './migrations/queuebox.migration';
 export { renderSchemaSql } from './migrations/schema-files';
+export type {
+  InboxOptions,
+  OutboxOptions,
+  PublisherOption,
+  PullHandlerOptions,
+  PullOptions,
+  QueueBoxModuleOptions,
+  RelayOptions,
+  RetentionOptions,
+  WorkerOptions,
+  WorkersOptions,
+} from './options/options.types';
 export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
 export type { EnqueueOptions, EnqueueResult, OutboundMessage, OutboxMessageInput, Publisher } from './outbox/outbox.types';
@@ -92,18 +104,6 @@ export { DEFAULT_TABLES, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from 
 export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';
 export { WorkNotifications } from './queuebox.notifications';
-export type {
-  InboxOptions,
-  OutboxOptions,
-  PublisherOption,
-  PullHandlerOptions,
-  PullOptions,
-  QueueBoxModuleOptions,
-  RelayOptions,
-  RetentionOptions,
-  WorkerOptions,
-  WorkersOptions,
-} from './queuebox.options';
 export {
   CAUSATION_HEADER,
   IDEMPOTENCY_KEY_HEADER,

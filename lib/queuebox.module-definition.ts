@@ -9,6 +9,8 @@ import { InboxReceiver } from './inbox/receiver/inbox-receiver';
 import { createInboxReceiverController } from './inbox/receiver/inbox-receiver.controller';
 import { type InboxReceiverOptions, resolveReceiverOptions } from './inbox/receiver/inbox-receiver.options';
 import { checkSchemaVersion } from './migrations/schema-version';
+import { type ResolvedQueueBoxOptions, resolveOptions } from './options/options.resolver';
+import type { QueueBoxModuleOptions } from './options/options.types';
 import { instantiatePublishers } from './outbox/outbox-publishers';
 import {
   QUEUEBOX_DATA_SOURCE,
@@ -18,7 +20,6 @@ import {
   QUEUEBOX_RESOLVED_OPTIONS,
 } from './queuebox.constants';
 import { messages } from './queuebox.messages';
-import { type QueueBoxModuleOptions, type ResolvedQueueBoxOptions, resolveOptions } from './queuebox.options';
 
 /** Options that shape the module itself, given beside the options in both `forRoot` and `forRootAsync`. */
 export interface QueueBoxModuleExtras {

@@ -3,10 +3,10 @@ import { DatabaseRecovery } from './common/database-recovery';
 import { describeError } from './common/errors';
 import type { Dialect, WorkListener } from './dialects/dialect';
 import { InboxSources } from './inbox/inbox-sources';
+import type { ResolvedQueueBoxOptions } from './options/options.resolver';
 import { OutboxPoller } from './outbox/outbox.poller';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { messages } from './queuebox.messages';
-import type { ResolvedQueueBoxOptions } from './queuebox.options';
 
 /**
  * Wakes the workers of this process when another process commits work (PostgreSQL

@@ -2,10 +2,10 @@ import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import type { Dialect } from './dialects/dialect';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
+import type { ResolvedQueueBoxOptions } from './options/options.resolver';
 import { PullHandlerExplorer } from './pull/pull-handler.explorer';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { messages } from './queuebox.messages';
-import type { ResolvedQueueBoxOptions } from './queuebox.options';
 
 // The default pool size of node-postgres and of mssql (tarn), which TypeORM keeps unless told otherwise.
 const DEFAULT_POOL_SIZE = 10;

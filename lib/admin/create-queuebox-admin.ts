@@ -1,6 +1,7 @@
 import type { DataSource } from 'typeorm';
 import { createDialect } from '../dialects/dialects';
-import { type QueueBoxModuleOptions, resolveOptions } from '../queuebox.options';
+import { resolveOptions } from '../options/options.resolver';
+import type { QueueBoxModuleOptions } from '../options/options.types';
 import { QueueBoxAdmin } from './queuebox.admin';
 import { RetentionService } from './retention.service';
 

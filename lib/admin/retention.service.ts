@@ -1,9 +1,9 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { describeError } from '../common/errors';
 import type { Dialect } from '../dialects/dialect';
+import type { ResolvedQueueBoxOptions, ResolvedRetentionOptions } from '../options/options.resolver';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import type { ResolvedQueueBoxOptions, ResolvedRetentionOptions } from '../queuebox.options';
 import type { RetentionKind, RetentionResult } from './admin.types';
 
 /**

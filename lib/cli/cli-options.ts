@@ -8,7 +8,7 @@ import {
   createQueueBoxOperationsMigration,
   DEFAULT_MIGRATION_NAMES,
 } from '../migrations/queuebox.migration';
-import { resolveTables } from '../queuebox.options';
+import { resolveTables } from '../options/options.resolver';
 import { CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
 import { type DatabaseTarget, parseDatabaseUrl } from './database-url';

@@ -1,7 +1,7 @@
 import type { BeforeApplicationShutdown, Logger } from '@nestjs/common';
 import type { Claim } from '../lease/lease.types';
+import type { ResolvedWorkerOptions } from '../options/options.resolver';
 import { messages } from '../queuebox.messages';
-import type { ResolvedWorkerOptions } from '../queuebox.options';
 import type { ClaimLoop, WorkerLoopStatus } from './claim-loop';
 
 /**
@@ -25,7 +25,7 @@ export abstract class LoopWorker<C extends Claim> implements BeforeApplicationSh
   /** Starts claiming (at bootstrap when this worker is on in `workers`). */
   start(): void {
     if (this.loop.running) return;
-    this.logger.log(messages.workerStarted(this.name, this.options.concurrency, this.options.batchSize, this.options.claimTimeoutMs));
+    this.logger.log(messages.workerStarted(this.name, this.options.concurrency, this.options.batchSize, this.options.leaseMs));
     this.loop.start();
   }
 

@@ -1,4 +1,4 @@
-import type { ResolvedQueueBoxOptions } from '../queuebox.options';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 
 /**
  * No bound below this: on a busy database a claim or a completion can take a second, and a
@@ -15,6 +15,6 @@ const MIN_QUERY_TIMEOUT_MS = 2000;
  * leases 300 s, 300 s and 30 s give 10 s.
  */
 export function queryTimeoutFor(options: ResolvedQueueBoxOptions): number {
-  const shortestLease = Math.min(options.outbox.claimTimeoutMs, options.inbox.relay.claimTimeoutMs, options.pull.defaultLeaseMs);
+  const shortestLease = Math.min(options.outbox.leaseMs, options.inbox.relay.leaseMs, options.pull.leaseMs);
   return Math.max(MIN_QUERY_TIMEOUT_MS, Math.floor(shortestLease / 3));
 }

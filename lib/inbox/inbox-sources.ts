@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
-import type { ResolvedQueueBoxOptions } from '../queuebox.options';
 
 /**
  * Which inbox sources have a consumer: a relay route or `pull.sources` (from the options), or a

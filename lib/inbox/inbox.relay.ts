@@ -13,10 +13,10 @@ import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
 import type { LeaseKeeper } from '../lease/lease-keeper';
+import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../options/options.resolver';
 import { toOutboxRows } from '../outbox/outbox-rows';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../queuebox.options';
 import { inSpan, processSpan } from '../tracing/trace-context';
 import { CAUSATION_HEADER } from '../wire-headers';
 import { ForwardBatcher } from './forward-batcher';
@@ -58,7 +58,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
       {
-        claim: (limit) => this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.claimTimeoutMs }),
+        claim: (limit) => this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.leaseMs }),
         process: (claim, keeper, yieldSlot) =>
           inSpan(
             claim.message.headers,

@@ -1,7 +1,8 @@
 import type { DataSource } from 'typeorm';
 import { createDialect } from '../dialects/dialects';
 import { QueueBoxEvents } from '../events/queuebox.events';
-import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
+import { resolveTables } from '../options/options.resolver';
+import type { QueueBoxModuleOptions } from '../options/options.types';
 import { LeaseService } from './lease.service';
 
 /**

@@ -5,9 +5,10 @@ import type { Dialect, InboxClaimedRow, LeaseTable } from '../dialects/dialect';
 import type { ReclaimResult } from '../dialects/dialect-rows';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
+import { MAX_LEASE_MS, MIN_LEASE_MS } from '../options/options.defaults';
+import { isSourceName } from '../options/options.resolver';
 import { QUEUEBOX_DIALECT } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import { isSourceName, MAX_LEASE_MS, MIN_LEASE_MS } from '../queuebox.options';
 import { MESSAGE_ID_HEADER } from '../wire-headers';
 import type { Claim, InboxClaim, OutboxClaim } from './lease.types';
 

@@ -1,8 +1,9 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { type SchemaMigration, schemaStatements } from '../dialects/dialects';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import { resolveTables } from '../options/options.resolver';
+import type { QueueBoxModuleOptions } from '../options/options.types';
 import { messages } from '../queuebox.messages';
-import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 
 /** Marks QueueBox's migration instances, so the start-up check finds the names an app gave them. */
 export const QUEUEBOX_MIGRATION = Symbol.for('queuebox.migration');

@@ -1,5 +1,6 @@
 import { SCHEMA_MIGRATIONS, type SchemaMigration, schemaStatements } from '../dialects/dialects';
-import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
+import { resolveTables } from '../options/options.resolver';
+import type { QueueBoxModuleOptions } from '../options/options.types';
 
 /**
  * The schema as one SQL script, for people who run their own migration tool.

@@ -3,8 +3,8 @@ import type { DataSource } from 'typeorm';
 import type { QueueBoxTables } from '../dialects/dialect';
 import { SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/dialects';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { messages } from '../queuebox.messages';
-import type { ResolvedQueueBoxOptions } from '../queuebox.options';
 import { DEFAULT_MIGRATION_NAMES, QUEUEBOX_MIGRATION, type QueueBoxMigrationMark } from './queuebox.migration';
 
 /** TypeORM's default name of its migrations table (DataSource option `migrationsTableName`). */

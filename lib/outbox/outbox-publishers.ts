@@ -1,8 +1,8 @@
 import type { ModuleRef } from '@nestjs/core';
 import { describeError } from '../common/errors';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { messages } from '../queuebox.messages';
-import type { ResolvedQueueBoxOptions } from '../queuebox.options';
 import type { Publisher } from './outbox.types';
 
 /**

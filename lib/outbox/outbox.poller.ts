@@ -12,9 +12,9 @@ import { BatchCompleter } from '../lease/batch-completer';
 import { LeaseService } from '../lease/lease.service';
 import type { OutboxClaim } from '../lease/lease.types';
 import { LeaseKeeper } from '../lease/lease-keeper';
+import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../queuebox.options';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
 import type { OutboundMessage, Publisher } from './outbox.types';
 
@@ -106,7 +106,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
 
   private async claim(limit: number): Promise<OutboxClaim[]> {
     const sentAt = performance.now();
-    const claims = await this.lease.claimOutboxBatch({ limit, leaseMs: this.options.claimTimeoutMs });
+    const claims = await this.lease.claimOutboxBatch({ limit, leaseMs: this.options.leaseMs });
     for (const claim of claims) this.leaseDeadlines.set(claim, sentAt + claim.leaseMs);
     return claims;
   }

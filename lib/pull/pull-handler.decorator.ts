@@ -1,7 +1,7 @@
 import { SetMetadata } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import type { InboxMessage } from '../inbox/inbox.types';
-import type { PullHandlerOptions } from '../queuebox.options';
+import type { PullHandlerOptions } from '../options/options.types';
 
 export const PULL_HANDLER_METADATA = 'QUEUEBOX:PULL_HANDLER';
 

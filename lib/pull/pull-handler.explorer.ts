@@ -3,9 +3,9 @@ import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import type { InboxMessage } from '../inbox/inbox.types';
 import { InboxSources } from '../inbox/inbox-sources';
+import { isSourceName, type ResolvedQueueBoxOptions, resolvePullHandler } from '../options/options.resolver';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import { isSourceName, type ResolvedQueueBoxOptions, resolvePullHandler } from '../queuebox.options';
 import { PULL_HANDLER_METADATA, type PullBatchContext, type PullContext, type PullHandlerMetadata } from './pull-handler.decorator';
 
 /** A discovered `@PullHandler` with its options resolved. */

@@ -7,12 +7,13 @@ import { QueueBoxConfigError, QueueBoxStateError } from '../errors/queuebox.erro
 import { InboxRelay } from '../inbox/inbox.relay';
 import type { InboxMessage } from '../inbox/inbox.types';
 import type { Claim } from '../lease/lease.types';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
+import type { QueueBoxModuleOptions } from '../options/options.types';
 import { OutboxPoller } from '../outbox/outbox.poller';
 import type { OutboundMessage } from '../outbox/outbox.types';
 import { PullWorker } from '../pull/pull.worker';
 import { PullHandlerExplorer } from '../pull/pull-handler.explorer';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_MODULE_OPTIONS, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
-import type { QueueBoxModuleOptions, ResolvedQueueBoxOptions } from '../queuebox.options';
 import { testingMessages } from './testing.messages';
 
 const DEFAULT_MAX_BATCHES = 1000;

@@ -8,9 +8,9 @@ import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { LeaseService } from '../../lib/lease/lease.service';
 import type { InboxClaim, OutboxClaim } from '../../lib/lease/lease.types';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
+import { resolveOptions, resolveTables } from '../../lib/options/options.resolver';
 import type { OutboxMessageInput } from '../../lib/outbox/outbox.types';
 import { toOutboxRows } from '../../lib/outbox/outbox-rows';
-import { resolveOptions, resolveTables } from '../../lib/queuebox.options';
 import { CONFORMANCE_TABLES, type ConformanceDatabase, type DialectHarness, HARNESSES } from './harness';
 
 // One suite for the dialect seam, run against every configured dialect (in the spirit of River's

@@ -5,9 +5,9 @@ import { ClaimLostError, HandlerTimeoutError, QueueBoxConfigError } from '../../
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/inbox/inbox.types';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
+import { resolveOptions, resolvePullHandler } from '../../lib/options/options.resolver';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { type PullBatchContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
-import { resolveOptions, resolvePullHandler } from '../../lib/queuebox.options';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { gate } from '../support/recording-publisher';

@@ -5,7 +5,7 @@ import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { RetentionService } from '../../lib/admin/retention.service';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import { LeaseService } from '../../lib/lease/lease.service';
-import type { QueueBoxModuleOptions } from '../../lib/queuebox.options';
+import type { QueueBoxModuleOptions } from '../../lib/options/options.types';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';

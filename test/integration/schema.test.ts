@@ -16,11 +16,11 @@ import {
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles } from '../../lib/migrations/schema-files';
+import type { ResolvedQueueBoxOptions } from '../../lib/options/options.resolver';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../../lib/queuebox.constants';
 import { QueueBoxModule } from '../../lib/queuebox.module';
-import type { ResolvedQueueBoxOptions } from '../../lib/queuebox.options';
 import { createTestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { parseTableName } from '../../lib/common/identifiers';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
-import { resolveOptions } from '../../lib/queuebox.options';
+import { resolveOptions } from '../../lib/options/options.resolver';
 
 const publisher = { publish: async () => undefined };
 
@@ -22,8 +22,7 @@ function rejects(options: unknown, option: string, fragment: string) {
 describe('options (I10)', () => {
   it('fills in the seed defaults', () => {
     const resolved = resolveOptions({ outbox: { publisher } });
-    assert.equal(resolved.outbox.claimTimeoutMs, 300_000);
-    assert.equal(resolved.outbox.renewIntervalMs, 100_000);
+    assert.equal(resolved.outbox.leaseMs, 300_000);
     assert.equal(resolved.outbox.reclaimIntervalMs, 60_000);
     assert.equal(resolved.outbox.pollIntervalMs, 1000);
     assert.equal(resolved.outbox.batchSize, 50);
@@ -36,9 +35,9 @@ describe('options (I10)', () => {
     assert.equal(resolved.tables.inbox.qualified, 'queuebox_inbox');
   });
 
-  it('derives renewal and reclaim intervals from the lease', () => {
+  it('derives the reclaim interval from the lease', () => {
     const resolved = resolveOptions({ outbox: { publisher, claimTimeoutMs: 3000 } });
-    assert.equal(resolved.outbox.renewIntervalMs, 1000);
+    assert.equal(resolved.outbox.leaseMs, 3000);
     assert.equal(resolved.outbox.reclaimIntervalMs, 600);
   });
 

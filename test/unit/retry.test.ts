@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parseDuration } from '../../lib/common/duration';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { resolveOptions, resolvePullHandler } from '../../lib/options/options.resolver';
 import type { OutboundMessage, Publisher } from '../../lib/outbox/outbox.types';
-import { resolveOptions, resolvePullHandler } from '../../lib/queuebox.options';
 
 const publisher = { publish: async () => undefined };
 

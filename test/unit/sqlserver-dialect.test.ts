@@ -16,7 +16,7 @@ import {
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-files';
-import { resolveTables } from '../../lib/queuebox.options';
+import { resolveTables } from '../../lib/options/options.resolver';
 import { QueueBoxPoolCheck } from '../../lib/queuebox.pool-check';
 
 // The SQL Server dialect's own logic, without a server: option checks, and the way it drives
@@ -545,7 +545,7 @@ describe('SQL Server dialect: admin instants in UTC whatever the Node time zone 
     // A child process, so the time zone is Berlin's from the start (Node reads TZ once).
     const child = `
       const { createDialect } = require(${JSON.stringify(join(__dirname, '../../lib/dialects/dialects.js'))});
-      const { resolveTables } = require(${JSON.stringify(join(__dirname, '../../lib/queuebox.options.js'))});
+      const { resolveTables } = require(${JSON.stringify(join(__dirname, '../../lib/options/options.resolver.js'))});
       const sent = [];
       const runner = { isReleased: false, query: async (_sql, params) => { sent.push(params); return { records: [{ n: '0' }] }; }, release: async () => {} };
       const dataSource = { options: { type: 'mssql' }, createQueryRunner: () => runner };

@@ -1,0 +1,83 @@
+// Every default and bound of the QueueBox options, in one place. docs/ tables quote these values;
+// change a value here and there together. Two defaults live elsewhere: the table names
+// (`DEFAULT_TABLES`, a public export of queuebox.constants.ts) and the backoff (`DEFAULT_BACKOFF`,
+// 1 s doubling to 5 min with jitter, beside the backoff function in common/backoff.ts).
+
+const SECOND_MS = 1000;
+const MINUTE_MS = 60 * SECOND_MS;
+const HOUR_MS = 60 * MINUTE_MS;
+export const DAY_MS = 24 * HOUR_MS;
+
+/** Largest accepted payload, in bytes of its JSON text (`maxPayloadBytes`): 1 MiB. */
+export const DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576;
+
+/** Sleep between claims when there is nothing to do (`outbox`, `inbox.relay`, `pull` `.pollIntervalMs`). */
+export const DEFAULT_POLL_INTERVAL_MS = SECOND_MS;
+
+/** Most rows claimed by one claim statement (`outbox.batchSize`, `inbox.relay.batchSize`). */
+export const DEFAULT_BATCH_SIZE = 50;
+
+/** Most rows worked on at once per process (`outbox.concurrency`, `inbox.relay.concurrency`). */
+export const DEFAULT_CONCURRENCY = 10;
+
+/**
+ * Lease of a row claimed by the outbox poller or the relay (`outbox.claimTimeoutMs`,
+ * `inbox.relay.claimTimeoutMs`): 5 minutes, well above a slow publish; renewed every third of it
+ * while the work runs.
+ */
+export const DEFAULT_CLAIM_TIMEOUT_MS = 5 * MINUTE_MS;
+
+/** How long shutdown waits for work in flight (`outbox`, `inbox.relay`, `pull` `.shutdownTimeoutMs`). */
+export const DEFAULT_SHUTDOWN_TIMEOUT_MS = 10 * SECOND_MS;
+
+/** Attempts (claims) before a row is dead-lettered (`maxAttempts`, `retry.attempts`, `retry: <n>`'s fallback). */
+export const DEFAULT_MAX_ATTEMPTS = 10;
+
+/**
+ * Longest time one relay route or pull handler call may take (`inbox.relay.handlerTimeout`,
+ * `pull.handlerTimeout`): 5 minutes. Not tied to the lease, unlike `publishTimeout`: renewals keep a
+ * handler's lease however long it runs; the timeout only stops a hung one from holding its
+ * aggregate and its transaction for ever.
+ */
+export const DEFAULT_HANDLER_TIMEOUT_MS = 5 * MINUTE_MS;
+
+/**
+ * Default `outbox.publishTimeout`: a third of the lease, the renewal interval, so a publish that
+ * starts with a fresh lease ends (or is aborted) before the lease could lapse.
+ */
+export function defaultPublishTimeoutMs(leaseMs: number): number {
+  return Math.floor(leaseMs / 3);
+}
+
+/** The reclaim step (expired leases back to pending) runs at most once per a fifth of the lease. */
+export function reclaimIntervalMs(leaseMs: number): number {
+  return Math.floor(leaseMs / 5);
+}
+
+/** The name of the publisher given as `outbox.publisher` (rather than `outbox.publishers`). */
+export const DEFAULT_PUBLISHER = 'default';
+
+/** Lease of a pull claim when the handler sets no `leaseMs` (`pull.defaultLeaseMs`). */
+export const DEFAULT_PULL_LEASE_MS = 30 * SECOND_MS;
+
+/** Handlers of one source running at once per process (`pull.concurrency`). */
+export const DEFAULT_PULL_CONCURRENCY = 1;
+
+/** The range of every lease: `claimTimeoutMs`, `pull.defaultLeaseMs`, `@PullHandler` `leaseMs`, `LeaseService.claim`. */
+export const MIN_LEASE_MS = 100;
+export const MAX_LEASE_MS = DAY_MS;
+
+/** Most messages one call of a batch `@PullHandler` receives (`batch`). */
+export const MAX_PULL_BATCH = 1000;
+
+/** Age after which `sent` outbox rows are deleted (`retention.finishedAfterMs`): 7 days. */
+export const DEFAULT_RETENTION_FINISHED_AFTER_MS = 7 * DAY_MS;
+
+/** The shortest inbox retention: below it a redelivery that is merely late is taken for a new message. */
+export const MIN_INBOX_RETENTION_MS = HOUR_MS;
+
+/** Time between retention runs (`retention.intervalMs`): 1 hour. */
+export const DEFAULT_RETENTION_INTERVAL_MS = HOUR_MS;
+
+/** Rows deleted per retention statement, each its own transaction (`retention.batchSize`). */
+export const DEFAULT_RETENTION_BATCH_SIZE = 1000;

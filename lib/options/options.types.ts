@@ -1,0 +1,168 @@
+import type { Type } from '@nestjs/common';
+import type { BackoffFunction, BackoffOptions, RetryOption } from '../common/backoff';
+import type { Duration } from '../common/duration';
+import type { InboxMessage, RelayRoute } from '../inbox/inbox.types';
+import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
+
+// What users write in `QueueBoxModule.forRoot()` and `@PullHandler()`. The defaults quoted in these
+// comments are the constants of ./options.defaults.ts; ./options.resolver.ts checks and fills them in.
+
+/** Settings every claiming worker shares (outbox poller, inbox relay). */
+export interface WorkerOptions {
+  /** Sleep between claims when there is nothing to do. Default 1000 ms. */
+  pollIntervalMs?: number;
+  /** Most rows claimed by one claim statement. Default 50. */
+  batchSize?: number;
+  /** Most rows worked on at once per process. Default 10. */
+  concurrency?: number;
+  /** Lease of a claimed row; renewed every third of it while the work runs. Default 300000 ms. */
+  claimTimeoutMs?: number;
+  /** How long shutdown waits for work in flight. Default 10000 ms. */
+  shutdownTimeoutMs?: number;
+  /** Attempts (claims) before a row is dead-lettered. Default 10. Or use `retry`. */
+  maxAttempts?: number;
+  /** Delay before a retry: options or a function of (attempt, error, message). Default 1 s doubling to 5 min, with jitter. Or use `retry`. */
+  backoff?: BackoffOptions | BackoffFunction;
+}
+
+/** A `Publisher` instance, or a class that Nest instantiates with dependency injection. */
+export type PublisherOption = Publisher | Type<Publisher>;
+
+/** Options of the outbox poller. Every field is optional; defaults are listed. */
+export interface OutboxOptions extends WorkerOptions {
+  /** The publisher of every message (use this or `publishers`). Required when the outbox worker runs. */
+  publisher?: PublisherOption;
+  /**
+   * Named publishers, instances or classes (a class is instantiated by Nest, its dependencies
+   * injected); `route(message)` picks one, by default the only one or the one named like the destination.
+   */
+  publishers?: Record<string, PublisherOption>;
+  /** Picks a publisher name for a message. A name with no publisher, or a throw, dead-letters the message. */
+  route?: (message: OutboundMessage) => string;
+  /** Retry policy (replaces `maxAttempts` and `backoff`): `false`, a number of attempts, or `{ attempts, backoff, retryIf }`. */
+  retry?: RetryOption<OutboundMessage>;
+  /**
+   * Longest time one publish may take (ms or `'30s'`); then its signal is aborted and the attempt
+   * fails (retried with backoff). No publish starts with less lease left. Default a third of `claimTimeoutMs`.
+   */
+  publishTimeout?: Duration;
+}
+
+/** Options of the inbox relay, which forwards inbox rows of its routed sources to the outbox. */
+export interface RelayOptions extends WorkerOptions {
+  /** `{ [source]: (message) => outbox message(s) }`. Each source listed here is consumed by the relay. */
+  routes?: Record<string, RelayRoute>;
+  /**
+   * Longest time one route call may take (ms or `'30s'`); then its `signal` aborts and the attempt
+   * fails (retried with backoff). Default 300000 (5 min). See docs/retries.md.
+   */
+  handlerTimeout?: Duration;
+  /** Retry policy (replaces `maxAttempts` and `backoff`), as for the outbox. */
+  retry?: RetryOption<InboxMessage>;
+}
+
+export interface InboxOptions {
+  relay?: RelayOptions;
+}
+
+/** Defaults of `@PullHandler` workers (each handler may override lease, concurrency, attempts, backoff). */
+export interface PullOptions {
+  /** Lease of a pull claim when the handler gives none. Default 30000 ms. */
+  defaultLeaseMs?: number;
+  /** Handlers of one source running at once per process. Default 1. */
+  concurrency?: number;
+  /** Sleep between claims while a source has nothing to do. Default 1000 ms. */
+  pollIntervalMs?: number;
+  /** Attempts before a row is dead. Default 10. */
+  maxAttempts?: number;
+  /** Delay before a retry. Default as the outbox. */
+  backoff?: BackoffOptions | BackoffFunction;
+  /** Retry policy of handlers (replaces `maxAttempts` and `backoff`), as for the outbox. */
+  retry?: RetryOption<InboxMessage>;
+  /** How long shutdown waits for running handlers (and their commits). Default 10000 ms. */
+  shutdownTimeoutMs?: number;
+  /** Sources consumed by your own pull clients through `LeaseService.claim()` (so `receive()` accepts them). */
+  sources?: string[];
+  /**
+   * Longest time one handler call may take (ms or `'30s'`) when the handler sets none; then its
+   * `signal` aborts, the attempt fails (retried with backoff) and its transaction can only roll
+   * back. Default 300000 (5 min). See docs/retries.md.
+   */
+  handlerTimeout?: Duration;
+}
+
+/**
+ * Retention: deletes finished rows (and, if asked, dead rows) older than an age, in small batches,
+ * on one replica at a time. See docs/operations.md.
+ */
+export interface RetentionOptions {
+  /** Run retention on a timer in processes where a worker runs. Default `false`; `QueueBoxAdmin.runRetention()` works either way. */
+  enabled?: boolean;
+  /** Age after which `sent` outbox rows are deleted, by `sent_at`. Default 604800000 (7 days). */
+  finishedAfterMs?: number;
+  /**
+   * Age after which `processed` inbox rows are deleted, by `processed_at`. Default `finishedAfterMs`.
+   * A deleted row's `(source, idempotency_key)` is accepted again: this is the dedupe window. At least 1 hour.
+   */
+  inboxFinishedAfterMs?: number;
+  /**
+   * Age after which `dead` rows are deleted (by their last attempt), or `false` to keep them.
+   * Default `false`. Dead inbox rows are kept at least `inboxFinishedAfterMs` (the dedupe window).
+   */
+  deadAfterMs?: number | false;
+  /** Time between runs. Default 3600000 (1 hour). */
+  intervalMs?: number;
+  /** Rows deleted per statement (each its own transaction). Default 1000. */
+  batchSize?: number;
+}
+
+/** Which workers run in this process. `false` everywhere makes a replica that only enqueues. */
+export interface WorkersOptions {
+  outbox?: boolean;
+  relay?: boolean;
+  pull?: boolean;
+}
+
+/**
+ * Options of `QueueBoxModule.forRoot()`.
+ *
+ * @example
+ * QueueBoxModule.forRoot({
+ *   outbox: { publisher: new HttpPublisher({ destinations: { billing: 'https://billing/internal/events' } }) },
+ * })
+ */
+export interface QueueBoxModuleOptions {
+  /** Table names, each optionally schema-qualified. Defaults `queuebox_outbox`, `queuebox_inbox`. */
+  tables?: { outbox?: string; inbox?: string };
+  /** `true` (default) runs every worker; an object turns them on one by one; `false` runs none. */
+  workers?: boolean | WorkersOptions;
+  /** Largest accepted payload, in bytes of its JSON text. Default 1048576 (1 MiB). */
+  maxPayloadBytes?: number;
+  outbox?: OutboxOptions;
+  inbox?: InboxOptions;
+  pull?: PullOptions;
+  /** Deleting old finished rows. Off by default. */
+  retention?: RetentionOptions;
+}
+
+/** Per-handler options of `@PullHandler(source, options)`. */
+export interface PullHandlerOptions {
+  /** Lease of each claim; renewed every third of it while the handler runs. Default `pull.defaultLeaseMs`. */
+  leaseMs?: number;
+  /** Handlers of this source running at once per process. Default `pull.concurrency`. */
+  concurrency?: number;
+  /** Attempts before the row is dead. Default `pull.maxAttempts`. */
+  maxAttempts?: number;
+  /** Delay before a retry. Default `pull.backoff`. */
+  backoff?: BackoffOptions | BackoffFunction;
+  /** Retry policy of this handler (replaces `maxAttempts` and `backoff`). Default `pull.retry`. */
+  retry?: RetryOption<InboxMessage>;
+  /** Longest time one call of this handler may take. Default `pull.handlerTimeout`. */
+  handlerTimeout?: Duration;
+  /**
+   * Opt-in batch form (integer 1 to 1000): the method receives up to this many messages and one
+   * `PullBatchContext`, and its writes and every message's completion commit in one transaction.
+   * `concurrency` then counts batch calls. Default: one message per call.
+   */
+  batch?: number;
+}
