@@ -56,7 +56,6 @@ export {
 export { createLeaseService } from './lease/create-lease-service';
 export { LeaseService } from './lease/lease.service';
 export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './lease/lease.types';
-export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export {
   createQueueBoxClaimsMigration,
@@ -115,3 +114,4 @@ export {
   SIGNED_HEADERS_HEADER,
   TIMESTAMP_HEADER,
 } from './wire-headers';
+export { LeaseKeeper } from './workers/lease-keeper';

@@ -13,7 +13,7 @@ import type { Claim, InboxClaim, OutboxClaim } from './lease.types';
 
 const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit';
 
-import { LeaseKeeper } from './lease-keeper';
+import { LeaseKeeper } from '../workers/lease-keeper';
 
 /**
  * The one place that claims, renews, completes, retries, dead-letters and reclaims rows.

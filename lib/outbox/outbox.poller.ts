@@ -1,21 +1,21 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { ClaimLoop } from '../common/claim-loop';
-import { DatabaseRecovery } from '../common/database-recovery';
 import { describeError, isInstance } from '../common/errors';
 import { failedAttemptOutcome } from '../common/failed-attempt';
-import { LoopWorker } from '../common/loop-worker';
 import { SpareAbortControllers } from '../common/spare-abort-controllers';
 import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
-import { BatchCompleter } from '../lease/batch-completer';
 import { LeaseService } from '../lease/lease.service';
 import type { OutboxClaim } from '../lease/lease.types';
-import { LeaseKeeper } from '../lease/lease-keeper';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../queuebox.options';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
+import { BatchCompleter } from '../workers/batch-completer';
+import { ClaimLoop } from '../workers/claim-loop';
+import { DatabaseRecovery } from '../workers/database-recovery';
+import { LeaseKeeper } from '../workers/lease-keeper';
+import { LoopWorker } from '../workers/loop-worker';
 import type { OutboundMessage, Publisher } from './outbox.types';
 
 const NAME = 'outbox poller';

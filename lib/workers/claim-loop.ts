@@ -1,13 +1,13 @@
 import type { Logger } from '@nestjs/common';
 import type { SchedulerRegistry } from '@nestjs/schedule';
+import { describeError } from '../common/errors';
+import { settledWithin, Waker } from '../common/wait';
 import { QueueBoxStateError } from '../errors/queuebox.errors';
 import type { LeaseService } from '../lease/lease.service';
 import type { Claim } from '../lease/lease.types';
-import type { LeaseKeeper } from '../lease/lease-keeper';
 import { messages } from '../queuebox.messages';
 import type { DatabaseRecovery } from './database-recovery';
-import { describeError } from './errors';
-import { settledWithin, Waker } from './wait';
+import type { LeaseKeeper } from './lease-keeper';
 
 /**
  * Longest wait between two claims that failed (the database is down or unreachable). The wait

@@ -1,6 +1,6 @@
 import { ClaimLostError } from '../errors/queuebox.errors';
+import type { Claim } from '../lease/lease.types';
 import { messages } from '../queuebox.messages';
-import type { Claim } from './lease.types';
 
 /** The renewal of a keeper that has not renewed yet: one promise for all of them. */
 const SETTLED: Promise<void> = Promise.resolve();

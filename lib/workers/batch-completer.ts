@@ -1,6 +1,6 @@
-import { TurnBatcher } from '../common/turn-batcher';
-import type { LeaseService } from './lease.service';
-import type { Claim } from './lease.types';
+import type { LeaseService } from '../lease/lease.service';
+import type { Claim } from '../lease/lease.types';
+import { TurnBatcher } from './turn-batcher';
 
 const MAX_BATCH = 1000;
 
