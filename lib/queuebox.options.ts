@@ -12,8 +12,9 @@ import { parseTableName } from './common/identifiers';
 import { closestName } from './common/suggest';
 import type { QueueBoxTables } from './dialects/dialect';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
-import type { InboxMessage, RelayRoute } from './inbox/inbox.types';
-import type { OutboundMessage, Publisher } from './outbox/outbox.types';
+import type { RelayRoute } from './inbox/inbox.types';
+import type { InboxMessage, OutboundMessage } from './lease/claimed-messages';
+import type { Publisher } from './outbox/outbox.types';
 import { DEFAULT_TABLES } from './queuebox.constants';
 import { messages } from './queuebox.messages';
 

@@ -1,3 +1,6 @@
+// Worker runtime: the outbox poller's completions, grouped into one fenced `completeBatch` per
+// turn of the event loop. Used by OutboxPoller.
+
 import type { LeaseService } from '../lease/lease.service';
 import type { Claim } from '../lease/lease.types';
 import { TurnBatcher } from './turn-batcher';

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parseDuration } from '../../lib/common/duration';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import type { OutboundMessage, Publisher } from '../../lib/outbox/outbox.types';
+import type { OutboundMessage } from '../../lib/lease/claimed-messages';
+import type { Publisher } from '../../lib/outbox/outbox.types';
 import { resolveOptions, resolvePullHandler } from '../../lib/queuebox.options';
 
 const publisher = { publish: async () => undefined };
