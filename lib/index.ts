@@ -41,7 +41,7 @@ export {
 export { QueueBoxHealth, type QueueBoxHealthCheckOptions, type QueueBoxHealthReport } from './health/queuebox-health';
 export { InboxRelay } from './inbox/inbox.relay';
 export { InboxService } from './inbox/inbox.service';
-export type { InboxMessage, InboxMessageInput, ReceiveResult, RelayRoute } from './inbox/inbox.types';
+export type { InboxMessageInput, ReceiveResult, RelayRoute } from './inbox/inbox.types';
 export { InboxReceiver, type ReceivedRequest, type ReceiverAnswer } from './inbox/receiver/inbox-receiver';
 export type { InboxReceiverOptions } from './inbox/receiver/inbox-receiver.options';
 export {
@@ -53,10 +53,10 @@ export {
   verifyRequestSignature,
   verifySignature,
 } from './inbox/receiver/signature';
+export type { InboxMessage, OutboundMessage } from './lease/claimed-messages';
 export { createLeaseService } from './lease/create-lease-service';
 export { LeaseService } from './lease/lease.service';
 export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './lease/lease.types';
-export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export {
   createQueueBoxClaimsMigration,
@@ -83,7 +83,7 @@ export type {
 } from './options/options.types';
 export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
-export type { EnqueueOptions, EnqueueResult, OutboundMessage, OutboxMessageInput, Publisher } from './outbox/outbox.types';
+export type { EnqueueOptions, EnqueueResult, OutboxMessageInput, Publisher } from './outbox/outbox.types';
 export {
   type ClientProxyEnvelope,
   type ClientProxyLike,
@@ -115,3 +115,4 @@ export {
   SIGNED_HEADERS_HEADER,
   TIMESTAMP_HEADER,
 } from './wire-headers';
+export { LeaseKeeper } from './workers/lease-keeper';

@@ -2,7 +2,6 @@ import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { QueueBoxAdmin } from './admin/queuebox.admin';
 import { RetentionService } from './admin/retention.service';
-import { DatabaseRecovery } from './common/database-recovery';
 import { QueueBoxEventLog } from './events/event-log';
 import { QueueBoxEvents } from './events/queuebox.events';
 import { QueueBoxHealth } from './health/queuebox-health';
@@ -19,6 +18,7 @@ import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } fro
 import { QueueBoxConfigurableModule } from './queuebox.module-definition';
 import { WorkNotifications } from './queuebox.notifications';
 import { QueueBoxPoolCheck } from './queuebox.pool-check';
+import { DatabaseRecovery } from './workers/database-recovery';
 
 /**
  * The QueueBox module: registers `OutboxService`, `OutboxPoller`, `InboxService`, `InboxRelay` and `LeaseService` over the

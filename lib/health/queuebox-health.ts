@@ -2,8 +2,6 @@ import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import type { BacklogRow } from '../admin/admin.types';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
-import type { WorkerLoopStatus } from '../common/claim-loop';
-import { DatabaseRecovery } from '../common/database-recovery';
 import { describeError } from '../common/errors';
 import { InboxRelay } from '../inbox/inbox.relay';
 import { OutboxPoller } from '../outbox/outbox.poller';
@@ -11,6 +9,8 @@ import { PullWorker } from '../pull/pull.worker';
 import { QUEUEBOX_DATA_SOURCE } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { WorkNotifications } from '../queuebox.notifications';
+import type { WorkerLoopStatus } from '../workers/claim-loop';
+import { DatabaseRecovery } from '../workers/database-recovery';
 
 /** What a health check looks at. Every field is optional; defaults are listed. */
 export interface QueueBoxHealthCheckOptions {

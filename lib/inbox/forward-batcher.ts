@@ -1,8 +1,8 @@
 import type { DataSource } from 'typeorm';
-import { TurnBatcher } from '../common/turn-batcher';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import type { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
+import { TurnBatcher } from '../workers/turn-batcher';
 
 /**
  * How a forward handed to `ForwardBatcher` ended: its rows are in the outbox and its inbox row is

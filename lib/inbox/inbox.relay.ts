@@ -1,27 +1,28 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
-import { ClaimLoop } from '../common/claim-loop';
-import { DatabaseRecovery } from '../common/database-recovery';
 import { describeError, isInstance } from '../common/errors';
-import { LoopWorker } from '../common/loop-worker';
 import { withinTimeout } from '../common/time-limit';
 import { uuidV5 } from '../common/uuid';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
-import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
+import { QueueBoxEvents } from '../events/queuebox.events';
+import type { InboxMessage } from '../lease/claimed-messages';
 import { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
-import type { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../options/options.resolver';
 import { toOutboxRows } from '../outbox/outbox-rows';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
 import { CAUSATION_HEADER } from '../wire-headers';
+import { ClaimLoop } from '../workers/claim-loop';
+import { DatabaseRecovery } from '../workers/database-recovery';
+import type { LeaseKeeper } from '../workers/lease-keeper';
+import { LoopWorker } from '../workers/loop-worker';
+import type { OutcomeRecorder } from '../workers/outcome-recorder';
 import { ForwardBatcher } from './forward-batcher';
-import type { InboxMessage } from './inbox.types';
-import { retryOrDeadLetter } from './inbox-failure';
+import { inboxMessageName, inboxOutcomeRecorder } from './inbox-outcomes';
 import { InboxSources } from './inbox-sources';
 
 const NAME = 'inbox relay';
@@ -40,6 +41,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
   protected readonly options: ResolvedRelayOptions;
   protected readonly loop: ClaimLoop<InboxClaim>;
   private readonly batcher: ForwardBatcher;
+  private readonly outcomes: OutcomeRecorder<InboxClaim>;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -47,7 +49,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     private readonly lease: LeaseService,
     private readonly sources: InboxSources,
-    private readonly events: QueueBoxEvents,
+    events: QueueBoxEvents,
     recovery: DatabaseRecovery,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
@@ -55,6 +57,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     this.options = rootOptions.inbox.relay;
     // At most `batchSize` claims are held, so no batch could be bigger.
     this.batcher = new ForwardBatcher(dataSource, dialect, lease, this.options.batchSize);
+    this.outcomes = inboxOutcomeRecorder(lease, events, this.logger);
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
       {
@@ -116,11 +119,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
         const outcome = await this.batcher.forward(claim, rows);
         if (outcome === 'lost') throw new ClaimLostError(messages.claimLost('inbox', claim.id));
         if (outcome === 'alone') await this.forwardAlone(claim, rows);
-        this.events.emit('queuebox:inbox:processed', {
-          ...inboxEventMessage('inbox', claim.message),
-          durationMs: performance.now() - startedAt,
-          forwarded: rows.length,
-        });
+        this.outcomes.completed(claim, { durationMs: performance.now() - startedAt, forwarded: rows.length });
         return;
       } catch (error) {
         if (isInstance(error, ClaimLostError)) {
@@ -130,17 +129,10 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
         failure = error;
       }
     }
-    await retryOrDeadLetter({
-      claim,
-      failure,
-      maxAttempts: this.options.maxAttempts,
-      backoff: this.options.backoff,
-      retryIf: this.options.retryIf,
-      lease: this.lease,
-      events: this.events,
+    await this.outcomes.failed(claim, failure, {
+      policy: this.options,
       durationMs: performance.now() - startedAt,
-      logger: this.logger,
-      retryMessage: (error, delayMs) => messages.relayFailed(`${message.source}/${message.idempotencyKey}`, claim.attempt, error, delayMs),
+      retryLog: (error, delayMs) => messages.relayFailed(inboxMessageName(message), claim.attempt, error, delayMs),
     });
   }
 

@@ -1,3 +1,4 @@
+import type { InboxMessage } from '../lease/claimed-messages';
 import type { OutboxMessageInput } from '../outbox/outbox.types';
 
 /** What `InboxService.receive()` stores. */
@@ -19,19 +20,6 @@ export interface ReceiveResult {
   id: string;
   /** True when the message was already stored; a duplicate is not an error. */
   duplicate: boolean;
-}
-
-/** A stored inbox message, as a relay route or a pull handler receives it. */
-export interface InboxMessage {
-  id: string;
-  source: string;
-  idempotencyKey: string;
-  aggregateId: string | null;
-  payload: unknown;
-  headers: Record<string, string>;
-  /** 1 for the first attempt. */
-  attempt: number;
-  receivedAt: Date;
 }
 
 /**

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { describeError } from '../common/errors';
-import type { Dialect, InboxClaimedRow, LeaseTable } from '../dialects/dialect';
+import type { Dialect, InboxClaimedRow } from '../dialects/dialect';
 import type { ReclaimResult } from '../dialects/dialect-rows';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
@@ -9,12 +9,11 @@ import { MAX_LEASE_MS, MIN_LEASE_MS } from '../options/options.defaults';
 import { isSourceName } from '../options/options.resolver';
 import { QUEUEBOX_DIALECT } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import { MESSAGE_ID_HEADER } from '../wire-headers';
-import type { Claim, InboxClaim, OutboxClaim } from './lease.types';
+import { LeaseKeeper } from '../workers/lease-keeper';
+import { inboxMessageOf, outboundMessageOf } from './claimed-messages';
+import type { Claim, InboxClaim, OutboxClaim, WorkerClaim } from './lease.types';
 
 const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit';
-
-import { LeaseKeeper } from './lease-keeper';
 
 /**
  * The one place that claims, renews, completes, retries, dead-letters and reclaims rows.
@@ -41,24 +40,7 @@ export class LeaseService {
   /** Claims up to `limit` outbox rows, at most one per key, each with a lease of `leaseMs` by the database clock. */
   async claimOutboxBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]> {
     const rows = await this.dialect.outboxClaimBatch(p);
-    return rows.map((row) => ({
-      component: 'outbox',
-      id: row.id,
-      token: row.token,
-      leaseMs: p.leaseMs,
-      leaseExpiresAt: row.leaseExpiresAt,
-      attempt: row.attempts,
-      message: {
-        id: row.id,
-        messageId: row.messageId,
-        destination: row.destination,
-        key: row.key,
-        payload: row.payload,
-        headers: { ...row.headers, [MESSAGE_ID_HEADER]: row.messageId },
-        attempt: row.attempts,
-        createdAt: row.createdAt,
-      },
-    }));
+    return rows.map((row) => claimOf({ component: 'outbox', table: 'outbox' }, row, p.leaseMs, outboundMessageOf(row)));
   }
 
   /**
@@ -82,7 +64,7 @@ export class LeaseService {
     for (;;) {
       const [claimed] = await this.dialect.inboxPullClaimBatch({ source, limit: 1, leaseMs: options.leaseMs });
       if (!claimed) return null;
-      const [claim] = await this.liveClaims(this.toInboxClaims('pull', [claimed], options.leaseMs), options.maxAttempts);
+      const [claim] = await this.liveClaims([pullClaimOf(claimed, options.leaseMs)], options.maxAttempts);
       // A claim that used up its attempts is dead now: look for the next message.
       if (claim) return claim;
     }
@@ -95,14 +77,15 @@ export class LeaseService {
    */
   async claimPullBatch(p: { source: string; limit: number; leaseMs: number; maxAttempts?: number }): Promise<InboxClaim[]> {
     checkPullClaim('LeaseService.claimPullBatch', p);
-    const claims = this.toInboxClaims('pull', await this.dialect.inboxPullClaimBatch(p), p.leaseMs);
+    const claims = (await this.dialect.inboxPullClaimBatch(p)).map((row) => pullClaimOf(row, p.leaseMs));
     return this.liveClaims(claims, p.maxAttempts);
   }
 
   /** The inbox relay's claim: up to `limit` rows of `sources`, at most one per (source, aggregate). */
   async claimRelayBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaim[]> {
     if (p.sources.length === 0) return [];
-    return this.toInboxClaims('inbox', await this.dialect.inboxRelayClaimBatch(p), p.leaseMs);
+    const rows = await this.dialect.inboxRelayClaimBatch(p);
+    return rows.map((row) => claimOf({ component: 'inbox', table: 'inbox' }, row, p.leaseMs, inboxMessageOf(row)));
   }
 
   /** Extends the lease by `claim.leaseMs` from the database's current time (on `manager`'s connection when given). */
@@ -125,7 +108,7 @@ export class LeaseService {
   async completeBatch(claims: readonly Claim[], manager?: EntityManager): Promise<Set<Claim>> {
     if (claims.length === 0) return new Set();
     const done = await this.dialect.leaseCompleteBatch({
-      table: this.fence(claims[0]).table,
+      table: claims[0].table,
       claims: claims.map((c) => ({ id: c.id, token: c.token })),
       manager,
     });
@@ -232,34 +215,13 @@ export class LeaseService {
     }
   }
 
-  private toInboxClaims(component: 'inbox' | 'pull', rows: InboxClaimedRow[], leaseMs: number): InboxClaim[] {
-    return rows.map((row) => ({
-      component,
-      id: row.id,
-      token: row.token,
-      leaseMs,
-      leaseExpiresAt: row.leaseExpiresAt,
-      attempt: row.attempts,
-      message: {
-        id: row.id,
-        source: row.source,
-        idempotencyKey: row.idempotencyKey,
-        aggregateId: row.aggregateId,
-        payload: row.payload,
-        headers: row.headers,
-        attempt: row.attempts,
-        receivedAt: row.receivedAt,
-      },
-    }));
-  }
-
   private fenced(claim: Claim, changedOneRow: boolean): boolean {
     if (!changedOneRow) this.markLost(claim);
     return changedOneRow;
   }
 
-  private fence(claim: Claim): { table: LeaseTable; id: string; token: string } {
-    return { table: claim.component === 'outbox' ? 'outbox' : 'inbox', id: claim.id, token: claim.token };
+  private fence(claim: Claim): Pick<Claim, 'table' | 'id' | 'token'> {
+    return { table: claim.table, id: claim.id, token: claim.token };
   }
 }
 
@@ -283,6 +245,20 @@ function checkPullClaim(where: string, p: { source: unknown; limit: unknown; lea
   integer('leaseMs', p.leaseMs, MIN_LEASE_MS, MAX_LEASE_MS);
   integer('limit', p.limit, 1, 10_000);
   if (p.maxAttempts !== undefined) integer('maxAttempts', p.maxAttempts, 1, 1_000_000);
+}
+
+/** A claim of `row` (a claimed row: id, token, lease end, attempts) carrying `message`. */
+function claimOf<C extends Pick<Claim, 'component' | 'table'>, M>(
+  owner: C,
+  row: { id: string; token: string; leaseExpiresAt: Date; attempts: number },
+  leaseMs: number,
+  message: M,
+): C & WorkerClaim<M> {
+  return { ...owner, id: row.id, token: row.token, leaseMs, leaseExpiresAt: row.leaseExpiresAt, attempt: row.attempts, message };
+}
+
+function pullClaimOf(row: InboxClaimedRow, leaseMs: number): InboxClaim {
+  return claimOf({ component: 'pull', table: 'inbox' }, row, leaseMs, inboxMessageOf(row));
 }
 
 function describeReason(reason: unknown): string {

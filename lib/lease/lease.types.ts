@@ -1,15 +1,19 @@
-import type { InboxMessage } from '../inbox/inbox.types';
-import type { OutboundMessage } from '../outbox/outbox.types';
+import type { LeaseTable } from '../dialects/dialect';
+import type { InboxMessage, OutboundMessage } from './claimed-messages';
 
 /** Which worker owns a claim; also the `component` label of `queuebox_claims_lost_total`. */
 export type ClaimComponent = 'outbox' | 'inbox' | 'pull';
 
 /**
  * Ownership of one row: only the holder of `token` can finish it, and only while the lease,
- * computed by the database clock, has not expired.
+ * computed by the database clock, has not expired. This is all fencing (`renew`, `complete`,
+ * `retry`, `deadLetter`, `release`, `keep`) reads; what the row carries is the worker's
+ * (`WorkerClaim`).
  */
 export interface Claim {
   readonly component: ClaimComponent;
+  /** The table the row is in. */
+  readonly table: LeaseTable;
   readonly id: string;
   readonly token: string;
   readonly leaseMs: number;
@@ -19,12 +23,19 @@ export interface Claim {
   readonly attempt: number;
 }
 
-export interface OutboxClaim extends Claim {
-  readonly component: 'outbox';
-  readonly message: OutboundMessage;
+/** A claim with the message its worker works on. */
+export interface WorkerClaim<M> extends Claim {
+  readonly message: M;
 }
 
-export interface InboxClaim extends Claim {
+/** An outbox poller's claim. */
+export interface OutboxClaim extends WorkerClaim<OutboundMessage> {
+  readonly component: 'outbox';
+  readonly table: 'outbox';
+}
+
+/** An inbox relay's (`inbox`) or pull worker's (`pull`) claim. */
+export interface InboxClaim extends WorkerClaim<InboxMessage> {
   readonly component: 'inbox' | 'pull';
-  readonly message: InboxMessage;
+  readonly table: 'inbox';
 }

@@ -1,22 +1,23 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { ClaimLoop } from '../common/claim-loop';
-import { DatabaseRecovery } from '../common/database-recovery';
 import { describeError, isInstance } from '../common/errors';
-import { failedAttemptOutcome } from '../common/failed-attempt';
-import { LoopWorker } from '../common/loop-worker';
 import { SpareAbortControllers } from '../common/spare-abort-controllers';
 import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
-import { BatchCompleter } from '../lease/batch-completer';
+import type { OutboundMessage } from '../lease/claimed-messages';
 import { LeaseService } from '../lease/lease.service';
 import type { OutboxClaim } from '../lease/lease.types';
-import { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
-import type { OutboundMessage, Publisher } from './outbox.types';
+import { BatchCompleter } from '../workers/batch-completer';
+import { ClaimLoop } from '../workers/claim-loop';
+import { DatabaseRecovery } from '../workers/database-recovery';
+import { LeaseKeeper } from '../workers/lease-keeper';
+import { LoopWorker } from '../workers/loop-worker';
+import { OutcomeRecorder } from '../workers/outcome-recorder';
+import type { Publisher } from './outbox.types';
 
 const NAME = 'outbox poller';
 
@@ -39,6 +40,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
   protected readonly options: ResolvedOutboxOptions;
   protected readonly loop: ClaimLoop<OutboxClaim>;
   private readonly completer: BatchCompleter;
+  private readonly outcomes: OutcomeRecorder<OutboxClaim>;
   /**
    * When each claim's lease ends at the latest, on this process's monotonic clock: the send time of
    * the claim (or last renewal) statement plus the lease. The database set the expiry to its own
@@ -55,13 +57,22 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
     private readonly lease: LeaseService,
-    private readonly events: QueueBoxEvents,
+    events: QueueBoxEvents,
     recovery: DatabaseRecovery,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
     this.options = rootOptions.outbox;
     this.completer = new BatchCompleter(lease);
+    this.outcomes = new OutcomeRecorder({
+      lease,
+      events,
+      logger: this.logger,
+      nameOf: (message) => message.messageId,
+      eventMessage: (claim) => outboxEventMessage(claim.message),
+      // Retrying cannot help.
+      isFinal: (failure) => isInstance(failure, PermanentPublishError),
+    });
     this.controllers = new SpareAbortControllers(this.options.concurrency);
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}`, recovery },
@@ -165,46 +176,21 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
       else this.logger.warn(messages.publishClaimLost(message.messageId));
       return;
     }
-    const event = outboxEventMessage(message);
-    let what = 'delivery';
-    try {
-      if (published) {
-        if (await this.completer.complete(claim)) {
-          this.markedSent.add(claim);
-          this.events.emit('queuebox:published', { ...event, durationMs });
-        } else this.logger.error(messages.markSentLost(message.messageId));
-        return;
-      }
-      what = 'retry'; // the backoff may throw
-      const next = failedAttemptOutcome({
-        failure,
-        final: isInstance(failure, PermanentPublishError),
-        attempt: claim.attempt,
-        maxAttempts: this.options.maxAttempts,
-        message,
-        retryIf: this.options.retryIf,
-        backoff: this.options.backoff,
+    if (!published) {
+      await this.outcomes.failed(claim, failure, {
+        policy: this.options,
+        durationMs,
+        retryLog: (error, delayMs) => messages.publishFailed(message.messageId, claim.attempt, error, delayMs),
       });
-      if (next.deadLetter) {
-        what = 'dead-letter';
-        const { reason } = next;
-        if (await this.lease.deadLetter(claim, reason)) {
-          this.events.emit('queuebox:dead-lettered', { ...event, reason, durationMs });
-          this.logger.warn(messages.deadLettered(message.messageId, reason));
-        } else {
-          this.logger.warn(messages.finishLost(message.messageId, what));
-        }
-        return;
-      }
-      const { delayMs } = next;
-      if (await this.lease.retry(claim, { delayMs, error: failure })) {
-        this.events.emit('queuebox:retry-scheduled', { ...event, delayMs, error: describeError(failure), durationMs });
-        this.logger.warn(messages.publishFailed(message.messageId, claim.attempt, describeError(failure), delayMs));
-      } else {
-        this.logger.warn(messages.finishLost(message.messageId, what));
-      }
+      return;
+    }
+    try {
+      if (await this.completer.complete(claim)) {
+        this.markedSent.add(claim);
+        this.outcomes.completed(claim, { durationMs });
+      } else this.logger.error(messages.markSentLost(message.messageId));
     } catch (error) {
-      this.logger.error(messages.finishFailed(message.messageId, what, describeError(error)));
+      this.logger.error(messages.finishFailed(message.messageId, 'delivery', describeError(error)));
     }
   }
 

@@ -1,3 +1,5 @@
+import type { OutboundMessage } from '../lease/claimed-messages';
+
 /** What the application hands to `OutboxService.enqueue()`. */
 export interface OutboxMessageInput {
   /** Where the message goes; picks the publisher route and, for the HTTP publisher, the URL. */
@@ -30,20 +32,6 @@ export interface EnqueueResult {
   /** The row id (a bigint, as a string). */
   id: string;
   messageId: string;
-}
-
-/** A claimed outbox message, as a `Publisher` receives it. */
-export interface OutboundMessage {
-  id: string;
-  messageId: string;
-  destination: string;
-  key: string | null;
-  payload: unknown;
-  /** The stored headers plus `X-Message-Id`. */
-  headers: Record<string, string>;
-  /** 1 for the first attempt. A claim counts as an attempt. */
-  attempt: number;
-  createdAt: Date;
 }
 
 /**

@@ -1,7 +1,8 @@
 import { Inject, Injectable, type Type } from '@nestjs/common';
 import { describeError } from '../common/errors';
 import { PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
-import type { OutboundMessage, Publisher } from '../outbox/outbox.types';
+import type { OutboundMessage } from '../lease/claimed-messages';
+import type { Publisher } from '../outbox/outbox.types';
 import { messages } from '../queuebox.messages';
 import { KEY_HEADER, MESSAGE_ID_HEADER } from '../wire-headers';
 

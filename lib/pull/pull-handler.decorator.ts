@@ -1,6 +1,6 @@
 import { SetMetadata } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import type { InboxMessage } from '../inbox/inbox.types';
+import type { InboxMessage } from '../lease/claimed-messages';
 import type { PullHandlerOptions } from '../options/options.types';
 
 export const PULL_HANDLER_METADATA = 'QUEUEBOX:PULL_HANDLER';

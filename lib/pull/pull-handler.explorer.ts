@@ -1,8 +1,8 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import type { InboxMessage } from '../inbox/inbox.types';
 import { InboxSources } from '../inbox/inbox-sources';
+import type { InboxMessage } from '../lease/claimed-messages';
 import { isSourceName, type ResolvedQueueBoxOptions, resolvePullHandler } from '../options/options.resolver';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';

@@ -1,23 +1,23 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
-import { ClaimLoop, type WorkerLoopStatus } from '../common/claim-loop';
-import { DatabaseRecovery } from '../common/database-recovery';
 import { describeError, isInstance } from '../common/errors';
 import { withinTimeout } from '../common/time-limit';
 import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
-import { inboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
-import type { InboxMessage } from '../inbox/inbox.types';
-import { retryOrDeadLetter } from '../inbox/inbox-failure';
+import { QueueBoxEvents } from '../events/queuebox.events';
+import { inboxMessageName, inboxOutcomeRecorder } from '../inbox/inbox-outcomes';
 import { InboxSources } from '../inbox/inbox-sources';
 import { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
-import type { LeaseKeeper } from '../lease/lease-keeper';
-import { RenewalConnection } from '../lease/renewal-connection';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
+import { ClaimLoop, type WorkerLoopStatus } from '../workers/claim-loop';
+import { DatabaseRecovery } from '../workers/database-recovery';
+import type { LeaseKeeper } from '../workers/lease-keeper';
+import type { OutcomeRecorder } from '../workers/outcome-recorder';
+import { RenewalConnection } from '../workers/renewal-connection';
 import { BatchQueue } from './batch-queue';
 import type { PullBatchContext, PullContext } from './pull-handler.decorator';
 import { type PullHandlerDefinition, PullHandlerExplorer } from './pull-handler.explorer';
@@ -45,17 +45,19 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
   private readonly loops = new Map<string, ClaimLoop<InboxClaim>>();
   private readonly batchQueues = new Map<string, BatchQueue<HeldClaim>>();
   private renewals?: RenewalConnection;
+  private readonly outcomes: OutcomeRecorder<InboxClaim>;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
     @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
     private readonly explorer: PullHandlerExplorer,
     private readonly lease: LeaseService,
-    private readonly events: QueueBoxEvents,
+    events: QueueBoxEvents,
     sources: InboxSources,
     private readonly recovery: DatabaseRecovery,
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
+    this.outcomes = inboxOutcomeRecorder(lease, events, this.logger);
     sources.onReceived((source) => this.loops.get(source)?.wake());
   }
 
@@ -219,8 +221,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         },
       );
       const durationMs = performance.now() - startedAt;
-      for (const claim of claims)
-        this.events.emit('queuebox:pull:processed', { ...inboxEventMessage('pull', claim.message), durationMs, handler: handler.name });
+      for (const claim of claims) this.outcomes.completed(claim, { durationMs, handler: handler.name });
       return;
     } catch (error) {
       failure = error;
@@ -233,7 +234,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         claims.map(async (claim, i) => {
           if (keepers[i].lost || this.lease.isLost(claim)) {
             this.lease.markLost(claim);
-            this.logger.error(messages.pullClaimLost(messageName(claim.message), handler.name));
+            this.logger.error(messages.pullClaimLost(inboxMessageName(claim.message), handler.name));
             return;
           }
           await this.lease.release(claim).catch((error) => this.logger.warn(messages.releaseFailed(claim.id, describeError(error))));
@@ -295,11 +296,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
           yieldSlot(settled);
         },
       );
-      this.events.emit('queuebox:pull:processed', {
-        ...inboxEventMessage('pull', message),
-        durationMs: performance.now() - startedAt,
-        handler: handler.name,
-      });
+      this.outcomes.completed(claim, { durationMs: performance.now() - startedAt, handler: handler.name });
       return;
     } catch (error) {
       failure = error;
@@ -308,7 +305,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     if (loop.abandoned) return;
     if (isInstance(failure, ClaimLostError) || keeper.lost) {
       this.lease.markLost(claim);
-      this.logger.error(messages.pullClaimLost(messageName(message), handler.name));
+      this.logger.error(messages.pullClaimLost(inboxMessageName(message), handler.name));
       return;
     }
     await this.recordFailure(handler, claim, failure, performance.now() - startedAt);
@@ -316,24 +313,13 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
 
   /** A failed attempt: retried with the handler's backoff, or dead after its `maxAttempts`. */
   private recordFailure(handler: PullHandlerDefinition, claim: InboxClaim, failure: unknown, durationMs: number): Promise<void> {
-    return retryOrDeadLetter({
-      claim,
-      failure,
-      maxAttempts: handler.maxAttempts,
-      backoff: handler.backoff,
-      retryIf: handler.retryIf,
-      lease: this.lease,
-      events: this.events,
+    return this.outcomes.failed(claim, failure, {
+      policy: handler,
       durationMs,
-      logger: this.logger,
-      retryMessage: (error, delayMs) => messages.pullHandlerFailed(messageName(claim.message), handler.name, claim.attempt, error, delayMs),
+      retryLog: (error, delayMs) =>
+        messages.pullHandlerFailed(inboxMessageName(claim.message), handler.name, claim.attempt, error, delayMs),
     });
   }
-}
-
-/** `source/idempotencyKey`, how messages name a pull message. */
-function messageName(message: InboxMessage): string {
-  return `${message.source}/${message.idempotencyKey}`;
 }
 
 function timeoutError(handler: PullHandlerDefinition): HandlerTimeoutError {

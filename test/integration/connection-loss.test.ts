@@ -8,7 +8,7 @@ import type { Dialect } from '../../lib/dialects/dialect';
 import { PostgresWorkListener } from '../../lib/dialects/postgres/postgres.listener';
 import { TransactionLostError, TransactionRequiredError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { PullWorker } from '../../lib/pull/pull.worker';

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import type { OutboundMessage } from '../../lib/outbox/outbox.types';
+import type { OutboundMessage } from '../../lib/lease/claimed-messages';
 import { HttpPublisher } from '../../lib/publishers/http.publisher';
 import { HttpRecorder } from '../support/http-recorder';
 

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import { createTestApp, type TestApp } from '../support/app';

@@ -6,7 +6,7 @@ import type { DataSource } from 'typeorm';
 import { HandlerTimeoutError, QueueBoxValidationError, UnknownSourceError } from '../../lib/errors/queuebox.errors';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { createTestApp, type TestApp } from '../support/app';

@@ -5,7 +5,7 @@ import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import { createTestApp, type TestApp } from '../support/app';

@@ -9,7 +9,7 @@ import type { DataSource } from 'typeorm';
 import { PermanentPublishError } from '../../lib/errors/queuebox.errors';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';

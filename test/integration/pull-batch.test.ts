@@ -3,7 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { ClaimLostError, HandlerTimeoutError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { resolveOptions, resolvePullHandler } from '../../lib/options/options.resolver';
 import { PullWorker } from '../../lib/pull/pull.worker';

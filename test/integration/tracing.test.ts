@@ -14,7 +14,7 @@ import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { PermanentPublishError } from '../../lib/errors/queuebox.errors';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/inbox/inbox.types';
+import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { PullWorker } from '../../lib/pull/pull.worker';

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
-import { ClaimLoop, MAX_CLAIM_RETRY_MS } from '../../lib/common/claim-loop';
-import { DatabaseRecovery } from '../../lib/common/database-recovery';
 import type { LeaseService } from '../../lib/lease/lease.service';
 import type { Claim } from '../../lib/lease/lease.types';
-import { LeaseKeeper } from '../../lib/lease/lease-keeper';
+import { ClaimLoop, MAX_CLAIM_RETRY_MS } from '../../lib/workers/claim-loop';
+import { DatabaseRecovery } from '../../lib/workers/database-recovery';
+import { LeaseKeeper } from '../../lib/workers/lease-keeper';
 
 // The loop's bookkeeping without a database: claims come from a counter, work yields its slot and
 // then waits for a "write" the test releases, as the outbox's publish and completion do.

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { NEVER, Observable, of, throwError } from 'rxjs';
 import { PublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import type { OutboundMessage } from '../../lib/outbox/outbox.types';
+import type { OutboundMessage } from '../../lib/lease/claimed-messages';
 import { ClientProxyPublisher } from '../../lib/publishers/client-proxy.publisher';
 
 const message: OutboundMessage = {

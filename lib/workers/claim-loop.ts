@@ -1,13 +1,18 @@
+// Worker runtime: the claim-and-dispatch loop every worker runs (claim a batch, renew each claim,
+// work on it with bounded concurrency, give back unstarted claims on shutdown). Used by OutboxPoller
+// and InboxRelay (through LoopWorker) and by PullWorker (one loop per handler); QueueBoxHealth
+// reads its `WorkerLoopStatus`.
+
 import type { Logger } from '@nestjs/common';
 import type { SchedulerRegistry } from '@nestjs/schedule';
+import { describeError } from '../common/errors';
+import { settledWithin, Waker } from '../common/wait';
 import { QueueBoxStateError } from '../errors/queuebox.errors';
 import type { LeaseService } from '../lease/lease.service';
 import type { Claim } from '../lease/lease.types';
-import type { LeaseKeeper } from '../lease/lease-keeper';
 import { messages } from '../queuebox.messages';
 import type { DatabaseRecovery } from './database-recovery';
-import { describeError } from './errors';
-import { settledWithin, Waker } from './wait';
+import type { LeaseKeeper } from './lease-keeper';
 
 /**
  * Longest wait between two claims that failed (the database is down or unreachable). The wait
@@ -143,11 +148,6 @@ export class ClaimLoop<C extends Claim> {
 
   get running(): boolean {
     return this.state === 'running';
-  }
-
-  /** When a claim statement last returned (rows or none): health checks read it to see the loop is alive. */
-  get lastCycleAt(): Date | undefined {
-    return this.lastCycle;
   }
 
   get status(): WorkerLoopStatus {

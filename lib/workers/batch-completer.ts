@@ -1,6 +1,9 @@
-import { TurnBatcher } from '../common/turn-batcher';
-import type { LeaseService } from './lease.service';
-import type { Claim } from './lease.types';
+// Worker runtime: the outbox poller's completions, grouped into one fenced `completeBatch` per
+// turn of the event loop. Used by OutboxPoller.
+
+import type { LeaseService } from '../lease/lease.service';
+import type { Claim } from '../lease/lease.types';
+import { TurnBatcher } from './turn-batcher';
 
 const MAX_BATCH = 1000;
 

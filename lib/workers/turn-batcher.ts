@@ -1,3 +1,6 @@
+// Worker runtime: batching by turn of the event loop. Used by BatchCompleter (outbox completions)
+// and ForwardBatcher (the relay's forwards).
+
 /**
  * Groups work handed in one item at a time: every item added during one turn of the event loop,
  * or while the previous batch runs, goes into the next batch (up to `maxBatch` items), and

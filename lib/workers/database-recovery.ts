@@ -1,3 +1,7 @@
+// Worker runtime: the "the database answers again" signal that ends the claim loops' waits.
+// Provided by QueueBoxModule; ClaimLoop waits on it and signals it; WorkNotifications and
+// QueueBoxHealth signal it.
+
 import { Injectable } from '@nestjs/common';
 
 /**
@@ -15,11 +19,6 @@ export class DatabaseRecovery {
   waitFor(wake: () => void): () => void {
     this.waiting.add(wake);
     return () => this.waiting.delete(wake);
-  }
-
-  /** Whether a loop waits for the database now. */
-  get anyWaiting(): boolean {
-    return this.waiting.size > 0;
   }
 
   /** The database answered: every waiting loop claims again now. */

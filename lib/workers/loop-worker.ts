@@ -1,3 +1,6 @@
+// Worker runtime: the Nest-facing shell (start, stop at shutdown, runOnce, status) of a worker that
+// runs one ClaimLoop. Base class of OutboxPoller and InboxRelay.
+
 import type { BeforeApplicationShutdown, Logger } from '@nestjs/common';
 import type { Claim } from '../lease/lease.types';
 import type { ResolvedWorkerOptions } from '../options/options.resolver';

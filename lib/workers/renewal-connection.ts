@@ -1,3 +1,6 @@
+// Worker runtime: the connection set aside for lease renewals, so they never queue behind handler
+// transactions for the pool. Used by PullWorker.
+
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 
 /**

@@ -1,0 +1,25 @@
+import type { Logger } from '@nestjs/common';
+import { isInstance } from '../common/errors';
+import { QueueBoxValidationError } from '../errors/queuebox.errors';
+import { inboxEventMessage, type QueueBoxEvents } from '../events/queuebox.events';
+import type { InboxMessage } from '../lease/claimed-messages';
+import type { LeaseService } from '../lease/lease.service';
+import type { InboxClaim } from '../lease/lease.types';
+import { OutcomeRecorder } from '../workers/outcome-recorder';
+
+/** `source/idempotencyKey`: how logs name an inbox message. */
+export function inboxMessageName(message: InboxMessage): string {
+  return `${message.source}/${message.idempotencyKey}`;
+}
+
+/** The outcome recorder of inbox claims (relay and pull): a `QueueBoxValidationError` would fail the same way again. */
+export function inboxOutcomeRecorder(lease: LeaseService, events: QueueBoxEvents, logger: Logger): OutcomeRecorder<InboxClaim> {
+  return new OutcomeRecorder<InboxClaim>({
+    lease,
+    events,
+    logger,
+    nameOf: inboxMessageName,
+    eventMessage: (claim) => inboxEventMessage(claim.component, claim.message),
+    isFinal: (failure) => isInstance(failure, QueueBoxValidationError),
+  });
+}
