@@ -1,5 +1,5 @@
 import type { DataSource } from 'typeorm';
-import { createDialect } from '../dialects/dialects';
+import { createDialect } from '../queuebox.dialect';
 import { type QueueBoxModuleOptions, resolveOptions } from '../queuebox.options';
 import { QueueBoxAdmin } from './queuebox.admin';
 import { RetentionService } from './retention.service';

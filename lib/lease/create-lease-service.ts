@@ -1,6 +1,6 @@
 import type { DataSource } from 'typeorm';
-import { createDialect } from '../dialects/dialects';
 import { QueueBoxEvents } from '../events/queuebox.events';
+import { createDialect } from '../queuebox.dialect';
 import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 import { LeaseService } from './lease.service';
 

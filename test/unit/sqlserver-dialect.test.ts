@@ -5,8 +5,8 @@ import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
 import { TYPES } from 'tedious';
 import { DataSource, type DataSourceOptions, MssqlParameter, QueryFailedError } from 'typeorm';
-import { createDialect, schemaStatements } from '../../lib/dialects/dialects';
 import { rowStatesQuery } from '../../lib/dialects/inspection.sql';
+import { schemaStatements } from '../../lib/dialects/registry';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
 import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
@@ -16,6 +16,7 @@ import {
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-files';
+import { createDialect } from '../../lib/queuebox.dialect';
 import { resolveTables } from '../../lib/queuebox.options';
 import { QueueBoxPoolCheck } from '../../lib/queuebox.pool-check';
 
@@ -544,7 +545,7 @@ describe('SQL Server dialect: admin instants in UTC whatever the Node time zone 
   it('sends deadAfter/deadBefore as ISO-8601 UTC text under TZ=Europe/Berlin, and the statement reads them as UTC', () => {
     // A child process, so the time zone is Berlin's from the start (Node reads TZ once).
     const child = `
-      const { createDialect } = require(${JSON.stringify(join(__dirname, '../../lib/dialects/dialects.js'))});
+      const { createDialect } = require(${JSON.stringify(join(__dirname, '../../lib/queuebox.dialect.js'))});
       const { resolveTables } = require(${JSON.stringify(join(__dirname, '../../lib/queuebox.options.js'))});
       const sent = [];
       const runner = { isReleased: false, query: async (_sql, params) => { sent.push(params); return { records: [{ n: '0' }] }; }, release: async () => {} };

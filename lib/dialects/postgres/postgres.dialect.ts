@@ -1,14 +1,5 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager } from 'typeorm';
-import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../../admin/admin.types';
-import {
-  type BacklogRecord,
-  type BlockedKeyRecord,
-  type DeadLetterRecord,
-  toBacklogRows,
-  toBlockedKeyRow,
-  toDeadLetterRow,
-} from '../../admin/admin-rows';
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
@@ -26,18 +17,32 @@ import type {
   WorkListener,
   WorkNotice,
 } from '../dialect';
+import type {
+  AdminComponent,
+  BacklogRow,
+  BlockedKeyRow,
+  DeadLetterRow,
+  ReclaimResult,
+  RetentionKind,
+  SkipHeadTarget,
+} from '../dialect-rows';
 import {
+  type BacklogRecord,
+  type BlockedKeyRecord,
   byId,
   countReclaimed,
+  type DeadLetterRecord,
   FINISHED,
   type InboxClaimedRecord,
   type OutboxClaimedRecord,
   type ReclaimedRecord,
-  type ReclaimResult,
   type RecordDecoding,
+  toBacklogRows,
+  toBlockedKeyRow,
+  toDeadLetterRow,
   toInboxClaimedRow,
   toOutboxClaimedRow,
-} from '../dialect-rows';
+} from '../records';
 import { PostgresWorkListener } from './postgres.listener';
 import { claimFunctionNames, claimLockNames, pgTable } from './postgres.schema';
 import * as sql from './postgres.sql';

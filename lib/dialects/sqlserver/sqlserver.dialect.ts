@@ -1,18 +1,7 @@
 import { createHash } from 'node:crypto';
-import { Logger } from '@nestjs/common';
 import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typeorm';
-import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../../admin/admin.types';
-import {
-  type BacklogRecord,
-  type BlockedKeyRecord,
-  type DeadLetterRecord,
-  toBacklogRows,
-  toBlockedKeyRow,
-  toDeadLetterRow,
-} from '../../admin/admin-rows';
 import { runSql } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
-import { DEFAULT_MIGRATION_NAMES } from '../../migrations/queuebox.migration';
 import { messages } from '../../queuebox.messages';
 import type {
   DeadSelection,
@@ -25,18 +14,34 @@ import type {
   OutboxInsertRow,
   QueueBoxTables,
 } from '../dialect';
+import type {
+  AdminComponent,
+  BacklogRow,
+  BlockedKeyRow,
+  DeadLetterRow,
+  ReclaimResult,
+  RetentionKind,
+  SkipHeadTarget,
+} from '../dialect-rows';
+import { DEFAULT_MIGRATION_NAMES } from '../migrations';
 import {
+  type BacklogRecord,
+  type BlockedKeyRecord,
   byId,
   countReclaimed,
+  type DeadLetterRecord,
   FINISHED,
   type InboxClaimedRecord,
   type OutboxClaimedRecord,
   type ReclaimedRecord,
-  type ReclaimResult,
   type RecordDecoding,
+  toBacklogRows,
+  toBlockedKeyRow,
+  toDeadLetterRow,
   toInboxClaimedRow,
   toOutboxClaimedRow,
-} from '../dialect-rows';
+} from '../records';
+import type { DialectLog } from '../registry';
 import { checkSqlServerRequestTimeout } from './sqlserver.options';
 import { bigint, bigintOrNull, guid, instant, int, KEY_LENGTH, name, text } from './sqlserver.params';
 import { mssqlTable } from './sqlserver.schema';
@@ -70,11 +75,11 @@ export class SqlServerDialect implements Dialect {
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: Record<LeaseTable, string>;
   private readonly retentionLock: string;
-  private readonly logger = new Logger('QueueBox:SqlServer');
 
   constructor(
     private readonly dataSource: DataSource,
     private readonly tables: QueueBoxTables,
+    private readonly log: DialectLog,
   ) {
     checkSqlServerRequestTimeout(dataSource.options);
     this.table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
@@ -115,7 +120,7 @@ export class SqlServerDialect implements Dialect {
     // by LOCK_TIMEOUT), only slower behind long producer transactions; and RCSI is a database-wide
     // choice that is not QueueBox's to impose.
     if (database && !database.is_read_committed_snapshot_on) {
-      this.logger.warn(messages.sqlServerReadCommittedSnapshotOff(sql.CLAIM_ROW_LOCK_WAIT_MS));
+      this.log.warn(messages.sqlServerReadCommittedSnapshotOff(sql.CLAIM_ROW_LOCK_WAIT_MS));
     }
   }
 
