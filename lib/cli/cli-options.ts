@@ -1,6 +1,6 @@
 import type { MigrationInterface } from 'typeorm';
 import type { QueueBoxTables } from '../dialects/dialect';
-import { DEFAULT_MIGRATION_NAMES } from '../dialects/migrations';
+import { DEFAULT_MIGRATION_NAMES } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import {
   createQueueBoxClaimsMigration,

@@ -4,8 +4,8 @@ import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import type { Dialect, DialectSettings, QueueBoxTables } from './dialect';
 import type { InspectionQuery } from './inspection.sql';
-import type { SchemaMigration } from './migrations';
 import { postgresDriver } from './postgres/driver';
+import type { SchemaMigration } from './schema-migrations';
 import { sqlServerDriver } from './sqlserver/driver';
 
 /** Where a dialect sends its warnings; the Nest provider that creates it passes a Nest `Logger`. */

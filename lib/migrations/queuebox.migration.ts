@@ -1,6 +1,6 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { DEFAULT_MIGRATION_NAMES, type SchemaMigration } from '../dialects/migrations';
 import { schemaStatements } from '../dialects/registry';
+import { DEFAULT_MIGRATION_NAMES, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';

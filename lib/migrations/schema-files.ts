@@ -1,5 +1,5 @@
-import { SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/migrations';
 import { type DialectType, dialectDriver, dialectDrivers } from '../dialects/registry';
+import { SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { type QueueBoxModuleOptions, resolveTables } from '../queuebox.options';
 
 /**

@@ -1,8 +1,8 @@
 import type { LoggerService } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import type { QueueBoxTables } from '../dialects/dialect';
-import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/migrations';
 import { dialectDriver } from '../dialects/registry';
+import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import type { ResolvedQueueBoxOptions } from '../queuebox.options';

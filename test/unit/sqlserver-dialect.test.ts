@@ -7,8 +7,14 @@ import { TYPES } from 'tedious';
 import { DataSource, type DataSourceOptions, MssqlParameter, QueryFailedError } from 'typeorm';
 import { rowStatesQuery } from '../../lib/dialects/inspection.sql';
 import { schemaStatements } from '../../lib/dialects/registry';
+import * as admin from '../../lib/dialects/sqlserver/admin.sql';
+import * as checks from '../../lib/dialects/sqlserver/checks.sql';
+import * as claims from '../../lib/dialects/sqlserver/claims.sql';
+import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
+import * as lease from '../../lib/dialects/sqlserver/lease.sql';
+import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
+import * as retention from '../../lib/dialects/sqlserver/retention.sql';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
-import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import {
   createQueueBoxKeyCollationMigration,
@@ -19,6 +25,9 @@ import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-
 import { createDialect } from '../../lib/queuebox.dialect';
 import { resolveTables } from '../../lib/queuebox.options';
 import { QueueBoxPoolCheck } from '../../lib/queuebox.pool-check';
+
+/** Every SQL Server statement builder: the exports of its *.sql.ts files. */
+const sql = { ...outbox, ...inbox, ...claims, ...lease, ...checks, ...admin, ...retention };
 
 // The SQL Server dialect's own logic, without a server: option checks, and the way it drives
 // TypeORM (which connection, which transaction, which typed parameters) through a scripted

@@ -1,5 +1,5 @@
-import { SCHEMA_MIGRATIONS } from '../../dialects/migrations';
 import { DIALECT_TYPES, isDialectType } from '../../dialects/registry';
+import { SCHEMA_MIGRATIONS } from '../../dialects/schema-migrations';
 import { renderSchemaSql } from '../../migrations/schema-files';
 import { CliUsageError } from '../cli.errors';
 import { cliMessages } from '../cli.messages';

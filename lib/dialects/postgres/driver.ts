@@ -10,7 +10,7 @@ import {
   postgresOperationsUp,
   postgresSchemaDown,
   postgresSchemaUp,
-} from './postgres.schema';
+} from './schema';
 
 /** PostgreSQL (TypeORM driver `postgres`, node-postgres). */
 export const postgresDriver = {

@@ -1,7 +1,7 @@
 import type { TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import type { InspectionQuery } from '../inspection.sql';
-import { pgTable } from './postgres.schema';
+import { pgTable } from './quoting';
 
 /** Sent outbox rows per destination and processed inbox rows per source (see lib/dialects/inspection.sql.ts). */
 export function finishedCountQuery(tables: QueueBoxTables): InspectionQuery {

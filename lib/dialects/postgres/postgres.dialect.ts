@@ -43,9 +43,34 @@ import {
   toInboxClaimedRow,
   toOutboxClaimedRow,
 } from '../records';
+import {
+  adminBacklogSql,
+  blockedKeyListSql,
+  blockedKeySkipHeadSql,
+  deadLetterCountSql,
+  deadLetterDiscardSql,
+  deadLetterListSql,
+  deadLetterReplaySql,
+} from './admin.sql';
+import { clockNowSql, tableExistsSql } from './checks.sql';
+import { type ClaimFunctions, claimFunctionCallSql, claimFunctionNames, claimFunctionSignature } from './claim-functions.sql';
+import {
+  claimLockNames,
+  INBOX_CLAIM_COLUMNS,
+  inboxPullClaimSql,
+  inboxReclaimSql,
+  inboxRelayClaimSql,
+  OUTBOX_CLAIM_COLUMNS,
+  outboxClaimSql,
+  outboxReclaimSql,
+  serializedClaimSql,
+} from './claims.sql';
+import { inboxFindSql, inboxInsertSql } from './inbox.sql';
+import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
+import { outboxInsertSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
-import { claimFunctionNames, claimLockNames, pgTable } from './postgres.schema';
-import * as sql from './postgres.sql';
+import { type InlineParam, pgTable } from './quoting';
+import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './retention.sql';
 
 // node-postgres parses jsonb and returns UUIDs in lower case: nothing to decode.
 const DECODING: RecordDecoding<unknown> = { json: (value) => value, uuid: (value) => value };
@@ -57,7 +82,7 @@ export class PostgresDialect implements Dialect {
   private readonly table: Record<LeaseTable, string>;
   private readonly claimLock: ReturnType<typeof claimLockNames>;
   /** What each claim sends, built once: the call of its function (migration 003) and, without it, the statement. */
-  private readonly claims: Record<keyof sql.ClaimFunctions, { call: string; signature: string; statement: string }>;
+  private readonly claims: Record<keyof ClaimFunctions, { call: string; signature: string; statement: string }>;
   /** Whether migration 003's claim functions exist: looked up at the first claim, again after one went missing. */
   private claimFunctionsPresent?: Promise<boolean>;
   private readonly channel: Record<LeaseTable, string>;
@@ -78,15 +103,15 @@ export class PostgresDialect implements Dialect {
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
     this.claimLock = claimLockNames(tables);
     const fn = claimFunctionNames(tables);
-    const claim = (kind: keyof sql.ClaimFunctions, columns: string, statement: string) => ({
-      call: sql.claimFunctionCallSql(kind, fn[kind], columns),
-      signature: sql.claimFunctionSignature(kind, fn[kind]),
+    const claim = (kind: keyof ClaimFunctions, columns: string, statement: string) => ({
+      call: claimFunctionCallSql(kind, fn[kind], columns),
+      signature: claimFunctionSignature(kind, fn[kind]),
       statement,
     });
     this.claims = {
-      outbox: claim('outbox', sql.OUTBOX_CLAIM_COLUMNS, sql.outboxClaimSql(this.table.outbox)),
-      relay: claim('relay', sql.INBOX_CLAIM_COLUMNS, sql.inboxRelayClaimSql(this.table.inbox)),
-      pull: claim('pull', sql.INBOX_CLAIM_COLUMNS, sql.inboxPullClaimSql(this.table.inbox)),
+      outbox: claim('outbox', OUTBOX_CLAIM_COLUMNS, outboxClaimSql(this.table.outbox)),
+      relay: claim('relay', INBOX_CLAIM_COLUMNS, inboxRelayClaimSql(this.table.inbox)),
+      pull: claim('pull', INBOX_CLAIM_COLUMNS, inboxPullClaimSql(this.table.inbox)),
     };
     // Channel names are identifiers (at most 63 bytes): derived from the table name, not the name itself.
     const channel = (kind: LeaseTable) =>
@@ -98,14 +123,14 @@ export class PostgresDialect implements Dialect {
 
   async schemaCheck(): Promise<void> {
     for (const kind of ['outbox', 'inbox'] as const) {
-      const { rows } = await this.run<{ found: string | null }>('SELECT to_regclass($1)::text AS found', [this.table[kind]]);
+      const { rows } = await this.run<{ found: string | null }>(tableExistsSql(), [this.table[kind]]);
       if (!rows[0]?.found) throw new QueueBoxConfigError(`tables.${kind}`, messages.tableMissing(this.tables[kind].qualified));
     }
   }
 
   async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]> {
     const { rows } = await this.run<{ id: string; message_id: string }>(
-      sql.outboxInsertSql(this.table.outbox),
+      outboxInsertSql(this.table.outbox),
       [
         p.rows.map((r) => r.messageId),
         p.rows.map((r) => r.destination),
@@ -127,7 +152,7 @@ export class PostgresDialect implements Dialect {
   }
 
   async outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(await this.run<ReclaimedRecord>(sql.outboxReclaimSql(this.table.outbox), [p.maxAttempts]));
+    return countReclaimed(await this.run<ReclaimedRecord>(outboxReclaimSql(this.table.outbox), [p.maxAttempts]));
   }
 
   async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
@@ -137,12 +162,12 @@ export class PostgresDialect implements Dialect {
     // vanished in between (retention deleted it), the insert is simply tried again.
     for (let tries = 0; tries < 3; tries++) {
       const inserted = await this.run<{ id: string }>(
-        sql.inboxInsertSql(this.table.inbox),
+        inboxInsertSql(this.table.inbox),
         [row.source, row.idempotencyKey, row.aggregateId, row.payloadJson, row.headersJson, this.channel.inbox],
         p.manager,
       );
       if (inserted.rows.length === 1) return { id: String(inserted.rows[0].id), duplicate: false };
-      const found = await this.run<{ id: string }>(sql.inboxFindSql(this.table.inbox), [row.source, row.idempotencyKey], p.manager);
+      const found = await this.run<{ id: string }>(inboxFindSql(this.table.inbox), [row.source, row.idempotencyKey], p.manager);
       if (found.rows.length === 1) return { id: String(found.rows[0].id), duplicate: true };
     }
     throw new Error(`inbox row (${row.source}, ${row.idempotencyKey}) neither inserted nor found after 3 tries`);
@@ -163,20 +188,16 @@ export class PostgresDialect implements Dialect {
   }
 
   async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(await this.run<ReclaimedRecord>(sql.inboxReclaimSql(this.table.inbox), [p.maxAttempts, p.sources]));
+    return countReclaimed(await this.run<ReclaimedRecord>(inboxReclaimSql(this.table.inbox), [p.maxAttempts, p.sources]));
   }
 
   async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {
-    const { rows } = await this.run<{ lease_expires_at: Date }>(
-      sql.leaseRenewSql(this.table[p.table]),
-      [p.id, p.token, p.leaseMs],
-      p.manager,
-    );
+    const { rows } = await this.run<{ lease_expires_at: Date }>(leaseRenewSql(this.table[p.table]), [p.id, p.token, p.leaseMs], p.manager);
     return rows.length === 1 ? rows[0].lease_expires_at : null;
   }
 
   async leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseCompleteSql(this.table[p.table], FINISHED[p.table]), [p.id, p.token], p.manager);
+    const { affected } = await this.run(leaseCompleteSql(this.table[p.table], FINISHED[p.table]), [p.id, p.token], p.manager);
     return affected === 1;
   }
 
@@ -186,7 +207,7 @@ export class PostgresDialect implements Dialect {
     manager?: EntityManager;
   }): Promise<Set<string>> {
     const { rows } = await this.run<{ id: string }>(
-      sql.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
+      leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
       [p.claims.map((c) => c.id), p.claims.map((c) => c.token)],
       p.manager,
     );
@@ -194,17 +215,17 @@ export class PostgresDialect implements Dialect {
   }
 
   async leaseRelease(p: FenceParams): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseReleaseSql(this.table[p.table]), [p.id, p.token]);
+    const { affected } = await this.run(leaseReleaseSql(this.table[p.table]), [p.id, p.token]);
     return affected === 1;
   }
 
   async leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseRetrySql(this.table[p.table]), [p.id, p.token, p.delayMs, p.error]);
+    const { affected } = await this.run(leaseRetrySql(this.table[p.table]), [p.id, p.token, p.delayMs, p.error]);
     return affected === 1;
   }
 
   async leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseDeadLetterSql(this.table[p.table]), [p.id, p.token, p.reason]);
+    const { affected } = await this.run(leaseDeadLetterSql(this.table[p.table]), [p.id, p.token, p.reason]);
     return affected === 1;
   }
 
@@ -219,7 +240,7 @@ export class PostgresDialect implements Dialect {
   }
 
   async adminBacklog(): Promise<BacklogRow[]> {
-    return toBacklogRows((await this.runUnbounded<BacklogRecord>(sql.adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows);
+    return toBacklogRows((await this.runUnbounded<BacklogRecord>(adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows);
   }
 
   async deadLetterList(p: {
@@ -230,7 +251,7 @@ export class PostgresDialect implements Dialect {
   }): Promise<DeadLetterRow[]> {
     const { component } = p.selection;
     const { rows } = await this.runUnbounded<DeadLetterRecord<unknown>>(
-      sql.deadLetterListSql(this.table[component], component, p.includePayload),
+      deadLetterListSql(this.table[component], component, p.includePayload),
       [...selectionParams(p.selection), p.afterId, p.limit],
     );
     return rows.map((r) => toDeadLetterRow(component, r, DECODING));
@@ -239,18 +260,18 @@ export class PostgresDialect implements Dialect {
   async deadLetterCount(p: { selection: DeadSelection }): Promise<number> {
     const { component } = p.selection;
     const { rows } = await this.runUnbounded<{ n: string }>(
-      sql.deadLetterCountSql(this.table[component], component),
+      deadLetterCountSql(this.table[component], component),
       selectionParams(p.selection),
     );
     return Number(rows[0].n);
   }
 
   deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    return this.deadLetterBatch(sql.deadLetterReplaySql, p);
+    return this.deadLetterBatch(deadLetterReplaySql, p);
   }
 
   deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    return this.deadLetterBatch(sql.deadLetterDiscardSql, p);
+    return this.deadLetterBatch(deadLetterDiscardSql, p);
   }
 
   /** Runs a replay or discard statement on one batch of the selection; returns the ids it changed. */
@@ -268,13 +289,13 @@ export class PostgresDialect implements Dialect {
   }
 
   async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
-    const { rows } = await this.runUnbounded<BlockedKeyRecord>(sql.blockedKeyListSql(this.table[p.component], p.component), [p.limit]);
+    const { rows } = await this.runUnbounded<BlockedKeyRecord>(blockedKeyListSql(this.table[p.component], p.component), [p.limit]);
     return rows.map((r) => toBlockedKeyRow(p.component, r, DECODING.uuid));
   }
 
   async blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null> {
     const params = p.component === 'outbox' ? [p.key, p.headId ?? null, p.reason] : [p.source, p.aggregateId, p.headId ?? null, p.reason];
-    const { rows } = await this.runUnbounded<{ id: string }>(sql.blockedKeySkipHeadSql(this.table[p.component], p.component), params);
+    const { rows } = await this.runUnbounded<{ id: string }>(blockedKeySkipHeadSql(this.table[p.component], p.component), params);
     return rows.length === 1 ? String(rows[0].id) : null;
   }
 
@@ -284,12 +305,12 @@ export class PostgresDialect implements Dialect {
     // its own transaction. A crash closes the connection and with it the lock.
     const runner = this.dataSource.createQueryRunner();
     try {
-      const [{ locked }] = await runner.query(sql.retentionTryLockSql(), [this.retentionLock]);
+      const [{ locked }] = await runner.query(retentionTryLockSql(), [this.retentionLock]);
       if (!locked) return null;
       try {
         return await work();
       } finally {
-        await runner.query(sql.retentionUnlockSql(), [this.retentionLock]);
+        await runner.query(retentionUnlockSql(), [this.retentionLock]);
       }
     } finally {
       await runner.release();
@@ -298,11 +319,11 @@ export class PostgresDialect implements Dialect {
 
   async retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number> {
     const table = p.kind.startsWith('outbox') ? this.table.outbox : this.table.inbox;
-    return (await this.runUnbounded(sql.retentionDeleteSql(table, p.kind), [p.olderThanMs, p.limit])).affected;
+    return (await this.runUnbounded(retentionDeleteSql(table, p.kind), [p.olderThanMs, p.limit])).affected;
   }
 
   async clockNow(): Promise<Date> {
-    return (await this.run<{ now: Date }>(`SELECT ${sql.NOW} AS now`, [])).rows[0].now;
+    return (await this.run<{ now: Date }>(clockNowSql(), [])).rows[0].now;
   }
 
   /**
@@ -310,7 +331,7 @@ export class PostgresDialect implements Dialect {
    * kept by the session), else the lock and the claim statement as one query string. A function
    * dropped while the application runs sends the claim back to the query string.
    */
-  private async claim<T>(kind: keyof sql.ClaimFunctions, lockName: string, params: readonly sql.InlineParam[]): Promise<T[]> {
+  private async claim<T>(kind: keyof ClaimFunctions, lockName: string, params: readonly InlineParam[]): Promise<T[]> {
     const claim = this.claims[kind];
     this.claimFunctionsPresent ??= this.lookUpClaimFunctions().catch((error: unknown) => {
       this.claimFunctionsPresent = undefined; // looked up again at the next claim
@@ -350,8 +371,8 @@ export class PostgresDialect implements Dialect {
    * It bypasses TypeORM's query runner (which cannot return the results of several statements),
    * so TypeORM's query logging does not show it.
    */
-  private async serializedClaim<T>(lockName: string, statement: string, params: readonly sql.InlineParam[]): Promise<T[]> {
-    const text = sql.serializedClaimSql(lockName, statement, params);
+  private async serializedClaim<T>(lockName: string, statement: string, params: readonly InlineParam[]): Promise<T[]> {
+    const text = serializedClaimSql(lockName, statement, params);
     // No values: node-postgres sends the text with the simple query protocol, which runs several statements.
     const results = await bounded(poolOf(this.dataSource).query({ text, query_timeout: this.queryTimeoutMs }), this.queryTimeoutMs);
     // One result per statement; the claim is the last.

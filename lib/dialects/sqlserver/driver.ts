@@ -1,6 +1,5 @@
 import type { DialectDriver } from '../registry';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
-import { SqlServerDialect } from './sqlserver.dialect';
 import {
   KEY_COLLATION,
   sqlServerClaimsDown,
@@ -11,7 +10,8 @@ import {
   sqlServerOperationsUp,
   sqlServerSchemaDown,
   sqlServerSchemaUp,
-} from './sqlserver.schema';
+} from './schema';
+import { SqlServerDialect } from './sqlserver.dialect';
 
 /** SQL Server and Azure SQL (TypeORM driver `mssql`). */
 export const sqlServerDriver = {

@@ -1,8 +1,8 @@
 import type { TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import type { InspectionQuery } from '../inspection.sql';
+import { mssqlTable } from './quoting';
 import { text } from './sqlserver.params';
-import { mssqlTable } from './sqlserver.schema';
 
 /** Sent outbox rows per destination and processed inbox rows per source (see lib/dialects/inspection.sql.ts). */
 export function finishedCountQuery(tables: QueueBoxTables): InspectionQuery {

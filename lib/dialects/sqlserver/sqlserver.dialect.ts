@@ -23,7 +23,6 @@ import type {
   RetentionKind,
   SkipHeadTarget,
 } from '../dialect-rows';
-import { DEFAULT_MIGRATION_NAMES } from '../migrations';
 import {
   type BacklogRecord,
   type BlockedKeyRecord,
@@ -42,10 +41,36 @@ import {
   toOutboxClaimedRow,
 } from '../records';
 import type { DialectLog } from '../registry';
+import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
+import {
+  adminBacklogSql,
+  blockedKeyListSql,
+  blockedKeySkipHeadSql,
+  deadLetterCountSql,
+  deadLetterDiscardSql,
+  deadLetterListSql,
+  deadLetterReplaySql,
+} from './admin.sql';
+import { clockNowSql, databaseSettingsSql, keyCollationSql, tableExistsSql } from './checks.sql';
+import {
+  CLAIM_LOCK_ERROR_BASE,
+  CLAIM_ROW_LOCK_WAIT_MS,
+  claimLockTimeoutResetSql,
+  inboxPullClaimSql,
+  inboxReclaimSql,
+  inboxRelayClaimSql,
+  LOCK_TIMEOUT_ERROR,
+  outboxClaimSql,
+  outboxReclaimSql,
+} from './claims.sql';
+import { inboxFindSql, inboxInsertSql } from './inbox.sql';
+import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
+import { outboxInsertSql } from './outbox.sql';
+import { mssqlTable } from './quoting';
+import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
+import { KEY_COLLATION } from './schema';
 import { checkSqlServerRequestTimeout } from './sqlserver.options';
 import { bigint, bigintOrNull, guid, instant, int, KEY_LENGTH, name, text } from './sqlserver.params';
-import { mssqlTable } from './sqlserver.schema';
-import * as sql from './sqlserver.sql';
 
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
@@ -92,27 +117,21 @@ export class SqlServerDialect implements Dialect {
 
   async schemaCheck(): Promise<void> {
     for (const kind of ['outbox', 'inbox'] as const) {
-      const { rows } = await this.run<{ found: number | null }>(sql.tableExistsSql(), [text(this.table[kind], 300)]);
+      const { rows } = await this.run<{ found: number | null }>(tableExistsSql(), [text(this.table[kind], 300)]);
       if (rows[0]?.found == null) throw new QueueBoxConfigError(`tables.${kind}`, messages.tableMissing(this.tables[kind].qualified));
     }
     for (const kind of ['outbox', 'inbox'] as const) {
-      const { rows } = await this.run<{ column: string; collation: string | null }>(sql.keyCollationSql(), [text(this.table[kind], 300)]);
-      const other = rows.filter((r) => r.collation !== sql.KEY_COLLATION).map((r) => r.column);
+      const { rows } = await this.run<{ column: string; collation: string | null }>(keyCollationSql(), [text(this.table[kind], 300)]);
+      const other = rows.filter((r) => r.collation !== KEY_COLLATION).map((r) => r.column);
       if (other.length > 0) {
         throw new QueueBoxConfigError(
           'migrations',
-          messages.sqlServerKeyCollationMissing(
-            this.tables[kind].qualified,
-            other,
-            sql.KEY_COLLATION,
-            DEFAULT_MIGRATION_NAMES.keyCollation,
-          ),
+          messages.sqlServerKeyCollationMissing(this.tables[kind].qualified, other, KEY_COLLATION, DEFAULT_MIGRATION_NAMES.keyCollation),
         );
       }
     }
-    const [database] = (
-      await this.run<{ compatibility_level: number; is_read_committed_snapshot_on: boolean }>(sql.databaseSettingsSql(), [])
-    ).rows;
+    const [database] = (await this.run<{ compatibility_level: number; is_read_committed_snapshot_on: boolean }>(databaseSettingsSql(), []))
+      .rows;
     if (database && database.compatibility_level < 130) {
       throw new QueueBoxConfigError('dataSource', messages.sqlServerCompatibilityLevelTooLow(database.compatibility_level));
     }
@@ -120,7 +139,7 @@ export class SqlServerDialect implements Dialect {
     // by LOCK_TIMEOUT), only slower behind long producer transactions; and RCSI is a database-wide
     // choice that is not QueueBox's to impose.
     if (database && !database.is_read_committed_snapshot_on) {
-      this.log.warn(messages.sqlServerReadCommittedSnapshotOff(sql.CLAIM_ROW_LOCK_WAIT_MS));
+      this.log.warn(messages.sqlServerReadCommittedSnapshotOff(CLAIM_ROW_LOCK_WAIT_MS));
     }
   }
 
@@ -136,13 +155,13 @@ export class SqlServerDialect implements Dialect {
         availableAt: r.availableAt?.toISOString() ?? null,
       })),
     );
-    const inserted = await this.run<{ id: string; message_id: string }>(sql.outboxInsertSql(this.table.outbox), [text(rows)], p.manager);
+    const inserted = await this.run<{ id: string; message_id: string }>(outboxInsertSql(this.table.outbox), [text(rows)], p.manager);
     const ids = new Map(inserted.rows.map((r) => [r.message_id.toLowerCase(), String(r.id)]));
     return p.rows.map((r) => ({ id: ids.get(r.messageId.toLowerCase()) as string, messageId: r.messageId }));
   }
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    const records = await this.claimUnderLock<OutboxClaimedRecord<string>>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
+    const records = await this.claimUnderLock<OutboxClaimedRecord<string>>(this.claimLock.outbox, outboxClaimSql(this.table.outbox), [
       int(p.limit),
       bigint(p.leaseMs),
     ]);
@@ -150,7 +169,7 @@ export class SqlServerDialect implements Dialect {
   }
 
   async outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(await this.run<ReclaimedRecord>(sql.outboxReclaimSql(this.table.outbox), [int(p.maxAttempts)]));
+    return countReclaimed(await this.run<ReclaimedRecord>(outboxReclaimSql(this.table.outbox), [int(p.maxAttempts)]));
   }
 
   async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
@@ -166,7 +185,7 @@ export class SqlServerDialect implements Dialect {
       try {
         inserted = (
           await this.run<{ id: string }>(
-            sql.inboxInsertSql(this.table.inbox),
+            inboxInsertSql(this.table.inbox),
             [...key, name(row.aggregateId), text(row.payloadJson), text(row.headersJson)],
             p.manager,
           )
@@ -175,14 +194,14 @@ export class SqlServerDialect implements Dialect {
         if (!errorNumbers(error).some((n) => UNIQUE_VIOLATIONS.has(n))) throw error;
       }
       if (inserted.length === 1) return { id: String(inserted[0].id), duplicate: false };
-      const found = await this.run<{ id: string }>(sql.inboxFindSql(this.table.inbox), key, p.manager);
+      const found = await this.run<{ id: string }>(inboxFindSql(this.table.inbox), key, p.manager);
       if (found.rows.length === 1) return { id: String(found.rows[0].id), duplicate: true };
     }
     throw new Error(`inbox row (${row.source}, ${row.idempotencyKey}) neither inserted nor found after 3 tries`);
   }
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.claimUnderLock<InboxClaimedRecord<string>>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
+    const records = await this.claimUnderLock<InboxClaimedRecord<string>>(this.claimLock.inbox, inboxRelayClaimSql(this.table.inbox), [
       int(p.limit),
       bigint(p.leaseMs),
       text(JSON.stringify(p.sources)),
@@ -192,13 +211,13 @@ export class SqlServerDialect implements Dialect {
 
   async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
     return countReclaimed(
-      await this.run<ReclaimedRecord>(sql.inboxReclaimSql(this.table.inbox), [int(p.maxAttempts), text(JSON.stringify(p.sources))]),
+      await this.run<ReclaimedRecord>(inboxReclaimSql(this.table.inbox), [int(p.maxAttempts), text(JSON.stringify(p.sources))]),
     );
   }
 
   async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
     const lock = lockName(`queuebox_pull_claim_${this.tables.inbox.qualified}:${p.source}`);
-    const records = await this.claimUnderLock<InboxClaimedRecord<string>>(lock, sql.inboxPullClaimSql(this.table.inbox), [
+    const records = await this.claimUnderLock<InboxClaimedRecord<string>>(lock, inboxPullClaimSql(this.table.inbox), [
       int(p.limit),
       bigint(p.leaseMs),
       name(p.source),
@@ -208,7 +227,7 @@ export class SqlServerDialect implements Dialect {
 
   async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {
     const { rows } = await this.run<{ lease_expires_at: Date }>(
-      sql.leaseRenewSql(this.table[p.table]),
+      leaseRenewSql(this.table[p.table]),
       [...fence(p), bigint(p.leaseMs)],
       p.manager,
     );
@@ -216,7 +235,7 @@ export class SqlServerDialect implements Dialect {
   }
 
   async leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseCompleteSql(this.table[p.table], FINISHED[p.table]), fence(p), p.manager);
+    const { affected } = await this.run(leaseCompleteSql(this.table[p.table], FINISHED[p.table]), fence(p), p.manager);
     return affected === 1;
   }
 
@@ -226,7 +245,7 @@ export class SqlServerDialect implements Dialect {
     manager?: EntityManager;
   }): Promise<Set<string>> {
     const { rows } = await this.run<{ id: string }>(
-      sql.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
+      leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
       [text(JSON.stringify(p.claims.map((c) => ({ id: c.id, token: c.token }))))],
       p.manager,
     );
@@ -234,22 +253,22 @@ export class SqlServerDialect implements Dialect {
   }
 
   async leaseRelease(p: FenceParams): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseReleaseSql(this.table[p.table]), fence(p));
+    const { affected } = await this.run(leaseReleaseSql(this.table[p.table]), fence(p));
     return affected === 1;
   }
 
   async leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseRetrySql(this.table[p.table]), [...fence(p), bigint(p.delayMs), text(p.error)]);
+    const { affected } = await this.run(leaseRetrySql(this.table[p.table]), [...fence(p), bigint(p.delayMs), text(p.error)]);
     return affected === 1;
   }
 
   async leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseDeadLetterSql(this.table[p.table]), [...fence(p), text(p.reason)]);
+    const { affected } = await this.run(leaseDeadLetterSql(this.table[p.table]), [...fence(p), text(p.reason)]);
     return affected === 1;
   }
 
   async adminBacklog(): Promise<BacklogRow[]> {
-    return toBacklogRows((await this.run<BacklogRecord>(sql.adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows);
+    return toBacklogRows((await this.run<BacklogRecord>(adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows);
   }
 
   async deadLetterList(p: {
@@ -259,7 +278,7 @@ export class SqlServerDialect implements Dialect {
     includePayload: boolean;
   }): Promise<DeadLetterRow[]> {
     const { component } = p.selection;
-    const { rows } = await this.run<DeadLetterRecord<string>>(sql.deadLetterListSql(this.table[component], component, p.includePayload), [
+    const { rows } = await this.run<DeadLetterRecord<string>>(deadLetterListSql(this.table[component], component, p.includePayload), [
       ...selectionParams(p.selection),
       bigintOrNull(p.afterId),
       int(p.limit),
@@ -269,16 +288,16 @@ export class SqlServerDialect implements Dialect {
 
   async deadLetterCount(p: { selection: DeadSelection }): Promise<number> {
     const { component } = p.selection;
-    const { rows } = await this.run<{ n: string }>(sql.deadLetterCountSql(this.table[component], component), selectionParams(p.selection));
+    const { rows } = await this.run<{ n: string }>(deadLetterCountSql(this.table[component], component), selectionParams(p.selection));
     return Number(rows[0].n);
   }
 
   deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    return this.deadLetterBatch(sql.deadLetterReplaySql, p);
+    return this.deadLetterBatch(deadLetterReplaySql, p);
   }
 
   deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    return this.deadLetterBatch(sql.deadLetterDiscardSql, p);
+    return this.deadLetterBatch(deadLetterDiscardSql, p);
   }
 
   /** Runs a replay or discard statement on one batch of the selection; returns the ids it changed. */
@@ -296,7 +315,7 @@ export class SqlServerDialect implements Dialect {
   }
 
   async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
-    const { rows } = await this.run<BlockedKeyRecord>(sql.blockedKeyListSql(this.table[p.component], p.component), [int(p.limit)]);
+    const { rows } = await this.run<BlockedKeyRecord>(blockedKeyListSql(this.table[p.component], p.component), [int(p.limit)]);
     return rows.map((r) => toBlockedKeyRow(p.component, r, DECODING.uuid));
   }
 
@@ -306,7 +325,7 @@ export class SqlServerDialect implements Dialect {
       p.component === 'outbox'
         ? [keyText('key', p.key), head, text(p.reason)]
         : [keyText('source', p.source), keyText('aggregateId', p.aggregateId), head, text(p.reason)];
-    const { rows } = await this.run<{ id: string }>(sql.blockedKeySkipHeadSql(this.table[p.component], p.component), params);
+    const { rows } = await this.run<{ id: string }>(blockedKeySkipHeadSql(this.table[p.component], p.component), params);
     return rows.length === 1 ? String(rows[0].id) : null;
   }
 
@@ -316,7 +335,7 @@ export class SqlServerDialect implements Dialect {
     try {
       await runner.startTransaction(READ_COMMITTED);
       try {
-        const [{ granted }] = await runner.query(sql.retentionTryLockSql(), [name(this.retentionLock)]).catch((error: unknown) => {
+        const [{ granted }] = await runner.query(retentionTryLockSql(), [name(this.retentionLock)]).catch((error: unknown) => {
           throw withPrecedingErrors(error);
         });
         if (granted < 0) return null;
@@ -337,7 +356,7 @@ export class SqlServerDialect implements Dialect {
     try {
       await runner.startTransaction(READ_COMMITTED);
       try {
-        const result = await runner.query(sql.retentionDeleteSql(table, p.kind), [bigint(p.olderThanMs), int(p.limit)], true);
+        const result = await runner.query(retentionDeleteSql(table, p.kind), [bigint(p.olderThanMs), int(p.limit)], true);
         await runner.commitTransaction();
         return result.affected ?? 0;
       } catch (error) {
@@ -350,7 +369,7 @@ export class SqlServerDialect implements Dialect {
   }
 
   async clockNow(): Promise<Date> {
-    return (await this.run<{ now: Date }>(sql.clockNowSql(), [])).rows[0].now;
+    return (await this.run<{ now: Date }>(clockNowSql(), [])).rows[0].now;
   }
 
   /**
@@ -435,7 +454,7 @@ async function abandonClaim(runner: QueryRunner): Promise<void> {
   // Best effort: when the connection itself broke, the server ended the session and with it the
   // transaction and the lock it owned.
   try {
-    await runner.query(sql.claimLockTimeoutResetSql());
+    await runner.query(claimLockTimeoutResetSql());
   } catch {}
   try {
     if (runner.isTransactionActive) await runner.rollbackTransaction();
@@ -495,14 +514,14 @@ function withPrecedingErrors(error: unknown): unknown {
  */
 function claimLockError(error: unknown, lock: string): unknown {
   const numbers = errorNumbers(error);
-  if (numbers.includes(sql.LOCK_TIMEOUT_ERROR)) {
-    return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimRowLockTimeout(lock, sql.CLAIM_ROW_LOCK_WAIT_MS), {
+  if (numbers.includes(LOCK_TIMEOUT_ERROR)) {
+    return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimRowLockTimeout(lock, CLAIM_ROW_LOCK_WAIT_MS), {
       cause: error,
     });
   }
-  const notGranted = numbers.find((n) => n > sql.CLAIM_LOCK_ERROR_BASE && n <= sql.CLAIM_LOCK_ERROR_BASE + 999);
+  const notGranted = numbers.find((n) => n > CLAIM_LOCK_ERROR_BASE && n <= CLAIM_LOCK_ERROR_BASE + 999);
   if (notGranted === undefined) return error;
-  return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimLockNotGranted(lock, sql.CLAIM_LOCK_ERROR_BASE - notGranted), {
+  return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimLockNotGranted(lock, CLAIM_LOCK_ERROR_BASE - notGranted), {
     cause: error,
   });
 }
