@@ -31,7 +31,7 @@ export interface UrlConnection {
 
 /**
  * Everything QueueBox knows about one database, keyed by TypeORM's driver type. Adding a database
- * means one folder under lib/dialects and one entry in `DRIVERS` (docs/architecture.md).
+ * means one folder under lib/dialects and one entry in `ENTRIES` (docs/architecture.md).
  */
 export interface DialectDriver<T extends string = string> {
   /** TypeORM's `DataSourceOptions.type`. */
