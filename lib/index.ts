@@ -1,20 +1,16 @@
 export type {
-  AdminComponent,
-  BacklogRow,
-  BlockedKeyRow,
   DeadLetterFilter,
   DeadLetterIds,
   DeadLetterPage,
-  DeadLetterRow,
   DeadLetterSelection,
   RetentionResult,
-  SkipHeadTarget,
 } from './admin/admin.types';
 export { createQueueBoxAdmin } from './admin/create-queuebox-admin';
 export { QueueBoxAdmin } from './admin/queuebox.admin';
 export { RetentionService } from './admin/retention.service';
 export type { BackoffFunction, BackoffOptions, RetryBackoffOptions, RetryOption, RetryPolicy } from './common/backoff';
 export { type Duration, parseDuration } from './common/duration';
+export type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, SkipHeadTarget } from './dialects/dialect-rows';
 export {
   ClaimLostError,
   DuplicateMessageIdError,

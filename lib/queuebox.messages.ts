@@ -260,8 +260,8 @@ export const messages = {
     `Retention failed: ${error}. Rows deleted so far stay deleted; it runs again in ${intervalMs} ms.`,
 
   // SQL Server
-  dialectNotSupported: (type: unknown) =>
-    `QueueBox supports TypeORM DataSources of type "postgres" and "mssql" (SQL Server, Azure SQL); this one is ${show(type)}.`,
+  dialectNotSupported: (type: unknown, supported: readonly { type: string; displayName: string }[]) =>
+    `QueueBox supports TypeORM DataSources of type ${supported.map((d) => `"${d.type}"`).join(' and ')} (${supported.map((d) => d.displayName).join('; ')}); this one is ${show(type)}.`,
   sqlServerRequestTimeoutTooShort: (option: string, timeoutMs: number, minimumMs: number, lockWaitMs: number) =>
     `The SQL Server request timeout is ${timeoutMs} ms (TypeORM option "${option}"), but a QueueBox claim may wait ${lockWaitMs} ms for its application lock before its statement runs: claims would fail spuriously. Raise "${option}" to at least ${minimumMs} (or 0 for none). See ${doc('sqlserver.md')}.`,
   sqlServerClaimLockNotGranted: (lock: string, result: number) =>

@@ -3,7 +3,6 @@ import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { queryTimeoutFor } from './common/query-timeout';
-import { createDialect } from './dialects/dialects';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
 import { InboxReceiver } from './inbox/receiver/inbox-receiver';
 import { createInboxReceiverController } from './inbox/receiver/inbox-receiver.controller';
@@ -19,6 +18,7 @@ import {
   QUEUEBOX_RECEIVER_OPTIONS,
   QUEUEBOX_RESOLVED_OPTIONS,
 } from './queuebox.constants';
+import { createDialect } from './queuebox.dialect';
 import { messages } from './queuebox.messages';
 
 /** Options that shape the module itself, given beside the options in both `forRoot` and `forRootAsync`. */

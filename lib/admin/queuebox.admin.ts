@@ -1,20 +1,10 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
+import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, SkipHeadTarget } from '../dialects/dialect-rows';
 import { QueueBoxAdminError } from '../errors/queuebox.errors';
 import { QUEUEBOX_DIALECT } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import type {
-  AdminComponent,
-  BacklogRow,
-  BlockedKeyRow,
-  DeadLetterFilter,
-  DeadLetterIds,
-  DeadLetterPage,
-  DeadLetterRow,
-  DeadLetterSelection,
-  RetentionResult,
-  SkipHeadTarget,
-} from './admin.types';
+import type { DeadLetterFilter, DeadLetterIds, DeadLetterPage, DeadLetterSelection, RetentionResult } from './admin.types';
 import { RetentionService } from './retention.service';
 
 const DEFAULT_PAGE = 50;

@@ -1,10 +1,11 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { describeError } from '../common/errors';
 import type { Dialect } from '../dialects/dialect';
+import type { RetentionKind } from '../dialects/dialect-rows';
 import type { ResolvedQueueBoxOptions, ResolvedRetentionOptions } from '../options/options.resolver';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import type { RetentionKind, RetentionResult } from './admin.types';
+import type { RetentionResult } from './admin.types';
 
 /**
  * Deletes `sent` outbox rows and `processed` inbox rows older than their configured age (and dead

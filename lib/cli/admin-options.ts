@@ -1,4 +1,5 @@
-import type { AdminComponent, DeadLetterFilter, DeadLetterIds } from '../admin/admin.types';
+import type { DeadLetterFilter, DeadLetterIds } from '../admin/admin.types';
+import type { AdminComponent } from '../dialects/dialect-rows';
 import { CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
 import type { CommandValues } from './command';

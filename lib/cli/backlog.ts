@@ -1,8 +1,9 @@
 import type { DataSource } from 'typeorm';
-import type { BacklogRow } from '../admin/admin.types';
 import type { QueueBoxAdmin } from '../admin/queuebox.admin';
 import type { QueueBoxTables } from '../dialects/dialect';
-import { type FinishedCountRow, finishedCountQuery } from '../dialects/inspection.sql';
+import type { BacklogRow } from '../dialects/dialect-rows';
+import type { FinishedCountRow } from '../dialects/inspection.sql';
+import { dialectDriver } from '../dialects/registry';
 
 /** Rows of one destination (outbox) or source (inbox), by state: `QueueBoxAdmin.backlog()` plus `done`. */
 export interface BacklogEntry extends BacklogRow {
@@ -17,8 +18,7 @@ export interface BacklogEntry extends BacklogRow {
  * finished rows, which the admin leaves out, is the CLI's own query.
  */
 export async function readBacklog(admin: QueueBoxAdmin, dataSource: DataSource, tables: QueueBoxTables): Promise<BacklogEntry[]> {
-  const type = dataSource.options.type === 'mssql' ? 'mssql' : 'postgres';
-  const query = finishedCountQuery(type, tables);
+  const query = dialectDriver(dataSource.options.type).inspection.finishedCount(tables);
   const [unfinished, finished] = await Promise.all([
     admin.backlog(),
     dataSource.query(query.sql, query.params) as Promise<FinishedCountRow[]>,

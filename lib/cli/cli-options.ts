@@ -1,12 +1,12 @@
 import type { MigrationInterface } from 'typeorm';
 import type { QueueBoxTables } from '../dialects/dialect';
+import { DEFAULT_MIGRATION_NAMES } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import {
   createQueueBoxClaimsMigration,
   createQueueBoxKeyCollationMigration,
   createQueueBoxMigration,
   createQueueBoxOperationsMigration,
-  DEFAULT_MIGRATION_NAMES,
 } from '../migrations/queuebox.migration';
 import { resolveTables } from '../options/options.resolver';
 import { CliUsageError } from './cli.errors';

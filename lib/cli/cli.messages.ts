@@ -13,7 +13,7 @@ export const cliMessages = {
   urlBadParameter: (name: string, value: string) => `the database URL's parameter ${name}=${JSON.stringify(value)} must be true or false.`,
   tablesInvalid: (value: string) =>
     `--tables ${JSON.stringify(value)} must look like outbox=<table>,inbox=<table> (either may be left out).`,
-  dialectUnknown: (value: string) => `--dialect ${JSON.stringify(value)} must be postgres or mssql.`,
+  dialectUnknown: (value: string, types: readonly string[]) => `--dialect ${JSON.stringify(value)} must be ${types.join(' or ')}.`,
   connectionRefused: (where: string) => `connection refused by ${where}: is the database server running and listening there?`,
   hostNotFound: (where: string) => `host not found: ${where}. Check the host name in the URL.`,
   connectionTimedOut: (where: string) => `timed out connecting to ${where}: check the host, port and firewall.`,

@@ -1,10 +1,11 @@
 import type { DataSourceOptions } from 'typeorm';
+import { type DialectType, dialectDriver, dialectDriverForScheme, type UrlProblems } from '../dialects/registry';
 import { CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
 
 /** What a database URL says, as TypeORM connection options, and how to show it safely. */
 export interface DatabaseTarget {
-  type: 'postgres' | 'mssql';
+  type: DialectType;
   /** TypeORM's connection options (no migrations, no logging). */
   connection: DataSourceOptions;
   /** The URL with its password (user info, `password=` and `sslpassword=` parameters) replaced by `***`. */
@@ -20,6 +21,9 @@ export interface DatabaseTarget {
 // A connection that hangs (a firewall dropping packets) fails within this instead of minutes.
 const CONNECT_TIMEOUT_MS = 10_000;
 
+// The CLI runs one command at a time: two connections are plenty.
+const POOL_MAX = 2;
+
 // URL parameters that carry a password (libpq and node-postgres read both).
 const PASSWORD_PARAMETER = /([?&;](?:ssl)?password=)[^&;#\s]*/gi;
 
@@ -34,7 +38,7 @@ export function maskSecrets(text: string, secrets: readonly string[] = []): stri
   return masked;
 }
 
-/** Parses `postgres://` / `postgresql://` / `mssql://` / `sqlserver://` URLs. Throws `CliUsageError` for anything else. */
+/** Parses URLs of the registry's schemes (`postgres://`, `postgresql://`, `mssql://`, `sqlserver://`). Throws `CliUsageError` for anything else. */
 export function parseDatabaseUrl(raw: string): DatabaseTarget {
   let url: URL;
   try {
@@ -56,47 +60,30 @@ export function parseDatabaseUrl(raw: string): DatabaseTarget {
   const secrets = [...new Set([password, url.password, ...parameters, ...decoded])].filter((s) => s.length > 0);
   const masked = maskSecrets(raw, secrets);
   const database = decodeURIComponent(url.pathname.replace(/^\//, ''));
-  if (scheme === 'postgres' || scheme === 'postgresql') {
-    const where = `${url.hostname || 'localhost'}:${url.port || '5432'}`;
-    return {
-      type: 'postgres',
-      connection: { type: 'postgres', url: raw, extra: { max: 2, connectionTimeoutMillis: CONNECT_TIMEOUT_MS } },
-      masked,
-      where,
-      user: user || 'the default user',
-      database: database || user,
-      secrets,
-    };
-  }
-  if (scheme === 'mssql' || scheme === 'sqlserver') {
-    if (!url.hostname) throw new CliUsageError(cliMessages.urlNoHost(masked));
-    if (!database) throw new CliUsageError(cliMessages.urlNoDatabase(masked));
-    const flag = (name: string, fallback: boolean): boolean => {
-      const value = url.searchParams.get(name);
-      if (value === null) return fallback;
-      if (value === 'true' || value === 'false') return value === 'true';
-      throw new CliUsageError(cliMessages.urlBadParameter(name, value));
-    };
-    const instanceName = url.searchParams.get('instanceName') ?? undefined;
-    return {
-      type: 'mssql',
-      connection: {
-        type: 'mssql',
-        host: url.hostname,
-        port: url.port ? Number(url.port) : 1433,
-        username: user,
-        password,
-        database,
-        connectionTimeout: CONNECT_TIMEOUT_MS,
-        pool: { max: 2 },
-        options: { encrypt: flag('encrypt', true), trustServerCertificate: flag('trustServerCertificate', false), instanceName },
+  const driver = dialectDriverForScheme(scheme);
+  if (driver) {
+    const fail: UrlProblems = {
+      noHost: () => {
+        throw new CliUsageError(cliMessages.urlNoHost(masked));
       },
-      masked,
-      where: `${url.hostname}:${url.port || (instanceName ? `(instance ${instanceName})` : '1433')}`,
-      user,
-      database,
-      secrets,
+      noDatabase: () => {
+        throw new CliUsageError(cliMessages.urlNoDatabase(masked));
+      },
+      badParameter: (name, value) => {
+        throw new CliUsageError(cliMessages.urlBadParameter(name, value));
+      },
     };
+    const found = driver.connectionFromUrl({
+      url,
+      raw,
+      user,
+      password,
+      database,
+      connectTimeoutMs: CONNECT_TIMEOUT_MS,
+      poolMax: POOL_MAX,
+      fail,
+    });
+    return { type: driver.type, ...found, masked, secrets };
   }
   throw new CliUsageError(cliMessages.urlSchemeUnknown(scheme));
 }
@@ -109,8 +96,8 @@ export function parseDatabaseUrl(raw: string): DatabaseTarget {
  */
 export const MIGRATION_REQUEST_TIMEOUT_MS = 3_600_000;
 
-/** The target with the request timeout migrations need (SQL Server); unchanged on PostgreSQL. */
+/** The target with the request timeout migrations need (SQL Server); unchanged where the driver has none (PostgreSQL). */
 export function forMigrations(target: DatabaseTarget): DatabaseTarget {
-  if (target.connection.type !== 'mssql') return target;
-  return { ...target, connection: { ...target.connection, requestTimeout: MIGRATION_REQUEST_TIMEOUT_MS } };
+  const connection = dialectDriver(target.type).withRequestTimeout(target.connection, MIGRATION_REQUEST_TIMEOUT_MS);
+  return connection === target.connection ? target : { ...target, connection };
 }

@@ -1,19 +1,78 @@
-import type { InboxClaimedRow, LeaseTable, OutboxClaimedRow } from './dialect';
+/**
+ * What the dialect seam returns besides claimed rows: the admin's and retention's rows, and what a
+ * reclaim did. They live beside the seam so lib/dialects imports nothing of lib/admin; lib/admin
+ * and the public barrel take them from here.
+ */
 
-/** The state a completed row takes, and the column that records when. */
-export const FINISHED = {
-  outbox: { state: 'sent', column: 'sent_at' },
-  inbox: { state: 'processed', column: 'processed_at' },
-} as const satisfies Record<LeaseTable, { state: string; column: string }>;
+/** Which table an admin call targets: the outbox (rows per destination and key) or the inbox (per source and aggregate). */
+export type AdminComponent = 'outbox' | 'inbox';
 
-/** Orders claimed rows by id (ids are bigints, carried as strings). */
-export const byId = (a: { id: string }, b: { id: string }): number => (BigInt(a.id) < BigInt(b.id) ? -1 : 1);
-
-/** A row a reclaim statement returned: its new state and its destination (outbox) or source (inbox). */
-export interface ReclaimedRecord {
-  state: string;
+/**
+ * Unfinished and dead rows of one destination (outbox) or source (inbox), counted by the database.
+ * `oldestPendingAgeSeconds`: database clock minus the enqueue (`created_at`) or receive
+ * (`received_at`) time of the oldest pending row that is due (`available_at` passed); `null` when
+ * none is due. Rows scheduled for later are counted in `pending` but do not age the queue.
+ */
+export interface BacklogRow {
+  component: AdminComponent;
+  /** The destination (outbox) or source (inbox). */
   name: string;
+  pending: number;
+  processing: number;
+  dead: number;
+  oldestPendingAgeSeconds: number | null;
 }
+
+/** A dead row, without its payload unless asked for. */
+export interface DeadLetterRow {
+  component: AdminComponent;
+  id: string;
+  /** The outbox message id (`X-Message-Id`); `null` for inbox rows. */
+  messageId: string | null;
+  /** The inbox idempotency key; `null` for outbox rows. */
+  idempotencyKey: string | null;
+  /** Destination (outbox) or source (inbox). */
+  name: string;
+  /** Ordering key (outbox `key`, inbox `aggregate_id`). */
+  key: string | null;
+  attempts: number;
+  lastError: string | null;
+  /** Enqueue (outbox) or receive (inbox) time. */
+  createdAt: Date;
+  /** The last attempt (`claimed_at`), or `null` when the row was never claimed. */
+  lastAttemptAt: Date | null;
+  headers: Record<string, string>;
+  /** Present only with `includePayload`. */
+  payload?: unknown;
+}
+
+/** A key or aggregate whose head row (its earliest unfinished row) is failing, and what waits behind it. */
+export interface BlockedKeyRow {
+  component: AdminComponent;
+  /** Destination (outbox) or source (inbox) of the head row. */
+  name: string;
+  /** Outbox `key` or inbox `aggregate_id`. */
+  key: string;
+  /** The head row's id, to pass to `skipHead`. */
+  headId: string;
+  /** The head's outbox message id, `null` for inbox rows. */
+  messageId: string | null;
+  state: 'pending' | 'processing';
+  attempts: number;
+  lastError: string;
+  /** `available_at` of a pending head (its next attempt), `lease_expires_at` of a processing one. */
+  nextAttemptAt: Date;
+  /** Unfinished rows of the same key queued behind the head. */
+  waiting: number;
+}
+
+/** The key (outbox) or (source, aggregate) (inbox) whose head row `skipHead` dead-letters. */
+export type SkipHeadTarget =
+  | { component: 'outbox'; key: string; headId?: string; reason?: string }
+  | { component: 'inbox'; source: string; aggregateId: string; headId?: string; reason?: string };
+
+/** One kind of row retention deletes. */
+export type RetentionKind = 'outbox-sent' | 'inbox-processed' | 'outbox-dead' | 'inbox-dead';
 
 /** What a reclaim step did, per destination or source. */
 export interface ReclaimResult {
@@ -22,81 +81,4 @@ export interface ReclaimResult {
   /** Rows that died on their last attempt. */
   dead: number;
   byName: { name: string; pending: number; dead: number }[];
-}
-
-/** Counts what a reclaim statement returned, in total and per destination or source. */
-export function countReclaimed({ rows }: { rows: ReclaimedRecord[] }): ReclaimResult {
-  const byName = new Map<string, { name: string; pending: number; dead: number }>();
-  for (const row of rows) {
-    const counts = byName.get(row.name) ?? { name: row.name, pending: 0, dead: 0 };
-    byName.set(row.name, counts);
-    if (row.state === 'dead') counts.dead++;
-    else counts.pending++;
-  }
-  const dead = rows.filter((r) => r.state === 'dead').length;
-  return { pending: rows.length - dead, dead, byName: [...byName.values()] };
-}
-
-/** A claimed outbox row as a driver returns it; `J` is how JSON columns arrive (parsed, or as text). */
-export interface OutboxClaimedRecord<J> {
-  id: string;
-  message_id: string;
-  destination: string;
-  key: string | null;
-  payload: J;
-  headers: J | null;
-  attempts: number;
-  claim_token: string;
-  lease_expires_at: Date;
-  created_at: Date;
-}
-
-/** A claimed inbox row as a driver returns it. */
-export interface InboxClaimedRecord<J> {
-  id: string;
-  source: string;
-  idempotency_key: string;
-  aggregate_id: string | null;
-  payload: J;
-  headers: J | null;
-  attempts: number;
-  claim_token: string;
-  lease_expires_at: Date;
-  received_at: Date;
-}
-
-/** How a dialect's driver hands back JSON columns and UUIDs. */
-export interface RecordDecoding<J> {
-  json(value: J): unknown;
-  uuid(value: string): string;
-}
-
-export function toOutboxClaimedRow<J>(r: OutboxClaimedRecord<J>, decode: RecordDecoding<J>): OutboxClaimedRow {
-  return {
-    id: String(r.id),
-    messageId: decode.uuid(r.message_id),
-    destination: r.destination,
-    key: r.key,
-    payload: decode.json(r.payload),
-    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
-    attempts: r.attempts,
-    token: decode.uuid(r.claim_token),
-    leaseExpiresAt: r.lease_expires_at,
-    createdAt: r.created_at,
-  };
-}
-
-export function toInboxClaimedRow<J>(r: InboxClaimedRecord<J>, decode: RecordDecoding<J>): InboxClaimedRow {
-  return {
-    id: String(r.id),
-    source: r.source,
-    idempotencyKey: r.idempotency_key,
-    aggregateId: r.aggregate_id,
-    payload: decode.json(r.payload),
-    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
-    attempts: r.attempts,
-    token: decode.uuid(r.claim_token),
-    leaseExpiresAt: r.lease_expires_at,
-    receivedAt: r.received_at,
-  };
 }

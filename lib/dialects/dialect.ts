@@ -1,7 +1,14 @@
-import type { DataSource, EntityManager } from 'typeorm';
-import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../admin/admin.types';
+import type { EntityManager } from 'typeorm';
 import type { TableName } from '../common/identifiers';
-import type { ReclaimResult } from './dialect-rows';
+import type {
+  AdminComponent,
+  BacklogRow,
+  BlockedKeyRow,
+  DeadLetterRow,
+  ReclaimResult,
+  RetentionKind,
+  SkipHeadTarget,
+} from './dialect-rows';
 
 /** The two QueueBox tables, validated. */
 export interface QueueBoxTables {
@@ -187,5 +194,3 @@ export interface DialectSettings {
    */
   queryTimeoutMs?: number;
 }
-
-export type DialectFactory = (dataSource: DataSource, tables: QueueBoxTables, settings?: DialectSettings) => Dialect;

@@ -1,8 +1,8 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import type { BacklogRow } from '../admin/admin.types';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { describeError } from '../common/errors';
+import type { BacklogRow } from '../dialects/dialect-rows';
 import { InboxRelay } from '../inbox/inbox.relay';
 import { OutboxPoller } from '../outbox/outbox.poller';
 import { PullWorker } from '../pull/pull.worker';

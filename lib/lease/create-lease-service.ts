@@ -1,8 +1,8 @@
 import type { DataSource } from 'typeorm';
-import { createDialect } from '../dialects/dialects';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { resolveTables } from '../options/options.resolver';
-import type { QueueBoxModuleOptions } from '../options/options.types';
+import { type QueueBoxModuleOptions } from '../options/options.types';
+import { createDialect } from '../queuebox.dialect';
 import { LeaseService } from './lease.service';
 
 /**

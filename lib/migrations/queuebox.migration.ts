@@ -1,5 +1,6 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { type SchemaMigration, schemaStatements } from '../dialects/dialects';
+import { schemaStatements } from '../dialects/registry';
+import { DEFAULT_MIGRATION_NAMES, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { resolveTables } from '../options/options.resolver';
 import type { QueueBoxModuleOptions } from '../options/options.types';
@@ -14,14 +15,6 @@ export interface QueueBoxMigrationMark {
   outbox: string;
   inbox: string;
 }
-
-/** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
-export const DEFAULT_MIGRATION_NAMES = {
-  schema: 'QueueBoxSchema1764460800000',
-  operations: 'QueueBoxOperations1764633600000',
-  claims: 'QueueBoxClaims1795996800000',
-  keyCollation: 'QueueBoxKeyCollation1796083200000',
-} as const;
 
 /**
  * A TypeORM migration class that creates the outbox and inbox tables (and indexes) for the

@@ -1,11 +1,12 @@
 import type { LoggerService } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import type { QueueBoxTables } from '../dialects/dialect';
-import { SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/dialects';
+import { dialectDriver } from '../dialects/registry';
+import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { messages } from '../queuebox.messages';
-import { DEFAULT_MIGRATION_NAMES, QUEUEBOX_MIGRATION, type QueueBoxMigrationMark } from './queuebox.migration';
+import { QUEUEBOX_MIGRATION, type QueueBoxMigrationMark } from './queuebox.migration';
 
 /** TypeORM's default name of its migrations table (DataSource option `migrationsTableName`). */
 export const TYPEORM_MIGRATIONS_TABLE = 'migrations';
@@ -17,8 +18,10 @@ export const TYPEORM_MIGRATIONS_TABLE = 'migrations';
 function optionalBecause(migration: SchemaMigration, options: ResolvedQueueBoxOptions, dataSource: DataSource): string | undefined {
   if (migration === 'operations' && !options.retention.enabled) return messages.operationsMigrationOptional();
   if (migration === 'claims') return messages.claimsMigrationOptional();
-  // On PostgreSQL 004 runs no statement (text already compares byte for byte); SQL Server's schema check refuses unmigrated key columns itself.
-  if (migration === 'keyCollation' && dataSource.options.type === 'postgres') return messages.keyCollationMigrationOptional();
+  // Where 004 runs no statement (PostgreSQL: text already compares byte for byte) it is optional; SQL Server's schema check refuses unmigrated key columns itself.
+  if (migration === 'keyCollation' && dialectDriver(dataSource.options.type).noOpMigrations.keyCollation !== undefined) {
+    return messages.keyCollationMigrationOptional();
+  }
   return undefined;
 }
 
@@ -28,7 +31,7 @@ function expectedName(dataSource: DataSource, migration: SchemaMigration, tables
     const mark = (instance as { [QUEUEBOX_MIGRATION]?: QueueBoxMigrationMark })[QUEUEBOX_MIGRATION];
     return mark?.migration === migration && mark.outbox === tables.outbox.qualified && mark.inbox === tables.inbox.qualified;
   });
-  return registered?.name ?? DEFAULT_MIGRATION_NAMES[migration as keyof typeof DEFAULT_MIGRATION_NAMES];
+  return registered?.name ?? DEFAULT_MIGRATION_NAMES[migration];
 }
 
 /**

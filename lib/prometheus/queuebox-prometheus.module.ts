@@ -2,8 +2,8 @@ import { Injectable, Module, type OnModuleDestroy, type OnModuleInit } from '@ne
 import { ModuleRef } from '@nestjs/core';
 import { getToken, makeCounterProvider, makeGaugeProvider, makeHistogramProvider } from '@willsoto/nestjs-prometheus';
 import type { Counter, Gauge, Histogram } from 'prom-client';
-import type { BacklogRow } from '../admin/admin.types';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
+import type { BacklogRow } from '../dialects/dialect-rows';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { InboxSources } from '../inbox/inbox-sources';
 import { COUNTERS, HISTOGRAMS, metricUpdate } from '../metrics/metric-definitions';

@@ -3,7 +3,6 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { RetentionService } from '../../lib/admin/retention.service';
 import type { Dialect, InboxInsertRow } from '../../lib/dialects/dialect';
-import { createDialect } from '../../lib/dialects/dialects';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { LeaseService } from '../../lib/lease/lease.service';
 import type { InboxClaim, OutboxClaim } from '../../lib/lease/lease.types';
@@ -11,6 +10,7 @@ import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { resolveOptions, resolveTables } from '../../lib/options/options.resolver';
 import type { OutboxMessageInput } from '../../lib/outbox/outbox.types';
 import { toOutboxRows } from '../../lib/outbox/outbox-rows';
+import { createDialect } from '../../lib/queuebox.dialect';
 import { CONFORMANCE_TABLES, type ConformanceDatabase, type DialectHarness, HARNESSES } from './harness';
 
 // One suite for the dialect seam, run against every configured dialect (in the spirit of River's

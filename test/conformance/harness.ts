@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { DataSource, type DataSourceOptions } from 'typeorm';
 import { parseTableName } from '../../lib/common/identifiers';
 import type { LeaseTable } from '../../lib/dialects/dialect';
-import { pgTable } from '../../lib/dialects/postgres/postgres.schema';
-import { mssqlTable } from '../../lib/dialects/sqlserver/sqlserver.schema';
+import { pgTable } from '../../lib/dialects/postgres/quoting';
+import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
 import {
   createQueueBoxClaimsMigration,
   createQueueBoxKeyCollationMigration,

@@ -4,7 +4,8 @@ import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { createQueueBoxAdmin } from '../../lib/admin/create-queuebox-admin';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
-import * as pg from '../../lib/dialects/postgres/postgres.sql';
+import * as pgAdmin from '../../lib/dialects/postgres/admin.sql';
+import * as pgRetention from '../../lib/dialects/postgres/retention.sql';
 import { PermanentPublishError, QueueBoxAdminError } from '../../lib/errors/queuebox.errors';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
@@ -13,6 +14,8 @@ import { MESSAGE_ID_HEADER } from '../../lib/wire-headers';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
+
+const pg = { ...pgAdmin, ...pgRetention };
 
 type Row = { id: string; state: string; attempts: number; last_error: string | null; headers: Record<string, string>; message_id: string };
 

@@ -1,13 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import {
-  inboxPullClaimSql,
-  inboxRelayClaimSql,
-  inlineParams,
-  outboxClaimSql,
-  pgLiteral,
-  serializedClaimSql,
-} from '../../lib/dialects/postgres/postgres.sql';
+import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql, serializedClaimSql } from '../../lib/dialects/postgres/claims.sql';
+import { inlineParams, pgLiteral } from '../../lib/dialects/postgres/quoting';
 
 // The serialized claim goes as one query string with its values inlined (simple query protocol,
 // no parameters). What runs against a server is in test/integration/ordering.test.ts and the

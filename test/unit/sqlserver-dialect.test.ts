@@ -5,10 +5,16 @@ import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
 import { TYPES } from 'tedious';
 import { DataSource, type DataSourceOptions, MssqlParameter, QueryFailedError } from 'typeorm';
-import { createDialect, schemaStatements } from '../../lib/dialects/dialects';
 import { rowStatesQuery } from '../../lib/dialects/inspection.sql';
+import { schemaStatements } from '../../lib/dialects/registry';
+import * as admin from '../../lib/dialects/sqlserver/admin.sql';
+import * as checks from '../../lib/dialects/sqlserver/checks.sql';
+import * as claims from '../../lib/dialects/sqlserver/claims.sql';
+import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
+import * as lease from '../../lib/dialects/sqlserver/lease.sql';
+import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
+import * as retention from '../../lib/dialects/sqlserver/retention.sql';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
-import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import {
   createQueueBoxKeyCollationMigration,
@@ -17,7 +23,11 @@ import {
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-files';
 import { resolveTables } from '../../lib/options/options.resolver';
+import { createDialect } from '../../lib/queuebox.dialect';
 import { QueueBoxPoolCheck } from '../../lib/queuebox.pool-check';
+
+/** Every SQL Server statement builder: the exports of its *.sql.ts files. */
+const sql = { ...outbox, ...inbox, ...claims, ...lease, ...checks, ...admin, ...retention };
 
 // The SQL Server dialect's own logic, without a server: option checks, and the way it drives
 // TypeORM (which connection, which transaction, which typed parameters) through a scripted
@@ -544,7 +554,7 @@ describe('SQL Server dialect: admin instants in UTC whatever the Node time zone 
   it('sends deadAfter/deadBefore as ISO-8601 UTC text under TZ=Europe/Berlin, and the statement reads them as UTC', () => {
     // A child process, so the time zone is Berlin's from the start (Node reads TZ once).
     const child = `
-      const { createDialect } = require(${JSON.stringify(join(__dirname, '../../lib/dialects/dialects.js'))});
+      const { createDialect } = require(${JSON.stringify(join(__dirname, '../../lib/queuebox.dialect.js'))});
       const { resolveTables } = require(${JSON.stringify(join(__dirname, '../../lib/options/options.resolver.js'))});
       const sent = [];
       const runner = { isReleased: false, query: async (_sql, params) => { sent.push(params); return { records: [{ n: '0' }] }; }, release: async () => {} };

@@ -3,9 +3,18 @@ import { describe, it } from 'node:test';
 import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import { parseTableName } from '../../lib/common/identifiers';
 import type { QueueBoxTables } from '../../lib/dialects/dialect';
-import * as postgres from '../../lib/dialects/postgres/postgres.sql';
+import * as postgresClaims from '../../lib/dialects/postgres/claims.sql';
+import * as postgresInbox from '../../lib/dialects/postgres/inbox.sql';
+import * as admin from '../../lib/dialects/sqlserver/admin.sql';
+import * as checks from '../../lib/dialects/sqlserver/checks.sql';
+import * as claims from '../../lib/dialects/sqlserver/claims.sql';
+import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
+import * as lease from '../../lib/dialects/sqlserver/lease.sql';
+import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
+import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
+import * as retention from '../../lib/dialects/sqlserver/retention.sql';
 import {
-  mssqlTable,
+  KEY_COLLATION,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
   sqlServerKeyCollationDown,
@@ -14,8 +23,11 @@ import {
   sqlServerOperationsUp,
   sqlServerSchemaDown,
   sqlServerSchemaUp,
-} from '../../lib/dialects/sqlserver/sqlserver.schema';
-import * as sql from '../../lib/dialects/sqlserver/sqlserver.sql';
+} from '../../lib/dialects/sqlserver/schema';
+
+/** Every SQL Server statement builder: the exports of its *.sql.ts files. */
+const sql = { ...outbox, ...inbox, ...claims, ...lease, ...checks, ...admin, ...retention };
+const postgres = { ...postgresClaims, ...postgresInbox };
 
 // Every T-SQL statement QueueBox sends, checked without a server: it parses with the T-SQL grammar
 // of ANTLR's grammars-v4 (the TSqlParser that antlr4ts-sql ships), and its shape is pinned below.
@@ -81,7 +93,7 @@ function adminStatements(): { name: string; statement: string }[] {
   });
 }
 
-/** Every builder exported by sqlserver.sql.ts, with each table it can run on; a new builder is covered without a change here. */
+/** Every builder exported by the sqlserver/*.sql.ts files, with each table it can run on; a new builder is covered without a change here. */
 function builderStatements(): { name: string; statement: string }[] {
   const builders = Object.entries(sql).filter(
     (entry): entry is [string, Builder] => typeof entry[1] === 'function' && !ADMIN_BUILDERS.has(entry[0]),
@@ -509,7 +521,7 @@ describe('SQL Server key collation (migration 004): distinct keys stay distinct'
   const indexName = (statement: string) => /^CREATE (?:UNIQUE )?INDEX \[([^\]]+)\]/.exec(statement)?.[1];
 
   it('moves every compared key column to Latin1_General_100_BIN2 with its 001 type and nullability, and back on down', () => {
-    assert.equal(sql.KEY_COLLATION, 'Latin1_General_100_BIN2');
+    assert.equal(KEY_COLLATION, 'Latin1_General_100_BIN2');
     const up = sqlServerKeyCollationUp(tables);
     assert.deepEqual(
       up.filter((s) => s.includes('ALTER COLUMN')),

@@ -1,4 +1,4 @@
-import type { AdminComponent, DeadLetterRow } from '../../admin/admin.types';
+import type { AdminComponent, DeadLetterRow } from '../../dialects/dialect-rows';
 import { parseDeadSelection, parseLimit, parseRowId } from '../admin-options';
 import { withAdmin } from '../admin-session';
 import { CliUsageError } from '../cli.errors';

@@ -1,5 +1,5 @@
 import { MigrationExecutor } from 'typeorm';
-import { KEY_COLLATION } from '../../dialects/sqlserver/sqlserver.schema';
+import { dialectDriver } from '../../dialects/registry';
 import { CliFailure } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
 import { databaseTarget, describeTables, migrationsFor, parseTables } from '../cli-options';
@@ -61,11 +61,7 @@ ${DATABASE_OPTIONS_HELP}
         );
       }
       if (pending.includes(migrations.names.keyCollation)) {
-        io.out(
-          target.type === 'mssql'
-            ? `Applied migration ${migrations.names.keyCollation}: key columns now compare by code point (${KEY_COLLATION}); their indexes were rebuilt.`
-            : `Applied migration ${migrations.names.keyCollation}: nothing to change on PostgreSQL (text compares byte-wise).`,
-        );
+        io.out(`Applied migration ${migrations.names.keyCollation}: ${dialectDriver(target.type).keyCollationNotes.applied}`);
       }
       return 0;
     } finally {

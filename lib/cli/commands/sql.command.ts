@@ -1,4 +1,5 @@
-import { SCHEMA_MIGRATIONS } from '../../dialects/dialects';
+import { DIALECT_TYPES, isDialectType } from '../../dialects/registry';
+import { SCHEMA_MIGRATIONS } from '../../dialects/schema-migrations';
 import { renderSchemaSql } from '../../migrations/schema-files';
 import { CliUsageError } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
@@ -21,7 +22,7 @@ Options:
   options: { dialect: { type: 'string' }, tables: { type: 'string' }, down: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
   async run(values, io) {
     const dialect = (values.dialect as string | undefined) ?? 'postgres';
-    if (dialect !== 'postgres' && dialect !== 'mssql') throw new CliUsageError(cliMessages.dialectUnknown(dialect));
+    if (!isDialectType(dialect)) throw new CliUsageError(cliMessages.dialectUnknown(dialect, DIALECT_TYPES));
     const tables = parseTables(values.tables as string | undefined);
     const direction = values.down === true ? 'down' : 'up';
     // Up: the migrations in order; down: the reverse.

@@ -1,5 +1,6 @@
 import { MigrationExecutor } from 'typeorm';
 import { createQueueBoxAdmin } from '../../admin/create-queuebox-admin';
+import { dialectDriver } from '../../dialects/registry';
 import { type BacklogEntry, readBacklog } from '../backlog';
 import { CliFailure } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
@@ -78,7 +79,7 @@ ${DATABASE_OPTIONS_HELP}
           `Migration ${migrations.names.claims}: ${claimsApplied ? 'applied' : 'not applied: claims are planned on every call, and while keys in flight hold the oldest pending rows they read all of them to reach rows without a key, until you run `queuebox migrate`'}`,
         );
         io.out(
-          `Migration ${migrations.names.keyCollation}: ${keyCollationApplied ? 'applied' : target.type === 'mssql' ? 'not applied: keys that differ only in case (or accents) count as one key (a receive is dropped as a duplicate, two keys are ordered as one), until you run `queuebox migrate`' : 'not applied (changes nothing on PostgreSQL; `queuebox migrate` records it)'}`,
+          `Migration ${migrations.names.keyCollation}: ${keyCollationApplied ? 'applied' : dialectDriver(target.type).keyCollationNotes.notApplied}`,
         );
         if (complete) for (const line of formatBacklog(backlog)) io.out(line);
       }

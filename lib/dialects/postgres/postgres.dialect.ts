@@ -1,14 +1,5 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager } from 'typeorm';
-import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../../admin/admin.types';
-import {
-  type BacklogRecord,
-  type BlockedKeyRecord,
-  type DeadLetterRecord,
-  toBacklogRows,
-  toBlockedKeyRow,
-  toDeadLetterRow,
-} from '../../admin/admin-rows';
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
@@ -16,43 +7,94 @@ import type {
   DeadSelection,
   Dialect,
   DialectSettings,
-  FenceParams,
-  InboxClaimedRow,
   InboxInsertRow,
   LeaseTable,
-  OutboxClaimedRow,
   OutboxInsertRow,
   QueueBoxTables,
   WorkListener,
   WorkNotice,
 } from '../dialect';
+import type { RetentionKind } from '../dialect-rows';
+import { type RecordDecoding } from '../records';
+import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {
-  byId,
-  countReclaimed,
-  FINISHED,
-  type InboxClaimedRecord,
-  type OutboxClaimedRecord,
-  type ReclaimedRecord,
-  type ReclaimResult,
-  type RecordDecoding,
-  toInboxClaimedRow,
-  toOutboxClaimedRow,
-} from '../dialect-rows';
+  adminBacklogSql,
+  blockedKeyListSql,
+  blockedKeySkipHeadSql,
+  deadLetterCountSql,
+  deadLetterDiscardSql,
+  deadLetterListSql,
+  deadLetterReplaySql,
+} from './admin.sql';
+import { clockNowSql, tableExistsSql } from './checks.sql';
+import { type ClaimFunctions, claimFunctionCallSql, claimFunctionNames, claimFunctionSignature } from './claim-functions.sql';
+import {
+  claimLockNames,
+  INBOX_CLAIM_COLUMNS,
+  inboxPullClaimSql,
+  inboxReclaimSql,
+  inboxRelayClaimSql,
+  OUTBOX_CLAIM_COLUMNS,
+  outboxClaimSql,
+  outboxReclaimSql,
+  serializedClaimSql,
+} from './claims.sql';
+import { inboxFindSql, inboxInsertSql } from './inbox.sql';
+import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
+import { outboxInsertSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
-import { claimFunctionNames, claimLockNames, pgTable } from './postgres.schema';
-import * as sql from './postgres.sql';
+import { type InlineParam, pgTable } from './quoting';
+import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './retention.sql';
 
 // node-postgres parses jsonb and returns UUIDs in lower case: nothing to decode.
 const DECODING: RecordDecoding<unknown> = { json: (value) => value, uuid: (value) => value };
 
+const STATEMENTS: SqlDialectStatements = {
+  outboxReclaimSql,
+  inboxReclaimSql,
+  inboxFindSql,
+  leaseRenewSql,
+  leaseCompleteSql,
+  leaseCompleteBatchSql,
+  leaseReleaseSql,
+  leaseRetrySql,
+  leaseDeadLetterSql,
+  adminBacklogSql,
+  deadLetterListSql,
+  deadLetterCountSql,
+  deadLetterReplaySql,
+  deadLetterDiscardSql,
+  blockedKeyListSql,
+  blockedKeySkipHeadSql,
+  clockNowSql,
+};
+
+// Values go as they are: node-postgres infers their types; lists are arrays (`= ANY($n)`, `unnest`).
+const same = <T>(value: T) => value;
+const PARAMS: SqlDialectParams = {
+  int: same,
+  bigint: same,
+  text: same,
+  idOrNull: same,
+  name: same,
+  key: (_field, value) => value,
+  names: same,
+  fence: (p) => [p.id, p.token],
+  claims: (claims) => [claims.map((c) => c.id), claims.map((c) => c.token)],
+  selection: selectionParams,
+};
+
 /** The PostgreSQL dialect: `FOR UPDATE SKIP LOCKED` claims, advisory claim locks, `clock_timestamp()` fences. */
-export class PostgresDialect implements Dialect {
+export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   readonly type = 'postgres' as const;
   readonly reservesConnections = true;
-  private readonly table: Record<LeaseTable, string>;
+  protected readonly table: Record<LeaseTable, string>;
+  protected readonly statements = STATEMENTS;
+  protected readonly params = PARAMS;
+  protected readonly decoding = DECODING;
   private readonly claimLock: ReturnType<typeof claimLockNames>;
   /** What each claim sends, built once: the call of its function (migration 003) and, without it, the statement. */
-  private readonly claims: Record<keyof sql.ClaimFunctions, { call: string; signature: string; statement: string }>;
+  private readonly claims: Record<keyof ClaimFunctions, { call: string; signature: string; statement: string }>;
   /** Whether migration 003's claim functions exist: looked up at the first claim, again after one went missing. */
   private claimFunctionsPresent?: Promise<boolean>;
   private readonly channel: Record<LeaseTable, string>;
@@ -69,19 +111,20 @@ export class PostgresDialect implements Dialect {
     private readonly tables: QueueBoxTables,
     settings: DialectSettings = {},
   ) {
+    super();
     this.queryTimeoutMs = settings.queryTimeoutMs;
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
     this.claimLock = claimLockNames(tables);
     const fn = claimFunctionNames(tables);
-    const claim = (kind: keyof sql.ClaimFunctions, columns: string, statement: string) => ({
-      call: sql.claimFunctionCallSql(kind, fn[kind], columns),
-      signature: sql.claimFunctionSignature(kind, fn[kind]),
+    const claim = (kind: keyof ClaimFunctions, columns: string, statement: string) => ({
+      call: claimFunctionCallSql(kind, fn[kind], columns),
+      signature: claimFunctionSignature(kind, fn[kind]),
       statement,
     });
     this.claims = {
-      outbox: claim('outbox', sql.OUTBOX_CLAIM_COLUMNS, sql.outboxClaimSql(this.table.outbox)),
-      relay: claim('relay', sql.INBOX_CLAIM_COLUMNS, sql.inboxRelayClaimSql(this.table.inbox)),
-      pull: claim('pull', sql.INBOX_CLAIM_COLUMNS, sql.inboxPullClaimSql(this.table.inbox)),
+      outbox: claim('outbox', OUTBOX_CLAIM_COLUMNS, outboxClaimSql(this.table.outbox)),
+      relay: claim('relay', INBOX_CLAIM_COLUMNS, inboxRelayClaimSql(this.table.inbox)),
+      pull: claim('pull', INBOX_CLAIM_COLUMNS, inboxPullClaimSql(this.table.inbox)),
     };
     // Channel names are identifiers (at most 63 bytes): derived from the table name, not the name itself.
     const channel = (kind: LeaseTable) =>
@@ -93,14 +136,14 @@ export class PostgresDialect implements Dialect {
 
   async schemaCheck(): Promise<void> {
     for (const kind of ['outbox', 'inbox'] as const) {
-      const { rows } = await this.run<{ found: string | null }>('SELECT to_regclass($1)::text AS found', [this.table[kind]]);
+      const { rows } = await this.run<{ found: string | null }>(tableExistsSql(), [this.table[kind]]);
       if (!rows[0]?.found) throw new QueueBoxConfigError(`tables.${kind}`, messages.tableMissing(this.tables[kind].qualified));
     }
   }
 
   async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]> {
     const { rows } = await this.run<{ id: string; message_id: string }>(
-      sql.outboxInsertSql(this.table.outbox),
+      outboxInsertSql(this.table.outbox),
       [
         p.rows.map((r) => r.messageId),
         p.rows.map((r) => r.destination),
@@ -116,91 +159,17 @@ export class PostgresDialect implements Dialect {
     return p.rows.map((r) => ({ id: ids.get(r.messageId) as string, messageId: r.messageId }));
   }
 
-  async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    const records = await this.claim<OutboxClaimedRecord<unknown>>('outbox', this.claimLock.outbox, [p.limit, p.leaseMs]);
-    return records.map((r) => toOutboxClaimedRow(r, DECODING)).sort(byId);
-  }
-
-  async outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(await this.run<ReclaimedRecord>(sql.outboxReclaimSql(this.table.outbox), [p.maxAttempts]));
-  }
-
-  async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
-    const { row } = p;
-    // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key and then yields no row;
-    // the lookup runs as a new statement (a new snapshot), so it sees the row that won. If that row
-    // vanished in between (retention deleted it), the insert is simply tried again.
-    for (let tries = 0; tries < 3; tries++) {
-      const inserted = await this.run<{ id: string }>(
-        sql.inboxInsertSql(this.table.inbox),
-        [row.source, row.idempotencyKey, row.aggregateId, row.payloadJson, row.headersJson, this.channel.inbox],
-        p.manager,
-      );
-      if (inserted.rows.length === 1) return { id: String(inserted.rows[0].id), duplicate: false };
-      const found = await this.run<{ id: string }>(sql.inboxFindSql(this.table.inbox), [row.source, row.idempotencyKey], p.manager);
-      if (found.rows.length === 1) return { id: String(found.rows[0].id), duplicate: true };
-    }
-    throw new Error(`inbox row (${row.source}, ${row.idempotencyKey}) neither inserted nor found after 3 tries`);
-  }
-
-  async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.claim<InboxClaimedRecord<unknown>>('relay', this.claimLock.inbox, [p.limit, p.leaseMs, p.sources]);
-    return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
-  }
-
-  async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.claim<InboxClaimedRecord<unknown>>('pull', `${this.claimLock.pullPrefix}${p.source}`, [
-      p.limit,
-      p.leaseMs,
-      p.source,
-    ]);
-    return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
-  }
-
-  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(await this.run<ReclaimedRecord>(sql.inboxReclaimSql(this.table.inbox), [p.maxAttempts, p.sources]));
-  }
-
-  async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {
-    const { rows } = await this.run<{ lease_expires_at: Date }>(
-      sql.leaseRenewSql(this.table[p.table]),
-      [p.id, p.token, p.leaseMs],
-      p.manager,
+  /**
+   * ON CONFLICT DO NOTHING waits for a concurrent insert of the same key and then yields no row;
+   * `inboxInsertIfAbsent` then looks the row up.
+   */
+  protected async inboxInsertRecords(row: InboxInsertRow, manager: EntityManager | undefined): Promise<{ id: string }[]> {
+    const inserted = await this.run<{ id: string }>(
+      inboxInsertSql(this.table.inbox),
+      [row.source, row.idempotencyKey, row.aggregateId, row.payloadJson, row.headersJson, this.channel.inbox],
+      manager,
     );
-    return rows.length === 1 ? rows[0].lease_expires_at : null;
-  }
-
-  async leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseCompleteSql(this.table[p.table], FINISHED[p.table]), [p.id, p.token], p.manager);
-    return affected === 1;
-  }
-
-  async leaseCompleteBatch(p: {
-    table: LeaseTable;
-    claims: { id: string; token: string }[];
-    manager?: EntityManager;
-  }): Promise<Set<string>> {
-    const { rows } = await this.run<{ id: string }>(
-      sql.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
-      [p.claims.map((c) => c.id), p.claims.map((c) => c.token)],
-      p.manager,
-    );
-    return new Set(rows.map((r) => String(r.id)));
-  }
-
-  async leaseRelease(p: FenceParams): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseReleaseSql(this.table[p.table]), [p.id, p.token]);
-    return affected === 1;
-  }
-
-  async leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseRetrySql(this.table[p.table]), [p.id, p.token, p.delayMs, p.error]);
-    return affected === 1;
-  }
-
-  async leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseDeadLetterSql(this.table[p.table]), [p.id, p.token, p.reason]);
-    return affected === 1;
+    return inserted.rows;
   }
 
   async workListen(p: {
@@ -213,78 +182,18 @@ export class PostgresDialect implements Dialect {
     return listener;
   }
 
-  async adminBacklog(): Promise<BacklogRow[]> {
-    return toBacklogRows((await this.runUnbounded<BacklogRecord>(sql.adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows);
-  }
-
-  async deadLetterList(p: {
-    selection: DeadSelection;
-    afterId: string | null;
-    limit: number;
-    includePayload: boolean;
-  }): Promise<DeadLetterRow[]> {
-    const { component } = p.selection;
-    const { rows } = await this.runUnbounded<DeadLetterRecord<unknown>>(
-      sql.deadLetterListSql(this.table[component], component, p.includePayload),
-      [...selectionParams(p.selection), p.afterId, p.limit],
-    );
-    return rows.map((r) => toDeadLetterRow(component, r, DECODING));
-  }
-
-  async deadLetterCount(p: { selection: DeadSelection }): Promise<number> {
-    const { component } = p.selection;
-    const { rows } = await this.runUnbounded<{ n: string }>(
-      sql.deadLetterCountSql(this.table[component], component),
-      selectionParams(p.selection),
-    );
-    return Number(rows[0].n);
-  }
-
-  deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    return this.deadLetterBatch(sql.deadLetterReplaySql, p);
-  }
-
-  deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    return this.deadLetterBatch(sql.deadLetterDiscardSql, p);
-  }
-
-  /** Runs a replay or discard statement on one batch of the selection; returns the ids it changed. */
-  private async deadLetterBatch(
-    statement: (table: string, component: AdminComponent) => string,
-    p: { selection: DeadSelection; afterId: string | null; limit: number },
-  ): Promise<string[]> {
-    const { component } = p.selection;
-    const { rows } = await this.runUnbounded<{ id: string }>(statement(this.table[component], component), [
-      ...selectionParams(p.selection),
-      p.afterId,
-      p.limit,
-    ]);
-    return rows.map((r) => String(r.id));
-  }
-
-  async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
-    const { rows } = await this.runUnbounded<BlockedKeyRecord>(sql.blockedKeyListSql(this.table[p.component], p.component), [p.limit]);
-    return rows.map((r) => toBlockedKeyRow(p.component, r, DECODING.uuid));
-  }
-
-  async blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null> {
-    const params = p.component === 'outbox' ? [p.key, p.headId ?? null, p.reason] : [p.source, p.aggregateId, p.headId ?? null, p.reason];
-    const { rows } = await this.runUnbounded<{ id: string }>(sql.blockedKeySkipHeadSql(this.table[p.component], p.component), params);
-    return rows.length === 1 ? String(rows[0].id) : null;
-  }
-
   async retentionWithLock<T>(work: () => Promise<T>): Promise<T | null> {
     // A session lock needs one connection for the whole run: it is set aside here, holds only the
     // advisory lock (no transaction stays open), and the deletes run through the pool, each batch
     // its own transaction. A crash closes the connection and with it the lock.
     const runner = this.dataSource.createQueryRunner();
     try {
-      const [{ locked }] = await runner.query(sql.retentionTryLockSql(), [this.retentionLock]);
+      const [{ locked }] = await runner.query(retentionTryLockSql(), [this.retentionLock]);
       if (!locked) return null;
       try {
         return await work();
       } finally {
-        await runner.query(sql.retentionUnlockSql(), [this.retentionLock]);
+        await runner.query(retentionUnlockSql(), [this.retentionLock]);
       }
     } finally {
       await runner.release();
@@ -293,11 +202,7 @@ export class PostgresDialect implements Dialect {
 
   async retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number> {
     const table = p.kind.startsWith('outbox') ? this.table.outbox : this.table.inbox;
-    return (await this.runUnbounded(sql.retentionDeleteSql(table, p.kind), [p.olderThanMs, p.limit])).affected;
-  }
-
-  async clockNow(): Promise<Date> {
-    return (await this.run<{ now: Date }>(`SELECT ${sql.NOW} AS now`, [])).rows[0].now;
+    return (await this.runAdmin(retentionDeleteSql(table, p.kind), [p.olderThanMs, p.limit])).affected;
   }
 
   /**
@@ -305,7 +210,14 @@ export class PostgresDialect implements Dialect {
    * kept by the session), else the lock and the claim statement as one query string. A function
    * dropped while the application runs sends the claim back to the query string.
    */
-  private async claim<T>(kind: keyof sql.ClaimFunctions, lockName: string, params: readonly sql.InlineParam[]): Promise<T[]> {
+  protected async claimRecords<T>(request: ClaimRequest): Promise<T[]> {
+    const { kind, limit, leaseMs } = request;
+    const [lockName, params]: [string, InlineParam[]] =
+      kind === 'outbox'
+        ? [this.claimLock.outbox, [limit, leaseMs]]
+        : kind === 'relay'
+          ? [this.claimLock.inbox, [limit, leaseMs, request.sources]]
+          : [`${this.claimLock.pullPrefix}${request.source}`, [limit, leaseMs, request.source]];
     const claim = this.claims[kind];
     this.claimFunctionsPresent ??= this.lookUpClaimFunctions().catch((error: unknown) => {
       this.claimFunctionsPresent = undefined; // looked up again at the next claim
@@ -345,8 +257,8 @@ export class PostgresDialect implements Dialect {
    * It bypasses TypeORM's query runner (which cannot return the results of several statements),
    * so TypeORM's query logging does not show it.
    */
-  private async serializedClaim<T>(lockName: string, statement: string, params: readonly sql.InlineParam[]): Promise<T[]> {
-    const text = sql.serializedClaimSql(lockName, statement, params);
+  private async serializedClaim<T>(lockName: string, statement: string, params: readonly InlineParam[]): Promise<T[]> {
+    const text = serializedClaimSql(lockName, statement, params);
     // No values: node-postgres sends the text with the simple query protocol, which runs several statements.
     const results = await bounded(poolOf(this.dataSource).query({ text, query_timeout: this.queryTimeoutMs }), this.queryTimeoutMs);
     // One result per statement; the claim is the last.
@@ -359,7 +271,7 @@ export class PostgresDialect implements Dialect {
    * another connection). Without one, straight to the driver's pool: a TypeORM QueryRunner per
    * statement is garbage on the hot path (claims, completions, renewals), and nothing here uses it.
    */
-  private run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>> {
+  protected run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>> {
     if (manager?.queryRunner) return runSql<T>(this.dataSource, statement, params, manager);
     return poolQuery<T>(this.dataSource, statement, params, this.queryTimeoutMs);
   }
@@ -368,7 +280,7 @@ export class PostgresDialect implements Dialect {
    * Admin and retention statements run as long as they need: an operator waits for them, and a
    * retention batch may take longer than a claim should.
    */
-  private runUnbounded<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
+  protected runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
     return poolQuery<T>(this.dataSource, statement, params);
   }
 }

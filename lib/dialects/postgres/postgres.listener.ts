@@ -1,6 +1,8 @@
 import type { DataSource } from 'typeorm';
 import type { WorkListener, WorkNotice } from '../dialect';
-import { listenSql } from './postgres.sql';
+
+/** Channel names are derived identifiers (hex digests), quoted as they are. */
+const listenSql = (channel: string) => `LISTEN "${channel}"`;
 
 interface PgClient {
   query(query: { text: string; query_timeout?: number }): Promise<unknown>;

@@ -1,49 +1,80 @@
 import { createHash } from 'node:crypto';
-import { Logger } from '@nestjs/common';
 import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typeorm';
-import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, RetentionKind, SkipHeadTarget } from '../../admin/admin.types';
-import {
-  type BacklogRecord,
-  type BlockedKeyRecord,
-  type DeadLetterRecord,
-  toBacklogRows,
-  toBlockedKeyRow,
-  toDeadLetterRow,
-} from '../../admin/admin-rows';
-import { runSql } from '../../common/sql-runner';
+import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
-import { DEFAULT_MIGRATION_NAMES } from '../../migrations/queuebox.migration';
 import { messages } from '../../queuebox.messages';
-import type {
-  DeadSelection,
-  Dialect,
-  FenceParams,
-  InboxClaimedRow,
-  InboxInsertRow,
-  LeaseTable,
-  OutboxClaimedRow,
-  OutboxInsertRow,
-  QueueBoxTables,
-} from '../dialect';
+import type { DeadSelection, Dialect, FenceParams, InboxInsertRow, LeaseTable, OutboxInsertRow, QueueBoxTables } from '../dialect';
+import type { RetentionKind } from '../dialect-rows';
+import { type RecordDecoding } from '../records';
+import type { DialectLog } from '../registry';
+import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
+import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {
-  byId,
-  countReclaimed,
-  FINISHED,
-  type InboxClaimedRecord,
-  type OutboxClaimedRecord,
-  type ReclaimedRecord,
-  type ReclaimResult,
-  type RecordDecoding,
-  toInboxClaimedRow,
-  toOutboxClaimedRow,
-} from '../dialect-rows';
+  adminBacklogSql,
+  blockedKeyListSql,
+  blockedKeySkipHeadSql,
+  deadLetterCountSql,
+  deadLetterDiscardSql,
+  deadLetterListSql,
+  deadLetterReplaySql,
+} from './admin.sql';
+import { clockNowSql, databaseSettingsSql, keyCollationSql, tableExistsSql } from './checks.sql';
+import {
+  CLAIM_LOCK_ERROR_BASE,
+  CLAIM_ROW_LOCK_WAIT_MS,
+  claimLockTimeoutResetSql,
+  inboxPullClaimSql,
+  inboxReclaimSql,
+  inboxRelayClaimSql,
+  LOCK_TIMEOUT_ERROR,
+  outboxClaimSql,
+  outboxReclaimSql,
+} from './claims.sql';
+import { inboxFindSql, inboxInsertSql } from './inbox.sql';
+import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
+import { outboxInsertSql } from './outbox.sql';
+import { mssqlTable } from './quoting';
+import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
+import { KEY_COLLATION } from './schema';
 import { checkSqlServerRequestTimeout } from './sqlserver.options';
 import { bigint, bigintOrNull, guid, instant, int, KEY_LENGTH, name, text } from './sqlserver.params';
-import { mssqlTable } from './sqlserver.schema';
-import * as sql from './sqlserver.sql';
 
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
+
+const STATEMENTS: SqlDialectStatements = {
+  outboxReclaimSql,
+  inboxReclaimSql,
+  inboxFindSql,
+  leaseRenewSql,
+  leaseCompleteSql,
+  leaseCompleteBatchSql,
+  leaseReleaseSql,
+  leaseRetrySql,
+  leaseDeadLetterSql,
+  adminBacklogSql,
+  deadLetterListSql,
+  deadLetterCountSql,
+  deadLetterReplaySql,
+  deadLetterDiscardSql,
+  blockedKeyListSql,
+  blockedKeySkipHeadSql,
+  clockNowSql,
+};
+
+// Typed to match their columns (sqlserver.params.ts); lists as JSON text, read with OPENJSON.
+const PARAMS: SqlDialectParams = {
+  int,
+  bigint,
+  text: (value) => text(value),
+  idOrNull: bigintOrNull,
+  name,
+  key: keyText,
+  names: (values) => text(JSON.stringify(values)),
+  fence,
+  claims: (claims) => [text(JSON.stringify(claims.map((c) => ({ id: c.id, token: c.token }))))],
+  selection: selectionParams,
+};
 
 /**
  * Every transaction QueueBox opens names its isolation: TypeORM otherwise takes the DataSource's
@@ -64,18 +95,22 @@ const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
  * TypeORM's SQL Server driver runs each statement on whichever pooled connection is free unless a
  * transaction is open, so every claim runs in a transaction of its own.
  */
-export class SqlServerDialect implements Dialect {
+export class SqlServerDialect extends SqlDialect<string> implements Dialect {
   readonly type = 'mssql' as const;
   readonly reservesConnections = false;
-  private readonly table: Record<LeaseTable, string>;
+  protected readonly table: Record<LeaseTable, string>;
+  protected readonly statements = STATEMENTS;
+  protected readonly params = PARAMS;
+  protected readonly decoding = DECODING;
   private readonly claimLock: Record<LeaseTable, string>;
   private readonly retentionLock: string;
-  private readonly logger = new Logger('QueueBox:SqlServer');
 
   constructor(
     private readonly dataSource: DataSource,
     private readonly tables: QueueBoxTables,
+    private readonly log: DialectLog,
   ) {
+    super();
     checkSqlServerRequestTimeout(dataSource.options);
     this.table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
     this.claimLock = {
@@ -87,27 +122,21 @@ export class SqlServerDialect implements Dialect {
 
   async schemaCheck(): Promise<void> {
     for (const kind of ['outbox', 'inbox'] as const) {
-      const { rows } = await this.run<{ found: number | null }>(sql.tableExistsSql(), [text(this.table[kind], 300)]);
+      const { rows } = await this.run<{ found: number | null }>(tableExistsSql(), [text(this.table[kind], 300)]);
       if (rows[0]?.found == null) throw new QueueBoxConfigError(`tables.${kind}`, messages.tableMissing(this.tables[kind].qualified));
     }
     for (const kind of ['outbox', 'inbox'] as const) {
-      const { rows } = await this.run<{ column: string; collation: string | null }>(sql.keyCollationSql(), [text(this.table[kind], 300)]);
-      const other = rows.filter((r) => r.collation !== sql.KEY_COLLATION).map((r) => r.column);
+      const { rows } = await this.run<{ column: string; collation: string | null }>(keyCollationSql(), [text(this.table[kind], 300)]);
+      const other = rows.filter((r) => r.collation !== KEY_COLLATION).map((r) => r.column);
       if (other.length > 0) {
         throw new QueueBoxConfigError(
           'migrations',
-          messages.sqlServerKeyCollationMissing(
-            this.tables[kind].qualified,
-            other,
-            sql.KEY_COLLATION,
-            DEFAULT_MIGRATION_NAMES.keyCollation,
-          ),
+          messages.sqlServerKeyCollationMissing(this.tables[kind].qualified, other, KEY_COLLATION, DEFAULT_MIGRATION_NAMES.keyCollation),
         );
       }
     }
-    const [database] = (
-      await this.run<{ compatibility_level: number; is_read_committed_snapshot_on: boolean }>(sql.databaseSettingsSql(), [])
-    ).rows;
+    const [database] = (await this.run<{ compatibility_level: number; is_read_committed_snapshot_on: boolean }>(databaseSettingsSql(), []))
+      .rows;
     if (database && database.compatibility_level < 130) {
       throw new QueueBoxConfigError('dataSource', messages.sqlServerCompatibilityLevelTooLow(database.compatibility_level));
     }
@@ -115,7 +144,7 @@ export class SqlServerDialect implements Dialect {
     // by LOCK_TIMEOUT), only slower behind long producer transactions; and RCSI is a database-wide
     // choice that is not QueueBox's to impose.
     if (database && !database.is_read_committed_snapshot_on) {
-      this.logger.warn(messages.sqlServerReadCommittedSnapshotOff(sql.CLAIM_ROW_LOCK_WAIT_MS));
+      this.log.warn(messages.sqlServerReadCommittedSnapshotOff(CLAIM_ROW_LOCK_WAIT_MS));
     }
   }
 
@@ -131,178 +160,53 @@ export class SqlServerDialect implements Dialect {
         availableAt: r.availableAt?.toISOString() ?? null,
       })),
     );
-    const inserted = await this.run<{ id: string; message_id: string }>(sql.outboxInsertSql(this.table.outbox), [text(rows)], p.manager);
+    const inserted = await this.run<{ id: string; message_id: string }>(outboxInsertSql(this.table.outbox), [text(rows)], p.manager);
     const ids = new Map(inserted.rows.map((r) => [r.message_id.toLowerCase(), String(r.id)]));
     return p.rows.map((r) => ({ id: ids.get(r.messageId.toLowerCase()) as string, messageId: r.messageId }));
   }
 
-  async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
-    const records = await this.claimUnderLock<OutboxClaimedRecord<string>>(this.claimLock.outbox, sql.outboxClaimSql(this.table.outbox), [
-      int(p.limit),
-      bigint(p.leaseMs),
-    ]);
-    return records.map((r) => toOutboxClaimedRow(r, DECODING)).sort(byId);
-  }
-
-  async outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(await this.run<ReclaimedRecord>(sql.outboxReclaimSql(this.table.outbox), [int(p.maxAttempts)]));
-  }
-
-  async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
-    const { row } = p;
+  protected override checkInboxRow(row: InboxInsertRow): void {
     refuseTrailingSpaces('InboxService.receive', { source: row.source, idempotencyKey: row.idempotencyKey, aggregateId: row.aggregateId });
-    const key = [name(row.source), name(row.idempotencyKey)];
-    // The insert's range lock makes a concurrent receive of the same key wait and then insert
-    // nothing; a unique violation can still reach here from a writer that does not take that
-    // lock, and means the same. If the stored row vanished in between (retention deleted it),
-    // the insert is simply tried again.
-    for (let tries = 0; tries < 3; tries++) {
-      let inserted: { id: string }[] = [];
-      try {
-        inserted = (
-          await this.run<{ id: string }>(
-            sql.inboxInsertSql(this.table.inbox),
-            [...key, name(row.aggregateId), text(row.payloadJson), text(row.headersJson)],
-            p.manager,
-          )
-        ).rows;
-      } catch (error) {
-        if (!errorNumbers(error).some((n) => UNIQUE_VIOLATIONS.has(n))) throw error;
-      }
-      if (inserted.length === 1) return { id: String(inserted[0].id), duplicate: false };
-      const found = await this.run<{ id: string }>(sql.inboxFindSql(this.table.inbox), key, p.manager);
-      if (found.rows.length === 1) return { id: String(found.rows[0].id), duplicate: true };
+  }
+
+  /**
+   * The insert's range lock makes a concurrent receive of the same key wait and then insert
+   * nothing; a unique violation can still reach here from a writer that does not take that lock,
+   * and means the same.
+   */
+  protected async inboxInsertRecords(row: InboxInsertRow, manager: EntityManager | undefined): Promise<{ id: string }[]> {
+    try {
+      return (
+        await this.run<{ id: string }>(
+          inboxInsertSql(this.table.inbox),
+          [name(row.source), name(row.idempotencyKey), name(row.aggregateId), text(row.payloadJson), text(row.headersJson)],
+          manager,
+        )
+      ).rows;
+    } catch (error) {
+      if (!errorNumbers(error).some((n) => UNIQUE_VIOLATIONS.has(n))) throw error;
+      return [];
     }
-    throw new Error(`inbox row (${row.source}, ${row.idempotencyKey}) neither inserted nor found after 3 tries`);
   }
 
-  async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const records = await this.claimUnderLock<InboxClaimedRecord<string>>(this.claimLock.inbox, sql.inboxRelayClaimSql(this.table.inbox), [
-      int(p.limit),
-      bigint(p.leaseMs),
-      text(JSON.stringify(p.sources)),
-    ]);
-    return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
-  }
-
-  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(
-      await this.run<ReclaimedRecord>(sql.inboxReclaimSql(this.table.inbox), [int(p.maxAttempts), text(JSON.stringify(p.sources))]),
-    );
-  }
-
-  async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
-    const lock = lockName(`queuebox_pull_claim_${this.tables.inbox.qualified}:${p.source}`);
-    const records = await this.claimUnderLock<InboxClaimedRecord<string>>(lock, sql.inboxPullClaimSql(this.table.inbox), [
-      int(p.limit),
-      bigint(p.leaseMs),
-      name(p.source),
-    ]);
-    return records.map((r) => toInboxClaimedRow(r, DECODING)).sort(byId);
-  }
-
-  async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {
-    const { rows } = await this.run<{ lease_expires_at: Date }>(
-      sql.leaseRenewSql(this.table[p.table]),
-      [...fence(p), bigint(p.leaseMs)],
-      p.manager,
-    );
-    return rows.length === 1 ? rows[0].lease_expires_at : null;
-  }
-
-  async leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseCompleteSql(this.table[p.table], FINISHED[p.table]), fence(p), p.manager);
-    return affected === 1;
-  }
-
-  async leaseCompleteBatch(p: {
-    table: LeaseTable;
-    claims: { id: string; token: string }[];
-    manager?: EntityManager;
-  }): Promise<Set<string>> {
-    const { rows } = await this.run<{ id: string }>(
-      sql.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
-      [text(JSON.stringify(p.claims.map((c) => ({ id: c.id, token: c.token }))))],
-      p.manager,
-    );
-    return new Set(rows.map((r) => String(r.id)));
-  }
-
-  async leaseRelease(p: FenceParams): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseReleaseSql(this.table[p.table]), fence(p));
-    return affected === 1;
-  }
-
-  async leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseRetrySql(this.table[p.table]), [...fence(p), bigint(p.delayMs), text(p.error)]);
-    return affected === 1;
-  }
-
-  async leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean> {
-    const { affected } = await this.run(sql.leaseDeadLetterSql(this.table[p.table]), [...fence(p), text(p.reason)]);
-    return affected === 1;
-  }
-
-  async adminBacklog(): Promise<BacklogRow[]> {
-    return toBacklogRows((await this.run<BacklogRecord>(sql.adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows);
-  }
-
-  async deadLetterList(p: {
-    selection: DeadSelection;
-    afterId: string | null;
-    limit: number;
-    includePayload: boolean;
-  }): Promise<DeadLetterRow[]> {
-    const { component } = p.selection;
-    const { rows } = await this.run<DeadLetterRecord<string>>(sql.deadLetterListSql(this.table[component], component, p.includePayload), [
-      ...selectionParams(p.selection),
-      bigintOrNull(p.afterId),
-      int(p.limit),
-    ]);
-    return rows.map((r) => toDeadLetterRow(component, r, DECODING));
-  }
-
-  async deadLetterCount(p: { selection: DeadSelection }): Promise<number> {
-    const { component } = p.selection;
-    const { rows } = await this.run<{ n: string }>(sql.deadLetterCountSql(this.table[component], component), selectionParams(p.selection));
-    return Number(rows[0].n);
-  }
-
-  deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    return this.deadLetterBatch(sql.deadLetterReplaySql, p);
-  }
-
-  deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    return this.deadLetterBatch(sql.deadLetterDiscardSql, p);
-  }
-
-  /** Runs a replay or discard statement on one batch of the selection; returns the ids it changed. */
-  private async deadLetterBatch(
-    statement: (table: string, component: AdminComponent) => string,
-    p: { selection: DeadSelection; afterId: string | null; limit: number },
-  ): Promise<string[]> {
-    const { component } = p.selection;
-    const { rows } = await this.run<{ id: string }>(statement(this.table[component], component), [
-      ...selectionParams(p.selection),
-      bigintOrNull(p.afterId),
-      int(p.limit),
-    ]);
-    return rows.map((r) => String(r.id));
-  }
-
-  async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
-    const { rows } = await this.run<BlockedKeyRecord>(sql.blockedKeyListSql(this.table[p.component], p.component), [int(p.limit)]);
-    return rows.map((r) => toBlockedKeyRow(p.component, r, DECODING.uuid));
-  }
-
-  async blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null> {
-    const head = bigintOrNull(p.headId ?? null);
-    const params =
-      p.component === 'outbox'
-        ? [keyText('key', p.key), head, text(p.reason)]
-        : [keyText('source', p.source), keyText('aggregateId', p.aggregateId), head, text(p.reason)];
-    const { rows } = await this.run<{ id: string }>(sql.blockedKeySkipHeadSql(this.table[p.component], p.component), params);
-    return rows.length === 1 ? String(rows[0].id) : null;
+  /** A claim in a transaction of its own, behind the claim lock of its table (and source, for pull claims). */
+  protected claimRecords<T>(request: ClaimRequest): Promise<T[]> {
+    const lease = [int(request.limit), bigint(request.leaseMs)];
+    switch (request.kind) {
+      case 'outbox':
+        return this.claimUnderLock<T>(this.claimLock.outbox, outboxClaimSql(this.table.outbox), lease);
+      case 'relay':
+        return this.claimUnderLock<T>(this.claimLock.inbox, inboxRelayClaimSql(this.table.inbox), [
+          ...lease,
+          text(JSON.stringify(request.sources)),
+        ]);
+      case 'pull':
+        return this.claimUnderLock<T>(
+          lockName(`queuebox_pull_claim_${this.tables.inbox.qualified}:${request.source}`),
+          inboxPullClaimSql(this.table.inbox),
+          [...lease, name(request.source)],
+        );
+    }
   }
 
   async retentionWithLock<T>(work: () => Promise<T>): Promise<T | null> {
@@ -311,7 +215,7 @@ export class SqlServerDialect implements Dialect {
     try {
       await runner.startTransaction(READ_COMMITTED);
       try {
-        const [{ granted }] = await runner.query(sql.retentionTryLockSql(), [name(this.retentionLock)]).catch((error: unknown) => {
+        const [{ granted }] = await runner.query(retentionTryLockSql(), [name(this.retentionLock)]).catch((error: unknown) => {
           throw withPrecedingErrors(error);
         });
         if (granted < 0) return null;
@@ -332,7 +236,7 @@ export class SqlServerDialect implements Dialect {
     try {
       await runner.startTransaction(READ_COMMITTED);
       try {
-        const result = await runner.query(sql.retentionDeleteSql(table, p.kind), [bigint(p.olderThanMs), int(p.limit)], true);
+        const result = await runner.query(retentionDeleteSql(table, p.kind), [bigint(p.olderThanMs), int(p.limit)], true);
         await runner.commitTransaction();
         return result.affected ?? 0;
       } catch (error) {
@@ -342,10 +246,6 @@ export class SqlServerDialect implements Dialect {
     } finally {
       await runner.release();
     }
-  }
-
-  async clockNow(): Promise<Date> {
-    return (await this.run<{ now: Date }>(sql.clockNowSql(), [])).rows[0].now;
   }
 
   /**
@@ -369,7 +269,11 @@ export class SqlServerDialect implements Dialect {
     }
   }
 
-  private async run<T>(statement: string, params: unknown[], manager?: EntityManager) {
+  protected runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
+    return this.run<T>(statement, params);
+  }
+
+  protected async run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>> {
     try {
       return await runSql<T>(this.dataSource, statement, params, manager);
     } catch (error) {
@@ -430,7 +334,7 @@ async function abandonClaim(runner: QueryRunner): Promise<void> {
   // Best effort: when the connection itself broke, the server ended the session and with it the
   // transaction and the lock it owned.
   try {
-    await runner.query(sql.claimLockTimeoutResetSql());
+    await runner.query(claimLockTimeoutResetSql());
   } catch {}
   try {
     if (runner.isTransactionActive) await runner.rollbackTransaction();
@@ -490,14 +394,14 @@ function withPrecedingErrors(error: unknown): unknown {
  */
 function claimLockError(error: unknown, lock: string): unknown {
   const numbers = errorNumbers(error);
-  if (numbers.includes(sql.LOCK_TIMEOUT_ERROR)) {
-    return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimRowLockTimeout(lock, sql.CLAIM_ROW_LOCK_WAIT_MS), {
+  if (numbers.includes(LOCK_TIMEOUT_ERROR)) {
+    return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimRowLockTimeout(lock, CLAIM_ROW_LOCK_WAIT_MS), {
       cause: error,
     });
   }
-  const notGranted = numbers.find((n) => n > sql.CLAIM_LOCK_ERROR_BASE && n <= sql.CLAIM_LOCK_ERROR_BASE + 999);
+  const notGranted = numbers.find((n) => n > CLAIM_LOCK_ERROR_BASE && n <= CLAIM_LOCK_ERROR_BASE + 999);
   if (notGranted === undefined) return error;
-  return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimLockNotGranted(lock, sql.CLAIM_LOCK_ERROR_BASE - notGranted), {
+  return new QueueBoxError('QUEUEBOX_CLAIM_LOCK', messages.sqlServerClaimLockNotGranted(lock, CLAIM_LOCK_ERROR_BASE - notGranted), {
     cause: error,
   });
 }

@@ -1,7 +1,7 @@
 import type { DataSourceOptions } from 'typeorm';
 import { QueueBoxConfigError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
-import { CLAIM_LOCK_WAIT_MS } from './sqlserver.sql';
+import { CLAIM_LOCK_WAIT_MS } from './claims.sql';
 
 /** mssql's request timeout when none is set. */
 const MSSQL_DEFAULT_REQUEST_TIMEOUT_MS = 15_000;

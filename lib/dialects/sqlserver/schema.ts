@@ -1,13 +1,12 @@
-import type { TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
-import { KEY_COLLATION } from './sqlserver.sql';
+import { mssqlTable } from './quoting';
 
-export { KEY_COLLATION };
-
-/** Quotes a validated table name for SQL Server: `[schema].[name]`, or `[name]` (the user's default schema). */
-export function mssqlTable(table: TableName): string {
-  return table.schema ? `[${table.schema}].[${table.name}]` : `[${table.name}]`;
-}
+/**
+ * The collation of the key columns (migration 004). Table variables take the database's default
+ * collation, and OPENJSON's columns too: every one compared with a key column names this one, or
+ * SQL Server refuses the comparison (error 468) or compares under the wrong rules.
+ */
+export const KEY_COLLATION = 'Latin1_General_100_BIN2';
 
 /**
  * The lease columns both tables share, in PostgreSQL's order. Times are UTC `DATETIME2` written by

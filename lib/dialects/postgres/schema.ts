@@ -1,17 +1,13 @@
-import type { TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import {
-  type ClaimFunctions,
+  claimFunctionNames,
   claimFunctionSignature,
   inboxPullClaimFunctionSql,
   inboxRelayClaimFunctionSql,
   outboxClaimFunctionSql,
-} from './postgres.sql';
-
-/** Quotes a validated table name for PostgreSQL. */
-export function pgTable(table: TableName): string {
-  return table.schema ? `"${table.schema}"."${table.name}"` : `"${table.name}"`;
-}
+} from './claim-functions.sql';
+import { claimLockNames } from './claims.sql';
+import { pgTable } from './quoting';
 
 /**
  * The schema, one statement per entry. Partial indexes cover only unfinished rows, so the claim,
@@ -112,26 +108,6 @@ export function postgresOperationsDown(tables: QueueBoxTables): string[] {
 /** Drops index `<table>_<name>` (an index lives in its table's schema). */
 function dropIndexSql(table: QueueBoxTables['outbox'], name: string): string {
   return `DROP INDEX IF EXISTS ${table.schema ? `"${table.schema}".` : ''}"${table.name}_${name}"`;
-}
-
-/**
- * The claim locks' names (the advisory lock key is `hashtextextended(name, 0)`): one per outbox
- * table, one per inbox table for the relay, one per inbox table and source for pull claims
- * (`pullPrefix` followed by the source).
- */
-export function claimLockNames(tables: QueueBoxTables): { outbox: string; inbox: string; pullPrefix: string } {
-  return {
-    outbox: `queuebox_outbox_claim_${tables.outbox.qualified}`,
-    inbox: `queuebox_inbox_claim_${tables.inbox.qualified}`,
-    pullPrefix: `queuebox_pull_claim_${tables.inbox.qualified}:`,
-  };
-}
-
-/** The claim functions of migration 003, quoted, in the schema of their table. */
-export function claimFunctionNames(tables: QueueBoxTables): ClaimFunctions {
-  const fn = (table: QueueBoxTables['outbox'], suffix: string) =>
-    table.schema ? `"${table.schema}"."${table.name}_${suffix}"` : `"${table.name}_${suffix}"`;
-  return { outbox: fn(tables.outbox, 'claim'), relay: fn(tables.inbox, 'relay_claim'), pull: fn(tables.inbox, 'pull_claim') };
 }
 
 /**

@@ -1,0 +1,132 @@
+import { REPLAY_COUNT_HEADER, REPLAYED_AT_HEADER } from '../../wire-headers';
+import { ADMIN_COLUMNS, type AdminColumns, deadAt } from './columns';
+import { NOW } from './time';
+
+// QueueBoxAdmin's statements. Every write touches `dead` rows only, except skip-head.
+
+/**
+ * Counts per destination and source. One branch per state, each with exactly the predicate of a
+ * partial index (`claim_idx` for pending, `lease_idx` for processing, `dead_idx` for dead), so
+ * the count reads unfinished and dead rows only, never the finished ones.
+ */
+export const adminBacklogSql = (outbox: string, inbox: string) => {
+  const branches = (component: 'outbox' | 'inbox', table: string) => {
+    const c = ADMIN_COLUMNS[component];
+    return `SELECT '${component}' AS component, ${c.name} AS name, 'pending' AS state, count(*) AS n,
+       extract(epoch FROM ${NOW} - min(${c.created}) FILTER (WHERE available_at <= ${NOW}))::double precision AS oldest
+FROM ${table} WHERE state = 'pending' GROUP BY ${c.name}
+UNION ALL
+SELECT '${component}', ${c.name}, 'processing', count(*), NULL FROM ${table} WHERE state = 'processing' GROUP BY ${c.name}
+UNION ALL
+SELECT '${component}', ${c.name}, 'dead', count(*), NULL FROM ${table} WHERE state = 'dead' GROUP BY ${c.name}`;
+  };
+  return `${branches('outbox', outbox)}
+UNION ALL
+${branches('inbox', inbox)}`;
+};
+
+/**
+ * The dead-row selection: $1 = name, $2 = error substring, $3 = last attempt from, $4 = last
+ * attempt before, $5 = ids (bigint[]); each null when absent. The driver plans each call with its
+ * values, so an absent criterion folds away and `name` uses the `dead_idx (name, id)` index.
+ */
+const deadWhere = (c: AdminColumns) => `state = 'dead'
+  AND ($1::text IS NULL OR ${c.name} = $1)
+  AND ($2::text IS NULL OR strpos(lower(last_error), lower($2::text)) > 0)
+  AND ($3::timestamptz IS NULL OR ${deadAt(c)} >= $3)
+  AND ($4::timestamptz IS NULL OR ${deadAt(c)} < $4)
+  AND ($5::bigint[] IS NULL OR id = ANY($5::bigint[]))`;
+
+/** $1..$5 = the selection, $6 = after id, $7 = limit. Keyset page of dead rows in id order. */
+export const deadLetterListSql = (table: string, component: 'outbox' | 'inbox', includePayload: boolean) => {
+  const c = ADMIN_COLUMNS[component];
+  const identity = component === 'outbox' ? 'message_id, NULL AS idempotency_key' : 'NULL AS message_id, idempotency_key';
+  return `SELECT id, ${identity}, ${c.name} AS name, ${c.key} AS "key", attempts, last_error, ${c.created} AS created_at,
+       claimed_at, headers${includePayload ? ', payload' : ''}
+FROM ${table}
+WHERE ${deadWhere(c)}
+  AND ($6::bigint IS NULL OR id > $6)
+ORDER BY id
+LIMIT $7`;
+};
+
+/** $1..$5 = the selection. */
+export const deadLetterCountSql = (table: string, component: 'outbox' | 'inbox') =>
+  `SELECT count(*) AS n FROM ${table} WHERE ${deadWhere(ADMIN_COLUMNS[component])}`;
+
+/**
+ * The batch of dead rows a replay or discard takes: $1..$5 the selection, $6 after id, $7 limit.
+ * Materialized once, and joined as an id array so each row is reached through the primary key
+ * (a join lets the planner hash the whole table when it misjudges the batch).
+ */
+const deadBatch = (table: string, component: 'outbox' | 'inbox') => `WITH batch AS MATERIALIZED (
+  SELECT id FROM ${table}
+  WHERE ${deadWhere(ADMIN_COLUMNS[component])}
+    AND ($6::bigint IS NULL OR id > $6)
+  ORDER BY id
+  LIMIT $7
+  FOR UPDATE
+)`;
+
+/**
+ * $1..$7 as the batch. Dead rows back to `pending`, due now, attempts 0, no claim; `last_error`
+ * is kept (the reason it died) and the replay is recorded in the headers the destination
+ * receives. The outer `state = 'dead'` re-checks each row after its lock: only dead rows change.
+ */
+export const deadLetterReplaySql = (table: string, component: 'outbox' | 'inbox') => `${deadBatch(table, component)}
+UPDATE ${table} t
+SET state = 'pending', attempts = 0, available_at = ${NOW}, claim_token = NULL, lease_expires_at = NULL,
+    headers = t.headers || jsonb_build_object(
+      '${REPLAY_COUNT_HEADER}', (coalesce((t.headers ->> '${REPLAY_COUNT_HEADER}')::integer, 0) + 1)::text,
+      '${REPLAYED_AT_HEADER}', to_char(${NOW} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+WHERE t.id = ANY (ARRAY(SELECT id FROM batch)) AND t.state = 'dead'
+RETURNING t.id`;
+
+/** $1..$7 as the batch. Deletes dead rows only. */
+export const deadLetterDiscardSql = (table: string, component: 'outbox' | 'inbox') => `${deadBatch(table, component)}
+DELETE FROM ${table} t
+WHERE t.id = ANY (ARRAY(SELECT id FROM batch)) AND t.state = 'dead'
+RETURNING t.id`;
+
+/**
+ * $1 = limit. Heads (earliest unfinished row of their key) that failed at least once and are not
+ * finished: pending until their retry, or processing again. Served by the unfinished-rows key index.
+ */
+export const blockedKeyListSql = (table: string, component: 'outbox' | 'inbox') => {
+  const c = ADMIN_COLUMNS[component];
+  const sameKey = (alias: string) =>
+    `${alias}.${c.key} = h.${c.key}${component === 'inbox' ? ` AND ${alias}.source = h.source` : ''} AND ${alias}.state IN ('pending', 'processing')`;
+  return `SELECT h.id, ${component === 'outbox' ? 'h.message_id' : 'NULL AS message_id'}, h.${c.name} AS name, h.${c.key} AS "key",
+       h.state, h.attempts, h.last_error,
+       CASE WHEN h.state = 'pending' THEN h.available_at ELSE h.lease_expires_at END AS next_attempt_at,
+       (SELECT count(*) FROM ${table} w WHERE ${sameKey('w')} AND w.id > h.id) AS waiting
+FROM ${table} h
+WHERE h.state IN ('pending', 'processing') AND h.${c.key} IS NOT NULL
+  AND h.attempts > 0 AND h.last_error IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE ${sameKey('e')} AND e.id < h.id)
+ORDER BY h.id
+LIMIT $1`;
+};
+
+/**
+ * Outbox: $1 = key, $2 = expected head id (or null), $3 = reason. Inbox: $1 = source,
+ * $2 = aggregate, $3 = expected head id, $4 = reason. Dead-letters the head of the key if it is
+ * pending, or processing with an expired lease (database clock): a live claim is never touched,
+ * and its owner's fenced writes fail afterwards only if the lease had already expired.
+ */
+export const blockedKeySkipHeadSql = (table: string, component: 'outbox' | 'inbox') => {
+  const [match, expected, reason] = component === 'outbox' ? ['"key" = $1', '$2', '$3'] : ['source = $1 AND aggregate_id = $2', '$3', '$4'];
+  return `WITH head AS MATERIALIZED (
+  SELECT id FROM ${table}
+  WHERE ${match} AND state IN ('pending', 'processing')
+  ORDER BY id
+  LIMIT 1
+  FOR UPDATE
+)
+UPDATE ${table} t
+SET state = 'dead', claim_token = NULL, lease_expires_at = NULL, last_error = ${reason}
+FROM head
+WHERE t.id = head.id AND (${expected}::bigint IS NULL OR t.id = ${expected}::bigint)
+  AND (t.state = 'pending' OR (t.state = 'processing' AND t.lease_expires_at <= ${NOW}))
+RETURNING t.id`;
+};

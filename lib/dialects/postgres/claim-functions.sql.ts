@@ -1,0 +1,84 @@
+import type { QueueBoxTables } from '../dialect';
+import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from './claims.sql';
+import { pgLiteral, substituteParams } from './quoting';
+
+// Migration 003's PL/pgSQL claim functions, and how the dialect calls them.
+
+/** The PL/pgSQL claim functions of migration 003, one per claim of a table set (names quoted). */
+export interface ClaimFunctions {
+  outbox: string;
+  relay: string;
+  pull: string;
+}
+
+/** The claim functions of migration 003, quoted, in the schema of their table. */
+export function claimFunctionNames(tables: QueueBoxTables): ClaimFunctions {
+  const fn = (table: QueueBoxTables['outbox'], suffix: string) =>
+    table.schema ? `"${table.schema}"."${table.name}_${suffix}"` : `"${table.name}_${suffix}"`;
+  return { outbox: fn(tables.outbox, 'claim'), relay: fn(tables.inbox, 'relay_claim'), pull: fn(tables.inbox, 'pull_claim') };
+}
+
+/**
+ * Each claim function's parameters, in the order of the claim statement's `$1`, `$2`, `$3`: the
+ * one place their names and types are written (declaration, body, lookup, DROP).
+ */
+const CLAIM_FUNCTION_PARAMS: Record<keyof ClaimFunctions, readonly (readonly [name: string, type: string])[]> = {
+  outbox: [
+    ['p_limit', 'integer'],
+    ['p_lease_ms', 'bigint'],
+  ],
+  relay: [
+    ['p_limit', 'integer'],
+    ['p_lease_ms', 'bigint'],
+    ['p_sources', 'text[]'],
+  ],
+  pull: [
+    ['p_limit', 'integer'],
+    ['p_lease_ms', 'bigint'],
+    ['p_source', 'text'],
+  ],
+};
+
+/** A claim function's signature as `to_regprocedure` and `DROP FUNCTION` take it: `name(integer, bigint)`. */
+export const claimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =>
+  `${fn}(${CLAIM_FUNCTION_PARAMS[kind].map(([, type]) => type).join(', ')})`;
+
+/**
+ * A claim as a PL/pgSQL function: the claim lock, then `claim` (its `$n` become the parameters),
+ * as the one-query-string claim does (serializedClaimSql), with the same snapshots: in a VOLATILE
+ * function each statement takes a snapshot of its own when it starts, so the claim sees every
+ * claim committed before the lock was granted. What it adds: PL/pgSQL keeps the claim's plan for
+ * the session, where a query string is planned on every call (the claim takes 0.45 ms to plan,
+ * 0.14 ms to run, on one row). `lockKey` is an SQL expression of the lock's name; the function
+ * returns the claimed rows whole.
+ */
+function claimFunctionSql(kind: keyof ClaimFunctions, fn: string, table: string, lockKey: string, claim: string): string {
+  const params = CLAIM_FUNCTION_PARAMS[kind];
+  return `CREATE OR REPLACE FUNCTION ${fn}(${params.map(([name, type]) => `${name} ${type}`).join(', ')}) RETURNS SETOF ${table}
+LANGUAGE plpgsql VOLATILE AS $queuebox$
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended(${lockKey}, 0));
+  RETURN QUERY ${substituteParams(claim, params, ([name]) => name, 'parameter')};
+END
+$queuebox$`;
+}
+
+/** The outbox claim function: the lock `lockName`, then outboxClaimSql. */
+export const outboxClaimFunctionSql = (fn: string, table: string, lockName: string) =>
+  claimFunctionSql('outbox', fn, table, pgLiteral(lockName), outboxClaimSql(table, 'RETURNING o.*'));
+
+/** The relay claim function: the lock `lockName`, then inboxRelayClaimSql. */
+export const inboxRelayClaimFunctionSql = (fn: string, table: string, lockName: string) =>
+  claimFunctionSql('relay', fn, table, pgLiteral(lockName), inboxRelayClaimSql(table, 'RETURNING i.*'));
+
+/** The pull claim function: the lock `lockPrefix` followed by the source, then inboxPullClaimSql. */
+export const inboxPullClaimFunctionSql = (fn: string, table: string, lockPrefix: string) =>
+  claimFunctionSql('pull', fn, table, `${pgLiteral(lockPrefix)} || p_source`, inboxPullClaimSql(table, 'RETURNING i.*'));
+
+/**
+ * A call of a claim function ($1 = limit, $2 = lease in ms, $3 = sources or source): of the rows
+ * it claimed, the `columns` the worker reads (OUTBOX_CLAIM_COLUMNS, INBOX_CLAIM_COLUMNS), as the
+ * claim statement returns them; the whole row would cost the client three more timestamps to parse.
+ */
+export const claimFunctionCallSql = (kind: keyof ClaimFunctions, fn: string, columns: string) =>
+  `SELECT ${columns} FROM ${fn}(${CLAIM_FUNCTION_PARAMS[kind].map((_param, i) => `$${i + 1}`).join(', ')})`;

@@ -1,0 +1,263 @@
+import type { QueueBoxTables } from '../dialect';
+import { type InlineParam, inlineParams, pgLiteral } from './quoting';
+import { msFromNow, NOW } from './time';
+
+// The claims (outbox, inbox relay, inbox pull) and the reclaims of expired leases. Parameters are positional (`$1`...).
+
+/**
+ * The claim locks' names (the advisory lock key is `hashtextextended(name, 0)`): one per outbox
+ * table, one per inbox table for the relay, one per inbox table and source for pull claims
+ * (`pullPrefix` followed by the source).
+ */
+export function claimLockNames(tables: QueueBoxTables): { outbox: string; inbox: string; pullPrefix: string } {
+  return {
+    outbox: `queuebox_outbox_claim_${tables.outbox.qualified}`,
+    inbox: `queuebox_inbox_claim_${tables.inbox.qualified}`,
+    pullPrefix: `queuebox_pull_claim_${tables.inbox.qualified}:`,
+  };
+}
+
+/**
+ * A claim and its advisory lock as one query string of two statements, sent in one round trip
+ * with the simple query protocol (no parameters: each `$n` of `statement` is replaced by the
+ * literal of `params[n - 1]`). PostgreSQL runs the statements of one query string as one
+ * transaction (committed after the last, rolled back on any error), and under READ COMMITTED each
+ * statement takes its own snapshot: the claim's snapshot is taken after the lock was granted,
+ * so it sees every claim committed before it, exactly as with BEGIN, the lock, the claim and
+ * COMMIT sent one by one (four round trips).
+ */
+export const serializedClaimSql = (lockName: string, statement: string, params: readonly InlineParam[]) =>
+  `SELECT pg_advisory_xact_lock(hashtextextended(${pgLiteral(lockName)}, 0));
+${inlineParams(statement, params)}`;
+
+/**
+ * How many of the oldest available pending rows a claim looks through for heads of keys before it
+ * looks key by key. Bounds a claim's cost when the oldest rows belong to keys that are in flight.
+ */
+export const CLAIM_SCAN_WINDOW = 500;
+
+/**
+ * The pending rows a claim's search (`near`, `far`) found, oldest first, locked (a row locked
+ * elsewhere is skipped), reached by primary key. $1 = limit.
+ */
+const lockFoundSql = (table: string, alias: string) => `SELECT ${alias}.id FROM ${table} ${alias}
+  WHERE ${alias}.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND ${alias}.state = 'pending'
+  ORDER BY ${alias}.available_at, ${alias}.id
+  LIMIT $1
+  FOR UPDATE OF ${alias} SKIP LOCKED`;
+
+/** What an outbox claim returns: the columns the poller reads. */
+export const OUTBOX_CLAIM_COLUMNS =
+  'id, message_id, destination, "key", payload, headers, attempts, claim_token, lease_expires_at, created_at';
+
+const OUTBOX_CLAIM_RETURNING = `RETURNING ${qualified('o', OUTBOX_CLAIM_COLUMNS)}`;
+
+/** `columns` (a comma-separated list) each prefixed with `alias.`. */
+function qualified(alias: string, columns: string): string {
+  return columns
+    .split(', ')
+    .map((column) => `${alias}.${column}`)
+    .join(', ');
+}
+
+/**
+ * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key,
+ * and none of it in flight. Two probes, each stopping at its first index entry (the key index from
+ * the row's id down; the in-flight unique index), so a head costs the same however many rows its
+ * key has waiting.
+ */
+const outboxHeadOfKey = (table: string, alias: string) => `(${alias}."key" IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state IN ('pending', 'processing') AND e.id < ${alias}.id)
+      AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state = 'processing')))`;
+
+/**
+ * $1 = limit, $2 = lease in ms. Takes available pending rows oldest first, only the head of each
+ * key (no earlier unfinished row, none in flight), in two steps so that its cost does not grow
+ * with the backlog of keys in flight:
+ * - `near`: the oldest CLAIM_SCAN_WINDOW available pending rows, checked one by one, stopping at
+ *   the limit. With free keys (or no keys) the rows are found here, in a few index pages.
+ * - `heads` and `far`, only when `near` found fewer than the limit (the oldest rows belong to
+ *   busy keys, or the outbox is nearly empty): the first unfinished row of every key, one probe of
+ *   the key index per key (a recursive skip scan: the next key's first row after the last key),
+ *   taken if it is pending, due and its key has nothing in flight; plus the oldest rows without a
+ *   key through their own index. Its cost follows the number of keys, never the rows waiting.
+ * Both are merged, ordered by age and locked; the CTE is materialized so the LIMIT applies exactly
+ * once (a LIMIT in a subquery of an UPDATE can update more rows under a nested loop), and the rows
+ * are reached by primary key (an id array) so no plan reads the backlog to join them.
+ */
+export const outboxClaimSql = (table: string, returning = OUTBOX_CLAIM_RETURNING) => `WITH RECURSIVE near AS (
+  SELECT s.id FROM (
+    SELECT o.id, o."key" FROM ${table} o
+    WHERE o.state = 'pending' AND o.available_at <= ${NOW}
+    ORDER BY o.available_at, o.id
+    LIMIT ${CLAIM_SCAN_WINDOW}
+  ) s
+  WHERE ${outboxHeadOfKey(table, 's')}
+  LIMIT $1
+), heads AS (
+  (SELECT o."key", o.id, o.state, o.available_at FROM ${table} o
+   WHERE o.state IN ('pending', 'processing') AND o."key" IS NOT NULL AND (SELECT count(*) FROM near) < $1
+   ORDER BY o."key", o.id
+   LIMIT 1)
+  UNION ALL
+  SELECT next.* FROM heads h
+  CROSS JOIN LATERAL (
+    SELECT o."key", o.id, o.state, o.available_at FROM ${table} o
+    WHERE o.state IN ('pending', 'processing') AND o."key" > h."key"
+    ORDER BY o."key", o.id
+    LIMIT 1
+  ) next
+), far AS (
+  (SELECT h.id FROM heads h
+   WHERE h.state = 'pending' AND h.available_at <= ${NOW}
+     AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = h."key" AND e.state = 'processing')
+   ORDER BY h.available_at, h.id
+   LIMIT $1)
+  UNION ALL
+  (SELECT o.id FROM ${table} o
+   WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= ${NOW} AND (SELECT count(*) FROM near) < $1
+   ORDER BY o.available_at, o.id
+   LIMIT $1)
+), candidates AS MATERIALIZED (
+  ${lockFoundSql(table, 'o')}
+)
+UPDATE ${table} o
+SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
+    lease_expires_at = ${msFromNow('$2')}, attempts = o.attempts + 1
+FROM candidates c
+WHERE o.id = c.id
+${returning}`;
+
+/** $1 = max attempts: expired claims go back to pending, or to dead on their last attempt. */
+const RECLAIM_SET = `SET state = CASE WHEN attempts >= $1 THEN 'dead' ELSE 'pending' END,
+    claim_token = NULL, lease_expires_at = NULL,
+    last_error = 'lease expired on attempt ' || attempts || ' of ' || $1::integer
+      || ': the worker crashed, was stopped or outlived its lease'`;
+
+/** $1 = max attempts. */
+export const outboxReclaimSql = (table: string) => `UPDATE ${table}
+${RECLAIM_SET}
+WHERE state = 'processing' AND lease_expires_at <= ${NOW}
+RETURNING state, destination AS name`;
+
+/** What an inbox claim returns: the columns the relay and pull workers read. */
+export const INBOX_CLAIM_COLUMNS =
+  'id, source, idempotency_key, aggregate_id, payload, headers, attempts, claim_token, lease_expires_at, received_at';
+
+const INBOX_RETURNING = `RETURNING ${qualified('i', INBOX_CLAIM_COLUMNS)}`;
+
+/**
+ * Whether inbox row `alias` is the head of its aggregate: no earlier unfinished row of the same
+ * (source, aggregate), and no other row of it in flight. Two probes, each stopping at its first
+ * index entry (the aggregate index from the row's id down; the in-flight unique index), so a head
+ * costs the same however many rows its aggregate has waiting.
+ */
+const inboxHeadOfAggregate = (table: string, alias: string) => `(${alias}.aggregate_id IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = ${alias}.source AND e.aggregate_id = ${alias}.aggregate_id
+        AND e.state IN ('pending', 'processing') AND e.id < ${alias}.id)
+      AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = ${alias}.source AND e.aggregate_id = ${alias}.aggregate_id
+        AND e.state = 'processing' AND e.id <> ${alias}.id)))`;
+
+/**
+ * The search CTEs of an inbox claim of pending rows (`near`, `heads`, `far`: the outbox claim's, per
+ * source of `sources`, a text[] expression; see outboxClaimSql). $1 = limit.
+ */
+const inboxPendingSearch = (table: string, sources: string) => `near AS (
+  SELECT head.id FROM unnest(${sources}) AS s(source)
+  CROSS JOIN LATERAL (
+    SELECT w.id FROM (
+      SELECT i.id, i.source, i.aggregate_id FROM ${table} i
+      WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= ${NOW}
+      ORDER BY i.available_at, i.id
+      LIMIT ${CLAIM_SCAN_WINDOW}
+    ) w
+    WHERE ${inboxHeadOfAggregate(table, 'w')}
+    LIMIT $1
+  ) head
+), heads AS (
+  SELECT first.* FROM unnest(${sources}) AS s(source)
+  CROSS JOIN LATERAL (
+    SELECT i.source, i.aggregate_id, i.id, i.state, i.available_at FROM ${table} i
+    WHERE i.source = s.source AND i.state IN ('pending', 'processing') AND i.aggregate_id IS NOT NULL
+    ORDER BY i.aggregate_id, i.id
+    LIMIT 1
+  ) first
+  WHERE (SELECT count(*) FROM near) < $1
+  UNION ALL
+  SELECT next.* FROM heads h
+  CROSS JOIN LATERAL (
+    SELECT i.source, i.aggregate_id, i.id, i.state, i.available_at FROM ${table} i
+    WHERE i.source = h.source AND i.state IN ('pending', 'processing') AND i.aggregate_id > h.aggregate_id
+    ORDER BY i.aggregate_id, i.id
+    LIMIT 1
+  ) next
+), far AS (
+  (SELECT h.id FROM heads h
+   WHERE h.state = 'pending' AND h.available_at <= ${NOW}
+     AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = h.source AND e.aggregate_id = h.aggregate_id AND e.state = 'processing')
+   ORDER BY h.available_at, h.id
+   LIMIT $1)
+  UNION ALL
+  (SELECT unkeyed.id FROM unnest(${sources}) AS s(source)
+   CROSS JOIN LATERAL (
+     SELECT i.id, i.available_at FROM ${table} i
+     WHERE i.source = s.source AND i.state = 'pending' AND i.aggregate_id IS NULL AND i.available_at <= ${NOW}
+     ORDER BY i.available_at, i.id
+     LIMIT $1
+   ) unkeyed
+   WHERE (SELECT count(*) FROM near) < $1
+   ORDER BY unkeyed.available_at, unkeyed.id
+   LIMIT $1)
+)`;
+
+const INBOX_SET_CLAIMED = `SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
+    lease_expires_at = ${msFromNow('$2')}, attempts = i.attempts + 1`;
+
+/**
+ * $1 = limit, $2 = lease in ms, $3 = sources. The relay's claim: available pending rows of its
+ * sources, oldest first, only the head of each (source, aggregate). Serialized by the caller's
+ * advisory lock, like the outbox claim. Each source's scan walks its (source, available_at, id)
+ * index in order and stops at the limit or the window (`source = ANY(...)` with one ORDER BY would
+ * read and sort every pending row of the sources on each claim).
+ */
+export const inboxRelayClaimSql = (
+  table: string,
+  returning = INBOX_RETURNING,
+) => `WITH RECURSIVE ${inboxPendingSearch(table, '$3::text[]')}, candidates AS MATERIALIZED (
+  ${lockFoundSql(table, 'i')}
+)
+UPDATE ${table} i
+${INBOX_SET_CLAIMED}
+FROM candidates c
+WHERE i.id = c.id
+${returning}`;
+
+/** $1 = max attempts, $2 = sources. The relay's reclaim step, limited to the sources it consumes. */
+export const inboxReclaimSql = (table: string) => `UPDATE ${table}
+${RECLAIM_SET}
+WHERE state = 'processing' AND source = ANY($2::text[]) AND lease_expires_at <= ${NOW}
+RETURNING state, source AS name`;
+
+/**
+ * $1 = limit, $2 = lease in ms, $3 = source. A pull claim takes, in one statement, rows whose
+ * lease expired (a crashed client's) and available pending rows, only the head of each aggregate.
+ * Expired rows first, through the lease index; then the pending rows' search. Each kind is locked
+ * on its own index, in its own order: an OR would make the planner read and sort the whole
+ * backlog of the source on every claim.
+ */
+export const inboxPullClaimSql = (table: string, returning = INBOX_RETURNING) => `WITH RECURSIVE expired AS MATERIALIZED (
+  SELECT i.id FROM ${table} i
+  WHERE i.source = $3 AND i.state = 'processing' AND i.lease_expires_at <= ${NOW} AND ${inboxHeadOfAggregate(table, 'i')}
+  ORDER BY i.lease_expires_at
+  LIMIT $1
+  FOR UPDATE OF i SKIP LOCKED
+), ${inboxPendingSearch(table, 'ARRAY[$3::text]')}, pending AS MATERIALIZED (
+  ${lockFoundSql(table, 'i')}
+), candidates AS MATERIALIZED (
+  SELECT id FROM (SELECT id, 0 AS pass FROM expired UNION ALL SELECT id, 1 FROM pending) both_kinds ORDER BY pass LIMIT $1
+)
+UPDATE ${table} i
+${INBOX_SET_CLAIMED}
+FROM candidates c
+WHERE i.id = c.id
+${returning}`;

@@ -1,0 +1,46 @@
+import type { DialectDriver } from '../registry';
+import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
+import { PostgresDialect } from './postgres.dialect';
+import {
+  postgresClaimsDown,
+  postgresClaimsUp,
+  postgresKeyCollationDown,
+  postgresKeyCollationUp,
+  postgresOperationsDown,
+  postgresOperationsUp,
+  postgresSchemaDown,
+  postgresSchemaUp,
+} from './schema';
+
+/** PostgreSQL (TypeORM driver `postgres`, node-postgres). */
+export const postgresDriver = {
+  type: 'postgres',
+  displayName: 'PostgreSQL',
+  logContext: 'QueueBox:Postgres',
+  create: ({ dataSource, tables, settings }) => new PostgresDialect(dataSource, tables, settings),
+  migrations: {
+    schema: { up: postgresSchemaUp, down: postgresSchemaDown },
+    operations: { up: postgresOperationsUp, down: postgresOperationsDown },
+    claims: { up: postgresClaimsUp, down: postgresClaimsDown },
+    keyCollation: { up: postgresKeyCollationUp, down: postgresKeyCollationDown },
+  },
+  noOpMigrations: {
+    keyCollation:
+      "-- Nothing to do on PostgreSQL: text columns under the database's default (deterministic) collation\n-- compare equal only when their bytes are equal. The file keeps the migrations numbered alike in both dialects.",
+  },
+  script: { terminator: ';\n', folder: 'postgres' },
+  keyCollationNotes: {
+    applied: 'nothing to change on PostgreSQL (text compares byte-wise).',
+    notApplied: 'not applied (changes nothing on PostgreSQL; `queuebox migrate` records it)',
+  },
+  urlSchemes: ['postgres', 'postgresql'],
+  connectionFromUrl: ({ url, raw, user, database, connectTimeoutMs, poolMax }) => ({
+    connection: { type: 'postgres', url: raw, extra: { max: poolMax, connectionTimeoutMillis: connectTimeoutMs } },
+    where: `${url.hostname || 'localhost'}:${url.port || '5432'}`,
+    user: user || 'the default user',
+    database: database || user,
+  }),
+  // node-postgres has no client-side statement timeout here.
+  withRequestTimeout: (connection) => connection,
+  inspection: { finishedCount: finishedCountQuery, rowStates: rowStatesQuery },
+} as const satisfies DialectDriver<'postgres'>;

@@ -1,0 +1,39 @@
+import { msFromNow, NOW } from './time';
+
+// The fenced writes of a claim's holder. Parameters are positional (`$1`...).
+
+/** The claim fence: $1 = id, $2 = claim token. */
+const FENCE = `id = $1 AND state = 'processing' AND claim_token = $2 AND lease_expires_at > ${NOW}`;
+
+/** $1 = id, $2 = token, $3 = lease in ms. */
+export const leaseRenewSql = (table: string) => `UPDATE ${table} SET lease_expires_at = ${msFromNow('$3')}
+WHERE ${FENCE} RETURNING lease_expires_at`;
+
+/** $1 = id, $2 = token. `state`/`column`: `sent`/`sent_at` or `processed`/`processed_at`. */
+export const leaseCompleteSql = (table: string, finished: { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' }) =>
+  `UPDATE ${table} SET state = '${finished.state}', ${finished.column} = ${NOW}, lease_expires_at = NULL
+WHERE ${FENCE}`;
+
+/**
+ * $1 = ids, $2 = tokens (same order). Completes a batch with one fenced statement and returns the
+ * ids it completed; an id missing from the result lost its claim.
+ */
+export const leaseCompleteBatchSql = (table: string, finished: { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' }) =>
+  `UPDATE ${table} t SET state = '${finished.state}', ${finished.column} = ${NOW}, lease_expires_at = NULL
+FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
+WHERE t.id = c.id AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
+RETURNING t.id`;
+
+/** $1 = id, $2 = token. Gives an unstarted claim back (shutdown): pending again, its attempt not counted. */
+export const leaseReleaseSql = (table: string) => `UPDATE ${table}
+SET state = 'pending', attempts = attempts - 1, claim_token = NULL, lease_expires_at = NULL
+WHERE ${FENCE}`;
+
+/** $1 = id, $2 = token, $3 = delay in ms, $4 = error text. */
+export const leaseRetrySql = (table: string) => `UPDATE ${table}
+SET state = 'pending', available_at = ${msFromNow('$3')}, claim_token = NULL, lease_expires_at = NULL, last_error = $4
+WHERE ${FENCE}`;
+
+/** $1 = id, $2 = token, $3 = reason. */
+export const leaseDeadLetterSql = (table: string) => `UPDATE ${table} SET state = 'dead', lease_expires_at = NULL, last_error = $3
+WHERE ${FENCE}`;

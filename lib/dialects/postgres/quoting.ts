@@ -1,0 +1,49 @@
+import type { TableName } from '../../common/identifiers';
+
+/**
+ * Quoting for PostgreSQL: table names (validated once, see lib/common/identifiers) and the
+ * literals of the serialized claim, which goes with its values inlined (simple query protocol).
+ */
+
+/** Quotes a validated table name for PostgreSQL. */
+export function pgTable(table: TableName): string {
+  return table.schema ? `"${table.schema}"."${table.name}"` : `"${table.name}"`;
+}
+
+/** A value inlined into a serialized claim: an integer, a string or a list of strings. */
+export type InlineParam = number | string | readonly string[];
+
+/** `statement` with `$1`, `$2`... replaced by the literals of `params`. */
+export function inlineParams(statement: string, params: readonly InlineParam[]): string {
+  return substituteParams(statement, params, inlineValue, 'value');
+}
+
+/** `statement` with each `$n` replaced by `render(values[n - 1])`; a `$n` past the values is an error. */
+export function substituteParams<V>(statement: string, values: readonly V[], render: (value: V) => string, what: string): string {
+  return statement.replace(/\$(\d+)/g, (_placeholder, n: string) => {
+    const index = Number(n) - 1;
+    if (index >= values.length) throw new Error(`no ${what} for $${n} (${values.length} given)`);
+    return render(values[index]);
+  });
+}
+
+function inlineValue(value: InlineParam): string {
+  if (typeof value === 'number') {
+    // Only integers reach SQL text: a NaN or a fraction here is a bug upstream, never a value to send.
+    if (!Number.isSafeInteger(value)) throw new Error(`not an integer: ${value}`);
+    return value < 0 ? `(${value})` : String(value);
+  }
+  if (typeof value === 'string') return pgLiteral(value);
+  return value.length === 0 ? `'{}'::text[]` : `ARRAY[${value.map(pgLiteral).join(', ')}]::text[]`;
+}
+
+/**
+ * A string literal that means `value` whatever `standard_conforming_strings` says: quotes doubled,
+ * and with backslashes the escape-string form with backslashes doubled (as node-postgres'
+ * `escapeLiteral`). A NUL cannot be in a PostgreSQL string at all.
+ */
+export function pgLiteral(value: string): string {
+  if (value.includes('\0')) throw new Error('a PostgreSQL string cannot contain NUL');
+  const quoted = `'${value.replace(/'/g, "''")}'`;
+  return value.includes('\\') ? ` E${quoted.replace(/\\/g, '\\\\')}` : quoted;
+}

@@ -1,0 +1,185 @@
+import type { InboxClaimedRow, LeaseTable, OutboxClaimedRow } from './dialect';
+import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, ReclaimResult } from './dialect-rows';
+
+/** The state a completed row takes, and the column that records when. */
+export const FINISHED = {
+  outbox: { state: 'sent', column: 'sent_at' },
+  inbox: { state: 'processed', column: 'processed_at' },
+} as const satisfies Record<LeaseTable, { state: string; column: string }>;
+
+/** Orders claimed rows by id (ids are bigints, carried as strings). */
+export const byId = (a: { id: string }, b: { id: string }): number => (BigInt(a.id) < BigInt(b.id) ? -1 : 1);
+
+/** A row a reclaim statement returned: its new state and its destination (outbox) or source (inbox). */
+export interface ReclaimedRecord {
+  state: string;
+  name: string;
+}
+
+/** Counts what a reclaim statement returned, in total and per destination or source. */
+export function countReclaimed({ rows }: { rows: ReclaimedRecord[] }): ReclaimResult {
+  const byName = new Map<string, { name: string; pending: number; dead: number }>();
+  for (const row of rows) {
+    const counts = byName.get(row.name) ?? { name: row.name, pending: 0, dead: 0 };
+    byName.set(row.name, counts);
+    if (row.state === 'dead') counts.dead++;
+    else counts.pending++;
+  }
+  const dead = rows.filter((r) => r.state === 'dead').length;
+  return { pending: rows.length - dead, dead, byName: [...byName.values()] };
+}
+
+/** A claimed outbox row as a driver returns it; `J` is how JSON columns arrive (parsed, or as text). */
+export interface OutboxClaimedRecord<J> {
+  id: string;
+  message_id: string;
+  destination: string;
+  key: string | null;
+  payload: J;
+  headers: J | null;
+  attempts: number;
+  claim_token: string;
+  lease_expires_at: Date;
+  created_at: Date;
+}
+
+/** A claimed inbox row as a driver returns it. */
+export interface InboxClaimedRecord<J> {
+  id: string;
+  source: string;
+  idempotency_key: string;
+  aggregate_id: string | null;
+  payload: J;
+  headers: J | null;
+  attempts: number;
+  claim_token: string;
+  lease_expires_at: Date;
+  received_at: Date;
+}
+
+/** How a dialect's driver hands back JSON columns and UUIDs. */
+export interface RecordDecoding<J> {
+  json(value: J): unknown;
+  uuid(value: string): string;
+}
+
+export function toOutboxClaimedRow<J>(r: OutboxClaimedRecord<J>, decode: RecordDecoding<J>): OutboxClaimedRow {
+  return {
+    id: String(r.id),
+    messageId: decode.uuid(r.message_id),
+    destination: r.destination,
+    key: r.key,
+    payload: decode.json(r.payload),
+    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
+    attempts: r.attempts,
+    token: decode.uuid(r.claim_token),
+    leaseExpiresAt: r.lease_expires_at,
+    createdAt: r.created_at,
+  };
+}
+
+export function toInboxClaimedRow<J>(r: InboxClaimedRecord<J>, decode: RecordDecoding<J>): InboxClaimedRow {
+  return {
+    id: String(r.id),
+    source: r.source,
+    idempotencyKey: r.idempotency_key,
+    aggregateId: r.aggregate_id,
+    payload: decode.json(r.payload),
+    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
+    attempts: r.attempts,
+    token: decode.uuid(r.claim_token),
+    leaseExpiresAt: r.lease_expires_at,
+    receivedAt: r.received_at,
+  };
+}
+
+/** One count of the backlog statement: a (component, name, state) group. */
+export interface BacklogRecord {
+  component: AdminComponent;
+  name: string;
+  state: 'pending' | 'processing' | 'dead';
+  n: string | number;
+  oldest: string | number | null;
+}
+
+/** Folds the per-state counts into one row per (component, name), sorted. */
+export function toBacklogRows(records: BacklogRecord[]): BacklogRow[] {
+  const rows = new Map<string, BacklogRow>();
+  for (const r of records) {
+    const id = `${r.component}\u0000${r.name}`;
+    let row = rows.get(id);
+    if (!row) {
+      row = { component: r.component, name: r.name, pending: 0, processing: 0, dead: 0, oldestPendingAgeSeconds: null };
+      rows.set(id, row);
+    }
+    row[r.state] = Number(r.n);
+    if (r.state === 'pending' && r.oldest !== null) row.oldestPendingAgeSeconds = Math.max(0, Number(r.oldest));
+  }
+  return [...rows.values()].sort((a, b) =>
+    a.component === b.component ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.component === 'outbox' ? -1 : 1,
+  );
+}
+
+/** A dead row as a driver returns it; `J` is how JSON columns arrive. */
+export interface DeadLetterRecord<J> {
+  id: string | number;
+  message_id: string | null;
+  idempotency_key: string | null;
+  name: string;
+  key: string | null;
+  attempts: number;
+  last_error: string | null;
+  created_at: Date;
+  claimed_at: Date | null;
+  headers: J | null;
+  payload?: J;
+}
+
+export function toDeadLetterRow<J>(
+  component: AdminComponent,
+  r: DeadLetterRecord<J>,
+  decode: { json(value: J): unknown; uuid(value: string): string },
+): DeadLetterRow {
+  const row: DeadLetterRow = {
+    component,
+    id: String(r.id),
+    messageId: r.message_id === null ? null : decode.uuid(r.message_id),
+    idempotencyKey: r.idempotency_key,
+    name: r.name,
+    key: r.key,
+    attempts: r.attempts,
+    lastError: r.last_error,
+    createdAt: r.created_at,
+    lastAttemptAt: r.claimed_at,
+    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
+  };
+  if ('payload' in r) row.payload = decode.json(r.payload as J);
+  return row;
+}
+
+export interface BlockedKeyRecord {
+  id: string | number;
+  message_id: string | null;
+  name: string;
+  key: string;
+  state: 'pending' | 'processing';
+  attempts: number;
+  last_error: string;
+  next_attempt_at: Date;
+  waiting: string | number;
+}
+
+export function toBlockedKeyRow(component: AdminComponent, r: BlockedKeyRecord, uuid: (value: string) => string): BlockedKeyRow {
+  return {
+    component,
+    name: r.name,
+    key: r.key,
+    headId: String(r.id),
+    messageId: r.message_id === null ? null : uuid(r.message_id),
+    state: r.state,
+    attempts: r.attempts,
+    lastError: r.last_error,
+    nextAttemptAt: r.next_attempt_at,
+    waiting: Number(r.waiting),
+  };
+}

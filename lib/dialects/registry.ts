@@ -1,0 +1,114 @@
+import type { DataSource, DataSourceOptions } from 'typeorm';
+import type { TableName } from '../common/identifiers';
+import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import { messages } from '../queuebox.messages';
+import type { Dialect, DialectSettings, QueueBoxTables } from './dialect';
+import type { InspectionQuery } from './inspection.sql';
+import { postgresDriver } from './postgres/driver';
+import type { SchemaMigration } from './schema-migrations';
+import { sqlServerDriver } from './sqlserver/driver';
+
+/** Where a dialect sends its warnings; the Nest provider that creates it passes a Nest `Logger`. */
+export interface DialectLog {
+  warn(message: string): void;
+}
+
+/** Why a database URL cannot be used; the CLI turns each into its usage error (each throws). */
+export interface UrlProblems {
+  noHost(): never;
+  noDatabase(): never;
+  badParameter(name: string, value: string): never;
+}
+
+/** What a database URL says, for one driver. */
+export interface UrlConnection {
+  connection: DataSourceOptions;
+  /** `host:port`, for messages. */
+  where: string;
+  user: string;
+  database: string;
+}
+
+/**
+ * Everything QueueBox knows about one database, keyed by TypeORM's driver type. Adding a database
+ * means one folder under lib/dialects and one entry in `ENTRIES` (docs/architecture.md).
+ */
+export interface DialectDriver<T extends string = string> {
+  /** TypeORM's `DataSourceOptions.type`. */
+  readonly type: T;
+  /** The database's name in messages ("PostgreSQL"). */
+  readonly displayName: string;
+  /** The Nest logger context of the dialect's warnings. */
+  readonly logContext: string;
+  create(p: { dataSource: DataSource; tables: QueueBoxTables; settings: DialectSettings; log: DialectLog }): Dialect;
+  /** The statements of each numbered migration, one statement per entry. */
+  readonly migrations: Record<SchemaMigration, { up(t: QueueBoxTables): string[]; down(t: QueueBoxTables): string[] }>;
+  /** Migrations that run no statement here, with the comment their plain-SQL script shows instead. */
+  readonly noOpMigrations: Partial<Record<SchemaMigration, string>>;
+  /** The plain-SQL scripts (`queuebox sql`, `npm run sql`): what ends each statement, and the sql/ folder. */
+  readonly script: { terminator: string; folder: string };
+  /** What the CLI prints about migration 004 applied or not (`queuebox migrate`, `queuebox status`). */
+  readonly keyCollationNotes: { applied: string; notApplied: string };
+  /** URL schemes the CLI accepts for this database (`postgres://`), lower case. */
+  readonly urlSchemes: readonly string[];
+  /** The CLI's connection options for a URL of one of `urlSchemes`. */
+  connectionFromUrl(p: {
+    url: URL;
+    raw: string;
+    user: string;
+    password: string;
+    database: string;
+    connectTimeoutMs: number;
+    poolMax: number;
+    fail: UrlProblems;
+  }): UrlConnection;
+  /** The connection with a client-side request timeout of `timeoutMs` (long migrations), where the driver has one. */
+  withRequestTimeout(connection: DataSourceOptions, timeoutMs: number): DataSourceOptions;
+  /** Read-only statements for the CLI's `status` and `queuebox/testing`. */
+  readonly inspection: {
+    finishedCount(tables: QueueBoxTables): InspectionQuery;
+    rowStates(table: TableName, ids: readonly string[]): InspectionQuery;
+  };
+}
+
+const ENTRIES = [postgresDriver, sqlServerDriver] as const;
+
+/** TypeORM driver types QueueBox supports. */
+export type DialectType = (typeof ENTRIES)[number]['type'];
+
+/** The registry: one entry per supported database. */
+const DRIVERS: readonly DialectDriver<DialectType>[] = ENTRIES;
+
+/** The supported TypeORM driver types, in registry order. */
+export const DIALECT_TYPES: readonly DialectType[] = DRIVERS.map((driver) => driver.type);
+
+export function isDialectType(type: unknown): type is DialectType {
+  return DIALECT_TYPES.includes(type as DialectType);
+}
+
+/** The driver of a TypeORM driver type; throws `QueueBoxConfigError` for an unsupported one. */
+export function dialectDriver(type: unknown): DialectDriver<DialectType> {
+  const driver = DRIVERS.find((d) => d.type === type);
+  if (!driver) throw new QueueBoxConfigError('dataSource', messages.dialectNotSupported(type, DRIVERS));
+  return driver;
+}
+
+/** The driver whose URL scheme this is, if any. */
+export function dialectDriverForScheme(scheme: string): DialectDriver<DialectType> | undefined {
+  return DRIVERS.find((d) => d.urlSchemes.includes(scheme));
+}
+
+/** The schema DDL of a dialect, one statement per entry. */
+export function schemaStatements(
+  type: unknown,
+  tables: QueueBoxTables,
+  direction: 'up' | 'down',
+  migration: SchemaMigration = 'schema',
+): string[] {
+  return dialectDriver(type).migrations[migration][direction](tables);
+}
+
+/** All drivers, for what covers every database (`npm run sql`, tests). */
+export function dialectDrivers(): readonly DialectDriver<DialectType>[] {
+  return DRIVERS;
+}

@@ -1,0 +1,275 @@
+import type { EntityManager } from 'typeorm';
+import type { SqlResult } from '../common/sql-runner';
+import type { DeadSelection, FenceParams, InboxClaimedRow, InboxInsertRow, LeaseTable, OutboxClaimedRow } from './dialect';
+import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, ReclaimResult, SkipHeadTarget } from './dialect-rows';
+import {
+  type BacklogRecord,
+  type BlockedKeyRecord,
+  byId,
+  countReclaimed,
+  type DeadLetterRecord,
+  FINISHED,
+  type InboxClaimedRecord,
+  type OutboxClaimedRecord,
+  type ReclaimedRecord,
+  type RecordDecoding,
+  toBacklogRows,
+  toBlockedKeyRow,
+  toDeadLetterRow,
+  toInboxClaimedRow,
+  toOutboxClaimedRow,
+} from './records';
+
+type Finished = (typeof FINISHED)[LeaseTable];
+
+/** The statement builders `SqlDialect` runs; each dialect folder writes them in its own SQL. */
+export interface SqlDialectStatements {
+  outboxReclaimSql(table: string): string;
+  inboxReclaimSql(table: string): string;
+  inboxFindSql(table: string): string;
+  leaseRenewSql(table: string): string;
+  leaseCompleteSql(table: string, finished: Finished): string;
+  leaseCompleteBatchSql(table: string, finished: Finished): string;
+  leaseReleaseSql(table: string): string;
+  leaseRetrySql(table: string): string;
+  leaseDeadLetterSql(table: string): string;
+  adminBacklogSql(outbox: string, inbox: string): string;
+  deadLetterListSql(table: string, component: AdminComponent, includePayload: boolean): string;
+  deadLetterCountSql(table: string, component: AdminComponent): string;
+  deadLetterReplaySql(table: string, component: AdminComponent): string;
+  deadLetterDiscardSql(table: string, component: AdminComponent): string;
+  blockedKeyListSql(table: string, component: AdminComponent): string;
+  blockedKeySkipHeadSql(table: string, component: AdminComponent): string;
+  clockNowSql(): string;
+}
+
+/**
+ * How a dialect sends values: PostgreSQL as they are (node-postgres infers the types), SQL Server
+ * as typed parameters that match their columns (lists as JSON text for OPENJSON).
+ */
+export interface SqlDialectParams {
+  int(value: number): unknown;
+  bigint(value: number): unknown;
+  /** Long text: errors, reasons. */
+  text(value: string | null): unknown;
+  /** An id or none (paging after an id, a head row to skip). */
+  idOrNull(value: string | null): unknown;
+  /** A key column's value the library passes (a source, an idempotency key). */
+  name(value: string | null): unknown;
+  /** A value compared with a key column (name, key, source, aggregate) in an admin call; `field` names it in errors. */
+  key(field: string, value: string | null): unknown;
+  /** A list of sources. */
+  names(values: string[]): unknown;
+  /** The fence's id and token, the first two parameters of every fenced write. */
+  fence(p: FenceParams): unknown[];
+  /** The claims of a batch completion. */
+  claims(claims: { id: string; token: string }[]): unknown[];
+  /** A dead-row selection, the first five parameters of every dead-letter statement. */
+  selection(s: DeadSelection): unknown[];
+}
+
+/** One claim statement's request, by kind: the outbox poller's, the inbox relay's, a pull handler's. */
+export type ClaimRequest =
+  | { kind: 'outbox'; limit: number; leaseMs: number }
+  | { kind: 'relay'; sources: string[]; limit: number; leaseMs: number }
+  | { kind: 'pull'; source: string; limit: number; leaseMs: number };
+
+/**
+ * The `Dialect` methods whose bodies are the same on every database but for their SQL and the way
+ * values are sent: claims' decoding, reclaims, fenced writes, the inbox lookup, admin statements
+ * and the clock. A dialect supplies its statements, its parameter encoding, its record decoding
+ * (`J`: how JSON columns arrive) and how it runs a statement; what differs in kind (claim locks,
+ * inserts, schema checks, retention) it writes itself.
+ */
+export abstract class SqlDialect<J> {
+  protected abstract readonly table: Record<LeaseTable, string>;
+  protected abstract readonly statements: SqlDialectStatements;
+  protected abstract readonly params: SqlDialectParams;
+  protected abstract readonly decoding: RecordDecoding<J>;
+
+  /** Runs one of QueueBox's own statements; in `manager`'s transaction when given. */
+  protected abstract run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>>;
+  /** Runs an admin statement (an operator waits for it). */
+  protected abstract runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>>;
+  /** Runs a claim under the dialect's claim lock; returns the claimed records. */
+  protected abstract claimRecords<T>(request: ClaimRequest): Promise<T[]>;
+
+  async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
+    const records = await this.claimRecords<OutboxClaimedRecord<J>>({ kind: 'outbox', ...p });
+    return records.map((r) => toOutboxClaimedRow(r, this.decoding)).sort(byId);
+  }
+
+  async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
+    const records = await this.claimRecords<InboxClaimedRecord<J>>({ kind: 'relay', ...p });
+    return records.map((r) => toInboxClaimedRow(r, this.decoding)).sort(byId);
+  }
+
+  async inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
+    const records = await this.claimRecords<InboxClaimedRecord<J>>({ kind: 'pull', ...p });
+    return records.map((r) => toInboxClaimedRow(r, this.decoding)).sort(byId);
+  }
+
+  async outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
+    return countReclaimed(
+      await this.run<ReclaimedRecord>(this.statements.outboxReclaimSql(this.table.outbox), [this.params.int(p.maxAttempts)]),
+    );
+  }
+
+  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
+    return countReclaimed(
+      await this.run<ReclaimedRecord>(this.statements.inboxReclaimSql(this.table.inbox), [
+        this.params.int(p.maxAttempts),
+        this.params.names(p.sources),
+      ]),
+    );
+  }
+
+  /**
+   * Inserts unless the key exists, looks the stored row up otherwise (a new statement: it sees the
+   * row that won). If that row vanished in between (retention deleted it), the insert is simply
+   * tried again.
+   */
+  async inboxInsertIfAbsent(p: { row: InboxInsertRow; manager?: EntityManager }): Promise<{ id: string; duplicate: boolean }> {
+    const { row } = p;
+    this.checkInboxRow(row);
+    const key = [this.params.name(row.source), this.params.name(row.idempotencyKey)];
+    for (let tries = 0; tries < 3; tries++) {
+      const inserted = await this.inboxInsertRecords(row, p.manager);
+      if (inserted.length === 1) return { id: String(inserted[0].id), duplicate: false };
+      const found = await this.run<{ id: string }>(this.statements.inboxFindSql(this.table.inbox), key, p.manager);
+      if (found.rows.length === 1) return { id: String(found.rows[0].id), duplicate: true };
+    }
+    throw new Error(`inbox row (${row.source}, ${row.idempotencyKey}) neither inserted nor found after 3 tries`);
+  }
+
+  /** Refuses an inbox row the database would compare wrongly (nothing to refuse by default). */
+  protected checkInboxRow(_row: InboxInsertRow): void {}
+
+  /** The insert of `inboxInsertIfAbsent`: the new row's id, or no row when the key exists. */
+  protected abstract inboxInsertRecords(row: InboxInsertRow, manager: EntityManager | undefined): Promise<{ id: string }[]>;
+
+  async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {
+    const { rows } = await this.run<{ lease_expires_at: Date }>(
+      this.statements.leaseRenewSql(this.table[p.table]),
+      [...this.params.fence(p), this.params.bigint(p.leaseMs)],
+      p.manager,
+    );
+    return rows.length === 1 ? rows[0].lease_expires_at : null;
+  }
+
+  async leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean> {
+    const statement = this.statements.leaseCompleteSql(this.table[p.table], FINISHED[p.table]);
+    const { affected } = await this.run(statement, this.params.fence(p), p.manager);
+    return affected === 1;
+  }
+
+  async leaseCompleteBatch(p: {
+    table: LeaseTable;
+    claims: { id: string; token: string }[];
+    manager?: EntityManager;
+  }): Promise<Set<string>> {
+    const { rows } = await this.run<{ id: string }>(
+      this.statements.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
+      this.params.claims(p.claims),
+      p.manager,
+    );
+    return new Set(rows.map((r) => String(r.id)));
+  }
+
+  async leaseRelease(p: FenceParams): Promise<boolean> {
+    const { affected } = await this.run(this.statements.leaseReleaseSql(this.table[p.table]), this.params.fence(p));
+    return affected === 1;
+  }
+
+  async leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean> {
+    const { affected } = await this.run(this.statements.leaseRetrySql(this.table[p.table]), [
+      ...this.params.fence(p),
+      this.params.bigint(p.delayMs),
+      this.params.text(p.error),
+    ]);
+    return affected === 1;
+  }
+
+  async leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean> {
+    const { affected } = await this.run(this.statements.leaseDeadLetterSql(this.table[p.table]), [
+      ...this.params.fence(p),
+      this.params.text(p.reason),
+    ]);
+    return affected === 1;
+  }
+
+  async adminBacklog(): Promise<BacklogRow[]> {
+    return toBacklogRows(
+      (await this.runAdmin<BacklogRecord>(this.statements.adminBacklogSql(this.table.outbox, this.table.inbox), [])).rows,
+    );
+  }
+
+  async deadLetterList(p: {
+    selection: DeadSelection;
+    afterId: string | null;
+    limit: number;
+    includePayload: boolean;
+  }): Promise<DeadLetterRow[]> {
+    const { component } = p.selection;
+    const { rows } = await this.runAdmin<DeadLetterRecord<J>>(
+      this.statements.deadLetterListSql(this.table[component], component, p.includePayload),
+      [...this.params.selection(p.selection), this.params.idOrNull(p.afterId), this.params.int(p.limit)],
+    );
+    return rows.map((r) => toDeadLetterRow(component, r, this.decoding));
+  }
+
+  async deadLetterCount(p: { selection: DeadSelection }): Promise<number> {
+    const { component } = p.selection;
+    const { rows } = await this.runAdmin<{ n: string }>(
+      this.statements.deadLetterCountSql(this.table[component], component),
+      this.params.selection(p.selection),
+    );
+    return Number(rows[0].n);
+  }
+
+  deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
+    return this.deadLetterBatch(this.statements.deadLetterReplaySql, p);
+  }
+
+  deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
+    return this.deadLetterBatch(this.statements.deadLetterDiscardSql, p);
+  }
+
+  /** Runs a replay or discard statement on one batch of the selection; returns the ids it changed. */
+  private async deadLetterBatch(
+    statement: (table: string, component: AdminComponent) => string,
+    p: { selection: DeadSelection; afterId: string | null; limit: number },
+  ): Promise<string[]> {
+    const { component } = p.selection;
+    const { rows } = await this.runAdmin<{ id: string }>(statement(this.table[component], component), [
+      ...this.params.selection(p.selection),
+      this.params.idOrNull(p.afterId),
+      this.params.int(p.limit),
+    ]);
+    return rows.map((r) => String(r.id));
+  }
+
+  async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
+    const { rows } = await this.runAdmin<BlockedKeyRecord>(this.statements.blockedKeyListSql(this.table[p.component], p.component), [
+      this.params.int(p.limit),
+    ]);
+    return rows.map((r) => toBlockedKeyRow(p.component, r, this.decoding.uuid));
+  }
+
+  async blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null> {
+    const head = this.params.idOrNull(p.headId ?? null);
+    const params =
+      p.component === 'outbox'
+        ? [this.params.key('key', p.key), head, this.params.text(p.reason)]
+        : [this.params.key('source', p.source), this.params.key('aggregateId', p.aggregateId), head, this.params.text(p.reason)];
+    const { rows } = await this.runAdmin<{ id: string }>(
+      this.statements.blockedKeySkipHeadSql(this.table[p.component], p.component),
+      params,
+    );
+    return rows.length === 1 ? String(rows[0].id) : null;
+  }
+
+  async clockNow(): Promise<Date> {
+    return (await this.run<{ now: Date }>(this.statements.clockNowSql(), [])).rows[0].now;
+  }
+}

@@ -1,0 +1,124 @@
+import { ADMIN_COLUMNS, type Component, deadAt } from './columns';
+import { asUtc, NOW, utcInstant } from './time';
+
+// QueueBoxAdmin's statements. Every write touches `dead` rows only, except skip-head.
+
+/**
+ * Counts per destination and source, one branch per state, each with exactly the filter of a
+ * filtered index (`claim_idx`, `lease_idx`, `dead_idx`), so finished rows are never read.
+ */
+export const adminBacklogSql = (outbox: string, inbox: string) => {
+  const branches = (component: Component, table: string) => {
+    const c = ADMIN_COLUMNS[component];
+    return `SELECT N'${component}' AS [component], ${c.name} AS [name], N'pending' AS [state], COUNT_BIG(*) AS [n],
+       DATEDIFF_BIG(MILLISECOND, MIN(CASE WHEN [available_at] <= ${NOW} THEN ${c.created} END), ${NOW}) / 1000.0 AS [oldest]
+FROM ${table} WHERE [state] = N'pending' GROUP BY ${c.name}
+UNION ALL
+SELECT N'${component}', ${c.name}, N'processing', COUNT_BIG(*), NULL FROM ${table} WHERE [state] = N'processing' GROUP BY ${c.name}
+UNION ALL
+SELECT N'${component}', ${c.name}, N'dead', COUNT_BIG(*), NULL FROM ${table} WHERE [state] = N'dead' GROUP BY ${c.name}`;
+  };
+  return `${branches('outbox', outbox)}
+UNION ALL
+${branches('inbox', inbox)}`;
+};
+
+/**
+ * The dead-row selection: @0 = name, @1 = error substring, @2 = last attempt from, @3 = last
+ * attempt before (both ISO-8601 UTC text, see utcInstant), @4 = ids as a JSON array; each NULL when absent. Statements
+ * using it end with OPTION (RECOMPILE), so an absent criterion folds away and the plan fits the
+ * values (one cached plan would have to serve every combination).
+ */
+const deadWhere = (component: Component) => `[state] = N'dead'
+  AND (@0 IS NULL OR ${ADMIN_COLUMNS[component].name} = @0)
+  AND (@1 IS NULL OR CHARINDEX(@1, [last_error]) > 0)
+  AND (@2 IS NULL OR ${deadAt(component)} >= ${utcInstant('@2')})
+  AND (@3 IS NULL OR ${deadAt(component)} < ${utcInstant('@3')})
+  AND (@4 IS NULL OR [id] IN (SELECT j.[id] FROM OPENJSON(@4) WITH ([id] BIGINT '$') AS j))`;
+
+/** @0..@4 = the selection, @5 = after id, @6 = limit. Keyset page of dead rows in id order. */
+export const deadLetterListSql = (table: string, component: Component, includePayload: boolean) => {
+  const c = ADMIN_COLUMNS[component];
+  const identity = component === 'outbox' ? '[message_id], NULL AS [idempotency_key]' : 'NULL AS [message_id], [idempotency_key]';
+  return `SELECT TOP (@6) [id], ${identity}, ${c.name} AS [name], ${c.key} AS [key], [attempts], [last_error],
+       ${asUtc(c.created)} AS [created_at], ${asUtc('[claimed_at]')} AS [claimed_at], [headers]${includePayload ? ', [payload]' : ''}
+FROM ${table}
+WHERE ${deadWhere(component)}
+  AND (@5 IS NULL OR [id] > @5)
+ORDER BY [id]
+OPTION (RECOMPILE)`;
+};
+
+/** @0..@4 = the selection. */
+export const deadLetterCountSql = (table: string, component: Component) =>
+  `SELECT COUNT_BIG(*) AS [n] FROM ${table} WHERE ${deadWhere(component)} OPTION (RECOMPILE)`;
+
+/** The batch a replay or discard takes, as an updatable CTE (TOP with ORDER BY is exact in one statement). */
+const deadBatch = (table: string, component: Component) => `WITH [batch] AS (
+  SELECT TOP (@6) [id], [state], [attempts], [available_at], [claim_token], [lease_expires_at], [headers]
+  FROM ${table} WITH (ROWLOCK)
+  WHERE ${deadWhere(component)}
+    AND (@5 IS NULL OR [id] > @5)
+  ORDER BY [id]
+)`;
+
+const REPLAY_COUNT = `'$."X-QueueBox-Replay-Count"'`;
+
+/**
+ * @0..@6 as the batch. Dead rows back to `pending`, due now, attempts 0, no claim; `last_error`
+ * kept; the replay recorded in the headers (count and UTC time, ISO 8601).
+ */
+export const deadLetterReplaySql = (table: string, component: Component) => `${deadBatch(table, component)}
+UPDATE [batch]
+SET [state] = N'pending', [attempts] = 0, [available_at] = ${NOW}, [claim_token] = NULL, [lease_expires_at] = NULL,
+    [headers] = JSON_MODIFY(
+      JSON_MODIFY([headers], ${REPLAY_COUNT},
+        CAST(COALESCE(TRY_CAST(JSON_VALUE([headers], ${REPLAY_COUNT}) AS INT), 0) + 1 AS NVARCHAR(12))),
+      '$."X-QueueBox-Replayed-At"', CONVERT(NVARCHAR(23), ${NOW}, 126) + N'Z')
+OUTPUT inserted.[id]
+WHERE [state] = N'dead'
+OPTION (RECOMPILE)`;
+
+/** @0..@6 as the batch. Deletes dead rows only. */
+export const deadLetterDiscardSql = (table: string, component: Component) => `${deadBatch(table, component)}
+DELETE FROM [batch]
+OUTPUT deleted.[id]
+WHERE [state] = N'dead'
+OPTION (RECOMPILE)`;
+
+/** @0 = limit. Heads that failed at least once and are not finished, with how many rows wait behind each. */
+export const blockedKeyListSql = (table: string, component: Component) => {
+  const c = ADMIN_COLUMNS[component];
+  const sameKey = (alias: string) =>
+    `${alias}.${c.key} = h.${c.key}${component === 'inbox' ? ` AND ${alias}.[source] = h.[source]` : ''} AND ${alias}.[state] IN (N'pending', N'processing')`;
+  return `SELECT TOP (@0) h.[id], ${component === 'outbox' ? 'h.[message_id]' : 'NULL AS [message_id]'}, h.${c.name} AS [name],
+       h.${c.key} AS [key], h.[state], h.[attempts], h.[last_error],
+       ${asUtc("CASE WHEN h.[state] = N'pending' THEN h.[available_at] ELSE h.[lease_expires_at] END")} AS [next_attempt_at],
+       (SELECT COUNT_BIG(*) FROM ${table} AS w WHERE ${sameKey('w')} AND w.[id] > h.[id]) AS [waiting]
+FROM ${table} AS h
+WHERE h.[state] IN (N'pending', N'processing') AND h.${c.key} IS NOT NULL
+  AND h.[attempts] > 0 AND h.[last_error] IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE ${sameKey('e')} AND e.[id] < h.[id])
+ORDER BY h.[id]`;
+};
+
+/**
+ * Outbox: @0 = key, @1 = expected head id (or NULL), @2 = reason. Inbox: @0 = source,
+ * @1 = aggregate, @2 = expected head id, @3 = reason. Dead-letters the head of the key if it is
+ * pending, or processing with an expired lease; never a live claim. UPDLOCK on the head read
+ * keeps a claim from taking the row between the read and the update.
+ */
+export const blockedKeySkipHeadSql = (table: string, component: Component) => {
+  const [match, expected, reason] =
+    component === 'outbox' ? ['e.[key] = @0', '@1', '@2'] : ['e.[source] = @0 AND e.[aggregate_id] = @1', '@2', '@3'];
+  return `UPDATE t
+SET [state] = N'dead', [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = ${reason}
+OUTPUT inserted.[id]
+FROM ${table} AS t WITH (ROWLOCK)
+WHERE t.[id] = (
+    SELECT TOP (1) e.[id] FROM ${table} AS e WITH (UPDLOCK, ROWLOCK)
+    WHERE ${match} AND e.[state] IN (N'pending', N'processing')
+    ORDER BY e.[id])
+  AND (${expected} IS NULL OR t.[id] = ${expected})
+  AND (t.[state] = N'pending' OR (t.[state] = N'processing' AND t.[lease_expires_at] <= ${NOW}))`;
+};

@@ -1,0 +1,66 @@
+import type { DialectDriver } from '../registry';
+import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
+import {
+  KEY_COLLATION,
+  sqlServerClaimsDown,
+  sqlServerClaimsUp,
+  sqlServerKeyCollationDown,
+  sqlServerKeyCollationUp,
+  sqlServerOperationsDown,
+  sqlServerOperationsUp,
+  sqlServerSchemaDown,
+  sqlServerSchemaUp,
+} from './schema';
+import { SqlServerDialect } from './sqlserver.dialect';
+
+/** SQL Server and Azure SQL (TypeORM driver `mssql`). */
+export const sqlServerDriver = {
+  type: 'mssql',
+  displayName: 'SQL Server, Azure SQL',
+  logContext: 'QueueBox:SqlServer',
+  create: ({ dataSource, tables, log }) => new SqlServerDialect(dataSource, tables, log),
+  migrations: {
+    schema: { up: sqlServerSchemaUp, down: sqlServerSchemaDown },
+    operations: { up: sqlServerOperationsUp, down: sqlServerOperationsDown },
+    claims: { up: sqlServerClaimsUp, down: sqlServerClaimsDown },
+    keyCollation: { up: sqlServerKeyCollationUp, down: sqlServerKeyCollationDown },
+  },
+  noOpMigrations: {},
+  // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
+  script: { terminator: ';\nGO\n', folder: 'sqlserver' },
+  keyCollationNotes: {
+    applied: `key columns now compare by code point (${KEY_COLLATION}); their indexes were rebuilt.`,
+    notApplied:
+      'not applied: keys that differ only in case (or accents) count as one key (a receive is dropped as a duplicate, two keys are ordered as one), until you run `queuebox migrate`',
+  },
+  urlSchemes: ['mssql', 'sqlserver'],
+  connectionFromUrl: ({ url, user, password, database, connectTimeoutMs, poolMax, fail }) => {
+    if (!url.hostname) fail.noHost();
+    if (!database) fail.noDatabase();
+    const flag = (name: string, fallback: boolean): boolean => {
+      const value = url.searchParams.get(name);
+      if (value === null) return fallback;
+      if (value === 'true' || value === 'false') return value === 'true';
+      return fail.badParameter(name, value);
+    };
+    const instanceName = url.searchParams.get('instanceName') ?? undefined;
+    return {
+      connection: {
+        type: 'mssql',
+        host: url.hostname,
+        port: url.port ? Number(url.port) : 1433,
+        username: user,
+        password,
+        database,
+        connectionTimeout: connectTimeoutMs,
+        pool: { max: poolMax },
+        options: { encrypt: flag('encrypt', true), trustServerCertificate: flag('trustServerCertificate', false), instanceName },
+      },
+      where: `${url.hostname}:${url.port || (instanceName ? `(instance ${instanceName})` : '1433')}`,
+      user,
+      database,
+    };
+  },
+  withRequestTimeout: (connection, timeoutMs) => ({ ...connection, requestTimeout: timeoutMs }) as typeof connection,
+  inspection: { finishedCount: finishedCountQuery, rowStates: rowStatesQuery },
+} as const satisfies DialectDriver<'mssql'>;

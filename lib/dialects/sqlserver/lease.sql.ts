@@ -1,0 +1,54 @@
+import { asUtc, msFromNow, NOW } from './time';
+
+// The fenced writes of a claim's holder. Parameters are positional (`@0`...).
+
+/**
+ * Starts a batch whose affected-row count decides a fence (or the end of retention): with
+ * `SET NOCOUNT ON` (a server-wide `user options` setting, or a login trigger) no count comes back,
+ * the driver reports 0, and every fenced write would look lost. Set inside the batch, it goes
+ * back to the connection's setting when the batch ends.
+ */
+export const COUNTED = 'SET NOCOUNT OFF;\n';
+
+/** The claim fence: @0 = id, @1 = claim token. */
+const FENCE = `[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ${NOW}`;
+
+/** @0 = id, @1 = token, @2 = lease in ms. */
+export const leaseRenewSql = (table: string) => `UPDATE ${table} SET [lease_expires_at] = ${msFromNow('@2')}
+OUTPUT ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at]
+WHERE ${FENCE}`;
+
+type Finished = { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' };
+
+/** @0 = id, @1 = token. `state`/`column`: `sent`/`sent_at` or `processed`/`processed_at`. */
+export const leaseCompleteSql = (table: string, finished: Finished) =>
+  `${COUNTED}UPDATE ${table} SET [state] = N'${finished.state}', [${finished.column}] = ${NOW}, [lease_expires_at] = NULL
+WHERE ${FENCE}`;
+
+/**
+ * @0 = the claims as one JSON array of `{ id, token }`. Completes a batch with one fenced
+ * statement and returns the ids it completed; an id missing from the result lost its claim.
+ * FORCESEEK: one primary-key seek per claim, never a scan (OPENJSON's row count is a guess).
+ */
+export const leaseCompleteBatchSql = (table: string, finished: Finished) => `UPDATE t
+SET [state] = N'${finished.state}', [${finished.column}] = ${NOW}, [lease_expires_at] = NULL
+OUTPUT inserted.[id]
+FROM ${table} AS t WITH (FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
+  ON t.[id] = c.[id]
+WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW}`;
+
+/** @0 = id, @1 = token. Gives an unstarted claim back (shutdown): pending again, its attempt not counted. */
+export const leaseReleaseSql = (table: string) => `${COUNTED}UPDATE ${table}
+SET [state] = N'pending', [attempts] = [attempts] - 1, [claim_token] = NULL, [lease_expires_at] = NULL
+WHERE ${FENCE}`;
+
+/** @0 = id, @1 = token, @2 = delay in ms, @3 = error text. */
+export const leaseRetrySql = (table: string) => `${COUNTED}UPDATE ${table}
+SET [state] = N'pending', [available_at] = ${msFromNow('@2')}, [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = @3
+WHERE ${FENCE}`;
+
+/** @0 = id, @1 = token, @2 = reason. */
+export const leaseDeadLetterSql = (
+  table: string,
+) => `${COUNTED}UPDATE ${table} SET [state] = N'dead', [lease_expires_at] = NULL, [last_error] = @2
+WHERE ${FENCE}`;
