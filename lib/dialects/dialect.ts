@@ -88,7 +88,8 @@ export interface FenceParams {
  * the database's current time, and reports whether it changed exactly one row.
  */
 export interface Dialect {
-  readonly type: 'postgres' | 'mssql';
+  /** The TypeORM driver type of its registry entry (`dialectDriver(type)`); a string, so the registry alone lists the databases. */
+  readonly type: string;
   /**
    * Whether `QueryRunner.connect()` reserves a connection, so the pull workers' renewal connection
    * is really set aside. TypeORM's SQL Server driver reserves one only inside a transaction: its

@@ -1,6 +1,6 @@
 import type { TableName } from '../common/identifiers';
 import type { QueueBoxTables } from './dialect';
-import { type DialectType, dialectDriver } from './registry';
+import { dialectDriver } from './registry';
 
 /**
  * Read-only statements that look at the tables from outside the workers: the CLI's `status` and
@@ -27,7 +27,7 @@ export interface FinishedCountRow {
  * Sent outbox rows per destination and processed inbox rows per source: what `queuebox status`
  * adds to `QueueBoxAdmin.backlog()`, which counts unfinished and dead rows only.
  */
-export function finishedCountQuery(type: DialectType, tables: QueueBoxTables): InspectionQuery {
+export function finishedCountQuery(type: string, tables: QueueBoxTables): InspectionQuery {
   return dialectDriver(type).inspection.finishedCount(tables);
 }
 
@@ -40,6 +40,6 @@ export interface RowStateRow {
 }
 
 /** State, attempts and last error of the rows with these ids (bigints as strings). */
-export function rowStatesQuery(type: DialectType, table: TableName, ids: readonly string[]): InspectionQuery {
+export function rowStatesQuery(type: string, table: TableName, ids: readonly string[]): InspectionQuery {
   return dialectDriver(type).inspection.rowStates(table, ids);
 }

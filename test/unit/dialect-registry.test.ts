@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { builtinModules } from 'node:module';
-import { dirname, join, relative, resolve } from 'node:path';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import type { DataSource } from 'typeorm';
 import { DIALECT_TYPES, dialectDriver, dialectDriverForScheme, dialectDrivers } from '../../lib/dialects/registry';
@@ -57,34 +56,3 @@ describe('dialect registry', () => {
 });
 
 /** Every relative or package import of a TypeScript source file. */
-function importsOf(file: string): string[] {
-  const source = readFileSync(file, 'utf8');
-  return [...source.matchAll(/^\s*(?:import|export)\b(?:[^'"]*?from\s+|\s+)['"]([^'"]+)['"]/gm)].map((match) => match[1]);
-}
-
-function sourcesUnder(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) =>
-    entry.isDirectory() ? sourcesUnder(join(dir, entry.name)) : entry.name.endsWith('.ts') ? [join(dir, entry.name)] : [],
-  );
-}
-
-describe('lib/dialects imports', () => {
-  it('only typeorm, node builtins, lib/common, lib/errors, lib/queuebox.messages, lib/wire-headers and itself (no Nest, no admin, no workers)', () => {
-    const lib = join(ROOT, 'lib');
-    const allowed = ['common/', 'errors/', 'dialects/', 'queuebox.messages', 'wire-headers'];
-    const builtins = new Set(builtinModules);
-    const offending: string[] = [];
-    for (const file of sourcesUnder(join(lib, 'dialects'))) {
-      for (const specifier of importsOf(file)) {
-        if (specifier.startsWith('.')) {
-          const target = relative(lib, resolve(dirname(file), specifier));
-          if (!allowed.some((prefix) => target === prefix || target.startsWith(prefix)))
-            offending.push(`${relative(ROOT, file)} -> ${specifier}`);
-        } else if (specifier !== 'typeorm' && !specifier.startsWith('node:') && !builtins.has(specifier)) {
-          offending.push(`${relative(ROOT, file)} -> ${specifier}`);
-        }
-      }
-    }
-    assert.deepEqual(offending, []);
-  });
-});
