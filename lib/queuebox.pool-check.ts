@@ -1,19 +1,16 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import type { Dialect } from './dialects/dialect';
+import { dialectDriver } from './dialects/registry';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
 import type { ResolvedQueueBoxOptions } from './options/options.resolver';
 import { PullHandlerExplorer } from './pull/pull-handler.explorer';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { messages } from './queuebox.messages';
 
-// The default pool size of node-postgres and of mssql (tarn), which TypeORM keeps unless told otherwise.
-const DEFAULT_POOL_SIZE = 10;
-
-/** The size of the DataSource's pool: PostgreSQL `poolSize` or `extra.max`, SQL Server `pool.max`. */
+/** The size of the DataSource's pool, read from its options as its driver reads them. */
 export function poolSizeOf(dataSource: DataSource): number {
-  const options = dataSource.options as { poolSize?: number; extra?: { max?: number }; pool?: { max?: number } };
-  return options.poolSize ?? options.extra?.max ?? options.pool?.max ?? DEFAULT_POOL_SIZE;
+  return dialectDriver(dataSource.options.type).poolSize(dataSource.options);
 }
 
 /** The connections QueueBox holds for as long as it runs, and what the pool must have at least. */

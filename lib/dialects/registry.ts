@@ -62,6 +62,11 @@ export interface DialectDriver<T extends string = string> {
     poolMax: number;
     fail: UrlProblems;
   }): UrlConnection;
+  /**
+   * The size of the pool the driver builds from these options, as the driver reads them (TypeORM
+   * passes some options on and lets `extra` override them), for the start-up pool check.
+   */
+  poolSize(options: DataSourceOptions): number;
   /** The connection with a client-side request timeout of `timeoutMs` (long migrations), where the driver has one. */
   withRequestTimeout(connection: DataSourceOptions, timeoutMs: number): DataSourceOptions;
   /** Read-only statements for the CLI's `status` and `queuebox/testing`. */

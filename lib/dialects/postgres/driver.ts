@@ -40,6 +40,12 @@ export const postgresDriver = {
     user: user || 'the default user',
     database: database || user,
   }),
+  // TypeORM gives node-postgres `max: poolSize` and then spreads `extra` over it, so `extra.max`
+  // wins; node-postgres' own default is 10.
+  poolSize: (options) => {
+    const { poolSize, extra } = options as { poolSize?: number; extra?: { max?: number } };
+    return extra?.max ?? poolSize ?? 10;
+  },
   // node-postgres has no client-side statement timeout here.
   withRequestTimeout: (connection) => connection,
   inspection: { finishedCount: finishedCountQuery, rowStates: rowStatesQuery },

@@ -61,6 +61,12 @@ export const sqlServerDriver = {
       database,
     };
   },
+  // TypeORM's SQL Server driver never reads `poolSize`: it passes `pool` on, and an `extra.pool`
+  // replaces it whole; mssql's own default is 10.
+  poolSize: (options) => {
+    const { pool, extra } = options as { pool?: { max?: number }; extra?: { pool?: { max?: number } } };
+    return (extra?.pool ?? pool)?.max ?? 10;
+  },
   withRequestTimeout: (connection, timeoutMs) => ({ ...connection, requestTimeout: timeoutMs }) as typeof connection,
   inspection: { finishedCount: finishedCountQuery, rowStates: rowStatesQuery },
 } as const satisfies DialectDriver<'mssql'>;
