@@ -291,17 +291,23 @@ describe('batch pull handlers on PostgreSQL', () => {
       { workers: { outbox: false, relay: false, pull: true }, pull: { pollIntervalMs: 10, shutdownTimeoutMs: 100 } },
       { providers: [SlowBatchHandler] },
     );
-    await running.promise;
-    // Claimed while the first batch holds the only slot: they wait for it.
-    for (let n = 0; n < 5; n++) await app.get(InboxService).receive({ source: 'batched-slow', idempotencyKey: `second${n}`, payload: {} });
-    await eventually(
-      async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE source = 'batched-slow' AND state = 'processing'")).length === 8,
-      'the second messages claimed',
-    );
-    const closing = app.app.close();
-    await eventually(async () => app.logger.has('warn', 'shutdown timeout reached'), 'shutdown to stop waiting');
-    hold.open();
-    await closing;
+    let closing: Promise<void> | undefined;
+    try {
+      await running.promise;
+      // Claimed while the first batch holds the only slot: they wait for it.
+      for (let n = 0; n < 5; n++)
+        await app.get(InboxService).receive({ source: 'batched-slow', idempotencyKey: `second${n}`, payload: {} });
+      await eventually(
+        async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE source = 'batched-slow' AND state = 'processing'")).length === 8,
+        'the second messages claimed',
+      );
+      closing = app.app.close();
+      await eventually(async () => app.logger.has('warn', 'shutdown timeout reached'), 'shutdown to stop waiting');
+    } finally {
+      // Also when a wait above failed: a handler held forever would keep the app, and the test process, from ending.
+      hold.open();
+      await (closing ?? app.app.close());
+    }
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.deepEqual(slowCalls, [['first0', 'first1', 'first2']], 'only the batch that ran before shutdown');
   });
