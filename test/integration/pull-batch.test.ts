@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
+import { DataSource } from 'typeorm';
 import { ClaimLostError, HandlerTimeoutError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import type { InboxMessage } from '../../lib/lease/claimed-messages';
@@ -294,9 +295,13 @@ describe('batch pull handlers on PostgreSQL', () => {
     let closing: Promise<void> | undefined;
     try {
       await running.promise;
-      // Claimed while the first batch holds the only slot: they wait for it.
-      for (let n = 0; n < 5; n++)
-        await app.get(InboxService).receive({ source: 'batched-slow', idempotencyKey: `second${n}`, payload: {} });
+      // Claimed while the first batch holds the only slot: they wait for it. One transaction, so
+      // one claim takes all five: after a claim the loop claims again only while it holds at most
+      // half its batch size (5 of 10), so 3 + part of them would leave the rest unclaimed.
+      const received = app.get(InboxService);
+      await app.get(DataSource).transaction(async (manager) => {
+        for (let n = 0; n < 5; n++) await received.receive({ source: 'batched-slow', idempotencyKey: `second${n}`, payload: {} }, manager);
+      });
       await eventually(
         async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE source = 'batched-slow' AND state = 'processing'")).length === 8,
         'the second messages claimed',
