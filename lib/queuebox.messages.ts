@@ -200,6 +200,8 @@ export const messages = {
 
   // Lease
   claimLost: (component: string, id: string) => `The ${component} claim on row ${id} is lost.`,
+  followersChanged: (source: string) =>
+    `A batch of pull source "${source}" rolled back: rows it handled after their aggregate's head changed before its commit (an operator's write?). The batch will be tried again.`,
   leaseArgumentInvalid: (where: string, field: string, rule: string, value: unknown) =>
     `${where}: "${field}" ${rule}, got ${show(value)}. Nothing was claimed.`,
 

@@ -63,6 +63,22 @@ export interface InboxClaimedRow {
   receivedAt: Date;
 }
 
+/** A pending inbox row that follows a claimed head of its aggregate (`inboxFollowers`). */
+export interface InboxFollowerRow {
+  id: string;
+  /** The claimed row it follows. */
+  headId: string;
+  source: string;
+  idempotencyKey: string;
+  aggregateId: string;
+  payload: unknown;
+  headers: Record<string, string>;
+  attempts: number;
+  receivedAt: Date;
+  /** Available now: the rows after the first that is not are left for later. */
+  due: boolean;
+}
+
 /** Work arrived: outbox rows were committed, or an inbox message of `source` (all sources when absent). */
 export type WorkNotice = { table: 'outbox' } | { table: 'inbox'; source?: string };
 
@@ -125,6 +141,20 @@ export interface Dialect {
    * statement, at most one per aggregate, serialized per source.
    */
   inboxPullClaimBatch(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]>;
+
+  /**
+   * Up to `perHead` pending rows of each head's aggregate right after it, in id order, read in
+   * `manager`'s transaction. Nothing is locked: while a head is in flight no claim takes a row of
+   * its aggregate.
+   */
+  inboxFollowers(p: {
+    source: string;
+    heads: { id: string; aggregateId: string }[];
+    perHead: number;
+    manager: EntityManager;
+  }): Promise<InboxFollowerRow[]>;
+  /** Marks followers processed in `manager`'s transaction (their heads' completion fences them); returns the ids it changed. */
+  inboxCompleteFollowers(p: { ids: string[]; manager: EntityManager }): Promise<Set<string>>;
 
   /** Extends the lease to now + `leaseMs`; returns the new expiry, or null when the claim is lost. */
   leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null>;

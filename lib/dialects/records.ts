@@ -1,4 +1,4 @@
-import type { InboxClaimedRow, LeaseTable, OutboxClaimedRow } from './dialect';
+import type { InboxClaimedRow, InboxFollowerRow, LeaseTable, OutboxClaimedRow } from './dialect';
 import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, ReclaimResult } from './dialect-rows';
 
 /** The state a completed row takes, and the column that records when. */
@@ -90,6 +90,35 @@ export function toInboxClaimedRow<J>(r: InboxClaimedRecord<J>, decode: RecordDec
     token: decode.uuid(r.claim_token),
     leaseExpiresAt: r.lease_expires_at,
     receivedAt: r.received_at,
+  };
+}
+
+/** A follower row as a driver returns it (`due`: a boolean, or 1/0 from SQL Server). */
+export interface InboxFollowerRecord<J> {
+  id: string;
+  head_id: string;
+  source: string;
+  idempotency_key: string;
+  aggregate_id: string;
+  payload: J;
+  headers: J | null;
+  attempts: number;
+  received_at: Date;
+  due: boolean | number;
+}
+
+export function toInboxFollowerRow<J>(r: InboxFollowerRecord<J>, decode: RecordDecoding<J>): InboxFollowerRow {
+  return {
+    id: String(r.id),
+    headId: String(r.head_id),
+    source: r.source,
+    idempotencyKey: r.idempotency_key,
+    aggregateId: r.aggregate_id,
+    payload: decode.json(r.payload),
+    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
+    attempts: r.attempts,
+    receivedAt: r.received_at,
+    due: r.due === true || r.due === 1,
   };
 }
 

@@ -1,6 +1,14 @@
 import type { EntityManager } from 'typeorm';
 import type { SqlResult } from '../common/sql-runner';
-import type { DeadSelection, FenceParams, InboxClaimedRow, InboxInsertRow, LeaseTable, OutboxClaimedRow } from './dialect';
+import type {
+  DeadSelection,
+  FenceParams,
+  InboxClaimedRow,
+  InboxFollowerRow,
+  InboxInsertRow,
+  LeaseTable,
+  OutboxClaimedRow,
+} from './dialect';
 import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, ReclaimResult, SkipHeadTarget } from './dialect-rows';
 import {
   type BacklogRecord,
@@ -10,6 +18,7 @@ import {
   type DeadLetterRecord,
   FINISHED,
   type InboxClaimedRecord,
+  type InboxFollowerRecord,
   type OutboxClaimedRecord,
   type ReclaimedRecord,
   type RecordDecoding,
@@ -17,6 +26,7 @@ import {
   toBlockedKeyRow,
   toDeadLetterRow,
   toInboxClaimedRow,
+  toInboxFollowerRow,
   toOutboxClaimedRow,
 } from './records';
 
@@ -27,6 +37,8 @@ export interface SqlDialectStatements {
   outboxReclaimSql(table: string): string;
   inboxReclaimSql(table: string): string;
   inboxFindSql(table: string): string;
+  inboxFollowersSql(table: string): string;
+  inboxCompleteFollowersSql(table: string): string;
   leaseRenewSql(table: string): string;
   leaseCompleteSql(table: string, finished: Finished): string;
   leaseCompleteBatchSql(table: string, finished: Finished): string;
@@ -62,6 +74,8 @@ export interface SqlDialectParams {
   names(values: string[]): unknown;
   /** The fence's id and token, the first two parameters of every fenced write. */
   fence(p: FenceParams): unknown[];
+  /** A list of row ids. */
+  ids(ids: string[]): unknown;
   /** The claims of a batch completion. */
   claims(claims: { id: string; token: string }[]): unknown[];
   /** A dead-row selection, the first five parameters of every dead-letter statement. */
@@ -147,6 +161,35 @@ export abstract class SqlDialect<J> {
 
   /** The insert of `inboxInsertIfAbsent`: the new row's id, or no row when the key exists. */
   protected abstract inboxInsertRecords(row: InboxInsertRow, manager: EntityManager | undefined): Promise<{ id: string }[]>;
+
+  async inboxFollowers(p: {
+    source: string;
+    heads: { id: string; aggregateId: string }[];
+    perHead: number;
+    manager: EntityManager;
+  }): Promise<InboxFollowerRow[]> {
+    if (p.heads.length === 0 || p.perHead < 1) return [];
+    const { rows } = await this.run<InboxFollowerRecord<J>>(
+      this.statements.inboxFollowersSql(this.table.inbox),
+      [
+        this.params.name(p.source),
+        this.params.text(JSON.stringify(p.heads.map(({ id, aggregateId }) => ({ id, aggregateId })))),
+        this.params.int(p.perHead),
+      ],
+      p.manager,
+    );
+    return rows.map((r) => toInboxFollowerRow(r, this.decoding)).sort(byId);
+  }
+
+  async inboxCompleteFollowers(p: { ids: string[]; manager: EntityManager }): Promise<Set<string>> {
+    if (p.ids.length === 0) return new Set();
+    const { rows } = await this.run<{ id: string }>(
+      this.statements.inboxCompleteFollowersSql(this.table.inbox),
+      [this.params.ids(p.ids)],
+      p.manager,
+    );
+    return new Set(rows.map((r) => String(r.id)));
+  }
 
   async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {
     const { rows } = await this.run<{ lease_expires_at: Date }>(

@@ -45,7 +45,9 @@ export function outboundMessageOf(row: OutboxClaimedRow): OutboundMessage {
   };
 }
 
-export function inboxMessageOf(row: InboxClaimedRow): InboxMessage {
+export function inboxMessageOf(
+  row: Pick<InboxClaimedRow, 'id' | 'source' | 'idempotencyKey' | 'aggregateId' | 'payload' | 'headers' | 'attempts' | 'receivedAt'>,
+): InboxMessage {
   return {
     id: row.id,
     source: row.source,

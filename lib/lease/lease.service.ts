@@ -3,6 +3,7 @@ import type { EntityManager } from 'typeorm';
 import { describeError } from '../common/errors';
 import type { Dialect, InboxClaimedRow } from '../dialects/dialect';
 import type { ReclaimResult } from '../dialects/dialect-rows';
+import { byId } from '../dialects/records';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { MAX_LEASE_MS, MIN_LEASE_MS } from '../options/options.defaults';
@@ -86,6 +87,63 @@ export class LeaseService {
     if (p.sources.length === 0) return [];
     const rows = await this.dialect.inboxRelayClaimBatch(p);
     return rows.map((row) => claimOf({ component: 'inbox', table: 'inbox' }, row, p.leaseMs, inboxMessageOf(row)));
+  }
+
+  /**
+   * A batch pull handler's followers (`@PullHandler(source, { batch })`): up to `room` pending rows
+   * that come right after the `heads` of their aggregates, read in `manager`'s transaction, spread
+   * over the heads and cut at each aggregate's first row that is not yet due. A follower is not
+   * claimed: it rides on its head's claim (its `token` and lease are the head's), since no claim
+   * takes a row of an aggregate while its head is in flight. Complete followers with
+   * `completeFollowers` after their heads, in the same transaction: the heads' fenced completion is
+   * what fences them.
+   */
+  async followers(heads: readonly InboxClaim[], p: { room: number; manager: EntityManager }): Promise<InboxClaim[]> {
+    const keyed = heads.filter((head) => head.message.aggregateId !== null);
+    if (keyed.length === 0 || p.room < 1) return [];
+    const perHead = Math.ceil(p.room / keyed.length);
+    const rows = await this.dialect.inboxFollowers({
+      source: keyed[0].message.source,
+      heads: keyed.map((head) => ({ id: head.id, aggregateId: head.message.aggregateId as string })),
+      perHead,
+      manager: p.manager,
+    });
+    const headById = new Map(keyed.map((head) => [head.id, head]));
+    // Per head, its rows up to the first that is not due, ranked by their place behind the head;
+    // the room goes to the lowest ranks first, so every aggregate gets its share.
+    const ranked: { rank: number; row: (typeof rows)[number] }[] = [];
+    const stopped = new Set<string>();
+    const taken = new Map<string, number>();
+    for (const row of rows) {
+      if (stopped.has(row.headId)) continue;
+      if (!row.due) {
+        stopped.add(row.headId);
+        continue;
+      }
+      const rank = taken.get(row.headId) ?? 0;
+      taken.set(row.headId, rank + 1);
+      ranked.push({ rank, row });
+    }
+    ranked.sort((a, b) => a.rank - b.rank || byId(a.row, b.row));
+    return ranked.slice(0, p.room).map(({ row }) => {
+      const head = headById.get(row.headId) as InboxClaim;
+      return {
+        component: 'pull',
+        table: 'inbox',
+        id: row.id,
+        token: head.token,
+        leaseMs: head.leaseMs,
+        leaseExpiresAt: head.leaseExpiresAt,
+        attempt: row.attempts + 1,
+        message: inboxMessageOf({ ...row, attempts: row.attempts + 1 }),
+      };
+    });
+  }
+
+  /** Marks `followers` processed in `manager`'s transaction, after their heads' `completeBatch`; returns how many it changed. */
+  async completeFollowers(followers: readonly InboxClaim[], manager: EntityManager): Promise<number> {
+    const done = await this.dialect.inboxCompleteFollowers({ ids: followers.map((follower) => follower.id), manager });
+    return done.size;
   }
 
   /** Extends the lease by `claim.leaseMs` from the database's current time (on `manager`'s connection when given). */

@@ -1,8 +1,9 @@
 /**
  * Groups items handed in one at a time into batches of up to `size`, and runs at most
  * `concurrency` batches at once. Items handed in during one turn of the event loop (the claims of
- * one claim statement) form batches together; a partial batch runs at the end of that turn when a
- * slot is free, or else takes in more items until one is.
+ * one claim statement) form batches together, shared out over the free slots (50 items and 5 free
+ * slots make 5 batches of 10); a partial batch runs at the end of that turn when a slot is free,
+ * or else takes in more items until one is.
  */
 export class BatchQueue<T> {
   private readonly forming: { item: T; done: () => void; failed: (error: unknown) => void }[] = [];
@@ -20,7 +21,8 @@ export class BatchQueue<T> {
   add(item: T): Promise<void> {
     return new Promise((done, failed) => {
       this.forming.push({ item, done, failed });
-      if (this.forming.length >= this.size) this.dispatch();
+      // Enough to fill every free slot: no need to wait for the rest of the turn.
+      if (this.forming.length >= this.size * Math.max(1, this.concurrency - this.running)) this.dispatch();
       else if (!this.scheduled) {
         this.scheduled = true;
         queueMicrotask(() => {
@@ -33,7 +35,10 @@ export class BatchQueue<T> {
 
   private dispatch(): void {
     while (this.running < this.concurrency && this.forming.length > 0) {
-      const group = this.forming.splice(0, this.size);
+      // Spread over the free slots rather than fill one batch first: the batches run side by side,
+      // and a pull batch fills the room its claims leave with their aggregates' next rows.
+      const share = Math.ceil(this.forming.length / (this.concurrency - this.running));
+      const group = this.forming.splice(0, Math.min(this.size, share));
       this.running++;
       let until: Promise<unknown> | undefined;
       const ran = this.run(

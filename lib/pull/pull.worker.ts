@@ -3,6 +3,7 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
 import { describeError, isInstance } from '../common/errors';
 import { withinTimeout } from '../common/time-limit';
+import { byId } from '../dialects/records';
 import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { inboxMessageName, inboxOutcomeRecorder } from '../inbox/inbox-outcomes';
@@ -177,6 +178,9 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     if (loop.abandoned) return;
     const claims = batch.map((held) => held.claim);
     const keepers = batch.map((held) => held.keeper);
+    // The batch's room beyond its claims goes to followers: the rows right after each claimed head
+    // of an aggregate, read in the transaction, handled and completed with their heads.
+    let followers: InboxClaim[] = [];
     const lost = (claim: InboxClaim) => new ClaimLostError(messages.claimLost('pull', claim.id));
     let failure: unknown;
     let timedOut: Error | undefined;
@@ -196,8 +200,10 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
             return controller.signal;
           },
         };
+        followers = await this.lease.followers(claims, { room: (handler.batch ?? 1) - claims.length, manager });
+        const handled = followers.length === 0 ? claims : [...claims, ...followers].sort(byId);
         await handler.handle(
-          claims.map((claim) => claim.message),
+          handled.map((claim) => claim.message),
           context,
         );
         if (timedOut) throw timedOut;
@@ -209,6 +215,11 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         const completed = await this.lease.completeBatch(claims, manager);
         const missed = claims.find((claim) => !completed.has(claim));
         if (missed) throw lost(missed);
+        // Changed since they were read (an operator's write): leave the whole batch for another try.
+        if (followers.length > 0 && (await this.lease.completeFollowers(followers, manager)) < followers.length) {
+          this.logger.warn(messages.followersChanged(handler.source));
+          throw new ClaimLostError(messages.followersChanged(handler.source));
+        }
       });
       await withinTimeout(
         attempt,
@@ -222,6 +233,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
       );
       const durationMs = performance.now() - startedAt;
       for (const claim of claims) this.outcomes.completed(claim, { durationMs, handler: handler.name });
+      for (const follower of followers) this.outcomes.completed(follower, { durationMs, handler: handler.name });
       return;
     } catch (error) {
       failure = error;

@@ -117,11 +117,14 @@ describe('batch pull handlers on PostgreSQL', () => {
   it('one call gets many messages; its writes and every completion commit in one transaction', async () => {
     await receive(30);
     assert.equal(await worker.runOnce('batched'), 30);
-    assert.equal(calls.length, 1, 'one call for 30 messages');
-    assert.equal(calls[0].length, 30);
+    // One claim statement's 30 rows, shared out over the handler's two free slots.
+    assert.deepEqual(
+      calls.map((call) => call.length),
+      [15, 15],
+    );
     const rows = await ledger();
     assert.equal(rows.length, 30, 'a business row per message');
-    assert.equal(new Set(rows.map((row) => row.xid)).size, 1, 'all written in one transaction');
+    assert.equal(new Set(rows.map((row) => row.xid)).size, 2, 'each call’s writes in one transaction');
     assert.deepEqual(new Set((await states()).map((row) => row.state)), new Set(['processed']));
     assert.equal(t.get(QueueBoxMetrics).value('queuebox_inbox_messages_processed_total', { component: 'pull', source: 'batched' }), 30);
   });
@@ -134,10 +137,10 @@ describe('batch pull handlers on PostgreSQL', () => {
       assert.ok(n > 0);
       claimed += n;
     }
-    assert.ok(calls.length <= 3, `${calls.length} calls`);
-    assert.ok(
-      calls.every((call) => call.length <= 50),
-      'no call beyond `batch`',
+    // 100 rows claimed (concurrency x batch) make two full batches; the last 20 two of 10.
+    assert.deepEqual(
+      calls.map((call) => call.length),
+      [50, 50, 10, 10],
     );
     assert.equal(new Set((await ledger()).map((row) => row.xid)).size, calls.length, 'one transaction per call');
     assert.equal((await ledger()).length, 120);
@@ -172,7 +175,8 @@ describe('batch pull handlers on PostgreSQL', () => {
     try {
       let taken = false;
       behaviour = async (messages) => {
-        if (taken) return; // the other worker's run, and the retry
+        // Only the batch of m0 and m1 (four rows make two batches); not the other worker's run, nor the retry.
+        if (taken || messages[0].idempotencyKey !== 'm0') return;
         taken = true;
         // While the batch runs, the lease of its second message runs out and another worker takes and processes it.
         await db.query("UPDATE queuebox_inbox SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1", [
@@ -180,48 +184,154 @@ describe('batch pull handlers on PostgreSQL', () => {
         ]);
         assert.equal(await other.get(PullWorker).runOnce('batched'), 1);
       };
-      await receive(3);
-      assert.equal(await worker.runOnce('batched'), 3);
+      await receive(4);
+      assert.equal(await worker.runOnce('batched'), 4);
+      assert.deepEqual(calls.map((call) => call.join()).sort(), ['m0,m1', 'm1', 'm2,m3'], 'two batches, and the other worker’s call');
       assert.deepEqual(
-        (await ledger()).map((row) => row.idempotency_key),
-        ['m1'],
-        'only the other worker’s commit: the lost batch wrote nothing',
+        (await ledger()).map((row) => row.idempotency_key).sort(),
+        ['m1', 'm2', 'm3'],
+        'the other worker’s commit and the other batch’s: the lost batch wrote nothing',
       );
       assert.deepEqual(
         (await states()).map((row) => [row.idempotency_key, row.state, row.attempts]),
         [
           ['m0', 'pending', 0],
           ['m1', 'processed', 2],
-          ['m2', 'pending', 0],
+          ['m2', 'processed', 1],
+          ['m3', 'processed', 1],
         ],
-        'the claims still held went back to pending, their attempt not counted',
+        'the claim still held went back to pending, its attempt not counted',
       );
       assert.equal(t.get(QueueBoxMetrics).value('queuebox_claims_lost_total', { component: 'pull' }), 1);
-      assert.equal(await worker.runOnce('batched'), 2);
-      assert.deepEqual((await ledger()).map((row) => row.idempotency_key).sort(), ['m0', 'm1', 'm2'], 'each message once');
+      assert.equal(await worker.runOnce('batched'), 1);
+      assert.deepEqual((await ledger()).map((row) => row.idempotency_key).sort(), ['m0', 'm1', 'm2', 'm3'], 'each message once');
     } finally {
       await other.app.close();
     }
   });
 
-  it('keeps per-aggregate order: a batch holds at most one message per aggregate, the next waits for its commit', async () => {
+  it('keeps per-aggregate order: a batch takes the rows after each claimed head of an aggregate, in id order, and completes them with it', async () => {
     // 3 aggregates of 4 messages each, received interleaved.
     await receive(12, (n) => `agg${n % 3}`);
-    while ((await worker.runOnce('batched')) > 0);
+    const processed = () =>
+      t.get(QueueBoxMetrics).value('queuebox_inbox_messages_processed_total', { component: 'pull', source: 'batched' });
+    const processedBefore = processed();
+    assert.equal(await worker.runOnce('batched'), 3, 'one claimed head per aggregate');
+    const aggregateOf = (key: string) => `agg${Number(key.slice(1)) % 3}`;
+    // The three heads make two batches (two free slots); each fills with its aggregates' next rows.
+    assert.deepEqual(calls.map((call) => call.length).sort(), [4, 8]);
     for (const call of calls) {
-      const aggregates = call.map((key) => `agg${Number(key.slice(1)) % 3}`);
-      assert.equal(new Set(aggregates).size, aggregates.length, `one message per aggregate in ${call.join(',')}`);
-    }
-    assert.ok(calls.length >= 4, 'four messages per aggregate need four batches');
-    const rows = await ledger();
-    for (const aggregate of ['agg0', 'agg1', 'agg2']) {
-      const seqs = rows.filter((row) => row.aggregate_id === aggregate).map((row) => row.seq);
+      const seqs = call.map((key) => Number(key.slice(1)));
       assert.deepEqual(
         seqs,
         [...seqs].sort((a, b) => a - b),
-        `${aggregate} in order`,
+        `${call.join()} in id order`,
       );
-      assert.equal(seqs.length, 4);
+    }
+    assert.equal(new Set(calls.flat()).size, 12, 'every message once');
+    for (const aggregate of ['agg0', 'agg1', 'agg2'])
+      assert.equal(calls.filter((call) => call.some((key) => aggregateOf(key) === aggregate)).length, 1, `${aggregate} in one call`);
+    const rows = await states();
+    assert.deepEqual(new Set(rows.map((row) => row.state)), new Set(['processed']));
+    assert.deepEqual(
+      rows.map((row) => row.attempts),
+      Array(12).fill(1),
+      'one attempt each',
+    );
+    assert.equal(processed() - processedBefore, 12, 'followers counted as processed too');
+  });
+
+  it('takes no row behind one that is not due yet, and no more rows than the batch holds', async () => {
+    // a0: m0..m59; a1: m60..m62 of which m61 is not due.
+    await receive(63, (n) => (n < 60 ? 'a0' : 'a1'));
+    await db.query("UPDATE queuebox_inbox SET available_at = clock_timestamp() + interval '1 hour' WHERE idempotency_key = 'm61'");
+    assert.equal(await worker.runOnce('batched'), 2, 'the heads m0 and m60');
+    assert.deepEqual(
+      calls.map((call) => call.length).sort((a, b) => a - b),
+      [1, 50],
+      'a0’s head and 49 followers (the batch is 50); a1’s head alone: m61 is not due, so m62 waits too',
+    );
+    const pending = (await states()).filter((row) => row.state === 'pending').map((row) => row.idempotency_key);
+    assert.deepEqual(pending, [...Array.from({ length: 10 }, (_, i) => `m${50 + i}`), 'm61', 'm62']);
+  });
+
+  it('a failed batch leaves the followers untouched: pending, their attempt not counted', async () => {
+    behaviour = async () => {
+      throw new Error('ledger service said no');
+    };
+    await receive(3, () => 'one');
+    assert.equal(await worker.runOnce('batched'), 1);
+    assert.deepEqual(calls, [['m0', 'm1', 'm2']]);
+    assert.deepEqual(
+      (await states()).map((row) => [row.idempotency_key, row.state, row.attempts]),
+      [
+        ['m0', 'pending', 1],
+        ['m1', 'pending', 0],
+        ['m2', 'pending', 0],
+      ],
+    );
+    assert.deepEqual(await ledger(), []);
+  });
+
+  it('a follower changed before the commit (an operator’s write) rolls the batch back; its head is released and tried again', async () => {
+    let changed = false;
+    behaviour = async (messages) => {
+      if (changed) return;
+      changed = true;
+      await db.query("UPDATE queuebox_inbox SET state = 'dead', last_error = 'by hand' WHERE id = $1", [messages[2].id]);
+    };
+    await receive(3, () => 'one');
+    assert.equal(await worker.runOnce('batched'), 1);
+    assert.deepEqual(await ledger(), [], 'nothing of the batch committed');
+    assert.deepEqual(
+      (await states()).map((row) => [row.idempotency_key, row.state, row.attempts]),
+      [
+        ['m0', 'pending', 0],
+        ['m1', 'pending', 0],
+        ['m2', 'dead', 0],
+      ],
+    );
+    assert.equal(await worker.runOnce('batched'), 1);
+    assert.deepEqual(calls.at(-1), ['m0', 'm1']);
+    assert.deepEqual(
+      (await ledger()).map((row) => row.idempotency_key),
+      ['m0', 'm1'],
+    );
+  });
+
+  it('a head whose lease ran out during the batch: its followers are handled once, by the new owner', async () => {
+    const other = await createTestApp(db.url, { workers: false }, { providers: [BatchLedgerHandler] });
+    try {
+      let taken = false;
+      behaviour = async (messages) => {
+        if (taken) return;
+        taken = true;
+        await db.query("UPDATE queuebox_inbox SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1", [
+          messages[0].id,
+        ]);
+        assert.equal(await other.get(PullWorker).runOnce('batched'), 1, 'the new owner takes the head, and its followers');
+      };
+      await receive(3, () => 'one');
+      assert.equal(await worker.runOnce('batched'), 1);
+      assert.deepEqual(calls, [
+        ['m0', 'm1', 'm2'],
+        ['m0', 'm1', 'm2'],
+      ]);
+      assert.deepEqual(
+        (await ledger()).map((row) => row.idempotency_key),
+        ['m0', 'm1', 'm2'],
+        'only the new owner’s batch committed',
+      );
+      assert.deepEqual(
+        (await states()).map((row) => [row.idempotency_key, row.state, row.attempts]),
+        [
+          ['m0', 'processed', 2],
+          ['m1', 'processed', 1],
+          ['m2', 'processed', 1],
+        ],
+      );
+    } finally {
+      await other.app.close();
     }
   });
 

@@ -39,6 +39,7 @@ import {
   outboxReclaimSql,
   serializedClaimSql,
 } from './claims.sql';
+import { inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
 import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
 import { outboxInsertSql } from './outbox.sql';
@@ -53,6 +54,8 @@ const STATEMENTS: SqlDialectStatements = {
   outboxReclaimSql,
   inboxReclaimSql,
   inboxFindSql,
+  inboxFollowersSql,
+  inboxCompleteFollowersSql,
   leaseRenewSql,
   leaseCompleteSql,
   leaseCompleteBatchSql,
@@ -79,6 +82,7 @@ const PARAMS: SqlDialectParams = {
   name: same,
   key: (_field, value) => value,
   names: same,
+  ids: same,
   fence: (p) => [p.id, p.token],
   claims: (claims) => [claims.map((c) => c.id), claims.map((c) => c.token)],
   selection: selectionParams,

@@ -30,6 +30,7 @@ import {
   outboxClaimSql,
   outboxReclaimSql,
 } from './claims.sql';
+import { inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
 import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
 import { outboxInsertSql } from './outbox.sql';
@@ -46,6 +47,8 @@ const STATEMENTS: SqlDialectStatements = {
   outboxReclaimSql,
   inboxReclaimSql,
   inboxFindSql,
+  inboxFollowersSql,
+  inboxCompleteFollowersSql,
   leaseRenewSql,
   leaseCompleteSql,
   leaseCompleteBatchSql,
@@ -71,6 +74,7 @@ const PARAMS: SqlDialectParams = {
   name,
   key: keyText,
   names: (values) => text(JSON.stringify(values)),
+  ids: (ids) => text(JSON.stringify(ids)),
   fence,
   claims: (claims) => [text(JSON.stringify(claims.map((c) => ({ id: c.id, token: c.token }))))],
   selection: selectionParams,
