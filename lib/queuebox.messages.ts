@@ -195,6 +195,8 @@ export const messages = {
     `Forward of inbox message ${id} failed on attempt ${attempt}: ${error}. Retrying in ${delayMs} ms.`,
   relayMarkLost: (source: string, key: string) =>
     `Lost the claim on inbox message ${source}/${key} before marking it processed: its outbox insert was rolled back and the new owner forwards it. Raise "inbox.relay.claimTimeoutMs" if this repeats.`,
+  relayFollowersReadFailed: (error: string) =>
+    `The inbox relay could not read the rows after the heads it claimed (${error}); forwarding the heads alone.`,
   relayClaimLost: (source: string, key: string) =>
     `Lost the claim on inbox message ${source}/${key} before forwarding it (lease renewal failed); leaving it to the next owner.`,
 

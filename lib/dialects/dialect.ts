@@ -144,14 +144,13 @@ export interface Dialect {
 
   /**
    * Up to `perHead` pending rows of each head's aggregate right after it, in id order, read in
-   * `manager`'s transaction. Nothing is locked: while a head is in flight no claim takes a row of
+   * `manager`'s transaction when given. Nothing is locked: while a head is in flight no claim takes a row of
    * its aggregate.
    */
   inboxFollowers(p: {
-    source: string;
-    heads: { id: string; aggregateId: string }[];
+    heads: { id: string; source: string; aggregateId: string }[];
     perHead: number;
-    manager: EntityManager;
+    manager?: EntityManager;
   }): Promise<InboxFollowerRow[]>;
   /** Marks followers processed in `manager`'s transaction (their heads' completion fences them); returns the ids it changed. */
   inboxCompleteFollowers(p: { ids: string[]; manager: EntityManager }): Promise<Set<string>>;

@@ -163,19 +163,15 @@ export abstract class SqlDialect<J> {
   protected abstract inboxInsertRecords(row: InboxInsertRow, manager: EntityManager | undefined): Promise<{ id: string }[]>;
 
   async inboxFollowers(p: {
-    source: string;
-    heads: { id: string; aggregateId: string }[];
+    heads: { id: string; source: string; aggregateId: string }[];
     perHead: number;
-    manager: EntityManager;
+    manager?: EntityManager;
   }): Promise<InboxFollowerRow[]> {
     if (p.heads.length === 0 || p.perHead < 1) return [];
+    const heads = p.heads.map(({ id, source, aggregateId }) => ({ id, source, aggregateId }));
     const { rows } = await this.run<InboxFollowerRecord<J>>(
       this.statements.inboxFollowersSql(this.table.inbox),
-      [
-        this.params.name(p.source),
-        this.params.text(JSON.stringify(p.heads.map(({ id, aggregateId }) => ({ id, aggregateId })))),
-        this.params.int(p.perHead),
-      ],
+      [this.params.text(JSON.stringify(heads)), this.params.int(p.perHead)],
       p.manager,
     );
     return rows.map((r) => toInboxFollowerRow(r, this.decoding)).sort(byId);

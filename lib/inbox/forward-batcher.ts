@@ -1,4 +1,4 @@
-import type { DataSource } from 'typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import type { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
@@ -11,9 +11,37 @@ import { TurnBatcher } from '../workers/turn-batcher';
  */
 export type BatchedForward = 'forwarded' | 'lost' | 'alone';
 
-interface Forward {
+/** One inbox row's forward: its claim (or, for a follower, its head's) and the outbox rows its route made. */
+export interface RoutedRow {
   claim: InboxClaim;
   rows: OutboxInsertRow[];
+}
+
+/** A claimed head's forward, with its followers (forwarded with it, after it, in id order). */
+interface Forward extends RoutedRow {
+  followers: RoutedRow[];
+}
+
+/** A follower changed between its read and its completion (an operator's write): nothing was written. */
+export class FollowersChangedError extends Error {}
+
+/** The outbox rows of a forward, the head's first, then each follower's in id order. */
+export const rowsOf = (forward: { rows: OutboxInsertRow[]; followers: RoutedRow[] }) => [
+  ...forward.rows,
+  ...forward.followers.flatMap((follower) => follower.rows),
+];
+
+/**
+ * Marks a forward's followers processed, in the transaction that completed its head (fenced
+ * there); throws FollowersChangedError when one is no longer pending.
+ */
+export async function completeFollowers(lease: LeaseService, followers: RoutedRow[], manager: EntityManager): Promise<void> {
+  if (followers.length === 0) return;
+  const done = await lease.completeFollowers(
+    followers.map((follower) => follower.claim),
+    manager,
+  );
+  if (done < followers.length) throw new FollowersChangedError();
 }
 
 /**
@@ -40,8 +68,8 @@ export class ForwardBatcher {
   }
 
   /** Settles once the forward was written with its batch, lost, or must be written `alone`. Never rejects. */
-  forward(claim: InboxClaim, rows: OutboxInsertRow[]): Promise<BatchedForward> {
-    return this.batcher.add({ claim, rows });
+  forward(claim: InboxClaim, rows: OutboxInsertRow[], followers: RoutedRow[]): Promise<BatchedForward> {
+    return this.batcher.add({ claim, rows, followers });
   }
 
   private async write(batch: Forward[]): Promise<BatchedForward[]> {
@@ -53,7 +81,13 @@ export class ForwardBatcher {
           batch.map((entry) => entry.claim),
           manager,
         );
-        const rows = batch.filter((entry) => done.has(entry.claim)).flatMap((entry) => entry.rows);
+        const live = batch.filter((entry) => done.has(entry.claim));
+        await completeFollowers(
+          this.lease,
+          live.flatMap((entry) => entry.followers),
+          manager,
+        );
+        const rows = live.flatMap(rowsOf);
         if (rows.length > 0) await this.dialect.outboxInsert({ manager, rows });
         return done;
       });

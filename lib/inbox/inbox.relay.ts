@@ -21,7 +21,7 @@ import { DatabaseRecovery } from '../workers/database-recovery';
 import type { LeaseKeeper } from '../workers/lease-keeper';
 import { LoopWorker } from '../workers/loop-worker';
 import type { OutcomeRecorder } from '../workers/outcome-recorder';
-import { ForwardBatcher } from './forward-batcher';
+import { completeFollowers, ForwardBatcher, type RoutedRow, rowsOf } from './forward-batcher';
 import { inboxMessageName, inboxOutcomeRecorder } from './inbox-outcomes';
 import { InboxSources } from './inbox-sources';
 
@@ -42,6 +42,8 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
   protected readonly loop: ClaimLoop<InboxClaim>;
   private readonly batcher: ForwardBatcher;
   private readonly outcomes: OutcomeRecorder<InboxClaim>;
+  /** The followers read for each claimed head, until its forward routes them. */
+  private readonly followersOf = new WeakMap<InboxClaim, InboxClaim[]>();
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -61,7 +63,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
       {
-        claim: (limit) => this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.leaseMs }),
+        claim: (limit) => this.claimWithFollowers(limit),
         process: (claim, keeper, yieldSlot) =>
           inSpan(
             claim.message.headers,
@@ -93,17 +95,39 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     return uuidV5(`${this.rootOptions.tables.inbox.qualified}/${inboxId}/${index}`);
   }
 
+  /**
+   * Claims heads (one row per aggregate in flight), then reads their followers: up to `batchSize`
+   * more rows, the ones right after the heads of their aggregates (see LeaseService.followers),
+   * routed after their head and forwarded in its transaction. So an aggregate advances by more
+   * than one row per round trip of its head.
+   */
+  private async claimWithFollowers(limit: number): Promise<InboxClaim[]> {
+    const heads = await this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.leaseMs });
+    if (heads.length === 0) return heads;
+    try {
+      for (const [head, followers] of await this.lease.followers(heads, { room: this.options.batchSize }))
+        this.followersOf.set(head, followers);
+    } catch (error) {
+      // The heads are claimed: forward them alone rather than leave them to their leases.
+      this.logger.warn(messages.relayFollowersReadFailed(describeError(error)));
+    }
+    return heads;
+  }
+
   private async forward(claim: InboxClaim, keeper: LeaseKeeper, yieldSlot: (until?: Promise<unknown>) => void): Promise<void> {
     const { message } = claim;
     const startedAt = performance.now();
     let rows: OutboxInsertRow[] | undefined;
+    let followers: RoutedRow[] = [];
     let failure: unknown;
     try {
-      rows = await this.outboxRowsFor(message, keeper, yieldSlot);
+      rows = await this.outboxRowsFor(message, keeper, yieldSlot, 'head');
+      const routed = await this.routeFollowers(claim, keeper, yieldSlot);
+      followers = routed.followers;
       // `concurrency` bounds routes running: the next route runs while this forward waits for its
       // batch, so a batch can gather up to `batchSize` forwards (a route that timed out and still
       // runs kept its slot above and never gets here).
-      yieldSlot();
+      if (!routed.slotHeld) yieldSlot();
     } catch (error) {
       failure = error;
     }
@@ -116,10 +140,12 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     }
     if (rows) {
       try {
-        const outcome = await this.batcher.forward(claim, rows);
+        const outcome = await this.batcher.forward(claim, rows, followers);
         if (outcome === 'lost') throw new ClaimLostError(messages.claimLost('inbox', claim.id));
-        if (outcome === 'alone') await this.forwardAlone(claim, rows);
-        this.outcomes.completed(claim, { durationMs: performance.now() - startedAt, forwarded: rows.length });
+        if (outcome === 'alone') followers = await this.forwardAlone(claim, rows, followers);
+        const durationMs = performance.now() - startedAt;
+        this.outcomes.completed(claim, { durationMs, forwarded: rows.length });
+        for (const follower of followers) this.outcomes.completed(follower.claim, { durationMs, forwarded: follower.rows.length });
         return;
       } catch (error) {
         if (isInstance(error, ClaimLostError)) {
@@ -136,18 +162,62 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     });
   }
 
-  /** One row's forward in a transaction of its own: its outbox row(s), then its fenced completion. */
-  private async forwardAlone(claim: InboxClaim, rows: OutboxInsertRow[]): Promise<void> {
-    await this.dataSource.transaction(async (manager) => {
-      if (rows.length > 0) await this.dialect.outboxInsert({ manager, rows });
-      if (!(await this.lease.complete(claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', claim.id));
-    });
+  /**
+   * Routes the head's followers in id order, up to the first whose route fails or times out: it
+   * and the rows after it stay pending, and come again as heads, where a failure counts as an
+   * attempt. `slotHeld`: a route timed out and still runs, holding the slot until it ends.
+   */
+  private async routeFollowers(
+    head: InboxClaim,
+    keeper: LeaseKeeper,
+    yieldSlot: (until?: Promise<unknown>) => void,
+  ): Promise<{ followers: RoutedRow[]; slotHeld: boolean }> {
+    const followers = this.followersOf.get(head) ?? [];
+    this.followersOf.delete(head);
+    const routed: RoutedRow[] = [];
+    for (const follower of followers) {
+      if (keeper.lost || this.loop.abandoned) break;
+      try {
+        routed.push({ claim: follower, rows: await this.outboxRowsFor(follower.message, keeper, yieldSlot, 'follower') });
+      } catch (error) {
+        return { followers: routed, slotHeld: isInstance(error, HandlerTimeoutError) };
+      }
+    }
+    return { followers: routed, slotHeld: false };
   }
 
+  /**
+   * One head's forward in a transaction of its own: its outbox row(s) and its followers', then the
+   * fenced completion of the head and the completion of its followers. When that fails for any
+   * reason but a lost claim, the head goes alone. Returns the followers forwarded.
+   */
+  private async forwardAlone(claim: InboxClaim, rows: OutboxInsertRow[], followers: RoutedRow[]): Promise<RoutedRow[]> {
+    try {
+      await this.dataSource.transaction(async (manager) => {
+        const all = rowsOf({ rows, followers });
+        if (all.length > 0) await this.dialect.outboxInsert({ manager, rows: all });
+        if (!(await this.lease.complete(claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', claim.id));
+        await completeFollowers(this.lease, followers, manager);
+      });
+      return followers;
+    } catch (error) {
+      // A follower that changed, or whose rows the outbox refused, must not fail its head: the head
+      // goes alone, and the follower comes again as a head, where its own failure counts.
+      if (followers.length === 0 || isInstance(error, ClaimLostError)) throw error;
+      return this.forwardAlone(claim, rows, []);
+    }
+  }
+
+  /**
+   * The outbox rows of `message`'s route. A route past its timeout keeps its slot until it ends;
+   * a head's timeout also aborts its claim's signal (the attempt fails), a follower's only ends
+   * its head's chain of followers.
+   */
   private async outboxRowsFor(
     message: InboxMessage,
     keeper: LeaseKeeper,
     yieldSlot: (until?: Promise<unknown>) => void,
+    role: 'head' | 'follower',
   ): Promise<OutboxInsertRow[]> {
     const route = this.options.routes[message.source];
     // The signal is made only when the route reads it (see LeaseKeeper).
@@ -164,7 +234,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
       () =>
         new HandlerTimeoutError(messages.handlerTimedOut(`The relay route of ${message.source}`, 'inbox.relay.handlerTimeout', timeoutMs)),
       (error, settled) => {
-        keeper.abort(error);
+        if (role === 'head') keeper.abort(error);
         yieldSlot(settled);
       },
     );

@@ -90,27 +90,26 @@ export class LeaseService {
   }
 
   /**
-   * A batch pull handler's followers (`@PullHandler(source, { batch })`): up to `room` pending rows
-   * that come right after the `heads` of their aggregates, read in `manager`'s transaction, spread
-   * over the heads and cut at each aggregate's first row that is not yet due. A follower is not
-   * claimed: it rides on its head's claim (its `token` and lease are the head's), since no claim
-   * takes a row of an aggregate while its head is in flight. Complete followers with
-   * `completeFollowers` after their heads, in the same transaction: the heads' fenced completion is
-   * what fences them.
+   * The followers of inbox `heads` (batch pull handlers, the inbox relay): up to `room` pending
+   * rows that come right after the heads of their aggregates, read in `manager`'s transaction
+   * when given, spread over the heads and cut at each aggregate's first row that is not yet due.
+   * A follower is not claimed: it rides on its head's claim (its `token` and lease are the
+   * head's), since no claim takes a row of an aggregate while its head is in flight. Complete
+   * followers with `completeFollowers` after their heads' fenced completion, in the same
+   * transaction: that completion is what fences them. Returned by head, in id order.
    */
-  async followers(heads: readonly InboxClaim[], p: { room: number; manager: EntityManager }): Promise<InboxClaim[]> {
+  async followers(heads: readonly InboxClaim[], p: { room: number; manager?: EntityManager }): Promise<Map<InboxClaim, InboxClaim[]>> {
+    const byHead = new Map<InboxClaim, InboxClaim[]>();
     const keyed = heads.filter((head) => head.message.aggregateId !== null);
-    if (keyed.length === 0 || p.room < 1) return [];
-    const perHead = Math.ceil(p.room / keyed.length);
+    if (keyed.length === 0 || p.room < 1) return byHead;
     const rows = await this.dialect.inboxFollowers({
-      source: keyed[0].message.source,
-      heads: keyed.map((head) => ({ id: head.id, aggregateId: head.message.aggregateId as string })),
-      perHead,
+      heads: keyed.map((head) => ({ id: head.id, source: head.message.source, aggregateId: head.message.aggregateId as string })),
+      perHead: Math.ceil(p.room / keyed.length),
       manager: p.manager,
     });
-    const headById = new Map(keyed.map((head) => [head.id, head]));
     // Per head, its rows up to the first that is not due, ranked by their place behind the head;
     // the room goes to the lowest ranks first, so every aggregate gets its share.
+    const headById = new Map(keyed.map((head) => [head.id, head]));
     const ranked: { rank: number; row: (typeof rows)[number] }[] = [];
     const stopped = new Set<string>();
     const taken = new Map<string, number>();
@@ -125,10 +124,10 @@ export class LeaseService {
       ranked.push({ rank, row });
     }
     ranked.sort((a, b) => a.rank - b.rank || byId(a.row, b.row));
-    return ranked.slice(0, p.room).map(({ row }) => {
+    for (const { row } of ranked.slice(0, p.room).sort((a, b) => byId(a.row, b.row))) {
       const head = headById.get(row.headId) as InboxClaim;
-      return {
-        component: 'pull',
+      const follower: InboxClaim = {
+        component: head.component,
         table: 'inbox',
         id: row.id,
         token: head.token,
@@ -137,7 +136,11 @@ export class LeaseService {
         attempt: row.attempts + 1,
         message: inboxMessageOf({ ...row, attempts: row.attempts + 1 }),
       };
-    });
+      const list = byHead.get(head);
+      if (list) list.push(follower);
+      else byHead.set(head, [follower]);
+    }
+    return byHead;
   }
 
   /** Marks `followers` processed in `manager`'s transaction, after their heads' `completeBatch`; returns how many it changed. */

@@ -200,7 +200,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
             return controller.signal;
           },
         };
-        followers = await this.lease.followers(claims, { room: (handler.batch ?? 1) - claims.length, manager });
+        followers = [...(await this.lease.followers(claims, { room: (handler.batch ?? 1) - claims.length, manager })).values()].flat();
         const handled = followers.length === 0 ? claims : [...claims, ...followers].sort(byId);
         await handler.handle(
           handled.map((claim) => claim.message),

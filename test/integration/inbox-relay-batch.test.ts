@@ -166,4 +166,153 @@ describe('InboxRelay: forwards ready at the same time share one transaction (Pos
       'the first message once, each of the nine others once, nothing of the duplicate',
     );
   });
+
+  describe('followers: the rows right after a claimed head of an aggregate go with it', () => {
+    const receiveInto = async (keys: string[], aggregate: (n: number) => string) => {
+      const ids: string[] = [];
+      for (const [n, key] of keys.entries())
+        ids.push((await inbox.receive({ source: 'orders', idempotencyKey: key, aggregateId: aggregate(n), payload: { n } })).id);
+      return ids;
+    };
+    const states = () =>
+      db.query<{ idempotency_key: string; state: string; attempts: number }>(
+        'SELECT idempotency_key, state, attempts FROM queuebox_inbox ORDER BY id',
+      );
+    /** Each key's outbox payloads in outbox id order (the order the outbox publishes them in). */
+    const outboxOrder = async () => {
+      const rows = await db.query<{ key: string; n: number }>(`SELECT "key", (payload->>'n')::int AS n FROM queuebox_outbox ORDER BY id`);
+      const byKey = new Map<string, number[]>();
+      for (const row of rows) byKey.set(row.key, [...(byKey.get(row.key) ?? []), row.n]);
+      return Object.fromEntries([...byKey].sort());
+    };
+
+    it('forwards each aggregate’s rows after its head in the head’s claim, in order, one attempt each', async () => {
+      const metrics = t.get(QueueBoxMetrics);
+      const before = metrics.value('queuebox_inbox_messages_processed_total', { component: 'inbox', source: 'orders' });
+      // 3 aggregates of 4 rows each, received interleaved.
+      await receiveInto(
+        Array.from({ length: 12 }, (_, n) => `f${n}`),
+        (n) => `agg${n % 3}`,
+      );
+      assert.equal(await relay.runOnce(), 3, 'one claimed head per aggregate');
+      assert.deepEqual(
+        (await states()).map((row) => [row.state, row.attempts]),
+        Array(12).fill(['processed', 1]),
+        'the heads’ followers forwarded with them',
+      );
+      assert.deepEqual(await outboxOrder(), { agg0: [0, 3, 6, 9], agg1: [1, 4, 7, 10], agg2: [2, 5, 8, 11] });
+      assert.equal(await outboxTransactions(), 1);
+      assert.equal(metrics.value('queuebox_inbox_messages_processed_total', { component: 'inbox', source: 'orders' }) - before, 12);
+    });
+
+    it('a follower whose route throws stays pending, its attempt not counted; it comes again as a head, where its failure counts', async () => {
+      routeBehaviour = (message) => {
+        if (message.idempotencyKey === 'r2') throw new Error('route says no');
+        return { destination: 'billing', key: message.aggregateId, payload: message.payload };
+      };
+      await receiveInto(['r0', 'r1', 'r2', 'r3'], () => 'one');
+      assert.equal(await relay.runOnce(), 1);
+      assert.deepEqual(
+        (await states()).map((row) => [row.idempotency_key, row.state, row.attempts]),
+        [
+          ['r0', 'processed', 1],
+          ['r1', 'processed', 1],
+          ['r2', 'pending', 0],
+          ['r3', 'pending', 0],
+        ],
+        'the head and the follower before the failing one',
+      );
+      await drainRelay();
+      await eventually(async () => {
+        await drainRelay();
+        return (await states()).every((row) => row.state === 'processed' || row.state === 'dead');
+      }, 'r2 dead and r3 forwarded');
+      assert.deepEqual(
+        (await states()).map((row) => [row.idempotency_key, row.state, row.attempts]),
+        [
+          ['r0', 'processed', 1],
+          ['r1', 'processed', 1],
+          ['r2', 'dead', 3],
+          ['r3', 'processed', 1],
+        ],
+      );
+      assert.deepEqual(await outboxOrder(), { one: [0, 1, 3] });
+    });
+
+    it('a follower whose rows the outbox refuses does not fail its head: the head is forwarded alone', async () => {
+      const taken = '00000000-0000-4000-8000-000000000002';
+      routeBehaviour = () => ({ messageId: taken, destination: 'billing', payload: 'first' });
+      await inbox.receive({ source: 'orders', idempotencyKey: 'taken', payload: 0 });
+      await drainRelay();
+      routeBehaviour = (message) => ({
+        ...(message.idempotencyKey === 'd1' ? { messageId: taken } : {}),
+        destination: 'billing',
+        key: message.aggregateId,
+        payload: message.payload,
+      });
+      await receiveInto(['d0', 'd1', 'd2'], () => 'dup');
+      assert.equal(await relay.runOnce(), 1);
+      assert.deepEqual(
+        (await states()).slice(1).map((row) => [row.idempotency_key, row.state, row.attempts]),
+        [
+          ['d0', 'processed', 1],
+          ['d1', 'pending', 0],
+          ['d2', 'pending', 0],
+        ],
+      );
+      await eventually(async () => {
+        await drainRelay();
+        return (await states()).every((row) => row.state === 'processed' || row.state === 'dead');
+      }, 'd1 dead and d2 forwarded');
+      assert.deepEqual(
+        (await states()).slice(1).map((row) => [row.idempotency_key, row.state, row.attempts]),
+        [
+          ['d0', 'processed', 1],
+          ['d1', 'dead', 3],
+          ['d2', 'processed', 1],
+        ],
+      );
+      assert.deepEqual((await outboxOrder()).dup, [0, 2]);
+    });
+
+    it('a follower changed after its read (an operator dead-lettered it): the head goes alone, nothing of the follower is forwarded', async () => {
+      const [, changed] = await receiveInto(['c0', 'c1', 'c2'], () => 'changed');
+      const hold = holdRoutes();
+      const forwarding = relay.runOnce();
+      await eventually(async () => routed.length === 1, 'the head’s route to run');
+      await db.query("UPDATE queuebox_inbox SET state = 'dead', last_error = 'by hand' WHERE id = $1", [changed]);
+      hold.open();
+      assert.equal(await forwarding, 1);
+      assert.deepEqual(
+        (await states()).map((row) => [row.idempotency_key, row.state]),
+        [
+          ['c0', 'processed'],
+          ['c1', 'dead'],
+          ['c2', 'pending'],
+        ],
+      );
+      assert.deepEqual(await outboxOrder(), { changed: [0] });
+      await drainRelay();
+      assert.deepEqual(await outboxOrder(), { changed: [0, 2] });
+    });
+
+    it('I6 with followers: a head whose claim is lost before the write forwards neither it nor its followers', async () => {
+      const [head] = await receiveInto(['l0', 'l1', 'l2'], () => 'lost');
+      const hold = holdRoutes();
+      const forwarding = relay.runOnce();
+      await eventually(async () => routed.length === 1, 'the head’s route to run');
+      await db.query('UPDATE queuebox_inbox SET claim_token = gen_random_uuid() WHERE id = $1', [head]);
+      hold.open();
+      assert.equal(await forwarding, 1);
+      assert.deepEqual(await db.query('SELECT 1 FROM queuebox_outbox'), [], 'nothing forwarded');
+      assert.deepEqual(
+        (await states()).map((row) => [row.idempotency_key, row.state]),
+        [
+          ['l0', 'processing'],
+          ['l1', 'pending'],
+          ['l2', 'pending'],
+        ],
+      );
+    });
+  });
 });

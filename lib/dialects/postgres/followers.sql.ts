@@ -1,10 +1,10 @@
 import { NOW } from './time';
 
-// A batch pull handler's followers: the pending rows of an aggregate right after its claimed head,
-// taken under the head's claim (see inboxFollowersSql). Parameters are positional (`$1`...).
+// Followers (batch pull handlers, the inbox relay): the pending rows of an aggregate right after its
+// claimed head, taken under the head's claim (see inboxFollowersSql). Parameters are positional (`$1`...).
 
 /**
- * $1 = source, $2 = the heads as a JSON array of `{ id, aggregateId }`, $3 = most rows per head.
+ * $1 = the heads as a JSON array of `{ id, source, aggregateId }`, $2 = most rows per head.
  * Per head, the next pending rows of its aggregate in id order, each with `due` (available now);
  * the worker keeps them up to the first that is not due. Nothing is locked or written: while the
  * head is `processing` no claim takes a row of its aggregate (none is the head), and the rows are
@@ -13,14 +13,14 @@ import { NOW } from './time';
  */
 export const inboxFollowersSql = (table: string) => `SELECT f.id, f.source, f.idempotency_key, f.aggregate_id, f.payload,
        f.headers, f.attempts, f.received_at, f.due, h.id AS head_id
-FROM jsonb_to_recordset($2::jsonb) AS h(id bigint, "aggregateId" text)
+FROM jsonb_to_recordset($1::jsonb) AS h(id bigint, source text, "aggregateId" text)
 CROSS JOIN LATERAL (
   SELECT i.id, i.source, i.idempotency_key, i.aggregate_id, i.payload, i.headers, i.attempts, i.received_at,
          i.available_at <= ${NOW} AS due
   FROM ${table} i
-  WHERE i.source = $1 AND i.aggregate_id = h."aggregateId" AND i.state = 'pending' AND i.id > h.id
+  WHERE i.source = h.source AND i.aggregate_id = h."aggregateId" AND i.state = 'pending' AND i.id > h.id
   ORDER BY i.id
-  LIMIT $3
+  LIMIT $2
 ) f`;
 
 /**
