@@ -55,7 +55,7 @@ export default {
 
   guarantee(workload) {
     if (workload.kind === 'inbox')
-      return 'per aggregate: one row in flight (unique index), receive (id) order (a batch pull handler gets the rows after a claimed head in the same call, in id order); a failing row blocks its aggregate until processed or dead';
+      return 'per aggregate: one row in flight (unique index), receive (id) order (the relay and a batch pull handler take the rows after a claimed head with it, in id order); a failing row blocks its aggregate until processed or dead';
     if (!workload.ordered) return 'none asked (no key)';
     return 'per key: one message in flight (unique index), enqueue order; a failing message blocks its key until sent or dead';
   },
@@ -63,7 +63,7 @@ export default {
   orderLabel: (workload) =>
     workload.kind === 'inbox'
       ? workload.consumer === 'relay'
-        ? 'aggregate: one in flight, id order; checked on the outbox rows'
+        ? 'aggregate: one claimed head in flight, its followers forwarded with it, id order; checked on the outbox rows'
         : 'aggregate: one claimed head in flight, its followers in its batch, id order'
       : 'key: one in flight, id order',
 
