@@ -47,8 +47,9 @@ export async function completeFollowers(lease: LeaseService, followers: RoutedRo
 /**
  * Group forwarding: the forwards that are ready during one turn of the event loop, or while the
  * previous batch's transaction runs, share one transaction (up to `maxBatch` of them): one fenced
- * completion of all their claims, then the outbox rows of the claims it completed only, so a claim
- * lost in the fence never reaches the outbox (I6). Under load that is one transaction for many
+ * completion of all their claims, then the completion of those claims' followers (InboxRelay),
+ * then the outbox rows of the claims it completed only (each head's, then its followers'), so a
+ * claim lost in the fence never reaches the outbox (I6). Under load that is one transaction for many
  * messages instead of one each; alone, a forward waits for nothing but its own transaction.
  *
  * When a batch's transaction fails, nothing of it was written, and every forward of it is told to
