@@ -28,17 +28,21 @@ function deferred() {
  * Starts a worker process. `config` is passed in BENCH_WORKER_CONFIG; `onProgress({ handled,
  * distinct })` is called about twice a second once it runs, `onRejection(text)` for each promise
  * rejection nobody handled in the worker. With `cpuProfile`, the worker runs
- * with `--cpu-prof` and writes its profile to `cpuProfile.dir` when it exits.
+ * with `--cpu-prof` and writes its profile to `cpuProfile.dir` when it exits (BENCH_CPU_PROF=go:
+ * a profile of the drain only, from `go` until the parent saw the work finished).
  */
 export function spawnWorker({ script, config, onProgress = () => {}, onRejection = () => {}, cpuProfile }) {
   // BENCH_WORKER_NODE_FLAGS: extra Node/V8 flags for the worker processes (memory experiments).
   const execArgv = (process.env.BENCH_WORKER_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+  const env = { ...process.env, BENCH_WORKER_CONFIG: JSON.stringify(config) };
   if (cpuProfile) {
     mkdirSync(cpuProfile.dir, { recursive: true });
-    execArgv.push('--cpu-prof', `--cpu-prof-dir=${cpuProfile.dir}`, `--cpu-prof-name=${cpuProfile.name}.cpuprofile`);
+    // BENCH_CPU_PROF=go: only from `go` until the work was seen finished (worker-common.mjs).
+    if (process.env.BENCH_CPU_PROF === 'go') env.BENCH_CPU_PROF_GO = `${cpuProfile.dir}/${cpuProfile.name}.cpuprofile`;
+    else execArgv.push('--cpu-prof', `--cpu-prof-dir=${cpuProfile.dir}`, `--cpu-prof-name=${cpuProfile.name}.cpuprofile`);
   }
   const child = fork(fileURLToPath(new URL(script, import.meta.url)), [], {
-    env: { ...process.env, BENCH_WORKER_CONFIG: JSON.stringify(config) },
+    env,
     // The parent's own binary (bench/node.mjs: Node 26 unless BENCH_NODE=current), said outright.
     execPath: process.execPath,
     execArgv,

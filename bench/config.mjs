@@ -56,8 +56,8 @@ export const settings = {
   repeat: intFromEnv('BENCH_REPEAT', 1),
   /** Keep each workload's database after it ran, for inspection (drop them by hand). */
   keepDatabases: process.env.BENCH_KEEP_DATABASES === '1',
-  /** `--cpu-prof` on every worker process, profiles written to bench/results/profiles/. */
-  cpuProfile: process.env.BENCH_CPU_PROF === '1',
+  /** `--cpu-prof` on every worker process (`go`: the drain only), profiles written to bench/results/profiles/. */
+  cpuProfile: process.env.BENCH_CPU_PROF === '1' || process.env.BENCH_CPU_PROF === 'go',
 };
 
 export const SYSTEMS = listFromEnv('BENCH_SYSTEMS', ['queuebox', 'graphile-worker', 'pg-boss']);

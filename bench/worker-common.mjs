@@ -132,6 +132,31 @@ function allocationProfiler() {
   };
 }
 
+/**
+ * BENCH_CPU_PROF_GO=<file> (set by child.mjs under BENCH_CPU_PROF=go): V8's CPU profiler from
+ * `go` until the parent saw the work finished (boot and shutdown left out, unlike
+ * BENCH_CPU_PROF=1's whole-process `--cpu-prof`), written as a .cpuprofile to `<file>`
+ * (bench/profile-summary.mjs summarizes it).
+ */
+function drainCpuProfiler() {
+  const file = process.env.BENCH_CPU_PROF_GO;
+  if (!file) return { async start() {}, async stop() {} };
+  const session = new inspector.Session();
+  session.connect();
+  const post = (method, params) => new Promise((resolve, reject) => session.post(method, params, (e, r) => (e ? reject(e) : resolve(r))));
+  return {
+    async start() {
+      await post('Profiler.enable');
+      await post('Profiler.setSamplingInterval', { interval: 500 });
+      await post('Profiler.start');
+    },
+    async stop() {
+      const { profile } = await post('Profiler.stop');
+      writeFileSync(file, JSON.stringify(profile));
+    },
+  };
+}
+
 /** The message and the outermost stack frame: where the promise nobody awaited was made. */
 function describeRejection(error) {
   const frames = String(error?.stack ?? '')
@@ -156,6 +181,7 @@ function send(message) {
 export async function serveWorker(boot) {
   const memTrace = startMemTrace();
   const allocProfile = allocationProfiler();
+  const drainProfile = drainCpuProfiler();
   const config = JSON.parse(process.env.BENCH_WORKER_CONFIG ?? '{}');
   const recorder = new Recorder(config.expected);
   // The parent going away (Ctrl-C, a crash) must not leave a worker running.
@@ -182,6 +208,7 @@ export async function serveWorker(boot) {
       try {
         if (message.type === 'go') {
           await allocProfile.start();
+          await drainProfile.start();
           memTrace.mark('go');
           startedAt = now();
           cpuAtGo = process.cpuUsage();
@@ -195,6 +222,7 @@ export async function serveWorker(boot) {
           clearInterval(progress);
           // CPU from `go` until the parent saw the work finished: boot and shutdown left out.
           const cpu = process.cpuUsage(cpuAtGo);
+          await drainProfile.stop();
           await worker.stop();
           await allocProfile.stop();
           memTrace.write();
