@@ -44,6 +44,8 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
   private readonly outcomes: OutcomeRecorder<InboxClaim>;
   /** The followers read for each claimed head, until its forward routes them. */
   private readonly followersOf = new WeakMap<InboxClaim, InboxClaim[]>();
+  /** Followers read and not yet finished: at most `concurrency × batchSize`, as a batch pull handler holds. */
+  private followersHeld = 0;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -96,17 +98,21 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
   }
 
   /**
-   * Claims heads (one row per aggregate in flight), then reads their followers: up to `batchSize`
-   * more rows, the ones right after the heads of their aggregates (see LeaseService.followers),
-   * routed after their head and forwarded in its transaction. So an aggregate advances by more
-   * than one row per round trip of its head.
+   * Claims heads (one row per aggregate in flight), then reads their followers: the rows right
+   * after the heads of their aggregates (see LeaseService.followers), at most `batchSize` per head
+   * and `concurrency × batchSize` held in all, routed after their head and forwarded in its
+   * transaction. So an aggregate advances by more than one row per round trip of its head.
    */
   private async claimWithFollowers(limit: number): Promise<InboxClaim[]> {
     const heads = await this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.leaseMs });
-    if (heads.length === 0) return heads;
+    const room = this.options.concurrency * this.options.batchSize - this.followersHeld;
+    if (heads.length === 0 || room < 1) return heads;
     try {
-      for (const [head, followers] of await this.lease.followers(heads, { room: this.options.batchSize }))
+      const read = await this.lease.followers(heads, { room, maxPerHead: this.options.batchSize });
+      for (const [head, followers] of read) {
         this.followersOf.set(head, followers);
+        this.followersHeld += followers.length;
+      }
     } catch (error) {
       // The heads are claimed: forward them alone rather than leave them to their leases.
       this.logger.warn(messages.relayFollowersReadFailed(describeError(error)));
@@ -115,6 +121,15 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
   }
 
   private async forward(claim: InboxClaim, keeper: LeaseKeeper, yieldSlot: (until?: Promise<unknown>) => void): Promise<void> {
+    const read = this.followersOf.get(claim)?.length ?? 0;
+    try {
+      await this.forwardWithFollowers(claim, keeper, yieldSlot);
+    } finally {
+      this.followersHeld -= read;
+    }
+  }
+
+  private async forwardWithFollowers(claim: InboxClaim, keeper: LeaseKeeper, yieldSlot: (until?: Promise<unknown>) => void): Promise<void> {
     const { message } = claim;
     const startedAt = performance.now();
     let rows: OutboxInsertRow[] | undefined;

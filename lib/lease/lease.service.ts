@@ -91,20 +91,24 @@ export class LeaseService {
 
   /**
    * The followers of inbox `heads` (batch pull handlers, the inbox relay): up to `room` pending
-   * rows that come right after the heads of their aggregates, read in `manager`'s transaction
-   * when given, spread over the heads and cut at each aggregate's first row that is not yet due.
+   * rows that come right after the heads of their aggregates (at most `maxPerHead` for one head),
+   * read in `manager`'s transaction when given, spread over the heads and cut at each aggregate's
+   * first row that is not yet due.
    * A follower is not claimed: it rides on its head's claim (its `token` and lease are the
    * head's), since no claim takes a row of an aggregate while its head is in flight. Complete
    * followers with `completeFollowers` after their heads' fenced completion, in the same
    * transaction: that completion is what fences them. Returned by head, in id order.
    */
-  async followers(heads: readonly InboxClaim[], p: { room: number; manager?: EntityManager }): Promise<Map<InboxClaim, InboxClaim[]>> {
+  async followers(
+    heads: readonly InboxClaim[],
+    p: { room: number; maxPerHead?: number; manager?: EntityManager },
+  ): Promise<Map<InboxClaim, InboxClaim[]>> {
     const byHead = new Map<InboxClaim, InboxClaim[]>();
     const keyed = heads.filter((head) => head.message.aggregateId !== null);
     if (keyed.length === 0 || p.room < 1) return byHead;
     const rows = await this.dialect.inboxFollowers({
       heads: keyed.map((head) => ({ id: head.id, source: head.message.source, aggregateId: head.message.aggregateId as string })),
-      perHead: Math.ceil(p.room / keyed.length),
+      perHead: Math.min(Math.ceil(p.room / keyed.length), p.maxPerHead ?? Number.POSITIVE_INFINITY),
       manager: p.manager,
     });
     // Per head, its rows up to the first that is not due, ranked by their place behind the head;

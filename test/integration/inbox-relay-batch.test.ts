@@ -296,6 +296,35 @@ describe('InboxRelay: forwards ready at the same time share one transaction (Pos
       assert.deepEqual(await outboxOrder(), { changed: [0, 2] });
     });
 
+    it('a head takes at most batchSize followers, and the relay holds at most concurrency × batchSize', async () => {
+      const small = await createTestApp(db.url, {
+        workers: false,
+        inbox: {
+          relay: {
+            routes: { orders: (message) => ({ destination: 'billing', key: message.aggregateId, payload: message.payload }) },
+            batchSize: 2,
+            concurrency: 1,
+          },
+        },
+      });
+      try {
+        await receiveInto(
+          Array.from({ length: 6 }, (_, n) => `s${n}`),
+          () => 'small',
+        );
+        assert.equal(await small.get(InboxRelay).runOnce(), 1);
+        assert.deepEqual(
+          (await states()).map((row) => row.state),
+          ['processed', 'processed', 'processed', 'pending', 'pending', 'pending'],
+          'the head and two followers',
+        );
+        while ((await small.get(InboxRelay).runOnce()) > 0);
+        assert.deepEqual(await outboxOrder(), { small: [0, 1, 2, 3, 4, 5] });
+      } finally {
+        await small.app.close();
+      }
+    });
+
     it('I6 with followers: a head whose claim is lost before the write forwards neither it nor its followers', async () => {
       const [head] = await receiveInto(['l0', 'l1', 'l2'], () => 'lost');
       const hold = holdRoutes();
