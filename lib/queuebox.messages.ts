@@ -98,6 +98,8 @@ export const messages = {
     `${subject}: "messageId" ${messageId} is given to an earlier message of the same call; each message needs its own id.`,
   messageIdTaken: (messageId: string | undefined) =>
     `An outbox message with "messageId" ${messageId ?? '(one of those given)'} already exists; nothing of this call was stored. Give each message its own id (or leave it out for a new UUID). On PostgreSQL the failed insert aborted your transaction: roll it back.`,
+  relayMessageIdTaken: (messageId: string | undefined) =>
+    `The relay route returned "messageId" ${messageId ?? '(one of its messages)'}, which an outbox message already has: dead-lettered at once, since every attempt would collide. Give each forwarded message its own id, or leave it out (the relay derives one from the inbox row).`,
   sourceUnknown: (source: string) =>
     `Inbox source ${show(source)} has no consumer: add a route for it in "inbox.relay.routes" or a @PullHandler(${show(source)}), so its messages do not pile up unseen.`,
   managerRequired: () =>

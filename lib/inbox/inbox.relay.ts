@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import type { DataSource } from 'typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
 import { describeError, isInstance } from '../common/errors';
 import { withinTimeout } from '../common/time-limit';
 import { uuidV5 } from '../common/uuid';
@@ -11,6 +11,7 @@ import type { InboxMessage } from '../lease/claimed-messages';
 import { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../options/options.resolver';
+import { asDuplicateMessageId } from '../outbox/outbox.service';
 import { toOutboxRows } from '../outbox/outbox-rows';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
@@ -209,8 +210,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
   private async forwardAlone(claim: InboxClaim, rows: OutboxInsertRow[], followers: RoutedRow[]): Promise<RoutedRow[]> {
     try {
       await this.dataSource.transaction(async (manager) => {
-        const all = rowsOf({ rows, followers });
-        if (all.length > 0) await this.dialect.outboxInsert({ manager, rows: all });
+        await this.insertForwarded(manager, rowsOf({ rows, followers }));
         if (!(await this.lease.complete(claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', claim.id));
         await completeFollowers(this.lease, followers, manager);
       });
@@ -220,6 +220,16 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
       // goes alone, and the follower comes again as a head, where its own failure counts.
       if (followers.length === 0 || isInstance(error, ClaimLostError)) throw error;
       return this.forwardAlone(claim, rows, []);
+    }
+  }
+
+  /** Inserts forwarded outbox rows; a message id the outbox already holds would collide on every attempt: final. */
+  private async insertForwarded(manager: EntityManager, rows: OutboxInsertRow[]): Promise<void> {
+    if (rows.length === 0) return;
+    try {
+      await this.dialect.outboxInsert({ manager, rows });
+    } catch (error) {
+      throw asDuplicateMessageId(error, messages.relayMessageIdTaken) ?? error;
     }
   }
 

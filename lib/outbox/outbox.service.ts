@@ -50,11 +50,21 @@ export class OutboxService {
     try {
       return await this.dialect.outboxInsert({ manager, rows });
     } catch (error) {
-      const collision = messageIdCollision(error);
-      if (collision) throw new DuplicateMessageIdError(collision.messageId ?? '', messages.messageIdTaken(collision.messageId));
-      throw error;
+      throw asDuplicateMessageId(error) ?? error;
     }
   }
+}
+
+/**
+ * A `DuplicateMessageIdError` when `error` is the outbox's `message_id` unique violation (the id
+ * is taken by a message already stored): enqueue throws it, the relay dead-letters on it at once.
+ */
+export function asDuplicateMessageId(
+  error: unknown,
+  describe: (messageId: string | undefined) => string = messages.messageIdTaken,
+): DuplicateMessageIdError | undefined {
+  const collision = messageIdCollision(error);
+  return collision && new DuplicateMessageIdError(collision.messageId ?? '', describe(collision.messageId));
 }
 
 /**

@@ -125,7 +125,7 @@ describe('InboxRelay: forwards ready at the same time share one transaction (Pos
     assert.ok(t.logger.has('error', 'its outbox insert was rolled back'));
   });
 
-  it('a message whose rows cannot be inserted fails only itself; the rest of its batch is forwarded once', async () => {
+  it('a message whose rows cannot be inserted fails only itself (dead at once: its id is taken); the rest of its batch is forwarded once', async () => {
     const taken = '00000000-0000-4000-8000-000000000001';
     routeBehaviour = () => ({ messageId: taken, destination: 'billing', payload: 'first' });
     await inbox.receive({ source: 'orders', idempotencyKey: 'first', payload: 0 });
@@ -151,10 +151,10 @@ describe('InboxRelay: forwards ready at the same time share one transaction (Pos
     );
     for (const row of states) {
       if (row.id === duplicate) {
-        // Retried alone until its attempts are used up, as a single forward that fails is.
+        // Tried alone, then dead-lettered at once: every attempt would collide with the same id.
         assert.equal(row.state, 'dead');
-        assert.equal(row.attempts, 3);
-        assert.match(row.last_error ?? '', /failed 3 attempt\(s\); last error: .*duplicate key value violates unique constraint/);
+        assert.equal(row.attempts, 1);
+        assert.match(row.last_error ?? '', /DuplicateMessageIdError.*which an outbox message already has: dead-lettered at once/);
       } else {
         assert.deepEqual({ state: row.state, attempts: row.attempts }, { state: 'processed', attempts: 1 }, `row ${row.id}`);
       }
@@ -268,7 +268,7 @@ describe('InboxRelay: forwards ready at the same time share one transaction (Pos
         (await states()).slice(1).map((row) => [row.idempotency_key, row.state, row.attempts]),
         [
           ['d0', 'processed', 1],
-          ['d1', 'dead', 3],
+          ['d1', 'dead', 1],
           ['d2', 'processed', 1],
         ],
       );
