@@ -79,6 +79,14 @@ export function toOutboxClaimedRow<J>(r: OutboxClaimedRecord<J>, decode: RecordD
 }
 
 export function toInboxClaimedRow<J>(r: InboxClaimedRecord<J>, decode: RecordDecoding<J>): InboxClaimedRow {
+  return { ...inboxRowOf(r, decode), token: decode.uuid(r.claim_token), leaseExpiresAt: r.lease_expires_at };
+}
+
+/** The columns every inbox row statement returns, decoded (claims and followers). */
+function inboxRowOf<J>(
+  r: Pick<InboxClaimedRecord<J>, 'id' | 'source' | 'idempotency_key' | 'aggregate_id' | 'payload' | 'headers' | 'attempts' | 'received_at'>,
+  decode: RecordDecoding<J>,
+) {
   return {
     id: String(r.id),
     source: r.source,
@@ -87,8 +95,6 @@ export function toInboxClaimedRow<J>(r: InboxClaimedRecord<J>, decode: RecordDec
     payload: decode.json(r.payload),
     headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
     attempts: r.attempts,
-    token: decode.uuid(r.claim_token),
-    leaseExpiresAt: r.lease_expires_at,
     receivedAt: r.received_at,
   };
 }
@@ -108,18 +114,7 @@ export interface InboxFollowerRecord<J> {
 }
 
 export function toInboxFollowerRow<J>(r: InboxFollowerRecord<J>, decode: RecordDecoding<J>): InboxFollowerRow {
-  return {
-    id: String(r.id),
-    headId: String(r.head_id),
-    source: r.source,
-    idempotencyKey: r.idempotency_key,
-    aggregateId: r.aggregate_id,
-    payload: decode.json(r.payload),
-    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
-    attempts: r.attempts,
-    receivedAt: r.received_at,
-    due: r.due === true || r.due === 1,
-  };
+  return { ...inboxRowOf(r, decode), aggregateId: r.aggregate_id, headId: String(r.head_id), due: r.due === true || r.due === 1 };
 }
 
 /** One count of the backlog statement: a (component, name, state) group. */

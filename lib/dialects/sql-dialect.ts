@@ -168,10 +168,9 @@ export abstract class SqlDialect<J> {
     manager?: EntityManager;
   }): Promise<InboxFollowerRow[]> {
     if (p.heads.length === 0 || p.perHead < 1) return [];
-    const heads = p.heads.map(({ id, source, aggregateId }) => ({ id, source, aggregateId }));
     const { rows } = await this.run<InboxFollowerRecord<J>>(
       this.statements.inboxFollowersSql(this.table.inbox),
-      [this.params.text(JSON.stringify(heads)), this.params.int(p.perHead)],
+      [this.params.text(JSON.stringify(p.heads)), this.params.int(p.perHead)],
       p.manager,
     );
     return rows.map((r) => toInboxFollowerRow(r, this.decoding)).sort(byId);

@@ -1,4 +1,4 @@
-import type { DataSource, EntityManager } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import type { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
@@ -11,7 +11,7 @@ import { TurnBatcher } from '../workers/turn-batcher';
  */
 export type BatchedForward = 'forwarded' | 'lost' | 'alone';
 
-/** One inbox row's forward: its claim (or, for a follower, its head's) and the outbox rows its route made. */
+/** One inbox row's forward: its claim (a follower's rides on its head's) and the outbox rows its route made. */
 export interface RoutedRow {
   claim: InboxClaim;
   rows: OutboxInsertRow[];
@@ -22,27 +22,11 @@ interface Forward extends RoutedRow {
   followers: RoutedRow[];
 }
 
-/** A follower changed between its read and its completion (an operator's write): nothing was written. */
-export class FollowersChangedError extends Error {}
-
 /** The outbox rows of a forward, the head's first, then each follower's in id order. */
 export const rowsOf = (forward: { rows: OutboxInsertRow[]; followers: RoutedRow[] }) => [
   ...forward.rows,
   ...forward.followers.flatMap((follower) => follower.rows),
 ];
-
-/**
- * Marks a forward's followers processed, in the transaction that completed its head (fenced
- * there); throws FollowersChangedError when one is no longer pending.
- */
-export async function completeFollowers(lease: LeaseService, followers: RoutedRow[], manager: EntityManager): Promise<void> {
-  if (followers.length === 0) return;
-  const done = await lease.completeFollowers(
-    followers.map((follower) => follower.claim),
-    manager,
-  );
-  if (done < followers.length) throw new FollowersChangedError();
-}
 
 /**
  * Group forwarding: the forwards that are ready during one turn of the event loop, or while the
@@ -83,9 +67,8 @@ export class ForwardBatcher {
           manager,
         );
         const live = batch.filter((entry) => done.has(entry.claim));
-        await completeFollowers(
-          this.lease,
-          live.flatMap((entry) => entry.followers),
+        await this.lease.completeFollowers(
+          live.flatMap((entry) => entry.followers.map((follower) => follower.claim)),
           manager,
         );
         const rows = live.flatMap(rowsOf);

@@ -22,7 +22,7 @@ import { DatabaseRecovery } from '../workers/database-recovery';
 import type { LeaseKeeper } from '../workers/lease-keeper';
 import { LoopWorker } from '../workers/loop-worker';
 import type { OutcomeRecorder } from '../workers/outcome-recorder';
-import { completeFollowers, ForwardBatcher, type RoutedRow, rowsOf } from './forward-batcher';
+import { ForwardBatcher, type RoutedRow, rowsOf } from './forward-batcher';
 import { inboxMessageName, inboxOutcomeRecorder } from './inbox-outcomes';
 import { InboxSources } from './inbox-sources';
 
@@ -212,7 +212,10 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
       await this.dataSource.transaction(async (manager) => {
         await this.insertForwarded(manager, rowsOf({ rows, followers }));
         if (!(await this.lease.complete(claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', claim.id));
-        await completeFollowers(this.lease, followers, manager);
+        await this.lease.completeFollowers(
+          followers.map((follower) => follower.claim),
+          manager,
+        );
       });
       return followers;
     } catch (error) {

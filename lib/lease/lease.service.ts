@@ -16,6 +16,9 @@ import type { Claim, InboxClaim, OutboxClaim, WorkerClaim } from './lease.types'
 
 const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit';
 
+/** A follower changed between its read and its completion (`LeaseService.completeFollowers`): nothing of its transaction may commit. */
+export class FollowersChangedError extends Error {}
+
 /**
  * The one place that claims, renews, completes, retries, dead-letters and reclaims rows.
  *
@@ -147,10 +150,14 @@ export class LeaseService {
     return byHead;
   }
 
-  /** Marks `followers` processed in `manager`'s transaction, after their heads' `completeBatch`; returns how many it changed. */
-  async completeFollowers(followers: readonly InboxClaim[], manager: EntityManager): Promise<number> {
+  /**
+   * Marks `followers` processed in `manager`'s transaction, after their heads' `completeBatch`.
+   * Throws `FollowersChangedError` when one was no longer pending (an operator's write since it
+   * was read): the caller's transaction must roll back.
+   */
+  async completeFollowers(followers: readonly InboxClaim[], manager: EntityManager): Promise<void> {
     const done = await this.dialect.inboxCompleteFollowers({ ids: followers.map((follower) => follower.id), manager });
-    return done.size;
+    if (done.size < followers.length) throw new FollowersChangedError();
   }
 
   /** Extends the lease by `claim.leaseMs` from the database's current time (on `manager`'s connection when given). */

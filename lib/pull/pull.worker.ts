@@ -8,7 +8,7 @@ import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { inboxMessageName, inboxOutcomeRecorder } from '../inbox/inbox-outcomes';
 import { InboxSources } from '../inbox/inbox-sources';
-import { LeaseService } from '../lease/lease.service';
+import { FollowersChangedError, LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
@@ -215,11 +215,8 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         const completed = await this.lease.completeBatch(claims, manager);
         const missed = claims.find((claim) => !completed.has(claim));
         if (missed) throw lost(missed);
-        // Changed since they were read (an operator's write): leave the whole batch for another try.
-        if (followers.length > 0 && (await this.lease.completeFollowers(followers, manager)) < followers.length) {
-          this.logger.warn(messages.followersChanged(handler.source));
-          throw new ClaimLostError(messages.followersChanged(handler.source));
-        }
+        // A follower changed since it was read (an operator's write) throws: the whole batch waits for another try.
+        await this.lease.completeFollowers(followers, manager);
       });
       await withinTimeout(
         attempt,
@@ -241,7 +238,9 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     await Promise.all(keepers.map((keeper) => keeper.stop()));
     if (loop.abandoned) return;
     const durationMs = performance.now() - startedAt;
-    if (isInstance(failure, ClaimLostError) || keepers.some((keeper) => keeper.lost)) {
+    const followersChanged = isInstance(failure, FollowersChangedError);
+    if (followersChanged) this.logger.warn(messages.followersChanged(handler.source));
+    if (followersChanged || isInstance(failure, ClaimLostError) || keepers.some((keeper) => keeper.lost)) {
       await Promise.all(
         claims.map(async (claim, i) => {
           if (keepers[i].lost || this.lease.isLost(claim)) {
