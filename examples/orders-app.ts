@@ -7,13 +7,7 @@ import { Injectable, Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
-import {
-  OutboxService,
-  QueueBoxClaims1795996800000,
-  QueueBoxModule,
-  QueueBoxOperations1764633600000,
-  QueueBoxSchema1764460800000,
-} from 'queuebox';
+import { OutboxService, QueueBoxMigrations, QueueBoxModule } from 'queuebox';
 import { QueueBoxTesting, RecordingPublisher } from 'queuebox/testing';
 import { Column, DataSource, Entity, type MigrationInterface, PrimaryGeneratedColumn, type QueryRunner } from 'typeorm';
 
@@ -92,7 +86,7 @@ export async function startOrdersTestApp(): Promise<OrdersTestApp> {
         type: 'postgres',
         url: url.toString(),
         entities: [Order],
-        migrations: [QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, CreateOrders1764547200000],
+        migrations: [...QueueBoxMigrations, CreateOrders1764547200000],
         migrationsRun: true,
       }),
       QueueBoxModule.forRoot({ workers: false, outbox: { publisher } }),

@@ -55,12 +55,16 @@ export { LeaseService } from './lease/lease.service';
 export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './lease/lease.types';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export {
+  createQueueBoxClaimFunctionsMigration,
   createQueueBoxClaimsMigration,
   createQueueBoxKeyCollationMigration,
   createQueueBoxMigration,
+  createQueueBoxMigrations,
   createQueueBoxOperationsMigration,
+  QueueBoxClaimFunctions1796169600000,
   QueueBoxClaims1795996800000,
   QueueBoxKeyCollation1796083200000,
+  QueueBoxMigrations,
   QueueBoxOperations1764633600000,
   QueueBoxSchema1764460800000,
 } from './migrations/queuebox.migration';

@@ -68,6 +68,10 @@ export const messages = {
     'admin queries and retention scan whole tables until it runs (it is required when retention.enabled is true).',
   claimsMigrationOptional: () =>
     'claims stay correct but are planned on every call and read every pending row of keys in flight to reach rows without a key.',
+  claimFunctionsOutdated: (migration: string) =>
+    `the claim functions in the database were written by an older QueueBox version: claims are sent as statements instead (correct, planned on every call) until migration ${migration} runs (\`queuebox migrate\`, or add it to your DataSource's migrations: [...QueueBoxMigrations]).`,
+  claimFunctionsMigrationOptional: () =>
+    "without it the claim functions of an older version stay in the database; QueueBox sees that and sends this version's claim statements instead (correct, planned on every call).",
   keyCollationMigrationOptional: () =>
     'on PostgreSQL it runs no statement (keys already compare byte for byte); add it so the list matches SQL Server.',
   schemaVersionUnchecked: (name: string, migrationsTable: string) =>

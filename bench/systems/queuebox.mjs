@@ -86,12 +86,7 @@ export default {
     const dataSource = new typeorm.DataSource({
       type: 'postgres',
       url,
-      migrations: [
-        queuebox.QueueBoxSchema1764460800000,
-        queuebox.QueueBoxOperations1764633600000,
-        queuebox.QueueBoxClaims1795996800000,
-        queuebox.QueueBoxKeyCollation1796083200000,
-      ],
+      migrations: [...queuebox.QueueBoxMigrations],
       logging: false,
     });
     await dataSource.initialize();

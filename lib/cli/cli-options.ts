@@ -1,13 +1,9 @@
 import type { MigrationInterface } from 'typeorm';
 import type { QueueBoxTables } from '../dialects/dialect';
-import { DEFAULT_MIGRATION_NAMES } from '../dialects/schema-migrations';
+import { dialectDriver, type MigrationNotes } from '../dialects/registry';
+import { DEFAULT_MIGRATION_NAMES, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import {
-  createQueueBoxClaimsMigration,
-  createQueueBoxKeyCollationMigration,
-  createQueueBoxMigration,
-  createQueueBoxOperationsMigration,
-} from '../migrations/queuebox.migration';
+import { createQueueBoxMigrations } from '../migrations/queuebox.migration';
 import { resolveTables } from '../options/options.resolver';
 import { CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
@@ -44,35 +40,27 @@ export function describeTables(tables: QueueBoxTables): string {
 }
 
 export interface QueueBoxMigrations {
-  /** The schema migration's name (`--migration-name`, default the shipped one), the operations, claims and key-collation migrations'. */
-  names: { schema: string; operations: string; claims: string; keyCollation: string };
+  /** Each migration's name: the schema migration's is `--migration-name` (default the shipped one), the others' the shipped ones. */
+  names: Record<SchemaMigration, string>;
   /** The classes, in the order they run. */
   classes: (new () => MigrationInterface)[];
 }
 
-/**
- * The QueueBox migrations for `tables`: the schema (named `name`), the operations indexes, the
- * claims' indexes and functions, the key columns' binary collation (SQL Server).
- */
+/** The QueueBox migrations for `tables`, the schema migration named `name`. */
 export function migrationsFor(tables: QueueBoxTables, name: string = DEFAULT_MIGRATION_NAMES.schema): QueueBoxMigrations {
   const named = { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
   try {
     return {
-      names: {
-        schema: name,
-        operations: DEFAULT_MIGRATION_NAMES.operations,
-        claims: DEFAULT_MIGRATION_NAMES.claims,
-        keyCollation: DEFAULT_MIGRATION_NAMES.keyCollation,
-      },
-      classes: [
-        createQueueBoxMigration({ tables: named, name }),
-        createQueueBoxOperationsMigration({ tables: named }),
-        createQueueBoxClaimsMigration({ tables: named }),
-        createQueueBoxKeyCollationMigration({ tables: named }),
-      ],
+      names: { ...DEFAULT_MIGRATION_NAMES, schema: name },
+      classes: createQueueBoxMigrations({ tables: named, names: { schema: name } }),
     };
   } catch (error) {
     if (error instanceof QueueBoxConfigError) throw new CliUsageError(`--migration-name: ${error.message}`);
     throw error;
   }
+}
+
+/** What the CLI says of `migration` on the database of driver `type`. */
+export function migrationNotes(type: string, migration: SchemaMigration): MigrationNotes {
+  return dialectDriver(type).migrationNotes[migration] ?? cliMessages.migrationNotes[migration];
 }

@@ -1,5 +1,30 @@
 /** Every line the `queuebox` CLI prints about a problem. URLs in them are already masked. */
 export const cliMessages = {
+  /** What `queuebox migrate` and `queuebox status` say of each migration (a database's driver entry may say otherwise). */
+  migrationNotes: {
+    schema: {
+      applied: 'created the tables with their indexes.',
+      notApplied: 'not applied',
+    },
+    operations: {
+      applied: 'created the indexes of sent, processed and dead rows (admin, retention).',
+      notApplied: 'not applied: admin queries and retention scan whole tables until you run `queuebox migrate`',
+    },
+    claims: {
+      applied: "created the claims' indexes of pending rows without a key or aggregate, and their functions.",
+      notApplied:
+        'not applied: claims are planned on every call, and while keys in flight hold the oldest pending rows they read all of them to reach rows without a key, until you run `queuebox migrate`',
+    },
+    keyCollation: {
+      applied: 'moved the key columns to a binary collation.',
+      notApplied: 'not applied',
+    },
+    claimFunctions: {
+      applied: "brought the claim functions up to this version's claims.",
+      notApplied:
+        "not applied: the claim functions are older than this version's claims, so QueueBox sends the claim statements instead (correct, planned on every call) until you run `queuebox migrate`",
+    },
+  },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',
   optionInvalid: (command: string, detail: string) => `${detail}. Run \`queuebox ${command} --help\` for its options.`,

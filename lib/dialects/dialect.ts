@@ -144,16 +144,24 @@ export interface Dialect {
 
   /**
    * Up to `perHead` pending rows of each head's aggregate right after it, in id order, read in
-   * `manager`'s transaction when given. Nothing is locked: while a head is in flight no claim takes a row of
-   * its aggregate.
+   * `manager`'s transaction when given; none for a head that is no longer the first unfinished row
+   * of its aggregate (an earlier row committed after its claim). Nothing is locked: while a head
+   * is in flight no claim takes a row of its aggregate.
    */
   inboxFollowers(p: {
     heads: { id: string; source: string; aggregateId: string }[];
     perHead: number;
     manager?: EntityManager;
   }): Promise<InboxFollowerRow[]>;
-  /** Marks followers processed in `manager`'s transaction (their heads' completion fences them); returns the ids it changed. */
-  inboxCompleteFollowers(p: { ids: string[]; manager: EntityManager }): Promise<Set<string>>;
+  /**
+   * Marks followers processed in `manager`'s transaction, each only while pending and only if its
+   * head (same aggregate, lower id) is `processed` under `headToken`: their heads' fenced
+   * completion in that transaction fences them. Returns the ids it changed.
+   */
+  inboxCompleteFollowers(p: {
+    followers: { id: string; headId: string; headToken: string }[];
+    manager: EntityManager;
+  }): Promise<Set<string>>;
 
   /** Extends the lease to now + `leaseMs`; returns the new expiry, or null when the claim is lost. */
   leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null>;

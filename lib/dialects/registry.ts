@@ -29,6 +29,12 @@ export interface UrlConnection {
   database: string;
 }
 
+/** What the CLI says of one migration: once applied (`queuebox migrate`), and while not (`queuebox status`). */
+export interface MigrationNotes {
+  applied: string;
+  notApplied: string;
+}
+
 /**
  * Everything QueueBox knows about one database, keyed by TypeORM's driver type. Adding a database
  * means one folder under lib/dialects and one entry in `ENTRIES` (docs/architecture.md).
@@ -47,8 +53,11 @@ export interface DialectDriver<T extends string = string> {
   readonly noOpMigrations: Partial<Record<SchemaMigration, string>>;
   /** The plain-SQL scripts (`queuebox sql`, `npm run sql`): what ends each statement, and the sql/ folder. */
   readonly script: { terminator: string; folder: string };
-  /** What the CLI prints about migration 004 applied or not (`queuebox migrate`, `queuebox status`). */
-  readonly keyCollationNotes: { applied: string; notApplied: string };
+  /**
+   * What the CLI prints about a migration applied or not (`queuebox migrate`, `queuebox status`)
+   * where this database differs from the shared texts (`cliMessages.migrationNotes`).
+   */
+  readonly migrationNotes: Partial<Record<SchemaMigration, MigrationNotes>>;
   /** URL schemes the CLI accepts for this database (`postgres://`), lower case. */
   readonly urlSchemes: readonly string[];
   /** The CLI's connection options for a URL of one of `urlSchemes`. */

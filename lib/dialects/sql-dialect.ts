@@ -78,6 +78,8 @@ export interface SqlDialectParams {
   ids(ids: string[]): unknown;
   /** The claims of a batch completion. */
   claims(claims: { id: string; token: string }[]): unknown[];
+  /** The followers of a completion, each with its head's id and token. */
+  followers(followers: { id: string; headId: string; headToken: string }[]): unknown[];
   /** A dead-row selection, the first five parameters of every dead-letter statement. */
   selection(s: DeadSelection): unknown[];
 }
@@ -176,11 +178,14 @@ export abstract class SqlDialect<J> {
     return rows.map((r) => toInboxFollowerRow(r, this.decoding)).sort(byId);
   }
 
-  async inboxCompleteFollowers(p: { ids: string[]; manager: EntityManager }): Promise<Set<string>> {
-    if (p.ids.length === 0) return new Set();
+  async inboxCompleteFollowers(p: {
+    followers: { id: string; headId: string; headToken: string }[];
+    manager: EntityManager;
+  }): Promise<Set<string>> {
+    if (p.followers.length === 0) return new Set();
     const { rows } = await this.run<{ id: string }>(
       this.statements.inboxCompleteFollowersSql(this.table.inbox),
-      [this.params.ids(p.ids)],
+      this.params.followers(p.followers),
       p.manager,
     );
     return new Set(rows.map((r) => String(r.id)));

@@ -137,6 +137,7 @@ export class LeaseService {
         component: head.component,
         table: 'inbox',
         id: row.id,
+        headId: head.id,
         token: head.token,
         leaseMs: head.leaseMs,
         leaseExpiresAt: head.leaseExpiresAt,
@@ -151,12 +152,18 @@ export class LeaseService {
   }
 
   /**
-   * Marks `followers` processed in `manager`'s transaction, after their heads' `completeBatch`.
-   * Throws `FollowersChangedError` when one was no longer pending (an operator's write since it
-   * was read): the caller's transaction must roll back.
+   * Marks `followers` processed in `manager`'s transaction, after their heads' `completeBatch`;
+   * fenced by the heads: a follower changes only if its head is `processed` under the head's token
+   * (the completion in this transaction). Throws `FollowersChangedError` when one was no longer
+   * pending (an operator's write since it was read) or its head is not completed under that
+   * token: the caller's transaction must roll back.
    */
   async completeFollowers(followers: readonly InboxClaim[], manager: EntityManager): Promise<void> {
-    const done = await this.dialect.inboxCompleteFollowers({ ids: followers.map((follower) => follower.id), manager });
+    if (followers.length === 0) return;
+    const done = await this.dialect.inboxCompleteFollowers({
+      followers: followers.map((follower) => ({ id: follower.id, headId: follower.headId ?? follower.id, headToken: follower.token })),
+      manager,
+    });
     if (done.size < followers.length) throw new FollowersChangedError();
   }
 

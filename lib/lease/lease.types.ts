@@ -38,4 +38,6 @@ export interface OutboxClaim extends WorkerClaim<OutboundMessage> {
 export interface InboxClaim extends WorkerClaim<InboxMessage> {
   readonly component: 'inbox' | 'pull';
   readonly table: 'inbox';
+  /** Set on a follower (`LeaseService.followers`): the claimed head whose claim it rides on. */
+  readonly headId?: string;
 }

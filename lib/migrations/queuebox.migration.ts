@@ -1,6 +1,6 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { schemaStatements } from '../dialects/registry';
-import { DEFAULT_MIGRATION_NAMES, type SchemaMigration } from '../dialects/schema-migrations';
+import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { resolveTables } from '../options/options.resolver';
 import type { QueueBoxModuleOptions } from '../options/options.types';
@@ -79,6 +79,41 @@ export function createQueueBoxKeyCollationMigration(
   return migrationClass(options, DEFAULT_MIGRATION_NAMES.keyCollation, 'keyCollation');
 }
 
+/**
+ * The fifth QueueBox migration: on PostgreSQL it replaces migration 003's claim functions with this
+ * version's claims (a pull claim takes an expired row again even when an earlier row of its
+ * aggregate committed after it was claimed). Until it runs, QueueBox sees that the functions differ
+ * from its claims and sends the claim statements instead, which are correct and planned on every
+ * call. On SQL Server it runs nothing (its claims are not stored in the database). Its down
+ * migration keeps the functions as they are (003's down drops them). Add it after the fourth; same
+ * `tables`, and a `name` of its own per QueueBox schema in one database.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations]
+ */
+export function createQueueBoxClaimFunctionsMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.claimFunctions, 'claimFunctions');
+}
+
+/**
+ * Every QueueBox migration for `tables`, in the order they run: spread it into TypeORM's
+ * `migrations`, so a version that adds one needs no change in your app. `names` gives each a
+ * name of its own (a second QueueBox schema in one database; each must end in a 13-digit
+ * timestamp).
+ *
+ * @example
+ * TypeOrmModule.forRoot({ ..., migrations: [...createQueueBoxMigrations({ tables: { outbox: 'ledger.outbox', inbox: 'ledger.inbox' } })] })
+ */
+export function createQueueBoxMigrations(
+  options: { tables?: QueueBoxModuleOptions['tables']; names?: Partial<Record<SchemaMigration, string>> } = {},
+): (new () => MigrationInterface)[] {
+  return SCHEMA_MIGRATIONS.map((migration) =>
+    migrationClass({ tables: options.tables, name: options.names?.[migration] }, DEFAULT_MIGRATION_NAMES[migration], migration),
+  );
+}
+
 function migrationClass(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string },
   defaultName: string,
@@ -116,3 +151,18 @@ export const QueueBoxClaims1795996800000 = createQueueBoxClaimsMigration();
 
 /** The key-collation migration for the default table names; runs after `QueueBoxClaims1795996800000`. */
 export const QueueBoxKeyCollation1796083200000 = createQueueBoxKeyCollationMigration();
+
+/** The claim-functions migration for the default table names; runs after `QueueBoxKeyCollation1796083200000`. */
+export const QueueBoxClaimFunctions1796169600000 = createQueueBoxClaimFunctionsMigration();
+
+/**
+ * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
+ * With other tables, use `createQueueBoxMigrations({ tables })`.
+ */
+export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
+  QueueBoxSchema1764460800000,
+  QueueBoxOperations1764633600000,
+  QueueBoxClaims1795996800000,
+  QueueBoxKeyCollation1796083200000,
+  QueueBoxClaimFunctions1796169600000,
+];

@@ -1,5 +1,5 @@
 import { type DialectType, dialectDriver, dialectDrivers } from '../dialects/registry';
-import { SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
+import { MIGRATION_FILES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { resolveTables } from '../options/options.resolver';
 import { type QueueBoxModuleOptions } from '../options/options.types';
 
@@ -17,12 +17,7 @@ export function renderSchemaSql(
   const migration = options.migration ?? 'schema';
   const driver = dialectDriver(dialect);
   const end = driver.script.terminator;
-  const title = {
-    schema: 'schema',
-    operations: 'operations indexes',
-    claims: 'claims (indexes and functions)',
-    keyCollation: 'key collation',
-  }[migration];
+  const { title } = MIGRATION_FILES[migration];
   const statements = driver.migrations[migration][direction](resolveTables(options.tables));
   return [
     `-- QueueBox ${title} (${dialect}, ${direction}), rendered from the TypeORM migration's statements.`,
@@ -34,17 +29,11 @@ export function renderSchemaSql(
 
 /** The files shipped in `sql/` (default table names); `npm run sql` writes them, a test checks them. */
 export function renderSchemaFiles(): { dir: string; name: string; content: string }[] {
-  const files = {
-    schema: '001_queuebox',
-    operations: '002_queuebox_operations',
-    claims: '003_queuebox_claims',
-    keyCollation: '004_queuebox_key_collation',
-  } as const;
   return dialectDrivers().flatMap((driver) =>
     SCHEMA_MIGRATIONS.flatMap((migration) =>
       (['up', 'down'] as const).map((direction) => ({
         dir: `sql/${driver.script.folder}`,
-        name: `${files[migration]}.${direction}.sql`,
+        name: `${MIGRATION_FILES[migration].file}.${direction}.sql`,
         content: renderSchemaSql(driver.type, { direction, migration }),
       })),
     ),

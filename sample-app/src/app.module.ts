@@ -1,14 +1,7 @@
 import { type DynamicModule, Module } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import {
-  HttpPublisher,
-  QueueBoxClaims1795996800000,
-  QueueBoxKeyCollation1796083200000,
-  QueueBoxModule,
-  QueueBoxOperations1764633600000,
-  QueueBoxSchema1764460800000,
-} from 'queuebox';
+import { HttpPublisher, QueueBoxMigrations, QueueBoxModule } from 'queuebox';
 import { BillingModule } from './billing/billing.module';
 import { OpsModule } from './ops/ops.module';
 import { CreateOrdersTable1764547200000 } from './orders/create-orders-table.migration';
@@ -27,13 +20,8 @@ export class AppModule {
           type: 'postgres',
           url: databaseUrl,
           entities: [Order],
-          migrations: [
-            QueueBoxSchema1764460800000,
-            CreateOrdersTable1764547200000,
-            QueueBoxOperations1764633600000,
-            QueueBoxClaims1795996800000,
-            QueueBoxKeyCollation1796083200000,
-          ],
+          // Every QueueBox migration, then the app's own (TypeORM runs them in timestamp order).
+          migrations: [...QueueBoxMigrations, CreateOrdersTable1764547200000],
           // Applies whatever is new at startup; TypeORM's migrations table makes a second run a no-op.
           migrationsRun: true,
           // Prints which migrations ran; errors of failed queries, too.

@@ -8,7 +8,7 @@ import { Controller, Injectable, Logger, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ClientsModule, Ctx, EventPattern, NatsContext, Payload, RmqContext, Transport } from '@nestjs/microservices';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { ClientProxyPublisher, OutboxService, PermanentPublishError, QueueBoxModule, QueueBoxSchema1764460800000 } from 'queuebox';
+import { ClientProxyPublisher, OutboxService, PermanentPublishError, QueueBoxMigrations, QueueBoxModule } from 'queuebox';
 import { DataSource } from 'typeorm';
 import { openDatabase } from './database';
 
@@ -64,7 +64,7 @@ function appModule(databaseUrl: string) {
       TypeOrmModule.forRoot({
         type: 'postgres',
         url: databaseUrl,
-        migrations: [QueueBoxSchema1764460800000],
+        migrations: [...QueueBoxMigrations],
         migrationsRun: true,
         logging: ['error'],
       }),

@@ -3,13 +3,13 @@
 // is set). In a real system another app's InboxService.receive() fills the inbox; here the
 // script inserts three messages itself.
 import 'reflect-metadata';
-import { createLeaseService, QueueBoxSchema1764460800000 } from 'queuebox';
+import { createLeaseService, QueueBoxMigrations } from 'queuebox';
 import { DataSource } from 'typeorm';
 import { openDatabase } from './database';
 
 async function main(): Promise<void> {
   const database = await openDatabase();
-  const dataSource = new DataSource({ type: 'postgres', url: database.url, migrations: [QueueBoxSchema1764460800000], logging: false });
+  const dataSource = new DataSource({ type: 'postgres', url: database.url, migrations: [...QueueBoxMigrations], logging: false });
   try {
     await dataSource.initialize();
     await dataSource.runMigrations();

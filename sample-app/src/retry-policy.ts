@@ -8,17 +8,7 @@ import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import {
-  type OutboundMessage,
-  OutboxService,
-  type Publisher,
-  QueueBoxClaims1795996800000,
-  QueueBoxEvents,
-  QueueBoxKeyCollation1796083200000,
-  QueueBoxModule,
-  QueueBoxOperations1764633600000,
-  QueueBoxSchema1764460800000,
-} from 'queuebox';
+import { type OutboundMessage, OutboxService, type Publisher, QueueBoxEvents, QueueBoxMigrations, QueueBoxModule } from 'queuebox';
 import { DataSource } from 'typeorm';
 import { openDatabase } from './database';
 
@@ -49,12 +39,7 @@ async function main(): Promise<void> {
       TypeOrmModule.forRoot({
         type: 'postgres',
         url: database.url,
-        migrations: [
-          QueueBoxSchema1764460800000,
-          QueueBoxOperations1764633600000,
-          QueueBoxClaims1795996800000,
-          QueueBoxKeyCollation1796083200000,
-        ],
+        migrations: [...QueueBoxMigrations],
         migrationsRun: true,
         logging: false,
       }),

@@ -135,11 +135,7 @@ BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 0));
   RETURN QUERY WITH RECURSIVE expired AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
-  WHERE i.source = p_source AND i.state = 'processing' AND i.lease_expires_at <= clock_timestamp() AND (i.aggregate_id IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id
-        AND e.state IN ('pending', 'processing') AND e.id < i.id)
-      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id
-        AND e.state = 'processing' AND e.id <> i.id)))
+  WHERE i.source = p_source AND i.state = 'processing' AND i.lease_expires_at <= clock_timestamp()
   ORDER BY i.lease_expires_at
   LIMIT p_limit
   FOR UPDATE OF i SKIP LOCKED

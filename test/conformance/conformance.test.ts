@@ -4,7 +4,7 @@ import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { RetentionService } from '../../lib/admin/retention.service';
 import type { Dialect, InboxInsertRow } from '../../lib/dialects/dialect';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
-import { LeaseService } from '../../lib/lease/lease.service';
+import { FollowersChangedError, LeaseService } from '../../lib/lease/lease.service';
 import type { InboxClaim, OutboxClaim } from '../../lib/lease/lease.types';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { resolveOptions, resolveTables } from '../../lib/options/options.resolver';
@@ -417,6 +417,39 @@ function conformance(harness: DialectHarness) {
       assert.equal(await lease.claim('nobody', { leaseMs: LONG }), null, 'another source has nothing');
     });
 
+    it('I8: an expired claim that is not the first row of its aggregate (an earlier row committed after it was claimed) is claimed again', async () => {
+      // r1 is received in a transaction left open (its id is lower); r2 commits and is claimed;
+      // then r1 commits: r2 is no longer first, and its worker dies.
+      const open = db.dataSource.createQueryRunner();
+      await open.connect();
+      await open.startTransaction();
+      try {
+        await dialect.inboxInsertIfAbsent({
+          row: { source: 'ledger', idempotencyKey: 'r1', aggregateId: 'agg', payloadJson: '{}', headersJson: '{}' },
+          manager: open.manager,
+        });
+        await receive({ idempotencyKey: 'r2', source: 'ledger', aggregateId: 'agg' });
+        const r2 = await lease.claim('ledger', { leaseMs: LONG });
+        assert.equal(r2?.message.idempotencyKey, 'r2');
+        await open.commitTransaction();
+        await db.expireLease('inbox', r2!.id);
+        const again = await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
+        assert.deepEqual(
+          again.map((c) => [c.message.idempotencyKey, c.attempt]),
+          [['r2', 2]],
+          'the expired claim is taken again; r1 waits behind it (never two rows of the aggregate in flight)',
+        );
+        assert.equal(await lease.complete(again[0]), true);
+        assert.deepEqual(
+          (await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG })).map((c) => c.message.idempotencyKey),
+          ['r1'],
+        );
+      } finally {
+        if (open.isTransactionActive) await open.rollbackTransaction();
+        await open.release();
+      }
+    });
+
     it('concurrent pull claims of one source never hand out one row twice', async () => {
       for (let n = 0; n < 12; n++) await receive({ idempotencyKey: `q${n}`, source: 'ledger' });
       const batches = await Promise.all(
@@ -425,6 +458,77 @@ function conformance(harness: DialectHarness) {
       const ids = batches.flat().map((c) => c.id);
       assert.equal(ids.length, 12);
       assert.equal(new Set(ids).size, 12);
+    });
+  });
+
+  describe('followers (batch pull handlers, the relay)', () => {
+    const followersOf = async (head: InboxClaim, room = 10) =>
+      ((await lease.followers([head], { room })).get(head) ?? []).map((f) => f.message.idempotencyKey);
+
+    it('are the pending rows right after the claimed head of its aggregate, in id order, up to the first not due', async () => {
+      for (const key of ['h', 'f1', 'f2']) await receive({ idempotencyKey: key, source: 'ledger', aggregateId: 'agg' });
+      await receive({ idempotencyKey: 'other', source: 'ledger', aggregateId: 'other' });
+      const [head] = await lease.claimPullBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
+      assert.equal(head.message.idempotencyKey, 'h');
+      assert.deepEqual(await followersOf(head), ['f1', 'f2']);
+      assert.deepEqual(await followersOf(head, 1), ['f1'], 'at most room');
+    });
+
+    it('I4: none while a row of the aggregate below the head is unfinished (it committed after the claim)', async () => {
+      // r1 is received in a transaction left open; r2 commits and is claimed (r1 is invisible);
+      // then r1 commits and r3 is received. r1 committed before r3 existed: r3 must not pass it.
+      const open = db.dataSource.createQueryRunner();
+      await open.connect();
+      await open.startTransaction();
+      try {
+        await dialect.inboxInsertIfAbsent({
+          row: { source: 'ledger', idempotencyKey: 'r1', aggregateId: 'agg', payloadJson: '{}', headersJson: '{}' },
+          manager: open.manager,
+        });
+        await receive({ idempotencyKey: 'r2', source: 'ledger', aggregateId: 'agg' });
+        const [r2] = await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
+        assert.equal(r2.message.idempotencyKey, 'r2');
+        await open.commitTransaction();
+        await receive({ idempotencyKey: 'r3', source: 'ledger', aggregateId: 'agg' });
+        assert.deepEqual(await followersOf(r2), [], 'r3 would be handled before r1');
+        // Once r2 and r1 are done, r3 follows as usual.
+        assert.equal(await lease.complete(r2), true);
+        const [r1] = await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
+        assert.equal(r1.message.idempotencyKey, 'r1');
+        assert.deepEqual(await followersOf(r1), ['r3']);
+      } finally {
+        if (open.isTransactionActive) await open.rollbackTransaction();
+        await open.release();
+      }
+    });
+
+    it('complete only under their head: after its fenced completion, in the same transaction, with its token', async () => {
+      for (const key of ['h', 'f1']) await receive({ idempotencyKey: key, source: 'ledger', aggregateId: 'agg' });
+      const [head] = await lease.claimPullBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
+      const followers = (await lease.followers([head], { room: 10 })).get(head) ?? [];
+      assert.equal(followers.length, 1);
+      await assert.rejects(
+        db.dataSource.transaction((manager) => lease.completeFollowers(followers, manager)),
+        FollowersChangedError,
+        'the head is not completed: nothing fences the follower',
+      );
+      assert.equal((await db.row('inbox', followers[0].id)).state, 'pending');
+      const forged = followers.map((f) => ({ ...f, token: '00000000-0000-4000-8000-000000000000' }));
+      await assert.rejects(
+        db.dataSource.transaction(async (manager) => {
+          assert.equal(await lease.complete(head, manager), true);
+          await lease.completeFollowers(forged, manager);
+        }),
+        FollowersChangedError,
+        "another token than the head's",
+      );
+      assert.equal((await db.row('inbox', followers[0].id)).state, 'pending');
+      await db.dataSource.transaction(async (manager) => {
+        assert.equal(await lease.complete(head, manager), true);
+        await lease.completeFollowers(followers, manager);
+      });
+      const done = await db.row('inbox', followers[0].id);
+      assert.deepEqual([done.state, done.attempts], ['processed', 1]);
     });
   });
 

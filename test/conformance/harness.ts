@@ -4,12 +4,7 @@ import { parseTableName } from '../../lib/common/identifiers';
 import type { LeaseTable } from '../../lib/dialects/dialect';
 import { pgTable } from '../../lib/dialects/postgres/quoting';
 import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
-import {
-  createQueueBoxClaimsMigration,
-  createQueueBoxKeyCollationMigration,
-  createQueueBoxMigration,
-  createQueueBoxOperationsMigration,
-} from '../../lib/migrations/queuebox.migration';
+import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
 import { createTestDatabase } from '../support/database';
 
 /** The conformance suite's tables: schema-qualified, so every dialect's quoting and schema creation are exercised. */
@@ -155,12 +150,7 @@ const sqlServer: DialectHarness = {
     });
     const dataSource = await new DataSource({
       ...sqlServerOptions(url, name),
-      migrations: [
-        createQueueBoxMigration({ tables: CONFORMANCE_TABLES }),
-        createQueueBoxOperationsMigration({ tables: CONFORMANCE_TABLES }),
-        createQueueBoxClaimsMigration({ tables: CONFORMANCE_TABLES }),
-        createQueueBoxKeyCollationMigration({ tables: CONFORMANCE_TABLES }),
-      ],
+      migrations: createQueueBoxMigrations({ tables: CONFORMANCE_TABLES }),
     } as DataSourceOptions).initialize();
     await dataSource.runMigrations();
     const table = {

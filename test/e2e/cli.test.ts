@@ -115,6 +115,10 @@ describe('queuebox CLI', () => {
     assert.match(first.stdout, /Applied migration QueueBoxOperations1764633600000/);
     assert.match(first.stdout, /Applied migration QueueBoxClaims1795996800000/);
     assert.match(first.stdout, /Applied migration QueueBoxKeyCollation1796083200000: nothing to change on PostgreSQL/);
+    assert.match(
+      first.stdout,
+      /Applied migration QueueBoxClaimFunctions1796169600000: brought the claim functions up to this version's claims/,
+    );
     assert.match(first.stdout, /Database: postgres:\/\/qb_cli_\d+:\*\*\*@/);
     assert.deepEqual(await tableNames(db), ['migrations', 'queuebox_inbox', 'queuebox_outbox']);
 
@@ -122,13 +126,14 @@ describe('queuebox CLI', () => {
     assert.equal(second.code, 0, second.stderr);
     assert.match(
       second.stdout,
-      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000 are already applied/,
+      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000, QueueBoxClaimFunctions1796169600000 are already applied/,
     );
     assert.deepEqual(await db.query('SELECT name FROM migrations ORDER BY id'), [
       { name: 'QueueBoxSchema1764460800000' },
       { name: 'QueueBoxOperations1764633600000' },
       { name: 'QueueBoxClaims1795996800000' },
       { name: 'QueueBoxKeyCollation1796083200000' },
+      { name: 'QueueBoxClaimFunctions1796169600000' },
     ]);
     const indexes = await db.query<{ indexname: string }>("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%dead%' ORDER BY 1");
     assert.equal(indexes.length, 2, 'the operations indexes of dead rows exist');
@@ -261,8 +266,8 @@ describe('queuebox CLI', () => {
     assert.equal(postgres.code, 0, postgres.stderr);
     assert.equal(
       `${postgres.stdout}`,
-      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}\n${renderSchemaSql('postgres', { migration: 'keyCollation' })}`,
-      'the schema, the operations indexes, the claims, the key collation (a comment on PostgreSQL)',
+      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}\n${renderSchemaSql('postgres', { migration: 'keyCollation' })}\n${renderSchemaSql('postgres', { migration: 'claimFunctions' })}`,
+      'the schema, the operations indexes, the claims, the key collation (a comment on PostgreSQL), the claim functions',
     );
     assert.match(postgres.stdout, /CREATE TABLE "queuebox_outbox"/);
 
@@ -271,7 +276,7 @@ describe('queuebox CLI', () => {
     const tables = { outbox: 'q.out', inbox: 'q.in' };
     assert.equal(
       mssql.stdout,
-      `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}\n${renderSchemaSql('mssql', { tables, migration: 'claims' })}\n${renderSchemaSql('mssql', { tables, migration: 'keyCollation' })}`,
+      `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}\n${renderSchemaSql('mssql', { tables, migration: 'claims' })}\n${renderSchemaSql('mssql', { tables, migration: 'keyCollation' })}\n${renderSchemaSql('mssql', { tables, migration: 'claimFunctions' })}`,
     );
     assert.match(mssql.stdout, /CREATE TABLE \[q\]\.\[out\]/);
     assert.match(mssql.stdout, /\nGO\n/);

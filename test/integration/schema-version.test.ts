@@ -8,6 +8,7 @@ import { DataSource, type MigrationInterface } from 'typeorm';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import {
   createQueueBoxMigration,
+  QueueBoxClaimFunctions1796169600000,
   QueueBoxClaims1795996800000,
   QueueBoxKeyCollation1796083200000,
   QueueBoxOperations1764633600000,
@@ -69,6 +70,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxOperations1764633600000,
         QueueBoxClaims1795996800000,
         QueueBoxKeyCollation1796083200000,
+        QueueBoxClaimFunctions1796169600000,
       ]),
     );
     const app = await start(db, { retention: { enabled: true } });
@@ -92,13 +94,14 @@ describe('schema version checked at start-up', () => {
     });
   });
 
-  it('starts with only migration 001 when retention is off, warning of 002, 003 and 004', async () => {
+  it('starts with only migration 001 when retention is off, warning of 002, 003, 004 and 005', async () => {
     const db = track(await databaseWith([QueueBoxSchema1764460800000]));
     const app = await start(db, {});
     await app.close();
     assert.ok(app.logger.has('warn', 'QueueBoxOperations1764633600000 is not recorded'), JSON.stringify(app.logger.lines));
     assert.ok(app.logger.has('warn', 'QueueBoxClaims1795996800000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxKeyCollation1796083200000 is not recorded'));
+    assert.ok(app.logger.has('warn', 'QueueBoxClaimFunctions1796169600000 is not recorded'));
   });
 
   it("reads the DataSource's own migrationsTableName and names it in the command", async () => {

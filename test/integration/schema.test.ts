@@ -6,13 +6,14 @@ import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
-import type { DataSource } from 'typeorm';
+import { DataSource } from 'typeorm';
 import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from '../../lib/dialects/postgres/claims.sql';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { LeaseService } from '../../lib/lease/lease.service';
 import {
   createQueueBoxClaimsMigration,
   createQueueBoxMigration,
+  createQueueBoxMigrations,
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles } from '../../lib/migrations/schema-files';
@@ -325,12 +326,20 @@ describe('schema', () => {
       await client.end();
     }
   });
-  it("claims go through migration 003's functions, and back to the claim statement when those are gone", async () => {
+  it("claims go through the claim functions, not an older version's, and back to the claim statement when those are gone", async () => {
     const db = await newDatabase();
     const t = await createTestApp(db.url, { workers: false });
     try {
       const lease = t.get(LeaseService);
       const dataSource = t.app.get<DataSource>(getDataSourceToken());
+      // What the app sends through node-postgres' pool (observed, not changed).
+      const sent: string[] = [];
+      const pool = (dataSource.driver as unknown as { master: { query(q: { text: string }): unknown } }).master;
+      const query = pool.query.bind(pool);
+      pool.query = (q: { text: string }) => {
+        sent.push(q.text);
+        return query(q);
+      };
       const fill = async () => {
         await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
         await dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'd', key: 'k', payload: 1 }));
@@ -343,31 +352,69 @@ describe('schema', () => {
         (await lease.claimPullBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 })).length,
       ];
       const functions = { outbox: 'queuebox_outbox_claim', relay: 'queuebox_inbox_relay_claim', pull: 'queuebox_inbox_pull_claim' };
-      // Each function made to fail with its own name: a claim that reaches it says so.
-      for (const [kind, fn] of Object.entries(functions)) {
-        const args = {
-          outbox: 'p_limit integer, p_lease_ms bigint',
-          relay: 'p_limit integer, p_lease_ms bigint, p_sources text[]',
-          pull: 'p_limit integer, p_lease_ms bigint, p_source text',
-        }[kind];
-        await db.query(
-          `CREATE OR REPLACE FUNCTION ${fn}(${args}) RETURNS SETOF ${kind === 'outbox' ? 'queuebox_outbox' : 'queuebox_inbox'}
-           LANGUAGE plpgsql AS $f$ BEGIN RAISE EXCEPTION 'reached ${fn}'; END $f$`,
+      await fill();
+      assert.deepEqual(await claimAll(), [1, 1, 1]);
+      for (const fn of Object.values(functions)) {
+        assert.ok(
+          sent.some((text) => text.includes(`FROM "${fn}"(`)),
+          `a claim called ${fn}`,
         );
       }
-      await fill();
-      await assert.rejects(lease.claimOutboxBatch({ limit: 10, leaseMs: 60_000 }), /reached queuebox_outbox_claim/);
-      await assert.rejects(
-        lease.claimRelayBatch({ sources: ['relayed'], limit: 10, leaseMs: 60_000 }),
-        /reached queuebox_inbox_relay_claim/,
+      // A function of an older version (its source differs from this version's claim): not used.
+      // Made to fail with its own name, so a claim that reached it would say so.
+      await db.query(
+        `CREATE OR REPLACE FUNCTION queuebox_inbox_pull_claim(p_limit integer, p_lease_ms bigint, p_source text) RETURNS SETOF queuebox_inbox
+         LANGUAGE plpgsql AS $f$ BEGIN RAISE EXCEPTION 'reached the old queuebox_inbox_pull_claim'; END $f$`,
       );
-      await assert.rejects(lease.claimPullBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 }), /reached queuebox_inbox_pull_claim/);
+      const restarted = await createTestApp(db.url, { workers: false });
+      try {
+        await fill();
+        const claims = restarted.get(LeaseService);
+        assert.equal((await claims.claimPullBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 })).length, 1);
+        assert.equal((await claims.claimOutboxBatch({ limit: 10, leaseMs: 60_000 })).length, 1);
+        assert.ok(
+          restarted.logger.has('warn', 'written by an older QueueBox version') &&
+            restarted.logger.has('warn', 'QueueBoxClaimFunctions1796169600000'),
+          'says which migration brings them up to date',
+        );
+      } finally {
+        await restarted.app.close();
+      }
       // Gone (migration 003 rolled back while the application runs): the claim statement, same rows.
       for (const [kind, fn] of Object.entries(functions)) {
         const args = { outbox: 'integer, bigint', relay: 'integer, bigint, text[]', pull: 'integer, bigint, text' }[kind];
         await db.query(`DROP FUNCTION ${fn}(${args})`);
       }
+      await fill();
       assert.deepEqual(await claimAll(), [1, 1, 1]);
+    } finally {
+      await t.app.close();
+    }
+  });
+
+  it('migration 005 brings the claim functions of an older version up to date', async () => {
+    const db = await newDatabase({ migrate: false });
+    const migrations = createQueueBoxMigrations();
+    const run = async (classes: typeof migrations) => {
+      const dataSource = new DataSource({ type: 'postgres', url: db.url, migrations: classes, logging: false });
+      await dataSource.initialize();
+      try {
+        await dataSource.runMigrations();
+      } finally {
+        await dataSource.destroy();
+      }
+    };
+    await run(migrations.slice(0, 4));
+    await db.query(
+      `CREATE OR REPLACE FUNCTION queuebox_inbox_pull_claim(p_limit integer, p_lease_ms bigint, p_source text) RETURNS SETOF queuebox_inbox
+       LANGUAGE plpgsql AS $f$ BEGIN RAISE EXCEPTION 'an older version'; END $f$`,
+    );
+    await run(migrations);
+    const t = await createTestApp(db.url, { workers: false });
+    try {
+      await db.query(`INSERT INTO queuebox_inbox (source, idempotency_key, payload) VALUES ('pulled', 'i1', '1')`);
+      assert.equal((await t.get(LeaseService).claimPullBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 })).length, 1);
+      assert.ok(!t.logger.has('warn', 'older QueueBox version'), t.logger.lines.map((line) => line.message).join('\n'));
     } finally {
       await t.app.close();
     }

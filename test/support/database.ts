@@ -1,12 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
-import {
-  createQueueBoxClaimsMigration,
-  createQueueBoxKeyCollationMigration,
-  createQueueBoxMigration,
-  createQueueBoxOperationsMigration,
-} from '../../lib/migrations/queuebox.migration';
+import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
 
 /** The server the test runner gave us (`scripts/test.mjs` starts an embedded one when none is set). */
 export function serverUrl(): string {
@@ -68,12 +63,7 @@ export async function migrate(url: string, tables?: { outbox?: string; inbox?: s
   const dataSource = new DataSource({
     type: 'postgres',
     url,
-    migrations: [
-      createQueueBoxMigration({ tables }),
-      createQueueBoxOperationsMigration({ tables }),
-      createQueueBoxClaimsMigration({ tables }),
-      createQueueBoxKeyCollationMigration({ tables }),
-    ],
+    migrations: createQueueBoxMigrations({ tables }),
     logging: false,
   });
   await dataSource.initialize();

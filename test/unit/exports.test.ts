@@ -25,6 +25,9 @@ describe('public barrel', () => {
       'createQueueBoxClaimsMigration',
       'QueueBoxKeyCollation1796083200000',
       'createQueueBoxKeyCollationMigration',
+      'QueueBoxClaimFunctions1796169600000',
+      'createQueueBoxClaimFunctionsMigration',
+      'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
       'RetentionService',
@@ -44,6 +47,17 @@ describe('public barrel', () => {
     ]) {
       assert.equal(typeof (queuebox as Record<string, unknown>)[name], 'function', `${name} is exported`);
     }
+    assert.deepEqual(
+      queuebox.QueueBoxMigrations.map((migration) => new migration().name),
+      [
+        'QueueBoxSchema1764460800000',
+        'QueueBoxOperations1764633600000',
+        'QueueBoxClaims1795996800000',
+        'QueueBoxKeyCollation1796083200000',
+        'QueueBoxClaimFunctions1796169600000',
+      ],
+      'QueueBoxMigrations lists every migration, in order',
+    );
   });
 
   it('errors carry their type, code and a name', () => {

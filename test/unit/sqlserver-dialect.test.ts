@@ -332,7 +332,7 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
     assert.match(renderSchemaSql('postgres', { migration: 'keyCollation' }), /Nothing to do on PostgreSQL/);
   });
 
-  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims and 004_queuebox_key_collation .{up,down}.sql, one GO batch per statement', () => {
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation and 005_queuebox_claim_functions .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
@@ -345,6 +345,8 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
         '003_queuebox_claims.down.sql',
         '004_queuebox_key_collation.up.sql',
         '004_queuebox_key_collation.down.sql',
+        '005_queuebox_claim_functions.up.sql',
+        '005_queuebox_claim_functions.down.sql',
       ],
     );
     const up = renderSchemaSql('mssql');

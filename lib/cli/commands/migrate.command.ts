@@ -1,8 +1,8 @@
 import { MigrationExecutor } from 'typeorm';
-import { dialectDriver } from '../../dialects/registry';
+import { SCHEMA_MIGRATIONS } from '../../dialects/schema-migrations';
 import { CliFailure } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
-import { databaseTarget, describeTables, migrationsFor, parseTables } from '../cli-options';
+import { databaseTarget, describeTables, migrationNotes, migrationsFor, parseTables } from '../cli-options';
 import { type Command, DATABASE_OPTIONS_HELP, DEFAULT_MIGRATIONS_TABLE, databaseOptions } from '../command';
 import { openDataSource, tablesPresent } from '../connect';
 import { forMigrations } from '../database-url';
@@ -15,9 +15,10 @@ export const migrateCommand: Command = {
 Creates the outbox and inbox tables and their indexes by running the QueueBox TypeORM migrations,
 the same ones your app can list in TypeORM's "migrations": the schema (QueueBoxSchema1764460800000),
 the indexes admin and retention use (QueueBoxOperations1764633600000) and the claims' indexes of
-rows without a key and, on PostgreSQL, their functions (QueueBoxClaims1795996800000), and on SQL
-Server the key columns' binary collation (QueueBoxKeyCollation1796083200000; nothing on PostgreSQL).
-TypeORM records each in
+rows without a key and, on PostgreSQL, their functions (QueueBoxClaims1795996800000), on SQL
+Server the key columns' binary collation (QueueBoxKeyCollation1796083200000; nothing on PostgreSQL),
+and on PostgreSQL the claim functions of this version (QueueBoxClaimFunctions1796169600000; nothing
+on SQL Server). TypeORM records each in
 its migrations table, so a second run is a no-op and an older database gets only what it lacks.
 Tables that exist without the schema's record (created from plain SQL) are left alone and reported.
 
@@ -47,21 +48,14 @@ ${DATABASE_OPTIONS_HELP}
         }
       }
       await dataSource.runMigrations({ transaction: 'all' });
-      if (pending.includes(migrations.names.schema)) {
-        io.out(`Applied migration ${migrations.names.schema}: created tables ${describeTables(tables)} with their indexes.`);
-      }
-      if (pending.includes(migrations.names.operations)) {
-        io.out(
-          `Applied migration ${migrations.names.operations}: created the indexes of sent, processed and dead rows (admin, retention).`,
-        );
-      }
-      if (pending.includes(migrations.names.claims)) {
-        io.out(
-          `Applied migration ${migrations.names.claims}: created the claims' indexes of pending rows without a key or aggregate, and their functions.`,
-        );
-      }
-      if (pending.includes(migrations.names.keyCollation)) {
-        io.out(`Applied migration ${migrations.names.keyCollation}: ${dialectDriver(target.type).keyCollationNotes.applied}`);
+      for (const migration of SCHEMA_MIGRATIONS) {
+        const name = migrations.names[migration];
+        if (!pending.includes(name)) continue;
+        const applied =
+          migration === 'schema'
+            ? `created tables ${describeTables(tables)} with their indexes.`
+            : migrationNotes(target.type, migration).applied;
+        io.out(`Applied migration ${name}: ${applied}`);
       }
       return 0;
     } finally {

@@ -1,10 +1,10 @@
 import { MigrationExecutor } from 'typeorm';
 import { createQueueBoxAdmin } from '../../admin/create-queuebox-admin';
-import { dialectDriver } from '../../dialects/registry';
+import { SCHEMA_MIGRATIONS, type SchemaMigration } from '../../dialects/schema-migrations';
 import { type BacklogEntry, readBacklog } from '../backlog';
 import { CliFailure } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
-import { databaseTarget, describeTables, migrationsFor, parseTables } from '../cli-options';
+import { databaseTarget, describeTables, migrationNotes, migrationsFor, parseTables } from '../cli-options';
 import { type Command, DATABASE_OPTIONS_HELP, DEFAULT_MIGRATIONS_TABLE, databaseOptions } from '../command';
 import { openDataSource, tablesPresent } from '../connect';
 
@@ -33,10 +33,9 @@ ${DATABASE_OPTIONS_HELP}
     try {
       const present = await tablesPresent(dataSource, tables);
       const pending = (await new MigrationExecutor(dataSource).getPendingMigrations()).map((migration) => migration.name);
-      const applied = !pending.includes(migrations.names.schema);
-      const operationsApplied = !pending.includes(migrations.names.operations);
-      const claimsApplied = !pending.includes(migrations.names.claims);
-      const keyCollationApplied = !pending.includes(migrations.names.keyCollation);
+      const isApplied = (migration: SchemaMigration) => !pending.includes(migrations.names[migration]);
+      const applied = isApplied('schema');
+      const later = SCHEMA_MIGRATIONS.filter((migration) => migration !== 'schema');
       const complete = present.outbox && present.inbox;
       const backlog = complete
         ? await readBacklog(
@@ -56,9 +55,9 @@ ${DATABASE_OPTIONS_HELP}
                 inbox: { name: tables.inbox.qualified, exists: present.inbox },
               },
               migration: { name: migrations.names.schema, applied, migrationsTable },
-              operationsMigration: { name: migrations.names.operations, applied: operationsApplied },
-              claimsMigration: { name: migrations.names.claims, applied: claimsApplied },
-              keyCollationMigration: { name: migrations.names.keyCollation, applied: keyCollationApplied },
+              ...Object.fromEntries(
+                later.map((migration) => [`${migration}Migration`, { name: migrations.names[migration], applied: isApplied(migration) }]),
+              ),
               backlog,
             },
             null,
@@ -72,15 +71,10 @@ ${DATABASE_OPTIONS_HELP}
         io.out(
           `Migration ${migrations.names.schema}: ${applied ? 'applied' : complete ? 'not recorded (tables created some other way, e.g. plain SQL)' : 'not applied'} (TypeORM table "${migrationsTable}")`,
         );
-        io.out(
-          `Migration ${migrations.names.operations}: ${operationsApplied ? 'applied' : 'not applied: admin queries and retention scan whole tables until you run `queuebox migrate`'}`,
-        );
-        io.out(
-          `Migration ${migrations.names.claims}: ${claimsApplied ? 'applied' : 'not applied: claims are planned on every call, and while keys in flight hold the oldest pending rows they read all of them to reach rows without a key, until you run `queuebox migrate`'}`,
-        );
-        io.out(
-          `Migration ${migrations.names.keyCollation}: ${keyCollationApplied ? 'applied' : dialectDriver(target.type).keyCollationNotes.notApplied}`,
-        );
+        for (const migration of later) {
+          const note = isApplied(migration) ? 'applied' : migrationNotes(target.type, migration).notApplied;
+          io.out(`Migration ${migrations.names[migration]}: ${note}`);
+        }
         if (complete) for (const line of formatBacklog(backlog)) io.out(line);
       }
       if (!complete) throw new CliFailure(cliMessages.schemaMissing(describeTables(tables)));

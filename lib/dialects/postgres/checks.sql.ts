@@ -7,3 +7,12 @@ export const tableExistsSql = () => 'SELECT to_regclass($1)::text AS found';
 
 /** The database clock (`clock_timestamp()`, not the transaction's start). */
 export const clockNowSql = () => `SELECT ${NOW} AS now`;
+
+/**
+ * $1 = claim function signatures, $2 = their sources as this version writes them (same order).
+ * `present`: how many exist; `current`: how many of those hold exactly that source.
+ */
+export const claimFunctionsLookupSql =
+  () => `SELECT count(p.oid)::int AS present, count(p.oid) FILTER (WHERE p.prosrc = f.body)::int AS current
+FROM unnest($1::text[], $2::text[]) AS f(signature, body)
+LEFT JOIN pg_proc p ON p.oid = to_regprocedure(f.signature)`;

@@ -1,6 +1,6 @@
 import type { QueueBoxTables } from '../dialect';
-import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from './claims.sql';
-import { pgLiteral, substituteParams } from './quoting';
+import { claimLockNames, inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from './claims.sql';
+import { pgLiteral, pgTable, substituteParams } from './quoting';
 
 // Migration 003's PL/pgSQL claim functions, and how the dialect calls them.
 
@@ -50,30 +50,45 @@ export const claimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =
  * claim committed before the lock was granted. What it adds: PL/pgSQL keeps the claim's plan for
  * the session, where a query string is planned on every call (the claim takes 0.45 ms to plan,
  * 0.14 ms to run, on one row). `lockKey` is an SQL expression of the lock's name; the function
- * returns the claimed rows whole.
+ * returns the claimed rows whole. `body` is the text PostgreSQL keeps as the function's source
+ * (`pg_proc.prosrc`): the dialect compares it to tell a function of an older version.
  */
-function claimFunctionSql(kind: keyof ClaimFunctions, fn: string, table: string, lockKey: string, claim: string): string {
+export interface ClaimFunction {
+  /** `name(integer, bigint)`, as `to_regprocedure` and `DROP FUNCTION` take it. */
+  signature: string;
+  body: string;
+  /** The CREATE OR REPLACE FUNCTION statement. */
+  create: string;
+}
+
+function claimFunction(kind: keyof ClaimFunctions, fn: string, table: string, lockKey: string, claim: string): ClaimFunction {
   const params = CLAIM_FUNCTION_PARAMS[kind];
-  return `CREATE OR REPLACE FUNCTION ${fn}(${params.map(([name, type]) => `${name} ${type}`).join(', ')}) RETURNS SETOF ${table}
-LANGUAGE plpgsql VOLATILE AS $queuebox$
+  const body = `
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended(${lockKey}, 0));
   RETURN QUERY ${substituteParams(claim, params, ([name]) => name, 'parameter')};
 END
-$queuebox$`;
+`;
+  return {
+    signature: claimFunctionSignature(kind, fn),
+    body,
+    create: `CREATE OR REPLACE FUNCTION ${fn}(${params.map(([name, type]) => `${name} ${type}`).join(', ')}) RETURNS SETOF ${table}
+LANGUAGE plpgsql VOLATILE AS $queuebox$${body}$queuebox$`,
+  };
 }
 
-/** The outbox claim function: the lock `lockName`, then outboxClaimSql. */
-export const outboxClaimFunctionSql = (fn: string, table: string, lockName: string) =>
-  claimFunctionSql('outbox', fn, table, pgLiteral(lockName), outboxClaimSql(table, 'RETURNING o.*'));
-
-/** The relay claim function: the lock `lockName`, then inboxRelayClaimSql. */
-export const inboxRelayClaimFunctionSql = (fn: string, table: string, lockName: string) =>
-  claimFunctionSql('relay', fn, table, pgLiteral(lockName), inboxRelayClaimSql(table, 'RETURNING i.*'));
-
-/** The pull claim function: the lock `lockPrefix` followed by the source, then inboxPullClaimSql. */
-export const inboxPullClaimFunctionSql = (fn: string, table: string, lockPrefix: string) =>
-  claimFunctionSql('pull', fn, table, `${pgLiteral(lockPrefix)} || p_source`, inboxPullClaimSql(table, 'RETURNING i.*'));
+/** The three claim functions of `tables` as this version writes them: the claim statements of claims.sql.ts behind their locks. */
+export function claimFunctions(tables: QueueBoxTables): Record<keyof ClaimFunctions, ClaimFunction> {
+  const fn = claimFunctionNames(tables);
+  const lock = claimLockNames(tables);
+  const outbox = pgTable(tables.outbox);
+  const inbox = pgTable(tables.inbox);
+  return {
+    outbox: claimFunction('outbox', fn.outbox, outbox, pgLiteral(lock.outbox), outboxClaimSql(outbox, 'RETURNING o.*')),
+    relay: claimFunction('relay', fn.relay, inbox, pgLiteral(lock.inbox), inboxRelayClaimSql(inbox, 'RETURNING i.*')),
+    pull: claimFunction('pull', fn.pull, inbox, `${pgLiteral(lock.pullPrefix)} || p_source`, inboxPullClaimSql(inbox, 'RETURNING i.*')),
+  };
+}
 
 /**
  * A call of a claim function ($1 = limit, $2 = lease in ms, $3 = sources or source): of the rows

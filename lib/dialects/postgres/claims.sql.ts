@@ -241,13 +241,17 @@ RETURNING state, source AS name`;
 /**
  * $1 = limit, $2 = lease in ms, $3 = source. A pull claim takes, in one statement, rows whose
  * lease expired (a crashed client's) and available pending rows, only the head of each aggregate.
- * Expired rows first, through the lease index; then the pending rows' search. Each kind is locked
- * on its own index, in its own order: an OR would make the planner read and sort the whole
- * backlog of the source on every claim.
+ * Expired rows first, through the lease index, whether or not they are still the first unfinished
+ * row of their aggregate: an earlier row that committed after the claim waits behind its in-flight
+ * row, and only this row's claim can end that (I8; the relay's reclaim step does the same by
+ * returning it to pending). An expired row is the only row of its aggregate in flight (I4), so
+ * taking it puts no second one in flight. Then the pending rows' search. Each kind is locked on
+ * its own index, in its own order: an OR would make the planner read and sort the whole backlog of
+ * the source on every claim.
  */
 export const inboxPullClaimSql = (table: string, returning = INBOX_RETURNING) => `WITH RECURSIVE expired AS MATERIALIZED (
   SELECT i.id FROM ${table} i
-  WHERE i.source = $3 AND i.state = 'processing' AND i.lease_expires_at <= ${NOW} AND ${inboxHeadOfAggregate(table, 'i')}
+  WHERE i.source = $3 AND i.state = 'processing' AND i.lease_expires_at <= ${NOW}
   ORDER BY i.lease_expires_at
   LIMIT $1
   FOR UPDATE OF i SKIP LOCKED

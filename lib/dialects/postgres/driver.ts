@@ -2,6 +2,8 @@ import type { DialectDriver } from '../registry';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
 import { PostgresDialect } from './postgres.dialect';
 import {
+  postgresClaimFunctionsDown,
+  postgresClaimFunctionsUp,
   postgresClaimsDown,
   postgresClaimsUp,
   postgresKeyCollationDown,
@@ -17,21 +19,25 @@ export const postgresDriver = {
   type: 'postgres',
   displayName: 'PostgreSQL',
   logContext: 'QueueBox:Postgres',
-  create: ({ dataSource, tables, settings }) => new PostgresDialect(dataSource, tables, settings),
+  create: ({ dataSource, tables, settings, log }) => new PostgresDialect(dataSource, tables, settings, log),
   migrations: {
     schema: { up: postgresSchemaUp, down: postgresSchemaDown },
     operations: { up: postgresOperationsUp, down: postgresOperationsDown },
     claims: { up: postgresClaimsUp, down: postgresClaimsDown },
     keyCollation: { up: postgresKeyCollationUp, down: postgresKeyCollationDown },
+    claimFunctions: { up: postgresClaimFunctionsUp, down: postgresClaimFunctionsDown },
   },
   noOpMigrations: {
+    claimFunctions: "-- Nothing to undo: migration 005 keeps the claim functions as this version wrote them (003's down drops them).",
     keyCollation:
       "-- Nothing to do on PostgreSQL: text columns under the database's default (deterministic) collation\n-- compare equal only when their bytes are equal. The file keeps the migrations numbered alike in both dialects.",
   },
   script: { terminator: ';\n', folder: 'postgres' },
-  keyCollationNotes: {
-    applied: 'nothing to change on PostgreSQL (text compares byte-wise).',
-    notApplied: 'not applied (changes nothing on PostgreSQL; `queuebox migrate` records it)',
+  migrationNotes: {
+    keyCollation: {
+      applied: 'nothing to change on PostgreSQL (text compares byte-wise).',
+      notApplied: 'not applied (changes nothing on PostgreSQL; `queuebox migrate` records it)',
+    },
   },
   urlSchemes: ['postgres', 'postgresql'],
   connectionFromUrl: ({ url, raw, user, database, connectTimeoutMs, poolMax }) => ({

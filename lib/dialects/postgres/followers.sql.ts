@@ -5,11 +5,15 @@ import { NOW } from './time';
 
 /**
  * $1 = the heads as a JSON array of `{ id, source, aggregateId }`, $2 = most rows per head.
- * Per head, the next pending rows of its aggregate in id order, each with `due` (available now);
- * the worker keeps them up to the first that is not due. Nothing is locked or written: while the
- * head is `processing` no claim takes a row of its aggregate (none is the head), and the rows are
- * completed with the head, in its transaction, or stay pending. One probe of the aggregate index
- * per head.
+ * Per head that is still the first unfinished row of its aggregate, the next pending rows of the
+ * aggregate in id order, each with `due` (available now); the worker keeps them up to the first
+ * that is not due. A head that is not first (an earlier row committed after the head was claimed:
+ * rows of one aggregate can commit out of id order) gets none: a row received after that earlier
+ * row committed must not be handled before it (I4). In one statement, so one snapshot sees the
+ * earlier row whenever it sees a later one that was received after it committed.
+ * Nothing is locked or written: while the head is `processing` no claim takes a row of its
+ * aggregate (none is the head), and the rows are completed with the head, in its transaction, or
+ * stay pending. Two probes of the aggregate index per head.
  */
 export const inboxFollowersSql = (table: string) => `SELECT f.id, f.source, f.idempotency_key, f.aggregate_id, f.payload,
        f.headers, f.attempts, f.received_at, f.due, h.id AS head_id
@@ -21,14 +25,23 @@ CROSS JOIN LATERAL (
   WHERE i.source = h.source AND i.aggregate_id = h."aggregateId" AND i.state = 'pending' AND i.id > h.id
   ORDER BY i.id
   LIMIT $2
-) f`;
+) f
+WHERE NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = h.source AND e.aggregate_id = h."aggregateId"
+  AND e.state IN ('pending', 'processing') AND e.id < h.id)`;
 
 /**
- * $1 = ids. Marks followers processed, counting their attempt, in the transaction that completed
- * their heads (fenced there); returns the ids it changed. An id missing from the result was no
- * longer pending: the caller rolls the batch back.
+ * $1 = follower ids, $2 = their heads' ids, $3 = their heads' claim tokens (same order). Marks
+ * followers processed, counting their attempt, in the transaction that completed their heads;
+ * fenced by the head: a follower changes only while still pending, and only if its head row, of
+ * the same aggregate, was completed (`processed`) under the token given, which only the head's
+ * fenced completion in this transaction can have done. Returns the ids it changed; an id missing
+ * from the result was no longer pending or not under that head: the caller rolls the batch back.
  */
-export const inboxCompleteFollowersSql = (table: string) => `UPDATE ${table}
-SET state = 'processed', processed_at = ${NOW}, claimed_at = ${NOW}, attempts = attempts + 1
-WHERE id = ANY ($1::bigint[]) AND state = 'pending'
-RETURNING id`;
+export const inboxCompleteFollowersSql = (table: string) => `UPDATE ${table} t
+SET state = 'processed', processed_at = ${NOW}, claimed_at = ${NOW}, attempts = t.attempts + 1
+FROM unnest($1::bigint[], $2::bigint[], $3::uuid[]) AS c(id, head_id, head_token)
+JOIN ${table} h ON h.id = c.head_id
+WHERE t.id = c.id AND t.state = 'pending'
+  AND h.claim_token = c.head_token AND h.state = 'processed'
+  AND h.source = t.source AND h.aggregate_id = t.aggregate_id AND h.id < t.id
+RETURNING t.id`;

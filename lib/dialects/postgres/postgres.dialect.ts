@@ -16,6 +16,8 @@ import type {
 } from '../dialect';
 import type { RetentionKind } from '../dialect-rows';
 import { type RecordDecoding } from '../records';
+import type { DialectLog } from '../registry';
+import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {
   adminBacklogSql,
@@ -26,8 +28,8 @@ import {
   deadLetterListSql,
   deadLetterReplaySql,
 } from './admin.sql';
-import { clockNowSql, tableExistsSql } from './checks.sql';
-import { type ClaimFunctions, claimFunctionCallSql, claimFunctionNames, claimFunctionSignature } from './claim-functions.sql';
+import { claimFunctionsLookupSql, clockNowSql, tableExistsSql } from './checks.sql';
+import { type ClaimFunctions, claimFunctionCallSql, claimFunctionNames, claimFunctions } from './claim-functions.sql';
 import {
   claimLockNames,
   INBOX_CLAIM_COLUMNS,
@@ -85,6 +87,7 @@ const PARAMS: SqlDialectParams = {
   ids: same,
   fence: (p) => [p.id, p.token],
   claims: (claims) => [claims.map((c) => c.id), claims.map((c) => c.token)],
+  followers: (followers) => [followers.map((f) => f.id), followers.map((f) => f.headId), followers.map((f) => f.headToken)],
   selection: selectionParams,
 };
 
@@ -98,8 +101,11 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   protected readonly decoding = DECODING;
   private readonly claimLock: ReturnType<typeof claimLockNames>;
   /** What each claim sends, built once: the call of its function (migration 003) and, without it, the statement. */
-  private readonly claims: Record<keyof ClaimFunctions, { call: string; signature: string; statement: string }>;
-  /** Whether migration 003's claim functions exist: looked up at the first claim, again after one went missing. */
+  private readonly claims: Record<keyof ClaimFunctions, { call: string; signature: string; body: string; statement: string }>;
+  /**
+   * Whether the claim functions (migrations 003, 005) exist as this version writes them: looked up
+   * at the first claim, again after one went missing.
+   */
   private claimFunctionsPresent?: Promise<boolean>;
   private readonly channel: Record<LeaseTable, string>;
   private readonly retentionLock: string;
@@ -114,15 +120,18 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     private readonly dataSource: DataSource,
     private readonly tables: QueueBoxTables,
     settings: DialectSettings = {},
+    private readonly log: DialectLog = { warn: () => undefined },
   ) {
     super();
     this.queryTimeoutMs = settings.queryTimeoutMs;
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
     this.claimLock = claimLockNames(tables);
     const fn = claimFunctionNames(tables);
+    const functions = claimFunctions(tables);
     const claim = (kind: keyof ClaimFunctions, columns: string, statement: string) => ({
       call: claimFunctionCallSql(kind, fn[kind], columns),
-      signature: claimFunctionSignature(kind, fn[kind]),
+      signature: functions[kind].signature,
+      body: functions[kind].body,
       statement,
     });
     this.claims = {
@@ -238,15 +247,23 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     return this.serializedClaim<T>(lockName, claim.statement, params);
   }
 
+  /**
+   * Whether the three claim functions exist and hold this version's claims. Functions written by
+   * an older version (migration 003 before 005 ran) are not used: their claims may lack a fix
+   * (claims are where order and recovery are decided), so the claim statements go instead, and
+   * one warning says which migration brings the functions up to date.
+   */
   private async lookUpClaimFunctions(): Promise<boolean> {
-    const signatures = Object.values(this.claims).map((claim) => claim.signature);
-    const { rows } = await poolQuery<{ found: number }>(
+    const kinds = Object.values(this.claims);
+    const { rows } = await poolQuery<{ present: number; current: number }>(
       this.dataSource,
-      'SELECT count(to_regprocedure(signature))::int AS found FROM unnest($1::text[]) AS signature',
-      [signatures],
+      claimFunctionsLookupSql(),
+      [kinds.map((claim) => claim.signature), kinds.map((claim) => claim.body)],
       this.queryTimeoutMs,
     );
-    return rows[0]?.found === signatures.length;
+    const { present, current } = rows[0] ?? { present: 0, current: 0 };
+    if (present > 0 && current < kinds.length) this.log.warn(messages.claimFunctionsOutdated(DEFAULT_MIGRATION_NAMES.claimFunctions));
+    return current === kinds.length;
   }
 
   /**

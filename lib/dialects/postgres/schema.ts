@@ -1,12 +1,5 @@
 import type { QueueBoxTables } from '../dialect';
-import {
-  claimFunctionNames,
-  claimFunctionSignature,
-  inboxPullClaimFunctionSql,
-  inboxRelayClaimFunctionSql,
-  outboxClaimFunctionSql,
-} from './claim-functions.sql';
-import { claimLockNames } from './claims.sql';
+import { claimFunctionNames, claimFunctionSignature, claimFunctions } from './claim-functions.sql';
 import { pgTable } from './quoting';
 
 /**
@@ -120,15 +113,17 @@ function dropIndexSql(table: QueueBoxTables['outbox'], name: string): string {
 export function postgresClaimsUp(tables: QueueBoxTables): string[] {
   const outbox = pgTable(tables.outbox);
   const inbox = pgTable(tables.inbox);
-  const fn = claimFunctionNames(tables);
-  const lock = claimLockNames(tables);
   return [
     `CREATE INDEX "${tables.outbox.name}_unkeyed_claim_idx" ON ${outbox} (available_at, id) WHERE state = 'pending' AND "key" IS NULL`,
     `CREATE INDEX "${tables.inbox.name}_unkeyed_claim_idx" ON ${inbox} (source, available_at, id) WHERE state = 'pending' AND aggregate_id IS NULL`,
-    outboxClaimFunctionSql(fn.outbox, outbox, lock.outbox),
-    inboxRelayClaimFunctionSql(fn.relay, inbox, lock.inbox),
-    inboxPullClaimFunctionSql(fn.pull, inbox, lock.pullPrefix),
+    ...claimFunctionsSql(tables),
   ];
+}
+
+/** The three claim functions as this version writes them (CREATE OR REPLACE). */
+function claimFunctionsSql(tables: QueueBoxTables): string[] {
+  const functions = claimFunctions(tables);
+  return [functions.outbox.create, functions.relay.create, functions.pull.create];
 }
 
 export function postgresClaimsDown(tables: QueueBoxTables): string[] {
@@ -153,5 +148,20 @@ export function postgresKeyCollationUp(_tables: QueueBoxTables): string[] {
 }
 
 export function postgresKeyCollationDown(_tables: QueueBoxTables): string[] {
+  return [];
+}
+
+/**
+ * Migration 005 (claim functions): replaces 003's functions with this version's claims, so a
+ * database migrated by an older version claims as this one does (until then the dialect sees the
+ * difference and sends the claim statements itself: see PostgresDialect.claimRecords). Its down
+ * migration keeps them: the older functions had a bug (a pull claim that expired while an earlier
+ * row of its aggregate committed was never taken again), and 003's down drops them anyway.
+ */
+export function postgresClaimFunctionsUp(tables: QueueBoxTables): string[] {
+  return claimFunctionsSql(tables);
+}
+
+export function postgresClaimFunctionsDown(_tables: QueueBoxTables): string[] {
   return [];
 }

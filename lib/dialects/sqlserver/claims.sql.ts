@@ -260,7 +260,8 @@ WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}
 /**
  * @0 = pull lock (per table and source), @1 = limit, @2 = lease in ms, @3 = source. Runs inside
  * the claim transaction, which owns the lock. Takes rows whose lease expired (a crashed client's)
- * first, then available pending rows (inboxPendingSearch, for the room left), only the head of each
+ * first, first of their aggregate or not (see postgres/claims.sql.ts inboxPullClaimSql: I8), then
+ * available pending rows (inboxPendingSearch, for the room left), only the head of each
  * aggregate; two reads so each uses its own index in its own order, both materialized in one table
  * variable before the one UPDATE.
  */
@@ -268,7 +269,7 @@ export const inboxPullClaimSql = (table: string) =>
   underClaimLock(`DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
 INSERT INTO @candidates ([id])
 SELECT TOP (@1) i.[id] FROM ${table} AS i ${LOCKED_READ}
-WHERE i.[source] = @3 AND i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW} AND ${headOfAggregate(table, 'i')}
+WHERE i.[source] = @3 AND i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW}
 ORDER BY i.[lease_expires_at];
 DECLARE @room INT = @1 - (SELECT COUNT(*) FROM @candidates);
 DECLARE @sources TABLE ([n] INT IDENTITY(1, 1) PRIMARY KEY, [source] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL);

@@ -24,14 +24,25 @@ export const sqlServerDriver = {
     operations: { up: sqlServerOperationsUp, down: sqlServerOperationsDown },
     claims: { up: sqlServerClaimsUp, down: sqlServerClaimsDown },
     keyCollation: { up: sqlServerKeyCollationUp, down: sqlServerKeyCollationDown },
+    // SQL Server's claims are statements, not functions stored in the database.
+    claimFunctions: { up: () => [], down: () => [] },
   },
-  noOpMigrations: {},
+  noOpMigrations: {
+    claimFunctions:
+      '-- Nothing to do on SQL Server: its claims are statements sent by QueueBox, not functions stored in the\n-- database. The file keeps the migrations numbered alike in both dialects.',
+  },
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   script: { terminator: ';\nGO\n', folder: 'sqlserver' },
-  keyCollationNotes: {
-    applied: `key columns now compare by code point (${KEY_COLLATION}); their indexes were rebuilt.`,
-    notApplied:
-      'not applied: keys that differ only in case (or accents) count as one key (a receive is dropped as a duplicate, two keys are ordered as one), until you run `queuebox migrate`',
+  migrationNotes: {
+    keyCollation: {
+      applied: `key columns now compare by code point (${KEY_COLLATION}); their indexes were rebuilt.`,
+      notApplied:
+        'not applied: keys that differ only in case (or accents) count as one key (a receive is dropped as a duplicate, two keys are ordered as one), until you run `queuebox migrate`',
+    },
+    claimFunctions: {
+      applied: 'nothing to change on SQL Server (its claims are statements, not functions).',
+      notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
+    },
   },
   urlSchemes: ['mssql', 'sqlserver'],
   connectionFromUrl: ({ url, user, password, database, connectTimeoutMs, poolMax, fail }) => {

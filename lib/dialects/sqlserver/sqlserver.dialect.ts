@@ -77,6 +77,7 @@ const PARAMS: SqlDialectParams = {
   ids: (ids) => text(JSON.stringify(ids)),
   fence,
   claims: (claims) => [text(JSON.stringify(claims.map((c) => ({ id: c.id, token: c.token }))))],
+  followers: (followers) => [text(JSON.stringify(followers.map((f) => ({ id: f.id, headId: f.headId, headToken: f.headToken }))))],
   selection: selectionParams,
 };
 

@@ -7,7 +7,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { QueueBoxClaims1795996800000, QueueBoxModule, QueueBoxOperations1764633600000, QueueBoxSchema1764460800000 } from 'queuebox';
+import { QueueBoxMigrations, QueueBoxModule } from 'queuebox';
 import { QueueBoxTesting, RecordingPublisher } from 'queuebox/testing';
 import { type Database, openDatabase } from '../database';
 import { CreateOrdersTable1764547200000 } from './create-orders-table.migration';
@@ -39,12 +39,7 @@ describe('OrdersService with queuebox/testing', () => {
           type: 'postgres',
           url: database.url,
           entities: [Order],
-          migrations: [
-            QueueBoxSchema1764460800000,
-            QueueBoxOperations1764633600000,
-            QueueBoxClaims1795996800000,
-            CreateOrdersTable1764547200000,
-          ],
+          migrations: [...QueueBoxMigrations, CreateOrdersTable1764547200000],
           migrationsRun: true,
           logging: false,
         }),
