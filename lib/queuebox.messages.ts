@@ -68,6 +68,9 @@ export const messages = {
     'admin queries and retention scan whole tables until it runs (it is required when retention.enabled is true).',
   claimsMigrationOptional: () =>
     'claims stay correct but are planned on every call and read every pending row of keys in flight to reach rows without a key.',
+  claimingPausedStuck: (name: string) =>
+    `${name}: every one of its concurrency slots is held by calls that timed out and still run (they ignore their abort signal): it claims nothing until one ends, and gave back what was waiting for a slot, for other replicas to take. Make the handler or publisher honour its signal.`,
+  claimingResumed: (name: string) => `${name}: a slot held by a timed-out call was freed; claiming again.`,
   claimFunctionsOutdated: (migration: string) =>
     `the claim functions in the database were written by an older QueueBox version: claims are sent as statements instead (correct, planned on every call) until migration ${migration} runs (\`queuebox migrate\`, or add it to your DataSource's migrations: [...QueueBoxMigrations]).`,
   claimFunctionsMigrationOptional: () =>
@@ -193,6 +196,8 @@ export const messages = {
       )}. With fewer, workers wait forever for a connection. Set the pool size ("extra.max" or "poolSize" on PostgreSQL, "pool.max" on SQL Server) to at least ${minimum}, plus what your application uses at once.`,
   pullHandlerFailed: (id: string, handler: string, attempt: number, error: string, delayMs: number) =>
     `Pull handler ${handler} failed on message ${id} (attempt ${attempt}): ${error}. Rolled back; retrying in ${delayMs} ms.`,
+  pullBatchFailed: (handler: string, handled: number, claimed: number, error: string) =>
+    `Pull handler ${handler} failed on a batch of ${handled} messages (${error}); no message is charged for it: each of the ${claimed} claimed runs alone now, and only one that fails alone counts an attempt.`,
   pullClaimLost: (id: string, handler: string) =>
     `Lost the claim on message ${id} while ${handler} ran: its transaction was rolled back and the new owner handles the message. Raise the handler's "leaseMs" if this repeats.`,
 

@@ -8,6 +8,8 @@
 export class BatchQueue<T> {
   private readonly forming: { item: T; done: () => void; failed: (error: unknown) => void }[] = [];
   private running = 0;
+  /** Slots kept after their run returned, by a call that timed out and still runs (`holdSlot`). */
+  private held = 0;
   private scheduled = false;
 
   constructor(
@@ -15,7 +17,14 @@ export class BatchQueue<T> {
     private readonly concurrency: number,
     /** Runs one batch; `holdSlot(until)` keeps its slot taken until `until` settles, even after it returned. */
     private readonly run: (items: T[], holdSlot: (until: Promise<unknown>) => void) => Promise<void>,
+    /** Called when a kept slot is freed (its hung call ended). */
+    private readonly onSlotFreed: () => void = () => undefined,
   ) {}
+
+  /** Slots kept by calls that timed out and still run. */
+  get stuckSlots(): number {
+    return this.held;
+  }
 
   /** Settles when the batch that took `item` has run (rejects if that run threw). */
   add(item: T): Promise<void> {
@@ -33,6 +42,20 @@ export class BatchQueue<T> {
     });
   }
 
+  /**
+   * Takes back every item that waits for a slot: `giveBack` runs for each (the caller releases
+   * its claim), and then its `add` settles as if it had run.
+   */
+  async takeWaiting(giveBack: (item: T) => Promise<void>): Promise<void> {
+    const waiting = this.forming.splice(0);
+    await Promise.all(
+      waiting.map(async (entry) => {
+        await giveBack(entry.item);
+        entry.done();
+      }),
+    );
+  }
+
   private dispatch(): void {
     while (this.running < this.concurrency && this.forming.length > 0) {
       // Spread over the free slots rather than fill one batch first: the batches run side by side,
@@ -44,14 +67,23 @@ export class BatchQueue<T> {
       const ran = this.run(
         group.map((entry) => entry.item),
         (settles) => {
-          until = settles;
+          until = until ? Promise.allSettled([until, settles]) : settles;
         },
       );
       const release = () => {
         this.running--;
         this.dispatch();
       };
-      const settled = () => (until ? void until.then(release, release) : release());
+      const settled = () => {
+        if (!until) return release();
+        this.held++;
+        void until.then(freed, freed);
+      };
+      const freed = () => {
+        this.held--;
+        release();
+        this.onSlotFreed();
+      };
       ran.then(
         () => {
           for (const entry of group) entry.done();

@@ -3,6 +3,7 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
 import { describeError, isInstance } from '../common/errors';
 import { withinTimeout } from '../common/time-limit';
+import type { Dialect } from '../dialects/dialect';
 import { byId } from '../dialects/records';
 import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
@@ -11,7 +12,7 @@ import { InboxSources } from '../inbox/inbox-sources';
 import { FollowersChangedError, LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
 import { ClaimLoop, type WorkerLoopStatus } from '../workers/claim-loop';
@@ -51,6 +52,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
     @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     private readonly explorer: PullHandlerExplorer,
     private readonly lease: LeaseService,
     events: QueueBoxEvents,
@@ -138,7 +140,14 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
             handler.batch === undefined
               ? this.handle(handler, created, claim, keeper, yieldSlot)
               : this.batchQueueFor(handler, created).add({ claim, keeper }),
-          keep: (claim) => this.lease.keepOn(claim, () => this.renewals?.managerIfConnected()),
+          keep: (claim) => this.keep(claim),
+          // A batch slot kept by a timed-out call stands for `batch` claims the loop must not hold.
+          stuckSlots: () => (this.batchQueues.get(handler.source)?.stuckSlots ?? 0) * (handler.batch ?? 1),
+          releaseUnstarted: () =>
+            this.batchQueues.get(handler.source)?.takeWaiting(async ({ claim, keeper }) => {
+              await keeper.stop();
+              await this.release(claim);
+            }) ?? Promise.resolve(),
         },
         this.lease,
         this.logger,
@@ -153,8 +162,11 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
   private batchQueueFor(handler: PullHandlerDefinition, loop: ClaimLoop<InboxClaim>): BatchQueue<HeldClaim> {
     let queue = this.batchQueues.get(handler.source);
     if (!queue) {
-      queue = new BatchQueue(handler.batch ?? 1, handler.concurrency, (batch, holdSlot) =>
-        this.handleBatch(handler, loop, batch, holdSlot),
+      queue = new BatchQueue(
+        handler.batch ?? 1,
+        handler.concurrency,
+        (batch, holdSlot) => this.handleBatch(handler, loop, batch, holdSlot),
+        () => loop.wake(),
       );
       this.batchQueues.set(handler.source, queue);
     }
@@ -162,10 +174,18 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
   }
 
   /**
-   * The batch form: one transaction runs the handler on every message of the batch and completes
-   * every claim, fenced, in one statement. All or nothing: a handler that throws (or times out)
-   * fails every message's attempt; a claim lost before the commit rolls the whole batch back, and
-   * the claims still held are released (their attempt not counted: they did not fail).
+   * The batch form: one transaction runs the handler on the claimed messages and the followers
+   * read into the batch's room, and completes every claim, fenced, in one statement. All or
+   * nothing. A claim lost before the commit rolls the whole batch back, and the claims still held
+   * are released (their attempt not counted: they did not fail).
+   *
+   * A batch of more than one message that fails (throws or times out) charges no one: the failure
+   * may be any one message's. Each claimed message then runs alone, in a transaction of its own and
+   * without followers, and only a message that fails alone is charged (retried with backoff, or
+   * dead after `maxAttempts`). Followers of a failed batch stay pending, their attempt uncounted,
+   * and come again behind their head. After a message times out alone, the ones not yet run go
+   * back uncharged: a handler that hangs for every message is charged one message per batch
+   * instead of holding the batch's claims for a timeout each.
    */
   private async handleBatch(
     handler: PullHandlerDefinition,
@@ -176,17 +196,48 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     // Claims that waited for a batch slot past the point where shutdown stopped waiting: their
     // keepers are aborted; leave the rows to their leases, as abandoned work does.
     if (loop.abandoned) return;
+    const first = await this.attemptBatch(handler, loop, batch, { followers: true, holdSlot });
+    if (first.outcome !== 'failed') return;
+    if (first.handled === 1) {
+      await this.recordFailure(handler, batch[0].claim, first.failure, first.durationMs);
+      return;
+    }
+    this.logger.warn(messages.pullBatchFailed(handler.name, first.handled, batch.length, describeError(first.failure)));
+    for (const [i, { claim }] of batch.entries()) {
+      if (loop.abandoned) return;
+      const alone = await this.attemptBatch(handler, loop, [{ claim, keeper: this.keep(claim) }], { followers: false, holdSlot });
+      if (alone.outcome !== 'failed') continue;
+      await this.recordFailure(handler, claim, alone.failure, alone.durationMs);
+      if (alone.timedOut) {
+        await Promise.all(batch.slice(i + 1).map((rest) => this.release(rest.claim)));
+        return;
+      }
+    }
+  }
+
+  /**
+   * One transaction of a batch handler over `batch` (with followers in its room when
+   * `p.followers`), ending every claim's keeper. `done`: committed, outcomes reported; `given
+   * back`: a claim was lost (logged) or a follower changed, and the claims still held were
+   * released; `failed`: the handler threw or timed out, nothing was written, the claims are held.
+   */
+  private async attemptBatch(
+    handler: PullHandlerDefinition,
+    loop: ClaimLoop<InboxClaim>,
+    batch: HeldClaim[],
+    p: { followers: boolean; holdSlot: (until: Promise<unknown>) => void },
+  ): Promise<
+    { outcome: 'done' | 'given back' } | { outcome: 'failed'; failure: unknown; timedOut: boolean; handled: number; durationMs: number }
+  > {
     const claims = batch.map((held) => held.claim);
     const keepers = batch.map((held) => held.keeper);
-    // The batch's room beyond its claims goes to followers: the rows right after each claimed head
-    // of an aggregate, read in the transaction, handled and completed with their heads.
     let followers: InboxClaim[] = [];
     const lost = (claim: InboxClaim) => new ClaimLostError(messages.claimLost('pull', claim.id));
     let failure: unknown;
     let timedOut: Error | undefined;
     const startedAt = performance.now();
     try {
-      const attempt = this.dataSource.transaction(async (manager) => {
+      const attempt = this.dialect.transaction(async (manager) => {
         let controller: AbortController | undefined;
         const context: PullBatchContext = {
           manager,
@@ -200,7 +251,12 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
             return controller.signal;
           },
         };
-        followers = [...(await this.lease.followers(claims, { room: (handler.batch ?? 1) - claims.length, manager })).values()].flat();
+        // The batch's room beyond its claims goes to followers: the rows right after each claimed
+        // head of an aggregate, read in the transaction, handled and completed with their heads.
+        if (p.followers) {
+          const room = (handler.batch ?? 1) - claims.length;
+          followers = [...(await this.lease.followers(claims, { room, manager })).values()].flat();
+        }
         const handled = followers.length === 0 ? claims : [...claims, ...followers].sort(byId);
         await handler.handle(
           handled.map((claim) => claim.message),
@@ -225,19 +281,18 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         (error, settled) => {
           timedOut = error;
           for (const keeper of keepers) keeper.abort(error);
-          holdSlot(settled);
+          p.holdSlot(settled);
         },
       );
       const durationMs = performance.now() - startedAt;
       for (const claim of claims) this.outcomes.completed(claim, { durationMs, handler: handler.name });
       for (const follower of followers) this.outcomes.completed(follower, { durationMs, handler: handler.name });
-      return;
+      return { outcome: 'done' };
     } catch (error) {
       failure = error;
     }
     await Promise.all(keepers.map((keeper) => keeper.stop()));
-    if (loop.abandoned) return;
-    const durationMs = performance.now() - startedAt;
+    if (loop.abandoned) return { outcome: 'given back' };
     const followersChanged = isInstance(failure, FollowersChangedError);
     if (followersChanged) this.logger.warn(messages.followersChanged(handler.source));
     if (followersChanged || isInstance(failure, ClaimLostError) || keepers.some((keeper) => keeper.lost)) {
@@ -248,12 +303,23 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
             this.logger.error(messages.pullClaimLost(inboxMessageName(claim.message), handler.name));
             return;
           }
-          await this.lease.release(claim).catch((error) => this.logger.warn(messages.releaseFailed(claim.id, describeError(error))));
+          await this.release(claim);
         }),
       );
-      return;
+      return { outcome: 'given back' };
     }
-    await Promise.all(claims.map((claim) => this.recordFailure(handler, claim, failure, durationMs)));
+    const handled = claims.length + followers.length;
+    return { outcome: 'failed', failure, timedOut: timedOut !== undefined, handled, durationMs: performance.now() - startedAt };
+  }
+
+  /** Gives back a claim that did not fail (`pending`, its attempt not counted). */
+  private async release(claim: InboxClaim): Promise<void> {
+    await this.lease.release(claim).catch((error) => this.logger.warn(messages.releaseFailed(claim.id, describeError(error))));
+  }
+
+  /** A keeper renewing `claim` on the set-aside renewal connection. */
+  private keep(claim: InboxClaim): LeaseKeeper {
+    return this.lease.keepOn(claim, () => this.renewals?.managerIfConnected());
   }
 
   private async handle(
@@ -273,7 +339,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         message.headers,
         () => processSpan(message, 'pull'),
         () =>
-          this.dataSource.transaction(async (manager) => {
+          this.dialect.transaction(async (manager) => {
             // `signal` is made when the handler first reads it: most never do, and an AbortSignal is
             // costly on Node.js 20 (see LeaseKeeper).
             const context: PullContext = {

@@ -87,6 +87,15 @@ export interface ClaimLoopWork<C extends Claim> {
    * still in flight.
    */
   holdsOthers?(claim: C): boolean;
+  /**
+   * Concurrency slots, counted in claims, that the work's own scheduler gives to calls that timed
+   * out and still run (a batch pull handler's batch slots; the loop counts its own slots held by
+   * `yieldSlot(until)` itself). The loop holds fewer claims while some are taken, and none while
+   * all are: a claim it could not start would wait, renewed, for as long as the hung call runs.
+   */
+  stuckSlots?(): number;
+  /** Gives back (`pending`, attempt not counted) the claims the work holds but has not started: called while no slot is free. */
+  releaseUnstarted?(): Promise<void>;
 }
 
 interface Held<C> {
@@ -112,6 +121,10 @@ export class ClaimLoop<C extends Claim> {
   private readonly held = new Map<string, Held<C>>();
   private readonly waiting: Held<C>[] = [];
   private working = 0;
+  /** Concurrency slots kept by work that timed out and still runs (`yieldSlot(until)`). */
+  private stuck = 0;
+  /** Claiming stopped because every slot is kept by such work (logged once per pause). */
+  private pausedByStuckWork = false;
   /** Held claims that gave back their slot, hold no other row (`holdsOthers`) and only write their outcome: not counted by refills. */
   private finishing = 0;
   /** The loop sleeps because enough claims are waiting or working (not because the last claim came back short). */
@@ -237,9 +250,36 @@ export class ClaimLoop<C extends Claim> {
     return claims;
   }
 
+  /**
+   * How many claims the loop may hold now: `batchSize` while every slot is free to run work;
+   * less, in proportion, while slots are kept by timed-out work that still runs (stuck); none
+   * when all are. A loop claims only what it can start.
+   */
+  private get capacity(): number {
+    const stuck = this.stuck + (this.work.stuckSlots?.() ?? 0);
+    const live = this.options.concurrency - stuck;
+    if (live <= 0) return 0;
+    if (stuck === 0) return this.options.batchSize;
+    return Math.max(live, Math.floor((this.options.batchSize * live) / this.options.concurrency));
+  }
+
   private async run(): Promise<void> {
     while (this.state === 'running') {
-      if (this.counted > this.refillAt) {
+      const capacity = this.capacity;
+      if (capacity === 0) {
+        // Every slot is kept by hung work: what waits for one goes back, for other replicas to take.
+        if (!this.pausedByStuckWork) this.logger.warn(messages.claimingPausedStuck(this.options.name));
+        this.pausedByStuckWork = true;
+        this.lastCycle = new Date();
+        await this.releaseWaiting();
+        await this.work.releaseUnstarted?.();
+        await this.waker.sleep(this.options.pollIntervalMs); // a freed slot wakes us sooner
+        continue;
+      }
+      if (this.pausedByStuckWork) this.logger.log(messages.claimingResumed(this.options.name));
+      this.pausedByStuckWork = false;
+      const refillAt = capacity === this.options.batchSize ? this.refillAt : capacity - Math.max(1, Math.floor(capacity / 2));
+      if (this.counted > refillAt) {
         // Busy is alive: a full loop waits for its work, not on the database.
         this.lastCycle = new Date();
         this.sleepingFull = true;
@@ -249,7 +289,7 @@ export class ClaimLoop<C extends Claim> {
         await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
-      const limit = this.options.batchSize - this.counted;
+      const limit = capacity - this.counted;
       let claims: C[];
       this.claimingSince = new Date();
       try {
@@ -316,6 +356,10 @@ export class ClaimLoop<C extends Claim> {
         if (!slotHeld) return;
         slotHeld = false;
         this.working--;
+        if (slotHeldUntil) {
+          this.stuck--;
+          if (this.state === 'running') this.waker.wake();
+        }
         this.startWaiting();
         if (!processed && this.work.holdsOthers?.(held.claim) === false) {
           finishing = true;
@@ -325,7 +369,9 @@ export class ClaimLoop<C extends Claim> {
       };
       const yieldSlot = (until?: Promise<unknown>) => {
         if (until === undefined) return release();
+        if (slotHeldUntil || !slotHeld) return;
         slotHeldUntil = true;
+        this.stuck++;
         void until.then(release, release);
       };
       this.work

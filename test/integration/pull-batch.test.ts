@@ -73,6 +73,23 @@ class SlowBatchHandler {
   }
 }
 
+/** The idempotency keys of each call of the "batched-poison" handler, which throws whenever a message with `poison` is in its batch. */
+const poisonCalls: string[][] = [];
+
+@Injectable()
+class PoisonBatchHandler {
+  @PullHandler('batched-poison', { batch: 10, leaseMs: 10_000, maxAttempts: 3, backoff: { initialMs: 1, maxMs: 1, jitter: false } })
+  async handle(messages: InboxMessage[], { manager }: PullBatchContext) {
+    poisonCalls.push(messages.map((message) => message.idempotencyKey));
+    for (const message of messages)
+      await manager.query('INSERT INTO ledger (aggregate_id, idempotency_key, xid) VALUES ($1, $2, txid_current())', [
+        message.aggregateId,
+        message.idempotencyKey,
+      ]);
+    if (messages.some((message) => (message.payload as { poison?: boolean }).poison)) throw new Error('cannot apply the poison message');
+  }
+}
+
 describe('batch pull handlers on PostgreSQL', () => {
   let db: TestDatabase;
   let t: TestApp;
@@ -85,7 +102,7 @@ describe('batch pull handlers on PostgreSQL', () => {
     t = await createTestApp(
       db.url,
       { workers: false, pull: { sources: ['batched-slow'] } },
-      { providers: [BatchLedgerHandler, TimedBatchHandler] },
+      { providers: [BatchLedgerHandler, TimedBatchHandler, PoisonBatchHandler] },
     );
     inbox = t.get(InboxService);
     worker = t.get(PullWorker);
@@ -99,6 +116,7 @@ describe('batch pull handlers on PostgreSQL', () => {
     behaviour = async () => undefined;
     timedBehaviour = async () => undefined;
     calls.length = 0;
+    poisonCalls.length = 0;
   });
 
   const ledger = () =>
@@ -146,7 +164,7 @@ describe('batch pull handlers on PostgreSQL', () => {
     assert.equal((await ledger()).length, 120);
   });
 
-  it('a handler that throws rolls back every write and completion; every message’s attempt fails, then each is dead after maxAttempts', async () => {
+  it('a handler that throws for every message rolls back every write and completion; each message, run alone, fails and is charged, then is dead after maxAttempts', async () => {
     behaviour = async () => {
       throw new Error('ledger service said no');
     };
@@ -261,7 +279,7 @@ describe('batch pull handlers on PostgreSQL', () => {
     };
     await receive(3, () => 'one');
     assert.equal(await worker.runOnce('batched'), 1);
-    assert.deepEqual(calls, [['m0', 'm1', 'm2']]);
+    assert.deepEqual(calls, [['m0', 'm1', 'm2'], ['m0']], 'the head ran alone before it was charged');
     assert.deepEqual(
       (await states()).map((row) => [row.idempotency_key, row.state, row.attempts]),
       [
@@ -271,6 +289,52 @@ describe('batch pull handlers on PostgreSQL', () => {
       ],
     );
     assert.deepEqual(await ledger(), []);
+  });
+
+  describe('a message that fails the batch is the one charged (I1, I8)', () => {
+    const poisonStates = async () =>
+      Object.fromEntries(
+        (
+          await db.query<{ idempotency_key: string; state: string; attempts: number }>(
+            "SELECT idempotency_key, state, attempts FROM queuebox_inbox WHERE source = 'batched-poison' ORDER BY id",
+          )
+        ).map((row) => [row.idempotency_key, `${row.state}/${row.attempts}`]),
+      );
+    const drain = async () => {
+      for (let round = 0; round < 20; round++) {
+        const rows = await db.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM queuebox_inbox WHERE source = 'batched-poison' AND state IN ('pending', 'processing')",
+        );
+        if (rows[0].n === 0) return;
+        await worker.runOnce('batched-poison');
+      }
+      assert.fail(`not drained after 20 rounds: ${JSON.stringify(await poisonStates())}`);
+    };
+
+    it('a poison follower: its head is processed, the follower dies after its own attempts, the row behind it is processed', async () => {
+      for (const [key, poison] of [
+        ['H', false],
+        ['P', true],
+        ['N', false],
+      ] as const)
+        await inbox.receive({ source: 'batched-poison', idempotencyKey: key, aggregateId: 'one', payload: { poison } });
+      await drain();
+      assert.deepEqual(await poisonStates(), { H: 'processed/1', P: 'dead/3', N: 'processed/1' });
+      assert.deepEqual(
+        (await ledger()).map((row) => row.idempotency_key),
+        ['H', 'N'],
+        'only what committed: H alone, then N behind the dead P',
+      );
+      assert.deepEqual(poisonCalls[0], ['H', 'P', 'N'], 'the first batch took the followers');
+      assert.deepEqual(poisonCalls[1], ['H'], 'then the head alone');
+    });
+
+    it('a poison head among the heads of other aggregates: only it is charged; the others are processed on their first attempt', async () => {
+      for (let n = 0; n < 4; n++)
+        await inbox.receive({ source: 'batched-poison', idempotencyKey: `k${n}`, aggregateId: `agg${n}`, payload: { poison: n === 2 } });
+      await drain();
+      assert.deepEqual(await poisonStates(), { k0: 'processed/1', k1: 'processed/1', k2: 'dead/3', k3: 'processed/1' });
+    });
   });
 
   it('a follower changed before the commit (an operator’s write) rolls the batch back; its head is released and tried again', async () => {
@@ -335,7 +399,7 @@ describe('batch pull handlers on PostgreSQL', () => {
     }
   });
 
-  it('a batch past its handlerTimeout: signal aborted, every message’s attempt failed, nothing commits', async () => {
+  it('a batch past its handlerTimeout: signal aborted, nothing commits; run alone, the first message times out too and is charged, the others go back uncharged', async () => {
     const hold = gate();
     let signal: AbortSignal | undefined;
     timedBehaviour = async (_messages, context) => {
@@ -345,12 +409,11 @@ describe('batch pull handlers on PostgreSQL', () => {
     for (let n = 0; n < 3; n++) await inbox.receive({ source: 'batched-timed', idempotencyKey: `t${n}`, payload: {} });
     let handlerDone: Promise<unknown> | undefined;
     try {
-      assert.equal(await worker.runOnce('batched-timed'), 3, 'the attempt ends at the timeout');
-      for (const row of await states()) {
-        assert.equal(row.state, 'pending');
-        assert.equal(row.attempts, 1);
-        assert.match(row.last_error ?? '', /HandlerTimeoutError/);
-      }
+      assert.equal(await worker.runOnce('batched-timed'), 3, 'the attempt ends at the timeouts');
+      const [first, ...rest] = await states();
+      assert.deepEqual([first.state, first.attempts], ['pending', 1]);
+      assert.match(first.last_error ?? '', /HandlerTimeoutError/);
+      for (const row of rest) assert.deepEqual([row.state, row.attempts, row.last_error], ['pending', 0, null]);
       assert.equal(signal?.aborted, true);
       assert.ok(signal?.reason instanceof HandlerTimeoutError);
     } finally {

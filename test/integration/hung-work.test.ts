@@ -1,0 +1,206 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Injectable } from '@nestjs/common';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import { InboxService } from '../../lib/inbox/inbox.service';
+import type { InboxMessage, OutboundMessage } from '../../lib/lease/claimed-messages';
+import { OutboxService } from '../../lib/outbox/outbox.service';
+import type { Publisher } from '../../lib/outbox/outbox.types';
+import { PullHandler } from '../../lib/pull/pull-handler.decorator';
+import { createTestApp, type TestApp } from '../support/app';
+import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { gate } from '../support/recording-publisher';
+
+// Issue 24 item 4: work that timed out but ignores its abort signal keeps its concurrency slot
+// until it really ends. A loop whose every slot is kept so must claim nothing (a claim could not
+// start: it would wait, renewed, for as long as the hung call runs, out of every other replica's
+// reach) and give back what already waits for a slot. Each test runs a "stuck" replica whose one
+// slot hangs, and a healthy replica that must get every message.
+
+const hang = gate();
+/** Which replica handled what (idempotency key or message id), in order. */
+const handledBy: { replica: string; id: string }[] = [];
+
+const PULL = { leaseMs: 2000, concurrency: 1, handlerTimeout: 200, maxAttempts: 5, backoff: { initialMs: 1, maxMs: 1, jitter: false } };
+
+@Injectable()
+class StuckPullHandler {
+  @PullHandler('stuck-one', PULL)
+  async handle(message: InboxMessage) {
+    handledBy.push({ replica: 'stuck', id: message.idempotencyKey });
+    await hang.promise; // ignores its signal
+  }
+
+  @PullHandler('stuck-batch', { ...PULL, batch: 5 })
+  async handleBatch(messages: InboxMessage[]) {
+    for (const message of messages) handledBy.push({ replica: 'stuck', id: message.idempotencyKey });
+    await hang.promise;
+  }
+}
+
+@Injectable()
+class HealthyPullHandler {
+  @PullHandler('stuck-one', PULL)
+  async handle(message: InboxMessage) {
+    handledBy.push({ replica: 'healthy', id: message.idempotencyKey });
+  }
+
+  @PullHandler('stuck-batch', { ...PULL, batch: 5 })
+  async handleBatch(messages: InboxMessage[]) {
+    for (const message of messages) handledBy.push({ replica: 'healthy', id: message.idempotencyKey });
+  }
+}
+
+/** Hangs on every publish, ignoring its signal. */
+const stuckPublisher: Publisher = {
+  async publish(message: OutboundMessage) {
+    handledBy.push({ replica: 'stuck', id: message.messageId });
+    await hang.promise;
+  },
+};
+const healthyPublisher: Publisher = {
+  async publish(message: OutboundMessage) {
+    handledBy.push({ replica: 'healthy', id: message.messageId });
+  },
+};
+
+const outbox = (publisher: Publisher) => ({
+  publisher,
+  concurrency: 1,
+  batchSize: 4,
+  claimTimeoutMs: 2000,
+  publishTimeout: 200,
+  pollIntervalMs: 50,
+  maxAttempts: 5,
+  backoff: { initialMs: 1, maxMs: 1, jitter: false },
+});
+
+describe('a loop whose slots are all held by hung work claims nothing and gives back what waits (issue 24 item 4)', () => {
+  let db: TestDatabase;
+  let stuck: TestApp;
+  let healthy: TestApp | undefined;
+  /** Nest sends every app's log lines to the logger of the app created last: look in all of them. */
+  const apps: TestApp[] = [];
+  const logged = (fragment: string) => apps.some((app) => app.logger.has('warn', fragment));
+
+  before(async () => {
+    db = await createTestDatabase();
+    stuck = await createTestApp(
+      db.url,
+      { workers: { outbox: true, relay: false, pull: true }, outbox: outbox(stuckPublisher), pull: { pollIntervalMs: 50 } },
+      { providers: [StuckPullHandler] },
+    );
+    apps.push(stuck);
+  });
+  after(async () => {
+    hang.open();
+    await healthy?.app.close();
+    await stuck?.app.close();
+    await db?.drop();
+  });
+
+  const row = async (table: 'queuebox_inbox' | 'queuebox_outbox', where: string, value: string) =>
+    (
+      await db.query<{ state: string; attempts: number; last_error: string | null }>(
+        `SELECT state, attempts, last_error FROM ${table} WHERE ${where} = $1`,
+        [value],
+      )
+    )[0];
+
+  it('pull, one message per call: the timed-out message is retried by another replica, never parked behind the hung call', async () => {
+    await stuck.get(InboxService).receive({ source: 'stuck-one', idempotencyKey: 'one-1', payload: {} });
+    await eventually(
+      async () =>
+        (await row('queuebox_inbox', 'idempotency_key', 'one-1')).attempts === 1 &&
+        (await row('queuebox_inbox', 'idempotency_key', 'one-1')).state === 'pending',
+      'the timeout to be recorded as a retry',
+    );
+    await eventually(async () => logged('pull worker stuck-one: every one of its concurrency slots is held'), 'the stuck replica to pause');
+    assert.equal((await row('queuebox_inbox', 'idempotency_key', 'one-1')).state, 'pending', 'not claimed again by the stuck replica');
+    healthy = await createTestApp(
+      db.url,
+      { workers: { outbox: true, relay: false, pull: true }, outbox: outbox(healthyPublisher), pull: { pollIntervalMs: 50 } },
+      { providers: [HealthyPullHandler] },
+    );
+    apps.push(healthy);
+    await eventually(
+      async () => (await row('queuebox_inbox', 'idempotency_key', 'one-1')).state === 'processed',
+      'the healthy replica to process it',
+      10_000,
+    );
+    assert.deepEqual(
+      handledBy.filter((entry) => entry.id === 'one-1').map((entry) => entry.replica),
+      ['stuck', 'healthy'],
+    );
+  });
+
+  it('pull, batch form: the batch that waited for the hung batch slot goes back and another replica handles it', async () => {
+    await healthy?.app.close();
+    healthy = undefined;
+    const inbox = stuck.get(InboxService);
+    await inbox.receive({ source: 'stuck-batch', idempotencyKey: 'b-1', payload: {} });
+    await eventually(async () => handledBy.some((entry) => entry.id === 'b-1'), 'the first batch to start');
+    // Claimed while the first batch runs: they wait for its slot.
+    for (let n = 2; n <= 4; n++) await inbox.receive({ source: 'stuck-batch', idempotencyKey: `b-${n}`, payload: {} });
+    await eventually(
+      async () => logged('pull worker stuck-batch: every one of its concurrency slots is held'),
+      'the stuck replica to pause',
+    );
+    const waiting = await db.query<{ state: string; attempts: number; claim_token: string | null }>(
+      "SELECT state, attempts, claim_token FROM queuebox_inbox WHERE source = 'stuck-batch' AND idempotency_key <> 'b-1'",
+    );
+    assert.deepEqual(
+      waiting.map((r) => [r.state, r.attempts, r.claim_token]),
+      Array(3).fill(['pending', 0, null]),
+      'given back (or never claimed): none is held behind the hung batch',
+    );
+    healthy = await createTestApp(
+      db.url,
+      { workers: { outbox: false, relay: false, pull: true }, pull: { pollIntervalMs: 50 } },
+      { providers: [HealthyPullHandler] },
+    );
+    apps.push(healthy);
+    await eventually(
+      async () => {
+        const rows = await db.query<{ state: string }>("SELECT state FROM queuebox_inbox WHERE source = 'stuck-batch'");
+        return rows.length === 4 && rows.every((r) => r.state === 'processed');
+      },
+      'the healthy replica to process all four',
+      10_000,
+    );
+    for (const id of ['b-1', 'b-2', 'b-3', 'b-4']) {
+      assert.equal(
+        handledBy.filter((entry) => entry.id === id && entry.replica === 'healthy').length,
+        1,
+        `${id} handled once by the healthy replica`,
+      );
+    }
+  });
+
+  it('outbox poller: prefetched claims waiting behind a hung publish are given back and published by another replica', async () => {
+    await healthy?.app.close();
+    healthy = undefined;
+    const dataSource = stuck.app.get<DataSource>(getDataSourceToken());
+    const ids = await dataSource.transaction((manager) =>
+      stuck.get(OutboxService).enqueueMany(
+        manager,
+        [1, 2, 3].map((n) => ({ destination: 'd', payload: { n } })),
+      ),
+    );
+    await eventually(async () => logged('outbox poller: every one of its concurrency slots is held'), 'the stuck poller to pause');
+    for (const { messageId } of ids.slice(1)) {
+      const waited = await row('queuebox_outbox', 'message_id', messageId);
+      assert.deepEqual([waited.state, waited.attempts], ['pending', 0], 'given back, its attempt not counted');
+    }
+    healthy = await createTestApp(db.url, { workers: { outbox: true, relay: false, pull: false }, outbox: outbox(healthyPublisher) }, {});
+    apps.push(healthy);
+    await eventually(
+      async () => (await db.query<{ n: number }>("SELECT count(*)::int AS n FROM queuebox_outbox WHERE state = 'sent'"))[0].n === 3,
+      'the healthy replica to publish all three',
+      10_000,
+    );
+    for (const { messageId } of ids)
+      assert.equal(handledBy.filter((entry) => entry.id === messageId && entry.replica === 'healthy').length, 1);
+  });
+});
