@@ -116,6 +116,14 @@ export interface Dialect {
   /** Throws when a QueueBox table is missing (the schema was never migrated). */
   schemaCheck(): Promise<void>;
 
+  /**
+   * Runs `work` in one of QueueBox's own transactions (a pull handler's, a relay forward's) at READ
+   * COMMITTED, whatever the DataSource's `isolationLevel` or the database's default: the fenced
+   * completion must see the renewals other connections committed since the transaction began
+   * (under REPEATABLE READ, SERIALIZABLE or SNAPSHOT it fails with a serialization error instead).
+   */
+  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
+
   /** Inserts rows in the caller's transaction, in one statement; returns ids in input order. */
   outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]>;
   /**

@@ -1,4 +1,3 @@
-import type { DataSource } from 'typeorm';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import type { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../lease/lease.types';
@@ -44,7 +43,6 @@ export class ForwardBatcher {
   private readonly batcher: TurnBatcher<Forward, BatchedForward>;
 
   constructor(
-    private readonly dataSource: DataSource,
     private readonly dialect: Dialect,
     private readonly lease: LeaseService,
     maxBatch: number,
@@ -61,7 +59,7 @@ export class ForwardBatcher {
     // A batch of one is a single forward: written as such, it is not tried a second time when it fails.
     if (batch.length === 1) return ['alone'];
     try {
-      const completed = await this.dataSource.transaction(async (manager) => {
+      const completed = await this.dialect.transaction(async (manager) => {
         const done = await this.lease.completeBatch(
           batch.map((entry) => entry.claim),
           manager,

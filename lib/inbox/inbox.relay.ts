@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import type { DataSource, EntityManager } from 'typeorm';
+import type { EntityManager } from 'typeorm';
 import { describeError, isInstance } from '../common/errors';
 import { withinTimeout } from '../common/time-limit';
 import { uuidV5 } from '../common/uuid';
@@ -13,7 +13,7 @@ import type { InboxClaim } from '../lease/lease.types';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../options/options.resolver';
 import { asDuplicateMessageId } from '../outbox/outbox.service';
 import { toOutboxRows } from '../outbox/outbox-rows';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
 import { CAUSATION_HEADER } from '../wire-headers';
@@ -50,7 +50,6 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
-    @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     private readonly lease: LeaseService,
     private readonly sources: InboxSources,
@@ -61,7 +60,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     super();
     this.options = rootOptions.inbox.relay;
     // At most `batchSize` claims are held, so no batch could be bigger.
-    this.batcher = new ForwardBatcher(dataSource, dialect, lease, this.options.batchSize);
+    this.batcher = new ForwardBatcher(dialect, lease, this.options.batchSize);
     this.outcomes = inboxOutcomeRecorder(lease, events, this.logger);
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
@@ -209,7 +208,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
    */
   private async forwardAlone(claim: InboxClaim, rows: OutboxInsertRow[], followers: RoutedRow[]): Promise<RoutedRow[]> {
     try {
-      await this.dataSource.transaction(async (manager) => {
+      await this.dialect.transaction(async (manager) => {
         await this.insertForwarded(manager, rowsOf({ rows, followers }));
         if (!(await this.lease.complete(claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', claim.id));
         await this.lease.completeFollowers(

@@ -43,11 +43,25 @@ export interface TestApp {
 export async function createTestApp(
   url: string,
   options: QueueBoxModuleOptions & QueueBoxModuleExtras,
-  extra: { poolSize?: number; typeormName?: string; providers?: Provider[]; imports?: ModuleMetadata['imports'] } = {},
+  extra: {
+    poolSize?: number;
+    typeormName?: string;
+    providers?: Provider[];
+    imports?: ModuleMetadata['imports'];
+    /** The DataSource's `isolationLevel`. */
+    isolationLevel?: 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
+  } = {},
 ): Promise<TestApp> {
   @Module({
     imports: [
-      TypeOrmModule.forRoot({ name: extra.typeormName, type: 'postgres', url, extra: { max: extra.poolSize ?? 10 }, logging: false }),
+      TypeOrmModule.forRoot({
+        name: extra.typeormName,
+        type: 'postgres',
+        url,
+        extra: { max: extra.poolSize ?? 10 },
+        logging: false,
+        isolationLevel: extra.isolationLevel,
+      }),
       QueueBoxModule.forRoot(options),
       ...(extra.imports ?? []),
     ],

@@ -8,9 +8,10 @@ import { inlineParams, pgLiteral } from '../../lib/dialects/postgres/quoting';
 // conformance suite; these check the text without one.
 
 describe('PostgreSQL serialized claim text', () => {
-  it('takes the lock first, then the claim, with every placeholder replaced', () => {
+  it('runs at READ COMMITTED, takes the lock first, then the claim, with every placeholder replaced', () => {
     const text = serializedClaimSql('queuebox_outbox_claim_queuebox_outbox', outboxClaimSql('"queuebox_outbox"'), [25, 300_000]);
-    const [lock, claim] = text.split(';\n');
+    const [isolation, lock, claim] = text.split(';\n');
+    assert.equal(isolation, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED');
     assert.equal(lock, "SELECT pg_advisory_xact_lock(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0))");
     assert.match(claim, /^WITH RECURSIVE near AS/);
     assert.match(claim, /LIMIT 25\n/);

@@ -24,10 +24,14 @@ export function claimLockNames(tables: QueueBoxTables): { outbox: string; inbox:
  * transaction (committed after the last, rolled back on any error), and under READ COMMITTED each
  * statement takes its own snapshot: the claim's snapshot is taken after the lock was granted,
  * so it sees every claim committed before it, exactly as with BEGIN, the lock, the claim and
- * COMMIT sent one by one (four round trips).
+ * COMMIT sent one by one (four round trips). The transaction is READ COMMITTED whatever the
+ * session's `default_transaction_isolation` says: under REPEATABLE READ or SERIALIZABLE both
+ * statements would share one snapshot, taken before the lock was granted, and the claim would not
+ * see the claim it waited for (a serialization failure on every contended claim).
  */
 export const serializedClaimSql = (lockName: string, statement: string, params: readonly InlineParam[]) =>
-  `SELECT pg_advisory_xact_lock(hashtextextended(${pgLiteral(lockName)}, 0));
+  `SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SELECT pg_advisory_xact_lock(hashtextextended(${pgLiteral(lockName)}, 0));
 ${inlineParams(statement, params)}`;
 
 /**

@@ -28,7 +28,7 @@ import {
   deadLetterListSql,
   deadLetterReplaySql,
 } from './admin.sql';
-import { claimFunctionsLookupSql, clockNowSql, tableExistsSql } from './checks.sql';
+import { claimFunctionsLookupSql, clockNowSql, defaultIsolationSql, tableExistsSql } from './checks.sql';
 import { type ClaimFunctions, claimFunctionCallSql, claimFunctionNames, claimFunctions } from './claim-functions.sql';
 import {
   claimLockNames,
@@ -109,6 +109,8 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   private claimFunctionsPresent?: Promise<boolean>;
   private readonly channel: Record<LeaseTable, string>;
   private readonly retentionLock: string;
+  /** Whether QueueBox's own transactions must name READ COMMITTED (see `transaction`); unknown until the first one. */
+  private nameReadCommitted?: boolean;
 
   /**
    * The client-side bound on each of QueueBox's own pool statements (claims, reclaims, fenced
@@ -145,6 +147,27 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     this.channel = { outbox: channel('outbox'), inbox: channel('inbox') };
     this.retentionLock = retentionLockName(tables);
     if (dataSource.isInitialized) poolOf(dataSource);
+  }
+
+  /**
+   * READ COMMITTED is named only where something else would apply (the DataSource's
+   * `isolationLevel`, or `default_transaction_isolation` set on the database, role or connection):
+   * TypeORM sends it as a statement of its own, one round trip per transaction.
+   */
+  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    if (this.nameReadCommitted === false) return this.dataSource.transaction(work);
+    if (this.nameReadCommitted === true) return this.dataSource.transaction('READ COMMITTED', work);
+    return this.sessionIsolation().then(() => this.transaction(work));
+  }
+
+  private async sessionIsolation(): Promise<void> {
+    const configured = this.dataSource.options.isolationLevel;
+    if (configured !== undefined && configured !== 'READ COMMITTED') {
+      this.nameReadCommitted = true;
+      return;
+    }
+    const { rows } = await poolQuery<{ isolation: string }>(this.dataSource, defaultIsolationSql(), [], this.queryTimeoutMs);
+    this.nameReadCommitted = rows[0]?.isolation !== 'read committed';
   }
 
   async schemaCheck(): Promise<void> {
@@ -248,22 +271,25 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   }
 
   /**
-   * Whether the three claim functions exist and hold this version's claims. Functions written by
-   * an older version (migration 003 before 005 ran) are not used: their claims may lack a fix
-   * (claims are where order and recovery are decided), so the claim statements go instead, and
-   * one warning says which migration brings the functions up to date.
+   * Whether the three claim functions exist, hold this version's claims, and run at READ
+   * COMMITTED. Functions written by an older version (migration 003 before 005 ran) are not used:
+   * their claims may lack a fix (claims are where order and recovery are decided), so the claim
+   * statements go instead, and one warning says which migration brings the functions up to date.
+   * Nor are they used where the sessions default to REPEATABLE READ or SERIALIZABLE
+   * (`default_transaction_isolation`): a function's statements would share the snapshot taken
+   * before its lock was granted; the claim statements set READ COMMITTED themselves.
    */
   private async lookUpClaimFunctions(): Promise<boolean> {
     const kinds = Object.values(this.claims);
-    const { rows } = await poolQuery<{ present: number; current: number }>(
+    const { rows } = await poolQuery<{ present: number; current: number; isolation: string }>(
       this.dataSource,
       claimFunctionsLookupSql(),
       [kinds.map((claim) => claim.signature), kinds.map((claim) => claim.body)],
       this.queryTimeoutMs,
     );
-    const { present, current } = rows[0] ?? { present: 0, current: 0 };
+    const { present, current, isolation } = rows[0] ?? { present: 0, current: 0, isolation: 'read committed' };
     if (present > 0 && current < kinds.length) this.log.warn(messages.claimFunctionsOutdated(DEFAULT_MIGRATION_NAMES.claimFunctions));
-    return current === kinds.length;
+    return current === kinds.length && isolation === 'read committed';
   }
 
   /**

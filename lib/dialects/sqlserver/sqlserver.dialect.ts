@@ -125,6 +125,11 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     this.retentionLock = lockName(`queuebox_retention_${tables.outbox.qualified}`);
   }
 
+  /** mssql begins every transaction with the level it is given (no round trip of its own), so it is always named. */
+  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    return this.dataSource.transaction(READ_COMMITTED, work);
+  }
+
   async schemaCheck(): Promise<void> {
     for (const kind of ['outbox', 'inbox'] as const) {
       const { rows } = await this.run<{ found: number | null }>(tableExistsSql(), [text(this.table[kind], 300)]);
