@@ -19,6 +19,8 @@ import { type RecordDecoding } from '../records';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {
   adminBacklogSql,
+  adminClaimListSql,
+  adminThroughputSql,
   blockedKeyListSql,
   blockedKeySkipHeadSql,
   deadLetterCountSql,
@@ -69,6 +71,8 @@ const STATEMENTS: SqlDialectStatements = {
   deadLetterDiscardSql,
   blockedKeyListSql,
   blockedKeySkipHeadSql,
+  adminThroughputSql,
+  adminClaimListSql,
   clockNowSql,
 };
 
@@ -86,6 +90,7 @@ const PARAMS: SqlDialectParams = {
   fence: (p) => [p.id, p.token],
   claims: (claims) => [claims.map((c) => c.id), claims.map((c) => c.token)],
   selection: selectionParams,
+  instant: same,
 };
 
 /** The PostgreSQL dialect: `FOR UPDATE SKIP LOCKED` claims, advisory claim locks, `clock_timestamp()` fences. */
@@ -364,9 +369,9 @@ export async function bounded<T>(query: Promise<T>, timeoutMs: number | undefine
   }
 }
 
-/** The selection's parameters $1..$5. */
+/** The selection's parameters $1..$6. */
 function selectionParams(s: DeadSelection): unknown[] {
-  return [s.name, s.errorContains, s.deadAfter, s.deadBefore, s.ids];
+  return [s.name, s.errorContains, s.deadAfter, s.deadBefore, s.ids, s.key ?? null];
 }
 
 /** The retention lock's name; PostgreSQL keys the advisory lock on `hashtextextended(name, 0)`. */

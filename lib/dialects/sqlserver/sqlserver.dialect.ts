@@ -11,6 +11,8 @@ import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {
   adminBacklogSql,
+  adminClaimListSql,
+  adminThroughputSql,
   blockedKeyListSql,
   blockedKeySkipHeadSql,
   deadLetterCountSql,
@@ -62,6 +64,8 @@ const STATEMENTS: SqlDialectStatements = {
   deadLetterDiscardSql,
   blockedKeyListSql,
   blockedKeySkipHeadSql,
+  adminThroughputSql,
+  adminClaimListSql,
   clockNowSql,
 };
 
@@ -78,6 +82,7 @@ const PARAMS: SqlDialectParams = {
   fence,
   claims: (claims) => [text(JSON.stringify(claims.map((c) => ({ id: c.id, token: c.token }))))],
   selection: selectionParams,
+  instant,
 };
 
 /**
@@ -313,7 +318,7 @@ function keyText(field: string, value: string | null): MssqlParameter {
   return name(value);
 }
 
-/** The selection's parameters @0..@4. */
+/** The selection's parameters @0..@5. */
 function selectionParams(s: DeadSelection): MssqlParameter[] {
   return [
     keyText('name', s.name),
@@ -321,6 +326,7 @@ function selectionParams(s: DeadSelection): MssqlParameter[] {
     instant(s.deadAfter),
     instant(s.deadBefore),
     text(s.ids === null ? null : JSON.stringify(s.ids)),
+    keyText('key', s.key ?? null),
   ];
 }
 
