@@ -36,6 +36,7 @@ export {
   UnknownSourceError,
 } from './errors/queuebox.errors';
 export {
+  type DashboardActionEvent,
   type InboxEventMessage,
   type OutboxEventMessage,
   type QueueBoxEventListener,
