@@ -386,7 +386,11 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
           h(
             'table',
             null,
-            h('caption', null, `${plural(total.count, 'dead letter')}${filtered ? ' match' : ''}; newest first`),
+            h(
+              'caption',
+              null,
+              `${plural(total.count, 'dead letter')}${filtered ? (total.count === 1 ? ' matches' : ' match') : ''}; newest first`,
+            ),
             h(
               'thead',
               null,
