@@ -142,7 +142,7 @@ try {
   await app.listen(0, '127.0.0.1');
   const base = `${(await app.getUrl()).replace('[::1]', '127.0.0.1')}/queuebox/`;
   const session = await (await fetch(`${base}api/session`)).json();
-  const post = (path, body) => ({
+  const post = (body) => ({
     method: 'POST',
     headers: { 'content-type': 'application/json', [session.tokenHeader]: session.token },
     body: JSON.stringify(body),
@@ -177,19 +177,19 @@ try {
     ['GET  claims?component=outbox', () => ['api/default/claims?component=outbox']],
     ['GET  claims?component=inbox', () => ['api/default/claims?component=inbox']],
     ['GET  heartbeats', () => ['api/default/heartbeats']],
-    ['POST dead-letters/replay (1 id)', () => ['api/default/dead-letters/replay', post('', { component: 'outbox', ids: [deadIds[n++]] })]],
+    ['POST dead-letters/replay (1 id)', () => ['api/default/dead-letters/replay', post({ component: 'outbox', ids: [deadIds[n++]] })]],
     [
       'POST dead-letters/discard (1 id)',
       () => [
         'api/default/dead-letters/discard',
-        post('', { component: 'outbox', ids: [deadIds[deadIds.length - 1 - (n++ % deadIds.length)]] }),
+        post({ component: 'outbox', ids: [deadIds[deadIds.length - 1 - (n++ % deadIds.length)]] }),
       ],
     ],
     [
       'POST dead-letters/replay (filter, no match)',
-      () => ['api/default/dead-letters/replay', post('', { component: 'outbox', filter: { error: 'no-such-error-text' } })],
+      () => ['api/default/dead-letters/replay', post({ component: 'outbox', filter: { error: 'no-such-error-text' } })],
     ],
-    ['POST blocked/skip-head', () => ['api/default/blocked/skip-head', post('', { component: 'outbox', key: stuck[n++ % stuck.length] })]],
+    ['POST blocked/skip-head', () => ['api/default/blocked/skip-head', post({ component: 'outbox', key: stuck[n++ % stuck.length] })]],
   ];
 
   const time = async (label, call) => {
