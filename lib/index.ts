@@ -10,7 +10,16 @@ export { QueueBoxAdmin } from './admin/queuebox.admin';
 export { RetentionService } from './admin/retention.service';
 export type { BackoffFunction, BackoffOptions, RetryBackoffOptions, RetryOption, RetryPolicy } from './common/backoff';
 export { type Duration, parseDuration } from './common/duration';
-export type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, SkipHeadTarget } from './dialects/dialect-rows';
+export type {
+  AdminComponent,
+  BacklogRow,
+  BlockedKeyRow,
+  ClaimRow,
+  DeadLetterRow,
+  SkipHeadTarget,
+  Throughput,
+  ThroughputRow,
+} from './dialects/dialect-rows';
 export {
   ClaimLostError,
   DuplicateMessageIdError,
@@ -27,6 +36,7 @@ export {
   UnknownSourceError,
 } from './errors/queuebox.errors';
 export {
+  type DashboardActionEvent,
   type InboxEventMessage,
   type OutboxEventMessage,
   type QueueBoxEventListener,

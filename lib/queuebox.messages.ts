@@ -263,7 +263,7 @@ export const messages = {
   adminArgumentInvalid: (field: string, rule: string, value: unknown) =>
     `QueueBoxAdmin: "${field}" ${rule}, got ${show(value)}. Nothing was changed.`,
   adminSelectionAmbiguous: () =>
-    'QueueBoxAdmin: pass either "ids" or filter fields (name, errorContains, deadAfter, deadBefore), not both. Nothing was changed.',
+    'QueueBoxAdmin: pass either "ids" or filter fields (name, key, errorContains, deadAfter, deadBefore), not both. Nothing was changed.',
   adminSelectionEmpty: () =>
     'QueueBoxAdmin: this call would touch every dead row of the component: pass "ids", a filter field, or "all: true" to mean it. Nothing was changed.',
   skipHeadReason: (reason: string) => `skipped by admin: ${reason}`,

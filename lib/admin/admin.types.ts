@@ -9,6 +9,8 @@ export interface DeadLetterFilter {
   component: AdminComponent;
   /** Destination (outbox) or source (inbox), exactly. */
   name?: string;
+  /** Ordering key (outbox `key`) or aggregate (inbox `aggregate_id`), exactly. */
+  key?: string;
   /** A substring of `last_error`; case-insensitive on PostgreSQL, the column's collation on SQL Server. */
   errorContains?: string;
   /** Last attempt at or after this instant. */
@@ -17,10 +19,15 @@ export interface DeadLetterFilter {
   deadBefore?: Date;
 }
 
-/** Keyset paging: `limit` rows (default 50, at most 1000) with an id above `afterId`, in id order. */
+/**
+ * Keyset paging: `limit` rows (default 50, at most 1000) with an id above `afterId`, in id order;
+ * with `newestFirst`, ids below `afterId`, highest first (pass `nextAfterId` back either way).
+ */
 export interface DeadLetterPage {
   limit?: number;
   afterId?: string;
+  /** Newest rows first (descending id). Default false. */
+  newestFirst?: boolean;
   /** Also return each row's payload. Off by default: payloads can be large and sensitive. */
   includePayload?: boolean;
 }

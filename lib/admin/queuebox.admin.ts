@@ -1,6 +1,14 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
-import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, SkipHeadTarget } from '../dialects/dialect-rows';
+import type {
+  AdminComponent,
+  BacklogRow,
+  BlockedKeyRow,
+  ClaimRow,
+  DeadLetterRow,
+  SkipHeadTarget,
+  Throughput,
+} from '../dialects/dialect-rows';
 import { QueueBoxAdminError } from '../errors/queuebox.errors';
 import { QUEUEBOX_DIALECT } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
@@ -11,7 +19,9 @@ const DEFAULT_PAGE = 50;
 const MAX_PAGE = 1000;
 /** Rows a replay or discard changes per statement; a bigger selection takes several statements. */
 const WRITE_BATCH = 1000;
-const FILTER_FIELDS = ['name', 'errorContains', 'deadAfter', 'deadBefore'] as const;
+const FILTER_FIELDS = ['name', 'key', 'errorContains', 'deadAfter', 'deadBefore'] as const;
+/** The longest window `throughput` counts over: one day of minutes. */
+const MAX_THROUGHPUT_MINUTES = 1440;
 
 /**
  * Operations on the QueueBox tables: the backlog, dead letters (list, count, replay, discard),
@@ -47,7 +57,13 @@ export class QueueBoxAdmin {
     const selection = toSelection(filter, false);
     const limit = pageLimit(page.limit);
     const afterId = page.afterId === undefined ? null : rowId('afterId', page.afterId);
-    const rows = await this.dialect.deadLetterList({ selection, afterId, limit, includePayload: page.includePayload === true });
+    const rows = await this.dialect.deadLetterList({
+      selection,
+      afterId,
+      limit,
+      includePayload: page.includePayload === true,
+      descending: page.newestFirst === true,
+    });
     return { rows, nextAfterId: rows.length === limit ? rows[rows.length - 1].id : null };
   }
 
@@ -100,6 +116,31 @@ export class QueueBoxAdmin {
       headId,
       reason,
     });
+  }
+
+  /**
+   * Rows finished (`sent` / `processed`) and rows that died, per destination and source and per
+   * minute, over the last `minutes` minutes (default 60, at most 1440), the current minute last.
+   * Read through the `sent_at` / `processed_at` indexes from the window's start: the cost follows
+   * the rows finished in the window, not the rows kept.
+   */
+  async throughput(p: { minutes?: number } = {}): Promise<Throughput> {
+    const minutes = p?.minutes ?? 60;
+    if (typeof minutes !== 'number' || !Number.isInteger(minutes) || minutes < 1 || minutes > MAX_THROUGHPUT_MINUTES) {
+      throw new QueueBoxAdminError(
+        'minutes',
+        messages.adminArgumentInvalid('minutes', `must be an integer from 1 to ${MAX_THROUGHPUT_MINUTES}`, minutes),
+      );
+    }
+    return this.dialect.adminThroughput({ minutes });
+  }
+
+  /**
+   * Rows in flight (`processing`) of one table, oldest claim first (at most `limit`, default 50):
+   * who holds them (the claim token), since when and how much lease is left, by the database clock.
+   */
+  async listClaims(p: { component: AdminComponent; limit?: number }): Promise<ClaimRow[]> {
+    return this.dialect.adminClaimList({ component: component(p?.component), limit: pageLimit(p?.limit) });
   }
 
   /** One retention run now (see `RetentionService.runOnce`). */
@@ -171,6 +212,7 @@ function toSelection(given: DeadLetterSelection, forWrite: boolean): DeadSelecti
       deadAfter: null,
       deadBefore: null,
       ids: given.ids.map((id) => rowId('ids', id)),
+      key: null,
     };
   }
   const filter = given as DeadLetterFilter & { all?: boolean };
@@ -181,6 +223,7 @@ function toSelection(given: DeadLetterSelection, forWrite: boolean): DeadSelecti
     deadAfter: date('deadAfter', filter.deadAfter),
     deadBefore: date('deadBefore', filter.deadBefore),
     ids: null,
+    key: filter.key === undefined ? null : text('key', filter.key),
   };
   const empty = FILTER_FIELDS.every((f) => selection[f] === null);
   if (forWrite && empty && filter.all !== true) throw new QueueBoxAdminError('filter', messages.adminSelectionEmpty());

@@ -66,6 +66,54 @@ export interface BlockedKeyRow {
   waiting: number;
 }
 
+/**
+ * Rows that finished (outbox `sent`, inbox `processed`) and rows that died, per destination or
+ * source and minute, oldest minute first; the last minute is the current one (not over yet).
+ */
+export interface ThroughputRow {
+  component: AdminComponent;
+  /** The destination (outbox) or source (inbox). */
+  name: string;
+  /** Rows finished in each minute, by `sent_at` / `processed_at`. */
+  finished: number[];
+  /** Rows that died in each minute, by their last attempt (see `DeadLetterFilter`). */
+  dead: number[];
+}
+
+/** `ThroughputRow`s of the minutes from `since` (a minute boundary, database clock) on. */
+export interface Throughput {
+  since: Date;
+  minutes: number;
+  rows: ThroughputRow[];
+}
+
+/** A row in flight: claimed by a worker whose lease has not been given back. */
+export interface ClaimRow {
+  component: AdminComponent;
+  id: string;
+  /** The outbox message id; `null` for inbox rows. */
+  messageId: string | null;
+  /** The inbox idempotency key; `null` for outbox rows. */
+  idempotencyKey: string | null;
+  /** Destination (outbox) or source (inbox). */
+  name: string;
+  /** Outbox `key` or inbox `aggregate_id`. */
+  key: string | null;
+  /**
+   * The claim's token: what fences its owner's writes. The tables record no process name; a
+   * worker's logs name the token of what it claimed.
+   */
+  token: string;
+  /** This claim is attempt number `attempts`. */
+  attempts: number;
+  claimedAt: Date;
+  leaseExpiresAt: Date;
+  /** Seconds since the claim, by the database clock. */
+  ageSeconds: number;
+  /** Seconds until the lease expires, by the database clock; negative once it has (the reclaim step returns it). */
+  leaseRemainingSeconds: number;
+}
+
 /** The key (outbox) or (source, aggregate) (inbox) whose head row `skipHead` dead-letters. */
 export type SkipHeadTarget =
   | { component: 'outbox'; key: string; headId?: string; reason?: string }

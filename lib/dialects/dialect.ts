@@ -4,10 +4,12 @@ import type {
   AdminComponent,
   BacklogRow,
   BlockedKeyRow,
+  ClaimRow,
   DeadLetterRow,
   ReclaimResult,
   RetentionKind,
   SkipHeadTarget,
+  Throughput,
 } from './dialect-rows';
 
 /** The two QueueBox tables, validated. */
@@ -199,13 +201,23 @@ export interface Dialect {
 
   /** Pending, processing and dead rows per destination and source, through the partial indexes. */
   adminBacklog(): Promise<BacklogRow[]>;
-  /** One page of dead rows with an id above `afterId`, in id order. */
-  deadLetterList(p: { selection: DeadSelection; afterId: string | null; limit: number; includePayload: boolean }): Promise<DeadLetterRow[]>;
+  /** One page of dead rows with an id above `afterId`, in id order (`descending`: below `afterId`, newest first). */
+  deadLetterList(p: {
+    selection: DeadSelection;
+    afterId: string | null;
+    limit: number;
+    includePayload: boolean;
+    descending?: boolean;
+  }): Promise<DeadLetterRow[]>;
   deadLetterCount(p: { selection: DeadSelection }): Promise<number>;
   /** Replays one batch (ids above `afterId`, at most `limit`): `pending`, attempts 0, due now, replay recorded in headers. Returns the ids changed. */
   deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]>;
   /** Deletes one batch of dead rows; returns the ids deleted. */
   deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]>;
+  /** Finished and dead rows per destination / source and minute, over the last `minutes` minutes (the current one included). */
+  adminThroughput(p: { minutes: number }): Promise<Throughput>;
+  /** Up to `limit` rows in flight (`processing`) of one table, oldest claim first. */
+  adminClaimList(p: { component: AdminComponent; limit: number }): Promise<ClaimRow[]>;
   /** Keys / aggregates whose head row failed at least once and is not finished. */
   blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]>;
   /** Dead-letters the head row of a key unless a live claim holds it; returns its id, or null when nothing changed. */
@@ -230,6 +242,8 @@ export interface DeadSelection {
   deadAfter: Date | null;
   deadBefore: Date | null;
   ids: string[] | null;
+  /** Outbox `key` or inbox `aggregate_id`, exactly. */
+  key: string | null;
 }
 
 /** How a dialect runs QueueBox's own statements. */

@@ -1,5 +1,14 @@
 import type { InboxClaimedRow, InboxFollowerRow, LeaseTable, OutboxClaimedRow } from './dialect';
-import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, ReclaimResult } from './dialect-rows';
+import type {
+  AdminComponent,
+  BacklogRow,
+  BlockedKeyRow,
+  ClaimRow,
+  DeadLetterRow,
+  ReclaimResult,
+  Throughput,
+  ThroughputRow,
+} from './dialect-rows';
 
 /** The state a completed row takes, and the column that records when. */
 export const FINISHED = {
@@ -205,5 +214,68 @@ export function toBlockedKeyRow(component: AdminComponent, r: BlockedKeyRecord, 
     lastError: r.last_error,
     nextAttemptAt: r.next_attempt_at,
     waiting: Number(r.waiting),
+  };
+}
+
+/** One count of the throughput statement: a (component, name, outcome, minute) group. */
+export interface ThroughputRecord {
+  component: AdminComponent;
+  name: string;
+  outcome: 'finished' | 'dead';
+  /** Whole minutes from `since`. */
+  minute: number | string;
+  n: string | number;
+}
+
+/** Folds the counts into one series per (component, name), sorted like the backlog. */
+export function toThroughput(since: Date, minutes: number, records: ThroughputRecord[]): Throughput {
+  const rows = new Map<string, ThroughputRow>();
+  for (const r of records) {
+    const minute = Number(r.minute);
+    // A row stamped later than the clock read before the statement (a worker finished it in between) lands in the current minute.
+    const at = Math.min(Math.max(minute, 0), minutes - 1);
+    const id = `${r.component}\u0000${r.name}`;
+    let row = rows.get(id);
+    if (!row) {
+      row = { component: r.component, name: r.name, finished: new Array(minutes).fill(0), dead: new Array(minutes).fill(0) };
+      rows.set(id, row);
+    }
+    row[r.outcome][at] += Number(r.n);
+  }
+  const sorted = [...rows.values()].sort((a, b) =>
+    a.component === b.component ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.component === 'outbox' ? -1 : 1,
+  );
+  return { since, minutes, rows: sorted };
+}
+
+/** A row in flight as a driver returns it. */
+export interface ClaimRecord {
+  id: string | number;
+  message_id: string | null;
+  idempotency_key: string | null;
+  name: string;
+  key: string | null;
+  claim_token: string;
+  attempts: number;
+  claimed_at: Date;
+  lease_expires_at: Date;
+  age: string | number;
+  lease_left: string | number;
+}
+
+export function toClaimRow(component: AdminComponent, r: ClaimRecord, uuid: (value: string) => string): ClaimRow {
+  return {
+    component,
+    id: String(r.id),
+    messageId: r.message_id === null ? null : uuid(r.message_id),
+    idempotencyKey: r.idempotency_key,
+    name: r.name,
+    key: r.key,
+    token: uuid(r.claim_token),
+    attempts: r.attempts,
+    claimedAt: r.claimed_at,
+    leaseExpiresAt: r.lease_expires_at,
+    ageSeconds: Math.max(0, Number(r.age)),
+    leaseRemainingSeconds: Number(r.lease_left),
   };
 }

@@ -9,11 +9,21 @@ import type {
   LeaseTable,
   OutboxClaimedRow,
 } from './dialect';
-import type { AdminComponent, BacklogRow, BlockedKeyRow, DeadLetterRow, ReclaimResult, SkipHeadTarget } from './dialect-rows';
+import type {
+  AdminComponent,
+  BacklogRow,
+  BlockedKeyRow,
+  ClaimRow,
+  DeadLetterRow,
+  ReclaimResult,
+  SkipHeadTarget,
+  Throughput,
+} from './dialect-rows';
 import {
   type BacklogRecord,
   type BlockedKeyRecord,
   byId,
+  type ClaimRecord,
   countReclaimed,
   type DeadLetterRecord,
   FINISHED,
@@ -22,12 +32,15 @@ import {
   type OutboxClaimedRecord,
   type ReclaimedRecord,
   type RecordDecoding,
+  type ThroughputRecord,
   toBacklogRows,
   toBlockedKeyRow,
+  toClaimRow,
   toDeadLetterRow,
   toInboxClaimedRow,
   toInboxFollowerRow,
   toOutboxClaimedRow,
+  toThroughput,
 } from './records';
 
 type Finished = (typeof FINISHED)[LeaseTable];
@@ -46,12 +59,14 @@ export interface SqlDialectStatements {
   leaseRetrySql(table: string): string;
   leaseDeadLetterSql(table: string): string;
   adminBacklogSql(outbox: string, inbox: string): string;
-  deadLetterListSql(table: string, component: AdminComponent, includePayload: boolean): string;
+  deadLetterListSql(table: string, component: AdminComponent, includePayload: boolean, descending?: boolean): string;
   deadLetterCountSql(table: string, component: AdminComponent): string;
   deadLetterReplaySql(table: string, component: AdminComponent): string;
   deadLetterDiscardSql(table: string, component: AdminComponent): string;
   blockedKeyListSql(table: string, component: AdminComponent): string;
   blockedKeySkipHeadSql(table: string, component: AdminComponent): string;
+  adminThroughputSql(outbox: string, inbox: string): string;
+  adminClaimListSql(table: string, component: AdminComponent): string;
   clockNowSql(): string;
 }
 
@@ -80,8 +95,10 @@ export interface SqlDialectParams {
   claims(claims: { id: string; token: string }[]): unknown[];
   /** The followers of a completion, each with its head's id and token. */
   followers(followers: { id: string; headId: string; headToken: string }[]): unknown[];
-  /** A dead-row selection, the first five parameters of every dead-letter statement. */
+  /** A dead-row selection, the first six parameters of every dead-letter statement. */
   selection(s: DeadSelection): unknown[];
+  /** An instant compared with a time column. */
+  instant(value: Date): unknown;
 }
 
 /** One claim statement's request, by kind: the outbox poller's, the inbox relay's, a pull handler's. */
@@ -252,10 +269,11 @@ export abstract class SqlDialect<J> {
     afterId: string | null;
     limit: number;
     includePayload: boolean;
+    descending?: boolean;
   }): Promise<DeadLetterRow[]> {
     const { component } = p.selection;
     const { rows } = await this.runAdmin<DeadLetterRecord<J>>(
-      this.statements.deadLetterListSql(this.table[component], component, p.includePayload),
+      this.statements.deadLetterListSql(this.table[component], component, p.includePayload, p.descending === true),
       [...this.params.selection(p.selection), this.params.idOrNull(p.afterId), this.params.int(p.limit)],
     );
     return rows.map((r) => toDeadLetterRow(component, r, this.decoding));
@@ -310,6 +328,23 @@ export abstract class SqlDialect<J> {
       params,
     );
     return rows.length === 1 ? String(rows[0].id) : null;
+  }
+
+  /** Minutes are cut on the database clock: `since` is the start of the minute `minutes - 1` before the current one. */
+  async adminThroughput(p: { minutes: number }): Promise<Throughput> {
+    const now = await this.clockNow();
+    const since = new Date(Math.floor(now.getTime() / 60_000) * 60_000 - (p.minutes - 1) * 60_000);
+    const { rows } = await this.runAdmin<ThroughputRecord>(this.statements.adminThroughputSql(this.table.outbox, this.table.inbox), [
+      this.params.instant(since),
+    ]);
+    return toThroughput(since, p.minutes, rows);
+  }
+
+  async adminClaimList(p: { component: AdminComponent; limit: number }): Promise<ClaimRow[]> {
+    const { rows } = await this.runAdmin<ClaimRecord>(this.statements.adminClaimListSql(this.table[p.component], p.component), [
+      this.params.int(p.limit),
+    ]);
+    return rows.map((r) => toClaimRow(p.component, r, this.decoding.uuid));
   }
 
   async clockNow(): Promise<Date> {

@@ -1,5 +1,6 @@
 import { channel } from 'node:diagnostics_channel';
 import { Injectable } from '@nestjs/common';
+import type { AdminComponent } from '../dialects/dialect-rows';
 import type { ClaimComponent } from '../lease/lease.types';
 
 /** What every outbox event says about its message. */
@@ -60,6 +61,26 @@ export interface QueueBoxEventMap {
   'queuebox:pull:processed': InboxEventMessage & { durationMs: number; handler: string };
   'queuebox:pull:retry-scheduled': InboxEventMessage & { delayMs: number; error: string; durationMs: number };
   'queuebox:pull:dead-lettered': InboxEventMessage & { reason: string; durationMs: number };
+  /** An operator changed rows from the dashboard (`queuebox/dashboard`), after the change is in the database. */
+  'queuebox:dashboard:action': DashboardActionEvent;
+}
+
+/**
+ * One dashboard action: who (`actor`, from the request), what, where, and how many rows it changed.
+ * `selection` says which rows: their ids, or the filter; `skippedId` is the head row skip-head dead-lettered.
+ */
+export interface DashboardActionEvent {
+  action: 'replay' | 'discard' | 'skip-head';
+  /** The dashboard's instance name (`default` unless configured). */
+  instance: string;
+  component: AdminComponent;
+  actor: string;
+  changed: number;
+  selection:
+    | { ids: string[] }
+    | { filter: { name?: string; key?: string; errorContains?: string; deadAfter?: string; deadBefore?: string }; all: boolean }
+    | { key: string; source?: string; headId?: string; reason?: string };
+  skippedId?: string | null;
 }
 
 export type QueueBoxEventName = keyof QueueBoxEventMap;

@@ -40,6 +40,7 @@ async function main(): Promise<void> {
   // Port 0: any free port; the outbox publisher looks the real one up when it publishes.
   await shutdown.unlessBegun(app.listen(Number(process.env.PORT ?? 0), '127.0.0.1'));
   logger.log(`Listening on ${await app.getUrl()}; billing receives messages at POST /billing/events`);
+  logger.log(`Dashboard: ${(await app.getUrl()).replace('[::1]', '127.0.0.1')}/queuebox/ (from this machine; docs/dashboard.md)`);
 
   const { committed, declined } = await shutdown.unlessBegun(app.get(SampleOrdersJob).run());
   const ledger = app.get(BillingLedger);
@@ -72,6 +73,13 @@ async function reportOperations(baseUrl: string, expected: number): Promise<void
   const health = (await ready.json()) as { status: string };
   if (ready.status !== 200 || health.status !== 'ok')
     throw new SampleCheckFailed(`GET /health/ready answered ${ready.status} ${JSON.stringify(health)}`);
+  const overview = await fetch(`${url}/queuebox/api/default/overview`);
+  const rows = ((await overview.json()) as { rows?: { name: string; finishedPerMinute: number[] }[] }).rows ?? [];
+  const sentNow = rows.find((r) => r.name === 'billing')?.finishedPerMinute.reduce((a, b) => a + b, 0) ?? 0;
+  if (overview.status !== 200 || sentNow < expected)
+    throw new SampleCheckFailed(
+      `GET /queuebox/api/default/overview answered ${overview.status} with ${sentNow} billing messages sent in the last hour`,
+    );
   const metrics = await (await fetch(`${url}/metrics`)).text();
   const series = 'queuebox_outbox_messages_published_total{destination="billing"}';
   const published = Number(
@@ -86,7 +94,7 @@ async function reportOperations(baseUrl: string, expected: number): Promise<void
     );
   }
   logger.log(
-    `Summary: GET /health/ready is up; GET /metrics has ${series} ${published}; queuebox:published fired ${publishedEvents} times.`,
+    `Summary: GET /health/ready is up; GET /metrics has ${series} ${published}; queuebox:published fired ${publishedEvents} times; the dashboard counts ${sentNow} billing messages sent in the last hour.`,
   );
 }
 

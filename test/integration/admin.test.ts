@@ -142,11 +142,18 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
         JSON.stringify((await db.query(`EXPLAIN (FORMAT JSON) ${sql}`, params))[0]);
       const statements: [string, string, unknown[]][] = [
         ['backlog', pg.adminBacklogSql('"queuebox_outbox"', '"queuebox_inbox"'), []],
-        ['dead list', pg.deadLetterListSql('"queuebox_outbox"', 'outbox', false), [null, null, null, null, null, null, 50]],
-        ['dead count', pg.deadLetterCountSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, null]],
+        ['dead list', pg.deadLetterListSql('"queuebox_outbox"', 'outbox', false), [null, null, null, null, null, null, null, 50]],
+        [
+          'dead list, newest first',
+          pg.deadLetterListSql('"queuebox_outbox"', 'outbox', false, true),
+          [null, null, null, null, null, null, null, 50],
+        ],
+        ['dead list by key', pg.deadLetterListSql('"queuebox_inbox"', 'inbox', false), [null, null, null, null, null, 'a', null, 50]],
+        ['dead count', pg.deadLetterCountSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, null, null]],
         ['blocked keys', pg.blockedKeyListSql('"queuebox_outbox"', 'outbox'), [50]],
-        ['replay by name', pg.deadLetterReplaySql('"queuebox_outbox"', 'outbox'), ['d1', null, null, null, null, null, 1000]],
-        ['discard by ids', pg.deadLetterDiscardSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, ['1', '2'], null, 1000]],
+        ['replay by name', pg.deadLetterReplaySql('"queuebox_outbox"', 'outbox'), ['d1', null, null, null, null, null, null, 1000]],
+        ['discard by ids', pg.deadLetterDiscardSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, ['1', '2'], null, null, 1000]],
+        ['claims in flight', pg.adminClaimListSql('"queuebox_inbox"', 'inbox'), [50]],
         ['skip head', pg.blockedKeySkipHeadSql('"queuebox_outbox"', 'outbox'), ['k', null, 'r']],
         ['skip aggregate', pg.blockedKeySkipHeadSql('"queuebox_inbox"', 'inbox'), ['s', 'a', null, 'r']],
         ['retention', pg.retentionDeleteSql('"queuebox_outbox"', 'outbox-sent'), [3600_000, 1000]],

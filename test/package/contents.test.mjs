@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -23,6 +24,12 @@ test('npm pack ships dist/, sql/, docs/, LICENSE and README, and no test files',
     'dist/cli/main.js',
     'sql/postgres/001_queuebox.up.sql',
     'docs/testing.md',
+    'dist/dashboard/index.js',
+    'dist/dashboard/index.d.ts',
+    'dist/dashboard/ui/main.js',
+    'dist/dashboard/ui/views.js',
+    'dist/dashboard/ui/dashboard.css',
+    'docs/dashboard.md',
   ]) {
     assert.ok(files.includes(required), `${required} is not in the package`);
   }
@@ -30,6 +37,12 @@ test('npm pack ships dist/, sql/, docs/, LICENSE and README, and no test files',
     (path) => /(^|\/)(test|\.build|sample-app|bench|examples|scripts|\.ci)\//.test(path) || /\.test\.[cm]?[jt]s$/.test(path),
   );
   assert.deepEqual(stray, []);
+
+  assert.deepEqual(
+    files.filter((path) => path.startsWith('dist/dashboard/ui/') && !/\.(js|css|svg)$/.test(path)),
+    [],
+    'the page ships built files only (no TypeScript sources, no tsconfig)',
+  );
 
   const readme = readFileSync(join(repo, 'README.md'), 'utf8');
   const links = [...readme.matchAll(/\]\(((?!https?:|#)[^)#\s]+)(#[^)]*)?\)/g)].map((match) => match[1]);
@@ -39,4 +52,12 @@ test('npm pack ships dist/, sql/, docs/, LICENSE and README, and no test files',
     [],
     'README links to files the package does not ship',
   );
+});
+
+test('queuebox/dashboard resolves to the built dashboard, with its types', () => {
+  const require = createRequire(join(repo, 'package.json'));
+  assert.equal(require.resolve('queuebox/dashboard'), join(repo, 'dist/dashboard/index.js'));
+  const pkg = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8'));
+  assert.ok(existsSync(join(repo, pkg.exports['./dashboard'].types)));
+  assert.equal(typeof require('queuebox/dashboard').QueueBoxDashboardModule, 'function');
 });

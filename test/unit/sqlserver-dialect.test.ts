@@ -646,6 +646,7 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
       deadAfter: new Date(0),
       deadBefore: new Date(1),
       ids: ['1', '2'],
+      key: 'customer-1',
     };
     const N255 = 'nvarchar(255)';
     const MAX = 'nvarchar(max)';
@@ -694,15 +695,16 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
       [
         'deadLetterList',
         () => dialect.deadLetterList({ selection, afterId: null, limit: 5, includePayload: false }),
-        [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX, 'bigint', 'int'],
+        [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX, N255, 'bigint', 'int'],
       ],
-      ['deadLetterCount', () => dialect.deadLetterCount({ selection }), [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX]],
+      ['deadLetterCount', () => dialect.deadLetterCount({ selection }), [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX, N255]],
       [
         'deadLetterReplay',
         () => dialect.deadLetterReplay({ selection, afterId: '3', limit: 5 }),
-        [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX, 'bigint', 'int'],
+        [N255, MAX, 'nvarchar(30)', 'nvarchar(30)', MAX, N255, 'bigint', 'int'],
       ],
       ['blockedKeyList', () => dialect.blockedKeyList({ component: 'inbox', limit: 5 }), ['int']],
+      ['adminClaimList', () => dialect.adminClaimList({ component: 'inbox', limit: 5 }), ['int']],
       [
         'blockedKeySkipHead outbox',
         () => dialect.blockedKeySkipHead({ component: 'outbox', key: 'k', reason: 'r' }),
@@ -789,7 +791,15 @@ describe('SQL Server dialect: admin keys sized to their columns, and every error
     const { dataSource, calls } = scriptedDataSource(() => ({ records: [{ n: '0' }] }));
     const dialect = createDialect(dataSource, TABLES);
     const long = 'k'.repeat(256);
-    const selection = { component: 'outbox' as const, name: long, errorContains: null, deadAfter: null, deadBefore: null, ids: null };
+    const selection = {
+      component: 'outbox' as const,
+      name: long,
+      errorContains: null,
+      deadAfter: null,
+      deadBefore: null,
+      ids: null,
+      key: null,
+    };
     const refused = (field: string) => (error: unknown) => {
       assert.ok(error instanceof QueueBoxValidationError, String(error));
       assert.equal(error.field, field);
@@ -800,6 +810,7 @@ describe('SQL Server dialect: admin keys sized to their columns, and every error
     await assert.rejects(dialect.deadLetterCount({ selection }), refused('name'));
     await assert.rejects(dialect.deadLetterList({ selection, afterId: null, limit: 1, includePayload: false }), refused('name'));
     await assert.rejects(dialect.deadLetterReplay({ selection, afterId: null, limit: 1 }), refused('name'));
+    await assert.rejects(dialect.deadLetterCount({ selection: { ...selection, name: 'billing', key: long } }), refused('key'));
     await assert.rejects(dialect.blockedKeySkipHead({ component: 'outbox', key: long, reason: 'r' }), refused('key'));
     await assert.rejects(
       dialect.blockedKeySkipHead({ component: 'inbox', source: long, aggregateId: 'a', reason: 'r' }),

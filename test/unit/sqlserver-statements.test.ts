@@ -63,6 +63,8 @@ const ADMIN_BUILDERS = new Set([
   'deadLetterDiscardSql',
   'blockedKeyListSql',
   'blockedKeySkipHeadSql',
+  'adminThroughputSql',
+  'adminClaimListSql',
   'retentionTryLockSql',
   'retentionDeleteSql',
 ]);
@@ -75,10 +77,13 @@ function adminStatements(): { name: string; statement: string }[] {
     const table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
     return [
       { name: `adminBacklogSql(${table.outbox})`, statement: sql.adminBacklogSql(table.outbox, table.inbox) },
+      { name: `adminThroughputSql(${table.outbox})`, statement: sql.adminThroughputSql(table.outbox, table.inbox) },
       { name: 'retentionTryLockSql', statement: sql.retentionTryLockSql() },
       ...COMPONENTS.flatMap((c) => [
         { name: `deadLetterListSql(${table[c]})`, statement: sql.deadLetterListSql(table[c], c, false) },
         { name: `deadLetterListSql(${table[c]}, payload)`, statement: sql.deadLetterListSql(table[c], c, true) },
+        { name: `deadLetterListSql(${table[c]}, newest first)`, statement: sql.deadLetterListSql(table[c], c, false, true) },
+        { name: `adminClaimListSql(${table[c]})`, statement: sql.adminClaimListSql(table[c], c) },
         { name: `deadLetterCountSql(${table[c]})`, statement: sql.deadLetterCountSql(table[c], c) },
         { name: `deadLetterReplaySql(${table[c]})`, statement: sql.deadLetterReplaySql(table[c], c) },
         { name: `deadLetterDiscardSql(${table[c]})`, statement: sql.deadLetterDiscardSql(table[c], c) },
@@ -413,10 +418,13 @@ describe('SQL Server admin and retention statements: pinned shape', () => {
   it('numbers parameters @0..@n-1 as documented', () => {
     const expected: [string, string, number][] = [
       ['backlog', sql.adminBacklogSql(O, I), 0],
-      ['list', sql.deadLetterListSql(O, 'outbox', false), 7],
-      ['count', sql.deadLetterCountSql(I, 'inbox'), 5],
-      ['replay', sql.deadLetterReplaySql(O, 'outbox'), 7],
-      ['discard', sql.deadLetterDiscardSql(I, 'inbox'), 7],
+      ['list', sql.deadLetterListSql(O, 'outbox', false), 8],
+      ['list newest first', sql.deadLetterListSql(I, 'inbox', true, true), 8],
+      ['count', sql.deadLetterCountSql(I, 'inbox'), 6],
+      ['replay', sql.deadLetterReplaySql(O, 'outbox'), 8],
+      ['discard', sql.deadLetterDiscardSql(I, 'inbox'), 8],
+      ['throughput', sql.adminThroughputSql(O, I), 1],
+      ['claims', sql.adminClaimListSql(O, 'outbox'), 1],
       ['blocked', sql.blockedKeyListSql(O, 'outbox'), 1],
       ['skip outbox', sql.blockedKeySkipHeadSql(O, 'outbox'), 3],
       ['skip inbox', sql.blockedKeySkipHeadSql(I, 'inbox'), 4],
@@ -435,12 +443,18 @@ describe('SQL Server admin and retention statements: pinned shape', () => {
   it('replay and discard change dead rows only: selected as dead and re-checked in the write', () => {
     for (const c of COMPONENTS) {
       for (const statement of [sql.deadLetterReplaySql(O, c), sql.deadLetterDiscardSql(O, c)]) {
-        assert.match(statement, /WITH \[batch\] AS \(\n {2}SELECT TOP \(@6\) /);
+        assert.match(statement, /WITH \[batch\] AS \(\n {2}SELECT TOP \(@7\) /);
         assert.match(statement, /WHERE \[state\] = N'dead'\n {2}AND \(@0 IS NULL OR /, 'the batch holds dead rows only');
         assert.match(statement, /\nWHERE \[state\] = N'dead'\nOPTION \(RECOMPILE\)$/, 'the write re-checks dead');
-        assert.match(statement, /AND \(@5 IS NULL OR \[id\] > @5\)\n {2}ORDER BY \[id\]/, 'keyset batches in id order');
+        assert.match(statement, /AND \(@6 IS NULL OR \[id\] > @6\)\n {2}ORDER BY \[id\]/, 'keyset batches in id order');
+        assert.match(
+          statement,
+          new RegExp(`AND \\(@5 IS NULL OR \\[${c === 'outbox' ? 'key' : 'aggregate_id'}\\] = @5\\)`),
+          'the key filter',
+        );
       }
-      assert.match(sql.deadLetterListSql(O, c, false), /^SELECT TOP \(@6\) .*\nFROM .*\nWHERE \[state\] = N'dead'/s);
+      assert.match(sql.deadLetterListSql(O, c, false), /^SELECT TOP \(@7\) .*\nFROM .*\nWHERE \[state\] = N'dead'/s);
+      assert.match(sql.deadLetterListSql(O, c, false, true), /AND \(@6 IS NULL OR \[id\] < @6\)\nORDER BY \[id\] DESC\n/, 'newest first');
       assert.doesNotMatch(sql.deadLetterListSql(O, c, false), /\[payload\]/, 'no payload unless asked');
       assert.match(sql.deadLetterListSql(O, c, true), /, \[payload\]\n/);
     }

@@ -21,6 +21,8 @@ import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {
   adminBacklogSql,
+  adminClaimListSql,
+  adminThroughputSql,
   blockedKeyListSql,
   blockedKeySkipHeadSql,
   deadLetterCountSql,
@@ -71,6 +73,8 @@ const STATEMENTS: SqlDialectStatements = {
   deadLetterDiscardSql,
   blockedKeyListSql,
   blockedKeySkipHeadSql,
+  adminThroughputSql,
+  adminClaimListSql,
   clockNowSql,
 };
 
@@ -89,6 +93,7 @@ const PARAMS: SqlDialectParams = {
   claims: (claims) => [claims.map((c) => c.id), claims.map((c) => c.token)],
   followers: (followers) => [followers.map((f) => f.id), followers.map((f) => f.headId), followers.map((f) => f.headToken)],
   selection: selectionParams,
+  instant: same,
 };
 
 /** The PostgreSQL dialect: `FOR UPDATE SKIP LOCKED` claims, advisory claim locks, `clock_timestamp()` fences. */
@@ -407,9 +412,9 @@ export async function bounded<T>(query: Promise<T>, timeoutMs: number | undefine
   }
 }
 
-/** The selection's parameters $1..$5. */
+/** The selection's parameters $1..$6. */
 function selectionParams(s: DeadSelection): unknown[] {
-  return [s.name, s.errorContains, s.deadAfter, s.deadBefore, s.ids];
+  return [s.name, s.errorContains, s.deadAfter, s.deadBefore, s.ids, s.key ?? null];
 }
 
 /** The retention lock's name; PostgreSQL keys the advisory lock on `hashtextextended(name, 0)`. */

@@ -25,7 +25,8 @@ ${branches('inbox', inbox)}`;
 
 /**
  * The dead-row selection: @0 = name, @1 = error substring, @2 = last attempt from, @3 = last
- * attempt before (both ISO-8601 UTC text, see utcInstant), @4 = ids as a JSON array; each NULL when absent. Statements
+ * attempt before (both ISO-8601 UTC text, see utcInstant), @4 = ids as a JSON array, @5 = key
+ * (outbox `key`, inbox `aggregate_id`); each NULL when absent. Statements
  * using it end with OPTION (RECOMPILE), so an absent criterion folds away and the plan fits the
  * values (one cached plan would have to serve every combination).
  */
@@ -34,38 +35,39 @@ const deadWhere = (component: Component) => `[state] = N'dead'
   AND (@1 IS NULL OR CHARINDEX(@1, [last_error]) > 0)
   AND (@2 IS NULL OR ${deadAt(component)} >= ${utcInstant('@2')})
   AND (@3 IS NULL OR ${deadAt(component)} < ${utcInstant('@3')})
-  AND (@4 IS NULL OR [id] IN (SELECT j.[id] FROM OPENJSON(@4) WITH ([id] BIGINT '$') AS j))`;
+  AND (@4 IS NULL OR [id] IN (SELECT j.[id] FROM OPENJSON(@4) WITH ([id] BIGINT '$') AS j))
+  AND (@5 IS NULL OR ${ADMIN_COLUMNS[component].key} = @5)`;
 
-/** @0..@4 = the selection, @5 = after id, @6 = limit. Keyset page of dead rows in id order. */
-export const deadLetterListSql = (table: string, component: Component, includePayload: boolean) => {
+/** @0..@5 = the selection, @6 = after id, @7 = limit. Keyset page of dead rows in id order, or newest first (`descending`: ids below @6). */
+export const deadLetterListSql = (table: string, component: Component, includePayload: boolean, descending = false) => {
   const c = ADMIN_COLUMNS[component];
   const identity = component === 'outbox' ? '[message_id], NULL AS [idempotency_key]' : 'NULL AS [message_id], [idempotency_key]';
-  return `SELECT TOP (@6) [id], ${identity}, ${c.name} AS [name], ${c.key} AS [key], [attempts], [last_error],
+  return `SELECT TOP (@7) [id], ${identity}, ${c.name} AS [name], ${c.key} AS [key], [attempts], [last_error],
        ${asUtc(c.created)} AS [created_at], ${asUtc('[claimed_at]')} AS [claimed_at], [headers]${includePayload ? ', [payload]' : ''}
 FROM ${table}
 WHERE ${deadWhere(component)}
-  AND (@5 IS NULL OR [id] > @5)
-ORDER BY [id]
+  AND (@6 IS NULL OR [id] ${descending ? '<' : '>'} @6)
+ORDER BY [id]${descending ? ' DESC' : ''}
 OPTION (RECOMPILE)`;
 };
 
-/** @0..@4 = the selection. */
+/** @0..@5 = the selection. */
 export const deadLetterCountSql = (table: string, component: Component) =>
   `SELECT COUNT_BIG(*) AS [n] FROM ${table} WHERE ${deadWhere(component)} OPTION (RECOMPILE)`;
 
 /** The batch a replay or discard takes, as an updatable CTE (TOP with ORDER BY is exact in one statement). */
 const deadBatch = (table: string, component: Component) => `WITH [batch] AS (
-  SELECT TOP (@6) [id], [state], [attempts], [available_at], [claim_token], [lease_expires_at], [headers]
+  SELECT TOP (@7) [id], [state], [attempts], [available_at], [claim_token], [lease_expires_at], [headers]
   FROM ${table} WITH (ROWLOCK)
   WHERE ${deadWhere(component)}
-    AND (@5 IS NULL OR [id] > @5)
+    AND (@6 IS NULL OR [id] > @6)
   ORDER BY [id]
 )`;
 
 const REPLAY_COUNT = `'$."X-QueueBox-Replay-Count"'`;
 
 /**
- * @0..@6 as the batch. Dead rows back to `pending`, due now, attempts 0, no claim; `last_error`
+ * @0..@7 as the batch. Dead rows back to `pending`, due now, attempts 0, no claim; `last_error`
  * kept; the replay recorded in the headers (count and UTC time, ISO 8601).
  */
 export const deadLetterReplaySql = (table: string, component: Component) => `${deadBatch(table, component)}
@@ -79,7 +81,7 @@ OUTPUT inserted.[id]
 WHERE [state] = N'dead'
 OPTION (RECOMPILE)`;
 
-/** @0..@6 as the batch. Deletes dead rows only. */
+/** @0..@7 as the batch. Deletes dead rows only. */
 export const deadLetterDiscardSql = (table: string, component: Component) => `${deadBatch(table, component)}
 DELETE FROM [batch]
 OUTPUT deleted.[id]
@@ -121,4 +123,46 @@ WHERE t.[id] = (
     ORDER BY e.[id])
   AND (${expected} IS NULL OR t.[id] = ${expected})
   AND (t.[state] = N'pending' OR (t.[state] = N'processing' AND t.[lease_expires_at] <= ${NOW}))`;
+};
+
+/**
+ * @0 = since (a minute boundary, ISO-8601 UTC text). Finished and dead rows per destination /
+ * source and minute since @0 (`minute`: whole minutes from @0, DATEDIFF counting the minute
+ * boundaries crossed). Each branch has the filter of a filtered index: `sent_idx ([sent_at])` and
+ * `processed_idx ([processed_at])` are sought from @0; dead rows (`dead_idx`) are read whole.
+ */
+export const adminThroughputSql = (outbox: string, inbox: string) => {
+  const since = utcInstant('@0');
+  const branches = (component: Component, table: string, finished: '[sent_at]' | '[processed_at]', state: 'sent' | 'processed') => {
+    const c = ADMIN_COLUMNS[component];
+    const died = deadAt(component);
+    return `SELECT N'${component}' AS [component], ${c.name} AS [name], N'finished' AS [outcome],
+       DATEDIFF(MINUTE, ${since}, ${finished}) AS [minute], COUNT_BIG(*) AS [n]
+FROM ${table} WHERE [state] = N'${state}' AND ${finished} >= ${since}
+GROUP BY ${c.name}, DATEDIFF(MINUTE, ${since}, ${finished})
+UNION ALL
+SELECT N'${component}', ${c.name}, N'dead', DATEDIFF(MINUTE, ${since}, ${died}), COUNT_BIG(*)
+FROM ${table} WHERE [state] = N'dead' AND ${died} >= ${since}
+GROUP BY ${c.name}, DATEDIFF(MINUTE, ${since}, ${died})`;
+  };
+  return `${branches('outbox', outbox, '[sent_at]', 'sent')}
+UNION ALL
+${branches('inbox', inbox, '[processed_at]', 'processed')}
+OPTION (RECOMPILE)`;
+};
+
+/**
+ * @0 = limit. Rows in flight (`processing`), oldest claim first, through the filtered `lease_idx`.
+ * Ages and remaining leases in milliseconds by the database clock (negative: expired, not yet reclaimed).
+ */
+export const adminClaimListSql = (table: string, component: Component) => {
+  const c = ADMIN_COLUMNS[component];
+  const identity = component === 'outbox' ? '[message_id], NULL AS [idempotency_key]' : 'NULL AS [message_id], [idempotency_key]';
+  return `SELECT TOP (@0) [id], ${identity}, ${c.name} AS [name], ${c.key} AS [key], [claim_token], [attempts],
+       ${asUtc('[claimed_at]')} AS [claimed_at], ${asUtc('[lease_expires_at]')} AS [lease_expires_at],
+       DATEDIFF_BIG(MILLISECOND, [claimed_at], ${NOW}) / 1000.0 AS [age],
+       DATEDIFF_BIG(MILLISECOND, ${NOW}, [lease_expires_at]) / 1000.0 AS [lease_left]
+FROM ${table}
+WHERE [state] = N'processing'
+ORDER BY [claimed_at], [id]`;
 };

@@ -11,6 +11,8 @@ import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {
   adminBacklogSql,
+  adminClaimListSql,
+  adminThroughputSql,
   blockedKeyListSql,
   blockedKeySkipHeadSql,
   deadLetterCountSql,
@@ -62,6 +64,8 @@ const STATEMENTS: SqlDialectStatements = {
   deadLetterDiscardSql,
   blockedKeyListSql,
   blockedKeySkipHeadSql,
+  adminThroughputSql,
+  adminClaimListSql,
   clockNowSql,
 };
 
@@ -79,6 +83,7 @@ const PARAMS: SqlDialectParams = {
   claims: (claims) => [text(JSON.stringify(claims.map((c) => ({ id: c.id, token: c.token }))))],
   followers: (followers) => [text(JSON.stringify(followers.map((f) => ({ id: f.id, headId: f.headId, headToken: f.headToken }))))],
   selection: selectionParams,
+  instant,
 };
 
 /**
@@ -319,7 +324,7 @@ function keyText(field: string, value: string | null): MssqlParameter {
   return name(value);
 }
 
-/** The selection's parameters @0..@4. */
+/** The selection's parameters @0..@5. */
 function selectionParams(s: DeadSelection): MssqlParameter[] {
   return [
     keyText('name', s.name),
@@ -327,6 +332,7 @@ function selectionParams(s: DeadSelection): MssqlParameter[] {
     instant(s.deadAfter),
     instant(s.deadBefore),
     text(s.ids === null ? null : JSON.stringify(s.ids)),
+    keyText('key', s.key ?? null),
   ];
 }
 

@@ -1,0 +1,305 @@
+import {
+  Body,
+  Controller,
+  Get,
+  HttpCode,
+  HttpStatus,
+  Inject,
+  Param,
+  Post,
+  Query,
+  Req,
+  Res,
+  StreamableFile,
+  type Type,
+  UseGuards,
+} from '@nestjs/common';
+import type { AdminComponent, SkipHeadTarget } from '../dialects/dialect-rows';
+import { DASHBOARD_CSP, type DashboardAsset, dashboardPage } from './dashboard.assets';
+import { QUEUEBOX_DASHBOARD_ACTION_CHECK, QUEUEBOX_DASHBOARD_ASSETS, QUEUEBOX_DASHBOARD_OPTIONS } from './dashboard.constants';
+import { dashboardMessages as messages } from './dashboard.messages';
+import type { DashboardRequest, ResolvedDashboardOptions } from './dashboard.options';
+import { DASHBOARD_TOKEN_HEADER, type DashboardActionCheck, DashboardHttpError } from './dashboard.security';
+import { DashboardService, type DeadLetterQuery } from './dashboard.service';
+
+/** What the controller sets on a response (Express's `Response` and Fastify's `Reply` both have these). */
+interface DashboardResponse {
+  status(code: number): unknown;
+  header(name: string, value: string): unknown;
+}
+
+const PAGE_LIMIT = { default: 50, max: 200 };
+
+const bad = (name: string, rule: string, value: unknown) =>
+  new DashboardHttpError(HttpStatus.BAD_REQUEST, 'QUEUEBOX_DASHBOARD_BAD_REQUEST', messages.parameterInvalid(name, rule, value), name);
+
+function component(value: unknown): AdminComponent {
+  if (value === undefined || value === 'outbox') return 'outbox';
+  if (value === 'inbox') return 'inbox';
+  throw bad('component', 'must be "outbox" or "inbox"', value);
+}
+
+function integer(name: string, value: unknown, fallback: number, min: number, max: number): number {
+  if (value === undefined || value === '') return fallback;
+  const n = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : Number.NaN;
+  if (!Number.isInteger(n) || n < min || n > max) throw bad(name, `must be an integer from ${min} to ${max}`, value);
+  return n;
+}
+
+function bodyObject(body: unknown): Record<string, unknown> {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new DashboardHttpError(HttpStatus.BAD_REQUEST, 'QUEUEBOX_DASHBOARD_BAD_REQUEST', messages.bodyNotJson());
+  }
+  return body as Record<string, unknown>;
+}
+
+function optionalString(name: string, value: unknown): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'string') throw bad(name, 'must be a string', value);
+  return value;
+}
+
+function deadLetterQuery(query: Record<string, unknown>): DeadLetterQuery {
+  return {
+    name: optionalString('name', query.name),
+    key: optionalString('key', query.key),
+    error: optionalString('error', query.error),
+    from: optionalString('from', query.from),
+    to: optionalString('to', query.to),
+  };
+}
+
+/** Headers of every answer: nothing cached (API answers hold live data, the page a per-process token path), nothing framed or sniffed. */
+function secure(response: DashboardResponse, cache = 'no-store'): void {
+  response.header('Cache-Control', cache);
+  response.header('X-Content-Type-Options', 'nosniff');
+  response.header('Referrer-Policy', 'no-referrer');
+  response.header('X-Frame-Options', 'DENY');
+}
+
+/**
+ * Builds the dashboard's controller for the configured path and guards (decorators take their
+ * arguments when the class is declared, so it is declared here, once per module). Routes:
+ * the page, its assets, and the JSON API (docs/dashboard.md lists them). Every route, the page
+ * and its assets included, runs the guards; every POST passes the action check first.
+ */
+export function createDashboardController(options: ResolvedDashboardOptions): Type<unknown> {
+  @Controller(options.path)
+  @UseGuards(...options.guards)
+  class QueueBoxDashboardController {
+    constructor(
+      private readonly dashboard: DashboardService,
+      @Inject(QUEUEBOX_DASHBOARD_ACTION_CHECK) private readonly actions: DashboardActionCheck,
+      @Inject(QUEUEBOX_DASHBOARD_ASSETS) private readonly assets: Map<string, DashboardAsset>,
+      @Inject(QUEUEBOX_DASHBOARD_OPTIONS) private readonly resolved: ResolvedDashboardOptions,
+    ) {}
+
+    /** The page. Without its trailing slash it redirects to it, so the page's relative URLs work under any global prefix. */
+    @Get()
+    page(@Req() request: DashboardRequest, @Res({ passthrough: true }) response: DashboardResponse): string {
+      const url = (request.originalUrl ?? request.url ?? '/').split('?')[0];
+      secure(response);
+      if (!url.endsWith('/')) {
+        response.status(HttpStatus.FOUND);
+        response.header('Location', `${url.slice(url.lastIndexOf('/') + 1)}/`);
+        return '';
+      }
+      response.header('Content-Type', 'text/html; charset=utf-8');
+      response.header('Content-Security-Policy', DASHBOARD_CSP);
+      return dashboardPage();
+    }
+
+    /** A built file of the page (only those in the package); gzipped when the browser takes it. */
+    @Get('assets/:file')
+    asset(
+      @Param('file') file: string,
+      @Req() request: DashboardRequest,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ): StreamableFile | string {
+      const asset = this.assets.get(file);
+      if (!asset)
+        throw new DashboardHttpError(
+          HttpStatus.NOT_FOUND,
+          'QUEUEBOX_DASHBOARD_NOT_FOUND',
+          messages.parameterInvalid('file', 'is not a dashboard file', file),
+        );
+      secure(response, 'no-cache');
+      response.header('ETag', asset.etag);
+      response.header('Vary', 'Accept-Encoding');
+      if (request.headers['if-none-match'] === asset.etag) {
+        response.status(HttpStatus.NOT_MODIFIED);
+        return '';
+      }
+      const gzip = /\bgzip\b/.test(String(request.headers['accept-encoding'] ?? ''));
+      if (gzip) response.header('Content-Encoding', 'gzip');
+      const body = gzip ? asset.gzipped : asset.body;
+      return new StreamableFile(body, { type: asset.type, length: body.length });
+    }
+
+    /** What the page (or a script) needs first: the action token, read-only or not, who it is, the instances. */
+    @Get('api/session')
+    session(@Req() request: DashboardRequest, @Res({ passthrough: true }) response: DashboardResponse) {
+      secure(response);
+      const instances = this.dashboard.instanceNames();
+      return {
+        token: this.actions.token,
+        tokenHeader: DASHBOARD_TOKEN_HEADER,
+        readOnly: this.resolved.readOnly,
+        actor: this.dashboard.actorOf(request),
+        instances: instances.map((name) => ({ name, heartbeats: this.dashboard.hasHeartbeats(name) })),
+      };
+    }
+
+    @Get('api/:instance/overview')
+    overview(
+      @Param('instance') instance: string,
+      @Query() query: Record<string, unknown>,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      return this.dashboard.overview(instance, integer('minutes', query.minutes, 60, 1, 1440));
+    }
+
+    @Get('api/:instance/dead-letters')
+    deadLetters(
+      @Param('instance') instance: string,
+      @Query() query: Record<string, unknown>,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      const order = query.order ?? 'newest';
+      if (order !== 'newest' && order !== 'oldest') throw bad('order', 'must be "newest" or "oldest"', order);
+      return this.dashboard.deadLetters(instance, component(query.component), deadLetterQuery(query), {
+        afterId: optionalString('after', query.after) || undefined,
+        limit: integer('limit', query.limit, PAGE_LIMIT.default, 1, PAGE_LIMIT.max),
+        newestFirst: order === 'newest',
+      });
+    }
+
+    @Get('api/:instance/dead-letters/count')
+    async countDeadLetters(
+      @Param('instance') instance: string,
+      @Query() query: Record<string, unknown>,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      return { count: await this.dashboard.countDeadLetters(instance, component(query.component), deadLetterQuery(query)) };
+    }
+
+    @Get('api/:instance/dead-letters/:component/:id')
+    deadLetter(
+      @Param('instance') instance: string,
+      @Param('component') kind: string,
+      @Param('id') id: string,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      return this.dashboard.deadLetter(instance, component(kind), id);
+    }
+
+    @Post('api/:instance/dead-letters/replay')
+    @HttpCode(HttpStatus.OK)
+    replay(@Param('instance') instance: string, @Req() request: DashboardRequest, @Res({ passthrough: true }) response: DashboardResponse) {
+      return this.changeDeadLetters('replay', instance, request, response);
+    }
+
+    @Post('api/:instance/dead-letters/discard')
+    @HttpCode(HttpStatus.OK)
+    discard(
+      @Param('instance') instance: string,
+      @Req() request: DashboardRequest,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      return this.changeDeadLetters('discard', instance, request, response);
+    }
+
+    @Get('api/:instance/blocked')
+    async blocked(
+      @Param('instance') instance: string,
+      @Query() query: Record<string, unknown>,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      const admin = this.dashboard.admin(instance);
+      const limit = integer('limit', query.limit, PAGE_LIMIT.default, 1, PAGE_LIMIT.max);
+      return { rows: await admin.listBlockedKeys({ component: component(query.component), limit }) };
+    }
+
+    @Post('api/:instance/blocked/skip-head')
+    @HttpCode(HttpStatus.OK)
+    async skipHead(
+      @Param('instance') instance: string,
+      @Req() request: DashboardRequest,
+      @Body() raw: unknown,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      this.actions.check(request);
+      this.dashboard.admin(instance); // 404 before reading the body
+      const body = bodyObject(raw);
+      const kind = component(body.component);
+      const headId = optionalString('headId', body.headId);
+      const reason = optionalString('reason', body.reason);
+      const target: SkipHeadTarget =
+        kind === 'outbox'
+          ? { component: 'outbox', key: optionalString('key', body.key) ?? '', headId, reason }
+          : {
+              component: 'inbox',
+              source: optionalString('source', body.source) ?? '',
+              aggregateId: optionalString('aggregateId', body.aggregateId) ?? '',
+              headId,
+              reason,
+            };
+      return { skippedId: await this.dashboard.skipHead(request, instance, target) };
+    }
+
+    @Get('api/:instance/claims')
+    async claims(
+      @Param('instance') instance: string,
+      @Query() query: Record<string, unknown>,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      const admin = this.dashboard.admin(instance);
+      const limit = integer('limit', query.limit, PAGE_LIMIT.default, 1, PAGE_LIMIT.max);
+      return { rows: await admin.listClaims({ component: component(query.component), limit }) };
+    }
+
+    /** Instances and their heartbeats, once QueueBoxAdmin records them; until then `available: false` and why (never made-up rows). */
+    @Get('api/:instance/heartbeats')
+    async heartbeats(@Param('instance') instance: string, @Res({ passthrough: true }) response: DashboardResponse) {
+      secure(response);
+      const admin = this.dashboard.admin(instance);
+      if (typeof admin.instances !== 'function') return { available: false, reason: messages.heartbeatsUnavailable(), rows: [] };
+      return { available: true, rows: await admin.instances() };
+    }
+
+    private async changeDeadLetters(
+      action: 'replay' | 'discard',
+      instance: string,
+      request: DashboardRequest,
+      response: DashboardResponse,
+    ) {
+      secure(response);
+      this.actions.check(request);
+      this.dashboard.admin(instance);
+      const body = bodyObject(request.body);
+      const kind = component(body.component);
+      if (body.ids !== undefined && (!Array.isArray(body.ids) || !body.ids.every((id) => typeof id === 'string'))) {
+        throw bad('ids', 'must be an array of row ids (strings)', body.ids);
+      }
+      if (body.filter !== undefined && (typeof body.filter !== 'object' || body.filter === null || Array.isArray(body.filter))) {
+        throw bad('filter', 'must be an object { name, key, error, from, to }', body.filter);
+      }
+      if (body.all !== undefined && typeof body.all !== 'boolean') throw bad('all', 'must be true or false', body.all);
+      const changed = await this.dashboard.changeDeadLetters(request, instance, action, {
+        component: kind,
+        ids: body.ids as string[] | undefined,
+        filter: body.filter === undefined ? undefined : deadLetterQuery(body.filter as Record<string, unknown>),
+        all: body.all as boolean | undefined,
+      });
+      return { changed };
+    }
+  }
+  return QueueBoxDashboardController;
+}

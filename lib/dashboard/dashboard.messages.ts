@@ -1,0 +1,70 @@
+/**
+ * Every text the dashboard throws, logs or answers with, in one place (as `queuebox.messages.ts`
+ * for the rest of QueueBox). Values from users are shown with `show()`, never raw.
+ */
+const show = (value: unknown): string => {
+  if (typeof value === 'string') return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
+  if (typeof value === 'function') return 'a function';
+  if (Array.isArray(value)) return 'an array';
+  if (value === null) return 'null';
+  if (typeof value === 'object') return 'an object';
+  return String(value);
+};
+
+const DOC = 'node_modules/queuebox/docs/dashboard.md';
+
+export const dashboardMessages = {
+  // Options (QueueBoxConfigError, at start-up)
+  optionsNotObject: (value: unknown) => `QueueBoxDashboardModule.forRoot() takes an options object, got ${show(value)}.`,
+  optionUnknown: (option: string, known: readonly string[]) =>
+    `Unknown QueueBoxDashboardModule option "${option}"; the options are ${known.map((k) => `"${k}"`).join(', ')}. See ${DOC}.`,
+  guardMissing: () =>
+    `QueueBoxDashboardModule refuses to start without a guard: the dashboard replays and discards messages. Pass "guard" (a Nest guard class or instance that authenticates operators, e.g. guard: AdminGuard), or "public: true" if something in front of the app (a VPN, an authenticating proxy) already restricts who reaches it. See ${DOC}.`,
+  guardAndPublic: () =>
+    'QueueBoxDashboardModule: "guard" and "public: true" contradict each other; keep the guard and drop "public", or drop the guard.',
+  guardInvalid: (value: unknown) =>
+    `QueueBoxDashboardModule option "guard" must be a Nest guard: a class implementing CanActivate or an object with a canActivate() method (or an array of them), got ${show(value)}.`,
+  pathInvalid: (value: unknown) =>
+    `QueueBoxDashboardModule option "path" must be a route path such as "queuebox" or "ops/queuebox" (letters, digits, ".", "_", "~", "-" between slashes), got ${show(value)}.`,
+  booleanInvalid: (option: string, value: unknown) =>
+    `QueueBoxDashboardModule option "${option}" must be true or false, got ${show(value)}.`,
+  functionInvalid: (option: string, value: unknown) => `QueueBoxDashboardModule option "${option}" must be a function, got ${show(value)}.`,
+  instancesInvalid: (value: unknown) =>
+    `QueueBoxDashboardModule option "instances" must be a non-empty array of { name, admin }, where admin is a QueueBoxAdmin or its injection token; got ${show(value)}.`,
+  instanceNameInvalid: (value: unknown) =>
+    `QueueBoxDashboardModule: an instance name must be 1 to 64 letters, digits, ".", "_" or "-", got ${show(value)}.`,
+  instanceNameRepeated: (name: string) => `QueueBoxDashboardModule: two instances are named ${show(name)}; give each its own name.`,
+  instanceMissing: (name: string, token: string) =>
+    `QueueBoxDashboardModule found no QueueBoxAdmin for instance ${show(name)} (token ${token}). Import QueueBoxModule.forRoot() in the application, or pass instances: [{ name, admin }] with a QueueBoxAdmin (createQueueBoxAdmin(dataSource)) or a provider token visible to the dashboard (add its module to "imports").`,
+  allowedOriginsInvalid: (value: unknown) =>
+    `QueueBoxDashboardModule option "allowedOrigins" must be an array of origins such as "https://ops.example.com" (scheme, host and port, no path), got ${show(value)}.`,
+  tokenSecretInvalid: () =>
+    'QueueBoxDashboardModule option "tokenSecret" must be a string of at least 32 characters (e.g. 32 random bytes in hex), shared by the replicas behind one URL.',
+  assetsMissing: (dir: string) =>
+    `QueueBoxDashboardModule: the dashboard's built files are missing from ${dir}. They are built with the package ("npm run build" in a checkout of QueueBox); an installed package ships them.`,
+
+  // Answers (HTTP 4xx bodies)
+  readOnly: () => 'This dashboard is read-only (readOnly: true): replay, discard and skip-head are refused. Nothing was changed.',
+  crossSite: (site: string) =>
+    `Refused: this request came from another site (Sec-Fetch-Site: ${show(site)}). Dashboard actions are accepted from the dashboard's own page only. Nothing was changed.`,
+  originRefused: (origin: string) =>
+    `Refused: the request's Origin ${show(origin)} is not this dashboard's. Behind a proxy that rewrites the Host header, list the public origin in "allowedOrigins". Nothing was changed.`,
+  tokenRefused: (header: string) =>
+    `Refused: the ${header} header is missing or wrong. Read the token from GET <dashboard>/api/session (it changes when the app restarts, unless "tokenSecret" is set) and send it with every action. Nothing was changed.`,
+  bodyNotJson: () => 'The request body must be a JSON object, sent with Content-Type: application/json. Nothing was changed.',
+  instanceUnknown: (name: string, known: readonly string[]) =>
+    `No QueueBox instance is named ${show(name)} here; the instances are ${known.map((k) => show(k)).join(', ')}.`,
+  parameterInvalid: (name: string, rule: string, value: unknown) => `"${name}" ${rule}, got ${show(value)}.`,
+  deadLetterNotFound: (component: string, id: string) =>
+    `No dead ${component} row has id ${show(id)} (it may have been replayed, discarded or deleted by retention).`,
+  selectionMissing: () =>
+    'Say which dead rows: "ids" (an array of row ids) or "filter" ({ name, key, error, from, to }); a filter with no criterion also needs "all": true. Nothing was changed.',
+  heartbeatsUnavailable: () =>
+    'Instances and their heartbeats are not recorded by this version of QueueBox (no instances table yet): this view fills in once QueueBoxAdmin has instances().',
+
+  // Log (context QueueBox:Dashboard)
+  started: (path: string, instances: readonly string[], readOnly: boolean, isPublic: boolean) =>
+    `Dashboard at /${path} (${instances.length === 1 ? `instance ${show(instances[0])}` : `instances ${instances.map(show).join(', ')}`}${readOnly ? ', read-only' : ''}${isPublic ? ', public: no guard' : ''}).`,
+  action: (actor: string, action: string, instance: string, component: string, changed: number, selection: string) =>
+    `${show(actor)} ${action} on instance ${show(instance)}, ${component}: ${selection}; ${changed} row(s) changed.`,
+} as const;

@@ -1,0 +1,162 @@
+import type { CanActivate, InjectionToken, ModuleMetadata, Type } from '@nestjs/common';
+import type { QueueBoxAdmin } from '../admin/queuebox.admin';
+import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import { dashboardMessages as messages } from './dashboard.messages';
+
+/**
+ * What the dashboard reads and changes through: `QueueBoxAdmin`'s methods (its fenced
+ * statements), and `instances()` once QueueBoxAdmin records instances and their heartbeats. An
+ * object with these methods (a `QueueBoxAdmin` from `createQueueBoxAdmin(dataSource)`) serves.
+ */
+export type DashboardAdmin = Pick<
+  QueueBoxAdmin,
+  | 'backlog'
+  | 'throughput'
+  | 'listDeadLetters'
+  | 'countDeadLetters'
+  | 'replayDeadLetters'
+  | 'discardDeadLetters'
+  | 'listBlockedKeys'
+  | 'skipHead'
+  | 'listClaims'
+> & {
+  /** The processes running QueueBox with their last heartbeat; the dashboard shows them when present. */
+  instances?(): Promise<Record<string, unknown>[]>;
+};
+
+/** One QueueBox the dashboard switches between: its name (in URLs and the switch) and its admin, or the admin's injection token. */
+export interface DashboardInstance {
+  name: string;
+  admin: DashboardAdmin | InjectionToken;
+}
+
+/** The request as the dashboard reads it (Express and Fastify both give these). */
+export interface DashboardRequest {
+  headers: Record<string, string | string[] | undefined>;
+  method?: string;
+  originalUrl?: string;
+  url?: string;
+  ip?: string;
+  socket?: { remoteAddress?: string };
+  body?: unknown;
+  /** What an authentication guard (Passport, your own) set. */
+  user?: unknown;
+}
+
+export type DashboardGuard = Type<CanActivate> | CanActivate;
+
+/**
+ * Options of `QueueBoxDashboardModule.forRoot()`. Static (they shape routes and guards): no async form.
+ *
+ * @example
+ * QueueBoxDashboardModule.forRoot({ path: 'ops/queuebox', guard: AdminGuard, readOnly: process.env.NODE_ENV === 'production' })
+ */
+export interface QueueBoxDashboardOptions {
+  /** Route of the dashboard (the page at `<path>/`, the JSON API under `<path>/api`). Default `queuebox`. */
+  path?: string;
+  /** Nest guard(s) run before every route, page and API alike: your operators' authentication. Required unless `public: true`. */
+  guard?: DashboardGuard | DashboardGuard[];
+  /** Serve without a guard (something in front of the app restricts access). Default false. */
+  public?: boolean;
+  /** Hide and refuse replay, discard and skip-head (403). Default false. */
+  readOnly?: boolean;
+  /** The QueueBoxes to switch between. Default: one, `default`, the app's `QueueBoxAdmin`. */
+  instances?: DashboardInstance[];
+  /** Who did an action, for the log line and the event. Default: `user.id`, `user.name`, `user.email` or `user.username` of the request, else its IP. */
+  actor?: (request: DashboardRequest) => string | undefined;
+  /** Origins (besides the request's own host) whose pages may send actions, e.g. the public origin behind a Host-rewriting proxy. */
+  allowedOrigins?: string[];
+  /** Derives the action token from this secret instead of a random one per process, so replicas behind one URL accept each other's page. */
+  tokenSecret?: string;
+  /** Modules whose providers the guards or instance tokens need. */
+  imports?: ModuleMetadata['imports'];
+}
+
+export interface ResolvedDashboardOptions {
+  path: string;
+  guards: DashboardGuard[];
+  isPublic: boolean;
+  readOnly: boolean;
+  instances: DashboardInstance[];
+  actor: ((request: DashboardRequest) => string | undefined) | undefined;
+  allowedOrigins: string[];
+  tokenSecret: string | undefined;
+  imports: NonNullable<ModuleMetadata['imports']>;
+}
+
+const KEYS = ['path', 'guard', 'public', 'readOnly', 'instances', 'actor', 'allowedOrigins', 'tokenSecret', 'imports'] as const;
+const PATH = /^\/?[A-Za-z0-9._~-]+(\/[A-Za-z0-9._~-]+)*\/?$/;
+const INSTANCE_NAME = /^[A-Za-z0-9._-]{1,64}$/;
+
+const isGuard = (value: unknown): value is DashboardGuard =>
+  typeof value === 'function' ||
+  (typeof value === 'object' && value !== null && typeof (value as { canActivate?: unknown }).canActivate === 'function');
+
+/** Validates the options; a dashboard with neither a guard nor `public: true` never starts. */
+export function resolveDashboardOptions(options: QueueBoxDashboardOptions, defaultAdmin: InjectionToken): ResolvedDashboardOptions {
+  const fail = (option: string, message: string) => new QueueBoxConfigError(`dashboard${option ? `.${option}` : ''}`, message);
+  if (typeof options !== 'object' || options === null) throw fail('', messages.optionsNotObject(options));
+  for (const key of Object.keys(options)) {
+    if (!(KEYS as readonly string[]).includes(key)) throw fail(key, messages.optionUnknown(key, KEYS));
+  }
+  const path = options.path ?? 'queuebox';
+  if (typeof path !== 'string' || !PATH.test(path) || path.split('/').some((part) => part === '.' || part === '..')) {
+    throw fail('path', messages.pathInvalid(path));
+  }
+
+  const isPublic = options.public ?? false;
+  if (typeof isPublic !== 'boolean') throw fail('public', messages.booleanInvalid('public', isPublic));
+  const guards = options.guard === undefined ? [] : Array.isArray(options.guard) ? options.guard : [options.guard];
+  if (!guards.every(isGuard)) throw fail('guard', messages.guardInvalid(options.guard));
+  if (guards.length === 0 && !isPublic) throw fail('guard', messages.guardMissing());
+  if (guards.length > 0 && isPublic) throw fail('public', messages.guardAndPublic());
+
+  const readOnly = options.readOnly ?? false;
+  if (typeof readOnly !== 'boolean') throw fail('readOnly', messages.booleanInvalid('readOnly', readOnly));
+
+  const instances = options.instances ?? [{ name: 'default', admin: defaultAdmin }];
+  if (!Array.isArray(instances) || instances.length === 0) throw fail('instances', messages.instancesInvalid(instances));
+  const names = new Set<string>();
+  for (const instance of instances) {
+    if (typeof instance !== 'object' || instance === null || instance.admin === undefined || instance.admin === null) {
+      throw fail('instances', messages.instancesInvalid(instance));
+    }
+    if (typeof instance.name !== 'string' || !INSTANCE_NAME.test(instance.name)) {
+      throw fail('instances', messages.instanceNameInvalid(instance.name));
+    }
+    if (names.has(instance.name)) throw fail('instances', messages.instanceNameRepeated(instance.name));
+    names.add(instance.name);
+  }
+
+  if (options.actor !== undefined && typeof options.actor !== 'function')
+    throw fail('actor', messages.functionInvalid('actor', options.actor));
+
+  const allowedOrigins = options.allowedOrigins ?? [];
+  if (!Array.isArray(allowedOrigins) || !allowedOrigins.every(isOrigin)) {
+    throw fail('allowedOrigins', messages.allowedOriginsInvalid(allowedOrigins));
+  }
+  if (options.tokenSecret !== undefined && (typeof options.tokenSecret !== 'string' || options.tokenSecret.length < 32)) {
+    throw fail('tokenSecret', messages.tokenSecretInvalid());
+  }
+  return {
+    path: path.replace(/^\/+|\/+$/g, ''),
+    guards,
+    isPublic,
+    readOnly,
+    instances: instances.map((i) => ({ name: i.name, admin: i.admin })),
+    actor: options.actor,
+    allowedOrigins: allowedOrigins.map((o) => new URL(o).origin),
+    tokenSecret: options.tokenSecret,
+    imports: options.imports ?? [],
+  };
+}
+
+function isOrigin(value: unknown): boolean {
+  if (typeof value !== 'string') return false;
+  try {
+    const url = new URL(value);
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.origin === value.replace(/\/$/, '');
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,275 @@
+import { HttpStatus, Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import type { DeadLetterFilter, DeadLetterSelection } from '../admin/admin.types';
+import type { AdminComponent, DeadLetterRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
+import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
+import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
+import { TRACEPARENT_HEADER } from '../wire-headers';
+import { QUEUEBOX_DASHBOARD_OPTIONS } from './dashboard.constants';
+import { dashboardMessages as messages } from './dashboard.messages';
+import type { DashboardAdmin, DashboardRequest, ResolvedDashboardOptions } from './dashboard.options';
+import { DashboardHttpError } from './dashboard.security';
+
+/** One row of the overview: the backlog of a destination or source and its last hour, per minute. */
+export interface OverviewRow {
+  component: AdminComponent;
+  name: string;
+  pending: number;
+  processing: number;
+  dead: number;
+  /** The lag: age of the oldest due pending row, by the database clock. */
+  oldestPendingAgeSeconds: number | null;
+  /** Sent (outbox) or processed (inbox) per minute, oldest first, the current minute last. */
+  finishedPerMinute: number[];
+  /** Dead-lettered per minute. */
+  deadPerMinute: number[];
+}
+
+/** Dead rows of a page filter, as the API takes them (strings from the query, or JSON). */
+export interface DeadLetterQuery {
+  name?: string;
+  key?: string;
+  error?: string;
+  from?: string;
+  to?: string;
+}
+
+/**
+ * Resolves the instances' admins at start-up and runs every read and action for the controller.
+ * Actions go through QueueBoxAdmin only (replay and discard change dead rows; skip-head never a
+ * live claim), are logged with who did them, and emitted as `queuebox:dashboard:action`.
+ */
+@Injectable()
+export class DashboardService implements OnModuleInit {
+  private readonly logger = new Logger('QueueBox:Dashboard');
+  private readonly admins = new Map<string, DashboardAdmin>();
+  private events: QueueBoxEvents = new QueueBoxEvents();
+
+  constructor(
+    @Inject(QUEUEBOX_DASHBOARD_OPTIONS) private readonly options: ResolvedDashboardOptions,
+    private readonly moduleRef: ModuleRef,
+  ) {}
+
+  onModuleInit(): void {
+    for (const { name, admin } of this.options.instances) {
+      this.admins.set(name, isAdmin(admin) ? admin : this.lookUp(name, admin));
+    }
+    try {
+      this.events = this.moduleRef.get(QueueBoxEvents, { strict: false });
+    } catch {
+      // No QueueBoxModule in this app (instances given as createQueueBoxAdmin() objects): the
+      // events still reach node:diagnostics_channel through a QueueBoxEvents of our own.
+    }
+    const { path, readOnly, isPublic } = this.options;
+    this.logger.log(messages.started(path, this.instanceNames(), readOnly, isPublic));
+  }
+
+  instanceNames(): string[] {
+    return [...this.admins.keys()];
+  }
+
+  /** Whether an instance's admin can list instances and heartbeats (a later QueueBoxAdmin). */
+  hasHeartbeats(instance: string): boolean {
+    return typeof this.admin(instance).instances === 'function';
+  }
+
+  admin(instance: string): DashboardAdmin {
+    const admin = this.admins.get(instance);
+    if (!admin) {
+      throw new DashboardHttpError(
+        HttpStatus.NOT_FOUND,
+        'QUEUEBOX_DASHBOARD_NOT_FOUND',
+        messages.instanceUnknown(instance, this.instanceNames()),
+      );
+    }
+    return admin;
+  }
+
+  async overview(instance: string, minutes: number): Promise<{ since: Date; minutes: number; rows: OverviewRow[] }> {
+    const admin = this.admin(instance);
+    const [backlog, throughput] = await Promise.all([admin.backlog(), adminCall(() => admin.throughput({ minutes }))]);
+    const rows = new Map<string, OverviewRow>();
+    const empty = () => new Array<number>(throughput.minutes).fill(0);
+    for (const b of backlog) rows.set(`${b.component}\u0000${b.name}`, { ...b, finishedPerMinute: empty(), deadPerMinute: empty() });
+    for (const t of throughput.rows as ThroughputRow[]) {
+      const id = `${t.component}\u0000${t.name}`;
+      const row = rows.get(id) ?? {
+        component: t.component,
+        name: t.name,
+        pending: 0,
+        processing: 0,
+        dead: 0,
+        oldestPendingAgeSeconds: null,
+        finishedPerMinute: empty(),
+        deadPerMinute: empty(),
+      };
+      row.finishedPerMinute = t.finished;
+      row.deadPerMinute = t.dead;
+      rows.set(id, row);
+    }
+    const sorted = [...rows.values()].sort((a, b) =>
+      a.component === b.component ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.component === 'outbox' ? -1 : 1,
+    );
+    return { since: throughput.since, minutes: throughput.minutes, rows: sorted };
+  }
+
+  async deadLetters(
+    instance: string,
+    component: AdminComponent,
+    query: DeadLetterQuery,
+    page: { afterId?: string; limit: number; newestFirst: boolean },
+  ): Promise<{ rows: DeadLetterRow[]; nextAfterId: string | null }> {
+    const admin = this.admin(instance);
+    return adminCall(() => admin.listDeadLetters(toFilter(component, query), page));
+  }
+
+  async countDeadLetters(instance: string, component: AdminComponent, query: DeadLetterQuery): Promise<number> {
+    const admin = this.admin(instance);
+    return adminCall(() => admin.countDeadLetters(toFilter(component, query)));
+  }
+
+  /** One dead row with its payload and the trace id of its `traceparent` header, or 404. */
+  async deadLetter(instance: string, component: AdminComponent, id: string): Promise<DeadLetterRow & { traceId: string | null }> {
+    const admin = this.admin(instance);
+    const { rows } = await adminCall(() => admin.listDeadLetters({ component, ids: [id] }, { includePayload: true, limit: 1 }));
+    if (rows.length === 0) {
+      throw new DashboardHttpError(HttpStatus.NOT_FOUND, 'QUEUEBOX_DASHBOARD_NOT_FOUND', messages.deadLetterNotFound(component, id));
+    }
+    const traceparent = rows[0].headers[TRACEPARENT_HEADER];
+    const traceId =
+      typeof traceparent === 'string' ? (/^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/.exec(traceparent)?.[1] ?? null) : null;
+    return { ...rows[0], traceId };
+  }
+
+  /** Replays or discards dead rows picked by ids or by a filter; returns how many changed. */
+  async changeDeadLetters(
+    request: DashboardRequest,
+    instance: string,
+    action: 'replay' | 'discard',
+    body: { component: AdminComponent; ids?: string[]; filter?: DeadLetterQuery; all?: boolean },
+  ): Promise<number> {
+    const admin = this.admin(instance);
+    let selection: DeadLetterSelection;
+    let described: DashboardActionEvent['selection'];
+    if (body.ids !== undefined) {
+      selection = { component: body.component, ids: body.ids };
+      described = { ids: body.ids };
+    } else if (body.filter !== undefined) {
+      const filter = toFilter(body.component, body.filter);
+      selection = { ...filter, all: body.all === true };
+      described = { filter: describeFilter(filter), all: body.all === true };
+    } else {
+      throw new DashboardHttpError(HttpStatus.BAD_REQUEST, 'QUEUEBOX_DASHBOARD_BAD_REQUEST', messages.selectionMissing());
+    }
+    const changed = await adminCall(() => (action === 'replay' ? admin.replayDeadLetters(selection) : admin.discardDeadLetters(selection)));
+    this.record(request, { action, instance, component: body.component, changed, selection: described });
+    return changed;
+  }
+
+  /** Skips the head of a blocked key or aggregate; returns the id skipped, or null. */
+  async skipHead(request: DashboardRequest, instance: string, target: SkipHeadTarget): Promise<string | null> {
+    const admin = this.admin(instance);
+    const skippedId = await adminCall(() => admin.skipHead(target));
+    const selection =
+      target.component === 'outbox'
+        ? { key: target.key, headId: target.headId, reason: target.reason }
+        : { key: target.aggregateId, source: target.source, headId: target.headId, reason: target.reason };
+    this.record(request, {
+      action: 'skip-head',
+      instance,
+      component: target.component,
+      changed: skippedId === null ? 0 : 1,
+      selection,
+      skippedId,
+    });
+    return skippedId;
+  }
+
+  /** Who made the request: the `actor` option, else the authenticated user's id, name, email or username, else the IP. */
+  actorOf(request: DashboardRequest): string {
+    const chosen = this.options.actor?.(request);
+    if (typeof chosen === 'string' && chosen.length > 0) return chosen.slice(0, 200);
+    const user = request.user as Record<string, unknown> | undefined;
+    for (const field of ['id', 'name', 'email', 'username'] as const) {
+      const value = user?.[field];
+      if ((typeof value === 'string' && value.length > 0) || typeof value === 'number') return String(value).slice(0, 200);
+    }
+    return request.ip ?? request.socket?.remoteAddress ?? 'unknown';
+  }
+
+  private record(request: DashboardRequest, event: Omit<DashboardActionEvent, 'actor'>): void {
+    const actor = this.actorOf(request);
+    const full: DashboardActionEvent = { ...event, actor };
+    this.logger.log(messages.action(actor, event.action, event.instance, event.component, event.changed, JSON.stringify(event.selection)));
+    this.events.emit('queuebox:dashboard:action', full);
+  }
+
+  private lookUp(name: string, token: unknown): DashboardAdmin {
+    try {
+      const found = this.moduleRef.get(token as never, { strict: false });
+      if (isAdmin(found)) return found;
+    } catch {
+      // reported below
+    }
+    const label = typeof token === 'function' ? token.name : String(token);
+    throw new QueueBoxConfigError('dashboard.instances', messages.instanceMissing(name, label));
+  }
+}
+
+function isAdmin(value: unknown): value is DashboardAdmin {
+  return typeof value === 'object' && value !== null && typeof (value as DashboardAdmin).backlog === 'function';
+}
+
+/** A QueueBoxAdmin argument error is the caller's: 400 with its field. */
+async function adminCall<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    if (error instanceof QueueBoxAdminError || (error as { code?: string }).code === 'QUEUEBOX_ADMIN_ARGUMENT') {
+      const { field, message } = error as QueueBoxAdminError;
+      throw new DashboardHttpError(HttpStatus.BAD_REQUEST, 'QUEUEBOX_DASHBOARD_BAD_REQUEST', message, field);
+    }
+    throw error;
+  }
+}
+
+function toFilter(component: AdminComponent, query: DeadLetterQuery): DeadLetterFilter {
+  const text = (field: keyof DeadLetterQuery) => {
+    const value = query[field];
+    if (value === undefined || value === '') return undefined;
+    if (typeof value !== 'string') {
+      throw new DashboardHttpError(
+        HttpStatus.BAD_REQUEST,
+        'QUEUEBOX_DASHBOARD_BAD_REQUEST',
+        messages.parameterInvalid(field, 'must be a string', value),
+        field,
+      );
+    }
+    return value;
+  };
+  const time = (field: 'from' | 'to') => {
+    const value = text(field);
+    if (value === undefined) return undefined;
+    const date = new Date(value);
+    if (Number.isNaN(date.getTime()) || !/^\d{4}-\d{2}-\d{2}/.test(value)) {
+      throw new DashboardHttpError(
+        HttpStatus.BAD_REQUEST,
+        'QUEUEBOX_DASHBOARD_BAD_REQUEST',
+        messages.parameterInvalid(field, 'must be an ISO 8601 time such as 2026-11-30T14:00:00Z', value),
+        field,
+      );
+    }
+    return date;
+  };
+  return { component, name: text('name'), key: text('key'), errorContains: text('error'), deadAfter: time('from'), deadBefore: time('to') };
+}
+
+function describeFilter(filter: DeadLetterFilter): Extract<DashboardActionEvent['selection'], { filter: unknown }>['filter'] {
+  const described: Record<string, string> = {};
+  if (filter.name !== undefined) described.name = filter.name;
+  if (filter.key !== undefined) described.key = filter.key;
+  if (filter.errorContains !== undefined) described.errorContains = filter.errorContains;
+  if (filter.deadAfter !== undefined) described.deadAfter = filter.deadAfter.toISOString();
+  if (filter.deadBefore !== undefined) described.deadBefore = filter.deadBefore.toISOString();
+  return described;
+}

@@ -1,0 +1,629 @@
+import { get, post, type Session } from './api.js';
+import { minuteChart } from './chart.js';
+import { type Child, duration, h, mount, plural, time } from './dom.js';
+
+type Component = 'outbox' | 'inbox';
+
+/** What a view gets from the shell: where it draws, the session, and the shell's shared pieces. */
+export interface ViewContext {
+  session: Session;
+  instance: string;
+  params: URLSearchParams;
+  main: HTMLElement;
+  /** Announces a result in the status line (a polite live region). */
+  say(message: string, kind?: 'ok' | 'error'): void;
+  /** Opens the confirmation dialog; resolves to the reason typed (or '') when confirmed, null when cancelled. */
+  confirm(p: { title: string; text: string; action: string; danger?: boolean; reason?: boolean }): Promise<string | null>;
+  /** Goes to another view of this instance (`dead?component=inbox`). */
+  go(view: string): void;
+  /** Calls `refresh` every few seconds while this view is shown. */
+  every(ms: number, refresh: () => Promise<void>): void;
+}
+
+interface OverviewRow {
+  component: Component;
+  name: string;
+  pending: number;
+  processing: number;
+  dead: number;
+  oldestPendingAgeSeconds: number | null;
+  finishedPerMinute: number[];
+  deadPerMinute: number[];
+}
+
+interface DeadLetter {
+  component: Component;
+  id: string;
+  messageId: string | null;
+  idempotencyKey: string | null;
+  name: string;
+  key: string | null;
+  attempts: number;
+  lastError: string | null;
+  createdAt: string;
+  lastAttemptAt: string | null;
+  headers: Record<string, string>;
+  payload?: unknown;
+  traceId?: string | null;
+}
+
+interface BlockedKey {
+  component: Component;
+  name: string;
+  key: string;
+  headId: string;
+  messageId: string | null;
+  state: string;
+  attempts: number;
+  lastError: string;
+  nextAttemptAt: string;
+  waiting: number;
+}
+
+interface Claim {
+  component: Component;
+  id: string;
+  messageId: string | null;
+  idempotencyKey: string | null;
+  name: string;
+  key: string | null;
+  token: string;
+  attempts: number;
+  claimedAt: string;
+  leaseExpiresAt: string;
+  ageSeconds: number;
+  leaseRemainingSeconds: number;
+}
+
+const api = (ctx: ViewContext, path: string) => `${encodeURIComponent(ctx.instance)}/${path}`;
+const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
+const LABEL: Record<Component, { name: string; key: string; finished: string }> = {
+  outbox: { name: 'Destination', key: 'Key', finished: 'sent' },
+  inbox: { name: 'Source', key: 'Aggregate', finished: 'processed' },
+};
+
+function componentOf(params: URLSearchParams): Component {
+  return params.get('component') === 'inbox' ? 'inbox' : 'outbox';
+}
+
+function heading(text: string, ...extra: Child[]): HTMLElement {
+  return h('div', { class: 'heading' }, h('h1', { tabindex: '-1', id: 'view-title' }, text), ...extra);
+}
+
+/** The outbox / inbox switch of a view, as two links (keyboard: Tab and Enter). */
+function componentTabs(ctx: ViewContext, view: string, current: Component, keep: Record<string, string> = {}): HTMLElement {
+  return h(
+    'nav',
+    { class: 'tabs', 'aria-label': 'Table' },
+    (['outbox', 'inbox'] as const).map((c) =>
+      h(
+        'a',
+        {
+          href: `#/${encodeURIComponent(ctx.instance)}/${view}?${new URLSearchParams({ ...keep, component: c })}`,
+          'aria-current': c === current ? 'page' : null,
+        },
+        c === 'outbox' ? 'Outbox' : 'Inbox',
+      ),
+    ),
+  );
+}
+
+function table(headers: string[], rows: Node[], empty: string, caption?: string): HTMLElement {
+  if (rows.length === 0) return h('p', { class: 'empty' }, empty);
+  return h(
+    'div',
+    { class: 'table-wrap' },
+    h(
+      'table',
+      null,
+      caption ? h('caption', null, caption) : null,
+      h(
+        'thead',
+        null,
+        h(
+          'tr',
+          null,
+          headers.map((t) => h('th', { scope: 'col' }, t)),
+        ),
+      ),
+      h('tbody', null, rows),
+    ),
+  );
+}
+
+function errorText(text: string | null, max = 140): Child {
+  if (!text) return '—';
+  return h('span', { class: 'error-text', title: text }, text.length > max ? `${text.slice(0, max)}…` : text);
+}
+
+// ---- Overview -------------------------------------------------------------------------------
+
+export async function overview(ctx: ViewContext): Promise<void> {
+  const body = h('div', { class: 'overview' }, h('p', { class: 'loading' }, 'Loading…'));
+  mount(ctx.main, heading('Overview', h('p', { class: 'hint' }, 'Backlog, lag and the last hour per minute; refreshed every 5 s.')), body);
+  const draw = async () => {
+    const data = await get<{ since: string; minutes: number; rows: OverviewRow[] }>(api(ctx, 'overview'));
+    mount(
+      body,
+      (['outbox', 'inbox'] as const).map((c) => {
+        const rows = data.rows.filter((r) => r.component === c);
+        const label = LABEL[c];
+        return h(
+          'section',
+          { 'aria-labelledby': `overview-${c}` },
+          h('h2', { id: `overview-${c}` }, c === 'outbox' ? 'Outbox destinations' : 'Inbox sources'),
+          table(
+            [label.name, 'Pending', 'Processing', 'Dead', 'Lag (oldest due)', `Last ${data.minutes} min: ${label.finished} / dead`],
+            rows.map((r) =>
+              h(
+                'tr',
+                null,
+                h('th', { scope: 'row' }, r.name),
+                h('td', { class: 'num' }, r.pending.toLocaleString('en')),
+                h(
+                  'td',
+                  { class: 'num' },
+                  r.processing > 0
+                    ? h('a', { href: `#/${encodeURIComponent(ctx.instance)}/claims?component=${c}` }, r.processing.toLocaleString('en'))
+                    : '0',
+                ),
+                h(
+                  'td',
+                  { class: 'num' },
+                  r.dead > 0
+                    ? h(
+                        'a',
+                        {
+                          class: 'dead-link',
+                          href: `#/${encodeURIComponent(ctx.instance)}/dead?${new URLSearchParams({ component: c, name: r.name })}`,
+                        },
+                        r.dead.toLocaleString('en'),
+                      )
+                    : '0',
+                ),
+                h('td', { class: 'num' }, duration(r.oldestPendingAgeSeconds)),
+                h(
+                  'td',
+                  { class: 'chart-cell' },
+                  minuteChart(
+                    r.finishedPerMinute,
+                    r.deadPerMinute,
+                    `${r.name}: ${plural(sum(r.finishedPerMinute), label.finished === 'sent' ? 'message sent' : 'message processed', label.finished === 'sent' ? 'messages sent' : 'messages processed')} and ${sum(r.deadPerMinute)} dead in the last ${data.minutes} minutes`,
+                  ),
+                  h(
+                    'span',
+                    { class: 'totals' },
+                    `${sum(r.finishedPerMinute).toLocaleString('en')} / ${sum(r.deadPerMinute).toLocaleString('en')}`,
+                  ),
+                ),
+              ),
+            ),
+            c === 'outbox'
+              ? 'No outbox messages are waiting, in flight, dead or sent in the last hour.'
+              : 'No inbox messages are waiting, in flight, dead or processed in the last hour.',
+          ),
+        );
+      }),
+    );
+  };
+  await draw();
+  ctx.every(5000, draw);
+}
+
+// ---- Dead letters ---------------------------------------------------------------------------
+
+const FILTERS = ['name', 'key', 'error', 'from', 'to'] as const;
+
+/** `datetime-local` inputs hold local time without a zone; the API takes ISO 8601 instants. */
+const toIso = (local: string) => (local ? new Date(local).toISOString() : '');
+const toLocal = (iso: string | null) => {
+  if (!iso) return '';
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+};
+
+export async function deadLetters(ctx: ViewContext): Promise<void> {
+  const component = componentOf(ctx.params);
+  const label = LABEL[component];
+  const filter: Record<string, string> = {};
+  for (const f of FILTERS) {
+    const value = ctx.params.get(f);
+    if (value) filter[f] = value;
+  }
+  const after = ctx.params.get('after') ?? '';
+  const field = (name: (typeof FILTERS)[number], text: string, type = 'search') =>
+    h(
+      'label',
+      null,
+      h('span', null, text),
+      h('input', {
+        name,
+        type,
+        value: type === 'datetime-local' ? toLocal(filter[name] ?? null) : (filter[name] ?? ''),
+        autocomplete: 'off',
+      }),
+    );
+  const form = h(
+    'form',
+    { class: 'filters', role: 'search', 'aria-label': 'Find dead letters' },
+    field('error', 'Error contains'),
+    field('name', label.name),
+    field('key', label.key),
+    field('from', 'Died from', 'datetime-local'),
+    field('to', 'Died before', 'datetime-local'),
+    h('div', { class: 'buttons' }, h('button', { type: 'submit', class: 'primary' }, 'Search'), h('button', { type: 'reset' }, 'Clear')),
+  );
+  const onSearch = (event: Event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const next = new URLSearchParams({ component });
+    for (const f of FILTERS) {
+      const raw = String(data.get(f) ?? '').trim();
+      const value = f === 'from' || f === 'to' ? toIso(raw) : raw;
+      if (value) next.set(f, value);
+    }
+    ctx.go(`dead?${next}`);
+  };
+  form.addEventListener('submit', onSearch);
+  form.addEventListener('reset', (event) => {
+    event.preventDefault();
+    ctx.go(`dead?component=${component}`);
+  });
+
+  const results = h('div', { class: 'results' }, h('p', { class: 'loading' }, 'Loading…'));
+  mount(ctx.main, heading('Dead letters', componentTabs(ctx, 'dead', component, filter)), form, results);
+
+  const query = { component, ...filter };
+  const [page, total] = await Promise.all([
+    get<{ rows: DeadLetter[]; nextAfterId: string | null }>(api(ctx, 'dead-letters'), { ...query, after, limit: 50 }),
+    get<{ count: number }>(api(ctx, 'dead-letters/count'), query),
+  ]);
+  const selected = new Set<string>();
+  const boxes: HTMLInputElement[] = [];
+  const actions = h('div', { class: 'actions', role: 'group', 'aria-label': 'Bulk actions' });
+  const filtered = Object.keys(filter).length > 0;
+
+  const act = async (action: 'replay' | 'discard', scope: 'selected' | 'matching') => {
+    const count = scope === 'selected' ? selected.size : (await get<{ count: number }>(api(ctx, 'dead-letters/count'), query)).count;
+    if (count === 0) return;
+    const what = `${plural(count, `dead ${component} message`)}${scope === 'matching' ? (filtered ? ' matching this search' : ', every dead one') : ''}`;
+    const confirmed = await ctx.confirm({
+      title: action === 'replay' ? `Replay ${plural(count, 'message')}?` : `Discard ${plural(count, 'message')}?`,
+      text:
+        action === 'replay'
+          ? `${what} will be sent again: back to pending, attempts reset, due now (same message id).`
+          : `${what} will be deleted for good. This cannot be undone.`,
+      action: `${action === 'replay' ? 'Replay' : 'Discard'} ${count.toLocaleString('en')}`,
+      danger: action === 'discard',
+    });
+    if (confirmed === null) return;
+    const body =
+      scope === 'selected'
+        ? { component, ids: [...selected] }
+        : {
+            component,
+            filter: { name: filter.name, key: filter.key, error: filter.error, from: filter.from, to: filter.to },
+            all: !filtered,
+          };
+    try {
+      const { changed } = await post<{ changed: number }>(ctx.session, api(ctx, `dead-letters/${action}`), body);
+      ctx.say(`${action === 'replay' ? 'Replayed' : 'Discarded'} ${plural(changed, 'message')}.`);
+      await deadLetters(ctx);
+    } catch (error) {
+      ctx.say((error as Error).message, 'error');
+    }
+  };
+  const drawActions = () => {
+    if (ctx.session.readOnly) {
+      mount(actions, h('p', { class: 'hint' }, 'Read-only: replay and discard are off.'));
+      return;
+    }
+    const n = selected.size;
+    mount(
+      actions,
+      h(
+        'button',
+        { type: 'button', class: 'primary', disabled: n === 0, onClick: () => act('replay', 'selected') },
+        `Replay selected (${n})`,
+      ),
+      h(
+        'button',
+        { type: 'button', class: 'danger', disabled: n === 0, onClick: () => act('discard', 'selected') },
+        `Discard selected (${n})`,
+      ),
+      h('span', { class: 'sep' }),
+      h(
+        'button',
+        { type: 'button', disabled: total.count === 0, onClick: () => act('replay', 'matching') },
+        `Replay all ${filtered ? 'matching' : 'dead'} (${total.count.toLocaleString('en')})`,
+      ),
+      h(
+        'button',
+        { type: 'button', class: 'danger', disabled: total.count === 0, onClick: () => act('discard', 'matching') },
+        `Discard all ${filtered ? 'matching' : 'dead'} (${total.count.toLocaleString('en')})`,
+      ),
+    );
+  };
+  const selectAll = h('input', { type: 'checkbox', 'aria-label': 'Select every row of this page' });
+  selectAll.addEventListener('change', () => {
+    for (const box of boxes) {
+      box.checked = selectAll.checked;
+      if (box.checked) selected.add(box.value);
+      else selected.delete(box.value);
+    }
+    drawActions();
+  });
+  const rows = page.rows.map((r) => {
+    const box = h('input', { type: 'checkbox', value: r.id, 'aria-label': `Select message ${r.id}` });
+    boxes.push(box);
+    box.addEventListener('change', () => {
+      if (box.checked) selected.add(r.id);
+      else selected.delete(r.id);
+      selectAll.checked = selected.size === boxes.length;
+      drawActions();
+    });
+    return h(
+      'tr',
+      null,
+      ctx.session.readOnly ? null : h('td', { class: 'check' }, box),
+      h('td', null, h('a', { href: `#/${encodeURIComponent(ctx.instance)}/dead/${component}/${r.id}` }, r.id)),
+      h('td', null, r.name),
+      h('td', null, r.key ?? '—'),
+      h('td', { class: 'num' }, r.attempts),
+      h('td', { class: 'time' }, time(r.lastAttemptAt ?? r.createdAt)),
+      h('td', null, errorText(r.lastError)),
+    );
+  });
+  const headers = ['Id', label.name, label.key, 'Attempts', 'Died', 'Last error'];
+  const list =
+    rows.length === 0
+      ? h('p', { class: 'empty' }, filtered ? 'No dead letters match this search.' : `No dead ${component} messages.`)
+      : h(
+          'div',
+          { class: 'table-wrap' },
+          h(
+            'table',
+            null,
+            h(
+              'caption',
+              null,
+              `${plural(total.count, 'dead letter')}${filtered ? (total.count === 1 ? ' matches' : ' match') : ''}; newest first`,
+            ),
+            h(
+              'thead',
+              null,
+              h(
+                'tr',
+                null,
+                ctx.session.readOnly ? null : h('th', { scope: 'col', class: 'check' }, selectAll),
+                headers.map((t) => h('th', { scope: 'col' }, t)),
+              ),
+            ),
+            h('tbody', null, rows),
+          ),
+        );
+  const paging = h(
+    'nav',
+    { class: 'paging', 'aria-label': 'Pages' },
+    after ? h('a', { href: `#/${encodeURIComponent(ctx.instance)}/dead?${new URLSearchParams(query)}` }, 'First page') : null,
+    page.nextAfterId
+      ? h(
+          'a',
+          { href: `#/${encodeURIComponent(ctx.instance)}/dead?${new URLSearchParams({ ...query, after: page.nextAfterId })}` },
+          'Next page',
+        )
+      : null,
+  );
+  drawActions();
+  mount(results, actions, list, paging);
+}
+
+export async function deadLetter(ctx: ViewContext, component: Component, id: string): Promise<void> {
+  const r = await get<DeadLetter>(api(ctx, `dead-letters/${component}/${encodeURIComponent(id)}`));
+  const label = LABEL[component];
+  const act = async (action: 'replay' | 'discard') => {
+    const confirmed = await ctx.confirm({
+      title: action === 'replay' ? 'Replay 1 message?' : 'Discard 1 message?',
+      text: action === 'replay' ? `Message ${id} will be sent again (same message id).` : `Message ${id} will be deleted for good.`,
+      action: action === 'replay' ? 'Replay 1' : 'Discard 1',
+      danger: action === 'discard',
+    });
+    if (confirmed === null) return;
+    try {
+      const { changed } = await post<{ changed: number }>(ctx.session, api(ctx, `dead-letters/${action}`), { component, ids: [id] });
+      ctx.say(`${action === 'replay' ? 'Replayed' : 'Discarded'} ${plural(changed, 'message')}.`);
+      ctx.go(`dead?component=${component}`);
+    } catch (error) {
+      ctx.say((error as Error).message, 'error');
+    }
+  };
+  const fields: [string, Child][] = [
+    ['Component', component],
+    [label.name, r.name],
+    [label.key, r.key ?? '—'],
+    component === 'outbox'
+      ? ['Message id', h('code', null, r.messageId ?? '—')]
+      : ['Idempotency key', h('code', null, r.idempotencyKey ?? '—')],
+    ['Attempts', r.attempts],
+    [component === 'outbox' ? 'Enqueued' : 'Received', time(r.createdAt)],
+    ['Last attempt', time(r.lastAttemptAt)],
+    ['Trace id', r.traceId ? h('code', null, r.traceId) : '—'],
+  ];
+  mount(
+    ctx.main,
+    heading(
+      `Dead letter ${id}`,
+      h('a', { href: `#/${encodeURIComponent(ctx.instance)}/dead?component=${component}`, class: 'back' }, '← Dead letters'),
+    ),
+    ctx.session.readOnly
+      ? null
+      : h(
+          'div',
+          { class: 'actions' },
+          h('button', { type: 'button', class: 'primary', onClick: () => act('replay') }, 'Replay'),
+          h('button', { type: 'button', class: 'danger', onClick: () => act('discard') }, 'Discard'),
+        ),
+    h(
+      'dl',
+      { class: 'fields' },
+      fields.map(([k, v]) => [h('dt', null, k), h('dd', null, v)]),
+    ),
+    h('h2', null, 'Last error'),
+    h('pre', { class: 'error-block' }, r.lastError ?? '—'),
+    h('h2', null, 'Payload'),
+    h('pre', { class: 'code', tabindex: '0' }, JSON.stringify(r.payload, null, 2)),
+    h('h2', null, 'Headers'),
+    table(
+      ['Header', 'Value'],
+      Object.entries(r.headers).map(([k, v]) =>
+        h('tr', null, h('th', { scope: 'row' }, h('code', null, k)), h('td', null, h('code', null, v))),
+      ),
+      'No headers.',
+    ),
+  );
+}
+
+// ---- Blocked keys ---------------------------------------------------------------------------
+
+export async function blocked(ctx: ViewContext): Promise<void> {
+  const component = componentOf(ctx.params);
+  const label = LABEL[component];
+  const { rows } = await get<{ rows: BlockedKey[] }>(api(ctx, 'blocked'), { component, limit: 200 });
+  const skip = async (r: BlockedKey) => {
+    const reason = await ctx.confirm({
+      title: `Skip the head of ${label.key.toLowerCase()} ${r.key}?`,
+      text: `Row ${r.headId} (${r.attempts} failed attempts) becomes dead, so the ${plural(r.waiting, 'row')} behind it flow again. A row a worker holds is never skipped.`,
+      action: 'Skip head',
+      danger: true,
+      reason: true,
+    });
+    if (reason === null) return;
+    const target =
+      component === 'outbox'
+        ? { component, key: r.key, headId: r.headId }
+        : { component, source: r.name, aggregateId: r.key, headId: r.headId };
+    try {
+      const { skippedId } = await post<{ skippedId: string | null }>(ctx.session, api(ctx, 'blocked/skip-head'), {
+        ...target,
+        reason: reason || undefined,
+      });
+      ctx.say(
+        skippedId ? `Skipped row ${skippedId}; it is a dead letter now.` : 'Nothing skipped: the head changed or a worker holds it.',
+        skippedId ? 'ok' : 'error',
+      );
+      await blocked(ctx);
+    } catch (error) {
+      ctx.say((error as Error).message, 'error');
+    }
+  };
+  mount(
+    ctx.main,
+    heading(`Blocked ${component === 'outbox' ? 'keys' : 'aggregates'}`, componentTabs(ctx, 'blocked', component)),
+    h('p', { class: 'hint' }, `A ${label.key.toLowerCase()} whose first unfinished row keeps failing holds back every later row of it.`),
+    table(
+      [
+        label.name,
+        label.key,
+        'Head row',
+        'State',
+        'Attempts',
+        'Next attempt',
+        'Waiting',
+        'Last error',
+        ...(ctx.session.readOnly ? [] : ['']),
+      ],
+      rows.map((r) =>
+        h(
+          'tr',
+          null,
+          h('td', null, r.name),
+          h('th', { scope: 'row' }, r.key),
+          h('td', null, r.headId),
+          h('td', null, r.state),
+          h('td', { class: 'num' }, r.attempts),
+          h('td', { class: 'time' }, time(r.nextAttemptAt)),
+          h('td', { class: 'num' }, r.waiting.toLocaleString('en')),
+          h('td', null, errorText(r.lastError, 100)),
+          ctx.session.readOnly
+            ? null
+            : h('td', null, h('button', { type: 'button', class: 'danger small', onClick: () => skip(r) }, 'Skip head')),
+        ),
+      ),
+      `No blocked ${component === 'outbox' ? 'keys' : 'aggregates'}.`,
+    ),
+  );
+}
+
+// ---- Claims in flight -----------------------------------------------------------------------
+
+export async function claims(ctx: ViewContext): Promise<void> {
+  const component = componentOf(ctx.params);
+  const label = LABEL[component];
+  const body = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
+  mount(
+    ctx.main,
+    heading('Claims in flight', componentTabs(ctx, 'claims', component)),
+    h(
+      'p',
+      { class: 'hint' },
+      'Rows a worker holds now, oldest claim first; the owner is the claim token its fenced writes carry. Times by the database clock; refreshed every 5 s.',
+    ),
+    body,
+  );
+  const draw = async () => {
+    const { rows } = await get<{ rows: Claim[] }>(api(ctx, 'claims'), { component, limit: 200 });
+    mount(
+      body,
+      table(
+        ['Id', label.name, label.key, 'Owner (claim token)', 'Attempt', 'Claimed', 'Age', 'Lease left'],
+        rows.map((r) =>
+          h(
+            'tr',
+            { class: r.leaseRemainingSeconds < 0 ? 'expired' : null },
+            h('td', null, r.id),
+            h('td', null, r.name),
+            h('td', null, r.key ?? '—'),
+            h('td', null, h('code', { title: r.token }, r.token.slice(0, 8))),
+            h('td', { class: 'num' }, r.attempts),
+            h('td', { class: 'time' }, time(r.claimedAt)),
+            h('td', { class: 'num' }, duration(r.ageSeconds)),
+            h(
+              'td',
+              { class: 'num' },
+              r.leaseRemainingSeconds < 0 ? `expired ${duration(-r.leaseRemainingSeconds)} ago` : duration(r.leaseRemainingSeconds),
+            ),
+          ),
+        ),
+        `No ${component} rows are in flight.`,
+      ),
+    );
+  };
+  await draw();
+  ctx.every(5000, draw);
+}
+
+// ---- Instances and heartbeats ---------------------------------------------------------------
+
+export async function heartbeats(ctx: ViewContext): Promise<void> {
+  const data = await get<{ available: boolean; reason?: string; rows: Record<string, unknown>[] }>(api(ctx, 'heartbeats'));
+  const columns = [...new Set(data.rows.flatMap((r) => Object.keys(r)))];
+  mount(
+    ctx.main,
+    heading('Instances'),
+    data.available
+      ? table(
+          columns,
+          data.rows.map((r) =>
+            h(
+              'tr',
+              null,
+              columns.map((c) => h('td', null, typeof r[c] === 'object' ? JSON.stringify(r[c]) : String(r[c] ?? '—'))),
+            ),
+          ),
+          'No instance has reported a heartbeat.',
+        )
+      : h('p', { class: 'notice', role: 'note' }, data.reason ?? 'Not available.'),
+  );
+}

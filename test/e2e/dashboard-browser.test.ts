@@ -1,0 +1,249 @@
+// The dashboard in a real browser: Debian's chromium driven by playwright-core, against a real Nest
+// app (Express) with a running outbox poller on the test PostgreSQL. An operator opens the
+// overview, finds a dead letter by its error text, replays it and sees it sent; read-only mode
+// shows no actions and the API refuses them; a dashboard without a guard refuses to start.
+//
+// Screenshots go to .build/dashboard-screenshots, or to QUEUEBOX_DASHBOARD_SCREENSHOTS (the
+// committed ones in docs/images: `npm run screenshots:dashboard`).
+//
+// .ci/run installs chromium (apt-get) when it is missing. Without /usr/bin/chromium the tests
+// print one line saying they were skipped and why, and are reported as skipped.
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { type BrowserContext, chromium, type Locator, type Page } from 'playwright-core';
+import { DataSource } from 'typeorm';
+import { QueueBoxDashboardModule } from '../../lib/dashboard';
+import { PermanentPublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { OutboxService } from '../../lib/outbox/outbox.service';
+import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../dashboard/dashboard-app';
+import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+
+const CHROMIUM = process.env.QUEUEBOX_CHROMIUM ?? '/usr/bin/chromium';
+const ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-component-update',
+  '--disable-sync',
+];
+const root = resolve(__dirname, '..', '..', '..');
+const shots = resolve(root, process.env.QUEUEBOX_DASHBOARD_SCREENSHOTS ?? '.build/dashboard-screenshots');
+const skip = existsSync(CHROMIUM)
+  ? false
+  : `${CHROMIUM} is not installed (apt-get install -y chromium; .ci/run installs it), so no browser can run here`;
+if (skip) console.log(`Dashboard browser tests skipped: ${skip}.`);
+
+/** The text of a table row's cells, one space between them. */
+const cells = async (row: Locator) => (await row.locator('th, td').allTextContents()).map((t) => t.trim()).join(' ');
+
+const ERROR = 'billing refused the invoice: card 4242 expired (HTTP 422)';
+
+describe('queuebox/dashboard in Chromium', { skip }, () => {
+  let db: TestDatabase;
+  let t: DashboardTestApp;
+  let readOnly: DashboardTestApp;
+  let context: BrowserContext;
+  let profile: string;
+  let failing = true;
+
+  const shot = async (page: Page, name: string) => {
+    await page.screenshot({ path: join(shots, `dashboard-${name}.png`), fullPage: true });
+  };
+
+  before(async () => {
+    mkdirSync(shots, { recursive: true });
+    db = await createTestDatabase();
+    // The poller runs: a message to billing fails for good while `failing`, and is published after.
+    t = await createDashboardApp(
+      db.url,
+      { guard: OperatorGuard },
+      {
+        queuebox: {
+          outbox: {
+            publisher: {
+              publish: async (message) => {
+                if (failing && message.destination === 'billing') throw new PermanentPublishError(ERROR);
+              },
+            },
+            pollIntervalMs: 100,
+          },
+        },
+      },
+    );
+    readOnly = await createDashboardApp(db.url, { guard: OperatorGuard, readOnly: true }, { queuebox: { workers: false } });
+    profile = mkdtempSync(join(tmpdir(), 'queuebox-chromium-'));
+    context = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      args: ARGS,
+      headless: true,
+      viewport: { width: 1280, height: 800 },
+      colorScheme: 'light',
+      extraHTTPHeaders: { 'x-operator': 'ada' },
+    });
+  });
+
+  after(async () => {
+    await context?.close();
+    await t?.app.close();
+    await readOnly?.app.close();
+    await db?.drop();
+    if (profile) rmSync(profile, { recursive: true, force: true });
+  });
+
+  it('overview, find a dead letter by its error text, replay it, see it sent', async () => {
+    const outbox = t.app.get(OutboxService);
+    const source = t.app.get(DataSource);
+    for (const [destination, key, total] of [
+      ['billing', 'customer-7', 42],
+      ['crm', 'customer-7', 42],
+      ['crm', 'customer-8', 13],
+      ['audit', null, 1],
+    ] as const) {
+      const headers = destination === 'billing' ? { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' } : undefined;
+      await source.transaction((manager) =>
+        outbox.enqueue(manager, { destination, key: key ?? undefined, payload: { type: 'order.placed', total }, headers }),
+      );
+    }
+    await eventually(
+      async () => (await db.query(`SELECT 1 FROM queuebox_outbox WHERE state IN ('dead', 'sent')`)).length === 4,
+      'the poller to send three messages and dead-letter the billing one',
+    );
+    const [{ id }] = await db.query<{ id: string }>(`SELECT id::text FROM queuebox_outbox WHERE state = 'dead'`);
+
+    const page = await context.newPage();
+    await page.goto(t.url);
+    await page.getByRole('heading', { name: 'Overview' }).waitFor();
+    const billing = page.getByRole('row', { name: /billing/ });
+    await billing.getByRole('link', { name: '1' }).waitFor();
+    assert.match(await cells(billing), /^billing 0 0 1 — /);
+    await shot(page, 'overview');
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await shot(page, 'overview-dark');
+    await page.emulateMedia({ colorScheme: 'light' });
+
+    // Keyboard only: the view link, the search box, Enter.
+    await page.getByRole('link', { name: 'Dead letters' }).focus();
+    await page.keyboard.press('Enter');
+    await page.getByRole('heading', { name: 'Dead letters' }).waitFor();
+    await page.getByLabel('Error contains').fill('card 4242');
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/error=card\+4242/);
+    const row = page.locator('tbody tr', { has: page.getByRole('link', { name: id, exact: true }) });
+    await row.waitFor();
+    assert.match((await row.textContent()) ?? '', /card 4242 expired/);
+    await shot(page, 'dead-letters');
+
+    await row.getByRole('link', { name: id }).click();
+    await page.getByRole('heading', { name: `Dead letter ${id}` }).waitFor();
+    assert.match((await page.locator('pre.error-block').textContent()) ?? '', new RegExp(ERROR.replace(/[()]/g, '\\$&')));
+    assert.match((await page.locator('pre.code').textContent()) ?? '', /"type": "order.placed",\n {2}"total": 42/);
+    await page.getByText('4bf92f3577b34da6a3ce929d0e0e4736', { exact: true }).waitFor();
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await shot(page, 'detail-dark');
+    await page.emulateMedia({ colorScheme: 'light' });
+    await page.goBack();
+    await row.waitFor();
+
+    failing = false; // billing accepts it now
+    await row.getByRole('checkbox').check();
+    await page.getByRole('button', { name: 'Replay selected (1)' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Replay 1 message?' });
+    await dialog.waitFor();
+    assert.match((await dialog.textContent()) ?? '', /1 dead outbox message will be sent again/);
+    assert.equal(
+      await page.evaluate('document.activeElement && document.activeElement.textContent'),
+      'Cancel',
+      'the safe choice has the focus',
+    );
+    await shot(page, 'replay-confirm');
+    await dialog.getByRole('button', { name: 'Replay 1' }).click();
+    await page.getByRole('status').filter({ hasText: 'Replayed 1 message.' }).waitFor();
+
+    await eventually(
+      async () => (await db.query<{ state: string }>('SELECT state FROM queuebox_outbox WHERE id = $1', [id]))[0].state === 'sent',
+      'the replayed message to be sent',
+    );
+    await page.getByRole('link', { name: 'Overview' }).click();
+    await page.getByRole('heading', { name: 'Overview' }).waitFor();
+    await page
+      .getByRole('row', { name: /billing/ })
+      .filter({ hasText: '1 / 0' })
+      .waitFor();
+    assert.match(await cells(page.getByRole('row', { name: /billing/ })), /^billing 0 0 0 — /);
+    // Nest's static Logger writes to the logger of the app created last (the read-only one).
+    const line = `"ada" replay on instance "default", outbox: {"ids":["${id}"]}; 1 row(s) changed.`;
+    assert.ok(
+      [t, readOnly].some((app) => app.logger.has('log', line)),
+      line,
+    );
+    await page.close();
+  });
+
+  it('read-only: no action buttons, and the API refuses an action sent from the page with its token', async () => {
+    await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload, state, attempts, last_error, claimed_at)
+      VALUES (gen_random_uuid(), 'crm', '{}', 'dead', 5, 'crm answered HTTP 500', clock_timestamp())`);
+    const page = await context.newPage();
+    await page.goto(`${readOnly.url}#/default/dead`);
+    await page.getByRole('heading', { name: 'Dead letters' }).waitFor();
+    await page.getByText('crm answered HTTP 500').waitFor();
+    await page.getByText('Read-only: replay and discard are off.').waitFor();
+    assert.equal(await page.getByRole('button', { name: /Replay|Discard/ }).count(), 0);
+    assert.equal(await page.getByRole('checkbox').count(), 0);
+    assert.equal(await page.getByText('read-only', { exact: true }).count(), 1, 'the header says read-only');
+    await shot(page, 'read-only');
+    const answer = await page.evaluate(async () => {
+      const session = (await (await fetch('api/session')).json()) as { token: string; tokenHeader: string };
+      const response = await fetch('api/default/dead-letters/discard', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', [session.tokenHeader]: session.token },
+        body: JSON.stringify({ component: 'outbox', filter: {}, all: true }),
+      });
+      return { status: response.status, body: (await response.json()) as { error: string } };
+    });
+    assert.equal(answer.status, 403);
+    assert.equal(answer.body.error, 'QUEUEBOX_DASHBOARD_READ_ONLY');
+    assert.equal((await db.query(`SELECT 1 FROM queuebox_outbox WHERE state = 'dead'`)).length, 1);
+    await page.close();
+  });
+
+  it('a page of another origin cannot make the dashboard act, even with the operator signed in', async () => {
+    const page = await context.newPage();
+    await page.goto(`${t.url}#/default/overview`);
+    await page.getByRole('heading', { name: 'Overview' }).waitFor();
+    // The same app under another origin (localhost instead of 127.0.0.1) plays the other site.
+    const evil = t.url.replace('127.0.0.1', 'localhost');
+    const other = await context.newPage();
+    await other.goto(`${evil}assets/icon.svg`);
+    const answer = await other.evaluate(async (target) => {
+      try {
+        const response = await fetch(`${target}api/default/dead-letters/discard`, {
+          method: 'POST',
+          mode: 'no-cors',
+          credentials: 'include',
+          headers: { 'content-type': 'text/plain' },
+          body: JSON.stringify({ component: 'outbox', filter: {}, all: true }),
+        });
+        return response.type;
+      } catch (error) {
+        return String(error);
+      }
+    }, t.url);
+    assert.equal(answer, 'opaque', 'the browser sent it and hid the answer');
+    assert.equal((await db.query(`SELECT 1 FROM queuebox_outbox WHERE state = 'dead'`)).length, 1, 'nothing was discarded');
+    await page.close();
+    await other.close();
+  });
+
+  it('a dashboard without a guard (and without public: true) refuses to start', () => {
+    assert.throws(
+      () => QueueBoxDashboardModule.forRoot({ readOnly: true }),
+      (error: unknown) => error instanceof QueueBoxConfigError && /refuses to start without a guard/.test(error.message),
+    );
+  });
+});
