@@ -14,8 +14,12 @@ export async function startWorker(env: {
   dbUrl: string;
   publishUrl?: string;
   name: string;
-  /** Lease of the fixture's pull handler. */
+  /** Lease of the fixture's pull handlers. */
   pullLeaseMs?: number;
+  /** maxAttempts of the fixture's batch pull handler (default 10). */
+  pullMaxAttempts?: number;
+  /** How long each call of the fixture's batch pull handler takes (default 0). */
+  batchHoldMs?: number;
   /** JSON-able QueueBox options: `workers`, `outbox`, `inbox.relay` (publisher and routes come from the fixture). */
   options: Record<string, unknown>;
   /** Resolve as soon as the process runs, not when it is ready (for workers that may die while starting). */
@@ -29,6 +33,8 @@ export async function startWorker(env: {
       QUEUEBOX_TEST_WORKER: env.name,
       QUEUEBOX_TEST_OPTIONS: JSON.stringify(env.options),
       QUEUEBOX_TEST_PULL_LEASE_MS: String(env.pullLeaseMs ?? 5000),
+      QUEUEBOX_TEST_PULL_MAX_ATTEMPTS: String(env.pullMaxAttempts ?? 10),
+      QUEUEBOX_TEST_BATCH_HOLD_MS: String(env.batchHoldMs ?? 0),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
