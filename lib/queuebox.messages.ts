@@ -182,8 +182,8 @@ export const messages = {
     `Source ${show(source)} has both a relay route ("inbox.relay.routes") and a @PullHandler (${handler}). Keep one; a source has one consumer.`,
   pullPoolTight: (concurrency: number, poolSize: number, forHandlers: number) =>
     `Pull handlers may run ${concurrency} transactions at once but the TypeORM pool has ${poolSize} connections, of which QueueBox keeps ${poolSize - forHandlers} for itself (LISTEN, lease renewals): handlers beyond ${forHandlers} wait for a connection (renewals never do). Raise the pool size ("extra.max") or lower the handlers' concurrency.`,
-  renewalsCouldStarve: (poolSize: number, needed: number, concurrency: number, claimers: number) =>
-    `The TypeORM pool ("pool.max") has ${poolSize} connection(s), but on SQL Server lease renewals cannot have a connection of their own and share the pool: it needs at least ${needed} (${concurrency} for the pull handlers' transactions, their total concurrency; ${claimers} for the claim loops; 1 for renewals), or a full pool makes renewals wait until leases expire and handlers run a second time. Raise "pool.max" to at least ${needed}, or lower the handlers' concurrency. See docs/sqlserver.md.`,
+  renewalsCouldStarve: (poolSize: number, needed: number, concurrency: number, claimers: number, retention: number) =>
+    `The TypeORM pool ("pool.max") has ${poolSize} connection(s), but on SQL Server lease renewals cannot have a connection of their own and share the pool: it needs at least ${needed} (${concurrency} for the pull handlers' transactions, their total concurrency; ${claimers} for the claim loops; ${retention ? `${retention} for retention, its lock and one delete batch; ` : ''}1 for renewals), or a full pool makes renewals wait until leases expire and handlers run a second time. Raise "pool.max" to at least ${needed}, or lower the handlers' concurrency. See docs/sqlserver.md.`,
   poolTooSmall: (poolSize: number, minimum: number, listen: number, renewals: number) =>
     `The TypeORM pool has ${poolSize} connection(s) but QueueBox needs at least ${minimum}: ${[
       listen ? '1 kept LISTENing for new work' : '',

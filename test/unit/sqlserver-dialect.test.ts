@@ -749,12 +749,22 @@ describe('SQL Server: renewals cannot starve behind a full pool (issue 14, item 
   // TypeORM's SQL Server driver reserves no connection outside a transaction, so the pull
   // workers' renewal connection is not set aside there: start-up refuses a pool that handler
   // transactions and waiting claims could fill.
-  const check = (p: { type: 'mssql' | 'postgres'; poolMax: number; handlers: number[]; outbox?: boolean; relay?: boolean }) => {
+  const check = (p: {
+    type: 'mssql' | 'postgres';
+    poolMax: number;
+    handlers: number[];
+    outbox?: boolean;
+    relay?: boolean;
+    retention?: boolean;
+  }) => {
     const dialect =
       p.type === 'mssql'
         ? createDialect(mssqlDataSource(), TABLES)
         : ({ type: 'postgres', reservesConnections: true, workListen: () => {} } as never);
-    const options = { workers: { outbox: p.outbox ?? true, relay: p.relay ?? true, pull: true } } as never;
+    const options = {
+      workers: { outbox: p.outbox ?? true, relay: p.relay ?? true, pull: true },
+      retention: { enabled: p.retention ?? false },
+    } as never;
     const dataSource = {
       options: p.type === 'mssql' ? { type: 'mssql', pool: { max: p.poolMax } } : { type: 'postgres', poolSize: p.poolMax },
     };
@@ -778,6 +788,20 @@ describe('SQL Server: renewals cannot starve behind a full pool (issue 14, item 
     // Without the outbox and relay workers, two claim loops fewer.
     assert.doesNotThrow(check({ type: 'mssql', poolMax: 9, handlers: [4, 2], outbox: false, relay: false }));
     assert.throws(check({ type: 'mssql', poolMax: 8, handlers: [4, 2], outbox: false, relay: false }), /at least 9/);
+  });
+
+  it('counts what retention holds, its lock and one delete batch, when it is enabled (issue 26 N7)', () => {
+    // 11 as above, + 2 for retention: 13.
+    assert.throws(check({ type: 'mssql', poolMax: 12, handlers: [4, 2], retention: true }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError, String(error));
+      assert.equal(error.option, 'pool.max');
+      assert.match(
+        error.message,
+        /at least 13 \(6 for the pull handlers' transactions.*4 for the claim loops; 2 for retention, its lock and one delete batch; 1 for renewals\)/,
+      );
+      return true;
+    });
+    assert.doesNotThrow(check({ type: 'mssql', poolMax: 13, handlers: [4, 2], retention: true }));
   });
 
   it('PostgreSQL, whose renewal connection is set aside, keeps its own minimum (a warning above it); no pull handler, no rule', () => {
