@@ -353,7 +353,12 @@ END;
     for (const { name, statement } of ALL) {
       // JSON paths quote keys with hyphens ('$."X-QueueBox-Replay-Count"'): a string literal, not an identifier.
       assert.doesNotMatch(statement.replace(/'\$\."[A-Za-z-]+"'/g, ''), /"/, `${name}: no double-quoted identifiers`);
-      assert.doesNotMatch(statement, /(?<![N\w])'(pending|processing|sent|processed|dead)'/, `${name}: state literals are N'...'`);
+      // Inside EXEC (N'...') a literal's quotes are doubled: N''pending''.
+      assert.doesNotMatch(
+        statement.replaceAll("''", "'"),
+        /(?<![N\w])'(pending|processing|sent|processed|dead)'/,
+        `${name}: state literals are N'...'`,
+      );
       assert.doesNotMatch(statement, /\bVARCHAR\b|\bTEXT\b/, `${name}: text is NVARCHAR`);
     }
     assert.equal(up.filter((s) => s.includes('@')).length, 0, 'the schema takes no parameters');
@@ -569,7 +574,7 @@ describe('SQL Server key collation (migration 004): distinct keys stay distinct'
         const name = indexName(index) as string;
         const on = index.includes('[events_out]') ? '[messaging].[events_out]' : '[messaging].[events_in]';
         const dropAt = statements.indexOf(`DROP INDEX IF EXISTS [${name}] ON ${on}`);
-        const createAt = statements.indexOf(index);
+        const createAt = statements.findIndex((s) => s.endsWith(`EXEC (N'${index.replaceAll("'", "''")}' + @online)`));
         const columnAlters = alters.filter((n) => statements[n].startsWith(`ALTER TABLE ${on}`));
         assert.ok(dropAt >= 0 && dropAt < Math.min(...columnAlters), `${name} dropped before its table's columns change`);
         assert.ok(createAt > Math.max(...columnAlters), `${name} created again, as 001-003 do, after the change`);
@@ -644,5 +649,90 @@ describe('SQL Server statements: seeks, counts and filtered indexes (issue 14, i
         byAggregate.length,
       );
     }
+  });
+});
+
+describe('SQL Server migration 004 on a live database (issue 26 N3)', () => {
+  const tables = tablesFor('messaging.events_out', 'messaging.events_in');
+  const dependentIndexes = [...sqlServerSchemaUp(tables), ...sqlServerOperationsUp(tables), ...sqlServerClaimsUp(tables)]
+    .filter((s) => /^CREATE (UNIQUE )?INDEX/.test(s) && /\[(destination|key|source|idempotency_key|aggregate_id)\]/.test(s))
+    .map((s) => /^CREATE (?:UNIQUE )?INDEX \[([^\]]+)\]/.exec(s)?.[1] as string);
+
+  for (const [direction, statements] of [
+    ['up', sqlServerKeyCollationUp(tables)],
+    ['down', sqlServerKeyCollationDown(tables)],
+  ] as const) {
+    it(`${direction}: refuses first, naming them, objects that would stop ALTER COLUMN ... COLLATE (not QueueBox's own indexes)`, () => {
+      const check = statements[2];
+      const firstChange = statements.findIndex((s) => s.startsWith('DROP ') || s.startsWith('ALTER TABLE'));
+      assert.ok(firstChange > 2, 'before anything changes');
+      assert.match(check, /^DECLARE @key_columns TABLE /);
+      assert.match(check, /c\.\[object_id\] = OBJECT_ID\(N'\[messaging\]\.\[events_out\]'\) AND c\.\[name\] IN \(N'destination', N'key'\)/);
+      assert.match(
+        check,
+        /c\.\[object_id\] = OBJECT_ID\(N'\[messaging\]\.\[events_in\]'\) AND c\.\[name\] IN \(N'source', N'idempotency_key', N'aggregate_id'\)/,
+      );
+      for (const source of [
+        'sys.stats',
+        'sys.indexes',
+        'sys.foreign_key_columns',
+        'sys.sql_expression_dependencies',
+        'sys.fulltext_index_columns',
+      ]) {
+        assert.ok(check.includes(`FROM ${source} AS`), source);
+      }
+      assert.match(check, /WHERE s\.\[user_created\] = 1\n/, 'statistics SQL Server created itself are dropped by ALTER COLUMN');
+      const own = /i\.\[name\] NOT IN \(([^)]*)\)/
+        .exec(check)?.[1]
+        .split(', ')
+        .map((n) => n.replace(/^N'|'$/g, ''));
+      assert.deepEqual(own?.sort(), [...dependentIndexes, 'events_in_source_idempotency_key_key'].sort());
+      assert.match(
+        check,
+        /i\.\[filter_definition\] LIKE N'%\[\[\]' \+ c\.\[name\] \+ N'\]%'/,
+        'an index that names the column in its filter only',
+      );
+      assert.match(
+        check,
+        new RegExp(
+          `IF @blocking IS NOT NULL\\nBEGIN\\n {2}RAISERROR\\(N'QueueBox migration 004 \\(${direction}\\) changed nothing: %s depend on the key columns.*', 16, 1, @blocking\\);\\n {2}SET NOEXEC ON;\\nEND$`,
+        ),
+      );
+      assert.equal(statements.at(-1), 'SET NOEXEC OFF', 'the plain script runs again after a refused check');
+    });
+
+    it(`${direction}: creates every index again ONLINE where the edition allows and no transaction is open, else as before`, () => {
+      const creates = statements.filter((s) => s.includes('CREATE INDEX') || s.includes('CREATE UNIQUE INDEX'));
+      assert.equal(creates.length, dependentIndexes.length);
+      for (const statement of creates) {
+        assert.ok(
+          statement.startsWith(`DECLARE @online NVARCHAR(20) = CASE WHEN @@TRANCOUNT = 0 AND CAST(SERVERPROPERTY('EngineEdition') AS INT) IN (3, 5, 8)
+  THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+EXEC (N'CREATE `),
+          statement,
+        );
+        assert.ok(statement.endsWith("' + @online)"));
+      }
+    });
+  }
+
+  it('down: refuses first when keys that differ only in case would break a unique index under the default collation', () => {
+    const statements = sqlServerKeyCollationDown(tables);
+    const check = statements[3];
+    assert.ok(statements.findIndex((s) => s.startsWith('DROP ')) > 3);
+    assert.match(
+      check,
+      /SELECT 1 FROM \[messaging\]\.\[events_in\] GROUP BY \[source\] COLLATE DATABASE_DEFAULT, \[idempotency_key\] COLLATE DATABASE_DEFAULT HAVING COUNT\(\*\) > 1/,
+    );
+    assert.match(
+      check,
+      /SELECT 1 FROM \[messaging\]\.\[events_out\] WHERE \[state\] = N'processing' AND \[key\] IS NOT NULL GROUP BY \[key\] COLLATE DATABASE_DEFAULT HAVING COUNT\(\*\) > 1/,
+    );
+    assert.match(check, /GROUP BY \[source\] COLLATE DATABASE_DEFAULT, \[aggregate_id\] COLLATE DATABASE_DEFAULT HAVING COUNT\(\*\) > 1/);
+    assert.match(
+      check,
+      /IF @collisions <> N''\nBEGIN\n {2}RAISERROR\(N'QueueBox migration 004 \(down\) changed nothing: .*', 16, 1, @collisions\);\n {2}SET NOEXEC ON;\nEND$/,
+    );
+    assert.ok(!sqlServerKeyCollationUp(tables).some((s) => s.includes('@collisions')), 'up has nothing to collide');
   });
 });
