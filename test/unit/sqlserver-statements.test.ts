@@ -470,18 +470,41 @@ describe('SQL Server admin and retention statements: pinned shape', () => {
     assert.doesNotMatch(replay, /\[message_id\]/, 'the message id is never rewritten');
   });
 
-  it('skip-head takes the head under UPDLOCK and never a live claim (database clock)', () => {
+  it('skip-head locks the head row before any index entry of it, and never takes a live claim (database clock; issue 26 L2)', () => {
     for (const c of COMPONENTS) {
       const statement = sql.blockedKeySkipHeadSql(O, c);
-      assert.match(statement, /SELECT TOP \(1\) e\.\[id\] FROM \[messaging\]\.\[events_out\] AS e WITH \(UPDLOCK, ROWLOCK\)/);
-      assert.match(statement, /e\.\[state\] IN \(N'pending', N'processing'\)\n {4}ORDER BY e\.\[id\]\)/);
+      const match =
+        c === 'outbox'
+          ? 'e.[key] = @0 AND e.[key] IS NOT NULL'
+          : 'e.[source] = @0 AND e.[aggregate_id] = @1 AND e.[aggregate_id] IS NOT NULL';
+      // The head is found by a plain read: no UPDLOCK on the key index's entry (it deadlocked with a claim's row-first locks).
+      assert.ok(
+        statement.startsWith(`DECLARE @head BIGINT = (
+  SELECT TOP (1) e.[id] FROM [messaging].[events_out] AS e
+  WHERE ${match} AND e.[state] IN (N'pending', N'processing')
+  ORDER BY e.[id]);
+UPDATE t
+`),
+        statement,
+      );
+      assert.doesNotMatch(statement, /UPDLOCK/);
+      // Then updated through its primary key, every condition checked again under the update's lock.
       assert.match(
         statement,
-        /AND \(t\.\[state\] = N'pending' OR \(t\.\[state\] = N'processing' AND t\.\[lease_expires_at\] <= SYSUTCDATETIME\(\)\)\)$/,
+        /FROM \[messaging\]\.\[events_out\] AS t WITH \(ROWLOCK, INDEX \(\[events_out_pkey\]\), FORCESEEK\)\nWHERE t\.\[id\] = @head\n/,
+      );
+      assert.match(
+        statement,
+        /AND \(t\.\[state\] = N'pending' OR \(t\.\[state\] = N'processing' AND t\.\[lease_expires_at\] <= SYSUTCDATETIME\(\)\)\)\n/,
+      );
+      assert.ok(
+        statement.endsWith(
+          `AND NOT EXISTS (SELECT 1 FROM [messaging].[events_out] AS e WHERE ${match} AND e.[state] IN (N'pending', N'processing') AND e.[id] < t.[id])`,
+        ),
+        'still the first unfinished row of its key',
       );
       assert.match(statement, /SET \[state\] = N'dead', \[claim_token\] = NULL, \[lease_expires_at\] = NULL, \[last_error\] = @\d/);
     }
-    assert.match(sql.blockedKeySkipHeadSql(I, 'inbox'), /e\.\[source\] = @0 AND e\.\[aggregate_id\] = @1/);
   });
 
   it('blocked keys: failing heads only (attempts > 0 with an error), none with an earlier unfinished row', () => {
