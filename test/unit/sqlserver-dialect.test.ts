@@ -10,6 +10,7 @@ import { schemaStatements } from '../../lib/dialects/registry';
 import * as admin from '../../lib/dialects/sqlserver/admin.sql';
 import * as checks from '../../lib/dialects/sqlserver/checks.sql';
 import * as claims from '../../lib/dialects/sqlserver/claims.sql';
+import * as followers from '../../lib/dialects/sqlserver/followers.sql';
 import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
 import * as lease from '../../lib/dialects/sqlserver/lease.sql';
 import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
@@ -27,7 +28,7 @@ import { createDialect } from '../../lib/queuebox.dialect';
 import { QueueBoxPoolCheck } from '../../lib/queuebox.pool-check';
 
 /** Every SQL Server statement builder: the exports of its *.sql.ts files. */
-const sql = { ...outbox, ...inbox, ...claims, ...lease, ...checks, ...admin, ...retention };
+const sql = { ...outbox, ...inbox, ...claims, ...followers, ...lease, ...checks, ...admin, ...retention };
 
 // The SQL Server dialect's own logic, without a server: option checks, and the way it drives
 // TypeORM (which connection, which transaction, which typed parameters) through a scripted
@@ -46,6 +47,9 @@ interface Call {
   sql?: string;
   params?: unknown[];
 }
+
+/** A claim batch (it takes the claim lock). */
+const isClaim = (statement: string) => statement.includes('EXEC @claim_lock = sp_getapplock');
 
 /** A DataSource stand-in whose QueryRunners record what they are asked and answer from `respond`. */
 function scriptedDataSource(respond: (sql: string, params: unknown[]) => { records?: unknown[]; affected?: number } | Error) {
@@ -210,19 +214,23 @@ describe('SQL Server dialect: READ_COMMITTED_SNAPSHOT and row-lock waits (issue 
     assert.equal(warned.length, 1, warned.join('\n'));
     assert.match(
       warned[0],
-      /READ_COMMITTED_SNAPSHOT is OFF .*\(at most 3000 ms, .*\(ALTER DATABASE CURRENT SET READ_COMMITTED_SNAPSHOT ON\)/,
+      /READ_COMMITTED_SNAPSHOT is OFF .*passes over that key after waiting at most 200 ms.*the other keys are claimed as usual; a followers read that meets one waits at most 500 ms and then hands out no followers.*\(ALTER DATABASE CURRENT SET READ_COMMITTED_SNAPSHOT ON\)/,
     );
   });
 
   it('a claim whose row-lock wait ran out (error 1222) is a clear error, and the connection gets its lock timeout back', async () => {
-    const { dataSource, calls } = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(1222) : {}));
+    const { dataSource, calls } = scriptedDataSource((statement) => (isClaim(statement) ? sqlError(1222) : {}));
     await assert.rejects(createDialect(dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }), (error: unknown) => {
       assert.ok(error instanceof QueueBoxError);
       assert.equal(error.code, 'QUEUEBOX_CLAIM_LOCK');
       assert.match(error.message, /waited more than 3000 ms for a row lock \(SQL Server error 1222\)/);
       return true;
     });
-    assert.ok(calls.some((c) => c.sql === sql.claimLockTimeoutResetSql()));
+    // Nothing to reset afterwards: the batch's SET LOCK_TIMEOUT ends with it (issue 26 N9).
+    assert.deepEqual(
+      calls.map((c) => c.what),
+      ['startTransaction', 'query', 'rollbackTransaction', 'release'],
+    );
   });
 });
 
@@ -400,7 +408,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
   });
 
   it('a claim lock that was not granted is a clear error; a failed claim rolls back its transaction, which owns the lock', async () => {
-    const { dataSource, calls } = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(51001) : {}));
+    const { dataSource, calls } = scriptedDataSource((statement) => (isClaim(statement) ? sqlError(51001) : {}));
     await assert.rejects(
       createDialect(dataSource, TABLES).inboxRelayClaimBatch({ sources: ['orders'], limit: 5, leaseMs: 1000 }),
       (error: unknown) => {
@@ -411,13 +419,12 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       },
     );
     assert.deepEqual(
-      calls.map((c) => [c.runner, c.what, c.sql === sql.claimLockTimeoutResetSql() ? 'reset' : undefined]),
+      calls.map((c) => [c.runner, c.what]),
       [
-        [1, 'startTransaction', undefined],
-        [1, 'query', undefined],
-        [1, 'query', 'reset'],
-        [1, 'rollbackTransaction', undefined],
-        [1, 'release', undefined],
+        [1, 'startTransaction'],
+        [1, 'query'],
+        [1, 'rollbackTransaction'],
+        [1, 'release'],
       ],
     );
     assert.deepEqual(typed(calls[1].params).slice(1), [
@@ -430,12 +437,12 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       [51003, 'returned -3 (chosen as a deadlock victim)'],
       [51999, 'returned -999 (a parameter or call error)'],
     ] as const) {
-      const failing = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(number) : {}));
+      const failing = scriptedDataSource((statement) => (isClaim(statement) ? sqlError(number) : {}));
       await assert.rejects(createDialect(failing.dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }), (error: unknown) =>
         (error as Error).message.includes(fragment),
       );
     }
-    const other = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(1205) : {}));
+    const other = scriptedDataSource((statement) => (isClaim(statement) ? sqlError(1205) : {}));
     await assert.rejects(createDialect(other.dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }), /SQL Server error 1205/);
   });
 
@@ -460,7 +467,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     );
     assert.deepEqual(
       failing.calls.map((c) => c.what),
-      ['startTransaction', 'query', 'query', 'rollbackTransaction', 'release'],
+      ['startTransaction', 'query', 'rollbackTransaction', 'release'],
     );
   });
 
@@ -686,6 +693,12 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
       ],
       ['inboxReclaim', () => dialect.inboxReclaim({ sources: ['a'], maxAttempts: 3 }), ['int', MAX]],
       ['inboxPullClaimBatch', () => dialect.inboxPullClaimBatch({ source: 'a', limit: 5, leaseMs: 1000 }), [N255, 'int', 'bigint', N255]],
+      ['inboxFollowers', () => dialect.inboxFollowers({ heads: [{ id: '3', source: 's', aggregateId: 'a' }], perHead: 5 }), [MAX, 'int']],
+      [
+        'inboxCompleteFollowers',
+        () => dialect.inboxCompleteFollowers({ followers: [{ id: '4', headId: '3', headToken: fence.token }], manager: caller.manager }),
+        [MAX],
+      ],
       ['leaseRenew', () => dialect.leaseRenew({ ...fence, leaseMs: 1000 }), ['bigint', 'uniqueidentifier', 'bigint']],
       ['leaseComplete', () => dialect.leaseComplete(fence), ['bigint', 'uniqueidentifier']],
       ['leaseCompleteBatch', () => dialect.leaseCompleteBatch({ table: 'outbox', claims: [{ id: '7', token: fence.token }] }), [MAX]],
@@ -721,7 +734,7 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
     for (const [method, call, types] of expected) {
       const before = calls.length;
       await call();
-      const sent = calls.slice(before).filter((c) => c.what === 'query' && c.sql !== sql.claimLockTimeoutResetSql());
+      const sent = calls.slice(before).filter((c) => c.what === 'query');
       assert.equal(sent.length, 1, `${method}: one statement`);
       const params = sent[0].params ?? [];
       assert.deepEqual(

@@ -1,3 +1,4 @@
+import { indexOf } from './quoting';
 import { asUtc, msFromNow, NOW } from './time';
 
 // The fenced writes of a claim's holder. Parameters are positional (`@0`...).
@@ -28,12 +29,14 @@ WHERE ${FENCE}`;
 /**
  * @0 = the claims as one JSON array of `{ id, token }`. Completes a batch with one fenced
  * statement and returns the ids it completed; an id missing from the result lost its claim.
- * FORCESEEK: one primary-key seek per claim, never a scan (OPENJSON's row count is a guess).
+ * FORCESEEK pinned to the primary key (INDEX): one seek per claim, never a scan (OPENJSON's row count is a
+ * guess), and never a range seek on the outbox's lease index (its `processing` filter matches this
+ * statement too), which would U-lock every live claim and wait behind any completion in flight.
  */
 export const leaseCompleteBatchSql = (table: string, finished: Finished) => `UPDATE t
 SET [state] = N'${finished.state}', [${finished.column}] = ${NOW}, [lease_expires_at] = NULL
 OUTPUT inserted.[id]
-FROM ${table} AS t WITH (FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
+FROM ${table} AS t WITH (INDEX (${indexOf(table, 'pkey')}), FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
   ON t.[id] = c.[id]
 WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW}`;
 

@@ -24,7 +24,7 @@ import { clockNowSql, databaseSettingsSql, keyCollationSql, tableExistsSql } fro
 import {
   CLAIM_LOCK_ERROR_BASE,
   CLAIM_ROW_LOCK_WAIT_MS,
-  claimLockTimeoutResetSql,
+  CLAIM_SEARCH_LOCK_WAIT_MS,
   inboxPullClaimSql,
   inboxReclaimSql,
   inboxRelayClaimSql,
@@ -32,7 +32,7 @@ import {
   outboxClaimSql,
   outboxReclaimSql,
 } from './claims.sql';
-import { inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
+import { FOLLOWERS_LOCK_WAIT_MS, inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
 import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
 import { outboxInsertSql } from './outbox.sql';
@@ -155,11 +155,12 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     if (database && database.compatibility_level < 130) {
       throw new QueueBoxConfigError('dataSource', messages.sqlServerCompatibilityLevelTooLow(database.compatibility_level));
     }
-    // A warning, not a refusal: claims stay correct without RCSI (their row-lock waits are bounded
-    // by LOCK_TIMEOUT), only slower behind long producer transactions; and RCSI is a database-wide
-    // choice that is not QueueBox's to impose.
+    // A warning, not a refusal: claims stay correct without RCSI and keep delivering; a key whose
+    // rows an open transaction holds waits for it, and a claim that meets such a row gives up on
+    // it after a bounded wait (claims.sql.ts); RCSI is a database-wide choice that is not
+    // QueueBox's to impose.
     if (database && !database.is_read_committed_snapshot_on) {
-      this.log.warn(messages.sqlServerReadCommittedSnapshotOff(CLAIM_ROW_LOCK_WAIT_MS));
+      this.log.warn(messages.sqlServerReadCommittedSnapshotOff(CLAIM_SEARCH_LOCK_WAIT_MS, FOLLOWERS_LOCK_WAIT_MS));
     }
   }
 
@@ -348,10 +349,8 @@ function lockName(full: string): string {
 
 async function abandonClaim(runner: QueryRunner): Promise<void> {
   // Best effort: when the connection itself broke, the server ended the session and with it the
-  // transaction and the lock it owned.
-  try {
-    await runner.query(claimLockTimeoutResetSql());
-  } catch {}
+  // transaction and the lock it owned. Nothing the batch SET needs resetting: sp_executesql
+  // restores it on return (see claims.sql.ts, underClaimLock).
   try {
     if (runner.isTransactionActive) await runner.rollbackTransaction();
   } catch {}
