@@ -44,7 +44,10 @@ interface Call {
   runner: number;
   what: 'startTransaction' | 'commitTransaction' | 'rollbackTransaction' | 'release' | 'query';
   isolation?: string;
+  /** The statement as its builder wrote it, without the READ COMMITTED pin the dialect puts before statements outside a transaction. */
   sql?: string;
+  /** Whether it was sent after PINNED_READ_COMMITTED. */
+  pinned?: boolean;
   params?: unknown[];
 }
 
@@ -77,8 +80,10 @@ function scriptedDataSource(respond: (sql: string, params: unknown[]) => { recor
         calls.push({ runner, what: 'release' });
         queryRunner.isReleased = true;
       },
-      async query(statement: string, params: unknown[] = [], structured = false) {
-        calls.push({ runner, what: 'query', sql: statement, params });
+      async query(sent: string, params: unknown[] = [], structured = false) {
+        const pinned = sent.startsWith(lease.PINNED_READ_COMMITTED);
+        const statement = pinned ? sent.slice(lease.PINNED_READ_COMMITTED.length) : sent;
+        calls.push({ runner, what: 'query', sql: statement, pinned, params });
         const answer = respond(statement, params);
         if (answer instanceof Error) throw answer;
         // As TypeORM: the records alone unless a structured result is asked for.
@@ -616,6 +621,85 @@ describe('SQL Server dialect: READ COMMITTED pinned (issue 14, item 5)', () => {
     );
     const deleteCall = calls.find((c) => c.sql?.includes('DELETE TOP'));
     assert.ok(deleteCall && starts.some((c) => c.runner === deleteCall.runner), 'the delete ran in its own pinned transaction');
+  });
+});
+
+describe('SQL Server dialect: statements outside a transaction run READ COMMITTED, whatever level the pooled connection was left at (issue 26, isolation)', () => {
+  it('pins READ COMMITTED in every batch sent outside a transaction, and leaves a caller transaction at its own level', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) => {
+      if (statement === sql.inboxInsertSql('[queuebox_inbox]')) return { records: [{ id: '1' }] };
+      if (statement === sql.deadLetterCountSql('[queuebox_outbox]', 'outbox')) return { records: [{ n: '0' }] };
+      if (statement === sql.clockNowSql()) return { records: [{ now: new Date() }] };
+      return { records: [], affected: 1 };
+    });
+    (dataSource.options as { isolationLevel?: string }).isolationLevel = 'SNAPSHOT';
+    const dialect = createDialect(dataSource, TABLES);
+    const fence = { table: 'inbox' as const, id: '7', token: '0f0e0d0c-0000-4000-8000-000000000000' };
+    const heads = [{ id: '3', source: 's', aggregateId: 'a' }];
+    const row = { source: 's', idempotencyKey: 'e', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
+    // A connected runner without a transaction (the pull workers' renewal connection): TypeORM sends its statements to the pool.
+    const renewal = dataSource.createQueryRunner() as unknown as { manager: never };
+    const outside: [string, () => Promise<unknown>][] = [
+      ['leaseRenew', () => dialect.leaseRenew({ ...fence, leaseMs: 1000 })],
+      ['leaseRenew on the renewal connection', () => dialect.leaseRenew({ ...fence, leaseMs: 1000, manager: renewal.manager })],
+      ['leaseComplete', () => dialect.leaseComplete(fence)],
+      ['leaseCompleteBatch', () => dialect.leaseCompleteBatch({ table: 'outbox', claims: [{ id: '7', token: fence.token }] })],
+      ['leaseRetry', () => dialect.leaseRetry({ ...fence, delayMs: 1, error: 'e' })],
+      ['leaseDeadLetter', () => dialect.leaseDeadLetter({ ...fence, reason: 'r' })],
+      ['leaseRelease', () => dialect.leaseRelease(fence)],
+      ['outboxReclaim', () => dialect.outboxReclaim({ maxAttempts: 3 })],
+      ['inboxReclaim', () => dialect.inboxReclaim({ sources: ['s'], maxAttempts: 3 })],
+      ['inboxFollowers (the relay)', () => dialect.inboxFollowers({ heads, perHead: 5 })],
+      ['inboxInsertIfAbsent (receive without a manager)', () => dialect.inboxInsertIfAbsent({ row })],
+      [
+        'deadLetterCount',
+        () =>
+          dialect.deadLetterCount({
+            selection: { component: 'outbox', name: null, errorContains: null, deadAfter: null, deadBefore: null, ids: null },
+          }),
+      ],
+      ['blockedKeySkipHead', () => dialect.blockedKeySkipHead({ component: 'outbox', key: 'k', reason: 'r' })],
+      ['clockNow', () => dialect.clockNow()],
+    ];
+    for (const [method, call] of outside) {
+      const before = calls.length;
+      await call();
+      const sent = calls.slice(before).filter((c) => c.what === 'query');
+      assert.equal(sent.length, 1, method);
+      assert.equal(sent[0].pinned, true, `${method}: sent after SET TRANSACTION ISOLATION LEVEL READ COMMITTED`);
+    }
+    assert.equal(lease.PINNED_READ_COMMITTED, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n');
+    // In a caller's transaction the statement joins it at the level that transaction has (the caller's choice).
+    const caller = dataSource.createQueryRunner() as unknown as { manager: never; startTransaction(): Promise<void> };
+    await caller.startTransaction();
+    const inside: [string, () => Promise<unknown>][] = [
+      ['leaseComplete', () => dialect.leaseComplete({ ...fence, manager: caller.manager })],
+      ['inboxFollowers (a batch pull handler)', () => dialect.inboxFollowers({ heads, perHead: 5, manager: caller.manager })],
+      [
+        'inboxCompleteFollowers',
+        () => dialect.inboxCompleteFollowers({ followers: [{ id: '4', headId: '3', headToken: fence.token }], manager: caller.manager }),
+      ],
+      ['inboxInsertIfAbsent (receive in a transaction)', () => dialect.inboxInsertIfAbsent({ row, manager: caller.manager })],
+    ];
+    for (const [method, call] of inside) {
+      const before = calls.length;
+      await call();
+      const sent = calls.slice(before).filter((c) => c.what === 'query');
+      assert.equal(sent.length, 1, method);
+      assert.equal(sent[0].pinned, false, `${method}: not pinned in the caller's transaction`);
+    }
+    // Claims and retention pin theirs by beginning their own transaction at READ COMMITTED.
+    const before = calls.length;
+    await dialect.outboxClaimBatch({ limit: 1, leaseMs: 1000 });
+    assert.deepEqual(
+      calls.slice(before).map((c) => [c.what, c.isolation ?? c.pinned]),
+      [
+        ['startTransaction', 'READ COMMITTED'],
+        ['query', false],
+        ['commitTransaction', undefined],
+        ['release', undefined],
+      ],
+    );
   });
 });
 

@@ -11,6 +11,19 @@ import { asUtc, msFromNow, NOW } from './time';
  */
 export const COUNTED = 'SET NOCOUNT OFF;\n';
 
+/**
+ * Starts a batch that runs on a pooled connection outside any caller's transaction (autocommit):
+ * such a statement runs at the connection's isolation level, which is whatever the last
+ * transaction on that connection began with (mssql sends an explicit level with every BEGIN:
+ * TypeORM's `isolationLevel`, or one an application passed to `dataSource.transaction(level, ...)`)
+ * or the login's (`options.connectionIsolationLevel`), and mssql does not reset connections it
+ * returns to the pool. Under SNAPSHOT a renewal or completion racing another writer of the row
+ * would fail with error 3960, under SERIALIZABLE the reclaims and lookups would take range locks,
+ * under READ UNCOMMITTED the followers read would see uncommitted rows. Set inside the batch, the
+ * level is restored when the batch returns (as every SET inside sp_executesql).
+ */
+export const PINNED_READ_COMMITTED = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n';
+
 /** The claim fence: @0 = id, @1 = claim token. */
 const FENCE = `[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ${NOW}`;
 

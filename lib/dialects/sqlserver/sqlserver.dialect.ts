@@ -34,7 +34,15 @@ import {
 } from './claims.sql';
 import { FOLLOWERS_LOCK_WAIT_MS, inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
-import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
+import {
+  leaseCompleteBatchSql,
+  leaseCompleteSql,
+  leaseDeadLetterSql,
+  leaseReleaseSql,
+  leaseRenewSql,
+  leaseRetrySql,
+  PINNED_READ_COMMITTED,
+} from './lease.sql';
 import { outboxInsertSql } from './outbox.sql';
 import { mssqlTable } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
@@ -289,9 +297,16 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     return this.run<T>(statement, params);
   }
 
+  /**
+   * Runs one of QueueBox's statements: in `manager`'s transaction at the level that transaction
+   * has; outside a transaction (no manager, or one whose runner has none open, such as the pull
+   * workers' renewal connection: TypeORM's SQL Server runner then sends its statements to the pool)
+   * at READ COMMITTED, whatever level the pooled connection was left at (PINNED_READ_COMMITTED).
+   */
   protected async run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>> {
+    const sent = manager?.queryRunner?.isTransactionActive ? statement : `${PINNED_READ_COMMITTED}${statement}`;
     try {
-      return await runSql<T>(this.dataSource, statement, params, manager);
+      return await runSql<T>(this.dataSource, sent, params, manager);
     } catch (error) {
       throw withPrecedingErrors(error);
     }
