@@ -703,6 +703,34 @@ describe('SQL Server dialect: statements outside a transaction run READ COMMITTE
   });
 });
 
+describe('SQL Server dialect: payload text reaches OPENJSON exactly (issue 26)', () => {
+  it('sends a payload and headers holding quotes and backslashes as JSON string values that decode to their text exactly', async () => {
+    const { dataSource, calls } = scriptedDataSource(() => ({
+      records: [{ id: '1', message_id: 'AAAAAAAA-0000-4000-8000-000000000000' }],
+    }));
+    const caller = dataSource.createQueryRunner() as unknown as { manager: never };
+    const payload = {
+      'we"ird\\key': 'a "quoted" \\ back\\slash \\"both\\" \\\\ two \\n not a newline\nreal newline \u0001 \u2028 zäh 💡 </script>',
+    };
+    const headers = { 'X-Q': 'say "hi" \\ bye' };
+    const payloadJson = JSON.stringify(payload);
+    const headersJson = JSON.stringify(headers);
+    await createDialect(dataSource, TABLES).outboxInsert({
+      manager: caller.manager,
+      rows: [
+        { messageId: 'aaaaaaaa-0000-4000-8000-000000000000', destination: 'd', key: null, payloadJson, headersJson, availableAt: null },
+      ],
+    });
+    const [[type, text]] = typed(calls.at(-1)?.params) as [[string, string]];
+    assert.equal(type, 'nvarchar');
+    // OPENJSON ... WITH ([payload] NVARCHAR(MAX) '$.payload') returns the string value unescaped: JSON.parse says what that is.
+    const [sent] = JSON.parse(text);
+    assert.equal(sent.payload, payloadJson, 'the payload text, exactly');
+    assert.equal(sent.headers, headersJson);
+    assert.deepEqual(JSON.parse(sent.payload), payload);
+  });
+});
+
 describe('SQL Server dialect: every parameter declared at a fixed size (issue 14, item 6)', () => {
   // What tedious declares for a parameter (sp_executesql's parameter list), from the type and
   // length TypeORM hands to mssql. An unsized NVARCHAR is declared at its value's length, so each

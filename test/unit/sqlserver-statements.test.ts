@@ -825,6 +825,16 @@ describe('SQL Server followers (issue 26 N2, N5, N6, N8)', () => {
   });
 });
 
+describe('SQL Server outbox insert: payload text through OPENJSON ... WITH (issue 26)', () => {
+  it('reads payload and headers as JSON string values (unescaped by OPENJSON), never AS JSON', () => {
+    const statement = sql.outboxInsertSql(T);
+    assert.match(statement, /\n {2}\[payload\] NVARCHAR\(MAX\) '\$\.payload',\n/);
+    assert.match(statement, /\n {2}\[headers\] NVARCHAR\(MAX\) '\$\.headers',\n/);
+    assert.doesNotMatch(statement, /AS JSON/);
+    assert.match(statement, /SELECT m\.\[message_id\], m\.\[destination\], m\.\[key\], m\.\[payload\], m\.\[headers\],/, 'stored as read');
+  });
+});
+
 describe('SQL Server migration 004 on a live database (issue 26 N3)', () => {
   const tables = tablesFor('messaging.events_out', 'messaging.events_in');
   const dependentIndexes = [...sqlServerSchemaUp(tables), ...sqlServerOperationsUp(tables), ...sqlServerClaimsUp(tables)]
