@@ -655,10 +655,11 @@ describe('SQL Server dialect: statements outside a transaction run READ COMMITTE
         'deadLetterCount',
         () =>
           dialect.deadLetterCount({
-            selection: { component: 'outbox', name: null, errorContains: null, deadAfter: null, deadBefore: null, ids: null },
+            selection: { component: 'outbox', name: null, errorContains: null, deadAfter: null, deadBefore: null, ids: null, key: null },
           }),
       ],
       ['blockedKeySkipHead', () => dialect.blockedKeySkipHead({ component: 'outbox', key: 'k', reason: 'r' })],
+      ['adminClaimList', () => dialect.adminClaimList({ component: 'inbox', limit: 5 })],
       ['clockNow', () => dialect.clockNow()],
     ];
     for (const [method, call] of outside) {
