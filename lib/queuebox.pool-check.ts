@@ -55,9 +55,10 @@ export class QueueBoxPoolCheck implements OnModuleInit {
       // waiting for its lock and one more, a full pool makes renewals wait until leases expire,
       // and the expired rows are claimed and handled a second time.
       const claimers = this.claimers();
-      const starvationFree = concurrency + claimers + needs.renewals;
+      const retention = this.retentionConnections();
+      const starvationFree = concurrency + claimers + retention + needs.renewals;
       if (poolSize < starvationFree) {
-        throw new QueueBoxConfigError('pool.max', messages.renewalsCouldStarve(poolSize, starvationFree, concurrency, claimers));
+        throw new QueueBoxConfigError('pool.max', messages.renewalsCouldStarve(poolSize, starvationFree, concurrency, claimers, retention));
       }
       return;
     }
@@ -78,6 +79,16 @@ export class QueueBoxPoolCheck implements OnModuleInit {
   private claimers(): number {
     const { outbox, relay } = this.options.workers;
     return (outbox ? 1 : 0) + (relay ? 1 : 0) + (this.pullHandlersRun() ? this.explorer.handlers.length : 0);
+  }
+
+  /**
+   * What retention holds while it runs (RetentionService runs it when enabled and a worker runs
+   * here): the connection whose transaction owns the retention lock for the whole run, and the one
+   * each delete batch takes for its own transaction meanwhile.
+   */
+  private retentionConnections(): number {
+    const { outbox, relay, pull } = this.options.workers;
+    return this.options.retention.enabled && (outbox || relay || pull) ? 2 : 0;
   }
 
   private pullHandlersRun(): boolean {

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
+import type { EntityManager } from 'typeorm';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { RetentionService } from '../../lib/admin/retention.service';
 import type { Dialect, InboxInsertRow } from '../../lib/dialects/dialect';
@@ -63,6 +64,28 @@ function conformance(harness: DialectHarness) {
     dialect.inboxInsertIfAbsent({ row: { source: 'orders', aggregateId: null, payloadJson: '{}', headersJson: '{}', ...row } });
   const claimOutbox = (limit: number, leaseMs = LONG) => lease.claimOutboxBatch({ limit, leaseMs });
   const keysOf = (claims: OutboxClaim[]) => claims.map((c) => `${c.message.key}:${(c.message.payload as { n: number }).n}`);
+  /**
+   * Runs `work` while another transaction stays open, and rolls that one back afterwards; `work`
+   * gets its manager to write rows that stay uncommitted (and, with READ_COMMITTED_SNAPSHOT OFF
+   * on SQL Server, X-locked) while it runs.
+   */
+  const whileOpen = async (work: (open: EntityManager) => Promise<void>) => {
+    const open = db.dataSource.createQueryRunner();
+    await open.connect();
+    await open.startTransaction();
+    try {
+      await work(open.manager);
+    } finally {
+      if (open.isTransactionActive) await open.rollbackTransaction();
+      await open.release();
+    }
+  };
+  /** How long `work` took, in ms, with its result. */
+  const timed = async <T>(work: () => Promise<T>): Promise<[T, number]> => {
+    const started = Date.now();
+    const result = await work();
+    return [result, Date.now() - started];
+  };
 
   describe('claims and fences', () => {
     it('claims with a new token and a lease by the database clock, counting the claim as an attempt', async () => {
@@ -529,6 +552,123 @@ function conformance(harness: DialectHarness) {
       });
       const done = await db.row('inbox', followers[0].id);
       assert.deepEqual([done.state, done.attempts], ['processed', 1]);
+    });
+  });
+
+  describe('open transactions do not stop claims or followers (issue 26 N1, N2)', () => {
+    // With READ_COMMITTED_SNAPSHOT OFF on SQL Server, a row written by an open transaction is
+    // X-locked until it commits; a claim or followers read that waited for it stalled every claim of
+    // the table (N1: the claim failed after 3 s with error 1222, for as long as the transaction
+    // stayed open) or the relay (N2: until the request timeout). Elsewhere these pass at once.
+    const PROMPT_MS = 2500;
+
+    it('an outbox claim takes the committed heads while a producer transaction holds a new keyed row', async () => {
+      await enqueue({ key: 'a', payload: { n: 1 } }, { key: null, payload: { n: 2 } });
+      await whileOpen(async (open) => {
+        await dialect.outboxInsert({ manager: open, rows: toOutboxRows([{ destination: 'd', key: 'b', payload: { n: 3 } }], 1_000_000) });
+        await dialect.outboxInsert({ manager: open, rows: toOutboxRows([{ destination: 'd', key: 'a', payload: { n: 4 } }], 1_000_000) });
+        const [claims, ms] = await timed(() => claimOutbox(10));
+        assert.deepEqual(keysOf(claims).sort(), ['a:1', 'null:2']);
+        assert.ok(ms < PROMPT_MS, `claimed in ${ms} ms`);
+        for (const claim of claims) assert.equal(await lease.complete(claim), true);
+        const [next, nextMs] = await timed(() => claimOutbox(10));
+        assert.deepEqual(keysOf(next), [], 'a:4 and b:3 are not committed');
+        assert.ok(nextMs < PROMPT_MS, `claimed nothing in ${nextMs} ms`);
+      });
+      assert.deepEqual(await claimOutbox(10), [], 'rolled back: nothing more to claim');
+    });
+
+    it('pull and relay claims take the committed heads while a receive() of another aggregate is open', async () => {
+      await receive({ idempotencyKey: 'a1', source: 'ledger', aggregateId: 'a' });
+      await receive({ idempotencyKey: 'x1', source: 'orders', aggregateId: 'x' });
+      await whileOpen(async (open) => {
+        for (const [source, key, aggregateId] of [
+          ['ledger', 'b1', 'b'],
+          ['orders', 'y1', 'y'],
+        ]) {
+          await dialect.inboxInsertIfAbsent({
+            row: { source, idempotencyKey: key, aggregateId, payloadJson: '{}', headersJson: '{}' },
+            manager: open,
+          });
+        }
+        const [pulled, pullMs] = await timed(() => lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG }));
+        assert.deepEqual(
+          pulled.map((c) => c.message.idempotencyKey),
+          ['a1'],
+        );
+        assert.ok(pullMs < PROMPT_MS, `pull claim in ${pullMs} ms`);
+        const [relayed, relayMs] = await timed(() => lease.claimRelayBatch({ sources: ['orders'], limit: 10, leaseMs: LONG }));
+        assert.deepEqual(
+          relayed.map((c) => c.message.idempotencyKey),
+          ['x1'],
+        );
+        assert.ok(relayMs < PROMPT_MS, `relay claim in ${relayMs} ms`);
+      });
+    });
+
+    it('a followers read behind an open receive() of the same aggregate returns promptly, never the uncommitted row, and leaves its transaction usable', async () => {
+      for (const key of ['h', 'f1']) await receive({ idempotencyKey: key, source: 'ledger', aggregateId: 'agg' });
+      const [head] = await lease.claimPullBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
+      assert.equal(head.message.idempotencyKey, 'h');
+      await whileOpen(async (open) => {
+        await dialect.inboxInsertIfAbsent({
+          row: { source: 'ledger', idempotencyKey: 'f2', aggregateId: 'agg', payloadJson: '{}', headersJson: '{}' },
+          manager: open,
+        });
+        // Outside a transaction (the relay) and inside one (a batch pull handler).
+        const [relayed, relayMs] = await timed(() => lease.followers([head], { room: 10 }));
+        const relayKeys = (relayed.get(head) ?? []).map((f) => f.message.idempotencyKey);
+        assert.ok(relayMs < PROMPT_MS, `followers in ${relayMs} ms`);
+        // f1 (row versions, or a read that got past the lock) or none (the read's lock wait ran out): never f2.
+        assert.ok(['f1', ''].includes(relayKeys.join(',')), relayKeys.join(','));
+        await db.dataSource.transaction(async (manager) => {
+          const [inside, insideMs] = await timed(() => lease.followers([head], { room: 10, manager }));
+          const keys = (inside.get(head) ?? []).map((f) => f.message.idempotencyKey);
+          assert.ok(insideMs < PROMPT_MS, `followers in ${insideMs} ms`);
+          assert.ok(['f1', ''].includes(keys.join(',')), keys.join(','));
+          // The transaction is still usable: the head completes in it.
+          assert.equal(await lease.complete(head, manager), true);
+          if (keys.length > 0) await lease.completeFollowers(inside.get(head) ?? [], manager);
+        });
+      });
+      assert.equal((await db.row('inbox', head.id)).state, 'processed');
+    });
+  });
+
+  describe('payload text (issue 26)', () => {
+    // Quotes and backslashes inside strings, and in keys: a T-SQL engine whose OPENJSON ... WITH
+    // returned JSON-escaped strings stored them escaped once more.
+    const payload = {
+      'we"ird\\key': 'a "quoted" \\ back\\slash \\"both\\" \\\\ two \\n not a newline\nreal newline \t tab zäh 💡 </script>',
+      nested: { list: ['"', '\\', '\\"', '\\\\"'], empty: '' },
+    };
+    const headers = { 'X-Quote': 'say "hi" \\ bye' };
+
+    it('an enqueued payload and its headers round-trip exactly (the outbox insert reads them through OPENJSON ... WITH on SQL Server)', async () => {
+      const [{ id }] = await enqueue({ key: 'k', payload, headers });
+      const [claim] = await claimOutbox(1);
+      assert.equal(claim.id, id);
+      assert.deepEqual(claim.message.payload, payload);
+      assert.equal(claim.message.headers['X-Quote'], headers['X-Quote']);
+      if (harness.name === 'SQL Server') {
+        // SQL Server keeps the payload's text as written.
+        assert.equal(await db.payloadText('outbox', id), JSON.stringify(payload));
+      } else {
+        assert.deepEqual(JSON.parse(await db.payloadText('outbox', id)), payload);
+      }
+    });
+
+    it('a received payload round-trips exactly, and so does its forward to the outbox', async () => {
+      const { id } = await receive({ idempotencyKey: 'p1', source: 'ledger', aggregateId: 'a', payloadJson: JSON.stringify(payload) });
+      const [claim] = await lease.claimPullBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
+      assert.equal(claim.id, id);
+      assert.deepEqual(claim.message.payload, payload);
+      const [forwarded] = await db.dataSource.transaction((manager) =>
+        dialect.outboxInsert({ manager, rows: toOutboxRows([{ destination: 'd', payload: claim.message.payload, headers }], 1_000_000) }),
+      );
+      const [out] = await claimOutbox(1);
+      assert.equal(out.id, forwarded.id);
+      assert.deepEqual(out.message.payload, payload);
     });
   });
 

@@ -27,6 +27,8 @@ export interface ConformanceDatabase {
   reset(): Promise<void>;
   row(table: LeaseTable, id: string): Promise<StoredRow>;
   count(table: LeaseTable, state?: string): Promise<number>;
+  /** The payload column's stored text (PostgreSQL: jsonb's own rendering of it; SQL Server: the text as written). */
+  payloadText(table: LeaseTable, id: string): Promise<string>;
   /** Ends a claim's lease now, as if time had passed. */
   expireLease(table: LeaseTable, id: string): Promise<void>;
   /** Makes every pending row of `table` available now (past a retry's delay). */
@@ -70,6 +72,10 @@ const postgres: DialectHarness = {
         const where = state ? 'WHERE state = $1' : '';
         const [row] = await dataSource.query(`SELECT count(*)::int AS n FROM ${table[kind]} ${where}`, state ? [state] : []);
         return row.n;
+      },
+      payloadText: async (kind, id) => {
+        const [row] = await dataSource.query(`SELECT payload::text AS payload FROM ${table[kind]} WHERE id = $1`, [id]);
+        return row.payload;
       },
       expireLease: async (kind, id) => {
         await dataSource.query(`UPDATE ${table[kind]} SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, [id]);
@@ -173,6 +179,10 @@ const sqlServer: DialectHarness = {
         const where = state ? 'WHERE [state] = @0' : '';
         const [row] = await dataSource.query(`SELECT COUNT(*) AS [n] FROM ${table[kind]} ${where}`, state ? [state] : []);
         return row.n;
+      },
+      payloadText: async (kind, id) => {
+        const [row] = await dataSource.query(`SELECT [payload] FROM ${table[kind]} WHERE [id] = @0`, [id]);
+        return row.payload;
       },
       expireLease: async (kind, id) => {
         await dataSource.query(`UPDATE ${table[kind]} SET [lease_expires_at] = DATEADD(SECOND, -1, SYSUTCDATETIME()) WHERE [id] = @0`, [

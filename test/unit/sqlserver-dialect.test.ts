@@ -10,6 +10,7 @@ import { schemaStatements } from '../../lib/dialects/registry';
 import * as admin from '../../lib/dialects/sqlserver/admin.sql';
 import * as checks from '../../lib/dialects/sqlserver/checks.sql';
 import * as claims from '../../lib/dialects/sqlserver/claims.sql';
+import * as followers from '../../lib/dialects/sqlserver/followers.sql';
 import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
 import * as lease from '../../lib/dialects/sqlserver/lease.sql';
 import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
@@ -27,7 +28,7 @@ import { createDialect } from '../../lib/queuebox.dialect';
 import { QueueBoxPoolCheck } from '../../lib/queuebox.pool-check';
 
 /** Every SQL Server statement builder: the exports of its *.sql.ts files. */
-const sql = { ...outbox, ...inbox, ...claims, ...lease, ...checks, ...admin, ...retention };
+const sql = { ...outbox, ...inbox, ...claims, ...followers, ...lease, ...checks, ...admin, ...retention };
 
 // The SQL Server dialect's own logic, without a server: option checks, and the way it drives
 // TypeORM (which connection, which transaction, which typed parameters) through a scripted
@@ -43,9 +44,15 @@ interface Call {
   runner: number;
   what: 'startTransaction' | 'commitTransaction' | 'rollbackTransaction' | 'release' | 'query';
   isolation?: string;
+  /** The statement as its builder wrote it, without the READ COMMITTED pin the dialect puts before statements outside a transaction. */
   sql?: string;
+  /** Whether it was sent after PINNED_READ_COMMITTED. */
+  pinned?: boolean;
   params?: unknown[];
 }
+
+/** A claim batch (it takes the claim lock). */
+const isClaim = (statement: string) => statement.includes('EXEC @claim_lock = sp_getapplock');
 
 /** A DataSource stand-in whose QueryRunners record what they are asked and answer from `respond`. */
 function scriptedDataSource(respond: (sql: string, params: unknown[]) => { records?: unknown[]; affected?: number } | Error) {
@@ -73,8 +80,10 @@ function scriptedDataSource(respond: (sql: string, params: unknown[]) => { recor
         calls.push({ runner, what: 'release' });
         queryRunner.isReleased = true;
       },
-      async query(statement: string, params: unknown[] = [], structured = false) {
-        calls.push({ runner, what: 'query', sql: statement, params });
+      async query(sent: string, params: unknown[] = [], structured = false) {
+        const pinned = sent.startsWith(lease.PINNED_READ_COMMITTED);
+        const statement = pinned ? sent.slice(lease.PINNED_READ_COMMITTED.length) : sent;
+        calls.push({ runner, what: 'query', sql: statement, pinned, params });
         const answer = respond(statement, params);
         if (answer instanceof Error) throw answer;
         // As TypeORM: the records alone unless a structured result is asked for.
@@ -210,19 +219,23 @@ describe('SQL Server dialect: READ_COMMITTED_SNAPSHOT and row-lock waits (issue 
     assert.equal(warned.length, 1, warned.join('\n'));
     assert.match(
       warned[0],
-      /READ_COMMITTED_SNAPSHOT is OFF .*\(at most 3000 ms, .*\(ALTER DATABASE CURRENT SET READ_COMMITTED_SNAPSHOT ON\)/,
+      /READ_COMMITTED_SNAPSHOT is OFF .*passes over that key after waiting at most 200 ms.*the other keys are claimed as usual; a followers read that meets one waits at most 500 ms and then hands out no followers.*\(ALTER DATABASE CURRENT SET READ_COMMITTED_SNAPSHOT ON\)/,
     );
   });
 
   it('a claim whose row-lock wait ran out (error 1222) is a clear error, and the connection gets its lock timeout back', async () => {
-    const { dataSource, calls } = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(1222) : {}));
+    const { dataSource, calls } = scriptedDataSource((statement) => (isClaim(statement) ? sqlError(1222) : {}));
     await assert.rejects(createDialect(dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }), (error: unknown) => {
       assert.ok(error instanceof QueueBoxError);
       assert.equal(error.code, 'QUEUEBOX_CLAIM_LOCK');
       assert.match(error.message, /waited more than 3000 ms for a row lock \(SQL Server error 1222\)/);
       return true;
     });
-    assert.ok(calls.some((c) => c.sql === sql.claimLockTimeoutResetSql()));
+    // Nothing to reset afterwards: the batch's SET LOCK_TIMEOUT ends with it (issue 26 N9).
+    assert.deepEqual(
+      calls.map((c) => c.what),
+      ['startTransaction', 'query', 'rollbackTransaction', 'release'],
+    );
   });
 });
 
@@ -400,7 +413,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
   });
 
   it('a claim lock that was not granted is a clear error; a failed claim rolls back its transaction, which owns the lock', async () => {
-    const { dataSource, calls } = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(51001) : {}));
+    const { dataSource, calls } = scriptedDataSource((statement) => (isClaim(statement) ? sqlError(51001) : {}));
     await assert.rejects(
       createDialect(dataSource, TABLES).inboxRelayClaimBatch({ sources: ['orders'], limit: 5, leaseMs: 1000 }),
       (error: unknown) => {
@@ -411,13 +424,12 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       },
     );
     assert.deepEqual(
-      calls.map((c) => [c.runner, c.what, c.sql === sql.claimLockTimeoutResetSql() ? 'reset' : undefined]),
+      calls.map((c) => [c.runner, c.what]),
       [
-        [1, 'startTransaction', undefined],
-        [1, 'query', undefined],
-        [1, 'query', 'reset'],
-        [1, 'rollbackTransaction', undefined],
-        [1, 'release', undefined],
+        [1, 'startTransaction'],
+        [1, 'query'],
+        [1, 'rollbackTransaction'],
+        [1, 'release'],
       ],
     );
     assert.deepEqual(typed(calls[1].params).slice(1), [
@@ -430,12 +442,12 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       [51003, 'returned -3 (chosen as a deadlock victim)'],
       [51999, 'returned -999 (a parameter or call error)'],
     ] as const) {
-      const failing = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(number) : {}));
+      const failing = scriptedDataSource((statement) => (isClaim(statement) ? sqlError(number) : {}));
       await assert.rejects(createDialect(failing.dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }), (error: unknown) =>
         (error as Error).message.includes(fragment),
       );
     }
-    const other = scriptedDataSource((statement) => (statement.startsWith('DECLARE') ? sqlError(1205) : {}));
+    const other = scriptedDataSource((statement) => (isClaim(statement) ? sqlError(1205) : {}));
     await assert.rejects(createDialect(other.dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }), /SQL Server error 1205/);
   });
 
@@ -460,7 +472,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     );
     assert.deepEqual(
       failing.calls.map((c) => c.what),
-      ['startTransaction', 'query', 'query', 'rollbackTransaction', 'release'],
+      ['startTransaction', 'query', 'rollbackTransaction', 'release'],
     );
   });
 
@@ -612,6 +624,114 @@ describe('SQL Server dialect: READ COMMITTED pinned (issue 14, item 5)', () => {
   });
 });
 
+describe('SQL Server dialect: statements outside a transaction run READ COMMITTED, whatever level the pooled connection was left at (issue 26, isolation)', () => {
+  it('pins READ COMMITTED in every batch sent outside a transaction, and leaves a caller transaction at its own level', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) => {
+      if (statement === sql.inboxInsertSql('[queuebox_inbox]')) return { records: [{ id: '1' }] };
+      if (statement === sql.deadLetterCountSql('[queuebox_outbox]', 'outbox')) return { records: [{ n: '0' }] };
+      if (statement === sql.clockNowSql()) return { records: [{ now: new Date() }] };
+      return { records: [], affected: 1 };
+    });
+    (dataSource.options as { isolationLevel?: string }).isolationLevel = 'SNAPSHOT';
+    const dialect = createDialect(dataSource, TABLES);
+    const fence = { table: 'inbox' as const, id: '7', token: '0f0e0d0c-0000-4000-8000-000000000000' };
+    const heads = [{ id: '3', source: 's', aggregateId: 'a' }];
+    const row = { source: 's', idempotencyKey: 'e', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
+    // A connected runner without a transaction (the pull workers' renewal connection): TypeORM sends its statements to the pool.
+    const renewal = dataSource.createQueryRunner() as unknown as { manager: never };
+    const outside: [string, () => Promise<unknown>][] = [
+      ['leaseRenew', () => dialect.leaseRenew({ ...fence, leaseMs: 1000 })],
+      ['leaseRenew on the renewal connection', () => dialect.leaseRenew({ ...fence, leaseMs: 1000, manager: renewal.manager })],
+      ['leaseComplete', () => dialect.leaseComplete(fence)],
+      ['leaseCompleteBatch', () => dialect.leaseCompleteBatch({ table: 'outbox', claims: [{ id: '7', token: fence.token }] })],
+      ['leaseRetry', () => dialect.leaseRetry({ ...fence, delayMs: 1, error: 'e' })],
+      ['leaseDeadLetter', () => dialect.leaseDeadLetter({ ...fence, reason: 'r' })],
+      ['leaseRelease', () => dialect.leaseRelease(fence)],
+      ['outboxReclaim', () => dialect.outboxReclaim({ maxAttempts: 3 })],
+      ['inboxReclaim', () => dialect.inboxReclaim({ sources: ['s'], maxAttempts: 3 })],
+      ['inboxFollowers (the relay)', () => dialect.inboxFollowers({ heads, perHead: 5 })],
+      ['inboxInsertIfAbsent (receive without a manager)', () => dialect.inboxInsertIfAbsent({ row })],
+      [
+        'deadLetterCount',
+        () =>
+          dialect.deadLetterCount({
+            selection: { component: 'outbox', name: null, errorContains: null, deadAfter: null, deadBefore: null, ids: null, key: null },
+          }),
+      ],
+      ['blockedKeySkipHead', () => dialect.blockedKeySkipHead({ component: 'outbox', key: 'k', reason: 'r' })],
+      ['adminClaimList', () => dialect.adminClaimList({ component: 'inbox', limit: 5 })],
+      ['clockNow', () => dialect.clockNow()],
+    ];
+    for (const [method, call] of outside) {
+      const before = calls.length;
+      await call();
+      const sent = calls.slice(before).filter((c) => c.what === 'query');
+      assert.equal(sent.length, 1, method);
+      assert.equal(sent[0].pinned, true, `${method}: sent after SET TRANSACTION ISOLATION LEVEL READ COMMITTED`);
+    }
+    assert.equal(lease.PINNED_READ_COMMITTED, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n');
+    // In a caller's transaction the statement joins it at the level that transaction has (the caller's choice).
+    const caller = dataSource.createQueryRunner() as unknown as { manager: never; startTransaction(): Promise<void> };
+    await caller.startTransaction();
+    const inside: [string, () => Promise<unknown>][] = [
+      ['leaseComplete', () => dialect.leaseComplete({ ...fence, manager: caller.manager })],
+      ['inboxFollowers (a batch pull handler)', () => dialect.inboxFollowers({ heads, perHead: 5, manager: caller.manager })],
+      [
+        'inboxCompleteFollowers',
+        () => dialect.inboxCompleteFollowers({ followers: [{ id: '4', headId: '3', headToken: fence.token }], manager: caller.manager }),
+      ],
+      ['inboxInsertIfAbsent (receive in a transaction)', () => dialect.inboxInsertIfAbsent({ row, manager: caller.manager })],
+    ];
+    for (const [method, call] of inside) {
+      const before = calls.length;
+      await call();
+      const sent = calls.slice(before).filter((c) => c.what === 'query');
+      assert.equal(sent.length, 1, method);
+      assert.equal(sent[0].pinned, false, `${method}: not pinned in the caller's transaction`);
+    }
+    // Claims and retention pin theirs by beginning their own transaction at READ COMMITTED.
+    const before = calls.length;
+    await dialect.outboxClaimBatch({ limit: 1, leaseMs: 1000 });
+    assert.deepEqual(
+      calls.slice(before).map((c) => [c.what, c.isolation ?? c.pinned]),
+      [
+        ['startTransaction', 'READ COMMITTED'],
+        ['query', false],
+        ['commitTransaction', undefined],
+        ['release', undefined],
+      ],
+    );
+  });
+});
+
+describe('SQL Server dialect: payload text reaches OPENJSON exactly (issue 26)', () => {
+  it('sends a payload and headers holding quotes and backslashes as JSON string values that decode to their text exactly', async () => {
+    const { dataSource, calls } = scriptedDataSource(() => ({
+      records: [{ id: '1', message_id: 'AAAAAAAA-0000-4000-8000-000000000000' }],
+    }));
+    const caller = dataSource.createQueryRunner() as unknown as { manager: never };
+    const payload = {
+      'we"ird\\key': 'a "quoted" \\ back\\slash \\"both\\" \\\\ two \\n not a newline\nreal newline \u0001 \u2028 zäh 💡 </script>',
+    };
+    const headers = { 'X-Q': 'say "hi" \\ bye' };
+    const payloadJson = JSON.stringify(payload);
+    const headersJson = JSON.stringify(headers);
+    await createDialect(dataSource, TABLES).outboxInsert({
+      manager: caller.manager,
+      rows: [
+        { messageId: 'aaaaaaaa-0000-4000-8000-000000000000', destination: 'd', key: null, payloadJson, headersJson, availableAt: null },
+      ],
+    });
+    const [[type, text]] = typed(calls.at(-1)?.params) as [[string, string]];
+    assert.equal(type, 'nvarchar');
+    // OPENJSON ... WITH ([payload] NVARCHAR(MAX) '$.payload') returns the string value unescaped: JSON.parse says what that is.
+    const [sent] = JSON.parse(text);
+    assert.equal(sent.payload, payloadJson, 'the payload text, exactly');
+    assert.equal(sent.headers, headersJson);
+    assert.deepEqual(JSON.parse(sent.payload), payload);
+  });
+});
+
 describe('SQL Server dialect: every parameter declared at a fixed size (issue 14, item 6)', () => {
   // What tedious declares for a parameter (sp_executesql's parameter list), from the type and
   // length TypeORM hands to mssql. An unsized NVARCHAR is declared at its value's length, so each
@@ -686,6 +806,12 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
       ],
       ['inboxReclaim', () => dialect.inboxReclaim({ sources: ['a'], maxAttempts: 3 }), ['int', MAX]],
       ['inboxPullClaimBatch', () => dialect.inboxPullClaimBatch({ source: 'a', limit: 5, leaseMs: 1000 }), [N255, 'int', 'bigint', N255]],
+      ['inboxFollowers', () => dialect.inboxFollowers({ heads: [{ id: '3', source: 's', aggregateId: 'a' }], perHead: 5 }), [MAX, 'int']],
+      [
+        'inboxCompleteFollowers',
+        () => dialect.inboxCompleteFollowers({ followers: [{ id: '4', headId: '3', headToken: fence.token }], manager: caller.manager }),
+        [MAX],
+      ],
       ['leaseRenew', () => dialect.leaseRenew({ ...fence, leaseMs: 1000 }), ['bigint', 'uniqueidentifier', 'bigint']],
       ['leaseComplete', () => dialect.leaseComplete(fence), ['bigint', 'uniqueidentifier']],
       ['leaseCompleteBatch', () => dialect.leaseCompleteBatch({ table: 'outbox', claims: [{ id: '7', token: fence.token }] }), [MAX]],
@@ -721,7 +847,7 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
     for (const [method, call, types] of expected) {
       const before = calls.length;
       await call();
-      const sent = calls.slice(before).filter((c) => c.what === 'query' && c.sql !== sql.claimLockTimeoutResetSql());
+      const sent = calls.slice(before).filter((c) => c.what === 'query');
       assert.equal(sent.length, 1, `${method}: one statement`);
       const params = sent[0].params ?? [];
       assert.deepEqual(
@@ -749,12 +875,22 @@ describe('SQL Server: renewals cannot starve behind a full pool (issue 14, item 
   // TypeORM's SQL Server driver reserves no connection outside a transaction, so the pull
   // workers' renewal connection is not set aside there: start-up refuses a pool that handler
   // transactions and waiting claims could fill.
-  const check = (p: { type: 'mssql' | 'postgres'; poolMax: number; handlers: number[]; outbox?: boolean; relay?: boolean }) => {
+  const check = (p: {
+    type: 'mssql' | 'postgres';
+    poolMax: number;
+    handlers: number[];
+    outbox?: boolean;
+    relay?: boolean;
+    retention?: boolean;
+  }) => {
     const dialect =
       p.type === 'mssql'
         ? createDialect(mssqlDataSource(), TABLES)
         : ({ type: 'postgres', reservesConnections: true, workListen: () => {} } as never);
-    const options = { workers: { outbox: p.outbox ?? true, relay: p.relay ?? true, pull: true } } as never;
+    const options = {
+      workers: { outbox: p.outbox ?? true, relay: p.relay ?? true, pull: true },
+      retention: { enabled: p.retention ?? false },
+    } as never;
     const dataSource = {
       options: p.type === 'mssql' ? { type: 'mssql', pool: { max: p.poolMax } } : { type: 'postgres', poolSize: p.poolMax },
     };
@@ -778,6 +914,20 @@ describe('SQL Server: renewals cannot starve behind a full pool (issue 14, item 
     // Without the outbox and relay workers, two claim loops fewer.
     assert.doesNotThrow(check({ type: 'mssql', poolMax: 9, handlers: [4, 2], outbox: false, relay: false }));
     assert.throws(check({ type: 'mssql', poolMax: 8, handlers: [4, 2], outbox: false, relay: false }), /at least 9/);
+  });
+
+  it('counts what retention holds, its lock and one delete batch, when it is enabled (issue 26 N7)', () => {
+    // 11 as above, + 2 for retention: 13.
+    assert.throws(check({ type: 'mssql', poolMax: 12, handlers: [4, 2], retention: true }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError, String(error));
+      assert.equal(error.option, 'pool.max');
+      assert.match(
+        error.message,
+        /at least 13 \(6 for the pull handlers' transactions.*4 for the claim loops; 2 for retention, its lock and one delete batch; 1 for renewals\)/,
+      );
+      return true;
+    });
+    assert.doesNotThrow(check({ type: 'mssql', poolMax: 13, handlers: [4, 2], retention: true }));
   });
 
   it('PostgreSQL, whose renewal connection is set aside, keeps its own minimum (a warning above it); no pull handler, no rule', () => {

@@ -8,6 +8,7 @@ import * as postgresInbox from '../../lib/dialects/postgres/inbox.sql';
 import * as admin from '../../lib/dialects/sqlserver/admin.sql';
 import * as checks from '../../lib/dialects/sqlserver/checks.sql';
 import * as claims from '../../lib/dialects/sqlserver/claims.sql';
+import * as followers from '../../lib/dialects/sqlserver/followers.sql';
 import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
 import * as lease from '../../lib/dialects/sqlserver/lease.sql';
 import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
@@ -26,7 +27,7 @@ import {
 } from '../../lib/dialects/sqlserver/schema';
 
 /** Every SQL Server statement builder: the exports of its *.sql.ts files. */
-const sql = { ...outbox, ...inbox, ...claims, ...lease, ...checks, ...admin, ...retention };
+const sql = { ...outbox, ...inbox, ...claims, ...followers, ...lease, ...checks, ...admin, ...retention };
 const postgres = { ...postgresClaims, ...postgresInbox };
 
 // Every T-SQL statement QueueBox sends, checked without a server: it parses with the T-SQL grammar
@@ -199,7 +200,9 @@ describe('SQL Server statements: pinned shape', () => {
   it('every claim (outbox, relay, pull): a transaction-owned exclusive lock, 10 s wait, checked, never released by hand', () => {
     for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
       assert.ok(
-        statement.startsWith(`DECLARE @claim_lock INT;
+        statement.startsWith(`SET XACT_ABORT OFF;
+SET NOCOUNT ON;
+DECLARE @claim_lock INT;
 EXEC @claim_lock = sp_getapplock @Resource = @0, @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 10000;
 IF @claim_lock < 0
 BEGIN
@@ -216,14 +219,21 @@ END;
     assert.equal(sql.CLAIM_LOCK_WAIT_MS, 10_000);
   });
 
-  it('every claim bounds its row-lock waits with SET LOCK_TIMEOUT once it holds the claim lock, and puts the default back', () => {
+  it('every claim bounds its row-lock waits once it holds the claim lock, and resets nothing (SET inside sp_executesql ends with the batch)', () => {
     assert.equal(sql.CLAIM_ROW_LOCK_WAIT_MS, 3000);
+    assert.equal(sql.CLAIM_SEARCH_LOCK_WAIT_MS, 200);
+    assert.equal(sql.CLAIM_WALK_LOCK_WAIT_MS, 0);
     for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
-      assert.ok(statement.includes('END;\nSET LOCK_TIMEOUT 3000;\nBEGIN TRY\n'), 'set after the claim lock is granted, before the claim');
-      assert.ok(statement.includes('BEGIN CATCH\n  SET LOCK_TIMEOUT -1;\n  THROW;\nEND CATCH;'), 'reset before a failure is rethrown');
-      assert.ok(statement.endsWith('END CATCH;\nSET LOCK_TIMEOUT -1;'), 'reset after the claim');
+      assert.ok(statement.includes('END;\nSET LOCK_TIMEOUT 200;\nBEGIN TRY\n'), 'set after the claim lock is granted, before the claim');
+      // Any error but a row-lock timeout that a step handles itself ends the batch (XACT_ABORT is OFF).
+      assert.ok(statement.endsWith('END TRY\nBEGIN CATCH\n  THROW;\nEND CATCH;'), 'the claim ends in its TRY');
+      assert.doesNotMatch(statement, /SET LOCK_TIMEOUT -1/, 'issue 26 N9: no reset, the batch scope restores it');
+      // The walk waits for no lock; locking and updating the rows found wait up to 3 s, after the search.
+      const walk = statement.indexOf('SET LOCK_TIMEOUT 0;');
+      const locking = statement.indexOf('SET LOCK_TIMEOUT 3000;\n  INSERT INTO @candidates');
+      assert.ok(walk > 0 && locking > walk, 'the walk at 0, then locking the rows found at 3000');
+      assert.ok(statement.indexOf('UPDATE ', locking) > locking);
     }
-    assert.equal(sql.claimLockTimeoutResetSql(), 'SET LOCK_TIMEOUT -1');
     assert.equal(
       sql.databaseSettingsSql(),
       'SELECT [compatibility_level], [is_read_committed_snapshot_on] FROM sys.databases WHERE [database_id] = DB_ID()',
@@ -236,7 +246,7 @@ END;
       assert.match(statement, /INSERT INTO @candidates \(\[id\]\)\s+SELECT TOP \(@1\) \w\.\[id\]/);
       assert.match(
         statement,
-        /SELECT TOP \(@1\) \w\.\[id\](, \w\.\[available_at\])? FROM \[messaging\]\.\[events_out\] AS \w WITH \(UPDLOCK, READPAST, ROWLOCK, FORCESEEK\)/,
+        /SELECT TOP \(@1\) \w\.\[id\](, \w\.\[available_at\])? FROM \[messaging\]\.\[events_out\] AS \w WITH \(UPDLOCK, READPAST, ROWLOCK, INDEX \(\[events_out_(pkey|lease_idx)\]\), FORCESEEK\)/,
       );
       assert.match(statement, /INNER JOIN @candidates AS c ON c\.\[id\] = \w\.\[id\]/);
       assert.match(statement, /SET \[state\] = N'processing', \[claim_token\] = NEWID\(\), \[claimed_at\] = SYSUTCDATETIME\(\)/);
@@ -255,9 +265,14 @@ END;
     const headOfKey = `WHERE (w.[key] IS NULL OR (
       NOT EXISTS (SELECT 1 FROM [messaging].[events_out] AS e WHERE e.[key] = w.[key] AND e.[key] IS NOT NULL
         AND e.[state] IN (N'pending', N'processing') AND e.[id] < w.[id])
-      AND NOT EXISTS (SELECT 1 FROM [messaging].[events_out] AS e WHERE e.[key] = w.[key] AND e.[key] IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM [messaging].[events_out] AS e WITH (INDEX ([events_out_key_in_flight_idx]), FORCESEEK) WHERE e.[key] = w.[key] AND e.[key] IS NOT NULL
         AND e.[state] = N'processing')))`;
     assert.ok(sql.outboxClaimSql(T).includes(headOfKey), sql.outboxClaimSql(T));
+    // The in-flight probes read the unique in-flight index alone (issue 26 N1: never the key index's later, locked entries).
+    assert.equal((sql.outboxClaimSql(T).match(/AS e WITH \(INDEX \(\[events_out_key_in_flight_idx\]\), FORCESEEK\)/g) ?? []).length, 2);
+    for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.equal((statement.match(/AS e WITH \(INDEX \(\[events_out_aggregate_in_flight_idx\]\), FORCESEEK\)/g) ?? []).length, 2);
+    }
     // Past the scan window, a key's head is its first unfinished row, taken only if pending, due and none of the key is in flight.
     assert.match(
       sql.outboxClaimSql(T),
@@ -314,7 +329,8 @@ END;
       inboxPullClaimSql: 4,
       tableExistsSql: 1,
       databaseSettingsSql: 0,
-      claimLockTimeoutResetSql: 0,
+      inboxFollowersSql: 2,
+      inboxCompleteFollowersSql: 1,
       keyCollationSql: 1,
       clockNowSql: 0,
     };
@@ -353,7 +369,12 @@ END;
     for (const { name, statement } of ALL) {
       // JSON paths quote keys with hyphens ('$."X-QueueBox-Replay-Count"'): a string literal, not an identifier.
       assert.doesNotMatch(statement.replace(/'\$\."[A-Za-z-]+"'/g, ''), /"/, `${name}: no double-quoted identifiers`);
-      assert.doesNotMatch(statement, /(?<![N\w])'(pending|processing|sent|processed|dead)'/, `${name}: state literals are N'...'`);
+      // Inside EXEC (N'...') a literal's quotes are doubled: N''pending''.
+      assert.doesNotMatch(
+        statement.replaceAll("''", "'"),
+        /(?<![N\w])'(pending|processing|sent|processed|dead)'/,
+        `${name}: state literals are N'...'`,
+      );
       assert.doesNotMatch(statement, /\bVARCHAR\b|\bTEXT\b/, `${name}: text is NVARCHAR`);
     }
     assert.equal(up.filter((s) => s.includes('@')).length, 0, 'the schema takes no parameters');
@@ -465,18 +486,41 @@ describe('SQL Server admin and retention statements: pinned shape', () => {
     assert.doesNotMatch(replay, /\[message_id\]/, 'the message id is never rewritten');
   });
 
-  it('skip-head takes the head under UPDLOCK and never a live claim (database clock)', () => {
+  it('skip-head locks the head row before any index entry of it, and never takes a live claim (database clock; issue 26 L2)', () => {
     for (const c of COMPONENTS) {
       const statement = sql.blockedKeySkipHeadSql(O, c);
-      assert.match(statement, /SELECT TOP \(1\) e\.\[id\] FROM \[messaging\]\.\[events_out\] AS e WITH \(UPDLOCK, ROWLOCK\)/);
-      assert.match(statement, /e\.\[state\] IN \(N'pending', N'processing'\)\n {4}ORDER BY e\.\[id\]\)/);
+      const match =
+        c === 'outbox'
+          ? 'e.[key] = @0 AND e.[key] IS NOT NULL'
+          : 'e.[source] = @0 AND e.[aggregate_id] = @1 AND e.[aggregate_id] IS NOT NULL';
+      // The head is found by a plain read: no UPDLOCK on the key index's entry (it deadlocked with a claim's row-first locks).
+      assert.ok(
+        statement.startsWith(`DECLARE @head BIGINT = (
+  SELECT TOP (1) e.[id] FROM [messaging].[events_out] AS e
+  WHERE ${match} AND e.[state] IN (N'pending', N'processing')
+  ORDER BY e.[id]);
+UPDATE t
+`),
+        statement,
+      );
+      assert.doesNotMatch(statement, /UPDLOCK/);
+      // Then updated through its primary key, every condition checked again under the update's lock.
       assert.match(
         statement,
-        /AND \(t\.\[state\] = N'pending' OR \(t\.\[state\] = N'processing' AND t\.\[lease_expires_at\] <= SYSUTCDATETIME\(\)\)\)$/,
+        /FROM \[messaging\]\.\[events_out\] AS t WITH \(ROWLOCK, INDEX \(\[events_out_pkey\]\), FORCESEEK\)\nWHERE t\.\[id\] = @head\n/,
+      );
+      assert.match(
+        statement,
+        /AND \(t\.\[state\] = N'pending' OR \(t\.\[state\] = N'processing' AND t\.\[lease_expires_at\] <= SYSUTCDATETIME\(\)\)\)\n/,
+      );
+      assert.ok(
+        statement.endsWith(
+          `AND NOT EXISTS (SELECT 1 FROM [messaging].[events_out] AS e WHERE ${match} AND e.[state] IN (N'pending', N'processing') AND e.[id] < t.[id])`,
+        ),
+        'still the first unfinished row of its key',
       );
       assert.match(statement, /SET \[state\] = N'dead', \[claim_token\] = NULL, \[lease_expires_at\] = NULL, \[last_error\] = @\d/);
     }
-    assert.match(sql.blockedKeySkipHeadSql(I, 'inbox'), /e\.\[source\] = @0 AND e\.\[aggregate_id\] = @1/);
   });
 
   it('blocked keys: failing heads only (attempts > 0 with an error), none with an earlier unfinished row', () => {
@@ -569,7 +613,7 @@ describe('SQL Server key collation (migration 004): distinct keys stay distinct'
         const name = indexName(index) as string;
         const on = index.includes('[events_out]') ? '[messaging].[events_out]' : '[messaging].[events_in]';
         const dropAt = statements.indexOf(`DROP INDEX IF EXISTS [${name}] ON ${on}`);
-        const createAt = statements.indexOf(index);
+        const createAt = statements.findIndex((s) => s.endsWith(`EXEC (N'${index.replaceAll("'", "''")}' + @online)`));
         const columnAlters = alters.filter((n) => statements[n].startsWith(`ALTER TABLE ${on}`));
         assert.ok(dropAt >= 0 && dropAt < Math.min(...columnAlters), `${name} dropped before its table's columns change`);
         assert.ok(createAt > Math.max(...columnAlters), `${name} created again, as 001-003 do, after the change`);
@@ -608,15 +652,39 @@ describe('SQL Server key collation (migration 004): distinct keys stay distinct'
 describe('SQL Server statements: seeks, counts and filtered indexes (issue 14, item 8)', () => {
   const CLAIMS = [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)];
 
-  it('(a) every locked read of a claim, and the batch completion, force an index seek', () => {
+  it('(a) every locked read of a claim, the batch completion and the followers completion force a seek on the index meant (issue 26 N5)', () => {
+    const PK = 'WITH (UPDLOCK, READPAST, ROWLOCK, INDEX ([events_out_pkey]), FORCESEEK)';
+    const LEASE = 'WITH (UPDLOCK, READPAST, ROWLOCK, INDEX ([events_out_lease_idx]), FORCESEEK)';
     for (const statement of CLAIMS) {
-      const lockedReads = statement.match(/WITH \([^)]*UPDLOCK[^)]*\)/g) ?? [];
+      const lockedReads = statement.match(/WITH \(UPDLOCK[^\n]*?FORCESEEK\)/g) ?? [];
       assert.ok(lockedReads.length >= 1);
-      for (const hints of lockedReads) assert.equal(hints, 'WITH (UPDLOCK, READPAST, ROWLOCK, FORCESEEK)');
+      for (const hints of lockedReads) assert.ok([PK, LEASE].includes(hints), hints);
+      assert.ok(statement.includes(`${PK}\n  INNER JOIN @found AS f ON f.[id] =`), 'the rows found are locked through the primary key');
     }
     assert.match(
-      sql.leaseCompleteBatchSql(T, FINISHED_SENT),
-      /FROM \[messaging\]\.\[events_out\] AS t WITH \(FORCESEEK\) INNER JOIN OPENJSON\(@0\)/,
+      sql.inboxPullClaimSql(T),
+      /FROM \[messaging\]\.\[events_out\] AS i WITH \(UPDLOCK, READPAST, ROWLOCK, INDEX \(\[events_out_lease_idx\]\), FORCESEEK\)\nWHERE i\.\[source\] = @3 AND i\.\[state\] = N'processing'/,
+    );
+    for (const { name, statement } of ALL) {
+      for (const hints of statement.match(/WITH \([^()]*(\([^()]*\)[^()]*)*FORCESEEK[^)]*\)/g) ?? []) {
+        assert.match(
+          hints,
+          /INDEX \(\[\w+_(pkey|lease_idx|key_in_flight_idx|aggregate_in_flight_idx)\]\), FORCESEEK\)$/,
+          `${name}: no bare FORCESEEK (${hints})`,
+        );
+      }
+    }
+    for (const finished of [FINISHED_SENT, { state: 'processed', column: 'processed_at' } as const]) {
+      assert.match(
+        sql.leaseCompleteBatchSql(T, finished),
+        /FROM \[messaging\]\.\[events_out\] AS t WITH \(INDEX \(\[events_out_pkey\]\), FORCESEEK\) INNER JOIN OPENJSON\(@0\)/,
+      );
+    }
+    const complete = sql.inboxCompleteFollowersSql('[queuebox_inbox]');
+    assert.match(complete, /FROM \[queuebox_inbox\] AS t WITH \(INDEX \(\[queuebox_inbox_pkey\]\), FORCESEEK\)\n/);
+    assert.match(
+      complete,
+      /INNER JOIN \[queuebox_inbox\] AS h WITH \(INDEX \(\[queuebox_inbox_pkey\]\), FORCESEEK\) ON h\.\[id\] = c\.\[head_id\]/,
     );
   });
 
@@ -644,5 +712,210 @@ describe('SQL Server statements: seeks, counts and filtered indexes (issue 14, i
         byAggregate.length,
       );
     }
+  });
+});
+
+/**
+ * The statements a claim or a followers read runs in a TRY that passes over a row-lock timeout
+ * (error 1222) and nothing else, each with what it does instead (its CATCH's last line, if any).
+ */
+function lockTolerant(statement: string): { body: string; orElse: string | undefined }[] {
+  const blocks = statement.matchAll(
+    /BEGIN TRY\n((?:(?!BEGIN TRY)[\s\S])*?)\nEND TRY\nBEGIN CATCH\n {2}IF ERROR_NUMBER\(\) <> 1222 OR XACT_STATE\(\) = -1\n {4}THROW;\n(?: {2}(.*)\n)?END CATCH;/g,
+  );
+  return [...blocks].map((m) => ({ body: m[1], orElse: m[2] }));
+}
+
+describe('SQL Server claims keep what they found when a row lock is met (issue 26 N1, M5)', () => {
+  it('the outbox claim: XACT_ABORT OFF, step 1 gives up after 200 ms, the walk waits for no lock and passes over a locked key', () => {
+    const statement = sql.outboxClaimSql(T);
+    assert.ok(statement.startsWith('SET XACT_ABORT OFF;\nSET NOCOUNT ON;\n'), 'a lock timeout ends one statement, not the transaction');
+    const blocks = lockTolerant(statement);
+    assert.equal(blocks.length, 5, blocks.map((b) => b.body).join('\n----\n'));
+    const [window, unkeyed, firstKey, perKey, nextKey] = blocks;
+    assert.match(
+      window.body,
+      /SELECT TOP \(500\) o\.\[id\], o\.\[key\], o\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS o WITH \(READPAST\)/,
+    );
+    assert.equal(window.orElse, undefined, 'step 1 keeps nothing of its own; the walk finds the same heads');
+    assert.match(unkeyed.body, /o\.\[key\] IS NULL/);
+    // The walk only lists keys: it passes over locked entries (READPAST); a key's head lookup never does.
+    assert.match(firstKey.body, /SET @key = \(SELECT MIN\(k\.\[key\]\) FROM \[messaging\]\.\[events_out\] AS k WITH \(READPAST\)\n/);
+    assert.match(
+      nextKey.body,
+      /SET @key = \(SELECT MIN\(k\.\[key\]\) FROM \[messaging\]\.\[events_out\] AS k WITH \(READPAST\)\n.*AND k\.\[key\] > @key\);$/s,
+    );
+    assert.equal(nextKey.orElse, 'SET @key = NULL;', 'a walk that cannot go on ends (no endless loop on one key)');
+    assert.match(perKey.body, /SELECT TOP \(1\) o\.\[id\], o\.\[state\], o\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS o\n/);
+    assert.doesNotMatch(perKey.body, /READPAST/);
+    assert.equal(perKey.orElse, undefined, 'a locked key is passed over for this claim; the walk goes on');
+    // Every search statement is one of those; only locking what was found may fail the claim.
+    assert.equal((statement.match(/INSERT INTO @found/g) ?? []).length, 3);
+    assert.equal(blocks.filter((b) => b.body.includes('INSERT INTO @found')).length, 3);
+    const walkAt = statement.indexOf('SET LOCK_TIMEOUT 0;');
+    assert.ok(walkAt > statement.indexOf(window.body) && walkAt < statement.indexOf(unkeyed.body), 'the walk at LOCK_TIMEOUT 0');
+  });
+
+  it('the relay and pull claims: the same, per source and aggregate', () => {
+    for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.ok(statement.startsWith('SET XACT_ABORT OFF;\nSET NOCOUNT ON;\n'));
+      const blocks = lockTolerant(statement);
+      assert.equal(blocks.length, 5, blocks.map((b) => b.body).join('\n----\n'));
+      const [window, unaggregated, firstAggregate, perAggregate, nextAggregate] = blocks;
+      assert.match(window.body, /CROSS APPLY \(/);
+      assert.match(unaggregated.body, /i\.\[aggregate_id\] IS NULL/);
+      assert.match(
+        firstAggregate.body,
+        /SET @aggregate = \(SELECT MIN\(k\.\[aggregate_id\]\) FROM \[messaging\]\.\[events_out\] AS k WITH \(READPAST\)\n/,
+      );
+      assert.match(
+        perAggregate.body,
+        /SELECT TOP \(1\) i\.\[id\], i\.\[state\], i\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS i\n/,
+      );
+      assert.doesNotMatch(perAggregate.body, /READPAST/);
+      assert.match(nextAggregate.body, /AND k\.\[aggregate_id\] > @aggregate\);$/);
+      assert.equal(nextAggregate.orElse, 'SET @aggregate = NULL;');
+      assert.equal((statement.match(/INSERT INTO @found/g) ?? []).length, 3);
+    }
+  });
+});
+
+describe('SQL Server followers (issue 26 N2, N5, N6, N8)', () => {
+  const I = '[messaging].[events_in]';
+
+  it('the read waits at most 500 ms for a row lock and then hands out no follower, leaving the transaction usable', () => {
+    const statement = sql.inboxFollowersSql(I);
+    assert.equal(sql.FOLLOWERS_LOCK_WAIT_MS, 500);
+    assert.ok(statement.startsWith('SET XACT_ABORT OFF;\nSET LOCK_TIMEOUT 500;\n'), statement);
+    const blocks = lockTolerant(statement);
+    assert.equal(blocks.length, 1);
+    assert.match(blocks[0].body, /^ {2}INSERT INTO @followers /);
+    assert.equal(blocks[0].orElse, 'DELETE FROM @followers;', 'all or nothing: no follower after a lock timeout');
+    // Sent only once complete, and from the table variable alone: nothing after the CATCH reads the table.
+    const after = statement.slice(statement.indexOf('END CATCH;'));
+    assert.match(after, /\nFROM @followers$/);
+    assert.doesNotMatch(after, new RegExp(I.replace(/[[\]]/g, '\\$&')));
+  });
+
+  it('the read states the aggregate index filter literally, and still checks the head is first of its aggregate', () => {
+    const statement = sql.inboxFollowersSql(I);
+    assert.match(
+      statement,
+      /AND i\.\[aggregate_id\] IS NOT NULL AND i\.\[state\] IN \(N'pending', N'processing'\) AND i\.\[state\] = N'pending' AND i\.\[id\] > h\.\[id\]\n {4}ORDER BY i\.\[id\]/,
+    );
+    assert.match(
+      statement,
+      /WHERE NOT EXISTS \(SELECT 1 FROM \[messaging\]\.\[events_in\] AS e\n.*AND e\.\[aggregate_id\] IS NOT NULL AND e\.\[state\] IN \(N'pending', N'processing'\) AND e\.\[id\] < h\.\[id\]\);/s,
+    );
+    assert.match(statement, /SELECT TOP \(@1\) i\.\[id\]/);
+  });
+
+  it('the completion is fenced by the head: processed under that token, same aggregate, lower id', () => {
+    const statement = sql.inboxCompleteFollowersSql(I);
+    assert.ok(statement.startsWith('SET NOCOUNT OFF;\nUPDATE t\n'));
+    assert.match(
+      statement,
+      /OPENJSON\(@0\) WITH \(\[id\] BIGINT '\$\.id', \[head_id\] BIGINT '\$\.headId', \[head_token\] UNIQUEIDENTIFIER '\$\.headToken'\) AS c/,
+    );
+    assert.ok(
+      statement.endsWith(`WHERE t.[state] = N'pending' AND h.[claim_token] = c.[head_token] AND h.[state] = N'processed'
+  AND h.[source] = t.[source] AND h.[aggregate_id] = t.[aggregate_id] AND h.[id] < t.[id]`),
+      statement,
+    );
+  });
+});
+
+describe('SQL Server outbox insert: payload text through OPENJSON ... WITH (issue 26)', () => {
+  it('reads payload and headers as JSON string values (unescaped by OPENJSON), never AS JSON', () => {
+    const statement = sql.outboxInsertSql(T);
+    assert.match(statement, /\n {2}\[payload\] NVARCHAR\(MAX\) '\$\.payload',\n/);
+    assert.match(statement, /\n {2}\[headers\] NVARCHAR\(MAX\) '\$\.headers',\n/);
+    assert.doesNotMatch(statement, /AS JSON/);
+    assert.match(statement, /SELECT m\.\[message_id\], m\.\[destination\], m\.\[key\], m\.\[payload\], m\.\[headers\],/, 'stored as read');
+  });
+});
+
+describe('SQL Server migration 004 on a live database (issue 26 N3)', () => {
+  const tables = tablesFor('messaging.events_out', 'messaging.events_in');
+  const dependentIndexes = [...sqlServerSchemaUp(tables), ...sqlServerOperationsUp(tables), ...sqlServerClaimsUp(tables)]
+    .filter((s) => /^CREATE (UNIQUE )?INDEX/.test(s) && /\[(destination|key|source|idempotency_key|aggregate_id)\]/.test(s))
+    .map((s) => /^CREATE (?:UNIQUE )?INDEX \[([^\]]+)\]/.exec(s)?.[1] as string);
+
+  for (const [direction, statements] of [
+    ['up', sqlServerKeyCollationUp(tables)],
+    ['down', sqlServerKeyCollationDown(tables)],
+  ] as const) {
+    it(`${direction}: refuses first, naming them, objects that would stop ALTER COLUMN ... COLLATE (not QueueBox's own indexes)`, () => {
+      const check = statements[2];
+      const firstChange = statements.findIndex((s) => s.startsWith('DROP ') || s.startsWith('ALTER TABLE'));
+      assert.ok(firstChange > 2, 'before anything changes');
+      assert.match(check, /^DECLARE @key_columns TABLE /);
+      assert.match(check, /c\.\[object_id\] = OBJECT_ID\(N'\[messaging\]\.\[events_out\]'\) AND c\.\[name\] IN \(N'destination', N'key'\)/);
+      assert.match(
+        check,
+        /c\.\[object_id\] = OBJECT_ID\(N'\[messaging\]\.\[events_in\]'\) AND c\.\[name\] IN \(N'source', N'idempotency_key', N'aggregate_id'\)/,
+      );
+      for (const source of [
+        'sys.stats',
+        'sys.indexes',
+        'sys.foreign_key_columns',
+        'sys.sql_expression_dependencies',
+        'sys.fulltext_index_columns',
+      ]) {
+        assert.ok(check.includes(`FROM ${source} AS`), source);
+      }
+      assert.match(check, /WHERE s\.\[user_created\] = 1\n/, 'statistics SQL Server created itself are dropped by ALTER COLUMN');
+      const own = /i\.\[name\] NOT IN \(([^)]*)\)/
+        .exec(check)?.[1]
+        .split(', ')
+        .map((n) => n.replace(/^N'|'$/g, ''));
+      assert.deepEqual(own?.sort(), [...dependentIndexes, 'events_in_source_idempotency_key_key'].sort());
+      assert.match(
+        check,
+        /i\.\[filter_definition\] LIKE N'%\[\[\]' \+ c\.\[name\] \+ N'\]%'/,
+        'an index that names the column in its filter only',
+      );
+      assert.match(
+        check,
+        new RegExp(
+          `IF @blocking IS NOT NULL\\nBEGIN\\n {2}RAISERROR\\(N'QueueBox migration 004 \\(${direction}\\) changed nothing: %s depend on the key columns.*', 16, 1, @blocking\\);\\n {2}SET NOEXEC ON;\\nEND$`,
+        ),
+      );
+      assert.equal(statements.at(-1), 'SET NOEXEC OFF', 'the plain script runs again after a refused check');
+    });
+
+    it(`${direction}: creates every index again ONLINE where the edition allows and no transaction is open, else as before`, () => {
+      const creates = statements.filter((s) => s.includes('CREATE INDEX') || s.includes('CREATE UNIQUE INDEX'));
+      assert.equal(creates.length, dependentIndexes.length);
+      for (const statement of creates) {
+        assert.ok(
+          statement.startsWith(`DECLARE @online NVARCHAR(20) = CASE WHEN @@TRANCOUNT = 0 AND CAST(SERVERPROPERTY('EngineEdition') AS INT) IN (3, 5, 8)
+  THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+EXEC (N'CREATE `),
+          statement,
+        );
+        assert.ok(statement.endsWith("' + @online)"));
+      }
+    });
+  }
+
+  it('down: refuses first when keys that differ only in case would break a unique index under the default collation', () => {
+    const statements = sqlServerKeyCollationDown(tables);
+    const check = statements[3];
+    assert.ok(statements.findIndex((s) => s.startsWith('DROP ')) > 3);
+    assert.match(
+      check,
+      /SELECT 1 FROM \[messaging\]\.\[events_in\] GROUP BY \[source\] COLLATE DATABASE_DEFAULT, \[idempotency_key\] COLLATE DATABASE_DEFAULT HAVING COUNT\(\*\) > 1/,
+    );
+    assert.match(
+      check,
+      /SELECT 1 FROM \[messaging\]\.\[events_out\] WHERE \[state\] = N'processing' AND \[key\] IS NOT NULL GROUP BY \[key\] COLLATE DATABASE_DEFAULT HAVING COUNT\(\*\) > 1/,
+    );
+    assert.match(check, /GROUP BY \[source\] COLLATE DATABASE_DEFAULT, \[aggregate_id\] COLLATE DATABASE_DEFAULT HAVING COUNT\(\*\) > 1/);
+    assert.match(
+      check,
+      /IF @collisions <> N''\nBEGIN\n {2}RAISERROR\(N'QueueBox migration 004 \(down\) changed nothing: .*', 16, 1, @collisions\);\n {2}SET NOEXEC ON;\nEND$/,
+    );
+    assert.ok(!sqlServerKeyCollationUp(tables).some((s) => s.includes('@collisions')), 'up has nothing to collide');
   });
 });

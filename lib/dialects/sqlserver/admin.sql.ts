@@ -1,4 +1,5 @@
 import { ADMIN_COLUMNS, type Component, deadAt } from './columns';
+import { indexOf } from './quoting';
 import { asUtc, NOW, utcInstant } from './time';
 
 // QueueBoxAdmin's statements. Every write touches `dead` rows only, except skip-head.
@@ -107,22 +108,30 @@ ORDER BY h.[id]`;
 /**
  * Outbox: @0 = key, @1 = expected head id (or NULL), @2 = reason. Inbox: @0 = source,
  * @1 = aggregate, @2 = expected head id, @3 = reason. Dead-letters the head of the key if it is
- * pending, or processing with an expired lease; never a live claim. UPDLOCK on the head read
- * keeps a claim from taking the row between the read and the update.
+ * pending, or processing with an expired lease; never a live claim. The head is found first by a
+ * plain read, then updated through its primary key with every condition checked again under the
+ * update's own lock: still pending (or expired), and still the first unfinished row of its key. So
+ * the row's clustered entry is locked before any index entry of it, in the order a claim locks
+ * (its rows first, then their index entries as it updates them): an index-first lock here (UPDLOCK
+ * on the key index's entry) against a claim's row-first lock deadlocked (error 1205).
  */
 export const blockedKeySkipHeadSql = (table: string, component: Component) => {
   const [match, expected, reason] =
-    component === 'outbox' ? ['e.[key] = @0', '@1', '@2'] : ['e.[source] = @0 AND e.[aggregate_id] = @1', '@2', '@3'];
-  return `UPDATE t
+    component === 'outbox'
+      ? ['e.[key] = @0 AND e.[key] IS NOT NULL', '@1', '@2']
+      : ['e.[source] = @0 AND e.[aggregate_id] = @1 AND e.[aggregate_id] IS NOT NULL', '@2', '@3'];
+  return `DECLARE @head BIGINT = (
+  SELECT TOP (1) e.[id] FROM ${table} AS e
+  WHERE ${match} AND e.[state] IN (N'pending', N'processing')
+  ORDER BY e.[id]);
+UPDATE t
 SET [state] = N'dead', [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = ${reason}
 OUTPUT inserted.[id]
-FROM ${table} AS t WITH (ROWLOCK)
-WHERE t.[id] = (
-    SELECT TOP (1) e.[id] FROM ${table} AS e WITH (UPDLOCK, ROWLOCK)
-    WHERE ${match} AND e.[state] IN (N'pending', N'processing')
-    ORDER BY e.[id])
+FROM ${table} AS t WITH (ROWLOCK, INDEX (${indexOf(table, 'pkey')}), FORCESEEK)
+WHERE t.[id] = @head
   AND (${expected} IS NULL OR t.[id] = ${expected})
-  AND (t.[state] = N'pending' OR (t.[state] = N'processing' AND t.[lease_expires_at] <= ${NOW}))`;
+  AND (t.[state] = N'pending' OR (t.[state] = N'processing' AND t.[lease_expires_at] <= ${NOW}))
+  AND NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE ${match} AND e.[state] IN (N'pending', N'processing') AND e.[id] < t.[id])`;
 };
 
 /**

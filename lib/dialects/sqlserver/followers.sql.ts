@@ -1,8 +1,18 @@
+import { LOCK_TIMEOUT_ERROR } from './claims.sql';
 import { COUNTED } from './lease.sql';
+import { indexOf } from './quoting';
 import { KEY_COLLATION } from './schema';
 import { asUtc, NOW } from './time';
 
 // Followers (batch pull handlers, the inbox relay; see postgres/followers.sql.ts). Parameters are positional (`@0`...).
+
+/**
+ * How long the followers read waits for one row lock. With READ_COMMITTED_SNAPSHOT OFF it waits for
+ * an open transaction that holds a row of the aggregate (a `receive()` not yet committed): the
+ * relay reads followers before its heads' lease keepers start, and a batch pull handler reads them
+ * in its own transaction, so an unbounded wait would run their leases down or fail their attempt.
+ */
+export const FOLLOWERS_LOCK_WAIT_MS = 500;
 
 /**
  * @0 = the heads as a JSON array of `{ id, source, aggregateId }`, @1 = most rows per head.
@@ -11,34 +21,63 @@ import { asUtc, NOW } from './time';
  * row of the aggregate is unfinished (it committed after the head's claim: see
  * postgres/followers.sql.ts). Read under READ COMMITTED with no locking hint: the head's claim
  * keeps every other claim off these rows, and they are completed with the head or stay pending.
+ *
+ * The read waits at most FOLLOWERS_LOCK_WAIT_MS for a row lock; when that runs out it returns no
+ * follower at all (a head is always handled correctly alone), and leaves the caller's transaction
+ * as it was: `XACT_ABORT OFF` (restored when the batch returns, like every SET in sp_executesql)
+ * makes the lock timeout end that statement only. So the rows are read into a table variable
+ * first, and sent only once the read is complete: a result streamed before the timeout would hand
+ * out part of it. The pending filter also states the aggregate index's own (`IN (N'pending',
+ * N'processing') AND [aggregate_id] IS NOT NULL`), so that filtered index matches without relying
+ * on SQL Server to infer it from `= N'pending'`.
  */
-export const inboxFollowersSql = (table: string) => `SELECT f.[id], f.[source], f.[idempotency_key], f.[aggregate_id], f.[payload],
-       f.[headers], f.[attempts], ${asUtc('f.[received_at]')} AS [received_at], f.[due], h.[id] AS [head_id]
-FROM OPENJSON(@0) WITH ([id] BIGINT '$.id', [source] NVARCHAR(255) '$.source', [aggregate_id] NVARCHAR(255) '$.aggregateId') AS h
-CROSS APPLY (
-  SELECT TOP (@1) i.[id], i.[source], i.[idempotency_key], i.[aggregate_id], i.[payload], i.[headers], i.[attempts],
-         i.[received_at], CASE WHEN i.[available_at] <= ${NOW} THEN 1 ELSE 0 END AS [due]
-  FROM ${table} AS i
-  WHERE i.[source] = h.[source] COLLATE ${KEY_COLLATION} AND i.[aggregate_id] = h.[aggregate_id] COLLATE ${KEY_COLLATION} AND i.[aggregate_id] IS NOT NULL
-    AND i.[state] = N'pending' AND i.[id] > h.[id]
-  ORDER BY i.[id]
-) AS f
-WHERE NOT EXISTS (SELECT 1 FROM ${table} AS e
-  WHERE e.[source] = h.[source] COLLATE ${KEY_COLLATION} AND e.[aggregate_id] = h.[aggregate_id] COLLATE ${KEY_COLLATION}
-    AND e.[aggregate_id] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] < h.[id])`;
+export const inboxFollowersSql = (table: string) => `SET XACT_ABORT OFF;
+SET LOCK_TIMEOUT ${FOLLOWERS_LOCK_WAIT_MS};
+DECLARE @followers TABLE ([id] BIGINT NOT NULL, [source] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL,
+  [idempotency_key] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL, [aggregate_id] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL,
+  [payload] NVARCHAR(MAX) NOT NULL, [headers] NVARCHAR(MAX) NOT NULL, [attempts] INT NOT NULL, [received_at] DATETIME2 NOT NULL,
+  [due] INT NOT NULL, [head_id] BIGINT NOT NULL);
+BEGIN TRY
+  INSERT INTO @followers ([id], [source], [idempotency_key], [aggregate_id], [payload], [headers], [attempts], [received_at], [due], [head_id])
+  SELECT f.[id], f.[source], f.[idempotency_key], f.[aggregate_id], f.[payload], f.[headers], f.[attempts], f.[received_at], f.[due], h.[id]
+  FROM OPENJSON(@0) WITH ([id] BIGINT '$.id', [source] NVARCHAR(255) '$.source', [aggregate_id] NVARCHAR(255) '$.aggregateId') AS h
+  CROSS APPLY (
+    SELECT TOP (@1) i.[id], i.[source], i.[idempotency_key], i.[aggregate_id], i.[payload], i.[headers], i.[attempts],
+           i.[received_at], CASE WHEN i.[available_at] <= ${NOW} THEN 1 ELSE 0 END AS [due]
+    FROM ${table} AS i
+    WHERE i.[source] = h.[source] COLLATE ${KEY_COLLATION} AND i.[aggregate_id] = h.[aggregate_id] COLLATE ${KEY_COLLATION}
+      AND i.[aggregate_id] IS NOT NULL AND i.[state] IN (N'pending', N'processing') AND i.[state] = N'pending' AND i.[id] > h.[id]
+    ORDER BY i.[id]
+  ) AS f
+  WHERE NOT EXISTS (SELECT 1 FROM ${table} AS e
+    WHERE e.[source] = h.[source] COLLATE ${KEY_COLLATION} AND e.[aggregate_id] = h.[aggregate_id] COLLATE ${KEY_COLLATION}
+      AND e.[aggregate_id] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] < h.[id]);
+END TRY
+BEGIN CATCH
+  IF ERROR_NUMBER() <> ${LOCK_TIMEOUT_ERROR} OR XACT_STATE() = -1
+    THROW;
+  DELETE FROM @followers;
+END CATCH;
+SELECT [id], [source], [idempotency_key], [aggregate_id], [payload], [headers], [attempts], ${asUtc('[received_at]')} AS [received_at],
+       [due], [head_id]
+FROM @followers`;
 
 /**
  * @0 = the followers as a JSON array of `{ id, headId, headToken }`. Marks followers processed,
  * counting their attempt, in the transaction that completed their heads; fenced by the head: only
  * a pending follower whose head (same aggregate, lower id) is `processed` under that token (see
- * postgres/followers.sql.ts). Returns the ids it changed.
+ * postgres/followers.sql.ts). Returns the ids it changed. Both rows by primary-key seek, pinned to
+ * that index with INDEX (a bare FORCESEEK would also admit a seek on another index whose filter matches).
  */
-export const inboxCompleteFollowersSql = (table: string) => `${COUNTED}UPDATE t
+export const inboxCompleteFollowersSql = (table: string) => {
+  const byId = `WITH (INDEX (${indexOf(table, 'pkey')}), FORCESEEK)`;
+  return `${COUNTED}UPDATE t
 SET [state] = N'processed', [processed_at] = ${NOW}, [claimed_at] = ${NOW}, [attempts] = t.[attempts] + 1
 OUTPUT inserted.[id]
-FROM ${table} AS t WITH (FORCESEEK)
+FROM ${table} AS t ${byId}
   INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [head_id] BIGINT '$.headId', [head_token] UNIQUEIDENTIFIER '$.headToken') AS c
     ON t.[id] = c.[id]
-  INNER JOIN ${table} AS h WITH (FORCESEEK) ON h.[id] = c.[head_id]
+  INNER JOIN ${table} AS h ${byId} ON h.[id] = c.[head_id]
 WHERE t.[state] = N'pending' AND h.[claim_token] = c.[head_token] AND h.[state] = N'processed'
   AND h.[source] = t.[source] AND h.[aggregate_id] = t.[aggregate_id] AND h.[id] < t.[id]`;
+};

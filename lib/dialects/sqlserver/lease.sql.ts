@@ -1,3 +1,4 @@
+import { indexOf } from './quoting';
 import { asUtc, msFromNow, NOW } from './time';
 
 // The fenced writes of a claim's holder. Parameters are positional (`@0`...).
@@ -9,6 +10,19 @@ import { asUtc, msFromNow, NOW } from './time';
  * back to the connection's setting when the batch ends.
  */
 export const COUNTED = 'SET NOCOUNT OFF;\n';
+
+/**
+ * Starts a batch that runs on a pooled connection outside any caller's transaction (autocommit):
+ * such a statement runs at the connection's isolation level, which is whatever the last
+ * transaction on that connection began with (mssql sends an explicit level with every BEGIN:
+ * TypeORM's `isolationLevel`, or one an application passed to `dataSource.transaction(level, ...)`)
+ * or the login's (`options.connectionIsolationLevel`), and mssql does not reset connections it
+ * returns to the pool. Under SNAPSHOT a renewal or completion racing another writer of the row
+ * would fail with error 3960, under SERIALIZABLE the reclaims and lookups would take range locks,
+ * under READ UNCOMMITTED the followers read would see uncommitted rows. Set inside the batch, the
+ * level is restored when the batch returns (as every SET inside sp_executesql).
+ */
+export const PINNED_READ_COMMITTED = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n';
 
 /** The claim fence: @0 = id, @1 = claim token. */
 const FENCE = `[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ${NOW}`;
@@ -28,12 +42,14 @@ WHERE ${FENCE}`;
 /**
  * @0 = the claims as one JSON array of `{ id, token }`. Completes a batch with one fenced
  * statement and returns the ids it completed; an id missing from the result lost its claim.
- * FORCESEEK: one primary-key seek per claim, never a scan (OPENJSON's row count is a guess).
+ * FORCESEEK pinned to the primary key (INDEX): one seek per claim, never a scan (OPENJSON's row count is a
+ * guess), and never a range seek on the outbox's lease index (its `processing` filter matches this
+ * statement too), which would U-lock every live claim and wait behind any completion in flight.
  */
 export const leaseCompleteBatchSql = (table: string, finished: Finished) => `UPDATE t
 SET [state] = N'${finished.state}', [${finished.column}] = ${NOW}, [lease_expires_at] = NULL
 OUTPUT inserted.[id]
-FROM ${table} AS t WITH (FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
+FROM ${table} AS t WITH (INDEX (${indexOf(table, 'pkey')}), FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
   ON t.[id] = c.[id]
 WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW}`;
 

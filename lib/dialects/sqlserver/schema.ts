@@ -196,11 +196,117 @@ function keyIndexes(tables: QueueBoxTables): { outbox: string[]; inbox: string[]
 }
 
 /**
- * Migration 004 (key collation): the compared key columns to `collation`. Drops what depends on
- * them (the indexes of 001-003 and the inbox's unique constraint), alters the columns and creates
- * the same indexes again, from the very statements of 001-003.
+ * Migration 004's first statement: refuses, naming them, the objects that would make `ALTER COLUMN
+ * ... COLLATE` fail (SQL Server, ALTER TABLE: a CHECK or FOREIGN KEY constraint, a computed column,
+ * an index, statistics or a full-text index on the column, a schema-bound view or function) other
+ * than the indexes of 001-003 and the inbox's unique constraint, which 004 drops and creates again
+ * itself. Statistics SQL Server created on its own (`auto_created`) are dropped by ALTER COLUMN
+ * and do not count. Refused before anything changed: through TypeORM the error ends the migration;
+ * in the plain script `SET NOEXEC ON` makes sqlcmd or SSMS compile the batches that follow
+ * without running them, up to the `SET NOEXEC OFF` that ends the script (a script that went on
+ * after this error would create the indexes again under the old collation).
  */
-function keyCollation(tables: QueueBoxTables, collation: string): string[] {
+function blockingObjectsCheck(tables: QueueBoxTables, direction: 'up' | 'down'): string {
+  const own = [...keyIndexes(tables).outbox, ...keyIndexes(tables).inbox, `${tables.inbox.name}_source_idempotency_key_key`];
+  const columns = (kind: LeaseTableName, table: string) =>
+    `(c.[object_id] = OBJECT_ID(N'${table}') AND c.[name] IN (${KEY_COLUMNS[kind].map(([column]) => `N'${column}'`).join(', ')}))`;
+  const on = `QUOTENAME(OBJECT_SCHEMA_NAME(c.[object_id])) + N'.' + QUOTENAME(OBJECT_NAME(c.[object_id])) + N'.' + QUOTENAME(c.[name])`;
+  return `DECLARE @key_columns TABLE ([object_id] INT NOT NULL, [column_id] INT NOT NULL, [name] SYSNAME NOT NULL);
+INSERT INTO @key_columns ([object_id], [column_id], [name])
+SELECT c.[object_id], c.[column_id], c.[name] FROM sys.columns AS c
+WHERE ${columns('outbox', mssqlTable(tables.outbox))}
+   OR ${columns('inbox', mssqlTable(tables.inbox))};
+DECLARE @blocking NVARCHAR(MAX) = STUFF((
+  SELECT N', ' + d.[what] FROM (
+    SELECT N'statistics ' + QUOTENAME(s.[name]) + N' on ' + ${on} AS [what]
+    FROM sys.stats AS s
+    INNER JOIN sys.stats_columns AS sc ON sc.[object_id] = s.[object_id] AND sc.[stats_id] = s.[stats_id]
+    INNER JOIN @key_columns AS c ON c.[object_id] = sc.[object_id] AND c.[column_id] = sc.[column_id]
+    WHERE s.[user_created] = 1
+    UNION
+    SELECT N'index ' + QUOTENAME(i.[name]) + N' on ' + ${on}
+    FROM sys.indexes AS i
+    INNER JOIN @key_columns AS c ON c.[object_id] = i.[object_id]
+    WHERE i.[type] > 0 AND i.[name] NOT IN (${own.map((name) => `N'${name}'`).join(', ')})
+      AND (EXISTS (SELECT 1 FROM sys.index_columns AS ic
+             WHERE ic.[object_id] = i.[object_id] AND ic.[index_id] = i.[index_id] AND ic.[column_id] = c.[column_id])
+           OR (i.[has_filter] = 1 AND i.[filter_definition] LIKE N'%[[]' + c.[name] + N']%'))
+    UNION
+    SELECT N'foreign key ' + QUOTENAME(OBJECT_NAME(f.[constraint_object_id])) + N' on ' + ${on}
+    FROM sys.foreign_key_columns AS f
+    INNER JOIN @key_columns AS c
+      ON (c.[object_id] = f.[parent_object_id] AND c.[column_id] = f.[parent_column_id])
+      OR (c.[object_id] = f.[referenced_object_id] AND c.[column_id] = f.[referenced_column_id])
+    UNION
+    SELECT CASE WHEN x.[referencing_minor_id] > 0
+             THEN N'computed column ' + QUOTENAME(COL_NAME(x.[referencing_id], x.[referencing_minor_id]))
+             ELSE QUOTENAME(OBJECT_SCHEMA_NAME(x.[referencing_id])) + N'.' + QUOTENAME(OBJECT_NAME(x.[referencing_id])) END
+           + N' on ' + ${on}
+    FROM sys.sql_expression_dependencies AS x
+    INNER JOIN @key_columns AS c ON c.[object_id] = x.[referenced_id] AND c.[column_id] = x.[referenced_minor_id]
+    WHERE NOT (x.[referencing_id] = c.[object_id] AND x.[referencing_minor_id] = 0)
+    UNION
+    SELECT N'full-text index on ' + ${on}
+    FROM sys.fulltext_index_columns AS ft
+    INNER JOIN @key_columns AS c ON c.[object_id] = ft.[object_id] AND c.[column_id] = ft.[column_id]
+  ) AS d
+  ORDER BY d.[what]
+  FOR XML PATH(''), TYPE).value(N'.', N'NVARCHAR(MAX)'), 1, 2, N'');
+IF @blocking IS NOT NULL
+BEGIN
+  RAISERROR(N'QueueBox migration 004 (${direction}) changed nothing: %s depend on the key columns, and SQL Server refuses to change the collation of a column they depend on. Drop them (create them again after the migration), then run it again. See docs/sqlserver.md.', 16, 1, @blocking);
+  SET NOEXEC ON;
+END`;
+}
+
+/**
+ * Migration 004 down's second statement: refuses when the unique constraint or the unique
+ * in-flight indexes could not be created again under the database's default collation (usually
+ * case-insensitive), because 004 let in keys that differ only in case or accents. Refused before
+ * anything changed, as blockingObjectsCheck is.
+ */
+function collisionsCheck(tables: QueueBoxTables): string {
+  const outbox = mssqlTable(tables.outbox);
+  const inbox = mssqlTable(tables.inbox);
+  const o = tables.outbox.name;
+  const i = tables.inbox.name;
+  const d = 'COLLATE DATABASE_DEFAULT';
+  return `DECLARE @collisions NVARCHAR(MAX) = CONCAT(
+  CASE WHEN EXISTS (SELECT 1 FROM ${inbox} GROUP BY [source] ${d}, [idempotency_key] ${d} HAVING COUNT(*) > 1)
+    THEN N' [${i}_source_idempotency_key_key] (source, idempotency_key)' END,
+  CASE WHEN EXISTS (SELECT 1 FROM ${outbox} WHERE [state] = N'processing' AND [key] IS NOT NULL GROUP BY [key] ${d} HAVING COUNT(*) > 1)
+    THEN N' [${o}_key_in_flight_idx] (key)' END,
+  CASE WHEN EXISTS (SELECT 1 FROM ${inbox} WHERE [state] = N'processing' AND [aggregate_id] IS NOT NULL
+      GROUP BY [source] ${d}, [aggregate_id] ${d} HAVING COUNT(*) > 1)
+    THEN N' [${i}_aggregate_in_flight_idx] (source, aggregate_id)' END);
+IF @collisions <> N''
+BEGIN
+  RAISERROR(N'QueueBox migration 004 (down) changed nothing: under the database''s default collation these would no longer be unique:%s. Rows whose keys differ only in case (or accents) were accepted under ${KEY_COLLATION}; change or remove them first. See docs/sqlserver.md.', 16, 1, @collisions);
+  SET NOEXEC ON;
+END`;
+}
+
+/**
+ * An index of 001-003 created again: with `ONLINE = ON` where that keeps the table usable while
+ * it builds (an edition that has online index operations: Enterprise and Developer (EngineEdition
+ * 3), Azure SQL Database (5), Azure SQL Managed Instance (8)), and only outside a transaction (the
+ * plain script's autocommit batches): inside TypeORM's all-migrations transaction the indexes
+ * dropped before hold the table's schema lock until the commit anyway.
+ */
+function createdAgain(statement: string): string {
+  return `DECLARE @online NVARCHAR(20) = CASE WHEN @@TRANCOUNT = 0 AND CAST(SERVERPROPERTY('EngineEdition') AS INT) IN (3, 5, 8)
+  THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+EXEC (N'${statement.replaceAll("'", "''")}' + @online)`;
+}
+
+/**
+ * Migration 004 (key collation): the compared key columns to `collation`. Checks first that
+ * nothing stops it (blockingObjectsCheck; going back, collisionsCheck), then drops what depends on
+ * them (the indexes of 001-003 and the inbox's unique constraint), alters the columns and creates
+ * the same indexes again, from the very statements of 001-003 (createdAgain). A maintenance step:
+ * see docs/sqlserver.md ("Migration 004 on a live database").
+ */
+function keyCollation(tables: QueueBoxTables, collation: string, direction: 'up' | 'down'): string[] {
   const table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
   const indexes = keyIndexes(tables);
   const unique = `${tables.inbox.name}_source_idempotency_key_key`;
@@ -209,7 +315,7 @@ function keyCollation(tables: QueueBoxTables, collation: string): string[] {
     names.map((index) => {
       const statement = created.find((s) => s.startsWith(`CREATE INDEX [${index}] `) || s.startsWith(`CREATE UNIQUE INDEX [${index}] `));
       if (!statement) throw new Error(`migration 004: no CREATE statement for index ${index}`);
-      return statement;
+      return createdAgain(statement);
     });
   const alter = (kind: LeaseTableName) =>
     KEY_COLUMNS[kind].map(
@@ -218,6 +324,8 @@ function keyCollation(tables: QueueBoxTables, collation: string): string[] {
   return [
     'SET ANSI_NULLS ON',
     'SET QUOTED_IDENTIFIER ON',
+    blockingObjectsCheck(tables, direction),
+    ...(direction === 'down' ? [collisionsCheck(tables)] : []),
     ...indexes.outbox.map((index) => `DROP INDEX IF EXISTS [${index}] ON ${table.outbox}`),
     ...alter('outbox'),
     ...recreate(indexes.outbox),
@@ -226,6 +334,8 @@ function keyCollation(tables: QueueBoxTables, collation: string): string[] {
     ...alter('inbox'),
     `ALTER TABLE ${table.inbox} ADD CONSTRAINT [${unique}] UNIQUE ([source], [idempotency_key])`,
     ...recreate(indexes.inbox),
+    // Ends what a refused check began in a plain script; a no-op otherwise.
+    'SET NOEXEC OFF',
   ];
 }
 
@@ -233,10 +343,10 @@ type LeaseTableName = keyof typeof KEY_COLUMNS;
 
 /** Migration 004 up: key columns compared by code point (KEY_COLLATION). */
 export function sqlServerKeyCollationUp(tables: QueueBoxTables): string[] {
-  return keyCollation(tables, KEY_COLLATION);
+  return keyCollation(tables, KEY_COLLATION, 'up');
 }
 
 /** Migration 004 down: key columns back to the database's default collation (what 001 created). */
 export function sqlServerKeyCollationDown(tables: QueueBoxTables): string[] {
-  return keyCollation(tables, 'DATABASE_DEFAULT');
+  return keyCollation(tables, 'DATABASE_DEFAULT', 'down');
 }

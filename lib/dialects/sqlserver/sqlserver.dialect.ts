@@ -24,7 +24,7 @@ import { clockNowSql, databaseSettingsSql, keyCollationSql, tableExistsSql } fro
 import {
   CLAIM_LOCK_ERROR_BASE,
   CLAIM_ROW_LOCK_WAIT_MS,
-  claimLockTimeoutResetSql,
+  CLAIM_SEARCH_LOCK_WAIT_MS,
   inboxPullClaimSql,
   inboxReclaimSql,
   inboxRelayClaimSql,
@@ -32,9 +32,17 @@ import {
   outboxClaimSql,
   outboxReclaimSql,
 } from './claims.sql';
-import { inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
+import { FOLLOWERS_LOCK_WAIT_MS, inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
-import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
+import {
+  leaseCompleteBatchSql,
+  leaseCompleteSql,
+  leaseDeadLetterSql,
+  leaseReleaseSql,
+  leaseRenewSql,
+  leaseRetrySql,
+  PINNED_READ_COMMITTED,
+} from './lease.sql';
 import { outboxInsertSql } from './outbox.sql';
 import { mssqlTable } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
@@ -155,11 +163,12 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     if (database && database.compatibility_level < 130) {
       throw new QueueBoxConfigError('dataSource', messages.sqlServerCompatibilityLevelTooLow(database.compatibility_level));
     }
-    // A warning, not a refusal: claims stay correct without RCSI (their row-lock waits are bounded
-    // by LOCK_TIMEOUT), only slower behind long producer transactions; and RCSI is a database-wide
-    // choice that is not QueueBox's to impose.
+    // A warning, not a refusal: claims stay correct without RCSI and keep delivering; a key whose
+    // rows an open transaction holds waits for it, and a claim that meets such a row gives up on
+    // it after a bounded wait (claims.sql.ts); RCSI is a database-wide choice that is not
+    // QueueBox's to impose.
     if (database && !database.is_read_committed_snapshot_on) {
-      this.log.warn(messages.sqlServerReadCommittedSnapshotOff(CLAIM_ROW_LOCK_WAIT_MS));
+      this.log.warn(messages.sqlServerReadCommittedSnapshotOff(CLAIM_SEARCH_LOCK_WAIT_MS, FOLLOWERS_LOCK_WAIT_MS));
     }
   }
 
@@ -288,9 +297,16 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     return this.run<T>(statement, params);
   }
 
+  /**
+   * Runs one of QueueBox's statements: in `manager`'s transaction at the level that transaction
+   * has; outside a transaction (no manager, or one whose runner has none open, such as the pull
+   * workers' renewal connection: TypeORM's SQL Server runner then sends its statements to the pool)
+   * at READ COMMITTED, whatever level the pooled connection was left at (PINNED_READ_COMMITTED).
+   */
   protected async run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>> {
+    const sent = manager?.queryRunner?.isTransactionActive ? statement : `${PINNED_READ_COMMITTED}${statement}`;
     try {
-      return await runSql<T>(this.dataSource, statement, params, manager);
+      return await runSql<T>(this.dataSource, sent, params, manager);
     } catch (error) {
       throw withPrecedingErrors(error);
     }
@@ -348,10 +364,8 @@ function lockName(full: string): string {
 
 async function abandonClaim(runner: QueryRunner): Promise<void> {
   // Best effort: when the connection itself broke, the server ended the session and with it the
-  // transaction and the lock it owned.
-  try {
-    await runner.query(claimLockTimeoutResetSql());
-  } catch {}
+  // transaction and the lock it owned. Nothing the batch SET needs resetting: sp_executesql
+  // restores it on return (see claims.sql.ts, underClaimLock).
   try {
     if (runner.isTransactionActive) await runner.rollbackTransaction();
   } catch {}
