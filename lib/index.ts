@@ -59,10 +59,8 @@ export {
   verifyRequestSignature,
   verifySignature,
 } from './inbox/receiver/signature';
-export type { InboxMessage, OutboundMessage } from './lease/claimed-messages';
-export { createLeaseService } from './lease/create-lease-service';
 export { LeaseService } from './lease/lease.service';
-export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './lease/lease.types';
+export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export {
   createQueueBoxClaimFunctionsMigration,
@@ -102,6 +100,8 @@ export {
   type ClientProxyTransport,
 } from './publishers/client-proxy.publisher';
 export { HttpPublisher, type HttpPublisherOptions } from './publishers/http.publisher';
+export { createLeaseService, createPullClient } from './pull/create-pull-client';
+export { PullClient } from './pull/pull.client';
 export { PullWorker } from './pull/pull.worker';
 export {
   type PullBatchContext,
@@ -114,6 +114,8 @@ export { DEFAULT_TABLES, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from 
 export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';
 export { WorkNotifications } from './queuebox.notifications';
+export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './types/claims';
+export type { InboxMessage, OutboundMessage } from './types/messages';
 export {
   CAUSATION_HEADER,
   IDEMPOTENCY_KEY_HEADER,
@@ -125,4 +127,3 @@ export {
   SIGNED_HEADERS_HEADER,
   TIMESTAMP_HEADER,
 } from './wire-headers';
-export { LeaseKeeper } from './workers/lease-keeper';

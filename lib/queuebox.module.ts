@@ -7,11 +7,11 @@ import { QueueBoxEvents } from './events/queuebox.events';
 import { QueueBoxHealth } from './health/queuebox-health';
 import { InboxRelay } from './inbox/inbox.relay';
 import { InboxService } from './inbox/inbox.service';
-import { InboxSources } from './inbox/inbox-sources';
 import { LeaseService } from './lease/lease.service';
 import { QueueBoxMetrics } from './metrics/queuebox.metrics';
 import { OutboxPoller } from './outbox/outbox.poller';
 import { OutboxService } from './outbox/outbox.service';
+import { PullClient } from './pull/pull.client';
 import { PullWorker } from './pull/pull.worker';
 import { PullHandlerExplorer } from './pull/pull-handler.explorer';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
@@ -19,6 +19,7 @@ import { QueueBoxConfigurableModule } from './queuebox.module-definition';
 import { WorkNotifications } from './queuebox.notifications';
 import { QueueBoxPoolCheck } from './queuebox.pool-check';
 import { DatabaseRecovery } from './workers/database-recovery';
+import { InboxSources } from './workers/inbox-sources';
 
 /**
  * The QueueBox module: registers `OutboxService`, `OutboxPoller`, `InboxService`, `InboxRelay` and `LeaseService` over the
@@ -50,6 +51,7 @@ import { DatabaseRecovery } from './workers/database-recovery';
     InboxService,
     InboxRelay,
     PullHandlerExplorer,
+    PullClient,
     PullWorker,
     WorkNotifications,
     QueueBoxPoolCheck,
@@ -62,6 +64,7 @@ import { DatabaseRecovery } from './workers/database-recovery';
     QueueBoxEvents,
     RetentionService,
     QueueBoxAdmin,
+    PullClient,
     PullWorker,
     WorkNotifications,
     QueueBoxMetrics,

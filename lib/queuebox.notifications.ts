@@ -1,12 +1,12 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { describeError } from './common/errors';
 import type { Dialect, WorkListener } from './dialects/dialect';
-import { InboxSources } from './inbox/inbox-sources';
 import type { ResolvedQueueBoxOptions } from './options/options.resolver';
 import { OutboxPoller } from './outbox/outbox.poller';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { messages } from './queuebox.messages';
 import { DatabaseRecovery } from './workers/database-recovery';
+import { InboxSources } from './workers/inbox-sources';
 
 /**
  * Wakes the workers of this process when another process commits work (PostgreSQL

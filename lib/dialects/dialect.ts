@@ -1,5 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { TableName } from '../common/identifiers';
+import type { ClaimedRow, ClaimTable, FollowerRow } from '../types/claims';
+import type { InboxMessage, OutboundMessage } from '../types/messages';
 import type {
   AdminComponent,
   BacklogRow,
@@ -19,7 +21,7 @@ export interface QueueBoxTables {
 }
 
 /** Which table a fenced write targets. The outbox finishes rows as `sent`, the inbox as `processed`. */
-export type LeaseTable = 'outbox' | 'inbox';
+export type LeaseTable = ClaimTable;
 
 export interface OutboxInsertRow {
   messageId: string;
@@ -31,18 +33,8 @@ export interface OutboxInsertRow {
   availableAt: Date | null;
 }
 
-export interface OutboxClaimedRow {
-  id: string;
-  messageId: string;
-  destination: string;
-  key: string | null;
-  payload: unknown;
-  headers: Record<string, string>;
-  attempts: number;
-  token: string;
-  leaseExpiresAt: Date;
-  createdAt: Date;
-}
+/** A claimed outbox row: its fence and its message. */
+export type OutboxClaimedRow = ClaimedRow<OutboundMessage>;
 
 export interface InboxInsertRow {
   source: string;
@@ -52,34 +44,8 @@ export interface InboxInsertRow {
   headersJson: string;
 }
 
-export interface InboxClaimedRow {
-  id: string;
-  source: string;
-  idempotencyKey: string;
-  aggregateId: string | null;
-  payload: unknown;
-  headers: Record<string, string>;
-  attempts: number;
-  token: string;
-  leaseExpiresAt: Date;
-  receivedAt: Date;
-}
-
-/** A pending inbox row that follows a claimed head of its aggregate (`inboxFollowers`). */
-export interface InboxFollowerRow {
-  id: string;
-  /** The claimed row it follows. */
-  headId: string;
-  source: string;
-  idempotencyKey: string;
-  aggregateId: string;
-  payload: unknown;
-  headers: Record<string, string>;
-  attempts: number;
-  receivedAt: Date;
-  /** Available now: the rows after the first that is not are left for later. */
-  due: boolean;
-}
+/** A claimed inbox row: its fence and its message. */
+export type InboxClaimedRow = ClaimedRow<InboxMessage>;
 
 /** Work arrived: outbox rows were committed, or an inbox message of `source` (all sources when absent). */
 export type WorkNotice = { table: 'outbox' } | { table: 'inbox'; source?: string };
@@ -162,7 +128,7 @@ export interface Dialect {
     heads: { id: string; source: string; aggregateId: string }[];
     perHead: number;
     manager?: EntityManager;
-  }): Promise<InboxFollowerRow[]>;
+  }): Promise<FollowerRow[]>;
   /**
    * Marks followers processed in `manager`'s transaction, each only while pending and only if its
    * head (same aggregate, lower id) is `processed` under `headToken`: their heads' fenced

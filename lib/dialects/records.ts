@@ -1,4 +1,7 @@
-import type { InboxClaimedRow, InboxFollowerRow, LeaseTable, OutboxClaimedRow } from './dialect';
+import type { FollowerRow } from '../types/claims';
+import type { InboxMessage } from '../types/messages';
+import { MESSAGE_ID_HEADER } from '../wire-headers';
+import type { InboxClaimedRow, LeaseTable, OutboxClaimedRow } from './dialect';
 import type {
   AdminComponent,
   BacklogRow,
@@ -72,38 +75,52 @@ export interface RecordDecoding<J> {
   uuid(value: string): string;
 }
 
+/** The stored headers of a row (null when none). */
+function headersOf<J>(value: J | null, decode: RecordDecoding<J>): Record<string, string> {
+  return value === null ? {} : (decode.json(value) as Record<string, string>);
+}
+
+/** A claimed outbox row: its fence, and its message as publishers see it (`X-Message-Id` among the headers). */
 export function toOutboxClaimedRow<J>(r: OutboxClaimedRecord<J>, decode: RecordDecoding<J>): OutboxClaimedRow {
+  const messageId = decode.uuid(r.message_id);
+  const id = String(r.id);
   return {
-    id: String(r.id),
-    messageId: decode.uuid(r.message_id),
-    destination: r.destination,
-    key: r.key,
-    payload: decode.json(r.payload),
-    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
-    attempts: r.attempts,
+    id,
     token: decode.uuid(r.claim_token),
     leaseExpiresAt: r.lease_expires_at,
-    createdAt: r.created_at,
+    attempt: r.attempts,
+    message: {
+      id,
+      messageId,
+      destination: r.destination,
+      key: r.key,
+      payload: decode.json(r.payload),
+      headers: { ...headersOf(r.headers, decode), [MESSAGE_ID_HEADER]: messageId },
+      attempt: r.attempts,
+      createdAt: r.created_at,
+    },
   };
 }
 
 export function toInboxClaimedRow<J>(r: InboxClaimedRecord<J>, decode: RecordDecoding<J>): InboxClaimedRow {
-  return { ...inboxRowOf(r, decode), token: decode.uuid(r.claim_token), leaseExpiresAt: r.lease_expires_at };
+  const message = inboxMessageOf(r, r.attempts, decode);
+  return { id: message.id, token: decode.uuid(r.claim_token), leaseExpiresAt: r.lease_expires_at, attempt: r.attempts, message };
 }
 
-/** The columns every inbox row statement returns, decoded (claims and followers). */
-function inboxRowOf<J>(
-  r: Pick<InboxClaimedRecord<J>, 'id' | 'source' | 'idempotency_key' | 'aggregate_id' | 'payload' | 'headers' | 'attempts' | 'received_at'>,
+/** The message of an inbox row statement (claims and followers), decoded, at `attempt`. */
+function inboxMessageOf<J>(
+  r: Pick<InboxClaimedRecord<J>, 'id' | 'source' | 'idempotency_key' | 'aggregate_id' | 'payload' | 'headers' | 'received_at'>,
+  attempt: number,
   decode: RecordDecoding<J>,
-) {
+): InboxMessage {
   return {
     id: String(r.id),
     source: r.source,
     idempotencyKey: r.idempotency_key,
     aggregateId: r.aggregate_id,
     payload: decode.json(r.payload),
-    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
-    attempts: r.attempts,
+    headers: headersOf(r.headers, decode),
+    attempt,
     receivedAt: r.received_at,
   };
 }
@@ -122,8 +139,9 @@ export interface InboxFollowerRecord<J> {
   due: boolean | number;
 }
 
-export function toInboxFollowerRow<J>(r: InboxFollowerRecord<J>, decode: RecordDecoding<J>): InboxFollowerRow {
-  return { ...inboxRowOf(r, decode), aggregateId: r.aggregate_id, headId: String(r.head_id), due: r.due === true || r.due === 1 };
+/** A follower: its message at the attempt that completing it counts. */
+export function toInboxFollowerRow<J>(r: InboxFollowerRecord<J>, decode: RecordDecoding<J>): FollowerRow {
+  return { headId: String(r.head_id), due: r.due === true || r.due === 1, message: inboxMessageOf(r, r.attempts + 1, decode) };
 }
 
 /** One count of the backlog statement: a (component, name, state) group. */

@@ -1,14 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { SqlResult } from '../common/sql-runner';
-import type {
-  DeadSelection,
-  FenceParams,
-  InboxClaimedRow,
-  InboxFollowerRow,
-  InboxInsertRow,
-  LeaseTable,
-  OutboxClaimedRow,
-} from './dialect';
+import type { FollowerRow } from '../types/claims';
+import type { DeadSelection, FenceParams, InboxClaimedRow, InboxInsertRow, LeaseTable, OutboxClaimedRow } from './dialect';
 import type {
   AdminComponent,
   BacklogRow,
@@ -185,14 +178,14 @@ export abstract class SqlDialect<J> {
     heads: { id: string; source: string; aggregateId: string }[];
     perHead: number;
     manager?: EntityManager;
-  }): Promise<InboxFollowerRow[]> {
+  }): Promise<FollowerRow[]> {
     if (p.heads.length === 0 || p.perHead < 1) return [];
     const { rows } = await this.run<InboxFollowerRecord<J>>(
       this.statements.inboxFollowersSql(this.table.inbox),
       [this.params.text(JSON.stringify(p.heads)), this.params.int(p.perHead)],
       p.manager,
     );
-    return rows.map((r) => toInboxFollowerRow(r, this.decoding)).sort(byId);
+    return rows.map((r) => toInboxFollowerRow(r, this.decoding)).sort((a, b) => byId(a.message, b.message));
   }
 
   async inboxCompleteFollowers(p: {

@@ -1,6 +1,9 @@
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import type { LeaseService } from '../lease/lease.service';
-import type { InboxClaim } from '../lease/lease.types';
+import { asDuplicateMessageId } from '../outbox/outbox.service';
+import { messages } from '../queuebox.messages';
+import type { InboxClaim } from '../types/claims';
+import type { InboxFollowers } from '../workers/inbox-followers';
 import { TurnBatcher } from '../workers/turn-batcher';
 
 /**
@@ -17,7 +20,7 @@ export interface RoutedRow {
 }
 
 /** A claimed head's forward, with its followers (forwarded with it, after it, in id order). */
-interface Forward extends RoutedRow {
+export interface Forward extends RoutedRow {
   followers: RoutedRow[];
 }
 
@@ -30,14 +33,15 @@ export const rowsOf = (forward: { rows: OutboxInsertRow[]; followers: RoutedRow[
 /**
  * Group forwarding: the forwards that are ready during one turn of the event loop, or while the
  * previous batch's transaction runs, share one transaction (up to `maxBatch` of them): one fenced
- * completion of all their claims, then the completion of those claims' followers (InboxRelay),
- * then the outbox rows of the claims it completed only (each head's, then its followers'), so a
- * claim lost in the fence never reaches the outbox (I6). Under load that is one transaction for many
- * messages instead of one each; alone, a forward waits for nothing but its own transaction.
+ * completion of all their claims, then the completion of those claims' followers, then the outbox
+ * rows of the claims it completed only (each head's, then its followers'), so a claim lost in the
+ * fence never reaches the outbox (I6). Under load that is one transaction for many messages
+ * instead of one each; alone, a forward waits for nothing but its own transaction.
  *
- * When a batch's transaction fails, nothing of it was written, and every forward of it is told to
- * go `alone`: one message whose rows cannot be inserted (a message id already in the outbox) then
- * fails only itself, with the retry and dead-letter handling of a single forward.
+ * When a batch's transaction fails, nothing of it was written, and its forwards are told to go
+ * `alone`: one message whose rows cannot be inserted (a message id already in the outbox) then
+ * fails only itself, with the retry and dead-letter handling of a single forward. A batch of one
+ * forward without followers was that single forward already: its error is its own.
  */
 export class ForwardBatcher {
   private readonly batcher: TurnBatcher<Forward, BatchedForward>;
@@ -45,19 +49,18 @@ export class ForwardBatcher {
   constructor(
     private readonly dialect: Dialect,
     private readonly lease: LeaseService,
+    private readonly followers: InboxFollowers,
     maxBatch: number,
   ) {
     this.batcher = new TurnBatcher(maxBatch, (batch) => this.write(batch));
   }
 
-  /** Settles once the forward was written with its batch, lost, or must be written `alone`. Never rejects. */
-  forward(claim: InboxClaim, rows: OutboxInsertRow[], followers: RoutedRow[]): Promise<BatchedForward> {
-    return this.batcher.add({ claim, rows, followers });
+  /** Settles once the forward was written with its batch, lost, or must be written `alone`; rejects with a single forward's own error. */
+  forward(forward: Forward): Promise<BatchedForward> {
+    return this.batcher.add(forward);
   }
 
   private async write(batch: Forward[]): Promise<BatchedForward[]> {
-    // A batch of one is a single forward: written as such, it is not tried a second time when it fails.
-    if (batch.length === 1) return ['alone'];
     try {
       const completed = await this.dialect.transaction(async (manager) => {
         const done = await this.lease.completeBatch(
@@ -65,7 +68,7 @@ export class ForwardBatcher {
           manager,
         );
         const live = batch.filter((entry) => done.has(entry.claim));
-        await this.lease.completeFollowers(
+        await this.followers.complete(
           live.flatMap((entry) => entry.followers.map((follower) => follower.claim)),
           manager,
         );
@@ -74,8 +77,9 @@ export class ForwardBatcher {
         return done;
       });
       return batch.map((entry) => (completed.has(entry.claim) ? 'forwarded' : 'lost'));
-    } catch {
+    } catch (error) {
       // Rolled back: each forward is tried in a transaction of its own, which reports its own error.
+      if (batch.length === 1 && batch[0].followers.length === 0) throw asDuplicateMessageId(error, messages.relayMessageIdTaken) ?? error;
       return batch.map(() => 'alone');
     }
   }

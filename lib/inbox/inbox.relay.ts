@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { EntityManager } from 'typeorm';
 import { describeError, isInstance } from '../common/errors';
@@ -7,24 +7,26 @@ import { uuidV5 } from '../common/uuid';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
-import type { InboxMessage } from '../lease/claimed-messages';
 import { LeaseService } from '../lease/lease.service';
-import type { InboxClaim } from '../lease/lease.types';
+import type { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../options/options.resolver';
 import { asDuplicateMessageId } from '../outbox/outbox.service';
 import { toOutboxRows } from '../outbox/outbox-rows';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
+import type { InboxClaim } from '../types/claims';
+import type { InboxMessage } from '../types/messages';
 import { CAUSATION_HEADER } from '../wire-headers';
-import { ClaimLoop } from '../workers/claim-loop';
+import { ClaimLoop, type WorkerLoopStatus, type WorkSlot } from '../workers/claim-loop';
 import { DatabaseRecovery } from '../workers/database-recovery';
-import type { LeaseKeeper } from '../workers/lease-keeper';
-import { LoopWorker } from '../workers/loop-worker';
-import type { OutcomeRecorder } from '../workers/outcome-recorder';
-import { ForwardBatcher, type RoutedRow, rowsOf } from './forward-batcher';
-import { inboxMessageName, inboxOutcomeRecorder } from './inbox-outcomes';
-import { InboxSources } from './inbox-sources';
+import { InboxFollowers } from '../workers/inbox-followers';
+import { inboxMessageName, inboxOutcomeRecorder } from '../workers/inbox-outcomes';
+import { InboxSources } from '../workers/inbox-sources';
+import type { StepOutcome } from '../workers/outcome-recorder';
+import { WorkerShell } from '../workers/worker-shell';
+import { type Forward, ForwardBatcher, type RoutedRow, rowsOf } from './forward-batcher';
+import { RelayClaims } from './inbox.claims';
 
 const NAME = 'inbox relay';
 
@@ -36,13 +38,13 @@ const NAME = 'inbox relay';
  * Outbox message ids derive from the inbox row, so a forward can be traced end to end.
  */
 @Injectable()
-export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationBootstrap {
-  protected readonly name = NAME;
+export class InboxRelay extends WorkerShell<InboxClaim> {
   protected readonly logger = new Logger('QueueBox:InboxRelay');
-  protected readonly options: ResolvedRelayOptions;
-  protected readonly loop: ClaimLoop<InboxClaim>;
+  private readonly options: ResolvedRelayOptions;
+  private readonly loop: ClaimLoop<InboxClaim>;
+  private readonly claims: RelayClaims;
+  private readonly followers: InboxFollowers;
   private readonly batcher: ForwardBatcher;
-  private readonly outcomes: OutcomeRecorder<InboxClaim>;
   /** The followers read for each claimed head, until its forward routes them. */
   private readonly followersOf = new WeakMap<InboxClaim, InboxClaim[]>();
   /** Followers read and not yet finished: at most `concurrency × batchSize`, as a batch pull handler holds. */
@@ -59,22 +61,25 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
   ) {
     super();
     this.options = rootOptions.inbox.relay;
+    this.claims = new RelayClaims(dialect, events);
+    this.followers = new InboxFollowers(dialect);
     // At most `batchSize` claims are held, so no batch could be bigger.
-    this.batcher = new ForwardBatcher(dialect, lease, this.options.batchSize);
-    this.outcomes = inboxOutcomeRecorder(lease, events, this.logger);
+    this.batcher = new ForwardBatcher(dialect, lease, this.followers, this.options.batchSize);
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
       {
         claim: (limit) => this.claimWithFollowers(limit),
-        process: (claim, keeper, yieldSlot) =>
+        step: (claim, keeper, slot) =>
           inSpan(
             claim.message.headers,
             () => processSpan(claim.message, 'inbox'),
-            () => this.forward(claim, keeper, yieldSlot),
+            () => this.forward(claim, keeper, slot),
           ),
+        keyOf: (claim) => claim.message.aggregateId,
+        keep: (claim) => lease.keep(claim),
         reclaim: () => this.reclaim(),
       },
-      lease,
+      inboxOutcomeRecorder(lease, events, this.logger),
       this.logger,
       scheduler,
     );
@@ -88,8 +93,24 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     return this.rootOptions.workers.relay && this.sources.relaySources.length > 0;
   }
 
-  onApplicationBootstrap(): void {
-    if (this.enabled) this.start();
+  protected loops() {
+    const { concurrency, batchSize, leaseMs } = this.options;
+    return [{ loop: this.loop, describe: { name: NAME, concurrency, batchSize, leaseMs } }];
+  }
+
+  /** Whether the loop runs and when it last claimed (read by health checks). */
+  get status(): WorkerLoopStatus {
+    return this.loop.status;
+  }
+
+  /** Claims one batch, forwards it and waits for the outcomes. Returns how many rows it claimed. */
+  runOnce(): Promise<number> {
+    return this.loop.runOnce();
+  }
+
+  /** Like `runOnce()`, but resolves to the claims it worked on (`queuebox/testing` reports their outcome). */
+  runBatch(): Promise<InboxClaim[]> {
+    return this.loop.runBatch();
   }
 
   /** The message id of the `index`-th outbox message forwarded from inbox row `inboxId`. */
@@ -99,16 +120,16 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
 
   /**
    * Claims heads (one row per aggregate in flight), then reads their followers: the rows right
-   * after the heads of their aggregates (see LeaseService.followers), at most `batchSize` per head
-   * and `concurrency × batchSize` held in all, routed after their head and forwarded in its
+   * after the heads of their aggregates (see InboxFollowers), at most `batchSize` per head and
+   * `concurrency × batchSize` held in all, routed after their head and forwarded in its
    * transaction. So an aggregate advances by more than one row per round trip of its head.
    */
   private async claimWithFollowers(limit: number): Promise<InboxClaim[]> {
-    const heads = await this.lease.claimRelayBatch({ sources: this.sources.relaySources, limit, leaseMs: this.options.leaseMs });
+    const heads = await this.claims.claim({ sources: this.sources.relaySources, limit, leaseMs: this.options.leaseMs });
     const room = this.options.concurrency * this.options.batchSize - this.followersHeld;
     if (heads.length === 0 || room < 1) return heads;
     try {
-      const read = await this.lease.followers(heads, { room, maxPerHead: this.options.batchSize });
+      const read = await this.followers.read(heads, { room, maxPerHead: this.options.batchSize });
       for (const [head, followers] of read) {
         this.followersOf.set(head, followers);
         this.followersHeld += followers.length;
@@ -120,85 +141,86 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
     return heads;
   }
 
-  private async forward(claim: InboxClaim, keeper: LeaseKeeper, yieldSlot: (until?: Promise<unknown>) => void): Promise<void> {
-    const read = this.followersOf.get(claim)?.length ?? 0;
+  /**
+   * The step: routes the head and its followers, then writes the forward (its outbox rows, its
+   * fenced completion and its followers'), batched with the forwards ready at the same time.
+   */
+  private async forward(claim: InboxClaim, keeper: LeaseKeeper, slot: WorkSlot): Promise<StepOutcome<InboxClaim>> {
+    const followers = this.followersOf.get(claim) ?? [];
+    this.followersOf.delete(claim);
     try {
-      await this.forwardWithFollowers(claim, keeper, yieldSlot);
+      return await this.routeAndWrite(claim, followers, keeper, slot);
     } finally {
-      this.followersHeld -= read;
+      this.followersHeld -= followers.length;
     }
   }
 
-  private async forwardWithFollowers(claim: InboxClaim, keeper: LeaseKeeper, yieldSlot: (until?: Promise<unknown>) => void): Promise<void> {
+  private async routeAndWrite(
+    claim: InboxClaim,
+    read: InboxClaim[],
+    keeper: LeaseKeeper,
+    slot: WorkSlot,
+  ): Promise<StepOutcome<InboxClaim>> {
     const { message } = claim;
     const startedAt = performance.now();
-    let rows: OutboxInsertRow[] | undefined;
-    let followers: RoutedRow[] = [];
+    let forward: Forward | undefined;
     let failure: unknown;
     try {
-      rows = await this.outboxRowsFor(message, keeper, yieldSlot, 'head');
-      const routed = await this.routeFollowers(claim, keeper, yieldSlot);
-      followers = routed.followers;
+      const rows = await this.outboxRowsFor(message, keeper, slot, 'head');
+      forward = { claim, rows, followers: await this.routeFollowers(read, keeper, slot) };
       // `concurrency` bounds routes running: the next route runs while this forward waits for its
       // batch, so a batch can gather up to `batchSize` forwards (a route that timed out and still
-      // runs kept its slot above and never gets here).
-      if (!routed.slotHeld) yieldSlot();
+      // runs kept its slot).
+      slot.release();
     } catch (error) {
       failure = error;
     }
     // Renewal stops before the transaction that holds the completing write (see LeaseKeeper).
     await keeper.stop();
-    if (this.loop.abandoned) return;
-    if (keeper.lost) {
-      this.logger.warn(messages.relayClaimLost(message.source, message.idempotencyKey));
-      return;
-    }
-    if (rows) {
+    if (this.loop.abandoned) return { kind: 'abandoned' };
+    if (keeper.lost) return { kind: 'lost', level: 'warn', log: messages.relayClaimLost(message.source, message.idempotencyKey) };
+    if (forward) {
       try {
-        const outcome = await this.batcher.forward(claim, rows, followers);
-        if (outcome === 'lost') throw new ClaimLostError(messages.claimLost('inbox', claim.id));
-        if (outcome === 'alone') followers = await this.forwardAlone(claim, rows, followers);
+        const written = await this.batcher.forward(forward);
+        if (written === 'lost') throw new ClaimLostError(messages.claimLost('inbox', claim.id));
+        const followers = written === 'alone' ? await this.forwardAlone(forward) : forward.followers;
         const durationMs = performance.now() - startedAt;
-        this.outcomes.completed(claim, { durationMs, forwarded: rows.length });
-        for (const follower of followers) this.outcomes.completed(follower.claim, { durationMs, forwarded: follower.rows.length });
-        return;
+        return {
+          kind: 'completed',
+          details: { durationMs, forwarded: forward.rows.length },
+          followers: followers.map((follower) => ({ claim: follower.claim, details: { durationMs, forwarded: follower.rows.length } })),
+        };
       } catch (error) {
         if (isInstance(error, ClaimLostError)) {
-          this.logger.error(messages.relayMarkLost(message.source, message.idempotencyKey));
-          return;
+          return { kind: 'lost', level: 'error', log: messages.relayMarkLost(message.source, message.idempotencyKey) };
         }
         failure = error;
       }
     }
-    await this.outcomes.failed(claim, failure, {
-      policy: this.options,
+    return {
+      kind: 'failed',
+      failure,
       durationMs: performance.now() - startedAt,
+      policy: this.options,
       retryLog: (error, delayMs) => messages.relayFailed(inboxMessageName(message), claim.attempt, error, delayMs),
-    });
+    };
   }
 
   /**
-   * Routes the head's followers in id order, up to the first whose route fails or times out: it
-   * and the rows after it stay pending, and come again as heads, where a failure counts as an
-   * attempt. `slotHeld`: a route timed out and still runs, holding the slot until it ends.
+   * Routes a head's followers in id order, up to the first whose route fails or times out: it and
+   * the rows after it stay pending, and come again as heads, where a failure counts as an attempt.
    */
-  private async routeFollowers(
-    head: InboxClaim,
-    keeper: LeaseKeeper,
-    yieldSlot: (until?: Promise<unknown>) => void,
-  ): Promise<{ followers: RoutedRow[]; slotHeld: boolean }> {
-    const followers = this.followersOf.get(head) ?? [];
-    this.followersOf.delete(head);
+  private async routeFollowers(followers: InboxClaim[], keeper: LeaseKeeper, slot: WorkSlot): Promise<RoutedRow[]> {
     const routed: RoutedRow[] = [];
     for (const follower of followers) {
       if (keeper.lost || this.loop.abandoned) break;
       try {
-        routed.push({ claim: follower, rows: await this.outboxRowsFor(follower.message, keeper, yieldSlot, 'follower') });
-      } catch (error) {
-        return { followers: routed, slotHeld: isInstance(error, HandlerTimeoutError) };
+        routed.push({ claim: follower, rows: await this.outboxRowsFor(follower.message, keeper, slot, 'follower') });
+      } catch {
+        break;
       }
     }
-    return { followers: routed, slotHeld: false };
+    return routed;
   }
 
   /**
@@ -206,22 +228,22 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
    * fenced completion of the head and the completion of its followers. When that fails for any
    * reason but a lost claim, the head goes alone. Returns the followers forwarded.
    */
-  private async forwardAlone(claim: InboxClaim, rows: OutboxInsertRow[], followers: RoutedRow[]): Promise<RoutedRow[]> {
+  private async forwardAlone(forward: Forward): Promise<RoutedRow[]> {
     try {
       await this.dialect.transaction(async (manager) => {
-        await this.insertForwarded(manager, rowsOf({ rows, followers }));
-        if (!(await this.lease.complete(claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', claim.id));
-        await this.lease.completeFollowers(
-          followers.map((follower) => follower.claim),
+        await this.insertForwarded(manager, rowsOf(forward));
+        if (!(await this.lease.complete(forward.claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', forward.claim.id));
+        await this.followers.complete(
+          forward.followers.map((follower) => follower.claim),
           manager,
         );
       });
-      return followers;
+      return forward.followers;
     } catch (error) {
       // A follower that changed, or whose rows the outbox refused, must not fail its head: the head
       // goes alone, and the follower comes again as a head, where its own failure counts.
-      if (followers.length === 0 || isInstance(error, ClaimLostError)) throw error;
-      return this.forwardAlone(claim, rows, []);
+      if (forward.followers.length === 0 || isInstance(error, ClaimLostError)) throw error;
+      return this.forwardAlone({ ...forward, followers: [] });
     }
   }
 
@@ -243,7 +265,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
   private async outboxRowsFor(
     message: InboxMessage,
     keeper: LeaseKeeper,
-    yieldSlot: (until?: Promise<unknown>) => void,
+    slot: WorkSlot,
     role: 'head' | 'follower',
   ): Promise<OutboxInsertRow[]> {
     const route = this.options.routes[message.source];
@@ -254,7 +276,6 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
       },
     };
     const timeoutMs = this.options.handlerTimeoutMs;
-    // A route that ignores its aborted signal keeps its slot until it ends.
     const output = await withinTimeout(
       Promise.resolve().then(() => route(message, context)),
       timeoutMs,
@@ -262,7 +283,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
         new HandlerTimeoutError(messages.handlerTimedOut(`The relay route of ${message.source}`, 'inbox.relay.handlerTimeout', timeoutMs)),
       (error, settled) => {
         if (role === 'head') keeper.abort(error);
-        yieldSlot(settled);
+        slot.holdUntil(settled);
       },
     );
     const list = Array.isArray(output) ? output : [output];
@@ -278,10 +299,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
 
   private async reclaim(): Promise<void> {
     try {
-      const { pending, dead } = await this.lease.reclaimInbox({
-        sources: this.sources.relaySources,
-        maxAttempts: this.options.maxAttempts,
-      });
+      const { pending, dead } = await this.claims.reclaim({ sources: this.sources.relaySources, maxAttempts: this.options.maxAttempts });
       if (pending + dead > 0) this.logger.warn(messages.reclaimed(NAME, pending, dead));
     } catch (error) {
       this.logger.error(messages.reclaimFailed(NAME, describeError(error)));

@@ -10,8 +10,8 @@ import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { withTraceContext } from '../tracing/trace-context';
+import { InboxSources } from '../workers/inbox-sources';
 import type { InboxMessageInput, ReceiveResult } from './inbox.types';
-import { InboxSources } from './inbox-sources';
 
 const SUBJECT = 'Inbox message';
 

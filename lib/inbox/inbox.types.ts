@@ -1,5 +1,5 @@
-import type { InboxMessage } from '../lease/claimed-messages';
 import type { OutboxMessageInput } from '../outbox/outbox.types';
+import type { InboxMessage } from '../types/messages';
 
 /** What `InboxService.receive()` stores. */
 export interface InboxMessageInput {

@@ -5,10 +5,10 @@ import { parseTableName } from '../common/identifiers';
 import type { QueueBoxTables } from '../dialects/dialect';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import type { RelayRoute } from '../inbox/inbox.types';
-import type { InboxMessage, OutboundMessage } from '../lease/claimed-messages';
 import type { Publisher } from '../outbox/outbox.types';
 import { DEFAULT_TABLES } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
+import type { InboxMessage, OutboundMessage } from '../types/messages';
 import { expectObject, integer, rejectUnknownKeys } from './options.checks';
 import {
   DAY_MS,

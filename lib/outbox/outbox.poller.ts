@@ -1,22 +1,24 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { describeError, isInstance } from '../common/errors';
 import { SpareAbortControllers } from '../common/spare-abort-controllers';
+import type { Dialect } from '../dialects/dialect';
 import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
-import type { OutboundMessage } from '../lease/claimed-messages';
 import { LeaseService } from '../lease/lease.service';
-import type { OutboxClaim } from '../lease/lease.types';
+import { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolver';
-import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
+import type { OutboxClaim } from '../types/claims';
+import type { OutboundMessage } from '../types/messages';
 import { BatchCompleter } from '../workers/batch-completer';
-import { ClaimLoop } from '../workers/claim-loop';
+import { ClaimLoop, type WorkerLoopStatus, type WorkSlot } from '../workers/claim-loop';
 import { DatabaseRecovery } from '../workers/database-recovery';
-import { LeaseKeeper } from '../workers/lease-keeper';
-import { LoopWorker } from '../workers/loop-worker';
-import { OutcomeRecorder } from '../workers/outcome-recorder';
+import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
+import { WorkerShell } from '../workers/worker-shell';
+import { OutboxClaims } from './outbox.claims';
 import type { Publisher } from './outbox.types';
 
 const NAME = 'outbox poller';
@@ -34,13 +36,11 @@ const NAME = 'outbox poller';
  * while ((await app.get(OutboxPoller).runOnce()) > 0);
  */
 @Injectable()
-export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicationBootstrap {
-  protected readonly name = NAME;
+export class OutboxPoller extends WorkerShell<OutboxClaim> {
   protected readonly logger = new Logger('QueueBox:OutboxPoller');
-  protected readonly options: ResolvedOutboxOptions;
-  protected readonly loop: ClaimLoop<OutboxClaim>;
-  private readonly completer: BatchCompleter;
-  private readonly outcomes: OutcomeRecorder<OutboxClaim>;
+  private readonly options: ResolvedOutboxOptions;
+  private readonly loop: ClaimLoop<OutboxClaim>;
+  private readonly claims: OutboxClaims;
   /**
    * When each claim's lease ends at the latest, on this process's monotonic clock: the send time of
    * the claim (or last renewal) statement plus the lease. The database set the expiry to its own
@@ -48,14 +48,13 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
    * clock difference between the hosts.
    */
   private readonly leaseDeadlines = new WeakMap<OutboxClaim, number>();
-  /** Claims whose row was marked `sent` (read by the loop's `unblocks`). */
-  private readonly markedSent = new WeakSet<OutboxClaim>();
   /** Publish signals nobody used, reused by later publishes (see `publishWithin`). */
   private readonly controllers: SpareAbortControllers;
   private overrunningPublishes = 0;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
+    @Inject(QUEUEBOX_DIALECT) dialect: Dialect,
     private readonly lease: LeaseService,
     events: QueueBoxEvents,
     recovery: DatabaseRecovery,
@@ -63,8 +62,9 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
   ) {
     super();
     this.options = rootOptions.outbox;
-    this.completer = new BatchCompleter(lease);
-    this.outcomes = new OutcomeRecorder({
+    this.claims = new OutboxClaims(dialect, events);
+    const completer = new BatchCompleter(lease);
+    const recorder = new OutcomeRecorder<OutboxClaim>({
       lease,
       events,
       logger: this.logger,
@@ -72,17 +72,16 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
       eventMessage: (claim) => outboxEventMessage(claim.message),
       // Retrying cannot help.
       isFinal: (failure) => isInstance(failure, PermanentPublishError),
+      complete: (claim) => completer.complete(claim),
+      completionLost: (claim) => messages.markSentLost(claim.message.messageId),
     });
     this.controllers = new SpareAbortControllers(this.options.concurrency);
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}`, recovery },
       {
         claim: (limit) => this.claim(limit),
-        process: (claim, keeper, yieldSlot) => this.publish(claim, keeper, yieldSlot),
-        // A row without a key, marked sent, frees nothing another claim was waiting for.
-        unblocks: (claim) => claim.message.key !== null || !this.markedSent.has(claim),
-        // Only a keyed row keeps others (of its key) from being claimed.
-        holdsOthers: (claim) => claim.message.key !== null,
+        step: (claim, keeper, slot) => this.publish(claim, keeper, slot),
+        keyOf: (claim) => claim.message.key,
         reclaim: () => this.reclaim(),
         keep: (claim) =>
           new LeaseKeeper(
@@ -91,7 +90,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
             (lost) => this.lease.markLost(lost),
           ),
       },
-      lease,
+      recorder,
       this.logger,
       scheduler,
     );
@@ -101,8 +100,24 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
     return this.rootOptions.workers.outbox;
   }
 
-  onApplicationBootstrap(): void {
-    if (this.enabled) this.start();
+  protected loops() {
+    const { concurrency, batchSize, leaseMs } = this.options;
+    return [{ loop: this.loop, describe: { name: NAME, concurrency, batchSize, leaseMs } }];
+  }
+
+  /** Whether the loop runs and when it last claimed (read by health checks). */
+  get status(): WorkerLoopStatus {
+    return this.loop.status;
+  }
+
+  /** Claims one batch, publishes it and waits for the outcomes. Returns how many rows it claimed. */
+  runOnce(): Promise<number> {
+    return this.loop.runOnce();
+  }
+
+  /** Like `runOnce()`, but resolves to the claims it worked on (`queuebox/testing` reports their outcome). */
+  runBatch(): Promise<OutboxClaim[]> {
+    return this.loop.runBatch();
   }
 
   /** Claims now instead of at the end of the current sleep (new messages were committed). */
@@ -117,7 +132,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
 
   private async claim(limit: number): Promise<OutboxClaim[]> {
     const sentAt = performance.now();
-    const claims = await this.lease.claimOutboxBatch({ limit, leaseMs: this.options.leaseMs });
+    const claims = await this.claims.claim({ limit, leaseMs: this.options.leaseMs });
     for (const claim of claims) this.leaseDeadlines.set(claim, sentAt + claim.leaseMs);
     return claims;
   }
@@ -129,11 +144,14 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
     return renewed;
   }
 
-  private async publish(claim: OutboxClaim, keeper: LeaseKeeper, yieldSlot: (until?: Promise<unknown>) => void): Promise<void> {
+  /**
+   * The step: publishes the claimed message within `publishTimeout`. Its outcome (`complete`: the
+   * recorder marks it `sent`; `failed`; `lost`) is written outside the slot, so the next publish
+   * starts while it is; a publish that ignored its aborted signal keeps the slot until it ends.
+   */
+  private async publish(claim: OutboxClaim, keeper: LeaseKeeper, slot: WorkSlot): Promise<StepOutcome<OutboxClaim>> {
     const { message } = claim;
     let failure: unknown;
-    /** Settles when a publish that QueueBox stopped waiting for (timeout, lost claim) really ends. */
-    let overrun: Promise<void> | undefined;
     let published = false;
     let publisher: Publisher | undefined;
     const startedAt = performance.now();
@@ -151,9 +169,9 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
           () => {
             // Inside the publish span, the destination continues from it (a copy only when a span is active).
             const traced = activeTraceContext(message.headers);
-            return this.publishWithin(chosen, traced ? { ...message, headers: traced } : message, keeper, (settled) => {
-              overrun = settled;
-            });
+            return this.publishWithin(chosen, traced ? { ...message, headers: traced } : message, keeper, (settled) =>
+              slot.holdUntil(settled),
+            );
           },
         );
         published = true;
@@ -162,36 +180,29 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
       }
     } else if (publisher) {
       await keeper.stop();
-      if (keeper.lost || this.lease.isLost(claim)) this.logger.warn(messages.publishClaimLost(message.messageId));
-      return;
+      if (keeper.lost || this.lease.isLost(claim))
+        return { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId) };
+      return { kind: 'abandoned' };
     }
     const durationMs = performance.now() - startedAt;
-    // `concurrency` bounds publishes in flight: the next one starts while this outcome is written,
-    // and not before a publish that ignored its aborted signal has really ended.
-    yieldSlot(overrun);
+    slot.release();
     await keeper.stop();
-    if (this.loop.abandoned) return;
+    if (this.loop.abandoned) return { kind: 'abandoned' };
     if (keeper.lost) {
-      if (published) this.logger.error(messages.markSentLost(message.messageId));
-      else this.logger.warn(messages.publishClaimLost(message.messageId));
-      return;
+      return published
+        ? { kind: 'lost', level: 'error', log: messages.markSentLost(message.messageId) }
+        : { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId) };
     }
     if (!published) {
-      await this.outcomes.failed(claim, failure, {
-        policy: this.options,
+      return {
+        kind: 'failed',
+        failure,
         durationMs,
+        policy: this.options,
         retryLog: (error, delayMs) => messages.publishFailed(message.messageId, claim.attempt, error, delayMs),
-      });
-      return;
+      };
     }
-    try {
-      if (await this.completer.complete(claim)) {
-        this.markedSent.add(claim);
-        this.outcomes.completed(claim, { durationMs });
-      } else this.logger.error(messages.markSentLost(message.messageId));
-    } catch (error) {
-      this.logger.error(messages.finishFailed(message.messageId, 'delivery', describeError(error)));
-    }
+    return { kind: 'complete', durationMs };
   }
 
   /** The publisher `outbox.route` names; a throwing route or an unknown name is permanent (retrying cannot help). */
@@ -302,7 +313,7 @@ export class OutboxPoller extends LoopWorker<OutboxClaim> implements OnApplicati
 
   private async reclaim(): Promise<void> {
     try {
-      const { pending, dead } = await this.lease.reclaimOutbox({ maxAttempts: this.options.maxAttempts });
+      const { pending, dead } = await this.claims.reclaim({ maxAttempts: this.options.maxAttempts });
       if (pending + dead > 0) this.logger.warn(messages.reclaimed(NAME, pending, dead));
     } catch (error) {
       this.logger.error(messages.reclaimFailed(NAME, describeError(error)));

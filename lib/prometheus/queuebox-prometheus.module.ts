@@ -5,8 +5,8 @@ import type { Counter, Gauge, Histogram } from 'prom-client';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import type { BacklogRow } from '../dialects/dialect-rows';
 import { QueueBoxEvents } from '../events/queuebox.events';
-import { InboxSources } from '../inbox/inbox-sources';
 import { COUNTERS, HISTOGRAMS, metricUpdate } from '../metrics/metric-definitions';
+import { InboxSources } from '../workers/inbox-sources';
 
 /** Backlog gauges, set from one backlog query per scrape. */
 export const GAUGES = [

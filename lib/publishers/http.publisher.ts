@@ -2,9 +2,9 @@ import { describeError } from '../common/errors';
 import { packageVersion } from '../common/package-version';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { signRequest } from '../inbox/receiver/signature';
-import type { OutboundMessage } from '../lease/claimed-messages';
 import type { Publisher } from '../outbox/outbox.types';
 import { messages } from '../queuebox.messages';
+import type { OutboundMessage } from '../types/messages';
 import { KEY_HEADER } from '../wire-headers';
 
 export interface HttpPublisherOptions {

@@ -5,8 +5,8 @@
  * slots make 5 batches of 10); a partial batch runs at the end of that turn when a slot is free,
  * or else takes in more items until one is.
  */
-export class BatchQueue<T> {
-  private readonly forming: { item: T; done: () => void; failed: (error: unknown) => void }[] = [];
+export class BatchQueue<T, R> {
+  private readonly forming: { item: T; done: (result: R) => void; failed: (error: unknown) => void }[] = [];
   private running = 0;
   /** Slots kept after their run returned, by a call that timed out and still runs (`holdSlot`). */
   private held = 0;
@@ -15,8 +15,8 @@ export class BatchQueue<T> {
   constructor(
     private readonly size: number,
     private readonly concurrency: number,
-    /** Runs one batch; `holdSlot(until)` keeps its slot taken until `until` settles, even after it returned. */
-    private readonly run: (items: T[], holdSlot: (until: Promise<unknown>) => void) => Promise<void>,
+    /** Runs one batch and returns each item's result, in order; `holdSlot(until)` keeps its slot taken until `until` settles, even after it returned. */
+    private readonly run: (items: T[], holdSlot: (until: Promise<unknown>) => void) => Promise<R[]>,
     /** Called when a kept slot is freed (its hung call ended). */
     private readonly onSlotFreed: () => void = () => undefined,
   ) {}
@@ -26,8 +26,8 @@ export class BatchQueue<T> {
     return this.held;
   }
 
-  /** Settles when the batch that took `item` has run (rejects if that run threw). */
-  add(item: T): Promise<void> {
+  /** Settles with `item`'s result when the batch that took it has run (rejects if that run threw). */
+  add(item: T): Promise<R> {
     return new Promise((done, failed) => {
       this.forming.push({ item, done, failed });
       // Enough to fill every free slot: no need to wait for the rest of the turn.
@@ -42,18 +42,10 @@ export class BatchQueue<T> {
     });
   }
 
-  /**
-   * Takes back every item that waits for a slot: `giveBack` runs for each (the caller releases
-   * its claim), and then its `add` settles as if it had run.
-   */
-  async takeWaiting(giveBack: (item: T) => Promise<void>): Promise<void> {
+  /** Takes back every item that waits for a slot: its `add` settles with what `giveBack` returns for it. */
+  async takeWaiting(giveBack: (item: T) => Promise<R>): Promise<void> {
     const waiting = this.forming.splice(0);
-    await Promise.all(
-      waiting.map(async (entry) => {
-        await giveBack(entry.item);
-        entry.done();
-      }),
-    );
+    await Promise.all(waiting.map(async (entry) => entry.done(await giveBack(entry.item))));
   }
 
   private dispatch(): void {
@@ -85,8 +77,8 @@ export class BatchQueue<T> {
         this.onSlotFreed();
       };
       ran.then(
-        () => {
-          for (const entry of group) entry.done();
+        (results) => {
+          for (const [i, entry] of group.entries()) entry.done(results[i]);
           settled();
         },
         (error: unknown) => {

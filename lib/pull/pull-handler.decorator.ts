@@ -1,7 +1,7 @@
 import { SetMetadata } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import type { InboxMessage } from '../lease/claimed-messages';
 import type { PullHandlerOptions } from '../options/options.types';
+import type { InboxMessage } from '../types/messages';
 
 export const PULL_HANDLER_METADATA = 'QUEUEBOX:PULL_HANDLER';
 

@@ -1,11 +1,11 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import { InboxSources } from '../inbox/inbox-sources';
-import type { InboxMessage } from '../lease/claimed-messages';
 import { isSourceName, type ResolvedQueueBoxOptions, resolvePullHandler } from '../options/options.resolver';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
+import type { InboxMessage } from '../types/messages';
+import { InboxSources } from '../workers/inbox-sources';
 import { PULL_HANDLER_METADATA, type PullBatchContext, type PullContext, type PullHandlerMetadata } from './pull-handler.decorator';
 
 /** A discovered `@PullHandler` with its options resolved. */

@@ -1,4 +1,4 @@
-import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
 import { describeError, isInstance } from '../common/errors';
@@ -7,24 +7,27 @@ import type { Dialect } from '../dialects/dialect';
 import { byId } from '../dialects/records';
 import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
-import { inboxMessageName, inboxOutcomeRecorder } from '../inbox/inbox-outcomes';
-import { InboxSources } from '../inbox/inbox-sources';
-import { FollowersChangedError, LeaseService } from '../lease/lease.service';
-import type { InboxClaim } from '../lease/lease.types';
+import { LeaseService } from '../lease/lease.service';
+import type { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
-import { ClaimLoop, type WorkerLoopStatus } from '../workers/claim-loop';
+import type { InboxClaim } from '../types/claims';
+import { ClaimLoop, type WorkerLoopStatus, type WorkSlot } from '../workers/claim-loop';
 import { DatabaseRecovery } from '../workers/database-recovery';
-import type { LeaseKeeper } from '../workers/lease-keeper';
-import type { OutcomeRecorder } from '../workers/outcome-recorder';
+import { FollowersChangedError, InboxFollowers } from '../workers/inbox-followers';
+import { inboxMessageName, inboxOutcomeRecorder } from '../workers/inbox-outcomes';
+import { InboxSources } from '../workers/inbox-sources';
+import type { OutcomeRecorder, StepOutcome } from '../workers/outcome-recorder';
 import { RenewalConnection } from '../workers/renewal-connection';
+import { WorkerShell } from '../workers/worker-shell';
 import { BatchQueue } from './batch-queue';
+import { PullClient } from './pull.client';
 import type { PullBatchContext, PullContext } from './pull-handler.decorator';
 import { type PullHandlerDefinition, PullHandlerExplorer } from './pull-handler.explorer';
 
-/** `LeaseService.claimPullBatch` takes at most this many rows per statement. */
+/** `PullClient.claimBatch` takes at most this many rows per statement. */
 const MAX_CLAIM_LIMIT = 10_000;
 
 /** A claim of the batch form, with the keeper renewing it since it was claimed. */
@@ -32,6 +35,14 @@ interface HeldClaim {
   claim: InboxClaim;
   keeper: LeaseKeeper;
 }
+
+type Outcome = StepOutcome<InboxClaim>;
+
+/** How one transaction of a batch handler ended (see `attemptBatch`). */
+type BatchAttempt =
+  | { kind: 'done'; outcomes: Outcome[] }
+  | { kind: 'given back'; outcomes: Outcome[] }
+  | { kind: 'failed'; failure: unknown; timedOut: boolean; handled: number; durationMs: number };
 
 /**
  * Runs every `@PullHandler`: per source, claims messages (expired claims included), runs the
@@ -42,12 +53,12 @@ interface HeldClaim {
  * for the pool (however high the concurrency).
  */
 @Injectable()
-export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('QueueBox:PullWorker');
-  private readonly loops = new Map<string, ClaimLoop<InboxClaim>>();
-  private readonly batchQueues = new Map<string, BatchQueue<HeldClaim>>();
+export class PullWorker extends WorkerShell<InboxClaim> {
+  protected readonly logger = new Logger('QueueBox:PullWorker');
+  private readonly byHandler = new Map<string, { loop: ClaimLoop<InboxClaim>; batches?: BatchQueue<HeldClaim, Outcome> }>();
+  private readonly followers: InboxFollowers;
+  private readonly recorder: OutcomeRecorder<InboxClaim>;
   private renewals?: RenewalConnection;
-  private readonly outcomes: OutcomeRecorder<InboxClaim>;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
@@ -55,13 +66,16 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     private readonly explorer: PullHandlerExplorer,
     private readonly lease: LeaseService,
+    private readonly client: PullClient,
     events: QueueBoxEvents,
     sources: InboxSources,
     private readonly recovery: DatabaseRecovery,
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
-    this.outcomes = inboxOutcomeRecorder(lease, events, this.logger);
-    sources.onReceived((source) => this.loops.get(source)?.wake());
+    super();
+    this.followers = new InboxFollowers(dialect);
+    this.recorder = inboxOutcomeRecorder(lease, events, this.logger);
+    sources.onReceived((source) => this.byHandler.get(source)?.loop.wake());
   }
 
   /** Whether this process runs pull workers: on in `workers.pull`, and some `@PullHandler` exists. */
@@ -69,29 +83,25 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     return this.options.workers.pull && this.explorer.handlers.length > 0;
   }
 
-  async onApplicationBootstrap(): Promise<void> {
-    if (this.enabled) await this.start();
+  protected loops() {
+    return this.explorer.handlers.map((handler) => ({
+      loop: this.loopFor(handler),
+      describe: {
+        name: `pull worker ${handler.source}`,
+        concurrency: handler.concurrency,
+        batchSize: handler.concurrency,
+        leaseMs: handler.leaseMs,
+      },
+    }));
   }
 
-  async beforeApplicationShutdown(): Promise<void> {
-    await this.stop();
-  }
-
-  /** Starts a loop per handler. Called at bootstrap when `workers.pull` is on and handlers exist. */
-  async start(): Promise<void> {
+  protected override async beforeStart(): Promise<void> {
     if (this.renewals) return;
     this.renewals = new RenewalConnection(this.dataSource);
     await this.renewals.open();
-    for (const handler of this.explorer.handlers) {
-      const name = `pull worker ${handler.source}`;
-      this.logger.log(messages.workerStarted(name, handler.concurrency, handler.concurrency, handler.leaseMs));
-      this.loopFor(handler).start();
-    }
   }
 
-  /** Stops claiming and waits up to `pull.shutdownTimeoutMs` for running handlers and their commits. */
-  async stop(): Promise<void> {
-    await Promise.all([...this.loops.values()].map((loop) => loop.stop()));
+  protected override async afterStop(): Promise<void> {
     await this.renewals?.close();
     this.renewals = undefined;
   }
@@ -110,16 +120,17 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
 
   /** One status per handler loop (read by health checks). */
   get status(): WorkerLoopStatus[] {
-    return [...this.loops.values()].map((loop) => loop.status);
+    return this.statuses;
   }
 
   private loopFor(handler: PullHandlerDefinition): ClaimLoop<InboxClaim> {
-    let loop = this.loops.get(handler.source);
-    if (!loop) {
-      // The batch form holds up to `concurrency` batches of claims; each claim is renewed on its
-      // own from the moment it is held, and its `process` only joins a batch (see handleBatch).
-      const held = handler.batch === undefined ? handler.concurrency : handler.concurrency * handler.batch;
-      const created: ClaimLoop<InboxClaim> = new ClaimLoop(
+    const existing = this.byHandler.get(handler.source);
+    if (existing) return existing.loop;
+    // The batch form holds up to `concurrency` batches of claims; each claim is renewed on its
+    // own from the moment it is held, and its step only joins a batch (see handleBatch).
+    const held = handler.batch === undefined ? handler.concurrency : handler.concurrency * handler.batch;
+    const entry: { loop: ClaimLoop<InboxClaim>; batches?: BatchQueue<HeldClaim, Outcome> } = {
+      loop: new ClaimLoop(
         {
           name: `pull worker ${handler.source}`,
           concurrency: held,
@@ -130,47 +141,40 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         },
         {
           claim: (limit) =>
-            this.lease.claimPullBatch({
+            this.client.claimBatch({
               source: handler.source,
               limit: Math.min(limit, MAX_CLAIM_LIMIT),
               leaseMs: handler.leaseMs,
               maxAttempts: handler.maxAttempts,
             }),
-          process: (claim, keeper, yieldSlot) =>
-            handler.batch === undefined
-              ? this.handle(handler, created, claim, keeper, yieldSlot)
-              : this.batchQueueFor(handler, created).add({ claim, keeper }),
+          step: (claim, keeper, slot) =>
+            entry.batches ? entry.batches.add({ claim, keeper }) : this.handle(handler, entry.loop, claim, keeper, slot),
+          keyOf: (claim) => claim.message.aggregateId,
           keep: (claim) => this.keep(claim),
           // A batch slot kept by a timed-out call stands for `batch` claims the loop must not hold.
-          stuckSlots: () => (this.batchQueues.get(handler.source)?.stuckSlots ?? 0) * (handler.batch ?? 1),
-          releaseUnstarted: () =>
-            this.batchQueues.get(handler.source)?.takeWaiting(async ({ claim, keeper }) => {
+          stuckSlots: () => (entry.batches?.stuckSlots ?? 0) * (handler.batch ?? 1),
+          releaseUnstarted: async () => {
+            await entry.batches?.takeWaiting(async ({ keeper }) => {
               await keeper.stop();
-              await this.release(claim);
-            }) ?? Promise.resolve(),
+              return { kind: 'released' };
+            });
+          },
         },
-        this.lease,
+        this.recorder,
         this.logger,
         this.scheduler,
-      );
-      loop = created;
-      this.loops.set(handler.source, loop);
-    }
-    return loop;
-  }
-
-  private batchQueueFor(handler: PullHandlerDefinition, loop: ClaimLoop<InboxClaim>): BatchQueue<HeldClaim> {
-    let queue = this.batchQueues.get(handler.source);
-    if (!queue) {
-      queue = new BatchQueue(
-        handler.batch ?? 1,
+      ),
+    };
+    if (handler.batch !== undefined) {
+      entry.batches = new BatchQueue(
+        handler.batch,
         handler.concurrency,
-        (batch, holdSlot) => this.handleBatch(handler, loop, batch, holdSlot),
-        () => loop.wake(),
+        (batch, holdSlot) => this.handleBatch(handler, entry.loop, batch, holdSlot),
+        () => entry.loop.wake(),
       );
-      this.batchQueues.set(handler.source, queue);
     }
-    return queue;
+    this.byHandler.set(handler.source, entry);
+    return entry.loop;
   }
 
   /**
@@ -185,50 +189,47 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
    * dead after `maxAttempts`). Followers of a failed batch stay pending, their attempt uncounted,
    * and come again behind their head. After a message times out alone, the ones not yet run go
    * back uncharged: a handler that hangs for every message is charged one message per batch
-   * instead of holding the batch's claims for a timeout each.
+   * instead of holding the batch's claims for a timeout each. Returns each claim's outcome.
    */
   private async handleBatch(
     handler: PullHandlerDefinition,
     loop: ClaimLoop<InboxClaim>,
     batch: HeldClaim[],
     holdSlot: (until: Promise<unknown>) => void,
-  ): Promise<void> {
+  ): Promise<Outcome[]> {
     // Claims that waited for a batch slot past the point where shutdown stopped waiting: their
     // keepers are aborted; leave the rows to their leases, as abandoned work does.
-    if (loop.abandoned) return;
+    if (loop.abandoned) return batch.map(() => ({ kind: 'abandoned' }));
     const first = await this.attemptBatch(handler, loop, batch, { followers: true, holdSlot });
-    if (first.outcome !== 'failed') return;
-    if (first.handled === 1) {
-      await this.recordFailure(handler, batch[0].claim, first.failure, first.durationMs);
-      return;
-    }
+    if (first.kind !== 'failed') return first.outcomes;
+    if (first.handled === 1) return [failedOutcome(handler, batch[0].claim, first.failure, first.durationMs)];
     this.logger.warn(messages.pullBatchFailed(handler.name, first.handled, batch.length, describeError(first.failure)));
-    for (const [i, { claim }] of batch.entries()) {
-      if (loop.abandoned) return;
-      const alone = await this.attemptBatch(handler, loop, [{ claim, keeper: this.keep(claim) }], { followers: false, holdSlot });
-      if (alone.outcome !== 'failed') continue;
-      await this.recordFailure(handler, claim, alone.failure, alone.durationMs);
-      if (alone.timedOut) {
-        await Promise.all(batch.slice(i + 1).map((rest) => this.release(rest.claim)));
-        return;
+    const outcomes: Outcome[] = [];
+    for (const { claim } of batch) {
+      if (loop.abandoned) outcomes.push({ kind: 'abandoned' });
+      else if (outcomes.some((outcome) => outcome.kind === 'failed' && isInstance(outcome.failure, HandlerTimeoutError)))
+        outcomes.push({ kind: 'released' });
+      else {
+        const alone = await this.attemptBatch(handler, loop, [{ claim, keeper: this.keep(claim) }], { followers: false, holdSlot });
+        outcomes.push(alone.kind === 'failed' ? failedOutcome(handler, claim, alone.failure, alone.durationMs) : alone.outcomes[0]);
       }
     }
+    return outcomes;
   }
 
   /**
    * One transaction of a batch handler over `batch` (with followers in its room when
-   * `p.followers`), ending every claim's keeper. `done`: committed, outcomes reported; `given
-   * back`: a claim was lost (logged) or a follower changed, and the claims still held were
-   * released; `failed`: the handler threw or timed out, nothing was written, the claims are held.
+   * `p.followers`), ending every claim's keeper. `done`: committed (each claim's outcome
+   * `completed`, its followers with it); `given back`: a claim was lost or a follower changed, and
+   * the claims still held go back; `failed`: the handler threw or timed out, nothing was written,
+   * the claims are still held.
    */
   private async attemptBatch(
     handler: PullHandlerDefinition,
     loop: ClaimLoop<InboxClaim>,
     batch: HeldClaim[],
     p: { followers: boolean; holdSlot: (until: Promise<unknown>) => void },
-  ): Promise<
-    { outcome: 'done' | 'given back' } | { outcome: 'failed'; failure: unknown; timedOut: boolean; handled: number; durationMs: number }
-  > {
+  ): Promise<BatchAttempt> {
     const claims = batch.map((held) => held.claim);
     const keepers = batch.map((held) => held.keeper);
     let followers: InboxClaim[] = [];
@@ -255,7 +256,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         // head of an aggregate, read in the transaction, handled and completed with their heads.
         if (p.followers) {
           const room = (handler.batch ?? 1) - claims.length;
-          followers = [...(await this.lease.followers(claims, { room, manager })).values()].flat();
+          followers = [...(await this.followers.read(claims, { room, manager })).values()].flat();
         }
         const handled = followers.length === 0 ? claims : [...claims, ...followers].sort(byId);
         await handler.handle(
@@ -272,7 +273,7 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         const missed = claims.find((claim) => !completed.has(claim));
         if (missed) throw lost(missed);
         // A follower changed since it was read (an operator's write) throws: the whole batch waits for another try.
-        await this.lease.completeFollowers(followers, manager);
+        await this.followers.complete(followers, manager);
       });
       await withinTimeout(
         attempt,
@@ -284,37 +285,34 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
           p.holdSlot(settled);
         },
       );
-      const durationMs = performance.now() - startedAt;
-      for (const claim of claims) this.outcomes.completed(claim, { durationMs, handler: handler.name });
-      for (const follower of followers) this.outcomes.completed(follower, { durationMs, handler: handler.name });
-      return { outcome: 'done' };
+      const details = { durationMs: performance.now() - startedAt, handler: handler.name };
+      return {
+        kind: 'done',
+        outcomes: claims.map((claim) => ({
+          kind: 'completed',
+          details,
+          followers: followers.filter((follower) => follower.headId === claim.id).map((follower) => ({ claim: follower, details })),
+        })),
+      };
     } catch (error) {
       failure = error;
     }
     await Promise.all(keepers.map((keeper) => keeper.stop()));
-    if (loop.abandoned) return { outcome: 'given back' };
+    if (loop.abandoned) return { kind: 'given back', outcomes: claims.map(() => ({ kind: 'abandoned' })) };
     const followersChanged = isInstance(failure, FollowersChangedError);
     if (followersChanged) this.logger.warn(messages.followersChanged(handler.source));
     if (followersChanged || isInstance(failure, ClaimLostError) || keepers.some((keeper) => keeper.lost)) {
-      await Promise.all(
-        claims.map(async (claim, i) => {
-          if (keepers[i].lost || this.lease.isLost(claim)) {
-            this.lease.markLost(claim);
-            this.logger.error(messages.pullClaimLost(inboxMessageName(claim.message), handler.name));
-            return;
-          }
-          await this.release(claim);
-        }),
-      );
-      return { outcome: 'given back' };
+      return {
+        kind: 'given back',
+        outcomes: claims.map((claim, i) =>
+          keepers[i].lost || this.lease.isLost(claim)
+            ? { kind: 'lost', level: 'error', log: messages.pullClaimLost(inboxMessageName(claim.message), handler.name) }
+            : { kind: 'released' },
+        ),
+      };
     }
     const handled = claims.length + followers.length;
-    return { outcome: 'failed', failure, timedOut: timedOut !== undefined, handled, durationMs: performance.now() - startedAt };
-  }
-
-  /** Gives back a claim that did not fail (`pending`, its attempt not counted). */
-  private async release(claim: InboxClaim): Promise<void> {
-    await this.lease.release(claim).catch((error) => this.logger.warn(messages.releaseFailed(claim.id, describeError(error))));
+    return { kind: 'failed', failure, timedOut: timedOut !== undefined, handled, durationMs: performance.now() - startedAt };
   }
 
   /** A keeper renewing `claim` on the set-aside renewal connection. */
@@ -322,13 +320,14 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
     return this.lease.keepOn(claim, () => this.renewals?.managerIfConnected());
   }
 
+  /** The one-message form's step: the handler and the fenced completion in one transaction. */
   private async handle(
     handler: PullHandlerDefinition,
     loop: ClaimLoop<InboxClaim>,
     claim: InboxClaim,
     keeper: LeaseKeeper,
-    yieldSlot: (until?: Promise<unknown>) => void,
-  ): Promise<void> {
+    slot: WorkSlot,
+  ): Promise<Outcome> {
     const { message } = claim;
     const lost = () => new ClaimLostError(messages.claimLost('pull', claim.id));
     let failure: unknown;
@@ -370,33 +369,31 @@ export class PullWorker implements OnApplicationBootstrap, BeforeApplicationShut
         (error, settled) => {
           timedOut = error;
           keeper.abort(error);
-          yieldSlot(settled);
+          slot.holdUntil(settled);
         },
       );
-      this.outcomes.completed(claim, { durationMs: performance.now() - startedAt, handler: handler.name });
-      return;
+      return { kind: 'completed', details: { durationMs: performance.now() - startedAt, handler: handler.name } };
     } catch (error) {
       failure = error;
     }
     await keeper.stop();
-    if (loop.abandoned) return;
+    if (loop.abandoned) return { kind: 'abandoned' };
     if (isInstance(failure, ClaimLostError) || keeper.lost) {
-      this.lease.markLost(claim);
-      this.logger.error(messages.pullClaimLost(inboxMessageName(message), handler.name));
-      return;
+      return { kind: 'lost', level: 'error', log: messages.pullClaimLost(inboxMessageName(message), handler.name) };
     }
-    await this.recordFailure(handler, claim, failure, performance.now() - startedAt);
+    return failedOutcome(handler, claim, failure, performance.now() - startedAt);
   }
+}
 
-  /** A failed attempt: retried with the handler's backoff, or dead after its `maxAttempts`. */
-  private recordFailure(handler: PullHandlerDefinition, claim: InboxClaim, failure: unknown, durationMs: number): Promise<void> {
-    return this.outcomes.failed(claim, failure, {
-      policy: handler,
-      durationMs,
-      retryLog: (error, delayMs) =>
-        messages.pullHandlerFailed(inboxMessageName(claim.message), handler.name, claim.attempt, error, delayMs),
-    });
-  }
+/** A failed attempt: retried with the handler's backoff, or dead after its `maxAttempts`. */
+function failedOutcome(handler: PullHandlerDefinition, claim: InboxClaim, failure: unknown, durationMs: number): Outcome {
+  return {
+    kind: 'failed',
+    failure,
+    durationMs,
+    policy: handler,
+    retryLog: (error, delayMs) => messages.pullHandlerFailed(inboxMessageName(claim.message), handler.name, claim.attempt, error, delayMs),
+  };
 }
 
 function timeoutError(handler: PullHandlerDefinition): HandlerTimeoutError {

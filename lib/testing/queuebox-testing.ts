@@ -5,14 +5,14 @@ import type { Dialect } from '../dialects/dialect';
 import { type RowStateRow, rowStatesQuery } from '../dialects/inspection.sql';
 import { QueueBoxConfigError, QueueBoxStateError } from '../errors/queuebox.errors';
 import { InboxRelay } from '../inbox/inbox.relay';
-import type { InboxMessage, OutboundMessage } from '../lease/claimed-messages';
-import type { Claim } from '../lease/lease.types';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
 import type { QueueBoxModuleOptions } from '../options/options.types';
 import { OutboxPoller } from '../outbox/outbox.poller';
 import { PullWorker } from '../pull/pull.worker';
 import { PullHandlerExplorer } from '../pull/pull-handler.explorer';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_MODULE_OPTIONS, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import type { Claim } from '../types/claims';
+import type { InboxMessage, OutboundMessage } from '../types/messages';
 import { testingMessages } from './testing.messages';
 
 const DEFAULT_MAX_BATCHES = 1000;

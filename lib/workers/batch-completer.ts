@@ -2,7 +2,7 @@
 // turn of the event loop. Used by OutboxPoller.
 
 import type { LeaseService } from '../lease/lease.service';
-import type { Claim } from '../lease/lease.types';
+import type { Claim } from '../types/claims';
 import { TurnBatcher } from './turn-batcher';
 
 const MAX_BATCH = 1000;

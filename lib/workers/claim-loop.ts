@@ -1,18 +1,18 @@
 // Worker runtime: the claim-and-dispatch loop every worker runs (claim a batch, renew each claim,
-// work on it with bounded concurrency, give back unstarted claims on shutdown). Used by OutboxPoller
-// and InboxRelay (through LoopWorker) and by PullWorker (one loop per handler); QueueBoxHealth
-// reads its `WorkerLoopStatus`.
+// run each claim's step with bounded concurrency, hand the step's outcome to the recorder, give
+// back unstarted claims on shutdown). Run by WorkerShell for OutboxPoller, InboxRelay and PullWorker
+// (one loop per handler); QueueBoxHealth reads its `WorkerLoopStatus`.
 
 import type { Logger } from '@nestjs/common';
 import type { SchedulerRegistry } from '@nestjs/schedule';
 import { describeError } from '../common/errors';
 import { settledWithin, Waker } from '../common/wait';
 import { QueueBoxStateError } from '../errors/queuebox.errors';
-import type { LeaseService } from '../lease/lease.service';
-import type { Claim } from '../lease/lease.types';
+import type { LeaseKeeper } from '../lease/lease-keeper';
 import { messages } from '../queuebox.messages';
+import type { WorkerClaim } from '../types/claims';
 import type { DatabaseRecovery } from './database-recovery';
-import type { LeaseKeeper } from './lease-keeper';
+import type { OutcomeRecorder, StepOutcome } from './outcome-recorder';
 
 /**
  * Longest wait between two claims that failed (the database is down or unreachable). The wait
@@ -24,12 +24,12 @@ export const MAX_CLAIM_RETRY_MS = 5_000;
 export interface ClaimLoopOptions {
   /** Names the worker in logs and timers ("outbox poller", "inbox relay", ...). */
   name: string;
-  /** Most claims worked on at once. */
+  /** Most steps running at once. */
   concurrency: number;
   /**
-   * Most claims held at once (working, waiting for a slot, or writing their outcome); one claim
-   * statement fetches up to this many. Up to this many more claims that only write their outcome
-   * and hold no other row (`holdsOthers`) are not counted.
+   * Most claims held at once (running, waiting for a slot, or having their outcome written); one
+   * claim statement fetches up to this many. Up to this many more claims whose step gave back its
+   * slot and that hold no other row (no ordering key) are not counted.
    */
   batchSize: number;
   pollIntervalMs: number;
@@ -57,59 +57,64 @@ export interface WorkerLoopStatus {
   claimingSince?: Date;
 }
 
-export interface ClaimLoopWork<C extends Claim> {
+/** A step's concurrency slot. The loop frees it when the step returns, unless the step said otherwise. */
+export interface WorkSlot {
+  /** Gives the slot to the next claim now: what the step still does is not what `concurrency` bounds (the relay's batched forward). */
+  release(): void;
+  /**
+   * Keeps the slot taken until `until` settles, even after the step returned: work that timed out
+   * but ignores its abort signal (a publisher, a route, a handler) still runs, and `concurrency`
+   * counts it until it really ends.
+   */
+  holdUntil(until: Promise<unknown>): void;
+}
+
+export interface ClaimLoopWork<C extends WorkerClaim<unknown>> {
   claim(limit: number): Promise<C[]>;
   /**
-   * Handles one claim. The keeper renews it; after `keeper.stop()`, check `loop.abandoned` before writing.
-   * `yieldSlot()` gives its concurrency slot to the next claim before the work is done (the outbox
-   * calls it once the publish settled: the finishing write is not a publish, and waiting for it
-   * held a slot for a round trip per message). The claim stays held, and counted in `batchSize`,
-   * until `process` settles. `yieldSlot(until)` instead keeps the slot taken until `until`
-   * settles, even after `process` did: work that timed out but ignores its abort signal (a
-   * publisher, a handler) still runs, and `concurrency` counts it until it really ends.
+   * One claim's step: does the work and returns how it ended, for the recorder to write. The
+   * keeper renews the claim until the step stops it; after `keeper.stop()`, check
+   * `loop.abandoned` before a completing write of its own.
    */
-  process(claim: C, keeper: LeaseKeeper, yieldSlot: (until?: Promise<unknown>) => void): Promise<void>;
+  step(claim: C, keeper: LeaseKeeper, slot: WorkSlot): Promise<StepOutcome<C>>;
+  /** Starts renewing a claim. */
+  keep(claim: C): LeaseKeeper;
+  /**
+   * The ordering key the claim holds (an outbox key, an inbox aggregate), or null. A claim with a
+   * key keeps the key's other rows from being claimed until it is finished: it counts against
+   * `batchSize` until then, and finishing it can make a row claimable. One without a key stops
+   * counting once its step gave back its slot (the next claim overlaps the write of its outcome),
+   * and finishing it frees nothing another claim waits for, unless it went back to `pending`.
+   */
+  keyOf(claim: C): string | null;
+  /** The reclaim step of expired leases, for workers whose claims do not take expired rows. */
   reclaim?(): Promise<void>;
-  /** Starts renewing a claim; default `lease.keep(claim)`. */
-  keep?(claim: C): LeaseKeeper;
-  /**
-   * Whether finishing `claim` can make rows claimable that the last claim could not take (a row
-   * of a key frees its key; a retried row is pending again). Default true. When false, and the
-   * loop sleeps because the outbox looked empty, the loop is not woken for a claim that would find
-   * nothing: new rows wake it anyway (notifications, the poll).
-   */
-  unblocks?(claim: C): boolean;
-  /**
-   * Whether `claim`, until it is finished, keeps other rows from being claimed (a row of a key
-   * holds its key). Default true. A claim that holds nothing stops counting against `batchSize`
-   * once its work gave back its slot (`yieldSlot`), so the next claim overlaps the write of its
-   * outcome; one that holds a key keeps counting, since a claim made over it would find its key
-   * still in flight.
-   */
-  holdsOthers?(claim: C): boolean;
   /**
    * Concurrency slots, counted in claims, that the work's own scheduler gives to calls that timed
-   * out and still run (a batch pull handler's batch slots; the loop counts its own slots held by
-   * `yieldSlot(until)` itself). The loop holds fewer claims while some are taken, and none while
-   * all are: a claim it could not start would wait, renewed, for as long as the hung call runs.
+   * out and still run (a batch pull handler's batch slots; the loop counts its own slots kept by
+   * `holdUntil` itself). The loop holds fewer claims while some are taken, and none while all are:
+   * a claim it could not start would wait, renewed, for as long as the hung call runs.
    */
   stuckSlots?(): number;
   /** Gives back (`pending`, attempt not counted) the claims the work holds but has not started: called while no slot is free. */
   releaseUnstarted?(): Promise<void>;
 }
 
+type Phase = 'waiting' | 'running' | 'finishing';
+
 interface Held<C> {
   claim: C;
   keeper: LeaseKeeper;
-  started: boolean;
-  /** Settles when the work is done, or when the claim was given back unstarted. */
+  /** `waiting` for a slot; `running` its step in a slot; `finishing`: its slot given back, the step or its outcome still going. */
+  phase: Phase;
+  /** Settles when the outcome is recorded, or when the claim was given back unstarted. */
   done: Promise<void>;
   settle: () => void;
 }
 
 /**
  * The claim-and-dispatch loop every QueueBox worker shares. It holds up to `batchSize` claims
- * and works on up to `concurrency` of them at once: one claim statement fetches a batch, and it
+ * and runs up to `concurrency` of their steps at once: one claim statement fetches a batch, and it
  * claims again when half the batch is used, so workers never wait on a claim round trip while a
  * backlog lasts. With nothing to do it sleeps `pollIntervalMs` (or until woken).
  *
@@ -117,18 +122,19 @@ interface Held<C> {
  * `shutdownTimeoutMs` for work in flight; what is still running then is abandoned (its signal is
  * aborted and its row stays `processing` until the lease expires).
  */
-export class ClaimLoop<C extends Claim> {
+export class ClaimLoop<C extends WorkerClaim<unknown>> {
   private readonly held = new Map<string, Held<C>>();
   private readonly waiting: Held<C>[] = [];
-  private working = 0;
-  /** Concurrency slots kept by work that timed out and still runs (`yieldSlot(until)`). */
+  /** Slots taken: steps running, and slots kept by timed-out work after its step returned. */
+  private slotsTaken = 0;
+  /** Of those, kept by timed-out work that still runs (`holdUntil`). */
   private stuck = 0;
-  /** Claiming stopped because every slot is kept by such work (logged once per pause). */
-  private pausedByStuckWork = false;
-  /** Held claims that gave back their slot, hold no other row (`holdsOthers`) and only write their outcome: not counted by refills. */
-  private finishing = 0;
-  /** The loop sleeps because enough claims are waiting or working (not because the last claim came back short). */
+  /** Held claims in phase `finishing` that hold no key: not counted against `batchSize`. */
+  private finishingUnkeyed = 0;
+  /** The loop sleeps because enough claims are held (not because the last claim came back short). */
   private sleepingFull = false;
+  /** Claiming stopped because every slot is kept by timed-out work (logged once per pause). */
+  private pausedByStuckWork = false;
   private readonly waker = new Waker();
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private loop?: Promise<void>;
@@ -145,13 +151,12 @@ export class ClaimLoop<C extends Claim> {
   constructor(
     private readonly options: ClaimLoopOptions,
     private readonly work: ClaimLoopWork<C>,
-    private readonly lease: LeaseService,
+    private readonly recorder: OutcomeRecorder<C>,
     private readonly logger: Logger,
     private readonly scheduler?: SchedulerRegistry,
   ) {
     this.timerName = options.reclaimTimerName ?? `queuebox:${options.name.replace(/\s+/g, '-')}:reclaim`;
-    // Claim again once half the batch is used (at once when the batch is one row).
-    this.refillAt = options.batchSize - Math.max(1, Math.floor(options.batchSize / 2));
+    this.refillAt = refillPoint(options.batchSize);
   }
 
   /** True once shutdown stopped waiting: late work must leave its rows alone. */
@@ -174,18 +179,31 @@ export class ClaimLoop<C extends Claim> {
     };
   }
 
-  /** Claims held: working, waiting for a slot, or writing their outcome. */
+  /** Claims held: running, waiting for a slot, or having their outcome written. */
   get inFlightCount(): number {
     return this.held.size;
   }
 
   /**
-   * Held claims that count against `batchSize`: all but those only writing an outcome that holds
-   * no other row, and of those at most `batchSize` (writes that lag cannot let claims pile up:
-   * at most twice `batchSize` are held).
+   * Held claims that count against `batchSize`: all but those finishing without a key, and of
+   * those at most `batchSize` (writes that lag cannot let claims pile up: at most twice
+   * `batchSize` are held).
    */
   private get counted(): number {
-    return this.held.size - Math.min(this.finishing, this.options.batchSize);
+    return this.held.size - Math.min(this.finishingUnkeyed, this.options.batchSize);
+  }
+
+  /**
+   * How many claims the loop may hold now: `batchSize` while every slot is free to run work;
+   * less, in proportion, while slots are kept by timed-out work that still runs; none when all
+   * are. A loop claims only what it can start.
+   */
+  private get capacity(): number {
+    const stuck = this.stuck + (this.work.stuckSlots?.() ?? 0);
+    const live = this.options.concurrency - stuck;
+    if (live <= 0) return 0;
+    if (stuck === 0) return this.options.batchSize;
+    return Math.max(live, Math.floor((this.options.batchSize * live) / this.options.concurrency));
   }
 
   start(): void {
@@ -219,7 +237,7 @@ export class ClaimLoop<C extends Claim> {
     this.waker.wake();
     await this.loop;
     await this.releaseWaiting();
-    const started = [...this.held.values()].filter((held) => held.started);
+    const started = [...this.held.values()];
     if (started.length > 0) {
       this.logger.log(messages.shutdownWaiting(this.options.name, started.length, this.options.shutdownTimeoutMs));
       const finished = await settledWithin(
@@ -250,19 +268,6 @@ export class ClaimLoop<C extends Claim> {
     return claims;
   }
 
-  /**
-   * How many claims the loop may hold now: `batchSize` while every slot is free to run work;
-   * less, in proportion, while slots are kept by timed-out work that still runs (stuck); none
-   * when all are. A loop claims only what it can start.
-   */
-  private get capacity(): number {
-    const stuck = this.stuck + (this.work.stuckSlots?.() ?? 0);
-    const live = this.options.concurrency - stuck;
-    if (live <= 0) return 0;
-    if (stuck === 0) return this.options.batchSize;
-    return Math.max(live, Math.floor((this.options.batchSize * live) / this.options.concurrency));
-  }
-
   private async run(): Promise<void> {
     while (this.state === 'running') {
       const capacity = this.capacity;
@@ -278,7 +283,7 @@ export class ClaimLoop<C extends Claim> {
       }
       if (this.pausedByStuckWork) this.logger.log(messages.claimingResumed(this.options.name));
       this.pausedByStuckWork = false;
-      const refillAt = capacity === this.options.batchSize ? this.refillAt : capacity - Math.max(1, Math.floor(capacity / 2));
+      const refillAt = capacity === this.options.batchSize ? this.refillAt : refillPoint(capacity);
       if (this.counted > refillAt) {
         // Busy is alive: a full loop waits for its work, not on the database.
         this.lastCycle = new Date();
@@ -335,8 +340,7 @@ export class ClaimLoop<C extends Claim> {
     const done = new Promise<void>((resolve) => {
       settle = resolve;
     });
-    const keeper = this.work.keep ? this.work.keep(claim) : this.lease.keep(claim);
-    const held: Held<C> = { claim, keeper, started: false, done, settle };
+    const held: Held<C> = { claim, keeper: this.work.keep(claim), phase: 'waiting', done, settle };
     this.held.set(claim.id, held);
     this.waiting.push(held);
     this.startWaiting();
@@ -344,63 +348,82 @@ export class ClaimLoop<C extends Claim> {
   }
 
   private startWaiting(): void {
-    while (this.working < this.options.concurrency && this.waiting.length > 0) {
-      const held = this.waiting.shift() as Held<C>;
-      held.started = true;
-      this.working++;
-      let slotHeld = true;
-      let finishing = false;
-      let processed = false;
-      let slotHeldUntil = false;
-      const release = () => {
-        if (!slotHeld) return;
-        slotHeld = false;
-        this.working--;
-        if (slotHeldUntil) {
-          this.stuck--;
-          if (this.state === 'running') this.waker.wake();
-        }
-        this.startWaiting();
-        if (!processed && this.work.holdsOthers?.(held.claim) === false) {
-          finishing = true;
-          this.finishing++;
-          if (this.sleepingFull && this.state === 'running') this.waker.wake();
-        }
-      };
-      const yieldSlot = (until?: Promise<unknown>) => {
-        if (until === undefined) return release();
-        if (slotHeldUntil || !slotHeld) return;
-        slotHeldUntil = true;
-        this.stuck++;
-        void until.then(release, release);
-      };
-      this.work
-        .process(held.claim, held.keeper, yieldSlot)
-        .catch((error) => this.logger.error(messages.workFailed(this.options.name, held.claim.id, describeError(error))))
-        .finally(() => {
-          processed = true;
-          if (!slotHeldUntil) release();
-          if (finishing) this.finishing--;
-          this.held.delete(held.claim.id);
-          held.settle();
-          if (this.state !== 'running') return;
-          if (this.sleepingFull || (this.work.unblocks?.(held.claim) ?? true)) this.waker.wake();
-        });
+    while (this.slotsTaken < this.options.concurrency && this.waiting.length > 0) {
+      void this.runStep(this.waiting.shift() as Held<C>);
     }
   }
 
-  /** On shutdown, claims that never started go back to `pending` at once instead of waiting for their lease. */
+  /** Runs one claim's step in a slot, then has its outcome recorded. */
+  private async runStep(held: Held<C>): Promise<void> {
+    held.phase = 'running';
+    this.slotsTaken++;
+    let slot: 'taken' | 'kept' | 'free' = 'taken';
+    const free = () => {
+      if (slot === 'free') return;
+      if (slot === 'kept') {
+        this.stuck--;
+        if (this.state === 'running') this.waker.wake();
+      }
+      slot = 'free';
+      this.slotsTaken--;
+      this.startWaiting();
+    };
+    const giveBack = () => {
+      if (slot !== 'taken') return;
+      free();
+      this.finish(held);
+    };
+    const workSlot: WorkSlot = {
+      release: giveBack,
+      holdUntil: (until) => {
+        if (slot !== 'taken') return;
+        slot = 'kept';
+        this.stuck++;
+        this.finish(held);
+        void until.then(free, free);
+      },
+    };
+    let outcome: StepOutcome<C> | undefined;
+    try {
+      outcome = await this.work.step(held.claim, held.keeper, workSlot);
+    } catch (error) {
+      this.logger.error(messages.workFailed(this.options.name, held.claim.id, describeError(error)));
+    }
+    giveBack(); // the outcome is written outside the slot
+    let finished = false;
+    if (outcome && !this.abandonedWork) finished = (await this.recorder.record(held.claim, outcome)) === 'finished';
+    if (this.work.keyOf(held.claim) === null) this.finishingUnkeyed--;
+    this.held.delete(held.claim.id);
+    held.settle();
+    if (this.state !== 'running') return;
+    // Finishing a keyed row frees its key; a row that went back to pending can be claimed again.
+    if (this.sleepingFull || this.work.keyOf(held.claim) !== null || !finished) this.waker.wake();
+  }
+
+  /** The step gave back its slot: a claim without a key stops counting against `batchSize`. */
+  private finish(held: Held<C>): void {
+    if (held.phase !== 'running') return;
+    held.phase = 'finishing';
+    if (this.work.keyOf(held.claim) !== null) return;
+    this.finishingUnkeyed++;
+    if (this.sleepingFull && this.state === 'running') this.waker.wake();
+  }
+
+  /** Claims that never started go back to `pending` at once instead of waiting for their lease (shutdown, or every slot stuck). */
   private async releaseWaiting(): Promise<void> {
     const unstarted = this.waiting.splice(0);
     await Promise.all(
       unstarted.map(async (held) => {
         await held.keeper.stop();
+        await this.recorder.record(held.claim, { kind: 'released' });
         this.held.delete(held.claim.id);
-        await this.lease
-          .release(held.claim)
-          .catch((error) => this.logger.warn(messages.releaseFailed(held.claim.id, describeError(error))));
         held.settle();
       }),
     );
   }
+}
+
+/** Claim again once half of `batchSize` is used (at once when the batch is one row). */
+function refillPoint(batchSize: number): number {
+  return batchSize - Math.max(1, Math.floor(batchSize / 2));
 }

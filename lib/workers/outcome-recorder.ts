@@ -1,14 +1,14 @@
-// Worker runtime: the one outcome recorder. How a worker's attempt on a claimed message ends,
-// written and reported the same way by every worker: once its row is complete it reports the event
-// that metrics count; a failed attempt is retried with backoff or dead-lettered, fenced, with its
-// event and log line. Used by OutboxPoller, InboxRelay and PullWorker (through inboxOutcomeRecorder).
+// Worker runtime: a worker's step on a claim returns how it ended (a StepOutcome); the one outcome
+// recorder writes that to the row (fenced: complete, retry with backoff, dead-letter, release) and
+// reports it (events, which metrics count, and logs). Every worker records through it: the outbox
+// poller, the inbox relay and the pull worker.
 
 import type { Logger } from '@nestjs/common';
 import { describeError } from '../common/errors';
 import type { InboxEventMessage, OutboxEventMessage, QueueBoxEventMap, QueueBoxEvents } from '../events/queuebox.events';
 import type { LeaseService } from '../lease/lease.service';
-import type { WorkerClaim } from '../lease/lease.types';
 import { messages } from '../queuebox.messages';
+import type { WorkerClaim } from '../types/claims';
 
 /** The events of each worker's outcomes (`QueueBoxMetrics` counts them). */
 const EVENTS = {
@@ -33,8 +33,36 @@ export interface FailurePolicy<M> {
   retryIf?: (error: unknown, attempt: number, message: M) => boolean;
 }
 
-/** What a failed attempt leads to: a dead letter with its reason, or a retry after `delayMs`. */
-type FailedAttemptOutcome = { deadLetter: true; reason: string } | { deadLetter: false; delayMs: number };
+/** What a completed event adds for its component: `forwarded` (relay), `handler` (pull). */
+export interface CompletedDetails {
+  durationMs: number;
+  forwarded?: number;
+  handler?: string;
+}
+
+/**
+ * How one step on a claim ended:
+ * - `complete`: the work is done (a publish); the recorder completes the row, fenced;
+ * - `completed`: the step completed the row in its own transaction (with `followers`, finished under it);
+ * - `failed`: the attempt failed; the recorder retries it after the policy's backoff, or dead-letters it;
+ * - `lost`: the claim is lost (logged at `level`); nothing more is written;
+ * - `released`: the work did not fail (a batch rolled back for another row): back to `pending`, the attempt not counted;
+ * - `abandoned`: shutdown stopped waiting; the row is left to its lease.
+ */
+export type StepOutcome<C extends WorkerClaim<unknown>> =
+  | { kind: 'complete'; durationMs: number }
+  | { kind: 'completed'; details: CompletedDetails; followers?: readonly { claim: C; details: CompletedDetails }[] }
+  | {
+      kind: 'failed';
+      failure: unknown;
+      durationMs: number;
+      policy: FailurePolicy<C['message']>;
+      /** The log line of a scheduled retry. */
+      retryLog: (error: string, delayMs: number) => string;
+    }
+  | { kind: 'lost'; level: 'warn' | 'error'; log: string }
+  | { kind: 'released' }
+  | { kind: 'abandoned' };
 
 /** What the recorder needs to know about one worker. */
 export interface RecordingWorker<C extends WorkerClaim<unknown>> {
@@ -47,17 +75,61 @@ export interface RecordingWorker<C extends WorkerClaim<unknown>> {
   eventMessage(claim: C): OutboxEventMessage | InboxEventMessage;
   /** Failures that would fail the same way again (`PermanentPublishError`, `QueueBoxValidationError`): dead-lettered at once. */
   isFinal(failure: unknown): boolean;
+  /** Completes a row whose work is done (`complete` outcomes): resolves false when the claim was lost. */
+  complete?(claim: C): Promise<boolean>;
+  /** The log line of a `complete` outcome whose completion lost the claim (the work was done: a duplicate follows). */
+  completionLost?(claim: C): string;
 }
+
+/** What the recorder did with an outcome: whether it finished the row (`sent`/`processed`). */
+export type Recorded = 'finished' | 'not finished';
 
 /** Records the outcomes of one worker's claims. */
 export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
   constructor(private readonly worker: RecordingWorker<C>) {}
 
-  /**
-   * Reports a claim whose row was completed: `published` for the outbox, `processed` for the
-   * relay (with `forwarded`) and pull workers (with `handler`).
-   */
-  completed(claim: C, details: { durationMs: number; forwarded?: number; handler?: string }): void {
+  /** Writes and reports `outcome`. Never throws: a write that fails is logged (the lease ends the claim). */
+  async record(claim: C, outcome: StepOutcome<C>): Promise<Recorded> {
+    switch (outcome.kind) {
+      case 'complete':
+        return this.complete(claim, outcome.durationMs);
+      case 'completed':
+        this.completed(claim, outcome.details);
+        for (const follower of outcome.followers ?? []) this.completed(follower.claim, follower.details);
+        return 'finished';
+      case 'failed':
+        await this.failed(claim, outcome);
+        return 'not finished';
+      case 'lost':
+        this.worker.lease.markLost(claim);
+        this.worker.logger[outcome.level](outcome.log);
+        return 'not finished';
+      case 'released':
+        await this.worker.lease
+          .release(claim)
+          .catch((error) => this.worker.logger.warn(messages.releaseFailed(claim.id, describeError(error))));
+        return 'not finished';
+      case 'abandoned':
+        return 'not finished';
+    }
+  }
+
+  private async complete(claim: C, durationMs: number): Promise<Recorded> {
+    const { logger } = this.worker;
+    try {
+      if (await (this.worker.complete?.(claim) ?? this.worker.lease.complete(claim))) {
+        this.completed(claim, { durationMs });
+        return 'finished';
+      }
+      logger.error(this.worker.completionLost?.(claim) ?? messages.finishLost(this.worker.nameOf(claim.message), 'completion'));
+    } catch (error) {
+      logger.error(messages.finishFailed(this.worker.nameOf(claim.message), 'delivery', describeError(error)));
+    }
+    return 'not finished';
+  }
+
+  /** Reports a claim whose row was completed. */
+  private completed(claim: C, details: CompletedDetails): void {
     const name = EVENTS[claim.component].completed;
     // `details` holds what that component's event adds (`forwarded`, `handler`): the worker knows it, the type cannot.
     this.worker.events.emit(name, { ...this.worker.eventMessage(claim), ...details } as QueueBoxEventMap[typeof name]);
@@ -68,18 +140,9 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
    * it or the attempts are used up; otherwise retried after the policy's backoff. A claim lost
    * meanwhile is logged and left alone; a failing write is logged (the lease ends the claim).
    */
-  async failed(
-    claim: C,
-    failure: unknown,
-    p: {
-      policy: FailurePolicy<C['message']>;
-      /** How long the failed attempt took. */
-      durationMs: number;
-      /** The log line of a scheduled retry. */
-      retryLog: (error: string, delayMs: number) => string;
-    },
-  ): Promise<void> {
+  private async failed(claim: C, p: Extract<StepOutcome<C>, { kind: 'failed' }>): Promise<void> {
     const { lease, logger } = this.worker;
+    const { failure } = p;
     const id = this.worker.nameOf(claim.message);
     const event = this.worker.eventMessage(claim);
     const names = EVENTS[claim.component];
@@ -112,6 +175,9 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
     }
   }
 }
+
+/** What a failed attempt leads to: a dead letter with its reason, or a retry after `delayMs`. */
+type FailedAttemptOutcome = { deadLetter: true; reason: string } | { deadLetter: false; delayMs: number };
 
 /**
  * The retry policy applied to one failed attempt, the same for every worker: dead-letter at once

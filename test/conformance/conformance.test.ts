@@ -5,13 +5,15 @@ import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { RetentionService } from '../../lib/admin/retention.service';
 import type { Dialect, InboxInsertRow } from '../../lib/dialects/dialect';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
-import { FollowersChangedError, LeaseService } from '../../lib/lease/lease.service';
-import type { InboxClaim, OutboxClaim } from '../../lib/lease/lease.types';
+import type { LeaseService } from '../../lib/lease/lease.service';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { resolveOptions, resolveTables } from '../../lib/options/options.resolver';
 import type { OutboxMessageInput } from '../../lib/outbox/outbox.types';
 import { toOutboxRows } from '../../lib/outbox/outbox-rows';
 import { createDialect } from '../../lib/queuebox.dialect';
+import type { InboxClaim, OutboxClaim } from '../../lib/types/claims';
+import { FollowersChangedError } from '../../lib/workers/inbox-followers';
+import { claimsOver, type TestClaims } from '../support/claims';
 import { CONFORMANCE_TABLES, type ConformanceDatabase, type DialectHarness, HARNESSES } from './harness';
 
 // One suite for the dialect seam, run against every configured dialect (in the spirit of River's
@@ -33,6 +35,7 @@ function conformance(harness: DialectHarness) {
   let db: ConformanceDatabase;
   let dialect: Dialect;
   let lease: LeaseService;
+  let take: TestClaims;
   let metrics: QueueBoxMetrics;
 
   before(async () => {
@@ -47,7 +50,8 @@ function conformance(harness: DialectHarness) {
     await db.reset();
     const events = new QueueBoxEvents();
     metrics = new QueueBoxMetrics(events);
-    lease = new LeaseService(dialect, events);
+    take = claimsOver(dialect, events);
+    lease = take.lease;
   });
 
   const enqueue = (...messages: Partial<OutboxMessageInput>[]) =>
@@ -62,7 +66,7 @@ function conformance(harness: DialectHarness) {
     );
   const receive = (row: Partial<InboxInsertRow> & { idempotencyKey: string }) =>
     dialect.inboxInsertIfAbsent({ row: { source: 'orders', aggregateId: null, payloadJson: '{}', headersJson: '{}', ...row } });
-  const claimOutbox = (limit: number, leaseMs = LONG) => lease.claimOutboxBatch({ limit, leaseMs });
+  const claimOutbox = (limit: number, leaseMs = LONG) => take.outbox.claim({ limit, leaseMs });
   const keysOf = (claims: OutboxClaim[]) => claims.map((c) => `${c.message.key}:${(c.message.payload as { n: number }).n}`);
   /**
    * Runs `work` while another transaction stays open, and rolls that one back afterwards; `work`
@@ -119,7 +123,7 @@ function conformance(harness: DialectHarness) {
       const [{ id }] = await enqueue({ key: 'k' });
       const [zombie] = await claimOutbox(1, 150);
       await sleep(250);
-      assert.deepEqual(counts(await lease.reclaimOutbox({ maxAttempts: 10 })), { pending: 1, dead: 0 });
+      assert.deepEqual(counts(await take.outbox.reclaim({ maxAttempts: 10 })), { pending: 1, dead: 0 });
       const [owner] = await claimOutbox(1);
       assert.equal(owner.id, id);
       assert.notEqual(owner.token, zombie.token);
@@ -220,7 +224,7 @@ function conformance(harness: DialectHarness) {
         assert.equal(claim.attempt, attempt);
         await sleep(100);
         assert.deepEqual(
-          counts(await lease.reclaimOutbox({ maxAttempts: 3 })),
+          counts(await take.outbox.reclaim({ maxAttempts: 3 })),
           attempt < 3 ? { pending: 1, dead: 0 } : { pending: 0, dead: 1 },
         );
       }
@@ -367,23 +371,23 @@ function conformance(harness: DialectHarness) {
       await receive({ idempotencyKey: 'a2', aggregateId: 'a', payloadJson: '{"n":2}' });
       await receive({ idempotencyKey: 'x1', source: 'payments', aggregateId: 'a' });
       await receive({ idempotencyKey: 'n1' });
-      const claims = await lease.claimRelayBatch({ sources: ['orders', 'payments'], limit: 10, leaseMs: 100 });
+      const claims = await take.relay.claim({ sources: ['orders', 'payments'], limit: 10, leaseMs: 100 });
       assert.deepEqual(
         claims.map((c) => `${c.message.source}/${c.message.idempotencyKey}`),
         ['orders/a1', 'payments/x1', 'orders/n1'],
       );
       assert.deepEqual(claims[0].message.payload, { n: 1 });
       await sleep(200);
-      assert.deepEqual(counts(await lease.reclaimInbox({ sources: ['payments'], maxAttempts: 5 })), { pending: 1, dead: 0 });
-      assert.deepEqual(counts(await lease.reclaimInbox({ sources: ['orders'], maxAttempts: 1 })), { pending: 0, dead: 2 });
+      assert.deepEqual(counts(await take.relay.reclaim({ sources: ['payments'], maxAttempts: 5 })), { pending: 1, dead: 0 });
+      assert.deepEqual(counts(await take.relay.reclaim({ sources: ['orders'], maxAttempts: 1 })), { pending: 0, dead: 2 });
     });
 
     it('I6: a forward whose fenced mark loses the claim rolls its outbox insert back; one that keeps it commits both', async () => {
       const { id } = await receive({ idempotencyKey: 'e6', aggregateId: 'a' });
-      const [zombie] = await lease.claimRelayBatch({ sources: ['orders'], limit: 1, leaseMs: LONG });
+      const [zombie] = await take.relay.claim({ sources: ['orders'], limit: 1, leaseMs: LONG });
       await db.expireLease('inbox', id); // the claim is taken over, as after an expiry and a reclaim
-      await lease.reclaimInbox({ sources: ['orders'], maxAttempts: 5 });
-      const [owner] = await lease.claimRelayBatch({ sources: ['orders'], limit: 1, leaseMs: LONG });
+      await take.relay.reclaim({ sources: ['orders'], maxAttempts: 5 });
+      const [owner] = await take.relay.claim({ sources: ['orders'], limit: 1, leaseMs: LONG });
       const forward = (claim: InboxClaim, messageId: string) =>
         db.dataSource.transaction(async (manager) => {
           await dialect.outboxInsert({ manager, rows: toOutboxRows([{ destination: 'billing', key: 'a', payload: {}, messageId }], 1000) });
@@ -422,7 +426,7 @@ function conformance(harness: DialectHarness) {
       const first = await lease.claim('ledger', { leaseMs: 100 });
       assert.equal(first?.message.idempotencyKey, 'c1');
       await sleep(200);
-      const batch = await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
+      const batch = await take.pull.claimBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
       assert.deepEqual(
         batch.map((c) => [c.message.idempotencyKey, c.attempt]),
         [
@@ -434,7 +438,7 @@ function conformance(harness: DialectHarness) {
       assert.equal(await lease.complete(first!), false, 'the dead client changes nothing');
       assert.equal(await lease.complete(batch[0]), true);
       assert.deepEqual(
-        (await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG })).map((c) => c.message.idempotencyKey),
+        (await take.pull.claimBatch({ source: 'ledger', limit: 10, leaseMs: LONG })).map((c) => c.message.idempotencyKey),
         ['c2'],
       );
       assert.equal(await lease.claim('nobody', { leaseMs: LONG }), null, 'another source has nothing');
@@ -456,7 +460,7 @@ function conformance(harness: DialectHarness) {
         assert.equal(r2?.message.idempotencyKey, 'r2');
         await open.commitTransaction();
         await db.expireLease('inbox', r2!.id);
-        const again = await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
+        const again = await take.pull.claimBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
         assert.deepEqual(
           again.map((c) => [c.message.idempotencyKey, c.attempt]),
           [['r2', 2]],
@@ -464,7 +468,7 @@ function conformance(harness: DialectHarness) {
         );
         assert.equal(await lease.complete(again[0]), true);
         assert.deepEqual(
-          (await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG })).map((c) => c.message.idempotencyKey),
+          (await take.pull.claimBatch({ source: 'ledger', limit: 10, leaseMs: LONG })).map((c) => c.message.idempotencyKey),
           ['r1'],
         );
       } finally {
@@ -476,7 +480,7 @@ function conformance(harness: DialectHarness) {
     it('concurrent pull claims of one source never hand out one row twice', async () => {
       for (let n = 0; n < 12; n++) await receive({ idempotencyKey: `q${n}`, source: 'ledger' });
       const batches = await Promise.all(
-        Array.from({ length: 4 }, () => lease.claimPullBatch({ source: 'ledger', limit: 4, leaseMs: LONG })),
+        Array.from({ length: 4 }, () => take.pull.claimBatch({ source: 'ledger', limit: 4, leaseMs: LONG })),
       );
       const ids = batches.flat().map((c) => c.id);
       assert.equal(ids.length, 12);
@@ -486,12 +490,12 @@ function conformance(harness: DialectHarness) {
 
   describe('followers (batch pull handlers, the relay)', () => {
     const followersOf = async (head: InboxClaim, room = 10) =>
-      ((await lease.followers([head], { room })).get(head) ?? []).map((f) => f.message.idempotencyKey);
+      ((await take.followers.read([head], { room })).get(head) ?? []).map((f) => f.message.idempotencyKey);
 
     it('are the pending rows right after the claimed head of its aggregate, in id order, up to the first not due', async () => {
       for (const key of ['h', 'f1', 'f2']) await receive({ idempotencyKey: key, source: 'ledger', aggregateId: 'agg' });
       await receive({ idempotencyKey: 'other', source: 'ledger', aggregateId: 'other' });
-      const [head] = await lease.claimPullBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
+      const [head] = await take.pull.claimBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
       assert.equal(head.message.idempotencyKey, 'h');
       assert.deepEqual(await followersOf(head), ['f1', 'f2']);
       assert.deepEqual(await followersOf(head, 1), ['f1'], 'at most room');
@@ -509,14 +513,14 @@ function conformance(harness: DialectHarness) {
           manager: open.manager,
         });
         await receive({ idempotencyKey: 'r2', source: 'ledger', aggregateId: 'agg' });
-        const [r2] = await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
+        const [r2] = await take.pull.claimBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
         assert.equal(r2.message.idempotencyKey, 'r2');
         await open.commitTransaction();
         await receive({ idempotencyKey: 'r3', source: 'ledger', aggregateId: 'agg' });
         assert.deepEqual(await followersOf(r2), [], 'r3 would be handled before r1');
         // Once r2 and r1 are done, r3 follows as usual.
         assert.equal(await lease.complete(r2), true);
-        const [r1] = await lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
+        const [r1] = await take.pull.claimBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
         assert.equal(r1.message.idempotencyKey, 'r1');
         assert.deepEqual(await followersOf(r1), ['r3']);
       } finally {
@@ -527,11 +531,11 @@ function conformance(harness: DialectHarness) {
 
     it('complete only under their head: after its fenced completion, in the same transaction, with its token', async () => {
       for (const key of ['h', 'f1']) await receive({ idempotencyKey: key, source: 'ledger', aggregateId: 'agg' });
-      const [head] = await lease.claimPullBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
-      const followers = (await lease.followers([head], { room: 10 })).get(head) ?? [];
+      const [head] = await take.pull.claimBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
+      const followers = (await take.followers.read([head], { room: 10 })).get(head) ?? [];
       assert.equal(followers.length, 1);
       await assert.rejects(
-        db.dataSource.transaction((manager) => lease.completeFollowers(followers, manager)),
+        db.dataSource.transaction((manager) => take.followers.complete(followers, manager)),
         FollowersChangedError,
         'the head is not completed: nothing fences the follower',
       );
@@ -540,7 +544,7 @@ function conformance(harness: DialectHarness) {
       await assert.rejects(
         db.dataSource.transaction(async (manager) => {
           assert.equal(await lease.complete(head, manager), true);
-          await lease.completeFollowers(forged, manager);
+          await take.followers.complete(forged, manager);
         }),
         FollowersChangedError,
         "another token than the head's",
@@ -548,7 +552,7 @@ function conformance(harness: DialectHarness) {
       assert.equal((await db.row('inbox', followers[0].id)).state, 'pending');
       await db.dataSource.transaction(async (manager) => {
         assert.equal(await lease.complete(head, manager), true);
-        await lease.completeFollowers(followers, manager);
+        await take.followers.complete(followers, manager);
       });
       const done = await db.row('inbox', followers[0].id);
       assert.deepEqual([done.state, done.attempts], ['processed', 1]);
@@ -591,13 +595,13 @@ function conformance(harness: DialectHarness) {
             manager: open,
           });
         }
-        const [pulled, pullMs] = await timed(() => lease.claimPullBatch({ source: 'ledger', limit: 10, leaseMs: LONG }));
+        const [pulled, pullMs] = await timed(() => take.pull.claimBatch({ source: 'ledger', limit: 10, leaseMs: LONG }));
         assert.deepEqual(
           pulled.map((c) => c.message.idempotencyKey),
           ['a1'],
         );
         assert.ok(pullMs < PROMPT_MS, `pull claim in ${pullMs} ms`);
-        const [relayed, relayMs] = await timed(() => lease.claimRelayBatch({ sources: ['orders'], limit: 10, leaseMs: LONG }));
+        const [relayed, relayMs] = await timed(() => take.relay.claim({ sources: ['orders'], limit: 10, leaseMs: LONG }));
         assert.deepEqual(
           relayed.map((c) => c.message.idempotencyKey),
           ['x1'],
@@ -608,7 +612,7 @@ function conformance(harness: DialectHarness) {
 
     it('a followers read behind an open receive() of the same aggregate returns promptly, never the uncommitted row, and leaves its transaction usable', async () => {
       for (const key of ['h', 'f1']) await receive({ idempotencyKey: key, source: 'ledger', aggregateId: 'agg' });
-      const [head] = await lease.claimPullBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
+      const [head] = await take.pull.claimBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
       assert.equal(head.message.idempotencyKey, 'h');
       await whileOpen(async (open) => {
         await dialect.inboxInsertIfAbsent({
@@ -616,19 +620,19 @@ function conformance(harness: DialectHarness) {
           manager: open,
         });
         // Outside a transaction (the relay) and inside one (a batch pull handler).
-        const [relayed, relayMs] = await timed(() => lease.followers([head], { room: 10 }));
+        const [relayed, relayMs] = await timed(() => take.followers.read([head], { room: 10 }));
         const relayKeys = (relayed.get(head) ?? []).map((f) => f.message.idempotencyKey);
         assert.ok(relayMs < PROMPT_MS, `followers in ${relayMs} ms`);
         // f1 (row versions, or a read that got past the lock) or none (the read's lock wait ran out): never f2.
         assert.ok(['f1', ''].includes(relayKeys.join(',')), relayKeys.join(','));
         await db.dataSource.transaction(async (manager) => {
-          const [inside, insideMs] = await timed(() => lease.followers([head], { room: 10, manager }));
+          const [inside, insideMs] = await timed(() => take.followers.read([head], { room: 10, manager }));
           const keys = (inside.get(head) ?? []).map((f) => f.message.idempotencyKey);
           assert.ok(insideMs < PROMPT_MS, `followers in ${insideMs} ms`);
           assert.ok(['f1', ''].includes(keys.join(',')), keys.join(','));
           // The transaction is still usable: the head completes in it.
           assert.equal(await lease.complete(head, manager), true);
-          if (keys.length > 0) await lease.completeFollowers(inside.get(head) ?? [], manager);
+          if (keys.length > 0) await take.followers.complete(inside.get(head) ?? [], manager);
         });
       });
       assert.equal((await db.row('inbox', head.id)).state, 'processed');
@@ -660,7 +664,7 @@ function conformance(harness: DialectHarness) {
 
     it('a received payload round-trips exactly, and so does its forward to the outbox', async () => {
       const { id } = await receive({ idempotencyKey: 'p1', source: 'ledger', aggregateId: 'a', payloadJson: JSON.stringify(payload) });
-      const [claim] = await lease.claimPullBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
+      const [claim] = await take.pull.claimBatch({ source: 'ledger', limit: 1, leaseMs: LONG });
       assert.equal(claim.id, id);
       assert.deepEqual(claim.message.payload, payload);
       const [forwarded] = await db.dataSource.transaction((manager) =>

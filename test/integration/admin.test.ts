@@ -12,6 +12,7 @@ import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { MESSAGE_ID_HEADER } from '../../lib/wire-headers';
 import { createTestApp, type TestApp } from '../support/app';
+import { claimsOf, type TestClaims } from '../support/claims';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
@@ -24,6 +25,7 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
   let t: TestApp;
   let admin: QueueBoxAdmin;
   let lease: LeaseService;
+  let take: TestClaims;
   let dataSource: DataSource;
   const publisher = new RecordingPublisher();
 
@@ -32,6 +34,7 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
     t = await createTestApp(db.url, { workers: false, outbox: { publisher } });
     admin = t.get(QueueBoxAdmin);
     lease = t.get(LeaseService);
+    take = claimsOf(t);
     dataSource = t.app.get(getDataSourceToken());
   });
   after(async () => {
@@ -223,7 +226,7 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
       const pending = await outboxRow({ key: 'b', attempts: 1, error: 'retry' });
       const sent = await outboxRow({ state: 'sent', attempts: 1 });
       await outboxRow({ key: 'c' });
-      const [held] = await lease.claimOutboxBatch({ limit: 10, leaseMs: 60_000 });
+      const [held] = await take.outbox.claim({ limit: 10, leaseMs: 60_000 });
       assert.ok(held);
       const before = await outboxRows();
 
@@ -348,7 +351,7 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
     it('skips a pending head so its key flows again; never a head a worker holds', async () => {
       await outboxRow({ key: 'k', attempts: 1, error: 'boom' });
       const next = await outboxRow({ key: 'k' });
-      const [held] = await lease.claimOutboxBatch({ limit: 10, leaseMs: 60_000 });
+      const [held] = await take.outbox.claim({ limit: 10, leaseMs: 60_000 });
       const before = await snapshot();
 
       assert.equal(await admin.skipHead({ component: 'outbox', key: 'k' }), null, 'a live claim is not touched');
@@ -361,7 +364,7 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
         held.id,
       ]);
       assert.deepEqual(row, { state: 'dead', last_error: 'skipped by admin: poison' });
-      const [claimed] = await lease.claimOutboxBatch({ limit: 10, leaseMs: 60_000 });
+      const [claimed] = await take.outbox.claim({ limit: 10, leaseMs: 60_000 });
       assert.equal(claimed?.id, next, 'the next row of the key is claimed');
       assert.equal(await admin.skipHead({ component: 'outbox', key: 'nothing' }), null);
     });

@@ -8,13 +8,14 @@ import { PermanentPublishError } from '../../lib/errors/queuebox.errors';
 import type { QueueBoxEventMap, QueueBoxEventName } from '../../lib/events/queuebox.events';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
+import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
+import { claimsOf } from '../support/claims';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
@@ -155,14 +156,15 @@ describe('events on node:diagnostics_channel', () => {
   it('queuebox:claim-lost once per lost claim, and queuebox:reclaimed per destination', async () => {
     const { id } = await enqueue();
     const lease = t.get(LeaseService);
-    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 50 });
+    const take = claimsOf(t);
+    const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 50 });
     await sleep(120);
     assert.equal(await lease.complete(claim), false);
     assert.equal(await lease.retry(claim), false);
     assert.deepEqual(of('queuebox:claim-lost'), [{ component: 'outbox', id }]);
-    await lease.claimOutboxBatch({ limit: 1, leaseMs: 50 }); // claimed again (the reclaim step would do the same)
+    await take.outbox.claim({ limit: 1, leaseMs: 50 }); // claimed again (the reclaim step would do the same)
     await dataSource.query("UPDATE queuebox_outbox SET lease_expires_at = now() - interval '1 second'");
-    await lease.reclaimOutbox({ maxAttempts: 5 });
+    await take.outbox.reclaim({ maxAttempts: 5 });
     assert.deepEqual(of('queuebox:reclaimed'), [{ component: 'outbox', name: 'billing', pending: 1, dead: 0 }]);
   });
 

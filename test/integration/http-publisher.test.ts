@@ -3,8 +3,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import type { OutboundMessage } from '../../lib/lease/claimed-messages';
 import { HttpPublisher } from '../../lib/publishers/http.publisher';
+import type { OutboundMessage } from '../../lib/types/messages';
 import { HttpRecorder } from '../support/http-recorder';
 
 const message = (destination = 'orders'): OutboundMessage => ({

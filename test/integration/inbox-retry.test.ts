@@ -3,9 +3,9 @@ import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
+import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 

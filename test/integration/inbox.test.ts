@@ -6,10 +6,10 @@ import type { DataSource } from 'typeorm';
 import { HandlerTimeoutError, QueueBoxValidationError, UnknownSourceError } from '../../lib/errors/queuebox.errors';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/lease/claimed-messages';
-import { LeaseService } from '../../lib/lease/lease.service';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
+import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
+import { claimsOf } from '../support/claims';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { startWorker, type WorkerProcess } from '../support/processes';
 import { gate } from '../support/recording-publisher';
@@ -131,7 +131,7 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
       [{ source: 'orders', idempotencyKey: 'k', payload: { a: '\ud800' } }, 'payload'],
       [{ source: 'orders', idempotencyKey: 'k', payload: { a: 'x\u0000' } }, 'payload'],
       [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { a: '\u0000' } }, 'headers'],
-      [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { ['\ud800']: 'v' } }, 'headers'],
+      [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { '\ud800': 'v' } }, 'headers'],
       [{ source: 'orders', idempotencyKey: 'k', payload: 1, headers: { a: 'x'.repeat(20_000) } }, 'headers'],
     ] as const) {
       // In the caller's transaction, which stays usable: nothing reached the database.
@@ -273,7 +273,7 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
     await db.query("UPDATE queuebox_inbox SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1", [id]);
     await drainRelay();
     assert.deepEqual(await db.query('SELECT state FROM queuebox_inbox'), [{ state: 'processing' }], 'still leased to the new owner');
-    assert.deepEqual(await t.get(LeaseService).reclaimInbox({ sources: ['orders'], maxAttempts: 3 }), {
+    assert.deepEqual(await claimsOf(t).relay.reclaim({ sources: ['orders'], maxAttempts: 3 }), {
       pending: 1,
       dead: 0,
       byName: [{ name: 'orders', pending: 1, dead: 0 }],

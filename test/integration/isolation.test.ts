@@ -2,11 +2,12 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { type PullBatchContext, type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
+import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp } from '../support/app';
+import { claimsOf } from '../support/claims';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 
 // Issue 24 item 8: QueueBox's own transactions (a pull handler's, a relay forward's) begin at READ
@@ -85,6 +86,7 @@ describe('QueueBox runs its own transactions and claims at READ COMMITTED (issue
     const t = await createTestApp(db.url, { workers: false, pull: { sources: ['iso-claims'] } });
     try {
       const lease = t.get(LeaseService);
+      const take = claimsOf(t);
       const inbox = t.get(InboxService);
       const claimed: string[] = [];
       for (let round = 0; round < 10; round++) {
@@ -92,7 +94,7 @@ describe('QueueBox runs its own transactions and claims at READ COMMITTED (issue
           await inbox.receive({ source: 'iso-claims', idempotencyKey: `r${round}-${n}`, aggregateId: `agg${n % 4}`, payload: {} });
         // Four claimers at once, each behind the others' advisory lock: each must see the claims committed before it.
         const batches = await Promise.all(
-          Array.from({ length: 4 }, () => lease.claimPullBatch({ source: 'iso-claims', limit: 4, leaseMs: 60_000 })),
+          Array.from({ length: 4 }, () => take.pull.claimBatch({ source: 'iso-claims', limit: 4, leaseMs: 60_000 })),
         );
         const claims = batches.flat();
         const aggregates = claims.map((claim) => claim.message.aggregateId);

@@ -6,6 +6,7 @@ import { LeaseService } from '../../lib/lease/lease.service';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
+import { claimsOf, type TestClaims } from '../support/claims';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -14,6 +15,7 @@ describe('LeaseService on PostgreSQL', () => {
   let db: TestDatabase;
   let t: TestApp;
   let lease: LeaseService;
+  let take: TestClaims;
   let outbox: OutboxService;
   let metrics: QueueBoxMetrics;
   let dataSource: DataSource;
@@ -22,6 +24,7 @@ describe('LeaseService on PostgreSQL', () => {
     db = await createTestDatabase();
     t = await createTestApp(db.url, { workers: false });
     lease = t.get(LeaseService);
+    take = claimsOf(t);
     outbox = t.get(OutboxService);
     metrics = t.get(QueueBoxMetrics);
     dataSource = t.app.get(getDataSourceToken());
@@ -47,7 +50,7 @@ describe('LeaseService on PostgreSQL', () => {
   it('claims with a token and a database-clock lease, and counts the claim as an attempt', async () => {
     const { id } = await enqueueOne();
     const dbNow = new Date((await db.query<{ now: Date }>('SELECT clock_timestamp() AS now'))[0].now);
-    const [claim] = await lease.claimOutboxBatch({ limit: 10, leaseMs: 60_000 });
+    const [claim] = await take.outbox.claim({ limit: 10, leaseMs: 60_000 });
     assert.equal(claim.id, id);
     assert.equal(claim.attempt, 1);
     const leaseLeft = claim.leaseExpiresAt.getTime() - dbNow.getTime();
@@ -56,16 +59,16 @@ describe('LeaseService on PostgreSQL', () => {
     assert.equal(row.state, 'processing');
     assert.equal(row.claim_token, claim.token);
     assert.equal(row.attempts, 1);
-    assert.deepEqual(await lease.claimOutboxBatch({ limit: 10, leaseMs: 60_000 }), [], 'a claimed row is not claimed twice');
+    assert.deepEqual(await take.outbox.claim({ limit: 10, leaseMs: 60_000 }), [], 'a claimed row is not claimed twice');
   });
 
   it('I3: a zombie whose lease expired and whose row was claimed again changes nothing', async () => {
     const { id } = await enqueueOne('k');
     const lostBefore = metrics.value('queuebox_claims_lost_total', { component: 'outbox' });
-    const [zombie] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 150 });
+    const [zombie] = await take.outbox.claim({ limit: 1, leaseMs: 150 });
     await sleep(250);
-    assert.deepEqual(await lease.reclaimOutbox({ maxAttempts: 10 }), { pending: 1, dead: 0, byName: [{ name: 'd', pending: 1, dead: 0 }] });
-    const [owner] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 60_000 });
+    assert.deepEqual(await take.outbox.reclaim({ maxAttempts: 10 }), { pending: 1, dead: 0, byName: [{ name: 'd', pending: 1, dead: 0 }] });
+    const [owner] = await take.outbox.claim({ limit: 1, leaseMs: 60_000 });
     assert.equal(owner.id, id);
     assert.notEqual(owner.token, zombie.token);
 
@@ -84,7 +87,7 @@ describe('LeaseService on PostgreSQL', () => {
 
   it('I3: an expired lease fails the fence even before anyone reclaims the row', async () => {
     await enqueueOne();
-    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 100 });
+    const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 100 });
     await sleep(200);
     assert.equal(await lease.complete(claim), false);
     assert.equal((await rowOf(claim.id)).state, 'processing');
@@ -92,7 +95,7 @@ describe('LeaseService on PostgreSQL', () => {
 
   it('renew moves the lease forward by the database clock and keeps the claim alive past its first lease', async () => {
     await enqueueOne();
-    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 300 });
+    const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 300 });
     const first = claim.leaseExpiresAt.getTime();
     for (let i = 0; i < 4; i++) {
       await sleep(100);
@@ -104,7 +107,7 @@ describe('LeaseService on PostgreSQL', () => {
 
   it('completeBatch completes many claims in one fenced statement and reports the lost one', async () => {
     for (let n = 0; n < 3; n++) await enqueueOne();
-    const claims = await lease.claimOutboxBatch({ limit: 3, leaseMs: 60_000 });
+    const claims = await take.outbox.claim({ limit: 3, leaseMs: 60_000 });
     assert.equal(claims.length, 3);
     await db.query('UPDATE queuebox_outbox SET claim_token = gen_random_uuid() WHERE id = $1', [claims[1].id]);
     const lostBefore = metrics.value('queuebox_claims_lost_total', { component: 'outbox' });
@@ -122,7 +125,7 @@ describe('LeaseService on PostgreSQL', () => {
 
   it('release gives an unstarted claim back without counting its attempt', async () => {
     const { id } = await enqueueOne();
-    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 60_000 });
+    const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 60_000 });
     assert.equal(await lease.release(claim), true);
     const row = await rowOf(id);
     assert.deepEqual([row.state, row.attempts, row.claim_token], ['pending', 0, null]);
@@ -131,15 +134,15 @@ describe('LeaseService on PostgreSQL', () => {
 
   it('retry returns the row to pending, available after the delay, with the error recorded', async () => {
     const { id } = await enqueueOne();
-    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 60_000 });
+    const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 60_000 });
     assert.equal(await lease.retry(claim, { delayMs: 60_000, error: new Error('broker down') }), true);
     const row = await rowOf(id);
     assert.equal(row.state, 'pending');
     assert.equal(row.claim_token, null);
     assert.equal(row.last_error, 'Error: broker down');
-    assert.deepEqual(await lease.claimOutboxBatch({ limit: 1, leaseMs: 60_000 }), [], 'not available before the delay');
+    assert.deepEqual(await take.outbox.claim({ limit: 1, leaseMs: 60_000 }), [], 'not available before the delay');
     await db.query("UPDATE queuebox_outbox SET available_at = now() - interval '1 second'");
-    const [again] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 60_000 });
+    const [again] = await take.outbox.claim({ limit: 1, leaseMs: 60_000 });
     assert.equal(again.attempt, 2);
     assert.equal(await lease.deadLetter(again, 'gave up'), true);
     assert.equal((await rowOf(id)).state, 'dead');
@@ -147,7 +150,7 @@ describe('LeaseService on PostgreSQL', () => {
 
   it('I7: the lease is decided by the database clock when the application clock is far ahead', async (t) => {
     await enqueueOne();
-    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 60_000 });
+    const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 60_000 });
     t.mock.timers.enable({ apis: ['Date'], now: Date.now() + 24 * 3600_000 });
     assert.ok(Date.now() > claim.leaseExpiresAt.getTime(), 'by the application clock the lease has expired');
     assert.equal(await lease.renew(claim), true, 'the database clock says it has not');
@@ -156,7 +159,7 @@ describe('LeaseService on PostgreSQL', () => {
 
   it('I7: and when the application clock is far behind, an expired lease still fails the fence', async (t) => {
     await enqueueOne();
-    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 100 });
+    const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 100 });
     t.mock.timers.enable({ apis: ['Date'], now: Date.now() - 24 * 3600_000 });
     await sleep(200);
     assert.ok(Date.now() < claim.leaseExpiresAt.getTime(), 'by the application clock the lease is still valid');
@@ -165,7 +168,7 @@ describe('LeaseService on PostgreSQL', () => {
 
   it('I7: a fence evaluated late in a long transaction uses the current time, not the transaction start', async () => {
     await enqueueOne();
-    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 300 });
+    const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 300 });
     const completed = await dataSource.transaction(async (manager) => {
       await manager.query('SELECT 1'); // the transaction has started: now() is fixed from here
       await sleep(450);
@@ -177,7 +180,7 @@ describe('LeaseService on PostgreSQL', () => {
 
   it('complete joins the caller transaction and rolls back with it', async () => {
     await enqueueOne();
-    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 60_000 });
+    const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 60_000 });
     await assert.rejects(
       dataSource.transaction(async (manager) => {
         assert.equal(await lease.complete(claim, manager), true);
@@ -192,10 +195,10 @@ describe('LeaseService on PostgreSQL', () => {
   it('I8: reclaim dead-letters a row that expired on its last attempt', async () => {
     const { id } = await enqueueOne();
     for (let attempt = 1; attempt <= 3; attempt++) {
-      const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 50 });
+      const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 50 });
       assert.equal(claim.attempt, attempt);
       await sleep(100);
-      const reclaimed = await lease.reclaimOutbox({ maxAttempts: 3 });
+      const reclaimed = await take.outbox.reclaim({ maxAttempts: 3 });
       assert.deepEqual(
         { pending: reclaimed.pending, dead: reclaimed.dead },
         attempt < 3 ? { pending: 1, dead: 0 } : { pending: 0, dead: 1 },
@@ -210,7 +213,7 @@ describe('LeaseService on PostgreSQL', () => {
 
   it('keeps renewing while work runs, and aborts the signal when the claim is lost', async () => {
     await enqueueOne();
-    const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 300 });
+    const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 300 });
     const keeper = lease.keep(claim);
     await sleep(700);
     assert.equal(keeper.signal.aborted, false, 'renewals kept a 300 ms lease alive for 700 ms');

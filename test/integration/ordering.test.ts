@@ -4,7 +4,9 @@ import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { OutboxService } from '../../lib/outbox/outbox.service';
+import type { OutboxClaim } from '../../lib/types/claims';
 import { createTestApp, type TestApp } from '../support/app';
+import { claimsOf } from '../support/claims';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { HttpRecorder } from '../support/http-recorder';
 import { startWorker, type WorkerProcess } from '../support/processes';
@@ -110,10 +112,11 @@ describe('I4: per-key order across replicas', () => {
     try {
       const loops = claimers.map(async (claimer) => {
         const lease = claimer.get(LeaseService);
+        const take = claimsOf(claimer);
         while (producing || (await db.query("SELECT 1 FROM queuebox_outbox WHERE state = 'pending' LIMIT 1")).length > 0) {
-          let claims: Awaited<ReturnType<LeaseService['claimOutboxBatch']>> = [];
+          let claims: OutboxClaim[] = [];
           try {
-            claims = await lease.claimOutboxBatch({ limit: 20, leaseMs: 60_000 });
+            claims = await take.outbox.claim({ limit: 20, leaseMs: 60_000 });
           } catch (error) {
             claimErrors.push(error);
           }

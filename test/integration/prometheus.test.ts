@@ -9,7 +9,6 @@ import type { DataSource } from 'typeorm';
 import { PermanentPublishError } from '../../lib/errors/queuebox.errors';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
@@ -17,7 +16,9 @@ import { QueueBoxPrometheusModule } from '../../lib/prometheus';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import { QueueBoxModule } from '../../lib/queuebox.module';
+import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, RecordingLogger } from '../support/app';
+import { claimsOf } from '../support/claims';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
@@ -140,11 +141,12 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       await db.query('TRUNCATE queuebox_outbox');
       await enqueue('ledger-out');
       const lease = app.get(LeaseService);
+      const take = claimsOf(app);
       for (let attempt = 1; attempt <= 2; attempt++) {
-        const [claim] = await lease.claimOutboxBatch({ limit: 1, leaseMs: 40 });
+        const [claim] = await take.outbox.claim({ limit: 1, leaseMs: 40 });
         await sleep(80);
         if (attempt === 1) assert.equal(await lease.complete(claim), false);
-        await lease.reclaimOutbox({ maxAttempts: 2 });
+        await take.outbox.reclaim({ maxAttempts: 2 });
       }
       assert.equal(await scrape('queuebox_claims_lost_total{component="outbox"}'), 1);
       assert.equal(await scrape('queuebox_outbox_messages_reclaimed_total{destination="ledger-out"}'), 2);
@@ -162,12 +164,12 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       assert.equal(await scrape('queuebox_inbox_messages_processed_total{component="inbox",source="orders"}'), 1);
       assert.equal(await scrape('queuebox_inbox_messages_dead_lettered_total{component="inbox",source="orders",cause="failure"}'), 1);
 
-      const [relayClaim] = await app.get(LeaseService).claimRelayBatch({ sources: ['orders'], limit: 1, leaseMs: 40 });
+      const [relayClaim] = await claimsOf(app).relay.claim({ sources: ['orders'], limit: 1, leaseMs: 40 });
       assert.equal(relayClaim, undefined, 'nothing left for the relay');
       await inbox.receive({ source: 'orders', idempotencyKey: 'o-3', payload: {} });
-      await app.get(LeaseService).claimRelayBatch({ sources: ['orders'], limit: 1, leaseMs: 40 });
+      await claimsOf(app).relay.claim({ sources: ['orders'], limit: 1, leaseMs: 40 });
       await sleep(80);
-      await app.get(LeaseService).reclaimInbox({ sources: ['orders'], maxAttempts: 5 });
+      await claimsOf(app).relay.reclaim({ sources: ['orders'], maxAttempts: 5 });
       assert.equal(await scrape('queuebox_inbox_messages_reclaimed_total{component="inbox",source="orders"}'), 1);
       await app.get(InboxRelay).runOnce();
 
@@ -191,14 +193,14 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       await enqueue('billing', { key: 'k2' });
       await enqueue('billing', { key: 'k3', availableAt: new Date(Date.now() + 3_600_000) }); // scheduled: pending, not due
       await db.query("UPDATE queuebox_outbox SET created_at = created_at - interval '100 seconds' WHERE key = 'k2'");
-      await app.get(LeaseService).claimOutboxBatch({ limit: 1, leaseMs: 60_000 }); // k1 (first due) is processing
+      await claimsOf(app).outbox.claim({ limit: 1, leaseMs: 60_000 }); // k1 (first due) is processing
       await app.get(InboxService).receive({ source: 'ledger', idempotencyKey: 'l-9', payload: {} });
       await db.query(
         "INSERT INTO queuebox_outbox (message_id, destination, payload, state) VALUES (gen_random_uuid(), 'billing', '{}', 'dead')",
       );
       await app.get(InboxService).receive({ source: 'orders', idempotencyKey: 'o-9', payload: {} });
       await app.get(InboxService).receive({ source: 'orders', idempotencyKey: 'o-10', payload: {} });
-      await app.get(LeaseService).claimRelayBatch({ sources: ['orders'], limit: 1, leaseMs: 60_000 }); // o-9 processing
+      await claimsOf(app).relay.claim({ sources: ['orders'], limit: 1, leaseMs: 60_000 }); // o-9 processing
       await db.query("UPDATE queuebox_inbox SET received_at = received_at - interval '50 seconds' WHERE idempotency_key = 'o-10'");
       await db.query("INSERT INTO queuebox_inbox (source, idempotency_key, payload, state) VALUES ('orders', 'o-dead', '{}', 'dead')");
 

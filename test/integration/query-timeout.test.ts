@@ -4,10 +4,10 @@ import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { queryTimeoutFor } from '../../lib/common/query-timeout';
 import { QueueBoxError } from '../../lib/errors/queuebox.errors';
-import { LeaseService } from '../../lib/lease/lease.service';
 import { resolveOptions } from '../../lib/options/options.resolver';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp } from '../support/app';
+import { claimsOf } from '../support/claims';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 import { TcpProxy } from '../support/tcp-proxy';
@@ -49,7 +49,7 @@ describe("QueueBox's own statements are bounded by a third of the shortest lease
         "the poller's claim to wait for the lock",
       );
       await assert.rejects(
-        t.get(LeaseService).claimOutboxBatch({ limit: 1, leaseMs: 1500 }),
+        claimsOf(t).outbox.claim({ limit: 1, leaseMs: 1500 }),
         (error: unknown) =>
           error instanceof QueueBoxError && error.code === 'QUEUEBOX_QUERY_TIMEOUT' && /within 2000 ms/.test(error.message),
       );

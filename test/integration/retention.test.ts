@@ -4,9 +4,9 @@ import { Client } from 'pg';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { RetentionService } from '../../lib/admin/retention.service';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import { LeaseService } from '../../lib/lease/lease.service';
 import type { QueueBoxModuleOptions } from '../../lib/options/options.types';
 import { createTestApp, type TestApp } from '../support/app';
+import { claimsOf } from '../support/claims';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
@@ -159,7 +159,7 @@ describe('retention on PostgreSQL', () => {
         new Promise((resolve) => setTimeout(() => resolve('still running after 5 s'), 5000)),
       ]);
       assert.deepEqual(runB, { outboxDeleted: 0, inboxDeleted: 0, deadDeleted: 0, skipped: true });
-      const claims = await b.get(LeaseService).claimOutboxBatch({ limit: 10, leaseMs: 60_000 });
+      const claims = await claimsOf(b).outbox.claim({ limit: 10, leaseMs: 60_000 });
       assert.deepEqual(
         claims.map((c) => c.message.destination),
         ['old-pending', 'claim-me'],

@@ -9,7 +9,6 @@ import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from '../../lib/dialects/postgres/claims.sql';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import { LeaseService } from '../../lib/lease/lease.service';
 import {
   createQueueBoxClaimsMigration,
   createQueueBoxMigration,
@@ -23,6 +22,7 @@ import { OutboxService } from '../../lib/outbox/outbox.service';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../../lib/queuebox.constants';
 import { QueueBoxModule } from '../../lib/queuebox.module';
 import { createTestApp } from '../support/app';
+import { claimsOf } from '../support/claims';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
@@ -330,7 +330,7 @@ describe('schema', () => {
     const db = await newDatabase();
     const t = await createTestApp(db.url, { workers: false });
     try {
-      const lease = t.get(LeaseService);
+      const take = claimsOf(t);
       const dataSource = t.app.get<DataSource>(getDataSourceToken());
       // What the app sends through node-postgres' pool (observed, not changed).
       const sent: string[] = [];
@@ -347,9 +347,9 @@ describe('schema', () => {
           ('relayed', 'i1', 'a', '1'), ('pulled', 'i1', 'a', '1')`);
       };
       const claimAll = async () => [
-        (await lease.claimOutboxBatch({ limit: 10, leaseMs: 60_000 })).length,
-        (await lease.claimRelayBatch({ sources: ['relayed'], limit: 10, leaseMs: 60_000 })).length,
-        (await lease.claimPullBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 })).length,
+        (await take.outbox.claim({ limit: 10, leaseMs: 60_000 })).length,
+        (await take.relay.claim({ sources: ['relayed'], limit: 10, leaseMs: 60_000 })).length,
+        (await take.pull.claimBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 })).length,
       ];
       const functions = { outbox: 'queuebox_outbox_claim', relay: 'queuebox_inbox_relay_claim', pull: 'queuebox_inbox_pull_claim' };
       await fill();
@@ -369,9 +369,9 @@ describe('schema', () => {
       const restarted = await createTestApp(db.url, { workers: false });
       try {
         await fill();
-        const claims = restarted.get(LeaseService);
-        assert.equal((await claims.claimPullBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 })).length, 1);
-        assert.equal((await claims.claimOutboxBatch({ limit: 10, leaseMs: 60_000 })).length, 1);
+        const take = claimsOf(restarted);
+        assert.equal((await take.pull.claimBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 })).length, 1);
+        assert.equal((await take.outbox.claim({ limit: 10, leaseMs: 60_000 })).length, 1);
         assert.ok(
           restarted.logger.has('warn', 'written by an older QueueBox version') &&
             restarted.logger.has('warn', 'QueueBoxClaimFunctions1796169600000'),
@@ -413,7 +413,7 @@ describe('schema', () => {
     const t = await createTestApp(db.url, { workers: false });
     try {
       await db.query(`INSERT INTO queuebox_inbox (source, idempotency_key, payload) VALUES ('pulled', 'i1', '1')`);
-      assert.equal((await t.get(LeaseService).claimPullBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 })).length, 1);
+      assert.equal((await claimsOf(t).pull.claimBatch({ source: 'pulled', limit: 10, leaseMs: 60_000 })).length, 1);
       assert.ok(!t.logger.has('warn', 'older QueueBox version'), t.logger.lines.map((line) => line.message).join('\n'));
     } finally {
       await t.app.close();

@@ -5,10 +5,10 @@ import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { QueueBoxConfigError, QueueBoxStateError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { InboxMessage } from '../../lib/lease/claimed-messages';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import { QueueBoxTesting, RecordingPublisher } from '../../lib/testing';
+import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 

@@ -1,5 +1,5 @@
-import type { OutboundMessage } from '../../lib/lease/claimed-messages';
 import type { Publisher } from '../../lib/outbox/outbox.types';
+import type { OutboundMessage } from '../../lib/types/messages';
 
 type Behaviour = (message: OutboundMessage, signal: AbortSignal) => Promise<void> | void;
 

@@ -55,8 +55,8 @@ describe('architecture: import rules (docs/architecture.md)', () => {
     );
   });
 
-  it('lib/dialects imports no Nest package and nothing of lib/ beyond common, errors, messages and wire headers', () => {
-    const allowed = /^(dialects\/|common\/|errors\/|queuebox\.messages$|wire-headers$|typeorm$|node:)/;
+  it('lib/dialects imports no Nest package and nothing of lib/ beyond common, types, errors, messages and wire headers', () => {
+    const allowed = /^(dialects\/|common\/|types\/|errors\/|queuebox\.messages$|wire-headers$|typeorm$|node:)/;
     assert.deepEqual(
       breaches(inFolder('dialects'), (imported) => imported.startsWith('@nestjs/') || !allowed.test(imported)),
       [],

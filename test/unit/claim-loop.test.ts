@@ -1,17 +1,24 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
-import type { LeaseService } from '../../lib/lease/lease.service';
-import type { Claim } from '../../lib/lease/lease.types';
+import { LeaseKeeper } from '../../lib/lease/lease-keeper';
+import type { WorkerClaim } from '../../lib/types/claims';
 import { ClaimLoop, MAX_CLAIM_RETRY_MS } from '../../lib/workers/claim-loop';
 import { DatabaseRecovery } from '../../lib/workers/database-recovery';
-import { LeaseKeeper } from '../../lib/workers/lease-keeper';
+import type { OutcomeRecorder } from '../../lib/workers/outcome-recorder';
 
-// The loop's bookkeeping without a database: claims come from a counter, work yields its slot and
-// then waits for a "write" the test releases, as the outbox's publish and completion do.
+// The loop's bookkeeping without a database: claims come from a counter, each step returns at once
+// and the recorder then waits for a "write" the test releases, as the outbox's completion does.
 
-interface TestClaim extends Claim {
+interface TestClaim extends WorkerClaim<null> {
   keyed: boolean;
+}
+
+/** A recorder whose writes wait for `writes` to be released. */
+function recorderWaitingFor(writes: (() => void)[]): OutcomeRecorder<TestClaim> {
+  return {
+    record: () => new Promise<'finished'>((resolve) => writes.push(() => resolve('finished'))),
+  } as unknown as OutcomeRecorder<TestClaim>;
 }
 
 function setup(keyed: boolean) {
@@ -25,13 +32,21 @@ function setup(keyed: boolean) {
         claimed.push(limit);
         return Array.from({ length: limit }, () => {
           const id = String(++next);
-          return { component: 'outbox', id, token: id, leaseMs: 60_000, leaseExpiresAt: new Date(), attempt: 1, keyed } as TestClaim;
+          return {
+            component: 'outbox',
+            id,
+            token: id,
+            leaseMs: 60_000,
+            leaseExpiresAt: new Date(),
+            attempt: 1,
+            keyed,
+            message: null,
+          } as TestClaim;
         });
       },
-      process: async (_claim, keeper, yieldSlot) => {
-        yieldSlot();
-        await new Promise<void>((resolve) => writes.push(resolve));
+      step: async (_claim, keeper) => {
         await keeper.stop();
+        return { kind: 'complete', durationMs: 0 };
       },
       keep: (claim) =>
         new LeaseKeeper(
@@ -39,9 +54,9 @@ function setup(keyed: boolean) {
           async () => true,
           () => undefined,
         ),
-      holdsOthers: (claim) => claim.keyed,
+      keyOf: (claim) => (claim.keyed ? 'k' : null),
     },
-    {} as LeaseService,
+    recorderWaitingFor(writes),
     new Logger('test'),
   );
   return { loop, claimed, writes };
@@ -104,9 +119,16 @@ describe('ClaimLoop', () => {
             if (!databaseUp) throw new Error('connect ECONNREFUSED 127.0.0.1:5432');
             return [];
           },
-          process: async () => undefined,
+          step: async () => ({ kind: 'abandoned' }),
+          keep: (claim) =>
+            new LeaseKeeper(
+              claim,
+              async () => true,
+              () => undefined,
+            ),
+          keyOf: () => null,
         },
-        {} as LeaseService,
+        {} as OutcomeRecorder<TestClaim>,
         logger,
       );
     const a = loopOf('a');

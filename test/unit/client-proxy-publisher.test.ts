@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { NEVER, Observable, of, throwError } from 'rxjs';
 import { PublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import type { OutboundMessage } from '../../lib/lease/claimed-messages';
 import { ClientProxyPublisher } from '../../lib/publishers/client-proxy.publisher';
+import type { OutboundMessage } from '../../lib/types/messages';
 
 const message: OutboundMessage = {
   id: '1',

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ClaimLostError } from '../../lib/errors/queuebox.errors';
-import type { Claim } from '../../lib/lease/lease.types';
-import { LeaseKeeper } from '../../lib/workers/lease-keeper';
+import { LeaseKeeper } from '../../lib/lease/lease-keeper';
+import type { Claim } from '../../lib/types/claims';
 
 describe('LeaseKeeper: a renewal that never answers (issue 13, item 5)', () => {
   it('counts as failed two thirds of the lease later: the work is aborted and stop() returns', { timeout: 10_000 }, async () => {

@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parseDuration } from '../../lib/common/duration';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import type { OutboundMessage } from '../../lib/lease/claimed-messages';
 import { resolveOptions, resolvePullHandler } from '../../lib/options/options.resolver';
 import type { Publisher } from '../../lib/outbox/outbox.types';
+import type { OutboundMessage } from '../../lib/types/messages';
 
 const publisher = { publish: async () => undefined };
 

@@ -405,10 +405,10 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       ['12', '13'],
       'sorted by id',
     );
-    assert.equal(rows[0].messageId, 'a0b1c2d3-0000-4000-8000-00000000000f');
+    assert.equal(rows[0].message.messageId, 'a0b1c2d3-0000-4000-8000-00000000000f');
     assert.equal(rows[0].token, 'deadbeef-0000-4000-8000-000000000001');
-    assert.deepEqual(rows[0].payload, { total: 5 });
-    assert.deepEqual(rows[0].headers, { a: 'b' });
+    assert.deepEqual(rows[0].message.payload, { total: 5 });
+    assert.deepEqual(rows[0].message.headers, { a: 'b', 'X-Message-Id': 'a0b1c2d3-0000-4000-8000-00000000000f' });
     assert.equal(rows[0].leaseExpiresAt.toISOString(), '2030-01-01T00:00:00.000Z');
   });
 

@@ -1,11 +1,13 @@
+// Worker runtime: how the two inbox workers (the relay, pull) name their messages and record their outcomes.
+
 import type { Logger } from '@nestjs/common';
 import { isInstance } from '../common/errors';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { inboxEventMessage, type QueueBoxEvents } from '../events/queuebox.events';
-import type { InboxMessage } from '../lease/claimed-messages';
 import type { LeaseService } from '../lease/lease.service';
-import type { InboxClaim } from '../lease/lease.types';
-import { OutcomeRecorder } from '../workers/outcome-recorder';
+import type { InboxClaim } from '../types/claims';
+import type { InboxMessage } from '../types/messages';
+import { OutcomeRecorder } from './outcome-recorder';
 
 /** `source/idempotencyKey`: how logs name an inbox message. */
 export function inboxMessageName(message: InboxMessage): string {

@@ -1,10 +1,10 @@
-// Worker runtime: renews one claim while its work runs and aborts the work when the claim is lost.
+// Fencing: renews one claim while its work runs and aborts the work when the claim is lost.
 // Made for ClaimLoop's claims (LeaseService.keep / keepOn, or the outbox poller's own renewal) and
 // returned to custom pull clients by the public `LeaseService.keep`.
 
 import { ClaimLostError } from '../errors/queuebox.errors';
-import type { Claim } from '../lease/lease.types';
 import { messages } from '../queuebox.messages';
+import type { Claim } from '../types/claims';
 
 /** The renewal of a keeper that has not renewed yet: one promise for all of them. */
 const SETTLED: Promise<void> = Promise.resolve();

@@ -1,0 +1,31 @@
+import type { Dialect } from '../dialects/dialect';
+import type { ReclaimResult } from '../dialects/dialect-rows';
+import type { QueueBoxEvents } from '../events/queuebox.events';
+import type { OutboxClaim } from '../types/claims';
+
+/**
+ * The outbox poller's claims: up to `limit` available rows, at most one per key and none of a key
+ * with a row in flight or an earlier row unfinished, each with a lease by the database clock; and
+ * the reclaim step of expired leases.
+ */
+export class OutboxClaims {
+  constructor(
+    private readonly dialect: Dialect,
+    private readonly events: QueueBoxEvents,
+  ) {}
+
+  async claim(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]> {
+    const rows = await this.dialect.outboxClaimBatch(p);
+    return rows.map((row) => ({ component: 'outbox', table: 'outbox', leaseMs: p.leaseMs, ...row }));
+  }
+
+  /**
+   * The reclaim step: returns rows whose lease expired to `pending`, or to `dead` when they used
+   * up `maxAttempts` (a message that crashes its worker every time cannot loop forever).
+   */
+  async reclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
+    const result = await this.dialect.outboxReclaim(p);
+    for (const counts of result.byName) this.events.emit('queuebox:reclaimed', { component: 'outbox', ...counts });
+    return result;
+  }
+}

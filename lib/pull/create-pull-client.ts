@@ -1,0 +1,39 @@
+import type { DataSource } from 'typeorm';
+import { QueueBoxEvents } from '../events/queuebox.events';
+import { LeaseService } from '../lease/lease.service';
+import { resolveTables } from '../options/options.resolver';
+import type { QueueBoxModuleOptions } from '../options/options.types';
+import { createDialect } from '../queuebox.dialect';
+import { PullClient } from './pull.client';
+
+/**
+ * A `PullClient` and its `LeaseService` for a plain script or another framework: no Nest module
+ * needed, just an initialized TypeORM DataSource with the QueueBox schema. Pass the same `tables`
+ * as the app that receives the messages. Events (claims lost, dead letters) go to
+ * `node:diagnostics_channel`, or to `options.events`.
+ *
+ * @example
+ * const { pull, lease } = await createPullClient(dataSource);
+ * const claim = await pull.claim('payments', { leaseMs: 30_000 });
+ */
+export async function createPullClient(
+  dataSource: DataSource,
+  options: { tables?: QueueBoxModuleOptions['tables']; events?: QueueBoxEvents } = {},
+): Promise<{ pull: PullClient; lease: LeaseService }> {
+  const dialect = createDialect(dataSource, resolveTables(options.tables));
+  await dialect.schemaCheck();
+  const events = options.events ?? new QueueBoxEvents();
+  const lease = new LeaseService(dialect, events);
+  return { pull: new PullClient(dialect, lease, events), lease };
+}
+
+/**
+ * Deprecated (kept for one release): `createPullClient(dataSource, options)` gives the `PullClient`
+ * beside the `LeaseService`. This returns the `LeaseService` alone, whose `claim` is the client's.
+ */
+export async function createLeaseService(
+  dataSource: DataSource,
+  options: { tables?: QueueBoxModuleOptions['tables']; events?: QueueBoxEvents } = {},
+): Promise<LeaseService> {
+  return (await createPullClient(dataSource, options)).lease;
+}

@@ -1,0 +1,119 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { describeError } from '../common/errors';
+import type { Dialect } from '../dialects/dialect';
+import { QueueBoxValidationError } from '../errors/queuebox.errors';
+import { QueueBoxEvents } from '../events/queuebox.events';
+import { LeaseService } from '../lease/lease.service';
+import { MAX_LEASE_MS, MIN_LEASE_MS } from '../options/options.defaults';
+import { isSourceName } from '../options/options.resolver';
+import { QUEUEBOX_DIALECT } from '../queuebox.constants';
+import { messages } from '../queuebox.messages';
+import type { InboxClaim } from '../types/claims';
+
+const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit';
+
+/**
+ * Pull claims: the `@PullHandler` workers' and your own pull client's. A claim takes, in one
+ * statement, rows whose lease expired (a crashed client's) and available pending rows, at most one
+ * row of an aggregate in flight, serialized per source. Finish a claim through `LeaseService`
+ * (`complete(claim, manager)` in your transaction, `retry`, `deadLetter`; `keep(claim)` renews it
+ * while you work).
+ *
+ * @example
+ * const claim = await pullClient.claim('payments', { leaseMs: 30_000, maxAttempts: 10 });
+ * if (claim) await dataSource.transaction(async (manager) => {
+ *   await applyPayment(manager, claim.message.payload);
+ *   if (!(await lease.complete(claim, manager))) throw new Error('claim lost: roll back');
+ * });
+ */
+@Injectable()
+export class PullClient {
+  private readonly logger = new Logger('QueueBox:PullClient');
+
+  constructor(
+    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    private readonly lease: LeaseService,
+    private readonly events: QueueBoxEvents,
+  ) {
+    lease.delegateClaims(this);
+  }
+
+  /**
+   * Claims the next message of `source`, or returns `null` when there is none. With
+   * `maxAttempts`, a message claimed for an attempt beyond it (every earlier claim expired: your
+   * client crashed or hung on it) is dead-lettered instead of returned, and the next one is
+   * claimed; without it such a message is returned however often its claims expired.
+   */
+  async claim(source: string, options: { leaseMs: number; maxAttempts?: number }): Promise<InboxClaim | null> {
+    checkPullClaim('PullClient.claim', { source, limit: 1, ...options });
+    for (;;) {
+      const [claimed] = await this.claimRows({ source, limit: 1, leaseMs: options.leaseMs });
+      if (!claimed) return null;
+      const [claim] = await this.liveClaims([claimed], options.maxAttempts);
+      // A claim that used up its attempts is dead now: look for the next message.
+      if (claim) return claim;
+    }
+  }
+
+  /** A claim of up to `limit` rows of `source` (what `claim` does for one). */
+  async claimBatch(p: { source: string; limit: number; leaseMs: number; maxAttempts?: number }): Promise<InboxClaim[]> {
+    checkPullClaim('PullClient.claimBatch', p);
+    return this.liveClaims(await this.claimRows(p), p.maxAttempts);
+  }
+
+  private async claimRows(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaim[]> {
+    const rows = await this.dialect.inboxPullClaimBatch(p);
+    return rows.map((row) => ({ component: 'pull', table: 'inbox', leaseMs: p.leaseMs, ...row }));
+  }
+
+  /**
+   * The pull claim statement takes expired rows directly, so pull has no reclaim step to end a
+   * message that kills its worker every time (I8): a claim beyond `maxAttempts` is that step. It
+   * is dead-lettered, fenced by its own fresh token, before any handler sees it.
+   */
+  private async liveClaims(claims: InboxClaim[], maxAttempts: number | undefined): Promise<InboxClaim[]> {
+    if (maxAttempts === undefined || claims.every((claim) => claim.attempt <= maxAttempts)) return claims;
+    const spent = claims.filter((claim) => claim.attempt > maxAttempts);
+    await Promise.all(spent.map((claim) => this.deadLetterSpent(claim, maxAttempts)));
+    return claims.filter((claim) => claim.attempt <= maxAttempts);
+  }
+
+  private async deadLetterSpent(claim: InboxClaim, maxAttempts: number): Promise<void> {
+    const { message } = claim;
+    const id = `${message.source}/${message.idempotencyKey}`;
+    const reason = messages.pullAttemptsExpired(claim.attempt - 1, maxAttempts);
+    try {
+      if (await this.lease.deadLetter(claim, reason)) {
+        this.events.emit('queuebox:reclaimed', { component: 'pull', name: message.source, pending: 0, dead: 1 });
+        this.logger.warn(messages.deadLettered(id, reason));
+      } else {
+        this.logger.warn(messages.finishLost(id, 'dead-letter'));
+      }
+    } catch (error) {
+      // The row stays processing under this claim; the next claim after its lease tries again.
+      this.logger.error(messages.finishFailed(id, 'dead-letter', describeError(error)));
+    }
+  }
+}
+
+/**
+ * Refuses arguments that would make a claim wrong rather than fail: a lease of zero or less is
+ * already expired when it is granted (another claim takes the row at once: handled twice).
+ */
+function checkPullClaim(where: string, p: { source: unknown; limit: unknown; leaseMs: unknown; maxAttempts?: unknown }): void {
+  if (typeof p !== 'object' || p === null)
+    throw new QueueBoxValidationError('options', messages.leaseArgumentInvalid(where, 'options', 'must be an object', p));
+  if (!isSourceName(p.source))
+    throw new QueueBoxValidationError('source', messages.leaseArgumentInvalid(where, 'source', SOURCE_RULE, p.source));
+  const integer = (field: string, value: unknown, min: number, max: number) => {
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+      throw new QueueBoxValidationError(
+        field,
+        messages.leaseArgumentInvalid(where, field, `must be an integer from ${min} to ${max}`, value),
+      );
+    }
+  };
+  integer('leaseMs', p.leaseMs, MIN_LEASE_MS, MAX_LEASE_MS);
+  integer('limit', p.limit, 1, 10_000);
+  if (p.maxAttempts !== undefined) integer('maxAttempts', p.maxAttempts, 1, 1_000_000);
+}

@@ -1,0 +1,64 @@
+// Worker runtime: the Nest-facing shell of a worker (start at bootstrap, stop before TypeORM closes
+// its DataSource, run a batch by hand, status) over its claim loops: one for the outbox poller and
+// the inbox relay, one per handler for the pull worker.
+
+import type { BeforeApplicationShutdown, Logger, OnApplicationBootstrap } from '@nestjs/common';
+import { messages } from '../queuebox.messages';
+import type { WorkerClaim } from '../types/claims';
+import type { ClaimLoop, WorkerLoopStatus } from './claim-loop';
+
+/** How a worker describes one of its loops in the start-up log line. */
+export interface LoopDescription {
+  name: string;
+  concurrency: number;
+  batchSize: number;
+  leaseMs: number;
+}
+
+/** The public face of a QueueBox worker (OutboxPoller, InboxRelay, PullWorker). */
+export abstract class WorkerShell<C extends WorkerClaim<unknown>> implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  protected abstract readonly logger: Logger;
+
+  /** Whether this process runs this worker: on in `workers`, and with work to do. Health checks list only these. */
+  abstract get enabled(): boolean;
+
+  /** The worker's loops, made when first asked for, each with its start-up log line. */
+  protected abstract loops(): { loop: ClaimLoop<C>; describe: LoopDescription }[];
+
+  /** Sets up what the loops need before they start (the pull worker's renewal connection). */
+  protected async beforeStart(): Promise<void> {}
+
+  /** Closes what `beforeStart` set up, after the loops stopped. */
+  protected async afterStop(): Promise<void> {}
+
+  async onApplicationBootstrap(): Promise<void> {
+    if (this.enabled) await this.start();
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.stop();
+  }
+
+  /** Starts claiming (at bootstrap when this worker is on in `workers`). */
+  async start(): Promise<void> {
+    const loops = this.loops();
+    if (loops.every(({ loop }) => loop.running)) return;
+    await this.beforeStart();
+    for (const { loop, describe } of loops) {
+      if (loop.running) continue;
+      this.logger.log(messages.workerStarted(describe.name, describe.concurrency, describe.batchSize, describe.leaseMs));
+      loop.start();
+    }
+  }
+
+  /** Stops claiming and waits up to each loop's `shutdownTimeoutMs` for work in flight. */
+  async stop(): Promise<void> {
+    await Promise.all(this.loops().map(({ loop }) => loop.stop()));
+    await this.afterStop();
+  }
+
+  /** Whether each loop runs and when it last claimed (read by health checks). */
+  get statuses(): WorkerLoopStatus[] {
+    return this.loops().map(({ loop }) => loop.status);
+  }
+}
