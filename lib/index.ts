@@ -47,7 +47,6 @@ export {
 export { QueueBoxHealth, type QueueBoxHealthCheckOptions, type QueueBoxHealthReport } from './health/queuebox-health';
 export { InboxRelay } from './inbox/inbox.relay';
 export { InboxService } from './inbox/inbox.service';
-export type { InboxMessageInput, ReceiveResult, RelayRoute } from './inbox/inbox.types';
 export { InboxReceiver, type ReceivedRequest, type ReceiverAnswer } from './inbox/receiver/inbox-receiver';
 export type { InboxReceiverOptions } from './inbox/receiver/inbox-receiver.options';
 export {
@@ -77,21 +76,8 @@ export {
   QueueBoxSchema1764460800000,
 } from './migrations/queuebox.migration';
 export { renderSchemaSql } from './migrations/schema-files';
-export type {
-  InboxOptions,
-  OutboxOptions,
-  PublisherOption,
-  PullHandlerOptions,
-  PullOptions,
-  QueueBoxModuleOptions,
-  RelayOptions,
-  RetentionOptions,
-  WorkerOptions,
-  WorkersOptions,
-} from './options/options.types';
 export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
-export type { EnqueueOptions, EnqueueResult, OutboxMessageInput, Publisher } from './outbox/outbox.types';
 export {
   type ClientProxyEnvelope,
   type ClientProxyLike,
@@ -115,7 +101,21 @@ export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';
 export { WorkNotifications } from './queuebox.notifications';
 export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './types/claims';
+export type { InboxMessageInput, ReceiveResult, RelayRoute } from './types/inbox';
 export type { InboxMessage, OutboundMessage } from './types/messages';
+export type {
+  InboxOptions,
+  OutboxOptions,
+  PublisherOption,
+  PullHandlerOptions,
+  PullOptions,
+  QueueBoxModuleOptions,
+  RelayOptions,
+  RetentionOptions,
+  WorkerOptions,
+  WorkersOptions,
+} from './types/options';
+export type { EnqueueOptions, EnqueueResult, OutboxMessageInput, Publisher } from './types/outbox';
 export {
   CAUSATION_HEADER,
   IDEMPOTENCY_KEY_HEADER,

@@ -8,8 +8,8 @@ import { InboxReceiver } from './inbox/receiver/inbox-receiver';
 import { createInboxReceiverController } from './inbox/receiver/inbox-receiver.controller';
 import { type InboxReceiverOptions, resolveReceiverOptions } from './inbox/receiver/inbox-receiver.options';
 import { checkSchemaVersion } from './migrations/schema-version';
-import { type ResolvedQueueBoxOptions, resolveOptions } from './options/options.resolver';
-import type { QueueBoxModuleOptions } from './options/options.types';
+import type { ResolvedQueueBoxOptions } from './options/options.resolved';
+import { resolveOptions } from './options/options.resolver';
 import { instantiatePublishers } from './outbox/outbox-publishers';
 import {
   QUEUEBOX_DATA_SOURCE,
@@ -20,6 +20,7 @@ import {
 } from './queuebox.constants';
 import { createDialect } from './queuebox.dialect';
 import { messages } from './queuebox.messages';
+import type { QueueBoxModuleOptions } from './types/options';
 
 /** Options that shape the module itself, given beside the options in both `forRoot` and `forRootAsync`. */
 export interface QueueBoxModuleExtras {
@@ -50,12 +51,17 @@ function dataSourceProvider(name: string | undefined): Provider {
 }
 
 const schemaLogger = new Logger('QueueBox:Schema');
+const optionsLogger = new Logger('QueueBox:Options');
 
 const coreProviders: Provider[] = [
   {
     provide: QUEUEBOX_RESOLVED_OPTIONS,
     inject: [QUEUEBOX_MODULE_OPTIONS, ModuleRef],
-    useFactory: (options: QueueBoxModuleOptions, moduleRef: ModuleRef) => instantiatePublishers(resolveOptions(options), moduleRef),
+    useFactory: (options: QueueBoxModuleOptions, moduleRef: ModuleRef) => {
+      const resolved = resolveOptions(options);
+      for (const line of resolved.deprecations) optionsLogger.warn(line);
+      return instantiatePublishers(resolved, moduleRef);
+    },
   },
   {
     provide: QUEUEBOX_DIALECT,

@@ -1,7 +1,7 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { describeError } from './common/errors';
 import type { Dialect, WorkListener } from './dialects/dialect';
-import type { ResolvedQueueBoxOptions } from './options/options.resolver';
+import type { ResolvedQueueBoxOptions } from './options/options.resolved';
 import { OutboxPoller } from './outbox/outbox.poller';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { messages } from './queuebox.messages';

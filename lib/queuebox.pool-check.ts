@@ -3,7 +3,7 @@ import type { DataSource } from 'typeorm';
 import type { Dialect } from './dialects/dialect';
 import { dialectDriver } from './dialects/registry';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
-import type { ResolvedQueueBoxOptions } from './options/options.resolver';
+import type { ResolvedQueueBoxOptions } from './options/options.resolved';
 import { PullHandlerExplorer } from './pull/pull-handler.explorer';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { messages } from './queuebox.messages';

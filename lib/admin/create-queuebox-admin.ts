@@ -1,7 +1,7 @@
 import type { DataSource } from 'typeorm';
 import { resolveOptions } from '../options/options.resolver';
-import { type QueueBoxModuleOptions } from '../options/options.types';
 import { createDialect } from '../queuebox.dialect';
+import { type QueueBoxModuleOptions } from '../types/options';
 import { QueueBoxAdmin } from './queuebox.admin';
 import { RetentionService } from './retention.service';
 

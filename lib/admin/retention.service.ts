@@ -2,7 +2,7 @@ import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnAppl
 import { describeError } from '../common/errors';
 import type { Dialect } from '../dialects/dialect';
 import type { RetentionKind } from '../dialects/dialect-rows';
-import type { ResolvedQueueBoxOptions, ResolvedRetentionOptions } from '../options/options.resolver';
+import type { ResolvedQueueBoxOptions, ResolvedRetentionOptions } from '../options/options.resolved';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { RetentionResult } from './admin.types';

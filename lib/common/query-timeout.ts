@@ -1,4 +1,4 @@
-import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 
 /**
  * No bound below this: on a busy database a claim or a completion can take a second, and a

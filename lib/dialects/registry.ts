@@ -1,89 +1,14 @@
-import type { DataSource, DataSourceOptions } from 'typeorm';
 import type { TableName } from '../common/identifiers';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
-import type { Dialect, DialectSettings, QueueBoxTables } from './dialect';
+import type { QueueBoxTables } from './dialect';
+import type { DialectDriver } from './dialect-driver';
 import type { InspectionQuery } from './inspection.sql';
 import { postgresDriver } from './postgres/driver';
 import type { SchemaMigration } from './schema-migrations';
 import { sqlServerDriver } from './sqlserver/driver';
 
-/** Where a dialect sends its warnings; the Nest provider that creates it passes a Nest `Logger`. */
-export interface DialectLog {
-  warn(message: string): void;
-}
-
-/** Why a database URL cannot be used; the CLI turns each into its usage error (each throws). */
-export interface UrlProblems {
-  noHost(): never;
-  noDatabase(): never;
-  badParameter(name: string, value: string): never;
-}
-
-/** What a database URL says, for one driver. */
-export interface UrlConnection {
-  connection: DataSourceOptions;
-  /** `host:port`, for messages. */
-  where: string;
-  user: string;
-  database: string;
-}
-
-/** What the CLI says of one migration: once applied (`queuebox migrate`), and while not (`queuebox status`). */
-export interface MigrationNotes {
-  applied: string;
-  notApplied: string;
-}
-
-/**
- * Everything QueueBox knows about one database, keyed by TypeORM's driver type. Adding a database
- * means one folder under lib/dialects and one entry in `ENTRIES` (docs/architecture.md).
- */
-export interface DialectDriver<T extends string = string> {
-  /** TypeORM's `DataSourceOptions.type`. */
-  readonly type: T;
-  /** The database's name in messages ("PostgreSQL"). */
-  readonly displayName: string;
-  /** The Nest logger context of the dialect's warnings. */
-  readonly logContext: string;
-  create(p: { dataSource: DataSource; tables: QueueBoxTables; settings: DialectSettings; log: DialectLog }): Dialect;
-  /** The statements of each numbered migration, one statement per entry. */
-  readonly migrations: Record<SchemaMigration, { up(t: QueueBoxTables): string[]; down(t: QueueBoxTables): string[] }>;
-  /** Migrations that run no statement here, with the comment their plain-SQL script shows instead. */
-  readonly noOpMigrations: Partial<Record<SchemaMigration, string>>;
-  /** The plain-SQL scripts (`queuebox sql`, `npm run sql`): what ends each statement, and the sql/ folder. */
-  readonly script: { terminator: string; folder: string };
-  /**
-   * What the CLI prints about a migration applied or not (`queuebox migrate`, `queuebox status`)
-   * where this database differs from the shared texts (`cliMessages.migrationNotes`).
-   */
-  readonly migrationNotes: Partial<Record<SchemaMigration, MigrationNotes>>;
-  /** URL schemes the CLI accepts for this database (`postgres://`), lower case. */
-  readonly urlSchemes: readonly string[];
-  /** The CLI's connection options for a URL of one of `urlSchemes`. */
-  connectionFromUrl(p: {
-    url: URL;
-    raw: string;
-    user: string;
-    password: string;
-    database: string;
-    connectTimeoutMs: number;
-    poolMax: number;
-    fail: UrlProblems;
-  }): UrlConnection;
-  /**
-   * The size of the pool the driver builds from these options, as the driver reads them (TypeORM
-   * passes some options on and lets `extra` override them), for the start-up pool check.
-   */
-  poolSize(options: DataSourceOptions): number;
-  /** The connection with a client-side request timeout of `timeoutMs` (long migrations), where the driver has one. */
-  withRequestTimeout(connection: DataSourceOptions, timeoutMs: number): DataSourceOptions;
-  /** Read-only statements for the CLI's `status` and `queuebox/testing`. */
-  readonly inspection: {
-    finishedCount(tables: QueueBoxTables): InspectionQuery;
-    rowStates(table: TableName, ids: readonly string[]): InspectionQuery;
-  };
-}
+export type { DialectDriver, DialectLog, MigrationNotes, UrlConnection, UrlProblems } from './dialect-driver';
 
 const ENTRIES = [postgresDriver, sqlServerDriver] as const;
 
@@ -125,4 +50,17 @@ export function schemaStatements(
 /** All drivers, for what covers every database (`npm run sql`, tests). */
 export function dialectDrivers(): readonly DialectDriver<DialectType>[] {
   return DRIVERS;
+}
+
+/**
+ * Sent outbox rows per destination and processed inbox rows per source: what `queuebox status`
+ * adds to `QueueBoxAdmin.backlog()`, which counts unfinished and dead rows only.
+ */
+export function finishedCountQuery(type: string, tables: QueueBoxTables): InspectionQuery {
+  return dialectDriver(type).inspection.finishedCount(tables);
+}
+
+/** State, attempts and last error of the rows with these ids (bigints as strings). */
+export function rowStatesQuery(type: string, table: TableName, ids: readonly string[]): InspectionQuery {
+  return dialectDriver(type).inspection.rowStates(table, ids);
 }

@@ -9,7 +9,7 @@ import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import type { LeaseKeeper } from '../lease/lease-keeper';
-import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../options/options.resolver';
+import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../options/options.resolved';
 import { asDuplicateMessageId } from '../outbox/outbox.service';
 import { toOutboxRows } from '../outbox/outbox-rows';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';

@@ -6,12 +6,12 @@ import { checkTransaction } from '../common/transaction-check';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError, UnknownSourceError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
-import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { withTraceContext } from '../tracing/trace-context';
+import type { InboxMessageInput, ReceiveResult } from '../types/inbox';
 import { InboxSources } from '../workers/inbox-sources';
-import type { InboxMessageInput, ReceiveResult } from './inbox.types';
 
 const SUBJECT = 'Inbox message';
 

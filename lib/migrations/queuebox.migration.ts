@@ -3,8 +3,8 @@ import { schemaStatements } from '../dialects/registry';
 import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { resolveTables } from '../options/options.resolver';
-import type { QueueBoxModuleOptions } from '../options/options.types';
 import { messages } from '../queuebox.messages';
+import type { QueueBoxModuleOptions } from '../types/options';
 
 /** Marks QueueBox's migration instances, so the start-up check finds the names an app gave them. */
 export const QUEUEBOX_MIGRATION = Symbol.for('queuebox.migration');

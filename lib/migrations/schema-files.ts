@@ -1,7 +1,7 @@
 import { type DialectType, dialectDriver, dialectDrivers } from '../dialects/registry';
 import { MIGRATION_FILES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { resolveTables } from '../options/options.resolver';
-import { type QueueBoxModuleOptions } from '../options/options.types';
+import { type QueueBoxModuleOptions } from '../types/options';
 
 /**
  * The schema as one SQL script, for people who run their own migration tool.

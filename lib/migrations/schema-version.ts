@@ -4,7 +4,7 @@ import type { QueueBoxTables } from '../dialects/dialect';
 import { dialectDriver } from '../dialects/registry';
 import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { messages } from '../queuebox.messages';
 import { QUEUEBOX_MIGRATION, type QueueBoxMigrationMark } from './queuebox.migration';
 

@@ -1,38 +1,12 @@
 import type { Type } from '@nestjs/common';
-import type { BackoffFunction, RetryOption } from '../common/backoff';
+import type { RetryOption } from '../common/backoff';
 import { type Duration, parseDuration } from '../common/duration';
 import { parseTableName } from '../common/identifiers';
 import type { QueueBoxTables } from '../dialects/dialect';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import type { RelayRoute } from '../inbox/inbox.types';
-import type { Publisher } from '../outbox/outbox.types';
 import { DEFAULT_TABLES } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import type { InboxMessage, OutboundMessage } from '../types/messages';
-import { expectObject, integer, rejectUnknownKeys } from './options.checks';
-import {
-  DAY_MS,
-  DEFAULT_BATCH_SIZE,
-  DEFAULT_CLAIM_TIMEOUT_MS,
-  DEFAULT_CONCURRENCY,
-  DEFAULT_HANDLER_TIMEOUT_MS,
-  DEFAULT_MAX_PAYLOAD_BYTES,
-  DEFAULT_POLL_INTERVAL_MS,
-  DEFAULT_PUBLISHER,
-  DEFAULT_PULL_CONCURRENCY,
-  DEFAULT_PULL_LEASE_MS,
-  DEFAULT_RETENTION_BATCH_SIZE,
-  DEFAULT_RETENTION_FINISHED_AFTER_MS,
-  DEFAULT_RETENTION_INTERVAL_MS,
-  DEFAULT_SHUTDOWN_TIMEOUT_MS,
-  defaultPublishTimeoutMs,
-  MAX_LEASE_MS,
-  MAX_PULL_BATCH,
-  MIN_INBOX_RETENTION_MS,
-  MIN_LEASE_MS,
-  reclaimIntervalMs,
-} from './options.defaults';
-import { resolveBackoff, resolveRetry } from './options.retry';
+import type { OutboundMessage } from '../types/messages';
 import type {
   OutboxOptions,
   PublisherOption,
@@ -43,7 +17,36 @@ import type {
   RetentionOptions,
   WorkerOptions,
   WorkersOptions,
-} from './options.types';
+} from '../types/options';
+import type { Publisher } from '../types/outbox';
+import { expectObject, integerOption, rejectUnknownKeys } from './options.checks';
+import {
+  DAY_MS,
+  DEFAULT_HANDLER_TIMEOUT_MS,
+  DEFAULT_PUBLISHER,
+  defaultPublishTimeoutMs,
+  MIN_INBOX_RETENTION_MS,
+  reclaimIntervalMs,
+} from './options.defaults';
+import type {
+  ResolvedOutboxOptions,
+  ResolvedPullOptions,
+  ResolvedQueueBoxOptions,
+  ResolvedRelayOptions,
+  ResolvedRetentionOptions,
+  ResolvedWorkerOptions,
+} from './options.resolved';
+import { resolveRetry } from './options.retry';
+import {
+  keysOf,
+  OUTBOX_OPTIONS,
+  PULL_HANDLER_OPTIONS,
+  PULL_OPTIONS,
+  RELAY_OPTIONS,
+  RETENTION_OPTIONS,
+  TOP_LEVEL_OPTIONS,
+  WORKER_OPTIONS,
+} from './options.table';
 
 // Checks the options users write (./options.types.ts) and fills in the defaults
 // (./options.defaults.ts). Errors name the option as the user wrote it.
@@ -52,99 +55,24 @@ import type {
 // `pull.defaultLeaseMs` and `@PullHandler({ leaseMs })`; resolveWorker, resolvePull and
 // resolvePullHandler map every one of them to `leaseMs`, the only name used after this file.
 
-export interface ResolvedRetentionOptions {
-  enabled: boolean;
-  finishedAfterMs: number;
-  inboxFinishedAfterMs: number;
-  deadAfterMs: number | false;
-  intervalMs: number;
-  batchSize: number;
-}
-
-export interface ResolvedWorkerOptions {
-  pollIntervalMs: number;
-  batchSize: number;
-  concurrency: number;
-  /** Lease of a claimed row (the public `claimTimeoutMs`). */
-  leaseMs: number;
-  /** The reclaim step runs at most once per this (a fifth of the lease). */
-  reclaimIntervalMs: number;
-  shutdownTimeoutMs: number;
-  maxAttempts: number;
-  // biome-ignore lint/suspicious/noExplicitAny: one resolved shape for outbox (OutboundMessage) and inbox (InboxMessage) workers.
-  backoff: BackoffFunction<any>;
-  /** `retry.retryIf`; true for every failure by default. */
-  // biome-ignore lint/suspicious/noExplicitAny: as above.
-  retryIf: (error: unknown, attempt: number, message: any) => boolean;
-}
-
-export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
-  /** Publisher instances by name (classes are instantiated by the module and added here). */
-  publishers: Record<string, Publisher>;
-  /** Publisher classes by name, still to be instantiated with dependency injection. */
-  publisherTypes: Record<string, Type<Publisher>>;
-  /** The option path of each publisher, as the user wrote it: `outbox.publisher` or `outbox.publishers.<name>`, for errors. */
-  publisherOptions: Record<string, string>;
-  route: (message: OutboundMessage) => string;
-  publishTimeoutMs: number;
-}
-
-export interface ResolvedRelayOptions extends ResolvedWorkerOptions {
-  routes: Record<string, RelayRoute>;
-  handlerTimeoutMs: number;
-}
-
-export interface ResolvedPullOptions {
-  /** Lease of a pull claim when the handler gives none (the public `pull.defaultLeaseMs`). */
-  leaseMs: number;
-  concurrency: number;
-  pollIntervalMs: number;
-  maxAttempts: number;
-  backoff: BackoffFunction<InboxMessage>;
-  retryIf: (error: unknown, attempt: number, message: InboxMessage) => boolean;
-  shutdownTimeoutMs: number;
-  sources: string[];
-  handlerTimeoutMs: number;
-}
-
-export interface ResolvedQueueBoxOptions {
-  tables: QueueBoxTables;
-  workers: Required<WorkersOptions>;
-  maxPayloadBytes: number;
-  outbox: ResolvedOutboxOptions;
-  inbox: { relay: ResolvedRelayOptions };
-  pull: ResolvedPullOptions;
-  retention: ResolvedRetentionOptions;
-}
-
-const TOP_LEVEL_KEYS = ['tables', 'workers', 'maxPayloadBytes', 'outbox', 'inbox', 'pull', 'retention'];
-const WORKER_KEYS = [
-  'pollIntervalMs',
-  'batchSize',
-  'concurrency',
-  'claimTimeoutMs',
-  'shutdownTimeoutMs',
-  'maxAttempts',
-  'backoff',
-  'retry',
-];
-
 /** Validates `options` and fills in every default. Throws `QueueBoxConfigError` naming the first bad option. */
 export function resolveOptions(options: QueueBoxModuleOptions = {}): ResolvedQueueBoxOptions {
   expectObject('options', options);
-  rejectUnknownKeys('', options, TOP_LEVEL_KEYS);
+  rejectUnknownKeys('', options, keysOf(TOP_LEVEL_OPTIONS));
+  const deprecations: string[] = [];
   const workers = resolveWorkers(options.workers);
-  const outbox = resolveOutbox(options.outbox ?? {}, workers.outbox);
+  const outbox = resolveOutbox(options.outbox ?? {}, workers.outbox, deprecations);
   const inbox = options.inbox ?? {};
   expectObject('inbox', inbox);
   rejectUnknownKeys('inbox.', inbox, ['relay']);
   return {
     tables: resolveTables(options.tables),
+    deprecations,
     workers,
-    maxPayloadBytes: integer('maxPayloadBytes', options.maxPayloadBytes, DEFAULT_MAX_PAYLOAD_BYTES, 1, 1024 ** 3),
+    maxPayloadBytes: integerOption('maxPayloadBytes', options.maxPayloadBytes, TOP_LEVEL_OPTIONS.maxPayloadBytes),
     outbox,
-    inbox: { relay: resolveRelay(inbox.relay ?? {}) },
-    pull: resolvePull(options.pull ?? {}),
+    inbox: { relay: resolveRelay(inbox.relay ?? {}, deprecations) },
+    pull: resolvePull(options.pull ?? {}, deprecations),
     retention: resolveRetention(options.retention ?? {}),
   };
 }
@@ -178,9 +106,9 @@ function resolveWorkers(workers: QueueBoxModuleOptions['workers']): Required<Wor
   return { outbox: flag('outbox'), relay: flag('relay'), pull: flag('pull') };
 }
 
-function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutboxOptions {
+function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean, deprecations: string[]): ResolvedOutboxOptions {
   expectObject('outbox', outbox);
-  rejectUnknownKeys('outbox.', outbox, ['publisher', 'publishers', 'route', 'publishTimeout', ...WORKER_KEYS]);
+  rejectUnknownKeys('outbox.', outbox, keysOf(OUTBOX_OPTIONS));
   if (outbox.publisher !== undefined && outbox.publishers !== undefined) {
     throw new QueueBoxConfigError('outbox.publisher', messages.publisherAndPublishers());
   }
@@ -209,7 +137,7 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutb
   }
   const names = Object.keys(given);
   const route = outbox.route ?? (names.length === 1 ? () => names[0] : (message: OutboundMessage) => message.destination);
-  const worker = resolveWorker('outbox', outbox);
+  const worker = resolveWorker('outbox', outbox, deprecations);
   const publishTimeoutMs =
     outbox.publishTimeout === undefined
       ? defaultPublishTimeoutMs(worker.leaseMs)
@@ -220,9 +148,9 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean): ResolvedOutb
   return { ...worker, publishers, publisherTypes, publisherOptions, route, publishTimeoutMs };
 }
 
-function resolveRelay(relay: RelayOptions): ResolvedRelayOptions {
+function resolveRelay(relay: RelayOptions, deprecations: string[]): ResolvedRelayOptions {
   expectObject('inbox.relay', relay);
-  rejectUnknownKeys('inbox.relay.', relay, ['routes', 'handlerTimeout', ...WORKER_KEYS]);
+  rejectUnknownKeys('inbox.relay.', relay, keysOf(RELAY_OPTIONS));
   const routes = relay.routes ?? {};
   expectObject('inbox.relay.routes', routes);
   for (const [source, route] of Object.entries(routes)) {
@@ -231,35 +159,25 @@ function resolveRelay(relay: RelayOptions): ResolvedRelayOptions {
     if (!isSourceName(source)) throw new QueueBoxConfigError(`inbox.relay.routes.${source}`, messages.sourceNameInvalid(source));
   }
   return {
-    ...resolveWorker('inbox.relay', relay),
+    ...resolveWorker('inbox.relay', relay, deprecations),
     routes: { ...routes },
     handlerTimeoutMs: handlerTimeout('inbox.relay.handlerTimeout', relay.handlerTimeout, DEFAULT_HANDLER_TIMEOUT_MS),
   };
 }
 
-function resolvePull(pull: PullOptions): ResolvedPullOptions {
+function resolvePull(pull: PullOptions, deprecations: string[]): ResolvedPullOptions {
   expectObject('pull', pull);
-  rejectUnknownKeys('pull.', pull, [
-    'defaultLeaseMs',
-    'concurrency',
-    'pollIntervalMs',
-    'maxAttempts',
-    'backoff',
-    'retry',
-    'shutdownTimeoutMs',
-    'sources',
-    'handlerTimeout',
-  ]);
+  rejectUnknownKeys('pull.', pull, keysOf(PULL_OPTIONS));
   const sources = pull.sources ?? [];
   if (!Array.isArray(sources)) throw new QueueBoxConfigError('pull.sources', messages.optionNotObject('pull.sources', sources));
   for (const source of sources)
     if (!isSourceName(source)) throw new QueueBoxConfigError('pull.sources', messages.sourceNameInvalid(source));
   return {
-    leaseMs: integer('pull.defaultLeaseMs', pull.defaultLeaseMs, DEFAULT_PULL_LEASE_MS, MIN_LEASE_MS, MAX_LEASE_MS),
-    concurrency: integer('pull.concurrency', pull.concurrency, DEFAULT_PULL_CONCURRENCY, 1, 10_000),
-    pollIntervalMs: integer('pull.pollIntervalMs', pull.pollIntervalMs, DEFAULT_POLL_INTERVAL_MS, 1, 3600_000),
-    ...resolveRetry('pull', pull),
-    shutdownTimeoutMs: integer('pull.shutdownTimeoutMs', pull.shutdownTimeoutMs, DEFAULT_SHUTDOWN_TIMEOUT_MS, 0, DAY_MS),
+    leaseMs: integerOption('pull.defaultLeaseMs', pull.defaultLeaseMs, PULL_OPTIONS.defaultLeaseMs),
+    concurrency: integerOption('pull.concurrency', pull.concurrency, PULL_OPTIONS.concurrency),
+    pollIntervalMs: integerOption('pull.pollIntervalMs', pull.pollIntervalMs, PULL_OPTIONS.pollIntervalMs),
+    ...resolveRetry('pull', pull, deprecations),
+    shutdownTimeoutMs: integerOption('pull.shutdownTimeoutMs', pull.shutdownTimeoutMs, PULL_OPTIONS.shutdownTimeoutMs),
     sources: [...sources],
     handlerTimeoutMs: handlerTimeout('pull.handlerTimeout', pull.handlerTimeout, DEFAULT_HANDLER_TIMEOUT_MS),
   };
@@ -267,30 +185,16 @@ function resolvePull(pull: PullOptions): ResolvedPullOptions {
 
 function resolveRetention(retention: RetentionOptions): ResolvedRetentionOptions {
   expectObject('retention', retention);
-  rejectUnknownKeys('retention.', retention, [
-    'enabled',
-    'finishedAfterMs',
-    'inboxFinishedAfterMs',
-    'deadAfterMs',
-    'intervalMs',
-    'batchSize',
-  ]);
+  rejectUnknownKeys('retention.', retention, keysOf(RETENTION_OPTIONS));
   const enabled = retention.enabled ?? false;
   if (typeof enabled !== 'boolean')
     throw new QueueBoxConfigError('retention.enabled', messages.optionNotBoolean('retention.enabled', enabled));
-  const finishedAfterMs = integer(
-    'retention.finishedAfterMs',
-    retention.finishedAfterMs,
-    DEFAULT_RETENTION_FINISHED_AFTER_MS,
-    60_000,
-    3650 * DAY_MS,
-  );
-  const inboxFinishedAfterMs = integer(
+  const finishedAfterMs = integerOption('retention.finishedAfterMs', retention.finishedAfterMs, RETENTION_OPTIONS.finishedAfterMs);
+  const inboxFinishedAfterMs = integerOption(
     'retention.inboxFinishedAfterMs',
     retention.inboxFinishedAfterMs,
+    RETENTION_OPTIONS.inboxFinishedAfterMs,
     Math.max(finishedAfterMs, MIN_INBOX_RETENTION_MS),
-    1,
-    3650 * DAY_MS,
   );
   if (inboxFinishedAfterMs < MIN_INBOX_RETENTION_MS) {
     throw new QueueBoxConfigError(
@@ -301,14 +205,14 @@ function resolveRetention(retention: RetentionOptions): ResolvedRetentionOptions
   const deadAfterMs =
     retention.deadAfterMs === undefined || retention.deadAfterMs === false
       ? false
-      : integer('retention.deadAfterMs', retention.deadAfterMs, 0, 60_000, 3650 * DAY_MS);
+      : integerOption('retention.deadAfterMs', retention.deadAfterMs, RETENTION_OPTIONS.deadAfterMs);
   return {
     enabled,
     finishedAfterMs,
     inboxFinishedAfterMs,
     deadAfterMs,
-    intervalMs: integer('retention.intervalMs', retention.intervalMs, DEFAULT_RETENTION_INTERVAL_MS, 1000, 7 * DAY_MS),
-    batchSize: integer('retention.batchSize', retention.batchSize, DEFAULT_RETENTION_BATCH_SIZE, 1, 10_000),
+    intervalMs: integerOption('retention.intervalMs', retention.intervalMs, RETENTION_OPTIONS.intervalMs),
+    batchSize: integerOption('retention.batchSize', retention.batchSize, RETENTION_OPTIONS.batchSize),
   };
 }
 
@@ -316,25 +220,25 @@ function handlerTimeout(option: string, value: Duration | undefined, fallback: n
   return value === undefined ? fallback : parseDuration(option, value, { min: 1, max: DAY_MS });
 }
 
-/** Validates one `@PullHandler`'s options against the `pull` defaults. `where` names the handler in errors. */
-export function resolvePullHandler(where: string, options: PullHandlerOptions, defaults: ResolvedPullOptions) {
+/**
+ * Validates one `@PullHandler`'s options against the `pull` defaults. `where` names the handler in
+ * errors; a deprecated option used goes to `deprecations`.
+ */
+export function resolvePullHandler(where: string, options: PullHandlerOptions, defaults: ResolvedPullOptions, deprecations: string[] = []) {
   expectObject(where, options);
-  rejectUnknownKeys(`${where}.`, options, ['leaseMs', 'concurrency', 'maxAttempts', 'backoff', 'retry', 'handlerTimeout', 'batch']);
-  const retry =
-    options.retry !== undefined
-      ? resolveRetry(where, options)
-      : {
-          maxAttempts: integer(`${where}.maxAttempts`, options.maxAttempts, defaults.maxAttempts, 1, 1_000_000),
-          backoff: options.backoff === undefined ? defaults.backoff : resolveBackoff(`${where}.backoff`, options.backoff),
-          retryIf: defaults.retryIf,
-        };
+  rejectUnknownKeys(`${where}.`, options, keysOf(PULL_HANDLER_OPTIONS));
+  const handlerRetry =
+    options.retry !== undefined || options.maxAttempts !== undefined || options.backoff !== undefined
+      ? resolveRetry(where, options, deprecations, defaults)
+      : { maxAttempts: defaults.maxAttempts, backoff: defaults.backoff, retryIf: defaults.retryIf };
+  const spec = PULL_HANDLER_OPTIONS;
   return {
-    leaseMs: integer(`${where}.leaseMs`, options.leaseMs, defaults.leaseMs, MIN_LEASE_MS, MAX_LEASE_MS),
-    concurrency: integer(`${where}.concurrency`, options.concurrency, defaults.concurrency, 1, 10_000),
+    leaseMs: integerOption(`${where}.leaseMs`, options.leaseMs, spec.leaseMs, defaults.leaseMs),
+    concurrency: integerOption(`${where}.concurrency`, options.concurrency, spec.concurrency, defaults.concurrency),
     handlerTimeoutMs: handlerTimeout(`${where}.handlerTimeout`, options.handlerTimeout, defaults.handlerTimeoutMs),
     // Undefined: the handler takes one message per call.
-    batch: options.batch === undefined ? undefined : integer(`${where}.batch`, options.batch, 1, 1, MAX_PULL_BATCH),
-    ...retry,
+    batch: options.batch === undefined ? undefined : integerOption(`${where}.batch`, options.batch, spec.batch),
+    ...handlerRetry,
   };
 }
 
@@ -343,15 +247,15 @@ export function isSourceName(source: unknown): source is string {
   return typeof source === 'string' && /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(source);
 }
 
-function resolveWorker(prefix: string, worker: WorkerOptions): ResolvedWorkerOptions {
-  const leaseMs = integer(`${prefix}.claimTimeoutMs`, worker.claimTimeoutMs, DEFAULT_CLAIM_TIMEOUT_MS, MIN_LEASE_MS, MAX_LEASE_MS);
+function resolveWorker(prefix: string, worker: WorkerOptions, deprecations: string[]): ResolvedWorkerOptions {
+  const leaseMs = integerOption(`${prefix}.claimTimeoutMs`, worker.claimTimeoutMs, WORKER_OPTIONS.claimTimeoutMs);
   return {
-    pollIntervalMs: integer(`${prefix}.pollIntervalMs`, worker.pollIntervalMs, DEFAULT_POLL_INTERVAL_MS, 1, 3600_000),
-    batchSize: integer(`${prefix}.batchSize`, worker.batchSize, DEFAULT_BATCH_SIZE, 1, 10_000),
-    concurrency: integer(`${prefix}.concurrency`, worker.concurrency, DEFAULT_CONCURRENCY, 1, 10_000),
+    pollIntervalMs: integerOption(`${prefix}.pollIntervalMs`, worker.pollIntervalMs, WORKER_OPTIONS.pollIntervalMs),
+    batchSize: integerOption(`${prefix}.batchSize`, worker.batchSize, WORKER_OPTIONS.batchSize),
+    concurrency: integerOption(`${prefix}.concurrency`, worker.concurrency, WORKER_OPTIONS.concurrency),
     leaseMs,
     reclaimIntervalMs: reclaimIntervalMs(leaseMs),
-    shutdownTimeoutMs: integer(`${prefix}.shutdownTimeoutMs`, worker.shutdownTimeoutMs, DEFAULT_SHUTDOWN_TIMEOUT_MS, 0, DAY_MS),
-    ...resolveRetry(prefix, worker as WorkerOptions & { retry?: RetryOption<unknown> }),
+    shutdownTimeoutMs: integerOption(`${prefix}.shutdownTimeoutMs`, worker.shutdownTimeoutMs, WORKER_OPTIONS.shutdownTimeoutMs),
+    ...resolveRetry(prefix, worker as WorkerOptions & { retry?: RetryOption<unknown> }, deprecations),
   };
 }

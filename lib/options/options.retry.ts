@@ -9,10 +9,11 @@ import {
 import { parseDuration } from '../common/duration';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
-import { expectObject, integer, rejectUnknownKeys } from './options.checks';
-import { DAY_MS, DEFAULT_MAX_ATTEMPTS } from './options.defaults';
-import type { ResolvedWorkerOptions } from './options.resolver';
-import type { WorkerOptions } from './options.types';
+import type { WorkerOptions } from '../types/options';
+import { expectObject, integer, integerOption, rejectUnknownKeys } from './options.checks';
+import { DAY_MS } from './options.defaults';
+import type { ResolvedWorkerOptions } from './options.resolved';
+import { keysOf, OLDER_BACKOFF_NAMES, RETRY_BACKOFF_OPTIONS, RETRY_OPTIONS, WORKER_OPTIONS } from './options.table';
 
 // The retry policy of every worker and `@PullHandler`: `retry`, or the older `maxAttempts` and
 // `backoff` it replaces.
@@ -20,20 +21,27 @@ import type { WorkerOptions } from './options.types';
 const ALWAYS_RETRY = () => true;
 
 /**
- * Resolves `retry` (or the older `maxAttempts` and `backoff`, which it replaces) into attempts,
- * a backoff function and a `retryIf` predicate.
+ * Resolves `retry` (or the older `maxAttempts` and `backoff`, which it replaces: still accepted,
+ * each noted in `deprecations`) into attempts, a backoff function and a `retryIf` predicate.
+ * `inherited` is what an absent option falls back to (a `@PullHandler`'s `pull.*` policy).
  */
 export function resolveRetry(
   prefix: string,
   worker: { maxAttempts?: number; backoff?: BackoffOptions | BackoffFunction; retry?: RetryOption<never> },
+  deprecations: string[],
+  inherited?: Pick<ResolvedWorkerOptions, 'maxAttempts' | 'backoff' | 'retryIf'>,
   // biome-ignore lint/suspicious/noExplicitAny: see ResolvedWorkerOptions.
 ): { maxAttempts: number; backoff: BackoffFunction<any>; retryIf: ResolvedWorkerOptions['retryIf'] } {
   const { retry } = worker;
   if (retry === undefined) {
+    for (const older of ['maxAttempts', 'backoff'] as const) {
+      if (worker[older] !== undefined)
+        deprecations.push(messages.optionDeprecated(`${prefix}.${older}`, `${prefix}.retry`, olderFormHint(older)));
+    }
     return {
-      maxAttempts: integer(`${prefix}.maxAttempts`, worker.maxAttempts, DEFAULT_MAX_ATTEMPTS, 1, 1_000_000),
-      backoff: resolveBackoff(`${prefix}.backoff`, worker.backoff),
-      retryIf: ALWAYS_RETRY,
+      maxAttempts: integerOption(`${prefix}.maxAttempts`, worker.maxAttempts, WORKER_OPTIONS.maxAttempts, inherited?.maxAttempts),
+      backoff: worker.backoff === undefined && inherited ? inherited.backoff : resolveBackoff(`${prefix}.backoff`, worker.backoff),
+      retryIf: inherited?.retryIf ?? ALWAYS_RETRY,
     };
   }
   const option = `${prefix}.retry`;
@@ -43,26 +51,33 @@ export function resolveRetry(
   const noBackoff = resolveBackoff(`${option}.backoff`, undefined);
   if (retry === false) return { maxAttempts: 1, backoff: noBackoff, retryIf: ALWAYS_RETRY };
   if (typeof retry === 'number')
-    return { maxAttempts: integer(option, retry, DEFAULT_MAX_ATTEMPTS, 1, 1_000_000), backoff: noBackoff, retryIf: ALWAYS_RETRY };
+    return { maxAttempts: integerOption(option, retry, RETRY_OPTIONS.attempts), backoff: noBackoff, retryIf: ALWAYS_RETRY };
   if (typeof retry !== 'object' || retry === null || Array.isArray(retry)) {
     throw new QueueBoxConfigError(option, messages.retryInvalid(option, retry));
   }
-  rejectUnknownKeys(`${option}.`, retry, ['attempts', 'backoff', 'retryIf']);
+  rejectUnknownKeys(`${option}.`, retry, keysOf(RETRY_OPTIONS), { maxAttempts: 'attempts' });
   if (retry.retryIf !== undefined && typeof retry.retryIf !== 'function') {
     throw new QueueBoxConfigError(`${option}.retryIf`, messages.optionNotFunction(`${option}.retryIf`));
   }
   return {
-    maxAttempts: integer(`${option}.attempts`, retry.attempts, DEFAULT_MAX_ATTEMPTS, 1, 1_000_000),
+    maxAttempts: integerOption(`${option}.attempts`, retry.attempts, RETRY_OPTIONS.attempts),
     backoff: resolveRetryBackoff(`${option}.backoff`, retry.backoff),
     retryIf: (retry.retryIf as ResolvedWorkerOptions['retryIf'] | undefined) ?? ALWAYS_RETRY,
   };
+}
+
+/** How the older option is written in `retry`. */
+function olderFormHint(older: 'maxAttempts' | 'backoff'): string {
+  return older === 'maxAttempts'
+    ? 'retry: { attempts }'
+    : "retry: { backoff: { delay: '1s', factor: 2, maxDelay: '5m', jitter: true } } (initialMs is delay, maxMs is maxDelay)";
 }
 
 function resolveRetryBackoff(option: string, backoff: RetryBackoffOptions | BackoffFunction<never> | undefined): BackoffFunction<unknown> {
   if (typeof backoff === 'function') return backoff as BackoffFunction<unknown>;
   const given = backoff ?? {};
   expectObject(option, given);
-  rejectUnknownKeys(`${option}.`, given, ['delay', 'factor', 'maxDelay', 'jitter']);
+  rejectUnknownKeys(`${option}.`, given, keysOf(RETRY_BACKOFF_OPTIONS), OLDER_BACKOFF_NAMES);
   const initialMs =
     given.delay === undefined ? DEFAULT_BACKOFF.initialMs : parseDuration(`${option}.delay`, given.delay, { min: 0, max: DAY_MS });
   const maxMs =
@@ -73,6 +88,7 @@ function resolveRetryBackoff(option: string, backoff: RetryBackoffOptions | Back
   return resolveBackoff(option, { initialMs, maxMs, factor: given.factor, jitter: given.jitter });
 }
 
+/** The older `backoff` (`initialMs`, `factor`, `maxMs`, `jitter`), and the numbers `retry.backoff` resolves to. */
 export function resolveBackoff(option: string, backoff: WorkerOptions['backoff']): BackoffFunction {
   if (typeof backoff === 'function') return backoff;
   const given = backoff ?? {};

@@ -1,9 +1,9 @@
 import type { ModuleRef } from '@nestjs/core';
 import { describeError } from '../common/errors';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { messages } from '../queuebox.messages';
-import type { Publisher } from './outbox.types';
+import type { Publisher } from '../types/outbox';
 
 /**
  * Instantiates the publisher classes of `outbox.publishers` (or `outbox.publisher`) with Nest's

@@ -4,7 +4,7 @@ import type { OutboxInsertRow } from '../dialects/dialect';
 import { DuplicateMessageIdError, QueueBoxValidationError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import { withTraceContext } from '../tracing/trace-context';
-import type { OutboxMessageInput } from './outbox.types';
+import type { OutboxMessageInput } from '../types/outbox';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /**

@@ -7,19 +7,19 @@ import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import { LeaseKeeper } from '../lease/lease-keeper';
-import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolver';
+import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
 import type { OutboxClaim } from '../types/claims';
 import type { OutboundMessage } from '../types/messages';
+import type { Publisher } from '../types/outbox';
 import { BatchCompleter } from '../workers/batch-completer';
 import { ClaimLoop, type WorkerLoopStatus, type WorkSlot } from '../workers/claim-loop';
 import { DatabaseRecovery } from '../workers/database-recovery';
 import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
 import { WorkerShell } from '../workers/worker-shell';
 import { OutboxClaims } from './outbox.claims';
-import type { Publisher } from './outbox.types';
 
 const NAME = 'outbox poller';
 

@@ -3,10 +3,10 @@ import type { EntityManager } from 'typeorm';
 import { checkTransaction } from '../common/transaction-check';
 import type { Dialect } from '../dialects/dialect';
 import { DuplicateMessageIdError, QueueBoxValidationError } from '../errors/queuebox.errors';
-import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import type { EnqueueOptions, EnqueueResult, OutboxMessageInput } from './outbox.types';
+import type { EnqueueOptions, EnqueueResult, OutboxMessageInput } from '../types/outbox';
 import { toOutboxRows } from './outbox-rows';
 
 /**

@@ -1,9 +1,9 @@
 import { Inject, Injectable, type Type } from '@nestjs/common';
 import { describeError } from '../common/errors';
 import { PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
-import type { Publisher } from '../outbox/outbox.types';
 import { messages } from '../queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
+import type { Publisher } from '../types/outbox';
 import { KEY_HEADER, MESSAGE_ID_HEADER } from '../wire-headers';
 
 /**

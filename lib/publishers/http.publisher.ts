@@ -2,9 +2,9 @@ import { describeError } from '../common/errors';
 import { packageVersion } from '../common/package-version';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { signRequest } from '../inbox/receiver/signature';
-import type { Publisher } from '../outbox/outbox.types';
 import { messages } from '../queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
+import type { Publisher } from '../types/outbox';
 import { KEY_HEADER } from '../wire-headers';
 
 export interface HttpPublisherOptions {

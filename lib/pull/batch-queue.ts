@@ -42,10 +42,11 @@ export class BatchQueue<T, R> {
     });
   }
 
-  /** Takes back every item that waits for a slot: its `add` settles with what `giveBack` returns for it. */
-  async takeWaiting(giveBack: (item: T) => Promise<R>): Promise<void> {
+  /** Takes back every item that waits for a slot: its `add` settles with what `giveBack` returns for it. Resolves to the items. */
+  async takeWaiting(giveBack: (item: T) => Promise<R>): Promise<T[]> {
     const waiting = this.forming.splice(0);
     await Promise.all(waiting.map(async (entry) => entry.done(await giveBack(entry.item))));
+    return waiting.map((entry) => entry.item);
   }
 
   private dispatch(): void {

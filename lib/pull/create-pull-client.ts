@@ -2,8 +2,8 @@ import type { DataSource } from 'typeorm';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import { resolveTables } from '../options/options.resolver';
-import type { QueueBoxModuleOptions } from '../options/options.types';
 import { createDialect } from '../queuebox.dialect';
+import type { QueueBoxModuleOptions } from '../types/options';
 import { PullClient } from './pull.client';
 
 /**

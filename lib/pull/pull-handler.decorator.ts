@@ -1,7 +1,7 @@
 import { SetMetadata } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import type { PullHandlerOptions } from '../options/options.types';
 import type { InboxMessage } from '../types/messages';
+import type { PullHandlerOptions } from '../types/options';
 
 export const PULL_HANDLER_METADATA = 'QUEUEBOX:PULL_HANDLER';
 
@@ -39,7 +39,7 @@ export type PullBatchHandlerMethod = (messages: InboxMessage[], context: PullBat
  * the source, opens a TypeORM transaction, calls the method with the message and that
  * transaction's `manager`, completes the row (fenced) in the same transaction and commits: the
  * business change and the completion commit together or not at all. Throwing rolls back and
- * retries with backoff; the row is dead after `maxAttempts`.
+ * retries with backoff; the row is dead after its attempts (`retry`).
  *
  * @example
  * @Injectable()
@@ -52,11 +52,12 @@ export type PullBatchHandlerMethod = (messages: InboxMessage[], context: PullBat
  */
 export function PullHandler(source: string, options?: PullHandlerOptions & { batch?: undefined }): MethodDecorator;
 /**
- * The batch form (`batch: n`): the method receives up to `n` claimed messages of `source` (at most
- * one per aggregate, each in its aggregate's order) and one `PullBatchContext`. Its writes and all
- * the messages' completions commit in one transaction. If it throws (or times out), all of it
- * rolls back and every message's attempt is recorded as failed (retried or dead-lettered per
- * `maxAttempts`). If any claim of the batch is lost before the commit, nothing of the batch
+ * The batch form (`batch: n`): the method receives up to `n` messages of `source` (claimed heads,
+ * and the messages right after them in their aggregates, each aggregate in order) and one
+ * `PullBatchContext`. Its writes and all the messages' completions commit in one transaction. If
+ * it throws (or times out), all of it rolls back and no message is charged: each claimed message
+ * runs alone, and only one that fails alone counts the attempt (retried, or dead-lettered after
+ * its attempts). If any claim of the batch is lost before the commit, nothing of the batch
  * commits; the claims still held go back to `pending` with their attempt not counted.
  *
  * @example

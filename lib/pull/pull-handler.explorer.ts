@@ -1,7 +1,8 @@
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import { isSourceName, type ResolvedQueueBoxOptions, resolvePullHandler } from '../options/options.resolver';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
+import { isSourceName, resolvePullHandler } from '../options/options.resolver';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { InboxMessage } from '../types/messages';
@@ -33,6 +34,7 @@ export interface PullHandlerDefinition {
  */
 @Injectable()
 export class PullHandlerExplorer implements OnModuleInit {
+  private readonly logger = new Logger('QueueBox:Options');
   private readonly found = new Map<string, PullHandlerDefinition>();
   private explored = false;
 
@@ -74,7 +76,9 @@ export class PullHandlerExplorer implements OnModuleInit {
     if (existing) throw new QueueBoxConfigError(where, messages.pullHandlerTwice(source, existing.name, name));
     if (Object.hasOwn(this.options.inbox.relay.routes, source))
       throw new QueueBoxConfigError(where, messages.pullHandlerAndRoute(source, name));
-    this.found.set(source, { source, name, handle, ...resolvePullHandler(where, metadata.options, this.options.pull) });
+    const deprecations: string[] = [];
+    this.found.set(source, { source, name, handle, ...resolvePullHandler(where, metadata.options, this.options.pull, deprecations) });
+    for (const line of deprecations) this.logger.warn(line);
     this.sources.addPullSource(source);
   }
 }

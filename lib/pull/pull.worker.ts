@@ -9,7 +9,7 @@ import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import type { LeaseKeeper } from '../lease/lease-keeper';
-import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
@@ -154,10 +154,11 @@ export class PullWorker extends WorkerShell<InboxClaim> {
           // A batch slot kept by a timed-out call stands for `batch` claims the loop must not hold.
           stuckSlots: () => (entry.batches?.stuckSlots ?? 0) * (handler.batch ?? 1),
           releaseUnstarted: async () => {
-            await entry.batches?.takeWaiting(async ({ keeper }) => {
+            const handedBack = await entry.batches?.takeWaiting(async ({ keeper }) => {
               await keeper.stop();
               return { kind: 'released' };
             });
+            return (handedBack ?? []).map(({ claim }) => claim);
           },
         },
         this.recorder,

@@ -1,6 +1,6 @@
 import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
-import type { Publisher } from '../outbox/outbox.types';
 import type { OutboundMessage } from '../types/messages';
+import type { Publisher } from '../types/outbox';
 import { testingMessages } from './testing.messages';
 
 /** How a simulated failure fails: retryable by default, `permanent` dead-letters the message at once. */

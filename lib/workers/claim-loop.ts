@@ -96,8 +96,11 @@ export interface ClaimLoopWork<C extends WorkerClaim<unknown>> {
    * a claim it could not start would wait, renewed, for as long as the hung call runs.
    */
   stuckSlots?(): number;
-  /** Gives back (`pending`, attempt not counted) the claims the work holds but has not started: called while no slot is free. */
-  releaseUnstarted?(): Promise<void>;
+  /**
+   * Hands back the claims the work holds but has not started (their steps return `released`, so
+   * they go back to `pending`, the attempt not counted); called while no slot is free. Resolves to them.
+   */
+  releaseUnstarted?(): Promise<C[]>;
 }
 
 type Phase = 'waiting' | 'running' | 'finishing';
@@ -273,11 +276,12 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
       const capacity = this.capacity;
       if (capacity === 0) {
         // Every slot is kept by hung work: what waits for one goes back, for other replicas to take.
-        if (!this.pausedByStuckWork) this.logger.warn(messages.claimingPausedStuck(this.options.name));
-        this.pausedByStuckWork = true;
         this.lastCycle = new Date();
         await this.releaseWaiting();
-        await this.work.releaseUnstarted?.();
+        const handedBack = (await this.work.releaseUnstarted?.()) ?? [];
+        await Promise.all(handedBack.map((claim) => this.held.get(claim.id)?.done));
+        if (!this.pausedByStuckWork) this.logger.warn(messages.claimingPausedStuck(this.options.name));
+        this.pausedByStuckWork = true;
         await this.waker.sleep(this.options.pollIntervalMs); // a freed slot wakes us sooner
         continue;
       }

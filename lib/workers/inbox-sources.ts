@@ -1,6 +1,6 @@
 // Worker runtime: which inbox sources have a consumer, and the wake-up when one receives a message.
 import { Inject, Injectable } from '@nestjs/common';
-import type { ResolvedQueueBoxOptions } from '../options/options.resolver';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 
 /**

@@ -4,8 +4,8 @@ import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import type { QueueBoxDashboardOptions } from '../../lib/dashboard/dashboard.options';
-import type { QueueBoxModuleOptions } from '../../lib/options/options.types';
 import { QueueBoxModule } from '../../lib/queuebox.module';
+import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { RecordingLogger } from '../support/app';
 import { RecordingPublisher } from '../support/recording-publisher';
 

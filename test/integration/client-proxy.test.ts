@@ -8,12 +8,12 @@ import { NestFactory } from '@nestjs/core';
 import { ClientProxyFactory, ClientsModule, Transport } from '@nestjs/microservices';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import type { OutboxOptions } from '../../lib/options/options.types';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
-import type { OutboxMessageInput } from '../../lib/outbox/outbox.types';
 import { ClientProxyPublisher } from '../../lib/publishers/client-proxy.publisher';
 import { QueueBoxModule } from '../../lib/queuebox.module';
+import type { OutboxOptions } from '../../lib/types/options';
+import type { OutboxMessageInput } from '../../lib/types/outbox';
 import { RecordingLogger } from '../support/app';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 

@@ -4,7 +4,7 @@ import { Client } from 'pg';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { RetentionService } from '../../lib/admin/retention.service';
 import { InboxService } from '../../lib/inbox/inbox.service';
-import type { QueueBoxModuleOptions } from '../../lib/options/options.types';
+import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';

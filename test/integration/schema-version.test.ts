@@ -15,8 +15,8 @@ import {
   QueueBoxSchema1764460800000,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
-import type { QueueBoxModuleOptions } from '../../lib/options/options.types';
 import { QueueBoxModule } from '../../lib/queuebox.module';
+import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { RecordingLogger } from '../support/app';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 

@@ -16,7 +16,7 @@ import {
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles } from '../../lib/migrations/schema-files';
-import type { ResolvedQueueBoxOptions } from '../../lib/options/options.resolver';
+import type { ResolvedQueueBoxOptions } from '../../lib/options/options.resolved';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../../lib/queuebox.constants';

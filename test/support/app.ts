@@ -2,9 +2,9 @@ import 'reflect-metadata';
 import { type INestApplicationContext, type LoggerService, Module, type ModuleMetadata, type Provider } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import type { QueueBoxModuleOptions } from '../../lib/options/options.types';
 import { QueueBoxModule } from '../../lib/queuebox.module';
 import type { QueueBoxModuleExtras } from '../../lib/queuebox.module-definition';
+import type { QueueBoxModuleOptions } from '../../lib/types/options';
 
 /** Keeps log lines so tests can assert on them; prints nothing unless QUEUEBOX_TEST_LOGS is set. */
 export class RecordingLogger implements LoggerService {

@@ -1,5 +1,5 @@
-import type { Publisher } from '../../lib/outbox/outbox.types';
 import type { OutboundMessage } from '../../lib/types/messages';
+import type { Publisher } from '../../lib/types/outbox';
 
 type Behaviour = (message: OutboundMessage, signal: AbortSignal) => Promise<void> | void;
 

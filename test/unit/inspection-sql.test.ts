@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import { MssqlParameter } from 'typeorm';
 import { parseTableName } from '../../lib/common/identifiers';
-import { finishedCountQuery, rowStatesQuery } from '../../lib/dialects/inspection.sql';
+import { finishedCountQuery, rowStatesQuery } from '../../lib/dialects/registry';
 
 // The SQL Server side of the read-only inspection statements (CLI status, queuebox/testing), checked
 // without a server like the dialect's own statements: they parse with the T-SQL grammar. The

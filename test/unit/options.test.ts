@@ -57,6 +57,32 @@ describe('options (I10)', () => {
     rejects({ outbx: {} }, 'outbx', 'Unknown QueueBox option "outbx"');
   });
 
+  it('one retry vocabulary: the older maxAttempts and backoff still work, each with a deprecation line naming its retry form', () => {
+    const older = resolveOptions({ outbox: { publisher, maxAttempts: 3, backoff: { initialMs: 10, maxMs: 20, jitter: false } } });
+    assert.equal(older.outbox.maxAttempts, 3);
+    assert.equal(older.outbox.backoff(2, new Error('x'), undefined), 20);
+    assert.equal(older.deprecations.length, 2);
+    assert.match(older.deprecations[0], /Option outbox\.maxAttempts is deprecated .* use outbox\.retry \(retry: \{ attempts \}\)/);
+    assert.match(older.deprecations[1], /Option outbox\.backoff is deprecated .*initialMs is delay, maxMs is maxDelay/);
+    const current = resolveOptions({ outbox: { publisher, retry: { attempts: 3, backoff: { delay: 10, maxDelay: 20, jitter: false } } } });
+    assert.deepEqual(current.deprecations, [], 'the retry form warns of nothing');
+    assert.equal(current.outbox.backoff(2, new Error('x'), undefined), 20, 'the same delays as the older form');
+  });
+
+  it('suggests the retry names for the older ones written inside retry (initialMs is delay, maxMs is maxDelay)', () => {
+    rejects(
+      { outbox: { publisher, retry: { backoff: { initialMs: 1 } } } },
+      'outbox.retry.backoff.initialMs',
+      'Did you mean "outbox.retry.backoff.delay"?',
+    );
+    rejects(
+      { outbox: { publisher, retry: { backoff: { maxMs: 1 } } } },
+      'outbox.retry.backoff.maxMs',
+      'Did you mean "outbox.retry.backoff.maxDelay"?',
+    );
+    rejects({ workers: false, pull: { retry: { maxAttempts: 3 } } }, 'pull.retry.maxAttempts', 'Did you mean "pull.retry.attempts"?');
+  });
+
   it('requires a publisher only when the outbox worker runs', () => {
     rejects({}, 'outbox.publisher', 'no publisher is configured');
     assert.doesNotThrow(() => resolveOptions({ workers: { outbox: false } }));

@@ -5,8 +5,8 @@ import { describe, it } from 'node:test';
 import { parseDuration } from '../../lib/common/duration';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { resolveOptions, resolvePullHandler } from '../../lib/options/options.resolver';
-import type { Publisher } from '../../lib/outbox/outbox.types';
 import type { OutboundMessage } from '../../lib/types/messages';
+import type { Publisher } from '../../lib/types/outbox';
 
 const publisher = { publish: async () => undefined };
 

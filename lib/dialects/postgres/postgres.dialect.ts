@@ -14,9 +14,9 @@ import type {
   WorkListener,
   WorkNotice,
 } from '../dialect';
+import type { DialectLog } from '../dialect-driver';
 import type { RetentionKind } from '../dialect-rows';
 import { type RecordDecoding } from '../records';
-import type { DialectLog } from '../registry';
 import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {

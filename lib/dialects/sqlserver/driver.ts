@@ -1,4 +1,4 @@
-import type { DialectDriver } from '../registry';
+import type { DialectDriver } from '../dialect-driver';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
 import {
   KEY_COLLATION,

@@ -4,9 +4,9 @@ import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
 import type { DeadSelection, Dialect, FenceParams, InboxInsertRow, LeaseTable, OutboxInsertRow, QueueBoxTables } from '../dialect';
+import type { DialectLog } from '../dialect-driver';
 import type { RetentionKind } from '../dialect-rows';
 import { type RecordDecoding } from '../records';
-import type { DialectLog } from '../registry';
 import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {

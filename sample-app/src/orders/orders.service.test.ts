@@ -47,7 +47,7 @@ describe('OrdersService with queuebox/testing', () => {
           // No background poller: the test publishes with qb.drainOutbox() when it wants to.
           workers: false,
           // Retry a failed publish at once, so one drain shows the retry.
-          outbox: { publisher, backoff: { initialMs: 0, maxMs: 0, jitter: false } },
+          outbox: { publisher, retry: { backoff: { delay: 0, maxDelay: 0, jitter: false } } },
         }),
         OrdersModule,
       ],

@@ -1,9 +1,9 @@
 import type { Type } from '@nestjs/common';
 import type { BackoffFunction, BackoffOptions, RetryOption } from '../common/backoff';
 import type { Duration } from '../common/duration';
-import type { RelayRoute } from '../inbox/inbox.types';
-import type { Publisher } from '../outbox/outbox.types';
-import type { InboxMessage, OutboundMessage } from '../types/messages';
+import type { RelayRoute } from './inbox';
+import type { InboxMessage, OutboundMessage } from './messages';
+import type { Publisher } from './outbox';
 
 // What users write in `QueueBoxModule.forRoot()` and `@PullHandler()`. The defaults quoted in these
 // comments are the constants of ./options.defaults.ts; ./options.resolver.ts checks and fills them in.

@@ -1,5 +1,5 @@
-import type { OutboxMessageInput } from '../outbox/outbox.types';
-import type { InboxMessage } from '../types/messages';
+import type { InboxMessage } from './messages';
+import type { OutboxMessageInput } from './outbox';
 
 /** What `InboxService.receive()` stores. */
 export interface InboxMessageInput {

@@ -1,4 +1,4 @@
-import type { OutboundMessage } from '../types/messages';
+import type { OutboundMessage } from './messages';
 
 /** What the application hands to `OutboxService.enqueue()`. */
 export interface OutboxMessageInput {

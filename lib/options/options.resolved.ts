@@ -1,0 +1,77 @@
+import type { Type } from '@nestjs/common';
+import type { BackoffFunction } from '../common/backoff';
+import type { QueueBoxTables } from '../dialects/dialect';
+import type { RelayRoute } from '../types/inbox';
+import type { InboxMessage, OutboundMessage } from '../types/messages';
+import type { WorkersOptions } from '../types/options';
+import type { Publisher } from '../types/outbox';
+
+// The options after resolution (./options.resolver.ts): every default filled in, every lease
+// named `leaseMs`. What the workers and the module read.
+
+export interface ResolvedRetentionOptions {
+  enabled: boolean;
+  finishedAfterMs: number;
+  inboxFinishedAfterMs: number;
+  deadAfterMs: number | false;
+  intervalMs: number;
+  batchSize: number;
+}
+
+export interface ResolvedWorkerOptions {
+  pollIntervalMs: number;
+  batchSize: number;
+  concurrency: number;
+  /** Lease of a claimed row (the public `claimTimeoutMs`). */
+  leaseMs: number;
+  /** The reclaim step runs at most once per this (a fifth of the lease). */
+  reclaimIntervalMs: number;
+  shutdownTimeoutMs: number;
+  maxAttempts: number;
+  // biome-ignore lint/suspicious/noExplicitAny: one resolved shape for outbox (OutboundMessage) and inbox (InboxMessage) workers.
+  backoff: BackoffFunction<any>;
+  /** `retry.retryIf`; true for every failure by default. */
+  // biome-ignore lint/suspicious/noExplicitAny: as above.
+  retryIf: (error: unknown, attempt: number, message: any) => boolean;
+}
+
+export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
+  /** Publisher instances by name (classes are instantiated by the module and added here). */
+  publishers: Record<string, Publisher>;
+  /** Publisher classes by name, still to be instantiated with dependency injection. */
+  publisherTypes: Record<string, Type<Publisher>>;
+  /** The option path of each publisher, as the user wrote it: `outbox.publisher` or `outbox.publishers.<name>`, for errors. */
+  publisherOptions: Record<string, string>;
+  route: (message: OutboundMessage) => string;
+  publishTimeoutMs: number;
+}
+
+export interface ResolvedRelayOptions extends ResolvedWorkerOptions {
+  routes: Record<string, RelayRoute>;
+  handlerTimeoutMs: number;
+}
+
+export interface ResolvedPullOptions {
+  /** Lease of a pull claim when the handler gives none (the public `pull.defaultLeaseMs`). */
+  leaseMs: number;
+  concurrency: number;
+  pollIntervalMs: number;
+  maxAttempts: number;
+  backoff: BackoffFunction<InboxMessage>;
+  retryIf: (error: unknown, attempt: number, message: InboxMessage) => boolean;
+  shutdownTimeoutMs: number;
+  sources: string[];
+  handlerTimeoutMs: number;
+}
+
+export interface ResolvedQueueBoxOptions {
+  tables: QueueBoxTables;
+  /** One line per deprecated option used (the module logs them at start-up). */
+  deprecations: string[];
+  workers: Required<WorkersOptions>;
+  maxPayloadBytes: number;
+  outbox: ResolvedOutboxOptions;
+  inbox: { relay: ResolvedRelayOptions };
+  pull: ResolvedPullOptions;
+  retention: ResolvedRetentionOptions;
+}
