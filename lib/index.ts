@@ -10,6 +10,15 @@ export { QueueBoxAdmin } from './admin/queuebox.admin';
 export { RetentionService } from './admin/retention.service';
 export type { BackoffFunction, BackoffOptions, RetryBackoffOptions, RetryOption, RetryPolicy } from './common/backoff';
 export { type Duration, parseDuration } from './common/duration';
+export {
+  canonicalSigningString,
+  type SignatureCheck,
+  type SignedRequest,
+  signatureHeaders,
+  signRequest,
+  verifyRequestSignature,
+  verifySignature,
+} from './common/signature';
 export type {
   AdminComponent,
   BacklogRow,
@@ -49,15 +58,6 @@ export { InboxRelay } from './inbox/inbox.relay';
 export { InboxService } from './inbox/inbox.service';
 export { InboxReceiver, type ReceivedRequest, type ReceiverAnswer } from './inbox/receiver/inbox-receiver';
 export type { InboxReceiverOptions } from './inbox/receiver/inbox-receiver.options';
-export {
-  canonicalSigningString,
-  type SignatureCheck,
-  type SignedRequest,
-  signatureHeaders,
-  signRequest,
-  verifyRequestSignature,
-  verifySignature,
-} from './inbox/receiver/signature';
 export { LeaseService } from './lease/lease.service';
 export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';

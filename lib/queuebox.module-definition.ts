@@ -2,7 +2,6 @@ import { ConfigurableModuleBuilder, type DynamicModule, Logger, type Provider } 
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { queryTimeoutFor } from './common/query-timeout';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
 import { InboxReceiver } from './inbox/receiver/inbox-receiver';
 import { createInboxReceiverController } from './inbox/receiver/inbox-receiver.controller';
@@ -10,6 +9,7 @@ import { type InboxReceiverOptions, resolveReceiverOptions } from './inbox/recei
 import { checkSchemaVersion } from './migrations/schema-version';
 import type { ResolvedQueueBoxOptions } from './options/options.resolved';
 import { resolveOptions } from './options/options.resolver';
+import { queryTimeoutFor } from './options/query-timeout';
 import { instantiatePublishers } from './outbox/outbox-publishers';
 import {
   QUEUEBOX_DATA_SOURCE,

@@ -1,4 +1,5 @@
 import { describeError } from '../common/errors';
+import { dialectDriver } from '../dialects/registry';
 import { CliFailure } from './cli.errors';
 import { cliMessages } from './cli.messages';
 import type { DatabaseTarget } from './database-url';
@@ -30,21 +31,21 @@ function collect(error: unknown, depth = 0): { codes: Set<string>; text: string 
 }
 
 /**
- * Turns a failure to connect (or to log in) into one line that says what to check. PostgreSQL
- * reports SQLSTATEs (28P01 bad password, 28000 no such role or not allowed, 3D000 no such
- * database); SQL Server reports ELOGIN for both a bad login and a database it cannot open.
- * The line never contains the password.
+ * Turns a failure to connect (or to log in) into one line that says what to check: network codes
+ * from Node.js, and what the database's driver says about a missing database or a refused login
+ * (its registry entry's `connectionFailures`). The line never contains the password.
  */
 export function connectionFailure(error: unknown, target: DatabaseTarget): CliFailure {
   const { codes, text } = collect(error);
+  const { databaseMissing, authenticationFailed } = dialectDriver(target.type).connectionFailures;
+  const hasCode = (list: readonly string[]) => list.some((code) => codes.has(code));
   const detail = () => (error instanceof Error ? error.message : describeError(error)).split('\n')[0];
   let message: string;
   if (codes.has('ECONNREFUSED') || /ECONNREFUSED/.test(text)) message = cliMessages.connectionRefused(target.where);
   else if (codes.has('ENOTFOUND') || codes.has('EAI_AGAIN') || /ENOTFOUND|EAI_AGAIN/.test(text))
     message = cliMessages.hostNotFound(target.where);
-  else if (codes.has('3D000') || /Cannot open database/i.test(text)) message = cliMessages.databaseMissing(target.database);
-  else if (codes.has('28P01') || codes.has('28000') || codes.has('ELOGIN'))
-    message = cliMessages.authenticationFailed(target.user, detail());
+  else if (hasCode(databaseMissing.codes) || databaseMissing.text?.test(text)) message = cliMessages.databaseMissing(target.database);
+  else if (hasCode(authenticationFailed.codes)) message = cliMessages.authenticationFailed(target.user, detail());
   else if (codes.has('ETIMEDOUT') || codes.has('ETIMEOUT') || /timeout/i.test(text)) message = cliMessages.connectionTimedOut(target.where);
   else message = cliMessages.connectFailed(target.masked, detail());
   return new CliFailure(message);

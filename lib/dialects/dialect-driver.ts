@@ -76,6 +76,15 @@ export interface DialectDriver<T extends string = string> {
   poolSize(options: DataSourceOptions): number;
   /** The connection with a client-side request timeout of `timeoutMs` (long migrations), where the driver has one. */
   withRequestTimeout(connection: DataSourceOptions, timeoutMs: number): DataSourceOptions;
+  /**
+   * How this database's driver says, when connecting, that the database does not exist or the
+   * login was refused: error codes (of the error or one it wraps) and message texts. The CLI
+   * turns them into a line that says what to check.
+   */
+  readonly connectionFailures: {
+    databaseMissing: { codes: readonly string[]; text?: RegExp };
+    authenticationFailed: { codes: readonly string[] };
+  };
   /** Read-only statements for the CLI's `status` and `queuebox/testing`. */
   readonly inspection: {
     finishedCount(tables: QueueBoxTables): InspectionQuery;

@@ -4,8 +4,9 @@
  * and the public barrel take them from here.
  */
 
-/** Which table an admin call targets: the outbox (rows per destination and key) or the inbox (per source and aggregate). */
-export type AdminComponent = 'outbox' | 'inbox';
+import type { AdminComponent } from '../types/claims';
+
+export type { AdminComponent };
 
 /**
  * Unfinished and dead rows of one destination (outbox) or source (inbox), counted by the database.

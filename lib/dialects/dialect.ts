@@ -95,6 +95,11 @@ export interface Dialect {
   /** Inserts rows in the caller's transaction, in one statement; returns ids in input order. */
   outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]>;
   /**
+   * Whether `error` (from `outboxInsert`) is the unique violation of the outbox's `message_id`:
+   * the id is taken by a message already stored. `messageId` when the database names it.
+   */
+  outboxMessageIdTaken(error: unknown): { messageId?: string } | undefined;
+  /**
    * Claims up to `limit` available rows, at most one per key and none of a key that already has
    * a row in flight or an earlier row pending, counting the claim as an attempt.
    */

@@ -1,7 +1,6 @@
 import { channel } from 'node:diagnostics_channel';
 import { Injectable } from '@nestjs/common';
-import type { AdminComponent } from '../dialects/dialect-rows';
-import type { ClaimComponent } from '../types/claims';
+import type { AdminComponent, ClaimComponent } from '../types/claims';
 
 /** What every outbox event says about its message. */
 export interface OutboxEventMessage {

@@ -1,6 +1,6 @@
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import type { LeaseService } from '../lease/lease.service';
-import { asDuplicateMessageId } from '../outbox/outbox.service';
+import type { OutboxWriter } from '../outbox/outbox.writer';
 import { messages } from '../queuebox.messages';
 import type { InboxClaim } from '../types/claims';
 import type { InboxFollowers } from '../workers/inbox-followers';
@@ -50,6 +50,7 @@ export class ForwardBatcher {
     private readonly dialect: Dialect,
     private readonly lease: LeaseService,
     private readonly followers: InboxFollowers,
+    private readonly writer: OutboxWriter,
     maxBatch: number,
   ) {
     this.batcher = new TurnBatcher(maxBatch, (batch) => this.write(batch));
@@ -72,14 +73,13 @@ export class ForwardBatcher {
           live.flatMap((entry) => entry.followers.map((follower) => follower.claim)),
           manager,
         );
-        const rows = live.flatMap(rowsOf);
-        if (rows.length > 0) await this.dialect.outboxInsert({ manager, rows });
+        await this.writer.insert(manager, live.flatMap(rowsOf), messages.relayMessageIdTaken);
         return done;
       });
       return batch.map((entry) => (completed.has(entry.claim) ? 'forwarded' : 'lost'));
     } catch (error) {
       // Rolled back: each forward is tried in a transaction of its own, which reports its own error.
-      if (batch.length === 1 && batch[0].followers.length === 0) throw asDuplicateMessageId(error, messages.relayMessageIdTaken) ?? error;
+      if (batch.length === 1 && batch[0].followers.length === 0) throw error;
       return batch.map(() => 'alone');
     }
   }

@@ -1,6 +1,5 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import type { EntityManager } from 'typeorm';
 import { describeError, isInstance } from '../common/errors';
 import { withinTimeout } from '../common/time-limit';
 import { uuidV5 } from '../common/uuid';
@@ -10,8 +9,7 @@ import { QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import type { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../options/options.resolved';
-import { asDuplicateMessageId } from '../outbox/outbox.service';
-import { toOutboxRows } from '../outbox/outbox-rows';
+import { OutboxWriter } from '../outbox/outbox.writer';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
@@ -45,6 +43,8 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
   private readonly claims: RelayClaims;
   private readonly followers: InboxFollowers;
   private readonly batcher: ForwardBatcher;
+  /** Writes the forwarded outbox rows, as `OutboxService.enqueue` does (in the forward's transaction). */
+  private readonly writer: OutboxWriter;
   /** The followers read for each claimed head, until its forward routes them. */
   private readonly followersOf = new WeakMap<InboxClaim, InboxClaim[]>();
   /** Followers read and not yet finished: at most `concurrency × batchSize`, as a batch pull handler holds. */
@@ -63,8 +63,9 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
     this.options = rootOptions.inbox.relay;
     this.claims = new RelayClaims(dialect, events);
     this.followers = new InboxFollowers(dialect);
+    this.writer = new OutboxWriter(dialect, rootOptions.maxPayloadBytes);
     // At most `batchSize` claims are held, so no batch could be bigger.
-    this.batcher = new ForwardBatcher(dialect, lease, this.followers, this.options.batchSize);
+    this.batcher = new ForwardBatcher(dialect, lease, this.followers, this.writer, this.options.batchSize);
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
       {
@@ -231,7 +232,7 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
   private async forwardAlone(forward: Forward): Promise<RoutedRow[]> {
     try {
       await this.dialect.transaction(async (manager) => {
-        await this.insertForwarded(manager, rowsOf(forward));
+        await this.writer.insert(manager, rowsOf(forward), messages.relayMessageIdTaken);
         if (!(await this.lease.complete(forward.claim, manager))) throw new ClaimLostError(messages.claimLost('inbox', forward.claim.id));
         await this.followers.complete(
           forward.followers.map((follower) => follower.claim),
@@ -244,16 +245,6 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
       // goes alone, and the follower comes again as a head, where its own failure counts.
       if (forward.followers.length === 0 || isInstance(error, ClaimLostError)) throw error;
       return this.forwardAlone({ ...forward, followers: [] });
-    }
-  }
-
-  /** Inserts forwarded outbox rows; a message id the outbox already holds would collide on every attempt: final. */
-  private async insertForwarded(manager: EntityManager, rows: OutboxInsertRow[]): Promise<void> {
-    if (rows.length === 0) return;
-    try {
-      await this.dialect.outboxInsert({ manager, rows });
-    } catch (error) {
-      throw asDuplicateMessageId(error, messages.relayMessageIdTaken) ?? error;
     }
   }
 
@@ -287,13 +278,12 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
       },
     );
     const list = Array.isArray(output) ? output : [output];
-    return toOutboxRows(
+    return this.writer.rows(
       list.map((outbound, index) => ({
         ...outbound,
         messageId: outbound?.messageId ?? this.derivedMessageId(message.id, index),
         headers: { [CAUSATION_HEADER]: message.idempotencyKey, ...outbound?.headers },
       })),
-      this.rootOptions.maxPayloadBytes,
     );
   }
 

@@ -2,12 +2,12 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { checkTransaction } from '../common/transaction-check';
 import type { Dialect } from '../dialects/dialect';
-import { DuplicateMessageIdError, QueueBoxValidationError } from '../errors/queuebox.errors';
+import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { EnqueueOptions, EnqueueResult, OutboxMessageInput } from '../types/outbox';
-import { toOutboxRows } from './outbox-rows';
+import { OutboxWriter } from './outbox.writer';
 
 /**
  * Writes outbox messages in the caller's transaction: they are published only if it commits.
@@ -20,10 +20,11 @@ import { toOutboxRows } from './outbox-rows';
  */
 @Injectable()
 export class OutboxService {
-  constructor(
-    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
-    @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
-  ) {}
+  private readonly writer: OutboxWriter;
+
+  constructor(@Inject(QUEUEBOX_DIALECT) dialect: Dialect, @Inject(QUEUEBOX_RESOLVED_OPTIONS) options: ResolvedQueueBoxOptions) {
+    this.writer = new OutboxWriter(dialect, options.maxPayloadBytes);
+  }
 
   /**
    * Stores one message in `manager`'s transaction. A manager outside a transaction
@@ -46,44 +47,6 @@ export class OutboxService {
     checkTransaction(manager, 'enqueue', options.allowAutocommit === true);
     if (!Array.isArray(messageList)) throw new QueueBoxValidationError('messages', messages.messageNotObject('The message list'));
     if (messageList.length === 0) return [];
-    const rows = toOutboxRows(messageList, this.options.maxPayloadBytes);
-    try {
-      return await this.dialect.outboxInsert({ manager, rows });
-    } catch (error) {
-      throw asDuplicateMessageId(error) ?? error;
-    }
+    return this.writer.insert(manager, this.writer.rows(messageList));
   }
-}
-
-/**
- * A `DuplicateMessageIdError` when `error` is the outbox's `message_id` unique violation (the id
- * is taken by a message already stored): enqueue throws it, the relay dead-letters on it at once.
- */
-export function asDuplicateMessageId(
-  error: unknown,
-  describe: (messageId: string | undefined) => string = messages.messageIdTaken,
-): DuplicateMessageIdError | undefined {
-  const collision = messageIdCollision(error);
-  return collision && new DuplicateMessageIdError(collision.messageId ?? '', describe(collision.messageId));
-}
-
-/**
- * Whether `error` is the unique violation of the outbox's `message_id` constraint (named
- * `<table>_message_id_key` by both dialects' schemas): PostgreSQL's 23505, SQL Server's 2627
- * (or 2601 for an index). Returns the colliding id when the database names it.
- */
-function messageIdCollision(error: unknown): { messageId?: string } | undefined {
-  const driver = (error as { driverError?: unknown } | null)?.driverError ?? error;
-  const { code, number, constraint, detail, message } = (driver ?? {}) as {
-    code?: unknown;
-    number?: unknown;
-    constraint?: unknown;
-    detail?: unknown;
-    message?: unknown;
-  };
-  const postgres = code === '23505' && typeof constraint === 'string' && constraint.endsWith('_message_id_key');
-  const sqlServer = (number === 2627 || number === 2601) && typeof message === 'string' && message.includes('_message_id_key');
-  if (!postgres && !sqlServer) return undefined;
-  const text = `${typeof detail === 'string' ? detail : ''} ${typeof message === 'string' ? message : ''}`;
-  return { messageId: /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i.exec(text)?.[0]?.toLowerCase() };
 }

@@ -1,7 +1,7 @@
 import { describeError } from '../common/errors';
 import { packageVersion } from '../common/package-version';
+import { signRequest } from '../common/signature';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
-import { signRequest } from '../inbox/receiver/signature';
 import { messages } from '../queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';

@@ -6,6 +6,9 @@ export type ClaimComponent = 'outbox' | 'inbox' | 'pull';
 /** Which table a claim's row is in. The outbox finishes rows as `sent`, the inbox as `processed`. */
 export type ClaimTable = 'outbox' | 'inbox';
 
+/** Which table an admin call targets: the outbox (rows per destination and key) or the inbox (per source and aggregate). */
+export type AdminComponent = ClaimTable;
+
 /**
  * Ownership of one row: only the holder of `token` can finish it, and only while the lease,
  * computed by the database clock, has not expired. This is all fencing (`LeaseService`) reads;

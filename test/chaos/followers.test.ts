@@ -83,7 +83,7 @@ interface Chaos {
   terminations: number;
 }
 
-/** Runs faults on `workers` until `until` settles; replaces a killed worker with a new one. */
+/** Runs faults on `workers` until `until` settles and each kind ran once; replaces a killed worker with a new one. */
 async function chaos(db: TestDatabase, workers: WorkerProcess[], start: (name: string) => Promise<WorkerProcess>, until: Promise<unknown>) {
   const done: Chaos = { kills: 0, pauses: 0, terminations: 0 };
   let finished = false;
@@ -91,9 +91,9 @@ async function chaos(db: TestDatabase, workers: WorkerProcess[], start: (name: s
     finished = true;
   });
   let round = 0;
-  while (!finished) {
+  // Until the backlog is drained, and each kind of fault happened at least once.
+  while (!finished || done.kills === 0 || done.pauses === 0 || done.terminations === 0) {
     await sleep(300 + random(300));
-    if (finished) break;
     const i = random(workers.length);
     const action = round++ % 3;
     if (action === 0 && done.kills < 3) {

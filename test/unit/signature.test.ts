@@ -1,13 +1,7 @@
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { describe, it } from 'node:test';
-import {
-  canonicalSigningString,
-  signatureHeaders,
-  signRequest,
-  verifyRequestSignature,
-  verifySignature,
-} from '../../lib/inbox/receiver/signature';
+import { canonicalSigningString, signatureHeaders, signRequest, verifyRequestSignature, verifySignature } from '../../lib/common/signature';
 import { SIGNATURE_HEADER, SIGNED_HEADERS_HEADER, TIMESTAMP_HEADER } from '../../lib/wire-headers';
 
 const secret = 'unit-test-secret-0123456789';

@@ -54,5 +54,7 @@ export const postgresDriver = {
   },
   // node-postgres has no client-side statement timeout here.
   withRequestTimeout: (connection) => connection,
+  // SQLSTATEs: 3D000 no such database, 28P01 bad password, 28000 no such role or not allowed.
+  connectionFailures: { databaseMissing: { codes: ['3D000'] }, authenticationFailed: { codes: ['28P01', '28000'] } },
   inspection: { finishedCount: finishedCountQuery, rowStates: rowStatesQuery },
 } as const satisfies DialectDriver<'postgres'>;

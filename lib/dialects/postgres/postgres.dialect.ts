@@ -16,6 +16,7 @@ import type {
 } from '../dialect';
 import type { DialectLog } from '../dialect-driver';
 import type { RetentionKind } from '../dialect-rows';
+import { driverErrorOf, uuidIn } from '../driver-errors';
 import { type RecordDecoding } from '../records';
 import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
@@ -200,6 +201,13 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     return p.rows.map((r) => ({ id: ids.get(r.messageId) as string, messageId: r.messageId }));
   }
 
+  /** SQLSTATE 23505 on `<table>_message_id_key` (the schema names the constraint so); `detail` names the id. */
+  outboxMessageIdTaken(error: unknown): { messageId?: string } | undefined {
+    const { code, constraint, detail } = driverErrorOf(error);
+    if (code !== UNIQUE_VIOLATION || typeof constraint !== 'string' || !constraint.endsWith('_message_id_key')) return undefined;
+    return { messageId: typeof detail === 'string' ? uuidIn(detail) : undefined };
+  }
+
   /**
    * ON CONFLICT DO NOTHING waits for a concurrent insert of the same key and then yields no row;
    * `inboxInsertIfAbsent` then looks the row up.
@@ -336,6 +344,9 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     return poolQuery<T>(this.dataSource, statement, params);
   }
 }
+
+/** SQLSTATE 23505: a unique violation. */
+const UNIQUE_VIOLATION = '23505';
 
 /** SQLSTATE 42883: the function does not exist. */
 const UNDEFINED_FUNCTION = '42883';

@@ -79,5 +79,10 @@ export const sqlServerDriver = {
     return (extra?.pool ?? pool)?.max ?? 10;
   },
   withRequestTimeout: (connection, timeoutMs) => ({ ...connection, requestTimeout: timeoutMs }) as typeof connection,
+  // tedious reports ELOGIN for a bad login and for a database it cannot open (told apart by the text).
+  connectionFailures: {
+    databaseMissing: { codes: [], text: /Cannot open database/i },
+    authenticationFailed: { codes: ['ELOGIN'] },
+  },
   inspection: { finishedCount: finishedCountQuery, rowStates: rowStatesQuery },
 } as const satisfies DialectDriver<'mssql'>;

@@ -6,6 +6,7 @@ import { messages } from '../../queuebox.messages';
 import type { DeadSelection, Dialect, FenceParams, InboxInsertRow, LeaseTable, OutboxInsertRow, QueueBoxTables } from '../dialect';
 import type { DialectLog } from '../dialect-driver';
 import type { RetentionKind } from '../dialect-rows';
+import { driverErrorOf, uuidIn } from '../driver-errors';
 import { type RecordDecoding } from '../records';
 import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
@@ -170,6 +171,13 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     if (database && !database.is_read_committed_snapshot_on) {
       this.log.warn(messages.sqlServerReadCommittedSnapshotOff(CLAIM_SEARCH_LOCK_WAIT_MS, FOLLOWERS_LOCK_WAIT_MS));
     }
+  }
+
+  /** Error 2627 (the unique constraint) or 2601 (a unique index) naming `<table>_message_id_key`; the message names the id. */
+  outboxMessageIdTaken(error: unknown): { messageId?: string } | undefined {
+    const { number, message } = driverErrorOf(error);
+    if (!UNIQUE_VIOLATIONS.has(number as number) || typeof message !== 'string' || !message.includes('_message_id_key')) return undefined;
+    return { messageId: uuidIn(message) };
   }
 
   async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]> {

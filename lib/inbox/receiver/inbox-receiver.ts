@@ -1,11 +1,11 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { verifyRequestSignature } from '../../common/signature';
 import { QueueBoxValidationError, UnknownSourceError } from '../../errors/queuebox.errors';
 import { QUEUEBOX_RECEIVER_OPTIONS } from '../../queuebox.constants';
 import { messages } from '../../queuebox.messages';
 import { IDEMPOTENCY_KEY_HEADER, MESSAGE_ID_HEADER, SIGNATURE_HEADER, SIGNED_HEADERS_HEADER, TIMESTAMP_HEADER } from '../../wire-headers';
 import { InboxService } from '../inbox.service';
 import type { ResolvedReceiverOptions } from './inbox-receiver.options';
-import { verifyRequestSignature } from './signature';
 
 /** What the receiver needs from an HTTP request, whatever the platform. */
 export interface ReceivedRequest {

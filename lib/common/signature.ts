@@ -1,6 +1,6 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
-import { SIGNATURE_HEADER, SIGNED_HEADERS_HEADER, TIMESTAMP_HEADER } from '../../wire-headers';
+import { SIGNATURE_HEADER, SIGNED_HEADERS_HEADER, TIMESTAMP_HEADER } from '../wire-headers';
 
 /**
  * Outcome of a signature check. `unsigned-header`: a header the receiver stores or uses (idempotency

@@ -1,4 +1,4 @@
-import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
+import type { ResolvedQueueBoxOptions } from './options.resolved';
 
 /**
  * No bound below this: on a busy database a claim or a completion can take a second, and a
