@@ -2,8 +2,10 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 import { describeError } from '../common/errors';
 import type { Dialect } from '../dialects/dialect';
+import { QueueBoxStateError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { QUEUEBOX_DIALECT } from '../queuebox.constants';
+import { messages } from '../queuebox.messages';
 import type { Claim, InboxClaim } from '../types/claims';
 import { LeaseKeeper } from './lease-keeper';
 
@@ -41,7 +43,7 @@ export class LeaseService {
    * `source`, or returns `null` when there is none. Use `PullClient`.
    */
   async claim(source: string, options: { leaseMs: number; maxAttempts?: number }): Promise<InboxClaim | null> {
-    if (!this.pullClaimer) throw new Error('LeaseService.claim needs the PullClient of its QueueBox (use PullClient.claim)');
+    if (!this.pullClaimer) throw new QueueBoxStateError(messages.leaseClaimWithoutPullClient());
     return this.pullClaimer.claim(source, options);
   }
 

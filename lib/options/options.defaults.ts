@@ -63,7 +63,7 @@ export const DEFAULT_PULL_LEASE_MS = 30 * SECOND_MS;
 /** Handlers of one source running at once per process (`pull.concurrency`). */
 export const DEFAULT_PULL_CONCURRENCY = 1;
 
-/** The range of every lease: `claimTimeoutMs`, `pull.defaultLeaseMs`, `@PullHandler` `leaseMs`, `LeaseService.claim`. */
+/** The range of every lease: `claimTimeoutMs`, `pull.defaultLeaseMs`, `@PullHandler` `leaseMs`, `PullClient.claim`. */
 export const MIN_LEASE_MS = 100;
 export const MAX_LEASE_MS = DAY_MS;
 

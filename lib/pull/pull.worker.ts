@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import type { DataSource } from 'typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
 import { describeError, isInstance } from '../common/errors';
 import { withinTimeout } from '../common/time-limit';
 import type { Dialect } from '../dialects/dialect';
@@ -234,47 +234,17 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     const claims = batch.map((held) => held.claim);
     const keepers = batch.map((held) => held.keeper);
     let followers: InboxClaim[] = [];
-    const lost = (claim: InboxClaim) => new ClaimLostError(messages.claimLost('pull', claim.id));
     let failure: unknown;
     let timedOut: Error | undefined;
     const startedAt = performance.now();
     try {
       const attempt = this.dialect.transaction(async (manager) => {
-        let controller: AbortController | undefined;
-        const context: PullBatchContext = {
-          manager,
-          // Made when first read (see PullContext); aborts with the first keeper that aborts.
-          get signal() {
-            if (!controller) {
-              const made = new AbortController();
-              controller = made;
-              for (const keeper of keepers) keeper.onAbort((reason) => made.abort(reason));
-            }
-            return controller.signal;
-          },
-        };
         // The batch's room beyond its claims goes to followers: the rows right after each claimed
         // head of an aggregate, read in the transaction, handled and completed with their heads.
-        if (p.followers) {
-          const room = (handler.batch ?? 1) - claims.length;
-          followers = [...(await this.followers.read(claims, { room, manager })).values()].flat();
-        }
-        const handled = followers.length === 0 ? claims : [...claims, ...followers].sort(byId);
-        await handler.handle(
-          handled.map((claim) => claim.message),
-          context,
-        );
-        if (timedOut) throw timedOut;
-        await Promise.all(keepers.map((keeper) => keeper.stop()));
-        const gone = claims.find((_claim, i) => keepers[i].lost);
-        if (gone) throw lost(gone);
-        if (loop.abandoned) throw lost(claims[0]);
-        // One fenced statement; any claim it did not complete rolls back every completion and the handler's writes.
-        const completed = await this.lease.completeBatch(claims, manager);
-        const missed = claims.find((claim) => !completed.has(claim));
-        if (missed) throw lost(missed);
-        // A follower changed since it was read (an operator's write) throws: the whole batch waits for another try.
-        await this.followers.complete(followers, manager);
+        followers = p.followers
+          ? [...(await this.followers.read(claims, { room: (handler.batch ?? 1) - claims.length, manager })).values()].flat()
+          : [];
+        await this.inBatchTransaction(manager, handler, loop, claims, followers, keepers, () => timedOut);
       });
       await withinTimeout(
         attempt,
@@ -314,6 +284,54 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     }
     const handled = claims.length + followers.length;
     return { kind: 'failed', failure, timedOut: timedOut !== undefined, handled, durationMs: performance.now() - startedAt };
+  }
+
+  /**
+   * A batch's transaction after its followers were read: the handler on the heads and followers in
+   * id order, then, with every keeper stopped and every claim still held, the fenced completion of
+   * the heads in one statement and the completion of the followers under them. Throws (and the
+   * transaction rolls back) when the handler throws, timed out, or a claim or follower changed.
+   */
+  private async inBatchTransaction(
+    manager: EntityManager,
+    handler: PullHandlerDefinition,
+    loop: ClaimLoop<InboxClaim>,
+    claims: InboxClaim[],
+    followers: InboxClaim[],
+    keepers: LeaseKeeper[],
+    timedOut: () => Error | undefined,
+  ): Promise<void> {
+    const lost = (claim: InboxClaim) => new ClaimLostError(messages.claimLost('pull', claim.id));
+    let controller: AbortController | undefined;
+    const context: PullBatchContext = {
+      manager,
+      // Made when first read (see PullContext); aborts with the first keeper that aborts.
+      get signal() {
+        if (!controller) {
+          const made = new AbortController();
+          controller = made;
+          for (const keeper of keepers) keeper.onAbort((reason) => made.abort(reason));
+        }
+        return controller.signal;
+      },
+    };
+    const handled = followers.length === 0 ? claims : [...claims, ...followers].sort(byId);
+    await handler.handle(
+      handled.map((claim) => claim.message),
+      context,
+    );
+    const late = timedOut();
+    if (late) throw late;
+    await Promise.all(keepers.map((keeper) => keeper.stop()));
+    const gone = claims.find((_claim, i) => keepers[i].lost);
+    if (gone) throw lost(gone);
+    if (loop.abandoned) throw lost(claims[0]);
+    // One fenced statement; any claim it did not complete rolls back every completion and the handler's writes.
+    const completed = await this.lease.completeBatch(claims, manager);
+    const missed = claims.find((claim) => !completed.has(claim));
+    if (missed) throw lost(missed);
+    // A follower changed since it was read (an operator's write) throws: the whole batch waits for another try.
+    await this.followers.complete(followers, manager);
   }
 
   /** A keeper renewing `claim` on the set-aside renewal connection. */

@@ -82,7 +82,7 @@ export interface PullOptions {
   retry?: RetryOption<InboxMessage>;
   /** How long shutdown waits for running handlers (and their commits). Default 10000 ms. */
   shutdownTimeoutMs?: number;
-  /** Sources consumed by your own pull clients through `LeaseService.claim()` (so `receive()` accepts them). */
+  /** Sources consumed by your own pull clients through `PullClient.claim()` (so `receive()` accepts them). */
   sources?: string[];
   /**
    * Longest time one handler call may take (ms or `'30s'`) when the handler sets none; then its

@@ -1,9 +1,9 @@
 // A custom pull client: a plain script (no Nest) that consumes inbox source "payments" through
-// LeaseService. Run it with `npm run example:pull-client` (embedded PostgreSQL unless DATABASE_URL
+// PullClient (claims) and LeaseService (fenced writes). Run it with `npm run example:pull-client` (embedded PostgreSQL unless DATABASE_URL
 // is set). In a real system another app's InboxService.receive() fills the inbox; here the
 // script inserts three messages itself.
 import 'reflect-metadata';
-import { createLeaseService, QueueBoxMigrations } from 'queuebox';
+import { createPullClient, QueueBoxMigrations } from 'queuebox';
 import { DataSource } from 'typeorm';
 import { openDatabase } from './database';
 
@@ -20,9 +20,9 @@ async function main(): Promise<void> {
        FROM generate_series(1, 3) n ON CONFLICT DO NOTHING`,
     );
 
-    const lease = await createLeaseService(dataSource);
+    const { pull, lease } = await createPullClient(dataSource);
     for (;;) {
-      const claim = await lease.claim('payments', { leaseMs: 30_000 });
+      const claim = await pull.claim('payments', { leaseMs: 30_000 });
       if (!claim) break;
       // Renews every 10 s while we work; stopped before the completing write.
       const keeper = lease.keep(claim);
