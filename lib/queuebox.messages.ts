@@ -274,6 +274,10 @@ export const messages = {
   retentionFailed: (error: string, intervalMs: number) =>
     `Retention failed: ${error}. Rows deleted so far stay deleted; it runs again in ${intervalMs} ms.`,
 
+  // PostgreSQL
+  postgresVersionUnsupported: (version: string, minimumMajor: number) =>
+    `QueueBox supports PostgreSQL ${minimumMajor} and later; this server runs PostgreSQL ${version}. Upgrade the server (${minimumMajor} to 18 are tested). See ${doc('operations.md')}.`,
+
   // SQL Server
   dialectNotSupported: (type: unknown, supported: readonly { type: string; displayName: string }[]) =>
     `QueueBox supports TypeORM DataSources of type ${supported.map((d) => `"${d.type}"`).join(' and ')} (${supported.map((d) => d.displayName).join('; ')}); this one is ${show(type)}.`,
