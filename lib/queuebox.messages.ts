@@ -262,6 +262,9 @@ export const messages = {
     `QueueBox option "retention.inboxFinishedAfterMs" is ${valueMs} ms, below the minimum of ${minimumMs} ms: a processed inbox row is the record that dedupes a redelivery, and a sender retrying after its row was deleted would be accepted twice. Use at least ${minimumMs} ms, and longer than your senders retry.`,
   adminArgumentInvalid: (field: string, rule: string, value: unknown) =>
     `QueueBoxAdmin: "${field}" ${rule}, got ${show(value)}. Nothing was changed.`,
+  adminRowIdRule: (max: bigint) => `must be a row id (a positive integer as a string, at most ${max})`,
+  adminTextNul: () =>
+    'contains a NUL character (\\u0000), which QueueBox never stores (PostgreSQL text cannot hold one), so no row can match it',
   adminSelectionAmbiguous: () =>
     'QueueBoxAdmin: pass either "ids" or filter fields (name, key, errorContains, deadAfter, deadBefore), not both. Nothing was changed.',
   adminSelectionEmpty: () =>
