@@ -1,4 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { dateTimeOf } from '../common/payload';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
 import type {
   AdminComponent,
@@ -207,7 +208,9 @@ function own(value: object, key: string): unknown {
 
 function date(field: string, value: unknown): Date | null {
   if (value === undefined) return null;
-  if (value instanceof Date && !Number.isNaN(value.getTime())) return value;
+  // The intrinsic getTime: a Date whose own getTime lies, or a fake one, is no time here either.
+  const time = dateTimeOf(value);
+  if (time !== undefined) return new Date(time);
   throw new QueueBoxAdminError(field, messages.adminArgumentInvalid(field, 'must be a valid Date', value));
 }
 
