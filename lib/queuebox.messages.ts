@@ -244,6 +244,8 @@ export const messages = {
           : check === 'v1-refused'
             ? 'v1 signatures (timestamp and body only) are not accepted here: sign with v2 (see docs/inbox.md, "Signing requests"), or set "receiver.acceptV1Signatures" while senders upgrade.'
             : `The signature is ${check === 'malformed' ? 'malformed' : 'not valid for this request and secret'}.`,
+  receiverHeaderNotUtf8: (header: string) =>
+    `The ${header} header has the RFC 8187 form UTF-8'<language>'<percent-encoded bytes>, but its bytes are not UTF-8.`,
   receiverNoKey: () => 'An Idempotency-Key or X-Message-Id header is required, so a resent message is stored once.',
   receiverUnknownSource: (source: string) => `No consumer for source ${show(source)} here.`,
   secretTooShort: (option: string) => `"${option}" must be a string of at least 16 characters (use a random value, e.g. 32 bytes in hex).`,

@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap, Optional } fro
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { EntityManager } from 'typeorm';
 import { describeError, isInstance } from '../common/errors';
+import { encodeHeaderValue } from '../common/header-value';
 import { withinTimeout } from '../common/time-limit';
 import { uuidV5 } from '../common/uuid';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
@@ -270,7 +271,7 @@ export class InboxRelay extends LoopWorker<InboxClaim> implements OnApplicationB
       list.map((outbound, index) => ({
         ...outbound,
         messageId: outbound?.messageId ?? this.derivedMessageId(message.id, index),
-        headers: { [CAUSATION_HEADER]: message.idempotencyKey, ...outbound?.headers },
+        headers: { [CAUSATION_HEADER]: encodeHeaderValue(message.idempotencyKey), ...outbound?.headers },
       })),
       this.rootOptions.maxPayloadBytes,
     );
