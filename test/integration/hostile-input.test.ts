@@ -2,8 +2,11 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource, EntityManager } from 'typeorm';
+import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
+import { resolveDashboardOptions } from '../../lib/dashboard/dashboard.options';
 import { QueueBoxConfigError, QueueBoxValidationError, TransactionRequiredError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
+import { resolveReceiverOptions } from '../../lib/inbox/receiver/inbox-receiver.options';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, type TestDatabase } from '../support/database';
@@ -175,5 +178,15 @@ describe('hostile message objects and options (I10)', () => {
     assert.match(error.message, /^Unknown QueueBox option "__proto__"/);
     const nested = await startUpError(JSON.parse('{"workers": false, "retention": {"__proto__": {"enabled": true}}}'));
     assert.ok(nested instanceof QueueBoxConfigError && nested.option === 'retention.__proto__', String(nested));
+    // The other options objects QueueBox reads keys of check their own keys the same way.
+    const secret = 'a-secret-of-at-least-16';
+    assert.throws(
+      () => resolveReceiverOptions(JSON.parse(`{"__proto__": {"guards": []}, "secret": "${secret}"}`)),
+      (e: unknown) => e instanceof QueueBoxConfigError && e.option === 'receiver.__proto__',
+    );
+    assert.throws(
+      () => resolveDashboardOptions(JSON.parse('{"__proto__": {"public": true}, "public": true}'), QueueBoxAdmin),
+      (e: unknown) => e instanceof QueueBoxConfigError && e.option === 'dashboard.__proto__',
+    );
   });
 });
