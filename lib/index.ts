@@ -10,6 +10,7 @@ export { QueueBoxAdmin } from './admin/queuebox.admin';
 export { RetentionService } from './admin/retention.service';
 export type { BackoffFunction, BackoffOptions, RetryBackoffOptions, RetryOption, RetryPolicy } from './common/backoff';
 export { type Duration, parseDuration } from './common/duration';
+export { decodeHeaderValue, encodeHeaderValue } from './common/header-value';
 export {
   canonicalSigningString,
   type SignatureCheck,

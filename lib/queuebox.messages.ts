@@ -248,6 +248,8 @@ export const messages = {
           : check === 'v1-refused'
             ? 'v1 signatures (timestamp and body only) are not accepted here: sign with v2 (see docs/inbox.md, "Signing requests"), or set "receiver.acceptV1Signatures" while senders upgrade.'
             : `The signature is ${check === 'malformed' ? 'malformed' : 'not valid for this request and secret'}.`,
+  receiverHeaderNotUtf8: (header: string) =>
+    `The ${header} header has the RFC 8187 form UTF-8'<language>'<percent-encoded bytes>, but its bytes are not UTF-8.`,
   receiverNoKey: () => 'An Idempotency-Key or X-Message-Id header is required, so a resent message is stored once.',
   receiverUnknownSource: (source: string) => `No consumer for source ${show(source)} here.`,
   secretTooShort: (option: string) => `"${option}" must be a string of at least 16 characters (use a random value, e.g. 32 bytes in hex).`,
@@ -266,6 +268,9 @@ export const messages = {
     `QueueBox option "retention.inboxFinishedAfterMs" is ${valueMs} ms, below the minimum of ${minimumMs} ms: a processed inbox row is the record that dedupes a redelivery, and a sender retrying after its row was deleted would be accepted twice. Use at least ${minimumMs} ms, and longer than your senders retry.`,
   adminArgumentInvalid: (field: string, rule: string, value: unknown) =>
     `QueueBoxAdmin: "${field}" ${rule}, got ${show(value)}. Nothing was changed.`,
+  adminRowIdRule: (max: bigint) => `must be a row id (a positive integer as a string, at most ${max})`,
+  adminTextNul: () =>
+    'contains a NUL character (\\u0000), which QueueBox never stores (PostgreSQL text cannot hold one), so no row can match it',
   adminSelectionAmbiguous: () =>
     'QueueBoxAdmin: pass either "ids" or filter fields (name, key, errorContains, deadAfter, deadBefore), not both. Nothing was changed.',
   adminSelectionEmpty: () =>
@@ -277,6 +282,10 @@ export const messages = {
     `Retention deleted ${outbox} sent outbox row(s), ${inbox} processed inbox row(s) and ${dead} dead row(s) in ${ms} ms.`,
   retentionFailed: (error: string, intervalMs: number) =>
     `Retention failed: ${error}. Rows deleted so far stay deleted; it runs again in ${intervalMs} ms.`,
+
+  // PostgreSQL
+  postgresVersionUnsupported: (version: string, minimumMajor: number) =>
+    `QueueBox supports PostgreSQL ${minimumMajor} and later; this server runs PostgreSQL ${version}. Upgrade the server (${minimumMajor} to 18 are tested). See ${doc('operations.md')}.`,
 
   // SQL Server
   dialectNotSupported: (type: unknown, supported: readonly { type: string; displayName: string }[]) =>

@@ -50,6 +50,25 @@ function dataSourceProvider(name: string | undefined): Provider {
   };
 }
 
+/**
+ * Nest hands `forRoot`'s options on as a key-by-key copy (`copy[key] = value`), in which an own
+ * `__proto__` key (JSON.parse makes one) sets the copy's prototype instead: the key would vanish
+ * unseen. Put it back as an own property of the options provider's value, so the option check
+ * reports it as an unknown option like any other.
+ */
+function keepOwnProtoKey(providers: Provider[], given: object): Provider[] {
+  const key = Object.getOwnPropertyDescriptor(given, '__proto__');
+  if (!key) return providers;
+  return providers.map((provider) => {
+    if (typeof provider !== 'object' || provider === null || !('useValue' in provider) || provider.provide !== QUEUEBOX_MODULE_OPTIONS) {
+      return provider;
+    }
+    const options = { ...(provider.useValue as object) };
+    Object.defineProperty(options, '__proto__', { ...key, enumerable: true });
+    return { ...provider, useValue: options };
+  });
+}
+
 const schemaLogger = new Logger('QueueBox:Schema');
 const optionsLogger = new Logger('QueueBox:Options');
 
@@ -89,7 +108,13 @@ export const {
       ...definition,
       global: true,
       controllers: receiver.controllers,
-      providers: [...(definition.providers ?? []), dataSourceProvider(extras.dataSource), ...coreProviders, ...(receiver.providers ?? [])],
+      providers: [
+        // `extras` is Nest's spread of forRoot's options (extras and options alike): it keeps an own `__proto__`.
+        ...keepOwnProtoKey(definition.providers ?? [], extras),
+        dataSourceProvider(extras.dataSource),
+        ...coreProviders,
+        ...(receiver.providers ?? []),
+      ],
     };
   })
   .build();

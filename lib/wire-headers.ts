@@ -7,9 +7,13 @@
 export const MESSAGE_ID_HEADER = 'X-Message-Id';
 /** The idempotency key an HTTP sender gives the inbox receiver. */
 export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
-/** The outbox key (the ordering key) sent by the HTTP and client-proxy publishers; the receiver's default aggregate header. */
+/**
+ * The outbox key (the ordering key) sent by the HTTP and client-proxy publishers; the receiver's
+ * default aggregate header. Its value is in the wire form of `encodeHeaderValue` (as it is when
+ * visible ASCII, else RFC 8187 `UTF-8''…`), which the receiver decodes.
+ */
 export const KEY_HEADER = 'X-QueueBox-Key';
-/** Set by the inbox relay on the message it forwards: the idempotency key of the inbox message that caused it. */
+/** Set by the inbox relay on the message it forwards: the idempotency key of the inbox message that caused it (`encodeHeaderValue` form). */
 export const CAUSATION_HEADER = 'X-Causation-Id';
 
 /**

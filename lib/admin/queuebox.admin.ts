@@ -1,4 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { dateTimeOf } from '../common/payload';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
 import type {
   AdminComponent,
@@ -22,6 +23,8 @@ const WRITE_BATCH = 1000;
 const FILTER_FIELDS = ['name', 'key', 'errorContains', 'deadAfter', 'deadBefore'] as const;
 /** The longest window `throughput` counts over: one day of minutes. */
 const MAX_THROUGHPUT_MINUTES = 1440;
+/** The largest id a `bigint` (PostgreSQL) or `BIGINT` (SQL Server) column holds. */
+const MAX_ROW_ID = 9_223_372_036_854_775_807n;
 
 /**
  * Operations on the QueueBox tables: the backlog, dead letters (list, count, replay, discard),
@@ -176,34 +179,59 @@ function pageLimit(value: unknown): number {
   return value;
 }
 
+/** A row id: a positive integer as a string, at most the bigint maximum (a larger one would fail in the database). */
+export function isRowId(value: unknown): value is string {
+  return typeof value === 'string' && /^[1-9][0-9]{0,18}$/.test(value) && BigInt(value) <= MAX_ROW_ID;
+}
+
 function rowId(field: string, value: unknown): string {
-  if (typeof value === 'string' && /^[1-9][0-9]{0,18}$/.test(value)) return value;
-  throw new QueueBoxAdminError(field, messages.adminArgumentInvalid(field, 'must be a row id (a positive integer as a string)', value));
+  if (isRowId(value)) return value;
+  throw new QueueBoxAdminError(field, messages.adminArgumentInvalid(field, messages.adminRowIdRule(MAX_ROW_ID), value));
 }
 
 function text(field: string, value: unknown): string {
-  if (typeof value === 'string' && value.length > 0 && value.length <= 2000) return value;
-  throw new QueueBoxAdminError(field, messages.adminArgumentInvalid(field, 'must be a non-empty string of at most 2000 characters', value));
+  if (typeof value !== 'string' || value.length === 0 || value.length > 2000) {
+    throw new QueueBoxAdminError(
+      field,
+      messages.adminArgumentInvalid(field, 'must be a non-empty string of at most 2000 characters', value),
+    );
+  }
+  // PostgreSQL text cannot hold a NUL: the statement would fail in the database instead.
+  if (value.includes('\u0000')) throw new QueueBoxAdminError(field, messages.adminArgumentInvalid(field, messages.adminTextNul(), value));
+  return value;
+}
+
+/** `value[key]` when `value` has it as an own property, so nothing inherited (`all` on a prototype) counts. */
+function own(value: object, key: string): unknown {
+  return Object.hasOwn(value, key) ? (value as Record<string, unknown>)[key] : undefined;
 }
 
 function date(field: string, value: unknown): Date | null {
   if (value === undefined) return null;
-  if (value instanceof Date && !Number.isNaN(value.getTime())) return value;
+  // The intrinsic getTime: a Date whose own getTime lies, or a fake one, is no time here either.
+  const time = dateTimeOf(value);
+  if (time !== undefined) return new Date(time);
   throw new QueueBoxAdminError(field, messages.adminArgumentInvalid(field, 'must be a valid Date', value));
 }
 
-/** Validates a filter or an id list; a write with no criterion at all needs `all: true`. */
+/**
+ * Validates a filter or an id list; a write with no criterion at all needs `all: true`. Only the
+ * selection's own properties are read, each once: an `all: true` (or a filter) inherited from a
+ * prototype does not count.
+ */
 function toSelection(given: DeadLetterSelection, forWrite: boolean): DeadSelection {
   if (typeof given !== 'object' || given === null) {
     throw new QueueBoxAdminError('filter', messages.adminArgumentInvalid('filter', 'must be an object', given));
   }
-  const kind = component(given.component);
-  if ('ids' in given && given.ids !== undefined) {
-    if (FILTER_FIELDS.some((f) => (given as Record<string, unknown>)[f] !== undefined)) {
+  const kind = component(own(given, 'component'));
+  const ids = own(given, 'ids');
+  const fields = Object.fromEntries(FILTER_FIELDS.map((f) => [f, own(given, f)])) as Record<(typeof FILTER_FIELDS)[number], unknown>;
+  if (ids !== undefined) {
+    if (FILTER_FIELDS.some((f) => fields[f] !== undefined)) {
       throw new QueueBoxAdminError('ids', messages.adminSelectionAmbiguous());
     }
-    if (!Array.isArray(given.ids) || given.ids.length > 100_000) {
-      throw new QueueBoxAdminError('ids', messages.adminArgumentInvalid('ids', 'must be an array of at most 100000 row ids', given.ids));
+    if (!Array.isArray(ids) || ids.length > 100_000) {
+      throw new QueueBoxAdminError('ids', messages.adminArgumentInvalid('ids', 'must be an array of at most 100000 row ids', ids));
     }
     return {
       component: kind,
@@ -211,21 +239,20 @@ function toSelection(given: DeadLetterSelection, forWrite: boolean): DeadSelecti
       errorContains: null,
       deadAfter: null,
       deadBefore: null,
-      ids: given.ids.map((id) => rowId('ids', id)),
+      ids: [...ids].map((id) => rowId('ids', id)),
       key: null,
     };
   }
-  const filter = given as DeadLetterFilter & { all?: boolean };
   const selection: DeadSelection = {
     component: kind,
-    name: filter.name === undefined ? null : text('name', filter.name),
-    errorContains: filter.errorContains === undefined ? null : text('errorContains', filter.errorContains),
-    deadAfter: date('deadAfter', filter.deadAfter),
-    deadBefore: date('deadBefore', filter.deadBefore),
+    name: fields.name === undefined ? null : text('name', fields.name),
+    errorContains: fields.errorContains === undefined ? null : text('errorContains', fields.errorContains),
+    deadAfter: date('deadAfter', fields.deadAfter),
+    deadBefore: date('deadBefore', fields.deadBefore),
     ids: null,
-    key: filter.key === undefined ? null : text('key', filter.key),
+    key: fields.key === undefined ? null : text('key', fields.key),
   };
   const empty = FILTER_FIELDS.every((f) => selection[f] === null);
-  if (forWrite && empty && filter.all !== true) throw new QueueBoxAdminError('filter', messages.adminSelectionEmpty());
+  if (forWrite && empty && own(given, 'all') !== true) throw new QueueBoxAdminError('filter', messages.adminSelectionEmpty());
   return selection;
 }

@@ -1,4 +1,5 @@
 import type { DeadLetterFilter, DeadLetterIds } from '../admin/admin.types';
+import { isRowId } from '../admin/queuebox.admin';
 import type { AdminComponent } from '../dialects/dialect-rows';
 import { CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
@@ -27,13 +28,13 @@ export function parseLimit(values: CommandValues): number | undefined {
 }
 
 export function parseRowId(option: string, value: string): string {
-  if (!/^[1-9][0-9]{0,18}$/.test(value)) throw new CliUsageError(cliMessages.rowIdInvalid(option, value));
+  if (!isRowId(value)) throw new CliUsageError(cliMessages.rowIdInvalid(option, value));
   return value;
 }
 
 export function parseText(option: string, value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
-  if (value.length === 0 || value.length > MAX_TEXT) throw new CliUsageError(cliMessages.textInvalid(option));
+  if (value.length === 0 || value.length > MAX_TEXT || value.includes('\u0000')) throw new CliUsageError(cliMessages.textInvalid(option));
   return value;
 }
 

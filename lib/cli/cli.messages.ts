@@ -61,7 +61,8 @@ export const cliMessages = {
   optionRequired: (option: string, why: string) => `${option} is required ${why}.`,
   optionNotHere: (option: string, where: string) => `${option} applies to ${where} only.`,
   limitInvalid: (value: string, max: number) => `--limit ${JSON.stringify(value)} must be an integer from 1 to ${max}.`,
-  rowIdInvalid: (option: string, value: string) => `${option} ${JSON.stringify(value)} must be a row id (a positive integer).`,
+  rowIdInvalid: (option: string, value: string) =>
+    `${option} ${JSON.stringify(value)} must be a row id (a positive integer, at most 9223372036854775807).`,
   timeInvalid: (option: string, value: string) =>
     `${option} ${JSON.stringify(value)} is not a time: use ISO 8601, e.g. 2026-11-30T14:00:00Z (without a zone it is this machine's local time).`,
   idsWithFilter: () => '--id picks rows by id: it does not combine with --name, --error, --after or --before.',
@@ -69,5 +70,5 @@ export const cliMessages = {
     `${action} without --id, --name, --error, --after or --before would change every dead ${component} row: add a filter, or --all to mean it. Nothing was changed.`,
   nothingSkipped: (what: string, headId: string | undefined) =>
     `nothing skipped: ${what} has no ${headId === undefined ? 'head row' : `head row with id ${headId}`} that is pending or whose lease expired (it may be held by a worker, finished, or not exist). See \`queuebox blocked\`.`,
-  textInvalid: (option: string) => `${option} must be a non-empty text of at most 2000 characters.`,
+  textInvalid: (option: string) => `${option} must be a non-empty text of at most 2000 characters, without a NUL character.`,
 };

@@ -84,8 +84,38 @@ export function serializePayload(payload: unknown, limitBytes: number, subject: 
 }
 
 /**
+ * The time of `value` when it is a real Date (a valid one), read through the intrinsic
+ * `Date.prototype.getTime`: an object that only inherits from `Date.prototype`, a Proxy or a
+ * subclass overriding `getTime` cannot pass for another time. Undefined otherwise.
+ */
+export function dateTimeOf(value: unknown): number | undefined {
+  if (typeof value !== 'object' || value === null) return undefined;
+  let time: number;
+  try {
+    time = Date.prototype.getTime.call(value);
+  } catch {
+    return undefined; // not a Date: it has no time value
+  }
+  return Number.isNaN(time) ? undefined : time;
+}
+
+/**
+ * A plain copy of a headers object: each own enumerable string-keyed property read once (a
+ * getter cannot answer one value to validation and another to the insert; inherited and symbol
+ * keys are not headers). `undefined` stays undefined; anything else that is not an object is
+ * returned as it is, for `serializeHeaders` to reject.
+ */
+export function copyHeaders(headers: unknown): unknown {
+  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) return headers;
+  // No prototype: a header named "__proto__" stays a header.
+  const copy: Record<string, unknown> = Object.create(null);
+  for (const name of Object.keys(headers)) copy[name] = (headers as Record<string, unknown>)[name];
+  return copy;
+}
+
+/**
  * Validates an optional headers object (string values only, at most MAX_HEADERS_BYTES of JSON)
- * and returns its JSON text. With `http`, every name must be an HTTP header name and no value may
+ * and returns its JSON text. Give it a `copyHeaders` copy: it reads the values twice. With `http`, every name must be an HTTP header name and no value may
  * hold a line break: outbox headers are sent as HTTP headers, and a header that cannot be sent
  * would fail every attempt.
  */

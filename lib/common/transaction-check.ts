@@ -8,8 +8,9 @@ import { messages } from '../queuebox.messages';
  * Without the check, `enqueue(dataSource.manager, ...)` commits the message at once, whatever
  * happens to the business change it was meant to go with.
  */
-export function checkTransaction(manager: EntityManager, call: 'enqueue' | 'receive', allowAutocommit: boolean): void {
-  const runner = manager.queryRunner;
+export function checkTransaction(manager: unknown, call: 'enqueue' | 'receive', allowAutocommit: boolean): void {
+  // Whatever was given (null, a number, an object that is no manager) is read without throwing a TypeError.
+  const runner = typeof manager === 'object' && manager !== null ? (manager as Partial<EntityManager>).queryRunner : undefined;
   if (runner?.isReleased) throw new TransactionLostError(messages.transactionLost());
   if (!allowAutocommit && !runner?.isTransactionActive) throw new TransactionRequiredError(messages.transactionRequired(call));
 }

@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { describeError, isInstance } from '../common/errors';
+import { encodeHeaderValue } from '../common/header-value';
 import { withinTimeout } from '../common/time-limit';
 import { uuidV5 } from '../common/uuid';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
@@ -282,7 +283,7 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
       list.map((outbound, index) => ({
         ...outbound,
         messageId: outbound?.messageId ?? this.derivedMessageId(message.id, index),
-        headers: { [CAUSATION_HEADER]: message.idempotencyKey, ...outbound?.headers },
+        headers: { [CAUSATION_HEADER]: encodeHeaderValue(message.idempotencyKey), ...outbound?.headers },
       })),
     );
   }

@@ -1,7 +1,7 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import { AfterCommit } from '../common/after-commit';
-import { checkName, serializeHeaders, serializePayload } from '../common/payload';
+import { checkName, copyHeaders, serializeHeaders, serializePayload } from '../common/payload';
 import { checkTransaction } from '../common/transaction-check';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError, UnknownSourceError } from '../errors/queuebox.errors';
@@ -47,15 +47,18 @@ export class InboxService implements OnModuleDestroy {
    */
   async receive(message: InboxMessageInput, manager?: EntityManager): Promise<ReceiveResult> {
     if (typeof message !== 'object' || message === null) throw new QueueBoxValidationError('message', messages.messageNotObject(SUBJECT));
+    // `null` or any other non-object is no transaction's manager either: TransactionRequiredError, as for `{}`.
     if (manager !== undefined) checkTransaction(manager, 'receive', false);
-    const source = checkName(message.source, 'source', SUBJECT, true) as string;
+    // Each field read once; only these copies are validated and stored.
+    const { source: givenSource, idempotencyKey, aggregateId, payload, headers } = message;
+    const source = checkName(givenSource, 'source', SUBJECT, true) as string;
     if (!this.sources.isConsumed(source)) throw new UnknownSourceError(source, messages.sourceUnknown(source));
     const row = {
       source,
-      idempotencyKey: checkName(message.idempotencyKey, 'idempotencyKey', SUBJECT, true) as string,
-      aggregateId: checkName(message.aggregateId, 'aggregateId', SUBJECT, false),
-      payloadJson: serializePayload(message.payload, this.options.maxPayloadBytes, SUBJECT),
-      headersJson: serializeHeaders(withTraceContext(message.headers), SUBJECT, { http: false }),
+      idempotencyKey: checkName(idempotencyKey, 'idempotencyKey', SUBJECT, true) as string,
+      aggregateId: checkName(aggregateId, 'aggregateId', SUBJECT, false),
+      payloadJson: serializePayload(payload, this.options.maxPayloadBytes, SUBJECT),
+      headersJson: serializeHeaders(withTraceContext(copyHeaders(headers)), SUBJECT, { http: false }),
     };
     const result = await this.dialect.inboxInsertIfAbsent({ row, manager });
     // In a caller's transaction the row exists for others only once it commits: wake the workers

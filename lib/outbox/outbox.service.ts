@@ -44,7 +44,7 @@ export class OutboxService {
     if (!manager || typeof (manager as Partial<EntityManager>).query !== 'function') {
       throw new QueueBoxValidationError('manager', messages.managerRequired());
     }
-    checkTransaction(manager, 'enqueue', options.allowAutocommit === true);
+    checkTransaction(manager, 'enqueue', options?.allowAutocommit === true);
     if (!Array.isArray(messageList)) throw new QueueBoxValidationError('messages', messages.messageNotObject('The message list'));
     if (messageList.length === 0) return [];
     return this.writer.insert(manager, this.writer.rows(messageList));

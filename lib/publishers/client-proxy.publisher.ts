@@ -1,5 +1,6 @@
 import { Inject, Injectable, type Type } from '@nestjs/common';
 import { describeError } from '../common/errors';
+import { encodeHeaderValue } from '../common/header-value';
 import { PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
@@ -130,7 +131,8 @@ export class ClientProxyPublisher implements Publisher {
 
   private dataOf(message: OutboundMessage): unknown {
     const headers: Record<string, string> = { ...message.headers, [MESSAGE_ID_HEADER]: message.messageId };
-    if (message.key !== null) headers[KEY_HEADER] = message.key;
+    // The same wire form as over HTTP (a CR or LF cannot go in a NATS header); the envelope and Kafka's key keep it raw.
+    if (message.key !== null) headers[KEY_HEADER] = encodeHeaderValue(message.key);
     const envelope: ClientProxyEnvelope = {
       messageId: message.messageId,
       key: message.key,

@@ -1,4 +1,5 @@
 import { describeError } from '../common/errors';
+import { encodeHeaderValue } from '../common/header-value';
 import { packageVersion } from '../common/package-version';
 import { signRequest } from '../common/signature';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
@@ -27,7 +28,8 @@ const RETRYABLE_4XX = new Set([408, 425, 429]);
 
 /**
  * Delivers each message as `POST <url>` with the JSON payload as body, `X-Message-Id`, the
- * message headers and `X-QueueBox-Key` (when the message has a key), signed when `secret` is set. 2xx is success; 4xx other than 408, 425 and 429 is permanent (dead-letter);
+ * message headers and `X-QueueBox-Key` (when the message has a key: as it is when it is visible
+ * ASCII, else RFC 8187 `UTF-8''<percent-encoded>`, see `encodeHeaderValue`), signed when `secret` is set. 2xx is success; 4xx other than 408, 425 and 429 is permanent (dead-letter);
  * anything else, a network error or a timeout included, is retried.
  *
  * @example
@@ -63,7 +65,8 @@ export class HttpPublisher implements Publisher {
     const headers: Record<string, string> = {};
     for (const [name, value] of [...Object.entries(this.options.headers ?? {}), ...Object.entries(message.headers)])
       headers[name.toLowerCase()] = value;
-    if (message.key !== null) headers[KEY_HEADER.toLowerCase()] = message.key;
+    // Any key travels: one that is not visible ASCII goes as RFC 8187 UTF-8 (common/header-value.ts).
+    if (message.key !== null) headers[KEY_HEADER.toLowerCase()] = encodeHeaderValue(message.key);
     // v2: signs the method, the path, the body and every header set above (id, key, the message's own).
     if (this.options.secret) Object.assign(headers, signRequest(this.options.secret, { path: new URL(url).pathname, headers, body }));
     // Unsigned, as content-type: proxies may rewrite either.

@@ -1,5 +1,12 @@
 -- QueueBox schema (postgres, up), rendered from the TypeORM migration's statements.
 
+DO $$
+BEGIN
+  IF current_setting('server_version_num')::int < 140000 THEN
+    RAISE EXCEPTION '%', format('QueueBox supports PostgreSQL 14 and later; this server runs PostgreSQL %s. Upgrade the server (14 to 18 are tested). See node_modules/queuebox/docs/operations.md.', current_setting('server_version'));
+  END IF;
+END $$;
+
 CREATE TABLE "queuebox_outbox" (
   id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   message_id uuid NOT NULL,

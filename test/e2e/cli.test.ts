@@ -507,6 +507,12 @@ describe('queuebox CLI', () => {
         message: /--id picks rows by id: it does not combine/,
       },
       { args: ['discard', '--component', 'outbox', '--id', '7,x'], message: /--id "x" must be a row id/ },
+      // Above the bigint maximum: a usage error here, not a database error (exit 1) from the statement.
+      { args: ['discard', '--component', 'outbox', '--id', '9223372036854775808'], message: /--id "9223372036854775808" must be a row id/ },
+      {
+        args: ['list', '--component', 'outbox', '--after-id', '9999999999999999999'],
+        message: /--after-id "9999999999999999999" must be a row id/,
+      },
       { args: ['list', '--component', 'outbox', '--limit', '0'], message: /--limit "0" must be an integer from 1 to 1000/ },
       { args: ['list', '--component', 'outbox', '--after', 'yesterday'], message: /--after "yesterday" is not a time/ },
       { args: ['count', '--component', 'outbox', '--all'], message: /--all applies to replay and discard only/ },

@@ -13,14 +13,16 @@ import { APP_INTERCEPTOR, NestFactory } from '@nestjs/core';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { delay, type Observable } from 'rxjs';
 import type { DataSource } from 'typeorm';
+import { decodeHeaderValue, encodeHeaderValue } from '../../lib/common/header-value';
 import { signatureHeaders, signRequest } from '../../lib/common/signature';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { InboxService } from '../../lib/inbox/inbox.service';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { HttpPublisher } from '../../lib/publishers/http.publisher';
 import { QueueBoxModule } from '../../lib/queuebox.module';
 import type { QueueBoxModuleExtras } from '../../lib/queuebox.module-definition';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
-import { SIGNATURE_HEADER } from '../../lib/wire-headers';
+import { IDEMPOTENCY_KEY_HEADER, SIGNATURE_HEADER } from '../../lib/wire-headers';
 import { createTestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 
@@ -274,6 +276,108 @@ describe('HTTP receiver', () => {
       assert.equal(response.status, 403);
     } finally {
       await guarded.close();
+    }
+  });
+
+  it('end to end: keys beyond Latin-1 or with CR/LF travel encoded and are stored as sent, from the outbox key and through the relay', async () => {
+    const keys = ['клиент-1', '订单-7', 'line\nfeed', 'cr\r\nlf', ' spaced ', "UTF-8''literal", 'order-9'];
+    const receiverDb = await createTestDatabase();
+    const senderDb = await createTestDatabase();
+    const receiverApp = await startReceiverApp(receiverDb.url, { ...inboxOptions, receiver: { secret: SECRET } });
+    const sender = await createTestApp(senderDb.url, {
+      outbox: {
+        publisher: new HttpPublisher({ destinations: { billing: `${await receiverApp.getUrl()}/queuebox/inbox/orders` }, secret: SECRET }),
+        pollIntervalMs: 20,
+      },
+      inbox: {
+        relay: {
+          pollIntervalMs: 20,
+          // The forwarded message keeps the inbox message's aggregate as its key, and its idempotency
+          // key as the receiver's Idempotency-Key (in the same wire form QueueBox uses for its own headers).
+          routes: {
+            orders: (m) => ({
+              destination: 'billing',
+              key: m.aggregateId,
+              payload: m.payload,
+              headers: { [IDEMPOTENCY_KEY_HEADER]: encodeHeaderValue(m.idempotencyKey) },
+            }),
+          },
+        },
+      },
+    });
+    try {
+      const dataSource = sender.app.get<DataSource>(getDataSourceToken());
+      await dataSource.transaction((manager) =>
+        sender.get(OutboxService).enqueueMany(
+          manager,
+          keys.map((key) => ({ destination: 'billing', key, payload: { path: 'outbox', key } })),
+        ),
+      );
+      for (const key of keys) {
+        await sender
+          .get(InboxService)
+          .receive({ source: 'orders', idempotencyKey: `evt ${key}`, aggregateId: key, payload: { path: 'relay', key } });
+      }
+      await eventually(
+        async () =>
+          (await senderDb.query("SELECT 1 FROM queuebox_outbox WHERE state <> 'sent'")).length === 0 &&
+          (await senderDb.query("SELECT 1 FROM queuebox_inbox WHERE state <> 'processed'")).length === 0 &&
+          (await senderDb.query('SELECT 1 FROM queuebox_outbox')).length === 2 * keys.length,
+        'every message forwarded and sent',
+      );
+      const rows = await receiverDb.query<{
+        idempotency_key: string;
+        aggregate_id: string;
+        payload: { path: string; key: string };
+        headers: Record<string, string>;
+      }>('SELECT idempotency_key, aggregate_id, payload, headers FROM queuebox_inbox ORDER BY id');
+      assert.equal(rows.length, 2 * keys.length);
+      for (const row of rows) assert.equal(row.aggregate_id, row.payload.key, 'the stored aggregate is the outbox key, byte for byte');
+      const relayed = rows.filter((row) => row.payload.path === 'relay');
+      assert.deepEqual(
+        relayed.map((row) => row.idempotency_key).sort(),
+        keys.map((key) => `evt ${key}`).sort(),
+        'the Idempotency-Key is stored decoded',
+      );
+      for (const row of relayed) {
+        assert.equal(decodeHeaderValue(row.headers['x-causation-id']), `evt ${row.payload.key}`, 'X-Causation-Id decodes to the inbox key');
+      }
+      const sent = await senderDb.query<{ message_id: string }>("SELECT message_id FROM queuebox_outbox WHERE payload->>'path' = 'outbox'");
+      assert.deepEqual(
+        rows
+          .filter((row) => row.payload.path === 'outbox')
+          .map((row) => row.idempotency_key)
+          .sort(),
+        sent.map((r) => r.message_id).sort(),
+      );
+    } finally {
+      await sender.app.close();
+      await receiverApp.close();
+      await receiverDb.drop();
+      await senderDb.drop();
+    }
+  });
+
+  it('answers 400 naming the field for an RFC 8187 key or aggregate whose bytes are not UTF-8', async () => {
+    for (const [header, field] of [
+      ['Idempotency-Key', 'idempotencyKey'],
+      ['X-QueueBox-Key', 'aggregateId'],
+    ] as const) {
+      const body = JSON.stringify({ n: 1 });
+      const headers: Record<string, string> = { 'Idempotency-Key': 'evt-utf8', [header]: "UTF-8''%FF%FE" };
+      const response = await fetch(`${base}/orders`, {
+        method: 'POST',
+        body,
+        headers: {
+          ...headers,
+          ...signRequest(SECRET, { path: '/queuebox/inbox/orders', headers, body }),
+          'content-type': 'application/json',
+        },
+      });
+      assert.equal(response.status, 400);
+      const answer = (await response.json()) as { field: string; message: string };
+      assert.equal(answer.field, field);
+      assert.match(answer.message, new RegExp(`The ${header} header has the RFC 8187 form`));
     }
   });
 

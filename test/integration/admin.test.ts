@@ -316,6 +316,51 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
     });
   });
 
+  describe('arguments the database would refuse', () => {
+    it('row ids above the bigint maximum are a QueueBoxAdminError naming the field; the maximum itself is a row id', async () => {
+      const dead = await outboxRow({ state: 'dead', attempts: 1, error: 'x' });
+      const before = await snapshot();
+      const tooBig = '9223372036854775808';
+      const field = (name: string) => (e: unknown) =>
+        e instanceof QueueBoxAdminError && e.field === name && /at most 9223372036854775807/.test(e.message);
+      await assert.rejects(admin.replayDeadLetters({ component: 'outbox', ids: [dead, tooBig] }), field('ids'));
+      await assert.rejects(admin.countDeadLetters({ component: 'inbox', ids: ['9999999999999999999'] }), field('ids'));
+      await assert.rejects(admin.listDeadLetters({ component: 'outbox' }, { afterId: tooBig }), field('afterId'));
+      await assert.rejects(admin.skipHead({ component: 'outbox', key: 'k', headId: tooBig }), field('headId'));
+      assert.equal(await snapshot(), before);
+      assert.equal(await admin.countDeadLetters({ component: 'outbox', ids: ['9223372036854775807'] }), 0);
+      assert.deepEqual((await admin.listDeadLetters({ component: 'outbox' }, { afterId: '9223372036854775807' })).rows, []);
+    });
+
+    it('a NUL in a text filter or skip-head target is a QueueBoxAdminError naming the field, before any statement', async () => {
+      await outboxRow({ state: 'dead', attempts: 1, error: 'x' });
+      const before = await snapshot();
+      const nul = (name: string) => (e: unknown) => e instanceof QueueBoxAdminError && e.field === name && /NUL character/.test(e.message);
+      await assert.rejects(admin.listDeadLetters({ component: 'outbox', name: 'bill\u0000ing' }), nul('name'));
+      await assert.rejects(admin.countDeadLetters({ component: 'inbox', errorContains: '\u0000' }), nul('errorContains'));
+      await assert.rejects(admin.replayDeadLetters({ component: 'outbox', errorContains: 'x\u0000' }), nul('errorContains'));
+      await assert.rejects(admin.discardDeadLetters({ component: 'inbox', name: '\u0000' }), nul('name'));
+      await assert.rejects(admin.skipHead({ component: 'outbox', key: 'k\u0000' }), nul('key'));
+      await assert.rejects(admin.skipHead({ component: 'inbox', source: 'payments', aggregateId: 'a\u0000' }), nul('aggregateId'));
+      assert.equal(await snapshot(), before);
+    });
+
+    it('reads own properties of a selection only: an inherited all: true (or filter) does not count', async () => {
+      await outboxRow({ state: 'dead', attempts: 1, error: 'x' });
+      await inboxRow({ state: 'dead', attempts: 1, error: 'x' });
+      const before = await snapshot();
+      const inheritedAll = Object.assign(Object.create({ all: true }), { component: 'outbox' });
+      await assert.rejects(admin.replayDeadLetters(inheritedAll), (e: unknown) => e instanceof QueueBoxAdminError && e.field === 'filter');
+      const inheritedFilter = Object.assign(Object.create({ name: 'billing', all: true }), { component: 'inbox' });
+      await assert.rejects(
+        admin.discardDeadLetters(inheritedFilter),
+        (e: unknown) => e instanceof QueueBoxAdminError && e.field === 'filter',
+      );
+      assert.equal(await snapshot(), before);
+      assert.equal(await admin.replayDeadLetters({ component: 'outbox', all: true }), 1, 'an own all: true still replays');
+    });
+  });
+
   describe('blocked keys', () => {
     it('lists keys and aggregates whose head is failing, with its error and what waits behind it', async () => {
       const head = await outboxRow({ key: 'k1', attempts: 2, error: 'HTTP 503' });

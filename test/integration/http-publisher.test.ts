@@ -57,6 +57,21 @@ describe('HttpPublisher against a real local HTTP server', () => {
     );
   });
 
+  it('sends any outbox key: visible ASCII as it is, anything else (beyond Latin-1, CR/LF) as RFC 8187 UTF-8 in X-QueueBox-Key', async () => {
+    recorder.responder = () => 200;
+    const sent: Record<string, string> = {};
+    for (const key of ['order-7', 'клиент-1', '订单-7', 'line\r\nbreak']) {
+      await publisher.publish({ ...message(), key }, new AbortController().signal);
+      sent[key] = String(recorder.requests.at(-1)?.headers['x-queuebox-key']);
+    }
+    assert.deepEqual(sent, {
+      'order-7': 'order-7',
+      'клиент-1': "UTF-8''%D0%BA%D0%BB%D0%B8%D0%B5%D0%BD%D1%82-1",
+      '订单-7': "UTF-8''%E8%AE%A2%E5%8D%95-7",
+      'line\r\nbreak': "UTF-8''line%0D%0Abreak",
+    });
+  });
+
   it('a header that cannot be sent over HTTP (a value beyond Latin-1) is permanent, not retried forever', async () => {
     const sent = recorder.requests.length;
     const unsendable = { ...message(), headers: { ...message().headers, 'x-city': '東京' } };

@@ -1,9 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { ClientNats } from '@nestjs/microservices';
 import { NEVER, Observable, of, throwError } from 'rxjs';
+import { decodeHeaderValue, encodeHeaderValue } from '../../lib/common/header-value';
 import { PublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { ClientProxyPublisher } from '../../lib/publishers/client-proxy.publisher';
 import type { OutboundMessage } from '../../lib/types/messages';
+import { KEY_HEADER } from '../../lib/wire-headers';
 
 const message: OutboundMessage = {
   id: '1',
@@ -39,6 +42,31 @@ describe('ClientProxyPublisher without a broker', () => {
       ['billing', { messageId: message.messageId, key: 'k1', headers: message.headers, payload: { total: 5 } }],
       [{ cmd: 'billing' }, { messageId: message.messageId, key: 'k1', headers: message.headers, payload: { total: 5 } }],
     ]);
+  });
+
+  it('sends X-QueueBox-Key in the wire form HTTP uses (a key with a line break goes on NATS too); the envelope keeps the raw key', async () => {
+    const records: { headers?: { get(name: string): string } }[] = [];
+    class RecordingNats extends ClientNats {
+      override emit(_pattern: unknown, data: unknown) {
+        records.push(data as (typeof records)[number]);
+        return of(undefined) as never;
+      }
+      override unwrap<T>(): T {
+        return { flush: async () => undefined } as T;
+      }
+    }
+    const nats = new ClientProxyPublisher(new RecordingNats({ servers: ['nats://127.0.0.1:1'] }));
+    assert.equal(nats.transport, 'nats');
+    for (const key of ['order-7', 'клиент-1', 'line\nfeed']) {
+      await nats.publish({ ...message, key }, new AbortController().signal);
+      const sent = records.at(-1)?.headers?.get(KEY_HEADER) ?? '';
+      assert.equal(sent, encodeHeaderValue(key));
+      assert.equal(decodeHeaderValue(sent), key);
+    }
+    assert.equal(records[0].headers?.get(KEY_HEADER), 'order-7', 'a visible-ASCII key is unchanged');
+    const client = fakeClient(() => of(undefined));
+    await new ClientProxyPublisher(client).publish({ ...message, key: 'клиент-1' }, new AbortController().signal);
+    assert.equal((client.emitted[0][1] as { key: string }).key, 'клиент-1');
   });
 
   it("sends the bare payload on a transport without headers with envelope: 'never'", async () => {

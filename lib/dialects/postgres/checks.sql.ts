@@ -1,6 +1,35 @@
+import { messages } from '../../queuebox.messages';
+import { pgLiteral } from './quoting';
 import { NOW } from './time';
 
-// What the dialect checks at start-up (the schema) and the clock.
+// What the dialect checks at start-up (the server's version, the schema) and the clock.
+
+/**
+ * The oldest PostgreSQL major QueueBox supports (README, docs/operations.md): the oldest the CI
+ * suite runs on. Everything QueueBox's SQL uses exists there (MATERIALIZED CTEs: 12;
+ * gen_random_uuid() in core: 13); newer features (MERGE, NULLS NOT DISTINCT: 15) are not used.
+ */
+export const MIN_SERVER_VERSION_NUM = 140000;
+
+/** The server's version: `server_version_num` (140023 for 14.23) and the text it prints (`14.23`). */
+export const serverVersionSql = () =>
+  "SELECT current_setting('server_version_num')::int AS version_num, current_setting('server_version') AS version";
+
+/**
+ * The first statement of migration 001: refuses a server older than MIN_SERVER_VERSION_NUM before
+ * anything is created, with the message the start-up check gives.
+ */
+export const serverVersionCheckSql = (minimum = MIN_SERVER_VERSION_NUM) => `DO $$
+BEGIN
+  IF current_setting('server_version_num')::int < ${minimum} THEN
+    RAISE EXCEPTION '%', format(${pgLiteral(messages.postgresVersionUnsupported('%s', Math.floor(minimum / 10000)))}, current_setting('server_version'));
+  END IF;
+END $$`;
+
+/** Whether a server of `versionNum` (`server_version_num`) is one QueueBox supports. */
+export function isSupportedServerVersion(versionNum: number, minimum = MIN_SERVER_VERSION_NUM): boolean {
+  return Number.isInteger(versionNum) && versionNum >= minimum;
+}
 
 /** $1: the quoted table name; `found` is null when the table does not exist. */
 export const tableExistsSql = () => 'SELECT to_regclass($1)::text AS found';

@@ -31,7 +31,15 @@ import {
   deadLetterListSql,
   deadLetterReplaySql,
 } from './admin.sql';
-import { claimFunctionsLookupSql, clockNowSql, defaultIsolationSql, tableExistsSql } from './checks.sql';
+import {
+  claimFunctionsLookupSql,
+  clockNowSql,
+  defaultIsolationSql,
+  isSupportedServerVersion,
+  MIN_SERVER_VERSION_NUM,
+  serverVersionSql,
+  tableExistsSql,
+} from './checks.sql';
 import { type ClaimFunctions, claimFunctionCallSql, claimFunctionNames, claimFunctions } from './claim-functions.sql';
 import {
   claimLockNames,
@@ -177,6 +185,10 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   }
 
   async schemaCheck(): Promise<void> {
+    const [server] = (await this.run<{ version_num: number; version: string }>(serverVersionSql(), [])).rows;
+    if (server && !isSupportedServerVersion(Number(server.version_num))) {
+      throw new QueueBoxConfigError('dataSource', messages.postgresVersionUnsupported(server.version, MIN_SERVER_VERSION_NUM / 10000));
+    }
     for (const kind of ['outbox', 'inbox'] as const) {
       const { rows } = await this.run<{ found: string | null }>(tableExistsSql(), [this.table[kind]]);
       if (!rows[0]?.found) throw new QueueBoxConfigError(`tables.${kind}`, messages.tableMissing(this.tables[kind].qualified));

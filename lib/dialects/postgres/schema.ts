@@ -1,4 +1,5 @@
 import type { QueueBoxTables } from '../dialect';
+import { serverVersionCheckSql } from './checks.sql';
 import { claimFunctionNames, claimFunctionSignature, claimFunctions } from './claim-functions.sql';
 import { pgTable } from './quoting';
 
@@ -13,6 +14,7 @@ export function postgresSchemaUp(tables: QueueBoxTables): string[] {
   const o = tables.outbox.name;
   const i = tables.inbox.name;
   return [
+    serverVersionCheckSql(),
     ...schemas.map((schema) => `CREATE SCHEMA IF NOT EXISTS "${schema}"`),
     `CREATE TABLE ${outbox} (
   id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -1,4 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { decodeHeaderValue } from '../../common/header-value';
 import { verifyRequestSignature } from '../../common/signature';
 import { QueueBoxValidationError, UnknownSourceError } from '../../errors/queuebox.errors';
 import { QUEUEBOX_RECEIVER_OPTIONS } from '../../queuebox.constants';
@@ -37,6 +38,8 @@ const NOT_STORED = new Set([SIGNATURE_HEADER, TIMESTAMP_HEADER, SIGNED_HEADERS_H
 
 /**
  * The HTTP receiver's logic: size, signature, JSON, idempotency key, then `InboxService.receive`.
+ * The idempotency key and the aggregate header are decoded from RFC 8187 `UTF-8''…` form when they
+ * come in it (`decodeHeaderValue`), so the stored key is the one the sender had.
  * 202 for a new message, 200 with `duplicate: true` for a repeat, 400 for a missing key or a body
  * that is not JSON, 401 for a bad signature, 404 for an unknown source, 413 above the size limit.
  * With a secret, a request without signature headers gets 401 before its body is looked at.
@@ -93,8 +96,15 @@ export class InboxReceiver {
     } catch {
       return answer(400, messages.receiverNotJson());
     }
-    const idempotencyKey = header(IDEMPOTENCY_KEY_HEADER) ?? header(MESSAGE_ID_HEADER);
-    if (!idempotencyKey) return answer(400, messages.receiverNoKey());
+    const keyHeader = header(IDEMPOTENCY_KEY_HEADER) !== undefined ? IDEMPOTENCY_KEY_HEADER : MESSAGE_ID_HEADER;
+    const sentKey = header(keyHeader);
+    if (!sentKey) return answer(400, messages.receiverNoKey());
+    // Keys that are not visible ASCII arrive in RFC 8187 form (what HttpPublisher sends): store the key itself.
+    const idempotencyKey = decodeHeaderValue(sentKey);
+    if (idempotencyKey === undefined) return fieldAnswer('idempotencyKey', messages.receiverHeaderNotUtf8(keyHeader));
+    const sentAggregate = header(this.options.aggregateHeader);
+    const aggregateId = sentAggregate === undefined ? null : decodeHeaderValue(sentAggregate);
+    if (aggregateId === undefined) return fieldAnswer('aggregateId', messages.receiverHeaderNotUtf8(this.options.aggregateHeader));
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(request.headers)) {
       if (isStored(name) && typeof value === 'string') headers[name] = value;
@@ -103,7 +113,7 @@ export class InboxReceiver {
       const result = await this.inbox.receive({
         source: request.source,
         idempotencyKey,
-        aggregateId: header(this.options.aggregateHeader) ?? null,
+        aggregateId,
         payload,
         headers,
       });
@@ -127,6 +137,10 @@ function isStored(name: string): boolean {
 
 function answer(status: number, message: string): ReceiverAnswer {
   return { status, body: { error: STATUS_TEXT[status], message } };
+}
+
+function fieldAnswer(field: string, message: string): ReceiverAnswer {
+  return { status: 400, body: { ...answer(400, message).body, field } };
 }
 
 const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 413: 'Payload Too Large' };
