@@ -26,6 +26,7 @@ export type {
   BlockedKeyRow,
   ClaimRow,
   DeadLetterRow,
+  InstanceRow,
   SkipHeadTarget,
   Throughput,
   ThroughputRow,
@@ -65,12 +66,14 @@ export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metric
 export {
   createQueueBoxClaimFunctionsMigration,
   createQueueBoxClaimsMigration,
+  createQueueBoxInstancesMigration,
   createQueueBoxKeyCollationMigration,
   createQueueBoxMigration,
   createQueueBoxMigrations,
   createQueueBoxOperationsMigration,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaims1795996800000,
+  QueueBoxInstances1796256000000,
   QueueBoxKeyCollation1796083200000,
   QueueBoxMigrations,
   QueueBoxOperations1764633600000,
@@ -98,6 +101,7 @@ export {
   PullHandler,
 } from './pull/pull-handler.decorator';
 export { DEFAULT_TABLES, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+export { type InstanceStatus, QueueBoxInstance, type QueueBoxInstanceName } from './queuebox.instance';
 export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';
 export { WorkNotifications } from './queuebox.notifications';
@@ -106,6 +110,7 @@ export type { InboxMessageInput, ReceiveResult, RelayRoute } from './types/inbox
 export type { InboxMessage, OutboundMessage } from './types/messages';
 export type {
   InboxOptions,
+  InstancesOptions,
   OutboxOptions,
   PublisherOption,
   PullHandlerOptions,

@@ -7,8 +7,11 @@ export const QUEUEBOX_DATA_SOURCE = 'QUEUEBOX:DATA_SOURCE';
 /** Injection token of the SQL dialect chosen from the DataSource's driver. */
 export const QUEUEBOX_DIALECT = 'QUEUEBOX:DIALECT';
 
+/** Injection token of this QueueBox instance's id and DataSource name (`QueueBoxInstanceName`). */
+export const QUEUEBOX_INSTANCE = 'QUEUEBOX:INSTANCE';
+
 /** Injection token of the HTTP receiver's validated options (present only when the receiver is enabled). */
 export const QUEUEBOX_RECEIVER_OPTIONS = 'QUEUEBOX:RECEIVER_OPTIONS';
 
 /** Default table names; each may be schema-qualified (`'messaging.queuebox_outbox'`). */
-export const DEFAULT_TABLES = { outbox: 'queuebox_outbox', inbox: 'queuebox_inbox' } as const;
+export const DEFAULT_TABLES = { outbox: 'queuebox_outbox', inbox: 'queuebox_inbox', instances: 'queuebox_instances' } as const;

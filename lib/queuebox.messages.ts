@@ -47,7 +47,7 @@ export const messages = {
   tableNameInvalid: (option: string, value: unknown) =>
     `QueueBox option "${option}" must be a table name or schema.table, each part a letter or underscore followed by up to 47 letters, digits or underscores; got ${show(value)}.`,
   tablesCollide: (name: string) =>
-    `QueueBox options "tables.outbox" and "tables.inbox" both name ${show(name)}; give each table its own name.`,
+    `Two of the QueueBox options "tables.outbox", "tables.inbox" and "tables.instances" name ${show(name)}; give each table its own name.`,
   publisherAndPublishers: () =>
     'Set either "outbox.publisher" (one publisher for every message) or "outbox.publishers" (named publishers with "outbox.route"), not both.',
   publisherInvalid: (option: string) =>
@@ -60,6 +60,8 @@ export const messages = {
     `QueueBox found no TypeORM DataSource${name ? ` named ${show(name)}` : ''}. Import TypeOrmModule.forRoot(${name ? `{ name: ${show(name)}, ... }` : '...'}) in the same application, or set "dataSource" to the name of the one you use.`,
   tableMissing: (name: string) =>
     `QueueBox table ${show(name)} does not exist. Add QueueBoxSchema1764460800000 (or createQueueBoxMigration({ tables })) to your TypeORM migrations and run them, or apply sql/<dialect>/001_queuebox.up.sql.`,
+  instancesTableMissing: (name: string, migration: string) =>
+    `QueueBox table ${show(name)} does not exist: this version needs migration ${migration} (the instances table and the claim owner columns). Add it to your TypeORM migrations (QueueBoxMigrations has every one) and run them, or apply sql/<dialect>/006_queuebox_instances.up.sql. With other table names, set tables.instances to where it is.`,
   migrationsMissing: (names: string[], migrationsTable: string) =>
     `QueueBox cannot start: the database lacks migration${names.length > 1 ? 's' : ''} ${names.join(', ')} (not recorded in TypeORM's migrations table ${show(migrationsTable)}). Add ${names.length > 1 ? 'them' : 'it'} to your DataSource's "migrations" after the QueueBox migrations you have (the classes of that name exported by "queuebox", or the create...Migration({ tables, name }) factories) and run them (migrationsRun: true), or run \`npx --no-install queuebox migrate${migrationsTable === 'migrations' ? '' : ` --migrations-table ${migrationsTable}`}\`. See ${doc('schema.md')}.`,
   migrationMissingOptional: (name: string, migrationsTable: string, consequence: string) =>
@@ -78,7 +80,7 @@ export const messages = {
   claimFunctionsOutdated: (migration: string) =>
     `the claim functions in the database were written by an older QueueBox version: claims are sent as statements instead (correct, planned on every call) until migration ${migration} runs (\`queuebox migrate\`, or add it to your DataSource's migrations: [...QueueBoxMigrations]).`,
   claimFunctionsMigrationOptional: () =>
-    "without it the claim functions of an older version stay in the database; QueueBox sees that and sends this version's claim statements instead (correct, planned on every call).",
+    'it runs no statement in this version (the claim functions come with migration 006); add it so the list is whole.',
   keyCollationMigrationOptional: () =>
     'on PostgreSQL it runs no statement (keys already compare byte for byte); add it so the list matches SQL Server.',
   schemaVersionUnchecked: (name: string, migrationsTable: string) =>
@@ -266,6 +268,26 @@ export const messages = {
   // Admin and retention (QueueBoxAdmin, RetentionService)
   retentionInboxTooShort: (valueMs: number, minimumMs: number) =>
     `QueueBox option "retention.inboxFinishedAfterMs" is ${valueMs} ms, below the minimum of ${minimumMs} ms: a processed inbox row is the record that dedupes a redelivery, and a sender retrying after its row was deleted would be accepted twice. Use at least ${minimumMs} ms, and longer than your senders retry.`,
+  instanceRegisterFailed: (error: string, heartbeatMs: number) =>
+    `Could not register this QueueBox instance in the instances table: ${error}. Retrying every heartbeat (${heartbeatMs} ms); until then a replica cannot tell if this one dies, and its claims wait for their leases to expire.`,
+  instanceDeregisterFailed: (error: string) =>
+    `Could not deregister this QueueBox instance: ${error}. A live replica declares it dead once its heartbeats stop and takes what it left.`,
+  instanceDeregisteredReleased: (outbox: number, inbox: number) =>
+    `Left the instances table with ${outbox} outbox and ${inbox} inbox rows still claimed (work abandoned at shutdown): their leases ended now and they are claimed again; the abandoned work can no longer complete them.`,
+  instanceDeclaredDead: (id: string, deadAfterMs: number) =>
+    `This QueueBox instance (${id}) was declared dead by another replica: it missed its heartbeats for more than ${deadAfterMs} ms (a pause, or the database out of reach). Its leases were ended and its rows claimed again elsewhere: what it still works on fails its fence and is not completed here. Registered again.`,
+  instanceHeartbeatFailed: (error: string, silentMs: number, deadAfterMs: number) =>
+    silentMs >= deadAfterMs
+      ? `QueueBox heartbeats have failed for about ${silentMs} ms, past instances.deadAfterMs (${deadAfterMs} ms): other replicas may declare this instance dead and claim its rows again. Last error: ${error}`
+      : `A QueueBox heartbeat failed: ${error}. Retrying at the next beat; after ${deadAfterMs} ms without one, other replicas declare this instance dead.`,
+  instanceHeartbeatBack: (failed: number) => `QueueBox heartbeats work again after ${failed} failed.`,
+  instanceEndDeadFailed: (error: string) => `Could not look for dead QueueBox instances: ${error}. Trying again at the next heartbeat.`,
+  instanceDead: (id: string, host: string | null, pid: number | null, lastHeartbeatAt: Date | null, outbox: number, inbox: number) =>
+    `QueueBox instance ${id} (${host}, pid ${pid}) is dead: no heartbeat since ${lastHeartbeatAt?.toISOString()}. Ended its leases: ${outbox} outbox and ${inbox} inbox rows are claimed again now.`,
+  unregisteredInstanceClaimsEnded: (id: string, outbox: number, inbox: number) =>
+    `QueueBox instance ${id} is no longer registered but still held claims (declared dead, it claimed rows before it could register again, and stopped): ended their leases, ${outbox} outbox and ${inbox} inbox rows are claimed again now.`,
+  deadAfterTooShort: (deadAfterMs: number, heartbeatMs: number, beats: number) =>
+    `QueueBox option "instances.deadAfterMs" is ${deadAfterMs} ms, shorter than ${beats} heartbeats of ${heartbeatMs} ms: one slow heartbeat would declare a live instance dead and end its leases. Use at least ${beats * heartbeatMs} ms, or a shorter "instances.heartbeatMs".`,
   adminArgumentInvalid: (field: string, rule: string, value: unknown) =>
     `QueueBoxAdmin: "${field}" ${rule}, got ${show(value)}. Nothing was changed.`,
   adminRowIdRule: (max: bigint) => `must be a row id (a positive integer as a string, at most ${max})`,
@@ -321,6 +343,8 @@ export const messages = {
   healthDraining: () => 'The application is shutting down: QueueBox stopped claiming and is draining its work in flight.',
   healthWorkerStuck: (name: string, seconds: number) =>
     `The ${name} has not completed a claim cycle for ${seconds} s: its work may be stuck (see ${doc('operations.md')}, runbook).`,
+  healthHeartbeatsFailing: (silentMs: number, deadAfterMs: number) =>
+    `This instance's heartbeats have failed for about ${silentMs} ms, at least instances.deadAfterMs (${deadAfterMs} ms): other replicas may declare it dead and claim its rows again.`,
   healthDatabaseDown: (reason: string) => `The database does not answer: ${reason}`,
   healthLagging: (where: string, seconds: number, maxLagMs: number) =>
     `The oldest due message of ${where} has waited ${seconds} s, more than ${maxLagMs / 1000} s (see ${doc('operations.md')}, runbook: the backlog grows).`,

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { ConfigurableModuleBuilder, type DynamicModule, Logger, type Provider } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
@@ -14,11 +15,13 @@ import { instantiatePublishers } from './outbox/outbox-publishers';
 import {
   QUEUEBOX_DATA_SOURCE,
   QUEUEBOX_DIALECT,
+  QUEUEBOX_INSTANCE,
   QUEUEBOX_MODULE_OPTIONS,
   QUEUEBOX_RECEIVER_OPTIONS,
   QUEUEBOX_RESOLVED_OPTIONS,
 } from './queuebox.constants';
 import { createDialect } from './queuebox.dialect';
+import type { QueueBoxInstanceName } from './queuebox.instance';
 import { messages } from './queuebox.messages';
 import type { QueueBoxModuleOptions } from './types/options';
 
@@ -47,6 +50,14 @@ function dataSourceProvider(name: string | undefined): Provider {
       if (!dataSource) throw new QueueBoxConfigError('dataSource', messages.dataSourceMissing(name));
       return dataSource;
     },
+  };
+}
+
+/** Who this module instance is in the instances table: a new id at every start. */
+function instanceProvider(dataSourceName: string | undefined): Provider {
+  return {
+    provide: QUEUEBOX_INSTANCE,
+    useFactory: (): QueueBoxInstanceName => ({ id: randomUUID(), dataSource: dataSourceName ?? 'default' }),
   };
 }
 
@@ -84,12 +95,13 @@ const coreProviders: Provider[] = [
   },
   {
     provide: QUEUEBOX_DIALECT,
-    inject: [QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS],
-    useFactory: async (dataSource: DataSource, options: ResolvedQueueBoxOptions) => {
-      const dialect = createDialect(dataSource, options.tables, { queryTimeoutMs: queryTimeoutFor(options) });
+    inject: [QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_INSTANCE],
+    useFactory: async (dataSource: DataSource, options: ResolvedQueueBoxOptions, instance: QueueBoxInstanceName) => {
+      const dialect = createDialect(dataSource, options.tables, { queryTimeoutMs: queryTimeoutFor(options), instanceId: instance.id });
       if (dataSource.isInitialized) {
-        await dialect.schemaCheck();
+        // The recorded migrations first: a missing one is named as the migration to run, not as the table it creates.
         await checkSchemaVersion(dataSource, options, schemaLogger);
+        await dialect.schemaCheck();
       }
       return dialect;
     },
@@ -112,6 +124,7 @@ export const {
         // `extras` is Nest's spread of forRoot's options (extras and options alike): it keeps an own `__proto__`.
         ...keepOwnProtoKey(definition.providers ?? [], extras),
         dataSourceProvider(extras.dataSource),
+        instanceProvider(extras.dataSource),
         ...coreProviders,
         ...(receiver.providers ?? []),
       ],

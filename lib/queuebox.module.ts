@@ -14,7 +14,8 @@ import { OutboxService } from './outbox/outbox.service';
 import { PullClient } from './pull/pull.client';
 import { PullWorker } from './pull/pull.worker';
 import { PullHandlerExplorer } from './pull/pull-handler.explorer';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { QueueBoxInstance } from './queuebox.instance';
 import { QueueBoxConfigurableModule } from './queuebox.module-definition';
 import { WorkNotifications } from './queuebox.notifications';
 import { QueueBoxPoolCheck } from './queuebox.pool-check';
@@ -58,8 +59,10 @@ import { InboxSources } from './workers/inbox-sources';
     RetentionService,
     QueueBoxAdmin,
     QueueBoxHealth,
+    QueueBoxInstance,
   ],
   exports: [
+    QueueBoxInstance,
     QueueBoxHealth,
     QueueBoxEvents,
     RetentionService,
@@ -77,6 +80,7 @@ import { InboxSources } from './workers/inbox-sources';
     QUEUEBOX_RESOLVED_OPTIONS,
     QUEUEBOX_DATA_SOURCE,
     QUEUEBOX_DIALECT,
+    QUEUEBOX_INSTANCE,
   ],
 })
 export class QueueBoxModule extends QueueBoxConfigurableModule {}

@@ -7,6 +7,7 @@ import type {
   BlockedKeyRow,
   ClaimRow,
   DeadLetterRow,
+  InstanceRow,
   SkipHeadTarget,
   Throughput,
 } from '../dialects/dialect-rows';
@@ -144,6 +145,15 @@ export class QueueBoxAdmin {
    */
   async listClaims(p: { component: AdminComponent; limit?: number }): Promise<ClaimRow[]> {
     return this.dialect.adminClaimList({ component: component(p?.component), limit: pageLimit(p?.limit) });
+  }
+
+  /**
+   * Every registered QueueBox instance (one per process and DataSource), oldest first: host, pid,
+   * DataSource, version, its heartbeat's age and whether it is alive by the database clock, and
+   * the rows it holds. A dead instance stays listed until a live replica ends its leases.
+   */
+  async instances(): Promise<InstanceRow[]> {
+    return this.dialect.instanceList();
   }
 
   /** One retention run now (see `RetentionService.runOnce`). */

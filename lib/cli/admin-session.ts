@@ -4,7 +4,7 @@ import type { QueueBoxAdmin } from '../admin/queuebox.admin';
 import type { QueueBoxTables } from '../dialects/dialect';
 import { CliFailure } from './cli.errors';
 import { cliMessages } from './cli.messages';
-import { databaseTarget, describeTables, migrationsFor, parseTables } from './cli-options';
+import { databaseTarget, describeTables, migrationsFor, namedTables, parseTables } from './cli-options';
 import { type CliIo, type CommandValues, DEFAULT_MIGRATIONS_TABLE } from './command';
 import { openDataSource, tablesPresent } from './connect';
 import type { DatabaseTarget } from './database-url';
@@ -29,7 +29,7 @@ export async function withAdmin<T>(values: CommandValues, io: CliIo, work: (sess
   try {
     const present = await tablesPresent(dataSource, tables);
     if (!present.outbox || !present.inbox) throw new CliFailure(cliMessages.schemaMissing(describeTables(tables)));
-    const admin = await createQueueBoxAdmin(dataSource, { tables: { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified } });
+    const admin = await createQueueBoxAdmin(dataSource, { tables: namedTables(tables) });
     return await work({ admin, dataSource, tables, target });
   } finally {
     await dataSource.destroy();

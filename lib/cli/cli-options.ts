@@ -11,12 +11,12 @@ import { type DatabaseTarget, parseDatabaseUrl } from './database-url';
 
 /** `--tables outbox=<table>,inbox=<table>` (either may be left out), validated like the module's `tables` option. */
 export function parseTables(value: string | undefined): QueueBoxTables {
-  const tables: { outbox?: string; inbox?: string } = {};
+  const tables: { outbox?: string; inbox?: string; instances?: string } = {};
   if (value !== undefined) {
     for (const part of value.split(',')) {
-      const match = /^\s*(outbox|inbox)\s*=\s*(\S+?)\s*$/.exec(part);
+      const match = /^\s*(outbox|inbox|instances)\s*=\s*(\S+?)\s*$/.exec(part);
       if (!match) throw new CliUsageError(cliMessages.tablesInvalid(value));
-      tables[match[1] as 'outbox' | 'inbox'] = match[2];
+      tables[match[1] as 'outbox' | 'inbox' | 'instances'] = match[2];
     }
   }
   try {
@@ -46,9 +46,14 @@ export interface QueueBoxMigrations {
   classes: (new () => MigrationInterface)[];
 }
 
+/** The `tables` option that names `tables` (what `--tables` gave, with the defaults filled in). */
+export function namedTables(tables: QueueBoxTables): { outbox: string; inbox: string; instances: string } {
+  return { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified, instances: tables.instances.qualified };
+}
+
 /** The QueueBox migrations for `tables`, the schema migration named `name`. */
 export function migrationsFor(tables: QueueBoxTables, name: string = DEFAULT_MIGRATION_NAMES.schema): QueueBoxMigrations {
-  const named = { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
+  const named = namedTables(tables);
   try {
     return {
       names: { ...DEFAULT_MIGRATION_NAMES, schema: name },

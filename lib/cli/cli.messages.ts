@@ -11,7 +11,7 @@ export const cliMessages = {
       notApplied: 'not applied: admin queries and retention scan whole tables until you run `queuebox migrate`',
     },
     claims: {
-      applied: "created the claims' indexes of pending rows without a key or aggregate, and their functions.",
+      applied: "created the claims' indexes of pending rows without a key or aggregate.",
       notApplied:
         'not applied: claims are planned on every call, and while keys in flight hold the oldest pending rows they read all of them to reach rows without a key, until you run `queuebox migrate`',
     },
@@ -20,9 +20,12 @@ export const cliMessages = {
       notApplied: 'not applied',
     },
     claimFunctions: {
-      applied: "brought the claim functions up to this version's claims.",
-      notApplied:
-        "not applied: the claim functions are older than this version's claims, so QueueBox sends the claim statements instead (correct, planned on every call) until you run `queuebox migrate`",
+      applied: 'nothing to change (the claim functions now come with migration 006).',
+      notApplied: 'not applied (changes nothing; `queuebox migrate` records it)',
+    },
+    instances: {
+      applied: 'created the instances table and the claim owner columns, and wrote the claim functions of this version.',
+      notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
     },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
@@ -37,7 +40,7 @@ export const cliMessages = {
   urlNoDatabase: (masked: string) => `the database URL ${masked} names no database; add it as the path (…@host:1433/database).`,
   urlBadParameter: (name: string, value: string) => `the database URL's parameter ${name}=${JSON.stringify(value)} must be true or false.`,
   tablesInvalid: (value: string) =>
-    `--tables ${JSON.stringify(value)} must look like outbox=<table>,inbox=<table> (either may be left out).`,
+    `--tables ${JSON.stringify(value)} must look like outbox=<table>,inbox=<table>,instances=<table> (any may be left out).`,
   dialectUnknown: (value: string, types: readonly string[]) => `--dialect ${JSON.stringify(value)} must be ${types.join(' or ')}.`,
   connectionRefused: (where: string) => `connection refused by ${where}: is the database server running and listening there?`,
   hostNotFound: (where: string) => `host not found: ${where}. Check the host name in the URL.`,
@@ -47,6 +50,10 @@ export const cliMessages = {
   databaseMissing: (database: string) =>
     `database ${JSON.stringify(database)} does not exist: create it first (CREATE DATABASE ...) or fix the URL's path.`,
   connectFailed: (where: string, detail: string) => `could not connect to ${where}: ${detail}`,
+  backlogNeedsInstances: (table: string) =>
+    `Backlog not shown: table "${table}" is missing (migration 006 not applied). Run \`queuebox migrate\`; until then this version of QueueBox does not start.`,
+  blockedByDeadOwners: (count: number) =>
+    `${count} of these heads are held by an instance that stopped heartbeating: a live replica ends its leases at its next heartbeat, and the keys move again. None live? Start one, or see \`queuebox instances\`.`,
   schemaMissing: (tables: string) => `schema missing (${tables}): run \`queuebox migrate\` with the same --url and --tables.`,
   schemaUnrecorded: (tables: string, name: string, migrationsTable: string) =>
     `${tables} already exist but migration ${name} is not recorded in TypeORM's "${migrationsTable}" table. If your DataSource sets migrationsTableName, pass it: --migrations-table <that name>. Were they created from plain SQL? Nothing was changed; if you migrate with TypeORM, record it or drop the tables first.`,

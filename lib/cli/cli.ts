@@ -8,6 +8,7 @@ import { cliMessages } from './cli.messages';
 import type { CliIo, Command, CommandValues } from './command';
 import { blockedCommand } from './commands/blocked.command';
 import { deadLettersCommand } from './commands/dead-letters.command';
+import { instancesCommand } from './commands/instances.command';
 import { migrateCommand } from './commands/migrate.command';
 import { skipHeadCommand } from './commands/skip-head.command';
 import { sqlCommand } from './commands/sql.command';
@@ -25,6 +26,7 @@ export const commands: readonly Command[] = [
   deadLettersCommand,
   blockedCommand,
   skipHeadCommand,
+  instancesCommand,
 ];
 
 const HELP = `Usage: queuebox <command> [options]

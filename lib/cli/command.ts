@@ -39,8 +39,9 @@ export const CONNECTION_OPTIONS_HELP = `  --url <url>                 Database U
                               postgres://user:password@host:5432/database  (or postgresql://)
                               mssql://user:password@host:1433/database     (or sqlserver://)
                               (see \`queuebox --help\` for the SQL Server parameters)
-  --tables <spec>             Table names as given to QueueBoxModule: outbox=<table>,inbox=<table>
-                              (each name or schema.name; default queuebox_outbox, queuebox_inbox)`;
+  --tables <spec>             Table names as given to QueueBoxModule: outbox=<table>,inbox=<table>,instances=<table>
+                              (each name or schema.name; default queuebox_outbox, queuebox_inbox,
+                              queuebox_instances in the outbox's schema)`;
 
 export const DATABASE_OPTIONS_HELP = `${CONNECTION_OPTIONS_HELP}
   --migrations-table <name>   TypeORM's migrations table (migrationsTableName); default migrations

@@ -24,10 +24,17 @@ export async function openDataSource(
 }
 
 /** Which of the two tables exist. */
-export async function tablesPresent(dataSource: DataSource, tables: QueueBoxTables): Promise<{ outbox: boolean; inbox: boolean }> {
+export async function tablesPresent(
+  dataSource: DataSource,
+  tables: QueueBoxTables,
+): Promise<{ outbox: boolean; inbox: boolean; instances: boolean }> {
   const runner = dataSource.createQueryRunner();
   try {
-    return { outbox: await runner.hasTable(tables.outbox.qualified), inbox: await runner.hasTable(tables.inbox.qualified) };
+    return {
+      outbox: await runner.hasTable(tables.outbox.qualified),
+      inbox: await runner.hasTable(tables.inbox.qualified),
+      instances: await runner.hasTable(tables.instances.qualified),
+    };
   } finally {
     await runner.release();
   }

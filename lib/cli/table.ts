@@ -29,3 +29,18 @@ export function oneLineBothEnds(text: string | null, max: number): string {
 export function formatTime(time: Date | null): string {
   return time === null ? '-' : `${time.toISOString().slice(0, 19)}Z`;
 }
+
+/** Seconds as `4.2s`, `3m 05s`, `2h 07m`: how long something has been held or silent. */
+export function formatSeconds(seconds: number): string {
+  if (seconds < 60) return `${seconds.toFixed(1)}s`;
+  const s = Math.floor(seconds);
+  const two = (n: number) => String(n).padStart(2, '0');
+  if (s < 3600) return `${Math.floor(s / 60)}m ${two(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${two(Math.floor((s % 3600) / 60))}m`;
+}
+
+/** The instance holding a claim, shortened, and whether it is alive: `3f2a9c1e (alive)`, `3f2a9c1e (DEAD)`, `-`. */
+export function ownerText(owner: string | null, alive: boolean | null): string {
+  if (owner === null) return '-';
+  return `${owner.slice(0, 8)} (${alive ? 'alive' : 'DEAD'})`;
+}

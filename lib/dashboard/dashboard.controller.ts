@@ -265,7 +265,7 @@ export function createDashboardController(options: ResolvedDashboardOptions): Ty
       return { rows: await admin.listClaims({ component: component(query.component), limit }) };
     }
 
-    /** Instances and their heartbeats, once QueueBoxAdmin records them; until then `available: false` and why (never made-up rows). */
+    /** The instances and their heartbeats (`QueueBoxAdmin.instances()`); an admin without that method gets `available: false` and why (never made-up rows). */
     @Get('api/:instance/heartbeats')
     async heartbeats(@Param('instance') instance: string, @Res({ passthrough: true }) response: DashboardResponse) {
       secure(response);

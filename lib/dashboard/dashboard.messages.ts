@@ -60,7 +60,7 @@ export const dashboardMessages = {
   selectionMissing: () =>
     'Say which dead rows: "ids" (an array of row ids) or "filter" ({ name, key, error, from, to }); a filter with no criterion also needs "all": true. Nothing was changed.',
   heartbeatsUnavailable: () =>
-    'Instances and their heartbeats are not recorded by this version of QueueBox (no instances table yet): this view fills in once QueueBoxAdmin has instances().',
+    'This admin object has no instances() method (QueueBoxAdmin has): pass a QueueBoxAdmin to list the instances and their heartbeats.',
 
   // Log (context QueueBox:Dashboard)
   started: (path: string, instances: readonly string[], readOnly: boolean, isPublic: boolean) =>

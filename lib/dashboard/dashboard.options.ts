@@ -1,12 +1,13 @@
 import type { CanActivate, InjectionToken, ModuleMetadata, Type } from '@nestjs/common';
 import type { QueueBoxAdmin } from '../admin/queuebox.admin';
+import type { InstanceRow } from '../dialects/dialect-rows';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { dashboardMessages as messages } from './dashboard.messages';
 
 /**
  * What the dashboard reads and changes through: `QueueBoxAdmin`'s methods (its fenced
- * statements), and `instances()` once QueueBoxAdmin records instances and their heartbeats. An
- * object with these methods (a `QueueBoxAdmin` from `createQueueBoxAdmin(dataSource)`) serves.
+ * statements). An object with these methods (a `QueueBoxAdmin` from
+ * `createQueueBoxAdmin(dataSource)`) serves; `instances()` may be left out (the Instances view then says so).
  */
 export type DashboardAdmin = Pick<
   QueueBoxAdmin,
@@ -20,8 +21,8 @@ export type DashboardAdmin = Pick<
   | 'skipHead'
   | 'listClaims'
 > & {
-  /** The processes running QueueBox with their last heartbeat; the dashboard shows them when present. */
-  instances?(): Promise<Record<string, unknown>[]>;
+  /** The processes running QueueBox with their last heartbeat (`QueueBoxAdmin.instances()`); the dashboard shows them when present. */
+  instances?(): Promise<InstanceRow[]>;
 };
 
 /** One QueueBox the dashboard switches between: its name (in URLs and the switch) and its admin, or the admin's injection token. */

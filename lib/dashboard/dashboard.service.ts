@@ -68,7 +68,7 @@ export class DashboardService implements OnModuleInit {
     return [...this.admins.keys()];
   }
 
-  /** Whether an instance's admin can list instances and heartbeats (a later QueueBoxAdmin). */
+  /** Whether an instance's admin can list instances and heartbeats (QueueBoxAdmin can; a DashboardAdmin of your own may not). */
   hasHeartbeats(instance: string): boolean {
     return typeof this.admin(instance).instances === 'function';
   }

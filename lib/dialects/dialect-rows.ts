@@ -60,11 +60,23 @@ export interface BlockedKeyRow {
   messageId: string | null;
   state: 'pending' | 'processing';
   attempts: number;
-  lastError: string;
+  /** The head's last failure; `null` for a `held` head that never failed. */
+  lastError: string | null;
+  /**
+   * `failing`: the head failed at least once and is not finished. `held`: it is claimed, and rows
+   * of its key wait behind it (normal while a worker publishes; a stall when its owner is dead).
+   */
+  reason: 'failing' | 'held';
   /** `available_at` of a pending head (its next attempt), `lease_expires_at` of a processing one. */
   nextAttemptAt: Date;
   /** Unfinished rows of the same key queued behind the head. */
   waiting: number;
+  /** Seconds since a processing head was claimed (database clock); `null` for a pending one. */
+  heldSeconds: number | null;
+  /** The instance holding a processing head (see `queuebox instances`); `null` when pending, or claimed by a script or the CLI. */
+  owner: string | null;
+  /** Whether that instance still heartbeats; `null` without an owner. A dead owner's lease is ended by the next live replica's heartbeat. */
+  ownerAlive: boolean | null;
 }
 
 /**
@@ -100,10 +112,7 @@ export interface ClaimRow {
   name: string;
   /** Outbox `key` or inbox `aggregate_id`. */
   key: string | null;
-  /**
-   * The claim's token: what fences its owner's writes. The tables record no process name; a
-   * worker's logs name the token of what it claimed.
-   */
+  /** The claim's token: what fences its owner's writes (a worker's logs name the token of what it claimed). */
   token: string;
   /** This claim is attempt number `attempts`. */
   attempts: number;
@@ -113,6 +122,10 @@ export interface ClaimRow {
   ageSeconds: number;
   /** Seconds until the lease expires, by the database clock; negative once it has (the reclaim step returns it). */
   leaseRemainingSeconds: number;
+  /** The instance that holds the claim (see `QueueBoxAdmin.instances()`); `null` when a script or the CLI claimed it. */
+  owner: string | null;
+  /** Whether that instance still heartbeats; `null` without an owner. */
+  ownerAlive: boolean | null;
 }
 
 /** The key (outbox) or (source, aggregate) (inbox) whose head row `skipHead` dead-letters. */
@@ -130,4 +143,49 @@ export interface ReclaimResult {
   /** Rows that died on their last attempt. */
   dead: number;
   byName: { name: string; pending: number; dead: number }[];
+}
+
+/** A registered QueueBox instance (a process with its own instance id), from the instances table. */
+export interface InstanceRow {
+  id: string;
+  host: string;
+  pid: number;
+  /** The TypeORM DataSource name it serves (`default` for the default one). */
+  dataSource: string;
+  version: string;
+  /** Its `instances.deadAfterMs`: how long it may miss heartbeats before a replica ends its leases. */
+  deadAfterMs: number;
+  startedAt: Date;
+  heartbeatAt: Date;
+  /** Seconds since its last heartbeat, by the database clock. */
+  heartbeatAgeSeconds: number;
+  /** Its last heartbeat is within its `deadAfterMs`. A dead one is gone from the list once a live replica ended its leases. */
+  alive: boolean;
+  /** Rows it holds in flight now. */
+  claims: { outbox: number; inbox: number };
+}
+
+/**
+ * An instance declared dead (its heartbeats stopped), with the claims whose leases were ended. Or
+ * one no longer registered that left claims behind (declared dead earlier, it claimed in the
+ * moment before its next heartbeat registered it again, then died): `host`, `pid`, `dataSource`
+ * and `heartbeatAt` are `null`, its registration being gone.
+ */
+export interface DeadInstanceRow {
+  id: string;
+  host: string | null;
+  pid: number | null;
+  dataSource: string | null;
+  heartbeatAt: Date | null;
+  released: { outbox: number; inbox: number };
+}
+
+/** What registering, heartbeating and deregistering an instance needs to say about it. */
+export interface InstanceIdentity {
+  id: string;
+  host: string;
+  pid: number;
+  dataSource: string;
+  version: string;
+  deadAfterMs: number;
 }

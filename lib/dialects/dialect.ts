@@ -7,17 +7,21 @@ import type {
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
+  DeadInstanceRow,
   DeadLetterRow,
+  InstanceIdentity,
+  InstanceRow,
   ReclaimResult,
   RetentionKind,
   SkipHeadTarget,
   Throughput,
 } from './dialect-rows';
 
-/** The two QueueBox tables, validated. */
+/** The QueueBox tables, validated: the outbox, the inbox, and the instances (processes and their heartbeats). */
 export interface QueueBoxTables {
   readonly outbox: TableName;
   readonly inbox: TableName;
+  readonly instances: TableName;
 }
 
 /** Which table a fenced write targets. The outbox finishes rows as `sent`, the inbox as `processed`. */
@@ -201,6 +205,24 @@ export interface Dialect {
   /** Deletes up to `limit` rows of one kind whose age passed `olderThanMs` (database clock); returns how many. */
   retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number>;
 
+  // Instances (migration 006): each QueueBox process registers, heartbeats, and ends dead ones' leases.
+
+  /** Registers the instance (a second registration of its id only heartbeats). */
+  instanceRegister(p: InstanceIdentity): Promise<void>;
+  /** Heartbeats; `false` when the instance's row is gone (another replica declared it dead). */
+  instanceHeartbeat(p: { id: string; manager?: EntityManager }): Promise<boolean>;
+  /**
+   * Declares dead every instance whose last heartbeat is older than its own `deadAfterMs` (by the
+   * database clock): deletes it and ends the leases of the rows it holds, in one statement. Ends
+   * too the leases of rows claimed more than `unregisteredAfterMs` ago by an instance that is not
+   * registered (a live one registers again within a heartbeat of being declared dead).
+   */
+  instanceEndDead(p: { unregisteredAfterMs: number }): Promise<DeadInstanceRow[]>;
+  /** A clean shutdown: deletes the instance's row and ends the leases of what it still holds. */
+  instanceDeregister(p: { id: string }): Promise<{ outbox: number; inbox: number }>;
+  /** Every registered instance, with whether it is alive. */
+  instanceList(): Promise<InstanceRow[]>;
+
   /** The database's current time (for tests and health checks; never for leases). */
   clockNow(): Promise<Date>;
 }
@@ -224,4 +246,9 @@ export interface DialectSettings {
    * (claims, reclaims, fenced writes, renewals, LISTEN); none when absent. PostgreSQL only.
    */
   queryTimeoutMs?: number;
+  /**
+   * The registered QueueBox instance (process) that claims through this dialect: claims write it
+   * to `claimed_by`, so a live replica can end the leases of a dead one. None for scripts and the CLI.
+   */
+  instanceId?: string;
 }

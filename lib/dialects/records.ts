@@ -215,9 +215,22 @@ export interface BlockedKeyRecord {
   key: string;
   state: 'pending' | 'processing';
   attempts: number;
-  last_error: string;
+  last_error: string | null;
+  reason: 'failing' | 'held';
   next_attempt_at: Date;
   waiting: string | number;
+  held_for: string | number | null;
+  owner: string | null;
+  /** A boolean, or 1/0 from SQL Server; null for no owner. */
+  owner_alive: boolean | number | null;
+}
+
+/** Who holds a row, as the admin statements return it. */
+function ownerOf(r: { owner: string | null; owner_alive: boolean | number | null }, uuid: (value: string) => string) {
+  return {
+    owner: r.owner === null ? null : uuid(r.owner),
+    ownerAlive: r.owner_alive === null ? null : r.owner_alive === true || r.owner_alive === 1,
+  };
 }
 
 export function toBlockedKeyRow(component: AdminComponent, r: BlockedKeyRecord, uuid: (value: string) => string): BlockedKeyRow {
@@ -230,8 +243,11 @@ export function toBlockedKeyRow(component: AdminComponent, r: BlockedKeyRecord, 
     state: r.state,
     attempts: r.attempts,
     lastError: r.last_error,
+    reason: r.reason,
     nextAttemptAt: r.next_attempt_at,
     waiting: Number(r.waiting),
+    heldSeconds: r.held_for === null ? null : Math.max(0, Number(r.held_for)),
+    ...ownerOf(r, uuid),
   };
 }
 
@@ -279,6 +295,8 @@ export interface ClaimRecord {
   lease_expires_at: Date;
   age: string | number;
   lease_left: string | number;
+  owner: string | null;
+  owner_alive: boolean | number | null;
 }
 
 export function toClaimRow(component: AdminComponent, r: ClaimRecord, uuid: (value: string) => string): ClaimRow {
@@ -295,5 +313,6 @@ export function toClaimRow(component: AdminComponent, r: ClaimRecord, uuid: (val
     leaseExpiresAt: r.lease_expires_at,
     ageSeconds: Math.max(0, Number(r.age)),
     leaseRemainingSeconds: Number(r.lease_left),
+    ...ownerOf(r, uuid),
   };
 }

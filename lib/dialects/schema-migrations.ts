@@ -1,14 +1,22 @@
-/** QueueBox's numbered migrations: the same five on every database (a driver may make one a no-op). */
+/** QueueBox's numbered migrations: the same six on every database (a driver may make one a no-op). */
 
 /**
  * Which migration's statements: 001 (the tables), 002 (the operations indexes), 003 (the claims'
- * indexes and functions), 004 (binary collation of the compared key columns) or 005 (the claim
- * functions brought up to this version's claims).
+ * indexes), 004 (binary collation of the compared key columns), 005 (the claim functions of an
+ * earlier version; nothing now, 006 writes them) or 006 (the instances table, the claim owner
+ * columns and, on PostgreSQL, the claim functions of this version).
  */
-export type SchemaMigration = 'schema' | 'operations' | 'claims' | 'keyCollation' | 'claimFunctions';
+export type SchemaMigration = 'schema' | 'operations' | 'claims' | 'keyCollation' | 'claimFunctions' | 'instances';
 
 /** The QueueBox migrations in the order they run. */
-export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = ['schema', 'operations', 'claims', 'keyCollation', 'claimFunctions'];
+export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
+  'schema',
+  'operations',
+  'claims',
+  'keyCollation',
+  'claimFunctions',
+  'instances',
+];
 
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
 export const DEFAULT_MIGRATION_NAMES = {
@@ -17,13 +25,22 @@ export const DEFAULT_MIGRATION_NAMES = {
   claims: 'QueueBoxClaims1795996800000',
   keyCollation: 'QueueBoxKeyCollation1796083200000',
   claimFunctions: 'QueueBoxClaimFunctions1796169600000',
+  instances: 'QueueBoxInstances1796256000000',
 } as const satisfies Record<SchemaMigration, string>;
 
 /** Each migration's `sql/<dialect>/` file stem and what a script's first line calls it. */
 export const MIGRATION_FILES = {
   schema: { file: '001_queuebox', title: 'schema' },
   operations: { file: '002_queuebox_operations', title: 'operations indexes' },
-  claims: { file: '003_queuebox_claims', title: 'claims (indexes and functions)' },
+  claims: { file: '003_queuebox_claims', title: 'claims indexes' },
   keyCollation: { file: '004_queuebox_key_collation', title: 'key collation' },
-  claimFunctions: { file: '005_queuebox_claim_functions', title: 'claim functions of this version' },
+  claimFunctions: { file: '005_queuebox_claim_functions', title: 'claim functions (moved to 006)' },
+  instances: { file: '006_queuebox_instances', title: 'instances, claim owners and claim functions' },
 } as const satisfies Record<SchemaMigration, { file: string; title: string }>;
+
+/**
+ * What migration 005's scripts say on every database: it wrote PostgreSQL's claim functions in the
+ * version that shipped it; they now come with 006, whose claims record their instance.
+ */
+export const CLAIM_FUNCTIONS_MIGRATION_NOTE =
+  '-- Nothing to do: the version that shipped this migration wrote the PostgreSQL claim functions here; they now\n-- come with migration 006 (instances), whose claims record the claiming instance. Kept so the numbers stay.';

@@ -7,7 +7,10 @@ import type {
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
+  DeadInstanceRow,
   DeadLetterRow,
+  InstanceIdentity,
+  InstanceRow,
   ReclaimResult,
   SkipHeadTarget,
   Throughput,
@@ -56,11 +59,16 @@ export interface SqlDialectStatements {
   deadLetterCountSql(table: string, component: AdminComponent): string;
   deadLetterReplaySql(table: string, component: AdminComponent): string;
   deadLetterDiscardSql(table: string, component: AdminComponent): string;
-  blockedKeyListSql(table: string, component: AdminComponent): string;
+  blockedKeyListSql(table: string, component: AdminComponent, instances: string): string;
   blockedKeySkipHeadSql(table: string, component: AdminComponent): string;
   adminThroughputSql(outbox: string, inbox: string): string;
-  adminClaimListSql(table: string, component: AdminComponent): string;
+  adminClaimListSql(table: string, component: AdminComponent, instances: string): string;
   clockNowSql(): string;
+  instanceRegisterSql(instances: string): string;
+  instanceHeartbeatSql(instances: string): string;
+  instanceEndDeadSql(instances: string, outbox: string, inbox: string): string;
+  instanceDeregisterSql(instances: string, outbox: string, inbox: string): string;
+  instanceListSql(instances: string, outbox: string, inbox: string): string;
 }
 
 /**
@@ -84,6 +92,8 @@ export interface SqlDialectParams {
   fence(p: FenceParams): unknown[];
   /** A list of row ids. */
   ids(ids: string[]): unknown;
+  /** An instance id (a UUID). */
+  guid(value: string): unknown;
   /** The claims of a batch completion. */
   claims(claims: { id: string; token: string }[]): unknown[];
   /** The followers of a completion, each with its head's id and token. */
@@ -109,6 +119,8 @@ export type ClaimRequest =
  */
 export abstract class SqlDialect<J> {
   protected abstract readonly table: Record<LeaseTable, string>;
+  /** The instances table, quoted. */
+  protected abstract readonly instancesTable: string;
   protected abstract readonly statements: SqlDialectStatements;
   protected abstract readonly params: SqlDialectParams;
   protected abstract readonly decoding: RecordDecoding<J>;
@@ -304,9 +316,10 @@ export abstract class SqlDialect<J> {
   }
 
   async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
-    const { rows } = await this.runAdmin<BlockedKeyRecord>(this.statements.blockedKeyListSql(this.table[p.component], p.component), [
-      this.params.int(p.limit),
-    ]);
+    const { rows } = await this.runAdmin<BlockedKeyRecord>(
+      this.statements.blockedKeyListSql(this.table[p.component], p.component, this.instancesTable),
+      [this.params.int(p.limit)],
+    );
     return rows.map((r) => toBlockedKeyRow(p.component, r, this.decoding.uuid));
   }
 
@@ -334,13 +347,100 @@ export abstract class SqlDialect<J> {
   }
 
   async adminClaimList(p: { component: AdminComponent; limit: number }): Promise<ClaimRow[]> {
-    const { rows } = await this.runAdmin<ClaimRecord>(this.statements.adminClaimListSql(this.table[p.component], p.component), [
-      this.params.int(p.limit),
-    ]);
+    const { rows } = await this.runAdmin<ClaimRecord>(
+      this.statements.adminClaimListSql(this.table[p.component], p.component, this.instancesTable),
+      [this.params.int(p.limit)],
+    );
     return rows.map((r) => toClaimRow(p.component, r, this.decoding.uuid));
+  }
+
+  async instanceRegister(p: InstanceIdentity): Promise<void> {
+    await this.run(this.statements.instanceRegisterSql(this.instancesTable), [
+      this.params.guid(p.id),
+      this.params.name(p.host.slice(0, 255)),
+      this.params.int(p.pid),
+      this.params.name(p.dataSource.slice(0, 255)),
+      this.params.name(p.version.slice(0, 64)),
+      this.params.int(p.deadAfterMs),
+    ]);
+  }
+
+  async instanceHeartbeat(p: { id: string; manager?: EntityManager }): Promise<boolean> {
+    const { affected } = await this.run(this.statements.instanceHeartbeatSql(this.instancesTable), [this.params.guid(p.id)], p.manager);
+    return affected === 1;
+  }
+
+  async instanceEndDead(p: { unregisteredAfterMs: number }): Promise<DeadInstanceRow[]> {
+    const { rows } = await this.run<DeadInstanceRecord>(
+      this.statements.instanceEndDeadSql(this.instancesTable, this.table.outbox, this.table.inbox),
+      [this.params.int(p.unregisteredAfterMs)],
+    );
+    return rows.map((r) => ({
+      id: this.decoding.uuid(r.id),
+      host: r.host,
+      pid: r.pid === null ? null : Number(r.pid),
+      dataSource: r.data_source,
+      heartbeatAt: r.heartbeat_at,
+      released: { outbox: Number(r.outbox), inbox: Number(r.inbox) },
+    }));
+  }
+
+  async instanceDeregister(p: { id: string }): Promise<{ outbox: number; inbox: number }> {
+    const { rows } = await this.run<{ outbox: number | string; inbox: number | string }>(
+      this.statements.instanceDeregisterSql(this.instancesTable, this.table.outbox, this.table.inbox),
+      [this.params.guid(p.id)],
+    );
+    return { outbox: Number(rows[0]?.outbox ?? 0), inbox: Number(rows[0]?.inbox ?? 0) };
+  }
+
+  async instanceList(): Promise<InstanceRow[]> {
+    const { rows } = await this.runAdmin<InstanceRecord>(
+      this.statements.instanceListSql(this.instancesTable, this.table.outbox, this.table.inbox),
+      [],
+    );
+    return rows.map((r) => ({
+      id: this.decoding.uuid(r.id),
+      host: r.host,
+      pid: Number(r.pid),
+      dataSource: r.data_source,
+      version: r.version,
+      deadAfterMs: Number(r.dead_after_ms),
+      startedAt: r.started_at,
+      heartbeatAt: r.heartbeat_at,
+      heartbeatAgeSeconds: Number(r.heartbeat_age),
+      alive: r.alive === true || r.alive === 1,
+      claims: { outbox: Number(r.outbox_claims), inbox: Number(r.inbox_claims) },
+    }));
   }
 
   async clockNow(): Promise<Date> {
     return (await this.run<{ now: Date }>(this.statements.clockNowSql(), [])).rows[0].now;
   }
+}
+
+/** A dead instance as `instanceEndDead` returns it (an unregistered one: nulls but its id). */
+interface DeadInstanceRecord {
+  id: string;
+  host: string | null;
+  pid: number | string | null;
+  data_source: string | null;
+  heartbeat_at: Date | null;
+  outbox: number | string;
+  inbox: number | string;
+}
+
+/** An instance as `instanceList` returns it (`alive`: a boolean, or 1/0 from SQL Server). */
+interface InstanceRecord {
+  id: string;
+  host: string;
+  pid: number | string;
+  data_source: string;
+  version: string;
+  dead_after_ms: number | string;
+  started_at: Date;
+  heartbeat_at: Date;
+  heartbeat_age: number | string;
+  alive: boolean | number;
+  outbox_claims: number | string;
+  inbox_claims: number | string;
 }

@@ -60,6 +60,24 @@ export interface QueueBoxEventMap {
   'queuebox:pull:processed': InboxEventMessage & { durationMs: number; handler: string };
   'queuebox:pull:retry-scheduled': InboxEventMessage & { delayMs: number; error: string; durationMs: number };
   'queuebox:pull:dead-lettered': InboxEventMessage & { reason: string; durationMs: number };
+  /**
+   * This replica found an instance silent for longer than its `instances.deadAfterMs` and ended
+   * its leases (`released`: the rows it held, now claimed again). `lastHeartbeatAt` is by the
+   * database clock. `registered: false`: the instance had already left the instances table
+   * (declared dead before, it claimed rows in the moment before it registered again, then died):
+   * its `host`, `pid`, `dataSource` and `lastHeartbeatAt` are `null`.
+   */
+  'queuebox:instance-dead': {
+    id: string;
+    registered: boolean;
+    host: string | null;
+    pid: number | null;
+    dataSource: string | null;
+    lastHeartbeatAt: Date | null;
+    released: { outbox: number; inbox: number };
+  };
+  /** This instance shut down cleanly and left the instances table; `released`: rows it still held (abandoned work), reclaimed at once. */
+  'queuebox:instance-deregistered': { id: string; released: { outbox: number; inbox: number } };
   /** An operator changed rows from the dashboard (`queuebox/dashboard`), after the change is in the database. */
   'queuebox:dashboard:action': DashboardActionEvent;
 }

@@ -4,9 +4,11 @@ import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { describeError } from '../common/errors';
 import type { BacklogRow } from '../dialects/dialect-rows';
 import { InboxRelay } from '../inbox/inbox.relay';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { OutboxPoller } from '../outbox/outbox.poller';
 import { PullWorker } from '../pull/pull.worker';
-import { QUEUEBOX_DATA_SOURCE } from '../queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QueueBoxInstance } from '../queuebox.instance';
 import { messages } from '../queuebox.messages';
 import { WorkNotifications } from '../queuebox.notifications';
 import type { WorkerLoopStatus } from '../workers/claim-loop';
@@ -28,6 +30,11 @@ export interface QueueBoxHealthCheckOptions {
   maxLagMs?: number | false;
   /** How long the database may take to answer. Default 3000 ms. */
   timeoutMs?: number;
+  /**
+   * Down when this instance's heartbeats have failed for `instances.deadAfterMs` or longer: other
+   * replicas may declare it dead and claim its rows again. Default true.
+   */
+  heartbeat?: boolean;
 }
 
 /** What a check found. `problems` is empty when `healthy`. */
@@ -44,9 +51,21 @@ export interface QueueBoxHealthReport {
   workers: { name: string; running: boolean; lastCycleSecondsAgo: number | null; inFlight: number; waitingForDatabase: boolean }[];
   /** `listening` (LISTEN/NOTIFY wakes the workers), `polling` (no notification connection now), or `off`. */
   notifications: 'listening' | 'polling' | 'off';
+  /**
+   * This instance in the instances table: its id (claims name it as their owner), whether it is
+   * registered, seconds since its last heartbeat worked, how often another replica declared it
+   * dead, and how many dead instances it ended the leases of (with the claims they held).
+   */
+  instance: {
+    id: string;
+    registered: boolean;
+    lastHeartbeatSecondsAgo: number | null;
+    declaredDead: number;
+    deadInstancesEnded: number;
+  };
 }
 
-const DEFAULTS = { database: true, draining: true, maxCycleAgeMs: 60_000, maxLagMs: 300_000, timeoutMs: 3_000 };
+const DEFAULTS = { database: true, draining: true, maxCycleAgeMs: 60_000, maxLagMs: 300_000, timeoutMs: 3_000, heartbeat: true };
 
 /**
  * The state of QueueBox in this process, for health checks: database reachable, workers cycling,
@@ -65,6 +84,8 @@ export class QueueBoxHealth implements OnModuleDestroy {
     private readonly pull: PullWorker,
     private readonly notifications: WorkNotifications,
     private readonly recovery: DatabaseRecovery,
+    private readonly instance: QueueBoxInstance,
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
   ) {}
 
   /** Nest calls every `onModuleDestroy` before any `beforeApplicationShutdown`: draining starts here, before the workers stop. */
@@ -85,9 +106,11 @@ export class QueueBoxHealth implements OnModuleDestroy {
       maxCycleAgeMs: options.maxCycleAgeMs ?? DEFAULTS.maxCycleAgeMs,
       maxLagMs: options.maxLagMs ?? DEFAULTS.maxLagMs,
       timeoutMs: options.timeoutMs ?? DEFAULTS.timeoutMs,
+      heartbeat: options.heartbeat ?? DEFAULTS.heartbeat,
     };
     const problems: string[] = [];
     const now = Date.now();
+    const instance = this.instance.status;
     // Only the loops this process runs (or that were started by hand): a web replica, or an app
     // without an inbox, has no relay to report as "not running".
     const loops: WorkerLoopStatus[] = [
@@ -108,7 +131,18 @@ export class QueueBoxHealth implements OnModuleDestroy {
         waitingForDatabase: loop.waitingForDatabase,
       })),
       notifications: this.notifications.enabled ? (this.notifications.listening ? 'listening' : 'polling') : 'off',
+      instance: {
+        id: instance.id,
+        registered: instance.registered,
+        lastHeartbeatSecondsAgo: secondsAgo(instance.lastHeartbeatAt),
+        declaredDead: instance.declaredDead,
+        deadInstancesEnded: instance.deadInstancesEnded,
+      },
     };
+    const { deadAfterMs, heartbeatMs } = this.options.instances;
+    if (o.heartbeat && instance.failedBeats * heartbeatMs >= deadAfterMs) {
+      problems.push(messages.healthHeartbeatsFailing(instance.failedBeats * heartbeatMs, deadAfterMs));
+    }
     if (o.draining && this.draining) problems.push(messages.healthDraining());
     if (o.maxCycleAgeMs !== false) {
       for (const loop of loops) {

@@ -12,7 +12,9 @@ export type QueueBoxCounter =
   | 'queuebox_inbox_messages_processed_total'
   | 'queuebox_inbox_messages_retried_total'
   | 'queuebox_inbox_messages_dead_lettered_total'
-  | 'queuebox_inbox_messages_reclaimed_total';
+  | 'queuebox_inbox_messages_reclaimed_total'
+  | 'queuebox_instances_dead_total'
+  | 'queuebox_claims_released_total';
 
 export type QueueBoxHistogram = 'queuebox_outbox_publish_duration_seconds' | 'queuebox_inbox_handle_duration_seconds';
 
@@ -58,6 +60,16 @@ export const COUNTERS: MetricDefinition<QueueBoxCounter>[] = [
     name: 'queuebox_inbox_messages_reclaimed_total',
     help: 'Relay rows whose lease expired, returned to pending (or dead) by the reclaim step; pull rows dead after their last claim expired.',
     labelNames: ['component', 'source'],
+  },
+  {
+    name: 'queuebox_instances_dead_total',
+    help: 'Instances this replica found silent past their instances.deadAfterMs and whose leases it ended.',
+    labelNames: [],
+  },
+  {
+    name: 'queuebox_claims_released_total',
+    help: 'Claims whose lease was ended early: held by an instance declared dead, or left by one that shut down.',
+    labelNames: ['table', 'cause'],
   },
 ];
 
@@ -143,6 +155,18 @@ export function metricUpdate<K extends QueueBoxEventName>(name: K, event: QueueB
         counters: [count('queuebox_inbox_messages_dead_lettered_total', { ...inbox, cause: 'failure' })],
         histogram: handle('failure'),
       };
+    case 'queuebox:instance-dead':
+    case 'queuebox:instance-deregistered': {
+      const { released, registered } = event as Partial<QueueBoxEventMap['queuebox:instance-dead']> &
+        QueueBoxEventMap['queuebox:instance-deregistered'];
+      const cause = name === 'queuebox:instance-dead' ? 'instance-dead' : 'shutdown';
+      // An unregistered owner was counted when it was declared dead; only its claims count again.
+      const counters = name === 'queuebox:instance-dead' && registered ? [count('queuebox_instances_dead_total', {})] : [];
+      for (const table of ['outbox', 'inbox'] as const) {
+        if (released[table] > 0) counters.push(count('queuebox_claims_released_total', { table, cause }, released[table]));
+      }
+      return { counters };
+    }
     default:
       return { counters: [] };
   }

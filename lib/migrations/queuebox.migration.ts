@@ -80,13 +80,10 @@ export function createQueueBoxKeyCollationMigration(
 }
 
 /**
- * The fifth QueueBox migration: on PostgreSQL it replaces migration 003's claim functions with this
- * version's claims (a pull claim takes an expired row again even when an earlier row of its
- * aggregate committed after it was claimed). Until it runs, QueueBox sees that the functions differ
- * from its claims and sends the claim statements instead, which are correct and planned on every
- * call. On SQL Server it runs nothing (its claims are not stored in the database). Its down
- * migration keeps the functions as they are (003's down drops them). Add it after the fourth; same
- * `tables`, and a `name` of its own per QueueBox schema in one database.
+ * The fifth QueueBox migration. The version that shipped it replaced migration 003's PostgreSQL
+ * claim functions here; this version's functions come with the sixth (their claims record the
+ * claiming instance), so it runs nothing on either database. Kept so a database that ran it and
+ * one that did not are numbered alike. Add it after the fourth.
  *
  * @example
  * migrations: [...QueueBoxMigrations]
@@ -95,6 +92,22 @@ export function createQueueBoxClaimFunctionsMigration(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
 ): new () => MigrationInterface {
   return migrationClass(options, DEFAULT_MIGRATION_NAMES.claimFunctions, 'claimFunctions');
+}
+
+/**
+ * The sixth QueueBox migration: the instances table (each QueueBox process registers itself and
+ * heartbeats, so a live replica ends a dead one's leases in seconds), the claim owner column
+ * `claimed_by` on both tables, and on PostgreSQL this version's claim functions (which write it;
+ * an older version's are dropped). QueueBox does not start without it. Add it after the fifth;
+ * same `tables`, and a `name` of its own per QueueBox schema in one database.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations]
+ */
+export function createQueueBoxInstancesMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.instances, 'instances');
 }
 
 /**
@@ -152,8 +165,11 @@ export const QueueBoxClaims1795996800000 = createQueueBoxClaimsMigration();
 /** The key-collation migration for the default table names; runs after `QueueBoxClaims1795996800000`. */
 export const QueueBoxKeyCollation1796083200000 = createQueueBoxKeyCollationMigration();
 
-/** The claim-functions migration for the default table names; runs after `QueueBoxKeyCollation1796083200000`. */
+/** The claim-functions migration for the default table names (runs nothing now); runs after `QueueBoxKeyCollation1796083200000`. */
 export const QueueBoxClaimFunctions1796169600000 = createQueueBoxClaimFunctionsMigration();
+
+/** The instances migration for the default table names; runs after `QueueBoxClaimFunctions1796169600000`. */
+export const QueueBoxInstances1796256000000 = createQueueBoxInstancesMigration();
 
 /**
  * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
@@ -165,4 +181,5 @@ export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
   QueueBoxClaims1795996800000,
   QueueBoxKeyCollation1796083200000,
   QueueBoxClaimFunctions1796169600000,
+  QueueBoxInstances1796256000000,
 ];

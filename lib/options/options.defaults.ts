@@ -30,6 +30,21 @@ export const DEFAULT_CLAIM_TIMEOUT_MS = 5 * MINUTE_MS;
 /** How long shutdown waits for work in flight (`outbox`, `inbox.relay`, `pull` `.shutdownTimeoutMs`). */
 export const DEFAULT_SHUTDOWN_TIMEOUT_MS = 10 * SECOND_MS;
 
+/**
+ * Time between two heartbeats of a QueueBox instance (`instances.heartbeatMs`): 3 seconds. Each
+ * beat also looks for instances that stopped beating.
+ */
+export const DEFAULT_HEARTBEAT_MS = 3 * SECOND_MS;
+
+/**
+ * Heartbeats missed for this long declare an instance dead and end its leases
+ * (`instances.deadAfterMs`): 15 seconds, five missed beats. At least three beats long.
+ */
+export const DEFAULT_DEAD_AFTER_MS = 15 * SECOND_MS;
+
+/** `instances.deadAfterMs` must span at least this many heartbeats: one slow beat must not declare a live instance dead. */
+export const MIN_BEATS_BEFORE_DEAD = 3;
+
 /** Attempts (claims) before a row is dead-lettered (`maxAttempts`, `retry.attempts`, `retry: <n>`'s fallback). */
 export const DEFAULT_MAX_ATTEMPTS = 10;
 

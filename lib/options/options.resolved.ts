@@ -64,6 +64,11 @@ export interface ResolvedPullOptions {
   handlerTimeoutMs: number;
 }
 
+export interface ResolvedInstancesOptions {
+  heartbeatMs: number;
+  deadAfterMs: number;
+}
+
 export interface ResolvedQueueBoxOptions {
   tables: QueueBoxTables;
   /** One line per deprecated option used (the module logs them at start-up). */
@@ -74,4 +79,5 @@ export interface ResolvedQueueBoxOptions {
   inbox: { relay: ResolvedRelayOptions };
   pull: ResolvedPullOptions;
   retention: ResolvedRetentionOptions;
+  instances: ResolvedInstancesOptions;
 }

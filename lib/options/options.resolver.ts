@@ -8,6 +8,7 @@ import { DEFAULT_TABLES } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
 import type {
+  InstancesOptions,
   OutboxOptions,
   PublisherOption,
   PullHandlerOptions,
@@ -25,10 +26,12 @@ import {
   DEFAULT_HANDLER_TIMEOUT_MS,
   DEFAULT_PUBLISHER,
   defaultPublishTimeoutMs,
+  MIN_BEATS_BEFORE_DEAD,
   MIN_INBOX_RETENTION_MS,
   reclaimIntervalMs,
 } from './options.defaults';
 import type {
+  ResolvedInstancesOptions,
   ResolvedOutboxOptions,
   ResolvedPullOptions,
   ResolvedQueueBoxOptions,
@@ -38,6 +41,7 @@ import type {
 } from './options.resolved';
 import { resolveRetry } from './options.retry';
 import {
+  INSTANCES_OPTIONS,
   keysOf,
   OUTBOX_OPTIONS,
   PULL_HANDLER_OPTIONS,
@@ -74,21 +78,25 @@ export function resolveOptions(options: QueueBoxModuleOptions = {}): ResolvedQue
     inbox: { relay: resolveRelay(inbox.relay ?? {}, deprecations) },
     pull: resolvePull(options.pull ?? {}, deprecations),
     retention: resolveRetention(options.retention ?? {}),
+    instances: resolveInstances(options.instances ?? {}),
   };
 }
 
 /** Validates the `tables` option (also used by the migration factory). */
 export function resolveTables(tables: QueueBoxModuleOptions['tables'] = {}): QueueBoxTables {
   expectObject('tables', tables);
-  rejectUnknownKeys('tables.', tables, ['outbox', 'inbox']);
-  const resolved: QueueBoxTables = {
-    outbox: parseTableName('tables.outbox', tables.outbox === undefined ? DEFAULT_TABLES.outbox : tables.outbox),
-    inbox: parseTableName('tables.inbox', tables.inbox === undefined ? DEFAULT_TABLES.inbox : tables.inbox),
-  };
-  if (resolved.outbox.qualified === resolved.inbox.qualified) {
-    throw new QueueBoxConfigError('tables', messages.tablesCollide(resolved.outbox.qualified));
-  }
-  return resolved;
+  rejectUnknownKeys('tables.', tables, ['outbox', 'inbox', 'instances']);
+  const outbox = parseTableName('tables.outbox', tables.outbox === undefined ? DEFAULT_TABLES.outbox : tables.outbox);
+  const inbox = parseTableName('tables.inbox', tables.inbox === undefined ? DEFAULT_TABLES.inbox : tables.inbox);
+  // The instances table lives beside the outbox by default (its schema, when it has one).
+  const instances = parseTableName(
+    'tables.instances',
+    tables.instances ?? (outbox.schema ? `${outbox.schema}.${DEFAULT_TABLES.instances}` : DEFAULT_TABLES.instances),
+  );
+  const names = [outbox.qualified, inbox.qualified, instances.qualified];
+  const repeated = names.find((name, i) => names.indexOf(name) !== i);
+  if (repeated) throw new QueueBoxConfigError('tables', messages.tablesCollide(repeated));
+  return { outbox, inbox, instances };
 }
 
 function resolveWorkers(workers: QueueBoxModuleOptions['workers']): Required<WorkersOptions> {
@@ -214,6 +222,17 @@ function resolveRetention(retention: RetentionOptions): ResolvedRetentionOptions
     intervalMs: integerOption('retention.intervalMs', retention.intervalMs, RETENTION_OPTIONS.intervalMs),
     batchSize: integerOption('retention.batchSize', retention.batchSize, RETENTION_OPTIONS.batchSize),
   };
+}
+
+function resolveInstances(instances: InstancesOptions): ResolvedInstancesOptions {
+  expectObject('instances', instances);
+  rejectUnknownKeys('instances.', instances, keysOf(INSTANCES_OPTIONS));
+  const heartbeatMs = integerOption('instances.heartbeatMs', instances.heartbeatMs, INSTANCES_OPTIONS.heartbeatMs);
+  const deadAfterMs = integerOption('instances.deadAfterMs', instances.deadAfterMs, INSTANCES_OPTIONS.deadAfterMs);
+  if (deadAfterMs < MIN_BEATS_BEFORE_DEAD * heartbeatMs) {
+    throw new QueueBoxConfigError('instances.deadAfterMs', messages.deadAfterTooShort(deadAfterMs, heartbeatMs, MIN_BEATS_BEFORE_DEAD));
+  }
+  return { heartbeatMs, deadAfterMs };
 }
 
 function handlerTimeout(option: string, value: Duration | undefined, fallback: number): number {

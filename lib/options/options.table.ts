@@ -1,4 +1,5 @@
 import type {
+  InstancesOptions,
   OutboxOptions,
   PullHandlerOptions,
   PullOptions,
@@ -12,6 +13,8 @@ import {
   DEFAULT_BATCH_SIZE,
   DEFAULT_CLAIM_TIMEOUT_MS,
   DEFAULT_CONCURRENCY,
+  DEFAULT_DEAD_AFTER_MS,
+  DEFAULT_HEARTBEAT_MS,
   DEFAULT_MAX_ATTEMPTS,
   DEFAULT_MAX_PAYLOAD_BYTES,
   DEFAULT_POLL_INTERVAL_MS,
@@ -55,7 +58,14 @@ export const TOP_LEVEL_OPTIONS = {
   inbox: {},
   pull: {},
   retention: {},
+  instances: {},
 } as const satisfies Record<keyof QueueBoxModuleOptions, OptionSpec>;
+
+/** `instances: { ... }`: heartbeats, and when a silent instance's leases end. */
+export const INSTANCES_OPTIONS = {
+  heartbeatMs: integerOption(DEFAULT_HEARTBEAT_MS, 100, 60_000),
+  deadAfterMs: integerOption(DEFAULT_DEAD_AFTER_MS, 1000, MAX_LEASE_MS),
+} as const satisfies Record<keyof InstancesOptions, OptionSpec>;
 
 /** What the outbox poller and the inbox relay share. */
 export const WORKER_OPTIONS = {

@@ -118,6 +118,11 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     return batches.flat();
   }
 
+  /** The connection set aside for renewals while the worker runs and it is connected; else `undefined` (the pool). */
+  renewalManager(): EntityManager | undefined {
+    return this.renewals?.managerIfConnected();
+  }
+
   /** One status per handler loop (read by health checks). */
   get status(): WorkerLoopStatus[] {
     return this.statuses;

@@ -11,7 +11,7 @@ import { QueueBoxHealth, type QueueBoxHealthCheckOptions } from '../health/queue
  *
  * - `isHealthy()` runs every check: database, draining, worker cycles and backlog lag. For a status
  *   page or alerting.
- * - `readiness()`: database reachable and not draining. Use it as the readiness probe: a replica
+ * - `readiness()`: database reachable, not draining, and this instance's heartbeats working. Use it as the readiness probe: a replica
  *   that drains for shutdown, or cannot reach its database, should get no new requests.
  * - `liveness()`: every running worker loop completed a claim cycle recently. Use it as the
  *   liveness probe: a restart helps a stuck worker, not a slow database or a long backlog.
@@ -39,7 +39,7 @@ export class QueueBoxHealthIndicator {
     return this.run((key ?? 'queuebox') as Key, options);
   }
 
-  /** Database reachable, not draining. Key `queuebox_readiness` unless given. */
+  /** Database reachable, not draining, heartbeats working. Key `queuebox_readiness` unless given. */
   readiness<const Key extends string = 'queuebox_readiness'>(
     key?: Key,
     options: Pick<QueueBoxHealthCheckOptions, 'timeoutMs'> = {},
@@ -48,6 +48,7 @@ export class QueueBoxHealthIndicator {
       ...options,
       database: true,
       draining: true,
+      heartbeat: true,
       maxCycleAgeMs: false,
       maxLagMs: false,
     });
@@ -62,6 +63,7 @@ export class QueueBoxHealthIndicator {
       maxCycleAgeMs: options.maxCycleAgeMs,
       database: false,
       draining: false,
+      heartbeat: false,
       maxLagMs: false,
     });
   }

@@ -117,6 +117,21 @@ export interface RetentionOptions {
   batchSize?: number;
 }
 
+/**
+ * Each QueueBox instance (one per process and DataSource) registers itself in the instances table
+ * and heartbeats by the database clock; a live replica ends the leases of one whose heartbeats
+ * stopped, so its keys move again in seconds instead of after the lease. See docs/delivery.md.
+ */
+export interface InstancesOptions {
+  /** Time between two heartbeats. Default 3000 ms. */
+  heartbeatMs?: number;
+  /**
+   * Heartbeats missed for this long declare an instance dead: any live replica ends its leases
+   * and the rows are claimed again at once. Default 15000 ms; at least three heartbeats.
+   */
+  deadAfterMs?: number;
+}
+
 /** Which workers run in this process. `false` everywhere makes a replica that only enqueues. */
 export interface WorkersOptions {
   outbox?: boolean;
@@ -133,8 +148,8 @@ export interface WorkersOptions {
  * })
  */
 export interface QueueBoxModuleOptions {
-  /** Table names, each optionally schema-qualified. Defaults `queuebox_outbox`, `queuebox_inbox`. */
-  tables?: { outbox?: string; inbox?: string };
+  /** Table names, each optionally schema-qualified. Defaults `queuebox_outbox`, `queuebox_inbox`, `queuebox_instances` (in the outbox's schema). */
+  tables?: { outbox?: string; inbox?: string; instances?: string };
   /** `true` (default) runs every worker; an object turns them on one by one; `false` runs none. */
   workers?: boolean | WorkersOptions;
   /** Largest accepted payload, in bytes of its JSON text. Default 1048576 (1 MiB). */
@@ -144,6 +159,8 @@ export interface QueueBoxModuleOptions {
   pull?: PullOptions;
   /** Deleting old finished rows. Off by default. */
   retention?: RetentionOptions;
+  /** Heartbeats of this process, and when a silent one's leases end. */
+  instances?: InstancesOptions;
 }
 
 /** Per-handler options of `@PullHandler(source, options)`. */

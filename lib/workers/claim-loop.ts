@@ -150,6 +150,7 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
   /** Consecutive failed claims; 0 while claims work. */
   private claimFailures = 0;
   private stopWaitingForDatabase?: () => void;
+  private stopping?: Promise<void>;
 
   constructor(
     private readonly options: ClaimLoopOptions,
@@ -226,11 +227,27 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
     this.waker.wake();
   }
 
-  async stop(): Promise<void> {
+  /**
+   * Runs the reclaim step now, then claims at once: another replica ended leases (a dead
+   * instance's) that the next reclaim would only find at its interval.
+   */
+  async reclaimNow(): Promise<void> {
+    await this.work.reclaim?.();
+    if (this.state === 'running') this.waker.wake();
+  }
+
+  /** Stops the loop; a second call while it stops waits for the same stop. */
+  stop(): Promise<void> {
+    if (this.state === 'stopping' && this.stopping) return this.stopping;
     if (this.state !== 'running') {
       this.state = 'stopped';
-      return;
+      return Promise.resolve();
     }
+    this.stopping = this.drain();
+    return this.stopping;
+  }
+
+  private async drain(): Promise<void> {
     this.state = 'stopping';
     this.stopWaitingForDatabase?.();
     if (this.reclaimTimer) {

@@ -57,6 +57,11 @@ export abstract class WorkerShell<C extends WorkerClaim<unknown>> implements OnA
     await this.afterStop();
   }
 
+  /** Runs each loop's reclaim step now and claims at once (a dead instance's leases were ended). */
+  async reclaimNow(): Promise<void> {
+    await Promise.all(this.loops().map(({ loop }) => loop.reclaimNow()));
+  }
+
   /** Whether each loop runs and when it last claimed (read by health checks). */
   get statuses(): WorkerLoopStatus[] {
     return this.loops().map(({ loop }) => loop.status);

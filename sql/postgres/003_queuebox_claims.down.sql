@@ -1,4 +1,4 @@
--- QueueBox claims (indexes and functions) (postgres, down), rendered from the TypeORM migration's statements.
+-- QueueBox claims indexes (postgres, down), rendered from the TypeORM migration's statements.
 
 DROP FUNCTION IF EXISTS "queuebox_inbox_pull_claim"(integer, bigint, text);
 

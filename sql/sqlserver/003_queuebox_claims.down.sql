@@ -1,4 +1,4 @@
--- QueueBox claims (indexes and functions) (mssql, down), rendered from the TypeORM migration's statements.
+-- QueueBox claims indexes (mssql, down), rendered from the TypeORM migration's statements.
 
 DROP INDEX IF EXISTS [queuebox_inbox_unkeyed_claim_idx] ON [queuebox_inbox];
 GO

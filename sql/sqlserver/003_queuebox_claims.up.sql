@@ -1,4 +1,4 @@
--- QueueBox claims (indexes and functions) (mssql, up), rendered from the TypeORM migration's statements.
+-- QueueBox claims indexes (mssql, up), rendered from the TypeORM migration's statements.
 
 SET ANSI_NULLS ON;
 GO

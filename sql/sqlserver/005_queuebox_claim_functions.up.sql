@@ -1,4 +1,4 @@
--- QueueBox claim functions of this version (mssql, up), rendered from the TypeORM migration's statements.
+-- QueueBox claim functions (moved to 006) (mssql, up), rendered from the TypeORM migration's statements.
 
--- Nothing to do on SQL Server: its claims are statements sent by QueueBox, not functions stored in the
--- database. The file keeps the migrations numbered alike in both dialects.
+-- Nothing to do: the version that shipped this migration wrote the PostgreSQL claim functions here; they now
+-- come with migration 006 (instances), whose claims record the claiming instance. Kept so the numbers stay.

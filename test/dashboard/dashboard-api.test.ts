@@ -170,8 +170,8 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
     assert.equal(session.readOnly, false);
     assert.equal(session.actor, 'ada');
     assert.deepEqual(session.instances, [
-      { name: 'orders', heartbeats: false },
-      { name: 'ledger', heartbeats: false },
+      { name: 'orders', heartbeats: true },
+      { name: 'ledger', heartbeats: true },
     ]);
   });
 
@@ -361,11 +361,16 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
     assert.match(String((await json(unknown)).message), /"orders", "ledger"/);
   });
 
-  it('heartbeats: not available until QueueBoxAdmin records instances (no made-up rows)', async () => {
-    const answer = await json(await api('orders/heartbeats'));
-    assert.equal(answer.available, false);
-    assert.deepEqual(answer.rows, []);
-    assert.match(String(answer.reason), /not recorded by this version/);
+  it('heartbeats: the instances table as QueueBoxAdmin.instances() reads it (the app on "orders" registered itself)', async () => {
+    const orders = await json(await api('orders/heartbeats'));
+    assert.equal(orders.available, true);
+    const rows = orders.rows as { host: string; pid: number; dataSource: string; alive: boolean }[];
+    assert.equal(rows.length, 1, 'one QueueBox process runs on "orders"');
+    assert.equal(rows[0]?.pid, process.pid);
+    assert.equal(rows[0]?.dataSource, 'default');
+    assert.equal(rows[0]?.alive, true);
+    const ledger = await json(await api('ledger/heartbeats'));
+    assert.deepEqual(ledger, { available: true, rows: [] }, 'no process runs QueueBox on "ledger"');
   });
 
   it('serves the page (CSP, no cache) and its assets from the package, gzipped, and nothing else', async () => {

@@ -115,18 +115,19 @@ describe('queuebox CLI', () => {
     assert.match(first.stdout, /Applied migration QueueBoxOperations1764633600000/);
     assert.match(first.stdout, /Applied migration QueueBoxClaims1795996800000/);
     assert.match(first.stdout, /Applied migration QueueBoxKeyCollation1796083200000: nothing to change on PostgreSQL/);
+    assert.match(first.stdout, /Applied migration QueueBoxClaimFunctions1796169600000: nothing to change/);
     assert.match(
       first.stdout,
-      /Applied migration QueueBoxClaimFunctions1796169600000: brought the claim functions up to this version's claims/,
+      /Applied migration QueueBoxInstances1796256000000: created the instances table and the claim owner columns, and wrote the claim functions of this version/,
     );
     assert.match(first.stdout, /Database: postgres:\/\/qb_cli_\d+:\*\*\*@/);
-    assert.deepEqual(await tableNames(db), ['migrations', 'queuebox_inbox', 'queuebox_outbox']);
+    assert.deepEqual(await tableNames(db), ['migrations', 'queuebox_inbox', 'queuebox_instances', 'queuebox_outbox']);
 
     const second = await queuebox(['migrate', '--url', url]);
     assert.equal(second.code, 0, second.stderr);
     assert.match(
       second.stdout,
-      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000, QueueBoxClaimFunctions1796169600000 are already applied/,
+      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000, QueueBoxClaimFunctions1796169600000, QueueBoxInstances1796256000000 are already applied/,
     );
     assert.deepEqual(await db.query('SELECT name FROM migrations ORDER BY id'), [
       { name: 'QueueBoxSchema1764460800000' },
@@ -134,6 +135,7 @@ describe('queuebox CLI', () => {
       { name: 'QueueBoxClaims1795996800000' },
       { name: 'QueueBoxKeyCollation1796083200000' },
       { name: 'QueueBoxClaimFunctions1796169600000' },
+      { name: 'QueueBoxInstances1796256000000' },
     ]);
     const indexes = await db.query<{ indexname: string }>("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%dead%' ORDER BY 1");
     assert.equal(indexes.length, 2, 'the operations indexes of dead rows exist');
@@ -164,7 +166,7 @@ describe('queuebox CLI', () => {
       QUEUEBOX_DATABASE_URL: withPassword(db.url),
     });
     assert.equal(run.code, 0, run.stderr);
-    assert.deepEqual(await tableNames(db, 'messaging'), ['in_box', 'out_box']);
+    assert.deepEqual(await tableNames(db, 'messaging'), ['in_box', 'out_box', 'queuebox_instances']);
 
     const status = await queuebox(['status', '--tables', 'outbox=messaging.out_box,inbox=messaging.in_box'], {
       DATABASE_URL: withPassword(db.url),
@@ -213,6 +215,42 @@ describe('queuebox CLI', () => {
     const billing = report.backlog[1].oldestPendingAgeSeconds;
     assert.ok(billing >= 90 && billing < 120, `oldest pending age ${billing}`);
     assert.equal(report.backlog[2].oldestPendingAgeSeconds, null);
+  });
+
+  it('instances lists each registered instance with its heartbeat, whether it is alive, and the rows it holds', async () => {
+    const db = await emptyDatabase();
+    const url = withPassword(db.url);
+    assert.equal((await queuebox(['migrate', '--url', url])).code, 0);
+    assert.match((await queuebox(['instances', '--url', url])).stdout, /No QueueBox instance is registered/);
+    const [alive, silent] = ['a11ce000-0000-4000-8000-000000000001', '5113e700-0000-4000-8000-000000000002'];
+    await db.query(
+      `INSERT INTO queuebox_instances (id, host, pid, data_source, version, dead_after_ms, started_at, heartbeat_at) VALUES
+         ($1, 'web-1', 101, 'default', '0.1.0', 15000, clock_timestamp() - interval '1 hour', clock_timestamp() - interval '2 seconds'),
+         ($2, 'web-2', 202, 'ledger', '0.1.0', 15000, clock_timestamp() - interval '30 minutes', clock_timestamp() - interval '40 seconds')`,
+      [alive, silent],
+    );
+    await db.query(
+      `INSERT INTO queuebox_outbox (message_id, destination, payload, state, attempts, claim_token, claimed_at, lease_expires_at, claimed_by)
+       VALUES (gen_random_uuid(), 'd', '{}', 'processing', 1, gen_random_uuid(), clock_timestamp(), clock_timestamp() + interval '5 minutes', $1)`,
+      [silent],
+    );
+    const text = await queuebox(['instances', '--url', url]);
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, /id\s+host\s+pid\s+data source\s+version\s+started\s+last heartbeat\s+alive\s+outbox claims\s+inbox claims/);
+    assert.match(text.stdout, new RegExp(`${alive}\\s+web-1\\s+101\\s+default\\s+0\\.1\\.0\\s+\\S+Z\\s+2\\.\\ds ago\\s+yes\\s+0\\s+0`));
+    assert.match(
+      text.stdout,
+      new RegExp(`${silent}\\s+web-2\\s+202\\s+ledger\\s+0\\.1\\.0\\s+\\S+Z\\s+4\\d\\.\\ds ago\\s+NO \\(silent > 15\\.0s\\)\\s+1\\s+0`),
+    );
+    const json = JSON.parse((await queuebox(['instances', '--url', url, '--json'])).stdout) as Record<string, unknown>[];
+    assert.deepEqual(
+      json.map((r) => [r.id, r.alive, r.claims]),
+      [
+        [alive, true, { outbox: 0, inbox: 0 }],
+        [silent, false, { outbox: 1, inbox: 0 }],
+      ],
+    );
+    assert.match((await queuebox(['--help'])).stdout, /instances\s+List the QueueBox instances/);
   });
 
   it('status on a database without the schema says to run migrate, and exits 1', async () => {
@@ -266,7 +304,7 @@ describe('queuebox CLI', () => {
     assert.equal(postgres.code, 0, postgres.stderr);
     assert.equal(
       `${postgres.stdout}`,
-      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}\n${renderSchemaSql('postgres', { migration: 'keyCollation' })}\n${renderSchemaSql('postgres', { migration: 'claimFunctions' })}`,
+      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}\n${renderSchemaSql('postgres', { migration: 'keyCollation' })}\n${renderSchemaSql('postgres', { migration: 'claimFunctions' })}\n${renderSchemaSql('postgres', { migration: 'instances' })}`,
       'the schema, the operations indexes, the claims, the key collation (a comment on PostgreSQL), the claim functions',
     );
     assert.match(postgres.stdout, /CREATE TABLE "queuebox_outbox"/);
@@ -276,7 +314,7 @@ describe('queuebox CLI', () => {
     const tables = { outbox: 'q.out', inbox: 'q.in' };
     assert.equal(
       mssql.stdout,
-      `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}\n${renderSchemaSql('mssql', { tables, migration: 'claims' })}\n${renderSchemaSql('mssql', { tables, migration: 'keyCollation' })}\n${renderSchemaSql('mssql', { tables, migration: 'claimFunctions' })}`,
+      `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}\n${renderSchemaSql('mssql', { tables, migration: 'claims' })}\n${renderSchemaSql('mssql', { tables, migration: 'keyCollation' })}\n${renderSchemaSql('mssql', { tables, migration: 'claimFunctions' })}\n${renderSchemaSql('mssql', { tables, migration: 'instances' })}`,
     );
     assert.match(mssql.stdout, /CREATE TABLE \[q\]\.\[out\]/);
     assert.match(mssql.stdout, /\nGO\n/);
@@ -553,11 +591,46 @@ describe('queuebox CLI', () => {
         `SELECT 'o' || id AS id, state, last_error FROM queuebox_outbox UNION ALL SELECT 'i' || id, state, last_error FROM queuebox_inbox ORDER BY 1`,
       );
 
+    // Key order-11: its head is held by an instance that stopped heartbeating a minute ago, one row waits behind it.
+    const dead = '0d0d0d0d-0000-4000-8000-000000000001';
+    await db.query(
+      `INSERT INTO queuebox_instances (id, host, pid, data_source, version, dead_after_ms, heartbeat_at)
+       VALUES ($1, 'gone-host', 4242, 'default', '0.1.0', 15000, clock_timestamp() - interval '1 minute')`,
+      [dead],
+    );
+    const [held] = await db.query<{ id: string }>(
+      `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, claim_token, claimed_at, lease_expires_at, claimed_by)
+       VALUES (gen_random_uuid(), 'billing', 'order-11', '{}', 'processing', 1, gen_random_uuid(), clock_timestamp() - interval '70 seconds',
+               clock_timestamp() + interval '4 minutes', $1),
+              (gen_random_uuid(), 'billing', 'order-11', '{}', 'pending', 0, NULL, NULL, NULL, NULL)
+       RETURNING id::text AS id`,
+      [dead],
+    );
+
     const text = await queuebox(['blocked', '--url', url, '--component', 'outbox']);
     assert.equal(text.code, 0, text.stderr);
-    assert.match(text.stdout, /head id\s+destination\s+key\s+state\s+attempts\s+next attempt\s+waiting\s+last error/);
-    assert.match(text.stdout, new RegExp(`${head}\\s+billing\\s+order-9\\s+pending\\s+2\\s+\\S+Z\\s+2\\s+HTTP 500 Internal Server Error`));
+    assert.match(
+      text.stdout,
+      /head id\s+destination\s+key\s+why\s+state\s+attempts\s+next attempt\s+held for\s+owner\s+waiting\s+last error/,
+    );
+    assert.match(
+      text.stdout,
+      new RegExp(`${head}\\s+billing\\s+order-9\\s+failing\\s+pending\\s+2\\s+\\S+Z\\s+-\\s+2\\s+HTTP 500 Internal Server Error`),
+    );
+    assert.match(
+      text.stdout,
+      new RegExp(`${held.id}\\s+billing\\s+order-11\\s+held\\s+processing\\s+1\\s+\\S+Z\\s+1m 1\\ds\\s+0d0d0d0d \\(DEAD\\)\\s+1\\s*$`, 'm'),
+    );
+    assert.match(text.stdout, /1 of these heads are held by an instance that stopped heartbeating/);
     assert.doesNotMatch(text.stdout, /order-10/);
+    const heldJson = (
+      JSON.parse((await queuebox(['blocked', '--url', url, '--component', 'outbox', '--json'])).stdout) as Record<string, unknown>[]
+    ).find((r) => r.key === 'order-11');
+    assert.equal(heldJson?.reason, 'held');
+    assert.equal(heldJson?.owner, dead);
+    assert.equal(heldJson?.ownerAlive, false);
+    assert.ok(Number(heldJson?.heldSeconds) >= 70, String(heldJson?.heldSeconds));
+    await db.query(`DELETE FROM queuebox_outbox WHERE "key" = 'order-11'`);
     const json = await queuebox(['blocked', '--url', url, '--component', 'inbox', '--json']);
     assert.deepEqual(
       (JSON.parse(json.stdout) as Record<string, unknown>[]).map((r) => [r.headId, r.name, r.key, r.waiting]),

@@ -3,6 +3,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { OutboxService } from '../../lib/outbox/outbox.service';
+import { QueueBoxInstance } from '../../lib/queuebox.instance';
 import { createTestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { gate, RecordingPublisher } from '../support/recording-publisher';
@@ -74,29 +75,36 @@ describe('I9: graceful shutdown', () => {
     assert.ok(rows.slice(1).every((r) => r.state === 'pending' && r.attempts === 0));
   });
 
-  it('after shutdownTimeoutMs it stops waiting; the row stays processing and is recovered later', async () => {
+  it('after shutdownTimeoutMs it stops waiting; leaving, it releases the abandoned row at once instead of after the lease', async () => {
     const stuck = new RecordingPublisher(
       (_message, signal) => new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
     );
+    // A lease far longer than the test: only the release on leaving can free the row in time.
     const first = await createTestApp(db.url, {
-      // publishTimeout above shutdownTimeoutMs (its default, a third of the lease, would end the publish first).
-      outbox: { publisher: stuck, pollIntervalMs: 20, claimTimeoutMs: 600, publishTimeout: 550, shutdownTimeoutMs: 300 },
+      outbox: { publisher: stuck, pollIntervalMs: 20, claimTimeoutMs: 120_000, publishTimeout: 60_000, shutdownTimeoutMs: 300 },
     });
     const dataSource = first.app.get<DataSource>(getDataSourceToken());
     const { id } = await dataSource.transaction((manager) => first.get(OutboxService).enqueue(manager, { destination: 'd', payload: 2 }));
     await stuck.waitForCalls(1);
+    const instance = first.get(QueueBoxInstance).id;
+    assert.deepEqual(await db.query('SELECT claimed_by FROM queuebox_outbox WHERE id = $1', [id]), [{ claimed_by: instance }]);
     const started = Date.now();
     await first.app.close();
     const took = Date.now() - started;
     assert.ok(took >= 300 && took < 3000, `close() took ${took} ms with a 300 ms shutdown timeout`);
     assert.equal(stuck.calls[0].signal.aborted, true, 'the abandoned publish was told to stop');
-    assert.equal(await stateOf(id), 'processing');
     assert.ok(first.logger.has('warn', 'shutdown timeout reached with 1 message(s) still in flight'));
+    assert.ok(
+      first.logger.has('warn', 'Left the instances table with 1 outbox and 0 inbox rows still claimed'),
+      JSON.stringify(first.logger.lines),
+    );
+    assert.deepEqual(await db.query('SELECT id FROM queuebox_instances WHERE id = $1', [instance]), [], 'deregistered');
+    assert.equal(await stateOf(id), 'pending', 'released and reclaimed on the way out, long before its lease would expire');
 
     const publisher = new RecordingPublisher();
-    const second = await createTestApp(db.url, { outbox: { publisher, pollIntervalMs: 20, claimTimeoutMs: 600 } });
+    const second = await createTestApp(db.url, { outbox: { publisher, pollIntervalMs: 20 } });
     try {
-      await eventually(async () => (await stateOf(id)) === 'sent', 'the reclaimed row to be published', 10_000);
+      await eventually(async () => (await stateOf(id)) === 'sent', 'the released row to be published', 10_000);
       assert.equal(publisher.calls[0].message.attempt, 2);
     } finally {
       await second.app.close();

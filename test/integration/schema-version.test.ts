@@ -5,11 +5,14 @@ import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource, type MigrationInterface } from 'typeorm';
+import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import {
+  createQueueBoxInstancesMigration,
   createQueueBoxMigration,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaims1795996800000,
+  QueueBoxInstances1796256000000,
   QueueBoxKeyCollation1796083200000,
   QueueBoxOperations1764633600000,
   QueueBoxSchema1764460800000,
@@ -71,6 +74,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxClaims1795996800000,
         QueueBoxKeyCollation1796083200000,
         QueueBoxClaimFunctions1796169600000,
+        QueueBoxInstances1796256000000,
       ]),
     );
     const app = await start(db, { retention: { enabled: true } });
@@ -81,27 +85,30 @@ describe('schema version checked at start-up', () => {
     );
   });
 
-  it('fails with only migration 001 when retention is on, naming the missing migration and the command', async () => {
+  it('fails with only migration 001, naming the missing required migrations (002 with retention on, and 006) and the command', async () => {
     const db = track(await databaseWith([QueueBoxSchema1764460800000]));
+    await assert.rejects(start(db, {}), /lacks migration QueueBoxInstances1796256000000 /);
     await assert.rejects(start(db, { retention: { enabled: true } }), (error: unknown) => {
       assert.ok(error instanceof QueueBoxConfigError, String(error));
       assert.equal(error.option, 'migrations');
-      assert.match(error.message, /lacks migration QueueBoxOperations1764633600000 /);
+      assert.match(error.message, /lacks migrations QueueBoxOperations1764633600000, QueueBoxInstances1796256000000 /);
       assert.match(error.message, /npx --no-install queuebox migrate`/);
       assert.doesNotMatch(error.message, /QueueBoxClaims/); // optional: a warning, not a failure
       assert.doesNotMatch(error.message, /QueueBoxKeyCollation/); // no statement on PostgreSQL: a warning
+      assert.doesNotMatch(error.message, /QueueBoxClaimFunctions/); // no statement in this version: a warning
       return true;
     });
   });
 
-  it('starts with only migration 001 when retention is off, warning of 002, 003, 004 and 005', async () => {
-    const db = track(await databaseWith([QueueBoxSchema1764460800000]));
+  it('starts with migrations 001 and 006 when retention is off, warning of 002, 003, 004 and 005', async () => {
+    const db = track(await databaseWith([QueueBoxSchema1764460800000, QueueBoxInstances1796256000000]));
     const app = await start(db, {});
     await app.close();
     assert.ok(app.logger.has('warn', 'QueueBoxOperations1764633600000 is not recorded'), JSON.stringify(app.logger.lines));
     assert.ok(app.logger.has('warn', 'QueueBoxClaims1795996800000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxKeyCollation1796083200000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxClaimFunctions1796169600000 is not recorded'));
+    assert.ok(!app.logger.has('warn', 'QueueBoxInstances1796256000000'), 'recorded: no warning');
   });
 
   it("reads the DataSource's own migrationsTableName and names it in the command", async () => {
@@ -117,22 +124,24 @@ describe('schema version checked at start-up', () => {
   it('checks the names the app gave its QueueBox migrations', async () => {
     const tables = { outbox: 'billing_outbox', inbox: 'billing_inbox' };
     const renamed = createQueueBoxMigration({ tables, name: 'BillingQueueBox1790000000000' });
-    const db = track(await databaseWith([renamed]));
+    const instances = createQueueBoxInstancesMigration({ tables, name: 'BillingInstances1790000000001' });
+    const db = track(await databaseWith([renamed, instances]));
     await assert.rejects(
-      start(db, { tables, retention: { enabled: true } }, { migrations: [renamed] }),
+      start(db, { tables, retention: { enabled: true } }, { migrations: [renamed, instances] }),
       /lacks migration QueueBoxOperations1764633600000 /,
     );
-    const app = await start(db, { tables }, { migrations: [renamed] });
+    const app = await start(db, { tables }, { migrations: [renamed, instances] });
     await app.close();
     assert.ok(
       !app.logger.lines.some((line) => line.message.includes('BillingQueueBox1790000000000')),
       'the renamed schema migration counts as recorded',
     );
+    assert.ok(!app.logger.lines.some((line) => line.message.includes('Instances')), 'and the renamed instances migration');
   });
 
   it('does not version tables created from plain SQL (no record at all), and says so', async () => {
     const db = track(await createTestDatabase({ migrate: false }));
-    await db.query(renderSchemaSql('postgres'));
+    for (const migration of SCHEMA_MIGRATIONS) await db.query(renderSchemaSql('postgres', { migration }));
     const app = await start(db, { retention: { enabled: true } });
     await app.close();
     assert.ok(app.logger.has('log', 'their version is not checked'), JSON.stringify(app.logger.lines));

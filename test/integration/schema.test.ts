@@ -51,6 +51,9 @@ describe('schema', () => {
     await db.query(readFileSync(join(ROOT, 'sql/postgres/001_queuebox.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/002_queuebox_operations.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/003_queuebox_claims.up.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/004_queuebox_key_collation.up.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/005_queuebox_claim_functions.up.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/006_queuebox_instances.up.sql'), 'utf8'));
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_sent\\_idx'")).length, 1);
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_unkeyed\\_claim\\_idx'")).length, 2);
     const publisher = new RecordingPublisher();
@@ -62,6 +65,10 @@ describe('schema', () => {
     } finally {
       await t.app.close();
     }
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/006_queuebox_instances.down.sql'), 'utf8'));
+    assert.deepEqual(await db.query("SELECT proname FROM pg_proc WHERE proname LIKE 'queuebox%claim'"), [], 'the claim functions went');
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/005_queuebox_claim_functions.down.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/004_queuebox_key_collation.down.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/003_queuebox_claims.down.sql'), 'utf8'));
     assert.deepEqual(await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_unkeyed\\_claim\\_idx'"), []);
     await db.query(readFileSync(join(ROOT, 'sql/postgres/002_queuebox_operations.down.sql'), 'utf8'));
@@ -90,7 +97,8 @@ describe('schema', () => {
       const tablesInSchema = await client.query("SELECT tablename FROM pg_tables WHERE schemaname = 'messaging' ORDER BY 1");
       assert.deepEqual(
         tablesInSchema.rows.map((r) => r.tablename),
-        ['events_in', 'events_out'],
+        ['events_in', 'events_out', 'queuebox_instances'],
+        'the instances table beside the outbox, in its schema',
       );
       assert.equal(migration.name, 'QueueBoxSchema1764460800000');
       // Migration 002 on schema-qualified names: its indexes exist, and its down drops them by their qualified names.
@@ -188,7 +196,11 @@ describe('schema', () => {
     const pagesPerClaim = async () => {
       await client.query('BEGIN');
       try {
-        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${outboxClaimSql('"queuebox_outbox"')}`, [10, 60_000]);
+        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${outboxClaimSql('"queuebox_outbox"')}`, [
+          10,
+          60_000,
+          null,
+        ]);
         const plan = rows[0]['QUERY PLAN'][0].Plan;
         const candidates = findNode(plan, (node) => node['Subplan Name'] === 'CTE candidates');
         assert.ok(candidates, 'the claim plan has its candidates CTE');
@@ -242,7 +254,11 @@ describe('schema', () => {
       await client.query('ANALYZE queuebox_outbox');
       await client.query('BEGIN');
       try {
-        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${outboxClaimSql('"queuebox_outbox"')}`, [10, 60_000]);
+        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${outboxClaimSql('"queuebox_outbox"')}`, [
+          10,
+          60_000,
+          null,
+        ]);
         // Everything the claim read to find and lock its rows (its search CTEs run inside this one).
         const candidates = findNode(rows[0]['QUERY PLAN'][0].Plan, (node) => node['Subplan Name'] === 'CTE candidates');
         assert.ok(candidates, 'the claim plan has its candidates CTE');
@@ -273,8 +289,8 @@ describe('schema', () => {
     const client = new Client({ connectionString: db.url });
     await client.connect();
     const claims = {
-      relay: [inboxRelayClaimSql('"queuebox_inbox"'), [10, 60_000, ['src']]],
-      pull: [inboxPullClaimSql('"queuebox_inbox"'), [10, 60_000, 'src']],
+      relay: [inboxRelayClaimSql('"queuebox_inbox"'), [10, 60_000, ['src'], null]],
+      pull: [inboxPullClaimSql('"queuebox_inbox"'), [10, 60_000, 'src', null]],
     } as const;
     const claimBehindBusyAggregates = async (kind: keyof typeof claims, waiting: number) => {
       await client.query('TRUNCATE queuebox_inbox');
@@ -363,7 +379,7 @@ describe('schema', () => {
       // A function of an older version (its source differs from this version's claim): not used.
       // Made to fail with its own name, so a claim that reached it would say so.
       await db.query(
-        `CREATE OR REPLACE FUNCTION queuebox_inbox_pull_claim(p_limit integer, p_lease_ms bigint, p_source text) RETURNS SETOF queuebox_inbox
+        `CREATE OR REPLACE FUNCTION queuebox_inbox_pull_claim(p_limit integer, p_lease_ms bigint, p_source text, p_instance uuid) RETURNS SETOF queuebox_inbox
          LANGUAGE plpgsql AS $f$ BEGIN RAISE EXCEPTION 'reached the old queuebox_inbox_pull_claim'; END $f$`,
       );
       const restarted = await createTestApp(db.url, { workers: false });
@@ -374,15 +390,15 @@ describe('schema', () => {
         assert.equal((await take.outbox.claim({ limit: 10, leaseMs: 60_000 })).length, 1);
         assert.ok(
           restarted.logger.has('warn', 'written by an older QueueBox version') &&
-            restarted.logger.has('warn', 'QueueBoxClaimFunctions1796169600000'),
+            restarted.logger.has('warn', 'QueueBoxInstances1796256000000'),
           'says which migration brings them up to date',
         );
       } finally {
         await restarted.app.close();
       }
-      // Gone (migration 003 rolled back while the application runs): the claim statement, same rows.
+      // Gone (migration 006 rolled back while the application runs): the claim statement, same rows.
       for (const [kind, fn] of Object.entries(functions)) {
-        const args = { outbox: 'integer, bigint', relay: 'integer, bigint, text[]', pull: 'integer, bigint, text' }[kind];
+        const args = { outbox: 'integer, bigint, uuid', relay: 'integer, bigint, text[], uuid', pull: 'integer, bigint, text, uuid' }[kind];
         await db.query(`DROP FUNCTION ${fn}(${args})`);
       }
       await fill();
@@ -392,7 +408,7 @@ describe('schema', () => {
     }
   });
 
-  it('migration 005 brings the claim functions of an older version up to date', async () => {
+  it('migration 006 replaces the claim functions of an older version (migrations 003 and 005 of earlier versions wrote them)', async () => {
     const db = await newDatabase({ migrate: false });
     const migrations = createQueueBoxMigrations();
     const run = async (classes: typeof migrations) => {
@@ -410,6 +426,11 @@ describe('schema', () => {
        LANGUAGE plpgsql AS $f$ BEGIN RAISE EXCEPTION 'an older version'; END $f$`,
     );
     await run(migrations);
+    assert.deepEqual(
+      await db.query("SELECT to_regprocedure('queuebox_inbox_pull_claim(integer, bigint, text)')::text AS legacy"),
+      [{ legacy: null }],
+      'the older signature is dropped',
+    );
     const t = await createTestApp(db.url, { workers: false });
     try {
       await db.query(`INSERT INTO queuebox_inbox (source, idempotency_key, payload) VALUES ('pulled', 'i1', '1')`);

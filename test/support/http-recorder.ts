@@ -7,6 +7,8 @@ export interface RecordedRequest {
   body: string;
   /** What the server answered (0 when the connection was dropped or never answered). */
   status: number;
+  /** When the request arrived (`Date.now()`). */
+  receivedAt: number;
 }
 
 /** Decides the answer to a request: a status, 'hang' (never answer) or 'drop' (destroy the socket). */
@@ -51,9 +53,16 @@ export class HttpRecorder {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse) {
+    const receivedAt = Date.now();
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
-    const request: RecordedRequest = { path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString(), status: 0 };
+    const request: RecordedRequest = {
+      path: req.url ?? '',
+      headers: req.headers,
+      body: Buffer.concat(chunks).toString(),
+      status: 0,
+      receivedAt,
+    };
     const answer = await this.responder(request);
     if (answer === 'hang') {
       this.hanging.add(res);

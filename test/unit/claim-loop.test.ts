@@ -64,11 +64,18 @@ function setup(keyed: boolean) {
 
 const settle = () => new Promise((resolve) => setTimeout(resolve, 20));
 
+/** Waits until `done()` holds (a loaded machine may take longer than one `settle`), then one `settle` more: nothing else may follow. */
+async function settledWhen(done: () => boolean): Promise<void> {
+  const deadline = Date.now() + 5000;
+  while (!done() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
+  await settle();
+}
+
 describe('ClaimLoop', () => {
   it('claims again while the outcomes of claims that hold no other row are written', async () => {
     const { loop, claimed, writes } = setup(false);
     loop.start();
-    await settle();
+    await settledWhen(() => claimed.length >= 2 && loop.inFlightCount >= 8);
     // Every claim gave back its slot and waits for its write: those do not count, so the loop
     // claimed more, but never more than batchSize of them (writes that never end cannot let claims pile up).
     assert.deepEqual(claimed, [4, 4]);
@@ -85,11 +92,11 @@ describe('ClaimLoop', () => {
   it('waits for the writes of keyed claims before claiming again (a claim made over them would find their keys in flight)', async () => {
     const { loop, claimed, writes } = setup(true);
     loop.start();
-    await settle();
+    await settledWhen(() => writes.length >= 4);
     assert.deepEqual(claimed, [4]);
     assert.equal(loop.inFlightCount, 4);
     for (const write of writes.splice(0)) write();
-    await settle();
+    await settledWhen(() => claimed.length >= 2);
     assert.deepEqual(claimed, [4, 4]);
     const stopping = loop.stop();
     for (let i = 0; i < 5; i++) {

@@ -27,6 +27,8 @@ describe('public barrel', () => {
       'createQueueBoxKeyCollationMigration',
       'QueueBoxClaimFunctions1796169600000',
       'createQueueBoxClaimFunctionsMigration',
+      'QueueBoxInstances1796256000000',
+      'createQueueBoxInstancesMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -55,6 +57,7 @@ describe('public barrel', () => {
         'QueueBoxClaims1795996800000',
         'QueueBoxKeyCollation1796083200000',
         'QueueBoxClaimFunctions1796169600000',
+        'QueueBoxInstances1796256000000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import { MssqlParameter } from 'typeorm';
-import { parseTableName } from '../../lib/common/identifiers';
 import { finishedCountQuery, rowStatesQuery } from '../../lib/dialects/registry';
+import { resolveTables } from '../../lib/options/options.resolver';
 
 // The SQL Server side of the read-only inspection statements (CLI status, queuebox/testing), checked
 // without a server like the dialect's own statements: they parse with the T-SQL grammar. The
@@ -22,10 +22,7 @@ function tsqlSyntaxErrors(statement: string): string[] {
 }
 
 describe('inspection statements on SQL Server', () => {
-  const tables = {
-    outbox: parseTableName('tables.outbox', 'messaging.events_out'),
-    inbox: parseTableName('tables.inbox', 'queuebox_inbox'),
-  };
+  const tables = resolveTables({ outbox: 'messaging.events_out', inbox: 'queuebox_inbox' });
 
   it('the finished-row count parses and reads both tables, quoted', () => {
     const { sql, params } = finishedCountQuery('mssql', tables);

@@ -104,7 +104,27 @@ describe('options (I10)', () => {
     for (const bad of ['', 'a.b.c', 'outbox; DROP TABLE users', '"quoted"', '1abc', 'a-b', 'x'.repeat(49), 'a.', null, 42]) {
       rejects({ workers: false, tables: { outbox: bad } }, 'tables.outbox', 'must be a table name');
     }
-    rejects({ workers: false, tables: { outbox: 'same', inbox: 'same' } }, 'tables', 'both name');
+    rejects({ workers: false, tables: { outbox: 'same', inbox: 'same' } }, 'tables', 'give each table its own name');
+  });
+
+  it('instances: heartbeats every 3 s, dead after 15 s, in the outbox table’s schema; bounds, three heartbeats and unknown keys refused by name', () => {
+    const resolved = resolveOptions({ workers: false });
+    assert.deepEqual(resolved.instances, { heartbeatMs: 3000, deadAfterMs: 15_000 });
+    assert.equal(resolved.tables.instances.qualified, 'queuebox_instances');
+    assert.equal(
+      resolveOptions({ workers: false, tables: { outbox: 'messaging.out' } }).tables.instances.qualified,
+      'messaging.queuebox_instances',
+    );
+    assert.equal(resolveOptions({ workers: false, tables: { instances: 'ops.nodes' } }).tables.instances.qualified, 'ops.nodes');
+    assert.deepEqual(resolveOptions({ workers: false, instances: { heartbeatMs: 500, deadAfterMs: 1500 } }).instances, {
+      heartbeatMs: 500,
+      deadAfterMs: 1500,
+    });
+    rejects({ workers: false, instances: { heartbeatMs: 50 } }, 'instances.heartbeatMs', 'from 100 to 60000');
+    rejects({ workers: false, instances: { deadAfterMs: 500 } }, 'instances.deadAfterMs', 'from 1000 to');
+    rejects({ workers: false, instances: { heartbeatMs: 1000, deadAfterMs: 2999 } }, 'instances.deadAfterMs', 'at least 3000 ms');
+    rejects({ workers: false, instances: { heartbeatMS: 1000 } }, 'instances.heartbeatMS', 'heartbeatMs');
+    rejects({ workers: false, tables: { outbox: 'x', instances: 'x' } }, 'tables', 'give each table its own name');
   });
 
   it('validates the migration factory options the same way', () => {

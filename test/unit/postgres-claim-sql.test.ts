@@ -9,7 +9,7 @@ import { inlineParams, pgLiteral } from '../../lib/dialects/postgres/quoting';
 
 describe('PostgreSQL serialized claim text', () => {
   it('runs at READ COMMITTED, takes the lock first, then the claim, with every placeholder replaced', () => {
-    const text = serializedClaimSql('queuebox_outbox_claim_queuebox_outbox', outboxClaimSql('"queuebox_outbox"'), [25, 300_000]);
+    const text = serializedClaimSql('queuebox_outbox_claim_queuebox_outbox', outboxClaimSql('"queuebox_outbox"'), [25, 300_000, null]);
     const [isolation, lock, claim] = text.split(';\n');
     assert.equal(isolation, 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED');
     assert.equal(lock, "SELECT pg_advisory_xact_lock(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0))");
@@ -20,10 +20,12 @@ describe('PostgreSQL serialized claim text', () => {
   });
 
   it('inlines the relay sources as a text array and the pull source as a literal', () => {
-    const relay = inlineParams(inboxRelayClaimSql('"queuebox_inbox"'), [10, 1000, ['a', "o'brien"]]);
+    const relay = inlineParams(inboxRelayClaimSql('"queuebox_inbox"'), [10, 1000, ['a', "o'brien"], null]);
     assert.match(relay, /unnest\(ARRAY\['a', 'o''brien'\]::text\[\]::text\[\]\)/);
-    const pull = inlineParams(inboxPullClaimSql('"queuebox_inbox"'), [1, 1000, 'payments']);
+    const pull = inlineParams(inboxPullClaimSql('"queuebox_inbox"'), [1, 1000, 'payments', '4b1a7c1e-0000-4000-8000-000000000001']);
     assert.match(pull, /i\.source = 'payments'/);
+    assert.match(pull, /claimed_by = '4b1a7c1e-0000-4000-8000-000000000001'::uuid/, 'the claim names its instance');
+    assert.match(relay, /claimed_by = NULL::uuid/, 'no instance: the owner is null');
     assert.doesNotMatch(relay + pull, /\$\d/);
     assert.match(inlineParams('SELECT $1', [[]]), /'\{\}'::text\[\]/);
   });

@@ -344,7 +344,7 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
     assert.match(renderSchemaSql('postgres', { migration: 'keyCollation' }), /Nothing to do on PostgreSQL/);
   });
 
-  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation and 005_queuebox_claim_functions .{up,down}.sql, one GO batch per statement', () => {
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions and 006_queuebox_instances .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
@@ -359,6 +359,8 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
         '004_queuebox_key_collation.down.sql',
         '005_queuebox_claim_functions.up.sql',
         '005_queuebox_claim_functions.down.sql',
+        '006_queuebox_instances.up.sql',
+        '006_queuebox_instances.down.sql',
       ],
     );
     const up = renderSchemaSql('mssql');
@@ -398,6 +400,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       ['nvarchar', 'queuebox_outbox_claim_queuebox_outbox', 255],
       ['int', 10],
       ['bigint', 60_000],
+      ['uniqueidentifier', null],
     ]);
     assert.deepEqual(
       rows.map((r) => r.id),
@@ -435,6 +438,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       ['int', 5],
       ['bigint', 1000],
       ['nvarchar', '["orders"]', 65535],
+      ['uniqueidentifier', null],
     ]);
     for (const [number, fragment] of [
       [51002, 'returned -2 (the request was cancelled)'],
@@ -452,7 +456,8 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
 
   it('runs the pull claim in a transaction that owns the lock on the source', async () => {
     const { dataSource, calls } = scriptedDataSource(() => ({ records: [] }));
-    await createDialect(dataSource, TABLES).inboxPullClaimBatch({ source: 'payments', limit: 3, leaseMs: 30_000 });
+    const instanceId = '4b1a7c1e-0000-4000-8000-000000000001';
+    await createDialect(dataSource, TABLES, { instanceId }).inboxPullClaimBatch({ source: 'payments', limit: 3, leaseMs: 30_000 });
     assert.deepEqual(
       calls.map((c) => c.what),
       ['startTransaction', 'query', 'commitTransaction', 'release'],
@@ -463,6 +468,7 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       ['int', 3],
       ['bigint', 30_000],
       ['nvarchar', 'payments', 255],
+      ['uniqueidentifier', instanceId],
     ]);
     const failing = scriptedDataSource(() => sqlError(51001));
     await assert.rejects(
@@ -788,7 +794,7 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
           }),
         [MAX],
       ],
-      ['outboxClaimBatch', () => dialect.outboxClaimBatch({ limit: 5, leaseMs: 1000 }), [N255, 'int', 'bigint']],
+      ['outboxClaimBatch', () => dialect.outboxClaimBatch({ limit: 5, leaseMs: 1000 }), [N255, 'int', 'bigint', 'uniqueidentifier']],
       ['outboxReclaim', () => dialect.outboxReclaim({ maxAttempts: 3 }), ['int']],
       [
         'inboxInsertIfAbsent',
@@ -801,10 +807,14 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
       [
         'inboxRelayClaimBatch',
         () => dialect.inboxRelayClaimBatch({ sources: ['a'], limit: 5, leaseMs: 1000 }),
-        [N255, 'int', 'bigint', MAX],
+        [N255, 'int', 'bigint', MAX, 'uniqueidentifier'],
       ],
       ['inboxReclaim', () => dialect.inboxReclaim({ sources: ['a'], maxAttempts: 3 }), ['int', MAX]],
-      ['inboxPullClaimBatch', () => dialect.inboxPullClaimBatch({ source: 'a', limit: 5, leaseMs: 1000 }), [N255, 'int', 'bigint', N255]],
+      [
+        'inboxPullClaimBatch',
+        () => dialect.inboxPullClaimBatch({ source: 'a', limit: 5, leaseMs: 1000 }),
+        [N255, 'int', 'bigint', N255, 'uniqueidentifier'],
+      ],
       ['inboxFollowers', () => dialect.inboxFollowers({ heads: [{ id: '3', source: 's', aggregateId: 'a' }], perHead: 5 }), [MAX, 'int']],
       [
         'inboxCompleteFollowers',
@@ -842,6 +852,16 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
       ],
       ['retentionWithLock', () => dialect.retentionWithLock(async () => 0), [N255]],
       ['retentionDeleteBatch', () => dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 1000, limit: 5 }), ['bigint', 'int']],
+      [
+        'instanceRegister',
+        () =>
+          dialect.instanceRegister({ id: fence.token, host: 'h', pid: 7, dataSource: 'default', version: '1.0.0', deadAfterMs: 15_000 }),
+        ['uniqueidentifier', N255, 'int', N255, N255, 'int'],
+      ],
+      ['instanceHeartbeat', () => dialect.instanceHeartbeat({ id: fence.token }), ['uniqueidentifier']],
+      ['instanceEndDead', () => dialect.instanceEndDead({ unregisteredAfterMs: 15_000 }), ['int']],
+      ['instanceDeregister', () => dialect.instanceDeregister({ id: fence.token }), ['uniqueidentifier']],
+      ['instanceList', () => dialect.instanceList(), []],
     ];
     for (const [method, call, types] of expected) {
       const before = calls.length;

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
-import { parseTableName } from '../../lib/common/identifiers';
 import type { QueueBoxTables } from '../../lib/dialects/dialect';
 import * as postgresClaims from '../../lib/dialects/postgres/claims.sql';
 import * as postgresInbox from '../../lib/dialects/postgres/inbox.sql';
@@ -10,6 +9,7 @@ import * as checks from '../../lib/dialects/sqlserver/checks.sql';
 import * as claims from '../../lib/dialects/sqlserver/claims.sql';
 import * as followers from '../../lib/dialects/sqlserver/followers.sql';
 import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
+import * as instances from '../../lib/dialects/sqlserver/instances.sql';
 import * as lease from '../../lib/dialects/sqlserver/lease.sql';
 import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
 import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
@@ -18,6 +18,8 @@ import {
   KEY_COLLATION,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
+  sqlServerInstancesDown,
+  sqlServerInstancesUp,
   sqlServerKeyCollationDown,
   sqlServerKeyCollationUp,
   sqlServerOperationsDown,
@@ -25,6 +27,7 @@ import {
   sqlServerSchemaDown,
   sqlServerSchemaUp,
 } from '../../lib/dialects/sqlserver/schema';
+import { resolveTables } from '../../lib/options/options.resolver';
 
 /** Every SQL Server statement builder: the exports of its *.sql.ts files. */
 const sql = { ...outbox, ...inbox, ...claims, ...followers, ...lease, ...checks, ...admin, ...retention };
@@ -47,13 +50,24 @@ function tsqlSyntaxErrors(statement: string): string[] {
   return errors;
 }
 
-const tablesFor = (outbox: string, inbox: string): QueueBoxTables => ({
-  outbox: parseTableName('tables.outbox', outbox),
-  inbox: parseTableName('tables.inbox', inbox),
-});
+const tablesFor = (outbox: string, inbox: string): QueueBoxTables => resolveTables({ outbox, inbox });
 const TABLE_SETS = [tablesFor('queuebox_outbox', 'queuebox_inbox'), tablesFor('messaging.events_out', 'messaging.events_in')];
 
 type Builder = (table: string, finished: { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' }) => string;
+
+/** The instances table's statements: each takes the instances, outbox and inbox tables. */
+function instanceStatements(): { name: string; statement: string; params: number }[] {
+  return TABLE_SETS.flatMap((tables) => {
+    const [n, o, i] = [mssqlTable(tables.instances), mssqlTable(tables.outbox), mssqlTable(tables.inbox)];
+    return [
+      { name: `instanceRegisterSql(${n})`, statement: instances.instanceRegisterSql(n), params: 6 },
+      { name: `instanceHeartbeatSql(${n})`, statement: instances.instanceHeartbeatSql(n), params: 1 },
+      { name: `instanceEndDeadSql(${n})`, statement: instances.instanceEndDeadSql(n, o, i), params: 1 },
+      { name: `instanceDeregisterSql(${n})`, statement: instances.instanceDeregisterSql(n, o, i), params: 1 },
+      { name: `instanceListSql(${n})`, statement: instances.instanceListSql(n, o, i), params: 0 },
+    ];
+  });
+}
 
 /** The admin and retention builders, whose parameters differ (a component, a kind); `adminStatements` covers them. */
 const ADMIN_BUILDERS = new Set([
@@ -75,7 +89,7 @@ const RETENTION_KINDS = ['outbox-sent', 'inbox-processed', 'outbox-dead', 'inbox
 /** Every variant of every admin and retention statement, for each table set. */
 function adminStatements(): { name: string; statement: string }[] {
   return TABLE_SETS.flatMap((tables) => {
-    const table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
+    const table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox), instances: mssqlTable(tables.instances) };
     return [
       { name: `adminBacklogSql(${table.outbox})`, statement: sql.adminBacklogSql(table.outbox, table.inbox) },
       { name: `adminThroughputSql(${table.outbox})`, statement: sql.adminThroughputSql(table.outbox, table.inbox) },
@@ -84,11 +98,11 @@ function adminStatements(): { name: string; statement: string }[] {
         { name: `deadLetterListSql(${table[c]})`, statement: sql.deadLetterListSql(table[c], c, false) },
         { name: `deadLetterListSql(${table[c]}, payload)`, statement: sql.deadLetterListSql(table[c], c, true) },
         { name: `deadLetterListSql(${table[c]}, newest first)`, statement: sql.deadLetterListSql(table[c], c, false, true) },
-        { name: `adminClaimListSql(${table[c]})`, statement: sql.adminClaimListSql(table[c], c) },
+        { name: `adminClaimListSql(${table[c]})`, statement: sql.adminClaimListSql(table[c], c, table.instances) },
         { name: `deadLetterCountSql(${table[c]})`, statement: sql.deadLetterCountSql(table[c], c) },
         { name: `deadLetterReplaySql(${table[c]})`, statement: sql.deadLetterReplaySql(table[c], c) },
         { name: `deadLetterDiscardSql(${table[c]})`, statement: sql.deadLetterDiscardSql(table[c], c) },
-        { name: `blockedKeyListSql(${table[c]})`, statement: sql.blockedKeyListSql(table[c], c) },
+        { name: `blockedKeyListSql(${table[c]})`, statement: sql.blockedKeyListSql(table[c], c, table.instances) },
         { name: `blockedKeySkipHeadSql(${table[c]})`, statement: sql.blockedKeySkipHeadSql(table[c], c) },
       ]),
       ...RETENTION_KINDS.map((kind) => {
@@ -132,10 +146,12 @@ function schemaStatements(): { name: string; statement: string }[] {
       name: `key collation down #${n} (${tables.outbox.qualified})`,
       statement,
     })),
+    ...sqlServerInstancesUp(tables).map((statement, n) => ({ name: `instances up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerInstancesDown(tables).map((statement, n) => ({ name: `instances down #${n} (${tables.outbox.qualified})`, statement })),
   ]);
 }
 
-const ALL = [...schemaStatements(), ...builderStatements(), ...adminStatements()];
+const ALL = [...schemaStatements(), ...builderStatements(), ...adminStatements(), ...instanceStatements()];
 const T = '[messaging].[events_out]';
 const FINISHED_SENT = { state: 'sent', column: 'sent_at' } as const;
 const FENCE = "[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > SYSUTCDATETIME()";
@@ -313,7 +329,7 @@ END;
 
   it('numbers parameters @0..@n-1 with none skipped, as documented per statement', () => {
     const expected: Record<string, number> = {
-      outboxClaimSql: 3,
+      outboxClaimSql: 4,
       outboxReclaimSql: 1,
       outboxInsertSql: 1,
       leaseRenewSql: 3,
@@ -324,9 +340,9 @@ END;
       leaseDeadLetterSql: 3,
       inboxInsertSql: 5,
       inboxFindSql: 2,
-      inboxRelayClaimSql: 4,
+      inboxRelayClaimSql: 5,
       inboxReclaimSql: 2,
-      inboxPullClaimSql: 4,
+      inboxPullClaimSql: 5,
       tableExistsSql: 1,
       databaseSettingsSql: 0,
       inboxFollowersSql: 2,
@@ -436,6 +452,16 @@ describe('SQL Server admin and retention statements: pinned shape', () => {
   const O = '[messaging].[events_out]';
   const I = '[messaging].[events_in]';
 
+  it("numbers the instances statements' parameters @0..@n-1 as documented", () => {
+    for (const { name, statement, params } of instanceStatements()) {
+      assert.deepEqual(
+        placeholders(statement),
+        Array.from({ length: params }, (_, n) => n),
+        name,
+      );
+    }
+  });
+
   it('numbers parameters @0..@n-1 as documented', () => {
     const expected: [string, string, number][] = [
       ['backlog', sql.adminBacklogSql(O, I), 0],
@@ -445,8 +471,8 @@ describe('SQL Server admin and retention statements: pinned shape', () => {
       ['replay', sql.deadLetterReplaySql(O, 'outbox'), 8],
       ['discard', sql.deadLetterDiscardSql(I, 'inbox'), 8],
       ['throughput', sql.adminThroughputSql(O, I), 1],
-      ['claims', sql.adminClaimListSql(O, 'outbox'), 1],
-      ['blocked', sql.blockedKeyListSql(O, 'outbox'), 1],
+      ['claims', sql.adminClaimListSql(O, 'outbox', '[queuebox_instances]'), 1],
+      ['blocked', sql.blockedKeyListSql(O, 'outbox', '[queuebox_instances]'), 1],
       ['skip outbox', sql.blockedKeySkipHeadSql(O, 'outbox'), 3],
       ['skip inbox', sql.blockedKeySkipHeadSql(I, 'inbox'), 4],
       ['retention lock', sql.retentionTryLockSql(), 1],
@@ -523,9 +549,9 @@ UPDATE t
     }
   });
 
-  it('blocked keys: failing heads only (attempts > 0 with an error), none with an earlier unfinished row', () => {
-    const statement = sql.blockedKeyListSql(I, 'inbox');
-    assert.match(statement, /h\.\[attempts\] > 0 AND h\.\[last_error\] IS NOT NULL/);
+  it('blocked keys: failing heads (attempts > 0 with an error) and held heads with rows behind, none with an earlier unfinished row', () => {
+    const statement = sql.blockedKeyListSql(I, 'inbox', '[queuebox_instances]');
+    assert.match(statement, /\(\(h\.\[attempts\] > 0 AND h\.\[last_error\] IS NOT NULL\) OR \(h\.\[state\] = N'processing' AND EXISTS/);
     assert.match(
       statement,
       /NOT EXISTS \(SELECT 1 FROM \[messaging\]\.\[events_in\] AS e WHERE e\.\[aggregate_id\] = h\.\[aggregate_id\] AND e\.\[source\] = h\.\[source\]/,

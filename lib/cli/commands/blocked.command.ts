@@ -1,18 +1,22 @@
 import { parseComponent, parseLimit } from '../admin-options';
 import { withAdmin } from '../admin-session';
+import { cliMessages } from '../cli.messages';
 import { CONNECTION_OPTIONS_HELP, type Command, connectionOptions } from '../command';
-import { formatTable, formatTime, oneLine } from '../table';
+import { formatSeconds, formatTable, formatTime, oneLine, ownerText } from '../table';
 
 export const blockedCommand: Command = {
   name: 'blocked',
-  summary: 'List keys held back by a failing head row',
+  summary: 'List keys held back by a failing head row, or by a claim (with its owner, alive or dead)',
   help: `Usage: queuebox blocked --component outbox|inbox [--limit <n>] [--json] [options]
 
 Lists the keys (outbox "key") and aggregates (inbox source and aggregate id) whose head row, the
-earliest unfinished row of the key, has failed at least once and is not finished: every later row
-of that key waits behind it. For each: the head row's id (for \`queuebox skip-head --head-id\`),
-destination or source, key, state, attempts, its next attempt (or lease end), how many rows wait
-and its last error. Reads only.
+earliest unfinished row of the key, holds back the rows behind it: "failing", it failed at least
+once and is not finished, or "held", a worker claimed it and rows of its key wait. For each: the
+head row's id (for \`queuebox skip-head --head-id\`), destination or source, key, why, state,
+attempts, its next attempt (or lease end), for how long it is held, by which instance (see
+\`queuebox instances\`) and whether that instance is alive, how many rows wait, and its last
+error. A held head whose owner is dead moves again once a live replica ends the dead one's
+leases (instances.deadAfterMs, 15 s by default). Reads only.
 
 Options:
   --component <outbox|inbox>  Required
@@ -48,9 +52,12 @@ Example:
         'head id',
         component === 'outbox' ? 'destination' : 'source',
         component === 'outbox' ? 'key' : 'aggregate',
+        'why',
         'state',
         'attempts',
         'next attempt',
+        'held for',
+        'owner',
         'waiting',
         'last error',
       ];
@@ -58,14 +65,19 @@ Example:
         r.headId,
         r.name,
         oneLine(r.key, 30),
+        r.reason,
         r.state,
         String(r.attempts),
         formatTime(r.nextAttemptAt),
+        r.heldSeconds === null ? '' : formatSeconds(r.heldSeconds),
+        ownerText(r.owner, r.ownerAlive),
         String(r.waiting),
-        oneLine(r.lastError, 60),
+        r.lastError === null ? '' : oneLine(r.lastError, 60),
       ]);
       io.out(`Blocked ${component} keys:`);
-      for (const line of formatTable(header, table, [0, 4, 6])) io.out(line);
+      for (const line of formatTable(header, table, [0, 5, 7, 9])) io.out(line);
+      const deadOwners = rows.filter((r) => r.ownerAlive === false).length;
+      if (deadOwners > 0) io.out(cliMessages.blockedByDeadOwners(deadOwners));
       if (rows.length === (limit ?? 50)) io.out(`${rows.length} key(s) shown; there may be more: raise --limit.`);
       return 0;
     });

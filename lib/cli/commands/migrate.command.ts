@@ -17,8 +17,8 @@ the same ones your app can list in TypeORM's "migrations": the schema (QueueBoxS
 the indexes admin and retention use (QueueBoxOperations1764633600000) and the claims' indexes of
 rows without a key and, on PostgreSQL, their functions (QueueBoxClaims1795996800000), on SQL
 Server the key columns' binary collation (QueueBoxKeyCollation1796083200000; nothing on PostgreSQL),
-and on PostgreSQL the claim functions of this version (QueueBoxClaimFunctions1796169600000; nothing
-on SQL Server). TypeORM records each in
+and the instances table with the claim owner columns (QueueBoxInstances1796169600000; on
+PostgreSQL with the claim functions that write them). TypeORM records each in
 its migrations table, so a second run is a no-op and an older database gets only what it lacks.
 Tables that exist without the schema's record (created from plain SQL) are left alone and reported.
 

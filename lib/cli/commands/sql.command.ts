@@ -3,7 +3,7 @@ import { SCHEMA_MIGRATIONS } from '../../dialects/schema-migrations';
 import { renderSchemaSql } from '../../migrations/schema-files';
 import { CliUsageError } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
-import { parseTables } from '../cli-options';
+import { namedTables, parseTables } from '../cli-options';
 import type { Command } from '../command';
 
 export const sqlCommand: Command = {
@@ -27,7 +27,7 @@ Options:
     const direction = values.down === true ? 'down' : 'up';
     // Up: the migrations in order; down: the reverse.
     const order = direction === 'up' ? SCHEMA_MIGRATIONS : [...SCHEMA_MIGRATIONS].reverse();
-    const named = { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified };
+    const named = namedTables(tables);
     const scripts = order.map((migration) => renderSchemaSql(dialect, { tables: named, direction, migration }).replace(/\n$/, ''));
     io.out(scripts.join('\n\n'));
     return 0;

@@ -4,7 +4,7 @@ import { SCHEMA_MIGRATIONS, type SchemaMigration } from '../../dialects/schema-m
 import { type BacklogEntry, readBacklog } from '../backlog';
 import { CliFailure } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
-import { databaseTarget, describeTables, migrationNotes, migrationsFor, parseTables } from '../cli-options';
+import { databaseTarget, describeTables, migrationNotes, migrationsFor, namedTables, parseTables } from '../cli-options';
 import { type Command, DATABASE_OPTIONS_HELP, DEFAULT_MIGRATIONS_TABLE, databaseOptions } from '../command';
 import { openDataSource, tablesPresent } from '../connect';
 
@@ -37,13 +37,11 @@ ${DATABASE_OPTIONS_HELP}
       const applied = isApplied('schema');
       const later = SCHEMA_MIGRATIONS.filter((migration) => migration !== 'schema');
       const complete = present.outbox && present.inbox;
-      const backlog = complete
-        ? await readBacklog(
-            await createQueueBoxAdmin(dataSource, { tables: { outbox: tables.outbox.qualified, inbox: tables.inbox.qualified } }),
-            dataSource,
-            tables,
-          )
-        : [];
+      // The admin needs the instances table (migration 006); the schema state is worth printing without it.
+      const backlog =
+        complete && present.instances
+          ? await readBacklog(await createQueueBoxAdmin(dataSource, { tables: namedTables(tables) }), dataSource, tables)
+          : [];
       if (json) {
         io.out(
           JSON.stringify(
@@ -75,7 +73,8 @@ ${DATABASE_OPTIONS_HELP}
           const note = isApplied(migration) ? 'applied' : migrationNotes(target.type, migration).notApplied;
           io.out(`Migration ${migrations.names[migration]}: ${note}`);
         }
-        if (complete) for (const line of formatBacklog(backlog)) io.out(line);
+        if (complete && present.instances) for (const line of formatBacklog(backlog)) io.out(line);
+        else if (complete) io.out(cliMessages.backlogNeedsInstances(tables.instances.qualified));
       }
       if (!complete) throw new CliFailure(cliMessages.schemaMissing(describeTables(tables)));
       return 0;

@@ -55,9 +55,33 @@ interface BlockedKey {
   messageId: string | null;
   state: string;
   attempts: number;
-  lastError: string;
+  lastError: string | null;
+  reason: 'failing' | 'held';
   nextAttemptAt: string;
   waiting: number;
+  heldSeconds: number | null;
+  owner: string | null;
+  ownerAlive: boolean | null;
+}
+
+interface Instance {
+  id: string;
+  host: string;
+  pid: number;
+  dataSource: string;
+  version: string;
+  deadAfterMs: number;
+  startedAt: string;
+  heartbeatAt: string;
+  heartbeatAgeSeconds: number;
+  alive: boolean;
+  claims: { outbox: number; inbox: number };
+}
+
+/** The instance holding a row, shortened, and whether it still heartbeats. */
+function ownerCell(owner: string | null, alive: boolean | null) {
+  if (owner === null) return h('td', null, '—');
+  return h('td', { class: alive ? null : 'expired' }, h('code', { title: owner }, owner.slice(0, 8)), alive ? ' alive' : ' dead');
 }
 
 interface Claim {
@@ -73,6 +97,8 @@ interface Claim {
   leaseExpiresAt: string;
   ageSeconds: number;
   leaseRemainingSeconds: number;
+  owner: string | null;
+  ownerAlive: boolean | null;
 }
 
 const api = (ctx: ViewContext, path: string) => `${encodeURIComponent(ctx.instance)}/${path}`;
@@ -521,15 +547,22 @@ export async function blocked(ctx: ViewContext): Promise<void> {
   mount(
     ctx.main,
     heading(`Blocked ${component === 'outbox' ? 'keys' : 'aggregates'}`, componentTabs(ctx, 'blocked', component)),
-    h('p', { class: 'hint' }, `A ${label.key.toLowerCase()} whose first unfinished row keeps failing holds back every later row of it.`),
+    h(
+      'p',
+      { class: 'hint' },
+      `A ${label.key.toLowerCase()} whose first unfinished row keeps failing (or is held by a claim) holds back every later row of it. A head held by a dead instance moves again once a live replica ends its leases.`,
+    ),
     table(
       [
         label.name,
         label.key,
         'Head row',
+        'Why',
         'State',
         'Attempts',
         'Next attempt',
+        'Held for',
+        'Owner',
         'Waiting',
         'Last error',
         ...(ctx.session.readOnly ? [] : ['']),
@@ -541,9 +574,12 @@ export async function blocked(ctx: ViewContext): Promise<void> {
           h('td', null, r.name),
           h('th', { scope: 'row' }, r.key),
           h('td', null, r.headId),
+          h('td', null, r.reason),
           h('td', null, r.state),
           h('td', { class: 'num' }, r.attempts),
           h('td', { class: 'time' }, time(r.nextAttemptAt)),
+          h('td', { class: 'num' }, r.heldSeconds === null ? '—' : duration(r.heldSeconds)),
+          ownerCell(r.owner, r.ownerAlive),
           h('td', { class: 'num' }, r.waiting.toLocaleString('en')),
           h('td', null, errorText(r.lastError, 100)),
           ctx.session.readOnly
@@ -568,7 +604,7 @@ export async function claims(ctx: ViewContext): Promise<void> {
     h(
       'p',
       { class: 'hint' },
-      'Rows a worker holds now, oldest claim first; the owner is the claim token its fenced writes carry. Times by the database clock; refreshed every 5 s.',
+      'Rows a worker holds now, oldest claim first: the instance that holds each (see Instances) and the claim token its fenced writes carry. Times by the database clock; refreshed every 5 s.',
     ),
     body,
   );
@@ -577,7 +613,7 @@ export async function claims(ctx: ViewContext): Promise<void> {
     mount(
       body,
       table(
-        ['Id', label.name, label.key, 'Owner (claim token)', 'Attempt', 'Claimed', 'Age', 'Lease left'],
+        ['Id', label.name, label.key, 'Owner', 'Claim token', 'Attempt', 'Claimed', 'Age', 'Lease left'],
         rows.map((r) =>
           h(
             'tr',
@@ -585,6 +621,7 @@ export async function claims(ctx: ViewContext): Promise<void> {
             h('td', null, r.id),
             h('td', null, r.name),
             h('td', null, r.key ?? '—'),
+            ownerCell(r.owner, r.ownerAlive),
             h('td', null, h('code', { title: r.token }, r.token.slice(0, 8))),
             h('td', { class: 'num' }, r.attempts),
             h('td', { class: 'time' }, time(r.claimedAt)),
@@ -607,22 +644,35 @@ export async function claims(ctx: ViewContext): Promise<void> {
 // ---- Instances and heartbeats ---------------------------------------------------------------
 
 export async function heartbeats(ctx: ViewContext): Promise<void> {
-  const data = await get<{ available: boolean; reason?: string; rows: Record<string, unknown>[] }>(api(ctx, 'heartbeats'));
-  const columns = [...new Set(data.rows.flatMap((r) => Object.keys(r)))];
+  const data = await get<{ available: boolean; reason?: string; rows: Instance[] }>(api(ctx, 'heartbeats'));
   mount(
     ctx.main,
     heading('Instances'),
+    h(
+      'p',
+      { class: 'hint' },
+      'Every QueueBox process and DataSource, with its last heartbeat by the database clock. One silent past its dead-after time is declared dead by a live replica, which ends its leases.',
+    ),
     data.available
       ? table(
-          columns,
+          ['Id', 'Host', 'Pid', 'DataSource', 'Version', 'Started', 'Last heartbeat', 'Alive', 'Outbox claims', 'Inbox claims'],
           data.rows.map((r) =>
             h(
               'tr',
-              null,
-              columns.map((c) => h('td', null, typeof r[c] === 'object' ? JSON.stringify(r[c]) : String(r[c] ?? '—'))),
+              { class: r.alive ? null : 'expired' },
+              h('td', null, h('code', { title: r.id }, r.id.slice(0, 8))),
+              h('td', null, r.host),
+              h('td', { class: 'num' }, r.pid),
+              h('td', null, r.dataSource),
+              h('td', null, r.version),
+              h('td', { class: 'time' }, time(r.startedAt)),
+              h('td', { class: 'num' }, `${duration(r.heartbeatAgeSeconds)} ago`),
+              h('td', null, r.alive ? 'yes' : `no (silent over ${duration(r.deadAfterMs / 1000)})`),
+              h('td', { class: 'num' }, r.claims.outbox),
+              h('td', { class: 'num' }, r.claims.inbox),
             ),
           ),
-          'No instance has reported a heartbeat.',
+          'No instance is registered.',
         )
       : h('p', { class: 'notice', role: 'note' }, data.reason ?? 'Not available.'),
   );

@@ -1,5 +1,6 @@
 import { REPLAY_COUNT_HEADER, REPLAYED_AT_HEADER } from '../../wire-headers';
 import { ADMIN_COLUMNS, type AdminColumns, deadAt } from './columns';
+import { ownerColumns } from './instances.sql';
 import { NOW } from './time';
 
 // QueueBoxAdmin's statements. Every write touches `dead` rows only, except skip-head.
@@ -101,20 +102,27 @@ WHERE t.id = ANY (ARRAY(SELECT id FROM batch)) AND t.state = 'dead'
 RETURNING t.id`;
 
 /**
- * $1 = limit. Heads (earliest unfinished row of their key) that failed at least once and are not
- * finished: pending until their retry, or processing again. Served by the unfinished-rows key index.
+ * $1 = limit. Heads (earliest unfinished row of their key) that hold their key up: `failing`, they
+ * failed at least once and are not finished (pending until their retry, or processing again), or
+ * `held`, claimed with rows waiting behind them. Each processing head says for how long it is held,
+ * by which instance, and whether that instance still heartbeats (a dead owner's key waits for
+ * a live replica to end its lease). Served by the unfinished-rows key index.
  */
-export const blockedKeyListSql = (table: string, component: 'outbox' | 'inbox') => {
+export const blockedKeyListSql = (table: string, component: 'outbox' | 'inbox', instances: string) => {
   const c = ADMIN_COLUMNS[component];
   const sameKey = (alias: string) =>
     `${alias}.${c.key} = h.${c.key}${component === 'inbox' ? ` AND ${alias}.source = h.source` : ''} AND ${alias}.state IN ('pending', 'processing')`;
+  const failing = 'h.attempts > 0 AND h.last_error IS NOT NULL';
   return `SELECT h.id, ${component === 'outbox' ? 'h.message_id' : 'NULL AS message_id'}, h.${c.name} AS name, h.${c.key} AS "key",
        h.state, h.attempts, h.last_error,
+       CASE WHEN ${failing} THEN 'failing' ELSE 'held' END AS reason,
        CASE WHEN h.state = 'pending' THEN h.available_at ELSE h.lease_expires_at END AS next_attempt_at,
-       (SELECT count(*) FROM ${table} w WHERE ${sameKey('w')} AND w.id > h.id) AS waiting
+       (SELECT count(*) FROM ${table} w WHERE ${sameKey('w')} AND w.id > h.id) AS waiting,
+       CASE WHEN h.state = 'processing' THEN extract(epoch FROM ${NOW} - h.claimed_at)::double precision END AS held_for,
+       ${ownerColumns('h', instances)}
 FROM ${table} h
 WHERE h.state IN ('pending', 'processing') AND h.${c.key} IS NOT NULL
-  AND h.attempts > 0 AND h.last_error IS NOT NULL
+  AND ((${failing}) OR (h.state = 'processing' AND EXISTS (SELECT 1 FROM ${table} w WHERE ${sameKey('w')} AND w.id > h.id)))
   AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE ${sameKey('e')} AND e.id < h.id)
 ORDER BY h.id
 LIMIT $1`;
@@ -167,17 +175,19 @@ ${branches('inbox', inbox, 'processed_at', 'processed')}`;
 
 /**
  * $1 = limit. Rows in flight (`processing`), oldest claim first, through the partial `lease_idx`
- * (processing rows only, as many as the workers hold). Ages and remaining leases by the database
- * clock; a negative `lease_left` is an expired lease the reclaim step has not returned yet.
+ * (processing rows only, as many as the workers hold), with the instance that holds each and
+ * whether it still heartbeats. Ages and remaining leases by the database clock; a negative
+ * `lease_left` is an expired lease the reclaim step has not returned yet.
  */
-export const adminClaimListSql = (table: string, component: 'outbox' | 'inbox') => {
+export const adminClaimListSql = (table: string, component: 'outbox' | 'inbox', instances: string) => {
   const c = ADMIN_COLUMNS[component];
-  const identity = component === 'outbox' ? 'message_id, NULL AS idempotency_key' : 'NULL AS message_id, idempotency_key';
-  return `SELECT id, ${identity}, ${c.name} AS name, ${c.key} AS "key", claim_token, attempts, claimed_at, lease_expires_at,
-       extract(epoch FROM ${NOW} - claimed_at)::double precision AS age,
-       extract(epoch FROM lease_expires_at - ${NOW})::double precision AS lease_left
-FROM ${table}
-WHERE state = 'processing'
-ORDER BY claimed_at, id
+  const identity = component === 'outbox' ? 'h.message_id, NULL AS idempotency_key' : 'NULL AS message_id, h.idempotency_key';
+  return `SELECT h.id, ${identity}, h.${c.name} AS name, h.${c.key} AS "key", h.claim_token, h.attempts, h.claimed_at, h.lease_expires_at,
+       extract(epoch FROM ${NOW} - h.claimed_at)::double precision AS age,
+       extract(epoch FROM h.lease_expires_at - ${NOW})::double precision AS lease_left,
+       ${ownerColumns('h', instances)}
+FROM ${table} h
+WHERE h.state = 'processing'
+ORDER BY h.claimed_at, h.id
 LIMIT $1`;
 };

@@ -26,20 +26,33 @@ const CLAIM_FUNCTION_PARAMS: Record<keyof ClaimFunctions, readonly (readonly [na
   outbox: [
     ['p_limit', 'integer'],
     ['p_lease_ms', 'bigint'],
+    ['p_instance', 'uuid'],
   ],
   relay: [
     ['p_limit', 'integer'],
     ['p_lease_ms', 'bigint'],
     ['p_sources', 'text[]'],
+    ['p_instance', 'uuid'],
   ],
   pull: [
     ['p_limit', 'integer'],
     ['p_lease_ms', 'bigint'],
     ['p_source', 'text'],
+    ['p_instance', 'uuid'],
   ],
 };
 
-/** A claim function's signature as `to_regprocedure` and `DROP FUNCTION` take it: `name(integer, bigint)`. */
+/**
+ * The signatures migration 003 of earlier versions created, before claims recorded their instance
+ * (`p_instance`): migration 006 drops them.
+ */
+export const legacyClaimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =>
+  `${fn}(${CLAIM_FUNCTION_PARAMS[kind]
+    .filter(([name]) => name !== 'p_instance')
+    .map(([, type]) => type)
+    .join(', ')})`;
+
+/** A claim function's signature as `to_regprocedure` and `DROP FUNCTION` take it: `name(integer, bigint, uuid)`. */
 export const claimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =>
   `${fn}(${CLAIM_FUNCTION_PARAMS[kind].map(([, type]) => type).join(', ')})`;
 
@@ -91,7 +104,7 @@ export function claimFunctions(tables: QueueBoxTables): Record<keyof ClaimFuncti
 }
 
 /**
- * A call of a claim function ($1 = limit, $2 = lease in ms, $3 = sources or source): of the rows
+ * A call of a claim function ($1 = limit, $2 = lease in ms, then the sources or source, then the claiming instance): of the rows
  * it claimed, the `columns` the worker reads (OUTBOX_CLAIM_COLUMNS, INBOX_CLAIM_COLUMNS), as the
  * claim statement returns them; the whole row would cost the client three more timestamps to parse.
  */

@@ -75,7 +75,7 @@ const outboxHeadOfKey = (table: string, alias: string) => `(${alias}."key" IS NU
       AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state = 'processing')))`;
 
 /**
- * $1 = limit, $2 = lease in ms. Takes available pending rows oldest first, only the head of each
+ * $1 = limit, $2 = lease in ms, $3 = the claiming instance (`claimed_by`, null for none). Takes available pending rows oldest first, only the head of each
  * key (no earlier unfinished row, none in flight), in two steps so that its cost does not grow
  * with the backlog of keys in flight:
  * - `near`: the oldest CLAIM_SCAN_WINDOW available pending rows, checked one by one, stopping at
@@ -127,7 +127,7 @@ export const outboxClaimSql = (table: string, returning = OUTBOX_CLAIM_RETURNING
 )
 UPDATE ${table} o
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
-    lease_expires_at = ${msFromNow('$2')}, attempts = o.attempts + 1
+    lease_expires_at = ${msFromNow('$2')}, attempts = o.attempts + 1, claimed_by = $3::uuid
 FROM candidates c
 WHERE o.id = c.id
 ${returning}`;
@@ -214,11 +214,12 @@ const inboxPendingSearch = (table: string, sources: string) => `near AS (
    LIMIT $1)
 )`;
 
+/** $4 = the claiming instance (`claimed_by`, null for none), the last parameter of both inbox claims. */
 const INBOX_SET_CLAIMED = `SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
-    lease_expires_at = ${msFromNow('$2')}, attempts = i.attempts + 1`;
+    lease_expires_at = ${msFromNow('$2')}, attempts = i.attempts + 1, claimed_by = $4::uuid`;
 
 /**
- * $1 = limit, $2 = lease in ms, $3 = sources. The relay's claim: available pending rows of its
+ * $1 = limit, $2 = lease in ms, $3 = sources, $4 = the claiming instance. The relay's claim: available pending rows of its
  * sources, oldest first, only the head of each (source, aggregate). Serialized by the caller's
  * advisory lock, like the outbox claim. Each source's scan walks its (source, available_at, id)
  * index in order and stops at the limit or the window (`source = ANY(...)` with one ORDER BY would
@@ -243,7 +244,7 @@ WHERE state = 'processing' AND source = ANY($2::text[]) AND lease_expires_at <= 
 RETURNING state, source AS name`;
 
 /**
- * $1 = limit, $2 = lease in ms, $3 = source. A pull claim takes, in one statement, rows whose
+ * $1 = limit, $2 = lease in ms, $3 = source, $4 = the claiming instance. A pull claim takes, in one statement, rows whose
  * lease expired (a crashed client's) and available pending rows, only the head of each aggregate.
  * Expired rows first, through the lease index, whether or not they are still the first unfinished
  * row of their aggregate: an earlier row that committed after the claim waits behind its in-flight

@@ -1,11 +1,12 @@
 import type { DialectDriver } from '../dialect-driver';
+import { CLAIM_FUNCTIONS_MIGRATION_NOTE } from '../schema-migrations';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
 import { PostgresDialect } from './postgres.dialect';
 import {
-  postgresClaimFunctionsDown,
-  postgresClaimFunctionsUp,
   postgresClaimsDown,
   postgresClaimsUp,
+  postgresInstancesDown,
+  postgresInstancesUp,
   postgresKeyCollationDown,
   postgresKeyCollationUp,
   postgresOperationsDown,
@@ -25,10 +26,11 @@ export const postgresDriver = {
     operations: { up: postgresOperationsUp, down: postgresOperationsDown },
     claims: { up: postgresClaimsUp, down: postgresClaimsDown },
     keyCollation: { up: postgresKeyCollationUp, down: postgresKeyCollationDown },
-    claimFunctions: { up: postgresClaimFunctionsUp, down: postgresClaimFunctionsDown },
+    claimFunctions: { up: () => [], down: () => [] },
+    instances: { up: postgresInstancesUp, down: postgresInstancesDown },
   },
   noOpMigrations: {
-    claimFunctions: "-- Nothing to undo: migration 005 keeps the claim functions as this version wrote them (003's down drops them).",
+    claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,
     keyCollation:
       "-- Nothing to do on PostgreSQL: text columns under the database's default (deterministic) collation\n-- compare equal only when their bytes are equal. The file keeps the migrations numbered alike in both dialects.",
   },

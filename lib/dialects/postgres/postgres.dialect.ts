@@ -54,6 +54,7 @@ import {
 } from './claims.sql';
 import { inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
+import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instanceListSql, instanceRegisterSql } from './instances.sql';
 import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
 import { outboxInsertSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
@@ -64,6 +65,11 @@ import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './r
 const DECODING: RecordDecoding<unknown> = { json: (value) => value, uuid: (value) => value };
 
 const STATEMENTS: SqlDialectStatements = {
+  instanceRegisterSql,
+  instanceHeartbeatSql,
+  instanceEndDeadSql,
+  instanceDeregisterSql,
+  instanceListSql,
   outboxReclaimSql,
   inboxReclaimSql,
   inboxFindSql,
@@ -90,6 +96,7 @@ const STATEMENTS: SqlDialectStatements = {
 // Values go as they are: node-postgres infers their types; lists are arrays (`= ANY($n)`, `unnest`).
 const same = <T>(value: T) => value;
 const PARAMS: SqlDialectParams = {
+  guid: same,
   int: same,
   bigint: same,
   text: same,
@@ -110,14 +117,15 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   readonly type = 'postgres' as const;
   readonly reservesConnections = true;
   protected readonly table: Record<LeaseTable, string>;
+  protected readonly instancesTable: string;
   protected readonly statements = STATEMENTS;
   protected readonly params = PARAMS;
   protected readonly decoding = DECODING;
   private readonly claimLock: ReturnType<typeof claimLockNames>;
-  /** What each claim sends, built once: the call of its function (migration 003) and, without it, the statement. */
+  /** What each claim sends, built once: the call of its function (migration 006) and, without it, the statement. */
   private readonly claims: Record<keyof ClaimFunctions, { call: string; signature: string; body: string; statement: string }>;
   /**
-   * Whether the claim functions (migrations 003, 005) exist as this version writes them: looked up
+   * Whether the claim functions (migration 006) exist as this version writes them: looked up
    * at the first claim, again after one went missing.
    */
   private claimFunctionsPresent?: Promise<boolean>;
@@ -131,6 +139,8 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    * writes, renewals, LISTEN), or none. Derived from the shortest lease (see `queryTimeoutFor`).
    */
   private readonly queryTimeoutMs?: number;
+  /** The QueueBox instance that claims through this dialect (`claimed_by`), when it registered one. */
+  private readonly instanceId?: string;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -140,7 +150,9 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   ) {
     super();
     this.queryTimeoutMs = settings.queryTimeoutMs;
+    this.instanceId = settings.instanceId;
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
+    this.instancesTable = pgTable(tables.instances);
     this.claimLock = claimLockNames(tables);
     const fn = claimFunctionNames(tables);
     const functions = claimFunctions(tables);
@@ -192,6 +204,13 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     for (const kind of ['outbox', 'inbox'] as const) {
       const { rows } = await this.run<{ found: string | null }>(tableExistsSql(), [this.table[kind]]);
       if (!rows[0]?.found) throw new QueueBoxConfigError(`tables.${kind}`, messages.tableMissing(this.tables[kind].qualified));
+    }
+    const { rows } = await this.run<{ found: string | null }>(tableExistsSql(), [this.instancesTable]);
+    if (!rows[0]?.found) {
+      throw new QueueBoxConfigError(
+        'migrations',
+        messages.instancesTableMissing(this.tables.instances.qualified, DEFAULT_MIGRATION_NAMES.instances),
+      );
     }
   }
 
@@ -267,18 +286,19 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   }
 
   /**
-   * A claim: through migration 003's PL/pgSQL function when it exists (one statement, its plan
+   * A claim: through migration 006's PL/pgSQL function when it exists (one statement, its plan
    * kept by the session), else the lock and the claim statement as one query string. A function
    * dropped while the application runs sends the claim back to the query string.
    */
   protected async claimRecords<T>(request: ClaimRequest): Promise<T[]> {
     const { kind, limit, leaseMs } = request;
+    const instance = this.instanceId ?? null;
     const [lockName, params]: [string, InlineParam[]] =
       kind === 'outbox'
-        ? [this.claimLock.outbox, [limit, leaseMs]]
+        ? [this.claimLock.outbox, [limit, leaseMs, instance]]
         : kind === 'relay'
-          ? [this.claimLock.inbox, [limit, leaseMs, request.sources]]
-          : [`${this.claimLock.pullPrefix}${request.source}`, [limit, leaseMs, request.source]];
+          ? [this.claimLock.inbox, [limit, leaseMs, request.sources, instance]]
+          : [`${this.claimLock.pullPrefix}${request.source}`, [limit, leaseMs, request.source, instance]];
     const claim = this.claims[kind];
     this.claimFunctionsPresent ??= this.lookUpClaimFunctions().catch((error: unknown) => {
       this.claimFunctionsPresent = undefined; // looked up again at the next claim
@@ -297,7 +317,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
 
   /**
    * Whether the three claim functions exist, hold this version's claims, and run at READ
-   * COMMITTED. Functions written by an older version (migration 003 before 005 ran) are not used:
+   * COMMITTED. Functions of this signature written otherwise (edited by hand, or by a later version) are not used:
    * their claims may lack a fix (claims are where order and recovery are decided), so the claim
    * statements go instead, and one warning says which migration brings the functions up to date.
    * Nor are they used where the sessions default to REPEATABLE READ or SERIALIZABLE
@@ -313,7 +333,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       this.queryTimeoutMs,
     );
     const { present, current, isolation } = rows[0] ?? { present: 0, current: 0, isolation: 'read committed' };
-    if (present > 0 && current < kinds.length) this.log.warn(messages.claimFunctionsOutdated(DEFAULT_MIGRATION_NAMES.claimFunctions));
+    if (present > 0 && current < kinds.length) this.log.warn(messages.claimFunctionsOutdated(DEFAULT_MIGRATION_NAMES.instances));
     return current === kinds.length && isolation === 'read committed';
   }
 

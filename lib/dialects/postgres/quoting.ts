@@ -11,7 +11,7 @@ export function pgTable(table: TableName): string {
 }
 
 /** A value inlined into a serialized claim: an integer, a string or a list of strings. */
-export type InlineParam = number | string | readonly string[];
+export type InlineParam = number | string | readonly string[] | null;
 
 /** `statement` with `$1`, `$2`... replaced by the literals of `params`. */
 export function inlineParams(statement: string, params: readonly InlineParam[]): string {
@@ -28,6 +28,7 @@ export function substituteParams<V>(statement: string, values: readonly V[], ren
 }
 
 function inlineValue(value: InlineParam): string {
+  if (value === null) return 'NULL';
   if (typeof value === 'number') {
     // Only integers reach SQL text: a NaN or a fraction here is a bug upstream, never a value to send.
     if (!Number.isSafeInteger(value)) throw new Error(`not an integer: ${value}`);

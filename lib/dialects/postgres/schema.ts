@@ -1,6 +1,6 @@
 import type { QueueBoxTables } from '../dialect';
 import { serverVersionCheckSql } from './checks.sql';
-import { claimFunctionNames, claimFunctionSignature, claimFunctions } from './claim-functions.sql';
+import { claimFunctionNames, claimFunctionSignature, claimFunctions, legacyClaimFunctionSignature } from './claim-functions.sql';
 import { pgTable } from './quoting';
 
 /**
@@ -109,8 +109,8 @@ function dropIndexSql(table: QueueBoxTables['outbox'], name: string): string {
  * Migration 003 (claims). Partial indexes of pending rows without a key (outbox) or aggregate
  * (inbox): when the oldest pending rows all belong to keys in flight, the claim finds the rows
  * without a key behind them through these, instead of reading every row of the busy keys on the
- * way (see `outboxClaimSql`). And the three claims as PL/pgSQL functions (claimFunctionSql), whose
- * plans PostgreSQL keeps per session; without them QueueBox sends the claim statement itself.
+ * way (see `outboxClaimSql`). Earlier versions also created the claim functions here; they come
+ * with migration 006 now, since the claims write its `claimed_by` column.
  */
 export function postgresClaimsUp(tables: QueueBoxTables): string[] {
   const outbox = pgTable(tables.outbox);
@@ -118,25 +118,21 @@ export function postgresClaimsUp(tables: QueueBoxTables): string[] {
   return [
     `CREATE INDEX "${tables.outbox.name}_unkeyed_claim_idx" ON ${outbox} (available_at, id) WHERE state = 'pending' AND "key" IS NULL`,
     `CREATE INDEX "${tables.inbox.name}_unkeyed_claim_idx" ON ${inbox} (source, available_at, id) WHERE state = 'pending' AND aggregate_id IS NULL`,
-    ...claimFunctionsSql(tables),
   ];
-}
-
-/** The three claim functions as this version writes them (CREATE OR REPLACE). */
-function claimFunctionsSql(tables: QueueBoxTables): string[] {
-  const functions = claimFunctions(tables);
-  return [functions.outbox.create, functions.relay.create, functions.pull.create];
 }
 
 export function postgresClaimsDown(tables: QueueBoxTables): string[] {
-  const fn = claimFunctionNames(tables);
   return [
-    `DROP FUNCTION IF EXISTS ${claimFunctionSignature('pull', fn.pull)}`,
-    `DROP FUNCTION IF EXISTS ${claimFunctionSignature('relay', fn.relay)}`,
-    `DROP FUNCTION IF EXISTS ${claimFunctionSignature('outbox', fn.outbox)}`,
+    ...dropClaimFunctionsSql(tables, legacyClaimFunctionSignature),
     dropIndexSql(tables.inbox, 'unkeyed_claim_idx'),
     dropIndexSql(tables.outbox, 'unkeyed_claim_idx'),
   ];
+}
+
+/** Drops the three claim functions of one signature, if they exist. */
+function dropClaimFunctionsSql(tables: QueueBoxTables, signature: typeof claimFunctionSignature): string[] {
+  const fn = claimFunctionNames(tables);
+  return (['pull', 'relay', 'outbox'] as const).map((kind) => `DROP FUNCTION IF EXISTS ${signature(kind, fn[kind])}`);
 }
 
 /**
@@ -154,16 +150,43 @@ export function postgresKeyCollationDown(_tables: QueueBoxTables): string[] {
 }
 
 /**
- * Migration 005 (claim functions): replaces 003's functions with this version's claims, so a
- * database migrated by an older version claims as this one does (until then the dialect sees the
- * difference and sends the claim statements itself: see PostgresDialect.claimRecords). Its down
- * migration keeps them: the older functions had a bug (a pull claim that expired while an earlier
- * row of its aggregate committed was never taken again), and 003's down drops them anyway.
+ * Migration 006 (instances). The instances table: each QueueBox process registers itself and
+ * heartbeats by the database clock, so a live replica can tell a dead one and end its leases at
+ * once instead of waiting for them to expire. The claim owner column `claimed_by` on both tables
+ * (the instance that made the row's last claim; only a `processing` row's is read). And the three claims as PL/pgSQL
+ * functions, which write it (claimFunctionSql), whose plans PostgreSQL keeps per session; the
+ * functions of earlier versions (without the instance parameter) are dropped. Without the
+ * functions QueueBox sends the claim statements itself.
  */
-export function postgresClaimFunctionsUp(tables: QueueBoxTables): string[] {
-  return claimFunctionsSql(tables);
+export function postgresInstancesUp(tables: QueueBoxTables): string[] {
+  const functions = claimFunctions(tables);
+  const instanceSchema = tables.instances.schema;
+  return [
+    ...(instanceSchema ? [`CREATE SCHEMA IF NOT EXISTS "${instanceSchema}"`] : []),
+    `CREATE TABLE ${pgTable(tables.instances)} (
+  id uuid PRIMARY KEY,
+  host text NOT NULL,
+  pid integer NOT NULL,
+  data_source text NOT NULL,
+  version text NOT NULL,
+  dead_after_ms integer NOT NULL,
+  started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+  heartbeat_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)`,
+    `ALTER TABLE ${pgTable(tables.outbox)} ADD COLUMN claimed_by uuid`,
+    `ALTER TABLE ${pgTable(tables.inbox)} ADD COLUMN claimed_by uuid`,
+    ...dropClaimFunctionsSql(tables, legacyClaimFunctionSignature),
+    functions.outbox.create,
+    functions.relay.create,
+    functions.pull.create,
+  ];
 }
 
-export function postgresClaimFunctionsDown(_tables: QueueBoxTables): string[] {
-  return [];
+export function postgresInstancesDown(tables: QueueBoxTables): string[] {
+  return [
+    ...dropClaimFunctionsSql(tables, claimFunctionSignature),
+    `ALTER TABLE ${pgTable(tables.inbox)} DROP COLUMN IF EXISTS claimed_by`,
+    `ALTER TABLE ${pgTable(tables.outbox)} DROP COLUMN IF EXISTS claimed_by`,
+    `DROP TABLE IF EXISTS ${pgTable(tables.instances)}`,
+  ];
 }

@@ -1,4 +1,5 @@
 import { ADMIN_COLUMNS, type Component, deadAt } from './columns';
+import { ownerColumns } from './instances.sql';
 import { indexOf } from './quoting';
 import { asUtc, NOW, utcInstant } from './time';
 
@@ -90,17 +91,21 @@ WHERE [state] = N'dead'
 OPTION (RECOMPILE)`;
 
 /** @0 = limit. Heads that failed at least once and are not finished, with how many rows wait behind each. */
-export const blockedKeyListSql = (table: string, component: Component) => {
+export const blockedKeyListSql = (table: string, component: Component, instances: string) => {
   const c = ADMIN_COLUMNS[component];
   const sameKey = (alias: string) =>
     `${alias}.${c.key} = h.${c.key}${component === 'inbox' ? ` AND ${alias}.[source] = h.[source]` : ''} AND ${alias}.[state] IN (N'pending', N'processing')`;
+  const failing = 'h.[attempts] > 0 AND h.[last_error] IS NOT NULL';
   return `SELECT TOP (@0) h.[id], ${component === 'outbox' ? 'h.[message_id]' : 'NULL AS [message_id]'}, h.${c.name} AS [name],
        h.${c.key} AS [key], h.[state], h.[attempts], h.[last_error],
+       CASE WHEN ${failing} THEN N'failing' ELSE N'held' END AS [reason],
        ${asUtc("CASE WHEN h.[state] = N'pending' THEN h.[available_at] ELSE h.[lease_expires_at] END")} AS [next_attempt_at],
-       (SELECT COUNT_BIG(*) FROM ${table} AS w WHERE ${sameKey('w')} AND w.[id] > h.[id]) AS [waiting]
+       (SELECT COUNT_BIG(*) FROM ${table} AS w WHERE ${sameKey('w')} AND w.[id] > h.[id]) AS [waiting],
+       CASE WHEN h.[state] = N'processing' THEN DATEDIFF_BIG(MILLISECOND, h.[claimed_at], ${NOW}) / 1000.0 END AS [held_for],
+       ${ownerColumns('h', instances)}
 FROM ${table} AS h
 WHERE h.[state] IN (N'pending', N'processing') AND h.${c.key} IS NOT NULL
-  AND h.[attempts] > 0 AND h.[last_error] IS NOT NULL
+  AND ((${failing}) OR (h.[state] = N'processing' AND EXISTS (SELECT 1 FROM ${table} AS w WHERE ${sameKey('w')} AND w.[id] > h.[id])))
   AND NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE ${sameKey('e')} AND e.[id] < h.[id])
 ORDER BY h.[id]`;
 };
@@ -164,14 +169,15 @@ OPTION (RECOMPILE)`;
  * @0 = limit. Rows in flight (`processing`), oldest claim first, through the filtered `lease_idx`.
  * Ages and remaining leases in milliseconds by the database clock (negative: expired, not yet reclaimed).
  */
-export const adminClaimListSql = (table: string, component: Component) => {
+export const adminClaimListSql = (table: string, component: Component, instances: string) => {
   const c = ADMIN_COLUMNS[component];
-  const identity = component === 'outbox' ? '[message_id], NULL AS [idempotency_key]' : 'NULL AS [message_id], [idempotency_key]';
-  return `SELECT TOP (@0) [id], ${identity}, ${c.name} AS [name], ${c.key} AS [key], [claim_token], [attempts],
-       ${asUtc('[claimed_at]')} AS [claimed_at], ${asUtc('[lease_expires_at]')} AS [lease_expires_at],
-       DATEDIFF_BIG(MILLISECOND, [claimed_at], ${NOW}) / 1000.0 AS [age],
-       DATEDIFF_BIG(MILLISECOND, ${NOW}, [lease_expires_at]) / 1000.0 AS [lease_left]
-FROM ${table}
-WHERE [state] = N'processing'
-ORDER BY [claimed_at], [id]`;
+  const identity = component === 'outbox' ? 'h.[message_id], NULL AS [idempotency_key]' : 'NULL AS [message_id], h.[idempotency_key]';
+  return `SELECT TOP (@0) h.[id], ${identity}, h.${c.name} AS [name], h.${c.key} AS [key], h.[claim_token], h.[attempts],
+       ${asUtc('h.[claimed_at]')} AS [claimed_at], ${asUtc('h.[lease_expires_at]')} AS [lease_expires_at],
+       DATEDIFF_BIG(MILLISECOND, h.[claimed_at], ${NOW}) / 1000.0 AS [age],
+       DATEDIFF_BIG(MILLISECOND, ${NOW}, h.[lease_expires_at]) / 1000.0 AS [lease_left],
+       ${ownerColumns('h', instances)}
+FROM ${table} AS h
+WHERE h.[state] = N'processing'
+ORDER BY h.[claimed_at], h.[id]`;
 };

@@ -100,8 +100,13 @@ const LOCKING_FOUND = `SET LOCK_TIMEOUT ${CLAIM_ROW_LOCK_WAIT_MS};`;
 /** The key-by-key search waits for no row lock (CLAIM_WALK_LOCK_WAIT_MS). */
 const WALKING = `SET LOCK_TIMEOUT ${CLAIM_WALK_LOCK_WAIT_MS};`;
 
-const setClaimed = (alias: string, leaseParam: string) => `SET [state] = N'processing', [claim_token] = NEWID(), [claimed_at] = ${NOW},
-    [lease_expires_at] = ${msFromNow(leaseParam)}, [attempts] = ${alias}.[attempts] + 1`;
+/** The claim's SET: a new token, the lease, the attempt counted, and the claiming instance (`instanceParam`, null for none). */
+const setClaimed = (
+  alias: string,
+  leaseParam: string,
+  instanceParam: string,
+) => `SET [state] = N'processing', [claim_token] = NEWID(), [claimed_at] = ${NOW},
+    [lease_expires_at] = ${msFromNow(leaseParam)}, [attempts] = ${alias}.[attempts] + 1, [claimed_by] = ${instanceParam}`;
 
 /**
  * How many of the oldest available pending rows a claim looks through for heads of keys before it
@@ -208,7 +213,7 @@ export const outboxClaimSql = (table: string) =>
   END;
   ${lockFound(table, 'o', '@1')}
   UPDATE o
-  ${setClaimed('o', '@2')}
+  ${setClaimed('o', '@2', '@3')}
   OUTPUT inserted.[id], inserted.[message_id], inserted.[destination], inserted.[key], inserted.[payload], inserted.[headers],
          inserted.[attempts], inserted.[claim_token], ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at],
          ${asUtc('inserted.[created_at]')} AS [created_at]
@@ -315,7 +320,7 @@ export const inboxRelayClaimSql = (table: string) =>
   ${inboxPendingSearch(table, '@1')}
   ${lockFound(table, 'i', '@1')}
   UPDATE i
-  ${setClaimed('i', '@2')}
+  ${setClaimed('i', '@2', '@4')}
   ${INBOX_OUTPUT}
   FROM ${table} AS i WITH (ROWLOCK) INNER JOIN @candidates AS c ON c.[id] = i.[id]
   WHERE i.[state] = N'pending';`);
@@ -347,7 +352,7 @@ INSERT INTO @sources ([source]) VALUES (@3);
 ${inboxPendingSearch(table, '@room')}
 ${lockFound(table, 'i', '@room')}
 UPDATE i
-${setClaimed('i', '@2')}
+${setClaimed('i', '@2', '@4')}
 ${INBOX_OUTPUT}
 FROM ${table} AS i WITH (ROWLOCK) INNER JOIN @candidates AS c ON c.[id] = i.[id]
 WHERE i.[state] = N'pending' OR (i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW});`);

@@ -1,9 +1,12 @@
 import type { DialectDriver } from '../dialect-driver';
+import { CLAIM_FUNCTIONS_MIGRATION_NOTE } from '../schema-migrations';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
 import {
   KEY_COLLATION,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
+  sqlServerInstancesDown,
+  sqlServerInstancesUp,
   sqlServerKeyCollationDown,
   sqlServerKeyCollationUp,
   sqlServerOperationsDown,
@@ -18,19 +21,16 @@ export const sqlServerDriver = {
   type: 'mssql',
   displayName: 'SQL Server, Azure SQL',
   logContext: 'QueueBox:SqlServer',
-  create: ({ dataSource, tables, log }) => new SqlServerDialect(dataSource, tables, log),
+  create: ({ dataSource, tables, settings, log }) => new SqlServerDialect(dataSource, tables, log, settings),
   migrations: {
     schema: { up: sqlServerSchemaUp, down: sqlServerSchemaDown },
     operations: { up: sqlServerOperationsUp, down: sqlServerOperationsDown },
     claims: { up: sqlServerClaimsUp, down: sqlServerClaimsDown },
     keyCollation: { up: sqlServerKeyCollationUp, down: sqlServerKeyCollationDown },
-    // SQL Server's claims are statements, not functions stored in the database.
     claimFunctions: { up: () => [], down: () => [] },
+    instances: { up: sqlServerInstancesUp, down: sqlServerInstancesDown },
   },
-  noOpMigrations: {
-    claimFunctions:
-      '-- Nothing to do on SQL Server: its claims are statements sent by QueueBox, not functions stored in the\n-- database. The file keeps the migrations numbered alike in both dialects.',
-  },
+  noOpMigrations: { claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE },
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   script: { terminator: ';\nGO\n', folder: 'sqlserver' },
   migrationNotes: {
@@ -38,10 +38,6 @@ export const sqlServerDriver = {
       applied: `key columns now compare by code point (${KEY_COLLATION}); their indexes were rebuilt.`,
       notApplied:
         'not applied: keys that differ only in case (or accents) count as one key (a receive is dropped as a duplicate, two keys are ordered as one), until you run `queuebox migrate`',
-    },
-    claimFunctions: {
-      applied: 'nothing to change on SQL Server (its claims are statements, not functions).',
-      notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
     },
   },
   urlSchemes: ['mssql', 'sqlserver'],

@@ -350,3 +350,38 @@ export function sqlServerKeyCollationUp(tables: QueueBoxTables): string[] {
 export function sqlServerKeyCollationDown(tables: QueueBoxTables): string[] {
   return keyCollation(tables, 'DATABASE_DEFAULT', 'down');
 }
+
+/**
+ * Migration 006 (instances): the instances table (each QueueBox process registers itself and
+ * heartbeats by the database clock, so a live replica can end a dead one's leases at once) and
+ * the claim owner column `claimed_by` on both tables. Adding a nullable column changes only the
+ * metadata: no rewrite, no long lock.
+ */
+export function sqlServerInstancesUp(tables: QueueBoxTables): string[] {
+  const instanceSchema = tables.instances.schema;
+  const n = tables.instances.name;
+  return [
+    ...(instanceSchema ? [`IF SCHEMA_ID(N'${instanceSchema}') IS NULL EXEC(N'CREATE SCHEMA [${instanceSchema}]')`] : []),
+    `CREATE TABLE ${mssqlTable(tables.instances)} (
+  [id] UNIQUEIDENTIFIER NOT NULL,
+  [host] NVARCHAR(255) NOT NULL,
+  [pid] INT NOT NULL,
+  [data_source] NVARCHAR(255) NOT NULL,
+  [version] NVARCHAR(64) NOT NULL,
+  [dead_after_ms] INT NOT NULL,
+  [started_at] DATETIME2 NOT NULL CONSTRAINT [${n}_started_at_default] DEFAULT SYSUTCDATETIME(),
+  [heartbeat_at] DATETIME2 NOT NULL CONSTRAINT [${n}_heartbeat_at_default] DEFAULT SYSUTCDATETIME(),
+  CONSTRAINT [${n}_pkey] PRIMARY KEY CLUSTERED ([id])
+)`,
+    `ALTER TABLE ${mssqlTable(tables.outbox)} ADD [claimed_by] UNIQUEIDENTIFIER NULL`,
+    `ALTER TABLE ${mssqlTable(tables.inbox)} ADD [claimed_by] UNIQUEIDENTIFIER NULL`,
+  ];
+}
+
+export function sqlServerInstancesDown(tables: QueueBoxTables): string[] {
+  return [
+    `ALTER TABLE ${mssqlTable(tables.inbox)} DROP COLUMN [claimed_by]`,
+    `ALTER TABLE ${mssqlTable(tables.outbox)} DROP COLUMN [claimed_by]`,
+    `DROP TABLE ${mssqlTable(tables.instances)}`,
+  ];
+}

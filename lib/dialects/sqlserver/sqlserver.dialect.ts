@@ -3,7 +3,16 @@ import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typ
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
-import type { DeadSelection, Dialect, FenceParams, InboxInsertRow, LeaseTable, OutboxInsertRow, QueueBoxTables } from '../dialect';
+import type {
+  DeadSelection,
+  Dialect,
+  DialectSettings,
+  FenceParams,
+  InboxInsertRow,
+  LeaseTable,
+  OutboxInsertRow,
+  QueueBoxTables,
+} from '../dialect';
 import type { DialectLog } from '../dialect-driver';
 import type { RetentionKind } from '../dialect-rows';
 import { driverErrorOf, uuidIn } from '../driver-errors';
@@ -35,6 +44,7 @@ import {
 } from './claims.sql';
 import { FOLLOWERS_LOCK_WAIT_MS, inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
+import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instanceListSql, instanceRegisterSql } from './instances.sql';
 import {
   leaseCompleteBatchSql,
   leaseCompleteSql,
@@ -49,12 +59,17 @@ import { mssqlTable } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
 import { KEY_COLLATION } from './schema';
 import { checkSqlServerRequestTimeout } from './sqlserver.options';
-import { bigint, bigintOrNull, guid, instant, int, KEY_LENGTH, name, text } from './sqlserver.params';
+import { bigint, bigintOrNull, guid, guidOrNull, instant, int, KEY_LENGTH, name, text } from './sqlserver.params';
 
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
 
 const STATEMENTS: SqlDialectStatements = {
+  instanceRegisterSql,
+  instanceHeartbeatSql,
+  instanceEndDeadSql,
+  instanceDeregisterSql,
+  instanceListSql,
   outboxReclaimSql,
   inboxReclaimSql,
   inboxFindSql,
@@ -80,6 +95,7 @@ const STATEMENTS: SqlDialectStatements = {
 
 // Typed to match their columns (sqlserver.params.ts); lists as JSON text, read with OPENJSON.
 const PARAMS: SqlDialectParams = {
+  guid: guid,
   int,
   bigint,
   text: (value) => text(value),
@@ -118,6 +134,7 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
   readonly type = 'mssql' as const;
   readonly reservesConnections = false;
   protected readonly table: Record<LeaseTable, string>;
+  protected readonly instancesTable: string;
   protected readonly statements = STATEMENTS;
   protected readonly params = PARAMS;
   protected readonly decoding = DECODING;
@@ -128,10 +145,12 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     private readonly dataSource: DataSource,
     private readonly tables: QueueBoxTables,
     private readonly log: DialectLog,
+    private readonly settings: DialectSettings = {},
   ) {
     super();
     checkSqlServerRequestTimeout(dataSource.options);
     this.table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
+    this.instancesTable = mssqlTable(tables.instances);
     this.claimLock = {
       outbox: lockName(`queuebox_outbox_claim_${tables.outbox.qualified}`),
       inbox: lockName(`queuebox_inbox_claim_${tables.inbox.qualified}`),
@@ -148,6 +167,13 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     for (const kind of ['outbox', 'inbox'] as const) {
       const { rows } = await this.run<{ found: number | null }>(tableExistsSql(), [text(this.table[kind], 300)]);
       if (rows[0]?.found == null) throw new QueueBoxConfigError(`tables.${kind}`, messages.tableMissing(this.tables[kind].qualified));
+    }
+    const instances = await this.run<{ found: number | null }>(tableExistsSql(), [text(this.instancesTable, 300)]);
+    if (instances.rows[0]?.found == null) {
+      throw new QueueBoxConfigError(
+        'migrations',
+        messages.instancesTableMissing(this.tables.instances.qualified, DEFAULT_MIGRATION_NAMES.instances),
+      );
     }
     for (const kind of ['outbox', 'inbox'] as const) {
       const { rows } = await this.run<{ column: string; collation: string | null }>(keyCollationSql(), [text(this.table[kind], 300)]);
@@ -224,19 +250,22 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
   /** A claim in a transaction of its own, behind the claim lock of its table (and source, for pull claims). */
   protected claimRecords<T>(request: ClaimRequest): Promise<T[]> {
     const lease = [int(request.limit), bigint(request.leaseMs)];
+    // The claiming instance (`claimed_by`) is each claim's last parameter.
+    const instance = guidOrNull(this.settings.instanceId ?? null);
     switch (request.kind) {
       case 'outbox':
-        return this.claimUnderLock<T>(this.claimLock.outbox, outboxClaimSql(this.table.outbox), lease);
+        return this.claimUnderLock<T>(this.claimLock.outbox, outboxClaimSql(this.table.outbox), [...lease, instance]);
       case 'relay':
         return this.claimUnderLock<T>(this.claimLock.inbox, inboxRelayClaimSql(this.table.inbox), [
           ...lease,
           text(JSON.stringify(request.sources)),
+          instance,
         ]);
       case 'pull':
         return this.claimUnderLock<T>(
           lockName(`queuebox_pull_claim_${this.tables.inbox.qualified}:${request.source}`),
           inboxPullClaimSql(this.table.inbox),
-          [...lease, name(request.source)],
+          [...lease, name(request.source), instance],
         );
     }
   }

@@ -18,6 +18,7 @@ export const name = (value: string | null) => text(value, KEY_LENGTH);
 export const bigint = (value: string | number) => new MssqlParameter(value, 'bigint');
 export const int = (value: number) => new MssqlParameter(value, 'int');
 export const guid = (value: string) => new MssqlParameter(value, 'uniqueidentifier');
+export const guidOrNull = (value: string | null) => new MssqlParameter(value, 'uniqueidentifier');
 export const bigintOrNull = (value: string | null) => new MssqlParameter(value, 'bigint');
 /** An instant as ISO-8601 UTC text (`...Z`, 24 characters), never in the Node process's time zone (see utcInstant). */
 export const instant = (value: Date | null) => text(value === null ? null : value.toISOString(), 30);

@@ -1,0 +1,91 @@
+import { COUNTED } from './lease.sql';
+import { KEY_COLLATION } from './schema';
+import { asUtc, msAgo, NOW } from './time';
+
+// The instances table (migration 006; see postgres/instances.sql.ts). Parameters are positional (`@0`...).
+
+/** @0 = id, @1 = host, @2 = pid, @3 = DataSource name, @4 = QueueBox version, @5 = dead after (ms). A second registration of the id only heartbeats. */
+export const instanceRegisterSql = (instances: string) => `MERGE ${instances} WITH (HOLDLOCK) AS t
+USING (SELECT @0 AS [id]) AS s ON t.[id] = s.[id]
+WHEN MATCHED THEN UPDATE SET [heartbeat_at] = ${NOW}
+WHEN NOT MATCHED THEN INSERT ([id], [host], [pid], [data_source], [version], [dead_after_ms]) VALUES (@0, @1, @2, @3, @4, @5);`;
+
+/** The instance `n` missed its heartbeats for longer than its own `dead_after_ms`. */
+export const silent = (n: string) => `${n}.[heartbeat_at] < DATEADD(MILLISECOND, -${n}.[dead_after_ms], ${NOW})`;
+
+/** @0 = id. No row: the instance was declared dead meanwhile. */
+export const instanceHeartbeatSql = (instances: string) => `${COUNTED}UPDATE ${instances} SET [heartbeat_at] = ${NOW} WHERE [id] = @0`;
+
+/**
+ * Ends the leases of the rows the instances in `@dead` hold (and, with `unregistered`, of rows
+ * left behind by an instance no longer registered: see postgres/instances.sql.ts), counting them
+ * per owner into `@released`.
+ */
+const endLeases = (table: string, kind: 'outbox' | 'inbox', instances?: string) => `UPDATE t SET [lease_expires_at] = ${NOW}
+  OUTPUT inserted.[claimed_by], N'${kind}' INTO @released ([id], [kind])
+  FROM ${table} AS t
+  WHERE t.[state] = N'processing' AND t.[lease_expires_at] > ${NOW}
+    AND (t.[claimed_by] IN (SELECT [id] FROM @dead)${
+      instances
+        ? `
+      OR (t.[claimed_by] IS NOT NULL AND t.[claimed_at] < ${msAgo('@0')}
+          AND NOT EXISTS (SELECT 1 FROM ${instances} AS n WHERE n.[id] = t.[claimed_by]))`
+        : ''
+    });`;
+
+/**
+ * @0 = after how many ms a claim of an unregistered instance counts as left behind. In one batch
+ * and transaction: deletes every instance whose last heartbeat is older than its
+ * `dead_after_ms`, ends the leases of the rows they hold and of rows left behind by instances no
+ * longer registered, and returns each owner with how many outbox and inbox claims it lost (an
+ * unregistered one with no host, pid, DataSource or heartbeat).
+ */
+export const instanceEndDeadSql = (instances: string, outbox: string, inbox: string) => `SET XACT_ABORT ON;
+SET NOCOUNT ON;
+BEGIN TRANSACTION;
+DECLARE @dead TABLE ([id] UNIQUEIDENTIFIER PRIMARY KEY, [host] NVARCHAR(255) COLLATE ${KEY_COLLATION}, [pid] INT, [data_source] NVARCHAR(255) COLLATE ${KEY_COLLATION}, [heartbeat_at] DATETIME2);
+DECLARE @released TABLE ([id] UNIQUEIDENTIFIER, [kind] NVARCHAR(8) COLLATE ${KEY_COLLATION});
+DELETE n
+  OUTPUT deleted.[id], deleted.[host], deleted.[pid], deleted.[data_source], deleted.[heartbeat_at] INTO @dead
+  FROM ${instances} AS n
+  WHERE ${silent('n')};
+${endLeases(outbox, 'outbox', instances)}
+${endLeases(inbox, 'inbox', instances)}
+COMMIT TRANSACTION;
+SELECT w.[id], d.[host], d.[pid], d.[data_source], ${asUtc('d.[heartbeat_at]')} AS [heartbeat_at],
+       (SELECT COUNT(*) FROM @released AS r WHERE r.[id] = w.[id] AND r.[kind] = N'outbox') AS [outbox],
+       (SELECT COUNT(*) FROM @released AS r WHERE r.[id] = w.[id] AND r.[kind] = N'inbox') AS [inbox]
+FROM (SELECT [id] FROM @dead UNION SELECT [id] FROM @released) AS w
+LEFT JOIN @dead AS d ON d.[id] = w.[id];`;
+
+/** @0 = id. A clean shutdown: the instance's row goes, and the leases of what it still holds end now. */
+export const instanceDeregisterSql = (instances: string, outbox: string, inbox: string) => `SET XACT_ABORT ON;
+SET NOCOUNT ON;
+BEGIN TRANSACTION;
+DECLARE @dead TABLE ([id] UNIQUEIDENTIFIER PRIMARY KEY);
+DECLARE @released TABLE ([id] UNIQUEIDENTIFIER, [kind] NVARCHAR(8) COLLATE ${KEY_COLLATION});
+INSERT INTO @dead ([id]) VALUES (@0);
+DELETE FROM ${instances} WHERE [id] = @0;
+${endLeases(outbox, 'outbox')}
+${endLeases(inbox, 'inbox')}
+COMMIT TRANSACTION;
+SELECT (SELECT COUNT(*) FROM @released WHERE [kind] = N'outbox') AS [outbox], (SELECT COUNT(*) FROM @released WHERE [kind] = N'inbox') AS [inbox];`;
+
+/** Every registered instance, oldest first, with its heartbeat's age, whether it is alive, and the claims it holds. */
+export const instanceListSql = (
+  instances: string,
+  outbox: string,
+  inbox: string,
+) => `SELECT n.[id], n.[host], n.[pid], n.[data_source], n.[version], n.[dead_after_ms],
+       ${asUtc('n.[started_at]')} AS [started_at], ${asUtc('n.[heartbeat_at]')} AS [heartbeat_at],
+       DATEDIFF_BIG(MILLISECOND, n.[heartbeat_at], ${NOW}) / 1000.0 AS [heartbeat_age],
+       CASE WHEN ${silent('n')} THEN 0 ELSE 1 END AS [alive],
+       (SELECT COUNT(*) FROM ${outbox} AS o WHERE o.[state] = N'processing' AND o.[claimed_by] = n.[id]) AS [outbox_claims],
+       (SELECT COUNT(*) FROM ${inbox} AS i WHERE i.[state] = N'processing' AND i.[claimed_by] = n.[id]) AS [inbox_claims]
+FROM ${instances} AS n
+ORDER BY n.[started_at], n.[id]`;
+
+/** Who holds the row `alias`: `owner` (null for a script's claim) and `owner_alive` (1, 0, or null for no owner). See postgres/instances.sql.ts. */
+export const ownerColumns = (alias: string, instances: string) => `${alias}.[claimed_by] AS [owner],
+       CASE WHEN ${alias}.[claimed_by] IS NULL THEN NULL
+            WHEN EXISTS (SELECT 1 FROM ${instances} AS n WHERE n.[id] = ${alias}.[claimed_by] AND NOT (${silent('n')})) THEN 1 ELSE 0 END AS [owner_alive]`;

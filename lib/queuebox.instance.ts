@@ -1,0 +1,245 @@
+import { hostname } from 'node:os';
+import {
+  type BeforeApplicationShutdown,
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationBootstrap,
+  type OnModuleInit,
+  Optional,
+} from '@nestjs/common';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import type { DataSource } from 'typeorm';
+import { describeError } from './common/errors';
+import { packageVersion } from './common/package-version';
+import type { Dialect } from './dialects/dialect';
+import type { DeadInstanceRow } from './dialects/dialect-rows';
+import { QueueBoxEvents } from './events/queuebox.events';
+import { InboxRelay } from './inbox/inbox.relay';
+import type { ResolvedInstancesOptions, ResolvedQueueBoxOptions } from './options/options.resolved';
+import { OutboxPoller } from './outbox/outbox.poller';
+import { PullWorker } from './pull/pull.worker';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { messages } from './queuebox.messages';
+
+/** Who this QueueBox instance is: made once per module instance (one per process and DataSource). */
+export interface QueueBoxInstanceName {
+  /** A random UUID, new at every start: what claims write to `claimed_by`. */
+  id: string;
+  /** The TypeORM DataSource name (`default` for the default one). */
+  dataSource: string;
+}
+
+/** What health checks read about this instance's heartbeats. */
+export interface InstanceStatus {
+  id: string;
+  /** Registered in the instances table and heartbeating. */
+  registered: boolean;
+  /** When a heartbeat last worked (local clock); undefined before the first. */
+  lastHeartbeatAt?: Date;
+  /** Consecutive heartbeats that failed (database down or unreachable). */
+  failedBeats: number;
+  /** How often another replica declared this instance dead (it paused or lost the database past `deadAfterMs`). */
+  declaredDead: number;
+  /** Dead instances whose leases this instance ended, since start. */
+  deadInstancesEnded: number;
+}
+
+/**
+ * This process in the instances table (migration 006). It registers at start-up, before any
+ * worker claims, and heartbeats every `instances.heartbeatMs` by the database clock; claims write
+ * its id to `claimed_by`. Each heartbeat of a process that runs a worker also declares dead every
+ * instance silent for longer than its `deadAfterMs` and ends its leases in one statement, then
+ * runs the reclaim step at once: a killed replica's keys move again in seconds, not after the
+ * 5-minute lease. A paused owner that comes back fails its fence as after any expiry (its
+ * completions are lost claims; at-least-once, never two live owners), and registers again.
+ *
+ * At shutdown, once the workers stopped, it deregisters: what it still held (work abandoned after
+ * `shutdownTimeoutMs`) is released at once and reclaimed.
+ */
+@Injectable()
+export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown {
+  private readonly logger = new Logger('QueueBox:Instance');
+  private readonly options: ResolvedInstancesOptions;
+  private readonly timerName: string;
+  private timer?: NodeJS.Timeout;
+  private beating?: Promise<void>;
+  private registered = false;
+  private lastHeartbeatAt?: Date;
+  private failedBeats = 0;
+  private declaredDead = 0;
+  private deadInstancesEnded = 0;
+  private stopped = false;
+
+  constructor(
+    @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) rootOptions: ResolvedQueueBoxOptions,
+    @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
+    private readonly events: QueueBoxEvents,
+    private readonly outbox: OutboxPoller,
+    private readonly relay: InboxRelay,
+    private readonly pull: PullWorker,
+    @Optional() private readonly scheduler?: SchedulerRegistry,
+  ) {
+    this.options = rootOptions.instances;
+    this.timerName = `queuebox:instance-heartbeat:${rootOptions.tables.instances.qualified}`;
+  }
+
+  /** This instance's id, as claims write it to `claimed_by` and `queuebox instances` lists it. */
+  get id(): string {
+    return this.instance.id;
+  }
+
+  get status(): InstanceStatus {
+    return {
+      id: this.instance.id,
+      registered: this.registered,
+      lastHeartbeatAt: this.lastHeartbeatAt,
+      failedBeats: this.failedBeats,
+      declaredDead: this.declaredDead,
+      deadInstancesEnded: this.deadInstancesEnded,
+    };
+  }
+
+  /** Registers before any worker starts (Nest runs every `onModuleInit` before any `onApplicationBootstrap`). */
+  async onModuleInit(): Promise<void> {
+    if (!this.dataSource.isInitialized) return;
+    try {
+      await this.register();
+    } catch (error) {
+      // Workers wait for the database too; the heartbeat registers once it answers.
+      this.logger.error(messages.instanceRegisterFailed(describeError(error), this.options.heartbeatMs));
+    }
+  }
+
+  onApplicationBootstrap(): void {
+    if (!this.dataSource.isInitialized) return;
+    this.stopped = false;
+    this.timer = setInterval(() => void this.beat(), this.options.heartbeatMs);
+    this.timer.unref();
+    this.scheduler?.addInterval(this.timerName, this.timer);
+  }
+
+  /**
+   * Stops heartbeating once the workers stopped (it waits for them), then deregisters: the leases
+   * of what this instance still holds end now, and the reclaim gives them back at once.
+   */
+  async beforeApplicationShutdown(): Promise<void> {
+    this.stopTimer();
+    await Promise.all([this.outbox.stop(), this.relay.stop(), this.pull.stop()]);
+    await this.beating;
+    if (!this.registered) return;
+    try {
+      const released = await this.dialect.instanceDeregister({ id: this.instance.id });
+      this.registered = false;
+      this.events.emit('queuebox:instance-deregistered', { id: this.instance.id, released });
+      if (released.outbox + released.inbox > 0) {
+        this.logger.warn(messages.instanceDeregisteredReleased(released.outbox, released.inbox));
+        await this.reclaimNow();
+      }
+    } catch (error) {
+      this.logger.error(messages.instanceDeregisterFailed(describeError(error)));
+    }
+  }
+
+  /**
+   * One heartbeat: registers again if another replica declared this instance dead, and, where a
+   * worker runs, ends the leases of the instances that stopped beating. Runs on the timer; tests
+   * call it to beat at a moment of their choosing. Concurrent calls share one beat.
+   */
+  beat(): Promise<void> {
+    this.beating ??= this.beatOnce().finally(() => {
+      this.beating = undefined;
+    });
+    return this.beating;
+  }
+
+  private async beatOnce(): Promise<void> {
+    try {
+      // Through the pull worker's set-aside connection when it has one: a pool full of handler
+      // transactions must not make a live instance miss its heartbeats.
+      const beat = await this.dialect.instanceHeartbeat({ id: this.instance.id, manager: this.pull.renewalManager() });
+      if (!beat) {
+        if (this.registered) {
+          this.declaredDead++;
+          this.logger.warn(messages.instanceDeclaredDead(this.instance.id, this.options.deadAfterMs));
+        }
+        await this.register();
+      }
+      if (this.failedBeats > 0) this.logger.log(messages.instanceHeartbeatBack(this.failedBeats));
+      this.failedBeats = 0;
+      this.lastHeartbeatAt = new Date();
+    } catch (error) {
+      this.failedBeats++;
+      // Once per outage, and again when it lasts past `deadAfterMs` (other replicas may end our leases then).
+      const silentMs = this.failedBeats * this.options.heartbeatMs;
+      if (
+        this.failedBeats === 1 ||
+        (silentMs >= this.options.deadAfterMs && silentMs - this.options.heartbeatMs < this.options.deadAfterMs)
+      ) {
+        this.logger.error(messages.instanceHeartbeatFailed(describeError(error), silentMs, this.options.deadAfterMs));
+      }
+      return;
+    }
+    if (this.stopped || !this.runsWorkers()) return;
+    let dead: DeadInstanceRow[];
+    try {
+      dead = await this.dialect.instanceEndDead({ unregisteredAfterMs: this.options.deadAfterMs });
+    } catch (error) {
+      this.logger.error(messages.instanceEndDeadFailed(describeError(error)));
+      return;
+    }
+    if (dead.length === 0) return;
+    for (const found of dead) {
+      this.deadInstancesEnded++;
+      const registered = found.heartbeatAt !== null;
+      this.events.emit('queuebox:instance-dead', {
+        id: found.id,
+        registered,
+        host: found.host,
+        pid: found.pid,
+        dataSource: found.dataSource,
+        lastHeartbeatAt: found.heartbeatAt,
+        released: found.released,
+      });
+      const { outbox, inbox } = found.released;
+      this.logger.warn(
+        registered
+          ? messages.instanceDead(found.id, found.host, found.pid, found.heartbeatAt, outbox, inbox)
+          : messages.unregisteredInstanceClaimsEnded(found.id, outbox, inbox),
+      );
+    }
+    await this.reclaimNow();
+  }
+
+  private async register(): Promise<void> {
+    await this.dialect.instanceRegister({
+      id: this.instance.id,
+      host: hostname(),
+      pid: process.pid,
+      dataSource: this.instance.dataSource,
+      version: packageVersion(),
+      deadAfterMs: this.options.deadAfterMs,
+    });
+    this.registered = true;
+    this.lastHeartbeatAt = new Date();
+  }
+
+  /** The workers of this process take the released rows now (the outbox and relay reclaim; pull claims take them). */
+  private async reclaimNow(): Promise<void> {
+    await Promise.all([this.outbox, this.relay, this.pull].filter((worker) => worker.enabled).map((worker) => worker.reclaimNow()));
+  }
+
+  private runsWorkers(): boolean {
+    return this.outbox.enabled || this.relay.enabled || this.pull.enabled;
+  }
+
+  private stopTimer(): void {
+    this.stopped = true;
+    if (!this.timer) return;
+    clearInterval(this.timer);
+    this.timer = undefined;
+    if (this.scheduler?.doesExist('interval', this.timerName)) this.scheduler.deleteInterval(this.timerName);
+  }
+}
