@@ -100,13 +100,33 @@ export {
   type PullContext,
   PullHandler,
 } from './pull/pull-handler.decorator';
-export { DEFAULT_TABLES, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
-export { type InstanceStatus, QueueBoxInstance, type QueueBoxInstanceName } from './queuebox.instance';
+export { DEFAULT_QUEUEBOX, DEFAULT_TABLES, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+export { type InstanceStatus, QueueBoxInstance } from './queuebox.instance';
 export { QueueBoxModule } from './queuebox.module';
 export type { QueueBoxModuleExtras } from './queuebox.module-definition';
 export { WorkNotifications } from './queuebox.notifications';
+export { type QueueBoxEntry, QueueBoxRegistry } from './queuebox.registry';
+export { type QueueBoxTenantOptions, QueueBoxTenants, QueueBoxTenantsModule } from './queuebox.tenants';
+export {
+  getInboxServiceToken,
+  getLeaseServiceToken,
+  getOutboxServiceToken,
+  getPullClientToken,
+  getQueueBoxAdminToken,
+  getQueueBoxEventsToken,
+  getQueueBoxHealthToken,
+  getQueueBoxToken,
+  InjectInbox,
+  InjectLeaseService,
+  InjectOutbox,
+  InjectPullClient,
+  InjectQueueBoxAdmin,
+  InjectQueueBoxEvents,
+  InjectQueueBoxHealth,
+} from './queuebox.tokens';
 export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './types/claims';
 export type { InboxMessageInput, ReceiveResult, RelayRoute } from './types/inbox';
+export type { QueueBoxInstanceName } from './types/instance';
 export type { InboxMessage, OutboundMessage } from './types/messages';
 export type {
   InboxOptions,

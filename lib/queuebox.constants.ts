@@ -7,8 +7,17 @@ export const QUEUEBOX_DATA_SOURCE = 'QUEUEBOX:DATA_SOURCE';
 /** Injection token of the SQL dialect chosen from the DataSource's driver. */
 export const QUEUEBOX_DIALECT = 'QUEUEBOX:DIALECT';
 
-/** Injection token of this QueueBox instance's id and DataSource name (`QueueBoxInstanceName`). */
+/** The name of the QueueBox that keeps class injection (`forRoot()` without `name`). */
+export const DEFAULT_QUEUEBOX = 'default';
+
+/** Injection token of this QueueBox instance's id, name and DataSource name (`QueueBoxInstanceName`). */
 export const QUEUEBOX_INSTANCE = 'QUEUEBOX:INSTANCE';
+
+/**
+ * Injection token, present in a tenant's own application context only (`QueueBoxTenants`), of
+ * where its `@PullHandler({ tenants: true })` methods are found: the application's providers.
+ */
+export const QUEUEBOX_TENANT_HANDLERS = 'QUEUEBOX:TENANT_HANDLERS';
 
 /** Injection token of the HTTP receiver's validated options (present only when the receiver is enabled). */
 export const QUEUEBOX_RECEIVER_OPTIONS = 'QUEUEBOX:RECEIVER_OPTIONS';

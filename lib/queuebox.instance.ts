@@ -21,14 +21,7 @@ import { OutboxPoller } from './outbox/outbox.poller';
 import { PullWorker } from './pull/pull.worker';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { messages } from './queuebox.messages';
-
-/** Who this QueueBox instance is: made once per module instance (one per process and DataSource). */
-export interface QueueBoxInstanceName {
-  /** A random UUID, new at every start: what claims write to `claimed_by`. */
-  id: string;
-  /** The TypeORM DataSource name (`default` for the default one). */
-  dataSource: string;
-}
+import type { QueueBoxInstanceName } from './types/instance';
 
 /** What health checks read about this instance's heartbeats. */
 export interface InstanceStatus {
@@ -83,7 +76,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
     this.options = rootOptions.instances;
-    this.timerName = `queuebox:instance-heartbeat:${rootOptions.tables.instances.qualified}`;
+    this.timerName = `queuebox:${instance.name}:heartbeat`;
   }
 
   /** This instance's id, as claims write it to `claimed_by` and `queuebox instances` lists it. */

@@ -56,6 +56,30 @@ export const messages = {
     `QueueBox could not instantiate publisher class ${name} ("${option}"): ${error}. Its dependencies must be visible from QueueBoxModule: global providers (e.g. ClientsModule.register({ isGlobal: true, ... })) or modules given in forRootAsync({ imports }).`,
   publisherMissing: () =>
     'The outbox worker runs but no publisher is configured: set "outbox.publisher" (or "outbox.publishers"), or turn the worker off with "workers: { outbox: false }" on replicas that only enqueue.',
+  queueBoxNameInvalid: (name: unknown) =>
+    `QueueBox option "name" must be a name of 1 to 63 letters, digits, "_", "-" or "." (it appears in tokens, metrics and logs): got ${show(name)}.`,
+  queueBoxNameTaken: (name: string, dataSources: [string, string]) => {
+    const [first, second] = [...dataSources].sort();
+    const other = dataSources.find((dataSource) => dataSource !== 'default') ?? second;
+    return `Two QueueBox modules are named ${show(name)} (on DataSources ${show(first)} and ${show(second)}): class injection would pick one of them at random. Give each QueueBox but one a name of its own, e.g. QueueBoxModule.forRoot({ name: ${show(other)}, dataSource: ${show(other)}, ... }), and inject it with @InjectOutbox(${show(other)}) (getOutboxServiceToken(${show(other)})).`;
+  },
+  queueBoxTablesShared: (first: string, second: string, dataSource: string, table: string) =>
+    `QueueBoxes ${show(first)} and ${show(second)} both use table ${show(table)} of DataSource ${show(dataSource)}: their workers would claim each other's rows with each other's publishers and handlers. Give one of them other tables ("tables"), or use one QueueBox.`,
+  queueBoxInstancesTableShared: (first: string, second: string, table: string) =>
+    `QueueBoxes ${show(first)} and ${show(second)} share the instances table ${show(table)}: a replica that dies is found dead by one of them, and the other recovers its claims only one instances.deadAfterMs later. Give each its own "tables.instances".`,
+  queueBoxUnknown: (name: string, names: string[]) =>
+    `No QueueBox is named ${show(name)}; ${names.length === 0 ? 'none is registered' : `the application has ${names.map(show).join(', ')}`}. Name one with QueueBoxModule.forRoot({ name: ${show(name)}, ... }), or attach a tenant of that name (QueueBoxTenants.attach).`,
+  managerOfAnotherQueueBox: (call: string, own: string, ownDataSource: string, others: string[], otherDataSource: string) =>
+    `${call} was given a transaction of DataSource ${show(otherDataSource)}, which belongs to QueueBox ${others.map(show).join(' and ')}; this ${call.split('.')[0]} belongs to QueueBox ${show(own)} (DataSource ${show(ownDataSource)}). Inject the one of that DataSource: @Inject${call.startsWith('OutboxService') ? 'Outbox' : 'Inbox'}(${show(others[0])}).`,
+  pullHandlerQueueBoxUnknown: (name: string, names: string[]) =>
+    `it names QueueBox ${show(name)}, which the application does not have (it has ${names.map(show).join(', ')}): its messages would never be handled. Name one of those, or register that QueueBox with QueueBoxModule.forRoot({ name: ${show(name)}, ... }).`,
+  tenantNameTaken: (name: string) =>
+    `A QueueBox named ${show(name)} exists already (a tenant, or a QueueBoxModule.forRoot({ name })), or is being attached or detached now: detach it first, or give the tenant another name.`,
+  tenantUnknown: (name: string, names: string[]) =>
+    `No tenant named ${show(name)} is attached${names.length > 0 ? ` (attached: ${names.map(show).join(', ')})` : ''}, or it is being attached or detached now.`,
+  tenantAttached: (name: string) => `Tenant ${show(name)} attached: its QueueBox runs.`,
+  tenantDetached: (name: string) =>
+    `Tenant ${show(name)} detached: its QueueBox stopped (its DataSource is left open for the application to destroy).`,
   dataSourceMissing: (name: string | undefined) =>
     `QueueBox found no TypeORM DataSource${name ? ` named ${show(name)}` : ''}. Import TypeOrmModule.forRoot(${name ? `{ name: ${show(name)}, ... }` : '...'}) in the same application, or set "dataSource" to the name of the one you use.`,
   tableMissing: (name: string) =>

@@ -4,6 +4,7 @@ import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
+import { InboxRelay } from './inbox/inbox.relay';
 import { InboxReceiver } from './inbox/receiver/inbox-receiver';
 import { createInboxReceiverController } from './inbox/receiver/inbox-receiver.controller';
 import { type InboxReceiverOptions, resolveReceiverOptions } from './inbox/receiver/inbox-receiver.options';
@@ -11,26 +12,71 @@ import { checkSchemaVersion } from './migrations/schema-version';
 import type { ResolvedQueueBoxOptions } from './options/options.resolved';
 import { resolveOptions } from './options/options.resolver';
 import { queryTimeoutFor } from './options/query-timeout';
+import { OutboxPoller } from './outbox/outbox.poller';
 import { instantiatePublishers } from './outbox/outbox-publishers';
+import { PullWorker } from './pull/pull.worker';
 import {
+  DEFAULT_QUEUEBOX,
   QUEUEBOX_DATA_SOURCE,
   QUEUEBOX_DIALECT,
   QUEUEBOX_INSTANCE,
   QUEUEBOX_MODULE_OPTIONS,
   QUEUEBOX_RECEIVER_OPTIONS,
   QUEUEBOX_RESOLVED_OPTIONS,
+  QUEUEBOX_TENANT_HANDLERS,
 } from './queuebox.constants';
 import { createDialect } from './queuebox.dialect';
-import type { QueueBoxInstanceName } from './queuebox.instance';
+import { QueueBoxInstance } from './queuebox.instance';
 import { messages } from './queuebox.messages';
+import { WorkNotifications } from './queuebox.notifications';
+import { getQueueBoxToken, QUEUEBOX_SERVICES } from './queuebox.tokens';
+import type { QueueBoxInstanceName } from './types/instance';
 import type { QueueBoxModuleOptions } from './types/options';
+import { InboxSources } from './workers/inbox-sources';
+
+/**
+ * What the default QueueBox exports besides its services: the workers, its instance and the
+ * internal tokens that `queuebox/testing` reads (the testing helpers drive the default QueueBox).
+ */
+const DEFAULT_ONLY_EXPORTS = [
+  QueueBoxInstance,
+  OutboxPoller,
+  InboxRelay,
+  PullWorker,
+  InboxSources,
+  WorkNotifications,
+  QUEUEBOX_RESOLVED_OPTIONS,
+  QUEUEBOX_DATA_SOURCE,
+  QUEUEBOX_DIALECT,
+  QUEUEBOX_INSTANCE,
+];
 
 /** Options that shape the module itself, given beside the options in both `forRoot` and `forRootAsync`. */
 export interface QueueBoxModuleExtras {
-  /** Name of the TypeORM DataSource (`TypeOrmModule.forRoot({ name })`). Default: the default DataSource. */
-  dataSource?: string;
+  /**
+   * The QueueBox's name, for an application with several (one per database, or per module of a
+   * modular monolith): its services are injected with `@InjectOutbox(name)` and the other
+   * `Inject...(name)` decorators (or `getOutboxServiceToken(name)`), its handlers say
+   * `@PullHandler(source, { queuebox: name })`, its metrics carry `queuebox="<name>"`. Default
+   * `default`: the one QueueBox whose services are injected by their class.
+   */
+  name?: string;
+  /**
+   * The DataSource: the name of a TypeORM DataSource (`TypeOrmModule.forRoot({ name })`), or a
+   * `DataSource` object. Default: the default DataSource.
+   */
+  dataSource?: string | DataSource;
   /** Enables the HTTP receiver (`POST <path>/:source`). Off by default. */
   receiver?: InboxReceiverOptions;
+}
+
+/** A QueueBox name: what tokens, metric labels and the instances table carry. */
+const QUEUEBOX_NAME = /^[A-Za-z0-9_.-]{1,63}$/;
+
+function queueBoxName(name: unknown): string {
+  if (name === undefined) return DEFAULT_QUEUEBOX;
+  if (typeof name !== 'string' || !QUEUEBOX_NAME.test(name)) throw new QueueBoxConfigError('name', messages.queueBoxNameInvalid(name));
+  return name;
 }
 
 function receiverParts(receiver: InboxReceiverOptions | undefined): Pick<DynamicModule, 'controllers' | 'providers'> {
@@ -42,23 +88,43 @@ function receiverParts(receiver: InboxReceiverOptions | undefined): Pick<Dynamic
   };
 }
 
-function dataSourceProvider(name: string | undefined): Provider {
+function dataSourceProvider(dataSource: string | DataSource | undefined): Provider {
+  if (typeof dataSource === 'object' && dataSource !== null) return { provide: QUEUEBOX_DATA_SOURCE, useValue: dataSource };
   return {
     provide: QUEUEBOX_DATA_SOURCE,
-    inject: [{ token: getDataSourceToken(name), optional: true }],
-    useFactory: (dataSource?: DataSource) => {
-      if (!dataSource) throw new QueueBoxConfigError('dataSource', messages.dataSourceMissing(name));
-      return dataSource;
+    inject: [{ token: getDataSourceToken(dataSource), optional: true }],
+    useFactory: (found?: DataSource) => {
+      if (!found) throw new QueueBoxConfigError('dataSource', messages.dataSourceMissing(dataSource));
+      return found;
     },
   };
 }
 
-/** Who this module instance is in the instances table: a new id at every start. */
-function instanceProvider(dataSourceName: string | undefined): Provider {
+/** Who this QueueBox is: its name, and in the instances table a new id at every start. */
+function instanceProvider(name: string, dataSource: string | DataSource | undefined): Provider {
   return {
     provide: QUEUEBOX_INSTANCE,
-    useFactory: (): QueueBoxInstanceName => ({ id: randomUUID(), dataSource: dataSourceName ?? 'default' }),
+    inject: [{ token: QUEUEBOX_TENANT_HANDLERS, optional: true }],
+    useFactory: (tenantHandlers?: unknown): QueueBoxInstanceName => ({
+      id: randomUUID(),
+      name,
+      // A DataSource object has no name of its own worth showing: the QueueBox's name stands for it.
+      dataSource: typeof dataSource === 'string' ? dataSource : dataSource ? name : 'default',
+      tenant: tenantHandlers !== undefined,
+    }),
   };
+}
+
+/**
+ * What a QueueBox exports to the application (the module is global): each service under the token
+ * made of its name (`getQueueBoxToken`), and the default QueueBox's also by class, as before names
+ * existed; two QueueBoxes never answer one class injection.
+ */
+function exportsOf(name: string): Pick<DynamicModule, 'providers' | 'exports'> {
+  const providers = QUEUEBOX_SERVICES.map(([service]) => ({ provide: getQueueBoxToken(service, name), useExisting: service }));
+  const tokens = providers.map((provider) => provider.provide);
+  if (name !== DEFAULT_QUEUEBOX) return { providers, exports: tokens };
+  return { providers, exports: [...tokens, ...QUEUEBOX_SERVICES.map(([service]) => service), ...DEFAULT_ONLY_EXPORTS] };
 }
 
 /**
@@ -114,8 +180,10 @@ export const {
   ASYNC_OPTIONS_TYPE: QUEUEBOX_ASYNC_OPTIONS_TYPE,
 } = new ConfigurableModuleBuilder<QueueBoxModuleOptions>({ moduleName: 'QueueBox', optionsInjectionToken: QUEUEBOX_MODULE_OPTIONS })
   .setClassMethodName('forRoot')
-  .setExtras<QueueBoxModuleExtras>({ dataSource: undefined, receiver: undefined }, (definition, extras) => {
+  .setExtras<QueueBoxModuleExtras>({ name: undefined, dataSource: undefined, receiver: undefined }, (definition, extras) => {
+    const name = queueBoxName(extras.name);
     const receiver = receiverParts(extras.receiver);
+    const exported = exportsOf(name);
     return {
       ...definition,
       global: true,
@@ -124,10 +192,12 @@ export const {
         // `extras` is Nest's spread of forRoot's options (extras and options alike): it keeps an own `__proto__`.
         ...keepOwnProtoKey(definition.providers ?? [], extras),
         dataSourceProvider(extras.dataSource),
-        instanceProvider(extras.dataSource),
+        instanceProvider(name, extras.dataSource),
         ...coreProviders,
         ...(receiver.providers ?? []),
+        ...(exported.providers ?? []),
       ],
+      exports: [...(definition.exports ?? []), ...(exported.exports ?? [])],
     };
   })
   .build();

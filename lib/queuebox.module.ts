@@ -14,11 +14,12 @@ import { OutboxService } from './outbox/outbox.service';
 import { PullClient } from './pull/pull.client';
 import { PullWorker } from './pull/pull.worker';
 import { PullHandlerExplorer } from './pull/pull-handler.explorer';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { QueueBoxInstance } from './queuebox.instance';
 import { QueueBoxConfigurableModule } from './queuebox.module-definition';
 import { WorkNotifications } from './queuebox.notifications';
 import { QueueBoxPoolCheck } from './queuebox.pool-check';
+import { QueueBoxRegistration } from './queuebox.registration';
+import { QueueBoxCoreModule } from './queuebox-core.module';
 import { DatabaseRecovery } from './workers/database-recovery';
 import { InboxSources } from './workers/inbox-sources';
 
@@ -39,7 +40,7 @@ import { InboxSources } from './workers/inbox-sources';
  * QueueBoxModule.forRootAsync({ inject: [ConfigService], useFactory: (config: ConfigService) => ({ ... }) })
  */
 @Module({
-  imports: [DiscoveryModule],
+  imports: [DiscoveryModule, QueueBoxCoreModule],
   providers: [
     DatabaseRecovery,
     QueueBoxEvents,
@@ -60,27 +61,7 @@ import { InboxSources } from './workers/inbox-sources';
     QueueBoxAdmin,
     QueueBoxHealth,
     QueueBoxInstance,
-  ],
-  exports: [
-    QueueBoxInstance,
-    QueueBoxHealth,
-    QueueBoxEvents,
-    RetentionService,
-    QueueBoxAdmin,
-    PullClient,
-    PullWorker,
-    WorkNotifications,
-    QueueBoxMetrics,
-    LeaseService,
-    OutboxService,
-    OutboxPoller,
-    InboxSources,
-    InboxService,
-    InboxRelay,
-    QUEUEBOX_RESOLVED_OPTIONS,
-    QUEUEBOX_DATA_SOURCE,
-    QUEUEBOX_DIALECT,
-    QUEUEBOX_INSTANCE,
+    QueueBoxRegistration,
   ],
 })
 export class QueueBoxModule extends QueueBoxConfigurableModule {}

@@ -4,6 +4,7 @@ import type { DeadLetterFilter, DeadLetterSelection } from '../admin/admin.types
 import type { AdminComponent, DeadLetterRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
 import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
+import { getQueueBoxEventsToken } from '../queuebox.tokens';
 import { TRACEPARENT_HEADER } from '../wire-headers';
 import { QUEUEBOX_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { dashboardMessages as messages } from './dashboard.messages';
@@ -55,7 +56,8 @@ export class DashboardService implements OnModuleInit {
       this.admins.set(name, isAdmin(admin) ? admin : this.lookUp(name, admin));
     }
     try {
-      this.events = this.moduleRef.get(QueueBoxEvents, { strict: false });
+      // The default QueueBox's, by token: with several QueueBoxes the class alone names none of them.
+      this.events = this.moduleRef.get(getQueueBoxEventsToken(), { strict: false });
     } catch {
       // No QueueBoxModule in this app (instances given as createQueueBoxAdmin() objects): the
       // events still reach node:diagnostics_channel through a QueueBoxEvents of our own.

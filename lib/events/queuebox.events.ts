@@ -1,5 +1,6 @@
 import { channel } from 'node:diagnostics_channel';
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
+import { DEFAULT_QUEUEBOX, QUEUEBOX_INSTANCE } from '../queuebox.constants';
 import type { AdminComponent, ClaimComponent } from '../types/claims';
 
 /** What every outbox event says about its message. */
@@ -107,15 +108,24 @@ export type QueueBoxEventListener = <K extends QueueBoxEventName>(name: K, event
 
 const channels = new Map<string, ReturnType<typeof channel>>();
 
+const DASHBOARD_ACTION: QueueBoxEventName = 'queuebox:dashboard:action';
+
 /**
- * The one place workers report what happened. Each event goes to its `node:diagnostics_channel`
- * (process-wide, for tracing libraries and users) and to this application's listeners (metrics:
- * `QueueBoxMetrics`, and the Prometheus exporter when it is imported). A listener that throws is
- * never allowed to break the worker that reported.
+ * The one place workers report what happened, one per QueueBox. Each event goes to this QueueBox's
+ * listeners (metrics: `QueueBoxMetrics`, and the Prometheus exporter when it is imported) and to
+ * its `node:diagnostics_channel`, which is process-wide: there it also carries `queuebox`, the
+ * name of the QueueBox that emitted it. A listener that throws is never allowed to break the
+ * worker that reported.
  */
 @Injectable()
 export class QueueBoxEvents {
   private readonly listeners = new Set<QueueBoxEventListener>();
+  /** The name of the QueueBox whose events these are (`default` unless `forRoot({ name })` says otherwise). */
+  readonly queuebox: string;
+
+  constructor(@Optional() @Inject(QUEUEBOX_INSTANCE) instance?: { name: string }) {
+    this.queuebox = instance?.name ?? DEFAULT_QUEUEBOX;
+  }
 
   /** Calls `listener` with every event of this application; returns the unsubscribe function. */
   subscribe(listener: QueueBoxEventListener): () => void {
@@ -140,7 +150,8 @@ export class QueueBoxEvents {
     }
     // A subscriber that throws does not reach us: diagnostics_channel rethrows on the next tick.
     const diagnostics = channelOf(name);
-    if (diagnostics.hasSubscribers) diagnostics.publish(event);
+    // The dashboard's actions name their own target (`instance`); every other event its QueueBox.
+    if (diagnostics.hasSubscribers) diagnostics.publish(name === DASHBOARD_ACTION ? event : { ...event, queuebox: this.queuebox });
   }
 }
 

@@ -11,10 +11,11 @@ import { LeaseService } from '../lease/lease.service';
 import type { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../options/options.resolved';
 import { OutboxWriter } from '../outbox/outbox.writer';
-import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
 import type { InboxClaim } from '../types/claims';
+import type { QueueBoxInstanceName } from '../types/instance';
 import type { InboxMessage } from '../types/messages';
 import { CAUSATION_HEADER } from '../wire-headers';
 import { ClaimLoop, type WorkerLoopStatus, type WorkSlot } from '../workers/claim-loop';
@@ -58,6 +59,7 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
     private readonly sources: InboxSources,
     events: QueueBoxEvents,
     recovery: DatabaseRecovery,
+    @Inject(QUEUEBOX_INSTANCE) instance: QueueBoxInstanceName,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
@@ -68,7 +70,7 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
     // At most `batchSize` claims are held, so no batch could be bigger.
     this.batcher = new ForwardBatcher(dialect, lease, this.followers, this.writer, this.options.batchSize);
     this.loop = new ClaimLoop(
-      { name: NAME, ...this.options, reclaimTimerName: `queuebox:relay-reclaim:${rootOptions.tables.inbox.qualified}`, recovery },
+      { name: NAME, ...this.options, reclaimTimerName: `queuebox:${instance.name}:relay-reclaim`, recovery },
       {
         claim: (limit) => this.claimWithFollowers(limit),
         step: (claim, keeper, slot) =>

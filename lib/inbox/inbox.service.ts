@@ -1,16 +1,19 @@
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy, Optional } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import { AfterCommit } from '../common/after-commit';
+import { checkOwnDataSource } from '../common/own-data-source';
 import { checkName, copyHeaders, serializeHeaders, serializePayload } from '../common/payload';
 import { checkTransaction } from '../common/transaction-check';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError, UnknownSourceError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
+import { QueueBoxRegistry } from '../queuebox.registry';
 import { withTraceContext } from '../tracing/trace-context';
 import type { InboxMessageInput, ReceiveResult } from '../types/inbox';
+import type { QueueBoxInstanceName } from '../types/instance';
 import { InboxSources } from '../workers/inbox-sources';
 
 const SUBJECT = 'Inbox message';
@@ -31,7 +34,9 @@ export class InboxService implements OnModuleDestroy {
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
     private readonly sources: InboxSources,
     private readonly events: QueueBoxEvents,
-    @Inject(QUEUEBOX_DATA_SOURCE) dataSource: DataSource,
+    @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
+    @Optional() private readonly registry?: QueueBoxRegistry,
   ) {
     this.afterCommit = new AfterCommit(dataSource);
   }
@@ -48,7 +53,15 @@ export class InboxService implements OnModuleDestroy {
   async receive(message: InboxMessageInput, manager?: EntityManager): Promise<ReceiveResult> {
     if (typeof message !== 'object' || message === null) throw new QueueBoxValidationError('message', messages.messageNotObject(SUBJECT));
     // `null` or any other non-object is no transaction's manager either: TransactionRequiredError, as for `{}`.
-    if (manager !== undefined) checkTransaction(manager, 'receive', false);
+    if (manager !== undefined) {
+      checkTransaction(manager, 'receive', false);
+      checkOwnDataSource(
+        manager,
+        'InboxService.receive',
+        { name: this.instance.name, dataSourceName: this.instance.dataSource, dataSource: this.dataSource },
+        this.registry,
+      );
+    }
     // Each field read once; only these copies are validated and stored.
     const { source: givenSource, idempotencyKey, aggregateId, payload, headers } = message;
     const source = checkName(givenSource, 'source', SUBJECT, true) as string;

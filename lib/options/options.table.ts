@@ -115,6 +115,8 @@ export const PULL_HANDLER_OPTIONS = {
   retry: {},
   handlerTimeout: {},
   batch: { integer: { default: 1, min: 1, max: MAX_PULL_BATCH } },
+  queuebox: { docs: '`default`' },
+  tenants: { docs: '`false`' },
 } as const satisfies Record<keyof PullHandlerOptions, OptionSpec>;
 
 export const RETENTION_OPTIONS = {

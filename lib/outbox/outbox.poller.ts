@@ -8,10 +8,11 @@ import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
 import type { OutboxClaim } from '../types/claims';
+import type { QueueBoxInstanceName } from '../types/instance';
 import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';
 import { BatchCompleter } from '../workers/batch-completer';
@@ -58,6 +59,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
     private readonly lease: LeaseService,
     events: QueueBoxEvents,
     recovery: DatabaseRecovery,
+    @Inject(QUEUEBOX_INSTANCE) instance: QueueBoxInstanceName,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
@@ -77,7 +79,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
     });
     this.controllers = new SpareAbortControllers(this.options.concurrency);
     this.loop = new ClaimLoop(
-      { name: NAME, ...this.options, reclaimTimerName: `queuebox:outbox-reclaim:${rootOptions.tables.outbox.qualified}`, recovery },
+      { name: NAME, ...this.options, reclaimTimerName: `queuebox:${instance.name}:outbox-reclaim`, recovery },
       {
         claim: (limit) => this.claim(limit),
         step: (claim, keeper, slot) => this.publish(claim, keeper, slot),

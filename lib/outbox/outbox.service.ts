@@ -1,11 +1,14 @@
-import { Inject, Injectable } from '@nestjs/common';
-import type { EntityManager } from 'typeorm';
+import { Inject, Injectable, Optional } from '@nestjs/common';
+import type { DataSource, EntityManager } from 'typeorm';
+import { checkOwnDataSource } from '../common/own-data-source';
 import { checkTransaction } from '../common/transaction-check';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
+import { QueueBoxRegistry } from '../queuebox.registry';
+import type { QueueBoxInstanceName } from '../types/instance';
 import type { EnqueueOptions, EnqueueResult, OutboxMessageInput } from '../types/outbox';
 import { OutboxWriter } from './outbox.writer';
 
@@ -22,7 +25,13 @@ import { OutboxWriter } from './outbox.writer';
 export class OutboxService {
   private readonly writer: OutboxWriter;
 
-  constructor(@Inject(QUEUEBOX_DIALECT) dialect: Dialect, @Inject(QUEUEBOX_RESOLVED_OPTIONS) options: ResolvedQueueBoxOptions) {
+  constructor(
+    @Inject(QUEUEBOX_DIALECT) dialect: Dialect,
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) options: ResolvedQueueBoxOptions,
+    @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
+    @Optional() private readonly registry?: QueueBoxRegistry,
+  ) {
     this.writer = new OutboxWriter(dialect, options.maxPayloadBytes);
   }
 
@@ -45,6 +54,12 @@ export class OutboxService {
       throw new QueueBoxValidationError('manager', messages.managerRequired());
     }
     checkTransaction(manager, 'enqueue', options?.allowAutocommit === true);
+    checkOwnDataSource(
+      manager,
+      'OutboxService.enqueue',
+      { name: this.instance.name, dataSourceName: this.instance.dataSource, dataSource: this.dataSource },
+      this.registry,
+    );
     if (!Array.isArray(messageList)) throw new QueueBoxValidationError('messages', messages.messageNotObject('The message list'));
     if (messageList.length === 0) return [];
     return this.writer.insert(manager, this.writer.rows(messageList));

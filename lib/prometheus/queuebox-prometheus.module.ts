@@ -6,6 +6,7 @@ import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import type { BacklogRow } from '../dialects/dialect-rows';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { COUNTERS, HISTOGRAMS, metricUpdate } from '../metrics/metric-definitions';
+import { type QueueBoxEntry, QueueBoxRegistry } from '../queuebox.registry';
 import { InboxSources } from '../workers/inbox-sources';
 
 /** Backlog gauges, set from one backlog query per scrape. */
@@ -35,80 +36,118 @@ export const GAUGES = [
   },
 ] as const;
 
-// The gauges of one scrape share one backlog query: a query in flight, or one that finished this
-// recently, is reused.
+// The gauges of one scrape share one backlog query per QueueBox: a query in flight, or one that
+// finished this recently, is reused.
 const BACKLOG_REUSE_MS = 500;
 
-/**
- * Feeds QueueBox's events into prom-client counters and histograms, and reads the backlog for the
- * gauges when Prometheus scrapes (one query per scrape, through the partial indexes).
- */
-@Injectable()
-export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy {
-  private unsubscribe?: () => void;
-  private backlog?: { rows: Promise<BacklogRow[]>; doneAt?: number };
+/** The label every QueueBox metric carries: the QueueBox's name (`default` unless named). Not `instance`, which Prometheus gives the scrape target. */
+export const QUEUEBOX_LABEL = 'queuebox';
+
+/** What the exporter keeps per QueueBox: its event subscription, its last backlog read, the names its gauges have shown. */
+interface Watched {
+  unsubscribe: () => void;
+  backlog?: { rows: Promise<BacklogRow[]>; doneAt?: number };
   /**
    * Destinations and sources seen in a backlog (plus the consumed sources): their gauges read 0
    * once drained instead of vanishing, so a dashboard shows 0 and `absent()` alerts stay quiet.
    */
-  private readonly known = { outbox: new Set<string>(), inbox: new Set<string>() };
+  known: { outbox: Set<string>; inbox: Set<string> };
+  /** Each gauge's last values per name, kept for a scrape whose backlog read fails. */
+  last: Map<string, Map<string, number>>;
+}
+
+/**
+ * Feeds the events of every QueueBox of the application (tenants too, as they come and go) into
+ * prom-client counters and histograms labelled with the QueueBox's name, and reads each one's
+ * backlog for the gauges when Prometheus scrapes (one query per QueueBox and scrape, through the
+ * partial indexes).
+ */
+@Injectable()
+export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy {
+  private unwatch?: () => void;
+  private readonly watched = new Map<QueueBoxEntry, Watched>();
 
   constructor(
-    private readonly events: QueueBoxEvents,
-    private readonly admin: QueueBoxAdmin,
+    private readonly registry: QueueBoxRegistry,
     private readonly moduleRef: ModuleRef,
-    private readonly sources: InboxSources,
   ) {}
 
   onModuleInit(): void {
     const metric = <T>(name: string) => this.moduleRef.get<T>(getToken(name));
     const counters = new Map(COUNTERS.map(({ name }) => [name, metric<Counter>(name)]));
     const histograms = new Map(HISTOGRAMS.map(({ name }) => [name, metric<Histogram>(name)]));
-    this.unsubscribe = this.events.subscribe((name, event) => {
-      const update = metricUpdate(name, event);
-      for (const counter of update.counters) counters.get(counter.name)?.inc(counter.labels, counter.by);
-      if (update.histogram) histograms.get(update.histogram.name)?.observe(update.histogram.labels, update.histogram.seconds);
+    this.unwatch = this.registry.watch((change, entry) => {
+      if (change === 'removed') {
+        this.watched.get(entry)?.unsubscribe();
+        this.watched.delete(entry);
+        return;
+      }
+      const queuebox = { [QUEUEBOX_LABEL]: entry.name };
+      const unsubscribe = entry.get(QueueBoxEvents).subscribe((name, event) => {
+        const update = metricUpdate(name, event);
+        for (const counter of update.counters) counters.get(counter.name)?.inc({ ...counter.labels, ...queuebox }, counter.by);
+        if (update.histogram) {
+          histograms.get(update.histogram.name)?.observe({ ...update.histogram.labels, ...queuebox }, update.histogram.seconds);
+        }
+      });
+      this.watched.set(entry, { unsubscribe, known: { outbox: new Set(), inbox: new Set() }, last: new Map() });
     });
   }
 
   onModuleDestroy(): void {
-    this.unsubscribe?.();
+    this.unwatch?.();
+    for (const watched of this.watched.values()) watched.unsubscribe();
+    this.watched.clear();
   }
 
-  /** Sets one backlog gauge from the current backlog (prom-client calls it on each scrape). */
+  /**
+   * Sets one backlog gauge from each QueueBox's current backlog (prom-client calls it on each
+   * scrape). A QueueBox whose read fails keeps its last values (its health check reports the
+   * database); a detached tenant's series go.
+   */
   async collect(gauge: Gauge, definition: GaugeDefinition): Promise<void> {
-    let rows: BacklogRow[];
-    try {
-      rows = await this.currentBacklog();
-    } catch {
-      return; // The gauges keep their last values; the health check reports an unreachable database.
-    }
-    const known = this.known[definition.component];
-    for (const source of definition.component === 'inbox' ? this.sources.consumedSources() : []) known.add(source);
-    const values = new Map<string, number>();
-    for (const row of rows) {
-      if (row.component !== definition.component) continue;
-      known.add(row.name);
-      values.set(row.name, Number(row[definition.field] ?? 0));
-    }
+    const label = labelOf(definition);
+    const series = await Promise.all(
+      [...this.watched].map(async ([entry, watched]) => {
+        const known = watched.known[definition.component];
+        let rows: BacklogRow[];
+        try {
+          rows = await this.currentBacklog(entry, watched);
+        } catch {
+          return { entry, values: watched.last.get(definition.name) ?? new Map<string, number>() };
+        }
+        for (const source of definition.component === 'inbox' ? entry.get(InboxSources).consumedSources() : []) known.add(source);
+        const read = new Map<string, number>();
+        for (const row of rows) {
+          if (row.component !== definition.component) continue;
+          known.add(row.name);
+          read.set(row.name, Number(row[definition.field] ?? 0));
+        }
+        const values = new Map([...known].map((name) => [name, read.get(name) ?? 0]));
+        watched.last.set(definition.name, values);
+        return { entry, values };
+      }),
+    );
     gauge.reset();
-    for (const name of known) gauge.set({ [labelOf(definition)]: name }, values.get(name) ?? 0);
+    for (const { entry, values } of series) {
+      for (const [name, value] of values) gauge.set({ [label]: name, [QUEUEBOX_LABEL]: entry.name }, value);
+    }
   }
 
   /** The backlog query in flight, or one that finished less than BACKLOG_REUSE_MS ago, or a new one. */
-  private currentBacklog(): Promise<BacklogRow[]> {
-    const fresh = this.backlog && (this.backlog.doneAt === undefined || Date.now() - this.backlog.doneAt < BACKLOG_REUSE_MS);
-    if (this.backlog && fresh) return this.backlog.rows;
-    const read: { rows: Promise<BacklogRow[]>; doneAt?: number } = { rows: this.admin.backlog() };
+  private currentBacklog(entry: QueueBoxEntry, watched: Watched): Promise<BacklogRow[]> {
+    const last = watched.backlog;
+    if (last && (last.doneAt === undefined || Date.now() - last.doneAt < BACKLOG_REUSE_MS)) return last.rows;
+    const read: { rows: Promise<BacklogRow[]>; doneAt?: number } = { rows: entry.get(QueueBoxAdmin).backlog() };
     read.rows.then(
       () => {
         read.doneAt = Date.now();
       },
       () => {
-        if (this.backlog === read) this.backlog = undefined;
+        if (watched.backlog === read) watched.backlog = undefined;
       },
     );
-    this.backlog = read;
+    watched.backlog = read;
     return read.rows;
   }
 }
@@ -118,7 +157,8 @@ const labelOf = (definition: GaugeDefinition) => (definition.component === 'outb
 
 /**
  * QueueBox metrics for `@willsoto/nestjs-prometheus`: counters, duration histograms and backlog
- * gauges, registered in prom-client's default registry (the one `PrometheusModule` serves).
+ * gauges, registered in prom-client's default registry (the one `PrometheusModule` serves), every
+ * series labelled `queuebox` with the name of its QueueBox (`default` unless named).
  * Import it next to `PrometheusModule.register()`; without it, QueueBox registers no metric.
  * Every metric can be injected with `@InjectMetric(name)`.
  *
@@ -129,13 +169,13 @@ const labelOf = (definition: GaugeDefinition) => (definition.component === 'outb
 @Module({
   providers: [
     QueueBoxPrometheusExporter,
-    ...COUNTERS.map((definition) => makeCounterProvider({ ...definition })),
-    ...HISTOGRAMS.map((definition) => makeHistogramProvider({ ...definition })),
+    ...COUNTERS.map((definition) => makeCounterProvider({ ...definition, labelNames: [...definition.labelNames, QUEUEBOX_LABEL] })),
+    ...HISTOGRAMS.map((definition) => makeHistogramProvider({ ...definition, labelNames: [...definition.labelNames, QUEUEBOX_LABEL] })),
     ...GAUGES.map((definition) =>
       makeGaugeProvider({
         name: definition.name,
         help: definition.help,
-        labelNames: [labelOf(definition)],
+        labelNames: [labelOf(definition), QUEUEBOX_LABEL],
         inject: [QueueBoxPrometheusExporter],
         collect(this: Gauge, exporter: QueueBoxPrometheusExporter) {
           return exporter.collect(this, definition);

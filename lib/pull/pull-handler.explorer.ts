@@ -1,10 +1,12 @@
-import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleInit, Optional } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { isSourceName, resolvePullHandler } from '../options/options.resolver';
-import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { DEFAULT_QUEUEBOX, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_TENANT_HANDLERS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
+import { QueueBoxRegistry } from '../queuebox.registry';
+import type { QueueBoxInstanceName } from '../types/instance';
 import type { InboxMessage } from '../types/messages';
 import { InboxSources } from '../workers/inbox-sources';
 import { PULL_HANDLER_METADATA, type PullBatchContext, type PullContext, type PullHandlerMetadata } from './pull-handler.decorator';
@@ -28,9 +30,11 @@ export interface PullHandlerDefinition {
 }
 
 /**
- * Finds `@PullHandler` methods at start-up (collected in `onModuleInit`, as `@nestjs/schedule`
- * does) and registers their sources as consumed. Two handlers of one source, or a source that
- * also has a relay route, fail start-up naming both.
+ * Finds this QueueBox's `@PullHandler` methods at start-up (collected in `onModuleInit`, as
+ * `@nestjs/schedule` does) and registers their sources as consumed: those whose `queuebox` names
+ * it (`default` unless given), or, in a tenant, those marked `tenants: true`, found among the
+ * application's providers. Two handlers of one source, a source that also has a relay route, or a
+ * handler naming a QueueBox the application does not have fail start-up naming them.
  */
 @Injectable()
 export class PullHandlerExplorer implements OnModuleInit {
@@ -44,6 +48,9 @@ export class PullHandlerExplorer implements OnModuleInit {
     private readonly reflector: Reflector,
     private readonly sources: InboxSources,
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
+    @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
+    private readonly registry: QueueBoxRegistry,
+    @Optional() @Inject(QUEUEBOX_TENANT_HANDLERS) private readonly tenantHandlers?: Pick<DiscoveryService, 'getProviders'>,
   ) {}
 
   /** The handlers found, one per source (found at the first read, if that comes before `onModuleInit`). */
@@ -56,16 +63,32 @@ export class PullHandlerExplorer implements OnModuleInit {
     // Once: other providers read the handlers in their own onModuleInit, in no set order.
     if (this.explored) return;
     this.explored = true;
-    for (const wrapper of this.discovery.getProviders()) {
+    for (const wrapper of (this.tenantHandlers ?? this.discovery).getProviders()) {
       const { instance } = wrapper;
       if (!instance || typeof instance !== 'object') continue;
       const prototype = Object.getPrototypeOf(instance);
       for (const method of this.scanner.getAllMethodNames(prototype)) {
         const metadata = this.reflector.get<PullHandlerMetadata | undefined>(PULL_HANDLER_METADATA, prototype[method]);
-        if (metadata)
-          this.register(`${instance.constructor.name}.${method}`, metadata, (message, context) => instance[method](message, context));
+        const name = `${instance.constructor.name}.${method}`;
+        if (metadata && this.isMine(name, metadata))
+          this.register(name, metadata, (message, context) => instance[method](message, context));
       }
     }
+  }
+
+  /** Whether this QueueBox runs the handler; a handler naming no QueueBox of the application fails start-up. */
+  private isMine(name: string, { source, options }: PullHandlerMetadata): boolean {
+    const tenants = typeof options === 'object' && options !== null && options.tenants === true;
+    if (this.instance.tenant) return tenants;
+    if (tenants) return false;
+    const queuebox = typeof options === 'object' && options !== null ? (options.queuebox ?? DEFAULT_QUEUEBOX) : DEFAULT_QUEUEBOX;
+    if (!this.registry.find(queuebox)) {
+      throw new QueueBoxConfigError(
+        `@PullHandler(${JSON.stringify(source)}) on ${name}`,
+        messages.pullHandlerQueueBoxUnknown(String(queuebox), this.registry.names()),
+      );
+    }
+    return queuebox === this.instance.name;
   }
 
   private register(name: string, metadata: PullHandlerMetadata, handle: PullHandlerDefinition['handle']): void {

@@ -1,4 +1,4 @@
 // `queuebox/terminus`: health checks for @nestjs/terminus. A separate entry point, so apps without
 // Terminus never load it.
 export type { QueueBoxHealthCheckOptions, QueueBoxHealthReport } from '../health/queuebox-health';
-export { QueueBoxHealthIndicator, QueueBoxHealthModule } from './queuebox.health-indicator';
+export { QueueBoxHealthIndicator, QueueBoxHealthModule, type QueueBoxIndicatorTarget } from './queuebox.health-indicator';

@@ -1,6 +1,12 @@
 import { Injectable, Module } from '@nestjs/common';
 import { type HealthIndicatorResult, HealthIndicatorService, TerminusModule } from '@nestjs/terminus';
 import { QueueBoxHealth, type QueueBoxHealthCheckOptions } from '../health/queuebox-health';
+import { QueueBoxRegistry } from '../queuebox.registry';
+
+/** Which QueueBox a check reads, in an application with several: its name. Default `default`. */
+export interface QueueBoxIndicatorTarget {
+  queuebox?: string;
+}
 
 /**
  * QueueBox for `@nestjs/terminus`: `up` with the lag, workers and notification state in its
@@ -8,6 +14,7 @@ import { QueueBoxHealth, type QueueBoxHealthCheckOptions } from '../health/queue
  *
  * Each method reports under its own key by default (`queuebox`, `queuebox_readiness`,
  * `queuebox_liveness`), so one Terminus check can combine them without one result overwriting another.
+ * With several QueueBoxes (or tenants), `{ queuebox: name }` picks one; give each its own key.
  *
  * - `isHealthy()` runs every check: database, draining, worker cycles and backlog lag. For a status
  *   page or alerting.
@@ -28,13 +35,13 @@ import { QueueBoxHealth, type QueueBoxHealthCheckOptions } from '../health/queue
 export class QueueBoxHealthIndicator {
   constructor(
     private readonly indicators: HealthIndicatorService,
-    private readonly health: QueueBoxHealth,
+    private readonly registry: QueueBoxRegistry,
   ) {}
 
   /** Every check, or those `options` select (see `QueueBoxHealthCheckOptions`). */
   isHealthy<const Key extends string = 'queuebox'>(
     key?: Key,
-    options: QueueBoxHealthCheckOptions = {},
+    options: QueueBoxHealthCheckOptions & QueueBoxIndicatorTarget = {},
   ): Promise<HealthIndicatorResult<Key>> {
     return this.run((key ?? 'queuebox') as Key, options);
   }
@@ -42,7 +49,7 @@ export class QueueBoxHealthIndicator {
   /** Database reachable, not draining, heartbeats working. Key `queuebox_readiness` unless given. */
   readiness<const Key extends string = 'queuebox_readiness'>(
     key?: Key,
-    options: Pick<QueueBoxHealthCheckOptions, 'timeoutMs'> = {},
+    options: Pick<QueueBoxHealthCheckOptions, 'timeoutMs'> & QueueBoxIndicatorTarget = {},
   ): Promise<HealthIndicatorResult<Key>> {
     return this.run((key ?? 'queuebox_readiness') as Key, {
       ...options,
@@ -57,9 +64,10 @@ export class QueueBoxHealthIndicator {
   /** Worker loops cycling within `maxCycleAgeMs` (default 60000 ms); a loop waiting for the database counts as alive. Key `queuebox_liveness` unless given. */
   liveness<const Key extends string = 'queuebox_liveness'>(
     key?: Key,
-    options: Pick<QueueBoxHealthCheckOptions, 'maxCycleAgeMs'> = {},
+    options: Pick<QueueBoxHealthCheckOptions, 'maxCycleAgeMs'> & QueueBoxIndicatorTarget = {},
   ): Promise<HealthIndicatorResult<Key>> {
     return this.run((key ?? 'queuebox_liveness') as Key, {
+      queuebox: options.queuebox,
       maxCycleAgeMs: options.maxCycleAgeMs,
       database: false,
       draining: false,
@@ -68,16 +76,19 @@ export class QueueBoxHealthIndicator {
     });
   }
 
-  private async run<Key extends string>(key: Key, options: QueueBoxHealthCheckOptions): Promise<HealthIndicatorResult<Key>> {
+  private async run<Key extends string>(
+    key: Key,
+    { queuebox, ...options }: QueueBoxHealthCheckOptions & QueueBoxIndicatorTarget,
+  ): Promise<HealthIndicatorResult<Key>> {
     const indicator = this.indicators.check(key);
-    const { healthy, ...details } = await this.health.check(options);
+    const { healthy, ...details } = await this.registry.get(queuebox).get(QueueBoxHealth).check(options);
     return healthy ? indicator.up(details) : indicator.down(details);
   }
 }
 
 /**
  * Provides `QueueBoxHealthIndicator`. Import it next to `TerminusModule` in the module of your
- * health controller (QueueBoxModule must be imported by the app).
+ * health controller (QueueBoxModule, or QueueBoxTenantsModule, must be imported by the app).
  */
 @Module({
   imports: [TerminusModule],

@@ -183,4 +183,14 @@ export interface PullHandlerOptions {
    * `concurrency` then counts batch calls. Default: one message per call.
    */
   batch?: number;
+  /**
+   * The QueueBox whose pull worker runs this handler, by name (`QueueBoxModule.forRoot({ name })`).
+   * Default `default`. A name the application has no QueueBox of fails start-up.
+   */
+  queuebox?: string;
+  /**
+   * Run this handler in every tenant attached at run time (`QueueBoxTenants.attach`), each with
+   * the tenant's transaction, instead of in a QueueBox of the application. Default false.
+   */
+  tenants?: boolean;
 }

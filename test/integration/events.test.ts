@@ -57,7 +57,14 @@ describe('events on node:diagnostics_channel', () => {
   const listeners = new Map<string, (event: unknown) => void>();
 
   /** The events of one channel seen so far. */
-  const of = <K extends QueueBoxEventName>(name: K) => seen.filter((e) => e.name === name).map((e) => e.event as QueueBoxEventMap[K]);
+  /** The events of one channel seen so far, each checked to name its QueueBox (then left out of the comparison). */
+  const of = <K extends QueueBoxEventName>(name: K) =>
+    seen
+      .filter((e) => e.name === name)
+      .map(({ event: { queuebox, ...event } }) => {
+        assert.equal(queuebox, 'default', `${name} names the QueueBox that emitted it`);
+        return event as QueueBoxEventMap[K];
+      });
 
   before(async () => {
     db = await createTestDatabase();

@@ -115,25 +115,31 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
     it('counts published, retried and dead-lettered outbox messages, and times each publish', async () => {
       await enqueue();
       await app.get(OutboxPoller).runOnce();
-      assert.equal(await scrape('queuebox_outbox_messages_published_total{destination="billing"}'), 1);
-      assert.equal(await scrape('queuebox_outbox_publish_duration_seconds_count{destination="billing",outcome="success"}'), 1);
+      assert.equal(await scrape('queuebox_outbox_messages_published_total{destination="billing",queuebox="default"}'), 1);
+      assert.equal(
+        await scrape('queuebox_outbox_publish_duration_seconds_count{destination="billing",outcome="success",queuebox="default"}'),
+        1,
+      );
 
       publisher.behaviour = () => {
         throw new Error('broker down');
       };
       await enqueue('audit');
       await app.get(OutboxPoller).runOnce();
-      assert.equal(await scrape('queuebox_outbox_messages_retried_total{destination="audit"}'), 1);
+      assert.equal(await scrape('queuebox_outbox_messages_retried_total{destination="audit",queuebox="default"}'), 1);
       await app.get(OutboxPoller).runOnce();
-      assert.equal(await scrape('queuebox_outbox_messages_dead_lettered_total{destination="audit",cause="failure"}'), 1);
-      assert.equal(await scrape('queuebox_outbox_publish_duration_seconds_count{destination="audit",outcome="failure"}'), 2);
+      assert.equal(await scrape('queuebox_outbox_messages_dead_lettered_total{destination="audit",cause="failure",queuebox="default"}'), 1);
+      assert.equal(
+        await scrape('queuebox_outbox_publish_duration_seconds_count{destination="audit",outcome="failure",queuebox="default"}'),
+        2,
+      );
 
       publisher.behaviour = () => {
         throw new PermanentPublishError('rejected');
       };
       await enqueue('audit');
       await app.get(OutboxPoller).runOnce();
-      assert.equal(await scrape('queuebox_outbox_messages_dead_lettered_total{destination="audit",cause="failure"}'), 2);
+      assert.equal(await scrape('queuebox_outbox_messages_dead_lettered_total{destination="audit",cause="failure",queuebox="default"}'), 2);
       publisher.behaviour = () => undefined;
     });
 
@@ -148,9 +154,12 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
         if (attempt === 1) assert.equal(await lease.complete(claim), false);
         await take.outbox.reclaim({ maxAttempts: 2 });
       }
-      assert.equal(await scrape('queuebox_claims_lost_total{component="outbox"}'), 1);
-      assert.equal(await scrape('queuebox_outbox_messages_reclaimed_total{destination="ledger-out"}'), 2);
-      assert.equal(await scrape('queuebox_outbox_messages_dead_lettered_total{destination="ledger-out",cause="reclaim"}'), 1);
+      assert.equal(await scrape('queuebox_claims_lost_total{component="outbox",queuebox="default"}'), 1);
+      assert.equal(await scrape('queuebox_outbox_messages_reclaimed_total{destination="ledger-out",queuebox="default"}'), 2);
+      assert.equal(
+        await scrape('queuebox_outbox_messages_dead_lettered_total{destination="ledger-out",cause="reclaim",queuebox="default"}'),
+        1,
+      );
     });
 
     it('counts inbox receives and duplicates, relay and pull outcomes, and times each attempt', async () => {
@@ -158,11 +167,14 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       await inbox.receive({ source: 'orders', idempotencyKey: 'o-1', payload: {} });
       await inbox.receive({ source: 'orders', idempotencyKey: 'o-1', payload: {} });
       await inbox.receive({ source: 'orders', idempotencyKey: 'o-2', payload: { bad: true } });
-      assert.equal(await scrape('queuebox_inbox_messages_received_total{source="orders"}'), 2);
-      assert.equal(await scrape('queuebox_inbox_messages_duplicates_total{source="orders"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_messages_received_total{source="orders",queuebox="default"}'), 2);
+      assert.equal(await scrape('queuebox_inbox_messages_duplicates_total{source="orders",queuebox="default"}'), 1);
       await app.get(InboxRelay).runOnce();
-      assert.equal(await scrape('queuebox_inbox_messages_processed_total{component="inbox",source="orders"}'), 1);
-      assert.equal(await scrape('queuebox_inbox_messages_dead_lettered_total{component="inbox",source="orders",cause="failure"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_messages_processed_total{component="inbox",source="orders",queuebox="default"}'), 1);
+      assert.equal(
+        await scrape('queuebox_inbox_messages_dead_lettered_total{component="inbox",source="orders",cause="failure",queuebox="default"}'),
+        1,
+      );
 
       const [relayClaim] = await claimsOf(app).relay.claim({ sources: ['orders'], limit: 1, leaseMs: 40 });
       assert.equal(relayClaim, undefined, 'nothing left for the relay');
@@ -170,7 +182,7 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       await claimsOf(app).relay.claim({ sources: ['orders'], limit: 1, leaseMs: 40 });
       await sleep(80);
       await claimsOf(app).relay.reclaim({ sources: ['orders'], maxAttempts: 5 });
-      assert.equal(await scrape('queuebox_inbox_messages_reclaimed_total{component="inbox",source="orders"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_messages_reclaimed_total{component="inbox",source="orders",queuebox="default"}'), 1);
       await app.get(InboxRelay).runOnce();
 
       await inbox.receive({ source: 'ledger', idempotencyKey: 'l-1', payload: {} });
@@ -180,11 +192,20 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       await app.get(PullWorker).runOnce('ledger');
       await app.get(PullWorker).runOnce('ledger'); // the last of 2 attempts
       handlerFails = false;
-      assert.equal(await scrape('queuebox_inbox_messages_processed_total{component="pull",source="ledger"}'), 1);
-      assert.equal(await scrape('queuebox_inbox_messages_retried_total{component="pull",source="ledger"}'), 1);
-      assert.equal(await scrape('queuebox_inbox_messages_dead_lettered_total{component="pull",source="ledger",cause="failure"}'), 1);
-      assert.equal(await scrape('queuebox_inbox_handle_duration_seconds_count{component="pull",source="ledger",outcome="success"}'), 1);
-      assert.equal(await scrape('queuebox_inbox_handle_duration_seconds_count{component="pull",source="ledger",outcome="failure"}'), 2);
+      assert.equal(await scrape('queuebox_inbox_messages_processed_total{component="pull",source="ledger",queuebox="default"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_messages_retried_total{component="pull",source="ledger",queuebox="default"}'), 1);
+      assert.equal(
+        await scrape('queuebox_inbox_messages_dead_lettered_total{component="pull",source="ledger",cause="failure",queuebox="default"}'),
+        1,
+      );
+      assert.equal(
+        await scrape('queuebox_inbox_handle_duration_seconds_count{component="pull",source="ledger",outcome="success",queuebox="default"}'),
+        1,
+      );
+      assert.equal(
+        await scrape('queuebox_inbox_handle_duration_seconds_count{component="pull",source="ledger",outcome="failure",queuebox="default"}'),
+        2,
+      );
     });
 
     it('backlog gauges: pending, processing, dead and the age of the oldest due message, per destination and source', async () => {
@@ -205,28 +226,44 @@ describe('Prometheus metrics (queuebox/prometheus)', () => {
       await db.query("INSERT INTO queuebox_inbox (source, idempotency_key, payload, state) VALUES ('orders', 'o-dead', '{}', 'dead')");
 
       await sleep(600); // past the reuse window of the last scrape's backlog query
-      assert.equal(await scrape('queuebox_outbox_pending_messages{destination="billing"}'), 2);
-      assert.equal(await scrape('queuebox_outbox_processing_messages{destination="billing"}'), 1);
-      assert.equal(await scrape('queuebox_outbox_dead_messages{destination="billing"}'), 1);
-      const age = await scrape('queuebox_outbox_oldest_pending_age_seconds{destination="billing"}');
+      assert.equal(await scrape('queuebox_outbox_pending_messages{destination="billing",queuebox="default"}'), 2);
+      assert.equal(await scrape('queuebox_outbox_processing_messages{destination="billing",queuebox="default"}'), 1);
+      assert.equal(await scrape('queuebox_outbox_dead_messages{destination="billing",queuebox="default"}'), 1);
+      const age = await scrape('queuebox_outbox_oldest_pending_age_seconds{destination="billing",queuebox="default"}');
       assert.ok(age >= 100 && age < 160, `oldest due message is about 100 s old, got ${age}`);
-      assert.equal(await scrape('queuebox_inbox_pending_messages{source="ledger"}'), 1);
-      assert.equal(await scrape('queuebox_inbox_pending_messages{source="orders"}'), 1);
-      assert.equal(await scrape('queuebox_inbox_processing_messages{source="orders"}'), 1);
-      assert.equal(await scrape('queuebox_inbox_dead_messages{source="orders"}'), 1);
-      const inboxAge = await scrape('queuebox_inbox_oldest_pending_age_seconds{source="orders"}');
+      assert.equal(await scrape('queuebox_inbox_pending_messages{source="ledger",queuebox="default"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_pending_messages{source="orders",queuebox="default"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_processing_messages{source="orders",queuebox="default"}'), 1);
+      assert.equal(await scrape('queuebox_inbox_dead_messages{source="orders",queuebox="default"}'), 1);
+      const inboxAge = await scrape('queuebox_inbox_oldest_pending_age_seconds{source="orders",queuebox="default"}');
       assert.ok(inboxAge >= 50 && inboxAge < 110, `oldest due inbox message is about 50 s old, got ${inboxAge}`);
 
       await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
       await sleep(600);
       // Drained names read 0 instead of vanishing (a vanished series looks like a scrape failure to absent() alerts).
       for (const field of ['pending', 'processing', 'dead']) {
-        assert.equal(await series(`queuebox_outbox_${field}_messages{destination="billing"}`), 0, `${field} of a drained destination`);
-        assert.equal(await series(`queuebox_inbox_${field}_messages{source="orders"}`), 0, `${field} of a drained source`);
+        assert.equal(
+          await series(`queuebox_outbox_${field}_messages{destination="billing",queuebox="default"}`),
+          0,
+          `${field} of a drained destination`,
+        );
+        assert.equal(
+          await series(`queuebox_inbox_${field}_messages{source="orders",queuebox="default"}`),
+          0,
+          `${field} of a drained source`,
+        );
       }
-      assert.equal(await series('queuebox_outbox_oldest_pending_age_seconds{destination="billing"}'), 0);
-      assert.equal(await series('queuebox_inbox_pending_messages{source="ledger"}'), 0, 'a consumed source (pull handler) is known');
-      assert.equal(await series('queuebox_inbox_pending_messages{source="nobody"}'), undefined, 'no series for names never seen');
+      assert.equal(await series('queuebox_outbox_oldest_pending_age_seconds{destination="billing",queuebox="default"}'), 0);
+      assert.equal(
+        await series('queuebox_inbox_pending_messages{source="ledger",queuebox="default"}'),
+        0,
+        'a consumed source (pull handler) is known',
+      );
+      assert.equal(
+        await series('queuebox_inbox_pending_messages{source="nobody",queuebox="default"}'),
+        undefined,
+        'no series for names never seen',
+      );
     });
   });
 });

@@ -9,6 +9,30 @@ export interface WorkerProcess {
   metrics(): Record<string, number>;
 }
 
+/**
+ * Starts the fixture `test/fixtures/<file>` in its own process with `env` and waits until it
+ * printed "ready". `output()` is everything it printed so far.
+ */
+export async function startFixture(
+  file: string,
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; exited: Promise<string>; output(): string }> {
+  const child = spawn(process.execPath, [join(__dirname, '..', 'fixtures', file)], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise<string>((resolve) => child.on('exit', (code, signal) => resolve(signal ?? String(code))));
+  let output = '';
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.on('data', (chunk) => {
+      output += String(chunk);
+      if (output.includes('ready')) resolve();
+    });
+    void exited.then((how) => reject(new Error(`${file} exited (${how}) before it was ready`)));
+  });
+  return { child, exited, output: () => output };
+}
+
 /** Starts `test/fixtures/worker` in its own process and waits until it has started. */
 export async function startWorker(env: {
   dbUrl: string;

@@ -1,0 +1,31 @@
+import type { DataSource, EntityManager } from 'typeorm';
+import { QueueBoxValidationError } from '../errors/queuebox.errors';
+import { messages } from '../queuebox.messages';
+
+/**
+ * Refuses a transaction of a DataSource that another QueueBox of the application works on: its
+ * rows would go to this QueueBox's tables through the other one's connection (a raw "relation
+ * does not exist", or a message in the wrong database). A DataSource no QueueBox knows is let
+ * through: the application may keep a second DataSource to the same database.
+ */
+export function checkOwnDataSource(
+  manager: EntityManager,
+  call: string,
+  own: { name: string; dataSource: DataSource; dataSourceName: string },
+  registry: { on(dataSource: DataSource): { name: string; dataSourceName: string }[] } | undefined,
+): void {
+  const given = manager.connection;
+  if (given === own.dataSource || given === undefined || registry === undefined) return;
+  const others = registry.on(given);
+  if (others.length === 0) return;
+  throw new QueueBoxValidationError(
+    'manager',
+    messages.managerOfAnotherQueueBox(
+      call,
+      own.name,
+      own.dataSourceName,
+      others.map((entry) => entry.name),
+      others[0].dataSourceName,
+    ),
+  );
+}

@@ -1,0 +1,40 @@
+import { Inject, Injectable, type OnApplicationShutdown, type Type } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import type { DataSource } from 'typeorm';
+import type { ResolvedQueueBoxOptions } from './options/options.resolved';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { type QueueBoxEntry, QueueBoxRegistry } from './queuebox.registry';
+import type { QueueBoxInstanceName } from './types/instance';
+
+/**
+ * Puts this QueueBox in the application's registry. In the constructor, on purpose: Nest creates
+ * every provider of every module before it calls any `onModuleInit`, so by the first of those
+ * every QueueBox is known (a `@PullHandler` naming one that is not can be refused), and two of one
+ * name fail start-up before any worker runs.
+ */
+@Injectable()
+export class QueueBoxRegistration implements OnApplicationShutdown {
+  readonly entry: QueueBoxEntry;
+
+  constructor(
+    private readonly registry: QueueBoxRegistry,
+    @Inject(QUEUEBOX_INSTANCE) instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_DATA_SOURCE) dataSource: DataSource,
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) options: ResolvedQueueBoxOptions,
+    moduleRef: ModuleRef,
+  ) {
+    this.entry = {
+      name: instance.name,
+      dataSource,
+      dataSourceName: instance.dataSource,
+      tables: options.tables,
+      tenant: instance.tenant,
+      get: <T>(type: Type<T>) => moduleRef.get(type, { strict: true }),
+    };
+    registry.add(this.entry);
+  }
+
+  onApplicationShutdown(): void {
+    this.registry.remove(this.entry);
+  }
+}

@@ -1,0 +1,14 @@
+/**
+ * Who one QueueBox of this process is: made once per `QueueBoxModule.forRoot()` (or tenant) at
+ * every start. Injected with the `QUEUEBOX_INSTANCE` token.
+ */
+export interface QueueBoxInstanceName {
+  /** A random UUID, new at every start: what claims write to `claimed_by`, and its row in the instances table. */
+  id: string;
+  /** The QueueBox's name (`forRoot({ name })`, `default` unless given): its tokens, metrics label and logs. */
+  name: string;
+  /** What the instances table calls its DataSource: the TypeORM name (`default` for the default one), or the tenant's name. */
+  dataSource: string;
+  /** Attached at run time through `QueueBoxTenants`. */
+  tenant: boolean;
+}
