@@ -106,6 +106,7 @@ export type { InboxMessageInput, ReceiveResult, RelayRoute } from './types/inbox
 export type { InboxMessage, OutboundMessage } from './types/messages';
 export type {
   InboxOptions,
+  LoggingOptions,
   OutboxOptions,
   PublisherOption,
   PullHandlerOptions,

@@ -3,7 +3,7 @@ import type { BackoffFunction } from '../common/backoff';
 import type { QueueBoxTables } from '../dialects/dialect';
 import type { RelayRoute } from '../types/inbox';
 import type { InboxMessage, OutboundMessage } from '../types/messages';
-import type { WorkersOptions } from '../types/options';
+import type { LoggingOptions, WorkersOptions } from '../types/options';
 import type { Publisher } from '../types/outbox';
 
 // The options after resolution (./options.resolver.ts): every default filled in, every lease
@@ -74,4 +74,5 @@ export interface ResolvedQueueBoxOptions {
   inbox: { relay: ResolvedRelayOptions };
   pull: ResolvedPullOptions;
   retention: ResolvedRetentionOptions;
+  logging: Required<LoggingOptions>;
 }

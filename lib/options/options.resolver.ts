@@ -8,6 +8,7 @@ import { DEFAULT_TABLES } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
 import type {
+  LoggingOptions,
   OutboxOptions,
   PublisherOption,
   PullHandlerOptions,
@@ -39,6 +40,7 @@ import type {
 import { resolveRetry } from './options.retry';
 import {
   keysOf,
+  LOGGING_OPTIONS,
   OUTBOX_OPTIONS,
   PULL_HANDLER_OPTIONS,
   PULL_OPTIONS,
@@ -74,6 +76,7 @@ export function resolveOptions(options: QueueBoxModuleOptions = {}): ResolvedQue
     inbox: { relay: resolveRelay(inbox.relay ?? {}, deprecations) },
     pull: resolvePull(options.pull ?? {}, deprecations),
     retention: resolveRetention(options.retention ?? {}),
+    logging: resolveLogging(options.logging ?? {}),
   };
 }
 
@@ -214,6 +217,15 @@ function resolveRetention(retention: RetentionOptions): ResolvedRetentionOptions
     intervalMs: integerOption('retention.intervalMs', retention.intervalMs, RETENTION_OPTIONS.intervalMs),
     batchSize: integerOption('retention.batchSize', retention.batchSize, RETENTION_OPTIONS.batchSize),
   };
+}
+
+function resolveLogging(logging: LoggingOptions): Required<LoggingOptions> {
+  expectObject('logging', logging);
+  rejectUnknownKeys('logging.', logging, keysOf(LOGGING_OPTIONS));
+  const perMessage = logging.messages ?? false;
+  if (typeof perMessage !== 'boolean')
+    throw new QueueBoxConfigError('logging.messages', messages.optionNotBoolean('logging.messages', perMessage));
+  return { messages: perMessage };
 }
 
 function handlerTimeout(option: string, value: Duration | undefined, fallback: number): number {

@@ -1,4 +1,5 @@
 import type {
+  LoggingOptions,
   OutboxOptions,
   PullHandlerOptions,
   PullOptions,
@@ -55,6 +56,7 @@ export const TOP_LEVEL_OPTIONS = {
   inbox: {},
   pull: {},
   retention: {},
+  logging: {},
 } as const satisfies Record<keyof QueueBoxModuleOptions, OptionSpec>;
 
 /** What the outbox poller and the inbox relay share. */
@@ -115,6 +117,11 @@ export const RETENTION_OPTIONS = {
   intervalMs: integerOption(DEFAULT_RETENTION_INTERVAL_MS, 1000, 7 * DAY_MS),
   batchSize: integerOption(DEFAULT_RETENTION_BATCH_SIZE, 1, 10_000),
 } as const satisfies Record<keyof RetentionOptions, OptionSpec>;
+
+/** `logging: { ... }`. */
+export const LOGGING_OPTIONS = {
+  messages: { docs: '`false`' },
+} as const satisfies Record<keyof LoggingOptions, OptionSpec>;
 
 /** `retry: { ... }`. */
 export const RETRY_OPTIONS = {

@@ -117,6 +117,15 @@ export interface RetentionOptions {
   batchSize?: number;
 }
 
+/** What QueueBox logs beyond start, stop, warnings and errors. See docs/observability.md#logs. */
+export interface LoggingOptions {
+  /**
+   * One debug line per published and per processed message (message id, attempt, duration).
+   * Default `false`: at a few hundred messages a second they would drown the app's own logs.
+   */
+  messages?: boolean;
+}
+
 /** Which workers run in this process. `false` everywhere makes a replica that only enqueues. */
 export interface WorkersOptions {
   outbox?: boolean;
@@ -144,6 +153,8 @@ export interface QueueBoxModuleOptions {
   pull?: PullOptions;
   /** Deleting old finished rows. Off by default. */
   retention?: RetentionOptions;
+  /** Per-message log lines: `{ messages: true }` turns them on. Off by default. */
+  logging?: LoggingOptions;
 }
 
 /** Per-handler options of `@PullHandler(source, options)`. */

@@ -7,6 +7,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import {
+  LOGGING_OPTIONS,
   type OptionSpec,
   OUTBOX_OPTIONS,
   PULL_OPTIONS,
@@ -30,6 +31,7 @@ function specOf(path: string): OptionSpec | undefined {
     ['inbox.relay.', RELAY_OPTIONS],
     ['pull.', PULL_OPTIONS],
     ['retention.', RETENTION_OPTIONS],
+    ['logging.', LOGGING_OPTIONS],
     ['', TOP_LEVEL_OPTIONS],
   ];
   for (const [prefix, table] of groups) {
@@ -44,7 +46,9 @@ function specOf(path: string): OptionSpec | undefined {
 const rows = documents.flatMap((document) =>
   readFileSync(join(root, document), 'utf8')
     .split('\n')
-    .map((line) => /^\|\s*`((?:outbox|inbox\.relay|pull|retention)\.[A-Za-z]+|maxPayloadBytes|workers)`\s*\|([^|]*)\|(.*)\|\s*$/.exec(line))
+    .map((line) =>
+      /^\|\s*`((?:outbox|inbox\.relay|pull|retention|logging)\.[A-Za-z]+|maxPayloadBytes|workers)`\s*\|([^|]*)\|(.*)\|\s*$/.exec(line),
+    )
     .filter((match): match is RegExpExecArray => match !== null)
     .map((match) => ({ document, path: match[1], defaultCell: match[2].trim(), meaning: match[3] })),
 );
@@ -91,6 +95,7 @@ describe('options: the table and the docs agree', () => {
       ['inbox.relay.', RELAY_OPTIONS],
       ['pull.', PULL_OPTIONS],
       ['retention.', RETENTION_OPTIONS],
+      ['logging.', LOGGING_OPTIONS],
       ['', TOP_LEVEL_OPTIONS],
     ];
     const missing = groups.flatMap(([prefix, table]) =>
