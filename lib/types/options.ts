@@ -117,7 +117,12 @@ export interface RetentionOptions {
   batchSize?: number;
 }
 
-/** What QueueBox logs beyond start, stop, warnings and errors. See docs/observability.md#logs. */
+/**
+ * What QueueBox logs beyond start, stop, warnings and errors. See docs/observability.md#logs.
+ *
+ * @example
+ * QueueBoxModule.forRoot({ outbox: { publisher }, logging: { messages: true } })
+ */
 export interface LoggingOptions {
   /**
    * One debug line per published and per processed message (message id, attempt, duration).
