@@ -131,6 +131,7 @@ export type { InboxMessage, OutboundMessage } from './types/messages';
 export type {
   InboxOptions,
   InstancesOptions,
+  LoggingOptions,
   OutboxOptions,
   PublisherOption,
   PullHandlerOptions,

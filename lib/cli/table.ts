@@ -14,15 +14,29 @@ export function oneLine(text: string | null, max: number): string {
 }
 
 /**
- * One line of at most `max` characters that keeps both ends when cut: an error's first words say
- * which attempt and publisher, its last ones the cause the driver or server gave.
+ * A text as lines of at most `width` characters, broken at spaces (a longer word is split), whitespace
+ * runs collapsed. Beyond `maxChars` the rest is cut, with `…` and how many characters were left out:
+ * the head, where an error says what went wrong, is always shown whole.
  */
-export function oneLineBothEnds(text: string | null, max: number): string {
-  if (text === null) return '-';
+export function wrapText(text: string, width: number, maxChars: number): string[] {
   const flat = text.replace(/\s+/g, ' ').trim();
-  if (flat.length <= max) return flat;
-  const head = Math.ceil((max - 3) / 2);
-  return `${flat.slice(0, head)} … ${flat.slice(flat.length - (max - 3 - head))}`;
+  const shown = flat.length <= maxChars ? flat : `${flat.slice(0, maxChars).trimEnd()} … (${flat.length - maxChars} more characters)`;
+  const lines: string[] = [];
+  let line = '';
+  for (const word of shown.split(' ')) {
+    if (line !== '' && line.length + 1 + word.length <= width) {
+      line += ` ${word}`;
+      continue;
+    }
+    if (line !== '') lines.push(line);
+    line = word;
+    while (line.length > width) {
+      lines.push(line.slice(0, width));
+      line = line.slice(width);
+    }
+  }
+  if (line !== '' || lines.length === 0) lines.push(line);
+  return lines;
 }
 
 /** An instant as ISO 8601 UTC to the second: `2026-11-30T14:03:07Z`. */

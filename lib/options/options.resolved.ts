@@ -3,7 +3,7 @@ import type { BackoffFunction } from '../common/backoff';
 import type { QueueBoxTables } from '../dialects/dialect';
 import type { RelayRoute } from '../types/inbox';
 import type { InboxMessage, OutboundMessage } from '../types/messages';
-import type { WorkersOptions } from '../types/options';
+import type { LoggingOptions, WorkersOptions } from '../types/options';
 import type { Publisher } from '../types/outbox';
 
 // The options after resolution (./options.resolver.ts): every default filled in, every lease
@@ -80,4 +80,5 @@ export interface ResolvedQueueBoxOptions {
   pull: ResolvedPullOptions;
   retention: ResolvedRetentionOptions;
   instances: ResolvedInstancesOptions;
+  logging: Required<LoggingOptions>;
 }

@@ -9,6 +9,7 @@ import { messages } from '../queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
 import type {
   InstancesOptions,
+  LoggingOptions,
   OutboxOptions,
   PublisherOption,
   PullHandlerOptions,
@@ -43,6 +44,7 @@ import { resolveRetry } from './options.retry';
 import {
   INSTANCES_OPTIONS,
   keysOf,
+  LOGGING_OPTIONS,
   OUTBOX_OPTIONS,
   PULL_HANDLER_OPTIONS,
   PULL_OPTIONS,
@@ -79,6 +81,7 @@ export function resolveOptions(options: QueueBoxModuleOptions = {}): ResolvedQue
     pull: resolvePull(options.pull ?? {}, deprecations),
     retention: resolveRetention(options.retention ?? {}),
     instances: resolveInstances(options.instances ?? {}),
+    logging: resolveLogging(options.logging ?? {}),
   };
 }
 
@@ -233,6 +236,15 @@ function resolveInstances(instances: InstancesOptions): ResolvedInstancesOptions
     throw new QueueBoxConfigError('instances.deadAfterMs', messages.deadAfterTooShort(deadAfterMs, heartbeatMs, MIN_BEATS_BEFORE_DEAD));
   }
   return { heartbeatMs, deadAfterMs };
+}
+
+function resolveLogging(logging: LoggingOptions): Required<LoggingOptions> {
+  expectObject('logging', logging);
+  rejectUnknownKeys('logging.', logging, keysOf(LOGGING_OPTIONS));
+  const perMessage = logging.messages ?? false;
+  if (typeof perMessage !== 'boolean')
+    throw new QueueBoxConfigError('logging.messages', messages.optionNotBoolean('logging.messages', perMessage));
+  return { messages: perMessage };
 }
 
 function handlerTimeout(option: string, value: Duration | undefined, fallback: number): number {

@@ -1,5 +1,6 @@
 import type {
   InstancesOptions,
+  LoggingOptions,
   OutboxOptions,
   PullHandlerOptions,
   PullOptions,
@@ -59,6 +60,7 @@ export const TOP_LEVEL_OPTIONS = {
   pull: {},
   retention: {},
   instances: {},
+  logging: {},
 } as const satisfies Record<keyof QueueBoxModuleOptions, OptionSpec>;
 
 /** `instances: { ... }`: heartbeats, and when a silent instance's leases end. */
@@ -127,6 +129,11 @@ export const RETENTION_OPTIONS = {
   intervalMs: integerOption(DEFAULT_RETENTION_INTERVAL_MS, 1000, 7 * DAY_MS),
   batchSize: integerOption(DEFAULT_RETENTION_BATCH_SIZE, 1, 10_000),
 } as const satisfies Record<keyof RetentionOptions, OptionSpec>;
+
+/** `logging: { ... }`. */
+export const LOGGING_OPTIONS = {
+  messages: { docs: '`false`' },
+} as const satisfies Record<keyof LoggingOptions, OptionSpec>;
 
 /** `retry: { ... }`. */
 export const RETRY_OPTIONS = {

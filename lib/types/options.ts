@@ -132,6 +132,20 @@ export interface InstancesOptions {
   deadAfterMs?: number;
 }
 
+/**
+ * What QueueBox logs beyond start, stop, warnings and errors. See docs/observability.md#logs.
+ *
+ * @example
+ * QueueBoxModule.forRoot({ outbox: { publisher }, logging: { messages: true } })
+ */
+export interface LoggingOptions {
+  /**
+   * One debug line per published and per processed message (message id, attempt, duration).
+   * Default `false`: at a few hundred messages a second they would drown the app's own logs.
+   */
+  messages?: boolean;
+}
+
 /** Which workers run in this process. `false` everywhere makes a replica that only enqueues. */
 export interface WorkersOptions {
   outbox?: boolean;
@@ -161,6 +175,8 @@ export interface QueueBoxModuleOptions {
   retention?: RetentionOptions;
   /** Heartbeats of this process, and when a silent one's leases end. */
   instances?: InstancesOptions;
+  /** Per-message log lines: `{ messages: true }` turns them on. Off by default. */
+  logging?: LoggingOptions;
 }
 
 /** Per-handler options of `@PullHandler(source, options)`. */

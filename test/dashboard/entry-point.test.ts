@@ -7,10 +7,14 @@ const root = join(__dirname, '..', '..', '..');
 const loaded = () => Object.keys(require.cache).filter((file) => /[\\/]lib[\\/]dashboard[\\/]/.test(file));
 
 describe('queuebox/dashboard entry point', () => {
-  it('is a separate export of the package, mapped to the built dashboard barrel', () => {
+  it('is a separate export of the package, mapped to the built dashboard barrel (typesVersions too, as every subpath)', () => {
     const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
     assert.deepEqual(pkg.exports['./dashboard'], { types: './dist/dashboard/index.d.ts', default: './dist/dashboard/index.js' });
-    assert.equal(pkg.typesVersions, undefined, 'no other entry point has a typesVersions entry');
+    // moduleResolution node10 reads no exports: typesVersions maps each subpath to the same types (test/package/node10.test.mjs).
+    for (const [subpath, target] of Object.entries(pkg.exports as Record<string, { types?: string }>)) {
+      if (subpath === '.' || !target.types) continue;
+      assert.deepEqual(pkg.typesVersions['*'][subpath.slice(2)], [target.types], `typesVersions of ${subpath}`);
+    }
     assert.deepEqual(pkg.dependencies ?? {}, {}, 'the dashboard adds no runtime dependency');
   });
 

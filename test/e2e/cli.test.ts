@@ -440,17 +440,17 @@ describe('queuebox CLI', () => {
 
     const text = await queuebox(['dead-letters', 'list', '--url', url, '--component', 'outbox', '--name', 'billing', '--limit', '1']);
     assert.equal(text.code, 0, text.stderr);
-    assert.match(text.stdout, /id\s+message id\s+destination\s+key\s+attempts\s+died at\s+last error/);
+    assert.match(text.stdout, /id\s+message id\s+destination\s+key\s+attempts\s+died at\n/);
     assert.match(
       text.stdout,
       new RegExp(
-        `${ids.billing503}\\s+[0-9a-f-]{36}\\s+billing\\s+order-1\\s+5\\s+\\d{4}-\\d\\d-\\d\\dT[0-9:]{8}Z\\s+HTTP 503 Service Unavailable from https://billing`,
+        `${ids.billing503}\\s+[0-9a-f-]{36}\\s+billing\\s+order-1\\s+5\\s+\\d{4}-\\d\\d-\\d\\dT[0-9:]{8}Z\\n    last error: HTTP 503 Service Unavailable from https://billing.internal\\n`,
       ),
     );
     assert.match(text.stdout, new RegExp(`add --after-id ${ids.billing503} for the next page`));
     const inboxText = await queuebox(['dead-letters', 'list', '--url', url, '--component', 'inbox']);
     assert.match(inboxText.stdout, /idempotency key\s+source\s+aggregate/);
-    assert.match(inboxText.stdout, /evt-1\s+orders\s+agg-1\s+3 .*handler threw: boom/);
+    assert.match(inboxText.stdout, /evt-1\s+orders\s+agg-1\s+3 .*\n {4}last error: handler threw: boom\n/);
     assert.match(inboxText.stdout, /1 row\(s\); no more pages/);
 
     const count = await queuebox(['dead-letters', 'count', '--url', url, '--component', 'outbox', '--error', '503']);

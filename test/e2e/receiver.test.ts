@@ -381,7 +381,7 @@ describe('HTTP receiver', () => {
     }
   });
 
-  it('end to end: one app publishes to the other app, which stores each message once although the publisher retried after timeouts', async () => {
+  it('end to end: one app publishes to the other app, which stores each message once and each key in order although the publisher retried after timeouts', async () => {
     const receiverDb = await createTestDatabase();
     const senderDb = await createTestDatabase();
     const receiverApp = await startReceiverApp(receiverDb.url, { ...inboxOptions, receiver: { secret: SECRET } }, true);
@@ -406,13 +406,21 @@ describe('HTTP receiver', () => {
       );
       await eventually(async () => (await senderDb.query("SELECT 1 FROM queuebox_outbox WHERE state <> 'sent'")).length === 0, 'all sent');
       assert.ok(sender.logger.has('warn', 'no answer from'), 'the publisher timed out and retried');
-      const rows = await receiverDb.query<{ idempotency_key: string; aggregate_id: string }>(
-        'SELECT idempotency_key, aggregate_id FROM queuebox_inbox',
+      const rows = await receiverDb.query<{ idempotency_key: string; aggregate_id: string; n: number }>(
+        `SELECT idempotency_key, aggregate_id, (payload->>'n')::int AS n FROM queuebox_inbox ORDER BY id`,
       );
       const sent = await senderDb.query<{ message_id: string }>('SELECT message_id FROM queuebox_outbox');
       assert.equal(rows.length, 5, 'each message stored exactly once');
       assert.deepEqual(rows.map((r) => r.idempotency_key).sort(), sent.map((r) => r.message_id).sort());
       assert.deepEqual([...new Set(rows.map((r) => r.aggregate_id))].sort(), ['order-0', 'order-1'], 'the outbox key became the aggregate');
+      for (const key of ['order-0', 'order-1']) {
+        const stored = rows.filter((r) => r.aggregate_id === key).map((r) => r.n);
+        assert.deepEqual(
+          stored,
+          [...stored].sort((a, b) => a - b),
+          `${key} stored in enqueue order across the retries (docs/publishing.md, HTTP)`,
+        );
+      }
     } finally {
       await sender.app.close();
       await receiverApp.close();

@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
@@ -230,6 +232,37 @@ describe('queuebox/testing on PostgreSQL', () => {
       qb.drainOutbox({ maxBatches: 2 }),
       (error: unknown) => error instanceof QueueBoxStateError && /maxBatches/.test(error.message),
     );
+  });
+
+  it('the no-backoff retry docs/testing.md shows starts an app and retries in one drain; older names inside retry fail start-up, the new ones suggested', async () => {
+    const page = readFileSync(join(__dirname, '..', '..', '..', 'docs', 'testing.md'), 'utf8');
+    const shown = /configure no backoff in the test \(`(retry: \{[^`]+\})`\)/.exec(page)?.[1];
+    assert.ok(shown, 'docs/testing.md shows a no-backoff retry form');
+    const { retry } = new Function(`return { ${shown} };`)() as { retry: object };
+    const docs = new RecordingPublisher();
+    const app = await createTestApp(db.url, { workers: false, outbox: { publisher: docs, retry } });
+    try {
+      await app.app
+        .get<DataSource>(getDataSourceToken())
+        .transaction((manager) => app.get(OutboxService).enqueue(manager, { destination: 'billing', payload: 1 }));
+      docs.failNext(2);
+      const { published, failed } = await QueueBoxTesting.from(app.app).drainOutbox();
+      assert.deepEqual([published.length, failed.map((f) => f.outcome)], [1, ['retried', 'retried']]);
+    } finally {
+      await app.app.close();
+    }
+
+    for (const [older, option, suggestion] of [
+      [{ maxAttempts: 5 }, 'outbox.retry.maxAttempts', 'outbox.retry.attempts'],
+      [{ attempts: 5, backoff: { initialMs: 0 } }, 'outbox.retry.backoff.initialMs', 'outbox.retry.backoff.delay'],
+      [{ attempts: 5, backoff: { delay: 0, maxMs: 0 } }, 'outbox.retry.backoff.maxMs', 'outbox.retry.backoff.maxDelay'],
+    ] as const) {
+      await assert.rejects(
+        createTestApp(db.url, { workers: false, outbox: { publisher: docs, retry: older as never } }),
+        (error: unknown) =>
+          error instanceof QueueBoxConfigError && error.option === option && error.message.includes(`Did you mean "${suggestion}"?`),
+      );
+    }
   });
 
   it('refuses an unknown pull source, and an app whose background workers run', async () => {

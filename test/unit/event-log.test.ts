@@ -32,19 +32,32 @@ function recordingLogger(levels: LogLevel[]): { service: LoggerService; lines: s
 describe('QueueBoxEventLog', () => {
   afterEach(() => Logger.overrideLogger(['log', 'error', 'warn', 'debug', 'verbose', 'fatal']));
 
-  it('logs a published message at debug level when debug is on', () => {
+  const perMessage = { logging: { messages: true } };
+
+  it('with logging.messages, logs a published message at debug level when debug is on', () => {
     const { lines } = recordingLogger(['error', 'warn', 'debug']);
     const events = new QueueBoxEvents();
-    new QueueBoxEventLog(events);
+    new QueueBoxEventLog(events, perMessage);
     events.emit('queuebox:published', published);
     assert.equal(lines.length, 1);
     assert.match(lines[0], /7f4c1f6e-0000-4000-8000-000000000001/);
   });
 
+  it('without logging.messages (the default), logs no line per message even with debug on, and still the reclaim counts', () => {
+    const { lines } = recordingLogger(['error', 'warn', 'debug']);
+    const events = new QueueBoxEvents();
+    new QueueBoxEventLog(events, { logging: { messages: false } });
+    events.emit('queuebox:published', published);
+    assert.deepEqual(lines, []);
+    events.emit('queuebox:reclaimed', { component: 'outbox', name: 'billing', pending: 2, dead: 0 } as never);
+    assert.equal(lines.length, 1);
+    assert.match(lines[0], /outbox reclaim for "billing": 2 back to pending, 0 dead/);
+  });
+
   it('builds no line when debug is off (it would run once per message)', () => {
     const { lines } = recordingLogger(['error', 'warn']);
     const events = new QueueBoxEvents();
-    new QueueBoxEventLog(events);
+    new QueueBoxEventLog(events, perMessage);
     let read = false;
     const watched = new Proxy(published as object, {
       get(target, property, receiver) {

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import {
   INSTANCES_OPTIONS,
+  LOGGING_OPTIONS,
   type OptionSpec,
   OUTBOX_OPTIONS,
   PULL_OPTIONS,
@@ -32,6 +33,7 @@ function specOf(path: string): OptionSpec | undefined {
     ['pull.', PULL_OPTIONS],
     ['retention.', RETENTION_OPTIONS],
     ['instances.', INSTANCES_OPTIONS],
+    ['logging.', LOGGING_OPTIONS],
     ['', TOP_LEVEL_OPTIONS],
   ];
   for (const [prefix, table] of groups) {
@@ -47,7 +49,9 @@ const rows = documents.flatMap((document) =>
   readFileSync(join(root, document), 'utf8')
     .split('\n')
     .map((line) =>
-      /^\|\s*`((?:outbox|inbox\.relay|pull|retention|instances)\.[A-Za-z]+|maxPayloadBytes|workers)`\s*\|([^|]*)\|(.*)\|\s*$/.exec(line),
+      /^\|\s*`((?:outbox|inbox\.relay|pull|retention|instances|logging)\.[A-Za-z]+|maxPayloadBytes|workers)`\s*\|([^|]*)\|(.*)\|\s*$/.exec(
+        line,
+      ),
     )
     .filter((match): match is RegExpExecArray => match !== null)
     .map((match) => ({ document, path: match[1], defaultCell: match[2].trim(), meaning: match[3] })),
@@ -96,6 +100,7 @@ describe('options: the table and the docs agree', () => {
       ['pull.', PULL_OPTIONS],
       ['retention.', RETENTION_OPTIONS],
       ['instances.', INSTANCES_OPTIONS],
+      ['logging.', LOGGING_OPTIONS],
       ['', TOP_LEVEL_OPTIONS],
     ];
     const missing = groups.flatMap(([prefix, table]) =>

@@ -171,3 +171,17 @@ describe('retention options', () => {
     rejects({ workers: false, retention: [] }, 'retention', 'must be an object');
   });
 });
+
+describe('logging options', () => {
+  it('has per-message lines off by default; logging.messages turns them on', () => {
+    assert.deepEqual(resolveOptions({ workers: false }).logging, { messages: false });
+    assert.deepEqual(resolveOptions({ workers: false, logging: {} }).logging, { messages: false });
+    assert.deepEqual(resolveOptions({ workers: false, logging: { messages: true } }).logging, { messages: true });
+  });
+
+  it('rejects bad logging options by name', () => {
+    rejects({ workers: false, logging: { messages: 'yes' } }, 'logging.messages', 'must be true or false');
+    rejects({ workers: false, logging: { message: true } }, 'logging.message', 'Did you mean "logging.messages"');
+    rejects({ workers: false, logging: true }, 'logging', 'must be an object');
+  });
+});

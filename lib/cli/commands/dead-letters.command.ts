@@ -4,11 +4,16 @@ import { withAdmin } from '../admin-session';
 import { CliUsageError } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
 import { CONNECTION_OPTIONS_HELP, type Command, connectionOptions } from '../command';
-import { formatTable, formatTime, oneLine, oneLineBothEnds } from '../table';
+import { formatTable, formatTime, oneLine, wrapText } from '../table';
 
 const ACTIONS = ['list', 'count', 'replay', 'discard'] as const;
 type Action = (typeof ACTIONS)[number];
+// The last error goes on lines of its own under its row, whole up to ERROR_MAX_CHARS (QueueBox
+// stores at most 2000 characters of an error's text): its head names the reason (`no publisher
+// named "shipping"`, `HTTP 503 from ...`), which a cut in the middle or the end once hid.
 const ERROR_WIDTH = 100;
+const ERROR_MAX_CHARS = 1000;
+const ERROR_LABEL = '    last error: ';
 
 export const deadLettersCommand: Command = {
   name: 'dead-letters',
@@ -17,8 +22,8 @@ export const deadLettersCommand: Command = {
 
   list      One page of dead rows in id order: id, message id (outbox) or idempotency key
             (inbox), destination or source, key or aggregate, attempts, when it died (its last
-            attempt) and the last error, cut to ${ERROR_WIDTH} characters keeping its start and
-            its end (--json has it whole)
+            attempt), and under each row its last error, wrapped, whole up to ${ERROR_MAX_CHARS}
+            characters (--json has it whole always)
   count     How many dead rows match
   replay    Put the matching dead rows back to pending (attempts 0, due now, last error kept,
             headers X-QueueBox-Replay-Count and X-QueueBox-Replayed-At added); prints how many
@@ -128,7 +133,6 @@ export function formatDeadLetters(
     component === 'outbox' ? 'key' : 'aggregate',
     'attempts',
     'died at',
-    'last error',
   ];
   const table = rows.map((r) => [
     r.id,
@@ -137,13 +141,20 @@ export function formatDeadLetters(
     oneLine(r.key, 30),
     String(r.attempts),
     formatTime(r.lastAttemptAt ?? r.createdAt),
-    oneLineBothEnds(r.lastError, ERROR_WIDTH),
   ]);
-  const lines = [`Dead ${component} rows:`, ...formatTable(header, table, [0, 4])];
+  const [head, ...formatted] = formatTable(header, table, [0, 4]);
+  const body = formatted.flatMap((line, i) => [line, ...errorLines(rows[i].lastError)]);
+  const lines = [`Dead ${component} rows:`, head, ...body];
   lines.push(
     nextAfterId === null
       ? `${rows.length} row(s); no more pages.`
       : `${rows.length} row(s); more may follow: add --after-id ${nextAfterId} for the next page.`,
   );
   return lines;
+}
+
+/** `    last error: <text>`, wrapped, continuation lines aligned under the text. */
+function errorLines(lastError: string | null): string[] {
+  const [first, ...rest] = wrapText(lastError ?? '-', ERROR_WIDTH, ERROR_MAX_CHARS);
+  return [`${ERROR_LABEL}${first}`, ...rest.map((line) => `${' '.repeat(ERROR_LABEL.length)}${line}`)];
 }
