@@ -14,6 +14,8 @@ const show = (value: unknown): string => {
 const DOC = 'node_modules/queuebox/docs/dashboard.md';
 
 export const dashboardMessages = {
+  noQueueBox: () =>
+    'The dashboard found no QueueBox in this app: import QueueBoxModule.forRoot() (or QueueBoxTenantsModule), or give "instances" with a QueueBoxAdmin of each database (createQueueBoxAdmin(dataSource)).',
   // Options (QueueBoxConfigError, at start-up)
   optionsNotObject: (value: unknown) => `QueueBoxDashboardModule.forRoot() takes an options object, got ${show(value)}.`,
   optionUnknown: (option: string, known: readonly string[]) =>

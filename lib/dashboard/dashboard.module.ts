@@ -30,7 +30,7 @@ import { DashboardService } from './dashboard.service';
 export class QueueBoxDashboardModule {
   /** Validates `options` at once: no guard and no `public: true` throws `QueueBoxConfigError` here, before the app starts. */
   static forRoot(options: QueueBoxDashboardOptions): DynamicModule {
-    const resolved = resolveDashboardOptions(options, QueueBoxAdmin);
+    const resolved = resolveDashboardOptions(options);
     return {
       module: QueueBoxDashboardModule,
       imports: resolved.imports,

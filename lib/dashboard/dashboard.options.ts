@@ -61,7 +61,10 @@ export interface QueueBoxDashboardOptions {
   public?: boolean;
   /** Hide and refuse replay, discard and skip-head (403). Default false. */
   readOnly?: boolean;
-  /** The QueueBoxes to switch between. Default: one, `default`, the app's `QueueBoxAdmin`. */
+  /**
+   * The QueueBoxes to switch between. Default: every QueueBox of the app by its name
+   * (`QueueBoxModule.forRoot({ name })`, `default` unless named), tenants attached at run time included.
+   */
   instances?: DashboardInstance[];
   /** Who did an action, for the log line and the event. Default: `user.id`, `user.name`, `user.email` or `user.username` of the request, else its IP. */
   actor?: (request: DashboardRequest) => string | undefined;
@@ -78,7 +81,8 @@ export interface ResolvedDashboardOptions {
   guards: DashboardGuard[];
   isPublic: boolean;
   readOnly: boolean;
-  instances: DashboardInstance[];
+  /** Undefined: every QueueBox of the app's registry, looked up at each request (tenants come and go). */
+  instances: DashboardInstance[] | undefined;
   actor: ((request: DashboardRequest) => string | undefined) | undefined;
   allowedOrigins: string[];
   tokenSecret: string | undefined;
@@ -94,7 +98,7 @@ const isGuard = (value: unknown): value is DashboardGuard =>
   (typeof value === 'object' && value !== null && typeof (value as { canActivate?: unknown }).canActivate === 'function');
 
 /** Validates the options; a dashboard with neither a guard nor `public: true` never starts. */
-export function resolveDashboardOptions(options: QueueBoxDashboardOptions, defaultAdmin: InjectionToken): ResolvedDashboardOptions {
+export function resolveDashboardOptions(options: QueueBoxDashboardOptions): ResolvedDashboardOptions {
   const fail = (option: string, message: string) => new QueueBoxConfigError(`dashboard${option ? `.${option}` : ''}`, message);
   if (typeof options !== 'object' || options === null) throw fail('', messages.optionsNotObject(options));
   for (const key of Object.keys(options)) {
@@ -115,8 +119,10 @@ export function resolveDashboardOptions(options: QueueBoxDashboardOptions, defau
   const readOnly = options.readOnly ?? false;
   if (typeof readOnly !== 'boolean') throw fail('readOnly', messages.booleanInvalid('readOnly', readOnly));
 
-  const instances = options.instances ?? [{ name: 'default', admin: defaultAdmin }];
-  if (!Array.isArray(instances) || instances.length === 0) throw fail('instances', messages.instancesInvalid(instances));
+  const instances = options.instances ?? [];
+  if (!Array.isArray(instances) || (options.instances !== undefined && instances.length === 0)) {
+    throw fail('instances', messages.instancesInvalid(instances));
+  }
   const names = new Set<string>();
   for (const instance of instances) {
     if (typeof instance !== 'object' || instance === null || instance.admin === undefined || instance.admin === null) {
@@ -144,7 +150,7 @@ export function resolveDashboardOptions(options: QueueBoxDashboardOptions, defau
     guards,
     isPublic,
     readOnly,
-    instances: instances.map((i) => ({ name: i.name, admin: i.admin })),
+    instances: options.instances === undefined ? undefined : instances.map((i) => ({ name: i.name, admin: i.admin })),
     actor: options.actor,
     allowedOrigins: allowedOrigins.map((o) => new URL(o).origin),
     tokenSecret: options.tokenSecret,

@@ -1,9 +1,11 @@
-import { HttpStatus, Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { HttpStatus, Inject, Injectable, Logger, type OnModuleInit, Optional } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { DeadLetterFilter, DeadLetterSelection } from '../admin/admin.types';
+import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import type { AdminComponent, DeadLetterRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
 import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
+import { QueueBoxRegistry } from '../queuebox.registry';
 import { getQueueBoxEventsToken } from '../queuebox.tokens';
 import { TRACEPARENT_HEADER } from '../wire-headers';
 import { QUEUEBOX_DASHBOARD_OPTIONS } from './dashboard.constants';
@@ -49,10 +51,14 @@ export class DashboardService implements OnModuleInit {
   constructor(
     @Inject(QUEUEBOX_DASHBOARD_OPTIONS) private readonly options: ResolvedDashboardOptions,
     private readonly moduleRef: ModuleRef,
+    @Optional() private readonly registry?: QueueBoxRegistry,
   ) {}
 
   onModuleInit(): void {
-    for (const { name, admin } of this.options.instances) {
+    if (this.options.instances === undefined && this.registry === undefined) {
+      throw new QueueBoxConfigError('dashboard.instances', messages.noQueueBox());
+    }
+    for (const { name, admin } of this.options.instances ?? []) {
       this.admins.set(name, isAdmin(admin) ? admin : this.lookUp(name, admin));
     }
     try {
@@ -66,8 +72,9 @@ export class DashboardService implements OnModuleInit {
     this.logger.log(messages.started(path, this.instanceNames(), readOnly, isPublic));
   }
 
+  /** The configured instances, or every QueueBox of the app now (tenants come and go). */
   instanceNames(): string[] {
-    return [...this.admins.keys()];
+    return this.options.instances === undefined ? (this.registry?.names() ?? []) : [...this.admins.keys()];
   }
 
   /** Whether an instance's admin can list instances and heartbeats (QueueBoxAdmin can; a DashboardAdmin of your own may not). */
@@ -76,7 +83,7 @@ export class DashboardService implements OnModuleInit {
   }
 
   admin(instance: string): DashboardAdmin {
-    const admin = this.admins.get(instance);
+    const admin = this.options.instances === undefined ? this.registry?.find(instance)?.get(QueueBoxAdmin) : this.admins.get(instance);
     if (!admin) {
       throw new DashboardHttpError(
         HttpStatus.NOT_FOUND,

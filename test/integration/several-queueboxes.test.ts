@@ -9,6 +9,8 @@ import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { PrometheusModule } from '@willsoto/nestjs-prometheus';
 import { register } from 'prom-client';
 import { DataSource } from 'typeorm';
+import { QueueBoxDashboardModule } from '../../lib/dashboard/dashboard.module';
+import { DashboardService } from '../../lib/dashboard/dashboard.service';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
@@ -19,7 +21,7 @@ import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decor
 import { QueueBoxModule } from '../../lib/queuebox.module';
 import { QueueBoxRegistry } from '../../lib/queuebox.registry';
 import { QueueBoxTenants, QueueBoxTenantsModule } from '../../lib/queuebox.tenants';
-import { getInboxServiceToken, getOutboxServiceToken, InjectInbox, InjectOutbox } from '../../lib/queuebox.tokens';
+import { getInboxServiceToken, getOutboxServiceToken, getQueueBoxAdminToken, InjectInbox, InjectOutbox } from '../../lib/queuebox.tokens';
 import { QueueBoxHealthIndicator, QueueBoxHealthModule } from '../../lib/terminus/queuebox.health-indicator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { RecordingLogger } from '../support/app';
@@ -100,6 +102,7 @@ describe('several QueueBoxes in one application (issue 27, part 2)', () => {
         QueueBoxHealthModule,
         PrometheusModule.register(),
         QueueBoxPrometheusModule,
+        QueueBoxDashboardModule.forRoot({ public: true }),
       ],
       providers: [PaymentsConsumers, Checkout],
     })
@@ -207,6 +210,11 @@ describe('several QueueBoxes in one application (issue 27, part 2)', () => {
     assert.match(text, /queuebox_outbox_messages_published_total\{destination="shipping",queuebox="default"\} 1/);
     assert.match(text, /queuebox_inbox_pending_messages\{source="payments",queuebox="ledger"\} 0/);
     assert.match(text, /queuebox_inbox_pending_messages\{source="payments",queuebox="default"\} 0/);
+    // The dashboard switches between them by name, each instance reading its own database.
+    const dashboard = app.get(DashboardService);
+    assert.deepEqual(dashboard.instanceNames(), ['default', 'ledger']);
+    assert.equal(dashboard.admin('ledger'), app.get(getQueueBoxAdminToken('ledger')));
+    assert.equal(dashboard.admin('default'), app.get(getQueueBoxAdminToken()));
   });
 
   it('attaches tenants while it runs, each with its own database, workers, handlers, health and metrics, and detaches them', async () => {
@@ -221,6 +229,7 @@ describe('several QueueBoxes in one application (issue 27, part 2)', () => {
       attached.push({ name, db, dataSource });
     }
     assert.deepEqual(tenants.names(), ['acme', 'globex', 'initech']);
+    assert.deepEqual(app.get(DashboardService).instanceNames(), ['default', 'acme', 'globex', 'initech', 'ledger']);
     await assert.rejects(
       tenants.attach('acme', { dataSource: attached[0].dataSource }),
       (error: unknown) => error instanceof QueueBoxConfigError && /named "acme" exists already/.test(error.message),
