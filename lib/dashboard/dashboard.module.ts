@@ -1,5 +1,4 @@
 import { type DynamicModule, Module } from '@nestjs/common';
-import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { loadDashboardAssets } from './dashboard.assets';
 import { QUEUEBOX_DASHBOARD_ACTION_CHECK, QUEUEBOX_DASHBOARD_ASSETS, QUEUEBOX_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { createDashboardController } from './dashboard.controller';
