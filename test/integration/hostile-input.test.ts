@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource, EntityManager } from 'typeorm';
-import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { resolveDashboardOptions } from '../../lib/dashboard/dashboard.options';
 import { QueueBoxConfigError, QueueBoxValidationError, TransactionRequiredError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
