@@ -145,16 +145,20 @@ export interface ReclaimResult {
   byName: { name: string; pending: number; dead: number }[];
 }
 
-/** A registered QueueBox instance (a process with its own instance id), from the instances table. */
-export interface InstanceRow {
+/** What registering an instance says about it: the instances table's columns but its times. */
+export interface InstanceIdentity {
   id: string;
   host: string;
   pid: number;
-  /** The TypeORM DataSource name it serves (`default` for the default one). */
+  /** The TypeORM DataSource name it serves (`default` for the default one), or its tenant's name. */
   dataSource: string;
   version: string;
   /** Its `instances.deadAfterMs`: how long it may miss heartbeats before a replica ends its leases. */
   deadAfterMs: number;
+}
+
+/** A registered QueueBox instance (a process with its own instance id), from the instances table. */
+export interface InstanceRow extends InstanceIdentity {
   startedAt: Date;
   heartbeatAt: Date;
   /** Seconds since its last heartbeat, by the database clock. */
@@ -178,14 +182,4 @@ export interface DeadInstanceRow {
   dataSource: string | null;
   heartbeatAt: Date | null;
   released: { outbox: number; inbox: number };
-}
-
-/** What registering, heartbeating and deregistering an instance needs to say about it. */
-export interface InstanceIdentity {
-  id: string;
-  host: string;
-  pid: number;
-  dataSource: string;
-  version: string;
-  deadAfterMs: number;
 }
