@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { InboxService } from '../../lib/inbox/inbox.service';
@@ -83,16 +83,26 @@ interface Chaos {
   terminations: number;
 }
 
-/** Runs faults on `workers` until `until` settles and each kind ran once; replaces a killed worker with a new one. */
-async function chaos(db: TestDatabase, workers: WorkerProcess[], start: (name: string) => Promise<WorkerProcess>, until: Promise<unknown>) {
+/**
+ * Runs faults on `workers` until `until` settles and each kind ran once; replaces a killed worker
+ * with a new one. Stops when `signal` aborts (its case ended, a timeout included).
+ */
+async function chaos(
+  db: TestDatabase,
+  workers: WorkerProcess[],
+  start: (name: string) => Promise<WorkerProcess>,
+  until: Promise<unknown>,
+  signal: AbortSignal,
+) {
   const done: Chaos = { kills: 0, pauses: 0, terminations: 0 };
   let finished = false;
-  void until.finally(() => {
+  const finish = () => {
     finished = true;
-  });
+  };
+  until.then(finish, finish);
   let round = 0;
   // Until the backlog is drained, and each kind of fault happened at least once.
-  while (!finished || done.kills === 0 || done.pauses === 0 || done.terminations === 0) {
+  while (!signal.aborted && (!finished || done.kills === 0 || done.pauses === 0 || done.terminations === 0)) {
     await sleep(300 + random(300));
     const i = random(workers.length);
     const action = round++ % 3;
@@ -151,10 +161,47 @@ function outOfOrderCommits(produced: Produced[]): number {
   return count;
 }
 
+interface CaseScope {
+  signal: AbortSignal;
+  /** Starts a worker that the end of the case kills. */
+  spawnWorker(env: Omit<Parameters<typeof startWorker>[0], 'dbUrl' | 'signal'>): Promise<WorkerProcess>;
+  /** Kills every worker the case started, still starting ones included, and waits until they exited. */
+  close(): Promise<void>;
+}
+
+/**
+ * What one case starts, ended by `close()` however the case ends (passed, failed, timed out): a
+ * worker left running keeps the test process from exiting and writes into the next case.
+ */
+function caseScope(dbUrl: string): CaseScope {
+  const end = new AbortController();
+  const started: Promise<WorkerProcess>[] = [];
+  return {
+    signal: end.signal,
+    spawnWorker(env) {
+      const worker = startWorker({ ...env, dbUrl, signal: end.signal });
+      started.push(worker);
+      return worker;
+    },
+    async close() {
+      end.abort();
+      await Promise.all(
+        started.map((worker) =>
+          worker.then(
+            (w) => w.exited,
+            () => undefined,
+          ),
+        ),
+      );
+    },
+  };
+}
+
 describe('chaos: followers under kill -9, pauses past the lease, backend termination, out-of-order commits and poison (issue 24)', () => {
   let db: TestDatabase;
   let producer: TestApp;
-  const workers: WorkerProcess[] = [];
+  /** The running case's workers; a case takes it once, at its start (a timed-out case's body runs on beside the next case). */
+  let scope: CaseScope;
 
   before(async () => {
     db = await createTestDatabase();
@@ -168,11 +215,15 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
     });
   });
   after(async () => {
-    for (const worker of workers) worker.child.kill('SIGKILL');
-    await Promise.all(workers.map((worker) => worker.exited));
     await producer?.app.close();
     await db?.drop();
   });
+  // Each case starts from empty tables, whatever the one before it left.
+  beforeEach(async () => {
+    scope = caseScope(workerUrl());
+    await db.query('TRUNCATE queuebox_inbox, queuebox_outbox, ledger');
+  });
+  afterEach(() => scope.close());
 
   const workerUrl = () => {
     const url = new URL(db.url);
@@ -180,7 +231,7 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
     return url.toString();
   };
 
-  async function run(kind: 'pull' | 'relay') {
+  async function run(kind: 'pull' | 'relay', { spawnWorker, signal }: CaseScope) {
     const options =
       kind === 'pull'
         ? { workers: { outbox: false, relay: false, pull: true }, pull: { pollIntervalMs: 20 } }
@@ -198,25 +249,28 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
           };
     // Each batch takes a while, so claims wait for a batch slot and their followers are read well
     // after the claim: time for an earlier row of the aggregate to commit in between.
-    const start = (name: string) =>
-      startWorker({ dbUrl: workerUrl(), name, pullLeaseMs: LEASE_MS, pullMaxAttempts: 8, batchHoldMs: 100, options });
-    workers.splice(0, workers.length, ...(await Promise.all(['w0', 'w1', 'w2'].map(start))));
+    const start = (name: string) => spawnWorker({ name, pullLeaseMs: LEASE_MS, pullMaxAttempts: 8, batchHoldMs: 100, options });
+    const workers = await Promise.all(['w0', 'w1', 'w2'].map(start));
     const source = kind === 'pull' ? 'ledger-batch' : 'orders';
     const production = produce(producer, source);
     const drained = production.then(() =>
       eventually(
-        async () =>
-          (await db.query("SELECT 1 FROM queuebox_inbox WHERE source = $1 AND state IN ('pending', 'processing') LIMIT 1", [source]))
-            .length === 0,
+        async () => {
+          signal.throwIfAborted();
+          return (
+            (await db.query("SELECT 1 FROM queuebox_inbox WHERE source = $1 AND state IN ('pending', 'processing') LIMIT 1", [source]))
+              .length === 0
+          );
+        },
         'every message to be finished',
         90_000,
         50,
       ),
     );
-    const faults = await chaos(db, workers, start, drained);
+    const faults = await chaos(db, workers, start, drained, signal);
+    // Stopped the way a deployment stops them, so the states read below are final.
     for (const worker of workers) worker.child.kill('SIGTERM');
     await Promise.all(workers.map((worker) => worker.exited));
-    workers.length = 0;
     const produced = await production;
     console.log(
       `chaos (${kind}): ${produced.length} messages, ${outOfOrderCommits(produced)} pairs committed out of id order, ${faults.kills} kills, ${faults.pauses} pauses past the lease, ${faults.terminations} backend terminations`,
@@ -247,6 +301,7 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
   it('a claim that lost its lease while an earlier row of its aggregate committed is taken again, and its followers do not pass that row (items 1 and 3)', {
     timeout: 60_000,
   }, async () => {
+    const { spawnWorker } = scope;
     const dataSource = producer.app.get<DataSource>(getDataSourceToken());
     const inbox = producer.get(InboxService);
     const message = (key: string) => ({ source: 'ledger-batch', idempotencyKey: key, aggregateId: 'late', payload: {} });
@@ -268,15 +323,14 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
       await inbox.receive(message('r1'), open.manager);
       await inbox.receive(message('r2'));
       const options = { workers: { outbox: false, relay: false, pull: true }, pull: { pollIntervalMs: 20 } };
-      doomed = await startWorker({ dbUrl: workerUrl(), name: 'doomed', pullLeaseMs: LEASE_MS, batchHoldMs: 60_000, options });
+      doomed = await spawnWorker({ name: 'doomed', pullLeaseMs: LEASE_MS, batchHoldMs: 60_000, options });
       await eventually(async () => (await states()).r2 === 'processing', 'the slow worker to claim r2');
       // It dies holding r2; r1 commits; then r3 is received.
       doomed.child.kill('SIGKILL');
       await doomed.exited;
       await open.commitTransaction();
       await inbox.receive(message('r3'));
-      const survivor = await startWorker({ dbUrl: workerUrl(), name: 'survivor', pullLeaseMs: LEASE_MS, options });
-      workers.push(survivor);
+      await spawnWorker({ name: 'survivor', pullLeaseMs: LEASE_MS, options });
       await eventually(async () => Object.values(await states()).every((state) => state === 'processed'), 'every row processed', 20_000);
     } finally {
       if (open.isTransactionActive) await open.rollbackTransaction();
@@ -290,16 +344,12 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
       ['r2', 'r1', 'r3'],
       'r2 again (its claim expired), alone: r1 committed before r3 was received, so r3 comes after r1',
     );
-    for (const worker of workers) worker.child.kill('SIGTERM');
-    await Promise.all(workers.map((worker) => worker.exited));
-    workers.length = 0;
-    await db.query("DELETE FROM queuebox_inbox WHERE aggregate_id = 'late'");
-    await db.query('TRUNCATE ledger');
   });
 
   it("relay: a poison follower cuts its head's chain; the head is forwarded, the follower dies on its own attempts, the row behind it waits", {
     timeout: 60_000,
   }, async () => {
+    const { spawnWorker } = scope;
     const dataSource = producer.app.get<DataSource>(getDataSourceToken());
     const inbox = producer.get(InboxService);
     // One transaction, so the relay finds P and N as followers of H.
@@ -311,15 +361,13 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
       ] as const)
         await inbox.receive({ source: 'orders', idempotencyKey: `chain-${key}`, aggregateId: 'chain', payload: { poison } }, manager);
     });
-    const relay = await startWorker({
-      dbUrl: workerUrl(),
+    const relay = await spawnWorker({
       name: 'relay',
       options: {
         workers: { outbox: false, relay: true, pull: false },
         inbox: { relay: { claimTimeoutMs: LEASE_MS, pollIntervalMs: 20, maxAttempts: 3, backoff: { initialMs: 10, maxMs: 10 } } },
       },
     });
-    workers.push(relay);
     const rows = () =>
       db.query<{ idempotency_key: string; state: string; attempts: number; claimed_at: Date }>(
         "SELECT idempotency_key, state, attempts, claimed_at FROM queuebox_inbox WHERE aggregate_id = 'chain' ORDER BY id",
@@ -331,7 +379,6 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
     );
     relay.child.kill('SIGTERM');
     await relay.exited;
-    workers.length = 0;
     const [h, p, n] = await rows();
     assert.deepEqual(
       [h, p, n].map((row) => `${row.idempotency_key}:${row.state}/${row.attempts}`),
@@ -345,12 +392,10 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
       ['chain-H', 'chain-N'],
     );
     assert.ok(new Date(forwarded[1].created_at) > new Date(p.claimed_at), 'N was forwarded after P died, not past it (I4)');
-    await db.query("DELETE FROM queuebox_inbox WHERE aggregate_id = 'chain'");
-    await db.query("DELETE FROM queuebox_outbox WHERE key = 'chain'");
   });
 
   it('batch pull handlers with followers: each message handled once, in order, the poison ones dead', { timeout: 180_000 }, async () => {
-    const { produced, dead } = await run('pull');
+    const { produced, dead } = await run('pull', scope);
     const ledger = await db.query<{ idempotency_key: string; at: Date }>('SELECT idempotency_key, at FROM ledger ORDER BY id');
     const keys = ledger.map((row) => row.idempotency_key);
     assert.equal(new Set(keys).size, keys.length, 'no business write committed twice');
@@ -359,7 +404,7 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
   });
 
   it('the relay with followers: each message forwarded once (I6), in order, the poison ones dead', { timeout: 180_000 }, async () => {
-    const { produced, dead } = await run('relay');
+    const { produced, dead } = await run('relay', scope);
     const forwarded = await db.query<{ causation: string; created_at: Date }>(
       `SELECT headers->>'X-Causation-Id' AS causation, created_at FROM queuebox_outbox WHERE destination = 'billing' ORDER BY id`,
     );

@@ -6,6 +6,7 @@ import type { DataSource } from 'typeorm';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
+import type { RelayRoute } from '../../lib/types/inbox';
 import type { InboxMessage, OutboundMessage } from '../../lib/types/messages';
 import type { Publisher } from '../../lib/types/outbox';
 import { createTestApp, type TestApp } from '../support/app';
@@ -19,6 +20,8 @@ import { gate } from '../support/recording-publisher';
 // slot hangs, and a healthy replica that must get every message.
 
 const hang = gate();
+/** The relay case's hung route, ended by the test (the pull and outbox calls stay hung until the end). */
+const relayHang = gate();
 /** Which replica handled what (idempotency key or message id), in order. */
 const handledBy: { replica: string; id: string }[] = [];
 
@@ -65,6 +68,29 @@ const healthyPublisher: Publisher = {
   },
 };
 
+/** Hangs on every call until `relayHang` opens, ignoring its signal; then forwards at once. */
+const stuckRoute: RelayRoute = async (message) => {
+  handledBy.push({ replica: 'stuck', id: message.idempotencyKey });
+  await relayHang.promise;
+  return { destination: 'relayed', payload: message.payload };
+};
+const healthyRoute: RelayRoute = (message) => {
+  handledBy.push({ replica: 'healthy', id: message.idempotencyKey });
+  return { destination: 'relayed', payload: message.payload };
+};
+
+const relay = (route: RelayRoute) => ({
+  routes: { 'relay-stuck': route },
+  concurrency: 1,
+  batchSize: 4,
+  claimTimeoutMs: 3000,
+  // Long enough to see the two rows behind the hung one wait, claimed, for its slot.
+  handlerTimeout: 1000,
+  pollIntervalMs: 50,
+  maxAttempts: 5,
+  backoff: { initialMs: 1, maxMs: 1, jitter: false },
+});
+
 const outbox = (publisher: Publisher) => ({
   publisher,
   concurrency: 1,
@@ -80,9 +106,10 @@ describe('a loop whose slots are all held by hung work claims nothing and gives 
   let db: TestDatabase;
   let stuck: TestApp;
   let healthy: TestApp | undefined;
+  let stuckRelay: TestApp | undefined;
   /** Nest sends every app's log lines to the logger of the app created last: look in all of them. */
   const apps: TestApp[] = [];
-  const logged = (fragment: string) => apps.some((app) => app.logger.has('warn', fragment));
+  const logged = (fragment: string, level = 'warn') => apps.some((app) => app.logger.has(level, fragment));
 
   before(async () => {
     db = await createTestDatabase();
@@ -95,7 +122,9 @@ describe('a loop whose slots are all held by hung work claims nothing and gives 
   });
   after(async () => {
     hang.open();
+    relayHang.open();
     await healthy?.app.close();
+    await stuckRelay?.app.close();
     await stuck?.app.close();
     await db?.drop();
   });
@@ -202,5 +231,81 @@ describe('a loop whose slots are all held by hung work claims nothing and gives 
     );
     for (const { messageId } of ids)
       assert.equal(handledBy.filter((entry) => entry.id === messageId && entry.replica === 'healthy').length, 1);
+  });
+
+  it('inbox relay: the timed-out row is retried, what waits behind the hung route goes back; claims resume once the route ends', async () => {
+    await healthy?.app.close();
+    healthy = undefined;
+    stuckRelay = await createTestApp(db.url, { workers: { outbox: false, relay: true, pull: false }, inbox: { relay: relay(stuckRoute) } });
+    apps.push(stuckRelay);
+    const inbox = stuckRelay.get(InboxService);
+    const relayRows = async () =>
+      db.query<{ key: string; state: string; attempts: number; claim_token: string | null; last_error: string | null }>(
+        "SELECT idempotency_key AS key, state, attempts, claim_token, last_error FROM queuebox_inbox WHERE source = 'relay-stuck' ORDER BY id",
+      );
+    const routed = () => handledBy.filter((entry) => entry.id.startsWith('rl-'));
+    // Committed together: one claim takes all three, the first runs (and hangs), two wait for its slot.
+    const dataSource = stuckRelay.app.get<DataSource>(getDataSourceToken());
+    await dataSource.transaction(async (manager) => {
+      for (const n of [1, 2, 3]) await inbox.receive({ source: 'relay-stuck', idempotencyKey: `rl-${n}`, payload: { n } }, manager);
+    });
+    await eventually(
+      async () => routed().length === 1 && (await relayRows()).every((r) => r.state === 'processing'),
+      'one claim to take all three: one route call, two claims waiting for its slot',
+      5_000,
+    );
+    await eventually(
+      async () => (await relayRows()).some((r) => r.last_error !== null),
+      'the route timeout to be recorded as a retry',
+      10_000,
+    );
+    const [hung] = routed();
+    // A loop that claims while its only slot is held would take the retry and the given-back rows
+    // again here, and keep them processing (renewed) behind the hung route.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.deepEqual(
+      (await relayRows()).map((r) =>
+        r.key === hung.id
+          ? [r.key, r.state, r.attempts, r.claim_token, /inbox\.relay\.handlerTimeout/.test(r.last_error ?? '')]
+          : [r.key, r.state, r.attempts, r.claim_token],
+      ),
+      ['rl-1', 'rl-2', 'rl-3'].map((key) => (key === hung.id ? [key, 'pending', 1, null, true] : [key, 'pending', 0, null])),
+      'the timed-out attempt recorded (a retry); the others given back, their attempt not counted; none claimed again',
+    );
+    assert.ok(logged('inbox relay: every one of its concurrency slots is held'), 'the stuck relay paused');
+    assert.deepEqual(routed(), [hung], 'no other route call while the hung one holds the only slot');
+    // Another relay forwards all three, the timed-out one on its second attempt.
+    healthy = await createTestApp(db.url, { workers: { outbox: false, relay: true, pull: false }, inbox: { relay: relay(healthyRoute) } });
+    apps.push(healthy);
+    await eventually(
+      async () => (await relayRows()).every((r) => r.state === 'processed'),
+      'the healthy relay to forward all three',
+      10_000,
+    );
+    assert.deepEqual(
+      (await relayRows()).map((r) => [r.key, r.attempts]),
+      ['rl-1', 'rl-2', 'rl-3'].map((key) => [key, key === hung.id ? 2 : 1]),
+    );
+    for (const key of ['rl-1', 'rl-2', 'rl-3'])
+      assert.equal(
+        handledBy.filter((entry) => entry.id === key && entry.replica === 'healthy').length,
+        1,
+        `${key} forwarded once by the healthy relay`,
+      );
+    // Once the hung route ends, its slot is free and the stuck relay claims again.
+    await healthy.app.close();
+    healthy = undefined;
+    relayHang.open();
+    await eventually(async () => logged('inbox relay: a slot held by a timed-out call was freed', 'log'), 'the stuck relay to resume');
+    await inbox.receive({ source: 'relay-stuck', idempotencyKey: 'rl-4', payload: { n: 4 } });
+    await eventually(
+      async () => (await relayRows()).find((r) => r.key === 'rl-4')?.state === 'processed',
+      'the stuck relay to forward rl-4',
+      10_000,
+    );
+    assert.deepEqual(
+      handledBy.filter((entry) => entry.id === 'rl-4').map((entry) => entry.replica),
+      ['stuck'],
+    );
   });
 });

@@ -48,7 +48,10 @@ export async function startWorker(env: {
   options: Record<string, unknown>;
   /** Resolve as soon as the process runs, not when it is ready (for workers that may die while starting). */
   waitReady?: boolean;
+  /** When it aborts, the worker is killed (SIGKILL), wherever it is, even still starting; an aborted signal starts none. */
+  signal?: AbortSignal;
 }): Promise<WorkerProcess> {
+  env.signal?.throwIfAborted();
   const child = spawn(process.execPath, [join(__dirname, '..', 'fixtures', 'worker.js')], {
     env: {
       ...process.env,
@@ -63,6 +66,11 @@ export async function startWorker(env: {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const exited = new Promise<string>((resolve) => child.on('exit', (code, signal) => resolve(signal ?? String(code))));
+  if (env.signal) {
+    const kill = () => child.kill('SIGKILL');
+    env.signal.addEventListener('abort', kill, { once: true });
+    void exited.then(() => env.signal?.removeEventListener('abort', kill));
+  }
   let output = '';
   const ready = new Promise<void>((resolve, reject) => {
     child.stdout!.on('data', (chunk) => {

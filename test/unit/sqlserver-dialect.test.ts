@@ -57,14 +57,16 @@ const isClaim = (statement: string) => statement.includes('EXEC @claim_lock = sp
 function scriptedDataSource(respond: (sql: string, params: unknown[]) => { records?: unknown[]; affected?: number } | Error) {
   const calls: Call[] = [];
   let runners = 0;
+  const options: { type: 'mssql'; isolationLevel?: string } = { type: 'mssql' };
   const createQueryRunner = () => {
     const runner = ++runners;
     const queryRunner = {
       id: runner,
       isReleased: false,
       isTransactionActive: false,
+      // As TypeORM's SqlServerQueryRunner: a transaction begun without a level takes the DataSource's.
       async startTransaction(isolation?: string) {
-        calls.push({ runner, what: 'startTransaction', isolation });
+        calls.push({ runner, what: 'startTransaction', isolation: isolation ?? options.isolationLevel });
         queryRunner.isTransactionActive = true;
       },
       async commitTransaction() {
@@ -95,11 +97,17 @@ function scriptedDataSource(respond: (sql: string, params: unknown[]) => { recor
     return queryRunner;
   };
   const dataSource = {
-    options: { type: 'mssql' },
+    options,
     createQueryRunner,
-    async transaction<T>(work: (manager: unknown) => Promise<T>): Promise<T> {
+    // As TypeORM: transaction(work) or transaction(isolationLevel, work).
+    async transaction<T>(
+      levelOrWork: string | ((manager: unknown) => Promise<T>),
+      maybeWork?: (manager: unknown) => Promise<T>,
+    ): Promise<T> {
+      const [level, work] = typeof levelOrWork === 'string' ? [levelOrWork, maybeWork] : [undefined, levelOrWork];
+      if (!work) throw new Error('transaction(level) without a callback');
       const runner = createQueryRunner();
-      await runner.startTransaction();
+      await runner.startTransaction(level);
       try {
         const result = await work(runner.manager);
         await runner.commitTransaction();
@@ -626,6 +634,32 @@ describe('SQL Server dialect: READ COMMITTED pinned (issue 14, item 5)', () => {
     );
     const deleteCall = calls.find((c) => c.sql?.includes('DELETE TOP'));
     assert.ok(deleteCall && starts.some((c) => c.runner === deleteCall.runner), 'the delete ran in its own pinned transaction');
+  });
+});
+
+describe("SQL Server dialect: QueueBox's own transactions begin READ COMMITTED, whatever the DataSource says (issue 24, item 8)", () => {
+  it('a pull completion or relay forward at SNAPSHOT or SERIALIZABLE would fail its fence with error 3960 after a renewal: transaction() names READ COMMITTED', async () => {
+    for (const level of ['SNAPSHOT', 'SERIALIZABLE', 'REPEATABLE READ', 'READ UNCOMMITTED']) {
+      const { dataSource, calls } = scriptedDataSource(() => ({ records: [], affected: 1 }));
+      (dataSource.options as { isolationLevel?: string }).isolationLevel = level;
+      const dialect = createDialect(dataSource, TABLES);
+      const fence = { table: 'inbox' as const, id: '7', token: '0f0e0d0c-0000-4000-8000-000000000000' };
+      const result = await dialect.transaction(async (manager) => {
+        assert.equal(await dialect.leaseComplete({ ...fence, manager }), true);
+        return 'done';
+      });
+      assert.equal(result, 'done');
+      assert.deepEqual(
+        calls.map((c) => [c.runner, c.what, c.isolation ?? c.pinned]),
+        [
+          [1, 'startTransaction', 'READ COMMITTED'],
+          [1, 'query', false],
+          [1, 'commitTransaction', undefined],
+          [1, 'release', undefined],
+        ],
+        `DataSource isolationLevel ${level}: the transaction begins READ COMMITTED and the completion joins it`,
+      );
+    }
   });
 });
 
