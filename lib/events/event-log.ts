@@ -1,6 +1,6 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { messages } from '../queuebox.messages';
-import { QueueBoxEvents } from './queuebox.events';
+import { type QueueBoxEventMap, type QueueBoxEventName, QueueBoxEvents } from './queuebox.events';
 
 /**
  * Logs each successful outcome at debug level (failures, dead letters and lost claims are logged
@@ -12,17 +12,31 @@ export class QueueBoxEventLog {
   private readonly logger = new Logger('QueueBox:Events');
 
   constructor(events: QueueBoxEvents) {
-    events.on('queuebox:published', (e) => this.debug(() => messages.logPublished(e.messageId, e.destination, e.attempt, e.durationMs)));
-    for (const name of ['queuebox:inbox:processed', 'queuebox:pull:processed'] as const) {
-      events.on(name, (e) =>
-        this.debug(() => messages.logProcessed(e.component, `${e.source}/${e.idempotencyKey}`, e.attempt, e.durationMs)),
-      );
-    }
-    events.on('queuebox:reclaimed', (e) => this.debug(() => messages.logReclaimed(e.component, e.name, e.pending, e.dead)));
+    // One listener for the four events. Lines are built only when debug is on: these run once per
+    // message, and debug is usually off (nor is a closure made per event to build it later).
+    events.subscribe((name, event) => {
+      if (!LOGGED.has(name) || !Logger.isLevelEnabled('debug')) return;
+      this.logger.debug(lineOf(name, event));
+    });
   }
+}
 
-  /** Builds the line only when debug is on: these run once per message, and debug is usually off. */
-  private debug(line: () => string): void {
-    if (Logger.isLevelEnabled('debug')) this.logger.debug(line());
+const LOGGED = new Set<QueueBoxEventName>([
+  'queuebox:published',
+  'queuebox:inbox:processed',
+  'queuebox:pull:processed',
+  'queuebox:reclaimed',
+]);
+
+function lineOf(name: QueueBoxEventName, event: unknown): string {
+  if (name === 'queuebox:published') {
+    const e = event as QueueBoxEventMap['queuebox:published'];
+    return messages.logPublished(e.messageId, e.destination, e.attempt, e.durationMs);
   }
+  if (name === 'queuebox:reclaimed') {
+    const e = event as QueueBoxEventMap['queuebox:reclaimed'];
+    return messages.logReclaimed(e.component, e.name, e.pending, e.dead);
+  }
+  const e = event as QueueBoxEventMap['queuebox:inbox:processed'] | QueueBoxEventMap['queuebox:pull:processed'];
+  return messages.logProcessed(e.component, `${e.source}/${e.idempotencyKey}`, e.attempt, e.durationMs);
 }
