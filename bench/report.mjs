@@ -83,7 +83,10 @@ function ratioText(r, results) {
   if (r.workload === 'w4') return 'n/a (W4 is a ratio to W1)';
   if (r.allocBytesPerMsg !== null) return `n/a (target ${fmt.int(TARGETS.allocBytesPerMsg)} B/msg)`;
   const peer = bestPeer(results, r.workload, Boolean(r.latency));
-  if (!peer) return r.system === 'queuebox' && r.workload.startsWith('w5') ? `n/a (target ${fmt.int(TARGETS.inboxMsgPerSecond)} msg/s)` : 'n/a (no peer finished it)';
+  if (!peer)
+    return r.system === 'queuebox' && r.workload.startsWith('w5')
+      ? `n/a (target ${fmt.int(TARGETS.inboxMsgPerSecond)} msg/s)`
+      : 'n/a (no peer finished it)';
   if (peer === r) return r.workload === 'w1' ? 'best order-keeping peer' : 'best peer';
   if (r.latency) return `p99 ${fmt.ratio(r.latency.p99 / peer.latency.p99)} ${systemLabel(peer)} (lower is better)`;
   return `${fmt.ratio(r.rate / peer.rate)} ${systemLabel(peer)}`;
@@ -201,9 +204,13 @@ function peerCaveat(peer) {
 
 /** W1: the peer configurations left out of the comparison, and why (they reordered, by design or in this run). */
 function reorderingPeers(results) {
-  const left = results.filter((r) => r.workload === 'w1' && isPeer(r) && r.status === 'ok' && (r.keepsOrder === false || r.orderViolations > 0));
+  const left = results.filter(
+    (r) => r.workload === 'w1' && isPeer(r) && r.status === 'ok' && (r.keepsOrder === false || r.orderViolations > 0),
+  );
   if (left.length === 0) return '';
-  const faster = left.filter((r) => r.rate !== null).map((r) => `${systemLabel(r)} ${fmt.int(r.rate)} msg/s, ${fmt.int(r.orderViolations)} out of order`);
+  const faster = left
+    .filter((r) => r.rate !== null)
+    .map((r) => `${systemLabel(r)} ${fmt.int(r.rate)} msg/s, ${fmt.int(r.orderViolations)} out of order`);
   return `; not compared, they reorder: ${faster.join('; ')}`;
 }
 

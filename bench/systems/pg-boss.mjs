@@ -173,7 +173,8 @@ export default {
     const singletonKey = (m) => (workload.ordered ? m.key : undefined);
     // The order-keeping variant names each job with a time-ordered id, made here in enqueue order.
     const nextId = workload.variant?.ids === 'v7' ? uuidV7Generator() : null;
-    const job = (m) => (nextId ? { id: nextId(), data: data(m), singletonKey: singletonKey(m) } : { data: data(m), singletonKey: singletonKey(m) });
+    const job = (m) =>
+      nextId ? { id: nextId(), data: data(m), singletonKey: singletonKey(m) } : { data: data(m), singletonKey: singletonKey(m) };
     return {
       enqueueMany: (messages) => inTransaction((db) => boss.insert(QUEUE, messages.map(job), { db })),
       enqueueOne: (message) => inTransaction((db) => boss.send(QUEUE, data(message), { singletonKey: singletonKey(message), db })),
