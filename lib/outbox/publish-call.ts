@@ -160,7 +160,9 @@ export class PublishDeadlines {
     }
   }
 
+  /** One timer at a time: a publish that starts while `expire` runs (a slot freed by a timeout) must not leave a second one. */
   private arm(ms: number): void {
+    if (this.timer) clearTimeout(this.timer);
     this.timer = setTimeout(() => this.expire(), Math.max(1, Math.ceil(ms)));
   }
 
@@ -169,6 +171,6 @@ export class PublishDeadlines {
     this.timer = undefined;
     const now = performance.now();
     while (this.head && this.head.deadline <= now) this.head.timedOut(this.reason());
-    if (this.head) this.arm(this.head.deadline - now);
+    if (this.head) this.arm(this.head.deadline - performance.now());
   }
 }
