@@ -33,10 +33,15 @@ export const settings = {
   /** `steady` (the default) or `quick` (BENCH_QUICK=1). */
   mode: quick ? 'quick' : 'steady',
   /**
-   * Messages per unkeyed and inbox drain (W2, W5). 200,000: QueueBox's fastest drain here (W2, about
-   * 25,000-35,000 msg/s) and graphile-worker's (W2, about 40,000) still run for 5 s or more.
+   * Messages per inbox drain (W5), and the default of the others. 200,000: the relay (about
+   * 10,000 msg/s at this backlog) and the pull worker (about 4,500) run for 20 s and more.
    */
   messages: intFromEnv('BENCH_MESSAGES', quick ? 20_000 : 200_000),
+  /**
+   * Messages per unkeyed drain (W2). 300,000: the fastest system here, graphile-worker with its local
+   * queue (about 54,000 msg/s in a steady-state run), still drains for 5 s or more; QueueBox about 8 s.
+   */
+  unorderedMessages: intFromEnv('BENCH_UNORDERED_MESSAGES', intFromEnv('BENCH_MESSAGES', quick ? 20_000 : 300_000)),
   /**
    * Messages per keyed drain (W1, W4). 100,000: QueueBox's W1 (about 10,000 msg/s) runs for about
    * 10 s, and the order-keeping peers (1,000 to 2,500 msg/s here) for one to two minutes each.
@@ -135,5 +140,6 @@ export const WORKLOADS = listFromEnv(
 export function messageCount(workload) {
   if (workload.kind === 'latency') return settings.latencyRate * settings.latencySeconds;
   if (workload.messages) return workload.messages;
-  return workload.kind === 'drain' && workload.ordered ? settings.orderedMessages : settings.messages;
+  if (workload.kind !== 'drain') return settings.messages;
+  return workload.ordered ? settings.orderedMessages : settings.unorderedMessages;
 }

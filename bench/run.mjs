@@ -116,7 +116,7 @@ async function main() {
       `QueueBox benchmark ${runId}: PostgreSQL ${env.postgres} (${server.label}; ${admin.settings}), Node.js ${env.node} (${env.nodeLabel}; every worker process too), ${env.cores} cores`,
     );
     log(
-      `Systems: ${SYSTEMS.join(', ')}; workloads: ${WORKLOADS.map((w) => w.id).join(', ')}; ${settings.mode} mode (${fmt.int(settings.orderedMessages)} messages per W1/W4 drain, ${fmt.int(settings.messages)} per W2/W5 drain, W3 ${settings.latencySeconds} s); limit ${fmt.seconds(settings.timeoutMs)} each`,
+      `Systems: ${SYSTEMS.join(', ')}; workloads: ${WORKLOADS.map((w) => w.id).join(', ')}; ${settings.mode} mode (${fmt.int(settings.orderedMessages)} messages per W1/W4 drain, ${fmt.int(settings.unorderedMessages)} per W2 drain, ${fmt.int(settings.messages)} per W5 drain, W3 ${settings.latencySeconds} s); limit ${fmt.seconds(settings.timeoutMs)} each`,
     );
 
     // pg_stat_statements is per server: probe it once, in a scratch database.
