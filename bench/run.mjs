@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// The benchmark of issue 7: QueueBox, graphile-worker and pg-boss on the same workloads against
-// the same PostgreSQL, one after the other. `npm run bench` at the repository root builds
+// The benchmark of issue 7 (steady state since issue 29): QueueBox, graphile-worker and pg-boss on
+// the same workloads against the same PostgreSQL, one after the other. `npm run bench` at the repository root builds
 // QueueBox, installs bench/'s dependencies and runs this. See bench/README.md.
 import { mkdirSync, realpathSync, writeFileSync } from 'node:fs';
 import { dirname, join, sep } from 'node:path';
@@ -57,10 +57,11 @@ function summary(r) {
   if (r.status !== 'ok') return `${r.status}${r.error ? `: ${r.error}` : ''}`;
   const main = r.latency
     ? `p50 ${fmt.ms(r.latency.p50)} p99 ${fmt.ms(r.latency.p99)} max ${fmt.ms(r.latency.max)} ms`
-    : `${fmt.int(r.rate)} msg/s (${fmt.seconds(r.drainMs)})`;
+    : `${fmt.int(r.rate)} msg/s (drain ${fmt.seconds(r.drainMs)}, start-up ${fmt.ms(r.startupMs)} ms)`;
+  const alloc = r.allocBytesPerMsg === null ? '' : `, ${fmt.int(r.allocBytesPerMsg)} B/msg allocated`;
   const order = r.ordered ? `, ${r.orderViolations} out of order` : '';
   const cpu = r.workerCpuUsPerMsg === null ? '' : `, CPU ${cpuText(r)} µs/msg (worker + database)`;
-  return `${main}${order}, ${r.duplicates} dups, RSS ${fmt.mb(r.rssKb)} MB${cpu}, ${fmt.perMsg(r.xactsPerMsg)} xacts/msg`;
+  return `${main}${order}${alloc}, ${r.duplicates} dups, RSS ${fmt.mb(r.rssKb)} MB${cpu}, ${fmt.perMsg(r.xactsPerMsg)} xacts/msg`;
 }
 
 async function main() {
@@ -115,7 +116,7 @@ async function main() {
       `QueueBox benchmark ${runId}: PostgreSQL ${env.postgres} (${server.label}; ${admin.settings}), Node.js ${env.node} (${env.nodeLabel}; every worker process too), ${env.cores} cores`,
     );
     log(
-      `Systems: ${SYSTEMS.join(', ')}; workloads: ${WORKLOADS.map((w) => w.id).join(', ')}; limit ${fmt.seconds(settings.timeoutMs)} each`,
+      `Systems: ${SYSTEMS.join(', ')}; workloads: ${WORKLOADS.map((w) => w.id).join(', ')}; ${settings.mode} mode (${fmt.int(settings.orderedMessages)} messages per W1/W4 drain, ${fmt.int(settings.unorderedMessages)} per W2 drain, ${fmt.int(settings.messages)} per W5 drain, W3 ${settings.latencySeconds} s); limit ${fmt.seconds(settings.timeoutMs)} each`,
     );
 
     // pg_stat_statements is per server: probe it once, in a scratch database.
@@ -132,24 +133,32 @@ async function main() {
     }
 
     for (const workload of WORKLOADS) {
-      // The inbox workloads (W5) are QueueBox's alone: the peers have no inbox.
+      // The inbox workloads (W5) and the allocation run are QueueBox's alone.
       const systems = workload.queueboxOnly ? SYSTEMS.filter((s) => s === 'queuebox') : SYSTEMS;
+      // Each system in each of its configurations for this workload (the peers' order-keeping one
+      // and, in W1/W4, the fast but reordering one beside it).
+      const entries = systems.flatMap((name) => {
+        const system = ALL_SYSTEMS[name];
+        const variants = workload.finishedRows && !system.prefill ? [null] : (system.variants?.(workload, settings) ?? [null]);
+        return variants.map((variant) => ({ name, system, variant, key: `${name}:${variant?.id ?? ''}` }));
+      });
       const repeats = settings.repeat;
-      const runs = new Map(systems.map((name) => [name, []]));
+      const runs = new Map(entries.map((entry) => [entry.key, []]));
       // With BENCH_REPEAT, the systems take turns (qb, gw, pgb, qb, gw, pgb, ...) so that a slow
       // spell of the machine lands on all of them, not on one system's every run.
       for (let repeat = 1; repeat <= repeats; repeat++) {
-        for (const name of systems) {
+        for (const { system, variant, key } of entries) {
           if (interrupted) return;
-          const system = ALL_SYSTEMS[name];
           const which = repeats > 1 ? ` (run ${repeat} of ${repeats})` : '';
-          log(`\n[${workload.title} / ${system.name}]${which} ${system.describe(workload, settings)}`);
-          const result = await runCell({ admin, runId, system, workload, repeat, log });
-          runs.get(name).push(result);
+          const cellWorkload = variant ? { ...workload, variant } : workload;
+          const label = variant?.label ? `${system.name}, ${variant.label}` : system.name;
+          log(`\n[${workload.title} / ${label}]${which} ${system.describe(cellWorkload, settings)}`);
+          const result = await runCell({ admin, runId, system, workload, variant, repeat, log });
+          runs.get(key).push(result);
           log(`  => ${summary(result)}${result.wallMs ? ` [${fmt.seconds(result.wallMs)} in all]` : ''}`);
         }
       }
-      for (const name of systems) results.push(median(runs.get(name)));
+      for (const { key } of entries) results.push(median(runs.get(key)));
     }
 
     // Ctrl-C during the last cell: the clean-up is under way and exits; no report of a cut run.
@@ -165,7 +174,7 @@ async function main() {
     log(`\n${report}`);
     log(`Written to ${fileURLToPath(file)} (raw numbers beside it in ${base}.json)`);
     // The verdicts once more, last, as plain lines (the report has them after the table).
-    log(`\nVerdicts (issue 16, against the best peer of this run):\n${verdicts(results, floor).join('\n')}`);
+    log(`\nVerdicts (issue 29, against the best peer of this run):\n${verdicts(results, floor).join('\n')}`);
   } finally {
     if (!interrupted) await cleanup();
   }

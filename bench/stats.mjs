@@ -98,6 +98,8 @@ export function median(runs) {
   return {
     ...chosen,
     runs: runs.length,
+    /** The lowest and highest of the key (msg/s, or W3's p99) over the runs that finished. */
+    spread: { min: key(sorted[0]), max: key(sorted[sorted.length - 1]), runs: ok.length },
     notes: [
       `median of ${ok.length} runs (${spread})${failed ? `; ${failed} more failed: ${runs.find((r) => r.status !== 'ok').error}` : ''}`,
       ...chosen.notes,

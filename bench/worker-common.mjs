@@ -4,7 +4,8 @@
 //
 //   parent -> worker: { type: 'go' } | { type: 'stop' }
 //   worker -> parent: { type: 'ready' } | { type: 'started', at, startMs } | { type: 'progress', handled, distinct }
-//                     | { type: 'handled-all', at } | { type: 'result', seqs, times, maxRssKb, cpuMs, startedAt, unhandledRejections }
+//                     | { type: 'handled-all', at } | { type: 'result', seqs, times, maxRssKb, cpuMs, cpuFromGoMs, firstAt,
+//                       startedAt, allocation, unhandledRejections }
 //                     | { type: 'unhandled-rejection', error } | { type: 'failed', error }
 import { appendFileSync, writeFileSync } from 'node:fs';
 import inspector from 'node:inspector';
@@ -24,10 +25,17 @@ class Recorder {
     this.seen = new Uint8Array(expected);
     this.distinct = 0;
     this.onAllSeen = () => {};
+    /** When the first handler started, and the process's CPU then: the drain is timed from there. */
+    this.firstAt = Number.NaN;
+    this.cpuAtFirst = undefined;
   }
 
   record(seq) {
     const at = now();
+    if (this.count === 0) {
+      this.firstAt = at;
+      this.cpuAtFirst = process.cpuUsage();
+    }
     if (this.count === this.seqs.length) this.grow();
     this.seqs[this.count] = seq;
     this.times[this.count] = at;
@@ -109,11 +117,15 @@ function startMemTrace() {
 }
 
 /**
- * BENCH_ALLOC_PROF=<file>: V8's sampling heap profiler from `go` to the stop, counting objects the
- * GC collected too (so: every allocation, sampled), written as a .heapprofile to `<file>`.
+ * V8's sampling heap profiler over the drain, counting the objects the GC collected too (so: every
+ * allocation, sampled): the W2 allocation run (`config.allocation`, from the end of the start call
+ * until the parent saw the work finished, so the application's boot and shutdown are left out), or
+ * BENCH_ALLOC_PROF=<file> (from `go` to the stop, as before). The profile is written as a
+ * .heapprofile to the file; `stop()` resolves to `{ bytes, file }`, bytes the sum of every node's
+ * self size: V8 scales each sample by its probability, so the sum estimates all bytes allocated.
  */
-function allocationProfiler() {
-  const file = process.env.BENCH_ALLOC_PROF;
+function allocationProfiler(config) {
+  const file = config.allocation?.file ?? process.env.BENCH_ALLOC_PROF;
   if (!file) return { async start() {}, async stop() {} };
   const session = new inspector.Session();
   session.connect();
@@ -121,13 +133,21 @@ function allocationProfiler() {
   return {
     start: () =>
       post('HeapProfiler.startSampling', {
-        samplingInterval: 4096,
+        samplingInterval: config.allocation?.samplingInterval ?? 4096,
         includeObjectsCollectedByMajorGC: true,
         includeObjectsCollectedByMinorGC: process.env.BENCH_ALLOC_PROF_MINOR !== '0',
       }),
     async stop() {
       const { profile } = await post('HeapProfiler.stopSampling');
       writeFileSync(file, JSON.stringify(profile));
+      let bytes = 0;
+      const nodes = [profile.head];
+      while (nodes.length > 0) {
+        const node = nodes.pop();
+        bytes += node.selfSize;
+        nodes.push(...node.children);
+      }
+      return { bytes, file };
     },
   };
 }
@@ -180,9 +200,11 @@ function send(message) {
  */
 export async function serveWorker(boot) {
   const memTrace = startMemTrace();
-  const allocProfile = allocationProfiler();
-  const drainProfile = drainCpuProfiler();
   const config = JSON.parse(process.env.BENCH_WORKER_CONFIG ?? '{}');
+  const allocProfile = allocationProfiler(config);
+  // The W2 allocation run profiles the drain only; BENCH_ALLOC_PROF profiles from `go` to the stop.
+  const drainOnlyAllocation = Boolean(config.allocation);
+  const drainProfile = drainCpuProfiler();
   const recorder = new Recorder(config.expected);
   // The parent going away (Ctrl-C, a crash) must not leave a worker running.
   process.on('disconnect', () => process.exit(1));
@@ -203,37 +225,50 @@ export async function serveWorker(boot) {
     let progress;
     let startedAt = Number.NaN;
     let cpuAtGo;
+    let allocatedFrom = 0;
     recorder.onAllSeen = (at) => void send({ type: 'handled-all', at });
     process.on('message', async (message) => {
       try {
         if (message.type === 'go') {
-          await allocProfile.start();
+          if (!drainOnlyAllocation) await allocProfile.start();
           await drainProfile.start();
           memTrace.mark('go');
           startedAt = now();
           cpuAtGo = process.cpuUsage();
           await worker.start();
-          await send({ type: 'started', at: startedAt, startMs: now() - startedAt });
+          const startMs = now() - startedAt;
+          if (drainOnlyAllocation) {
+            allocatedFrom = recorder.count;
+            await allocProfile.start();
+          }
+          await send({ type: 'started', at: startedAt, startMs });
           progress = setInterval(
             () => void send({ type: 'progress', handled: recorder.count, distinct: recorder.distinct }),
             PROGRESS_EVERY_MS,
           );
         } else if (message.type === 'stop') {
           clearInterval(progress);
-          // CPU from `go` until the parent saw the work finished: boot and shutdown left out.
-          const cpu = process.cpuUsage(cpuAtGo);
+          // CPU from the first handler start (and from `go`) until the parent saw the work
+          // finished: boot, start call and shutdown left out (the start call kept in the second).
+          const cpu = process.cpuUsage(recorder.cpuAtFirst ?? cpuAtGo);
+          const cpuFromGo = process.cpuUsage(cpuAtGo);
+          const allocatedMessages = recorder.count - allocatedFrom;
+          const allocation = drainOnlyAllocation ? { ...(await allocProfile.stop()), messages: allocatedMessages } : null;
           await drainProfile.stop();
           await worker.stop();
-          await allocProfile.stop();
+          if (!drainOnlyAllocation) await allocProfile.stop();
           memTrace.write();
           await send({
             type: 'result',
             startedAt,
+            firstAt: recorder.firstAt,
             seqs: Array.from(recorder.seqs.subarray(0, recorder.count)),
             times: Array.from(recorder.times.subarray(0, recorder.count)),
             // Peak resident set size of this process over its whole life, in KiB.
             maxRssKb: process.resourceUsage().maxRSS,
             cpuMs: (cpu.user + cpu.system) / 1000,
+            cpuFromGoMs: (cpuFromGo.user + cpuFromGo.system) / 1000,
+            allocation,
             unhandledRejections,
           });
           process.exit(0);

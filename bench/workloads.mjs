@@ -1,5 +1,6 @@
 // Runs one workload for one system in a database of its own and measures it. See README.md for
 // what each workload measures; the comments here say how.
+import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { spawnWorker } from './child.mjs';
 import { beforeDeadline, DeadlineError, now, sleep } from './clock.mjs';
@@ -36,10 +37,14 @@ export function makeMessages(count, ordered) {
 }
 
 function emptyResult(system, workload) {
+  const variant = workload.variant ?? null;
   return {
     workload: workload.id,
     title: workload.title,
     system: system.name,
+    /** The peer configuration (null: the system's only one), and whether it keeps each key's order (null: no keys). */
+    variant: variant ? { id: variant.id, label: variant.label } : null,
+    keepsOrder: workload.ordered ? (variant?.keepsOrder ?? true) : null,
     status: 'ok',
     error: null,
     messages: messageCount(workload),
@@ -49,6 +54,11 @@ function emptyResult(system, workload) {
     orderLabel: workload.ordered ? system.orderLabel(workload) : null,
     drainMs: null,
     rate: null,
+    /** From `go` to the first handler start (the start call, then the first fetch). */
+    startupMs: null,
+    startCallMs: null,
+    /** W2 allocation run: bytes allocated per message over the drain (sampling heap profile). */
+    allocBytesPerMsg: null,
     latency: null,
     achievedRate: null,
     duplicates: null,
@@ -63,8 +73,12 @@ function emptyResult(system, workload) {
   };
 }
 
-/** Runs `workload` for `system`; never throws: a failure is reported in the result. */
-export async function runCell({ admin, runId, system, workload, repeat = 1, log }) {
+/**
+ * Runs `workload` for `system` in one of its configurations (`variant`, from `system.variants`;
+ * the system's methods read it as `workload.variant`); never throws: a failure is reported in the result.
+ */
+export async function runCell({ admin, runId, system, workload: baseWorkload, variant = null, repeat = 1, log }) {
+  const workload = variant ? { ...baseWorkload, variant } : baseWorkload;
   if (workload.finishedRows && !system.prefill) {
     const result = emptyResult(system, workload);
     result.status = 'n/a';
@@ -78,7 +92,7 @@ export async function runCell({ admin, runId, system, workload, repeat = 1, log 
     return result;
   }
   const started = now();
-  const database = `${runId}_${workload.id}_${system.short}${repeat > 1 ? `_${repeat}` : ''}`;
+  const database = `${runId}_${workload.id}_${system.short}${variant ? `_${variant.id}` : ''}${repeat > 1 ? `_${repeat}` : ''}`;
   const cell = { admin, database, url: null, deadline: started + settings.timeoutMs, system, workload, log, worker: null, progress: null };
   const result = emptyResult(system, workload);
   cell.result = result;
@@ -157,11 +171,12 @@ function untilFinished(cell) {
 }
 
 /**
- * W1, W2, W4. The whole backlog is enqueued and committed first, with the worker not running;
- * then the worker process boots and connects; then it is told to go. Drain time = from `go` (the
- * worker's clock, just before it starts its system) to the first poll of the database that finds
- * no unfinished message (the parent's clock; it polls every 10 ms once the worker has seen every
- * message). So the drain includes the worker's start call and the marking of the last messages.
+ * W1, W2, W4, W5. The whole backlog is enqueued and committed first, with the worker not running;
+ * then the worker process boots and connects; then it is told to go. Start-up = from `go` (the
+ * worker's clock, just before it starts its system) to the first handler start; drain time = from
+ * that first handler start to the first poll of the database that finds no unfinished message (the
+ * parent's clock; it polls every 10 ms once the worker has seen every message). So the drain
+ * leaves out the start call and the first fetch, and includes the marking of the last messages.
  */
 async function runDrain(cell) {
   const { system, workload, url, result, log } = cell;
@@ -214,7 +229,7 @@ async function runDrain(cell) {
   await within(cell, worker.ready, 'booting the worker');
   worker.go();
   const { at: startedAt, startMs } = await within(cell, worker.started, 'starting the worker');
-  result.notes.push(`start call ${fmt.ms(startMs)} ms`);
+  result.startCallMs = startMs;
   cell.progress = { distinct: 0, since: startedAt, loggedAt: now() };
   await untilHandledAll(cell, worker, 'draining');
   const { doneAt, polls } = await untilFinished(cell);
@@ -222,8 +237,15 @@ async function runDrain(cell) {
   await within(cell, worker.exited, 'waiting for the worker to exit');
   const after = await snapshot(cell, 'after');
 
-  result.drainMs = doneAt - startedAt;
+  result.startupMs = report.firstAt - startedAt;
+  result.drainMs = doneAt - report.firstAt;
   result.rate = n / (result.drainMs / 1000);
+  if (report.allocation) {
+    result.allocBytesPerMsg = report.allocation.bytes / report.allocation.messages;
+    result.notes.push(
+      `${fmt.int(report.allocation.bytes / 1e6)} MB allocated over ${fmt.int(report.allocation.messages)} messages (profile: ${report.allocation.file.replace(/.*\/bench\//, 'bench/')}); the profiler slows the drain, its rate is not a result`,
+    );
+  }
   recordOutcome(cell, report, messages);
   // The done-poll connection: one transaction to connect, one per poll.
   perMessageCosts(cell, before, after, { parentTransactions: polls + 1, producerTransactions: 0, producerStatements: 0 });
@@ -288,7 +310,7 @@ async function runLatency(cell) {
     await within(cell, worker.ready, 'booting the worker');
     worker.go();
     const { at: startedAt, startMs } = await within(cell, worker.started, 'starting the worker');
-    result.notes.push(`start call ${fmt.ms(startMs)} ms`);
+    result.startCallMs = startMs;
     await sleep(LATENCY_WARMUP_MS);
     cell.log(`  worker idle for ${LATENCY_WARMUP_MS} ms; producing ${settings.latencyRate} msg/s for ${settings.latencySeconds} s`);
     cell.progress = { distinct: 0, since: startedAt, loggedAt: now() };
@@ -387,9 +409,13 @@ async function pacedProducer(producer, messages, commits, deadline) {
 function startWorker(cell, expected) {
   const { system, workload, url, database, log } = cell;
   const { script, options } = system.worker(workload, settings);
+  const allocation = workload.allocProfile
+    ? { file: `${PROFILE_DIR}${database}.heapprofile`, samplingInterval: settings.allocSamplingInterval }
+    : undefined;
+  if (allocation) mkdirSync(PROFILE_DIR, { recursive: true });
   cell.worker = spawnWorker({
     script,
-    config: { url, expected, poolSize: settings.poolSize, options },
+    config: { url, expected, poolSize: settings.poolSize, options, allocation },
     cpuProfile: settings.cpuProfile ? { dir: PROFILE_DIR, name: database } : undefined,
     onRejection: (error) => {
       cell.rejections ??= { count: 0, first: error };
@@ -443,8 +469,8 @@ function perMessageCosts(cell, before, after, { parentTransactions, producerTran
 }
 
 /**
- * Drains only: CPU per message of the worker process (from `go` until the parent saw the work
- * done) and of the database's backends (every backend that exited between the snapshots: the
+ * Drains only: CPU per message of the worker process (from its first handler start until the
+ * parent saw the work done) and of the database's backends (every backend that exited between the snapshots: the
  * worker's connections, the parent's done-polls, autovacuum). W3 spends most of its time idle.
  */
 function perMessageCpu(cell, before, after, report) {

@@ -10,27 +10,45 @@ const TASK = 'bench';
 const tuned = process.env.BENCH_GW_TUNED !== '0';
 
 /**
- * Worker settings: concurrency 10 and the pool size its docs advise. "Tuned" adds the batching of
- * its performance page (localQueue, batched job completion) in every workload, W1/W4 included:
- * since 0.18.0 the local queue's batch fetch keeps one job per named queue (graphile/worker#621
- * fixed), so a named queue still runs one job at a time. Batched completion keeps a named queue
- * locked until the batch is written.
+ * The configurations run. Unordered workloads (W2, W3): the fastest, the local queue (500 jobs)
+ * with batched completion. Ordered ones (W1, W4): the fastest that keeps each key's order, without
+ * the local queue, and beside it the local queue, fast but reordering: its batch fetch keeps one
+ * job per named queue, but among a queue's jobs added in one transaction (they share `run_at`,
+ * and the fetch orders by `priority, run_at` only) it keeps an arbitrary one (a fifth of W1 out of
+ * order), where the one-job fetch takes ties in its index's order (row order, in practice
+ * insertion order). `BENCH_REORDERING_PEERS=0` leaves the reordering one out.
+ */
+function variants(workload, settings) {
+  if (!tuned) return [{ id: 'defaults', label: 'defaults (BENCH_GW_TUNED=0)', keepsOrder: workload.ordered ? true : null }];
+  if (!workload.ordered) return [{ id: 'lq', label: null, keepsOrder: null, localQueue: localQueueSize(workload) }];
+  const ordered = [{ id: 'plain', label: 'no local queue', keepsOrder: true, localQueue: null }];
+  if (settings.reorderingPeers)
+    ordered.push({ id: 'lq', label: 'local queue: fast but reordering', keepsOrder: false, localQueue: localQueueSize(workload) });
+  return ordered;
+}
+
+/**
+ * Worker settings: concurrency 10 and the pool size its docs advise, batched job completion
+ * (`completeJobBatchDelay: 0`: the completions of one tick of the event loop in one statement; a
+ * named queue stays locked until its job's completion is written, so order is kept), and the local
+ * queue where the variant has one.
  */
 function workerOptions(workload, settings) {
   const options = { concurrentJobs: settings.concurrency, maxPoolSize: settings.poolSize, pollInterval: 2000 };
-  if (!tuned) return options;
+  const variant = workload.variant;
+  if (!tuned || !variant) return options;
   options.completeJobBatchDelay = 0;
   options.failJobBatchDelay = 0;
-  options.localQueue = { size: localQueueSize(workload) };
+  if (variant.localQueue) options.localQueue = { size: variant.localQueue };
   return options;
 }
 
 /**
- * Jobs the local queue fetches at once. Unordered: 500. Ordered (W1/W4): 25, the best of a few
- * 2,000-message W1 trials (11: stalled, 25: 295 msg/s, 50: 157, 100: 109, 500: 33): the batch
- * fetch keeps one job per named queue, so a big batch returns far fewer jobs than asked and the
- * local queue then waits for a notification or its poll instead of fetching again.
- * BENCH_GW_LOCAL_QUEUE sets it for every workload.
+ * Jobs the local queue fetches at once. Unordered: 500. Ordered (the reordering variant of W1/W4):
+ * 25, the best of a few 2,000-message W1 trials (11: stalled, 25: 295 msg/s, 50: 157, 100: 109,
+ * 500: 33): the batch fetch keeps one job per named queue, so a big batch returns far fewer jobs
+ * than asked and the local queue then waits for a notification or its poll instead of fetching
+ * again. BENCH_GW_LOCAL_QUEUE sets it for every workload.
  */
 function localQueueSize(workload) {
   if (process.env.BENCH_GW_LOCAL_QUEUE) return Number(process.env.BENCH_GW_LOCAL_QUEUE);
@@ -46,11 +64,18 @@ export default {
     return { 'graphile-worker': packageVersion('graphile-worker') };
   },
 
+  variants,
+
   guarantee(workload) {
     if (!workload.ordered) return 'none asked (no queue name)';
+    if (workload.variant?.localQueue)
+      return (
+        'local queue: named queue per key, one job of a queue at a time (the batch fetch keeps one job per queue since 0.18.0), ' +
+        'but picked by (priority, run_at) only, and jobs added in one transaction share run_at: their order is arbitrary'
+      );
     return (
-      'named queue per key: one job of a queue runs at a time (the local queue batch keeps one job per queue since 0.18.0); ' +
-      'picked by (priority, run_at), and jobs added in one transaction share run_at; ' +
+      'named queue per key: one job of a queue runs at a time, picked by (priority, run_at) through an index whose ties come in row ' +
+      'order, in practice insertion order; ' +
       'a failed job is rescheduled with backoff and later jobs of its queue run before it'
     );
   },
@@ -61,6 +86,7 @@ export default {
     const o = workerOptions(workload, settings);
     const parts = [`concurrentJobs ${o.concurrentJobs}`, 'LISTEN/NOTIFY'];
     if (o.localQueue) parts.push(`localQueue ${o.localQueue.size}`);
+    else parts.push('no local queue');
     if (o.completeJobBatchDelay !== undefined) parts.push(`completeJobBatchDelay ${o.completeJobBatchDelay}`);
     if (!tuned) parts.push('defaults (BENCH_GW_TUNED=0)');
     return parts.join(', ');

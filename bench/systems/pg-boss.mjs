@@ -1,10 +1,59 @@
 // pg-boss 12: one queue, `bench`; jobs inserted with boss.insert/boss.send through the `db`
 // option inside the producer's own transaction; worker = one work() call with localConcurrency.
+import { randomFillSync } from 'node:crypto';
 import { PgBoss } from 'pg-boss';
 import { pg, withClient } from '../pg.mjs';
 import { packageVersion } from '../report.mjs';
 
 const QUEUE = 'bench';
+
+/**
+ * Time-ordered ids (UUIDv7, RFC 9562), strictly increasing in the order they are made (method 3:
+ * when the millisecond repeats, a 12-bit counter in `rand_a` goes up, and past 4,095 the
+ * timestamp is moved one millisecond on), as an application's UUIDv7 library makes them. The
+ * producer makes them in enqueue order, so a key's jobs inserted in one statement (they tie on
+ * `created_on`) are ordered by id, the tie-break of pg-boss's key_strict_fifo heads.
+ */
+function uuidV7Generator() {
+  let lastMs = 0;
+  let counter = 0;
+  const random = Buffer.alloc(8);
+  return () => {
+    let ms = Date.now();
+    if (ms <= lastMs) {
+      counter++;
+      if (counter > 0xfff) {
+        lastMs++;
+        counter = 0;
+      }
+      ms = lastMs;
+    } else {
+      lastMs = ms;
+      counter = 0;
+    }
+    randomFillSync(random);
+    const hex = ms.toString(16).padStart(12, '0');
+    const randA = (0x7000 | counter).toString(16);
+    random[0] = (random[0] & 0x3f) | 0x80; // variant 10
+    const randB = random.toString('hex');
+    return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${randA}-${randB.slice(0, 4)}-${randB.slice(4, 16)}`;
+  };
+}
+
+/**
+ * The configurations run. Unordered workloads (W2, W3): one, jobs inserted without ids. Ordered
+ * ones (W1, W4): jobs inserted with time-ordered ids (UUIDv7, made by the producer in enqueue
+ * order), which keeps each key's order, and beside it jobs inserted without ids, as pg-boss's docs
+ * insert them, fast but reordering: the ids are then random UUIDv4, and a key's jobs of one
+ * `insert()` tie on `created_on`, so its head among them is random (a fifth of W1 out of order).
+ * `BENCH_REORDERING_PEERS=0` leaves the reordering one out.
+ */
+function variants(workload, settings) {
+  if (!workload.ordered) return [{ id: 'std', label: null, keepsOrder: null, ids: 'random' }];
+  const ordered = [{ id: 'v7', label: 'UUIDv7 ids', keepsOrder: true, ids: 'v7' }];
+  if (settings.reorderingPeers) ordered.push({ id: 'v4', label: 'random ids: fast but reordering', keepsOrder: false, ids: 'random' });
+  return ordered;
+}
 
 /**
  * W1/W4: the `key_strict_fifo` policy, FIFO per singletonKey (key = the message's key): a key's
@@ -47,11 +96,17 @@ export default {
     return { 'pg-boss': packageVersion('pg-boss') };
   },
 
+  variants,
+
   guarantee(workload) {
     if (!workload.ordered) return 'none asked (standard queue)';
+    const ids =
+      workload.variant?.ids === 'v7'
+        ? 'then its id: time-ordered UUIDv7 ids made in enqueue order'
+        : 'then its id: a random UUIDv4, so the jobs of one insert come in random order';
     return (
-      "key_strict_fifo queue + singletonKey = key: FIFO per key; a key's head (oldest by created_on, then its random uuid id) " +
-      'is fetchable only while no job of the key is active, in retry or failed (unique index), so a failing job holds back its key'
+      `key_strict_fifo queue + singletonKey = key: FIFO per key; a key's head is its oldest job by created_on, ${ids}; ` +
+      'it is fetchable only while no job of the key is active, in retry or failed (unique index), so a failing job holds back its key'
     );
   },
 
@@ -59,8 +114,9 @@ export default {
 
   describe(workload, settings) {
     const { work } = workOptions(workload, settings);
+    const ids = workload.ordered ? (workload.variant?.ids === 'v7' ? 'UUIDv7 job ids, ' : 'no job ids (random UUIDv4), ') : '';
     return (
-      `${policy(workload)} queue (notify), one work() with localConcurrency ${work.localConcurrency} x batchSize ${work.batchSize}, ` +
+      `${policy(workload)} queue (notify), ${ids}one work() with localConcurrency ${work.localConcurrency} x batchSize ${work.batchSize}, ` +
       `burstWhenBatchFull, polling ${work.pollingIntervalSeconds} s, useListenNotify`
     );
   },
@@ -115,15 +171,12 @@ export default {
     };
     const data = (m) => ({ seq: m.seq, key: m.key });
     const singletonKey = (m) => (workload.ordered ? m.key : undefined);
+    // The order-keeping variant names each job with a time-ordered id, made here in enqueue order.
+    const nextId = workload.variant?.ids === 'v7' ? uuidV7Generator() : null;
+    const job = (m) =>
+      nextId ? { id: nextId(), data: data(m), singletonKey: singletonKey(m) } : { data: data(m), singletonKey: singletonKey(m) };
     return {
-      enqueueMany: (messages) =>
-        inTransaction((db) =>
-          boss.insert(
-            QUEUE,
-            messages.map((m) => ({ data: data(m), singletonKey: singletonKey(m) })),
-            { db },
-          ),
-        ),
+      enqueueMany: (messages) => inTransaction((db) => boss.insert(QUEUE, messages.map(job), { db })),
       enqueueOne: (message) => inTransaction((db) => boss.send(QUEUE, data(message), { singletonKey: singletonKey(message), db })),
       async close() {
         await pool.end();

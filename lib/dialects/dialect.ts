@@ -1,7 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { TableName } from '../common/identifiers';
-import type { ClaimedRow, ClaimTable, FollowerRow } from '../types/claims';
-import type { InboxMessage, OutboundMessage } from '../types/messages';
+import type { ClaimedRow, ClaimTable, FollowerRow, OutboxClaim } from '../types/claims';
+import type { InboxMessage } from '../types/messages';
 import type {
   AdminComponent,
   BacklogRow,
@@ -37,8 +37,8 @@ export interface OutboxInsertRow {
   availableAt: Date | null;
 }
 
-/** A claimed outbox row: its fence and its message. */
-export type OutboxClaimedRow = ClaimedRow<OutboundMessage>;
+/** A claimed outbox row: its fence and its message, as the outbox poller's claim. */
+export type OutboxClaimedRow = OutboxClaim;
 
 export interface InboxInsertRow {
   source: string;
@@ -56,6 +56,11 @@ export type WorkNotice = { table: 'outbox' } | { table: 'inbox'; source?: string
 
 export interface WorkListener {
   close(): Promise<void>;
+}
+
+/** Which ids of a batch completion's claims it completed; the others lost their claim. */
+export interface CompletedIds {
+  has(id: string): boolean;
 }
 
 export interface FenceParams {
@@ -153,10 +158,14 @@ export interface Dialect {
   /** Marks the row finished, in `manager`'s transaction when given. */
   leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean>;
   /**
-   * Completes many claims of one table with one fenced statement; returns the ids it completed.
-   * With `manager`, in that transaction (or `TransactionLostError`), as `leaseComplete`.
+   * Completes many claims of one table with one fenced statement; returns which of their ids it
+   * completed (`has`). With `manager`, in that transaction (or `TransactionLostError`), as `leaseComplete`.
    */
-  leaseCompleteBatch(p: { table: LeaseTable; claims: { id: string; token: string }[]; manager?: EntityManager }): Promise<Set<string>>;
+  leaseCompleteBatch(p: {
+    table: LeaseTable;
+    claims: readonly { id: string; token: string }[];
+    manager?: EntityManager;
+  }): Promise<CompletedIds>;
   /** Gives back a claim whose work never started (shutdown): `pending` again, the attempt not counted. */
   leaseRelease(p: FenceParams): Promise<boolean>;
   /** Returns the row to `pending`, available again after `delayMs`. */

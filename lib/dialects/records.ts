@@ -19,8 +19,13 @@ export const FINISHED = {
   inbox: { state: 'processed', column: 'processed_at' },
 } as const satisfies Record<LeaseTable, { state: string; column: string }>;
 
-/** Orders claimed rows by id (ids are bigints, carried as strings). */
-export const byId = (a: { id: string }, b: { id: string }): number => (BigInt(a.id) < BigInt(b.id) ? -1 : 1);
+/**
+ * Orders claimed rows by id (ids are non-negative bigints, carried as strings without leading
+ * zeros: the shorter is the smaller, and of two as long the first in text order), without making
+ * a BigInt per comparison.
+ */
+export const byId = (a: { id: string }, b: { id: string }): number =>
+  a.id.length !== b.id.length ? a.id.length - b.id.length : a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
 
 /** A row a reclaim statement returned: its new state and its destination (outbox) or source (inbox). */
 export interface ReclaimedRecord {
@@ -41,6 +46,12 @@ export function countReclaimed({ rows }: { rows: ReclaimedRecord[] }): ReclaimRe
   return { pending: rows.length - dead, dead, byName: [...byName.values()] };
 }
 
+/**
+ * A time column as a claim statement returns it: a `Date`, or milliseconds since the epoch (the
+ * PostgreSQL claims send them so: see `claimColumns`).
+ */
+export type Instant = Date | number;
+
 /** A claimed outbox row as a driver returns it; `J` is how JSON columns arrive (parsed, or as text). */
 export interface OutboxClaimedRecord<J> {
   id: string;
@@ -51,8 +62,8 @@ export interface OutboxClaimedRecord<J> {
   headers: J | null;
   attempts: number;
   claim_token: string;
-  lease_expires_at: Date;
-  created_at: Date;
+  lease_expires_at: Instant;
+  created_at: Instant;
 }
 
 /** A claimed inbox row as a driver returns it. */
@@ -65,8 +76,8 @@ export interface InboxClaimedRecord<J> {
   headers: J | null;
   attempts: number;
   claim_token: string;
-  lease_expires_at: Date;
-  received_at: Date;
+  lease_expires_at: Instant;
+  received_at: Instant;
 }
 
 /** How a dialect's driver hands back JSON columns and UUIDs. */
@@ -75,19 +86,38 @@ export interface RecordDecoding<J> {
   uuid(value: string): string;
 }
 
-/** The stored headers of a row (null when none). */
+/** A claim's time column as a `Date`. */
+export function dateOf(value: Instant): Date {
+  return typeof value === 'number' ? new Date(value) : value;
+}
+
+/**
+ * The stored headers of a row (null when none), as a new object the caller may change: a JSON
+ * column decodes to a fresh object every time.
+ */
 function headersOf<J>(value: J | null, decode: RecordDecoding<J>): Record<string, string> {
   return value === null ? {} : (decode.json(value) as Record<string, string>);
 }
 
-/** A claimed outbox row: its fence, and its message as publishers see it (`X-Message-Id` among the headers). */
-export function toOutboxClaimedRow<J>(r: OutboxClaimedRecord<J>, decode: RecordDecoding<J>): OutboxClaimedRow {
+/**
+ * A claimed outbox row as the poller's claim (`leaseMs` its lease): its fence, and its message as
+ * publishers see it (`X-Message-Id` among the headers). Made in one piece: the claim is the object
+ * the poller works with, not a copy of it.
+ */
+export function toOutboxClaimedRow<J>(r: OutboxClaimedRecord<J>, decode: RecordDecoding<J>, leaseMs: number): OutboxClaimedRow {
   const messageId = decode.uuid(r.message_id);
   const id = String(r.id);
+  // The decoded headers are this row's own object: X-Message-Id is set on it (last, or where the
+  // stored headers had it), as a spread into a copy would place it, without the copy.
+  const headers = headersOf(r.headers, decode);
+  headers[MESSAGE_ID_HEADER] = messageId;
   return {
+    component: 'outbox',
+    table: 'outbox',
     id,
     token: decode.uuid(r.claim_token),
-    leaseExpiresAt: r.lease_expires_at,
+    leaseMs,
+    leaseExpiresAt: dateOf(r.lease_expires_at),
     attempt: r.attempts,
     message: {
       id,
@@ -95,16 +125,16 @@ export function toOutboxClaimedRow<J>(r: OutboxClaimedRecord<J>, decode: RecordD
       destination: r.destination,
       key: r.key,
       payload: decode.json(r.payload),
-      headers: { ...headersOf(r.headers, decode), [MESSAGE_ID_HEADER]: messageId },
+      headers,
       attempt: r.attempts,
-      createdAt: r.created_at,
+      createdAt: dateOf(r.created_at),
     },
   };
 }
 
 export function toInboxClaimedRow<J>(r: InboxClaimedRecord<J>, decode: RecordDecoding<J>): InboxClaimedRow {
   const message = inboxMessageOf(r, r.attempts, decode);
-  return { id: message.id, token: decode.uuid(r.claim_token), leaseExpiresAt: r.lease_expires_at, attempt: r.attempts, message };
+  return { id: message.id, token: decode.uuid(r.claim_token), leaseExpiresAt: dateOf(r.lease_expires_at), attempt: r.attempts, message };
 }
 
 /** The message of an inbox row statement (claims and followers), decoded, at `attempt`. */
@@ -121,7 +151,7 @@ function inboxMessageOf<J>(
     payload: decode.json(r.payload),
     headers: headersOf(r.headers, decode),
     attempt,
-    receivedAt: r.received_at,
+    receivedAt: dateOf(r.received_at),
   };
 }
 

@@ -1,7 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { SqlResult } from '../common/sql-runner';
 import type { FollowerRow } from '../types/claims';
-import type { DeadSelection, FenceParams, InboxClaimedRow, InboxInsertRow, LeaseTable, OutboxClaimedRow } from './dialect';
+import type { CompletedIds, DeadSelection, FenceParams, InboxClaimedRow, InboxInsertRow, LeaseTable, OutboxClaimedRow } from './dialect';
 import type {
   AdminComponent,
   BacklogRow,
@@ -41,6 +41,8 @@ import {
 
 type Finished = (typeof FINISHED)[LeaseTable];
 
+const ALL_IDS: CompletedIds = { has: () => true };
+
 /** The statement builders `SqlDialect` runs; each dialect folder writes them in its own SQL. */
 export interface SqlDialectStatements {
   outboxReclaimSql(table: string): string;
@@ -50,6 +52,7 @@ export interface SqlDialectStatements {
   inboxCompleteFollowersSql(table: string): string;
   leaseRenewSql(table: string): string;
   leaseCompleteSql(table: string, finished: Finished): string;
+  /** Returns the ids it completed, or (`completeBatchReturns: 'lost'`) those of `$1` it did not. */
   leaseCompleteBatchSql(table: string, finished: Finished): string;
   leaseReleaseSql(table: string): string;
   leaseRetrySql(table: string): string;
@@ -95,7 +98,7 @@ export interface SqlDialectParams {
   /** An instance id (a UUID). */
   guid(value: string): unknown;
   /** The claims of a batch completion. */
-  claims(claims: { id: string; token: string }[]): unknown[];
+  claims(claims: readonly { id: string; token: string }[]): unknown[];
   /** The followers of a completion, each with its head's id and token. */
   followers(followers: { id: string; headId: string; headToken: string }[]): unknown[];
   /** A dead-row selection, the first six parameters of every dead-letter statement. */
@@ -134,7 +137,7 @@ export abstract class SqlDialect<J> {
 
   async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
     const records = await this.claimRecords<OutboxClaimedRecord<J>>({ kind: 'outbox', ...p });
-    return records.map((r) => toOutboxClaimedRow(r, this.decoding)).sort(byId);
+    return records.map((r) => toOutboxClaimedRow(r, this.decoding, p.leaseMs)).sort(byId);
   }
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
@@ -230,16 +233,23 @@ export abstract class SqlDialect<J> {
 
   async leaseCompleteBatch(p: {
     table: LeaseTable;
-    claims: { id: string; token: string }[];
+    claims: readonly { id: string; token: string }[];
     manager?: EntityManager;
-  }): Promise<Set<string>> {
+  }): Promise<CompletedIds> {
     const { rows } = await this.run<{ id: string }>(
       this.statements.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
       this.params.claims(p.claims),
       p.manager,
     );
-    return new Set(rows.map((r) => String(r.id)));
+    if (this.completeBatchReturns === 'completed') return new Set(rows.map((r) => String(r.id)));
+    // The statement returned the ids it did not complete: usually none, so no row per message.
+    if (rows.length === 0) return ALL_IDS;
+    const lost = new Set(rows.map((r) => String(r.id)));
+    return { has: (id) => !lost.has(id) };
   }
+
+  /** What the batch completion statement returns: the ids it completed, or those it did not (lost claims). */
+  protected readonly completeBatchReturns: 'completed' | 'lost' = 'completed';
 
   async leaseRelease(p: FenceParams): Promise<boolean> {
     const { affected } = await this.run(this.statements.leaseReleaseSql(this.table[p.table]), this.params.fence(p));

@@ -2,7 +2,7 @@ import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import { QueueBoxEvents } from './queuebox.events';
+import { type QueueBoxEventMap, type QueueBoxEventName, QueueBoxEvents } from './queuebox.events';
 
 /**
  * Logs successful outcomes at debug level (failures, dead letters and lost claims are logged by the
@@ -16,19 +16,33 @@ export class QueueBoxEventLog {
   private readonly logger = new Logger('QueueBox:Events');
 
   constructor(events: QueueBoxEvents, @Inject(QUEUEBOX_RESOLVED_OPTIONS) options: Pick<ResolvedQueueBoxOptions, 'logging'>) {
-    if (options.logging.messages) {
-      events.on('queuebox:published', (e) => this.debug(() => messages.logPublished(e.messageId, e.destination, e.attempt, e.durationMs)));
-      for (const name of ['queuebox:inbox:processed', 'queuebox:pull:processed'] as const) {
-        events.on(name, (e) =>
-          this.debug(() => messages.logProcessed(e.component, `${e.source}/${e.idempotencyKey}`, e.attempt, e.durationMs)),
-        );
-      }
-    }
-    events.on('queuebox:reclaimed', (e) => this.debug(() => messages.logReclaimed(e.component, e.name, e.pending, e.dead)));
+    const logged = options.logging.messages ? LOGGED : RECLAIMS_ONLY;
+    // One listener for the events logged. Lines are built only when debug is on: these run once
+    // per message, and debug is usually off (nor is a closure made per event to build it later).
+    events.subscribe((name, event) => {
+      if (!logged.has(name) || !Logger.isLevelEnabled('debug')) return;
+      this.logger.debug(lineOf(name, event));
+    });
   }
+}
 
-  /** Builds the line only when debug is on: these run once per message or reclaim step. */
-  private debug(line: () => string): void {
-    if (Logger.isLevelEnabled('debug')) this.logger.debug(line());
+const LOGGED = new Set<QueueBoxEventName>([
+  'queuebox:published',
+  'queuebox:inbox:processed',
+  'queuebox:pull:processed',
+  'queuebox:reclaimed',
+]);
+const RECLAIMS_ONLY = new Set<QueueBoxEventName>(['queuebox:reclaimed']);
+
+function lineOf(name: QueueBoxEventName, event: unknown): string {
+  if (name === 'queuebox:published') {
+    const e = event as QueueBoxEventMap['queuebox:published'];
+    return messages.logPublished(e.messageId, e.destination, e.attempt, e.durationMs);
   }
+  if (name === 'queuebox:reclaimed') {
+    const e = event as QueueBoxEventMap['queuebox:reclaimed'];
+    return messages.logReclaimed(e.component, e.name, e.pending, e.dead);
+  }
+  const e = event as QueueBoxEventMap['queuebox:inbox:processed'] | QueueBoxEventMap['queuebox:pull:processed'];
+  return messages.logProcessed(e.component, `${e.source}/${e.idempotencyKey}`, e.attempt, e.durationMs);
 }

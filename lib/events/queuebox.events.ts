@@ -119,7 +119,8 @@ const DASHBOARD_ACTION: QueueBoxEventName = 'queuebox:dashboard:action';
  */
 @Injectable()
 export class QueueBoxEvents {
-  private readonly listeners = new Set<QueueBoxEventListener>();
+  /** Replaced, never changed, on (un)subscribe: an emit walks the array it started with, by index (no iterator per event). */
+  private listeners: readonly QueueBoxEventListener[] = [];
   /** The name of the QueueBox whose events these are (`default` unless `forRoot({ name })` says otherwise). */
   readonly queuebox: string;
 
@@ -129,8 +130,11 @@ export class QueueBoxEvents {
 
   /** Calls `listener` with every event of this application; returns the unsubscribe function. */
   subscribe(listener: QueueBoxEventListener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    // A listener subscribed twice is called once, as with the Set this used to be.
+    if (!this.listeners.includes(listener)) this.listeners = [...this.listeners, listener];
+    return () => {
+      this.listeners = this.listeners.filter((l) => l !== listener);
+    };
   }
 
   /** Calls `listener` with every event named `name`; returns the unsubscribe function. */
@@ -141,7 +145,9 @@ export class QueueBoxEvents {
   }
 
   emit<K extends QueueBoxEventName>(name: K, event: QueueBoxEventMap[K]): void {
-    for (const listener of this.listeners) {
+    const listeners = this.listeners;
+    for (let i = 0; i < listeners.length; i++) {
+      const listener = listeners[i];
       try {
         listener(name, event);
       } catch {

@@ -70,15 +70,27 @@ export class LeaseService {
    * the completions commit with the work done in it (or throws `TransactionLostError`).
    */
   async completeBatch<C extends Claim>(claims: readonly C[], manager?: EntityManager): Promise<Set<C>> {
-    if (claims.length === 0) return new Set();
-    const done = await this.dialect.leaseCompleteBatch({
-      table: claims[0].table,
-      claims: claims.map((c) => ({ id: c.id, token: c.token })),
-      manager,
-    });
+    const done = await this.completeEach(claims, manager);
     const completed = new Set<C>();
-    for (const claim of claims) if (this.fenced(claim, done.has(claim.id))) completed.add(claim);
+    for (const claim of claims) if (done.has(claim)) completed.add(claim);
     return completed;
+  }
+
+  /**
+   * @internal `completeBatch` without the set of claims: whether each claim given was completed
+   * (the others are lost, and counted). The outbox poller's completions use it.
+   */
+  async completeEach(claims: readonly Claim[], manager?: EntityManager): Promise<{ has(claim: Claim): boolean }> {
+    if (claims.length === 0) return NONE_COMPLETED;
+    // The claims are what the dialect reads (`id`, `token`): no copy of each.
+    const done = await this.dialect.leaseCompleteBatch({ table: claims[0].table, claims, manager });
+    let lost: Set<Claim> | undefined;
+    for (const claim of claims) {
+      if (this.fenced(claim, done.has(claim.id))) continue;
+      lost ??= new Set();
+      lost.add(claim);
+    }
+    return lost ? { has: (claim) => !lost.has(claim) } : ALL_COMPLETED;
   }
 
   /** Gives back a claim whose work never started (on shutdown): `pending` again, its attempt not counted. */
@@ -141,6 +153,9 @@ export class LeaseService {
     return { table: claim.table, id: claim.id, token: claim.token };
   }
 }
+
+const NONE_COMPLETED = { has: (_claim: Claim) => false };
+const ALL_COMPLETED = { has: (_claim: Claim) => true };
 
 function describeReason(reason: unknown): string {
   return typeof reason === 'string' ? reason.slice(0, 2000) : describeError(reason);

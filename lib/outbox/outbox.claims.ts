@@ -14,9 +14,9 @@ export class OutboxClaims {
     private readonly events: QueueBoxEvents,
   ) {}
 
-  async claim(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]> {
-    const rows = await this.dialect.outboxClaimBatch(p);
-    return rows.map((row) => ({ component: 'outbox', table: 'outbox', leaseMs: p.leaseMs, ...row }));
+  /** The dialect decodes each row into the claim itself (no copy per claim). */
+  claim(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]> {
+    return this.dialect.outboxClaimBatch(p);
   }
 
   /**

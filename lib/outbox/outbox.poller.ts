@@ -1,17 +1,16 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { describeError, isInstance } from '../common/errors';
-import { SpareAbortControllers } from '../common/spare-abort-controllers';
 import type { Dialect } from '../dialects/dialect';
 import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
-import { LeaseKeeper } from '../lease/lease-keeper';
+import { LeaseKeeper, LeaseKeeperGroup } from '../lease/lease-keeper';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
-import type { OutboxClaim } from '../types/claims';
+import { activeTraceContext, inSpan, publishSpan, spanNeeded } from '../tracing/trace-context';
+import type { Claim, OutboxClaim } from '../types/claims';
 import type { QueueBoxInstanceName } from '../types/instance';
 import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';
@@ -21,6 +20,7 @@ import { DatabaseRecovery } from '../workers/database-recovery';
 import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
 import { WorkerShell } from '../workers/worker-shell';
 import { OutboxClaims } from './outbox.claims';
+import { PublishCall, PublishDeadlines, type PublishEnd, type PublishFailure } from './publish-call';
 
 const NAME = 'outbox poller';
 
@@ -37,20 +37,19 @@ const NAME = 'outbox poller';
  * while ((await app.get(OutboxPoller).runOnce()) > 0);
  */
 @Injectable()
-export class OutboxPoller extends WorkerShell<OutboxClaim> {
+export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd {
   protected readonly logger = new Logger('QueueBox:OutboxPoller');
   private readonly options: ResolvedOutboxOptions;
   private readonly loop: ClaimLoop<OutboxClaim>;
   private readonly claims: OutboxClaims;
   /**
-   * When each claim's lease ends at the latest, on this process's monotonic clock: the send time of
-   * the claim (or last renewal) statement plus the lease. The database set the expiry to its own
-   * clock plus the lease *after* that send, so this never overestimates what is left, whatever the
-   * clock difference between the hosts.
+   * Each claim statement's batch: the one renewal timer of its claims, and when the statement was
+   * sent (their leases began no earlier: see `LeaseKeeper.leaseFrom`). Keyed by the array the loop
+   * hands back to `keep`.
    */
-  private readonly leaseDeadlines = new WeakMap<OutboxClaim, number>();
-  /** Publish signals nobody used, reused by later publishes (see `publishWithin`). */
-  private readonly controllers: SpareAbortControllers;
+  private readonly batches = new WeakMap<readonly OutboxClaim[], { group: LeaseKeeperGroup; sentAt: number }>();
+  /** The `publishTimeout` of every publish in flight, on one timer. */
+  private readonly deadlines: PublishDeadlines;
   private overrunningPublishes = 0;
 
   constructor(
@@ -74,10 +73,11 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
       eventMessage: (claim) => outboxEventMessage(claim.message),
       // Retrying cannot help.
       isFinal: (failure) => isInstance(failure, PermanentPublishError),
-      complete: (claim) => completer.complete(claim),
+      complete: (waiter) => completer.complete(waiter),
       completionLost: (claim) => messages.markSentLost(claim.message.messageId),
     });
-    this.controllers = new SpareAbortControllers(this.options.concurrency);
+    const timeoutMs = this.options.publishTimeoutMs;
+    this.deadlines = new PublishDeadlines(timeoutMs, () => new PublishError(messages.publishTimedOut(timeoutMs)));
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:${instance.name}:outbox-reclaim`, recovery },
       {
@@ -85,12 +85,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
         step: (claim, keeper, slot) => this.publish(claim, keeper, slot),
         keyOf: (claim) => claim.message.key,
         reclaim: () => this.reclaim(),
-        keep: (claim) =>
-          new LeaseKeeper(
-            claim,
-            () => this.renew(claim),
-            (lost) => this.lease.markLost(lost),
-          ),
+        keep: (claim, batch) => this.keep(claim, batch),
       },
       recorder,
       this.logger,
@@ -135,70 +130,146 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
   private async claim(limit: number): Promise<OutboxClaim[]> {
     const sentAt = performance.now();
     const claims = await this.claims.claim({ limit, leaseMs: this.options.leaseMs });
-    for (const claim of claims) this.leaseDeadlines.set(claim, sentAt + claim.leaseMs);
+    // One renewal timer for the batch (its claims are due together), and when their leases began.
+    this.batches.set(claims, { group: new LeaseKeeperGroup(this.options.leaseMs), sentAt });
     return claims;
   }
 
-  private async renew(claim: OutboxClaim): Promise<boolean> {
-    const sentAt = performance.now();
-    const renewed = await this.lease.renew(claim);
-    if (renewed) this.leaseDeadlines.set(claim, sentAt + claim.leaseMs);
-    return renewed;
+  /**
+   * A keeper for a claim of `batch`: renewed on the batch's timer, its lease counted from the
+   * claim's send time (a claim from elsewhere counts no lease left: its publish renews first).
+   */
+  private keep(claim: OutboxClaim, batch: readonly OutboxClaim[]): LeaseKeeper {
+    const found = this.batches.get(batch);
+    return new LeaseKeeper(claim, this.renewClaim, this.markLost, found?.group, found?.sentAt ?? Number.NEGATIVE_INFINITY);
   }
+
+  private readonly renewClaim = (claim: Claim) => this.lease.renew(claim);
+  private readonly markLost = (claim: Claim) => this.lease.markLost(claim);
 
   /**
    * The step: publishes the claimed message within `publishTimeout`. Its outcome (`complete`: the
    * recorder marks it `sent`; `failed`; `lost`) is written outside the slot, so the next publish
    * starts while it is; a publish that ignored its aborted signal keeps the slot until it ends.
+   *
+   * The common case takes a lean path: enough of the lease is left and no span is to be started,
+   * so the publish is one `OutboxPublish` object (no async frames, closures or timer of its own)
+   * that resolves the step's promise with the outcome. Otherwise (renew first, a span) the same
+   * publish runs inside `publishSlowly`.
    */
-  private async publish(claim: OutboxClaim, keeper: LeaseKeeper, slot: WorkSlot): Promise<StepOutcome<OutboxClaim>> {
+  private publish(claim: OutboxClaim, keeper: LeaseKeeper, slot: WorkSlot): PromiseLike<StepOutcome<OutboxClaim>> {
     const { message } = claim;
-    let failure: unknown;
-    let published = false;
-    let publisher: Publisher | undefined;
     const startedAt = performance.now();
+    let publisher: Publisher;
     try {
       publisher = this.publisherFor(message);
     } catch (error) {
-      failure = error;
+      return this.afterPublish(claim, keeper, slot, startedAt, { error, overran: false });
     }
-    if (publisher && (this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) {
-      try {
-        const chosen = publisher;
-        await inSpan(
-          message.headers,
-          () => publishSpan(message),
-          () => {
-            // Inside the publish span, the destination continues from it (a copy only when a span is active).
-            const traced = activeTraceContext(message.headers);
-            return this.publishWithin(chosen, traced ? { ...message, headers: traced } : message, keeper, (settled) =>
-              slot.holdUntil(settled),
-            );
-          },
-        );
-        published = true;
-      } catch (error) {
-        failure = error;
-      }
-    } else if (publisher) {
+    if (this.leaseLeftNow(claim, keeper) !== true || spanNeeded(message.headers)) {
+      return this.publishSlowly(claim, keeper, slot, publisher, startedAt);
+    }
+    // No span: the destination continues from the active trace, if any (a copy only then).
+    const traced = activeTraceContext(message.headers);
+    const call = new OutboxPublish(
+      traced ? { ...message, headers: traced } : message,
+      keeper,
+      new AbortController(),
+      this.deadlines,
+      this,
+      claim,
+      slot,
+      startedAt,
+    );
+    call.start(publisher);
+    return call;
+  }
+
+  /** @internal How an `OutboxPublish` ended: its slot is given back, its keeper stopped, and its step settled with the outcome. */
+  publishEnded(publishCall: PublishCall, failure: PublishFailure | undefined): void {
+    const call = publishCall as OutboxPublish;
+    const { claim, keeper, slot } = call;
+    if (failure?.overran && call.publishing) slot.holdUntil(this.overrunning(call.publishing, claim.message.messageId));
+    const durationMs = performance.now() - call.startedAt;
+    slot.release();
+    // Stop renewing before the finishing write; a renewal under way is waited for (it is rare).
+    if (keeper.renewing) {
+      void keeper.stop().then(() => call.resolve(this.outcomeOf(claim, keeper, durationMs, failure)));
+      return;
+    }
+    void keeper.stop();
+    call.resolve(this.outcomeOf(claim, keeper, durationMs, failure));
+  }
+
+  /**
+   * The publish when the lean path does not fit: the lease is short (renewed first: a lost or
+   * failed renewal means the message is not published now), or a span is started around it.
+   */
+  private async publishSlowly(
+    claim: OutboxClaim,
+    keeper: LeaseKeeper,
+    slot: WorkSlot,
+    publisher: Publisher,
+    startedAt: number,
+  ): Promise<StepOutcome<OutboxClaim>> {
+    const { message } = claim;
+    if (!(this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) {
       await keeper.stop();
       if (keeper.lost || this.lease.isLost(claim))
         return { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId) };
       return { kind: 'abandoned' };
     }
+    let failure: PublishFailure | undefined;
+    try {
+      await inSpan(
+        message.headers,
+        () => publishSpan(message),
+        () => {
+          // Inside the publish span, the destination continues from it (a copy only when a span is active).
+          const traced = activeTraceContext(message.headers);
+          return this.publishWithin(publisher, traced ? { ...message, headers: traced } : message, keeper, (settled) =>
+            slot.holdUntil(settled),
+          );
+        },
+      );
+    } catch (error) {
+      failure = { error, overran: false };
+    }
+    return this.afterPublish(claim, keeper, slot, startedAt, failure);
+  }
+
+  /** What follows a publish outside the lean path: the slot given back, renewals stopped, the outcome. */
+  private async afterPublish(
+    claim: OutboxClaim,
+    keeper: LeaseKeeper,
+    slot: WorkSlot,
+    startedAt: number,
+    failure: PublishFailure | undefined,
+  ): Promise<StepOutcome<OutboxClaim>> {
     const durationMs = performance.now() - startedAt;
     slot.release();
     await keeper.stop();
+    return this.outcomeOf(claim, keeper, durationMs, failure);
+  }
+
+  /** How a publish ended, once its keeper stopped: abandoned (shutdown), lost, failed or complete. */
+  private outcomeOf(
+    claim: OutboxClaim,
+    keeper: LeaseKeeper,
+    durationMs: number,
+    failure: PublishFailure | undefined,
+  ): StepOutcome<OutboxClaim> {
+    const { message } = claim;
     if (this.loop.abandoned) return { kind: 'abandoned' };
     if (keeper.lost) {
-      return published
+      return failure === undefined
         ? { kind: 'lost', level: 'error', log: messages.markSentLost(message.messageId) }
         : { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId) };
     }
-    if (!published) {
+    if (failure !== undefined) {
       return {
         kind: 'failed',
-        failure,
+        failure: failure.error,
         durationMs,
         policy: this.options,
         retryLog: (error, delayMs) => messages.publishFailed(message.messageId, claim.attempt, error, delayMs),
@@ -224,18 +295,22 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
    * Whether at least `publishTimeout` of the lease is left, so the publish ends (or is aborted)
    * while the claim is held. With less left (renewals were late, or the claim waited long for a
    * slot) it renews first; a lost or failed renewal means the message is not published now.
-   * Renewing keeps the attempt; giving the claim back would cost a claim round trip and reorder nothing.
+   * Renewing keeps the attempt; giving the claim back would cost a claim round trip and reorder
+   * nothing. The lease is counted from when the statement that set it was sent (`keeper.leaseFrom`).
    */
   private leaseLeftNow(claim: OutboxClaim, keeper: LeaseKeeper): boolean | undefined {
     if (keeper.aborted) return false;
-    const left = (this.leaseDeadlines.get(claim) ?? 0) - performance.now();
+    const left = keeper.leaseFrom + claim.leaseMs - performance.now();
     // Undecided: renew first (asynchronous, so kept out of the common path).
     return left >= this.options.publishTimeoutMs ? true : undefined;
   }
 
   private async leaseLeftAfterRenewal(claim: OutboxClaim, keeper: LeaseKeeper): Promise<boolean> {
     try {
-      return (await this.renew(claim)) && !keeper.aborted;
+      const sentAt = performance.now();
+      const renewed = await this.lease.renew(claim);
+      if (renewed) keeper.leaseFrom = Math.max(keeper.leaseFrom, sentAt);
+      return renewed && !keeper.aborted;
     } catch (error) {
       this.logger.warn(messages.leaseTooShortRenewFailed(claim.message.messageId, describeError(error)));
       return false;
@@ -243,15 +318,10 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
   }
 
   /**
-   * Runs one publish with `outbox.publishTimeout`: at the deadline its signal aborts and the
-   * attempt fails with a retryable `PublishError`, even if the publisher ignores the signal (then
-   * `overran` gets a promise of its end: its concurrency slot stays taken until then). The
-   * publisher's signal also aborts when the claim's does (lost claim, shutdown). One controller and
-   * one timer per publish, and the keeper's abort forwarded to it: `AbortSignal.any` costs more per
-   * call and, on Node.js 20, keeps its composed signals alive longer than the publish; the keeper
-   * makes its own signal only when someone reads it. The controller of a publish that settled with
-   * its signal untouched (not aborted, no listener left) serves a later publish: the signal is the
-   * publisher's until its promise settles, not after.
+   * Runs one publish with `outbox.publishTimeout` as a promise (the span path): at the deadline
+   * its signal aborts and the attempt fails with a retryable `PublishError`, even if the publisher
+   * ignores the signal (then `overran` gets a promise of its end: its concurrency slot stays taken
+   * until then). The publisher's signal also aborts when the claim's does (lost claim, shutdown).
    */
   private publishWithin(
     publisher: Publisher,
@@ -259,39 +329,15 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
     keeper: LeaseKeeper,
     overran: (settled: Promise<void>) => void,
   ): Promise<void> {
-    const timeoutMs = this.options.publishTimeoutMs;
-    const controller = this.controllers.take();
-    const { signal } = controller;
     return new Promise<void>((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
-      let unsubscribe: () => void = () => undefined;
-      const settle = () => {
-        clearTimeout(timer);
-        unsubscribe();
-      };
-      let publishing: Promise<void> | undefined;
-      const abort = (reason: unknown) => {
-        settle();
-        if (!signal.aborted) controller.abort(reason);
-        reject(signal.reason);
-        if (publishing) overran(this.overrunning(publishing, message.messageId, timeoutMs));
-      };
-      unsubscribe = keeper.onAbort(abort);
-      if (signal.aborted) return;
-      timer = setTimeout(() => abort(new PublishError(messages.publishTimedOut(timeoutMs))), timeoutMs);
-      publishing = Promise.resolve().then(() => publisher.publish(message, signal));
-      publishing.then(
-        () => {
-          settle();
-          this.controllers.giveBack(controller);
-          resolve();
+      const end: PublishEnd = {
+        publishEnded: (call, failure) => {
+          if (!failure) return resolve();
+          reject(failure.error);
+          if (failure.overran && call.publishing) overran(this.overrunning(call.publishing, message.messageId));
         },
-        (error) => {
-          settle();
-          this.controllers.giveBack(controller);
-          reject(error);
-        },
-      );
+      };
+      new PublishCall(message, keeper, new AbortController(), this.deadlines, end).start(publisher);
     });
   }
 
@@ -304,13 +350,13 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
   }
 
   /** Counts and logs a publish still running after its signal aborted; settles when it ends. */
-  private overrunning(publishing: Promise<void>, messageId: string, timeoutMs: number): Promise<void> {
+  private overrunning(publishing: PromiseLike<unknown>, messageId: string): Promise<void> {
     this.overrunningPublishes++;
-    this.logger.warn(messages.publishOverrunning(messageId, timeoutMs, this.overrunningPublishes));
+    this.logger.warn(messages.publishOverrunning(messageId, this.options.publishTimeoutMs, this.overrunningPublishes));
     const ended = () => {
       this.overrunningPublishes--;
     };
-    return publishing.then(ended, ended);
+    return Promise.resolve(publishing).then(ended, ended);
   }
 
   private async reclaim(): Promise<void> {
@@ -320,5 +366,52 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
     } catch (error) {
       this.logger.error(messages.reclaimFailed(NAME, describeError(error)));
     }
+  }
+}
+
+/**
+ * A lean-path publish: the claim it publishes, its slot and start. It is also the step's result,
+ * a thenable the claim loop hands its two callbacks to (no promise of its own): `resolve` calls
+ * them with the outcome, later (never during `then`, never twice).
+ */
+class OutboxPublish extends PublishCall implements PromiseLike<StepOutcome<OutboxClaim>> {
+  private outcome?: StepOutcome<OutboxClaim>;
+  private onOutcome?: (outcome: StepOutcome<OutboxClaim>) => unknown;
+
+  constructor(
+    message: OutboundMessage,
+    keeper: LeaseKeeper,
+    controller: AbortController,
+    deadlines: PublishDeadlines,
+    end: PublishEnd,
+    readonly claim: OutboxClaim,
+    readonly slot: WorkSlot,
+    readonly startedAt: number,
+  ) {
+    super(message, keeper, controller, deadlines, end);
+  }
+
+  /** Takes the loop's callback (the step never fails: a failed publish is a `failed` outcome). */
+  // biome-ignore lint/suspicious/noThenProperty: this object is the step's thenable on purpose
+  then<R1 = StepOutcome<OutboxClaim>, R2 = never>(
+    onfulfilled?: ((outcome: StepOutcome<OutboxClaim>) => R1 | PromiseLike<R1>) | null,
+    _onrejected?: ((reason: unknown) => R2 | PromiseLike<R2>) | null,
+  ): PromiseLike<R1 | R2> {
+    if (onfulfilled) {
+      if (this.outcome) {
+        const outcome = this.outcome;
+        queueMicrotask(() => onfulfilled(outcome));
+      } else this.onOutcome = onfulfilled;
+    }
+    // The loop does not chain on what `then` returns.
+    return undefined as unknown as PromiseLike<R1 | R2>;
+  }
+
+  resolve(outcome: StepOutcome<OutboxClaim>): void {
+    if (this.outcome) return;
+    this.outcome = outcome;
+    const onOutcome = this.onOutcome;
+    this.onOutcome = undefined;
+    onOutcome?.(outcome);
   }
 }

@@ -76,6 +76,16 @@ function noTracerProvider(otel: typeof OpenTelemetry): boolean {
 }
 
 /**
+ * Whether `inSpan` would start a span for a message with `headers`: OpenTelemetry is installed, and
+ * an SDK is registered or the headers carry a parent. A hot path can skip `inSpan` (and the
+ * closures it takes) when not.
+ */
+export function spanNeeded(headers: Record<string, string> | null | undefined): boolean {
+  const otel = openTelemetry();
+  return otel !== null && (Boolean(headers?.[TRACEPARENT_HEADER]) || !noTracerProvider(otel));
+}
+
+/**
  * Runs `work` in a span whose parent is the `traceparent` stored in `headers` (a new trace when
  * there is none). Without OpenTelemetry, just runs `work`; so it does when no SDK is registered
  * and there is no parent to carry (a no-op span without a parent changes nothing `work` can see).

@@ -1,29 +1,48 @@
-// Worker runtime: the outbox poller's completions, grouped into one fenced `completeBatch` per
-// turn of the event loop. Used by OutboxPoller.
+// Worker runtime: the outbox poller's completions, grouped into one fenced statement per turn of
+// the event loop. Used by OutboxPoller.
 
 import type { LeaseService } from '../lease/lease.service';
-import type { Claim } from '../types/claims';
-import { TurnBatcher } from './turn-batcher';
+import type { CompletionWaiter } from './outcome-recorder';
 
 const MAX_BATCH = 1000;
 
 /**
  * Group completion: every completion asked for during one turn of the event loop, or while the
- * previous statement runs, goes into one fenced `completeBatch` statement. Under load that is one
- * round trip for many messages; alone, a completion waits for nothing but its own statement.
+ * previous statement runs, goes into one fenced statement (up to 1,000 claims). Under load that is
+ * one round trip for many messages; alone, a completion waits for nothing but its own statement.
+ * Each claim's waiter is told whether its row was completed (a claim lost meanwhile was not), or
+ * that the statement failed: no promise per message.
  */
 export class BatchCompleter {
-  private readonly batcher: TurnBatcher<Claim, boolean>;
+  private readonly groups: CompletionWaiter[][] = [];
+  private flushing = false;
 
-  constructor(lease: LeaseService) {
-    this.batcher = new TurnBatcher(MAX_BATCH, async (claims) => {
-      const completed = await lease.completeBatch(claims);
-      return claims.map((claim) => completed.has(claim));
-    });
+  constructor(private readonly lease: LeaseService) {}
+
+  complete(waiter: CompletionWaiter): void {
+    let group = this.groups[this.groups.length - 1];
+    if (!group || group.length >= MAX_BATCH) {
+      group = [];
+      this.groups.push(group);
+    }
+    group.push(waiter);
+    if (!this.flushing) {
+      this.flushing = true;
+      setImmediate(() => void this.flush());
+    }
   }
 
-  /** Resolves `true` when the claim's row was completed, `false` when the claim was lost. */
-  complete(claim: Claim): Promise<boolean> {
-    return this.batcher.add(claim);
+  private async flush(): Promise<void> {
+    for (let group = this.groups.shift(); group; group = this.groups.shift()) {
+      let completed: { has(claim: CompletionWaiter['claim']): boolean };
+      try {
+        completed = await this.lease.completeEach(group.map((waiter) => waiter.claim));
+      } catch (error) {
+        for (const waiter of group) waiter.completionFailed(error);
+        continue;
+      }
+      for (const waiter of group) waiter.completionWritten(completed.has(waiter.claim));
+    }
+    this.flushing = false;
   }
 }

@@ -12,7 +12,7 @@ import type { LeaseKeeper } from '../lease/lease-keeper';
 import { messages } from '../queuebox.messages';
 import type { WorkerClaim } from '../types/claims';
 import type { DatabaseRecovery } from './database-recovery';
-import type { OutcomeRecorder, StepOutcome } from './outcome-recorder';
+import type { OutcomeRecorder, Recorded, RecordListener, StepOutcome } from './outcome-recorder';
 
 /**
  * Longest wait between two claims that failed (the database is down or unreachable). The wait
@@ -76,9 +76,9 @@ export interface ClaimLoopWork<C extends WorkerClaim<unknown>> {
    * keeper renews the claim until the step stops it; after `keeper.stop()`, check
    * `loop.abandoned` before a completing write of its own.
    */
-  step(claim: C, keeper: LeaseKeeper, slot: WorkSlot): Promise<StepOutcome<C>>;
-  /** Starts renewing a claim. */
-  keep(claim: C): LeaseKeeper;
+  step(claim: C, keeper: LeaseKeeper, slot: WorkSlot): PromiseLike<StepOutcome<C>>;
+  /** Starts renewing a claim; `batch` is the claims its claim statement returned (one renewal timer may serve them all). */
+  keep(claim: C, batch: readonly C[]): LeaseKeeper;
   /**
    * The ordering key the claim holds (an outbox key, an inbox aggregate), or null. A claim with a
    * key keeps the key's other rows from being claimed until it is finished: it counts against
@@ -105,15 +105,62 @@ export interface ClaimLoopWork<C extends WorkerClaim<unknown>> {
 
 type Phase = 'waiting' | 'running' | 'finishing';
 
-interface Held<C> {
-  claim: C;
-  keeper: LeaseKeeper;
+/**
+ * A claim the loop holds; while its step runs, also that step's concurrency slot (one object per
+ * claim, where a slot used to be an object and four closures per step).
+ */
+class Held<C extends WorkerClaim<unknown>> implements WorkSlot, RecordListener {
   /** `waiting` for a slot; `running` its step in a slot; `finishing`: its slot given back, the step or its outcome still going. */
-  phase: Phase;
+  phase: Phase = 'waiting';
+  /** The step's slot: taken while it runs, kept by timed-out work that still runs (`holdUntil`), or free. */
+  slot: 'none' | 'taken' | 'kept' | 'free' = 'none';
+  private settled = false;
+  /** Made only when someone waits for it (`runBatch`, shutdown): most claims are never waited for. */
+  private donePromise?: Promise<void>;
+  private resolveDone?: () => void;
+
+  constructor(
+    private readonly loop: ClaimLoop<C>,
+    readonly claim: C,
+    readonly keeper: LeaseKeeper,
+  ) {}
+
   /** Settles when the outcome is recorded, or when the claim was given back unstarted. */
-  done: Promise<void>;
-  settle: () => void;
+  get done(): Promise<void> {
+    if (this.settled) return SETTLED;
+    this.donePromise ??= new Promise<void>((resolve) => {
+      this.resolveDone = resolve;
+    });
+    return this.donePromise;
+  }
+
+  settle(): void {
+    this.settled = true;
+    this.resolveDone?.();
+  }
+
+  release(): void {
+    if (this.slot !== 'taken') return;
+    this.loop.freeSlot(this);
+    this.loop.finish(this);
+  }
+
+  /** Its outcome is written: the loop lets the claim go. */
+  recorded(recorded: Recorded): void {
+    this.loop.recorded(this, recorded === 'finished');
+  }
+
+  holdUntil(until: Promise<unknown>): void {
+    if (this.slot !== 'taken') return;
+    this.loop.keepSlot(this);
+    void until.then(
+      () => this.loop.freeSlot(this),
+      () => this.loop.freeSlot(this),
+    );
+  }
 }
+
+const SETTLED: Promise<void> = Promise.resolve();
 
 /**
  * The claim-and-dispatch loop every QueueBox worker shares. It holds up to `batchSize` claims
@@ -284,7 +331,7 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
   async runBatch(): Promise<C[]> {
     const claims = await this.work.claim(this.options.batchSize);
     this.lastCycle = new Date();
-    await Promise.all(claims.map((claim) => this.hold(claim).done));
+    await Promise.all(claims.map((claim) => this.hold(claim, claims).done));
     return claims;
   }
 
@@ -328,7 +375,7 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
       }
       this.claimingSince = undefined;
       if (this.claimFailures > 0) this.databaseBack();
-      for (const claim of claims) this.hold(claim);
+      for (const claim of claims) this.hold(claim, claims);
       if (claims.length < limit) await this.waker.sleep(this.options.pollIntervalMs);
     }
   }
@@ -356,12 +403,8 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
   }
 
   /** Takes a claim in: renewed from now on, started as soon as a slot is free. */
-  private hold(claim: C): Held<C> {
-    let settle!: () => void;
-    const done = new Promise<void>((resolve) => {
-      settle = resolve;
-    });
-    const held: Held<C> = { claim, keeper: this.work.keep(claim), phase: 'waiting', done, settle };
+  private hold(claim: C, batch: readonly C[]): Held<C> {
+    const held = new Held(this, claim, this.work.keep(claim, batch));
     this.held.set(claim.id, held);
     this.waiting.push(held);
     this.startWaiting();
@@ -370,49 +413,45 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
 
   private startWaiting(): void {
     while (this.slotsTaken < this.options.concurrency && this.waiting.length > 0) {
-      void this.runStep(this.waiting.shift() as Held<C>);
+      this.runStep(this.waiting.shift() as Held<C>);
     }
   }
 
-  /** Runs one claim's step in a slot, then has its outcome recorded. */
-  private async runStep(held: Held<C>): Promise<void> {
+  /**
+   * Runs one claim's step in a slot (the `Held` is the step's `WorkSlot`), then has its outcome
+   * recorded: a promise chain, not an async function (whose frame and awaits cost about 0.7 KB a
+   * message).
+   */
+  private runStep(held: Held<C>): void {
     held.phase = 'running';
     this.slotsTaken++;
-    let slot: 'taken' | 'kept' | 'free' = 'taken';
-    const free = () => {
-      if (slot === 'free') return;
-      if (slot === 'kept') {
-        this.stuck--;
-        if (this.state === 'running') this.waker.wake();
-      }
-      slot = 'free';
-      this.slotsTaken--;
-      this.startWaiting();
-    };
-    const giveBack = () => {
-      if (slot !== 'taken') return;
-      free();
-      this.finish(held);
-    };
-    const workSlot: WorkSlot = {
-      release: giveBack,
-      holdUntil: (until) => {
-        if (slot !== 'taken') return;
-        slot = 'kept';
-        this.stuck++;
-        this.finish(held);
-        void until.then(free, free);
-      },
-    };
-    let outcome: StepOutcome<C> | undefined;
+    held.slot = 'taken';
+    let step: PromiseLike<StepOutcome<C>>;
     try {
-      outcome = await this.work.step(held.claim, held.keeper, workSlot);
+      step = this.work.step(held.claim, held.keeper, held);
     } catch (error) {
-      this.logger.error(messages.workFailed(this.options.name, held.claim.id, describeError(error)));
+      step = Promise.reject(error);
     }
-    giveBack(); // the outcome is written outside the slot
-    let finished = false;
-    if (outcome && !this.abandonedWork) finished = (await this.recorder.record(held.claim, outcome)) === 'finished';
+    step.then(
+      (outcome) => this.stepEnded(held, outcome),
+      (error: unknown) => {
+        this.logger.error(messages.workFailed(this.options.name, held.claim.id, describeError(error)));
+        this.stepEnded(held, undefined);
+      },
+    );
+  }
+
+  private stepEnded(held: Held<C>, outcome: StepOutcome<C> | undefined): void {
+    held.release(); // the outcome is written outside the slot
+    if (!outcome || this.abandonedWork) {
+      this.recorded(held, false);
+      return;
+    }
+    this.recorder.recordFor(held.claim, outcome, held);
+  }
+
+  /** @internal The claim's outcome is written (or will not be): it is no longer held. */
+  recorded(held: Held<C>, finished: boolean): void {
     if (this.work.keyOf(held.claim) === null) this.finishingUnkeyed--;
     this.held.delete(held.claim.id);
     held.settle();
@@ -421,8 +460,27 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
     if (this.sleepingFull || this.work.keyOf(held.claim) !== null || !finished) this.waker.wake();
   }
 
-  /** The step gave back its slot: a claim without a key stops counting against `batchSize`. */
-  private finish(held: Held<C>): void {
+  /** @internal The step's slot is free again (its step gave it back, or the timed-out work it kept ended). */
+  freeSlot(held: Held<C>): void {
+    if (held.slot === 'free') return;
+    if (held.slot === 'kept') {
+      this.stuck--;
+      if (this.state === 'running') this.waker.wake();
+    }
+    held.slot = 'free';
+    this.slotsTaken--;
+    this.startWaiting();
+  }
+
+  /** @internal Timed-out work still runs after its step returned: its slot stays taken until it ends. */
+  keepSlot(held: Held<C>): void {
+    held.slot = 'kept';
+    this.stuck++;
+    this.finish(held);
+  }
+
+  /** @internal The step gave back its slot: a claim without a key stops counting against `batchSize`. */
+  finish(held: Held<C>): void {
     if (held.phase !== 'running') return;
     held.phase = 'finishing';
     if (this.work.keyOf(held.claim) !== null) return;

@@ -33,7 +33,7 @@ export class TurnBatcher<Item, Outcome> {
       const batch = this.queue.splice(0, this.maxBatch);
       try {
         const outcomes = await this.runBatch(batch.map((entry) => entry.item));
-        for (const [i, entry] of batch.entries()) entry.resolve(outcomes[i]);
+        for (let i = 0; i < batch.length; i++) batch[i].resolve(outcomes[i]);
       } catch (error) {
         for (const entry of batch) entry.reject(error);
       }

@@ -251,7 +251,7 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
       async () =>
         (
           await db.query(
-            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE %queuebox_inbox%' AND query LIKE '%processed%'",
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE %queuebox_inbox%' AND query LIKE '%processed%'",
           )
         ).length === 1,
       'the relay to wait at its mark',

@@ -50,19 +50,44 @@ const lockFoundSql = (table: string, alias: string) => `SELECT ${alias}.id FROM 
   LIMIT $1
   FOR UPDATE OF ${alias} SKIP LOCKED`;
 
-/** What an outbox claim returns: the columns the poller reads. */
-export const OUTBOX_CLAIM_COLUMNS =
-  'id, message_id, destination, "key", payload, headers, attempts, claim_token, lease_expires_at, created_at';
-
-const OUTBOX_CLAIM_RETURNING = `RETURNING ${qualified('o', OUTBOX_CLAIM_COLUMNS)}`;
-
-/** `columns` (a comma-separated list) each prefixed with `alias.`. */
-function qualified(alias: string, columns: string): string {
+/**
+ * The columns a claim returns, as the client reads them. Ids as text, timestamps as milliseconds
+ * since the epoch (float8): node-postgres hands text through and turns a float8 into a number
+ * with `parseFloat`, where a bigint goes through a regular expression and a timestamptz through a
+ * longer one and an array of its parts, on every row of a claim (the workers make the `Date`).
+ */
+function claimColumns(columns: readonly string[], alias?: string): string {
+  const qualified = (column: string) => (alias ? `${alias}.${column}` : column);
   return columns
-    .split(', ')
-    .map((column) => `${alias}.${column}`)
+    .map((column) =>
+      column === 'id'
+        ? `${qualified('id')}::text AS id`
+        : TIMESTAMP_COLUMNS.has(column)
+          ? `(extract(epoch FROM ${qualified(column)}) * 1000)::float8 AS ${column}`
+          : qualified(column),
+    )
     .join(', ');
 }
+
+const TIMESTAMP_COLUMNS = new Set(['lease_expires_at', 'created_at', 'received_at']);
+
+const OUTBOX_CLAIM_FIELDS = [
+  'id',
+  'message_id',
+  'destination',
+  '"key"',
+  'payload',
+  'headers',
+  'attempts',
+  'claim_token',
+  'lease_expires_at',
+  'created_at',
+];
+
+/** What an outbox claim returns: the columns the poller reads (see `claimColumns`). */
+export const OUTBOX_CLAIM_COLUMNS = claimColumns(OUTBOX_CLAIM_FIELDS);
+
+const OUTBOX_CLAIM_RETURNING = `RETURNING ${claimColumns(OUTBOX_CLAIM_FIELDS, 'o')}`;
 
 /**
  * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key,
@@ -144,11 +169,23 @@ ${RECLAIM_SET}
 WHERE state = 'processing' AND lease_expires_at <= ${NOW}
 RETURNING state, destination AS name`;
 
-/** What an inbox claim returns: the columns the relay and pull workers read. */
-export const INBOX_CLAIM_COLUMNS =
-  'id, source, idempotency_key, aggregate_id, payload, headers, attempts, claim_token, lease_expires_at, received_at';
+const INBOX_CLAIM_FIELDS = [
+  'id',
+  'source',
+  'idempotency_key',
+  'aggregate_id',
+  'payload',
+  'headers',
+  'attempts',
+  'claim_token',
+  'lease_expires_at',
+  'received_at',
+];
 
-const INBOX_RETURNING = `RETURNING ${qualified('i', INBOX_CLAIM_COLUMNS)}`;
+/** What an inbox claim returns: the columns the relay and pull workers read (see `claimColumns`). */
+export const INBOX_CLAIM_COLUMNS = claimColumns(INBOX_CLAIM_FIELDS);
+
+const INBOX_RETURNING = `RETURNING ${claimColumns(INBOX_CLAIM_FIELDS, 'i')}`;
 
 /**
  * Whether inbox row `alias` is the head of its aggregate: no earlier unfinished row of the same

@@ -16,13 +16,17 @@ WHERE ${FENCE}`;
 
 /**
  * $1 = ids, $2 = tokens (same order). Completes a batch with one fenced statement and returns the
- * ids it completed; an id missing from the result lost its claim.
+ * ids of `$1` it did not complete (their claims are lost): usually none, so the client parses no
+ * row per message.
  */
 export const leaseCompleteBatchSql = (table: string, finished: { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' }) =>
-  `UPDATE ${table} t SET state = '${finished.state}', ${finished.column} = ${NOW}, lease_expires_at = NULL
-FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
-WHERE t.id = c.id AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
-RETURNING t.id`;
+  `WITH done AS (
+  UPDATE ${table} t SET state = '${finished.state}', ${finished.column} = ${NOW}, lease_expires_at = NULL
+  FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
+  WHERE t.id = c.id AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
+  RETURNING t.id
+)
+SELECT c.id::text AS id FROM unnest($1::bigint[]) AS c(id) WHERE c.id NOT IN (SELECT id FROM done)`;
 
 /** $1 = id, $2 = token. Gives an unstarted claim back (shutdown): pending again, its attempt not counted. */
 export const leaseReleaseSql = (table: string) => `UPDATE ${table}

@@ -58,10 +58,11 @@ import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instan
 import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
 import { outboxInsertSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
-import { type InlineParam, pgTable } from './quoting';
+import { type InlineParam, idArrayParam, pgTable, uuidArrayParam } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './retention.sql';
 
-// node-postgres parses jsonb and returns UUIDs in lower case: nothing to decode.
+// node-postgres parses jsonb and returns UUIDs in lower case: nothing to decode. (Claims send
+// their timestamps as epoch milliseconds, made into Dates by the records: see claimColumns.)
 const DECODING: RecordDecoding<unknown> = { json: (value) => value, uuid: (value) => value };
 
 const STATEMENTS: SqlDialectStatements = {
@@ -106,8 +107,12 @@ const PARAMS: SqlDialectParams = {
   names: same,
   ids: same,
   fence: (p) => [p.id, p.token],
-  claims: (claims) => [claims.map((c) => c.id), claims.map((c) => c.token)],
-  followers: (followers) => [followers.map((f) => f.id), followers.map((f) => f.headId), followers.map((f) => f.headToken)],
+  claims: (claims) => [idArrayParam(claims.map((c) => c.id)), uuidArrayParam(claims.map((c) => c.token))],
+  followers: (followers) => [
+    idArrayParam(followers.map((f) => f.id)),
+    idArrayParam(followers.map((f) => f.headId)),
+    uuidArrayParam(followers.map((f) => f.headToken)),
+  ],
   selection: selectionParams,
   instant: same,
 };
@@ -121,6 +126,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   protected readonly statements = STATEMENTS;
   protected readonly params = PARAMS;
   protected readonly decoding = DECODING;
+  protected override readonly completeBatchReturns = 'lost' as const;
   private readonly claimLock: ReturnType<typeof claimLockNames>;
   /** What each claim sends, built once: the call of its function (migration 006) and, without it, the statement. */
   private readonly claims: Record<keyof ClaimFunctions, { call: string; signature: string; body: string; statement: string }>;

@@ -48,3 +48,25 @@ export function pgLiteral(value: string): string {
   const quoted = `'${value.replace(/'/g, "''")}'`;
   return value.includes('\\') ? ` E${quoted.replace(/\\/g, '\\\\')}` : quoted;
 }
+
+const BIGINT_TEXT = /^[0-9]{1,19}$/;
+const UUID_TEXT = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+
+/**
+ * Row ids and claim tokens of a batch as PostgreSQL array literals (`{1,2,3}`), for a parameter
+ * cast to `bigint[]` / `uuid[]`: one string per list, where node-postgres would quote and escape
+ * every element of a JavaScript array into a string of its own. Values that are not plain ids or
+ * UUIDs (a custom claim's) go as the arrays they are, for node-postgres to escape.
+ */
+export function idArrayParam(ids: readonly string[]): string | readonly string[] {
+  return arrayLiteralOf(ids, BIGINT_TEXT);
+}
+
+export function uuidArrayParam(uuids: readonly string[]): string | readonly string[] {
+  return arrayLiteralOf(uuids, UUID_TEXT);
+}
+
+function arrayLiteralOf(values: readonly string[], plain: RegExp): string | readonly string[] {
+  for (const value of values) if (typeof value !== 'string' || !plain.test(value)) return values;
+  return `{${values.join(',')}}`;
+}
