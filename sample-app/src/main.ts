@@ -81,7 +81,7 @@ async function reportOperations(baseUrl: string, expected: number): Promise<void
       `GET /queuebox/api/default/overview answered ${overview.status} with ${sentNow} billing messages sent in the last hour`,
     );
   const metrics = await (await fetch(`${url}/metrics`)).text();
-  const series = 'queuebox_outbox_messages_published_total{destination="billing"}';
+  const series = 'queuebox_outbox_messages_published_total{destination="billing",queuebox="default"}';
   const published = Number(
     metrics
       .split('\n')
