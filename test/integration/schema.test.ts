@@ -8,6 +8,7 @@ import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from '../../lib/dialects/postgres/claims.sql';
+import { inboxCompleteFollowersSql } from '../../lib/dialects/postgres/followers.sql';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import {
   createQueueBoxClaimsMigration,
@@ -338,6 +339,66 @@ describe('schema', () => {
           `${kind}: pages read: ${small.pages} with 2,000 rows waiting, ${large.pages} with 20,000`,
         );
       }
+    } finally {
+      await client.end();
+    }
+  });
+  // Issue 29: statistics taken while every row was pending (a backlog received, then ANALYZEd, as
+  // in a drain) put the processed rows at about none, and a completion that let the planner read
+  // the head through the partial index of processed rows read every processed row, on every
+  // batch: 80,000 buffers a statement half way through a 200,000-message drain.
+  it('completing followers reads about as many pages with 100,000 processed rows in the table as with none, whatever the statistics say', async () => {
+    const db = await newDatabase();
+    const client = new Client({ connectionString: db.url });
+    await client.connect();
+    const pagesToComplete = async (processed: number) => {
+      await client.query('TRUNCATE queuebox_inbox');
+      // 10 aggregates of 20 pending rows each, ANALYZEd while all pending.
+      await client.query(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
+        SELECT 'src', 'p' || n, 'agg-' || (n % 10), '{}' FROM generate_series(0, 199) n ORDER BY n`);
+      await client.query('ANALYZE queuebox_inbox');
+      // Finished rows the statistics do not know of.
+      await client.query(
+        `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload, state, attempts, processed_at)
+         SELECT 'src', 'd' || n, 'agg-' || (n % 10), '{}', 'processed', 1, now() FROM generate_series(1, $1::int) n`,
+        [processed],
+      );
+      await client.query('BEGIN');
+      try {
+        // Each aggregate's first row completed as a head under a token; its next 9 rows are its followers.
+        const { rows: heads } =
+          await client.query(`UPDATE queuebox_inbox SET state = 'processed', claim_token = gen_random_uuid(), attempts = 1
+          WHERE id IN (SELECT min(id) FROM queuebox_inbox WHERE state = 'pending' GROUP BY aggregate_id) RETURNING id, aggregate_id, claim_token`);
+        const { rows: followers } = await client.query(
+          `SELECT f.id, h.id AS head_id, h.token FROM unnest($1::bigint[], $2::text[], $3::uuid[]) AS h(id, aggregate_id, token)
+           CROSS JOIN LATERAL (SELECT i.id FROM queuebox_inbox i WHERE i.aggregate_id = h.aggregate_id AND i.state = 'pending' ORDER BY i.id LIMIT 9) f`,
+          [heads.map((h) => h.id), heads.map((h) => h.aggregate_id), heads.map((h) => h.claim_token)],
+        );
+        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${inboxCompleteFollowersSql('"queuebox_inbox"')}`, [
+          followers.map((f) => f.id),
+          followers.map((f) => f.head_id),
+          followers.map((f) => f.token),
+        ]);
+        // The update's input: the rows found (and their heads checked), before any write.
+        const plan = rows[0]['QUERY PLAN'][0].Plan;
+        const found = plan.Plans[0];
+        return { pages: found['Shared Hit Blocks'] + found['Shared Read Blocks'], completed: plan['Actual Rows'] as number };
+      } finally {
+        await client.query('ROLLBACK');
+      }
+    };
+    try {
+      await client.query('ALTER TABLE queuebox_inbox SET (autovacuum_enabled = false)');
+      const small = await pagesToComplete(0);
+      const large = await pagesToComplete(100_000);
+      assert.equal(small.completed, 90);
+      assert.equal(large.completed, 90);
+      // Two primary-key lookups per follower either way (a few pages each, the B-tree's depth
+      // grows with log n); a plan that read the processed rows would read thousands.
+      assert.ok(
+        large.pages <= small.pages * 3,
+        `pages read to find 90 followers and their heads: ${small.pages} with none processed, ${large.pages} with 100,000`,
+      );
     } finally {
       await client.end();
     }

@@ -36,12 +36,20 @@ WHERE NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = h.source AND e.aggre
  * the same aggregate, was completed (`processed`) under the token given, which only the head's
  * fenced completion in this transaction can have done. Returns the ids it changed; an id missing
  * from the result was no longer pending or not under that head: the caller rolls the batch back.
+ *
+ * Both rows are reached by primary key only (SQL Server pins the same with index hints). The
+ * state tests sit in the head's scalar subquery, not among the join's conditions: there, a test
+ * such as `h.state = 'processed'` lets the planner read the head through the partial index of
+ * that state, and statistics taken while the rows were pending put that index at one row, so
+ * each statement read every processed row (80,000 buffers a statement half way through a
+ * 200,000-message drain; issue 29). A scalar subquery is never turned into a join, and its one
+ * condition on `h` is its primary key.
  */
 export const inboxCompleteFollowersSql = (table: string) => `UPDATE ${table} t
 SET state = 'processed', processed_at = ${NOW}, claimed_at = ${NOW}, attempts = t.attempts + 1
 FROM unnest($1::bigint[], $2::bigint[], $3::uuid[]) AS c(id, head_id, head_token)
-JOIN ${table} h ON h.id = c.head_id
-WHERE t.id = c.id AND t.state = 'pending'
-  AND h.claim_token = c.head_token AND h.state = 'processed'
-  AND h.source = t.source AND h.aggregate_id = t.aggregate_id AND h.id < t.id
+WHERE t.id = c.id
+  AND (SELECT t.state = 'pending' AND h.claim_token = c.head_token AND h.state = 'processed'
+         AND h.source = t.source AND h.aggregate_id = t.aggregate_id AND h.id < t.id
+       FROM ${table} h WHERE h.id = c.head_id)
 RETURNING t.id`;
