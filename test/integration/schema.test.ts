@@ -55,6 +55,7 @@ describe('schema', () => {
     await db.query(readFileSync(join(ROOT, 'sql/postgres/004_queuebox_key_collation.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/005_queuebox_claim_functions.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/006_queuebox_instances.up.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/007_queuebox_claim_probes.up.sql'), 'utf8'));
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_sent\\_idx'")).length, 1);
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_unkeyed\\_claim\\_idx'")).length, 2);
     const publisher = new RecordingPublisher();
@@ -66,6 +67,7 @@ describe('schema', () => {
     } finally {
       await t.app.close();
     }
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/007_queuebox_claim_probes.down.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/006_queuebox_instances.down.sql'), 'utf8'));
     assert.deepEqual(await db.query("SELECT proname FROM pg_proc WHERE proname LIKE 'queuebox%claim'"), [], 'the claim functions went');
     await db.query(readFileSync(join(ROOT, 'sql/postgres/005_queuebox_claim_functions.down.sql'), 'utf8'));
@@ -516,7 +518,7 @@ describe('schema', () => {
         assert.equal((await take.outbox.claim({ limit: 10, leaseMs: 60_000 })).length, 1);
         assert.ok(
           restarted.logger.has('warn', 'written by an older QueueBox version') &&
-            restarted.logger.has('warn', 'QueueBoxInstances1796256000000'),
+            restarted.logger.has('warn', 'QueueBoxClaimProbes1796342400000'),
           'says which migration brings them up to date',
         );
       } finally {
@@ -564,6 +566,48 @@ describe('schema', () => {
       assert.ok(!t.logger.has('warn', 'older QueueBox version'), t.logger.lines.map((line) => line.message).join('\n'));
     } finally {
       await t.app.close();
+    }
+  });
+
+  it("migration 007 rewrites the claim functions that 006 wrote with an earlier version's head probes", async () => {
+    const db = await newDatabase({ migrate: false });
+    const migrations = createQueueBoxMigrations();
+    const run = async (classes: typeof migrations) => {
+      const dataSource = new DataSource({ type: 'postgres', url: db.url, migrations: classes, logging: false });
+      await dataSource.initialize();
+      try {
+        await dataSource.runMigrations();
+      } finally {
+        await dataSource.destroy();
+      }
+    };
+    await run(migrations.slice(0, 6));
+    // What 006 of the version before wrote: the same signature, another source.
+    await db.query(
+      `CREATE OR REPLACE FUNCTION queuebox_outbox_claim(p_limit integer, p_lease_ms bigint, p_instance uuid) RETURNS SETOF queuebox_outbox
+       LANGUAGE plpgsql AS $f$ BEGIN RAISE EXCEPTION 'an earlier version'; END $f$`,
+    );
+    const before = await createTestApp(db.url, { workers: false });
+    try {
+      await before.app
+        .get<DataSource>(getDataSourceToken())
+        .transaction((manager) => before.get(OutboxService).enqueue(manager, { destination: 'd', key: 'k', payload: 1 }));
+      assert.equal((await claimsOf(before).outbox.claim({ limit: 10, leaseMs: 60_000 })).length, 1, 'claimed by the statement');
+      assert.ok(before.logger.has('warn', 'QueueBoxClaimProbes1796342400000'), 'names the migration that rewrites them');
+    } finally {
+      await before.app.close();
+    }
+    await run(migrations);
+    const after = await createTestApp(db.url, { workers: false });
+    try {
+      await db.query('TRUNCATE queuebox_outbox');
+      await after.app
+        .get<DataSource>(getDataSourceToken())
+        .transaction((manager) => after.get(OutboxService).enqueue(manager, { destination: 'd', key: 'k', payload: 1 }));
+      assert.equal((await claimsOf(after).outbox.claim({ limit: 10, leaseMs: 60_000 })).length, 1);
+      assert.ok(!after.logger.has('warn', 'older QueueBox version'), after.logger.lines.map((line) => line.message).join('\n'));
+    } finally {
+      await after.app.close();
     }
   });
 });
