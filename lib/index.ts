@@ -65,6 +65,7 @@ export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export {
   createQueueBoxClaimFunctionsMigration,
+  createQueueBoxClaimProbesMigration,
   createQueueBoxClaimsMigration,
   createQueueBoxInstancesMigration,
   createQueueBoxKeyCollationMigration,
@@ -72,6 +73,7 @@ export {
   createQueueBoxMigrations,
   createQueueBoxOperationsMigration,
   QueueBoxClaimFunctions1796169600000,
+  QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
   QueueBoxInstances1796256000000,
   QueueBoxKeyCollation1796083200000,

@@ -105,6 +105,8 @@ export const messages = {
     `the claim functions in the database were written by an older QueueBox version: claims are sent as statements instead (correct, planned on every call) until migration ${migration} runs (\`queuebox migrate\`, or add it to your DataSource's migrations: [...QueueBoxMigrations]).`,
   claimFunctionsMigrationOptional: () =>
     'it runs no statement in this version (the claim functions come with migration 006); add it so the list is whole.',
+  claimProbesMigrationOptional: () =>
+    "on PostgreSQL it rewrites the claim functions: until it runs QueueBox sees they are an earlier version's and sends the claim statements instead (correct, planned on every call); on SQL Server it runs no statement.",
   keyCollationMigrationOptional: () =>
     'on PostgreSQL it runs no statement (keys already compare byte for byte); add it so the list matches SQL Server.',
   schemaVersionUnchecked: (name: string, migrationsTable: string) =>

@@ -27,6 +27,11 @@ export const cliMessages = {
       applied: 'created the instances table and the claim owner columns, and wrote the claim functions of this version.',
       notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
     },
+    claimProbes: {
+      applied: "rewrote the claim functions with this version's head probes (served by the key indexes alone).",
+      notApplied:
+        "not applied: the claim functions are an earlier version's, so claims are sent as statements (planned on every call) until you run `queuebox migrate`",
+    },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',

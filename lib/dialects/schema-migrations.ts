@@ -1,12 +1,13 @@
-/** QueueBox's numbered migrations: the same six on every database (a driver may make one a no-op). */
+/** QueueBox's numbered migrations: the same seven on every database (a driver may make one a no-op). */
 
 /**
  * Which migration's statements: 001 (the tables), 002 (the operations indexes), 003 (the claims'
  * indexes), 004 (binary collation of the compared key columns), 005 (the claim functions of an
- * earlier version; nothing now, 006 writes them) or 006 (the instances table, the claim owner
- * columns and, on PostgreSQL, the claim functions of this version).
+ * earlier version; nothing now, 006 writes them), 006 (the instances table, the claim owner
+ * columns and, on PostgreSQL, the claim functions of this version) or 007 (PostgreSQL's claim
+ * functions rewritten with this version's head probes; nothing on SQL Server).
  */
-export type SchemaMigration = 'schema' | 'operations' | 'claims' | 'keyCollation' | 'claimFunctions' | 'instances';
+export type SchemaMigration = 'schema' | 'operations' | 'claims' | 'keyCollation' | 'claimFunctions' | 'instances' | 'claimProbes';
 
 /** The QueueBox migrations in the order they run. */
 export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
@@ -16,6 +17,7 @@ export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
   'keyCollation',
   'claimFunctions',
   'instances',
+  'claimProbes',
 ];
 
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
@@ -26,6 +28,7 @@ export const DEFAULT_MIGRATION_NAMES = {
   keyCollation: 'QueueBoxKeyCollation1796083200000',
   claimFunctions: 'QueueBoxClaimFunctions1796169600000',
   instances: 'QueueBoxInstances1796256000000',
+  claimProbes: 'QueueBoxClaimProbes1796342400000',
 } as const satisfies Record<SchemaMigration, string>;
 
 /** Each migration's `sql/<dialect>/` file stem and what a script's first line calls it. */
@@ -36,6 +39,7 @@ export const MIGRATION_FILES = {
   keyCollation: { file: '004_queuebox_key_collation', title: 'key collation' },
   claimFunctions: { file: '005_queuebox_claim_functions', title: 'claim functions (moved to 006)' },
   instances: { file: '006_queuebox_instances', title: 'instances, claim owners and claim functions' },
+  claimProbes: { file: '007_queuebox_claim_probes', title: 'claim functions with index-bound head probes' },
 } as const satisfies Record<SchemaMigration, { file: string; title: string }>;
 
 /**

@@ -111,6 +111,24 @@ export function createQueueBoxInstancesMigration(
 }
 
 /**
+ * The seventh QueueBox migration: on PostgreSQL it rewrites the claim functions with this
+ * version's claims, whose head probes (is there an earlier unfinished row of the key?) only the
+ * key and aggregate indexes can serve, whatever the statistics say (an earlier probe could walk
+ * every finished row of the table on each claim after a VACUUM). Until it runs, QueueBox sees that
+ * the functions are an earlier version's and sends the claim statements instead, with a warning.
+ * On SQL Server it runs nothing. Add it after the sixth; same `tables`, and a `name` of its own per
+ * QueueBox schema in one database.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations]
+ */
+export function createQueueBoxClaimProbesMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.claimProbes, 'claimProbes');
+}
+
+/**
  * Every QueueBox migration for `tables`, in the order they run: spread it into TypeORM's
  * `migrations`, so a version that adds one needs no change in your app. `names` gives each a
  * name of its own (a second QueueBox schema in one database; each must end in a 13-digit
@@ -171,6 +189,9 @@ export const QueueBoxClaimFunctions1796169600000 = createQueueBoxClaimFunctionsM
 /** The instances migration for the default table names; runs after `QueueBoxClaimFunctions1796169600000`. */
 export const QueueBoxInstances1796256000000 = createQueueBoxInstancesMigration();
 
+/** The claim-probes migration for the default table names; runs after `QueueBoxInstances1796256000000`. */
+export const QueueBoxClaimProbes1796342400000 = createQueueBoxClaimProbesMigration();
+
 /**
  * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
  * With other tables, use `createQueueBoxMigrations({ tables })`.
@@ -182,4 +203,5 @@ export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
   QueueBoxKeyCollation1796083200000,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxInstances1796256000000,
+  QueueBoxClaimProbes1796342400000,
 ];

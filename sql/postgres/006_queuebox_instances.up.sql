@@ -33,7 +33,9 @@ BEGIN
     LIMIT 500
   ) s
   WHERE (s."key" IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = s."key" AND e.state IN ('pending', 'processing') AND e.id < s.id)
+      (SELECT e.id FROM "queuebox_outbox" e
+        WHERE e.state IN ('pending', 'processing') AND e."key" >= s."key" AND (e."key", e.id) < (s."key", s.id)
+        ORDER BY e."key" DESC, e.id DESC LIMIT 1) IS NULL
       AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = s."key" AND e.state = 'processing')))
   LIMIT p_limit
 ), heads AS (
@@ -90,8 +92,10 @@ BEGIN
       LIMIT 500
     ) w
     WHERE (w.aggregate_id IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
-        AND e.state IN ('pending', 'processing') AND e.id < w.id)
+      (SELECT e.id FROM "queuebox_inbox" e
+        WHERE e.source = w.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= w.aggregate_id
+          AND (e.aggregate_id, e.id) < (w.aggregate_id, w.id)
+        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
       AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
         AND e.state = 'processing' AND e.id <> w.id)))
     LIMIT p_limit
@@ -166,8 +170,10 @@ BEGIN
       LIMIT 500
     ) w
     WHERE (w.aggregate_id IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
-        AND e.state IN ('pending', 'processing') AND e.id < w.id)
+      (SELECT e.id FROM "queuebox_inbox" e
+        WHERE e.source = w.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= w.aggregate_id
+          AND (e.aggregate_id, e.id) < (w.aggregate_id, w.id)
+        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
       AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
         AND e.state = 'processing' AND e.id <> w.id)))
     LIMIT p_limit

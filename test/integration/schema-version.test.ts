@@ -11,6 +11,7 @@ import {
   createQueueBoxInstancesMigration,
   createQueueBoxMigration,
   QueueBoxClaimFunctions1796169600000,
+  QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
   QueueBoxInstances1796256000000,
   QueueBoxKeyCollation1796083200000,
@@ -75,6 +76,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxKeyCollation1796083200000,
         QueueBoxClaimFunctions1796169600000,
         QueueBoxInstances1796256000000,
+        QueueBoxClaimProbes1796342400000,
       ]),
     );
     const app = await start(db, { retention: { enabled: true } });
@@ -96,11 +98,12 @@ describe('schema version checked at start-up', () => {
       assert.doesNotMatch(error.message, /QueueBoxClaims/); // optional: a warning, not a failure
       assert.doesNotMatch(error.message, /QueueBoxKeyCollation/); // no statement on PostgreSQL: a warning
       assert.doesNotMatch(error.message, /QueueBoxClaimFunctions/); // no statement in this version: a warning
+      assert.doesNotMatch(error.message, /QueueBoxClaimProbes/); // claims are sent as statements until it runs: a warning
       return true;
     });
   });
 
-  it('starts with migrations 001 and 006 when retention is off, warning of 002, 003, 004 and 005', async () => {
+  it('starts with migrations 001 and 006 when retention is off, warning of 002, 003, 004, 005 and 007', async () => {
     const db = track(await databaseWith([QueueBoxSchema1764460800000, QueueBoxInstances1796256000000]));
     const app = await start(db, {});
     await app.close();
@@ -108,6 +111,7 @@ describe('schema version checked at start-up', () => {
     assert.ok(app.logger.has('warn', 'QueueBoxClaims1795996800000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxKeyCollation1796083200000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxClaimFunctions1796169600000 is not recorded'));
+    assert.ok(app.logger.has('warn', 'QueueBoxClaimProbes1796342400000 is not recorded'));
     assert.ok(!app.logger.has('warn', 'QueueBoxInstances1796256000000'), 'recorded: no warning');
   });
 

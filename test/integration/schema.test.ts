@@ -55,6 +55,7 @@ describe('schema', () => {
     await db.query(readFileSync(join(ROOT, 'sql/postgres/004_queuebox_key_collation.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/005_queuebox_claim_functions.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/006_queuebox_instances.up.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/007_queuebox_claim_probes.up.sql'), 'utf8'));
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_sent\\_idx'")).length, 1);
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_unkeyed\\_claim\\_idx'")).length, 2);
     const publisher = new RecordingPublisher();
@@ -66,6 +67,7 @@ describe('schema', () => {
     } finally {
       await t.app.close();
     }
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/007_queuebox_claim_probes.down.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/006_queuebox_instances.down.sql'), 'utf8'));
     assert.deepEqual(await db.query("SELECT proname FROM pg_proc WHERE proname LIKE 'queuebox%claim'"), [], 'the claim functions went');
     await db.query(readFileSync(join(ROOT, 'sql/postgres/005_queuebox_claim_functions.down.sql'), 'utf8'));
@@ -403,6 +405,71 @@ describe('schema', () => {
       await client.end();
     }
   });
+  // Issue 29: statistics taken while every row was pending (a backlog received, then ANALYZEd) and
+  // a VACUUM of the drained table (autovacuum can run one on a nearly empty table) turned the
+  // head probe `e.id < w.id` from the key index into a walk down the primary key (or the table)
+  // past every finished row, once per row looked at: 32 million buffers for one claim after a
+  // 200,000-message drain.
+  it('a claim of a drained table VACUUMed under the statistics of its backlog reads as many pages as with fresh statistics (50,000 rows, 68 left)', async () => {
+    const db = await newDatabase();
+    const client = new Client({ connectionString: db.url });
+    await client.connect();
+    const claims = {
+      outbox: { sql: outboxClaimSql('"queuebox_outbox"'), params: [100, 60_000, null], keys: 2 },
+      relay: { sql: inboxRelayClaimSql('"queuebox_inbox"'), params: [100, 60_000, ['src'], null], keys: 100 },
+      pull: { sql: inboxPullClaimSql('"queuebox_inbox"'), params: [100, 60_000, 'src', null], keys: 100 },
+    } as const;
+    const pagesToClaim = async (kind: keyof typeof claims) => {
+      const { sql, params } = claims[kind];
+      await client.query('BEGIN');
+      try {
+        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, [...params]);
+        const plan = rows[0]['QUERY PLAN'][0].Plan;
+        const candidates = findNode(plan, (node) => node['Subplan Name'] === 'CTE candidates');
+        assert.ok(candidates, 'the claim plan has its candidates CTE');
+        return { pages: searchPages(plan), claimed: candidates['Actual Rows'] as number };
+      } finally {
+        await client.query('ROLLBACK');
+      }
+    };
+    try {
+      for (const kind of ['outbox', 'relay', 'pull'] as const) {
+        const table = kind === 'outbox' ? 'queuebox_outbox' : 'queuebox_inbox';
+        const { keys } = claims[kind];
+        await client.query(`TRUNCATE ${table}`);
+        await client.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false)`);
+        await client.query(
+          kind === 'outbox'
+            ? `INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
+               SELECT gen_random_uuid(), 'd', 'key-' || (n % $1::int), '{}' FROM generate_series(1, 50000) n ORDER BY n`
+            : `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
+               SELECT 'src', 'p' || n, 'agg-' || (n % $1::int), '{}' FROM generate_series(1, 50000) n ORDER BY n`,
+          [keys],
+        );
+        await client.query(`ANALYZE ${table}`);
+        // Drained in id order, 68 rows left; then a VACUUM, and no ANALYZE.
+        await client.query(
+          `UPDATE ${table} SET state = '${kind === 'outbox' ? 'sent' : 'processed'}', attempts = 1, claim_token = gen_random_uuid()
+           WHERE id <= (SELECT max(id) - 68 FROM ${table})`,
+        );
+        await client.query(`VACUUM ${table}`);
+        const stale = await pagesToClaim(kind);
+        await client.query(`ANALYZE ${table}`);
+        const fresh = await pagesToClaim(kind);
+        const heads = Math.min(keys, 68);
+        assert.equal(stale.claimed, heads, `${kind}: the head of each key`);
+        assert.equal(fresh.claimed, heads, kind);
+        // A few pages per probe either way; a probe that walked the finished rows would read
+        // tens of thousands.
+        assert.ok(
+          stale.pages <= fresh.pages * 3,
+          `${kind}: pages read to find ${heads} heads among 68 rows: ${fresh.pages} with fresh statistics, ${stale.pages} with the backlog's`,
+        );
+      }
+    } finally {
+      await client.end();
+    }
+  });
   it("claims go through the claim functions, not an older version's, and back to the claim statement when those are gone", async () => {
     const db = await newDatabase();
     const t = await createTestApp(db.url, { workers: false });
@@ -451,7 +518,7 @@ describe('schema', () => {
         assert.equal((await take.outbox.claim({ limit: 10, leaseMs: 60_000 })).length, 1);
         assert.ok(
           restarted.logger.has('warn', 'written by an older QueueBox version') &&
-            restarted.logger.has('warn', 'QueueBoxInstances1796256000000'),
+            restarted.logger.has('warn', 'QueueBoxClaimProbes1796342400000'),
           'says which migration brings them up to date',
         );
       } finally {
@@ -499,6 +566,48 @@ describe('schema', () => {
       assert.ok(!t.logger.has('warn', 'older QueueBox version'), t.logger.lines.map((line) => line.message).join('\n'));
     } finally {
       await t.app.close();
+    }
+  });
+
+  it("migration 007 rewrites the claim functions that 006 wrote with an earlier version's head probes", async () => {
+    const db = await newDatabase({ migrate: false });
+    const migrations = createQueueBoxMigrations();
+    const run = async (classes: typeof migrations) => {
+      const dataSource = new DataSource({ type: 'postgres', url: db.url, migrations: classes, logging: false });
+      await dataSource.initialize();
+      try {
+        await dataSource.runMigrations();
+      } finally {
+        await dataSource.destroy();
+      }
+    };
+    await run(migrations.slice(0, 6));
+    // What 006 of the version before wrote: the same signature, another source.
+    await db.query(
+      `CREATE OR REPLACE FUNCTION queuebox_outbox_claim(p_limit integer, p_lease_ms bigint, p_instance uuid) RETURNS SETOF queuebox_outbox
+       LANGUAGE plpgsql AS $f$ BEGIN RAISE EXCEPTION 'an earlier version'; END $f$`,
+    );
+    const before = await createTestApp(db.url, { workers: false });
+    try {
+      await before.app
+        .get<DataSource>(getDataSourceToken())
+        .transaction((manager) => before.get(OutboxService).enqueue(manager, { destination: 'd', key: 'k', payload: 1 }));
+      assert.equal((await claimsOf(before).outbox.claim({ limit: 10, leaseMs: 60_000 })).length, 1, 'claimed by the statement');
+      assert.ok(before.logger.has('warn', 'QueueBoxClaimProbes1796342400000'), 'names the migration that rewrites them');
+    } finally {
+      await before.app.close();
+    }
+    await run(migrations);
+    const after = await createTestApp(db.url, { workers: false });
+    try {
+      await db.query('TRUNCATE queuebox_outbox');
+      await after.app
+        .get<DataSource>(getDataSourceToken())
+        .transaction((manager) => after.get(OutboxService).enqueue(manager, { destination: 'd', key: 'k', payload: 1 }));
+      assert.equal((await claimsOf(after).outbox.claim({ limit: 10, leaseMs: 60_000 })).length, 1);
+      assert.ok(!after.logger.has('warn', 'older QueueBox version'), after.logger.lines.map((line) => line.message).join('\n'));
+    } finally {
+      await after.app.close();
     }
   });
 });

@@ -29,6 +29,8 @@ describe('public barrel', () => {
       'createQueueBoxClaimFunctionsMigration',
       'QueueBoxInstances1796256000000',
       'createQueueBoxInstancesMigration',
+      'QueueBoxClaimProbes1796342400000',
+      'createQueueBoxClaimProbesMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -58,6 +60,7 @@ describe('public barrel', () => {
         'QueueBoxKeyCollation1796083200000',
         'QueueBoxClaimFunctions1796169600000',
         'QueueBoxInstances1796256000000',
+        'QueueBoxClaimProbes1796342400000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );

@@ -90,13 +90,28 @@ export const OUTBOX_CLAIM_COLUMNS = claimColumns(OUTBOX_CLAIM_FIELDS);
 const OUTBOX_CLAIM_RETURNING = `RETURNING ${claimColumns(OUTBOX_CLAIM_FIELDS, 'o')}`;
 
 /**
- * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key,
- * and none of it in flight. Two probes, each stopping at its first index entry (the key index from
- * the row's id down; the in-flight unique index), so a head costs the same however many rows its
- * key has waiting.
+ * Whether no unfinished outbox row of key `key` comes before id `id`: true when the nearest entry
+ * of the key index below (`key`, `id`) is not of that key (or there is none). One backward step
+ * of the key index that stops at its first entry, whatever the key's backlog, and served by that
+ * index alone. `e."key" = key AND e.id < id` would say the same, but let the planner read the
+ * primary key down from `id` (or the table) and filter: statistics taken while the rows were
+ * pending (a backlog ANALYZEd, then drained) make that look as cheap, and after a VACUUM of the
+ * drained table it read every finished row below `id` on every probe (issue 29: 32 million
+ * buffers for one claim). Here the order asked for, (key, id) descending without an equality
+ * that would make the key's part of it redundant, is one that only the key index gives; any other
+ * plan sorts every row it reads, and costs like it.
+ */
+export const noEarlierUnfinishedOfKey = (table: string, key: string, id: string) => `(SELECT e.id FROM ${table} e
+        WHERE e.state IN ('pending', 'processing') AND e."key" >= ${key} AND (e."key", e.id) < (${key}, ${id})
+        ORDER BY e."key" DESC, e.id DESC LIMIT 1) IS NULL`;
+
+/**
+ * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key
+ * (noEarlierUnfinishedOfKey), and none of it in flight (the in-flight unique index). Each probe
+ * stops at its first index entry, so a head costs the same however many rows its key has waiting.
  */
 const outboxHeadOfKey = (table: string, alias: string) => `(${alias}."key" IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state IN ('pending', 'processing') AND e.id < ${alias}.id)
+      ${noEarlierUnfinishedOfKey(table, `${alias}."key"`, `${alias}.id`)}
       AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state = 'processing')))`;
 
 /**
@@ -188,14 +203,30 @@ export const INBOX_CLAIM_COLUMNS = claimColumns(INBOX_CLAIM_FIELDS);
 const INBOX_RETURNING = `RETURNING ${claimColumns(INBOX_CLAIM_FIELDS, 'i')}`;
 
 /**
+ * Whether no unfinished inbox row of (`source`, `aggregate`) comes before id `id`: the nearest
+ * entry of the aggregate index below (`source`, `aggregate`, `id`) is not of that aggregate (or
+ * there is none). One backward step of the aggregate index, served by it alone: see
+ * noEarlierUnfinishedOfKey (the source may be an equality: the index's order within one source is
+ * (aggregate_id, id), which no other index gives).
+ */
+export const noEarlierUnfinishedOfAggregate = (
+  table: string,
+  source: string,
+  aggregate: string,
+  id: string,
+) => `(SELECT e.id FROM ${table} e
+        WHERE e.source = ${source} AND e.state IN ('pending', 'processing') AND e.aggregate_id >= ${aggregate}
+          AND (e.aggregate_id, e.id) < (${aggregate}, ${id})
+        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL`;
+
+/**
  * Whether inbox row `alias` is the head of its aggregate: no earlier unfinished row of the same
- * (source, aggregate), and no other row of it in flight. Two probes, each stopping at its first
- * index entry (the aggregate index from the row's id down; the in-flight unique index), so a head
- * costs the same however many rows its aggregate has waiting.
+ * (source, aggregate) (noEarlierUnfinishedOfAggregate), and no other row of it in flight (the
+ * in-flight unique index). Each probe stops at its first index entry, so a head costs the same
+ * however many rows its aggregate has waiting.
  */
 const inboxHeadOfAggregate = (table: string, alias: string) => `(${alias}.aggregate_id IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = ${alias}.source AND e.aggregate_id = ${alias}.aggregate_id
-        AND e.state IN ('pending', 'processing') AND e.id < ${alias}.id)
+      ${noEarlierUnfinishedOfAggregate(table, `${alias}.source`, `${alias}.aggregate_id`, `${alias}.id`)}
       AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = ${alias}.source AND e.aggregate_id = ${alias}.aggregate_id
         AND e.state = 'processing' AND e.id <> ${alias}.id)))`;
 

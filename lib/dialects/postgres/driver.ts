@@ -3,6 +3,8 @@ import { CLAIM_FUNCTIONS_MIGRATION_NOTE } from '../schema-migrations';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
 import { PostgresDialect } from './postgres.dialect';
 import {
+  postgresClaimProbesDown,
+  postgresClaimProbesUp,
   postgresClaimsDown,
   postgresClaimsUp,
   postgresInstancesDown,
@@ -28,9 +30,12 @@ export const postgresDriver = {
     keyCollation: { up: postgresKeyCollationUp, down: postgresKeyCollationDown },
     claimFunctions: { up: () => [], down: () => [] },
     instances: { up: postgresInstancesUp, down: postgresInstancesDown },
+    claimProbes: { up: postgresClaimProbesUp, down: postgresClaimProbesDown },
   },
   noOpMigrations: {
     claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,
+    claimProbes:
+      "-- Nothing to undo: the claim functions stay as this version wrote them (the earlier head probes could read\n-- every finished row on each claim); migration 006's down drops them.",
     keyCollation:
       "-- Nothing to do on PostgreSQL: text columns under the database's default (deterministic) collation\n-- compare equal only when their bytes are equal. The file keeps the migrations numbered alike in both dialects.",
   },

@@ -1,3 +1,4 @@
+import { noEarlierUnfinishedOfAggregate } from './claims.sql';
 import { NOW } from './time';
 
 // Followers (batch pull handlers, the inbox relay): the pending rows of an aggregate right after its
@@ -13,7 +14,8 @@ import { NOW } from './time';
  * earlier row whenever it sees a later one that was received after it committed.
  * Nothing is locked or written: while the head is `processing` no claim takes a row of its
  * aggregate (none is the head), and the rows are completed with the head, in its transaction, or
- * stay pending. Two probes of the aggregate index per head.
+ * stay pending. Two probes of the aggregate index per head (the earlier-row probe served by that
+ * index alone, whatever the statistics say: see noEarlierUnfinishedOfAggregate).
  */
 export const inboxFollowersSql = (table: string) => `SELECT f.id, f.source, f.idempotency_key, f.aggregate_id, f.payload,
        f.headers, f.attempts, f.received_at, f.due, h.id AS head_id
@@ -26,8 +28,7 @@ CROSS JOIN LATERAL (
   ORDER BY i.id
   LIMIT $2
 ) f
-WHERE NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = h.source AND e.aggregate_id = h."aggregateId"
-  AND e.state IN ('pending', 'processing') AND e.id < h.id)`;
+WHERE ${noEarlierUnfinishedOfAggregate(table, 'h.source', 'h."aggregateId"', 'h.id')}`;
 
 /**
  * $1 = follower ids, $2 = their heads' ids, $3 = their heads' claim tokens (same order). Marks

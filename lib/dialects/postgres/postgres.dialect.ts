@@ -128,10 +128,10 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   protected readonly decoding = DECODING;
   protected override readonly completeBatchReturns = 'lost' as const;
   private readonly claimLock: ReturnType<typeof claimLockNames>;
-  /** What each claim sends, built once: the call of its function (migration 006) and, without it, the statement. */
+  /** What each claim sends, built once: the call of its function (migration 006, rewritten by 007) and, without it, the statement. */
   private readonly claims: Record<keyof ClaimFunctions, { call: string; signature: string; body: string; statement: string }>;
   /**
-   * Whether the claim functions (migration 006) exist as this version writes them: looked up
+   * Whether the claim functions (migrations 006 and 007) exist as this version writes them: looked up
    * at the first claim, again after one went missing.
    */
   private claimFunctionsPresent?: Promise<boolean>;
@@ -292,7 +292,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   }
 
   /**
-   * A claim: through migration 006's PL/pgSQL function when it exists (one statement, its plan
+   * A claim: through the PL/pgSQL function of migrations 006 and 007 when it exists (one statement, its plan
    * kept by the session), else the lock and the claim statement as one query string. A function
    * dropped while the application runs sends the claim back to the query string.
    */
@@ -339,7 +339,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       this.queryTimeoutMs,
     );
     const { present, current, isolation } = rows[0] ?? { present: 0, current: 0, isolation: 'read committed' };
-    if (present > 0 && current < kinds.length) this.log.warn(messages.claimFunctionsOutdated(DEFAULT_MIGRATION_NAMES.instances));
+    if (present > 0 && current < kinds.length) this.log.warn(messages.claimFunctionsOutdated(DEFAULT_MIGRATION_NAMES.claimProbes));
     return current === kinds.length && isolation === 'read committed';
   }
 

@@ -182,6 +182,23 @@ export function postgresInstancesUp(tables: QueueBoxTables): string[] {
   ];
 }
 
+/**
+ * Migration 007 (claim probes): the three claim functions rewritten with this version's claims,
+ * whose head probes only the key and aggregate indexes can serve (noEarlierUnfinishedOfKey), so a
+ * database whose functions 006 wrote with the earlier probes claims as this version does. Until it
+ * runs the dialect sees that their source differs and sends the claim statements instead. Its down
+ * migration keeps them: the earlier probes could read every finished row on each claim, and 006's
+ * down drops the functions anyway.
+ */
+export function postgresClaimProbesUp(tables: QueueBoxTables): string[] {
+  const functions = claimFunctions(tables);
+  return [functions.outbox.create, functions.relay.create, functions.pull.create];
+}
+
+export function postgresClaimProbesDown(_tables: QueueBoxTables): string[] {
+  return [];
+}
+
 export function postgresInstancesDown(tables: QueueBoxTables): string[] {
   return [
     ...dropClaimFunctionsSql(tables, claimFunctionSignature),

@@ -29,11 +29,20 @@ export const sqlServerDriver = {
     keyCollation: { up: sqlServerKeyCollationUp, down: sqlServerKeyCollationDown },
     claimFunctions: { up: () => [], down: () => [] },
     instances: { up: sqlServerInstancesUp, down: sqlServerInstancesDown },
+    claimProbes: { up: () => [], down: () => [] },
   },
-  noOpMigrations: { claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE },
+  noOpMigrations: {
+    claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,
+    claimProbes:
+      '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
+  },
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   script: { terminator: ';\nGO\n', folder: 'sqlserver' },
   migrationNotes: {
+    claimProbes: {
+      applied: 'nothing to change on SQL Server (its claims are statements).',
+      notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
+    },
     keyCollation: {
       applied: `key columns now compare by code point (${KEY_COLLATION}); their indexes were rebuilt.`,
       notApplied:
