@@ -95,6 +95,15 @@ export class LeaseKeeper {
     this.watcher = undefined;
   }
 
+  /**
+   * @internal A renewal sent at `sentAt` (`performance.now()`) kept the claim: its lease now lasts
+   * from then at least (`leaseFrom`). The keeper's own renewals say it; so does a renewal its
+   * worker sends itself (the outbox poller's, before a publish the lease is too short for).
+   */
+  renewedAt(sentAt: number): void {
+    this.leaseFrom = Math.max(this.leaseFrom, sentAt);
+  }
+
   /** Aborts when the claim is lost (reason: `ClaimLostError`) or `abort()` is called. */
   get signal(): AbortSignal {
     if (!this.controller) {
@@ -183,7 +192,7 @@ export class LeaseKeeper {
     } finally {
       clearTimeout(timer);
     }
-    if (renewed) this.leaseFrom = Math.max(this.leaseFrom, sentAt);
+    if (renewed) this.renewedAt(sentAt);
     if (!renewed && !this.stopped) {
       this.onLost(this.claim);
       this.abort(new ClaimLostError(messages.claimLost(this.claim.component, this.claim.id)));

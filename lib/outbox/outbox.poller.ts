@@ -309,7 +309,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     try {
       const sentAt = performance.now();
       const renewed = await this.lease.renew(claim);
-      if (renewed) keeper.leaseFrom = Math.max(keeper.leaseFrom, sentAt);
+      if (renewed) keeper.renewedAt(sentAt);
       return renewed && !keeper.aborted;
     } catch (error) {
       this.logger.warn(messages.leaseTooShortRenewFailed(claim.message.messageId, describeError(error)));

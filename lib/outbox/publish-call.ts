@@ -92,7 +92,7 @@ export class PublishCall implements KeeperWatcher {
     if (this.settle()) this.end.publishEnded(this, { error, overran: false });
   }
 
-  /** The publisher's work settled: whether that ends the call (it was not given up before). */
+  /** Ends the call (the publisher's work settled, or it was given up): false when it had ended already. */
   private settle(): boolean {
     if (this.ended) return false;
     this.ended = true;
@@ -103,10 +103,7 @@ export class PublishCall implements KeeperWatcher {
 
   /** Aborts the signal and ends the call with its reason; a publish still running overruns. */
   private giveUp(reason: unknown): void {
-    if (this.ended) return;
-    this.ended = true;
-    this.deadlines.remove(this);
-    this.keeper.unwatch();
+    if (!this.settle()) return;
     const { signal } = this.controller;
     if (!signal.aborted) this.controller.abort(reason);
     this.end.publishEnded(this, { error: signal.reason, overran: this.publishing !== undefined });

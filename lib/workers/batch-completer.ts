@@ -2,7 +2,9 @@
 // the event loop. Used by OutboxPoller.
 
 import type { LeaseService } from '../lease/lease.service';
+import type { Claim } from '../types/claims';
 import type { CompletionWaiter } from './outcome-recorder';
+import { TurnBatcher } from './turn-batcher';
 
 const MAX_BATCH = 1000;
 
@@ -14,35 +16,16 @@ const MAX_BATCH = 1000;
  * that the statement failed: no promise per message.
  */
 export class BatchCompleter {
-  private readonly groups: CompletionWaiter[][] = [];
-  private flushing = false;
+  private readonly batcher: TurnBatcher<Claim, boolean>;
 
-  constructor(private readonly lease: LeaseService) {}
-
-  complete(waiter: CompletionWaiter): void {
-    let group = this.groups[this.groups.length - 1];
-    if (!group || group.length >= MAX_BATCH) {
-      group = [];
-      this.groups.push(group);
-    }
-    group.push(waiter);
-    if (!this.flushing) {
-      this.flushing = true;
-      setImmediate(() => void this.flush());
-    }
+  constructor(lease: LeaseService) {
+    this.batcher = new TurnBatcher(MAX_BATCH, async (claims) => {
+      const completed = await lease.completeEach(claims);
+      return claims.map((claim) => completed.has(claim));
+    });
   }
 
-  private async flush(): Promise<void> {
-    for (let group = this.groups.shift(); group; group = this.groups.shift()) {
-      let completed: { has(claim: CompletionWaiter['claim']): boolean };
-      try {
-        completed = await this.lease.completeEach(group.map((waiter) => waiter.claim));
-      } catch (error) {
-        for (const waiter of group) waiter.completionFailed(error);
-        continue;
-      }
-      for (const waiter of group) waiter.completionWritten(completed.has(waiter.claim));
-    }
-    this.flushing = false;
+  complete(waiter: CompletionWaiter): void {
+    this.batcher.enqueue(waiter);
   }
 }

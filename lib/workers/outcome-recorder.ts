@@ -9,6 +9,7 @@ import type { InboxEventMessage, OutboxEventMessage, QueueBoxEventMap, QueueBoxE
 import type { LeaseService } from '../lease/lease.service';
 import { messages } from '../queuebox.messages';
 import type { Claim, WorkerClaim } from '../types/claims';
+import type { BatchWaiter } from './turn-batcher';
 
 /** The events of each worker's outcomes (`QueueBoxMetrics` counts them). */
 const EVENTS = {
@@ -93,14 +94,12 @@ export interface RecordListener {
   recorded(recorded: Recorded): void;
 }
 
-/** A claim whose completion is asked of a batching completer (`RecordingWorker.complete`). */
-export interface CompletionWaiter {
-  readonly claim: Claim;
-  /** The statement ran: `completed` says whether it completed this claim's row. */
-  completionWritten(completed: boolean): void;
-  /** The statement failed. */
-  completionFailed(error: unknown): void;
-}
+/**
+ * A claim whose completion is asked of a batching completer (`RecordingWorker.complete`): its
+ * `item` is the claim, `resolve` says whether the statement completed its row, `reject` that the
+ * statement failed.
+ */
+export type CompletionWaiter = BatchWaiter<Claim, boolean>;
 
 /** Records the outcomes of one worker's claims. */
 export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
@@ -267,16 +266,16 @@ function retryAllowed<M>(p: FailurePolicy<M> & { attempt: number; message: M }, 
 class Completion<C extends WorkerClaim<unknown>> implements CompletionWaiter {
   constructor(
     private readonly recorder: OutcomeRecorder<C>,
-    readonly claim: C,
+    readonly item: C,
     private readonly outcome: CompletedDetails,
     private readonly listener: RecordListener,
   ) {}
 
-  completionWritten(completed: boolean): void {
-    this.listener.recorded(this.recorder.completionWritten(this.claim, this.outcome, completed));
+  resolve(completed: boolean): void {
+    this.listener.recorded(this.recorder.completionWritten(this.item, this.outcome, completed));
   }
 
-  completionFailed(error: unknown): void {
-    this.listener.recorded(this.recorder.completionFailed(this.claim, error));
+  reject(error: unknown): void {
+    this.listener.recorded(this.recorder.completionFailed(this.item, error));
   }
 }
