@@ -4,10 +4,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Client } from 'pg';
-import { DataSource } from 'typeorm';
 import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
-import { createTestDatabase, serverUrl, type TestDatabase } from '../support/database';
+import { createTestDatabase, runMigrations, serverUrl, type TestDatabase } from '../support/database';
 
 // The compiled CLI of this build (`npm test` compiles lib/ and test/ to .build/), run as users run
 // `queuebox`: its own process, its exit code, its stdout and stderr.
@@ -35,14 +34,8 @@ function queuebox(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
 }
 
 /** A database as an app left it before the operations migration existed: the schema migration only. */
-async function migrateSchemaOnly(url: string): Promise<void> {
-  const dataSource = new DataSource({ type: 'postgres', url, migrations: [createQueueBoxMigration()], logging: false });
-  await dataSource.initialize();
-  try {
-    await dataSource.runMigrations();
-  } finally {
-    await dataSource.destroy();
-  }
+function migrateSchemaOnly(url: string): Promise<void> {
+  return runMigrations(url, [createQueueBoxMigration()]);
 }
 
 /** A login role whose password is PASSWORD, so every URL the CLI gets carries a password that must never be printed. */
@@ -281,16 +274,7 @@ describe('queuebox CLI', () => {
 
   it("honours the DataSource's migrationsTableName with --migrations-table", async () => {
     const db = await emptyDatabase();
-    const dataSource = new DataSource({
-      type: 'postgres',
-      url: db.url,
-      migrationsTableName: 'app_migrations',
-      migrations: [createQueueBoxMigration()],
-      logging: false,
-    });
-    await dataSource.initialize();
-    await dataSource.runMigrations();
-    await dataSource.destroy();
+    await runMigrations(db.url, [createQueueBoxMigration()], 'app_migrations');
     const without = await queuebox(['migrate', '--url', withPassword(db.url)]);
     assert.equal(without.code, 1);
     assert.match(

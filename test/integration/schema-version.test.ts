@@ -4,7 +4,7 @@ import { after, describe, it } from 'node:test';
 import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { DataSource, type MigrationInterface } from 'typeorm';
+import type { MigrationInterface } from 'typeorm';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import {
@@ -22,20 +22,14 @@ import { renderSchemaSql } from '../../lib/migrations/schema-files';
 import { QueueBoxModule } from '../../lib/queuebox.module';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { RecordingLogger } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { createTestDatabase, runMigrations, type TestDatabase } from '../support/database';
 
 type MigrationClass = new () => MigrationInterface;
 
 /** Runs `migrations` on a fresh database, recorded in `migrationsTableName`. */
 async function databaseWith(migrations: MigrationClass[], migrationsTableName?: string): Promise<TestDatabase> {
   const db = await createTestDatabase({ migrate: false });
-  const dataSource = new DataSource({ type: 'postgres', url: db.url, migrations, migrationsTableName, logging: false });
-  await dataSource.initialize();
-  try {
-    await dataSource.runMigrations();
-  } finally {
-    await dataSource.destroy();
-  }
+  await runMigrations(db.url, migrations, migrationsTableName);
   return db;
 }
 

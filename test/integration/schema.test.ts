@@ -24,7 +24,7 @@ import { QUEUEBOX_RESOLVED_OPTIONS } from '../../lib/queuebox.constants';
 import { QueueBoxModule } from '../../lib/queuebox.module';
 import { createTestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { createTestDatabase, eventually, runMigrations, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 const ROOT = join(__dirname, '..', '..', '..');
@@ -539,15 +539,7 @@ describe('schema', () => {
   it('migration 006 replaces the claim functions of an older version (migrations 003 and 005 of earlier versions wrote them)', async () => {
     const db = await newDatabase({ migrate: false });
     const migrations = createQueueBoxMigrations();
-    const run = async (classes: typeof migrations) => {
-      const dataSource = new DataSource({ type: 'postgres', url: db.url, migrations: classes, logging: false });
-      await dataSource.initialize();
-      try {
-        await dataSource.runMigrations();
-      } finally {
-        await dataSource.destroy();
-      }
-    };
+    const run = (classes: typeof migrations) => runMigrations(db.url, classes);
     await run(migrations.slice(0, 4));
     await db.query(
       `CREATE OR REPLACE FUNCTION queuebox_inbox_pull_claim(p_limit integer, p_lease_ms bigint, p_source text) RETURNS SETOF queuebox_inbox
@@ -572,15 +564,7 @@ describe('schema', () => {
   it("migration 007 rewrites the claim functions that 006 wrote with an earlier version's head probes", async () => {
     const db = await newDatabase({ migrate: false });
     const migrations = createQueueBoxMigrations();
-    const run = async (classes: typeof migrations) => {
-      const dataSource = new DataSource({ type: 'postgres', url: db.url, migrations: classes, logging: false });
-      await dataSource.initialize();
-      try {
-        await dataSource.runMigrations();
-      } finally {
-        await dataSource.destroy();
-      }
-    };
+    const run = (classes: typeof migrations) => runMigrations(db.url, classes);
     await run(migrations.slice(0, 6));
     // What 006 of the version before wrote: the same signature, another source.
     await db.query(

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
-import { DataSource } from 'typeorm';
+import { DataSource, type DataSourceOptions } from 'typeorm';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
 
 /** The server the test runner gave us (`scripts/test.mjs` starts an embedded one when none is set). */
@@ -60,12 +60,16 @@ export async function createTestDatabase(
 
 /** Applies the QueueBox schema through its TypeORM migration classes, as users do. */
 export async function migrate(url: string, tables?: { outbox?: string; inbox?: string }): Promise<void> {
-  const dataSource = new DataSource({
-    type: 'postgres',
-    url,
-    migrations: createQueueBoxMigrations({ tables }),
-    logging: false,
-  });
+  await runMigrations(url, createQueueBoxMigrations({ tables }));
+}
+
+/** Runs `migrations` (TypeORM migration classes) on the database at `url`, recorded in `migrationsTableName` when given. */
+export async function runMigrations(
+  url: string,
+  migrations: NonNullable<DataSourceOptions['migrations']>,
+  migrationsTableName?: string,
+): Promise<void> {
+  const dataSource = new DataSource({ type: 'postgres', url, migrations, migrationsTableName, logging: false });
   await dataSource.initialize();
   try {
     await dataSource.runMigrations();
