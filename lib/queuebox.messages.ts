@@ -3,6 +3,13 @@
  * where the reader can act, what to do. Values from users are shown with `show()`, never raw
  * payloads or SQL parameters.
  */
+/** The decorator that injects a named QueueBox's service, for the services whose calls take a manager. */
+const INJECT_DECORATORS: Record<string, string> = {
+  OutboxService: 'InjectOutbox',
+  InboxService: 'InjectInbox',
+  LeaseService: 'InjectLeaseService',
+};
+
 const show = (value: unknown): string => {
   if (typeof value === 'string') return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
   if (typeof value === 'function') return 'a function';
@@ -69,8 +76,20 @@ export const messages = {
     `QueueBoxes ${show(first)} and ${show(second)} share the instances table ${show(table)}: a replica that dies is found dead by one of them, and the other recovers its claims only one instances.deadAfterMs later. Give each its own "tables.instances".`,
   queueBoxUnknown: (name: string, names: string[]) =>
     `No QueueBox is named ${show(name)}; ${names.length === 0 ? 'none is registered' : `the application has ${names.map(show).join(', ')}`}. Name one with QueueBoxModule.forRoot({ name: ${show(name)}, ... }), or attach a tenant of that name (QueueBoxTenants.attach).`,
-  managerOfAnotherQueueBox: (call: string, own: string, ownDataSource: string, others: string[], otherDataSource: string) =>
-    `${call} was given a transaction of DataSource ${show(otherDataSource)}, which belongs to QueueBox ${others.map(show).join(' and ')}; this ${call.split('.')[0]} belongs to QueueBox ${show(own)} (DataSource ${show(ownDataSource)}). Inject the one of that DataSource: @Inject${call.startsWith('OutboxService') ? 'Outbox' : 'Inbox'}(${show(others[0])}).`,
+  managerOfAnotherQueueBox: (
+    call: string,
+    own: string,
+    ownDataSource: string,
+    others: string[],
+    otherDataSource: string,
+    otherIsTenant: boolean,
+  ) => {
+    const service = call.split('.')[0];
+    const use = otherIsTenant
+      ? `Use the tenant's own: queueBoxRegistry.get(${show(others[0])}).get(${service}) (or the entry QueueBoxTenants.attach returned).`
+      : `Inject the one of that DataSource: @${INJECT_DECORATORS[service] ?? `Inject${service}`}(${show(others[0])}).`;
+    return `${call} was given a transaction of DataSource ${show(otherDataSource)}, which belongs to QueueBox ${others.map(show).join(' and ')}; this ${service} belongs to QueueBox ${show(own)} (DataSource ${show(ownDataSource)}). ${use}`;
+  },
   pullHandlerQueueBoxUnknown: (name: string, names: string[]) =>
     `it names QueueBox ${show(name)}, which the application does not have (it has ${names.map(show).join(', ')}): its messages would never be handled. Name one of those, or register that QueueBox with QueueBoxModule.forRoot({ name: ${show(name)}, ... }).`,
   tenantNameTaken: (name: string) =>

@@ -10,7 +10,7 @@ import {
 import { DiscoveryModule, DiscoveryService, NestFactory } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
-import { QUEUEBOX_TENANT_HANDLERS } from './queuebox.constants';
+import { QUEUEBOX_APPLICATION_REGISTRY, QUEUEBOX_TENANT_HANDLERS } from './queuebox.constants';
 import { messages } from './queuebox.messages';
 import { QueueBoxModule } from './queuebox.module';
 import { QueueBoxRegistration } from './queuebox.registration';
@@ -110,14 +110,21 @@ export class QueueBoxTenants implements BeforeApplicationShutdown {
     await Promise.all(this.names().map((name) => this.detach(name)));
   }
 
-  /** The tenant's own application: its QueueBox, told to find pull handlers among the application's providers. */
+  /**
+   * The tenant's own application: its QueueBox, told to find pull handlers among the application's
+   * providers and to share the application's registry (so its services refuse a transaction of any
+   * other QueueBox's DataSource, and the others refuse one of its own).
+   */
   private tenantModule(name: string, dataSource: DataSource, options: QueueBoxModuleOptions): DynamicModule {
     const handlers = { getProviders: () => this.discovery.getProviders() };
     return {
       module: TenantLinkModule,
       global: true,
-      providers: [{ provide: QUEUEBOX_TENANT_HANDLERS, useValue: handlers }],
-      exports: [QUEUEBOX_TENANT_HANDLERS],
+      providers: [
+        { provide: QUEUEBOX_TENANT_HANDLERS, useValue: handlers },
+        { provide: QUEUEBOX_APPLICATION_REGISTRY, useValue: this.registry },
+      ],
+      exports: [QUEUEBOX_TENANT_HANDLERS, QUEUEBOX_APPLICATION_REGISTRY],
       imports: [QueueBoxModule.forRoot({ ...options, name, dataSource })],
     };
   }
