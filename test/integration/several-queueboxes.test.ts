@@ -1,5 +1,6 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { after, before, describe, it } from 'node:test';
 import { Injectable, Module } from '@nestjs/common';
@@ -14,6 +15,7 @@ import { DashboardService } from '../../lib/dashboard/dashboard.service';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
+import { LeaseService } from '../../lib/lease/lease.service';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { QueueBoxPrometheusModule } from '../../lib/prometheus/queuebox-prometheus.module';
@@ -314,6 +316,17 @@ describe('several QueueBoxes in one application (issue 27, part 2)', () => {
         const entry = registry.get(own.name);
         const outbox = entry.get(OutboxService);
         const inbox = entry.get(InboxService);
+        const lease = entry.get(LeaseService);
+        // No row of any database has this token: the fenced writes could change nothing, only be refused or report a lost claim.
+        const claim = {
+          component: 'pull',
+          table: 'inbox',
+          id: '1',
+          token: randomUUID(),
+          leaseMs: 1000,
+          leaseExpiresAt: new Date(),
+          attempt: 1,
+        } as const;
         for (const other of boxes) {
           if (other === own) continue;
           const direction = `${own.name} given ${other.name}'s transaction`;
@@ -321,6 +334,9 @@ describe('several QueueBoxes in one application (issue 27, part 2)', () => {
             ['OutboxService.enqueue', (m) => outbox.enqueue(m, { destination: 'x', payload: `crossed ${direction}` })],
             ['OutboxService.enqueueMany', (m) => outbox.enqueueMany(m, [{ destination: 'x', payload: `crossed ${direction}` }])],
             ['InboxService.receive', (m) => inbox.receive({ source: 'payments', idempotencyKey: `crossed ${direction}`, payload: 1 }, m)],
+            ['LeaseService.complete', (m) => lease.complete({ ...claim }, m)],
+            ['LeaseService.completeBatch', (m) => lease.completeBatch([{ ...claim }], m)],
+            ['LeaseService.renew', (m) => lease.renew({ ...claim }, m)],
           ];
           for (const [call, run] of calls) {
             // The caller's transaction commits whatever the call did: a row it stored would stay.
@@ -337,7 +353,7 @@ describe('several QueueBoxes in one application (issue 27, part 2)', () => {
             assert.equal(outcome.field, 'manager');
             assert.match(outcome.message, new RegExp(`which belongs to QueueBox "${other.name}"`), `${call}, ${direction}`);
             assert.match(outcome.message, new RegExp(`this \\w+ belongs to QueueBox "${own.name}"`), `${call}, ${direction}`);
-            const hint = other.tenant ? /queueBoxRegistry\.get\(/ : /@Inject(Outbox|Inbox)\(/;
+            const hint = other.tenant ? /queueBoxRegistry\.get\(/ : /@Inject(Outbox|Inbox|LeaseService)\(/;
             assert.match(outcome.message, hint, `${call}, ${direction}: how to reach the right one`);
             refused++;
           }
@@ -345,7 +361,7 @@ describe('several QueueBoxes in one application (issue 27, part 2)', () => {
       }
       const rows = await stored();
       assert.deepEqual(accepted, [], `${rows} rows stored across the databases`);
-      assert.equal(refused, 4 * 3 * 3);
+      assert.equal(refused, 4 * 3 * 6);
       assert.equal(rows, 0, 'nothing stored in any database');
     } finally {
       for (const name of tenants.names()) await tenants.detach(name);
