@@ -96,6 +96,8 @@ export const messages = {
     `A QueueBox named ${show(name)} exists already (a tenant, or a QueueBoxModule.forRoot({ name })), or is being attached or detached now: detach it first, or give the tenant another name.`,
   tenantUnknown: (name: string, names: string[]) =>
     `No tenant named ${show(name)} is attached${names.length > 0 ? ` (attached: ${names.map(show).join(', ')})` : ''}, or it is being attached or detached now.`,
+  tenantDataSourceNotInitialized: (name: string) =>
+    `QueueBoxTenants.attach(${show(name)}) needs an initialized TypeORM DataSource in options.dataSource; the one given is none, or not initialized (never, or destroyed since). Attach once \`await dataSource.initialize()\` (and its migrations) has resolved; a destroyed DataSource cannot be attached again: create and initialize a new one.`,
   tenantAttached: (name: string) => `Tenant ${show(name)} attached: its QueueBox runs.`,
   tenantDetached: (name: string) =>
     `Tenant ${show(name)} detached: its QueueBox stopped (its DataSource is left open for the application to destroy).`,
@@ -315,6 +317,12 @@ export const messages = {
     `QueueBox option "retention.inboxFinishedAfterMs" is ${valueMs} ms, below the minimum of ${minimumMs} ms: a processed inbox row is the record that dedupes a redelivery, and a sender retrying after its row was deleted would be accepted twice. Use at least ${minimumMs} ms, and longer than your senders retry.`,
   instanceRegisterFailed: (error: string, heartbeatMs: number) =>
     `Could not register this QueueBox instance in the instances table: ${error}. Retrying every heartbeat (${heartbeatMs} ms); until then a replica cannot tell if this one dies, and its claims wait for their leases to expire.`,
+  instanceWaitsForDataSource: (name: string, dataSource: string) =>
+    `QueueBox ${show(name)} waits for its DataSource ${show(dataSource)} to be initialized (TypeORM's manualInitialization): once initialize() has resolved, it checks the schema, registers this instance and starts its workers, in that order.`,
+  instanceStartedLate: (name: string, dataSource: string, id: string) =>
+    `DataSource ${show(dataSource)} initialized: QueueBox ${show(name)} checked the schema, registered instance ${id} and starts its workers.`,
+  instanceStartFailed: (name: string, dataSource: string, error: string, heartbeatMs: number) =>
+    `QueueBox ${show(name)} cannot start yet on DataSource ${show(dataSource)}, initialized after start-up: none of its workers claims until it can, and it tries again every ${heartbeatMs} ms (instances.heartbeatMs). The cause: ${error}`,
   instanceDeregisterFailed: (error: string) =>
     `Could not deregister this QueueBox instance: ${error}. A live replica declares it dead once its heartbeats stop and takes what it left.`,
   instanceDeregisteredReleased: (outbox: number, inbox: number) =>

@@ -54,14 +54,17 @@ export class QueueBoxTenants implements BeforeApplicationShutdown {
 
   /**
    * Starts a QueueBox named `name` on `options.dataSource` (its schema migrated, as for any
-   * QueueBox) and registers it. Resolves once its workers run; a name already taken, or options
-   * the module refuses, reject with `QueueBoxConfigError` and leave nothing running.
+   * QueueBox) and registers it. Resolves once its workers run; a name already taken, a DataSource
+   * not initialized (or destroyed), or options the module refuses, reject with `QueueBoxConfigError`
+   * and leave nothing running.
    */
   async attach(name: string, options: QueueBoxTenantOptions): Promise<QueueBoxEntry> {
     if (this.busy.has(name) || this.registry.find(name)) {
       throw new QueueBoxConfigError('name', messages.tenantNameTaken(name));
     }
     const { dataSource, ...queueBoxOptions } = options;
+    // attach resolves once the tenant's workers run: that needs the DataSource now, not some time later.
+    if (!dataSource?.isInitialized) throw new QueueBoxConfigError('dataSource', messages.tenantDataSourceNotInitialized(name));
     this.busy.add(name);
     try {
       const context = await NestFactory.createApplicationContext(this.tenantModule(name, dataSource, queueBoxOptions), {
