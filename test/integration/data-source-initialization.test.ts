@@ -7,6 +7,7 @@ import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource, type MigrationInterface, type QueryRunner } from 'typeorm';
 import { DEFAULT_MIGRATION_NAMES } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
+import { QueueBoxHealth } from '../../lib/health/queuebox-health';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { QueueBoxInstance } from '../../lib/queuebox.instance';
@@ -76,6 +77,14 @@ describe('a DataSource initialized after start-up (I13)', () => {
     assert.ok(logger.has('log', 'waits for its DataSource "default" to be initialized'), JSON.stringify(logger.lines));
     assert.equal(app.get(OutboxPoller).statuses[0].running, false, 'no worker runs yet');
     assert.equal(instance.status.registered, false);
+    const waiting = await app.get(QueueBoxHealth).check({ maxLagMs: false });
+    assert.equal(waiting.healthy, false);
+    assert.equal(waiting.database, 'down');
+    assert.equal(waiting.instance.registered, false);
+    assert.deepEqual(
+      waiting.workers.map((worker) => worker.running),
+      [false],
+    );
     const [{ id }] = await pendingMessage(db);
 
     await dataSource.initialize();
@@ -133,6 +142,13 @@ describe('a DataSource initialized after start-up (I13)', () => {
     assert.match(failed()[0].message, new RegExp(`lacks migration ${missing}`));
     assert.match(failed()[0].message, /tries again every 100 ms/);
     assert.equal(app.get(OutboxPoller).statuses[0].running, false, 'no worker runs');
+    const health = await app.get(QueueBoxHealth).check({ maxLagMs: false });
+    assert.equal(health.database, 'up');
+    assert.equal(health.instance.registered, false);
+    assert.deepEqual(
+      health.workers.map((worker) => worker.running),
+      [false],
+    );
     assert.deepEqual(await db.query('SELECT id FROM queuebox_instances'), [], 'not registered');
     assert.equal(publisher.calls.length, 0);
 
