@@ -19,6 +19,13 @@ export const QUEUEBOX_INSTANCE = 'QUEUEBOX:INSTANCE';
  */
 export const QUEUEBOX_TENANT_HANDLERS = 'QUEUEBOX:TENANT_HANDLERS';
 
+/**
+ * Injection token, present in a tenant's own application context only, of the `QueueBoxRegistry`
+ * of the application it is attached to: the one registry its services share with every other
+ * QueueBox of the process.
+ */
+export const QUEUEBOX_APPLICATION_REGISTRY = 'QUEUEBOX:APPLICATION_REGISTRY';
+
 /** Injection token of the HTTP receiver's validated options (present only when the receiver is enabled). */
 export const QUEUEBOX_RECEIVER_OPTIONS = 'QUEUEBOX:RECEIVER_OPTIONS';
 

@@ -10,17 +10,22 @@ import {
 } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
+import { RetentionService } from './admin/retention.service';
+import { followInitialization, type Initialization } from './common/data-source-initialization';
 import { describeError } from './common/errors';
 import { packageVersion } from './common/package-version';
+import { Waker } from './common/wait';
 import type { Dialect } from './dialects/dialect';
 import type { DeadInstanceRow } from './dialects/dialect-rows';
 import { QueueBoxEvents } from './events/queuebox.events';
 import { InboxRelay } from './inbox/inbox.relay';
+import { checkSchemaOnce } from './migrations/schema-version';
 import type { ResolvedInstancesOptions, ResolvedQueueBoxOptions } from './options/options.resolved';
 import { OutboxPoller } from './outbox/outbox.poller';
 import { PullWorker } from './pull/pull.worker';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { messages } from './queuebox.messages';
+import { WorkNotifications } from './queuebox.notifications';
 import type { QueueBoxInstanceName } from './types/instance';
 
 /** What health checks read about this instance's heartbeats. */
@@ -47,6 +52,11 @@ export interface InstanceStatus {
  * 5-minute lease. A paused owner that comes back fails its fence as after any expiry (its
  * completions are lost claims; at-least-once, never two live owners), and registers again.
  *
+ * It starts this QueueBox's work once registered: the heartbeat, the workers this process runs,
+ * their notifications and retention. A DataSource initialized after start-up (TypeORM's
+ * `manualInitialization`) is waited for: once its `initialize()` resolved, the instance checks the
+ * schema, registers and starts the work, in that order (I13).
+ *
  * At shutdown, once the workers stopped, it deregisters: what it still held (work abandoned after
  * `shutdownTimeoutMs`) is released at once and reclaimed.
  */
@@ -63,20 +73,29 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
   private declaredDead = 0;
   private deadInstancesEnded = 0;
   private stopped = false;
+  /** Set while the DataSource is not initialized: the start waits for it. */
+  private initialization?: Initialization;
+  private starting?: Promise<void>;
+  private readonly startWaker = new Waker();
+  private readonly schemaLogger = new Logger('QueueBox:Schema');
 
   constructor(
     @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
-    @Inject(QUEUEBOX_RESOLVED_OPTIONS) rootOptions: ResolvedQueueBoxOptions,
+    @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
     private readonly events: QueueBoxEvents,
     private readonly outbox: OutboxPoller,
     private readonly relay: InboxRelay,
     private readonly pull: PullWorker,
+    private readonly notifications: WorkNotifications,
+    private readonly retention: RetentionService,
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
     this.options = rootOptions.instances;
     this.timerName = `queuebox:${instance.name}:heartbeat`;
+    // From the start: an `initialize()` the application calls before `onModuleInit` is then known to run.
+    if (!dataSource.isInitialized) this.initialization = followInitialization(dataSource, () => this.startWaker.wake());
   }
 
   /** This instance's id, as claims write it to `claimed_by` and `queuebox instances` lists it. */
@@ -95,9 +114,17 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     };
   }
 
-  /** Registers before any worker starts (Nest runs every `onModuleInit` before any `onApplicationBootstrap`). */
+  /**
+   * Registers before any worker starts (Nest runs every `onModuleInit` before any
+   * `onApplicationBootstrap`), after the schema check when the module could not run it (the
+   * DataSource was initialized after the module was built). A DataSource not initialized yet is
+   * left to `onApplicationBootstrap`.
+   */
   async onModuleInit(): Promise<void> {
-    if (!this.dataSource.isInitialized) return;
+    if (this.initialization?.done() === false) return;
+    this.initialization?.stop();
+    this.initialization = undefined;
+    await checkSchemaOnce(this.dataSource, this.rootOptions, this.dialect, this.schemaLogger);
     try {
       await this.register();
     } catch (error) {
@@ -106,12 +133,58 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     }
   }
 
-  onApplicationBootstrap(): void {
-    if (!this.dataSource.isInitialized) return;
+  /** Starts the work, or, for a DataSource not initialized at `onModuleInit`, waits for it in the background. */
+  async onApplicationBootstrap(): Promise<void> {
     this.stopped = false;
-    this.timer = setInterval(() => void this.beat(), this.options.heartbeatMs);
-    this.timer.unref();
-    this.scheduler?.addInterval(this.timerName, this.timer);
+    if (!this.initialization) return this.startWork();
+    this.logger.log(messages.instanceWaitsForDataSource(this.instance.name, this.instance.dataSource));
+    this.starting = this.startOnceInitialized();
+  }
+
+  /**
+   * Once the DataSource's `initialize()` resolved: checks the schema, registers, then starts the
+   * work. A step that fails is logged (once per distinct error) and the sequence runs again every
+   * `heartbeatMs` (a check already passed is not run again); nothing claims before it registered.
+   * Ends early at shutdown.
+   */
+  private async startOnceInitialized(): Promise<void> {
+    const initialization = this.initialization as Initialization;
+    let failure: string | undefined;
+    while (!this.stopped) {
+      if (initialization.done()) {
+        try {
+          await checkSchemaOnce(this.dataSource, this.rootOptions, this.dialect, this.schemaLogger);
+          await this.register();
+          if (this.stopped) break;
+          this.logger.log(messages.instanceStartedLate(this.instance.name, this.instance.dataSource, this.instance.id));
+          await this.startWork();
+          break;
+        } catch (error) {
+          const text = describeError(error);
+          if (text !== failure) {
+            this.logger.error(messages.instanceStartFailed(this.instance.name, this.instance.dataSource, text, this.options.heartbeatMs));
+          }
+          failure = text;
+        }
+      }
+      await this.startWaker.sleep(this.options.heartbeatMs);
+    }
+    initialization.stop();
+  }
+
+  /**
+   * Heartbeats, then starts what this process runs: its workers, the notifications that wake them,
+   * retention. Each part starts once: a late start that failed half-way runs it again.
+   */
+  private async startWork(): Promise<void> {
+    if (!this.timer) {
+      this.timer = setInterval(() => void this.beat(), this.options.heartbeatMs);
+      this.timer.unref();
+      this.scheduler?.addInterval(this.timerName, this.timer);
+    }
+    const workers = [this.outbox, this.relay, this.pull].filter((worker) => worker.enabled);
+    await Promise.all([...workers.map((worker) => worker.start()), this.notifications.start()]);
+    this.retention.startWithWorkers();
   }
 
   /**
@@ -120,6 +193,9 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
    */
   async beforeApplicationShutdown(): Promise<void> {
     this.stopTimer();
+    // A start after a late initialization that is under way ends first: it starts nothing more now.
+    this.startWaker.wake();
+    await this.starting;
     await Promise.all([this.outbox.stop(), this.relay.stop(), this.pull.stop()]);
     await this.beating;
     if (!this.registered) return;

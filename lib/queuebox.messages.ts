@@ -3,6 +3,13 @@
  * where the reader can act, what to do. Values from users are shown with `show()`, never raw
  * payloads or SQL parameters.
  */
+/** The decorator that injects a named QueueBox's service, for the services whose calls take a manager. */
+const INJECT_DECORATORS: Record<string, string> = {
+  OutboxService: 'InjectOutbox',
+  InboxService: 'InjectInbox',
+  LeaseService: 'InjectLeaseService',
+};
+
 const show = (value: unknown): string => {
   if (typeof value === 'string') return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
   if (typeof value === 'function') return 'a function';
@@ -69,14 +76,28 @@ export const messages = {
     `QueueBoxes ${show(first)} and ${show(second)} share the instances table ${show(table)}: a replica that dies is found dead by one of them, and the other recovers its claims only one instances.deadAfterMs later. Give each its own "tables.instances".`,
   queueBoxUnknown: (name: string, names: string[]) =>
     `No QueueBox is named ${show(name)}; ${names.length === 0 ? 'none is registered' : `the application has ${names.map(show).join(', ')}`}. Name one with QueueBoxModule.forRoot({ name: ${show(name)}, ... }), or attach a tenant of that name (QueueBoxTenants.attach).`,
-  managerOfAnotherQueueBox: (call: string, own: string, ownDataSource: string, others: string[], otherDataSource: string) =>
-    `${call} was given a transaction of DataSource ${show(otherDataSource)}, which belongs to QueueBox ${others.map(show).join(' and ')}; this ${call.split('.')[0]} belongs to QueueBox ${show(own)} (DataSource ${show(ownDataSource)}). Inject the one of that DataSource: @Inject${call.startsWith('OutboxService') ? 'Outbox' : 'Inbox'}(${show(others[0])}).`,
+  managerOfAnotherQueueBox: (
+    call: string,
+    own: string,
+    ownDataSource: string,
+    others: string[],
+    otherDataSource: string,
+    otherIsTenant: boolean,
+  ) => {
+    const service = call.split('.')[0];
+    const use = otherIsTenant
+      ? `Use the tenant's own: queueBoxRegistry.get(${show(others[0])}).get(${service}) (or the entry QueueBoxTenants.attach returned).`
+      : `Inject the one of that DataSource: @${INJECT_DECORATORS[service] ?? `Inject${service}`}(${show(others[0])}).`;
+    return `${call} was given a transaction of DataSource ${show(otherDataSource)}, which belongs to QueueBox ${others.map(show).join(' and ')}; this ${service} belongs to QueueBox ${show(own)} (DataSource ${show(ownDataSource)}). ${use}`;
+  },
   pullHandlerQueueBoxUnknown: (name: string, names: string[]) =>
     `it names QueueBox ${show(name)}, which the application does not have (it has ${names.map(show).join(', ')}): its messages would never be handled. Name one of those, or register that QueueBox with QueueBoxModule.forRoot({ name: ${show(name)}, ... }).`,
   tenantNameTaken: (name: string) =>
     `A QueueBox named ${show(name)} exists already (a tenant, or a QueueBoxModule.forRoot({ name })), or is being attached or detached now: detach it first, or give the tenant another name.`,
   tenantUnknown: (name: string, names: string[]) =>
     `No tenant named ${show(name)} is attached${names.length > 0 ? ` (attached: ${names.map(show).join(', ')})` : ''}, or it is being attached or detached now.`,
+  tenantDataSourceNotInitialized: (name: string) =>
+    `QueueBoxTenants.attach(${show(name)}) needs an initialized TypeORM DataSource in options.dataSource; the one given is none, or not initialized (never, or destroyed since). Attach once \`await dataSource.initialize()\` (and its migrations) has resolved; a destroyed DataSource cannot be attached again: create and initialize a new one.`,
   tenantAttached: (name: string) => `Tenant ${show(name)} attached: its QueueBox runs.`,
   tenantDetached: (name: string) =>
     `Tenant ${show(name)} detached: its QueueBox stopped (its DataSource is left open for the application to destroy).`,
@@ -296,6 +317,12 @@ export const messages = {
     `QueueBox option "retention.inboxFinishedAfterMs" is ${valueMs} ms, below the minimum of ${minimumMs} ms: a processed inbox row is the record that dedupes a redelivery, and a sender retrying after its row was deleted would be accepted twice. Use at least ${minimumMs} ms, and longer than your senders retry.`,
   instanceRegisterFailed: (error: string, heartbeatMs: number) =>
     `Could not register this QueueBox instance in the instances table: ${error}. Retrying every heartbeat (${heartbeatMs} ms); until then a replica cannot tell if this one dies, and its claims wait for their leases to expire.`,
+  instanceWaitsForDataSource: (name: string, dataSource: string) =>
+    `QueueBox ${show(name)} waits for its DataSource ${show(dataSource)} to be initialized (TypeORM's manualInitialization): once initialize() has resolved, it checks the schema, registers this instance and starts its workers, in that order.`,
+  instanceStartedLate: (name: string, dataSource: string, id: string) =>
+    `DataSource ${show(dataSource)} initialized: QueueBox ${show(name)} checked the schema, registered instance ${id} and starts its workers.`,
+  instanceStartFailed: (name: string, dataSource: string, error: string, heartbeatMs: number) =>
+    `QueueBox ${show(name)} cannot start yet on DataSource ${show(dataSource)}, initialized after start-up: none of its workers claims until it can, and it tries again every ${heartbeatMs} ms (instances.heartbeatMs). The cause: ${error}`,
   instanceDeregisterFailed: (error: string) =>
     `Could not deregister this QueueBox instance: ${error}. A live replica declares it dead once its heartbeats stop and takes what it left.`,
   instanceDeregisteredReleased: (outbox: number, inbox: number) =>

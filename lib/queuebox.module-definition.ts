@@ -8,7 +8,7 @@ import { InboxRelay } from './inbox/inbox.relay';
 import { InboxReceiver } from './inbox/receiver/inbox-receiver';
 import { createInboxReceiverController } from './inbox/receiver/inbox-receiver.controller';
 import { type InboxReceiverOptions, resolveReceiverOptions } from './inbox/receiver/inbox-receiver.options';
-import { checkSchemaVersion } from './migrations/schema-version';
+import { checkSchemaOnce } from './migrations/schema-version';
 import type { ResolvedQueueBoxOptions } from './options/options.resolved';
 import { resolveOptions } from './options/options.resolver';
 import { queryTimeoutFor } from './options/query-timeout';
@@ -164,11 +164,9 @@ const coreProviders: Provider[] = [
     inject: [QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_INSTANCE],
     useFactory: async (dataSource: DataSource, options: ResolvedQueueBoxOptions, instance: QueueBoxInstanceName) => {
       const dialect = createDialect(dataSource, options.tables, { queryTimeoutMs: queryTimeoutFor(options), instanceId: instance.id });
-      if (dataSource.isInitialized) {
-        // The recorded migrations first: a missing one is named as the migration to run, not as the table it creates.
-        await checkSchemaVersion(dataSource, options, schemaLogger);
-        await dialect.schemaCheck();
-      }
+      // As early as can be, so a bad schema fails start-up before anything else runs; a DataSource
+      // initialized later is checked by the instance before it registers.
+      if (dataSource.isInitialized) await checkSchemaOnce(dataSource, options, dialect, schemaLogger);
       return dialect;
     },
   },

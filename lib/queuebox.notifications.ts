@@ -1,4 +1,4 @@
-import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger } from '@nestjs/common';
 import { describeError } from './common/errors';
 import type { Dialect, WorkListener } from './dialects/dialect';
 import type { ResolvedQueueBoxOptions } from './options/options.resolved';
@@ -15,7 +15,7 @@ import { InboxSources } from './workers/inbox-sources';
  * by itself), workers still find their work every `pollIntervalMs`.
  */
 @Injectable()
-export class WorkNotifications implements OnApplicationBootstrap, BeforeApplicationShutdown {
+export class WorkNotifications implements BeforeApplicationShutdown {
   private readonly logger = new Logger('QueueBox:WorkNotifications');
   private listener?: WorkListener;
   private up = false;
@@ -38,9 +38,10 @@ export class WorkNotifications implements OnApplicationBootstrap, BeforeApplicat
     return this.up;
   }
 
-  async onApplicationBootstrap(): Promise<void> {
+  /** Listens when the database has notifications and a worker runs here; started with the workers by `QueueBoxInstance`. */
+  async start(): Promise<void> {
     const { outbox, relay, pull } = this.options.workers;
-    if (!this.dialect.workListen || !(outbox || relay || pull)) return;
+    if (this.listener || !this.dialect.workListen || !(outbox || relay || pull)) return;
     this.listener = await this.dialect.workListen({
       onWork: (notice) => {
         if (notice.table === 'outbox') this.poller.wake();

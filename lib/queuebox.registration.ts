@@ -10,7 +10,9 @@ import type { QueueBoxInstanceName } from './types/instance';
  * Puts this QueueBox in the application's registry. In the constructor, on purpose: Nest creates
  * every provider of every module before it calls any `onModuleInit`, so by the first of those
  * every QueueBox is known (a `@PullHandler` naming one that is not can be refused), and two of one
- * name fail start-up before any worker runs.
+ * name fail start-up before any worker runs. A tenant is put there by `QueueBoxTenants.attach`
+ * once its context is up instead: the registry it shares is the running application's, whose
+ * watchers (the Prometheus exporter) read an entry's providers as soon as it is added.
  */
 @Injectable()
 export class QueueBoxRegistration implements OnApplicationShutdown {
@@ -31,7 +33,7 @@ export class QueueBoxRegistration implements OnApplicationShutdown {
       tenant: instance.tenant,
       get: <T>(type: Type<T>) => moduleRef.get(type, { strict: true }),
     };
-    registry.add(this.entry);
+    if (!instance.tenant) registry.add(this.entry);
   }
 
   onApplicationShutdown(): void {

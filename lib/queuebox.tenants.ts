@@ -10,7 +10,7 @@ import {
 import { DiscoveryModule, DiscoveryService, NestFactory } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
-import { QUEUEBOX_TENANT_HANDLERS } from './queuebox.constants';
+import { QUEUEBOX_APPLICATION_REGISTRY, QUEUEBOX_TENANT_HANDLERS } from './queuebox.constants';
 import { messages } from './queuebox.messages';
 import { QueueBoxModule } from './queuebox.module';
 import { QueueBoxRegistration } from './queuebox.registration';
@@ -54,14 +54,17 @@ export class QueueBoxTenants implements BeforeApplicationShutdown {
 
   /**
    * Starts a QueueBox named `name` on `options.dataSource` (its schema migrated, as for any
-   * QueueBox) and registers it. Resolves once its workers run; a name already taken, or options
-   * the module refuses, reject with `QueueBoxConfigError` and leave nothing running.
+   * QueueBox) and registers it. Resolves once its workers run; a name already taken, a DataSource
+   * not initialized (or destroyed), or options the module refuses, reject with `QueueBoxConfigError`
+   * and leave nothing running.
    */
   async attach(name: string, options: QueueBoxTenantOptions): Promise<QueueBoxEntry> {
     if (this.busy.has(name) || this.registry.find(name)) {
       throw new QueueBoxConfigError('name', messages.tenantNameTaken(name));
     }
     const { dataSource, ...queueBoxOptions } = options;
+    // attach resolves once the tenant's workers run: that needs the DataSource now, not some time later.
+    if (!dataSource?.isInitialized) throw new QueueBoxConfigError('dataSource', messages.tenantDataSourceNotInitialized(name));
     this.busy.add(name);
     try {
       const context = await NestFactory.createApplicationContext(this.tenantModule(name, dataSource, queueBoxOptions), {
@@ -110,14 +113,21 @@ export class QueueBoxTenants implements BeforeApplicationShutdown {
     await Promise.all(this.names().map((name) => this.detach(name)));
   }
 
-  /** The tenant's own application: its QueueBox, told to find pull handlers among the application's providers. */
+  /**
+   * The tenant's own application: its QueueBox, told to find pull handlers among the application's
+   * providers and to share the application's registry (so its services refuse a transaction of any
+   * other QueueBox's DataSource, and the others refuse one of its own).
+   */
   private tenantModule(name: string, dataSource: DataSource, options: QueueBoxModuleOptions): DynamicModule {
     const handlers = { getProviders: () => this.discovery.getProviders() };
     return {
       module: TenantLinkModule,
       global: true,
-      providers: [{ provide: QUEUEBOX_TENANT_HANDLERS, useValue: handlers }],
-      exports: [QUEUEBOX_TENANT_HANDLERS],
+      providers: [
+        { provide: QUEUEBOX_TENANT_HANDLERS, useValue: handlers },
+        { provide: QUEUEBOX_APPLICATION_REGISTRY, useValue: this.registry },
+      ],
+      exports: [QUEUEBOX_TENANT_HANDLERS, QUEUEBOX_APPLICATION_REGISTRY],
       imports: [QueueBoxModule.forRoot({ ...options, name, dataSource })],
     };
   }

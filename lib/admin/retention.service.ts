@@ -1,4 +1,4 @@
-import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger } from '@nestjs/common';
 import { describeError } from '../common/errors';
 import type { Dialect } from '../dialects/dialect';
 import type { RetentionKind } from '../dialects/dialect-rows';
@@ -21,7 +21,7 @@ import type { RetentionResult } from './admin.types';
  * const { outboxDeleted, skipped } = await app.get(RetentionService).runOnce();
  */
 @Injectable()
-export class RetentionService implements OnApplicationBootstrap, BeforeApplicationShutdown {
+export class RetentionService implements BeforeApplicationShutdown {
   private readonly logger = new Logger('QueueBox:Retention');
   private readonly options: ResolvedRetentionOptions;
   private timer: NodeJS.Timeout | undefined;
@@ -35,7 +35,8 @@ export class RetentionService implements OnApplicationBootstrap, BeforeApplicati
     this.options = rootOptions.retention;
   }
 
-  onApplicationBootstrap(): void {
+  /** Starts the timer when retention is enabled and a worker runs here; called with the workers' start by `QueueBoxInstance`. */
+  startWithWorkers(): void {
     const { workers } = this.rootOptions;
     if (this.options.enabled && (workers.outbox || workers.relay || workers.pull)) this.start();
   }

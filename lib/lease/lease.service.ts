@@ -1,12 +1,15 @@
-import { Inject, Injectable } from '@nestjs/common';
-import type { EntityManager } from 'typeorm';
+import { Inject, Injectable, Optional } from '@nestjs/common';
+import type { DataSource, EntityManager } from 'typeorm';
 import { describeError } from '../common/errors';
+import { checkOwnDataSource } from '../common/own-data-source';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxStateError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
-import { QUEUEBOX_DIALECT } from '../queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
+import { QueueBoxRegistry } from '../queuebox.registry';
 import type { Claim, InboxClaim } from '../types/claims';
+import type { QueueBoxInstanceName } from '../types/instance';
 import { LeaseKeeper } from './lease-keeper';
 
 /** What `LeaseService.claim` delegates to (`PullClient`, which registers itself): the alias of one release. */
@@ -22,7 +25,8 @@ export interface PullClaimer {
  * Every write is fenced (row id, state `processing`, the claim's token, a lease later than the
  * database clock) and returns whether it changed exactly one row. `false` means the claim is
  * lost: stop working on the row and change nothing more; never retry with another token. The
- * first loss of each claim is counted in `queuebox_claims_lost_total{component}`.
+ * first loss of each claim is counted in `queuebox_claims_lost_total{component}`. A `manager` of
+ * another QueueBox's DataSource is refused with `QueueBoxValidationError` (`field: 'manager'`).
  *
  * @example
  * const claim = await pullClient.claim('payments', { leaseMs: 30_000 });
@@ -36,6 +40,10 @@ export class LeaseService {
   constructor(
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     private readonly events: QueueBoxEvents,
+    // Absent outside a QueueBox module (createPullClient): no other QueueBox to tell apart there.
+    @Optional() @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource?: DataSource,
+    @Optional() @Inject(QUEUEBOX_INSTANCE) private readonly instance?: QueueBoxInstanceName,
+    @Optional() private readonly registry?: QueueBoxRegistry,
   ) {}
 
   /**
@@ -54,6 +62,7 @@ export class LeaseService {
 
   /** Extends the lease by `claim.leaseMs` from the database's current time (on `manager`'s connection when given). */
   async renew(claim: Claim, manager?: EntityManager): Promise<boolean> {
+    this.checkManager(manager, 'LeaseService.renew');
     const expires = await this.dialect.leaseRenew({ ...this.fence(claim), leaseMs: claim.leaseMs, manager });
     if (expires) claim.leaseExpiresAt = expires;
     return this.fenced(claim, expires !== null);
@@ -61,6 +70,7 @@ export class LeaseService {
 
   /** Marks the row `sent` (outbox) or `processed` (inbox); inside `manager`'s transaction when given. */
   async complete(claim: Claim, manager?: EntityManager): Promise<boolean> {
+    this.checkManager(manager, 'LeaseService.complete');
     return this.fenced(claim, await this.dialect.leaseComplete({ ...this.fence(claim), manager }));
   }
 
@@ -81,6 +91,7 @@ export class LeaseService {
    * (the others are lost, and counted). The outbox poller's completions use it.
    */
   async completeEach(claims: readonly Claim[], manager?: EntityManager): Promise<{ has(claim: Claim): boolean }> {
+    this.checkManager(manager, 'LeaseService.completeBatch');
     if (claims.length === 0) return NONE_COMPLETED;
     // The claims are what the dialect reads (`id`, `token`): no copy of each.
     const done = await this.dialect.leaseCompleteBatch({ table: claims[0].table, claims, manager });
@@ -147,6 +158,17 @@ export class LeaseService {
   private fenced(claim: Claim, changedOneRow: boolean): boolean {
     if (!changedOneRow) this.markLost(claim);
     return changedOneRow;
+  }
+
+  /**
+   * A transaction of another QueueBox's DataSource (I12) would run the fenced write against that
+   * database's table: zero rows, a claim counted lost, and the work done in that transaction
+   * committed while this row waits for its lease to expire and is done again.
+   */
+  private checkManager(manager: EntityManager | undefined, call: string): void {
+    if (!manager || this.instance === undefined || this.dataSource === undefined) return;
+    const { name, dataSource: dataSourceName } = this.instance;
+    checkOwnDataSource(manager, call, { name, dataSourceName, dataSource: this.dataSource }, this.registry);
   }
 
   private fence(claim: Claim): Pick<Claim, 'table' | 'id' | 'token'> {

@@ -1,6 +1,6 @@
 import type { LoggerService } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import type { QueueBoxTables } from '../dialects/dialect';
+import type { Dialect, QueueBoxTables } from '../dialects/dialect';
 import { dialectDriver } from '../dialects/registry';
 import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
@@ -83,4 +83,26 @@ export async function checkSchemaVersion(dataSource: DataSource, options: Resolv
       messages.migrationMissingOptional(entry.name, migrationsTable, optionalBecause(entry.migration, options, dataSource) as string),
     );
   }
+}
+
+const schemaChecked = new WeakSet<Dialect>();
+
+/**
+ * The start-up schema checks of one QueueBox: the recorded migrations first (a missing one is
+ * named as the migration to run, not as the table it creates), then the dialect's check of the
+ * tables and settings. Once per dialect, as soon as its DataSource is initialized: when the module
+ * builds the dialect, or later, before the instance registers (a DataSource initialized after
+ * start-up, or between the module's build and its `onModuleInit`). A failed check runs again at
+ * the next call.
+ */
+export async function checkSchemaOnce(
+  dataSource: DataSource,
+  options: ResolvedQueueBoxOptions,
+  dialect: Dialect,
+  logger: LoggerService,
+): Promise<void> {
+  if (schemaChecked.has(dialect)) return;
+  await checkSchemaVersion(dataSource, options, logger);
+  await dialect.schemaCheck();
+  schemaChecked.add(dialect);
 }

@@ -1,8 +1,8 @@
-// Worker runtime: the Nest-facing shell of a worker (start at bootstrap, stop before TypeORM closes
-// its DataSource, run a batch by hand, status) over its claim loops: one for the outbox poller and
-// the inbox relay, one per handler for the pull worker.
+// Worker runtime: the Nest-facing shell of a worker (started by the instance once it registered,
+// stopped before TypeORM closes its DataSource, a batch run by hand, status) over its claim loops:
+// one for the outbox poller and the inbox relay, one per handler for the pull worker.
 
-import type { BeforeApplicationShutdown, Logger, OnApplicationBootstrap } from '@nestjs/common';
+import type { BeforeApplicationShutdown, Logger } from '@nestjs/common';
 import { messages } from '../queuebox.messages';
 import type { WorkerClaim } from '../types/claims';
 import type { ClaimLoop, WorkerLoopStatus } from './claim-loop';
@@ -16,7 +16,7 @@ export interface LoopDescription {
 }
 
 /** The public face of a QueueBox worker (OutboxPoller, InboxRelay, PullWorker). */
-export abstract class WorkerShell<C extends WorkerClaim<unknown>> implements OnApplicationBootstrap, BeforeApplicationShutdown {
+export abstract class WorkerShell<C extends WorkerClaim<unknown>> implements BeforeApplicationShutdown {
   protected abstract readonly logger: Logger;
 
   /** Whether this process runs this worker: on in `workers`, and with work to do. Health checks list only these. */
@@ -31,15 +31,14 @@ export abstract class WorkerShell<C extends WorkerClaim<unknown>> implements OnA
   /** Closes what `beforeStart` set up, after the loops stopped. */
   protected async afterStop(): Promise<void> {}
 
-  async onApplicationBootstrap(): Promise<void> {
-    if (this.enabled) await this.start();
-  }
-
   async beforeApplicationShutdown(): Promise<void> {
     await this.stop();
   }
 
-  /** Starts claiming (at bootstrap when this worker is on in `workers`). */
+  /**
+   * Starts claiming. `QueueBoxInstance` starts each enabled worker once the instance registered:
+   * at bootstrap, or once a DataSource initialized after start-up is (a claim names its instance).
+   */
   async start(): Promise<void> {
     const loops = this.loops();
     if (loops.every(({ loop }) => loop.running)) return;

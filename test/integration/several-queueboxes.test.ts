@@ -1,5 +1,6 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { after, before, describe, it } from 'node:test';
 import { Injectable, Module } from '@nestjs/common';
@@ -8,12 +9,13 @@ import { TerminusModule } from '@nestjs/terminus';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { PrometheusModule } from '@willsoto/nestjs-prometheus';
 import { register } from 'prom-client';
-import { DataSource } from 'typeorm';
+import { DataSource, type EntityManager } from 'typeorm';
 import { QueueBoxDashboardModule } from '../../lib/dashboard/dashboard.module';
 import { DashboardService } from '../../lib/dashboard/dashboard.service';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
+import { LeaseService } from '../../lib/lease/lease.service';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { QueueBoxPrometheusModule } from '../../lib/prometheus/queuebox-prometheus.module';
@@ -279,6 +281,92 @@ describe('several QueueBoxes in one application (issue 27, part 2)', () => {
       registry.list().map((entry) => entry.name),
       ['default', 'ledger'],
     );
+  });
+
+  it('every QueueBox, named or attached, refuses a transaction of every other one, in every direction, and stores nothing (I12)', async () => {
+    const tenants = app.get(QueueBoxTenants);
+    const registry = app.get(QueueBoxRegistry);
+    const publisher = new RecordingPublisher();
+    const tenantDataSources: DataSource[] = [];
+    const boxes: { name: string; dataSource: DataSource; db: TestDatabase; tenant: boolean }[] = [
+      { name: 'default', dataSource: ordersDataSource(), db: orders, tenant: false },
+      { name: 'ledger', dataSource: ledgerDataSource(), db: ledger, tenant: false },
+    ];
+    try {
+      for (const name of ['north', 'south']) {
+        const db = await newDatabase();
+        const dataSource = await new DataSource({ type: 'postgres', url: db.url, logging: false }).initialize();
+        tenantDataSources.push(dataSource);
+        await tenants.attach(name, { dataSource, outbox: { publisher, ...fast }, pull: fast });
+        boxes.push({ name, dataSource, db, tenant: true });
+      }
+      const stored = async () => {
+        let rows = 0;
+        for (const { db } of boxes) {
+          rows += (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM queuebox_outbox WHERE payload::text LIKE '%crossed%'`))[0]
+            .n;
+          rows += (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM queuebox_inbox WHERE idempotency_key LIKE 'crossed%'`))[0]
+            .n;
+        }
+        return rows;
+      };
+      let refused = 0;
+      const accepted: string[] = [];
+      for (const own of boxes) {
+        const entry = registry.get(own.name);
+        const outbox = entry.get(OutboxService);
+        const inbox = entry.get(InboxService);
+        const lease = entry.get(LeaseService);
+        // No row of any database has this token: the fenced writes could change nothing, only be refused or report a lost claim.
+        const claim = {
+          component: 'pull',
+          table: 'inbox',
+          id: '1',
+          token: randomUUID(),
+          leaseMs: 1000,
+          leaseExpiresAt: new Date(),
+          attempt: 1,
+        } as const;
+        for (const other of boxes) {
+          if (other === own) continue;
+          const direction = `${own.name} given ${other.name}'s transaction`;
+          const calls: [string, (manager: EntityManager) => Promise<unknown>][] = [
+            ['OutboxService.enqueue', (m) => outbox.enqueue(m, { destination: 'x', payload: `crossed ${direction}` })],
+            ['OutboxService.enqueueMany', (m) => outbox.enqueueMany(m, [{ destination: 'x', payload: `crossed ${direction}` }])],
+            ['InboxService.receive', (m) => inbox.receive({ source: 'payments', idempotencyKey: `crossed ${direction}`, payload: 1 }, m)],
+            ['LeaseService.complete', (m) => lease.complete({ ...claim }, m)],
+            ['LeaseService.completeBatch', (m) => lease.completeBatch([{ ...claim }], m)],
+            ['LeaseService.renew', (m) => lease.renew({ ...claim }, m)],
+          ];
+          for (const [call, run] of calls) {
+            // The caller's transaction commits whatever the call did: a row it stored would stay.
+            const outcome = await other.dataSource.transaction((manager) =>
+              run(manager).then(
+                () => undefined,
+                (error: unknown) => error,
+              ),
+            );
+            if (!(outcome instanceof QueueBoxValidationError)) {
+              accepted.push(`${call}, ${direction}: ${outcome === undefined ? 'accepted' : String(outcome)}`);
+              continue;
+            }
+            assert.equal(outcome.field, 'manager');
+            assert.match(outcome.message, new RegExp(`which belongs to QueueBox "${other.name}"`), `${call}, ${direction}`);
+            assert.match(outcome.message, new RegExp(`this \\w+ belongs to QueueBox "${own.name}"`), `${call}, ${direction}`);
+            const hint = other.tenant ? /queueBoxRegistry\.get\(/ : /@Inject(Outbox|Inbox|LeaseService)\(/;
+            assert.match(outcome.message, hint, `${call}, ${direction}: how to reach the right one`);
+            refused++;
+          }
+        }
+      }
+      const rows = await stored();
+      assert.deepEqual(accepted, [], `${rows} rows stored across the databases`);
+      assert.equal(refused, 4 * 3 * 6);
+      assert.equal(rows, 0, 'nothing stored in any database');
+    } finally {
+      for (const name of tenants.names()) await tenants.detach(name);
+      for (const dataSource of tenantDataSources) await dataSource.destroy();
+    }
   });
 });
 

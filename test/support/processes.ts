@@ -46,6 +46,8 @@ export async function startWorker(env: {
   batchHoldMs?: number;
   /** JSON-able QueueBox options: `workers`, `outbox`, `inbox.relay` (publisher and routes come from the fixture). */
   options: Record<string, unknown>;
+  /** TypeORM's manualInitialization: the worker initializes its DataSource right after the application started. */
+  manualInitialization?: boolean;
   /** Resolve as soon as the process runs, not when it is ready (for workers that may die while starting). */
   waitReady?: boolean;
   /** When it aborts, the worker is killed (SIGKILL), wherever it is, even still starting; an aborted signal starts none. */
@@ -62,6 +64,7 @@ export async function startWorker(env: {
       QUEUEBOX_TEST_PULL_LEASE_MS: String(env.pullLeaseMs ?? 5000),
       QUEUEBOX_TEST_PULL_MAX_ATTEMPTS: String(env.pullMaxAttempts ?? 10),
       QUEUEBOX_TEST_BATCH_HOLD_MS: String(env.batchHoldMs ?? 0),
+      QUEUEBOX_TEST_MANUAL_INIT: env.manualInitialization ? '1' : '',
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
