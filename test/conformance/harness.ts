@@ -47,10 +47,18 @@ export interface DialectHarness {
 
 const POOL_SIZE = 25;
 
-const postgres: DialectHarness = {
-  name: 'PostgreSQL',
+/**
+ * PostgreSQL; with `sessionIsolation`, every session of the test database begins its transactions
+ * (and runs a statement sent alone) at that level (`ALTER DATABASE ... SET
+ * default_transaction_isolation`), so the whole suite runs through the path where QueueBox names
+ * READ COMMITTED itself, its values inlined (I11, issue 34 item 3). The suite's own statements
+ * (row, count, expireLease...) run at that level too.
+ */
+const postgres = (name: string, sessionIsolation?: 'serializable'): DialectHarness => ({
+  name,
   async open() {
     const db = await createTestDatabase({ tables: CONFORMANCE_TABLES });
+    if (sessionIsolation) await db.query(`ALTER DATABASE ${db.name} SET default_transaction_isolation = '${sessionIsolation}'`);
     const dataSource = await new DataSource({ type: 'postgres', url: db.url, extra: { max: POOL_SIZE }, logging: false }).initialize();
     const table = {
       outbox: pgTable(parseTableName('outbox', CONFORMANCE_TABLES.outbox)),
@@ -96,7 +104,7 @@ const postgres: DialectHarness = {
       },
     };
   },
-};
+});
 
 /** What scripts/test.mjs prints too: the same line, once at start and once where the suite is skipped. */
 export const SQL_SERVER_SKIPPED = 'SQL Server tests skipped: QUEUEBOX_MSSQL_URL is not set (no SQL Server on this machine).';
@@ -213,4 +221,8 @@ const sqlServer: DialectHarness = {
 };
 
 /** Every dialect the suite knows; PostgreSQL always runs (`npm test` provides a server). */
-export const HARNESSES: DialectHarness[] = [postgres, sqlServer];
+export const HARNESSES: DialectHarness[] = [
+  postgres('PostgreSQL'),
+  postgres('PostgreSQL, sessions SERIALIZABLE by default', 'serializable'),
+  sqlServer,
+];
