@@ -11,6 +11,7 @@ import type {
   LeaseTable,
   OutboxInsertRow,
   QueueBoxTables,
+  RenewedClaim,
   WorkListener,
   WorkNotice,
 } from '../dialect';
@@ -56,7 +57,15 @@ import {
 import { inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
 import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instanceListSql, instanceRegisterSql } from './instances.sql';
-import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
+import {
+  leaseCompleteBatchSql,
+  leaseCompleteSql,
+  leaseDeadLetterSql,
+  leaseReleaseSql,
+  leaseRenewBatchSql,
+  leaseRenewSql,
+  leaseRetrySql,
+} from './lease.sql';
 import { outboxInsertSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
 import { type InlineParam, idArrayParam, inlineValues, pgTable, uuidArrayParam } from './quoting';
@@ -256,6 +265,19 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       manager,
     );
     return inserted.rows;
+  }
+
+  async leaseRenewBatch(p: {
+    table: LeaseTable;
+    claims: readonly { id: string; token: string; leaseMs: number }[];
+    manager?: EntityManager;
+  }): Promise<RenewedClaim[]> {
+    const { rows } = await this.run<{ id: string; token: string; lease_expires_at: Date }>(
+      leaseRenewBatchSql(this.table[p.table]),
+      [...PARAMS.claims(p.claims), p.claims.map((claim) => claim.leaseMs)],
+      p.manager,
+    );
+    return rows.map((row) => ({ id: row.id, token: row.token, leaseExpiresAt: row.lease_expires_at }));
   }
 
   async workListen(p: {
