@@ -228,7 +228,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     try {
       // Through the pull worker's set-aside connection when it has one: a pool full of handler
       // transactions must not make a live instance miss its heartbeats.
-      const beat = await this.dialect.instanceHeartbeat({ id: this.instance.id, manager: this.pull.renewalManager() });
+      const beat = await this.pull.onRenewalConnection((manager) => this.dialect.instanceHeartbeat({ id: this.instance.id, manager }));
       if (!beat) {
         if (this.registered) {
           this.declaredDead++;

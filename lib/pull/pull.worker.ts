@@ -8,7 +8,7 @@ import { byId } from '../dialects/records';
 import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
-import type { LeaseKeeper } from '../lease/lease-keeper';
+import { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
@@ -97,7 +97,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
 
   protected override async beforeStart(): Promise<void> {
     if (this.renewals) return;
-    this.renewals = new RenewalConnection(this.dataSource);
+    this.renewals = new RenewalConnection(this.dataSource, this.lease);
     await this.renewals.open();
   }
 
@@ -118,9 +118,13 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     return batches.flat();
   }
 
-  /** The connection set aside for renewals while the worker runs and it is connected; else `undefined` (the pool). */
-  renewalManager(): EntityManager | undefined {
-    return this.renewals?.managerIfConnected();
+  /**
+   * Runs `work` on the connection set aside for renewals while the worker runs (in turn with the
+   * renewals: one statement at a time; the manager is `undefined`, the pool, while it reconnects),
+   * else on the pool.
+   */
+  onRenewalConnection<T>(work: (manager: EntityManager | undefined) => Promise<T>): Promise<T> {
+    return this.renewals ? this.renewals.run(work) : work(undefined);
   }
 
   /** One status per handler loop (read by health checks). */
@@ -339,9 +343,13 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     await this.followers.complete(followers, manager);
   }
 
-  /** A keeper renewing `claim` on the set-aside renewal connection. */
+  /** A keeper renewing `claim` on the set-aside renewal connection (with the renewals due with it), or on the pool while the worker is not started. */
   private keep(claim: InboxClaim): LeaseKeeper {
-    return this.lease.keepOn(claim, () => this.renewals?.managerIfConnected());
+    return new LeaseKeeper(
+      claim,
+      () => (this.renewals ? this.renewals.renew(claim) : this.lease.renew(claim)),
+      (lost) => this.lease.markLost(lost),
+    );
   }
 
   /** The one-message form's step: the handler and the fenced completion in one transaction. */

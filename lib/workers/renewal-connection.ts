@@ -1,7 +1,14 @@
 // Worker runtime: the connection set aside for lease renewals, so they never queue behind handler
-// transactions for the pool. Used by PullWorker.
+// transactions for the pool. Used by PullWorker (its claims' renewals) and, through it, by the
+// instance's heartbeat.
 
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import type { LeaseService } from '../lease/lease.service';
+import type { Claim } from '../types/claims';
+import { TurnBatcher } from './turn-batcher';
+
+/** Most claims one renewal statement renews. */
+const MAX_BATCH = 1000;
 
 /**
  * One connection set aside for lease renewals, so a renewal never waits behind handler
@@ -9,13 +16,30 @@ import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
  * there, else the pool" is right: a renewal is a write of its own (never part of a caller's
  * transaction), so running it elsewhere changes nothing it means. When the connection broke,
  * renewals go through the pool while a replacement connects in the background.
+ *
+ * It runs one statement at a time: a connection given a query while it still runs another queues
+ * it (node-postgres 8 with a deprecation warning; 9 throws). The renewals due while a statement
+ * runs (every claim of one claim statement is due at the same moment) go together in the next
+ * one, one fenced statement for all of them (`LeaseService.renewEach`), so they wait behind no
+ * more than one statement, however many claims are held.
  */
 export class RenewalConnection {
   private runner?: QueryRunner;
   private replacing?: Promise<void>;
   private closed = false;
+  /** The work handed to the connection last, settled or not: the next starts when it ends. */
+  private last: Promise<unknown> = Promise.resolve();
+  private readonly renewals: TurnBatcher<Claim, boolean>;
 
-  constructor(private readonly dataSource: DataSource) {}
+  constructor(
+    private readonly dataSource: DataSource,
+    lease: LeaseService,
+  ) {
+    this.renewals = new TurnBatcher(MAX_BATCH, async (claims) => {
+      const renewed = await this.run((manager) => lease.renewEach(claims, manager));
+      return claims.map((claim) => renewed.has(claim));
+    });
+  }
 
   /** Connects the set-aside connection (takes one connection of the pool until `close()`). */
   async open(): Promise<void> {
@@ -25,20 +49,42 @@ export class RenewalConnection {
     this.runner = runner;
   }
 
-  /** The set-aside connection's manager while it is connected; `undefined` (the pool) once it broke. */
-  managerIfConnected(): EntityManager | undefined {
-    const runner = this.runner;
-    if (runner && !runner.isReleased) return runner.manager;
-    if (!this.closed) this.replace();
-    return undefined;
+  /** Renews `claim` with every renewal due with it, in one statement; whether it kept its claim (a lost one is counted). */
+  renew(claim: Claim): Promise<boolean> {
+    return this.renewals.add(claim);
   }
 
-  /** Releases the connection. A replacement still connecting releases itself when it gets one (not awaited: it may wait for the pool). */
+  /**
+   * Runs `work` with the set-aside connection's manager (`undefined`, the pool, once it broke or
+   * closed) when the work handed to it before has ended: `work` sends one statement at a time.
+   */
+  run<T>(work: (manager: EntityManager | undefined) => Promise<T>): Promise<T> {
+    const turn = this.last.then(() => work(this.managerIfConnected()));
+    this.last = turn.catch(() => undefined);
+    return turn;
+  }
+
+  /**
+   * Releases the connection once the work handed to it has ended (a connection released under a
+   * statement would go back to the pool still running it); work that starts later goes to the
+   * pool. A replacement still connecting releases itself when it gets one (not awaited: it may
+   * wait for the pool).
+   */
   async close(): Promise<void> {
     this.closed = true;
+    await this.last;
     const runner = this.runner;
     this.runner = undefined;
     if (runner && !runner.isReleased) await runner.release();
+  }
+
+  /** The set-aside connection's manager while it is connected and not closing; `undefined` (the pool) otherwise. */
+  private managerIfConnected(): EntityManager | undefined {
+    if (this.closed) return undefined;
+    const runner = this.runner;
+    if (runner && !runner.isReleased) return runner.manager;
+    this.replace();
+    return undefined;
   }
 
   private replace(): void {

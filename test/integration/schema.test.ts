@@ -476,14 +476,19 @@ describe('schema', () => {
     try {
       const take = claimsOf(t);
       const dataSource = t.app.get<DataSource>(getDataSourceToken());
-      // What the app sends through node-postgres' pool (observed, not changed).
+      // What the app sends on the connections of node-postgres' pool (observed, not changed).
       const sent: string[] = [];
-      const pool = (dataSource.driver as unknown as { master: { query(q: { text: string }): unknown } }).master;
-      const query = pool.query.bind(pool);
-      pool.query = (q: { text: string }) => {
-        sent.push(q.text);
-        return query(q);
-      };
+      type Client = { query(q: { text: string } | string, ...rest: unknown[]): unknown; observed?: boolean };
+      const pool = (dataSource.driver as unknown as { master: { on(event: 'acquire', listener: (client: Client) => void): void } }).master;
+      pool.on('acquire', (client) => {
+        if (client.observed) return;
+        client.observed = true;
+        const query = client.query.bind(client);
+        client.query = (q, ...rest) => {
+          sent.push(typeof q === 'string' ? q : q.text);
+          return query(q, ...rest);
+        };
+      });
       const fill = async () => {
         await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
         await dataSource.transaction((manager) => t.get(OutboxService).enqueue(manager, { destination: 'd', key: 'k', payload: 1 }));

@@ -86,3 +86,40 @@ export async function eventually(check: () => Promise<boolean>, what: string, ti
     await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
 }
+
+/**
+ * Keeps rewriting rows in flight (`processing`) of `tables` on a connection of its own, until
+ * `stop()`: in each READ COMMITTED transaction one random such row of each table, held locked
+ * `holdMs`. It stands for any other writer of a claimed row (an operator's UPDATE, a replica's
+ * sweep) and changes no value. `stop()` resolves to how many transactions it committed.
+ */
+export function rewriteRowsInFlight(url: string, tables: string[], holdMs = 20): { stop(): Promise<number> } {
+  let running = true;
+  const rewriting = (async () => {
+    const client = new Client({ connectionString: url });
+    await client.connect();
+    let committed = 0;
+    try {
+      while (running) {
+        await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+        for (const table of tables) {
+          await client.query(
+            `UPDATE ${table} SET attempts = attempts WHERE id = (SELECT id FROM ${table} WHERE state = 'processing' ORDER BY random() LIMIT 1)`,
+          );
+        }
+        await new Promise((resolve) => setTimeout(resolve, holdMs));
+        await client.query('COMMIT');
+        committed++;
+      }
+    } finally {
+      await client.end();
+    }
+    return committed;
+  })();
+  return {
+    stop: () => {
+      running = false;
+      return rewriting;
+    },
+  };
+}

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 export interface WorkerProcess {
@@ -86,4 +87,20 @@ export async function startWorker(env: {
   if (env.waitReady !== false) await ready;
   else ready.catch(() => undefined);
   return { child, exited, metrics };
+}
+
+/**
+ * The DeprecationWarnings QueueBox's lib/ raised in process `pid` (this one by default), as
+ * scripts/deprecation-guard.mjs recorded them (their stacks); none when the run has no guard
+ * (QUEUEBOX_DEPRECATIONS_FILE unset: not started by scripts/test.mjs).
+ */
+export function deprecationsRaisedByQueueBox(pid = process.pid): string[] {
+  const file = process.env.QUEUEBOX_DEPRECATIONS_FILE;
+  if (!file || !existsSync(file)) return [];
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as { ours: boolean; pid: number; stack: string })
+    .filter((record) => record.ours && record.pid === pid)
+    .map((record) => record.stack);
 }

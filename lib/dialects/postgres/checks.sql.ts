@@ -2,7 +2,8 @@ import { messages } from '../../queuebox.messages';
 import { pgLiteral } from './quoting';
 import { NOW } from './time';
 
-// What the dialect checks at start-up (the server's version, the schema) and the clock.
+// What the dialect checks at start-up (the server's version, the schema), the clock, and the
+// isolation level of the statements it sends outside any transaction.
 
 /**
  * The oldest PostgreSQL major QueueBox supports (README, docs/operations.md): the oldest the CI
@@ -39,14 +40,27 @@ export const clockNowSql = () => `SELECT ${NOW} AS now`;
 
 /**
  * $1 = claim function signatures, $2 = their sources as this version writes them (same order).
- * `present`: how many exist; `current`: how many of those hold exactly that source; `isolation`:
- * the isolation level a statement of this session runs at when nothing sets one.
+ * `present`: how many exist; `current`: how many of those hold exactly that source.
  */
 export const claimFunctionsLookupSql = () => `SELECT count(p.oid)::int AS present,
-       count(p.oid) FILTER (WHERE p.prosrc = f.body)::int AS current,
-       current_setting('default_transaction_isolation') AS isolation
+       count(p.oid) FILTER (WHERE p.prosrc = f.body)::int AS current
 FROM unnest($1::text[], $2::text[]) AS f(signature, body)
 LEFT JOIN pg_proc p ON p.oid = to_regprocedure(f.signature)`;
 
-/** The isolation level a transaction of this session begins at when nothing names one. */
+/**
+ * The isolation level a transaction of this session begins at when nothing names one, and a
+ * statement sent outside any transaction runs at: `default_transaction_isolation`, which the
+ * database (`ALTER DATABASE ... SET`), the role or the connection's options may set.
+ */
 export const defaultIsolationSql = () => "SELECT current_setting('default_transaction_isolation') AS isolation";
+
+/**
+ * `statements` (values inlined: see `inlineValues`) at READ COMMITTED whatever the session's
+ * default: SET TRANSACTION first, in one query string, sent with the simple query protocol.
+ * PostgreSQL runs the statements of one query string as one transaction (committed after the
+ * last, rolled back on any error), and SET TRANSACTION sets its level before the first statement
+ * after it takes a snapshot: one round trip, as the statements alone. Under READ COMMITTED each
+ * statement takes a snapshot of its own and a write that waited for a row re-checks the row's
+ * newest version; under REPEATABLE READ or SERIALIZABLE it would fail with SQLSTATE 40001 instead.
+ */
+export const readCommittedSql = (statements: string) => `SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n${statements}`;

@@ -1,4 +1,5 @@
 import type { QueueBoxTables } from '../dialect';
+import { readCommittedSql } from './checks.sql';
 import { type InlineParam, inlineParams, pgLiteral } from './quoting';
 import { msFromNow, NOW } from './time';
 
@@ -25,14 +26,13 @@ export function claimLockNames(tables: QueueBoxTables): { outbox: string; inbox:
  * statement takes its own snapshot: the claim's snapshot is taken after the lock was granted,
  * so it sees every claim committed before it, exactly as with BEGIN, the lock, the claim and
  * COMMIT sent one by one (four round trips). The transaction is READ COMMITTED whatever the
- * session's `default_transaction_isolation` says: under REPEATABLE READ or SERIALIZABLE both
- * statements would share one snapshot, taken before the lock was granted, and the claim would not
- * see the claim it waited for (a serialization failure on every contended claim).
+ * session's `default_transaction_isolation` says (`readCommittedSql`): under REPEATABLE READ or
+ * SERIALIZABLE both statements would share one snapshot, taken before the lock was granted, and
+ * the claim would not see the claim it waited for (a serialization failure on every contended claim).
  */
 export const serializedClaimSql = (lockName: string, statement: string, params: readonly InlineParam[]) =>
-  `SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-SELECT pg_advisory_xact_lock(hashtextextended(${pgLiteral(lockName)}, 0));
-${inlineParams(statement, params)}`;
+  readCommittedSql(`SELECT pg_advisory_xact_lock(hashtextextended(${pgLiteral(lockName)}, 0));
+${inlineParams(statement, params)}`);
 
 /**
  * How many of the oldest available pending rows a claim looks through for heads of keys before it

@@ -9,6 +9,16 @@ const FENCE = `id = $1 AND state = 'processing' AND claim_token = $2 AND lease_e
 export const leaseRenewSql = (table: string) => `UPDATE ${table} SET lease_expires_at = ${msFromNow('$3')}
 WHERE ${FENCE} RETURNING lease_expires_at`;
 
+/**
+ * $1 = ids, $2 = tokens, $3 = leases in ms (same order). Renews a batch with one fenced statement,
+ * each claim by its own lease, and returns the claims it renewed (id, token) with their new
+ * expiry: a claim missing from the result is lost.
+ */
+export const leaseRenewBatchSql = (table: string) => `UPDATE ${table} t SET lease_expires_at = ${msFromNow('c.lease_ms')}
+FROM unnest($1::bigint[], $2::uuid[], $3::bigint[]) AS c(id, token, lease_ms)
+WHERE t.id = c.id AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
+RETURNING t.id::text AS id, t.claim_token::text AS token, t.lease_expires_at`;
+
 /** $1 = id, $2 = token. `state`/`column`: `sent`/`sent_at` or `processed`/`processed_at`. */
 export const leaseCompleteSql = (table: string, finished: { state: 'sent' | 'processed'; column: 'sent_at' | 'processed_at' }) =>
   `UPDATE ${table} SET state = '${finished.state}', ${finished.column} = ${NOW}, lease_expires_at = NULL

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { DataSource, EntityManager } from 'typeorm';
-import { runSql, type SqlResult } from '../../common/sql-runner';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import { onConnectionOf, runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
 import type {
@@ -11,6 +11,7 @@ import type {
   LeaseTable,
   OutboxInsertRow,
   QueueBoxTables,
+  RenewedClaim,
   WorkListener,
   WorkNotice,
 } from '../dialect';
@@ -37,6 +38,7 @@ import {
   defaultIsolationSql,
   isSupportedServerVersion,
   MIN_SERVER_VERSION_NUM,
+  readCommittedSql,
   serverVersionSql,
   tableExistsSql,
 } from './checks.sql';
@@ -55,10 +57,18 @@ import {
 import { inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
 import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instanceListSql, instanceRegisterSql } from './instances.sql';
-import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
+import {
+  leaseCompleteBatchSql,
+  leaseCompleteSql,
+  leaseDeadLetterSql,
+  leaseReleaseSql,
+  leaseRenewBatchSql,
+  leaseRenewSql,
+  leaseRetrySql,
+} from './lease.sql';
 import { outboxInsertSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
-import { type InlineParam, idArrayParam, pgTable, uuidArrayParam } from './quoting';
+import { type InlineParam, idArrayParam, inlineValues, pgTable, uuidArrayParam } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './retention.sql';
 
 // node-postgres parses jsonb and returns UUIDs in lower case: nothing to decode. (Claims send
@@ -137,8 +147,8 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   private claimFunctionsPresent?: Promise<boolean>;
   private readonly channel: Record<LeaseTable, string>;
   private readonly retentionLock: string;
-  /** Whether QueueBox's own transactions must name READ COMMITTED (see `transaction`); unknown until the first one. */
-  private nameReadCommitted?: boolean;
+  /** Whether the DataSource names another level than READ COMMITTED (`isolationLevel`) for the transactions TypeORM begins. */
+  private readonly dataSourceNamesLevel: boolean;
 
   /**
    * The client-side bound on each of QueueBox's own pool statements (claims, reclaims, fenced
@@ -178,28 +188,27 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       `queuebox_${kind}_${createHash('sha1').update(tables[kind].qualified).digest('hex').slice(0, 16)}`;
     this.channel = { outbox: channel('outbox'), inbox: channel('inbox') };
     this.retentionLock = retentionLockName(tables);
+    const configured = dataSource.options.isolationLevel;
+    this.dataSourceNamesLevel = configured !== undefined && configured !== 'READ COMMITTED';
     if (dataSource.isInitialized) poolOf(dataSource);
   }
 
   /**
    * READ COMMITTED is named only where something else would apply (the DataSource's
-   * `isolationLevel`, or `default_transaction_isolation` set on the database, role or connection):
+   * `isolationLevel`, or a connection whose default is another level: see `SESSION_READ_COMMITTED`):
    * TypeORM sends it as a statement of its own, one round trip per transaction.
    */
-  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    if (this.nameReadCommitted === false) return this.dataSource.transaction(work);
-    if (this.nameReadCommitted === true) return this.dataSource.transaction('READ COMMITTED', work);
-    return this.sessionIsolation().then(() => this.transaction(work));
-  }
-
-  private async sessionIsolation(): Promise<void> {
-    const configured = this.dataSource.options.isolationLevel;
-    if (configured !== undefined && configured !== 'READ COMMITTED') {
-      this.nameReadCommitted = true;
-      return;
+  async transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      const client = (await runner.connect()) as PgClient;
+      // Unbounded, as the transaction's own statements: a statement cut off by `query_timeout`
+      // leaves the connection busy, and this one goes back to the pool with the runner.
+      const name = this.dataSourceNamesLevel || !(SESSION_READ_COMMITTED.get(client) ?? (await askReadCommittedByDefault(client)));
+      return await (name ? runner.manager.transaction('READ COMMITTED', work) : runner.manager.transaction(work));
+    } finally {
+      await runner.release();
     }
-    const { rows } = await poolQuery<{ isolation: string }>(this.dataSource, defaultIsolationSql(), [], this.queryTimeoutMs);
-    this.nameReadCommitted = rows[0]?.isolation !== 'read committed';
   }
 
   async schemaCheck(): Promise<void> {
@@ -258,6 +267,19 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     return inserted.rows;
   }
 
+  async leaseRenewBatch(p: {
+    table: LeaseTable;
+    claims: readonly { id: string; token: string; leaseMs: number }[];
+    manager?: EntityManager;
+  }): Promise<RenewedClaim[]> {
+    const { rows } = await this.run<{ id: string; token: string; lease_expires_at: Date }>(
+      leaseRenewBatchSql(this.table[p.table]),
+      [...PARAMS.claims(p.claims), p.claims.map((claim) => claim.leaseMs)],
+      p.manager,
+    );
+    return rows.map((row) => ({ id: row.id, token: row.token, leaseExpiresAt: row.lease_expires_at }));
+  }
+
   async workListen(p: {
     onWork: (notice: WorkNotice) => void;
     onState: (listening: boolean, error?: unknown) => void;
@@ -271,7 +293,8 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   async retentionWithLock<T>(work: () => Promise<T>): Promise<T | null> {
     // A session lock needs one connection for the whole run: it is set aside here, holds only the
     // advisory lock (no transaction stays open), and the deletes run through the pool, each batch
-    // its own transaction. A crash closes the connection and with it the lock.
+    // its own transaction. A crash closes the connection and with it the lock. The lock's
+    // statements read no table: the session's isolation level changes nothing for them.
     const runner = this.dataSource.createQueryRunner();
     try {
       const [{ locked }] = await runner.query(retentionTryLockSql(), [this.retentionLock]);
@@ -312,7 +335,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     });
     if (await this.claimFunctionsPresent) {
       try {
-        return (await poolQuery<T>(this.dataSource, claim.call, [...params], this.queryTimeoutMs)).rows;
+        return (await aloneOnPool<T>(this.dataSource, claim.call, [...params], this.queryTimeoutMs)).rows;
       } catch (error) {
         if ((error as { code?: string }).code !== UNDEFINED_FUNCTION) throw error;
         this.claimFunctionsPresent = undefined;
@@ -322,25 +345,25 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   }
 
   /**
-   * Whether the three claim functions exist, hold this version's claims, and run at READ
-   * COMMITTED. Functions of this signature written otherwise (edited by hand, or by a later version) are not used:
-   * their claims may lack a fix (claims are where order and recovery are decided), so the claim
+   * Whether the three claim functions exist and hold this version's claims. Functions of this
+   * signature written otherwise (edited by hand, or by a later version) are not used: their
+   * claims may lack a fix (claims are where order and recovery are decided), so the claim
    * statements go instead, and one warning says which migration brings the functions up to date.
-   * Nor are they used where the sessions default to REPEATABLE READ or SERIALIZABLE
-   * (`default_transaction_isolation`): a function's statements would share the snapshot taken
-   * before its lock was granted; the claim statements set READ COMMITTED themselves.
+   * A call runs at READ COMMITTED as every statement outside a transaction (`alone`), so each of
+   * the function's statements takes a snapshot of its own: the claim's is taken after its lock
+   * was granted.
    */
   private async lookUpClaimFunctions(): Promise<boolean> {
     const kinds = Object.values(this.claims);
-    const { rows } = await poolQuery<{ present: number; current: number; isolation: string }>(
+    const { rows } = await aloneOnPool<{ present: number; current: number }>(
       this.dataSource,
       claimFunctionsLookupSql(),
       [kinds.map((claim) => claim.signature), kinds.map((claim) => claim.body)],
       this.queryTimeoutMs,
     );
-    const { present, current, isolation } = rows[0] ?? { present: 0, current: 0, isolation: 'read committed' };
+    const { present, current } = rows[0] ?? { present: 0, current: 0 };
     if (present > 0 && current < kinds.length) this.log.warn(messages.claimFunctionsOutdated(DEFAULT_MIGRATION_NAMES.claimProbes));
-    return current === kinds.length && isolation === 'read committed';
+    return current === kinds.length;
   }
 
   /**
@@ -364,14 +387,19 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   }
 
   /**
-   * With a manager's query runner: on that connection or not at all (`runSql` throws
-   * `TransactionLostError` when it is gone; a write meant for a transaction never autocommits on
-   * another connection). Without one, straight to the driver's pool: a TypeORM QueryRunner per
-   * statement is garbage on the hot path (claims, completions, renewals), and nothing here uses it.
+   * In a transaction (the caller's, or one of QueueBox's own): on its connection or not at all
+   * (`runSql` throws `TransactionLostError` when it is gone; a write meant for a transaction never
+   * autocommits on another connection), at the level the transaction has. Outside any: on the
+   * connection of a manager whose runner has none open (the pull workers' renewal connection;
+   * `TransactionLostError` when it is gone), or straight to the driver's pool (a TypeORM
+   * QueryRunner per statement is garbage on the hot path: claims, completions, renewals), at READ
+   * COMMITTED (`alone`).
    */
   protected run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>> {
-    if (manager?.queryRunner) return runSql<T>(this.dataSource, statement, params, manager);
-    return poolQuery<T>(this.dataSource, statement, params, this.queryTimeoutMs);
+    const runner = manager?.queryRunner;
+    if (runner?.isTransactionActive) return runSql<T>(this.dataSource, statement, params, manager);
+    if (runner) return aloneOnConnectionOf<T>(runner, statement, params);
+    return aloneOnPool<T>(this.dataSource, statement, params, this.queryTimeoutMs);
   }
 
   /**
@@ -379,7 +407,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    * retention batch may take longer than a claim should.
    */
   protected runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
-    return poolQuery<T>(this.dataSource, statement, params);
+    return aloneOnPool<T>(this.dataSource, statement, params);
   }
 }
 
@@ -389,14 +417,28 @@ const UNIQUE_VIOLATION = '23505';
 /** SQLSTATE 42883: the function does not exist. */
 const UNDEFINED_FUNCTION = '42883';
 
+/** A query as node-postgres takes it. */
+interface PgQuery {
+  text: string;
+  values?: unknown[];
+  /** Ends the wait client-side (ms); the connection must then be discarded (see `aloneOnPool`). */
+  query_timeout?: number;
+}
+
+/** The parts of node-postgres' client QueueBox uses. */
+interface PgClient {
+  /** With `values`: one statement. Without: the simple query protocol, so `text` may hold several statements (one result each). */
+  query(query: PgQuery): Promise<PgResult | PgResult[]>;
+}
+
 /** The parts of node-postgres' pool QueueBox uses. */
 interface PgPool {
   /**
-   * With `values`: one statement. Without: the simple query protocol, so `text` may hold several
-   * statements (one result each). `query_timeout` (ms) ends the wait client-side: the pool then
-   * discards the connection, so nothing late arrives on a connection someone else uses.
+   * One query on a connection of the pool, which pg-pool discards when the query failed (a
+   * `query_timeout` among others), so nothing late arrives on a connection someone else uses.
    */
-  query(query: { text: string; values?: unknown[]; query_timeout?: number }): Promise<PgResult | PgResult[]>;
+  query(query: PgQuery): Promise<PgResult | PgResult[]>;
+  connect(): Promise<PgClient & { release(error?: Error): void }>;
 }
 
 interface PgResult {
@@ -439,13 +481,65 @@ interface PgClientEvents {
   on(event: 'error', listener: (error: Error) => void): void;
 }
 
-/** One statement on the driver's pool, bounded by `timeoutMs` when given. */
-async function poolQuery<T>(dataSource: DataSource, statement: string, params: unknown[], timeoutMs?: number): Promise<SqlResult<T>> {
-  const result = (await bounded(
-    poolOf(dataSource).query({ text: statement, values: params, query_timeout: timeoutMs }),
-    timeoutMs,
-  )) as PgResult;
+/**
+ * Whether each connection's session runs a statement outside any transaction at READ COMMITTED
+ * (its `default_transaction_isolation`), by node-postgres client: asked on QueueBox's first use of
+ * the connection (one round trip per connection, not per statement), so a database, role or
+ * connection option that sets another level is seen by every connection it applies to, those
+ * opened after it was set among them. A `SET default_transaction_isolation` that your code sends
+ * on a pooled connection after QueueBox first used it is not seen (set it on the database, the
+ * role or the connection's options instead).
+ */
+const SESSION_READ_COMMITTED = new WeakMap<PgClient, boolean>();
+
+/** Asks `client`'s session its default level (`SESSION_READ_COMMITTED` keeps the answer). */
+async function askReadCommittedByDefault(client: PgClient, timeoutMs?: number): Promise<boolean> {
+  const result = (await bounded(client.query({ text: defaultIsolationSql(), query_timeout: timeoutMs }), timeoutMs)) as PgResult;
+  const readCommitted = (result.rows[0] as { isolation?: string } | undefined)?.isolation === 'read committed';
+  SESSION_READ_COMMITTED.set(client, readCommitted);
+  return readCommitted;
+}
+
+/**
+ * One statement outside any transaction, at READ COMMITTED whatever the session's default is
+ * (I11): as it is where that default is READ COMMITTED (nearly everywhere, and then nothing is
+ * added to the hot path), else behind SET TRANSACTION in the same round trip (`readCommittedSql`,
+ * its values inlined). At REPEATABLE READ or SERIALIZABLE a renewal or completion that meets a row
+ * another transaction changed would fail with SQLSTATE 40001, and a failed renewal is a lost claim.
+ */
+async function alone<T>(client: PgClient, statement: string, params: unknown[], timeoutMs?: number): Promise<SqlResult<T>> {
+  const readCommitted = SESSION_READ_COMMITTED.get(client) ?? (await askReadCommittedByDefault(client, timeoutMs));
+  const query = readCommitted
+    ? { text: statement, values: params, query_timeout: timeoutMs }
+    : { text: readCommittedSql(inlineValues(statement, params)), query_timeout: timeoutMs };
+  const results = await bounded(client.query(query), timeoutMs);
+  // Behind SET TRANSACTION: one result per statement, the statement's last.
+  const result = Array.isArray(results) ? results[results.length - 1] : results;
   return { rows: result.rows as T[], affected: result.rowCount ?? 0 };
+}
+
+/** `alone` on a connection of the driver's pool, bounded by `timeoutMs` when given. */
+async function aloneOnPool<T>(dataSource: DataSource, statement: string, params: unknown[], timeoutMs?: number): Promise<SqlResult<T>> {
+  const client = await poolOf(dataSource).connect();
+  let failure: Error | undefined;
+  try {
+    return await alone<T>(client, statement, params, timeoutMs);
+  } catch (error) {
+    // As pg-pool's own `query`: a connection whose statement failed (or timed out) is discarded.
+    failure = error instanceof Error ? error : new Error(String(error));
+    throw error;
+  } finally {
+    client.release(failure);
+  }
+}
+
+/**
+ * `alone` on the connection of `runner`, which has no transaction open (a connection set aside),
+ * or `TransactionLostError`. Unbounded: a statement cut off by `query_timeout` would leave the
+ * connection busy.
+ */
+function aloneOnConnectionOf<T>(runner: QueryRunner, statement: string, params: unknown[]): Promise<SqlResult<T>> {
+  return onConnectionOf(runner, async () => alone<T>((await runner.connect()) as PgClient, statement, params));
 }
 
 /** Turns node-postgres' "Query read timeout" into a QueueBox error that says what to do. */

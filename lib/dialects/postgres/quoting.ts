@@ -2,7 +2,9 @@ import type { TableName } from '../../common/identifiers';
 
 /**
  * Quoting for PostgreSQL: table names (validated once, see lib/common/identifiers) and the
- * literals of the serialized claim, which goes with its values inlined (simple query protocol).
+ * literals of statements that go with their values inlined (simple query protocol): the
+ * serialized claim, and a statement sent at READ COMMITTED where the session's default is another
+ * level (see `readCommittedSql`).
  */
 
 /** Quotes a validated table name for PostgreSQL. */
@@ -16,6 +18,45 @@ export type InlineParam = number | string | readonly string[] | null;
 /** `statement` with `$1`, `$2`... replaced by the literals of `params`. */
 export function inlineParams(statement: string, params: readonly InlineParam[]): string {
   return substituteParams(statement, params, inlineValue, 'value');
+}
+
+/**
+ * `statement` with each `$n` replaced by `values[n - 1]` as an untyped literal: the text
+ * node-postgres sends for that parameter (`parameterText`), quoted, or NULL. PostgreSQL infers a
+ * quoted literal's type from where it stands, as it infers the parameter's: the statement means
+ * what it means with its values sent apart.
+ */
+export function inlineValues(statement: string, values: readonly unknown[]): string {
+  return substituteParams(
+    statement,
+    values,
+    (value) => {
+      const text = parameterText(value);
+      return text === null ? 'NULL' : pgLiteral(text);
+    },
+    'value',
+  );
+}
+
+/**
+ * A parameter's text as node-postgres sends it, for the values QueueBox sends (text, numbers,
+ * instants, lists of them), or null. An instant in UTC (node-postgres writes the local offset: the
+ * same instant). Anything else is a bug upstream, never a value to guess a text for.
+ */
+function parameterText(value: unknown): string | null {
+  if (value === null || value === undefined) return null;
+  if (typeof value === 'string') return value;
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
+  if (value instanceof Date) return value.toISOString();
+  if (Array.isArray(value)) return `{${value.map(arrayElementText).join(',')}}`;
+  throw new Error(`no SQL text for a parameter of type ${typeof value}`);
+}
+
+/** An element of an array literal: NULL, a nested array, or the element's text double-quoted (`\` and `"` escaped). */
+function arrayElementText(value: unknown): string {
+  const text = parameterText(value);
+  if (text === null) return 'NULL';
+  return Array.isArray(value) ? text : `"${text.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
 }
 
 /** `statement` with each `$n` replaced by `render(values[n - 1])`; a `$n` past the values is an error. */

@@ -12,6 +12,7 @@ import type {
   LeaseTable,
   OutboxInsertRow,
   QueueBoxTables,
+  RenewedClaim,
 } from '../dialect';
 import type { DialectLog } from '../dialect-driver';
 import type { RetentionKind } from '../dialect-rows';
@@ -268,6 +269,26 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
           [...lease, name(request.source), instance],
         );
     }
+  }
+
+  /**
+   * Each claim's own renewal (`leaseRenew`), all at once: SQL Server sets no connection aside for
+   * renewals (`reservesConnections`), so they go through the pool, several at a time, as they did
+   * one claim at a time. One statement for the batch would save round trips; it is not written
+   * until it can run against a SQL Server (docs/sqlserver.md).
+   */
+  async leaseRenewBatch(p: {
+    table: LeaseTable;
+    claims: readonly { id: string; token: string; leaseMs: number }[];
+    manager?: EntityManager;
+  }): Promise<RenewedClaim[]> {
+    const renewed = await Promise.all(
+      p.claims.map(async ({ id, token, leaseMs }) => {
+        const leaseExpiresAt = await this.leaseRenew({ table: p.table, id, token, leaseMs, manager: p.manager });
+        return leaseExpiresAt ? [{ id, token, leaseExpiresAt }] : [];
+      }),
+    );
+    return renewed.flat();
   }
 
   async retentionWithLock<T>(work: () => Promise<T>): Promise<T | null> {
