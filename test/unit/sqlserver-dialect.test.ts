@@ -517,16 +517,32 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     );
   });
 
-  it('inbox insert: a unique violation from elsewhere is a duplicate, never an error', async () => {
-    let inserts = 0;
-    const { dataSource } = scriptedDataSource((statement) => {
-      if (statement === sql.inboxInsertSql('[queuebox_inbox]')) return ++inserts === 1 ? sqlError(2627) : { records: [] };
-      return { records: [{ id: '41' }] };
-    });
+  it('inbox insert: no row back is a duplicate, looked up in the same transaction; an error of the insert reaches the caller (issue 38 M3)', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) =>
+      statement === sql.inboxInsertSql('[queuebox_inbox]') ? { records: [] } : { records: [{ id: '41' }] },
+    );
     const row = { source: 'orders', idempotencyKey: 'e1', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
-    assert.deepEqual(await createDialect(dataSource, TABLES).inboxInsertIfAbsent({ row }), { id: '41', duplicate: true });
-    const failing = scriptedDataSource(() => sqlError(547));
-    await assert.rejects(createDialect(failing.dataSource, TABLES).inboxInsertIfAbsent({ row }), /SQL Server error 547/);
+    const caller = dataSource.createQueryRunner() as unknown as { id: number; manager: never; startTransaction(): Promise<void> };
+    await caller.startTransaction();
+    assert.deepEqual(await createDialect(dataSource, TABLES).inboxInsertIfAbsent({ row, manager: caller.manager }), {
+      id: '41',
+      duplicate: true,
+    });
+    assert.deepEqual(
+      calls.filter((c) => c.what === 'query').map((c) => [c.runner, c.sql === sql.inboxInsertSql('[queuebox_inbox]') ? 'insert' : 'find']),
+      [
+        [caller.id, 'insert'],
+        [caller.id, 'find'],
+      ],
+    );
+    // The batch catches the unique violations itself; what it lets through (a transaction it cannot keep, any other error) is the caller's.
+    for (const number of [547, 2627]) {
+      const failing = scriptedDataSource(() => sqlError(number));
+      await assert.rejects(
+        createDialect(failing.dataSource, TABLES).inboxInsertIfAbsent({ row }),
+        new RegExp(`SQL Server error ${number}`),
+      );
+    }
   });
 
   it('the batch insert sends every row in one JSON parameter and returns ids in input order', async () => {
@@ -1066,19 +1082,11 @@ describe('SQL Server dialect: admin keys sized to their columns, and every error
     await assert.rejects(dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 1, limit: 1 }), /preceded by error 547/);
   });
 
-  it('(d) a claim-lock error or a unique violation hidden behind error 266 is still recognised', async () => {
+  it('(d) a claim-lock error hidden behind error 266 is still recognised', async () => {
     const claim = scriptedDataSource(() => mismatch({ number: 51001, message: 'QueueBox: sp_getapplock did not grant the claim lock.' }));
     await assert.rejects(
       createDialect(claim.dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }),
       (error: unknown) => error instanceof QueueBoxError && error.code === 'QUEUEBOX_CLAIM_LOCK' && /was not granted/.test(error.message),
     );
-    let inserts = 0;
-    const insert = scriptedDataSource((statement) => {
-      if (statement === sql.inboxInsertSql('[queuebox_inbox]'))
-        return ++inserts === 1 ? mismatch({ number: 2627, message: 'Violation of UNIQUE KEY' }) : { records: [] };
-      return { records: [{ id: '41' }] };
-    });
-    const row = { source: 'orders', idempotencyKey: 'e1', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
-    assert.deepEqual(await createDialect(insert.dataSource, TABLES).inboxInsertIfAbsent({ row }), { id: '41', duplicate: true });
   });
 });

@@ -43,7 +43,7 @@ import {
   outboxReclaimSql,
 } from './claims.sql';
 import { FOLLOWERS_LOCK_WAIT_MS, inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
-import { inboxFindSql, inboxInsertSql } from './inbox.sql';
+import { inboxFindSql, inboxInsertSql, UNIQUE_VIOLATIONS as UNIQUE_VIOLATION_NUMBERS } from './inbox.sql';
 import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instanceListSql, instanceRegisterSql } from './instances.sql';
 import {
   leaseCompleteBatchSql,
@@ -119,7 +119,7 @@ const READ_COMMITTED = 'READ COMMITTED';
 
 /** sp_getapplock takes resource names of up to 255 characters. */
 const MAX_LOCK_NAME = 255;
-const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
+const UNIQUE_VIOLATIONS = new Set<number>(UNIQUE_VIOLATION_NUMBERS);
 
 /**
  * The SQL Server dialect (also Azure SQL): `UPDLOCK, READPAST, ROWLOCK` claims behind `sp_getapplock`
@@ -227,24 +227,15 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     refuseTrailingSpaces('InboxService.receive', { source: row.source, idempotencyKey: row.idempotencyKey, aggregateId: row.aggregateId });
   }
 
-  /**
-   * The insert's range lock makes a concurrent receive of the same key wait and then insert
-   * nothing; a unique violation can still reach here from a writer that does not take that lock,
-   * and means the same.
-   */
+  /** The insert answers a duplicate with no row: its batch catches the unique violation (inboxInsertSql). */
   protected async inboxInsertRecords(row: InboxInsertRow, manager: EntityManager | undefined): Promise<{ id: string }[]> {
-    try {
-      return (
-        await this.run<{ id: string }>(
-          inboxInsertSql(this.table.inbox),
-          [name(row.source), name(row.idempotencyKey), name(row.aggregateId), text(row.payloadJson), text(row.headersJson)],
-          manager,
-        )
-      ).rows;
-    } catch (error) {
-      if (!errorNumbers(error).some((n) => UNIQUE_VIOLATIONS.has(n))) throw error;
-      return [];
-    }
+    return (
+      await this.run<{ id: string }>(
+        inboxInsertSql(this.table.inbox),
+        [name(row.source), name(row.idempotencyKey), name(row.aggregateId), text(row.payloadJson), text(row.headersJson)],
+        manager,
+      )
+    ).rows;
   }
 
   /** A claim in a transaction of its own, behind the claim lock of its table (and source, for pull claims). */
