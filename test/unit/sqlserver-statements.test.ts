@@ -15,6 +15,7 @@ import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
 import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
 import * as retention from '../../lib/dialects/sqlserver/retention.sql';
 import {
+  ALTER_LOCK_WAIT_MS,
   KEY_COLLATION,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
@@ -1051,6 +1052,32 @@ describe('SQL Server outbox insert: payload text through OPENJSON ... WITH (issu
     assert.match(statement, /\n {2}\[headers\] NVARCHAR\(MAX\) '\$\.headers',\n/);
     assert.doesNotMatch(statement, /AS JSON/);
     assert.match(statement, /SELECT m\.\[message_id\], m\.\[destination\], m\.\[key\], m\.\[payload\], m\.\[headers\],/, 'stored as read');
+  });
+});
+
+describe('SQL Server migration 006 on a live database (issue 38 L4)', () => {
+  it('each ALTER TABLE ... ADD waits at most 5 s for the table, then fails with an error that says to run it again when quiet', () => {
+    const tables = tablesFor('messaging.events_out', 'messaging.events_in');
+    const adds = sqlServerInstancesUp(tables).filter((statement) => statement.includes('ADD [claimed_by]'));
+    assert.equal(adds.length, 2);
+    for (const [statement, table] of [
+      [adds[0], '[messaging].[events_out]'],
+      [adds[1], '[messaging].[events_in]'],
+    ]) {
+      assert.equal(
+        statement,
+        `SET LOCK_TIMEOUT 5000;
+BEGIN TRY
+  ALTER TABLE ${table} ADD [claimed_by] UNIQUEIDENTIFIER NULL;
+END TRY
+BEGIN CATCH
+  IF ERROR_NUMBER() = 1222
+    THROW 51006, N'QueueBox migration 006: ALTER TABLE ${table} ADD was not run: it waited 5 s for the transactions that use the table, holding up every statement behind it. Run it again when no long transaction uses the table (through TypeORM the whole migration was rolled back).', 1;
+  THROW;
+END CATCH`,
+      );
+    }
+    assert.equal(ALTER_LOCK_WAIT_MS, 5000);
   });
 });
 

@@ -20,6 +20,8 @@ import { type RecordDecoding } from '../records';
 import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {
+  ADMIN,
+  ADMIN_LOCK_WAIT_MS,
   adminBacklogSql,
   adminClaimListSql,
   adminThroughputSql,
@@ -270,7 +272,11 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
         const [{ granted }] = await runner.query(retentionTryLockSql(), [name(this.retentionLock)]).catch((error: unknown) => {
           throw withPrecedingErrors(error);
         });
-        if (granted < 0) return null;
+        // -1: another replica holds it, retention runs there. Anything else is a failure to say.
+        if (granted < 0) {
+          if (granted !== -1) this.log.warn(messages.sqlServerRetentionLockFailed(granted));
+          return null;
+        }
         return await work();
       } finally {
         if (runner.isTransactionActive) await runner.commitTransaction();
@@ -321,8 +327,18 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     }
   }
 
-  protected runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
-    return this.run<T>(statement, params);
+  /**
+   * An admin statement (dashboard, CLI, QueueBoxAdmin) gives way to the workers (ADMIN): a row
+   * lock it waited too long for is a "busy, try again" error, never a pooled connection held
+   * until the request timeout behind an open transaction.
+   */
+  protected async runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
+    try {
+      return await this.run<T>(`${ADMIN}${statement}`, params);
+    } catch (error) {
+      if (!errorNumbers(error).includes(LOCK_TIMEOUT_ERROR)) throw error;
+      throw new QueueBoxError('QUEUEBOX_ADMIN_BUSY', messages.sqlServerAdminBusy(ADMIN_LOCK_WAIT_MS), { cause: error });
+    }
   }
 
   /**
