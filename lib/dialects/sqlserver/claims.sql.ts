@@ -133,21 +133,18 @@ export const CLAIM_SCAN_PAGES = 10;
 export const CLAIM_WALK_KEYS = 1_000;
 
 /**
- * The in-flight probe's hint: the unique in-flight index (`suffix`), sought, and no other. The key
- * index would answer too, by reading every unfinished entry of the key, among them a later row an
- * open producer transaction still holds (READ_COMMITTED_SNAPSHOT OFF): the probe would wait for it.
+ * A probe's hint: the index `suffix`, sought, and no other.
+ * - The in-flight probes read the unique in-flight index alone. The key index would answer too, by
+ *   reading every unfinished entry of the key, among them a later row an open producer
+ *   transaction still holds (READ_COMMITTED_SNAPSHOT OFF): the probe would wait for it.
+ * - The reads of one key's unfinished rows (the "earlier unfinished row" probe, the walk's head
+ *   lookup) seek the key (or aggregate) index. Its filtered statistics go stale easily (state
+ *   changes do not move the leading column's modification counter), and a plan built on them
+ *   could scan with a hash anti-join, which with READ_COMMITTED_SNAPSHOT OFF waits for every
+ *   locked entry it passes (the SQL Server side of issue 29).
+ * The seek always exists: each probe states the filter of the index it names.
  */
-const inFlightIndex = (table: string, suffix: string) => `WITH (INDEX (${indexOf(table, suffix)}), FORCESEEK)`;
-
-/**
- * The hint of the reads of one key's unfinished rows (the "earlier unfinished row" probe, the
- * walk's head lookup): the key (or aggregate) index, sought on the key (and id). Its filtered
- * statistics go stale easily (state changes do not move the leading column's modification
- * counter), and a plan built on them could scan with a hash anti-join, which with
- * READ_COMMITTED_SNAPSHOT OFF waits for every locked entry it passes (the SQL Server side of
- * issue 29). The seek always exists: each read states the index's filter.
- */
-const keyIndex = (table: string, suffix: string) => `WITH (INDEX (${indexOf(table, suffix)}), FORCESEEK)`;
+const seekOn = (table: string, suffix: string) => `WITH (INDEX (${indexOf(table, suffix)}), FORCESEEK)`;
 
 /**
  * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key,
@@ -155,9 +152,9 @@ const keyIndex = (table: string, suffix: string) => `WITH (INDEX (${indexOf(tabl
  * from the row's id down, the in-flight unique index), whatever the key's backlog.
  */
 const headOfKey = (table: string, alias: string) => `(${alias}.[key] IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM ${table} AS e ${keyIndex(table, 'key_idx')} WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
+      NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'key_idx')} WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
         AND e.[state] IN (N'pending', N'processing') AND e.[id] < ${alias}.[id])
-      AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${inFlightIndex(table, 'key_in_flight_idx')} WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'key_in_flight_idx')} WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
         AND e.[state] = N'processing')))`;
 
 /**
@@ -339,12 +336,12 @@ export const outboxClaimSql = (table: string) =>
         WHERE k.[state] IN (N'pending', N'processing') AND k.[key] IS NOT NULL${after ? ` AND k.[key] > ${after}` : ''});`,
       headOfWalkKey: `      INSERT INTO @found ([id])
       SELECT h.[id] FROM (
-        SELECT TOP (1) o.[id], o.[state], o.[available_at] FROM ${table} AS o ${keyIndex(table, 'key_idx')}
+        SELECT TOP (1) o.[id], o.[state], o.[available_at] FROM ${table} AS o ${seekOn(table, 'key_idx')}
         WHERE o.[key] = @key AND o.[key] IS NOT NULL AND o.[state] IN (N'pending', N'processing')
         ORDER BY o.[id]
       ) AS h
       WHERE h.[state] = N'pending' AND h.[available_at] <= ${NOW}
-        AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${inFlightIndex(table, 'key_in_flight_idx')}
+        AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'key_in_flight_idx')}
           WHERE e.[key] = @key AND e.[key] IS NOT NULL AND e.[state] = N'processing')
         AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);`,
       limit: '@1',
@@ -398,9 +395,9 @@ const INBOX_OUTPUT = `OUTPUT inserted.[id], inserted.[source], inserted.[idempot
 
 /** Only the head of each (source, aggregate): no earlier unfinished row, none in flight but itself (see headOfKey). */
 const headOfAggregate = (table: string, alias: string) => `(${alias}.[aggregate_id] IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM ${table} AS e ${keyIndex(table, 'aggregate_idx')} WHERE e.[source] = ${alias}.[source] AND e.[aggregate_id] = ${alias}.[aggregate_id]
+      NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'aggregate_idx')} WHERE e.[source] = ${alias}.[source] AND e.[aggregate_id] = ${alias}.[aggregate_id]
         AND e.[aggregate_id] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] < ${alias}.[id])
-      AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${inFlightIndex(table, 'aggregate_in_flight_idx')}
+      AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'aggregate_in_flight_idx')}
         WHERE e.[source] = ${alias}.[source] AND e.[aggregate_id] = ${alias}.[aggregate_id]
         AND e.[aggregate_id] IS NOT NULL AND e.[state] = N'processing' AND e.[id] <> ${alias}.[id])))`;
 
@@ -449,13 +446,13 @@ const inboxPendingSearch = (table: string, limit: string) => `${searchVariables(
           });`,
         headOfWalkKey: `        INSERT INTO @found ([id])
         SELECT h.[id] FROM (
-          SELECT TOP (1) i.[id], i.[state], i.[available_at] FROM ${table} AS i ${keyIndex(table, 'aggregate_idx')}
+          SELECT TOP (1) i.[id], i.[state], i.[available_at] FROM ${table} AS i ${seekOn(table, 'aggregate_idx')}
           WHERE i.[source] = @source AND i.[aggregate_id] = @aggregate AND i.[aggregate_id] IS NOT NULL
             AND i.[state] IN (N'pending', N'processing')
           ORDER BY i.[id]
         ) AS h
         WHERE h.[state] = N'pending' AND h.[available_at] <= ${NOW}
-          AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${inFlightIndex(table, 'aggregate_in_flight_idx')}
+          AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'aggregate_in_flight_idx')}
             WHERE e.[source] = @source AND e.[aggregate_id] = @aggregate AND e.[aggregate_id] IS NOT NULL
               AND e.[state] = N'processing')
           AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);`,
