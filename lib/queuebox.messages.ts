@@ -381,6 +381,10 @@ export const messages = {
     `SQL Server: READ_COMMITTED_SNAPSHOT is OFF in this database. QueueBox claims stay correct, but their reads wait for row locks: while an open transaction holds a row of an outbox key or inbox aggregate (an enqueue() or receive() not yet committed), that key's later rows wait for it, and a claim that meets such a row passes over that key after waiting at most ${searchLockWaitMs} ms, every claim in turn, while the other keys are claimed as usual; a followers read that meets one waits at most ${followersLockWaitMs} ms and then hands out no followers. Keep transactions that enqueue or receive short, or turn it on (ALTER DATABASE CURRENT SET READ_COMMITTED_SNAPSHOT ON) unless your application relies on locking reads. See docs/sqlserver.md.`,
   sqlServerClaimRowLockTimeout: (lock: string, rowLockWaitMs: number) =>
     `A claim under the lock ${show(lock)} waited more than ${rowLockWaitMs} ms for a row lock (SQL Server error 1222) while locking or updating the rows it found: another transaction holds an index entry those rows need. Nothing was claimed; the claim is tried again (see docs/sqlserver.md, READ_COMMITTED_SNAPSHOT).`,
+  sqlServerAdminBusy: (lockWaitMs: number) =>
+    `SQL Server: this admin statement waited more than ${lockWaitMs} ms for a row lock (error 1222): a transaction holds rows it reads or changes (a claim, a completion, an open enqueue() or receive() with READ_COMMITTED_SNAPSHOT OFF). Nothing was changed; try again. See docs/sqlserver.md (Admin and retention).`,
+  sqlServerRetentionLockFailed: (result: number) =>
+    `SQL Server: the retention lock was not granted: sp_getapplock returned ${result} (${result === -2 ? 'the request was cancelled' : result === -3 ? 'chosen as a deadlock victim' : 'a parameter or call error'}), not -1 (held by another replica). This retention run is skipped; the next one tries again.`,
   sqlServerCompatibilityLevelTooLow: (level: number) =>
     `QueueBox on SQL Server needs database compatibility level 130 (SQL Server 2016) or higher for OPENJSON; this database is at ${level}. Raise it with ALTER DATABASE ... SET COMPATIBILITY_LEVEL = 130 (or higher).`,
 

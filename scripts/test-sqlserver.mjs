@@ -6,28 +6,51 @@
 // port, waits until it accepts a login, runs the suite and removes the container (--keep leaves it).
 // With --url mssql://sa:password@host:1433/master it uses that server instead (hosted CI's service
 // container). Each run creates a database of its own and drops it (test/conformance/harness.ts).
+// A run fails when any file in it ran no SQL Server case (a file whose SQL Server suites were
+// skipped, or that has none): sqlserver-case-reporter.mjs counts them as the test runner reports.
+// --dry-run prints the runs it would start, and starts nothing.
 //
-// Never run where it was written (no Docker, no SQL Server there): see docs/sqlserver.md.
+// Never run against a server where it was written (no Docker, no SQL Server there): see docs/sqlserver.md.
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { pathToFileURL } from 'node:url';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 export const DEFAULT_IMAGE = 'mcr.microsoft.com/mssql/server:2022-latest';
-export const DEFAULT_SUITE = ['.build/test/conformance/conformance.test.js'];
+/** Where `npm run build:test` puts the compiled conformance suite, every file of which is the default suite. */
+export const CONFORMANCE_DIR = '.build/test/conformance';
+const CASE_REPORTER = fileURLToPath(new URL('./sqlserver-case-reporter.mjs', import.meta.url));
+
+/** The compiled conformance files as they are on disk (sorted): the suite split by noun, whatever the nouns are today. */
+export function conformanceFiles(dir = CONFORMANCE_DIR) {
+  let names;
+  try {
+    names = readdirSync(dir);
+  } catch {
+    names = [];
+  }
+  const files = names.filter((name) => name.endsWith('.test.js')).sort();
+  if (files.length === 0) throw new UsageError(`no conformance test files in ${dir}: run npm run build:test first.`);
+  return files.map((name) => join(dir, name));
+}
 /** How long SQL Server may take to accept a login after its container starts (a first pull excluded). */
 export const READY_TIMEOUT_MS = 180_000;
 
-export const USAGE = `Usage: npm run test:sqlserver -- [--url mssql://user:password@host:1433/master] [--image IMAGE] [--keep] [test files...]
+export const USAGE = `Usage: npm run test:sqlserver -- [--url mssql://user:password@host:1433/master] [--image IMAGE] [--keep] [--dry-run] [test files...]
 
-Runs the conformance suite against SQL Server with READ_COMMITTED_SNAPSHOT OFF, then ON.
+Runs the conformance suite against SQL Server with READ_COMMITTED_SNAPSHOT OFF, then ON. A run
+fails when a file in it ran no SQL Server case.
   --url URL      use this server instead of starting one in Docker
   --image IMAGE  the Docker image (default ${DEFAULT_IMAGE})
   --keep         leave the container running afterwards (its name and URL are printed)
-  test files     compiled test files to run instead of ${DEFAULT_SUITE.join(' ')}`;
+  --dry-run      print the runs (files, environment, command) and start nothing
+  test files     compiled test files to run instead of every ${CONFORMANCE_DIR}/*.test.js`;
 
 /** The command line: options and the test files to run (the conformance suite unless given). */
-export function parseArgs(argv) {
-  const options = { url: undefined, image: DEFAULT_IMAGE, keep: false, help: false, files: [] };
+export function parseArgs(argv, suite = conformanceFiles) {
+  const options = { url: undefined, image: DEFAULT_IMAGE, keep: false, help: false, dryRun: false, files: [] };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = () => {
@@ -38,12 +61,13 @@ export function parseArgs(argv) {
     if (arg === '--url') options.url = value();
     else if (arg === '--image') options.image = value();
     else if (arg === '--keep') options.keep = true;
+    else if (arg === '--dry-run') options.dryRun = true;
     else if (arg === '--help' || arg === '-h') options.help = true;
     else if (arg.startsWith('-')) throw new UsageError(`unknown option ${arg}`);
     else options.files.push(arg);
   }
   if (options.url !== undefined && !/^(mssql|sqlserver):\/\//.test(options.url)) throw new UsageError('--url must be an mssql:// URL');
-  if (options.files.length === 0) options.files = [...DEFAULT_SUITE];
+  if (options.files.length === 0 && !options.help) options.files = suite();
   return options;
 }
 
@@ -75,13 +99,46 @@ export function serverUrl({ password, host = '127.0.0.1', port }) {
   return `mssql://sa:${encodeURIComponent(password)}@${host}:${port}/master`;
 }
 
-/** The two runs: READ_COMMITTED_SNAPSHOT OFF, then ON, set on each test database by the harness. */
-export function suiteRuns(url, files) {
-  return ['OFF', 'ON'].map((rcsi) => ({
-    rcsi,
-    command: [process.execPath, 'scripts/test.mjs', ...files],
-    env: { QUEUEBOX_MSSQL_URL: url, QUEUEBOX_MSSQL_READ_COMMITTED_SNAPSHOT: rcsi },
-  }));
+/**
+ * The two runs: READ_COMMITTED_SNAPSHOT OFF, then ON, set on each test database by the harness.
+ * Each runs `runner` (scripts/test.mjs: the files with node's test runner, PostgreSQL provided)
+ * with the usual output and the SQL Server cases counted per file into `report`.
+ */
+export function suiteRuns(url, files, { reportDir = tmpdir(), runner = [process.execPath, 'scripts/test.mjs'] } = {}) {
+  return ['OFF', 'ON'].map((rcsi) => {
+    const report = join(reportDir, `sqlserver-cases-rcsi-${rcsi.toLowerCase()}.json`);
+    return {
+      rcsi,
+      files,
+      report,
+      command: [
+        ...runner,
+        '--test-reporter=spec',
+        '--test-reporter-destination=stdout',
+        `--test-reporter=${CASE_REPORTER}`,
+        `--test-reporter-destination=${report}`,
+        ...files,
+      ],
+      env: { QUEUEBOX_MSSQL_URL: url, QUEUEBOX_MSSQL_READ_COMMITTED_SNAPSHOT: rcsi },
+    };
+  });
+}
+
+/**
+ * The files of a run that ran no SQL Server case, from its report (see sqlserver-case-reporter.mjs):
+ * a file missing from the report (never loaded) counts as none.
+ */
+export function filesWithoutSqlServerCases(files, report) {
+  let counts = {};
+  try {
+    counts = JSON.parse(readFileSync(report, 'utf8'));
+  } catch {}
+  return files.filter((file) => !(counts[resolve(file)] > 0));
+}
+
+/** A URL with its password masked, for what the script prints. */
+export function masked(url) {
+  return url.replace(/^([a-z]+:\/\/[^:/@]*:)[^@]*@/i, '$1***@');
 }
 
 /** Throws a clear error when the docker command is missing or its daemon does not answer. */
@@ -134,20 +191,45 @@ async function waitForServer(url, timeoutMs = READY_TIMEOUT_MS) {
   }
 }
 
-function runSuite(run) {
-  console.log(`\n=== conformance suite, READ_COMMITTED_SNAPSHOT ${run.rcsi} ===`);
-  return new Promise((resolve) => {
+/** Runs one of `suiteRuns`; it passes when its tests pass and every file ran a SQL Server case. */
+async function runSuite(run) {
+  console.log(`\n=== conformance suite, READ_COMMITTED_SNAPSHOT ${run.rcsi} (${run.files.length} files) ===`);
+  rmSync(run.report, { force: true });
+  const status = await new Promise((done) => {
     const child = spawn(run.command[0], run.command.slice(1), { stdio: 'inherit', env: { ...process.env, ...run.env } });
-    child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0)));
+    child.on('exit', (code, signal) => done(code ?? (signal ? 1 : 0)));
   });
+  const without = filesWithoutSqlServerCases(run.files, run.report);
+  if (without.length > 0) {
+    console.log(`\nThese files ran no SQL Server case (READ_COMMITTED_SNAPSHOT ${run.rcsi}):\n${without.map((f) => `  ${f}`).join('\n')}`);
+  }
+  return status === 0 && without.length === 0 ? 0 : 1;
 }
 
-async function main(argv) {
+function printDryRun(runs) {
+  for (const run of runs) {
+    console.log(`READ_COMMITTED_SNAPSHOT ${run.rcsi}: ${run.files.length} files`);
+    for (const file of run.files) console.log(`  ${file}`);
+    const env = Object.entries(run.env).map(([name, value]) => `${name}=${name === 'QUEUEBOX_MSSQL_URL' ? masked(value) : value}`);
+    console.log(`  env: ${env.join(' ')}`);
+    console.log(`  command: ${run.command.join(' ')}`);
+  }
+}
+
+/**
+ * The command. `overrides` replaces what a unit test cannot provide without a server: the wait
+ * for it, and the runner (scripts/test.mjs also needs PostgreSQL).
+ */
+export async function main(argv, overrides = {}) {
   let options;
   try {
     options = parseArgs(argv);
     if (options.help) {
       console.log(USAGE);
+      return 0;
+    }
+    if (options.dryRun) {
+      printDryRun(suiteRuns(options.url ?? 'mssql://sa:<password>@127.0.0.1:<port>/master', options.files));
       return 0;
     }
     if (!options.url) checkDocker();
@@ -167,11 +249,16 @@ async function main(argv) {
       const port = docker(['port', container, '1433/tcp']).split('\n')[0].split(':').pop();
       url = serverUrl({ password, port });
     }
-    await waitForServer(url);
-    let failed = 0;
-    for (const run of suiteRuns(url, options.files)) if ((await runSuite(run)) !== 0) failed++;
-    console.log(failed === 0 ? '\nBoth runs passed.' : `\n${failed} of 2 runs failed.`);
-    return failed === 0 ? 0 : 1;
+    await (overrides.waitForServer ?? waitForServer)(url);
+    const reportDir = mkdtempSync(join(tmpdir(), 'queuebox-sqlserver-'));
+    try {
+      let failed = 0;
+      for (const run of suiteRuns(url, options.files, { reportDir, runner: overrides.runner })) if ((await runSuite(run)) !== 0) failed++;
+      console.log(failed === 0 ? '\nBoth runs passed.' : `\n${failed} of 2 runs failed.`);
+      return failed === 0 ? 0 : 1;
+    } finally {
+      rmSync(reportDir, { recursive: true, force: true });
+    }
   } finally {
     if (container && options.keep) console.log(`Kept container ${container}: ${url}`);
     else if (container) spawnSync('docker', ['rm', '--force', '--volumes', container], { stdio: 'ignore' });

@@ -51,6 +51,8 @@ export interface DialectDriver<T extends string = string> {
   readonly noOpMigrations: Partial<Record<SchemaMigration, string>>;
   /** The plain-SQL scripts (`queuebox sql`, `npm run sql`): what ends each statement, and the sql/ folder. */
   readonly script: { terminator: string; folder: string };
+  /** What a plain-SQL script's first line calls a migration, where this database differs from `MIGRATION_FILES`. */
+  readonly scriptTitles?: Partial<Record<SchemaMigration, string>>;
   /**
    * What the CLI prints about a migration applied or not (`queuebox migrate`, `queuebox status`)
    * where this database differs from the shared texts (`cliMessages.migrationNotes`).

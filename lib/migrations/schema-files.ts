@@ -17,7 +17,7 @@ export function renderSchemaSql(
   const migration = options.migration ?? 'schema';
   const driver = dialectDriver(dialect);
   const end = driver.script.terminator;
-  const { title } = MIGRATION_FILES[migration];
+  const title = driver.scriptTitles?.[migration] ?? MIGRATION_FILES[migration].title;
   const statements = driver.migrations[migration][direction](resolveTables(options.tables));
   return [
     `-- QueueBox ${title} (${dialect}, ${direction}), rendered from the TypeORM migration's statements.`,

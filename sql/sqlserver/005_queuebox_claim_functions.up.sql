@@ -1,4 +1,4 @@
--- QueueBox claim functions (moved to 006) (mssql, up), rendered from the TypeORM migration's statements.
+-- QueueBox claim functions, PostgreSQL only (mssql, up), rendered from the TypeORM migration's statements.
 
--- Nothing to do: the version that shipped this migration wrote the PostgreSQL claim functions here; they now
--- come with migration 006 (instances), whose claims record the claiming instance. Kept so the numbers stay.
+-- Nothing to do on SQL Server, which has no claim functions: on PostgreSQL the version that shipped this
+-- migration wrote them here (they now come with migration 006). The file keeps the migrations numbered alike.

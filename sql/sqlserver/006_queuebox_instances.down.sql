@@ -1,4 +1,4 @@
--- QueueBox instances, claim owners and claim functions (mssql, down), rendered from the TypeORM migration's statements.
+-- QueueBox instances and claim owners (mssql, down), rendered from the TypeORM migration's statements.
 
 ALTER TABLE [queuebox_inbox] DROP COLUMN [claimed_by];
 GO

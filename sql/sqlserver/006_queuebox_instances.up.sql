@@ -1,4 +1,4 @@
--- QueueBox instances, claim owners and claim functions (mssql, up), rendered from the TypeORM migration's statements.
+-- QueueBox instances and claim owners (mssql, up), rendered from the TypeORM migration's statements.
 
 CREATE TABLE [queuebox_instances] (
   [id] UNIQUEIDENTIFIER NOT NULL,
@@ -13,8 +13,24 @@ CREATE TABLE [queuebox_instances] (
 );
 GO
 
-ALTER TABLE [queuebox_outbox] ADD [claimed_by] UNIQUEIDENTIFIER NULL;
+SET LOCK_TIMEOUT 5000;
+BEGIN TRY
+  ALTER TABLE [queuebox_outbox] ADD [claimed_by] UNIQUEIDENTIFIER NULL;
+END TRY
+BEGIN CATCH
+  IF ERROR_NUMBER() = 1222
+    THROW 51006, N'QueueBox migration 006: ALTER TABLE [queuebox_outbox] ADD was not run: it waited 5 s for the transactions that use the table, holding up every statement behind it. Run it again when no long transaction uses the table (through TypeORM the whole migration was rolled back).', 1;
+  THROW;
+END CATCH;
 GO
 
-ALTER TABLE [queuebox_inbox] ADD [claimed_by] UNIQUEIDENTIFIER NULL;
+SET LOCK_TIMEOUT 5000;
+BEGIN TRY
+  ALTER TABLE [queuebox_inbox] ADD [claimed_by] UNIQUEIDENTIFIER NULL;
+END TRY
+BEGIN CATCH
+  IF ERROR_NUMBER() = 1222
+    THROW 51006, N'QueueBox migration 006: ALTER TABLE [queuebox_inbox] ADD was not run: it waited 5 s for the transactions that use the table, holding up every statement behind it. Run it again when no long transaction uses the table (through TypeORM the whole migration was rolled back).', 1;
+  THROW;
+END CATCH;
 GO

@@ -1,4 +1,4 @@
--- QueueBox claim functions with index-bound head probes (mssql, down), rendered from the TypeORM migration's statements.
+-- QueueBox claim probes, PostgreSQL only (mssql, down), rendered from the TypeORM migration's statements.
 
 -- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file
 -- keeps the migrations numbered alike in both dialects.

@@ -3,6 +3,7 @@ import { it } from 'node:test';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { RetentionService } from '../../lib/admin/retention.service';
 import { resolveOptions } from '../../lib/options/options.resolver';
+import { toOutboxRows } from '../../lib/outbox/outbox-rows';
 import { CONFORMANCE_TABLES } from './harness';
 
 import { conformanceSuite, LONG } from './suite';
@@ -12,6 +13,34 @@ conformanceSuite('admin and retention', (c) => {
 
   const admin = () =>
     new QueueBoxAdmin(c.dialect, new RetentionService(resolveOptions({ workers: false, tables: CONFORMANCE_TABLES }), c.dialect));
+
+  it('the backlog, claim, blocked-key and instance lists behind an open producer transaction answer, or say busy, within their lock wait (issue 38 L1)', async () => {
+    await enqueue({ destination: 'a', key: 'k' });
+    await claimOutbox(1);
+    await c.whileOpen(async (open) => {
+      await c.dialect.outboxInsert({ manager: open, rows: toOutboxRows([{ destination: 'a', key: 'k', payload: {} }], 1_000_000) });
+      for (const [read, call] of [
+        ['backlog', () => admin().backlog()],
+        ['claims', () => admin().listClaims({ component: 'outbox' })],
+        ['blocked keys', () => admin().listBlockedKeys({ component: 'outbox' })],
+        ['instances', () => admin().instances()],
+      ] as const) {
+        // With READ_COMMITTED_SNAPSHOT OFF on SQL Server a locking read may meet the open row:
+        // it gives up after 2 s (QUEUEBOX_ADMIN_BUSY) instead of holding its connection until the request timeout.
+        const [outcome, ms] = await c.timed(() =>
+          (call() as Promise<unknown>).then(
+            () => 'answered',
+            (error: { code?: string }) => {
+              if (error.code !== 'QUEUEBOX_ADMIN_BUSY') throw error;
+              return 'busy';
+            },
+          ),
+        );
+        assert.ok(ms < 3_500, `${read}: ${outcome} in ${ms} ms`);
+        if (c.harness.name !== 'SQL Server') assert.equal(outcome, 'answered', read);
+      }
+    });
+  });
 
   it('counts the backlog per destination and source', async () => {
     await enqueue({ destination: 'a' }, { destination: 'a' }, { destination: 'b' });

@@ -1,11 +1,15 @@
 import { randomBytes } from 'node:crypto';
-import { DataSource, type DataSourceOptions } from 'typeorm';
+import { DataSource, type DataSourceOptions, type QueryRunner } from 'typeorm';
 import { parseTableName } from '../../lib/common/identifiers';
 import type { LeaseTable } from '../../lib/dialects/dialect';
+import { claimFunctionNames } from '../../lib/dialects/postgres/claim-functions.sql';
 import { pgTable } from '../../lib/dialects/postgres/quoting';
+import { outboxClaimSql } from '../../lib/dialects/sqlserver/claims.sql';
 import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
+import { bigint, guidOrNull, int, name as nvarchar255 } from '../../lib/dialects/sqlserver/sqlserver.params';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
-import { createTestDatabase } from '../support/database';
+import { resolveTables } from '../../lib/options/options.resolver';
+import { createTestDatabase, runMigrations } from '../support/database';
 
 /** The conformance suite's tables: schema-qualified, so every dialect's quoting and schema creation are exercised. */
 export const CONFORMANCE_TABLES = { outbox: 'conformance.outbox', inbox: 'conformance.inbox' } as const;
@@ -22,6 +26,8 @@ export interface StoredRow {
  * rows or move time along. Everything under test goes through the Dialect and LeaseService.
  */
 export interface ConformanceDatabase {
+  /** The test database's name on its server. */
+  name: string;
   /** Initialized, with a pool large enough for the concurrency tests. */
   dataSource: DataSource;
   reset(): Promise<void>;
@@ -35,45 +41,94 @@ export interface ConformanceDatabase {
   makeAvailable(table: LeaseTable): Promise<void>;
   /** Moves the finish time (`sent_at` / `processed_at`) and the last claim of every row of `table` back by `days`. */
   age(table: LeaseTable, days: number): Promise<void>;
+  /**
+   * The pages one outbox claim of `limit` rows reads on the rows as they are (PostgreSQL: shared
+   * buffers hit or read, by EXPLAIN ANALYZE of the claim function the dialect calls; SQL Server:
+   * the logical reads of the session that runs the claim batch the dialect sends). The claim runs
+   * twice in one session, each time in a transaction that is rolled back (nothing is claimed);
+   * the second, with the plans cached, is what is returned.
+   */
+  claimReads(limit: number): Promise<number>;
+  /** Whether a database of that name exists on this database's server. */
+  databaseExists(name: string): Promise<boolean>;
   close(): Promise<void>;
+}
+
+/** What `open` may be given instead of its defaults (the harness's own case: a failed open leaves nothing behind). */
+export interface OpenOptions {
+  /** The migration classes to run instead of QueueBox's. */
+  migrations?: NonNullable<DataSourceOptions['migrations']>;
+  /** Told the test database's name as soon as it exists. */
+  created?: (database: string) => void;
 }
 
 export interface DialectHarness {
   name: string;
   /** Why the dialect's suite does not run here, when it does not. */
   skip?: string;
-  open(): Promise<ConformanceDatabase>;
+  /** A new test database, migrated; when that fails, the database is dropped before the error is thrown. */
+  open(options?: OpenOptions): Promise<ConformanceDatabase>;
 }
 
 const POOL_SIZE = 25;
+
+/** Runs `measure` twice on one connection, each time in a transaction that is rolled back; returns the second result. */
+async function inRolledBackTransactions(dataSource: DataSource, measure: (runner: QueryRunner) => Promise<number>): Promise<number> {
+  const runner = dataSource.createQueryRunner();
+  await runner.connect();
+  try {
+    let result = 0;
+    for (let run = 0; run < 2; run++) {
+      await runner.startTransaction('READ COMMITTED');
+      try {
+        result = await measure(runner);
+      } finally {
+        await runner.rollbackTransaction();
+      }
+    }
+    return result;
+  } finally {
+    await runner.release();
+  }
+}
 
 /**
  * PostgreSQL; with `sessionIsolation`, every session of the test database begins its transactions
  * (and runs a statement sent alone) at that level (`ALTER DATABASE ... SET
  * default_transaction_isolation`), so the whole suite runs through the path where QueueBox names
- * READ COMMITTED itself, its values inlined (I11, issue 34 item 3). The suite's own transactions
- * stand for the application's, which keep their own level (I11): the DataSource's `isolationLevel`
- * makes them READ COMMITTED, as in the plain run (20 concurrent receives of one key, each in a
- * SERIALIZABLE transaction of the caller's, may fail as the caller's serializable transactions do).
- * The suite's lone statements (row, count, expireLease...) run at the sessions' level.
+ * READ COMMITTED itself, its values inlined (I11). The suite's own transactions stand for the
+ * application's, which keep their own level (I11): the DataSource's `isolationLevel` makes them
+ * READ COMMITTED, as in the plain run (20 concurrent receives of one key, each in a SERIALIZABLE
+ * transaction of the caller's, may fail as the caller's serializable transactions do). The suite's
+ * lone statements (row, count, expireLease...) run at the sessions' level.
  */
 const postgres = (name: string, sessionIsolation?: 'serializable'): DialectHarness => ({
   name,
-  async open() {
-    const db = await createTestDatabase({ tables: CONFORMANCE_TABLES });
-    if (sessionIsolation) await db.query(`ALTER DATABASE ${db.name} SET default_transaction_isolation = '${sessionIsolation}'`);
-    const dataSource = await new DataSource({
-      type: 'postgres',
-      url: db.url,
-      extra: { max: POOL_SIZE },
-      logging: false,
-      isolationLevel: sessionIsolation ? 'READ COMMITTED' : undefined,
-    }).initialize();
+  async open(options = {}) {
+    const db = await createTestDatabase({ migrate: false });
+    options.created?.(db.name);
+    let dataSource: DataSource;
+    try {
+      if (sessionIsolation) await db.query(`ALTER DATABASE ${db.name} SET default_transaction_isolation = '${sessionIsolation}'`);
+      await runMigrations(db.url, options.migrations ?? createQueueBoxMigrations({ tables: CONFORMANCE_TABLES }));
+      dataSource = await new DataSource({
+        type: 'postgres',
+        url: db.url,
+        extra: { max: POOL_SIZE },
+        logging: false,
+        isolationLevel: sessionIsolation ? 'READ COMMITTED' : undefined,
+      }).initialize();
+    } catch (error) {
+      // A migration that fails here must not leave the test database behind.
+      await db.drop().catch(() => undefined);
+      throw error;
+    }
     const table = {
       outbox: pgTable(parseTableName('outbox', CONFORMANCE_TABLES.outbox)),
       inbox: pgTable(parseTableName('inbox', CONFORMANCE_TABLES.inbox)),
     };
     return {
+      name: db.name,
       dataSource,
       reset: async () => {
         await dataSource.query(`TRUNCATE ${table.outbox}, ${table.inbox}`);
@@ -107,6 +162,16 @@ const postgres = (name: string, sessionIsolation?: 'serializable'): DialectHarne
           [days],
         );
       },
+      databaseExists: async (name) => (await dataSource.query('SELECT 1 FROM pg_database WHERE datname = $1', [name])).length === 1,
+      claimReads: (limit) =>
+        inRolledBackTransactions(dataSource, async (runner) => {
+          const [{ 'QUERY PLAN': plan }] = await runner.query(
+            `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM ${claimFunctionNames(resolveTables(CONFORMANCE_TABLES)).outbox}($1::integer, $2::bigint, NULL::uuid)`,
+            [limit, 60_000],
+          );
+          const { Plan: top } = (plan as { Plan: Record<string, number> }[])[0];
+          return top['Shared Hit Blocks'] + top['Shared Read Blocks'];
+        }),
       close: async () => {
         await dataSource.destroy();
         await db.drop();
@@ -163,24 +228,39 @@ async function onServer(url: string, work: (dataSource: DataSource) => Promise<v
 const sqlServer: DialectHarness = {
   name: 'SQL Server',
   skip: process.env.QUEUEBOX_MSSQL_URL ? undefined : SQL_SERVER_SKIPPED,
-  async open() {
+  async open(options = {}) {
     const url = process.env.QUEUEBOX_MSSQL_URL as string;
     const name = `qb_conformance_${randomBytes(6).toString('hex')}`;
     const rcsi = readCommittedSnapshot();
-    await onServer(url, async (admin) => {
-      await admin.query(`CREATE DATABASE [${name}]`);
-      if (rcsi) await admin.query(`ALTER DATABASE [${name}] SET READ_COMMITTED_SNAPSHOT ${rcsi} WITH ROLLBACK IMMEDIATE`);
-    });
-    const dataSource = await new DataSource({
-      ...sqlServerOptions(url, name),
-      migrations: createQueueBoxMigrations({ tables: CONFORMANCE_TABLES }),
-    } as DataSourceOptions).initialize();
-    await dataSource.runMigrations();
+    const drop = () =>
+      onServer(url, async (admin) => {
+        await admin.query(`ALTER DATABASE [${name}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE`);
+        await admin.query(`DROP DATABASE [${name}]`);
+      });
+    await onServer(url, (admin) => admin.query(`CREATE DATABASE [${name}]`));
+    options.created?.(name);
+    let dataSource: DataSource | undefined;
+    try {
+      await onServer(url, async (admin) => {
+        if (rcsi) await admin.query(`ALTER DATABASE [${name}] SET READ_COMMITTED_SNAPSHOT ${rcsi} WITH ROLLBACK IMMEDIATE`);
+      });
+      dataSource = await new DataSource({
+        ...sqlServerOptions(url, name),
+        migrations: options.migrations ?? createQueueBoxMigrations({ tables: CONFORMANCE_TABLES }),
+      } as DataSourceOptions).initialize();
+      await dataSource.runMigrations();
+    } catch (error) {
+      // A migration that fails here must not leave the test database behind on the server.
+      await dataSource?.destroy().catch(() => undefined);
+      await drop().catch(() => undefined);
+      throw error;
+    }
     const table = {
       outbox: mssqlTable(parseTableName('outbox', CONFORMANCE_TABLES.outbox)),
       inbox: mssqlTable(parseTableName('inbox', CONFORMANCE_TABLES.inbox)),
     };
     return {
+      name,
       dataSource,
       reset: async () => {
         await dataSource.query(`TRUNCATE TABLE ${table.outbox}; TRUNCATE TABLE ${table.inbox};`);
@@ -218,12 +298,23 @@ const sqlServer: DialectHarness = {
           [days],
         );
       },
+      databaseExists: async (database) => (await dataSource.query('SELECT DB_ID(@0) AS [id]', [database]))[0].id !== null,
+      claimReads: (limit) =>
+        inRolledBackTransactions(dataSource, async (runner) => {
+          const reads = async () =>
+            Number((await runner.query('SELECT [logical_reads] FROM sys.dm_exec_sessions WHERE [session_id] = @@SPID'))[0].logical_reads);
+          const before = await reads();
+          await runner.query(outboxClaimSql(table.outbox), [
+            nvarchar255(`queuebox_outbox_claim_${CONFORMANCE_TABLES.outbox}`),
+            int(limit),
+            bigint(60_000),
+            guidOrNull(null),
+          ]);
+          return (await reads()) - before;
+        }),
       close: async () => {
         await dataSource.destroy();
-        await onServer(url, async (admin) => {
-          await admin.query(`ALTER DATABASE [${name}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE`);
-          await admin.query(`DROP DATABASE [${name}]`);
-        });
+        await drop();
       },
     };
   },

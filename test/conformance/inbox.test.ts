@@ -1,8 +1,11 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
+import { DataSource, type DataSourceOptions } from 'typeorm';
+import { resolveTables } from '../../lib/options/options.resolver';
 import { toOutboxRows } from '../../lib/outbox/outbox-rows';
+import { createDialect } from '../../lib/queuebox.dialect';
 import type { InboxClaim } from '../../lib/types/claims';
-
+import { CONFORMANCE_TABLES } from './harness';
 import { conformanceSuite, counts, LONG, sleep } from './suite';
 
 conformanceSuite('inbox: dedupe (I5) and the relay (I6)', (c) => {
@@ -30,6 +33,72 @@ conformanceSuite('inbox: dedupe (I5) and the relay (I6)', (c) => {
     }
     assert.equal(await c.db.count('inbox'), 2);
     assert.deepEqual(await receive({ idempotencyKey: 'e1' }), { id: inTransactions.find((r) => !r.duplicate)?.id, duplicate: true });
+  });
+
+  it('a receive in an open transaction holds up only receives of its own key, not newer keys of its source (issue 38 M3)', async () => {
+    const PROMPT_MS = 2500;
+    let sameKey: Promise<{ id: string; duplicate: boolean }> | undefined;
+    await c.whileOpen(async (open) => {
+      const held = await c.dialect.inboxInsertIfAbsent({
+        row: { source: 'orders', idempotencyKey: 'k0002', aggregateId: null, payloadJson: '{}', headersJson: '{}' },
+        manager: open,
+      });
+      assert.equal(held.duplicate, false);
+      // Time-ordered keys: every one after k0002 falls into the same gap of the unique index.
+      const [newer, ms] = await c.timed(() => receive({ idempotencyKey: 'k0003' }));
+      assert.equal(newer.duplicate, false);
+      assert.ok(ms < PROMPT_MS, `a newer key received in ${ms} ms`);
+      const [inTransaction, inTransactionMs] = await c.timed(() =>
+        c.db.dataSource.transaction((manager) =>
+          c.dialect.inboxInsertIfAbsent({
+            row: { source: 'orders', idempotencyKey: 'k0004', aggregateId: null, payloadJson: '{}', headersJson: '{}' },
+            manager,
+          }),
+        ),
+      );
+      assert.equal(inTransaction.duplicate, false);
+      assert.ok(inTransactionMs < PROMPT_MS, `a newer key received in a transaction in ${inTransactionMs} ms`);
+      // The same key waits for the open transaction, whose row decides.
+      sameKey = receive({ idempotencyKey: 'k0002' });
+      sameKey.catch(() => undefined); // awaited below, once the open transaction has ended
+    });
+    // The open transaction rolled back: the waiting receive stores its own row.
+    assert.equal((await sameKey)?.duplicate, false);
+    assert.equal(await c.db.count('inbox'), 3);
+  });
+
+  it('a duplicate received in a transaction leaves it usable and committable, even when the connection aborts transactions on errors (issue 38 M3)', async () => {
+    const stored = await receive({ idempotencyKey: 'd1' });
+    // SQL Server: a connection opened with XACT_ABORT ON (mssql's abortTransactionOnError), where a
+    // unique violation outside the insert's own batch setting would doom the transaction.
+    const options = c.db.dataSource.options;
+    const aborting =
+      options.type === 'mssql'
+        ? await new DataSource({
+            ...options,
+            options: { ...options.options, abortTransactionOnError: true },
+            pool: { max: 2 },
+          } as DataSourceOptions).initialize()
+        : c.db.dataSource;
+    try {
+      const dialect = createDialect(aborting, resolveTables(CONFORMANCE_TABLES));
+      const row = (idempotencyKey: string) => ({
+        source: 'orders',
+        idempotencyKey,
+        aggregateId: null,
+        payloadJson: '{}',
+        headersJson: '{}',
+      });
+      await aborting.transaction(async (manager) => {
+        assert.deepEqual(await dialect.inboxInsertIfAbsent({ row: row('d1'), manager }), { id: stored.id, duplicate: true });
+        assert.equal((await dialect.inboxInsertIfAbsent({ row: row('d2'), manager })).duplicate, false);
+        await dialect.outboxInsert({ manager, rows: toOutboxRows([{ destination: 'after-duplicate', payload: {} }], 1000) });
+      });
+    } finally {
+      if (aborting !== c.db.dataSource) await aborting.destroy();
+    }
+    assert.equal(await c.db.count('inbox'), 2);
+    assert.equal(await c.db.count('outbox'), 1, 'the transaction committed what followed the duplicate');
   });
 
   it('keys that differ only in case, accents or trailing spaces are distinct keys, never duplicates (issue 14)', async () => {

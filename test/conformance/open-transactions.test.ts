@@ -1,10 +1,13 @@
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { it } from 'node:test';
+import { resolveTables } from '../../lib/options/options.resolver';
 import { toOutboxRows } from '../../lib/outbox/outbox-rows';
-
+import { createDialect } from '../../lib/queuebox.dialect';
+import { CONFORMANCE_TABLES } from './harness';
 import { conformanceSuite, LONG } from './suite';
 
-conformanceSuite('open transactions do not stop claims or followers (issue 26 N1, N2)', (c) => {
+conformanceSuite('open transactions do not stop claims, followers or housekeeping (issue 26 N1, N2; issue 38 H1, M1)', (c) => {
   const { enqueue, receive, claimOutbox, keysOf, whileOpen, timed } = c;
 
   // With READ_COMMITTED_SNAPSHOT OFF on SQL Server, a row written by an open transaction is
@@ -55,6 +58,77 @@ conformanceSuite('open transactions do not stop claims or followers (issue 26 N1
       );
       assert.ok(relayMs < PROMPT_MS, `relay claim in ${relayMs} ms`);
     });
+  });
+
+  it('claims of 100 among 150 available rows are prompt while a producer holds a row older than most of them (issue 38 H1)', async () => {
+    // Enough candidates that a plan joining them by a scan of the table (hash or merge) is plausible
+    // on SQL Server; such a scan would wait for the open row. The claims' UPDATE seeks instead.
+    const keyed = (from: number, count: number) =>
+      Array.from({ length: count }, (_, n) => ({ key: `k${from + n}`, payload: { n: from + n } }));
+    const receiveMany = async (from: number, count: number) => {
+      for (let n = from; n < from + count; n++) await receive({ idempotencyKey: `e${n}`, source: 'ledger', aggregateId: `a${n}` });
+    };
+    await enqueue(...keyed(0, 50));
+    await receiveMany(0, 50);
+    await whileOpen(async (open) => {
+      await c.dialect.outboxInsert({
+        manager: open,
+        rows: toOutboxRows([{ destination: 'd', key: 'held', payload: { n: -1 } }], 1_000_000),
+      });
+      await c.dialect.inboxInsertIfAbsent({
+        row: { source: 'ledger', idempotencyKey: 'held', aggregateId: 'held', payloadJson: '{}', headersJson: '{}' },
+        manager: open,
+      });
+      // Committed after the open rows: ids above theirs.
+      await enqueue(...keyed(50, 100));
+      await receiveMany(50, 100);
+      const [claims, ms] = await timed(() => claimOutbox(100));
+      assert.equal(claims.length, 100);
+      assert.ok(!claims.some((claim) => claim.message.key === 'held'));
+      assert.ok(ms < PROMPT_MS, `outbox claim in ${ms} ms`);
+      const [pulled, pullMs] = await timed(() => c.take.pull.claimBatch({ source: 'ledger', limit: 100, leaseMs: LONG }));
+      assert.equal(pulled.length, 100);
+      assert.ok(!pulled.some((claim) => claim.message.idempotencyKey === 'held'));
+      assert.ok(pullMs < PROMPT_MS, `pull claim in ${pullMs} ms`);
+      const [relayed, relayMs] = await timed(() => c.take.relay.claim({ sources: ['ledger'], limit: 100, leaseMs: LONG }));
+      assert.equal(relayed.length, 50, 'the rest of the committed rows');
+      assert.ok(relayMs < PROMPT_MS, `relay claim in ${relayMs} ms`);
+    });
+  });
+
+  it('the dead-instance sweep and the reclaim pass over a claimed row an open transaction holds (issue 38 M1)', async () => {
+    const tables = resolveTables(CONFORMANCE_TABLES);
+    const [dead, live] = [randomUUID(), randomUUID()];
+    const identity = { host: 'conformance', pid: 1, dataSource: 'default', version: 'test' };
+    await c.dialect.instanceRegister({ id: dead, ...identity, deadAfterMs: 1 });
+    await c.dialect.instanceRegister({ id: live, ...identity, deadAfterMs: LONG });
+    try {
+      await enqueue({ key: 'of-live', payload: { n: 1 } }, { key: 'of-dead', payload: { n: 2 } }, { key: 'expired', payload: { n: 3 } });
+      const [ofLive] = await createDialect(c.db.dataSource, tables, { instanceId: live }).outboxClaimBatch({ limit: 1, leaseMs: LONG });
+      const [ofDead] = await createDialect(c.db.dataSource, tables, { instanceId: dead }).outboxClaimBatch({ limit: 1, leaseMs: LONG });
+      const [expired] = await claimOutbox(1);
+      assert.deepEqual([ofLive.message.key, ofDead.message.key, expired.message.key], ['of-live', 'of-dead', 'expired']);
+      await c.db.expireLease('outbox', expired.id);
+      await whileOpen(async (open) => {
+        // The live instance's completion, in a transaction that stays open: its row and its lease
+        // index entry stay locked (with either READ_COMMITTED_SNAPSHOT setting on SQL Server).
+        assert.equal(await c.dialect.leaseComplete({ table: 'outbox', id: ofLive.id, token: ofLive.token, manager: open }), true);
+        const [ended, sweepMs] = await timed(() => c.dialect.instanceEndDead({ unregisteredAfterMs: LONG }));
+        assert.ok(sweepMs < PROMPT_MS, `swept in ${sweepMs} ms`);
+        assert.ok(
+          ended.some((instance) => instance.id === dead),
+          JSON.stringify(ended),
+        );
+        assert.ok(!ended.some((instance) => instance.id === live));
+        const [reclaimed, reclaimMs] = await timed(() => c.take.outbox.reclaim({ maxAttempts: 5 }));
+        assert.ok(reclaimMs < PROMPT_MS, `reclaimed in ${reclaimMs} ms`);
+        assert.ok(reclaimed.pending >= 1, JSON.stringify(reclaimed));
+        assert.equal((await c.db.row('outbox', expired.id)).state, 'pending');
+      });
+      assert.equal((await c.db.row('outbox', ofLive.id)).state, 'processing', 'the completion rolled back; the claim is still live');
+    } finally {
+      await c.dialect.instanceDeregister({ id: live });
+    }
   });
 
   it('a followers read behind an open receive() of the same aggregate returns promptly, never the uncommitted row, and leaves its transaction usable', async () => {

@@ -5,7 +5,8 @@ import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
 import { TYPES } from 'tedious';
 import { DataSource, type DataSourceOptions, MssqlParameter, QueryFailedError } from 'typeorm';
-import { rowStatesQuery, schemaStatements } from '../../lib/dialects/registry';
+import { migrationNotes } from '../../lib/cli/cli-options';
+import { finishedCountQuery, rowStatesQuery, schemaStatements } from '../../lib/dialects/registry';
 import * as admin from '../../lib/dialects/sqlserver/admin.sql';
 import * as checks from '../../lib/dialects/sqlserver/checks.sql';
 import * as claims from '../../lib/dialects/sqlserver/claims.sql';
@@ -14,6 +15,7 @@ import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
 import * as lease from '../../lib/dialects/sqlserver/lease.sql';
 import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
 import * as retention from '../../lib/dialects/sqlserver/retention.sql';
+import { SqlServerDialect } from '../../lib/dialects/sqlserver/sqlserver.dialect';
 import { sqlServerRequestTimeout } from '../../lib/dialects/sqlserver/sqlserver.options';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import {
@@ -47,6 +49,8 @@ interface Call {
   sql?: string;
   /** Whether it was sent after PINNED_READ_COMMITTED. */
   pinned?: boolean;
+  /** Whether it was sent after the admin statements' ADMIN (low deadlock priority, bounded lock wait). */
+  admin?: boolean;
   params?: unknown[];
 }
 
@@ -83,8 +87,10 @@ function scriptedDataSource(respond: (sql: string, params: unknown[]) => { recor
       },
       async query(sent: string, params: unknown[] = [], structured = false) {
         const pinned = sent.startsWith(lease.PINNED_READ_COMMITTED);
-        const statement = pinned ? sent.slice(lease.PINNED_READ_COMMITTED.length) : sent;
-        calls.push({ runner, what: 'query', sql: statement, pinned, params });
+        const unpinned = pinned ? sent.slice(lease.PINNED_READ_COMMITTED.length) : sent;
+        const admin = unpinned.startsWith(sql.ADMIN);
+        const statement = admin ? unpinned.slice(sql.ADMIN.length) : unpinned;
+        calls.push({ runner, what: 'query', sql: statement, pinned, admin, params });
         const answer = respond(statement, params);
         if (answer instanceof Error) throw answer;
         // As TypeORM: the records alone unless a structured result is asked for.
@@ -379,6 +385,30 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
   });
 });
 
+describe('SQL Server dialect: no claim functions, and nothing says so (issue 38, item 7)', () => {
+  it("queuebox migrate's notes and the plain scripts of 005-007 speak of claim functions only as PostgreSQL's", () => {
+    assert.deepEqual(migrationNotes('mssql', 'instances'), {
+      applied: 'created the instances table and the claim owner columns.',
+      notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
+    });
+    assert.equal(migrationNotes('mssql', 'claimFunctions').applied, 'nothing to change on SQL Server (it has no claim functions).');
+    assert.match(migrationNotes('postgres', 'instances').applied, /wrote the claim functions of this version/, 'PostgreSQL has them');
+    for (const migration of ['claimFunctions', 'instances', 'claimProbes'] as const) {
+      for (const direction of ['up', 'down'] as const) {
+        const script = renderSchemaSql('mssql', { migration, direction });
+        const mentions = script.split('\n').filter((line) => /claim functions/i.test(line));
+        for (const line of mentions) assert.match(line, /PostgreSQL|no claim functions|no functions/, `${migration} ${direction}: ${line}`);
+      }
+    }
+    assert.match(renderSchemaSql('mssql', { migration: 'instances' }), /^-- QueueBox instances and claim owners \(mssql, up\)/);
+    assert.match(renderSchemaSql('mssql', { migration: 'claimFunctions' }), /^-- QueueBox claim functions, PostgreSQL only \(mssql, up\)/);
+    assert.match(
+      renderSchemaSql('postgres', { migration: 'instances' }),
+      /^-- QueueBox instances, claim owners and claim functions \(postgres, up\)/,
+    );
+  });
+});
+
 describe('SQL Server dialect: how it drives TypeORM', () => {
   const claimedRow = {
     id: '12',
@@ -517,16 +547,32 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
     );
   });
 
-  it('inbox insert: a unique violation from elsewhere is a duplicate, never an error', async () => {
-    let inserts = 0;
-    const { dataSource } = scriptedDataSource((statement) => {
-      if (statement === sql.inboxInsertSql('[queuebox_inbox]')) return ++inserts === 1 ? sqlError(2627) : { records: [] };
-      return { records: [{ id: '41' }] };
-    });
+  it('inbox insert: no row back is a duplicate, looked up in the same transaction; an error of the insert reaches the caller (issue 38 M3)', async () => {
+    const { dataSource, calls } = scriptedDataSource((statement) =>
+      statement === sql.inboxInsertSql('[queuebox_inbox]') ? { records: [] } : { records: [{ id: '41' }] },
+    );
     const row = { source: 'orders', idempotencyKey: 'e1', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
-    assert.deepEqual(await createDialect(dataSource, TABLES).inboxInsertIfAbsent({ row }), { id: '41', duplicate: true });
-    const failing = scriptedDataSource(() => sqlError(547));
-    await assert.rejects(createDialect(failing.dataSource, TABLES).inboxInsertIfAbsent({ row }), /SQL Server error 547/);
+    const caller = dataSource.createQueryRunner() as unknown as { id: number; manager: never; startTransaction(): Promise<void> };
+    await caller.startTransaction();
+    assert.deepEqual(await createDialect(dataSource, TABLES).inboxInsertIfAbsent({ row, manager: caller.manager }), {
+      id: '41',
+      duplicate: true,
+    });
+    assert.deepEqual(
+      calls.filter((c) => c.what === 'query').map((c) => [c.runner, c.sql === sql.inboxInsertSql('[queuebox_inbox]') ? 'insert' : 'find']),
+      [
+        [caller.id, 'insert'],
+        [caller.id, 'find'],
+      ],
+    );
+    // The batch catches the unique violations itself; what it lets through (a transaction it cannot keep, any other error) is the caller's.
+    for (const number of [547, 2627]) {
+      const failing = scriptedDataSource(() => sqlError(number));
+      await assert.rejects(
+        createDialect(failing.dataSource, TABLES).inboxInsertIfAbsent({ row }),
+        new RegExp(`SQL Server error ${number}`),
+      );
+    }
   });
 
   it('the batch insert sends every row in one JSON parameter and returns ids in input order', async () => {
@@ -1066,19 +1112,102 @@ describe('SQL Server dialect: admin keys sized to their columns, and every error
     await assert.rejects(dialect.retentionDeleteBatch({ kind: 'outbox-sent', olderThanMs: 1, limit: 1 }), /preceded by error 547/);
   });
 
-  it('(d) a claim-lock error or a unique violation hidden behind error 266 is still recognised', async () => {
+  it('(d) a claim-lock error hidden behind error 266 is still recognised', async () => {
     const claim = scriptedDataSource(() => mismatch({ number: 51001, message: 'QueueBox: sp_getapplock did not grant the claim lock.' }));
     await assert.rejects(
       createDialect(claim.dataSource, TABLES).outboxClaimBatch({ limit: 1, leaseMs: 1000 }),
       (error: unknown) => error instanceof QueueBoxError && error.code === 'QUEUEBOX_CLAIM_LOCK' && /was not granted/.test(error.message),
     );
-    let inserts = 0;
-    const insert = scriptedDataSource((statement) => {
-      if (statement === sql.inboxInsertSql('[queuebox_inbox]'))
-        return ++inserts === 1 ? mismatch({ number: 2627, message: 'Violation of UNIQUE KEY' }) : { records: [] };
-      return { records: [{ id: '41' }] };
+  });
+});
+
+describe('SQL Server dialect: admin statements give way to the workers (issue 38 L1)', () => {
+  it('every admin statement is sent at READ COMMITTED with low deadlock priority and a 2 s lock wait; a lock wait that runs out is QUEUEBOX_ADMIN_BUSY', async () => {
+    let failWith: Error | undefined;
+    const { dataSource, calls } = scriptedDataSource((statement) => {
+      if (failWith) return failWith;
+      if (statement === sql.deadLetterCountSql('[queuebox_outbox]', 'outbox')) return { records: [{ n: '0' }] };
+      if (statement === sql.clockNowSql()) return { records: [{ now: new Date() }] };
+      return { records: [] };
     });
-    const row = { source: 'orders', idempotencyKey: 'e1', aggregateId: null, payloadJson: '{}', headersJson: '{}' };
-    assert.deepEqual(await createDialect(insert.dataSource, TABLES).inboxInsertIfAbsent({ row }), { id: '41', duplicate: true });
+    const dialect = createDialect(dataSource, TABLES);
+    const selection = {
+      component: 'outbox' as const,
+      name: null,
+      errorContains: null,
+      deadAfter: null,
+      deadBefore: null,
+      ids: null,
+      key: null,
+    };
+    const admin: [string, () => Promise<unknown>][] = [
+      ['adminBacklog', () => dialect.adminBacklog()],
+      ['adminThroughput', () => dialect.adminThroughput({ minutes: 5 })],
+      ['adminClaimList', () => dialect.adminClaimList({ component: 'outbox', limit: 5 })],
+      ['blockedKeyList', () => dialect.blockedKeyList({ component: 'inbox', limit: 5 })],
+      ['blockedKeySkipHead', () => dialect.blockedKeySkipHead({ component: 'outbox', key: 'k', reason: 'r' })],
+      ['deadLetterList', () => dialect.deadLetterList({ selection, afterId: null, limit: 5, includePayload: false })],
+      ['deadLetterCount', () => dialect.deadLetterCount({ selection })],
+      ['deadLetterReplay', () => dialect.deadLetterReplay({ selection, afterId: null, limit: 5 })],
+      ['deadLetterDiscard', () => dialect.deadLetterDiscard({ selection, afterId: null, limit: 5 })],
+      ['instanceList', () => dialect.instanceList()],
+    ];
+    assert.equal(sql.ADMIN, 'SET DEADLOCK_PRIORITY LOW;\nSET LOCK_TIMEOUT 2000;\n');
+    assert.equal(sql.ADMIN_LOCK_WAIT_MS, 2000);
+    for (const [method, call] of admin) {
+      const before = calls.length;
+      await call();
+      const sent = calls.slice(before).filter((c) => c.what === 'query' && c.sql !== sql.clockNowSql());
+      assert.equal(sent.length, 1, method);
+      assert.deepEqual([sent[0].pinned, sent[0].admin], [true, true], method);
+    }
+    // The workers' statements do not give way: only admin ones (and the housekeeping, in its own statements).
+    const before = calls.length;
+    await dialect.leaseRenew({ table: 'outbox', id: '7', token: '0f0e0d0c-0000-4000-8000-000000000000', leaseMs: 1000 });
+    assert.equal(calls.slice(before)[0].admin, false);
+    failWith = Object.assign(new Error('Lock request time out period exceeded.'), { number: 1222 });
+    await assert.rejects(
+      dialect.adminBacklog(),
+      (error: unknown) =>
+        error instanceof QueueBoxError &&
+        error.code === 'QUEUEBOX_ADMIN_BUSY' &&
+        /waited more than 2000 ms for a row lock \(error 1222\).*Nothing was changed; try again/.test(error.message) &&
+        error.cause === failWith,
+    );
+    failWith = sqlError(547);
+    await assert.rejects(dialect.deadLetterReplay({ selection, afterId: null, limit: 5 }), /SQL Server error 547/);
+  });
+
+  it("the CLI's status query and queuebox/testing's row states pin READ COMMITTED themselves (they are sent with dataSource.query)", () => {
+    const finished = finishedCountQuery('mssql', TABLES).sql;
+    assert.ok(finished.startsWith(`${lease.PINNED_READ_COMMITTED}${sql.ADMIN}SELECT N'outbox' AS [component]`), finished);
+    assert.ok(rowStatesQuery('mssql', TABLES.outbox, ['1']).sql.startsWith(`${lease.PINNED_READ_COMMITTED}SELECT `));
+  });
+});
+
+describe('SQL Server dialect: the retention lock (issue 38 L5)', () => {
+  it('a lock held by another replica (-1) skips the run quietly; any other failure (-2, -3, -999) is logged', async () => {
+    for (const [granted, warned] of [
+      [-1, false],
+      [-2, true],
+      [-3, true],
+      [-999, true],
+    ] as const) {
+      const { dataSource } = scriptedDataSource((statement) => (statement === sql.retentionTryLockSql() ? { records: [{ granted }] } : {}));
+      const warnings: string[] = [];
+      const dialect = new SqlServerDialect(dataSource, TABLES, { warn: (message) => warnings.push(message) });
+      let ran = false;
+      assert.equal(
+        await dialect.retentionWithLock(async () => {
+          ran = true;
+          return 1;
+        }),
+        null,
+      );
+      assert.equal(ran, false);
+      assert.equal(warnings.length, warned ? 1 : 0, String(granted));
+      if (warned)
+        assert.match(warnings[0], new RegExp(`sp_getapplock returned ${granted} \\(.*\\), not -1.*This retention run is skipped`));
+    }
   });
 });

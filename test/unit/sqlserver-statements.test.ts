@@ -15,6 +15,7 @@ import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
 import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
 import * as retention from '../../lib/dialects/sqlserver/retention.sql';
 import {
+  ALTER_LOCK_WAIT_MS,
   KEY_COLLATION,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
@@ -83,6 +84,10 @@ const ADMIN_BUILDERS = new Set([
   'retentionTryLockSql',
   'retentionDeleteSql',
 ]);
+
+/** Exported fragments of statements, not statements: each is checked inside the statements that use it. */
+const FRAGMENTS = new Set(['housekeepingTarget']);
+
 const COMPONENTS = ['outbox', 'inbox'] as const;
 const RETENTION_KINDS = ['outbox-sent', 'inbox-processed', 'outbox-dead', 'inbox-dead'] as const;
 
@@ -116,7 +121,7 @@ function adminStatements(): { name: string; statement: string }[] {
 /** Every builder exported by the sqlserver/*.sql.ts files, with each table it can run on; a new builder is covered without a change here. */
 function builderStatements(): { name: string; statement: string }[] {
   const builders = Object.entries(sql).filter(
-    (entry): entry is [string, Builder] => typeof entry[1] === 'function' && !ADMIN_BUILDERS.has(entry[0]),
+    (entry): entry is [string, Builder] => typeof entry[1] === 'function' && !ADMIN_BUILDERS.has(entry[0]) && !FRAGMENTS.has(entry[0]),
   );
   assert.ok(builders.length >= 18, `found ${builders.length} builders`);
   return builders.flatMap(([name, build]) =>
@@ -271,15 +276,18 @@ END;
       assert.doesNotMatch(statement, /LIMIT|RETURNING|SKIP LOCKED/);
     }
     assert.match(sql.inboxPullClaimSql(T), /SELECT TOP \(@room\)/);
-    // The relay scans each source's index in order (per source), not every pending row of all of them.
+    // The relay reads each source's index in order (source by source), not every pending row of all of them.
     assert.match(sql.inboxRelayClaimSql(T), /SELECT s\.\[source\] FROM OPENJSON\(@3\) WITH \(\[source\] NVARCHAR\(255\) '\$'\) AS s;/);
-    assert.match(sql.inboxRelayClaimSql(T), /FROM @sources AS s\s+CROSS APPLY \(/);
-    assert.match(sql.inboxRelayClaimSql(T), /WHERE i\.\[source\] = s\.\[source\] AND i\.\[state\] = N'pending'/);
+    assert.match(
+      sql.inboxRelayClaimSql(T),
+      /WHILE @n IS NOT NULL\n\s+BEGIN\n\s+SET @source = \(SELECT \[source\] FROM @sources WHERE \[n\] = @n\);/,
+    );
+    assert.match(sql.inboxRelayClaimSql(T), /WHERE i\.\[source\] = @source AND i\.\[state\] = N'pending'/);
   });
 
   it('claims take only the head of a key or aggregate (no earlier unfinished row, none in flight)', () => {
     const headOfKey = `WHERE (w.[key] IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM [messaging].[events_out] AS e WHERE e.[key] = w.[key] AND e.[key] IS NOT NULL
+      NOT EXISTS (SELECT 1 FROM [messaging].[events_out] AS e WITH (INDEX ([events_out_key_idx]), FORCESEEK) WHERE e.[key] = w.[key] AND e.[key] IS NOT NULL
         AND e.[state] IN (N'pending', N'processing') AND e.[id] < w.[id])
       AND NOT EXISTS (SELECT 1 FROM [messaging].[events_out] AS e WITH (INDEX ([events_out_key_in_flight_idx]), FORCESEEK) WHERE e.[key] = w.[key] AND e.[key] IS NOT NULL
         AND e.[state] = N'processing')))`;
@@ -307,20 +315,20 @@ END;
     // Candidate scans pass over rows others hold; the lookup of a key's head never does (it would take a later row for the head).
     assert.match(
       sql.outboxClaimSql(T),
-      /SELECT TOP \(500\) o\.\[id\], o\.\[key\], o\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS o WITH \(READPAST\)/,
+      /SELECT TOP \(500\) o\.\[available_at\], o\.\[id\], o\.\[key\] FROM \[messaging\]\.\[events_out\] AS o WITH \(READPAST\)/,
     );
     assert.match(
       sql.outboxClaimSql(T),
-      /SELECT TOP \(1\) o\.\[id\], o\.\[state\], o\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS o\n/,
+      /SELECT TOP \(1\) o\.\[id\], o\.\[state\], o\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS o WITH \(INDEX \(\[events_out_key_idx\]\), FORCESEEK\)\n/,
     );
     assert.match(
       sql.inboxPullClaimSql(T),
-      /SELECT TOP \(1\) i\.\[id\], i\.\[state\], i\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS i\n/,
+      /SELECT TOP \(1\) i\.\[id\], i\.\[state\], i\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS i WITH \(INDEX \(\[events_out_aggregate_idx\]\), FORCESEEK\)\n/,
     );
-    // The scan stops at the window, in both dialects.
+    // A page is PostgreSQL's window (the claim reads more than one on SQL Server; see issue 38 M2 below).
     assert.equal(sql.CLAIM_SCAN_WINDOW, postgres.CLAIM_SCAN_WINDOW);
     for (const statement of [sql.outboxClaimSql(T), sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
-      assert.match(statement, new RegExp(`SELECT TOP \\(${sql.CLAIM_SCAN_WINDOW}\\) \\w\\.\\[id\\]`));
+      assert.match(statement, new RegExp(`SELECT TOP \\(${sql.CLAIM_SCAN_WINDOW}\\) \\w\\.\\[available_at\\], \\w\\.\\[id\\]`));
     }
     // A pull claim takes expired claims directly, and pending rows only when available.
     assert.match(sql.inboxPullClaimSql(T), /i\.\[state\] = N'processing' AND i\.\[lease_expires_at\] <= SYSUTCDATETIME\(\)/);
@@ -350,10 +358,9 @@ END;
       keyCollationSql: 1,
       clockNowSql: 0,
     };
-    const builders = Object.entries(sql).filter(([name, value]) => typeof value === 'function' && !ADMIN_BUILDERS.has(name)) as [
-      string,
-      Builder,
-    ][];
+    const builders = Object.entries(sql).filter(
+      ([name, value]) => typeof value === 'function' && !ADMIN_BUILDERS.has(name) && !FRAGMENTS.has(name),
+    ) as [string, Builder][];
     assert.deepEqual(builders.map(([name]) => name).sort(), Object.keys(expected).sort(), 'every builder has its parameter count here');
     for (const [name, build] of builders) {
       const used = placeholders(build(T, FINISHED_SENT));
@@ -440,10 +447,70 @@ END;
     assert.match(statement, /OUTPUT inserted\.\[id\], inserted\.\[message_id\]/);
   });
 
-  it('the inbox insert locks the key range so a concurrent receive waits instead of failing', () => {
+  it('the inbox insert lets the unique constraint decide, takes no range lock, and answers a duplicate with no row (issue 38 M3)', () => {
+    const statement = sql.inboxInsertSql(T);
+    assert.doesNotMatch(statement, /UPDLOCK|HOLDLOCK|SERIALIZABLE|NOT EXISTS/, 'no lock on the range of keys after this one');
+    assert.equal(
+      statement,
+      `SET XACT_ABORT OFF;
+SET NOCOUNT ON;
+DECLARE @inserted TABLE ([id] BIGINT NOT NULL);
+BEGIN TRY
+  INSERT INTO [messaging].[events_out] WITH (ROWLOCK) ([source], [idempotency_key], [aggregate_id], [payload], [headers])
+  OUTPUT inserted.[id] INTO @inserted ([id])
+  VALUES (@0, @1, @2, @3, @4);
+END TRY
+BEGIN CATCH
+  IF ERROR_NUMBER() NOT IN (2601, 2627) OR XACT_STATE() = -1
+    THROW;
+END CATCH;
+SELECT [id] FROM @inserted;`,
+    );
+    // XACT_ABORT OFF before anything else: a duplicate must not doom the caller's transaction.
+    assert.ok(statement.startsWith('SET XACT_ABORT OFF;\n'));
+    assert.deepEqual([...sql.UNIQUE_VIOLATIONS], [2601, 2627]);
+  });
+});
+
+describe('SQL Server housekeeping never waits for a row, and loses its deadlocks (issue 38 M1)', () => {
+  const [n, o, i] = ['[queuebox_instances]', '[messaging].[events_out]', '[messaging].[events_in]'];
+  const HOUSEKEEPING = 'SET DEADLOCK_PRIORITY LOW;\nSET LOCK_TIMEOUT 2000;\n';
+
+  it('the dead-instance sweep and deregistration: low deadlock priority, a 2 s lock wait, READPAST on every table they change', () => {
+    for (const statement of [instances.instanceEndDeadSql(n, o, i), instances.instanceDeregisterSql(n, o, i)]) {
+      assert.ok(statement.startsWith(`${HOUSEKEEPING}SET XACT_ABORT ON;\n`), statement);
+      for (const [table, index] of [
+        [o, 'events_out_lease_idx'],
+        [i, 'events_in_lease_idx'],
+      ]) {
+        assert.ok(
+          statement.includes(`\n  FROM ${table} AS t WITH (ROWLOCK, READPAST, INDEX ([${index}]))\n  WHERE t.[state] = N'processing'`),
+          `${table}: ${statement}`,
+        );
+      }
+      assert.equal((statement.match(/^UPDATE t /gm) ?? []).length, 2, 'no other UPDATE');
+    }
+    assert.ok(
+      instances.instanceEndDeadSql(n, o, i).includes(`\n  FROM ${n} AS n WITH (READPAST)\n  WHERE n.[heartbeat_at] <`),
+      'a second sweep passes over the first',
+    );
+  });
+
+  it('the reclaims: the same, through the lease index', () => {
+    assert.equal(
+      sql.outboxReclaimSql(o),
+      `${HOUSEKEEPING}UPDATE t
+SET [state] = CASE WHEN [attempts] >= @0 THEN N'dead' ELSE N'pending' END,
+    [claim_token] = NULL, [lease_expires_at] = NULL,
+    [last_error] = CONCAT(N'lease expired on attempt ', [attempts], N' of ', @0,
+      N': the worker crashed, was stopped or outlived its lease')
+OUTPUT inserted.[state], inserted.[destination] AS [name]
+FROM ${o} AS t WITH (ROWLOCK, READPAST, INDEX ([events_out_lease_idx]))
+WHERE t.[state] = N'processing' AND t.[lease_expires_at] <= SYSUTCDATETIME()`,
+    );
     assert.match(
-      sql.inboxInsertSql(T),
-      /WHERE NOT EXISTS \(\n {2}SELECT 1 FROM \[messaging\]\.\[events_out\] WITH \(UPDLOCK, HOLDLOCK\) WHERE \[source\] = @0 AND \[idempotency_key\] = @1\)$/,
+      sql.inboxReclaimSql(i),
+      /^SET DEADLOCK_PRIORITY LOW;\nSET LOCK_TIMEOUT 2000;\nUPDATE t\n[\s\S]*\nFROM \[messaging\]\.\[events_in\] AS t WITH \(ROWLOCK, READPAST, INDEX \(\[events_in_lease_idx\]\)\)\nWHERE t\.\[state\] = N'processing' AND t\.\[lease_expires_at\] <= SYSUTCDATETIME\(\)\n {2}AND t\.\[source\] IN \(/,
     );
   });
 });
@@ -695,7 +762,7 @@ describe('SQL Server statements: seeks, counts and filtered indexes (issue 14, i
       for (const hints of statement.match(/WITH \([^()]*(\([^()]*\)[^()]*)*FORCESEEK[^)]*\)/g) ?? []) {
         assert.match(
           hints,
-          /INDEX \(\[\w+_(pkey|lease_idx|key_in_flight_idx|aggregate_in_flight_idx)\]\), FORCESEEK\)$/,
+          /INDEX \(\[\w+_(pkey|lease_idx|key_idx|aggregate_idx|key_in_flight_idx|aggregate_in_flight_idx)\]\), FORCESEEK\)$/,
           `${name}: no bare FORCESEEK (${hints})`,
         );
       }
@@ -712,6 +779,48 @@ describe('SQL Server statements: seeks, counts and filtered indexes (issue 14, i
       complete,
       /INNER JOIN \[queuebox_inbox\] AS h WITH \(INDEX \(\[queuebox_inbox_pkey\]\), FORCESEEK\) ON h\.\[id\] = c\.\[head_id\]/,
     );
+  });
+
+  it("(f) every claim's UPDATE reaches its candidates by primary-key seeks, never a scan that waits for an open producer's row (issue 38 H1)", () => {
+    for (const [statement, alias] of [
+      [sql.outboxClaimSql(T), 'o'],
+      [sql.inboxRelayClaimSql(T), 'i'],
+      [sql.inboxPullClaimSql(T), 'i'],
+    ]) {
+      const update = statement.slice(statement.lastIndexOf(`UPDATE ${alias}\n`));
+      assert.match(
+        update,
+        new RegExp(
+          `\\n\\s*FROM \\[messaging\\]\\.\\[events_out\\] AS ${alias} WITH \\(ROWLOCK, INDEX \\(\\[events_out_pkey\\]\\), FORCESEEK\\) INNER JOIN @candidates AS c ON c\\.\\[id\\] = ${alias}\\.\\[id\\]\\n`,
+        ),
+        update,
+      );
+      assert.equal((statement.match(/^\s*UPDATE /gm) ?? []).length, 1, 'the one UPDATE of the claim');
+    }
+  });
+
+  it('(g) the "earlier unfinished row" probes seek the key or aggregate index, whatever its statistics say (issue 38 L2)', () => {
+    const outbox = sql.outboxClaimSql(T);
+    const earlier = outbox.match(/NOT EXISTS \(SELECT 1 FROM \S+ AS e [^\n]*\n[^\n]*AND e\.\[id\] < w\.\[id\]\)/g) ?? [];
+    assert.equal(earlier.length, 1, outbox);
+    assert.match(
+      earlier[0],
+      /AS e WITH \(INDEX \(\[events_out_key_idx\]\), FORCESEEK\) WHERE e\.\[key\] = w\.\[key\] AND e\.\[key\] IS NOT NULL\n/,
+    );
+    // The probe states the filter of the index it seeks (a filtered index is matched only so).
+    assert.match(earlier[0], /AND e\.\[state\] IN \(N'pending', N'processing'\) AND e\.\[id\] < w\.\[id\]\)$/);
+    for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      const probes = statement.match(/NOT EXISTS \(SELECT 1 FROM \S+ AS e [^\n]*\n[^\n]*AND e\.\[id\] < w\.\[id\]\)/g) ?? [];
+      assert.equal(probes.length, 1, statement);
+      assert.match(
+        probes[0],
+        /AS e WITH \(INDEX \(\[events_out_aggregate_idx\]\), FORCESEEK\) WHERE e\.\[source\] = w\.\[source\] AND e\.\[aggregate_id\] = w\.\[aggregate_id\]\n/,
+      );
+      assert.match(
+        probes[0],
+        /AND e\.\[aggregate_id\] IS NOT NULL AND e\.\[state\] IN \(N'pending', N'processing'\) AND e\.\[id\] < w\.\[id\]\)$/,
+      );
+    }
   });
 
   it('(b) every statement whose affected-row count decides a fence, or ends retention, sets NOCOUNT OFF first', () => {
@@ -753,55 +862,140 @@ function lockTolerant(statement: string): { body: string; orElse: string | undef
 }
 
 describe('SQL Server claims keep what they found when a row lock is met (issue 26 N1, M5)', () => {
-  it('the outbox claim: XACT_ABORT OFF, step 1 gives up after 200 ms, the walk waits for no lock and passes over a locked key', () => {
+  it('the outbox claim: XACT_ABORT OFF, the first page gives up after 200 ms, later pages and the walk wait for no lock and pass over a locked key', () => {
     const statement = sql.outboxClaimSql(T);
     assert.ok(statement.startsWith('SET XACT_ABORT OFF;\nSET NOCOUNT ON;\n'), 'a lock timeout ends one statement, not the transaction');
     const blocks = lockTolerant(statement);
-    assert.equal(blocks.length, 5, blocks.map((b) => b.body).join('\n----\n'));
-    const [window, unkeyed, firstKey, perKey, nextKey] = blocks;
+    assert.equal(blocks.length, 7, blocks.map((b) => b.body).join('\n----\n'));
+    const [page, unkeyed, firstAfterCursor, first, perKey, nextKey, wrapped] = blocks;
     assert.match(
-      window.body,
-      /SELECT TOP \(500\) o\.\[id\], o\.\[key\], o\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS o WITH \(READPAST\)/,
+      page.body,
+      /SELECT TOP \(500\) o\.\[available_at\], o\.\[id\], o\.\[key\] FROM \[messaging\]\.\[events_out\] AS o WITH \(READPAST\)/,
     );
-    assert.equal(window.orElse, undefined, 'step 1 keeps nothing of its own; the walk finds the same heads');
+    assert.equal(
+      page.orElse,
+      'SET @seen_all = 0; SET @pages = 10;',
+      'a page that meets a lock keeps nothing and ends the pages: the walk goes on',
+    );
     assert.match(unkeyed.body, /o\.\[key\] IS NULL/);
     // The walk only lists keys: it passes over locked entries (READPAST); a key's head lookup never does.
-    assert.match(firstKey.body, /SET @key = \(SELECT MIN\(k\.\[key\]\) FROM \[messaging\]\.\[events_out\] AS k WITH \(READPAST\)\n/);
+    for (const block of [firstAfterCursor, first, nextKey, wrapped]) {
+      assert.match(block.body, /SET @key = \(SELECT MIN\(k\.\[key\]\) FROM \[messaging\]\.\[events_out\] AS k WITH \(READPAST\)\n/);
+    }
+    assert.match(firstAfterCursor.body, /AND k\.\[key\] > @walk_from\);$/);
+    assert.match(first.body, /AND k\.\[key\] IS NOT NULL\);$/);
+    assert.match(nextKey.body, /AND k\.\[key\] > @walked_to\);$/s);
+    assert.equal(nextKey.orElse, 'SET @key = NULL; SET @wrapped = 1;', 'a walk that cannot go on ends (no endless loop on one key)');
+    assert.equal(wrapped.orElse, 'SET @key = NULL;');
     assert.match(
-      nextKey.body,
-      /SET @key = \(SELECT MIN\(k\.\[key\]\) FROM \[messaging\]\.\[events_out\] AS k WITH \(READPAST\)\n.*AND k\.\[key\] > @key\);$/s,
+      perKey.body,
+      /SELECT TOP \(1\) o\.\[id\], o\.\[state\], o\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS o WITH /,
     );
-    assert.equal(nextKey.orElse, 'SET @key = NULL;', 'a walk that cannot go on ends (no endless loop on one key)');
-    assert.match(perKey.body, /SELECT TOP \(1\) o\.\[id\], o\.\[state\], o\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS o\n/);
     assert.doesNotMatch(perKey.body, /READPAST/);
     assert.equal(perKey.orElse, undefined, 'a locked key is passed over for this claim; the walk goes on');
     // Every search statement is one of those; only locking what was found may fail the claim.
     assert.equal((statement.match(/INSERT INTO @found/g) ?? []).length, 3);
     assert.equal(blocks.filter((b) => b.body.includes('INSERT INTO @found')).length, 3);
+    // The first page at 200 ms (set before it), every later page and the walk at 0 (set after each page).
+    const pageAt = statement.indexOf(page.body);
+    assert.equal(statement.lastIndexOf('SET LOCK_TIMEOUT 200;', pageAt), statement.indexOf('SET LOCK_TIMEOUT 200;\n  WHILE @found_n < @1'));
     const walkAt = statement.indexOf('SET LOCK_TIMEOUT 0;');
-    assert.ok(walkAt > statement.indexOf(window.body) && walkAt < statement.indexOf(unkeyed.body), 'the walk at LOCK_TIMEOUT 0');
+    assert.ok(walkAt > pageAt && walkAt < statement.indexOf(unkeyed.body), 'later pages and the walk at LOCK_TIMEOUT 0');
   });
 
   it('the relay and pull claims: the same, per source and aggregate', () => {
     for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
       assert.ok(statement.startsWith('SET XACT_ABORT OFF;\nSET NOCOUNT ON;\n'));
       const blocks = lockTolerant(statement);
-      assert.equal(blocks.length, 5, blocks.map((b) => b.body).join('\n----\n'));
-      const [window, unaggregated, firstAggregate, perAggregate, nextAggregate] = blocks;
-      assert.match(window.body, /CROSS APPLY \(/);
+      assert.equal(blocks.length, 7, blocks.map((b) => b.body).join('\n----\n'));
+      const [page, unaggregated, firstAfterCursor, first, perAggregate, nextAggregate, wrapped] = blocks;
+      assert.match(page.body, /WHERE i\.\[source\] = @source AND i\.\[state\] = N'pending'/);
+      assert.equal(page.orElse, 'SET @seen_all = 0; SET @pages = 10;');
       assert.match(unaggregated.body, /i\.\[aggregate_id\] IS NULL/);
-      assert.match(
-        firstAggregate.body,
-        /SET @aggregate = \(SELECT MIN\(k\.\[aggregate_id\]\) FROM \[messaging\]\.\[events_out\] AS k WITH \(READPAST\)\n/,
-      );
+      for (const block of [firstAfterCursor, first, nextAggregate, wrapped]) {
+        assert.match(
+          block.body,
+          /SET @aggregate = \(SELECT MIN\(k\.\[aggregate_id\]\) FROM \[messaging\]\.\[events_out\] AS k WITH \(READPAST\)\n/,
+        );
+        assert.match(block.body, /WHERE k\.\[source\] = @source AND /);
+      }
       assert.match(
         perAggregate.body,
-        /SELECT TOP \(1\) i\.\[id\], i\.\[state\], i\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS i\n/,
+        /SELECT TOP \(1\) i\.\[id\], i\.\[state\], i\.\[available_at\] FROM \[messaging\]\.\[events_out\] AS i WITH /,
       );
       assert.doesNotMatch(perAggregate.body, /READPAST/);
-      assert.match(nextAggregate.body, /AND k\.\[aggregate_id\] > @aggregate\);$/);
-      assert.equal(nextAggregate.orElse, 'SET @aggregate = NULL;');
+      assert.match(nextAggregate.body, /AND k\.\[aggregate_id\] > @walked_to\);$/);
+      assert.equal(nextAggregate.orElse, 'SET @aggregate = NULL; SET @wrapped = 1;');
       assert.equal((statement.match(/INSERT INTO @found/g) ?? []).length, 3);
+    }
+  });
+});
+
+describe('SQL Server claims cost what their heads cost, not what the keys cost (issue 38 M2)', () => {
+  const CLAIMS = [
+    { name: 'outbox', statement: sql.outboxClaimSql(T), found: '@found_n', limit: '@1', key: '@key' },
+    { name: 'relay', statement: sql.inboxRelayClaimSql(T), found: '@source_found', limit: '@1', key: '@aggregate' },
+    { name: 'pull', statement: sql.inboxPullClaimSql(T), found: '@source_found', limit: '@room', key: '@aggregate' },
+  ];
+
+  it('reads the available rows page by page after the last one read, and stops at the limit, at the last available row or after 10 pages', () => {
+    assert.equal(sql.CLAIM_SCAN_PAGES, 10);
+    for (const { name, statement, found, limit } of CLAIMS) {
+      assert.ok(
+        statement.includes(`SET @pages = 0;
+  SET @seen_all = 0;
+  SET @after_at = '00010101';
+  SET @after_id = 0;
+  SET LOCK_TIMEOUT 200;
+  WHILE ${found} < ${limit} AND @seen_all = 0 AND @pages < 10
+  BEGIN`),
+        name,
+      );
+      // Keyset paging on the claim index: (available_at, id) after the last row read, oldest first.
+      assert.match(
+        statement,
+        /AND (\w)\.\[available_at\] >= @after_at AND \(\1\.\[available_at\] > @after_at OR \1\.\[id\] > @after_id\)\n\s+ORDER BY \1\.\[available_at\], \1\.\[id\];\n\s+IF @@ROWCOUNT < 500 SET @seen_all = 1;\n\s+SELECT TOP \(1\) @after_at = l\.\[available_at\], @after_id = l\.\[id\] FROM @page AS l ORDER BY l\.\[available_at\] DESC, l\.\[id\] DESC;\n/,
+        name,
+      );
+      assert.ok(statement.includes(`SELECT TOP (${limit} - ${found}) w.[id] FROM @page AS w\n`), `${name}: heads up to the limit`);
+      assert.ok(statement.includes(`SET ${found} += @@ROWCOUNT;`), name);
+      assert.match(
+        statement,
+        /DECLARE @page TABLE \(\[available_at\] DATETIME2 NOT NULL, \[id\] BIGINT NOT NULL, [^;]*PRIMARY KEY \(\[available_at\], \[id\]\)\);/,
+      );
+    }
+  });
+
+  it('walks key by key only when the pages found fewer than the limit without seeing every available row', () => {
+    assert.match(sql.outboxClaimSql(T), /\n {2}END;\n {2}IF @found_n < @1 AND @seen_all = 0\n {2}BEGIN\n/);
+    for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.ok(
+        statement.includes(`\n    IF @source_found < ${statement === CLAIMS[2].statement ? '@room' : '@1'} AND @seen_all = 0\n    BEGIN\n`),
+      );
+    }
+    // The rows without a key and the walk are in that branch, after the pages.
+    for (const { name, statement } of CLAIMS) {
+      const branch = statement.indexOf('AND @seen_all = 0\n');
+      const unkeyed = statement.search(/\.\[(key|aggregate_id)\] IS NULL AND /);
+      assert.ok(branch > statement.indexOf('INSERT INTO @page'), name);
+      assert.ok(unkeyed > branch && statement.indexOf('SESSION_CONTEXT') > unkeyed, name);
+    }
+  });
+
+  it('the walk visits at most 1000 keys, stops at the limit, and goes on where the connection last stopped, wrapping around', () => {
+    assert.equal(sql.CLAIM_WALK_KEYS, 1000);
+    for (const { name, statement, found, limit, key } of CLAIMS) {
+      assert.ok(statement.includes(`WHILE ${key} IS NOT NULL AND @walked < 1000 AND ${found} < ${limit}\n`), name);
+      assert.ok(statement.includes(`SET @walk_from = CAST(SESSION_CONTEXT(@walk_cursor) AS NVARCHAR(255));`), name);
+      assert.ok(statement.includes(`IF @wrapped = 1 AND ${key} > @walk_from SET ${key} = NULL;`), `${name}: one full turn at most`);
+      assert.ok(statement.includes('IF @walked > 0 EXEC sp_set_session_context @key = @walk_cursor, @value = @walked_to;'), name);
+      assert.ok(statement.includes(`SET @walked += 1;\n    SET @walked_to = ${key};`), name);
+    }
+    assert.ok(
+      sql.outboxClaimSql(T).includes("SET @walk_cursor = N'queuebox_walk_' + CONVERT(NVARCHAR(64), HASHBYTES('SHA2_256', @0), 2);"),
+    );
+    for (const statement of [sql.inboxRelayClaimSql(T), sql.inboxPullClaimSql(T)]) {
+      assert.ok(statement.includes("HASHBYTES('SHA2_256', @0 + N':' + @source)"), 'one cursor per claim lock and source');
     }
   });
 });
@@ -858,6 +1052,32 @@ describe('SQL Server outbox insert: payload text through OPENJSON ... WITH (issu
     assert.match(statement, /\n {2}\[headers\] NVARCHAR\(MAX\) '\$\.headers',\n/);
     assert.doesNotMatch(statement, /AS JSON/);
     assert.match(statement, /SELECT m\.\[message_id\], m\.\[destination\], m\.\[key\], m\.\[payload\], m\.\[headers\],/, 'stored as read');
+  });
+});
+
+describe('SQL Server migration 006 on a live database (issue 38 L4)', () => {
+  it('each ALTER TABLE ... ADD waits at most 5 s for the table, then fails with an error that says to run it again when quiet', () => {
+    const tables = tablesFor('messaging.events_out', 'messaging.events_in');
+    const adds = sqlServerInstancesUp(tables).filter((statement) => statement.includes('ADD [claimed_by]'));
+    assert.equal(adds.length, 2);
+    for (const [statement, table] of [
+      [adds[0], '[messaging].[events_out]'],
+      [adds[1], '[messaging].[events_in]'],
+    ]) {
+      assert.equal(
+        statement,
+        `SET LOCK_TIMEOUT 5000;
+BEGIN TRY
+  ALTER TABLE ${table} ADD [claimed_by] UNIQUEIDENTIFIER NULL;
+END TRY
+BEGIN CATCH
+  IF ERROR_NUMBER() = 1222
+    THROW 51006, N'QueueBox migration 006: ALTER TABLE ${table} ADD was not run: it waited 5 s for the transactions that use the table, holding up every statement behind it. Run it again when no long transaction uses the table (through TypeORM the whole migration was rolled back).', 1;
+  THROW;
+END CATCH`,
+      );
+    }
+    assert.equal(ALTER_LOCK_WAIT_MS, 5000);
   });
 });
 

@@ -6,6 +6,20 @@ import { asUtc, NOW, utcInstant } from './time';
 // QueueBoxAdmin's statements. Every write touches `dead` rows only, except skip-head.
 
 /**
+ * How long an admin statement waits for one row lock before it gives up with a "busy, try again"
+ * error (QUEUEBOX_ADMIN_BUSY). With READ_COMMITTED_SNAPSHOT OFF the dashboard's and the CLI's
+ * counts and lists are locking reads: without a bound they waited behind any open transaction
+ * holding a pooled connection (the pool rule does not count them), and a list that reads the
+ * lease index and then the row could deadlock with a renewal.
+ */
+export const ADMIN_LOCK_WAIT_MS = 2_000;
+
+/** Starts every admin batch (SqlServerDialect.runAdmin; the CLI's own query too): it loses a deadlock to the workers, and waits ADMIN_LOCK_WAIT_MS at most. */
+export const ADMIN = `SET DEADLOCK_PRIORITY LOW;
+SET LOCK_TIMEOUT ${ADMIN_LOCK_WAIT_MS};
+`;
+
+/**
  * Counts per destination and source, one branch per state, each with exactly the filter of a
  * filtered index (`claim_idx`, `lease_idx`, `dead_idx`), so finished rows are never read.
  */

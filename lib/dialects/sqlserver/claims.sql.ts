@@ -109,17 +109,42 @@ const setClaimed = (
     [lease_expires_at] = ${msFromNow(leaseParam)}, [attempts] = ${alias}.[attempts] + 1, [claimed_by] = ${instanceParam}`;
 
 /**
- * How many of the oldest available pending rows a claim looks through for heads of keys before it
- * looks key by key (see the PostgreSQL twin, CLAIM_SCAN_WINDOW).
+ * How many of the oldest available pending rows a claim reads at a time (a page) when it looks for
+ * heads of keys (see the PostgreSQL twin, CLAIM_SCAN_WINDOW, its one window).
  */
 export const CLAIM_SCAN_WINDOW = 500;
 
 /**
- * The in-flight probe's hint: the unique in-flight index (`suffix`), sought, and no other. The key
- * index would answer too, by reading every unfinished entry of the key, among them a later row an
- * open producer transaction still holds (READ_COMMITTED_SNAPSHOT OFF): the probe would wait for it.
+ * How many pages of available pending rows, oldest first, a claim reads at most (each search: the
+ * outbox, each source of the inbox) before it looks key by key. Every head that can be claimed
+ * is an available pending row, so pages that reach the last such row have seen every head: the
+ * claim then needs no walk, and what it reads follows the rows before its heads (a failing head's
+ * tail), never the keys that have nothing to claim (in flight, or waiting for a retry).
  */
-const inFlightIndex = (table: string, suffix: string) => `WITH (INDEX (${indexOf(table, suffix)}), FORCESEEK)`;
+export const CLAIM_SCAN_PAGES = 10;
+
+/**
+ * How many keys (aggregates, per source) one claim's walk visits at most, when the pages could not
+ * see every available row (more than CLAIM_SCAN_PAGES pages of them, or a page that met a row
+ * lock). It stops earlier once it has found the limit. Each connection remembers where its last
+ * walk stopped (SESSION_CONTEXT) and the next one goes on from there, wrapping around, so every
+ * key is reached however many keys sort before it.
+ */
+export const CLAIM_WALK_KEYS = 1_000;
+
+/**
+ * A probe's hint: the index `suffix`, sought, and no other.
+ * - The in-flight probes read the unique in-flight index alone. The key index would answer too, by
+ *   reading every unfinished entry of the key, among them a later row an open producer
+ *   transaction still holds (READ_COMMITTED_SNAPSHOT OFF): the probe would wait for it.
+ * - The reads of one key's unfinished rows (the "earlier unfinished row" probe, the walk's head
+ *   lookup) seek the key (or aggregate) index. Its filtered statistics go stale easily (state
+ *   changes do not move the leading column's modification counter), and a plan built on them
+ *   could scan with a hash anti-join, which with READ_COMMITTED_SNAPSHOT OFF waits for every
+ *   locked entry it passes (the SQL Server side of issue 29).
+ * The seek always exists: each probe states the filter of the index it names.
+ */
+const seekOn = (table: string, suffix: string) => `WITH (INDEX (${indexOf(table, suffix)}), FORCESEEK)`;
 
 /**
  * Whether pending outbox row `alias` is the head of its key: no earlier unfinished row of the key,
@@ -127,9 +152,9 @@ const inFlightIndex = (table: string, suffix: string) => `WITH (INDEX (${indexOf
  * from the row's id down, the in-flight unique index), whatever the key's backlog.
  */
 const headOfKey = (table: string, alias: string) => `(${alias}.[key] IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
+      NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'key_idx')} WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
         AND e.[state] IN (N'pending', N'processing') AND e.[id] < ${alias}.[id])
-      AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${inFlightIndex(table, 'key_in_flight_idx')} WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'key_in_flight_idx')} WHERE e.[key] = ${alias}.[key] AND e.[key] IS NOT NULL
         AND e.[state] = N'processing')))`;
 
 /**
@@ -144,6 +169,17 @@ const headOfKey = (table: string, alias: string) => `(${alias}.[key] IS NULL OR 
  */
 const lockedRead = (index: string) => `WITH (UPDLOCK, READPAST, ROWLOCK, INDEX (${index}), FORCESEEK)`;
 
+/**
+ * The claim's UPDATE target: the rows of `@candidates`, reached by primary-key seeks. An UPDATE
+ * reads its target with update locks under either READ_COMMITTED_SNAPSHOT setting; a scan plan
+ * (hash or merge join against the table variable, plausible on a small table once table variable
+ * deferred compilation, compatibility level 150+, sees the real row count) would wait for an open
+ * producer's new row it passes, time out (CLAIM_ROW_LOCK_WAIT_MS) and fail every claim while that
+ * transaction stays open. The seek plan touches only the rows lockFound already holds.
+ */
+const claimTarget = (table: string, alias: string) =>
+  `FROM ${table} AS ${alias} WITH (ROWLOCK, INDEX (${indexOf(table, 'pkey')}), FORCESEEK) INNER JOIN @candidates AS c ON c.[id] = ${alias}.[id]`;
+
 /** The rows found (`@found`), oldest first, locked: one primary-key seek per row found. */
 const lockFound = (table: string, alias: string, limit: string) => `${LOCKING_FOUND}
   INSERT INTO @candidates ([id])
@@ -153,63 +189,164 @@ const lockFound = (table: string, alias: string, limit: string) => `${LOCKING_FO
   ORDER BY ${alias}.[available_at], ${alias}.[id];`;
 
 /**
- * @0 = outbox lock, @1 = limit, @2 = lease in ms. Takes available pending rows oldest first, only
- * the head of each key (no earlier unfinished row, none in flight), in two steps so that its cost
- * does not grow with the backlog of keys in flight (see the PostgreSQL twin): the heads among the
- * oldest CLAIM_SCAN_WINDOW rows; then, only when those were fewer than the limit, the oldest rows
- * without a key (their own filtered index) and the head of each key with unfinished rows (one seek
- * per key, from MIN(key) up). The ids found are locked and materialized once in `@candidates`, so
- * the limit applies exactly once. The key lookups of the second step state `[key] IS NOT NULL`,
- * which `= @key` implies: SQL Server matches a filtered index (`... AND [key] IS NOT NULL`) only
- * to a query that states its filter, and would scan otherwise. The scans for candidates pass over
- * rows others hold (READPAST), and so does the walk from key to key (it only lists keys; a key
- * whose every unfinished row is locked has no head to take now); the head checks never do:
- * skipping an earlier row of a key held by someone else would take a later one for its head.
- * Instead a head check that meets a lock gives up on what it was looking at (unlessLocked): step 1
- * after CLAIM_SEARCH_LOCK_WAIT_MS, keeping nothing of its own (the walk finds the same heads);
- * step 2 at once, for that key alone. So an open transaction that holds a row of one key (with
+ * One search's pages (see CLAIM_SCAN_PAGES): reads the available pending rows of `scope` (a
+ * condition on `alias`, with its trailing AND) oldest first, CLAIM_SCAN_WINDOW at a time after the last
+ * one read (`@after_at`, `@after_id`), into `@page` (`pageColumns`), and keeps the heads among them
+ * (`head` of `w`) in `@found`, counting them in `found`, until `limit` are found, the pages have
+ * seen every available row (`@seen_all`) or CLAIM_SCAN_PAGES were read. The first page waits
+ * CLAIM_SEARCH_LOCK_WAIT_MS for a row lock, later ones none; a page whose head checks meet a lock
+ * is dropped, and the pages end there, unseen rows left to the walk.
+ */
+const pagedSearch = (p: {
+  table: string;
+  alias: 'o' | 'i';
+  scope: string;
+  pageColumns: string[];
+  head: (alias: string) => string;
+  limit: string;
+  found: string;
+}) => `SET @pages = 0;
+  SET @seen_all = 0;
+  SET @after_at = '00010101';
+  SET @after_id = 0;
+  SET LOCK_TIMEOUT ${CLAIM_SEARCH_LOCK_WAIT_MS};
+  WHILE ${p.found} < ${p.limit} AND @seen_all = 0 AND @pages < ${CLAIM_SCAN_PAGES}
+  BEGIN
+    ${unlessLocked(
+      `    DELETE FROM @page;
+    INSERT INTO @page (${p.pageColumns.join(', ')})
+    SELECT TOP (${CLAIM_SCAN_WINDOW}) ${p.pageColumns.map((c) => `${p.alias}.${c}`).join(', ')} FROM ${p.table} AS ${p.alias} WITH (READPAST)
+    WHERE ${p.scope}${p.alias}.[state] = N'pending' AND ${p.alias}.[available_at] <= ${NOW}
+      AND ${p.alias}.[available_at] >= @after_at AND (${p.alias}.[available_at] > @after_at OR ${p.alias}.[id] > @after_id)
+    ORDER BY ${p.alias}.[available_at], ${p.alias}.[id];
+    IF @@ROWCOUNT < ${CLAIM_SCAN_WINDOW} SET @seen_all = 1;
+    SELECT TOP (1) @after_at = l.[available_at], @after_id = l.[id] FROM @page AS l ORDER BY l.[available_at] DESC, l.[id] DESC;
+    INSERT INTO @found ([id])
+    SELECT TOP (${p.limit} - ${p.found}) w.[id] FROM @page AS w
+    WHERE ${p.head('w')}
+    ORDER BY w.[available_at], w.[id];
+    SET ${p.found} += @@ROWCOUNT;`,
+      `SET @seen_all = 0; SET @pages = ${CLAIM_SCAN_PAGES};`,
+    )}
+    SET @pages += 1;
+    ${WALKING}
+  END;`;
+
+/**
+ * One search's walk key by key (see CLAIM_WALK_KEYS), for when its pages did not see every
+ * available row: from the key after the one this connection's last walk of `cursor` (an
+ * expression naming it) stopped at, wrapping around, at most CLAIM_WALK_KEYS keys, until `limit`
+ * heads are found. `firstKey(after)` sets `key` (the variable) to the first key after `after` (or
+ * the first of all); `headOfWalkKey` inserts the head of `key` into `@found` if it can be claimed. The walk
+ * only lists keys (READPAST); a key whose head lookup meets a lock is passed over for this claim.
+ */
+const keyWalk = (p: {
+  key: '@key' | '@aggregate';
+  cursor: string;
+  firstKey: (after?: string) => string;
+  headOfWalkKey: string;
+  limit: string;
+  found: string;
+}) =>
+  `SET @walk_cursor = ${p.cursor};
+  SET @walk_from = CAST(SESSION_CONTEXT(@walk_cursor) AS NVARCHAR(255));
+  SET ${p.key} = NULL;
+  SET @walked = 0;
+  SET @wrapped = 0;
+  IF @walk_from IS NOT NULL
+  BEGIN
+    ${unlessLocked(p.firstKey('@walk_from'))}
+  END;
+  IF ${p.key} IS NULL
+  BEGIN
+    SET @wrapped = 1;
+    ${unlessLocked(p.firstKey())}
+  END;
+  WHILE ${p.key} IS NOT NULL AND @walked < ${CLAIM_WALK_KEYS} AND ${p.found} < ${p.limit}
+  BEGIN
+    ${unlessLocked(`${p.headOfWalkKey}
+      SET ${p.found} += @@ROWCOUNT;`)}
+    SET @walked += 1;
+    SET @walked_to = ${p.key};
+    ${unlessLocked(p.firstKey('@walked_to'), `SET ${p.key} = NULL; SET @wrapped = 1;`)}
+    IF ${p.key} IS NULL AND @wrapped = 0
+    BEGIN
+      SET @wrapped = 1;
+      ${unlessLocked(p.firstKey(), `SET ${p.key} = NULL;`)}
+    END;
+    IF @wrapped = 1 AND ${p.key} > @walk_from SET ${p.key} = NULL;
+  END;
+  IF @walked > 0 EXEC sp_set_session_context @key = @walk_cursor, @value = @walked_to;`;
+
+/** The variables of pagedSearch and keyWalk, whose key variable is `key`. */
+const searchVariables = (key: '@key' | '@aggregate') => `DECLARE @found TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+  DECLARE @pages INT;
+  DECLARE @seen_all BIT;
+  DECLARE @after_at DATETIME2;
+  DECLARE @after_id BIGINT;
+  DECLARE ${key} NVARCHAR(255);
+  DECLARE @walked INT;
+  DECLARE @wrapped BIT;
+  DECLARE @walked_to NVARCHAR(255);
+  DECLARE @walk_from NVARCHAR(255);
+  DECLARE @walk_cursor NVARCHAR(128);`;
+
+/** The SESSION_CONTEXT key under which a connection keeps where its walk of `scope` (an NVARCHAR expression) stopped. */
+const walkCursor = (scope: string) => `N'queuebox_walk_' + CONVERT(NVARCHAR(64), HASHBYTES('SHA2_256', ${scope}), 2)`;
+
+/**
+ * @0 = outbox lock, @1 = limit, @2 = lease in ms, @3 = the claiming instance. Takes available
+ * pending rows oldest first, only the head of each key (no earlier unfinished row, none in
+ * flight), at a cost bounded by the heads it takes and the rows before them, not by the keys
+ * (issue 38 M2): the oldest available rows page by page (pagedSearch); then, only when those
+ * pages found fewer than the limit without seeing every available row, the oldest rows without a
+ * key (their own filtered index) and a walk key by key (keyWalk: one seek per key, at most
+ * CLAIM_WALK_KEYS keys, going on where the last walk of this connection stopped). The ids found
+ * are locked and materialized once in `@candidates`, so the limit applies exactly once. The key
+ * lookups of the walk state `[key] IS NOT NULL`, which `= @key` implies: SQL Server matches a
+ * filtered index (`... AND [key] IS NOT NULL`) only to a query that states its filter, and would
+ * scan otherwise. The reads for candidates pass over rows others hold (READPAST), and so does the
+ * walk from key to key (it only lists keys; a key whose every unfinished row is locked has no
+ * head to take now); the head checks never do: skipping an earlier row of a key held by someone
+ * else would take a later one for its head. Instead a head check that meets a lock gives up on
+ * what it was looking at (unlessLocked): a page after CLAIM_SEARCH_LOCK_WAIT_MS (the first) or at
+ * once (later ones), keeping nothing of its own (the walk goes on from there); the walk at once,
+ * for that key alone. So an open transaction that holds a row of one key (with
  * READ_COMMITTED_SNAPSHOT OFF) delays the claims of that key only, never the heads found.
  */
 export const outboxClaimSql = (table: string) =>
   underClaimLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
-  DECLARE @found TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
-  ${unlessLocked(`  INSERT INTO @found ([id])
-  SELECT TOP (@1) w.[id] FROM (
-    SELECT TOP (${CLAIM_SCAN_WINDOW}) o.[id], o.[key], o.[available_at] FROM ${table} AS o WITH (READPAST)
-    WHERE o.[state] = N'pending' AND o.[available_at] <= ${NOW}
-    ORDER BY o.[available_at], o.[id]
-  ) AS w
-  WHERE ${headOfKey(table, 'w')}
-  ORDER BY w.[available_at], w.[id];`)}
-  IF (SELECT COUNT(*) FROM @found) < @1
+  ${searchVariables('@key')}
+  DECLARE @found_n INT = 0;
+  DECLARE @page TABLE ([available_at] DATETIME2 NOT NULL, [id] BIGINT NOT NULL, [key] NVARCHAR(255) COLLATE ${KEY_COLLATION} NULL,
+    PRIMARY KEY ([available_at], [id]));
+  ${pagedSearch({ table, alias: 'o', scope: '', pageColumns: ['[available_at]', '[id]', '[key]'], head: (w) => headOfKey(table, w), limit: '@1', found: '@found_n' })}
+  IF @found_n < @1 AND @seen_all = 0
   BEGIN
-    ${WALKING}
     ${unlessLocked(`    INSERT INTO @found ([id])
-    SELECT TOP (@1) o.[id] FROM ${table} AS o WITH (READPAST)
+    SELECT TOP (@1 - @found_n) o.[id] FROM ${table} AS o WITH (READPAST)
     WHERE o.[state] = N'pending' AND o.[key] IS NULL AND o.[available_at] <= ${NOW}
       AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = o.[id])
-    ORDER BY o.[available_at], o.[id];`)}
-    DECLARE @key NVARCHAR(255);
-    ${unlessLocked(`    SET @key = (SELECT MIN(k.[key]) FROM ${table} AS k WITH (READPAST)
-      WHERE k.[state] IN (N'pending', N'processing') AND k.[key] IS NOT NULL);`)}
-    WHILE @key IS NOT NULL
-    BEGIN
-      ${unlessLocked(`      INSERT INTO @found ([id])
+    ORDER BY o.[available_at], o.[id];
+    SET @found_n += @@ROWCOUNT;`)}
+    ${keyWalk({
+      key: '@key',
+      cursor: walkCursor('@0'),
+      firstKey: (after) => `      SET @key = (SELECT MIN(k.[key]) FROM ${table} AS k WITH (READPAST)
+        WHERE k.[state] IN (N'pending', N'processing') AND k.[key] IS NOT NULL${after ? ` AND k.[key] > ${after}` : ''});`,
+      headOfWalkKey: `      INSERT INTO @found ([id])
       SELECT h.[id] FROM (
-        SELECT TOP (1) o.[id], o.[state], o.[available_at] FROM ${table} AS o
+        SELECT TOP (1) o.[id], o.[state], o.[available_at] FROM ${table} AS o ${seekOn(table, 'key_idx')}
         WHERE o.[key] = @key AND o.[key] IS NOT NULL AND o.[state] IN (N'pending', N'processing')
         ORDER BY o.[id]
       ) AS h
       WHERE h.[state] = N'pending' AND h.[available_at] <= ${NOW}
-        AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${inFlightIndex(table, 'key_in_flight_idx')}
+        AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'key_in_flight_idx')}
           WHERE e.[key] = @key AND e.[key] IS NOT NULL AND e.[state] = N'processing')
-        AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);`)}
-      ${unlessLocked(
-        `      SET @key = (SELECT MIN(k.[key]) FROM ${table} AS k WITH (READPAST)
-        WHERE k.[state] IN (N'pending', N'processing') AND k.[key] IS NOT NULL AND k.[key] > @key);`,
-        'SET @key = NULL;',
-      )}
-    END;
+        AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);`,
+      limit: '@1',
+      found: '@found_n',
+    })}
   END;
   ${lockFound(table, 'o', '@1')}
   UPDATE o
@@ -217,8 +354,27 @@ export const outboxClaimSql = (table: string) =>
   OUTPUT inserted.[id], inserted.[message_id], inserted.[destination], inserted.[key], inserted.[payload], inserted.[headers],
          inserted.[attempts], inserted.[claim_token], ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at],
          ${asUtc('inserted.[created_at]')} AS [created_at]
-  FROM ${table} AS o WITH (ROWLOCK) INNER JOIN @candidates AS c ON c.[id] = o.[id]
+  ${claimTarget(table, 'o')}
   WHERE o.[state] = N'pending';`);
+
+/**
+ * How the sweep and the reclaims meet other transactions' locks: they pass over rows others hold
+ * (READPAST; a row passed over is ended at the next beat, or by its lease), wait at most this long
+ * for any other lock, and lose a deadlock rather than make a renewal or a completion lose it. They
+ * find their rows through the lease index, so they lock its entries before the rows, the opposite
+ * order of renewals and completions (row first); without READPAST that could deadlock with a
+ * renewal (aborted as a lost claim) and wait behind any open transaction that holds a claimed row,
+ * a wait that stalled the heartbeat behind it (issue 38 M1).
+ */
+export const HOUSEKEEPING_LOCK_WAIT_MS = 2_000;
+
+/** Starts a reclaim or sweep batch (the sweep: instances.sql.ts): see HOUSEKEEPING_LOCK_WAIT_MS. */
+export const HOUSEKEEPING = `SET DEADLOCK_PRIORITY LOW;
+SET LOCK_TIMEOUT ${HOUSEKEEPING_LOCK_WAIT_MS};
+`;
+
+/** The table hints of a sweep's or reclaim's UPDATE target: its rows through the lease index, never waiting for a row. */
+export const housekeepingTarget = (table: string) => `WITH (ROWLOCK, READPAST, INDEX (${indexOf(table, 'lease_idx')}))`;
 
 /** @0 = max attempts: expired claims go back to pending, or to dead on their last attempt. */
 const RECLAIM_SET = `SET [state] = CASE WHEN [attempts] >= @0 THEN N'dead' ELSE N'pending' END,
@@ -226,11 +382,12 @@ const RECLAIM_SET = `SET [state] = CASE WHEN [attempts] >= @0 THEN N'dead' ELSE 
     [last_error] = CONCAT(N'lease expired on attempt ', [attempts], N' of ', @0,
       N': the worker crashed, was stopped or outlived its lease')`;
 
-/** @0 = max attempts. */
-export const outboxReclaimSql = (table: string) => `UPDATE ${table}
+/** @0 = max attempts. Passes over rows others hold, as the instance sweep does (HOUSEKEEPING). */
+export const outboxReclaimSql = (table: string) => `${HOUSEKEEPING}UPDATE t
 ${RECLAIM_SET}
 OUTPUT inserted.[state], inserted.[destination] AS [name]
-WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}`;
+FROM ${table} AS t ${housekeepingTarget(table)}
+WHERE t.[state] = N'processing' AND t.[lease_expires_at] <= ${NOW}`;
 
 const INBOX_OUTPUT = `OUTPUT inserted.[id], inserted.[source], inserted.[idempotency_key], inserted.[aggregate_id], inserted.[payload],
          inserted.[headers], inserted.[attempts], inserted.[claim_token], ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at],
@@ -238,73 +395,72 @@ const INBOX_OUTPUT = `OUTPUT inserted.[id], inserted.[source], inserted.[idempot
 
 /** Only the head of each (source, aggregate): no earlier unfinished row, none in flight but itself (see headOfKey). */
 const headOfAggregate = (table: string, alias: string) => `(${alias}.[aggregate_id] IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM ${table} AS e WHERE e.[source] = ${alias}.[source] AND e.[aggregate_id] = ${alias}.[aggregate_id]
+      NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'aggregate_idx')} WHERE e.[source] = ${alias}.[source] AND e.[aggregate_id] = ${alias}.[aggregate_id]
         AND e.[aggregate_id] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] < ${alias}.[id])
-      AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${inFlightIndex(table, 'aggregate_in_flight_idx')}
+      AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'aggregate_in_flight_idx')}
         WHERE e.[source] = ${alias}.[source] AND e.[aggregate_id] = ${alias}.[aggregate_id]
         AND e.[aggregate_id] IS NOT NULL AND e.[state] = N'processing' AND e.[id] <> ${alias}.[id])))`;
 
 /**
- * Finds up to `limit` available pending heads of the sources in `@sources` into `@found`, as the
- * outbox claim does (see outboxClaimSql, also for what a row lock does to each step): per source
- * (CROSS APPLY, so each walks its (source, available_at, id) index in order) the heads among its
- * oldest CLAIM_SCAN_WINDOW rows; then, only when those were fewer than the limit, per source the
- * oldest rows without an aggregate and the head of each aggregate (one seek per aggregate).
+ * Finds available pending heads of the sources in `@sources` into `@found`, as the outbox claim
+ * does (see outboxClaimSql, also for what a row lock does to each step), source by source, up to
+ * `limit` of each (the rows found are then locked oldest first across sources, `limit` in all):
+ * the source's available rows page by page through its (source, available_at, id) index; then,
+ * only when those found fewer than the limit without seeing every available row of the source,
+ * its oldest rows without an aggregate and a walk aggregate by aggregate (at most
+ * CLAIM_WALK_KEYS per source, going on where this connection's last walk of the source stopped).
  */
-const inboxPendingSearch = (table: string, limit: string) => `DECLARE @found TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
-  ${unlessLocked(`  INSERT INTO @found ([id])
-  SELECT TOP (${limit}) h.[id]
-  FROM @sources AS s
-  CROSS APPLY (
-    SELECT TOP (${limit}) w.[id], w.[available_at] FROM (
-      SELECT TOP (${CLAIM_SCAN_WINDOW}) i.[id], i.[source], i.[aggregate_id], i.[available_at] FROM ${table} AS i WITH (READPAST)
-      WHERE i.[source] = s.[source] AND i.[state] = N'pending' AND i.[available_at] <= ${NOW}
-      ORDER BY i.[available_at], i.[id]
-    ) AS w
-    WHERE ${headOfAggregate(table, 'w')}
-    ORDER BY w.[available_at], w.[id]
-  ) AS h
-  ORDER BY h.[available_at], h.[id];`)}
-  IF (SELECT COUNT(*) FROM @found) < ${limit}
+const inboxPendingSearch = (table: string, limit: string) => `${searchVariables('@aggregate')}
+  DECLARE @page TABLE ([available_at] DATETIME2 NOT NULL, [id] BIGINT NOT NULL, [source] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL,
+    [aggregate_id] NVARCHAR(255) COLLATE ${KEY_COLLATION} NULL, PRIMARY KEY ([available_at], [id]));
+  DECLARE @source_found INT;
+  DECLARE @source NVARCHAR(255);
+  DECLARE @n INT = (SELECT MIN([n]) FROM @sources);
+  WHILE @n IS NOT NULL
   BEGIN
-    ${WALKING}
-    DECLARE @n INT = (SELECT MIN([n]) FROM @sources);
-    DECLARE @source NVARCHAR(255);
-    DECLARE @aggregate NVARCHAR(255);
-    WHILE @n IS NOT NULL
+    SET @source = (SELECT [source] FROM @sources WHERE [n] = @n);
+    SET @source_found = 0;
+    ${pagedSearch({
+      table,
+      alias: 'i',
+      scope: 'i.[source] = @source AND ',
+      pageColumns: ['[available_at]', '[id]', '[source]', '[aggregate_id]'],
+      head: (w) => headOfAggregate(table, w),
+      limit,
+      found: '@source_found',
+    })}
+    IF @source_found < ${limit} AND @seen_all = 0
     BEGIN
-      SET @source = (SELECT [source] FROM @sources WHERE [n] = @n);
       ${unlessLocked(`      INSERT INTO @found ([id])
-      SELECT TOP (${limit}) i.[id] FROM ${table} AS i WITH (READPAST)
+      SELECT TOP (${limit} - @source_found) i.[id] FROM ${table} AS i WITH (READPAST)
       WHERE i.[source] = @source AND i.[state] = N'pending' AND i.[aggregate_id] IS NULL AND i.[available_at] <= ${NOW}
         AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = i.[id])
-      ORDER BY i.[available_at], i.[id];`)}
-      SET @aggregate = NULL;
-      ${unlessLocked(`      SET @aggregate = (SELECT MIN(k.[aggregate_id]) FROM ${table} AS k WITH (READPAST)
-        WHERE k.[source] = @source AND k.[state] IN (N'pending', N'processing') AND k.[aggregate_id] IS NOT NULL);`)}
-      WHILE @aggregate IS NOT NULL
-      BEGIN
-        ${unlessLocked(`        INSERT INTO @found ([id])
+      ORDER BY i.[available_at], i.[id];
+      SET @source_found += @@ROWCOUNT;`)}
+      ${keyWalk({
+        key: '@aggregate',
+        cursor: walkCursor("@0 + N':' + @source"),
+        firstKey: (after) => `        SET @aggregate = (SELECT MIN(k.[aggregate_id]) FROM ${table} AS k WITH (READPAST)
+          WHERE k.[source] = @source AND k.[state] IN (N'pending', N'processing') AND k.[aggregate_id] IS NOT NULL${
+            after ? ` AND k.[aggregate_id] > ${after}` : ''
+          });`,
+        headOfWalkKey: `        INSERT INTO @found ([id])
         SELECT h.[id] FROM (
-          SELECT TOP (1) i.[id], i.[state], i.[available_at] FROM ${table} AS i
+          SELECT TOP (1) i.[id], i.[state], i.[available_at] FROM ${table} AS i ${seekOn(table, 'aggregate_idx')}
           WHERE i.[source] = @source AND i.[aggregate_id] = @aggregate AND i.[aggregate_id] IS NOT NULL
             AND i.[state] IN (N'pending', N'processing')
           ORDER BY i.[id]
         ) AS h
         WHERE h.[state] = N'pending' AND h.[available_at] <= ${NOW}
-          AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${inFlightIndex(table, 'aggregate_in_flight_idx')}
+          AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'aggregate_in_flight_idx')}
             WHERE e.[source] = @source AND e.[aggregate_id] = @aggregate AND e.[aggregate_id] IS NOT NULL
               AND e.[state] = N'processing')
-          AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);`)}
-        ${unlessLocked(
-          `        SET @aggregate = (SELECT MIN(k.[aggregate_id]) FROM ${table} AS k WITH (READPAST)
-          WHERE k.[source] = @source AND k.[state] IN (N'pending', N'processing') AND k.[aggregate_id] IS NOT NULL
-            AND k.[aggregate_id] > @aggregate);`,
-          'SET @aggregate = NULL;',
-        )}
-      END;
-      SET @n = (SELECT MIN([n]) FROM @sources WHERE [n] > @n);
+          AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);`,
+        limit,
+        found: '@source_found',
+      })}
     END;
+    SET @n = (SELECT MIN([n]) FROM @sources WHERE [n] > @n);
   END;`;
 
 /**
@@ -322,15 +478,16 @@ export const inboxRelayClaimSql = (table: string) =>
   UPDATE i
   ${setClaimed('i', '@2', '@4')}
   ${INBOX_OUTPUT}
-  FROM ${table} AS i WITH (ROWLOCK) INNER JOIN @candidates AS c ON c.[id] = i.[id]
+  ${claimTarget(table, 'i')}
   WHERE i.[state] = N'pending';`);
 
-/** @0 = max attempts, @1 = the sources as a JSON array of strings. The relay's reclaim step, limited to its sources. */
-export const inboxReclaimSql = (table: string) => `UPDATE ${table}
+/** @0 = max attempts, @1 = the sources as a JSON array of strings. The relay's reclaim step, limited to its sources (HOUSEKEEPING). */
+export const inboxReclaimSql = (table: string) => `${HOUSEKEEPING}UPDATE t
 ${RECLAIM_SET}
 OUTPUT inserted.[state], inserted.[source] AS [name]
-WHERE [state] = N'processing' AND [lease_expires_at] <= ${NOW}
-  AND [source] IN (SELECT s.[source] COLLATE ${KEY_COLLATION} FROM OPENJSON(@1) WITH ([source] NVARCHAR(255) '$') AS s)`;
+FROM ${table} AS t ${housekeepingTarget(table)}
+WHERE t.[state] = N'processing' AND t.[lease_expires_at] <= ${NOW}
+  AND t.[source] IN (SELECT s.[source] COLLATE ${KEY_COLLATION} FROM OPENJSON(@1) WITH ([source] NVARCHAR(255) '$') AS s)`;
 
 /**
  * @0 = pull lock (per table and source), @1 = limit, @2 = lease in ms, @3 = source. Runs inside
@@ -354,5 +511,5 @@ ${lockFound(table, 'i', '@room')}
 UPDATE i
 ${setClaimed('i', '@2', '@4')}
 ${INBOX_OUTPUT}
-FROM ${table} AS i WITH (ROWLOCK) INNER JOIN @candidates AS c ON c.[id] = i.[id]
+${claimTarget(table, 'i')}
 WHERE i.[state] = N'pending' OR (i.[state] = N'processing' AND i.[lease_expires_at] <= ${NOW});`);

@@ -1,5 +1,4 @@
 import type { DialectDriver } from '../dialect-driver';
-import { CLAIM_FUNCTIONS_MIGRATION_NOTE } from '../schema-migrations';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
 import {
   KEY_COLLATION,
@@ -32,13 +31,28 @@ export const sqlServerDriver = {
     claimProbes: { up: () => [], down: () => [] },
   },
   noOpMigrations: {
-    claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,
+    claimFunctions:
+      '-- Nothing to do on SQL Server, which has no claim functions: on PostgreSQL the version that shipped this\n-- migration wrote them here (they now come with migration 006). The file keeps the migrations numbered alike.',
     claimProbes:
       '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
   },
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   script: { terminator: ';\nGO\n', folder: 'sqlserver' },
+  // SQL Server has no claim functions: its claims are statements QueueBox sends.
+  scriptTitles: {
+    claimFunctions: 'claim functions, PostgreSQL only',
+    instances: 'instances and claim owners',
+    claimProbes: 'claim probes, PostgreSQL only',
+  },
   migrationNotes: {
+    claimFunctions: {
+      applied: 'nothing to change on SQL Server (it has no claim functions).',
+      notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
+    },
+    instances: {
+      applied: 'created the instances table and the claim owner columns.',
+      notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
+    },
     claimProbes: {
       applied: 'nothing to change on SQL Server (its claims are statements).',
       notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',

@@ -1,3 +1,4 @@
+import { HOUSEKEEPING, housekeepingTarget } from './claims.sql';
 import { COUNTED } from './lease.sql';
 import { KEY_COLLATION } from './schema';
 import { asUtc, msAgo, NOW } from './time';
@@ -23,7 +24,7 @@ export const instanceHeartbeatSql = (instances: string) => `${COUNTED}UPDATE ${i
  */
 const endLeases = (table: string, kind: 'outbox' | 'inbox', instances?: string) => `UPDATE t SET [lease_expires_at] = ${NOW}
   OUTPUT inserted.[claimed_by], N'${kind}' INTO @released ([id], [kind])
-  FROM ${table} AS t
+  FROM ${table} AS t ${housekeepingTarget(table)}
   WHERE t.[state] = N'processing' AND t.[lease_expires_at] > ${NOW}
     AND (t.[claimed_by] IN (SELECT [id] FROM @dead)${
       instances
@@ -40,14 +41,14 @@ const endLeases = (table: string, kind: 'outbox' | 'inbox', instances?: string) 
  * longer registered, and returns each owner with how many outbox and inbox claims it lost (an
  * unregistered one with no host, pid, DataSource or heartbeat).
  */
-export const instanceEndDeadSql = (instances: string, outbox: string, inbox: string) => `SET XACT_ABORT ON;
+export const instanceEndDeadSql = (instances: string, outbox: string, inbox: string) => `${HOUSEKEEPING}SET XACT_ABORT ON;
 SET NOCOUNT ON;
 BEGIN TRANSACTION;
 DECLARE @dead TABLE ([id] UNIQUEIDENTIFIER PRIMARY KEY, [host] NVARCHAR(255) COLLATE ${KEY_COLLATION}, [pid] INT, [data_source] NVARCHAR(255) COLLATE ${KEY_COLLATION}, [heartbeat_at] DATETIME2);
 DECLARE @released TABLE ([id] UNIQUEIDENTIFIER, [kind] NVARCHAR(8) COLLATE ${KEY_COLLATION});
 DELETE n
   OUTPUT deleted.[id], deleted.[host], deleted.[pid], deleted.[data_source], deleted.[heartbeat_at] INTO @dead
-  FROM ${instances} AS n
+  FROM ${instances} AS n WITH (READPAST)
   WHERE ${silent('n')};
 ${endLeases(outbox, 'outbox', instances)}
 ${endLeases(inbox, 'inbox', instances)}
@@ -59,7 +60,7 @@ FROM (SELECT [id] FROM @dead UNION SELECT [id] FROM @released) AS w
 LEFT JOIN @dead AS d ON d.[id] = w.[id];`;
 
 /** @0 = id. A clean shutdown: the instance's row goes, and the leases of what it still holds end now. */
-export const instanceDeregisterSql = (instances: string, outbox: string, inbox: string) => `SET XACT_ABORT ON;
+export const instanceDeregisterSql = (instances: string, outbox: string, inbox: string) => `${HOUSEKEEPING}SET XACT_ABORT ON;
 SET NOCOUNT ON;
 BEGIN TRANSACTION;
 DECLARE @dead TABLE ([id] UNIQUEIDENTIFIER PRIMARY KEY);

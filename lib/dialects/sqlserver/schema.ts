@@ -352,10 +352,33 @@ export function sqlServerKeyCollationDown(tables: QueueBoxTables): string[] {
 }
 
 /**
+ * How long migration 006's ALTER TABLE ... ADD waits for its schema-modification lock. Adding a
+ * nullable column changes only the metadata once the lock is granted, but the request queues
+ * behind every transaction using the table (a long enqueue(), a pull handler), and every
+ * statement on the table queues behind it; the wait is bounded so that a busy table fails the
+ * migration with a clear error instead of stalling the application (issue 38 L4).
+ */
+export const ALTER_LOCK_WAIT_MS = 5_000;
+
+/** SQL Server's error number for "run migration 006 again when the table is quiet". */
+export const ALTER_BUSY_ERROR = 51_006;
+
+/** `ALTER TABLE <table> ADD <column>`, waiting at most ALTER_LOCK_WAIT_MS for the table, or failing with ALTER_BUSY_ERROR. */
+const addColumn = (table: string, column: string) => `SET LOCK_TIMEOUT ${ALTER_LOCK_WAIT_MS};
+BEGIN TRY
+  ALTER TABLE ${table} ADD ${column};
+END TRY
+BEGIN CATCH
+  IF ERROR_NUMBER() = 1222
+    THROW ${ALTER_BUSY_ERROR}, N'QueueBox migration 006: ALTER TABLE ${table} ADD was not run: it waited ${ALTER_LOCK_WAIT_MS / 1000} s for the transactions that use the table, holding up every statement behind it. Run it again when no long transaction uses the table (through TypeORM the whole migration was rolled back).', 1;
+  THROW;
+END CATCH`;
+
+/**
  * Migration 006 (instances): the instances table (each QueueBox process registers itself and
  * heartbeats by the database clock, so a live replica can end a dead one's leases at once) and
  * the claim owner column `claimed_by` on both tables. Adding a nullable column changes only the
- * metadata: no rewrite, no long lock.
+ * metadata, no row is rewritten; the lock it needs is waited for at most ALTER_LOCK_WAIT_MS.
  */
 export function sqlServerInstancesUp(tables: QueueBoxTables): string[] {
   const instanceSchema = tables.instances.schema;
@@ -373,8 +396,8 @@ export function sqlServerInstancesUp(tables: QueueBoxTables): string[] {
   [heartbeat_at] DATETIME2 NOT NULL CONSTRAINT [${n}_heartbeat_at_default] DEFAULT SYSUTCDATETIME(),
   CONSTRAINT [${n}_pkey] PRIMARY KEY CLUSTERED ([id])
 )`,
-    `ALTER TABLE ${mssqlTable(tables.outbox)} ADD [claimed_by] UNIQUEIDENTIFIER NULL`,
-    `ALTER TABLE ${mssqlTable(tables.inbox)} ADD [claimed_by] UNIQUEIDENTIFIER NULL`,
+    addColumn(mssqlTable(tables.outbox), '[claimed_by] UNIQUEIDENTIFIER NULL'),
+    addColumn(mssqlTable(tables.inbox), '[claimed_by] UNIQUEIDENTIFIER NULL'),
   ];
 }
 

@@ -21,6 +21,8 @@ import { type RecordDecoding } from '../records';
 import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import {
+  ADMIN,
+  ADMIN_LOCK_WAIT_MS,
   adminBacklogSql,
   adminClaimListSql,
   adminThroughputSql,
@@ -44,7 +46,7 @@ import {
   outboxReclaimSql,
 } from './claims.sql';
 import { FOLLOWERS_LOCK_WAIT_MS, inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
-import { inboxFindSql, inboxInsertSql } from './inbox.sql';
+import { inboxFindSql, inboxInsertSql, UNIQUE_VIOLATIONS as UNIQUE_VIOLATION_NUMBERS } from './inbox.sql';
 import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instanceListSql, instanceRegisterSql } from './instances.sql';
 import {
   leaseCompleteBatchSql,
@@ -120,7 +122,7 @@ const READ_COMMITTED = 'READ COMMITTED';
 
 /** sp_getapplock takes resource names of up to 255 characters. */
 const MAX_LOCK_NAME = 255;
-const UNIQUE_VIOLATIONS = new Set([2601, 2627]);
+const UNIQUE_VIOLATIONS = new Set<number>(UNIQUE_VIOLATION_NUMBERS);
 
 /**
  * The SQL Server dialect (also Azure SQL): `UPDLOCK, READPAST, ROWLOCK` claims behind `sp_getapplock`
@@ -228,24 +230,15 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     refuseTrailingSpaces('InboxService.receive', { source: row.source, idempotencyKey: row.idempotencyKey, aggregateId: row.aggregateId });
   }
 
-  /**
-   * The insert's range lock makes a concurrent receive of the same key wait and then insert
-   * nothing; a unique violation can still reach here from a writer that does not take that lock,
-   * and means the same.
-   */
+  /** The insert answers a duplicate with no row: its batch catches the unique violation (inboxInsertSql). */
   protected async inboxInsertRecords(row: InboxInsertRow, manager: EntityManager | undefined): Promise<{ id: string }[]> {
-    try {
-      return (
-        await this.run<{ id: string }>(
-          inboxInsertSql(this.table.inbox),
-          [name(row.source), name(row.idempotencyKey), name(row.aggregateId), text(row.payloadJson), text(row.headersJson)],
-          manager,
-        )
-      ).rows;
-    } catch (error) {
-      if (!errorNumbers(error).some((n) => UNIQUE_VIOLATIONS.has(n))) throw error;
-      return [];
-    }
+    return (
+      await this.run<{ id: string }>(
+        inboxInsertSql(this.table.inbox),
+        [name(row.source), name(row.idempotencyKey), name(row.aggregateId), text(row.payloadJson), text(row.headersJson)],
+        manager,
+      )
+    ).rows;
   }
 
   /** A claim in a transaction of its own, behind the claim lock of its table (and source, for pull claims). */
@@ -300,7 +293,11 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
         const [{ granted }] = await runner.query(retentionTryLockSql(), [name(this.retentionLock)]).catch((error: unknown) => {
           throw withPrecedingErrors(error);
         });
-        if (granted < 0) return null;
+        // -1: another replica holds it, retention runs there. Anything else is a failure to say.
+        if (granted < 0) {
+          if (granted !== -1) this.log.warn(messages.sqlServerRetentionLockFailed(granted));
+          return null;
+        }
         return await work();
       } finally {
         if (runner.isTransactionActive) await runner.commitTransaction();
@@ -351,8 +348,18 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     }
   }
 
-  protected runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
-    return this.run<T>(statement, params);
+  /**
+   * An admin statement (dashboard, CLI, QueueBoxAdmin) gives way to the workers (ADMIN): a row
+   * lock it waited too long for is a "busy, try again" error, never a pooled connection held
+   * until the request timeout behind an open transaction.
+   */
+  protected async runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
+    try {
+      return await this.run<T>(`${ADMIN}${statement}`, params);
+    } catch (error) {
+      if (!errorNumbers(error).includes(LOCK_TIMEOUT_ERROR)) throw error;
+      throw new QueueBoxError('QUEUEBOX_ADMIN_BUSY', messages.sqlServerAdminBusy(ADMIN_LOCK_WAIT_MS), { cause: error });
+    }
   }
 
   /**
