@@ -439,11 +439,11 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
   it('heartbeats: the instances table as QueueBoxAdmin.instances() reads it (the app on "orders" registered itself)', async () => {
     const orders = await json(await api('orders/heartbeats'));
     assert.equal(orders.available, true);
-    const rows = orders.rows as { host: string; pid: number; dataSource: string; alive: boolean }[];
+    const rows = orders.rows as { host: string; pid: number; dataSource: string; state: string }[];
     assert.equal(rows.length, 1, 'one QueueBox process runs on "orders"');
     assert.equal(rows[0]?.pid, process.pid);
     assert.equal(rows[0]?.dataSource, 'default');
-    assert.equal(rows[0]?.alive, true);
+    assert.equal(rows[0]?.state, 'alive');
     const ledger = await json(await api('ledger/heartbeats'));
     assert.deepEqual(ledger, { available: true, rows: [] }, 'no process runs QueueBox on "ledger"');
   });
