@@ -27,6 +27,8 @@ export type {
   ClaimRow,
   DeadLetterRow,
   InstanceRow,
+  InstanceState,
+  RowOwner,
   SkipHeadTarget,
   Throughput,
   ThroughputRow,

@@ -406,5 +406,12 @@ export const messages = {
   healthLagging: (where: string, seconds: number, maxLagMs: number) =>
     `The oldest due message of ${where} has waited ${seconds} s, more than ${maxLagMs / 1000} s (see ${doc('operations.md')}, runbook: the backlog grows).`,
   healthBacklogFailed: (reason: string) => `The backlog could not be read: ${reason}`,
+  healthInstanceSilent: (state: 'silent' | 'dead', heartbeatAgeSeconds: number, deadAfterMs: number) =>
+    `This instance's last heartbeat landed ${heartbeatAgeSeconds} s ago by the database clock: the instances table shows it ${
+      state === 'silent'
+        ? `SILENT (more than two thirds of instances.deadAfterMs, ${deadAfterMs} ms). Past instances.deadAfterMs other replicas declare it dead and end its leases.`
+        : `DEAD (more than instances.deadAfterMs, ${deadAfterMs} ms): a live replica ends its leases at its next heartbeat.`
+    } Its heartbeats are late: an event-loop stall, a slow database, or a pool that keeps the heartbeat waiting (see ${doc('operations.md')}, instance states).`,
+  healthInstancesFailed: (reason: string) => `The instances table could not be read: ${reason}`,
   healthTimeout: (ms: number) => `no answer within ${ms} ms`,
 } as const;

@@ -92,7 +92,9 @@ export class QueueBoxAdmin {
 
   /**
    * Keys (outbox `key`) and aggregates (inbox `(source, aggregate_id)`) whose head row failed at
-   * least once and is not finished: it holds back every later row of its key.
+   * least once and is not finished, or is held with rows behind it: it holds back every later row
+   * of its key. Each names its owner only while the head is held (a live lease), with the owner's
+   * state, and always its last claimer (`RowOwner`).
    */
   async listBlockedKeys(p: { component: AdminComponent; limit?: number }): Promise<BlockedKeyRow[]> {
     return this.dialect.blockedKeyList({ component: component(p?.component), limit: pageLimit(p?.limit) });
@@ -141,7 +143,8 @@ export class QueueBoxAdmin {
 
   /**
    * Rows in flight (`processing`) of one table, oldest claim first (at most `limit`, default 50):
-   * who holds them (the claim token), since when and how much lease is left, by the database clock.
+   * who holds them (the claim token, the owner instance and its state while the lease is live),
+   * since when and how much lease is left, by the database clock.
    */
   async listClaims(p: { component: AdminComponent; limit?: number }): Promise<ClaimRow[]> {
     return this.dialect.adminClaimList({ component: component(p?.component), limit: pageLimit(p?.limit) });
@@ -149,8 +152,9 @@ export class QueueBoxAdmin {
 
   /**
    * Every registered QueueBox instance (one per process and DataSource), oldest first: host, pid,
-   * DataSource, version, its heartbeat's age and whether it is alive by the database clock, and
-   * the rows it holds. A dead instance stays listed until a live replica ends its leases.
+   * DataSource, version, its heartbeat's age and its state (`alive`, `silent`, `dead`: see
+   * `InstanceState`) by the database clock, and the rows it holds. A dead instance stays listed
+   * until a live replica ends its leases.
    */
   async instances(): Promise<InstanceRow[]> {
     return this.dialect.instanceList();

@@ -58,7 +58,9 @@ export const cliMessages = {
   backlogNeedsInstances: (table: string) =>
     `Backlog not shown: table "${table}" is missing (migration 006 not applied). Run \`queuebox migrate\`; until then this version of QueueBox does not start.`,
   blockedByDeadOwners: (count: number) =>
-    `${count} of these heads are held by an instance that stopped heartbeating: a live replica ends its leases at its next heartbeat, and the keys move again. None live? Start one, or see \`queuebox instances\`.`,
+    `${count} of these heads are held by an instance that stopped heartbeating (DEAD): a live replica ends its leases at its next heartbeat, and the keys move again. None live? Start one, or see \`queuebox instances\`.`,
+  blockedBySilentOwners: (count: number) =>
+    `${count} of these heads are held by an instance that missed two heartbeats (SILENT): paused, stalled or cut off from the database. It keeps them unless it stays silent past its instances.deadAfterMs; see \`queuebox instances\`.`,
   schemaMissing: (tables: string) => `schema missing (${tables}): run \`queuebox migrate\` with the same --url and --tables.`,
   schemaUnrecorded: (tables: string, name: string, migrationsTable: string) =>
     `${tables} already exist but migration ${name} is not recorded in TypeORM's "${migrationsTable}" table. If your DataSource sets migrationsTableName, pass it: --migrations-table <that name>. Were they created from plain SQL? Nothing was changed; if you migrate with TypeORM, record it or drop the tables first.`,

@@ -1,3 +1,5 @@
+import type { InstanceRow, RowOwner } from '../dialects/dialect-rows';
+
 /** Rows as aligned columns, two spaces apart, each line indented by two; `right` columns are right-aligned. */
 export function formatTable(header: readonly string[], rows: readonly string[][], right: readonly number[] = []): string[] {
   const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i].length)));
@@ -53,8 +55,20 @@ export function formatSeconds(seconds: number): string {
   return `${Math.floor(s / 3600)}h ${two(Math.floor((s % 3600) / 60))}m`;
 }
 
-/** The instance holding a claim, shortened, and whether it is alive: `3f2a9c1e (alive)`, `3f2a9c1e (DEAD)`, `-`. */
-export function ownerText(owner: string | null, alive: boolean | null): string {
-  if (owner === null) return '-';
-  return `${owner.slice(0, 8)} (${alive ? 'alive' : 'DEAD'})`;
+/**
+ * Who holds a row, shortened: the owner and its state while the row is held (`3f2a9c1e (alive)`,
+ * `3f2a9c1e (SILENT)`, `3f2a9c1e (DEAD)`); for a row nobody holds, only the instance that claimed
+ * it last, said as such (`none; last claimed by 3f2a9c1e`), or `-`.
+ */
+export function ownerText(row: RowOwner): string {
+  if (row.owner !== null)
+    return `${row.owner.slice(0, 8)} (${row.ownerState === 'alive' ? 'alive' : (row.ownerState ?? 'dead').toUpperCase()})`;
+  return row.lastClaimedBy === null ? '-' : `none; last claimed by ${row.lastClaimedBy.slice(0, 8)}`;
+}
+
+/** An instance's state for a table: `alive`, `SILENT (dead after 15.0s)`, `DEAD (silent > 15.0s)`. */
+export function instanceStateText(row: Pick<InstanceRow, 'state' | 'deadAfterMs'>): string {
+  const deadAfter = formatSeconds(row.deadAfterMs / 1000);
+  if (row.state === 'silent') return `SILENT (dead after ${deadAfter})`;
+  return row.state === 'dead' ? `DEAD (silent > ${deadAfter})` : 'alive';
 }

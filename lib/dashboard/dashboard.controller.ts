@@ -46,6 +46,18 @@ function integer(name: string, value: unknown, fallback: number, min: number, ma
   return n;
 }
 
+/**
+ * Refuses (415) an action whose body is not declared JSON. The app's body parsers also read
+ * url-encoded forms (which any page can post cross-site) and plain text: only
+ * `Content-Type: application/json`, with or without parameters such as `charset`, is an action.
+ */
+function requireJson(request: DashboardRequest): void {
+  const given = request.headers['content-type'];
+  const type = Array.isArray(given) ? given[0] : given;
+  if (type?.split(';')[0].trim().toLowerCase() === 'application/json') return;
+  throw new DashboardHttpError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'QUEUEBOX_DASHBOARD_NOT_JSON', messages.bodyNotJsonType(type));
+}
+
 function bodyObject(body: unknown): Record<string, unknown> {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new DashboardHttpError(HttpStatus.BAD_REQUEST, 'QUEUEBOX_DASHBOARD_BAD_REQUEST', messages.bodyNotJson());
@@ -236,6 +248,7 @@ export function createDashboardController(options: ResolvedDashboardOptions): Ty
       secure(response);
       this.actions.check(request);
       this.dashboard.admin(instance); // 404 before reading the body
+      requireJson(request);
       const body = bodyObject(raw);
       const kind = component(body.component);
       const headId = optionalString('headId', body.headId);
@@ -283,6 +296,7 @@ export function createDashboardController(options: ResolvedDashboardOptions): Ty
       secure(response);
       this.actions.check(request);
       this.dashboard.admin(instance);
+      requireJson(request);
       const body = bodyObject(request.body);
       const kind = component(body.component);
       if (body.ids !== undefined && (!Array.isArray(body.ids) || !body.ids.every((id) => typeof id === 'string'))) {

@@ -54,6 +54,8 @@ export const dashboardMessages = {
   tokenRefused: (header: string) =>
     `Refused: the ${header} header is missing or wrong. Read the token from GET <dashboard>/api/session (it changes when the app restarts, unless "tokenSecret" is set) and send it with every action. Nothing was changed.`,
   bodyNotJson: () => 'The request body must be a JSON object, sent with Content-Type: application/json. Nothing was changed.',
+  bodyNotJsonType: (contentType: string | undefined) =>
+    `Refused: dashboard actions take a JSON body sent with Content-Type: application/json, and this one came ${contentType === undefined ? 'without a Content-Type' : `as ${show(contentType)}`}. Nothing was changed.`,
   instanceUnknown: (name: string, known: readonly string[]) =>
     `No QueueBox instance is named ${show(name)} here; the instances are ${known.map((k) => show(k)).join(', ')}.`,
   parameterInvalid: (name: string, rule: string, value: unknown) => `"${name}" ${rule}, got ${show(value)}.`,

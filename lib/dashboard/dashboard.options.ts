@@ -97,10 +97,16 @@ const isGuard = (value: unknown): value is DashboardGuard =>
   typeof value === 'function' ||
   (typeof value === 'object' && value !== null && typeof (value as { canActivate?: unknown }).canActivate === 'function');
 
-/** Validates the options; a dashboard with neither a guard nor `public: true` never starts. */
-export function resolveDashboardOptions(options: QueueBoxDashboardOptions): ResolvedDashboardOptions {
+/**
+ * Validates the options; a dashboard with neither a guard nor `public: true` never starts. Only
+ * the object's own properties count, as for `QueueBoxModule` (Nest copies its options key by
+ * key): a `public: true` inherited from a prototype must not mount the dashboard without a guard.
+ */
+export function resolveDashboardOptions(given: QueueBoxDashboardOptions): ResolvedDashboardOptions {
   const fail = (option: string, message: string) => new QueueBoxConfigError(`dashboard${option ? `.${option}` : ''}`, message);
-  if (typeof options !== 'object' || options === null) throw fail('', messages.optionsNotObject(options));
+  if (typeof given !== 'object' || given === null) throw fail('', messages.optionsNotObject(given));
+  // Each own property read once (a getter cannot answer one value to a check and another to the use).
+  const options: QueueBoxDashboardOptions = Object.fromEntries(Object.entries(given));
   for (const key of Object.keys(options)) {
     if (!(KEYS as readonly string[]).includes(key)) throw fail(key, messages.optionUnknown(key, KEYS));
   }

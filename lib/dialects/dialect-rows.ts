@@ -48,7 +48,7 @@ export interface DeadLetterRow {
 }
 
 /** A key or aggregate whose head row (its earliest unfinished row) is failing, and what waits behind it. */
-export interface BlockedKeyRow {
+export interface BlockedKeyRow extends RowOwner {
   component: AdminComponent;
   /** Destination (outbox) or source (inbox) of the head row. */
   name: string;
@@ -71,13 +71,49 @@ export interface BlockedKeyRow {
   nextAttemptAt: Date;
   /** Unfinished rows of the same key queued behind the head. */
   waiting: number;
-  /** Seconds since a processing head was claimed (database clock); `null` for a pending one. */
+  /** Seconds since the head was claimed (database clock), while it is held; `null` otherwise. */
   heldSeconds: number | null;
-  /** The instance holding a processing head (see `queuebox instances`); `null` when pending, or claimed by a script or the CLI. */
-  owner: string | null;
-  /** Whether that instance still heartbeats; `null` without an owner. A dead owner's lease is ended by the next live replica's heartbeat. */
-  ownerAlive: boolean | null;
 }
+
+/**
+ * Who holds a row. A row is held while it is `processing` with a lease that has not expired (by
+ * the database clock); a pending row, or one whose lease ran out, is held by nobody, whoever
+ * claimed it last.
+ */
+export interface RowOwner {
+  /**
+   * The instance holding the row (see `QueueBoxAdmin.instances()`); `null` when nobody holds it, or
+   * when a script or the CLI claimed it.
+   */
+  owner: string | null;
+  /**
+   * The state of that instance (`InstanceState`); `null` without an owner. An owner no longer in
+   * the instances table is `dead`. A dead owner's lease is ended by the next live replica's heartbeat.
+   */
+  ownerState: InstanceState | null;
+  /**
+   * The instance that made the row's last claim (`claimed_by`), whether or not it still holds it:
+   * for a pending head that failed, the instance its last attempt ran on. `null` when never
+   * claimed by an instance.
+   */
+  lastClaimedBy: string | null;
+}
+
+/**
+ * Where an instance's heartbeats stand, by the database clock, from its row's `heartbeat_at` and
+ * `dead_after_ms` (its `instances.deadAfterMs`), D for short:
+ *
+ * - `alive`: its last heartbeat is at most 2/3 D old;
+ * - `silent`: older than 2/3 D, at most D: it missed at least two heartbeats (QueueBox refuses a
+ *   `heartbeatMs` longer than D / 3, so 2/3 D spans two heartbeats at their longest). It still
+ *   holds its rows: an event-loop stall, a paused process, a slow or unreachable database;
+ * - `dead`: older than D. At its next heartbeat, any live replica that runs a worker deletes its
+ *   row and ends its leases.
+ */
+export type InstanceState = 'alive' | 'silent' | 'dead';
+
+/** Every `InstanceState`, from the best to the worst. */
+export const INSTANCE_STATES: readonly InstanceState[] = ['alive', 'silent', 'dead'];
 
 /**
  * Rows that finished (outbox `sent`, inbox `processed`) and rows that died, per destination or
@@ -101,7 +137,7 @@ export interface Throughput {
 }
 
 /** A row in flight: claimed by a worker whose lease has not been given back. */
-export interface ClaimRow {
+export interface ClaimRow extends RowOwner {
   component: AdminComponent;
   id: string;
   /** The outbox message id; `null` for inbox rows. */
@@ -120,12 +156,11 @@ export interface ClaimRow {
   leaseExpiresAt: Date;
   /** Seconds since the claim, by the database clock. */
   ageSeconds: number;
-  /** Seconds until the lease expires, by the database clock; negative once it has (the reclaim step returns it). */
+  /**
+   * Seconds until the lease expires, by the database clock; negative once it has (the reclaim step
+   * returns it; nobody holds it any more: `owner` is `null`).
+   */
   leaseRemainingSeconds: number;
-  /** The instance that holds the claim (see `QueueBoxAdmin.instances()`); `null` when a script or the CLI claimed it. */
-  owner: string | null;
-  /** Whether that instance still heartbeats; `null` without an owner. */
-  ownerAlive: boolean | null;
 }
 
 /** The key (outbox) or (source, aggregate) (inbox) whose head row `skipHead` dead-letters. */
@@ -163,8 +198,12 @@ export interface InstanceRow extends InstanceIdentity {
   heartbeatAt: Date;
   /** Seconds since its last heartbeat, by the database clock. */
   heartbeatAgeSeconds: number;
-  /** Its last heartbeat is within its `deadAfterMs`. A dead one is gone from the list once a live replica ended its leases. */
-  alive: boolean;
+  /**
+   * `alive`, `silent` (missed two heartbeats) or `dead` (silent past its `deadAfterMs`), by the
+   * database clock (see `InstanceState`). A dead one is gone from the list once a live replica
+   * ended its leases.
+   */
+  state: InstanceState;
   /** Rows it holds in flight now. */
   claims: { outbox: number; inbox: number };
 }

@@ -246,7 +246,7 @@ export interface Dialect {
   instanceEndDead(p: { unregisteredAfterMs: number }): Promise<DeadInstanceRow[]>;
   /** A clean shutdown: deletes the instance's row and ends the leases of what it still holds. */
   instanceDeregister(p: { id: string }): Promise<{ outbox: number; inbox: number }>;
-  /** Every registered instance, with whether it is alive. */
+  /** Every registered instance, with its state by the database clock. */
   instanceList(): Promise<InstanceRow[]>;
 
   /** The database's current time (for tests and health checks; never for leases). */

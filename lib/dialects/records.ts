@@ -8,7 +8,9 @@ import type {
   BlockedKeyRow,
   ClaimRow,
   DeadLetterRow,
+  InstanceState,
   ReclaimResult,
+  RowOwner,
   Throughput,
   ThroughputRow,
 } from './dialect-rows';
@@ -238,7 +240,7 @@ export function toDeadLetterRow<J>(
   return row;
 }
 
-export interface BlockedKeyRecord {
+export interface BlockedKeyRecord extends OwnerRecord {
   id: string | number;
   message_id: string | null;
   name: string;
@@ -250,16 +252,20 @@ export interface BlockedKeyRecord {
   next_attempt_at: Date;
   waiting: string | number;
   held_for: string | number | null;
-  owner: string | null;
-  /** A boolean, or 1/0 from SQL Server; null for no owner. */
-  owner_alive: boolean | number | null;
 }
 
-/** Who holds a row, as the admin statements return it. */
-function ownerOf(r: { owner: string | null; owner_alive: boolean | number | null }, uuid: (value: string) => string) {
+/** Who holds a row, as the admin statements return it (see `ownerColumns`). */
+interface OwnerRecord {
+  owner: string | null;
+  owner_state: InstanceState | null;
+  last_claimed_by: string | null;
+}
+
+function ownerOf(r: OwnerRecord, uuid: (value: string) => string): RowOwner {
   return {
     owner: r.owner === null ? null : uuid(r.owner),
-    ownerAlive: r.owner_alive === null ? null : r.owner_alive === true || r.owner_alive === 1,
+    ownerState: r.owner_state,
+    lastClaimedBy: r.last_claimed_by === null ? null : uuid(r.last_claimed_by),
   };
 }
 
@@ -313,7 +319,7 @@ export function toThroughput(since: Date, minutes: number, records: ThroughputRe
 }
 
 /** A row in flight as a driver returns it. */
-export interface ClaimRecord {
+export interface ClaimRecord extends OwnerRecord {
   id: string | number;
   message_id: string | null;
   idempotency_key: string | null;
@@ -325,8 +331,6 @@ export interface ClaimRecord {
   lease_expires_at: Date;
   age: string | number;
   lease_left: string | number;
-  owner: string | null;
-  owner_alive: boolean | number | null;
 }
 
 export function toClaimRow(component: AdminComponent, r: ClaimRecord, uuid: (value: string) => string): ClaimRow {

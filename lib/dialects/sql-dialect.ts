@@ -11,6 +11,7 @@ import type {
   DeadLetterRow,
   InstanceIdentity,
   InstanceRow,
+  InstanceState,
   ReclaimResult,
   SkipHeadTarget,
   Throughput,
@@ -418,7 +419,7 @@ export abstract class SqlDialect<J> {
       startedAt: r.started_at,
       heartbeatAt: r.heartbeat_at,
       heartbeatAgeSeconds: Number(r.heartbeat_age),
-      alive: r.alive === true || r.alive === 1,
+      state: r.state,
       claims: { outbox: Number(r.outbox_claims), inbox: Number(r.inbox_claims) },
     }));
   }
@@ -439,7 +440,7 @@ interface DeadInstanceRecord {
   inbox: number | string;
 }
 
-/** An instance as `instanceList` returns it (`alive`: a boolean, or 1/0 from SQL Server). */
+/** An instance as `instanceList` returns it. */
 interface InstanceRecord {
   id: string;
   host: string;
@@ -450,7 +451,7 @@ interface InstanceRecord {
   started_at: Date;
   heartbeat_at: Date;
   heartbeat_age: number | string;
-  alive: boolean | number;
+  state: InstanceState;
   outbox_claims: number | string;
   inbox_claims: number | string;
 }

@@ -2,7 +2,7 @@ import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { describeError } from '../common/errors';
-import type { BacklogRow } from '../dialects/dialect-rows';
+import type { BacklogRow, InstanceState } from '../dialects/dialect-rows';
 import { InboxRelay } from '../inbox/inbox.relay';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { OutboxPoller } from '../outbox/outbox.poller';
@@ -35,6 +35,13 @@ export interface QueueBoxHealthCheckOptions {
    * replicas may declare it dead and claim its rows again. Default true.
    */
   heartbeat?: boolean;
+  /**
+   * Read the instances table (one query): how many instances are alive, silent and dead by the
+   * database clock, and this instance's own state there; down when this instance is silent or dead
+   * in it (its heartbeats land late: other replicas will end its leases). Default true;
+   * `readiness()` and `liveness()` leave it out.
+   */
+  instances?: boolean;
 }
 
 /** What a check found. `problems` is empty when `healthy`. */
@@ -62,10 +69,26 @@ export interface QueueBoxHealthReport {
     lastHeartbeatSecondsAgo: number | null;
     declaredDead: number;
     deadInstancesEnded: number;
+    /**
+     * Its state in the instances table by the database clock (`InstanceState`): what other replicas
+     * see. `null` when its row is not there (not registered yet, or just declared dead: its next
+     * heartbeat registers it again). Absent when the instances were not read.
+     */
+    state?: InstanceState | null;
   };
+  /** The instances of this QueueBox's instances table by state, by the database clock. Absent when not read. */
+  instances?: Record<InstanceState, number>;
 }
 
-const DEFAULTS = { database: true, draining: true, maxCycleAgeMs: 60_000, maxLagMs: 300_000, timeoutMs: 3_000, heartbeat: true };
+const DEFAULTS = {
+  database: true,
+  draining: true,
+  maxCycleAgeMs: 60_000,
+  maxLagMs: 300_000,
+  timeoutMs: 3_000,
+  heartbeat: true,
+  instances: true,
+};
 
 /**
  * The state of QueueBox in this process, for health checks: database reachable, workers cycling,
@@ -107,6 +130,7 @@ export class QueueBoxHealth implements OnModuleDestroy {
       maxLagMs: options.maxLagMs ?? DEFAULTS.maxLagMs,
       timeoutMs: options.timeoutMs ?? DEFAULTS.timeoutMs,
       heartbeat: options.heartbeat ?? DEFAULTS.heartbeat,
+      instances: options.instances ?? DEFAULTS.instances,
     };
     const problems: string[] = [];
     const now = Date.now();
@@ -174,6 +198,19 @@ export class QueueBoxHealth implements OnModuleDestroy {
         }
       } catch (error) {
         problems.push(messages.healthBacklogFailed(describeError(error)));
+      }
+    }
+    if (o.instances && report.database !== 'down') {
+      try {
+        const rows = await withTimeout(this.admin.instances(), o.timeoutMs);
+        report.instances = { alive: 0, silent: 0, dead: 0 };
+        for (const row of rows) report.instances[row.state]++;
+        const own = rows.find((row) => row.id === instance.id);
+        report.instance.state = own?.state ?? null;
+        if (own && own.state !== 'alive')
+          problems.push(messages.healthInstanceSilent(own.state, round(own.heartbeatAgeSeconds), own.deadAfterMs));
+      } catch (error) {
+        problems.push(messages.healthInstancesFailed(describeError(error)));
       }
     }
     report.healthy = problems.length === 0;

@@ -1,3 +1,4 @@
+import { INSTANCE_STATES } from '../dialects/dialect-rows';
 import type { QueueBoxEventMap, QueueBoxEventName } from '../events/queuebox.events';
 
 /** The counters QueueBoxMetrics keeps. Names follow Prometheus conventions (`queuebox_` prefix, `_total`). */
@@ -72,6 +73,18 @@ export const COUNTERS: MetricDefinition<QueueBoxCounter>[] = [
     labelNames: ['table', 'cause'],
   },
 ];
+
+/**
+ * The instances of a QueueBox's instances table by state (`alive`, `silent`, `dead`, by the
+ * database clock; see `InstanceState`): a gauge read from the database at each scrape, every state
+ * present (0 when none), so `queuebox_instances{state="silent"} > 0` can alert.
+ */
+export const INSTANCES_GAUGE = {
+  name: 'queuebox_instances',
+  help: 'QueueBox instances in the instances table by state, by the database clock: alive; silent (missed two heartbeats, still holding its rows); dead (silent past its instances.deadAfterMs, its leases not ended yet).',
+  labelNames: ['state'],
+  states: INSTANCE_STATES,
+} as const;
 
 /** Duration histograms, in seconds; `outcome` is `success` or `failure`. */
 export const HISTOGRAMS: (MetricDefinition<QueueBoxHistogram> & { buckets: number[] })[] = [

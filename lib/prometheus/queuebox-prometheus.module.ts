@@ -3,9 +3,9 @@ import { ModuleRef } from '@nestjs/core';
 import { getToken, makeCounterProvider, makeGaugeProvider, makeHistogramProvider } from '@willsoto/nestjs-prometheus';
 import type { Counter, Gauge, Histogram } from 'prom-client';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
-import type { BacklogRow } from '../dialects/dialect-rows';
+import type { BacklogRow, InstanceState } from '../dialects/dialect-rows';
 import { QueueBoxEvents } from '../events/queuebox.events';
-import { COUNTERS, HISTOGRAMS, metricUpdate } from '../metrics/metric-definitions';
+import { COUNTERS, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate } from '../metrics/metric-definitions';
 import { type QueueBoxEntry, QueueBoxRegistry } from '../queuebox.registry';
 import { InboxSources } from '../workers/inbox-sources';
 
@@ -54,6 +54,8 @@ interface Watched {
   known: { outbox: Set<string>; inbox: Set<string> };
   /** Each gauge's last values per name, kept for a scrape whose backlog read fails. */
   last: Map<string, Map<string, number>>;
+  /** The instances per state of the last read, kept for a scrape whose read fails. */
+  lastInstances?: Record<InstanceState, number>;
 }
 
 /**
@@ -134,6 +136,30 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
     }
   }
 
+  /**
+   * Sets `queuebox_instances{state}` from each QueueBox's instances table (one query per QueueBox
+   * and scrape), every state present. A QueueBox whose read fails keeps its last values.
+   */
+  async collectInstances(gauge: Gauge): Promise<void> {
+    const counts = await Promise.all(
+      [...this.watched].map(async ([entry, watched]) => {
+        try {
+          const read = Object.fromEntries(INSTANCES_GAUGE.states.map((state) => [state, 0])) as Record<InstanceState, number>;
+          for (const row of await entry.get(QueueBoxAdmin).instances()) read[row.state]++;
+          watched.lastInstances = read;
+        } catch {
+          // Its health check reports the database.
+        }
+        return { entry, read: watched.lastInstances };
+      }),
+    );
+    gauge.reset();
+    for (const { entry, read } of counts) {
+      if (!read) continue;
+      for (const state of INSTANCES_GAUGE.states) gauge.set({ state, [QUEUEBOX_LABEL]: entry.name }, read[state]);
+    }
+  }
+
   /** The backlog query in flight, or one that finished less than BACKLOG_REUSE_MS ago, or a new one. */
   private currentBacklog(entry: QueueBoxEntry, watched: Watched): Promise<BacklogRow[]> {
     const last = watched.backlog;
@@ -156,8 +182,8 @@ type GaugeDefinition = (typeof GAUGES)[number];
 const labelOf = (definition: GaugeDefinition) => (definition.component === 'outbox' ? 'destination' : 'source');
 
 /**
- * QueueBox metrics for `@willsoto/nestjs-prometheus`: counters, duration histograms and backlog
- * gauges, registered in prom-client's default registry (the one `PrometheusModule` serves), every
+ * QueueBox metrics for `@willsoto/nestjs-prometheus`: counters, duration histograms, backlog
+ * gauges and the instances by state, registered in prom-client's default registry (the one `PrometheusModule` serves), every
  * series labelled `queuebox` with the name of its QueueBox (`default` unless named).
  * Import it next to `PrometheusModule.register()`; without it, QueueBox registers no metric.
  * Every metric can be injected with `@InjectMetric(name)`.
@@ -182,7 +208,16 @@ const labelOf = (definition: GaugeDefinition) => (definition.component === 'outb
         },
       }),
     ),
+    makeGaugeProvider({
+      name: INSTANCES_GAUGE.name,
+      help: INSTANCES_GAUGE.help,
+      labelNames: [...INSTANCES_GAUGE.labelNames, QUEUEBOX_LABEL],
+      inject: [QueueBoxPrometheusExporter],
+      collect(this: Gauge, exporter: QueueBoxPrometheusExporter) {
+        return exporter.collectInstances(this);
+      },
+    }),
   ],
-  exports: [...[...COUNTERS, ...HISTOGRAMS, ...GAUGES].map(({ name }) => getToken(name))],
+  exports: [...[...COUNTERS, ...HISTOGRAMS, ...GAUGES, INSTANCES_GAUGE].map(({ name }) => getToken(name))],
 })
 export class QueueBoxPrometheusModule {}

@@ -16,8 +16,8 @@ export interface QueueBoxIndicatorTarget {
  * `queuebox_liveness`), so one Terminus check can combine them without one result overwriting another.
  * With several QueueBoxes (or tenants), `{ queuebox: name }` picks one; give each its own key.
  *
- * - `isHealthy()` runs every check: database, draining, worker cycles and backlog lag. For a status
- *   page or alerting.
+ * - `isHealthy()` runs every check: database, draining, worker cycles, backlog lag, heartbeats and
+ *   the instances table (this instance silent or dead there). For a status page or alerting.
  * - `readiness()`: database reachable, not draining, and this instance's heartbeats working. Use it as the readiness probe: a replica
  *   that drains for shutdown, or cannot reach its database, should get no new requests.
  * - `liveness()`: every running worker loop completed a claim cycle recently. Use it as the
@@ -56,6 +56,7 @@ export class QueueBoxHealthIndicator {
       database: true,
       draining: true,
       heartbeat: true,
+      instances: false,
       maxCycleAgeMs: false,
       maxLagMs: false,
     });
@@ -72,6 +73,7 @@ export class QueueBoxHealthIndicator {
       database: false,
       draining: false,
       heartbeat: false,
+      instances: false,
       maxLagMs: false,
     });
   }

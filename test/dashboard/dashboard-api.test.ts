@@ -88,6 +88,28 @@ describe('queuebox/dashboard: start-up refusals', () => {
     assert.ok(QueueBoxDashboardModule.forRoot({ public: true }));
     assert.ok(QueueBoxDashboardModule.forRoot({ guard: OperatorGuard }));
   });
+
+  it('reads only the options’ own properties: a public: true inherited from a prototype mounts nothing without a guard (issue 34)', () => {
+    const guardMissing = (error: unknown) =>
+      error instanceof QueueBoxConfigError && error.option === 'dashboard.guard' && /refuses to start without a guard/.test(error.message);
+    assert.throws(() => QueueBoxDashboardModule.forRoot(Object.create({ public: true })), guardMissing);
+    assert.throws(
+      () => QueueBoxDashboardModule.forRoot(Object.create({ public: true }, { path: { value: 'ops', enumerable: true } })),
+      guardMissing,
+    );
+    // An own public: true still serves, whatever its prototype says.
+    const module = QueueBoxDashboardModule.forRoot(Object.assign(Object.create({ guard: 'not a guard' }), { public: true }));
+    assert.equal(module.controllers?.length, 1);
+    // A getter is read once: it cannot pass the check with one value and be used with another.
+    let reads = 0;
+    QueueBoxDashboardModule.forRoot({
+      get public() {
+        reads++;
+        return true;
+      },
+    });
+    assert.equal(reads, 1);
+  });
 });
 
 describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
@@ -305,12 +327,65 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
     assert.deepEqual(events.at(-1)?.selection, { filter: { errorContains: 'HTTP 422' }, all: false });
     const all = await action('orders/dead-letters/discard', { component: 'outbox', filter: {}, all: true });
     assert.deepEqual(await json(all), { changed: 1 });
-    const text = await api('orders/dead-letters/replay', {
-      method: 'POST',
-      body: 'component=outbox',
-      headers: { 'content-type': 'text/plain', [TOKEN_HEADER]: token },
-    });
-    assert.equal(text.status, 400);
+    const notAnObject = await action('orders/dead-letters/replay', ['outbox']);
+    assert.equal(notAnObject.status, 400);
+    assert.match(String((await json(notAnObject)).message), /must be a JSON object/);
+  });
+
+  it('every action refuses a body that is not sent as JSON with 415, even with the token, and changes nothing (issue 34)', async () => {
+    await db.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, last_error, available_at)
+      VALUES (gen_random_uuid(), 'billing', 'stuck', '{}', 'pending', 4, 'HTTP 503', clock_timestamp() + interval '1 minute'),
+             (gen_random_uuid(), 'billing', 'stuck', '{}', 'pending', 0, NULL, clock_timestamp())`);
+    const before = await db.query('SELECT id, state, attempts FROM queuebox_outbox ORDER BY id');
+    const routes: [string, Record<string, string>][] = [
+      // Fields as the app's url-encoded parser reads them into the very body a JSON action sends.
+      ['orders/dead-letters/replay', { component: 'outbox', 'ids[]': ids.timeout }],
+      ['orders/dead-letters/discard', { component: 'outbox', 'ids[]': ids.refused }],
+      ['orders/blocked/skip-head', { component: 'outbox', key: 'stuck' }],
+    ];
+    const form = (fields: Record<string, string>) => {
+      const data = new FormData();
+      for (const [name, value] of Object.entries(fields)) data.append(name, value);
+      return data;
+    };
+    for (const [route, fields] of routes) {
+      // What a plain HTML form or another page's fetch can send, and a body that says nothing.
+      const bodies: [string, RequestInit['body'], Record<string, string>][] = [
+        ['url-encoded', new URLSearchParams(fields), {}],
+        [
+          'url-encoded, charset',
+          new URLSearchParams(fields).toString(),
+          { 'content-type': 'application/x-www-form-urlencoded; charset=UTF-8' },
+        ],
+        ['multipart', form(fields), {}],
+        ['text/plain JSON', JSON.stringify(fields), { 'content-type': 'text/plain' }],
+        ['a JSON-like type', JSON.stringify(fields), { 'content-type': 'application/json-patch+json' }],
+        ['no content type', JSON.stringify(fields), { 'content-type': '' }],
+      ];
+      for (const [kind, body, headers] of bodies) {
+        const all = { [TOKEN_HEADER]: token, 'sec-fetch-site': 'same-origin', origin: t.origin, ...headers };
+        const response = await api(route, {
+          method: 'POST',
+          body,
+          headers: Object.fromEntries(Object.entries(all).filter(([, v]) => v !== '')),
+        });
+        const answer = await json(response);
+        assert.equal(response.status, 415, `${route}, ${kind}: ${JSON.stringify(answer)}`);
+        assert.equal(answer.error, 'QUEUEBOX_DASHBOARD_NOT_JSON');
+        assert.match(String(answer.message), /Content-Type: application\/json.*Nothing was changed/);
+      }
+    }
+    assert.deepEqual(await db.query('SELECT id, state, attempts FROM queuebox_outbox ORDER BY id'), before);
+    assert.deepEqual(events, []);
+    // JSON with a charset parameter, in any case, is JSON.
+    const charset = await action(
+      'orders/dead-letters/replay',
+      { component: 'outbox', ids: [ids.timeout] },
+      {
+        'content-type': 'Application/JSON; charset=utf-8',
+      },
+    );
+    assert.deepEqual(await json(charset), { changed: 1 });
   });
 
   it('blocked keys and skip-head; claims in flight with owner token, age and lease', async () => {
@@ -364,11 +439,11 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
   it('heartbeats: the instances table as QueueBoxAdmin.instances() reads it (the app on "orders" registered itself)', async () => {
     const orders = await json(await api('orders/heartbeats'));
     assert.equal(orders.available, true);
-    const rows = orders.rows as { host: string; pid: number; dataSource: string; alive: boolean }[];
+    const rows = orders.rows as { host: string; pid: number; dataSource: string; state: string }[];
     assert.equal(rows.length, 1, 'one QueueBox process runs on "orders"');
     assert.equal(rows[0]?.pid, process.pid);
     assert.equal(rows[0]?.dataSource, 'default');
-    assert.equal(rows[0]?.alive, true);
+    assert.equal(rows[0]?.state, 'alive');
     const ledger = await json(await api('ledger/heartbeats'));
     assert.deepEqual(ledger, { available: true, rows: [] }, 'no process runs QueueBox on "ledger"');
   });

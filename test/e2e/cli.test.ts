@@ -215,37 +215,55 @@ describe('queuebox CLI', () => {
     assert.equal(report.backlog[2].oldestPendingAgeSeconds, null);
   });
 
-  it('instances lists each registered instance with its heartbeat, whether it is alive, and the rows it holds', async () => {
+  it('instances lists each registered instance with its heartbeat, its state (alive, SILENT, DEAD) by the database clock, and the rows it holds', async () => {
     const db = await emptyDatabase();
     const url = withPassword(db.url);
     assert.equal((await queuebox(['migrate', '--url', url])).code, 0);
     assert.match((await queuebox(['instances', '--url', url])).stdout, /No QueueBox instance is registered/);
-    const [alive, silent] = ['a11ce000-0000-4000-8000-000000000001', '5113e700-0000-4000-8000-000000000002'];
+    // As instances write their rows, heartbeats aged by the database clock: deadAfterMs 15 s (silent
+    // after 10 s, dead after 15 s), and 60 s for the silent one (silent after 40 s), so the seconds
+    // the commands take cannot move it.
+    const [alive, silent, dead] = [
+      'a11ce000-0000-4000-8000-000000000001',
+      '5113e700-0000-4000-8000-000000000002',
+      'dead0000-0000-4000-8000-000000000003',
+    ];
     await db.query(
       `INSERT INTO queuebox_instances (id, host, pid, data_source, version, dead_after_ms, started_at, heartbeat_at) VALUES
          ($1, 'web-1', 101, 'default', '0.1.0', 15000, clock_timestamp() - interval '1 hour', clock_timestamp() - interval '2 seconds'),
-         ($2, 'web-2', 202, 'ledger', '0.1.0', 15000, clock_timestamp() - interval '30 minutes', clock_timestamp() - interval '40 seconds')`,
-      [alive, silent],
+         ($2, 'web-2', 202, 'ledger', '0.1.0', 60000, clock_timestamp() - interval '40 minutes', clock_timestamp() - interval '45 seconds'),
+         ($3, 'web-3', 303, 'ledger', '0.1.0', 15000, clock_timestamp() - interval '30 minutes', clock_timestamp() - interval '40 seconds')`,
+      [alive, silent, dead],
     );
     await db.query(
       `INSERT INTO queuebox_outbox (message_id, destination, payload, state, attempts, claim_token, claimed_at, lease_expires_at, claimed_by)
        VALUES (gen_random_uuid(), 'd', '{}', 'processing', 1, gen_random_uuid(), clock_timestamp(), clock_timestamp() + interval '5 minutes', $1)`,
-      [silent],
+      [dead],
     );
     const text = await queuebox(['instances', '--url', url]);
     assert.equal(text.code, 0, text.stderr);
-    assert.match(text.stdout, /id\s+host\s+pid\s+data source\s+version\s+started\s+last heartbeat\s+alive\s+outbox claims\s+inbox claims/);
-    assert.match(text.stdout, new RegExp(`${alive}\\s+web-1\\s+101\\s+default\\s+0\\.1\\.0\\s+\\S+Z\\s+\\d+\\.\\ds ago\\s+yes\\s+0\\s+0`));
+    assert.match(text.stdout, /id\s+host\s+pid\s+data source\s+version\s+started\s+last heartbeat\s+state\s+outbox claims\s+inbox claims/);
     assert.match(
       text.stdout,
-      new RegExp(`${silent}\\s+web-2\\s+202\\s+ledger\\s+0\\.1\\.0\\s+\\S+Z\\s+\\d{2}\\.\\ds ago\\s+NO \\(silent > 15\\.0s\\)\\s+1\\s+0`),
+      new RegExp(`${alive}\\s+web-1\\s+101\\s+default\\s+0\\.1\\.0\\s+\\S+Z\\s+\\d+\\.\\ds ago\\s+alive\\s+0\\s+0`),
+    );
+    assert.match(
+      text.stdout,
+      new RegExp(
+        `${silent}\\s+web-2\\s+202\\s+ledger\\s+0\\.1\\.0\\s+\\S+Z\\s+4\\d\\.\\ds ago\\s+SILENT \\(dead after 1m 00s\\)\\s+0\\s+0`,
+      ),
+    );
+    assert.match(
+      text.stdout,
+      new RegExp(`${dead}\\s+web-3\\s+303\\s+ledger\\s+0\\.1\\.0\\s+\\S+Z\\s+\\d{2}\\.\\ds ago\\s+DEAD \\(silent > 15\\.0s\\)\\s+1\\s+0`),
     );
     const json = JSON.parse((await queuebox(['instances', '--url', url, '--json'])).stdout) as Record<string, unknown>[];
     assert.deepEqual(
-      json.map((r) => [r.id, r.alive, r.claims]),
+      json.map((r) => [r.id, r.state, r.claims]),
       [
-        [alive, true, { outbox: 0, inbox: 0 }],
-        [silent, false, { outbox: 1, inbox: 0 }],
+        [alive, 'alive', { outbox: 0, inbox: 0 }],
+        [silent, 'silent', { outbox: 0, inbox: 0 }],
+        [dead, 'dead', { outbox: 1, inbox: 0 }],
       ],
     );
     assert.match((await queuebox(['--help'])).stdout, /instances\s+List the QueueBox instances/);
@@ -561,14 +579,24 @@ describe('queuebox CLI', () => {
     const db = await emptyDatabase();
     const url = withPassword(db.url);
     assert.equal((await queuebox(['migrate', '--url', url])).code, 0);
+    // An instance that stopped heartbeating a minute ago: the failing head of order-9 had its last attempt there.
+    const dead = '0d0d0d0d-0000-4000-8000-000000000001';
+    await db.query(
+      `INSERT INTO queuebox_instances (id, host, pid, data_source, version, dead_after_ms, heartbeat_at)
+       VALUES ($1, 'gone-host', 4242, 'default', '0.1.0', 15000, clock_timestamp() - interval '1 minute')`,
+      [dead],
+    );
     const outbox = await db.query<{
       id: string;
-    }>(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, attempts, last_error, available_at)
-      VALUES (gen_random_uuid(), 'billing', 'order-9', '{}', 2, 'HTTP 500 Internal Server Error', now() + interval '5 minutes'),
-             (gen_random_uuid(), 'billing', 'order-9', '{}', 0, NULL, now()),
-             (gen_random_uuid(), 'shipping', 'order-9', '{}', 0, NULL, now()),
-             (gen_random_uuid(), 'billing', 'order-10', '{}', 0, NULL, now())
-      RETURNING id::text AS id`);
+    }>(
+      `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, attempts, last_error, available_at, claimed_by)
+      VALUES (gen_random_uuid(), 'billing', 'order-9', '{}', 2, 'HTTP 500 Internal Server Error', now() + interval '5 minutes', $1),
+             (gen_random_uuid(), 'billing', 'order-9', '{}', 0, NULL, now(), NULL),
+             (gen_random_uuid(), 'shipping', 'order-9', '{}', 0, NULL, now(), NULL),
+             (gen_random_uuid(), 'billing', 'order-10', '{}', 0, NULL, now(), NULL)
+      RETURNING id::text AS id`,
+      [dead],
+    );
     const [head, behind] = outbox.map((r) => r.id);
     const inbox = await db.query<{
       id: string;
@@ -580,13 +608,7 @@ describe('queuebox CLI', () => {
         `SELECT 'o' || id AS id, state, last_error FROM queuebox_outbox UNION ALL SELECT 'i' || id, state, last_error FROM queuebox_inbox ORDER BY 1`,
       );
 
-    // Key order-11: its head is held by an instance that stopped heartbeating a minute ago, one row waits behind it.
-    const dead = '0d0d0d0d-0000-4000-8000-000000000001';
-    await db.query(
-      `INSERT INTO queuebox_instances (id, host, pid, data_source, version, dead_after_ms, heartbeat_at)
-       VALUES ($1, 'gone-host', 4242, 'default', '0.1.0', 15000, clock_timestamp() - interval '1 minute')`,
-      [dead],
-    );
+    // Key order-11: its head is held by the instance that stopped heartbeating, one row waits behind it.
     const [held] = await db.query<{ id: string }>(
       `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, claim_token, claimed_at, lease_expires_at, claimed_by)
        VALUES (gen_random_uuid(), 'billing', 'order-11', '{}', 'processing', 1, gen_random_uuid(), clock_timestamp() - interval '70 seconds',
@@ -596,30 +618,57 @@ describe('queuebox CLI', () => {
       [dead],
     );
 
+    // Key order-12: its head is held by an instance silent for 45 s of its 60 s (it missed two heartbeats).
+    const silent = '5113e700-0000-4000-8000-000000000002';
+    await db.query(
+      `INSERT INTO queuebox_instances (id, host, pid, data_source, version, dead_after_ms, heartbeat_at)
+       VALUES ($1, 'slow-host', 4343, 'default', '0.1.0', 60000, clock_timestamp() - interval '45 seconds')`,
+      [silent],
+    );
+    await db.query(
+      `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, claim_token, claimed_at, lease_expires_at, claimed_by)
+       VALUES (gen_random_uuid(), 'billing', 'order-12', '{}', 'processing', 1, gen_random_uuid(), clock_timestamp(),
+               clock_timestamp() + interval '4 minutes', $1),
+              (gen_random_uuid(), 'billing', 'order-12', '{}', 'pending', 0, NULL, NULL, NULL, NULL)`,
+      [silent],
+    );
+
     const text = await queuebox(['blocked', '--url', url, '--component', 'outbox']);
     assert.equal(text.code, 0, text.stderr);
     assert.match(
       text.stdout,
       /head id\s+destination\s+key\s+why\s+state\s+attempts\s+next attempt\s+held for\s+owner\s+waiting\s+last error/,
     );
+    // Pending until its retry: held by nobody. Its last claimer is named as such, not as an owner, dead or alive.
     assert.match(
       text.stdout,
-      new RegExp(`${head}\\s+billing\\s+order-9\\s+failing\\s+pending\\s+2\\s+\\S+Z\\s+-\\s+2\\s+HTTP 500 Internal Server Error`),
+      new RegExp(
+        `${head}\\s+billing\\s+order-9\\s+failing\\s+pending\\s+2\\s+\\S+Z\\s+none; last claimed by 0d0d0d0d\\s+2\\s+HTTP 500 Internal Server Error`,
+      ),
     );
     assert.match(
       text.stdout,
       new RegExp(`${held.id}\\s+billing\\s+order-11\\s+held\\s+processing\\s+1\\s+\\S+Z\\s+1m 1\\ds\\s+0d0d0d0d \\(DEAD\\)\\s+1\\s*$`, 'm'),
     );
-    assert.match(text.stdout, /1 of these heads are held by an instance that stopped heartbeating/);
+    assert.match(text.stdout, /order-12\s+held\s+processing\s+1\s+\S+Z\s+\d+\.\ds\s+5113e700 \(SILENT\)\s+1\s*$/m);
+    // Only the held head counts: the pending one last claimed by the same dead instance does not.
+    assert.match(text.stdout, /^1 of these heads are held by an instance that stopped heartbeating \(DEAD\)/m);
+    assert.match(text.stdout, /^1 of these heads are held by an instance that missed two heartbeats \(SILENT\)/m);
     assert.doesNotMatch(text.stdout, /order-10/);
-    const heldJson = (
-      JSON.parse((await queuebox(['blocked', '--url', url, '--component', 'outbox', '--json'])).stdout) as Record<string, unknown>[]
-    ).find((r) => r.key === 'order-11');
-    assert.equal(heldJson?.reason, 'held');
-    assert.equal(heldJson?.owner, dead);
-    assert.equal(heldJson?.ownerAlive, false);
-    assert.ok(Number(heldJson?.heldSeconds) >= 70, String(heldJson?.heldSeconds));
-    await db.query(`DELETE FROM queuebox_outbox WHERE "key" = 'order-11'`);
+    const byKey = new Map(
+      (JSON.parse((await queuebox(['blocked', '--url', url, '--component', 'outbox', '--json'])).stdout) as Record<string, unknown>[]).map(
+        (r) => [r.key, r],
+      ),
+    );
+    const ownership = (key: string) => {
+      const r = byKey.get(key);
+      return [r?.reason, r?.owner, r?.ownerState, r?.lastClaimedBy, r?.heldSeconds === null];
+    };
+    assert.deepEqual(ownership('order-9'), ['failing', null, null, dead, true]);
+    assert.deepEqual(ownership('order-11'), ['held', dead, 'dead', dead, false]);
+    assert.deepEqual(ownership('order-12'), ['held', silent, 'silent', silent, false]);
+    assert.ok(Number(byKey.get('order-11')?.heldSeconds) >= 70, String(byKey.get('order-11')?.heldSeconds));
+    await db.query(`DELETE FROM queuebox_outbox WHERE "key" IN ('order-11', 'order-12')`);
     const json = await queuebox(['blocked', '--url', url, '--component', 'inbox', '--json']);
     assert.deepEqual(
       (JSON.parse(json.stdout) as Record<string, unknown>[]).map((r) => [r.headId, r.name, r.key, r.waiting]),

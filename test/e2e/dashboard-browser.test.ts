@@ -240,6 +240,73 @@ describe('queuebox/dashboard in Chromium', { skip }, () => {
     await other.close();
   });
 
+  it('blocked and instances views: an owner only for a held head, with its state (alive, silent, dead); a head waiting for its retry names only its last claimer (issue 34)', async () => {
+    // A database of its own, served by an app that runs no worker: nothing sweeps the dead instance
+    // or claims these rows while the page reads them.
+    const own = await createTestDatabase();
+    const app = await createDashboardApp(own.url, { guard: OperatorGuard });
+    try {
+      const [alive, silent, dead] = [
+        'a11ce000-0000-4000-8000-000000000001',
+        '5113e700-0000-4000-8000-000000000002',
+        'dead0000-0000-4000-8000-000000000003',
+      ];
+      // deadAfterMs 60 s: silent after 40 s, dead after 60 s, by the database clock.
+      await own.query(
+        `INSERT INTO queuebox_instances (id, host, pid, data_source, version, dead_after_ms, heartbeat_at) VALUES
+           ($1, 'web-1', 101, 'default', '0.1.0', 60000, clock_timestamp()),
+           ($2, 'web-2', 202, 'default', '0.1.0', 60000, clock_timestamp() - interval '45 seconds'),
+           ($3, 'web-3', 303, 'default', '0.1.0', 60000, clock_timestamp() - interval '90 seconds')`,
+        [alive, silent, dead],
+      );
+      const blockedHead = (key: string, by: string, held: boolean) =>
+        own.query(
+          `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, last_error, available_at,
+                                        claim_token, claimed_at, lease_expires_at, claimed_by)
+           VALUES (gen_random_uuid(), 'billing', $1, '{}', $2, 1, $3, clock_timestamp() + interval '10 minutes',
+                   CASE WHEN $4 THEN gen_random_uuid() END, clock_timestamp() - interval '20 seconds',
+                   CASE WHEN $4 THEN clock_timestamp() + interval '4 minutes' END, $5),
+                  (gen_random_uuid(), 'billing', $1, '{}', 'pending', 0, NULL, clock_timestamp(), NULL, NULL, NULL, NULL)`,
+          [key, held ? 'processing' : 'pending', held ? null : 'billing answered HTTP 503', held, by],
+        );
+      await blockedHead('order-1', dead, false);
+      await blockedHead('order-2', silent, true);
+      await blockedHead('order-3', dead, true);
+      await blockedHead('order-4', alive, true);
+
+      const page = await context.newPage();
+      await page.goto(`${app.url}#/default/blocked`);
+      await page.getByRole('heading', { name: 'Blocked keys' }).waitFor();
+      const row = (key: string) => page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: key, exact: true }) });
+      await row('order-1').waitFor();
+      // Pending until its retry: held by nobody, whoever claimed it last.
+      assert.match(await cells(row('order-1')), /failing pending 1 .* — none; last claimed by dead0000 1 billing answered HTTP 503/);
+      assert.match(await cells(row('order-2')), /held processing 1 .* 2\d s 5113e700 silent 1/);
+      assert.match(await cells(row('order-3')), /held processing 1 .* 2\d s dead0000 dead 1/);
+      assert.match(await cells(row('order-4')), /held processing 1 .* 2\d s a11ce000 alive 1/);
+      assert.equal(await row('order-1').locator('td.expired').count(), 0, 'nothing marks the failing head as held by a dead instance');
+      await shot(page, 'blocked');
+
+      await page.getByRole('link', { name: 'Instances' }).click();
+      await page.getByRole('heading', { name: 'Instances' }).waitFor();
+      const instance = (id: string) => page.getByRole('row').filter({ has: page.locator(`code[title="${id}"]`) });
+      await instance(dead).waitFor();
+      assert.match(await cells(instance(alive)), /web-1 101 default 0\.1\.0 .* alive 1 0$/);
+      assert.match(await cells(instance(silent)), /web-2 202 .* [45]\d s ago silent \(dead after 1 min\) 1 0$/);
+      assert.match(await cells(instance(dead)), /web-3 303 .* (9\d s|1 min \d+ s) ago dead \(silent over 1 min\) 1 0$/);
+      assert.deepEqual(await Promise.all([alive, silent, dead].map((id) => instance(id).getAttribute('class'))), [
+        null,
+        'silent',
+        'expired',
+      ]);
+      await shot(page, 'instances');
+      await page.close();
+    } finally {
+      await app.app.close();
+      await own.drop();
+    }
+  });
+
   it('a dashboard without a guard (and without public: true) refuses to start', () => {
     assert.throws(
       () => QueueBoxDashboardModule.forRoot({ readOnly: true }),

@@ -114,10 +114,10 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
     const [claim] = await claimsOf(t).outbox.claim({ limit: 1, leaseMs: 60_000 });
     assert.deepEqual(await db.query('SELECT claimed_by FROM queuebox_outbox WHERE id = $1', [claim.id]), [{ claimed_by: id }]);
     const listed = (await t.get(QueueBoxAdmin).instances()).find((r) => r.id === id);
-    assert.equal(listed?.alive, true);
+    assert.equal(listed?.state, 'alive');
     assert.deepEqual(listed?.claims, { outbox: 1, inbox: 0 });
     const [held] = await t.get(QueueBoxAdmin).listClaims({ component: 'outbox' });
-    assert.deepEqual([held.owner, held.ownerAlive], [id, true]);
+    assert.deepEqual([held.owner, held.ownerState, held.lastClaimedBy], [id, 'alive', id]);
     await t.app.close();
     assert.deepEqual(await db.query('SELECT id FROM queuebox_instances WHERE id = $1', [id]), [], 'a clean shutdown deregisters');
     await db.query('TRUNCATE queuebox_outbox');

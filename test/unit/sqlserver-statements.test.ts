@@ -625,6 +625,46 @@ UPDATE t
     );
   });
 
+  it('instance states (issue 34): dead exactly as the sweep deletes, silent after two thirds of dead_after_ms, by SYSUTCDATETIME()', () => {
+    const N = '[messaging].[queuebox_instances]';
+    const dead = 'n.[heartbeat_at] < DATEADD(MILLISECOND, -n.[dead_after_ms], SYSUTCDATETIME())';
+    const silent = "n.[heartbeat_at] < DATEADD(MILLISECOND, -(n.[dead_after_ms] * 2 / 3), SYSUTCDATETIME()) THEN N'silent'";
+    const state = `CASE WHEN ${dead} THEN N'dead'\n            WHEN ${silent}\n            ELSE N'alive' END`;
+    assert.equal(instances.instanceState('n'), state);
+    assert.ok(
+      instances.instanceEndDeadSql(N, O, I).includes(`WHERE ${dead};`),
+      'the sweep deletes what the views call dead, no more, no less',
+    );
+    const list = instances.instanceListSql(N, O, I);
+    assert.ok(list.includes(`${state} AS [state],`), list);
+    assert.doesNotMatch(list, /\[alive\]/);
+  });
+
+  it('blocked keys and claims name an owner only while the row is held (processing, lease later than now); the last claimer always (issue 34)', () => {
+    const N = '[queuebox_instances]';
+    const held = "(h.[state] = N'processing' AND h.[lease_expires_at] > SYSUTCDATETIME())";
+    for (const [name, statement] of [
+      ['blocked outbox', sql.blockedKeyListSql(O, 'outbox', N)],
+      ['blocked inbox', sql.blockedKeyListSql(I, 'inbox', N)],
+      ['claims outbox', sql.adminClaimListSql(O, 'outbox', N)],
+      ['claims inbox', sql.adminClaimListSql(I, 'inbox', N)],
+    ]) {
+      assert.ok(statement.includes(`CASE WHEN ${held} THEN h.[claimed_by] END AS [owner],`), name);
+      assert.ok(
+        statement.includes(
+          `CASE WHEN ${held} AND h.[claimed_by] IS NOT NULL\n            THEN COALESCE((SELECT ${instances.instanceState('n')} FROM ${N} AS n WHERE n.[id] = h.[claimed_by]), N'dead') END AS [owner_state],`,
+        ),
+        `${name}: the owner's state, dead once its row is gone`,
+      );
+      assert.ok(statement.includes('h.[claimed_by] AS [last_claimed_by]'), name);
+      assert.doesNotMatch(statement, /owner_alive/, name);
+    }
+    const blocked = sql.blockedKeyListSql(O, 'outbox', N);
+    assert.ok(
+      blocked.includes(`CASE WHEN ${held} THEN DATEDIFF_BIG(MILLISECOND, h.[claimed_at], SYSUTCDATETIME()) / 1000.0 END AS [held_for]`),
+    );
+  });
+
   it('retention: a transaction-owned lock that is never waited for, and small deletes of one state', () => {
     assert.equal(
       sql.retentionTryLockSql(),

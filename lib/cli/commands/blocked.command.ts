@@ -1,3 +1,4 @@
+import type { InstanceState } from '../../dialects/dialect-rows';
 import { parseComponent, parseLimit } from '../admin-options';
 import { withAdmin } from '../admin-session';
 import { cliMessages } from '../cli.messages';
@@ -6,17 +7,19 @@ import { formatSeconds, formatTable, formatTime, oneLine, ownerText } from '../t
 
 export const blockedCommand: Command = {
   name: 'blocked',
-  summary: 'List keys held back by a failing head row, or by a claim (with its owner, alive or dead)',
+  summary: 'List keys held back by a failing head row, or by a claim (with its owner: alive, silent or dead)',
   help: `Usage: queuebox blocked --component outbox|inbox [--limit <n>] [--json] [options]
 
 Lists the keys (outbox "key") and aggregates (inbox source and aggregate id) whose head row, the
 earliest unfinished row of the key, holds back the rows behind it: "failing", it failed at least
 once and is not finished, or "held", a worker claimed it and rows of its key wait. For each: the
 head row's id (for \`queuebox skip-head --head-id\`), destination or source, key, why, state,
-attempts, its next attempt (or lease end), for how long it is held, by which instance (see
-\`queuebox instances\`) and whether that instance is alive, how many rows wait, and its last
-error. A held head whose owner is dead moves again once a live replica ends the dead one's
-leases (instances.deadAfterMs, 15 s by default). Reads only.
+attempts, its next attempt (or lease end), and, while a worker holds it (processing, its lease
+not expired), for how long and by which instance (see \`queuebox instances\`) in which state:
+alive, SILENT (missed two heartbeats) or DEAD. A head nobody holds (pending until its retry, or
+its lease expired) has no owner: "none; last claimed by <id>" names the instance of its last
+attempt. Then how many rows wait, and its last error. A held head whose owner is dead moves again
+once a live replica ends the dead one's leases (instances.deadAfterMs, 15 s by default). Reads only.
 
 Options:
   --component <outbox|inbox>  Required
@@ -70,14 +73,16 @@ Example:
         String(r.attempts),
         formatTime(r.nextAttemptAt),
         r.heldSeconds === null ? '' : formatSeconds(r.heldSeconds),
-        ownerText(r.owner, r.ownerAlive),
+        ownerText(r),
         String(r.waiting),
         r.lastError === null ? '' : oneLine(r.lastError, 60),
       ]);
       io.out(`Blocked ${component} keys:`);
       for (const line of formatTable(header, table, [0, 5, 7, 9])) io.out(line);
-      const deadOwners = rows.filter((r) => r.ownerAlive === false).length;
-      if (deadOwners > 0) io.out(cliMessages.blockedByDeadOwners(deadOwners));
+      // Only heads that are held: a pending head's last claimer holds nothing, dead or not.
+      const heldBy = (state: InstanceState) => rows.filter((r) => r.owner !== null && r.ownerState === state).length;
+      if (heldBy('dead') > 0) io.out(cliMessages.blockedByDeadOwners(heldBy('dead')));
+      if (heldBy('silent') > 0) io.out(cliMessages.blockedBySilentOwners(heldBy('silent')));
       if (rows.length === (limit ?? 50)) io.out(`${rows.length} key(s) shown; there may be more: raise --limit.`);
       return 0;
     });

@@ -1,6 +1,6 @@
 import { withAdmin } from '../admin-session';
 import { CONNECTION_OPTIONS_HELP, type Command, connectionOptions } from '../command';
-import { formatSeconds, formatTable, formatTime } from '../table';
+import { formatSeconds, formatTable, formatTime, instanceStateText } from '../table';
 
 export const instancesCommand: Command = {
   name: 'instances',
@@ -9,10 +9,11 @@ export const instancesCommand: Command = {
 
 Lists every QueueBox instance registered in the instances table (one per process and DataSource):
 its id (claims name it as their owner; see \`queuebox blocked\`), host, pid, DataSource, version,
-when it started, how long ago it last heartbeat (by the database clock), whether it is alive (a
-heartbeat within its instances.deadAfterMs) and how many outbox and inbox rows it holds now. An
-instance that is not alive keeps its rows until a live replica ends its leases at its next
-heartbeat; then it leaves this list. Reads only.
+when it started, how long ago it last heartbeat (by the database clock), its state and how many
+outbox and inbox rows it holds now. The state, by the database clock, with D its
+instances.deadAfterMs: alive (last heartbeat at most 2/3 D ago), SILENT (older: it missed at
+least two heartbeats, and still holds its rows) or DEAD (older than D: a live replica ends its
+leases at its next heartbeat, and it leaves this list). Reads only.
 
 Options:
   --json                      Print the rows as a JSON array
@@ -34,7 +35,7 @@ Example:
         io.out('No QueueBox instance is registered (none runs, or none has started since migration 006).');
         return 0;
       }
-      const header = ['id', 'host', 'pid', 'data source', 'version', 'started', 'last heartbeat', 'alive', 'outbox claims', 'inbox claims'];
+      const header = ['id', 'host', 'pid', 'data source', 'version', 'started', 'last heartbeat', 'state', 'outbox claims', 'inbox claims'];
       const table = rows.map((r) => [
         r.id,
         r.host,
@@ -43,7 +44,7 @@ Example:
         r.version,
         formatTime(r.startedAt),
         `${formatSeconds(r.heartbeatAgeSeconds)} ago`,
-        r.alive ? 'yes' : `NO (silent > ${formatSeconds(r.deadAfterMs / 1000)})`,
+        instanceStateText(r),
         String(r.claims.outbox),
         String(r.claims.inbox),
       ]);

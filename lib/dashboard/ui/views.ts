@@ -47,7 +47,7 @@ interface DeadLetter {
   traceId?: string | null;
 }
 
-interface BlockedKey {
+interface BlockedKey extends Owned {
   component: Component;
   name: string;
   key: string;
@@ -60,8 +60,15 @@ interface BlockedKey {
   nextAttemptAt: string;
   waiting: number;
   heldSeconds: number | null;
+}
+
+type InstanceState = 'alive' | 'silent' | 'dead';
+
+/** Who holds a row (RowOwner): an owner only while the row is held, its last claimer either way. */
+interface Owned {
   owner: string | null;
-  ownerAlive: boolean | null;
+  ownerState: InstanceState | null;
+  lastClaimedBy: string | null;
 }
 
 interface Instance {
@@ -74,17 +81,27 @@ interface Instance {
   startedAt: string;
   heartbeatAt: string;
   heartbeatAgeSeconds: number;
-  alive: boolean;
+  state: InstanceState;
   claims: { outbox: number; inbox: number };
 }
 
-/** The instance holding a row, shortened, and whether it still heartbeats. */
-function ownerCell(owner: string | null, alive: boolean | null) {
-  if (owner === null) return h('td', null, '—');
-  return h('td', { class: alive ? null : 'expired' }, h('code', { title: owner }, owner.slice(0, 8)), alive ? ' alive' : ' dead');
+/** Marks an instance that missed heartbeats: `silent` (two or more), `expired` (dead). */
+const STATE_CLASS: Record<InstanceState, string | null> = { alive: null, silent: 'silent', dead: 'expired' };
+
+/**
+ * Who holds a row: the owner, shortened, with its state, while the row is held. A row nobody holds
+ * (pending, or its lease expired) has no owner: only its last claimer, said as such, in grey.
+ */
+function ownerCell(r: Owned) {
+  if (r.owner !== null) {
+    const state = r.ownerState ?? 'dead';
+    return h('td', { class: STATE_CLASS[state] }, h('code', { title: r.owner }, r.owner.slice(0, 8)), ` ${state}`);
+  }
+  if (r.lastClaimedBy === null) return h('td', null, '—');
+  return h('td', { class: 'hint' }, 'none; last claimed by ', h('code', { title: r.lastClaimedBy }, r.lastClaimedBy.slice(0, 8)));
 }
 
-interface Claim {
+interface Claim extends Owned {
   component: Component;
   id: string;
   messageId: string | null;
@@ -97,8 +114,6 @@ interface Claim {
   leaseExpiresAt: string;
   ageSeconds: number;
   leaseRemainingSeconds: number;
-  owner: string | null;
-  ownerAlive: boolean | null;
 }
 
 const api = (ctx: ViewContext, path: string) => `${encodeURIComponent(ctx.instance)}/${path}`;
@@ -550,7 +565,7 @@ export async function blocked(ctx: ViewContext): Promise<void> {
     h(
       'p',
       { class: 'hint' },
-      `A ${label.key.toLowerCase()} whose first unfinished row keeps failing (or is held by a claim) holds back every later row of it. A head held by a dead instance moves again once a live replica ends its leases.`,
+      `A ${label.key.toLowerCase()} whose first unfinished row keeps failing (or is held by a claim) holds back every later row of it. A head has an owner only while a worker holds it (its lease live): silent, the owner missed two heartbeats; dead, it moves again once a live replica ends its leases. A head waiting for its retry is held by nobody: its last claimer is shown as such.`,
     ),
     table(
       [
@@ -579,7 +594,7 @@ export async function blocked(ctx: ViewContext): Promise<void> {
           h('td', { class: 'num' }, r.attempts),
           h('td', { class: 'time' }, time(r.nextAttemptAt)),
           h('td', { class: 'num' }, r.heldSeconds === null ? '—' : duration(r.heldSeconds)),
-          ownerCell(r.owner, r.ownerAlive),
+          ownerCell(r),
           h('td', { class: 'num' }, r.waiting.toLocaleString('en')),
           h('td', null, errorText(r.lastError, 100)),
           ctx.session.readOnly
@@ -621,7 +636,7 @@ export async function claims(ctx: ViewContext): Promise<void> {
             h('td', null, r.id),
             h('td', null, r.name),
             h('td', null, r.key ?? '—'),
-            ownerCell(r.owner, r.ownerAlive),
+            ownerCell(r),
             h('td', null, h('code', { title: r.token }, r.token.slice(0, 8))),
             h('td', { class: 'num' }, r.attempts),
             h('td', { class: 'time' }, time(r.claimedAt)),
@@ -651,15 +666,15 @@ export async function heartbeats(ctx: ViewContext): Promise<void> {
     h(
       'p',
       { class: 'hint' },
-      'Every QueueBox process and DataSource, with its last heartbeat by the database clock. One silent past its dead-after time is declared dead by a live replica, which ends its leases.',
+      'Every QueueBox process and DataSource, with its last heartbeat by the database clock. Silent: it missed at least two heartbeats (no heartbeat for two thirds of its dead-after time) and still holds its rows. Dead: silent past its dead-after time; a live replica ends its leases at its next heartbeat.',
     ),
     data.available
       ? table(
-          ['Id', 'Host', 'Pid', 'DataSource', 'Version', 'Started', 'Last heartbeat', 'Alive', 'Outbox claims', 'Inbox claims'],
+          ['Id', 'Host', 'Pid', 'DataSource', 'Version', 'Started', 'Last heartbeat', 'State', 'Outbox claims', 'Inbox claims'],
           data.rows.map((r) =>
             h(
               'tr',
-              { class: r.alive ? null : 'expired' },
+              { class: STATE_CLASS[r.state] },
               h('td', null, h('code', { title: r.id }, r.id.slice(0, 8))),
               h('td', null, r.host),
               h('td', { class: 'num' }, r.pid),
@@ -667,7 +682,15 @@ export async function heartbeats(ctx: ViewContext): Promise<void> {
               h('td', null, r.version),
               h('td', { class: 'time' }, time(r.startedAt)),
               h('td', { class: 'num' }, `${duration(r.heartbeatAgeSeconds)} ago`),
-              h('td', null, r.alive ? 'yes' : `no (silent over ${duration(r.deadAfterMs / 1000)})`),
+              h(
+                'td',
+                null,
+                r.state === 'alive'
+                  ? 'alive'
+                  : r.state === 'silent'
+                    ? `silent (dead after ${duration(r.deadAfterMs / 1000)})`
+                    : `dead (silent over ${duration(r.deadAfterMs / 1000)})`,
+              ),
               h('td', { class: 'num' }, r.claims.outbox),
               h('td', { class: 'num' }, r.claims.inbox),
             ),

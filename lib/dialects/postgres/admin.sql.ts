@@ -1,6 +1,6 @@
 import { REPLAY_COUNT_HEADER, REPLAYED_AT_HEADER } from '../../wire-headers';
 import { ADMIN_COLUMNS, type AdminColumns, deadAt } from './columns';
-import { ownerColumns } from './instances.sql';
+import { held, ownerColumns } from './instances.sql';
 import { NOW } from './time';
 
 // QueueBoxAdmin's statements. Every write touches `dead` rows only, except skip-head.
@@ -104,9 +104,10 @@ RETURNING t.id`;
 /**
  * $1 = limit. Heads (earliest unfinished row of their key) that hold their key up: `failing`, they
  * failed at least once and are not finished (pending until their retry, or processing again), or
- * `held`, claimed with rows waiting behind them. Each processing head says for how long it is held,
- * by which instance, and whether that instance still heartbeats (a dead owner's key waits for
- * a live replica to end its lease). Served by the unfinished-rows key index.
+ * `held`, claimed with rows waiting behind them. A head that is held (a live lease) says for how
+ * long, by which instance, and that instance's state (a dead owner's key waits for a live replica
+ * to end its lease); every head names the instance that claimed it last. Served by the
+ * unfinished-rows key index.
  */
 export const blockedKeyListSql = (table: string, component: 'outbox' | 'inbox', instances: string) => {
   const c = ADMIN_COLUMNS[component];
@@ -118,7 +119,7 @@ export const blockedKeyListSql = (table: string, component: 'outbox' | 'inbox', 
        CASE WHEN ${failing} THEN 'failing' ELSE 'held' END AS reason,
        CASE WHEN h.state = 'pending' THEN h.available_at ELSE h.lease_expires_at END AS next_attempt_at,
        (SELECT count(*) FROM ${table} w WHERE ${sameKey('w')} AND w.id > h.id) AS waiting,
-       CASE WHEN h.state = 'processing' THEN extract(epoch FROM ${NOW} - h.claimed_at)::double precision END AS held_for,
+       CASE WHEN ${held('h')} THEN extract(epoch FROM ${NOW} - h.claimed_at)::double precision END AS held_for,
        ${ownerColumns('h', instances)}
 FROM ${table} h
 WHERE h.state IN ('pending', 'processing') AND h.${c.key} IS NOT NULL
@@ -175,9 +176,9 @@ ${branches('inbox', inbox, 'processed_at', 'processed')}`;
 
 /**
  * $1 = limit. Rows in flight (`processing`), oldest claim first, through the partial `lease_idx`
- * (processing rows only, as many as the workers hold), with the instance that holds each and
- * whether it still heartbeats. Ages and remaining leases by the database clock; a negative
- * `lease_left` is an expired lease the reclaim step has not returned yet.
+ * (processing rows only, as many as the workers hold), with the instance that holds each and its
+ * state. Ages and remaining leases by the database clock; a negative `lease_left` is an expired
+ * lease the reclaim step has not returned yet: nobody holds that row, its last claimer is named.
  */
 export const adminClaimListSql = (table: string, component: 'outbox' | 'inbox', instances: string) => {
   const c = ADMIN_COLUMNS[component];

@@ -67,7 +67,18 @@ export const instanceDeregisterSql = (instances: string, outbox: string, inbox: 
 )
 SELECT (SELECT count(*) FROM o)::int AS outbox, (SELECT count(*) FROM i)::int AS inbox`;
 
-/** Every registered instance, oldest first, with its heartbeat's age, whether it is alive, and the claims it holds. */
+/**
+ * The state of the instance `n` by the database clock (InstanceState in dialect-rows.ts): `dead`
+ * exactly when the sweep would delete it (`silent` above), `silent` once its last heartbeat is
+ * older than two thirds of its `dead_after_ms`: two heartbeats at the longest interval allowed
+ * (the options refuse a `deadAfterMs` shorter than three heartbeats, MIN_BEATS_BEFORE_DEAD), as the
+ * row does not record the instance's own interval. Read-only views only: the sweep keeps `silent`.
+ */
+export const instanceState = (n: string) => `CASE WHEN ${silent(n)} THEN 'dead'
+            WHEN ${n}.heartbeat_at < ${NOW} - make_interval(secs => ${n}.dead_after_ms * 2 / 3000.0) THEN 'silent'
+            ELSE 'alive' END`;
+
+/** Every registered instance, oldest first, with its heartbeat's age, its state, and the claims it holds. */
 export const instanceListSql = (
   instances: string,
   outbox: string,
@@ -75,17 +86,23 @@ export const instanceListSql = (
 ) => `SELECT n.id, n.host, n.pid, n.data_source, n.version, n.dead_after_ms,
        n.started_at, n.heartbeat_at,
        extract(epoch FROM ${NOW} - n.heartbeat_at)::double precision AS heartbeat_age,
-       NOT (${silent('n')}) AS alive,
+       ${instanceState('n')} AS state,
        (SELECT count(*) FROM ${outbox} o WHERE o.state = 'processing' AND o.claimed_by = n.id)::int AS outbox_claims,
        (SELECT count(*) FROM ${inbox} i WHERE i.state = 'processing' AND i.claimed_by = n.id)::int AS inbox_claims
 FROM ${instances} n
 ORDER BY n.started_at, n.id`;
 
+/** The row `alias` is held: claimed, with a lease not yet expired by the database clock. */
+export const held = (alias: string) => `(${alias}.state = 'processing' AND ${alias}.lease_expires_at > ${NOW})`;
+
 /**
- * Who holds the row `alias` (a `processing` one): `owner`, the claiming instance (null when a
- * script or the CLI claimed it), and `owner_alive`: whether that instance still heartbeats (null
- * for no owner; false once it stopped, or was declared dead and left the table).
+ * Who holds the row `alias` (RowOwner in dialect-rows.ts): `owner`, the claiming instance while
+ * the row is held (null for a pending row, an expired lease, or a claim by a script or the CLI),
+ * `owner_state`, that instance's state (`dead` once it left the table), and `last_claimed_by`,
+ * whoever claimed it last, held or not: a failing head waiting for its retry names the instance
+ * of its last attempt there, never as its owner.
  */
-export const ownerColumns = (alias: string, instances: string) => `${alias}.claimed_by AS owner,
-       CASE WHEN ${alias}.claimed_by IS NULL THEN NULL
-            ELSE EXISTS (SELECT 1 FROM ${instances} n WHERE n.id = ${alias}.claimed_by AND NOT (${silent('n')})) END AS owner_alive`;
+export const ownerColumns = (alias: string, instances: string) => `CASE WHEN ${held(alias)} THEN ${alias}.claimed_by END AS owner,
+       CASE WHEN ${held(alias)} AND ${alias}.claimed_by IS NOT NULL
+            THEN coalesce((SELECT ${instanceState('n')} FROM ${instances} n WHERE n.id = ${alias}.claimed_by), 'dead') END AS owner_state,
+       ${alias}.claimed_by AS last_claimed_by`;

@@ -1,5 +1,5 @@
 import { ADMIN_COLUMNS, type Component, deadAt } from './columns';
-import { ownerColumns } from './instances.sql';
+import { held, ownerColumns } from './instances.sql';
 import { indexOf } from './quoting';
 import { asUtc, NOW, utcInstant } from './time';
 
@@ -104,7 +104,10 @@ OUTPUT deleted.[id]
 WHERE [state] = N'dead'
 OPTION (RECOMPILE)`;
 
-/** @0 = limit. Heads that failed at least once and are not finished, with how many rows wait behind each. */
+/**
+ * @0 = limit. Heads that failed at least once and are not finished, or held with rows behind
+ * them, with how many rows wait behind each, and who holds each (only while its lease is live).
+ */
 export const blockedKeyListSql = (table: string, component: Component, instances: string) => {
   const c = ADMIN_COLUMNS[component];
   const sameKey = (alias: string) =>
@@ -115,7 +118,7 @@ export const blockedKeyListSql = (table: string, component: Component, instances
        CASE WHEN ${failing} THEN N'failing' ELSE N'held' END AS [reason],
        ${asUtc("CASE WHEN h.[state] = N'pending' THEN h.[available_at] ELSE h.[lease_expires_at] END")} AS [next_attempt_at],
        (SELECT COUNT_BIG(*) FROM ${table} AS w WHERE ${sameKey('w')} AND w.[id] > h.[id]) AS [waiting],
-       CASE WHEN h.[state] = N'processing' THEN DATEDIFF_BIG(MILLISECOND, h.[claimed_at], ${NOW}) / 1000.0 END AS [held_for],
+       CASE WHEN ${held('h')} THEN DATEDIFF_BIG(MILLISECOND, h.[claimed_at], ${NOW}) / 1000.0 END AS [held_for],
        ${ownerColumns('h', instances)}
 FROM ${table} AS h
 WHERE h.[state] IN (N'pending', N'processing') AND h.${c.key} IS NOT NULL

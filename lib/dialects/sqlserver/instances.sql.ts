@@ -72,7 +72,16 @@ ${endLeases(inbox, 'inbox')}
 COMMIT TRANSACTION;
 SELECT (SELECT COUNT(*) FROM @released WHERE [kind] = N'outbox') AS [outbox], (SELECT COUNT(*) FROM @released WHERE [kind] = N'inbox') AS [inbox];`;
 
-/** Every registered instance, oldest first, with its heartbeat's age, whether it is alive, and the claims it holds. */
+/**
+ * The state of the instance `n` by the database clock: `dead` exactly when the sweep would delete
+ * it (`silent` above), `silent` once its last heartbeat is older than two thirds of its
+ * `dead_after_ms` (see postgres/instances.sql.ts; INT arithmetic, `dead_after_ms` is at most a day).
+ */
+export const instanceState = (n: string) => `CASE WHEN ${silent(n)} THEN N'dead'
+            WHEN ${n}.[heartbeat_at] < DATEADD(MILLISECOND, -(${n}.[dead_after_ms] * 2 / 3), ${NOW}) THEN N'silent'
+            ELSE N'alive' END`;
+
+/** Every registered instance, oldest first, with its heartbeat's age, its state, and the claims it holds. */
 export const instanceListSql = (
   instances: string,
   outbox: string,
@@ -80,13 +89,20 @@ export const instanceListSql = (
 ) => `SELECT n.[id], n.[host], n.[pid], n.[data_source], n.[version], n.[dead_after_ms],
        ${asUtc('n.[started_at]')} AS [started_at], ${asUtc('n.[heartbeat_at]')} AS [heartbeat_at],
        DATEDIFF_BIG(MILLISECOND, n.[heartbeat_at], ${NOW}) / 1000.0 AS [heartbeat_age],
-       CASE WHEN ${silent('n')} THEN 0 ELSE 1 END AS [alive],
+       ${instanceState('n')} AS [state],
        (SELECT COUNT(*) FROM ${outbox} AS o WHERE o.[state] = N'processing' AND o.[claimed_by] = n.[id]) AS [outbox_claims],
        (SELECT COUNT(*) FROM ${inbox} AS i WHERE i.[state] = N'processing' AND i.[claimed_by] = n.[id]) AS [inbox_claims]
 FROM ${instances} AS n
 ORDER BY n.[started_at], n.[id]`;
 
-/** Who holds the row `alias`: `owner` (null for a script's claim) and `owner_alive` (1, 0, or null for no owner). See postgres/instances.sql.ts. */
-export const ownerColumns = (alias: string, instances: string) => `${alias}.[claimed_by] AS [owner],
-       CASE WHEN ${alias}.[claimed_by] IS NULL THEN NULL
-            WHEN EXISTS (SELECT 1 FROM ${instances} AS n WHERE n.[id] = ${alias}.[claimed_by] AND NOT (${silent('n')})) THEN 1 ELSE 0 END AS [owner_alive]`;
+/** The row `alias` is held: claimed, with a lease not yet expired by the database clock. */
+export const held = (alias: string) => `(${alias}.[state] = N'processing' AND ${alias}.[lease_expires_at] > ${NOW})`;
+
+/**
+ * Who holds the row `alias`: `owner` while it is held, `owner_state` (`dead` once it left the
+ * table), and `last_claimed_by`, held or not. See postgres/instances.sql.ts.
+ */
+export const ownerColumns = (alias: string, instances: string) => `CASE WHEN ${held(alias)} THEN ${alias}.[claimed_by] END AS [owner],
+       CASE WHEN ${held(alias)} AND ${alias}.[claimed_by] IS NOT NULL
+            THEN COALESCE((SELECT ${instanceState('n')} FROM ${instances} AS n WHERE n.[id] = ${alias}.[claimed_by]), N'dead') END AS [owner_state],
+       ${alias}.[claimed_by] AS [last_claimed_by]`;
