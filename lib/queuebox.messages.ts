@@ -114,6 +114,10 @@ export const messages = {
   migrationNameInvalid: (name: string) =>
     `QueueBox migration name ${show(name)} must be an identifier ending in a 13-digit timestamp, like "QueueBoxSchema1764460800000".`,
 
+  // Start-up
+  nodeVersionUnsupported: (running: string, supported: string) =>
+    `QueueBox runs on Node.js ${running}, outside the versions it supports and is tested on (${supported}, package.json "engines"). It keeps running, but upgrade Node.js: Node 20 and older lines have reached their end of life.`,
+
   // Messages given to enqueue (QueueBoxValidationError)
   messageNotObject: (subject: string) => `${subject} must be an object.`,
   messageFieldInvalid: (subject: string, field: string, rule: string) => `${subject}: "${field}" ${rule}.`,
