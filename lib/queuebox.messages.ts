@@ -140,7 +140,9 @@ export const messages = {
   messageIdRepeated: (subject: string, messageId: string) =>
     `${subject}: "messageId" ${messageId} is given to an earlier message of the same call; each message needs its own id.`,
   messageIdTaken: (messageId: string | undefined) =>
-    `An outbox message with "messageId" ${messageId ?? '(one of those given)'} already exists; nothing of this call was stored. Give each message its own id (or leave it out for a new UUID). On PostgreSQL the failed insert aborted your transaction: roll it back.`,
+    `An outbox message with "messageId" ${messageId ?? '(one of those given)'} already exists; nothing of this call was stored. Give each message its own id (or leave it out for a new UUID). On PostgreSQL the failed insert aborted your transaction: roll it back. To enqueue a message once whatever was enqueued before, pass { onDuplicate: 'ignore' }.`,
+  onDuplicateInvalid: (value: unknown) =>
+    `The "onDuplicate" option of enqueue must be 'error' (a taken messageId throws DuplicateMessageIdError) or 'ignore' (it stores nothing and reports the stored row); got ${show(value)}.`,
   relayMessageIdTaken: (messageId: string | undefined) =>
     `The relay route returned "messageId" ${messageId ?? '(one of its messages)'}, which an outbox message already has: dead-lettered at once, since every attempt would collide. Give each forwarded message its own id, or leave it out (the relay derives one from the inbox row).`,
   sourceUnknown: (source: string) =>
@@ -288,6 +290,8 @@ export const messages = {
   httpNoUrl: (destination: string) => `no URL is configured for destination ${show(destination)}`,
   httpHeadersInvalid: (error: string) => `the message's headers cannot be sent over HTTP: ${error}`,
   httpStatus: (status: number, url: string) => `HTTP ${status} from ${url}`,
+  httpToldToWait: (status: number, url: string, retryAfter: string, waitMs: number, capped: boolean) =>
+    `HTTP ${status} from ${url}: told to wait (Retry-After: ${retryAfter}); next attempt in ${waitMs} ms${capped ? ' (capped by HttpPublisher "maxRetryAfterMs")' : ''}`,
   httpTimeout: (timeoutMs: number, url: string) => `no answer from ${url} within ${timeoutMs} ms`,
   httpNetwork: (url: string, reason: string) => `request to ${url} failed: ${reason}`,
   httpDestinationsInvalid: () =>

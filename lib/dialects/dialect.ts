@@ -37,6 +37,13 @@ export interface OutboxInsertRow {
   availableAt: Date | null;
 }
 
+/** One row of `outboxInsert`: its id, and whether it was stored already (`ifAbsent` only). */
+export interface OutboxInserted {
+  id: string;
+  messageId: string;
+  duplicate: boolean;
+}
+
 /** A claimed outbox row: its fence and its message, as the outbox poller's claim. */
 export type OutboxClaimedRow = OutboxClaim;
 
@@ -101,8 +108,12 @@ export interface Dialect {
    */
   transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
 
-  /** Inserts rows in the caller's transaction, in one statement; returns ids in input order. */
-  outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]>;
+  /**
+   * Inserts rows in the caller's transaction, in one statement; returns ids in input order. With
+   * `ifAbsent`, a row whose message id the outbox holds is not stored and reports the stored row's
+   * id with `duplicate: true` (no unique violation: the transaction goes on).
+   */
+  outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[]; ifAbsent?: boolean }): Promise<OutboxInserted[]>;
   /**
    * Whether `error` (from `outboxInsert`) is the unique violation of the outbox's `message_id`:
    * the id is taken by a message already stored. `messageId` when the database names it.

@@ -62,6 +62,10 @@ export class OutboxService {
     );
     if (!Array.isArray(messageList)) throw new QueueBoxValidationError('messages', messages.messageNotObject('The message list'));
     if (messageList.length === 0) return [];
-    return this.writer.insert(manager, this.writer.rows(messageList));
+    const onDuplicate = options?.onDuplicate ?? 'error';
+    if (onDuplicate !== 'error' && onDuplicate !== 'ignore') {
+      throw new QueueBoxValidationError('onDuplicate', messages.onDuplicateInvalid(onDuplicate));
+    }
+    return this.writer.insert(manager, this.writer.rows(messageList), messages.messageIdTaken, onDuplicate === 'ignore');
   }
 }

@@ -332,6 +332,8 @@ END;
       outboxClaimSql: 4,
       outboxReclaimSql: 1,
       outboxInsertSql: 1,
+      outboxInsertIfAbsentSql: 1,
+      outboxFindSql: 1,
       leaseRenewSql: 3,
       leaseCompleteSql: 2,
       leaseCompleteBatchSql: 1,
@@ -438,6 +440,14 @@ END;
     assert.match(statement, /FROM OPENJSON\(@0\) AS j\nCROSS APPLY OPENJSON\(j\.\[value\]\) WITH \(/);
     assert.match(statement, /ORDER BY CAST\(j\.\[key\] AS INT\)$/);
     assert.match(statement, /OUTPUT inserted\.\[id\], inserted\.\[message_id\]/);
+  });
+
+  it("the insert of onDuplicate: 'ignore' is the batch insert that skips held ids, locking each id's range as the inbox insert does", () => {
+    const statement = sql.outboxInsertIfAbsentSql(T);
+    const plain = sql.outboxInsertSql(T);
+    const skip = `WHERE NOT EXISTS (\n  SELECT 1 FROM ${T} AS o WITH (UPDLOCK, HOLDLOCK) WHERE o.[message_id] = m.[message_id])\n`;
+    assert.equal(statement, plain.replace('ORDER BY CAST(', `${skip}ORDER BY CAST(`));
+    assert.match(sql.outboxFindSql(T), /WHERE \[message_id\] IN \(SELECT CAST\(\[value\] AS UNIQUEIDENTIFIER\) FROM OPENJSON\(@0\)\)$/);
   });
 
   it('the inbox insert locks the key range so a concurrent receive waits instead of failing', () => {

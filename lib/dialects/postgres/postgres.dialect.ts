@@ -56,7 +56,7 @@ import { inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
 import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instanceListSql, instanceRegisterSql } from './instances.sql';
 import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
-import { outboxInsertSql } from './outbox.sql';
+import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
 import { type InlineParam, idArrayParam, pgTable, uuidArrayParam } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './retention.sql';
@@ -220,22 +220,26 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     }
   }
 
-  async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]> {
-    const { rows } = await this.run<{ id: string; message_id: string }>(
-      outboxInsertSql(this.table.outbox),
+  protected async outboxInsertRecords(rows: OutboxInsertRow[], manager: EntityManager, ifAbsent: boolean): Promise<Map<string, string>> {
+    const inserted = await this.run<{ id: string; message_id: string }>(
+      (ifAbsent ? outboxInsertIfAbsentSql : outboxInsertSql)(this.table.outbox),
       [
-        p.rows.map((r) => r.messageId),
-        p.rows.map((r) => r.destination),
-        p.rows.map((r) => r.key),
-        p.rows.map((r) => r.payloadJson),
-        p.rows.map((r) => r.headersJson),
-        p.rows.map((r) => r.availableAt),
+        rows.map((r) => r.messageId),
+        rows.map((r) => r.destination),
+        rows.map((r) => r.key),
+        rows.map((r) => r.payloadJson),
+        rows.map((r) => r.headersJson),
+        rows.map((r) => r.availableAt),
         this.channel.outbox,
       ],
-      p.manager,
+      manager,
     );
-    const ids = new Map(rows.map((r) => [r.message_id, String(r.id)]));
-    return p.rows.map((r) => ({ id: ids.get(r.messageId) as string, messageId: r.messageId }));
+    return new Map(inserted.rows.map((r) => [r.message_id, String(r.id)]));
+  }
+
+  protected async outboxFindRecords(messageIds: string[], manager: EntityManager): Promise<Map<string, string>> {
+    const found = await this.run<{ id: string; message_id: string }>(outboxFindSql(this.table.outbox), [messageIds], manager);
+    return new Map(found.rows.map((r) => [r.message_id, String(r.id)]));
   }
 
   /** SQLSTATE 23505 on `<table>_message_id_key` (the schema names the constraint so); `detail` names the id. */

@@ -26,3 +26,33 @@ CROSS APPLY OPENJSON(j.[value]) WITH (
   [available_at] DATETIMEOFFSET '$.availableAt'
 ) AS m
 ORDER BY CAST(j.[key] AS INT)`;
+
+/**
+ * `outboxInsertSql` that stores nothing for a message id the outbox holds (`onDuplicate:
+ * 'ignore'`), the inbox insert's way (inbox.sql.ts): UPDLOCK, HOLDLOCK lock the id's range in the
+ * unique index even when no row exists yet, so a concurrent insert of the same id waits for this
+ * transaction and then skips the row, instead of failing on the constraint. Only the inserted rows
+ * come back; `outboxFindSql` reads the others. Same parameter.
+ */
+export const outboxInsertIfAbsentSql = (
+  table: string,
+) => `INSERT INTO ${table} ([message_id], [destination], [key], [payload], [headers], [available_at])
+OUTPUT inserted.[id], inserted.[message_id]
+SELECT m.[message_id], m.[destination], m.[key], m.[payload], m.[headers],
+       COALESCE(CAST(SWITCHOFFSET(m.[available_at], '+00:00') AS DATETIME2), ${NOW})
+FROM OPENJSON(@0) AS j
+CROSS APPLY OPENJSON(j.[value]) WITH (
+  [message_id] UNIQUEIDENTIFIER '$.messageId',
+  [destination] NVARCHAR(255) '$.destination',
+  [key] NVARCHAR(255) '$.key',
+  [payload] NVARCHAR(MAX) '$.payload',
+  [headers] NVARCHAR(MAX) '$.headers',
+  [available_at] DATETIMEOFFSET '$.availableAt'
+) AS m
+WHERE NOT EXISTS (
+  SELECT 1 FROM ${table} AS o WITH (UPDLOCK, HOLDLOCK) WHERE o.[message_id] = m.[message_id])
+ORDER BY CAST(j.[key] AS INT)`;
+
+/** @0 = the message ids as a JSON array of strings. */
+export const outboxFindSql = (table: string) => `SELECT [id], [message_id] FROM ${table}
+WHERE [message_id] IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@0))`;

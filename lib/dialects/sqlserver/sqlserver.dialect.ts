@@ -54,7 +54,7 @@ import {
   leaseRetrySql,
   PINNED_READ_COMMITTED,
 } from './lease.sql';
-import { outboxInsertSql } from './outbox.sql';
+import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql } from './outbox.sql';
 import { mssqlTable } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
 import { KEY_COLLATION } from './schema';
@@ -206,10 +206,12 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     return { messageId: uuidIn(message) };
   }
 
-  async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]> {
-    for (const r of p.rows) refuseTrailingSpaces('OutboxService.enqueue', { destination: r.destination, key: r.key });
-    const rows = JSON.stringify(
-      p.rows.map((r) => ({
+  // Issue 41: `ifAbsent` (enqueue's onDuplicate: 'ignore') picks outboxInsertIfAbsentSql; the shared
+  // loop (SqlDialect.outboxInsert) looks up the ids it skipped with outboxFindRecords.
+  protected async outboxInsertRecords(rows: OutboxInsertRow[], manager: EntityManager, ifAbsent: boolean): Promise<Map<string, string>> {
+    for (const r of rows) refuseTrailingSpaces('OutboxService.enqueue', { destination: r.destination, key: r.key });
+    const json = JSON.stringify(
+      rows.map((r) => ({
         messageId: r.messageId,
         destination: r.destination,
         key: r.key,
@@ -218,9 +220,18 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
         availableAt: r.availableAt?.toISOString() ?? null,
       })),
     );
-    const inserted = await this.run<{ id: string; message_id: string }>(outboxInsertSql(this.table.outbox), [text(rows)], p.manager);
-    const ids = new Map(inserted.rows.map((r) => [r.message_id.toLowerCase(), String(r.id)]));
-    return p.rows.map((r) => ({ id: ids.get(r.messageId.toLowerCase()) as string, messageId: r.messageId }));
+    const statement = (ifAbsent ? outboxInsertIfAbsentSql : outboxInsertSql)(this.table.outbox);
+    const inserted = await this.run<{ id: string; message_id: string }>(statement, [text(json)], manager);
+    return new Map(inserted.rows.map((r) => [r.message_id.toLowerCase(), String(r.id)]));
+  }
+
+  protected async outboxFindRecords(messageIds: string[], manager: EntityManager): Promise<Map<string, string>> {
+    const found = await this.run<{ id: string; message_id: string }>(
+      outboxFindSql(this.table.outbox),
+      [text(JSON.stringify(messageIds))],
+      manager,
+    );
+    return new Map(found.rows.map((r) => [r.message_id.toLowerCase(), String(r.id)]));
   }
 
   protected override checkInboxRow(row: InboxInsertRow): void {
