@@ -4,7 +4,8 @@
 // poller, the inbox relay and the pull worker.
 
 import type { Logger } from '@nestjs/common';
-import { describeError } from '../common/errors';
+import { describeError, isInstance } from '../common/errors';
+import { PublishError } from '../errors/queuebox.errors';
 import type { InboxEventMessage, OutboxEventMessage, QueueBoxEventMap, QueueBoxEvents } from '../events/queuebox.events';
 import type { LeaseService } from '../lease/lease.service';
 import { messages } from '../queuebox.messages';
@@ -251,6 +252,9 @@ function failedAttemptOutcome<M>(
   if (p.final) return { deadLetter: true, reason: describeError(failure) };
   if (attempt >= p.maxAttempts) return { deadLetter: true, reason: messages.attemptsExhausted(attempt, describeError(failure)) };
   if (!retryAllowed(p, failure)) return { deadLetter: true, reason: messages.retryDeclined(attempt, describeError(failure)) };
+  // The destination said when to come back (Retry-After): that, not the backoff.
+  const toldToWait = isInstance(failure, PublishError) ? failure.retryAfterMs : undefined;
+  if (toldToWait !== undefined) return { deadLetter: false, delayMs: toldToWait };
   return { deadLetter: false, delayMs: Math.max(0, Math.round(p.backoff(attempt, failure, p.message))) };
 }
 
