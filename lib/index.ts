@@ -20,6 +20,7 @@ export {
   verifyRequestSignature,
   verifySignature,
 } from './common/signature';
+export { standardWebhookHeaders, verifyStandardWebhook } from './common/standard-webhooks';
 export type {
   AdminComponent,
   BacklogRow,
@@ -155,4 +156,7 @@ export {
   SIGNATURE_HEADER,
   SIGNED_HEADERS_HEADER,
   TIMESTAMP_HEADER,
+  WEBHOOK_ID_HEADER,
+  WEBHOOK_SIGNATURE_HEADER,
+  WEBHOOK_TIMESTAMP_HEADER,
 } from './wire-headers';

@@ -269,7 +269,7 @@ export const messages = {
   receiverPathInvalid: (path: unknown) => `QueueBox option "receiver.path" must be a URL path like "queuebox/inbox", got ${show(path)}.`,
   receiverGuardsInvalid: () => 'QueueBox option "receiver.guards" must be an array of Nest guards (classes or instances).',
   receiverOpen: () =>
-    'The inbox receiver would accept unauthenticated writes: set "receiver.secret" (senders sign with HMAC-SHA256; HttpPublisher does with its "secret") or pass your own "receiver.guards".',
+    'The inbox receiver would accept unauthenticated writes: set "receiver.secret" (senders sign with HMAC-SHA256; HttpPublisher does with its "secret"), "receiver.standardWebhooksSecret" (Standard Webhooks senders) or pass your own "receiver.guards".',
   receiverNotJson: () => 'The body must be JSON, sent with Content-Type: application/json.',
   receiverTooLarge: (bytes: number, limit: number) => `The body is ${bytes} bytes; the limit is ${limit} ("receiver.maxBodyBytes").`,
   receiverBadSignature: (check: string) =>
@@ -286,6 +286,11 @@ export const messages = {
     `The ${header} header has the RFC 8187 form UTF-8'<language>'<percent-encoded bytes>, but its bytes are not UTF-8.`,
   receiverNoKey: () => 'An Idempotency-Key or X-Message-Id header is required, so a resent message is stored once.',
   receiverUnknownSource: (source: string) => `No consumer for source ${show(source)} here.`,
+  standardWebhookSecretInvalid: (option: string) =>
+    `"${option}" must be a Standard Webhooks secret: "whsec_" followed by the base64 of at least 16 random bytes (e.g. "whsec_" + randomBytes(32).toString('base64')).`,
+  signatureSchemeInvalid: (value: unknown) =>
+    `HttpPublisher "signatureScheme" must be 'queuebox' (QueueBox's v2 scheme, the default) or 'standard-webhooks'; got ${show(value)}.`,
+  signatureSchemeNeedsSecret: () => 'HttpPublisher "signatureScheme" is set but "secret" is not: set the secret the scheme signs with.',
   secretTooShort: (option: string) => `"${option}" must be a string of at least 16 characters (use a random value, e.g. 32 bytes in hex).`,
   httpNoUrl: (destination: string) => `no URL is configured for destination ${show(destination)}`,
   httpHeadersInvalid: (error: string) => `the message's headers cannot be sent over HTTP: ${error}`,

@@ -2,6 +2,7 @@ import { describeError } from '../common/errors';
 import { encodeHeaderValue } from '../common/header-value';
 import { packageVersion } from '../common/package-version';
 import { signRequest } from '../common/signature';
+import { standardWebhookHeaders, standardWebhookKey } from '../common/standard-webhooks';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
@@ -21,6 +22,15 @@ export interface HttpPublisherOptions {
    * QueueBox's inbox receiver verifies (docs/inbox.md, "Signing requests"). Default: unsigned.
    */
   secret?: string;
+  /**
+   * How `secret` signs: `'queuebox'` (the default: QueueBox's `v2` scheme above, which QueueBox's
+   * receiver verifies with `receiver.secret`), or `'standard-webhooks'`: the Standard Webhooks
+   * headers `webhook-id` (the message id), `webhook-timestamp` and `webhook-signature`
+   * (`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`), with `secret` a `whsec_<base64>`
+   * secret, for receivers built on a Standard Webhooks library (QueueBox's receiver verifies them
+   * with `receiver.standardWebhooksSecret`). It covers the id, the timestamp and the body only.
+   */
+  signatureScheme?: 'queuebox' | 'standard-webhooks';
   /**
    * The longest wait a `Retry-After` answer (on 429 or 503: seconds, or an HTTP date) sets before
    * the next attempt; a longer one is cut to this. Default 3600000 (one hour). 0 ignores
@@ -69,6 +79,16 @@ export class HttpPublisher implements Publisher {
       throw new QueueBoxConfigError('maxRetryAfterMs', messages.optionOutOfRange('maxRetryAfterMs', maxRetryAfterMs, 0, 30 * 86_400_000));
     }
     this.maxRetryAfterMs = maxRetryAfterMs;
+    const scheme = options.signatureScheme ?? 'queuebox';
+    if (scheme !== 'queuebox' && scheme !== 'standard-webhooks') {
+      throw new QueueBoxConfigError('signatureScheme', messages.signatureSchemeInvalid(scheme));
+    }
+    if (options.signatureScheme !== undefined && options.secret === undefined) {
+      throw new QueueBoxConfigError('secret', messages.signatureSchemeNeedsSecret());
+    }
+    if (scheme === 'standard-webhooks' && !standardWebhookKey(options.secret)) {
+      throw new QueueBoxConfigError('secret', messages.standardWebhookSecretInvalid('secret'));
+    }
     if (options.secret !== undefined && (typeof options.secret !== 'string' || options.secret.length < 16)) {
       throw new QueueBoxConfigError('secret', messages.secretTooShort('secret'));
     }
@@ -84,8 +104,14 @@ export class HttpPublisher implements Publisher {
       headers[name.toLowerCase()] = value;
     // Any key travels: one that is not visible ASCII goes as RFC 8187 UTF-8 (common/header-value.ts).
     if (message.key !== null) headers[KEY_HEADER.toLowerCase()] = encodeHeaderValue(message.key);
-    // v2: signs the method, the path, the body and every header set above (id, key, the message's own).
-    if (this.options.secret) Object.assign(headers, signRequest(this.options.secret, { path: new URL(url).pathname, headers, body }));
+    const { secret } = this.options;
+    if (secret && this.options.signatureScheme === 'standard-webhooks') {
+      // Standard Webhooks: the message id, the timestamp and the body; nothing else is signed.
+      Object.assign(headers, standardWebhookHeaders(secret, { id: message.messageId, body }));
+    } else if (secret) {
+      // v2: signs the method, the path, the body and every header set above (id, key, the message's own).
+      Object.assign(headers, signRequest(secret, { path: new URL(url).pathname, headers, body }));
+    }
     // Unsigned, as content-type: proxies may rewrite either.
     headers['user-agent'] = `queuebox/${packageVersion()}`;
     headers['content-type'] = 'application/json';
