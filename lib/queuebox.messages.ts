@@ -148,7 +148,13 @@ export const messages = {
   sourceUnknown: (source: string) =>
     `Inbox source ${show(source)} has no consumer: add a route for it in "inbox.relay.routes" or a @PullHandler(${show(source)}), so its messages do not pile up unseen.`,
   managerRequired: () =>
-    'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change.',
+    'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change; enqueue(message) without it joins the active @nestjs-cls/transactional transaction.',
+  ambientPackageMissing: (call: string) =>
+    `${call} was called without an EntityManager, which joins the active transaction of @nestjs-cls/transactional (and its TypeORM adapter, @nestjs-cls/transactional-adapter-typeorm); that package is not installed where QueueBox can load it. Install both (npm install @nestjs-cls/transactional @nestjs-cls/transactional-adapter-typeorm nestjs-cls) and register ClsPluginTransactional, or pass the manager of your transaction.`,
+  ambientTransactionNone: (call: string, dataSource: string, served: boolean) =>
+    served
+      ? `${call} was called without an EntityManager and no @nestjs-cls/transactional transaction of DataSource ${show(dataSource)} is active here: the message would commit on its own. Call it inside a @Transactional() method (or TransactionHost.withTransaction), or pass the manager of your transaction. (Propagation NOT_SUPPORTED, NEVER and SUPPORTS without a transaction run without one.)`
+      : `${call} was called without an EntityManager, but no @nestjs-cls/transactional TransactionHost serves DataSource ${show(dataSource)}: register ClsPluginTransactional with a TransactionalAdapterTypeOrm whose dataSourceToken is that DataSource's (getDataSourceToken(${dataSource === 'default' ? '' : show(dataSource)})), or pass the manager of your transaction.`,
   transactionRequired: (call: 'enqueue' | 'receive') =>
     call === 'enqueue'
       ? 'OutboxService.enqueue() was given an EntityManager that is not in a transaction (such as dataSource.manager): the message would commit on its own, whether or not your change does. Pass the manager of dataSource.transaction(async (manager) => ...). A script that means it can pass { allowAutocommit: true } as the third argument.'
