@@ -119,7 +119,7 @@ describe('optional peers', () => {
   /** The optional packages a fresh process loads when it requires `entry`. */
   const optionalPeersLoadedBy = (entry: string): string[] => {
     const script = `require(${JSON.stringify(entry)});
-const peers = ['@nestjs/terminus', '@willsoto/nestjs-prometheus', 'prom-client', '@opentelemetry/api', '@nestjs/microservices'];
+const peers = ['@nestjs/terminus', '@willsoto/nestjs-prometheus', 'prom-client', '@opentelemetry/api', '@nestjs/microservices', '@nestjs-cls/transactional', 'nestjs-cls'];
 console.log(JSON.stringify(peers.filter((peer) => Object.keys(require.cache).some((file) => file.includes('/node_modules/' + peer + '/')))));`;
     return JSON.parse(execFileSync(process.execPath, ['-e', script], { encoding: 'utf8' }));
   };
