@@ -73,6 +73,7 @@ export {
   createQueueBoxMigration,
   createQueueBoxMigrations,
   createQueueBoxOperationsMigration,
+  createQueueBoxRateLimitsMigration,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
@@ -80,6 +81,7 @@ export {
   QueueBoxKeyCollation1796083200000,
   QueueBoxMigrations,
   QueueBoxOperations1764633600000,
+  QueueBoxRateLimits1796428800000,
   QueueBoxSchema1764460800000,
 } from './migrations/queuebox.migration';
 export { renderSchemaSql } from './migrations/schema-files';

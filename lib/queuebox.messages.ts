@@ -105,6 +105,8 @@ export const messages = {
     `the claim functions in the database were written by an older QueueBox version: claims are sent as statements instead (correct, planned on every call) until migration ${migration} runs (\`queuebox migrate\`, or add it to your DataSource's migrations: [...QueueBoxMigrations]).`,
   claimFunctionsMigrationOptional: () =>
     'it runs no statement in this version (the claim functions come with migration 006); add it so the list is whole.',
+  rateLimitsMigrationOptional: () =>
+    'it creates the rate limit buckets, which only outbox.rateLimits uses (none is set here); run it before you set one.',
   claimProbesMigrationOptional: () =>
     "on PostgreSQL it rewrites the claim functions: until it runs QueueBox sees they are an earlier version's and sends the claim statements instead (correct, planned on every call); on SQL Server it runs no statement.",
   keyCollationMigrationOptional: () =>
@@ -213,6 +215,9 @@ export const messages = {
     `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). Raise "outbox.claimTimeoutMs" above the slowest publish.`,
   publishClaimLost: (messageId: string) =>
     `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.`,
+
+  rateLimitTakeFailed: (destination: string, error: string) =>
+    `Could not take rate limit tokens for destination ${show(destination)}: ${error}. Its claimed messages are put off (no attempt charged) and tried again; if the table is missing, run migration 008 (queuebox migrate).`,
 
   // Work notifications
   notificationsUp: () => 'Listening for new work (LISTEN/NOTIFY): workers wake as soon as messages commit.',

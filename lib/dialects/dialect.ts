@@ -120,6 +120,12 @@ export interface Dialect {
    */
   outboxMessageIdTaken(error: unknown): { messageId?: string } | undefined;
   /**
+   * Takes up to `count` tokens from the rate limit bucket of `destination` (refilled at
+   * `perSecond` up to `burst`, by the database clock, shared by every replica; migration 008):
+   * how many it granted, and the tokens left after.
+   */
+  rateLimitTake(p: { destination: string; perSecond: number; burst: number; count: number }): Promise<{ granted: number; tokens: number }>;
+  /**
    * Claims up to `limit` available rows, at most one per key and none of a key that already has
    * a row in flight or an earlier row pending, counting the claim as an attempt.
    */
@@ -179,6 +185,11 @@ export interface Dialect {
   }): Promise<CompletedIds>;
   /** Gives back a claim whose work never started (shutdown): `pending` again, the attempt not counted. */
   leaseRelease(p: FenceParams): Promise<boolean>;
+  /**
+   * Gives back a claim whose work was put off (a rate limit had no token for it): `pending`,
+   * available again after `delayMs`, the attempt not counted.
+   */
+  leaseDefer(p: FenceParams & { delayMs: number }): Promise<boolean>;
   /** Returns the row to `pending`, available again after `delayMs`. */
   leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean>;
   /** Marks the row `dead` with `reason`. */

@@ -66,6 +66,7 @@ export interface SqlDialectStatements {
   leaseCompleteBatchSql(table: string, finished: Finished): string;
   leaseReleaseSql(table: string): string;
   leaseRetrySql(table: string): string;
+  leaseDeferSql(table: string): string;
   leaseDeadLetterSql(table: string): string;
   adminBacklogSql(outbox: string, inbox: string): string;
   deadLetterListSql(table: string, component: AdminComponent, includePayload: boolean, descending?: boolean): string;
@@ -298,6 +299,14 @@ export abstract class SqlDialect<J> {
 
   async leaseRelease(p: FenceParams): Promise<boolean> {
     const { affected } = await this.run(this.statements.leaseReleaseSql(this.table[p.table]), this.params.fence(p));
+    return affected === 1;
+  }
+
+  async leaseDefer(p: FenceParams & { delayMs: number }): Promise<boolean> {
+    const { affected } = await this.run(this.statements.leaseDeferSql(this.table[p.table]), [
+      ...this.params.fence(p),
+      this.params.bigint(p.delayMs),
+    ]);
     return affected === 1;
   }
 

@@ -49,6 +49,7 @@ export interface CompletedDetails {
  * - `failed`: the attempt failed; the recorder retries it after the policy's backoff, or dead-letters it;
  * - `lost`: the claim is lost (logged at `level`); nothing more is written;
  * - `released`: the work did not fail (a batch rolled back for another row): back to `pending`, the attempt not counted;
+ * - `deferred`: the work was put off (an outbox destination's rate limit had no token): back to `pending` for `delayMs`, the attempt not counted;
  * - `abandoned`: shutdown stopped waiting; the row is left to its lease.
  */
 export type StepOutcome<C extends WorkerClaim<unknown>> =
@@ -64,6 +65,7 @@ export type StepOutcome<C extends WorkerClaim<unknown>> =
     }
   | { kind: 'lost'; level: 'warn' | 'error'; log: string }
   | { kind: 'released' }
+  | { kind: 'deferred'; delayMs: number }
   | { kind: 'abandoned' };
 
 /** What the recorder needs to know about one worker. */
@@ -167,8 +169,26 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
           .release(claim)
           .catch((error) => this.worker.logger.warn(messages.releaseFailed(claim.id, describeError(error))));
         return 'not finished';
+      case 'deferred':
+        await this.deferred(claim, outcome.delayMs);
+        return 'not finished';
       case 'abandoned':
         return 'not finished';
+    }
+  }
+
+  /** Puts the claim off, fenced, and reports it (`queuebox:rate-limited`); a lost claim or a failing write is logged. */
+  private async deferred(claim: C, delayMs: number): Promise<void> {
+    const { lease, logger } = this.worker;
+    const id = this.worker.nameOf(claim.message);
+    try {
+      if (await lease.defer(claim, delayMs)) {
+        this.worker.events.emit('queuebox:rate-limited', { ...(this.worker.eventMessage(claim) as OutboxEventMessage), delayMs });
+      } else {
+        logger.warn(messages.finishLost(id, 'deferral'));
+      }
+    } catch (error) {
+      logger.error(messages.finishFailed(id, 'deferral', describeError(error)));
     }
   }
 

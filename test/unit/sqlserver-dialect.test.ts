@@ -352,7 +352,7 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
     assert.match(renderSchemaSql('postgres', { migration: 'keyCollation' }), /Nothing to do on PostgreSQL/);
   });
 
-  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions, 006_queuebox_instances and 007_queuebox_claim_probes .{up,down}.sql, one GO batch per statement', () => {
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions, 006_queuebox_instances, 007_queuebox_claim_probes and 008_queuebox_rate_limits .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
@@ -371,6 +371,8 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
         '006_queuebox_instances.down.sql',
         '007_queuebox_claim_probes.up.sql',
         '007_queuebox_claim_probes.down.sql',
+        '008_queuebox_rate_limits.up.sql',
+        '008_queuebox_rate_limits.down.sql',
       ],
     );
     const up = renderSchemaSql('mssql');

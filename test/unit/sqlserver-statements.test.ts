@@ -334,6 +334,8 @@ END;
       outboxInsertSql: 1,
       outboxInsertIfAbsentSql: 1,
       outboxFindSql: 1,
+      rateLimitTakeSql: 4,
+      leaseDeferSql: 3,
       leaseRenewSql: 3,
       leaseCompleteSql: 2,
       leaseCompleteBatchSql: 1,

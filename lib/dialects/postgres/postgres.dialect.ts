@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager } from 'typeorm';
+import { rateLimitsTableOf } from '../../common/identifiers';
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
@@ -55,8 +56,16 @@ import {
 import { inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
 import { inboxFindSql, inboxInsertSql } from './inbox.sql';
 import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instanceListSql, instanceRegisterSql } from './instances.sql';
-import { leaseCompleteBatchSql, leaseCompleteSql, leaseDeadLetterSql, leaseReleaseSql, leaseRenewSql, leaseRetrySql } from './lease.sql';
-import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql } from './outbox.sql';
+import {
+  leaseCompleteBatchSql,
+  leaseCompleteSql,
+  leaseDeadLetterSql,
+  leaseDeferSql,
+  leaseReleaseSql,
+  leaseRenewSql,
+  leaseRetrySql,
+} from './lease.sql';
+import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
 import { type InlineParam, idArrayParam, pgTable, uuidArrayParam } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './retention.sql';
@@ -81,6 +90,7 @@ const STATEMENTS: SqlDialectStatements = {
   leaseCompleteBatchSql,
   leaseReleaseSql,
   leaseRetrySql,
+  leaseDeferSql,
   leaseDeadLetterSql,
   adminBacklogSql,
   deadLetterListSql,
@@ -235,6 +245,21 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       manager,
     );
     return new Map(inserted.rows.map((r) => [r.message_id, String(r.id)]));
+  }
+
+  async rateLimitTake(p: {
+    destination: string;
+    perSecond: number;
+    burst: number;
+    count: number;
+  }): Promise<{ granted: number; tokens: number }> {
+    const { rows } = await this.run<{ granted: number; tokens: number }>(rateLimitTakeSql(pgTable(rateLimitsTableOf(this.tables.outbox))), [
+      p.destination,
+      p.perSecond,
+      p.burst,
+      p.count,
+    ]);
+    return { granted: Number(rows[0]?.granted ?? 0), tokens: Number(rows[0]?.tokens ?? 0) };
   }
 
   protected async outboxFindRecords(messageIds: string[], manager: EntityManager): Promise<Map<string, string>> {

@@ -56,3 +56,23 @@ ORDER BY CAST(j.[key] AS INT)`;
 /** @0 = the message ids as a JSON array of strings. */
 export const outboxFindSql = (table: string) => `SELECT [id], [message_id] FROM ${table}
 WHERE [message_id] IN (SELECT CAST([value] AS UNIQUEIDENTIFIER) FROM OPENJSON(@0))`;
+
+/**
+ * Takes up to @3 tokens from the rate limit bucket of destination @0 (issue 41), refilled at @1
+ * tokens per second up to @2, by the database clock. The insert creates the bucket, full, on the
+ * first take (UPDLOCK, HOLDLOCK: a concurrent first take waits and then finds it); the update
+ * refills and takes under the row's lock, so every replica's takes are ordered. Returns `granted`
+ * and the `tokens` left, as PostgreSQL's. (No LEAST/GREATEST before SQL Server 2022: IIF.)
+ */
+export const rateLimitTakeSql = (table: string) => `SET NOCOUNT ON;
+INSERT INTO ${table} ([destination], [tokens], [granted], [refilled_at])
+SELECT @0, @2, 0, ${NOW}
+WHERE NOT EXISTS (SELECT 1 FROM ${table} WITH (UPDLOCK, HOLDLOCK) WHERE [destination] = @0);
+UPDATE b SET [granted] = g.[granted], [tokens] = a.[available] - g.[granted], [refilled_at] = n.[now]
+OUTPUT inserted.[granted], inserted.[tokens]
+FROM ${table} AS b WITH (UPDLOCK, ROWLOCK)
+CROSS APPLY (SELECT ${NOW} AS [now]) AS n
+CROSS APPLY (SELECT IIF(n.[now] > b.[refilled_at], DATEDIFF_BIG(MICROSECOND, b.[refilled_at], n.[now]), 0) / 1000000.0 AS [seconds]) AS s
+CROSS APPLY (SELECT IIF(b.[tokens] + s.[seconds] * @1 > @2, @2, b.[tokens] + s.[seconds] * @1) AS [available]) AS a
+CROSS APPLY (SELECT CAST(IIF(FLOOR(a.[available]) < @3, FLOOR(a.[available]), @3) AS INT) AS [granted]) AS g
+WHERE b.[destination] = @0`;

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typeorm';
+import { rateLimitsTableOf } from '../../common/identifiers';
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
@@ -49,17 +50,18 @@ import {
   leaseCompleteBatchSql,
   leaseCompleteSql,
   leaseDeadLetterSql,
+  leaseDeferSql,
   leaseReleaseSql,
   leaseRenewSql,
   leaseRetrySql,
   PINNED_READ_COMMITTED,
 } from './lease.sql';
-import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql } from './outbox.sql';
+import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
 import { mssqlTable } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
 import { KEY_COLLATION } from './schema';
 import { checkSqlServerRequestTimeout } from './sqlserver.options';
-import { bigint, bigintOrNull, guid, guidOrNull, instant, int, KEY_LENGTH, name, text } from './sqlserver.params';
+import { bigint, bigintOrNull, float, guid, guidOrNull, instant, int, KEY_LENGTH, name, text } from './sqlserver.params';
 
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
@@ -80,6 +82,7 @@ const STATEMENTS: SqlDialectStatements = {
   leaseCompleteBatchSql,
   leaseReleaseSql,
   leaseRetrySql,
+  leaseDeferSql,
   leaseDeadLetterSql,
   adminBacklogSql,
   deadLetterListSql,
@@ -223,6 +226,20 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     const statement = (ifAbsent ? outboxInsertIfAbsentSql : outboxInsertSql)(this.table.outbox);
     const inserted = await this.run<{ id: string; message_id: string }>(statement, [text(json)], manager);
     return new Map(inserted.rows.map((r) => [r.message_id.toLowerCase(), String(r.id)]));
+  }
+
+  // Issue 41: the rate limit buckets of outbox.rateLimits (migration 008).
+  async rateLimitTake(p: {
+    destination: string;
+    perSecond: number;
+    burst: number;
+    count: number;
+  }): Promise<{ granted: number; tokens: number }> {
+    const { rows } = await this.run<{ granted: number; tokens: number }>(
+      rateLimitTakeSql(mssqlTable(rateLimitsTableOf(this.tables.outbox))),
+      [name(p.destination), float(p.perSecond), float(p.burst), int(p.count)],
+    );
+    return { granted: Number(rows[0]?.granted ?? 0), tokens: Number(rows[0]?.tokens ?? 0) };
   }
 
   protected async outboxFindRecords(messageIds: string[], manager: EntityManager): Promise<Map<string, string>> {
