@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
 import type * as OpenTelemetry from '@opentelemetry/api';
 import { packageVersion } from '../common/package-version';
 import { type QueueBoxEventMap, type QueueBoxEventName, QueueBoxEvents } from '../events/queuebox.events';
@@ -54,15 +54,33 @@ const FAILED = new Set<QueueBoxEventName>([
 /**
  * Records this QueueBox's events as OpenTelemetry metrics. Every data point carries
  * `messaging.system: queuebox` and `queuebox.name` (the QueueBox's name, `default` unless named).
+ * The metrics API has no proxy: a meter taken before the SDK registered its MeterProvider records
+ * nothing, ever. So the meter is taken when the module is made and, failing that, once the
+ * application has bootstrapped; with no MeterProvider by then nothing is subscribed (no cost per
+ * message): register the SDK before the application starts.
  */
 @Injectable()
-export class QueueBoxOpenTelemetryMetrics implements OnModuleDestroy {
-  private readonly unsubscribe?: () => void;
+export class QueueBoxOpenTelemetryMetrics implements OnApplicationBootstrap, OnModuleDestroy {
+  private unsubscribe?: () => void;
 
-  constructor(events: QueueBoxEvents, @Inject(QUEUEBOX_INSTANCE) instance: QueueBoxInstanceName) {
+  constructor(
+    private readonly events: QueueBoxEvents,
+    @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
+  ) {
+    this.start();
+  }
+
+  onApplicationBootstrap(): void {
+    if (!this.unsubscribe) this.start();
+  }
+
+  private start(): void {
+    const { events, instance } = this;
     const otel = openTelemetry();
     if (!otel) return;
     const meter = otel.metrics.getMeter('queuebox', packageVersion());
+    // The API's own meter when no MeterProvider is registered: every record would be dropped.
+    if (meter.constructor === otel.createNoopMeter().constructor) return;
     const base = { 'messaging.system': 'queuebox', 'queuebox.name': instance.name };
     const sent = meter.createCounter(MESSAGING_METRICS.sent, {
       unit: '{message}',
