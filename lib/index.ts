@@ -20,6 +20,7 @@ export {
   verifyRequestSignature,
   verifySignature,
 } from './common/signature';
+export { standardWebhookHeaders, verifyStandardWebhook } from './common/standard-webhooks';
 export type {
   AdminComponent,
   BacklogRow,
@@ -74,6 +75,7 @@ export {
   createQueueBoxMigration,
   createQueueBoxMigrations,
   createQueueBoxOperationsMigration,
+  createQueueBoxRateLimitsMigration,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
@@ -81,6 +83,7 @@ export {
   QueueBoxKeyCollation1796083200000,
   QueueBoxMigrations,
   QueueBoxOperations1764633600000,
+  QueueBoxRateLimits1796428800000,
   QueueBoxSchema1764460800000,
 } from './migrations/queuebox.migration';
 export { renderSchemaSql } from './migrations/schema-files';
@@ -157,4 +160,7 @@ export {
   SIGNATURE_HEADER,
   SIGNED_HEADERS_HEADER,
   TIMESTAMP_HEADER,
+  WEBHOOK_ID_HEADER,
+  WEBHOOK_SIGNATURE_HEADER,
+  WEBHOOK_TIMESTAMP_HEADER,
 } from './wire-headers';

@@ -126,6 +126,8 @@ export const messages = {
     `the claim functions in the database were written by an older QueueBox version: claims are sent as statements instead (correct, planned on every call) until migration ${migration} runs (\`queuebox migrate\`, or add it to your DataSource's migrations: [...QueueBoxMigrations]).`,
   claimFunctionsMigrationOptional: () =>
     'it runs no statement in this version (the claim functions come with migration 006); add it so the list is whole.',
+  rateLimitsMigrationOptional: () =>
+    'it creates the rate limit buckets, which only outbox.rateLimits uses (none is set here); run it before you set one.',
   claimProbesMigrationOptional: () =>
     "on PostgreSQL it rewrites the claim functions: until it runs QueueBox sees they are an earlier version's and sends the claim statements instead (correct, planned on every call); on SQL Server it runs no statement.",
   keyCollationMigrationOptional: () =>
@@ -134,6 +136,10 @@ export const messages = {
     `QueueBox tables exist but migration ${name} is not recorded in TypeORM's migrations table ${show(migrationsTable)} (created from plain SQL?): their version is not checked at start-up; apply every sql/<dialect>/NNN_*.up.sql script of this version.`,
   migrationNameInvalid: (name: string) =>
     `QueueBox migration name ${show(name)} must be an identifier ending in a 13-digit timestamp, like "QueueBoxSchema1764460800000".`,
+
+  // Start-up
+  nodeVersionUnsupported: (running: string, supported: string) =>
+    `QueueBox runs on Node.js ${running}, outside the versions it supports and is tested on (${supported}, package.json "engines"). It keeps running, but upgrade Node.js: Node 20 and older lines have reached their end of life.`,
 
   // Messages given to enqueue (QueueBoxValidationError)
   messageNotObject: (subject: string) => `${subject} must be an object.`,
@@ -157,13 +163,21 @@ export const messages = {
   messageIdRepeated: (subject: string, messageId: string) =>
     `${subject}: "messageId" ${messageId} is given to an earlier message of the same call; each message needs its own id.`,
   messageIdTaken: (messageId: string | undefined) =>
-    `An outbox message with "messageId" ${messageId ?? '(one of those given)'} already exists; nothing of this call was stored. Give each message its own id (or leave it out for a new UUID). On PostgreSQL the failed insert aborted your transaction: roll it back.`,
+    `An outbox message with "messageId" ${messageId ?? '(one of those given)'} already exists; nothing of this call was stored. Give each message its own id (or leave it out for a new UUID). On PostgreSQL the failed insert aborted your transaction: roll it back. To enqueue a message once whatever was enqueued before, pass { onDuplicate: 'ignore' }.`,
+  onDuplicateInvalid: (value: unknown) =>
+    `The "onDuplicate" option of enqueue must be 'error' (a taken messageId throws DuplicateMessageIdError) or 'ignore' (it stores nothing and reports the stored row); got ${show(value)}.`,
   relayMessageIdTaken: (messageId: string | undefined) =>
     `The relay route returned "messageId" ${messageId ?? '(one of its messages)'}, which an outbox message already has: dead-lettered at once, since every attempt would collide. Give each forwarded message its own id, or leave it out (the relay derives one from the inbox row).`,
   sourceUnknown: (source: string) =>
     `Inbox source ${show(source)} has no consumer: add a route for it in "inbox.relay.routes" or a @PullHandler(${show(source)}), so its messages do not pile up unseen.`,
   managerRequired: () =>
-    'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change.',
+    'OutboxService.enqueue(manager, message) needs the EntityManager of your transaction (dataSource.transaction(async (manager) => ...)), so the message commits or rolls back with your change; enqueue(message) without it joins the active @nestjs-cls/transactional transaction.',
+  ambientPackageMissing: (call: string) =>
+    `${call} was called without an EntityManager, which joins the active transaction of @nestjs-cls/transactional (and its TypeORM adapter, @nestjs-cls/transactional-adapter-typeorm); that package is not installed where QueueBox can load it. Install both (npm install @nestjs-cls/transactional @nestjs-cls/transactional-adapter-typeorm nestjs-cls) and register ClsPluginTransactional, or pass the manager of your transaction.`,
+  ambientTransactionNone: (call: string, dataSource: string, served: boolean) =>
+    served
+      ? `${call} was called without an EntityManager and no @nestjs-cls/transactional transaction of DataSource ${show(dataSource)} is active here: the message would commit on its own. Call it inside a @Transactional() method (or TransactionHost.withTransaction), or pass the manager of your transaction. (Propagation NOT_SUPPORTED, NEVER and SUPPORTS without a transaction run without one.)`
+      : `${call} was called without an EntityManager, but no @nestjs-cls/transactional TransactionHost serves DataSource ${show(dataSource)}: register ClsPluginTransactional with a TransactionalAdapterTypeOrm whose dataSourceToken is that DataSource's (getDataSourceToken(${dataSource === 'default' ? '' : show(dataSource)})), or pass the manager of your transaction.`,
   transactionRequired: (call: 'enqueue' | 'receive') =>
     call === 'enqueue'
       ? 'OutboxService.enqueue() was given an EntityManager that is not in a transaction (such as dataSource.manager): the message would commit on its own, whether or not your change does. Pass the manager of dataSource.transaction(async (manager) => ...). A script that means it can pass { allowAutocommit: true } as the third argument.'
@@ -222,6 +236,9 @@ export const messages = {
     `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). Raise "outbox.claimTimeoutMs" above the slowest publish.`,
   publishClaimLost: (messageId: string) =>
     `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.`,
+
+  rateLimitTakeFailed: (destination: string, error: string) =>
+    `Could not take rate limit tokens for destination ${show(destination)}: ${error}. Its claimed messages are put off (no attempt charged) and tried again; if the table is missing, run migration 008 (queuebox migrate).`,
 
   // Work notifications
   notificationsUp: () => 'Listening for new work (LISTEN/NOTIFY): workers wake as soon as messages commit.',
@@ -284,7 +301,7 @@ export const messages = {
   receiverPathInvalid: (path: unknown) => `QueueBox option "receiver.path" must be a URL path like "queuebox/inbox", got ${show(path)}.`,
   receiverGuardsInvalid: () => 'QueueBox option "receiver.guards" must be an array of Nest guards (classes or instances).',
   receiverOpen: () =>
-    'The inbox receiver would accept unauthenticated writes: set "receiver.secret" (senders sign with HMAC-SHA256; HttpPublisher does with its "secret") or pass your own "receiver.guards".',
+    'The inbox receiver would accept unauthenticated writes: set "receiver.secret" (senders sign with HMAC-SHA256; HttpPublisher does with its "secret"), "receiver.standardWebhooksSecret" (Standard Webhooks senders) or pass your own "receiver.guards".',
   receiverNotJson: () => 'The body must be JSON, sent with Content-Type: application/json.',
   receiverTooLarge: (bytes: number, limit: number) => `The body is ${bytes} bytes; the limit is ${limit} ("receiver.maxBodyBytes").`,
   receiverBadSignature: (check: string) =>
@@ -301,10 +318,17 @@ export const messages = {
     `The ${header} header has the RFC 8187 form UTF-8'<language>'<percent-encoded bytes>, but its bytes are not UTF-8.`,
   receiverNoKey: () => 'An Idempotency-Key or X-Message-Id header is required, so a resent message is stored once.',
   receiverUnknownSource: (source: string) => `No consumer for source ${show(source)} here.`,
+  standardWebhookSecretInvalid: (option: string) =>
+    `"${option}" must be a Standard Webhooks secret: "whsec_" followed by the base64 of at least 16 random bytes (e.g. "whsec_" + randomBytes(32).toString('base64')).`,
+  signatureSchemeInvalid: (value: unknown) =>
+    `HttpPublisher "signatureScheme" must be 'queuebox' (QueueBox's v2 scheme, the default) or 'standard-webhooks'; got ${show(value)}.`,
+  signatureSchemeNeedsSecret: () => 'HttpPublisher "signatureScheme" is set but "secret" is not: set the secret the scheme signs with.',
   secretTooShort: (option: string) => `"${option}" must be a string of at least 16 characters (use a random value, e.g. 32 bytes in hex).`,
   httpNoUrl: (destination: string) => `no URL is configured for destination ${show(destination)}`,
   httpHeadersInvalid: (error: string) => `the message's headers cannot be sent over HTTP: ${error}`,
   httpStatus: (status: number, url: string) => `HTTP ${status} from ${url}`,
+  httpToldToWait: (status: number, url: string, retryAfter: string, waitMs: number, capped: boolean) =>
+    `HTTP ${status} from ${url}: told to wait (Retry-After: ${retryAfter}); next attempt in ${waitMs} ms${capped ? ' (capped by HttpPublisher "maxRetryAfterMs")' : ''}`,
   httpTimeout: (timeoutMs: number, url: string) => `no answer from ${url} within ${timeoutMs} ms`,
   httpNetwork: (url: string, reason: string) => `request to ${url} failed: ${reason}`,
   httpDestinationsInvalid: () =>

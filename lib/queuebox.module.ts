@@ -8,6 +8,7 @@ import { QueueBoxHealth } from './health/queuebox-health';
 import { InboxRelay } from './inbox/inbox.relay';
 import { InboxService } from './inbox/inbox.service';
 import { LeaseService } from './lease/lease.service';
+import { QueueBoxOpenTelemetryMetrics } from './metrics/opentelemetry.metrics';
 import { QueueBoxMetrics } from './metrics/queuebox.metrics';
 import { OutboxPoller } from './outbox/outbox.poller';
 import { OutboxService } from './outbox/outbox.service';
@@ -46,6 +47,7 @@ import { InboxSources } from './workers/inbox-sources';
     QueueBoxEvents,
     QueueBoxEventLog,
     QueueBoxMetrics,
+    QueueBoxOpenTelemetryMetrics,
     LeaseService,
     OutboxService,
     OutboxPoller,

@@ -1,5 +1,7 @@
 import { Injectable, Logger, type Type } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
+import { nodeVersionSupported } from './common/node-version';
+import { supportedNodeVersions } from './common/package-version';
 import type { QueueBoxTables } from './dialects/dialect';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
 import { DEFAULT_QUEUEBOX } from './queuebox.constants';
@@ -29,6 +31,25 @@ export interface QueueBoxEntry {
 
 type Change = 'added' | 'removed';
 
+/** Whether this process said already that its Node.js is below the floor (once, however many applications it starts). */
+let nodeFloorWarned = false;
+
+/**
+ * Warns once per process when `running` is outside `engines.node` (`supported`): npm's own warning
+ * at install is easily lost among others, and nothing refuses to run. Called when the first
+ * application's registry is made, so the warning is among its start-up logs.
+ */
+export function warnBelowNodeFloor(
+  logger: Pick<Logger, 'warn'>,
+  running: string = process.version,
+  supported: string | undefined = supportedNodeVersions(),
+): boolean {
+  if (nodeFloorWarned || supported === undefined || nodeVersionSupported(running, supported)) return false;
+  nodeFloorWarned = true;
+  logger.warn(messages.nodeVersionUnsupported(running, supported));
+  return true;
+}
+
 /**
  * Every QueueBox of the application, by name: how the Terminus indicator, the Prometheus exporter
  * and the dashboard reach each one, and how a QueueBox tells a transaction of another one's
@@ -40,6 +61,10 @@ export class QueueBoxRegistry {
   private readonly logger = new Logger('QueueBox:Options');
   private readonly entries = new Map<string, QueueBoxEntry>();
   private readonly watchers = new Set<(change: Change, entry: QueueBoxEntry) => void>();
+
+  constructor() {
+    warnBelowNodeFloor(new Logger('QueueBox'));
+  }
 
   add(entry: QueueBoxEntry): void {
     const taken = this.entries.get(entry.name);

@@ -33,3 +33,12 @@ export const TRACESTATE_HEADER = 'tracestate';
 /** Written by a dead-letter replay: how many times the row was replayed, and when last (UTC, ISO 8601). */
 export const REPLAY_COUNT_HEADER = 'X-QueueBox-Replay-Count';
 export const REPLAYED_AT_HEADER = 'X-QueueBox-Replayed-At';
+
+/**
+ * Standard Webhooks (https://www.standardwebhooks.com): `webhook-id` (the message's unique id, what
+ * the receiver deduplicates on), `webhook-timestamp` (unix seconds) and `webhook-signature`
+ * (`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, space-separated entries).
+ */
+export const WEBHOOK_ID_HEADER = 'webhook-id';
+export const WEBHOOK_TIMESTAMP_HEADER = 'webhook-timestamp';
+export const WEBHOOK_SIGNATURE_HEADER = 'webhook-signature';

@@ -32,6 +32,10 @@ export const cliMessages = {
       notApplied:
         "not applied: the claim functions are an earlier version's, so claims are sent as statements (planned on every call) until you run `queuebox migrate`",
     },
+    rateLimits: {
+      applied: 'created the rate limit buckets of outbox.rateLimits.',
+      notApplied: 'not applied: needed only with outbox.rateLimits, which then refuses to start until you run `queuebox migrate`',
+    },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',

@@ -22,3 +22,12 @@ export function parseTableName(option: string, value: unknown): TableName {
   }
   return parts.length === 2 ? { schema: parts[0], name: parts[1], qualified: value } : { name: parts[0], qualified: value };
 }
+
+/**
+ * The table of the outbox's rate limit buckets (migration 008): `<outbox>_rate_limits`, in the
+ * outbox's schema, so two QueueBoxes of one database keep buckets of their own.
+ */
+export function rateLimitsTableOf(outbox: TableName): TableName {
+  const name = `${outbox.name}_rate_limits`;
+  return outbox.schema ? { schema: outbox.schema, name, qualified: `${outbox.schema}.${name}` } : { name, qualified: name };
+}

@@ -37,6 +37,13 @@ export interface OutboxInsertRow {
   availableAt: Date | null;
 }
 
+/** One row of `outboxInsert`: its id, and whether it was stored already (`ifAbsent` only). */
+export interface OutboxInserted {
+  id: string;
+  messageId: string;
+  duplicate: boolean;
+}
+
 /** A claimed outbox row: its fence and its message, as the outbox poller's claim. */
 export type OutboxClaimedRow = OutboxClaim;
 
@@ -108,13 +115,23 @@ export interface Dialect {
    */
   transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
 
-  /** Inserts rows in the caller's transaction, in one statement; returns ids in input order. */
-  outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]>;
+  /**
+   * Inserts rows in the caller's transaction, in one statement; returns ids in input order. With
+   * `ifAbsent`, a row whose message id the outbox holds is not stored and reports the stored row's
+   * id with `duplicate: true` (no unique violation: the transaction goes on).
+   */
+  outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[]; ifAbsent?: boolean }): Promise<OutboxInserted[]>;
   /**
    * Whether `error` (from `outboxInsert`) is the unique violation of the outbox's `message_id`:
    * the id is taken by a message already stored. `messageId` when the database names it.
    */
   outboxMessageIdTaken(error: unknown): { messageId?: string } | undefined;
+  /**
+   * Takes up to `count` tokens from the rate limit bucket of `destination` (refilled at
+   * `perSecond` up to `burst`, by the database clock, shared by every replica; migration 008):
+   * how many it granted, and the tokens left after.
+   */
+  rateLimitTake(p: { destination: string; perSecond: number; burst: number; count: number }): Promise<{ granted: number; tokens: number }>;
   /**
    * Claims up to `limit` available rows, at most one per key and none of a key that already has
    * a row in flight or an earlier row pending, counting the claim as an attempt.
@@ -185,6 +202,11 @@ export interface Dialect {
   }): Promise<CompletedIds>;
   /** Gives back a claim whose work never started (shutdown): `pending` again, the attempt not counted. */
   leaseRelease(p: FenceParams): Promise<boolean>;
+  /**
+   * Gives back a claim whose work was put off (a rate limit had no token for it): `pending`,
+   * available again after `delayMs`, the attempt not counted.
+   */
+  leaseDefer(p: FenceParams & { delayMs: number }): Promise<boolean>;
   /** Returns the row to `pending`, available again after `delayMs`. */
   leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean>;
   /** Marks the row `dead` with `reason`. */

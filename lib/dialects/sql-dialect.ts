@@ -1,7 +1,17 @@
 import type { EntityManager } from 'typeorm';
 import type { SqlResult } from '../common/sql-runner';
 import type { FollowerRow } from '../types/claims';
-import type { CompletedIds, DeadSelection, FenceParams, InboxClaimedRow, InboxInsertRow, LeaseTable, OutboxClaimedRow } from './dialect';
+import type {
+  CompletedIds,
+  DeadSelection,
+  FenceParams,
+  InboxClaimedRow,
+  InboxInsertRow,
+  LeaseTable,
+  OutboxClaimedRow,
+  OutboxInserted,
+  OutboxInsertRow,
+} from './dialect';
 import type {
   AdminComponent,
   BacklogRow,
@@ -57,6 +67,7 @@ export interface SqlDialectStatements {
   leaseCompleteBatchSql(table: string, finished: Finished): string;
   leaseReleaseSql(table: string): string;
   leaseRetrySql(table: string): string;
+  leaseDeferSql(table: string): string;
   leaseDeadLetterSql(table: string): string;
   adminBacklogSql(outbox: string, inbox: string): string;
   deadLetterListSql(table: string, component: AdminComponent, includePayload: boolean, descending?: boolean): string;
@@ -167,6 +178,41 @@ export abstract class SqlDialect<J> {
   }
 
   /**
+   * The outbox insert. With `ifAbsent`, the rows whose message id is taken are skipped by the
+   * insert and looked up after it (a new statement: it sees the row that won a concurrent insert);
+   * a row that vanished in between (retention deleted it) is simply inserted again, as for
+   * `inboxInsertIfAbsent`.
+   */
+  async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[]; ifAbsent?: boolean }): Promise<OutboxInserted[]> {
+    const ids = new Map<string, { id: string; duplicate: boolean }>();
+    let missing = p.rows;
+    for (let tries = 0; tries < 3 && missing.length > 0; tries++) {
+      for (const [messageId, id] of await this.outboxInsertRecords(missing, p.manager, p.ifAbsent === true)) {
+        ids.set(messageId, { id, duplicate: false });
+      }
+      missing = missing.filter((row) => !ids.has(row.messageId));
+      if (missing.length === 0 || !p.ifAbsent) break;
+      const found = await this.outboxFindRecords(
+        missing.map((row) => row.messageId),
+        p.manager,
+      );
+      for (const [messageId, id] of found) ids.set(messageId, { id, duplicate: true });
+      missing = missing.filter((row) => !ids.has(row.messageId));
+    }
+    if (missing.length > 0) throw new Error(`outbox row ${missing[0].messageId} neither inserted nor found after 3 tries`);
+    return p.rows.map((row) => ({ messageId: row.messageId, ...(ids.get(row.messageId) as { id: string; duplicate: boolean }) }));
+  }
+
+  /**
+   * The insert of `outboxInsert` (`ifAbsent`: skipping taken message ids): the stored rows' ids by
+   * message id, in lower case as `toOutboxRows` gives them.
+   */
+  protected abstract outboxInsertRecords(rows: OutboxInsertRow[], manager: EntityManager, ifAbsent: boolean): Promise<Map<string, string>>;
+
+  /** The ids of the rows of `messageIds` (lower case) the outbox holds, by message id. */
+  protected abstract outboxFindRecords(messageIds: string[], manager: EntityManager): Promise<Map<string, string>>;
+
+  /**
    * Inserts unless the key exists, looks the stored row up otherwise (a new statement: it sees the
    * row that won). If that row vanished in between (retention deleted it), the insert is simply
    * tried again.
@@ -254,6 +300,14 @@ export abstract class SqlDialect<J> {
 
   async leaseRelease(p: FenceParams): Promise<boolean> {
     const { affected } = await this.run(this.statements.leaseReleaseSql(this.table[p.table]), this.params.fence(p));
+    return affected === 1;
+  }
+
+  async leaseDefer(p: FenceParams & { delayMs: number }): Promise<boolean> {
+    const { affected } = await this.run(this.statements.leaseDeferSql(this.table[p.table]), [
+      ...this.params.fence(p),
+      this.params.bigint(p.delayMs),
+    ]);
     return affected === 1;
   }
 

@@ -91,15 +91,25 @@ export class PermanentPublishError extends QueueBoxError {
 
 /**
  * A publish failed in a way worth retrying (a network error, a timeout, a 5xx, 408, 425 or 429).
- * `status` is the HTTP status when there was one.
+ * `status` is the HTTP status when there was one. `retryAfterMs`, when set, is when the
+ * destination asked to be tried again (`HttpPublisher`: a `Retry-After` on 429 or 503): the next
+ * attempt waits exactly that long instead of the retry policy's backoff (the attempt still counts).
+ * Your own publisher can set it too.
+ *
+ * @example
+ * throw new PublishError('throttled by the partner', 429, { retryAfterMs: 30_000 });
  */
 export class PublishError extends QueueBoxError {
+  readonly retryAfterMs?: number;
+
   constructor(
     message: string,
     readonly status?: number,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; retryAfterMs?: number },
   ) {
     super('QUEUEBOX_PUBLISH', message, options);
+    const after = options?.retryAfterMs;
+    if (typeof after === 'number' && Number.isFinite(after) && after >= 0) this.retryAfterMs = Math.round(after);
   }
 }
 

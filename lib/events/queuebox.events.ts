@@ -40,6 +40,12 @@ export interface QueueBoxEventMap {
   'queuebox:retry-scheduled': OutboxEventMessage & { delayMs: number; error: string; durationMs: number };
   /** A publish failed for good (a `PermanentPublishError`, or the last attempt): the message is `dead`. */
   'queuebox:dead-lettered': OutboxEventMessage & { reason: string; durationMs: number };
+  /**
+   * The destination's rate limit (`outbox.rateLimits`) had no token for a claimed message: it was
+   * not published, and is `pending` again for `delayMs` (when the bucket should have a token), its
+   * attempt not counted.
+   */
+  'queuebox:rate-limited': OutboxEventMessage & { delayMs: number };
   /** A fenced write or a renewal found the claim gone: the row belongs to another worker now. */
   'queuebox:claim-lost': { component: ClaimComponent; id: string };
   /**

@@ -1,6 +1,8 @@
 import { Inject, Injectable, type OnModuleDestroy, Optional } from '@nestjs/common';
+import { DiscoveryService } from '@nestjs/core';
 import type { DataSource, EntityManager } from 'typeorm';
 import { AfterCommit } from '../common/after-commit';
+import { AmbientTransactions } from '../common/ambient-transaction';
 import { checkOwnDataSource } from '../common/own-data-source';
 import { checkName, copyHeaders, serializeHeaders, serializePayload } from '../common/payload';
 import { checkTransaction } from '../common/transaction-check';
@@ -28,6 +30,7 @@ const SUBJECT = 'Inbox message';
 @Injectable()
 export class InboxService implements OnModuleDestroy {
   private readonly afterCommit: AfterCommit;
+  private readonly ambient: AmbientTransactions;
 
   constructor(
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
@@ -37,8 +40,10 @@ export class InboxService implements OnModuleDestroy {
     @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
     @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
     @Optional() private readonly registry?: QueueBoxRegistry,
+    @Optional() discovery?: DiscoveryService,
   ) {
     this.afterCommit = new AfterCommit(dataSource);
+    this.ambient = new AmbientTransactions(dataSource, () => (discovery?.getProviders() ?? []).map((wrapper) => wrapper.instance));
   }
 
   onModuleDestroy(): void {
@@ -46,21 +51,26 @@ export class InboxService implements OnModuleDestroy {
   }
 
   /**
-   * Stores `message` unless it is a duplicate; joins `manager`'s transaction when given. A
-   * manager outside a transaction (`dataSource.manager`) throws `TransactionRequiredError`: omit
-   * the manager to store the message on its own.
+   * Stores `message` unless it is a duplicate; joins `manager`'s transaction when given. Without a
+   * manager it joins the active `@nestjs-cls/transactional` transaction of this QueueBox's
+   * DataSource when there is one (`@Transactional()`), and otherwise stores the message on its own
+   * (as it always did). A manager outside a transaction (`dataSource.manager`) throws
+   * `TransactionRequiredError`.
    */
-  async receive(message: InboxMessageInput, manager?: EntityManager): Promise<ReceiveResult> {
+  async receive(message: InboxMessageInput, given?: EntityManager): Promise<ReceiveResult> {
     if (typeof message !== 'object' || message === null) throw new QueueBoxValidationError('message', messages.messageNotObject(SUBJECT));
+    const own = { name: this.instance.name, dataSourceName: this.instance.dataSource, dataSource: this.dataSource };
+    let manager = given;
     // `null` or any other non-object is no transaction's manager either: TransactionRequiredError, as for `{}`.
-    if (manager !== undefined) {
-      checkTransaction(manager, 'receive', false);
-      checkOwnDataSource(
-        manager,
-        'InboxService.receive',
-        { name: this.instance.name, dataSourceName: this.instance.dataSource, dataSource: this.dataSource },
-        this.registry,
-      );
+    if (given !== undefined) {
+      checkTransaction(given, 'receive', false);
+      checkOwnDataSource(given, 'InboxService.receive', own, this.registry);
+    } else if (this.ambient.installed) {
+      const active = this.ambient.active();
+      // A transaction of another QueueBox's DataSource is refused (I12), not silently left.
+      if (!active.own) for (const other of active.others) checkOwnDataSource(other, 'InboxService.receive', own, this.registry);
+      manager = active.own;
+      if (manager) checkTransaction(manager, 'receive', false);
     }
     // Each field read once; only these copies are validated and stored.
     const { source: givenSource, idempotencyKey, aggregateId, payload, headers } = message;

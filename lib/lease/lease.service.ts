@@ -128,6 +128,14 @@ export class LeaseService {
     return this.fenced(claim, await this.dialect.leaseRelease(this.fence(claim)));
   }
 
+  /**
+   * Puts a claim's work off without charging its attempt (a rate limit had no token for it):
+   * `pending` again, to be claimed after `delayMs`; `last_error` is left as it was.
+   */
+  async defer(claim: Claim, delayMs: number): Promise<boolean> {
+    return this.fenced(claim, await this.dialect.leaseDefer({ ...this.fence(claim), delayMs: Math.max(0, Math.round(delayMs)) }));
+  }
+
   /** Returns the row to `pending`, to be claimed again after `delayMs` (default 0), recording `error`. */
   async retry(claim: Claim, options: { delayMs?: number; error?: unknown } = {}): Promise<boolean> {
     const error = options.error === undefined ? null : describeError(options.error);

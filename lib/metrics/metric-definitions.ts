@@ -8,6 +8,8 @@ export type QueueBoxCounter =
   | 'queuebox_outbox_messages_published_total'
   | 'queuebox_outbox_messages_retried_total'
   | 'queuebox_outbox_messages_dead_lettered_total'
+  | 'queuebox_outbox_rate_limited_total'
+  | 'queuebox_outbox_rate_limited_seconds_total'
   | 'queuebox_inbox_messages_received_total'
   | 'queuebox_inbox_messages_duplicates_total'
   | 'queuebox_inbox_messages_processed_total'
@@ -36,6 +38,16 @@ export const COUNTERS: MetricDefinition<QueueBoxCounter>[] = [
   { name: 'queuebox_outbox_messages_published_total', help: 'Outbox messages published and marked sent.', labelNames: ['destination'] },
   { name: 'queuebox_outbox_messages_retried_total', help: 'Failed publishes scheduled for a retry.', labelNames: ['destination'] },
   { name: 'queuebox_outbox_messages_dead_lettered_total', help: 'Outbox messages marked dead.', labelNames: ['destination', 'cause'] },
+  {
+    name: 'queuebox_outbox_rate_limited_total',
+    help: 'Claimed outbox messages put off because their destination had no rate limit token (no attempt charged).',
+    labelNames: ['destination'],
+  },
+  {
+    name: 'queuebox_outbox_rate_limited_seconds_total',
+    help: 'Time outbox messages were put off waiting for their destination rate limit, in seconds.',
+    labelNames: ['destination'],
+  },
   { name: 'queuebox_inbox_messages_received_total', help: 'New inbox messages stored by receive().', labelNames: ['source'] },
   {
     name: 'queuebox_inbox_messages_duplicates_total',
@@ -134,6 +146,13 @@ export function metricUpdate<K extends QueueBoxEventName>(name: K, event: QueueB
       return {
         counters: [count('queuebox_outbox_messages_dead_lettered_total', { ...destination, cause: 'failure' })],
         histogram: publish('failure'),
+      };
+    case 'queuebox:rate-limited':
+      return {
+        counters: [
+          count('queuebox_outbox_rate_limited_total', destination),
+          count('queuebox_outbox_rate_limited_seconds_total', destination, Number(e.delayMs) / 1000),
+        ],
       };
     case 'queuebox:claim-lost':
       return { counters: [count('queuebox_claims_lost_total', { component: String(e.component) })] };

@@ -129,6 +129,21 @@ export function createQueueBoxClaimProbesMigration(
 }
 
 /**
+ * The eighth QueueBox migration: the table of the rate limit buckets (`<outbox>_rate_limits`,
+ * beside the outbox), one row per destination of `outbox.rateLimits`. Needed only with rate
+ * limits (QueueBox refuses to start with them until it ran; without them a missing 008 is a
+ * warning). Add it after the seventh; same `tables`, and a `name` of its own per QueueBox schema.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations]
+ */
+export function createQueueBoxRateLimitsMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.rateLimits, 'rateLimits');
+}
+
+/**
  * Every QueueBox migration for `tables`, in the order they run: spread it into TypeORM's
  * `migrations`, so a version that adds one needs no change in your app. `names` gives each a
  * name of its own (a second QueueBox schema in one database; each must end in a 13-digit
@@ -192,6 +207,9 @@ export const QueueBoxInstances1796256000000 = createQueueBoxInstancesMigration()
 /** The claim-probes migration for the default table names; runs after `QueueBoxInstances1796256000000`. */
 export const QueueBoxClaimProbes1796342400000 = createQueueBoxClaimProbesMigration();
 
+/** The rate-limits migration for the default table names; runs after `QueueBoxClaimProbes1796342400000`. */
+export const QueueBoxRateLimits1796428800000 = createQueueBoxRateLimitsMigration();
+
 /**
  * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
  * With other tables, use `createQueueBoxMigrations({ tables })`.
@@ -204,4 +222,5 @@ export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
   QueueBoxClaimFunctions1796169600000,
   QueueBoxInstances1796256000000,
   QueueBoxClaimProbes1796342400000,
+  QueueBoxRateLimits1796428800000,
 ];

@@ -44,6 +44,8 @@ export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
   publisherOptions: Record<string, string>;
   route: (message: OutboundMessage) => string;
   publishTimeoutMs: number;
+  /** `outbox.rateLimits`, by destination: tokens per second and the bucket's size. */
+  rateLimits: Record<string, { perSecond: number; burst: number }>;
 }
 
 export interface ResolvedRelayOptions extends ResolvedWorkerOptions {

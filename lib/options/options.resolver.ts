@@ -21,7 +21,7 @@ import type {
   WorkersOptions,
 } from '../types/options';
 import type { Publisher } from '../types/outbox';
-import { expectObject, integerOption, rejectUnknownKeys } from './options.checks';
+import { expectObject, integer, integerOption, rejectUnknownKeys } from './options.checks';
 import {
   DAY_MS,
   DEFAULT_HANDLER_TIMEOUT_MS,
@@ -48,6 +48,7 @@ import {
   OUTBOX_OPTIONS,
   PULL_HANDLER_OPTIONS,
   PULL_OPTIONS,
+  RATE_LIMIT_OPTIONS,
   RELAY_OPTIONS,
   RETENTION_OPTIONS,
   TOP_LEVEL_OPTIONS,
@@ -156,7 +157,44 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean, deprecations:
   if (publishTimeoutMs >= worker.leaseMs) {
     throw new QueueBoxConfigError('outbox.publishTimeout', messages.publishTimeoutNotBelowLease(publishTimeoutMs, worker.leaseMs));
   }
-  return { ...worker, publishers, publisherTypes, publisherOptions, route, publishTimeoutMs };
+  return {
+    ...worker,
+    publishers,
+    publisherTypes,
+    publisherOptions,
+    route,
+    publishTimeoutMs,
+    rateLimits: resolveRateLimits(outbox.rateLimits),
+  };
+}
+
+/** `outbox.rateLimits`: each destination's limit as tokens per second and a bucket size. */
+function resolveRateLimits(given: OutboxOptions['rateLimits']): ResolvedOutboxOptions['rateLimits'] {
+  const rateLimits: ResolvedOutboxOptions['rateLimits'] = {};
+  if (given === undefined) return rateLimits;
+  expectObject('outbox.rateLimits', given);
+  for (const [destination, limit] of Object.entries(given)) {
+    const option = `outbox.rateLimits.${destination}`;
+    expectObject(option, limit);
+    rejectUnknownKeys(`${option}.`, limit, keysOf(RATE_LIMIT_OPTIONS));
+    const count = integer(
+      `${option}.limit`,
+      limit.limit ?? null,
+      Number.NaN,
+      RATE_LIMIT_OPTIONS.limit.integer.min,
+      RATE_LIMIT_OPTIONS.limit.integer.max,
+    );
+    const perMs = limit.per === undefined ? 1000 : parseDuration(`${option}.per`, limit.per, { min: 1, max: DAY_MS });
+    const burst = integer(
+      `${option}.burst`,
+      limit.burst,
+      count,
+      RATE_LIMIT_OPTIONS.burst.integer.min,
+      RATE_LIMIT_OPTIONS.burst.integer.max,
+    );
+    rateLimits[destination] = { perSecond: (count * 1000) / perMs, burst };
+  }
+  return rateLimits;
 }
 
 function resolveRelay(relay: RelayOptions, deprecations: string[]): ResolvedRelayOptions {

@@ -87,7 +87,15 @@ export const OUTBOX_OPTIONS = {
   route: {},
   retry: {},
   publishTimeout: { docs: '`claimTimeoutMs / 3`' },
+  rateLimits: { docs: '`{}`' },
 } as const satisfies Record<keyof OutboxOptions, OptionSpec>;
+
+/** `outbox.rateLimits.<destination>: { ... }`. */
+export const RATE_LIMIT_OPTIONS = {
+  limit: { integer: { default: 1, min: 1, max: 1_000_000 } },
+  per: { docs: "`'1s'`" },
+  burst: { integer: { default: 1, min: 1, max: 1_000_000 }, docs: '`limit`' },
+} as const satisfies Record<string, OptionSpec>;
 
 export const RELAY_OPTIONS = {
   ...WORKER_OPTIONS,

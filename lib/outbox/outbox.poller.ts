@@ -20,6 +20,7 @@ import { DatabaseRecovery } from '../workers/database-recovery';
 import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
 import { WorkerShell } from '../workers/worker-shell';
 import { OutboxClaims } from './outbox.claims';
+import { OutboxRateLimits } from './outbox.rate-limits';
 import { PublishCall, PublishDeadlines, type PublishEnd, type PublishFailure } from './publish-call';
 
 const NAME = 'outbox poller';
@@ -51,6 +52,9 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
   /** The `publishTimeout` of every publish in flight, on one timer. */
   private readonly deadlines: PublishDeadlines;
   private overrunningPublishes = 0;
+  /** `outbox.rateLimits` (issue 41), and the claims of the current batches that got no token: how long each is put off. */
+  private readonly rateLimits?: OutboxRateLimits;
+  private readonly deferrals?: WeakMap<OutboxClaim, number>;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -64,6 +68,11 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     super();
     this.options = rootOptions.outbox;
     this.claims = new OutboxClaims(dialect, events);
+    const rateLimits = new OutboxRateLimits(dialect, this.options.rateLimits, this.logger);
+    if (rateLimits.enabled) {
+      this.rateLimits = rateLimits;
+      this.deferrals = new WeakMap();
+    }
     const completer = new BatchCompleter(lease);
     const recorder = new OutcomeRecorder<OutboxClaim>({
       lease,
@@ -130,6 +139,10 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
   private async claim(limit: number): Promise<OutboxClaim[]> {
     const sentAt = performance.now();
     const claims = await this.claims.claim({ limit, leaseMs: this.options.leaseMs });
+    // Issue 41: the batch's claims of rate-limited destinations take their tokens now, together.
+    if (this.rateLimits && claims.length > 0) {
+      for (const [claim, delayMs] of (await this.rateLimits.admit(claims)) ?? []) this.deferrals?.set(claim, delayMs);
+    }
     // One renewal timer for the batch (its claims are due together), and when their leases began.
     this.batches.set(claims, { group: new LeaseKeeperGroup(this.options.leaseMs), sentAt });
     return claims;
@@ -160,6 +173,8 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
   private publish(claim: OutboxClaim, keeper: LeaseKeeper, slot: WorkSlot): PromiseLike<StepOutcome<OutboxClaim>> {
     const { message } = claim;
     const startedAt = performance.now();
+    const deferMs = this.deferrals?.get(claim);
+    if (deferMs !== undefined) return this.putOff(claim, keeper, slot, deferMs);
     let publisher: Publisher;
     try {
       publisher = this.publisherFor(message);
@@ -236,6 +251,15 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
       failure = { error, overran: false };
     }
     return this.afterPublish(claim, keeper, slot, startedAt, failure);
+  }
+
+  /** A claim its destination's rate limit had no token for: not published, put off for `delayMs` (no attempt charged). */
+  private async putOff(claim: OutboxClaim, keeper: LeaseKeeper, slot: WorkSlot, delayMs: number): Promise<StepOutcome<OutboxClaim>> {
+    slot.release();
+    await keeper.stop();
+    if (this.loop.abandoned) return { kind: 'abandoned' };
+    if (keeper.lost) return { kind: 'lost', level: 'warn', log: messages.publishClaimLost(claim.message.messageId) };
+    return { kind: 'deferred', delayMs };
   }
 
   /** What follows a publish outside the lean path: the slot given back, renewals stopped, the outcome. */

@@ -24,16 +24,18 @@ export class OutboxWriter {
 
   /**
    * Inserts `rows` in `manager`'s transaction; results in input order. `taken` says why a message
-   * id collides (enqueue's and the relay's texts differ).
+   * id collides (enqueue's and the relay's texts differ); with `ifAbsent` none does: a taken id is
+   * skipped and reported as a duplicate.
    */
   async insert(
     manager: EntityManager,
     rows: OutboxInsertRow[],
     taken: (messageId: string | undefined) => string = messages.messageIdTaken,
+    ifAbsent = false,
   ): Promise<EnqueueResult[]> {
     if (rows.length === 0) return [];
     try {
-      return await this.dialect.outboxInsert({ manager, rows });
+      return await this.dialect.outboxInsert({ manager, rows, ifAbsent });
     } catch (error) {
       const collision = this.dialect.outboxMessageIdTaken(error);
       if (collision) throw new DuplicateMessageIdError(collision.messageId ?? '', taken(collision.messageId));

@@ -2,6 +2,7 @@ import { describeError } from '../common/errors';
 import { encodeHeaderValue } from '../common/header-value';
 import { packageVersion } from '../common/package-version';
 import { signRequest } from '../common/signature';
+import { standardWebhookHeaders, standardWebhookKey } from '../common/standard-webhooks';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
@@ -21,22 +22,43 @@ export interface HttpPublisherOptions {
    * QueueBox's inbox receiver verifies (docs/inbox.md, "Signing requests"). Default: unsigned.
    */
   secret?: string;
+  /**
+   * How `secret` signs: `'queuebox'` (the default: QueueBox's `v2` scheme above, which QueueBox's
+   * receiver verifies with `receiver.secret`), or `'standard-webhooks'`: the Standard Webhooks
+   * headers `webhook-id` (the message id), `webhook-timestamp` and `webhook-signature`
+   * (`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`), with `secret` a `whsec_<base64>`
+   * secret, for receivers built on a Standard Webhooks library (QueueBox's receiver verifies them
+   * with `receiver.standardWebhooksSecret`). It covers the id, the timestamp and the body only.
+   */
+  signatureScheme?: 'queuebox' | 'standard-webhooks';
+  /**
+   * The longest wait a `Retry-After` answer (on 429 or 503: seconds, or an HTTP date) sets before
+   * the next attempt; a longer one is cut to this. Default 3600000 (one hour). 0 ignores
+   * `Retry-After` (the retry policy's backoff decides, as for any failure).
+   */
+  maxRetryAfterMs?: number;
 }
 
 // 4xx answers that a later attempt may turn into a success.
 const RETRYABLE_4XX = new Set([408, 425, 429]);
+// The answers whose Retry-After says when to come back (RFC 9110 15.5.20 / 15.6.4, RFC 6585 4).
+const TOLD_TO_WAIT = new Set([429, 503]);
+const DEFAULT_MAX_RETRY_AFTER_MS = 3_600_000;
 
 /**
  * Delivers each message as `POST <url>` with the JSON payload as body, `X-Message-Id`, the
  * message headers and `X-QueueBox-Key` (when the message has a key: as it is when it is visible
  * ASCII, else RFC 8187 `UTF-8''<percent-encoded>`, see `encodeHeaderValue`), signed when `secret` is set. 2xx is success; 4xx other than 408, 425 and 429 is permanent (dead-letter);
- * anything else, a network error or a timeout included, is retried.
+ * anything else, a network error or a timeout included, is retried. A 429 or 503 with
+ * `Retry-After` is retried when it says (at most `maxRetryAfterMs` later), and the row's
+ * `last_error` says it was told to wait.
  *
  * @example
  * new HttpPublisher({ destinations: { billing: 'http://billing.internal/events' }, timeoutMs: 5000 })
  */
 export class HttpPublisher implements Publisher {
   private readonly timeoutMs: number;
+  private readonly maxRetryAfterMs: number;
 
   constructor(private readonly options: HttpPublisherOptions) {
     const { destinations } = options ?? {};
@@ -52,6 +74,21 @@ export class HttpPublisher implements Publisher {
       throw new QueueBoxConfigError('timeoutMs', messages.optionOutOfRange('timeoutMs', timeoutMs, 1, Number.MAX_SAFE_INTEGER));
     }
     this.timeoutMs = timeoutMs;
+    const maxRetryAfterMs = options.maxRetryAfterMs ?? DEFAULT_MAX_RETRY_AFTER_MS;
+    if (!Number.isInteger(maxRetryAfterMs) || maxRetryAfterMs < 0 || maxRetryAfterMs > 30 * 86_400_000) {
+      throw new QueueBoxConfigError('maxRetryAfterMs', messages.optionOutOfRange('maxRetryAfterMs', maxRetryAfterMs, 0, 30 * 86_400_000));
+    }
+    this.maxRetryAfterMs = maxRetryAfterMs;
+    const scheme = options.signatureScheme ?? 'queuebox';
+    if (scheme !== 'queuebox' && scheme !== 'standard-webhooks') {
+      throw new QueueBoxConfigError('signatureScheme', messages.signatureSchemeInvalid(scheme));
+    }
+    if (options.signatureScheme !== undefined && options.secret === undefined) {
+      throw new QueueBoxConfigError('secret', messages.signatureSchemeNeedsSecret());
+    }
+    if (scheme === 'standard-webhooks' && !standardWebhookKey(options.secret)) {
+      throw new QueueBoxConfigError('secret', messages.standardWebhookSecretInvalid('secret'));
+    }
     if (options.secret !== undefined && (typeof options.secret !== 'string' || options.secret.length < 16)) {
       throw new QueueBoxConfigError('secret', messages.secretTooShort('secret'));
     }
@@ -67,8 +104,14 @@ export class HttpPublisher implements Publisher {
       headers[name.toLowerCase()] = value;
     // Any key travels: one that is not visible ASCII goes as RFC 8187 UTF-8 (common/header-value.ts).
     if (message.key !== null) headers[KEY_HEADER.toLowerCase()] = encodeHeaderValue(message.key);
-    // v2: signs the method, the path, the body and every header set above (id, key, the message's own).
-    if (this.options.secret) Object.assign(headers, signRequest(this.options.secret, { path: new URL(url).pathname, headers, body }));
+    const { secret } = this.options;
+    if (secret && this.options.signatureScheme === 'standard-webhooks') {
+      // Standard Webhooks: the message id, the timestamp and the body; nothing else is signed.
+      Object.assign(headers, standardWebhookHeaders(secret, { id: message.messageId, body }));
+    } else if (secret) {
+      // v2: signs the method, the path, the body and every header set above (id, key, the message's own).
+      Object.assign(headers, signRequest(secret, { path: new URL(url).pathname, headers, body }));
+    }
     // Unsigned, as content-type: proxies may rewrite either.
     headers['user-agent'] = `queuebox/${packageVersion()}`;
     headers['content-type'] = 'application/json';
@@ -94,7 +137,14 @@ export class HttpPublisher implements Publisher {
     if (response.status >= 400 && response.status < 500 && !RETRYABLE_4XX.has(response.status)) {
       throw new PermanentPublishError(text);
     }
-    throw new PublishError(text, response.status);
+    const retryAfter = TOLD_TO_WAIT.has(response.status) && this.maxRetryAfterMs > 0 ? response.headers.get('retry-after') : null;
+    const waitMs = retryAfter === null ? undefined : retryAfterMs(retryAfter, response.headers.get('date'));
+    if (waitMs === undefined) throw new PublishError(text, response.status);
+    const capped = waitMs > this.maxRetryAfterMs;
+    const delayMs = Math.min(waitMs, this.maxRetryAfterMs);
+    throw new PublishError(messages.httpToldToWait(response.status, url, retryAfter as string, delayMs, capped), response.status, {
+      retryAfterMs: delayMs,
+    });
   }
 
   private urlOf(destination: string): string {
@@ -118,6 +168,21 @@ function sendableHeaders(headers: Record<string, string>): Headers {
   } catch (error) {
     throw new PermanentPublishError(messages.httpHeadersInvalid(describeError(error)));
   }
+}
+
+/**
+ * How long `Retry-After` says to wait, in ms: delay-seconds (a non-negative integer), or an
+ * HTTP-date counted from the answer's own `Date` when it has one (the two clocks of the
+ * destination agree; ours may not), else from now. A date in the past waits 0; anything else
+ * unreadable is undefined (the backoff decides).
+ */
+export function retryAfterMs(value: string, answeredAt: string | null, now = Date.now()): number | undefined {
+  const text = value.trim();
+  if (/^\d+$/.test(text)) return Math.min(Number(text), Number.MAX_SAFE_INTEGER / 1000) * 1000;
+  const at = Date.parse(text);
+  if (!/[A-Za-z]/.test(text) || Number.isNaN(at)) return undefined;
+  const sent = answeredAt === null ? Number.NaN : Date.parse(answeredAt);
+  return Math.max(0, at - (Number.isNaN(sent) ? now : sent));
 }
 
 function isHttpUrl(value: unknown): value is string {

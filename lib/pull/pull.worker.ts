@@ -1,6 +1,8 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
+import { DiscoveryService } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, EntityManager } from 'typeorm';
+import { AmbientTransactions } from '../common/ambient-transaction';
 import { describeError, isInstance } from '../common/errors';
 import { withinTimeout } from '../common/time-limit';
 import type { Dialect } from '../dialects/dialect';
@@ -59,6 +61,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
   private readonly followers: InboxFollowers;
   private readonly recorder: OutcomeRecorder<InboxClaim>;
   private renewals?: RenewalConnection;
+  private readonly ambient: AmbientTransactions;
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
@@ -71,8 +74,10 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     sources: InboxSources,
     private readonly recovery: DatabaseRecovery,
     @Optional() private readonly scheduler?: SchedulerRegistry,
+    @Optional() discovery?: DiscoveryService,
   ) {
     super();
+    this.ambient = new AmbientTransactions(dataSource, () => (discovery?.getProviders() ?? []).map((wrapper) => wrapper.instance));
     this.followers = new InboxFollowers(dialect);
     this.recorder = inboxOutcomeRecorder(lease, events, this.logger);
     sources.onReceived((source) => this.byHandler.get(source)?.loop.wake());
@@ -247,7 +252,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     let timedOut: Error | undefined;
     const startedAt = performance.now();
     try {
-      const attempt = this.dialect.transaction(async (manager) => {
+      const attempt = this.handlerTransaction(async (manager) => {
         // The batch's room beyond its claims goes to followers: the rows right after each claimed
         // head of an aggregate, read in the transaction, handled and completed with their heads.
         followers = p.followers
@@ -343,6 +348,16 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     await this.followers.complete(followers, manager);
   }
 
+  /**
+   * A handler's transaction (READ COMMITTED): through the `@nestjs-cls/transactional` host of this
+   * DataSource when the application has one, so that it is the ambient transaction while the
+   * handler runs (`TransactionHost.tx`, `@Transactional()` methods and `enqueue(message)` join it);
+   * QueueBox's own otherwise.
+   */
+  private handlerTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    return this.ambient.run(work, (inOwn) => this.dialect.transaction(inOwn));
+  }
+
   /** A keeper renewing `claim` on the set-aside renewal connection (with the renewals due with it), or on the pool while the worker is not started. */
   private keep(claim: InboxClaim): LeaseKeeper {
     return new LeaseKeeper(
@@ -370,7 +385,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
         message.headers,
         () => processSpan(message, 'pull'),
         () =>
-          this.dialect.transaction(async (manager) => {
+          this.handlerTransaction(async (manager) => {
             // `signal` is made when the handler first reads it: most never do, and an AbortSignal is
             // costly on Node.js 20 (see LeaseKeeper).
             const context: PullContext = {

@@ -1,7 +1,11 @@
-// Trace context through the tables: when `@opentelemetry/api` is installed and a span is active at
-// enqueue or receive, its W3C `traceparent` (and `tracestate`) is stored in the message headers;
-// the publish, relay and handler spans take it as their parent, on every attempt. Without
-// OpenTelemetry installed (or with no span active) nothing is added and no span is started.
+// Trace context through the tables: when `@opentelemetry/api` is installed, the active context at
+// enqueue or receive is written into the message headers by the application's global propagator
+// (`propagation.setGlobalPropagator`, as the Node SDK registers it: W3C trace context and baggage by
+// default, or B3, Jaeger, a custom one); the publish, relay and handler spans are started in the
+// context it extracts from them, on every attempt, and the publisher's headers carry the publish
+// span's. When no propagator is registered (the API's default does nothing), W3C `traceparent` and
+// `tracestate` are written and read here instead. Without OpenTelemetry installed (or with nothing
+// to carry) nothing is added and no span is started.
 
 import type * as OpenTelemetry from '@opentelemetry/api';
 import { describeError, isInstance } from '../common/errors';
@@ -26,24 +30,63 @@ function openTelemetry(): typeof OpenTelemetry | null {
 }
 
 /**
- * `headers` plus the active span's `traceparent` / `tracestate`. Headers that already carry a
- * `traceparent` are kept as they are: the caller chose the parent.
+ * The header fields the global propagator writes (`traceparent`, `baggage`, `b3`...), or none when
+ * the application registered no propagator (the API's default propagator has no fields).
+ */
+function propagatorFields(otel: typeof OpenTelemetry): string[] {
+  try {
+    return otel.propagation.fields();
+  } catch {
+    return [];
+  }
+}
+
+/** Whether `headers` carry context (any field of the propagator, or a W3C `traceparent`). */
+function carriesContext(otel: typeof OpenTelemetry, headers: Record<string, string> | null | undefined): boolean {
+  if (!headers) return false;
+  const fields = propagatorFields(otel);
+  return fields.length > 0 ? fields.some((field) => headers[field] !== undefined) : Boolean(headers[TRACEPARENT_HEADER]);
+}
+
+/**
+ * `headers` plus the active context (trace context, baggage: whatever the propagator carries).
+ * Headers that already carry context are kept as they are: the caller chose the parent.
  */
 export function withTraceContext<H>(headers: H): H | Record<string, string> {
   // Headers that are not an object are left for validation to reject.
   if (headers !== undefined && (typeof headers !== 'object' || headers === null || Array.isArray(headers))) return headers;
-  if (headers && TRACEPARENT_HEADER in (headers as object)) return headers;
+  const otel = openTelemetry();
+  if (!otel) return headers;
+  if (headers && carriesContext(otel, headers as Record<string, string>)) return headers;
   return activeTraceContext(headers as Record<string, string> | undefined) ?? headers;
 }
 
 /**
- * `headers` with `traceparent` / `tracestate` of the active span (replacing any), or undefined when
- * no span is active (then callers keep their object as it is: nothing is copied).
+ * `headers` with the active context written into them by the global propagator (its fields
+ * replaced), or undefined when there is nothing to write (then callers keep their object as it is:
+ * nothing is copied). With no propagator registered, the active span's W3C `traceparent` /
+ * `tracestate`.
  */
 export function activeTraceContext(headers: Record<string, string> | undefined): Record<string, string> | undefined {
   const otel = openTelemetry();
-  const span = otel?.trace.getActiveSpan();
-  if (!otel || !span) return undefined;
+  if (!otel) return undefined;
+  const fields = propagatorFields(otel);
+  if (fields.length === 0) return activeW3cContext(otel, headers);
+  const active = otel.context.active();
+  // Nothing active to carry: skip the copy (the common case of a process without tracing).
+  if (!otel.trace.getSpan(active) && !otel.propagation.getBaggage(active)) return undefined;
+  const written: Record<string, string> = {};
+  otel.propagation.inject(active, written);
+  if (Object.keys(written).length === 0) return undefined;
+  const traced: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers ?? {})) if (!fields.includes(name)) traced[name] = value;
+  return Object.assign(traced, written);
+}
+
+/** The active span's W3C trace context, written by QueueBox (no propagator is registered). */
+function activeW3cContext(otel: typeof OpenTelemetry, headers: Record<string, string> | undefined): Record<string, string> | undefined {
+  const span = otel.trace.getActiveSpan();
+  if (!span) return undefined;
   const context = span.spanContext();
   if (!otel.isSpanContextValid(context)) return undefined;
   const flags = (context.traceFlags & 0xff).toString(16).padStart(2, '0');
@@ -82,7 +125,7 @@ function noTracerProvider(otel: typeof OpenTelemetry): boolean {
  */
 export function spanNeeded(headers: Record<string, string> | null | undefined): boolean {
   const otel = openTelemetry();
-  return otel !== null && (Boolean(headers?.[TRACEPARENT_HEADER]) || !noTracerProvider(otel));
+  return otel !== null && (carriesContext(otel, headers) || !noTracerProvider(otel));
 }
 
 /**
@@ -96,7 +139,7 @@ export function inSpan<T>(
   work: () => Promise<T>,
 ): Promise<T> {
   const otel = openTelemetry();
-  if (!otel || (!headers?.[TRACEPARENT_HEADER] && noTracerProvider(otel))) {
+  if (!otel || (!carriesContext(otel, headers) && noTracerProvider(otel))) {
     // `work`'s own promise, not one more around it (this runs once per message); a synchronous
     // throw still becomes a rejection, as from an async function.
     try {
@@ -136,7 +179,19 @@ async function inActiveSpan<T>(
   });
 }
 
+/**
+ * The context the stored headers carry: extracted by the global propagator (trace context,
+ * baggage, whatever it reads), or, with none registered, the W3C `traceparent` read here. The root
+ * context when they carry none (a new trace).
+ */
 function parentContext(otel: typeof OpenTelemetry, headers: Record<string, string> | null | undefined): OpenTelemetry.Context {
+  if (propagatorFields(otel).length > 0) {
+    try {
+      return otel.propagation.extract(otel.ROOT_CONTEXT, headers ?? {});
+    } catch {
+      return otel.ROOT_CONTEXT;
+    }
+  }
   const match = TRACEPARENT.exec(headers?.[TRACEPARENT_HEADER] ?? '');
   if (!match || match[1] === INVALID_TRACE_ID || match[2] === INVALID_SPAN_ID) return otel.ROOT_CONTEXT;
   const state = headers?.[TRACESTATE_HEADER];

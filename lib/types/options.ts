@@ -47,6 +47,23 @@ export interface OutboxOptions extends WorkerOptions {
    * fails (retried with backoff). No publish starts with less lease left. Default a third of `claimTimeoutMs`.
    */
   publishTimeout?: Duration;
+  /**
+   * Rate limits per destination, shared by every replica (a token bucket row per destination,
+   * refilled by the database clock; migration 008): `{ billing: { limit: 10, per: '1s' } }`.
+   * A message over the limit is not published and goes back to `pending` until the bucket has a
+   * token again: no attempt charged, and the later messages of its key wait behind it. Default `{}`.
+   */
+  rateLimits?: Record<string, RateLimitOption>;
+}
+
+/** One destination's rate limit: at most `limit` messages per `per`, bursts up to `burst`. */
+export interface RateLimitOption {
+  /** Messages per `per`. An integer from 1 to 1000000. */
+  limit: number;
+  /** The period (ms or `'1s'`, `'1m'`). Default `'1s'`. */
+  per?: Duration;
+  /** How many tokens the bucket holds (messages sent at once after a quiet time). Default `limit`. */
+  burst?: number;
 }
 
 /** Options of the inbox relay, which forwards inbox rows of its routed sources to the outbox. */

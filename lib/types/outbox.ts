@@ -25,13 +25,25 @@ export interface EnqueueOptions {
    * that mean it.
    */
   allowAutocommit?: boolean;
+  /**
+   * What a `messageId` the outbox already holds does. `'error'` (the default): the call throws
+   * `DuplicateMessageIdError` and stores nothing (on PostgreSQL the failed insert aborts your
+   * transaction). `'ignore'`: that message is not stored, its result is the stored row's
+   * (`duplicate: true`), the others of the call are stored, and your transaction goes on, on both
+   * databases and under concurrent enqueues of the same id (the second waits for the first to
+   * commit or roll back). "Held" means a row with that id exists now, in any state: once retention
+   * deleted it, the same id is stored again as a new message.
+   */
+  onDuplicate?: 'error' | 'ignore';
 }
 
-/** What `enqueue()` returns for each stored message. */
+/** What `enqueue()` returns for each message. */
 export interface EnqueueResult {
-  /** The row id (a bigint, as a string). */
+  /** The row id (a bigint, as a string): the stored row's when `duplicate`. */
   id: string;
   messageId: string;
+  /** The outbox held this `messageId` already and nothing was stored (`onDuplicate: 'ignore'` only; otherwise false). */
+  duplicate: boolean;
 }
 
 /**

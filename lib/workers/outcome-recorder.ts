@@ -4,7 +4,8 @@
 // poller, the inbox relay and the pull worker.
 
 import type { Logger } from '@nestjs/common';
-import { describeError } from '../common/errors';
+import { describeError, isInstance } from '../common/errors';
+import { PublishError } from '../errors/queuebox.errors';
 import type { InboxEventMessage, OutboxEventMessage, QueueBoxEventMap, QueueBoxEvents } from '../events/queuebox.events';
 import type { LeaseService } from '../lease/lease.service';
 import { messages } from '../queuebox.messages';
@@ -48,6 +49,7 @@ export interface CompletedDetails {
  * - `failed`: the attempt failed; the recorder retries it after the policy's backoff, or dead-letters it;
  * - `lost`: the claim is lost (logged at `level`); nothing more is written;
  * - `released`: the work did not fail (a batch rolled back for another row): back to `pending`, the attempt not counted;
+ * - `deferred`: the work was put off (an outbox destination's rate limit had no token): back to `pending` for `delayMs`, the attempt not counted;
  * - `abandoned`: shutdown stopped waiting; the row is left to its lease.
  */
 export type StepOutcome<C extends WorkerClaim<unknown>> =
@@ -63,6 +65,7 @@ export type StepOutcome<C extends WorkerClaim<unknown>> =
     }
   | { kind: 'lost'; level: 'warn' | 'error'; log: string }
   | { kind: 'released' }
+  | { kind: 'deferred'; delayMs: number }
   | { kind: 'abandoned' };
 
 /** What the recorder needs to know about one worker. */
@@ -166,8 +169,26 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
           .release(claim)
           .catch((error) => this.worker.logger.warn(messages.releaseFailed(claim.id, describeError(error))));
         return 'not finished';
+      case 'deferred':
+        await this.deferred(claim, outcome.delayMs);
+        return 'not finished';
       case 'abandoned':
         return 'not finished';
+    }
+  }
+
+  /** Puts the claim off, fenced, and reports it (`queuebox:rate-limited`); a lost claim or a failing write is logged. */
+  private async deferred(claim: C, delayMs: number): Promise<void> {
+    const { lease, logger } = this.worker;
+    const id = this.worker.nameOf(claim.message);
+    try {
+      if (await lease.defer(claim, delayMs)) {
+        this.worker.events.emit('queuebox:rate-limited', { ...(this.worker.eventMessage(claim) as OutboxEventMessage), delayMs });
+      } else {
+        logger.warn(messages.finishLost(id, 'deferral'));
+      }
+    } catch (error) {
+      logger.error(messages.finishFailed(id, 'deferral', describeError(error)));
     }
   }
 
@@ -251,6 +272,9 @@ function failedAttemptOutcome<M>(
   if (p.final) return { deadLetter: true, reason: describeError(failure) };
   if (attempt >= p.maxAttempts) return { deadLetter: true, reason: messages.attemptsExhausted(attempt, describeError(failure)) };
   if (!retryAllowed(p, failure)) return { deadLetter: true, reason: messages.retryDeclined(attempt, describeError(failure)) };
+  // The destination said when to come back (Retry-After): that, not the backoff.
+  const toldToWait = isInstance(failure, PublishError) ? failure.retryAfterMs : undefined;
+  if (toldToWait !== undefined) return { deadLetter: false, delayMs: toldToWait };
   return { deadLetter: false, delayMs: Math.max(0, Math.round(p.backoff(attempt, failure, p.message))) };
 }
 

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
-import { HttpPublisher } from '../../lib/publishers/http.publisher';
+import { HttpPublisher, retryAfterMs } from '../../lib/publishers/http.publisher';
 import type { OutboundMessage } from '../../lib/types/messages';
 import { HttpRecorder } from '../support/http-recorder';
 
@@ -139,5 +139,48 @@ describe('HttpPublisher against a real local HTTP server', () => {
     assert.throws(() => new HttpPublisher({ destinations: { orders: 'ftp://x' } }), QueueBoxConfigError);
     assert.throws(() => new HttpPublisher({} as never), QueueBoxConfigError);
     assert.throws(() => new HttpPublisher({ destinations: {}, timeoutMs: 0 }), QueueBoxConfigError);
+  });
+
+  it('a 429 or 503 with Retry-After is a PublishError whose retryAfterMs says when, capped by maxRetryAfterMs', async () => {
+    const told = async (status: number, headers: Record<string, string>, options: { maxRetryAfterMs?: number } = {}) => {
+      recorder.responder = () => ({ status, headers });
+      const sender = new HttpPublisher({ destinations: { orders: `${base}/orders` }, ...options });
+      try {
+        await sender.publish(message(), new AbortController().signal);
+      } catch (error) {
+        assert.ok(error instanceof PublishError);
+        return { retryAfterMs: error.retryAfterMs, message: error.message };
+      }
+      throw new Error('published');
+    };
+    assert.deepEqual(await told(429, { 'retry-after': '7' }), {
+      retryAfterMs: 7000,
+      message: `HTTP 429 from ${base}/orders: told to wait (Retry-After: 7); next attempt in 7000 ms`,
+    });
+    const dated = { date: 'Wed, 01 Jan 2020 00:00:00 GMT', 'retry-after': 'Wed, 01 Jan 2020 00:00:05 GMT' };
+    assert.equal((await told(503, dated)).retryAfterMs, 5000, "an HTTP date counts from the answer's Date");
+    const capped = await told(429, { 'retry-after': '86400' }, { maxRetryAfterMs: 60_000 });
+    assert.equal(capped.retryAfterMs, 60_000);
+    assert.match(
+      capped.message,
+      /told to wait \(Retry-After: 86400\); next attempt in 60000 ms \(capped by HttpPublisher "maxRetryAfterMs"\)/,
+    );
+    assert.equal((await told(429, {})).retryAfterMs, undefined, 'no header: the backoff decides');
+    assert.equal((await told(500, { 'retry-after': '7' })).retryAfterMs, undefined, 'only 429 and 503 say when');
+    assert.equal((await told(429, { 'retry-after': 'soon' })).retryAfterMs, undefined, 'unreadable: the backoff decides');
+    assert.equal((await told(429, { 'retry-after': '7' }, { maxRetryAfterMs: 0 })).retryAfterMs, undefined, '0 ignores it');
+    assert.throws(() => new HttpPublisher({ destinations: {}, maxRetryAfterMs: -1 }), QueueBoxConfigError);
+  });
+
+  it('reads Retry-After as delay-seconds or an HTTP date (RFC 9110 10.2.3)', () => {
+    const now = Date.parse('2026-01-01T00:00:00Z');
+    assert.equal(retryAfterMs('120', null, now), 120_000);
+    assert.equal(retryAfterMs(' 0 ', null, now), 0);
+    assert.equal(retryAfterMs('Thu, 01 Jan 2026 00:00:30 GMT', null, now), 30_000, 'from now without a Date header');
+    assert.equal(retryAfterMs('Thu, 01 Jan 2026 00:00:30 GMT', 'Thu, 01 Jan 2026 00:00:20 GMT', now), 10_000);
+    assert.equal(retryAfterMs('Wed, 31 Dec 2025 00:00:00 GMT', null, now), 0, 'a date past waits 0');
+    assert.equal(retryAfterMs('-5', null, now), undefined);
+    assert.equal(retryAfterMs('1.5', null, now), undefined);
+    assert.equal(retryAfterMs('', null, now), undefined);
   });
 });

@@ -186,7 +186,11 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
       outbox.enqueue(manager, { destination: 'billing', payload: 1, messageId: upper }),
     );
     const [row] = await db.query<{ id: string; message_id: string }>('SELECT id::text, message_id::text FROM queuebox_outbox');
-    assert.deepEqual(result, { id: row.id, messageId: upper.toLowerCase() }, 'the id and message id returned are the ones stored');
+    assert.deepEqual(
+      result,
+      { id: row.id, messageId: upper.toLowerCase(), duplicate: false },
+      'the id and message id returned are the ones stored',
+    );
     assert.equal(row.message_id, upper.toLowerCase());
     // Twice in one call: refused before any SQL, the transaction goes on.
     const again = '0c8d6e10-0000-4000-8000-000000000001';

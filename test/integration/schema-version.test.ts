@@ -16,6 +16,7 @@ import {
   QueueBoxInstances1796256000000,
   QueueBoxKeyCollation1796083200000,
   QueueBoxOperations1764633600000,
+  QueueBoxRateLimits1796428800000,
   QueueBoxSchema1764460800000,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
@@ -71,6 +72,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxClaimFunctions1796169600000,
         QueueBoxInstances1796256000000,
         QueueBoxClaimProbes1796342400000,
+        QueueBoxRateLimits1796428800000,
       ]),
     );
     const app = await start(db, { retention: { enabled: true } });
@@ -106,7 +108,17 @@ describe('schema version checked at start-up', () => {
     assert.ok(app.logger.has('warn', 'QueueBoxKeyCollation1796083200000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxClaimFunctions1796169600000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxClaimProbes1796342400000 is not recorded'));
+    assert.ok(app.logger.has('warn', 'QueueBoxRateLimits1796428800000 is not recorded'), 'without outbox.rateLimits: a warning');
     assert.ok(!app.logger.has('warn', 'QueueBoxInstances1796256000000'), 'recorded: no warning');
+  });
+
+  it('refuses to start with outbox.rateLimits until migration 008 ran, naming it', async () => {
+    const db = track(await databaseWith([QueueBoxSchema1764460800000, QueueBoxInstances1796256000000]));
+    await assert.rejects(start(db, { outbox: { rateLimits: { partner: { limit: 5 } } } }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError, String(error));
+      assert.match(error.message, /QueueBoxRateLimits1796428800000/);
+      return true;
+    });
   });
 
   it("reads the DataSource's own migrationsTableName and names it in the command", async () => {

@@ -100,7 +100,7 @@ describe('schema', () => {
       const tablesInSchema = await client.query("SELECT tablename FROM pg_tables WHERE schemaname = 'messaging' ORDER BY 1");
       assert.deepEqual(
         tablesInSchema.rows.map((r) => r.tablename),
-        ['events_in', 'events_out', 'queuebox_instances'],
+        ['events_in', 'events_out', 'events_out_rate_limits', 'queuebox_instances'],
         'the instances table beside the outbox, in its schema',
       );
       assert.equal(migration.name, 'QueueBoxSchema1764460800000');

@@ -11,8 +11,11 @@ export interface RecordedRequest {
   receivedAt: number;
 }
 
-/** Decides the answer to a request: a status, 'hang' (never answer) or 'drop' (destroy the socket). */
-export type Responder = (request: RecordedRequest) => Promise<number | 'hang' | 'drop'> | number | 'hang' | 'drop';
+/** An answer: a status (with headers), 'hang' (never answer) or 'drop' (destroy the socket). */
+export type Answer = number | { status: number; headers: Record<string, string> } | 'hang' | 'drop';
+
+/** Decides the answer to a request. */
+export type Responder = (request: RecordedRequest) => Promise<Answer> | Answer;
 
 /** A real local HTTP server that records what it receives, for publisher and end-to-end tests. */
 export class HttpRecorder {
@@ -69,9 +72,12 @@ export class HttpRecorder {
       res.on('close', () => this.hanging.delete(res));
     } else if (answer === 'drop') {
       req.socket.destroy();
-    } else {
+    } else if (typeof answer === 'number') {
       request.status = answer;
       res.writeHead(answer).end();
+    } else {
+      request.status = answer.status;
+      res.writeHead(answer.status, answer.headers).end();
     }
     this.requests.push(request);
     this.waiters = this.waiters.filter((waiter) => {

@@ -70,6 +70,7 @@ declare const dataSource: DataSource;
 declare const manager: EntityManager;
 declare const app: INestApplicationContext;
 declare const inbox: InboxService;
+declare const outbox: OutboxService;
 declare const natsClient: ClientProxy;
 declare const url: string;
 declare const event: { id: string; orderId: string; amountCents: number };
@@ -89,6 +90,7 @@ declare class InvoiceRejected extends Error {}
 declare class PaymentDeclinedError extends Error {}
 declare class OrdersService { placeOrder(order: { customerId: string; item: string; amountCents: number }): Promise<{ id: string }> }
 declare const orders: OrdersService;
+declare const order: Order;
 declare const qb: QueueBoxTesting;
 declare function billingGot(orderIds: string[]): { item: string }[];
 declare function close(): Promise<void>;

@@ -31,6 +31,8 @@ describe('public barrel', () => {
       'createQueueBoxInstancesMigration',
       'QueueBoxClaimProbes1796342400000',
       'createQueueBoxClaimProbesMigration',
+      'QueueBoxRateLimits1796428800000',
+      'createQueueBoxRateLimitsMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -61,6 +63,7 @@ describe('public barrel', () => {
         'QueueBoxClaimFunctions1796169600000',
         'QueueBoxInstances1796256000000',
         'QueueBoxClaimProbes1796342400000',
+        'QueueBoxRateLimits1796428800000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );
@@ -119,7 +122,7 @@ describe('optional peers', () => {
   /** The optional packages a fresh process loads when it requires `entry`. */
   const optionalPeersLoadedBy = (entry: string): string[] => {
     const script = `require(${JSON.stringify(entry)});
-const peers = ['@nestjs/terminus', '@willsoto/nestjs-prometheus', 'prom-client', '@opentelemetry/api', '@nestjs/microservices'];
+const peers = ['@nestjs/terminus', '@willsoto/nestjs-prometheus', 'prom-client', '@opentelemetry/api', '@nestjs/microservices', '@nestjs-cls/transactional', 'nestjs-cls'];
 console.log(JSON.stringify(peers.filter((peer) => Object.keys(require.cache).some((file) => file.includes('/node_modules/' + peer + '/')))));`;
     return JSON.parse(execFileSync(process.execPath, ['-e', script], { encoding: 'utf8' }));
   };

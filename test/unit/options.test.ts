@@ -185,3 +185,31 @@ describe('logging options', () => {
     rejects({ workers: false, logging: true }, 'logging', 'must be an object');
   });
 });
+
+describe('outbox.rateLimits (issue 41)', () => {
+  const publisher = { publish: async () => undefined };
+  const rejects = (rateLimits: unknown, option: string) =>
+    assert.throws(
+      () => resolveOptions({ outbox: { publisher, rateLimits } } as never),
+      (error: unknown) => error instanceof QueueBoxConfigError && error.option === option,
+      option,
+    );
+
+  it('resolves each destination to tokens a second and a bucket size (burst defaults to limit, per to a second)', () => {
+    assert.deepEqual(resolveOptions({ outbox: { publisher } }).outbox.rateLimits, {});
+    const resolved = resolveOptions({
+      outbox: { publisher, rateLimits: { partner: { limit: 30, per: '1m', burst: 5 }, fast: { limit: 8 } } },
+    });
+    assert.deepEqual(resolved.outbox.rateLimits, { partner: { perSecond: 0.5, burst: 5 }, fast: { perSecond: 8, burst: 8 } });
+  });
+
+  it('refuses a missing or bad limit, period or burst, and unknown keys, naming the option', () => {
+    rejects({ partner: {} }, 'outbox.rateLimits.partner.limit');
+    rejects({ partner: { limit: 0 } }, 'outbox.rateLimits.partner.limit');
+    rejects({ partner: { limit: 1.5 } }, 'outbox.rateLimits.partner.limit');
+    rejects({ partner: { limit: 1, per: 'soon' } }, 'outbox.rateLimits.partner.per');
+    rejects({ partner: { limit: 1, burst: 0 } }, 'outbox.rateLimits.partner.burst');
+    rejects({ partner: { limit: 1, rate: 2 } }, 'outbox.rateLimits.partner.rate');
+    rejects({ partner: 5 }, 'outbox.rateLimits.partner');
+  });
+});

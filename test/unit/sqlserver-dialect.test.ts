@@ -358,7 +358,7 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
     assert.match(renderSchemaSql('postgres', { migration: 'keyCollation' }), /Nothing to do on PostgreSQL/);
   });
 
-  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions, 006_queuebox_instances and 007_queuebox_claim_probes .{up,down}.sql, one GO batch per statement', () => {
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions, 006_queuebox_instances, 007_queuebox_claim_probes and 008_queuebox_rate_limits .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
@@ -377,6 +377,8 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
         '006_queuebox_instances.down.sql',
         '007_queuebox_claim_probes.up.sql',
         '007_queuebox_claim_probes.down.sql',
+        '008_queuebox_rate_limits.up.sql',
+        '008_queuebox_rate_limits.down.sql',
       ],
     );
     const up = renderSchemaSql('mssql');
@@ -623,6 +625,37 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
       { messageId: 'bbbbbbbb-0000-4000-8000-000000000000', destination: 'd', key: 'k', payload: '"x"', headers: '{}', availableAt: null },
     ]);
   });
+
+  it("onDuplicate: 'ignore': skips held ids in the insert, reads their rows after it in the caller's transaction, in input order", async () => {
+    const held = 'aaaaaaaa-0000-4000-8000-000000000000';
+    const fresh = 'bbbbbbbb-0000-4000-8000-000000000000';
+    const { dataSource, calls } = scriptedDataSource((statement) => {
+      if (statement === sql.outboxInsertIfAbsentSql('[queuebox_outbox]'))
+        return { records: [{ id: '9', message_id: fresh.toUpperCase() }] };
+      if (statement === sql.outboxFindSql('[queuebox_outbox]')) return { records: [{ id: '3', message_id: held.toUpperCase() }] };
+      return new Error(`unexpected statement ${statement.slice(0, 40)}`);
+    });
+    const caller = dataSource.createQueryRunner() as unknown as { id: number; manager: never };
+    const row = (messageId: string) => ({ messageId, destination: 'd', key: null, payloadJson: '1', headersJson: '{}', availableAt: null });
+    const result = await createDialect(dataSource, TABLES).outboxInsert({
+      manager: caller.manager,
+      rows: [row(held), row(fresh)],
+      ifAbsent: true,
+    });
+    assert.deepEqual(result, [
+      { messageId: held, id: '3', duplicate: true },
+      { messageId: fresh, id: '9', duplicate: false },
+    ]);
+    const queries = calls.filter((c) => c.what === 'query');
+    assert.deepEqual(
+      queries.map((c) => [c.runner, c.sql]),
+      [
+        [caller.id, sql.outboxInsertIfAbsentSql('[queuebox_outbox]')],
+        [caller.id, sql.outboxFindSql('[queuebox_outbox]')],
+      ],
+    );
+    assert.deepEqual(typed(queries[1].params), [['nvarchar', JSON.stringify([held]), 65535]]);
+  });
 });
 
 describe('SQL Server dialect: admin instants in UTC whatever the Node time zone (issue 14, item 4)', () => {
@@ -841,6 +874,10 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
       if (statement === sql.retentionTryLockSql()) return { records: [{ granted: 0 }] };
       if (statement === sql.deadLetterCountSql('[queuebox_outbox]', 'outbox')) return { records: [{ n: '0' }] };
       if (statement === sql.inboxInsertSql('[queuebox_inbox]')) return { records: [{ id: '1' }] };
+      if (statement === sql.outboxInsertSql('[queuebox_outbox]'))
+        return { records: [{ id: '1', message_id: 'AAAAAAAA-0000-4000-8000-000000000000' }] };
+      if (statement === sql.outboxInsertIfAbsentSql('[queuebox_outbox]'))
+        return { records: [{ id: '1', message_id: 'AAAAAAAA-0000-4000-8000-000000000000' }] };
       return { records: [], affected: 1 };
     });
     const dialect = createDialect(dataSource, TABLES);
@@ -873,6 +910,25 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
                 availableAt: null,
               },
             ],
+          }),
+        [MAX],
+      ],
+      [
+        'outboxInsert (ifAbsent; its lookup of skipped ids is declared as the insert is, see the test of onDuplicate above)',
+        () =>
+          dialect.outboxInsert({
+            manager: caller.manager,
+            rows: [
+              {
+                messageId: 'aaaaaaaa-0000-4000-8000-000000000000',
+                destination: 'd',
+                key: 'k',
+                payloadJson: '1',
+                headersJson: '{}',
+                availableAt: null,
+              },
+            ],
+            ifAbsent: true,
           }),
         [MAX],
       ],

@@ -340,6 +340,10 @@ END;
       outboxClaimSql: 4,
       outboxReclaimSql: 1,
       outboxInsertSql: 1,
+      outboxInsertIfAbsentSql: 1,
+      outboxFindSql: 1,
+      rateLimitTakeSql: 4,
+      leaseDeferSql: 3,
       leaseRenewSql: 3,
       leaseCompleteSql: 2,
       leaseCompleteBatchSql: 1,
@@ -469,6 +473,25 @@ SELECT [id] FROM @inserted;`,
     // XACT_ABORT OFF before anything else: a duplicate must not doom the caller's transaction.
     assert.ok(statement.startsWith('SET XACT_ABORT OFF;\n'));
     assert.deepEqual([...sql.UNIQUE_VIOLATIONS], [2601, 2627]);
+  });
+
+  it("the insert of onDuplicate: 'ignore' lets the unique constraint decide, takes no range lock, and falls back to one row at a time in input order", () => {
+    const statement = sql.outboxInsertIfAbsentSql(T);
+    assert.doesNotMatch(statement, /UPDLOCK|HOLDLOCK|SERIALIZABLE/, 'no lock on the range of ids around each new one');
+    // XACT_ABORT OFF before anything else: a caught duplicate must not doom the caller's transaction.
+    assert.ok(statement.startsWith('SET XACT_ABORT OFF;\nSET NOCOUNT ON;\n'), statement);
+    // The batch is the plain insert's rows, past the ids already committed, into the table variable.
+    const rows = sql.outboxInsertSql(T).split('\n').slice(2, -1).join('\n');
+    const batch = statement.slice(statement.indexOf('BEGIN TRY'), statement.indexOf('END TRY'));
+    assert.ok(batch.includes(`  ${rows}`), batch);
+    assert.match(batch, /OUTPUT inserted\.\[id\], inserted\.\[message_id\] INTO @inserted/);
+    assert.match(batch, /WHERE NOT EXISTS \(SELECT 1 FROM \[messaging\]\.\[events_out\] AS o WHERE o\.\[message_id\] = m\.\[message_id\]\)\n {2}ORDER BY CAST\(j\.\[key\] AS INT\);/);
+    // Only a unique violation is caught, twice (the batch, then each row); anything else, or a doomed transaction, is thrown.
+    assert.equal(statement.match(/IF ERROR_NUMBER\(\) NOT IN \(2601, 2627\) OR XACT_STATE\(\) = -1\n\s+THROW;/g)?.length, 2);
+    // The fallback forgets what the failed batch may have output, then inserts row @row of the array, for @row = 0, 1, ...
+    assert.match(statement, /BEGIN CATCH\n[^]*?DELETE FROM @inserted;\n {2}DECLARE @row INT = 0;[^]*WHILE @row < @rows[^]*WHERE CAST\(j\.\[key\] AS INT\) = @row\n[^]*SET @row \+= 1;/);
+    assert.ok(statement.endsWith('SELECT [id], [message_id] FROM @inserted ORDER BY [id];'));
+    assert.match(sql.outboxFindSql(T), /WHERE \[message_id\] IN \(SELECT CAST\(\[value\] AS UNIQUEIDENTIFIER\) FROM OPENJSON\(@0\)\)$/);
   });
 });
 

@@ -43,6 +43,14 @@ export const leaseReleaseSql = (table: string) => `UPDATE ${table}
 SET state = 'pending', attempts = attempts - 1, claim_token = NULL, lease_expires_at = NULL
 WHERE ${FENCE}`;
 
+/**
+ * $1 = id, $2 = token, $3 = delay in ms. Gives a claimed row back for later without charging the
+ * attempt its claim counted (a rate limit had no token for it): `pending`, available after the delay.
+ */
+export const leaseDeferSql = (table: string) => `UPDATE ${table}
+SET state = 'pending', attempts = attempts - 1, available_at = ${msFromNow('$3')}, claim_token = NULL, lease_expires_at = NULL
+WHERE ${FENCE}`;
+
 /** $1 = id, $2 = token, $3 = delay in ms, $4 = error text. */
 export const leaseRetrySql = (table: string) => `UPDATE ${table}
 SET state = 'pending', available_at = ${msFromNow('$3')}, claim_token = NULL, lease_expires_at = NULL, last_error = $4

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import { rateLimitsTableOf } from '../../common/identifiers';
 import { onConnectionOf, runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
@@ -61,12 +62,13 @@ import {
   leaseCompleteBatchSql,
   leaseCompleteSql,
   leaseDeadLetterSql,
+  leaseDeferSql,
   leaseReleaseSql,
   leaseRenewBatchSql,
   leaseRenewSql,
   leaseRetrySql,
 } from './lease.sql';
-import { outboxInsertSql } from './outbox.sql';
+import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
 import { type InlineParam, idArrayParam, inlineValues, pgTable, uuidArrayParam } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './retention.sql';
@@ -91,6 +93,7 @@ const STATEMENTS: SqlDialectStatements = {
   leaseCompleteBatchSql,
   leaseReleaseSql,
   leaseRetrySql,
+  leaseDeferSql,
   leaseDeadLetterSql,
   adminBacklogSql,
   deadLetterListSql,
@@ -229,22 +232,41 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     }
   }
 
-  async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]> {
-    const { rows } = await this.run<{ id: string; message_id: string }>(
-      outboxInsertSql(this.table.outbox),
+  protected async outboxInsertRecords(rows: OutboxInsertRow[], manager: EntityManager, ifAbsent: boolean): Promise<Map<string, string>> {
+    const inserted = await this.run<{ id: string; message_id: string }>(
+      (ifAbsent ? outboxInsertIfAbsentSql : outboxInsertSql)(this.table.outbox),
       [
-        p.rows.map((r) => r.messageId),
-        p.rows.map((r) => r.destination),
-        p.rows.map((r) => r.key),
-        p.rows.map((r) => r.payloadJson),
-        p.rows.map((r) => r.headersJson),
-        p.rows.map((r) => r.availableAt),
+        rows.map((r) => r.messageId),
+        rows.map((r) => r.destination),
+        rows.map((r) => r.key),
+        rows.map((r) => r.payloadJson),
+        rows.map((r) => r.headersJson),
+        rows.map((r) => r.availableAt),
         this.channel.outbox,
       ],
-      p.manager,
+      manager,
     );
-    const ids = new Map(rows.map((r) => [r.message_id, String(r.id)]));
-    return p.rows.map((r) => ({ id: ids.get(r.messageId) as string, messageId: r.messageId }));
+    return new Map(inserted.rows.map((r) => [r.message_id, String(r.id)]));
+  }
+
+  async rateLimitTake(p: {
+    destination: string;
+    perSecond: number;
+    burst: number;
+    count: number;
+  }): Promise<{ granted: number; tokens: number }> {
+    const { rows } = await this.run<{ granted: number; tokens: number }>(rateLimitTakeSql(pgTable(rateLimitsTableOf(this.tables.outbox))), [
+      p.destination,
+      p.perSecond,
+      p.burst,
+      p.count,
+    ]);
+    return { granted: Number(rows[0]?.granted ?? 0), tokens: Number(rows[0]?.tokens ?? 0) };
+  }
+
+  protected async outboxFindRecords(messageIds: string[], manager: EntityManager): Promise<Map<string, string>> {
+    const found = await this.run<{ id: string; message_id: string }>(outboxFindSql(this.table.outbox), [messageIds], manager);
+    return new Map(found.rows.map((r) => [r.message_id, String(r.id)]));
   }
 
   /** SQLSTATE 23505 on `<table>_message_id_key` (the schema names the constraint so); `detail` names the id. */

@@ -1,3 +1,4 @@
+import { rateLimitsTableOf } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import { serverVersionCheckSql } from './checks.sql';
 import { claimFunctionNames, claimFunctionSignature, claimFunctions, legacyClaimFunctionSignature } from './claim-functions.sql';
@@ -206,4 +207,24 @@ export function postgresInstancesDown(tables: QueueBoxTables): string[] {
     `ALTER TABLE ${pgTable(tables.outbox)} DROP COLUMN IF EXISTS claimed_by`,
     `DROP TABLE IF EXISTS ${pgTable(tables.instances)}`,
   ];
+}
+
+/**
+ * Migration 008 (rate limits). One token bucket per rate-limited destination of
+ * `outbox.rateLimits`: the tokens left when it was last refilled, and when (by the database clock,
+ * so every replica shares it); `granted` is what the last take handed out (the take returns it).
+ */
+export function postgresRateLimitsUp(tables: QueueBoxTables): string[] {
+  return [
+    `CREATE TABLE ${pgTable(rateLimitsTableOf(tables.outbox))} (
+  destination text PRIMARY KEY,
+  tokens double precision NOT NULL,
+  granted integer NOT NULL DEFAULT 0,
+  refilled_at timestamptz NOT NULL
+)`,
+  ];
+}
+
+export function postgresRateLimitsDown(tables: QueueBoxTables): string[] {
+  return [`DROP TABLE IF EXISTS ${pgTable(rateLimitsTableOf(tables.outbox))}`];
 }

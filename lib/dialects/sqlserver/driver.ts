@@ -10,6 +10,8 @@ import {
   sqlServerKeyCollationUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
+  sqlServerRateLimitsDown,
+  sqlServerRateLimitsUp,
   sqlServerSchemaDown,
   sqlServerSchemaUp,
 } from './schema';
@@ -29,6 +31,7 @@ export const sqlServerDriver = {
     claimFunctions: { up: () => [], down: () => [] },
     instances: { up: sqlServerInstancesUp, down: sqlServerInstancesDown },
     claimProbes: { up: () => [], down: () => [] },
+    rateLimits: { up: sqlServerRateLimitsUp, down: sqlServerRateLimitsDown },
   },
   noOpMigrations: {
     claimFunctions:

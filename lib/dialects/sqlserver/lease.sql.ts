@@ -58,6 +58,14 @@ export const leaseReleaseSql = (table: string) => `${COUNTED}UPDATE ${table}
 SET [state] = N'pending', [attempts] = [attempts] - 1, [claim_token] = NULL, [lease_expires_at] = NULL
 WHERE ${FENCE}`;
 
+/**
+ * @0 = id, @1 = token, @2 = delay in ms. Gives a claimed row back for later without charging the
+ * attempt (a rate limit had no token for it; issue 41): `pending`, available after the delay.
+ */
+export const leaseDeferSql = (table: string) => `${COUNTED}UPDATE ${table}
+SET [state] = N'pending', [attempts] = [attempts] - 1, [available_at] = ${msFromNow('@2')}, [claim_token] = NULL, [lease_expires_at] = NULL
+WHERE ${FENCE}`;
+
 /** @0 = id, @1 = token, @2 = delay in ms, @3 = error text. */
 export const leaseRetrySql = (table: string) => `${COUNTED}UPDATE ${table}
 SET [state] = N'pending', [available_at] = ${msFromNow('@2')}, [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = @3

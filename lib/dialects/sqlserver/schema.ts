@@ -1,3 +1,4 @@
+import { rateLimitsTableOf } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import { mssqlTable } from './quoting';
 
@@ -407,4 +408,26 @@ export function sqlServerInstancesDown(tables: QueueBoxTables): string[] {
     `ALTER TABLE ${mssqlTable(tables.outbox)} DROP COLUMN [claimed_by]`,
     `DROP TABLE ${mssqlTable(tables.instances)}`,
   ];
+}
+
+/**
+ * Migration 008 (rate limits; issue 41): one token bucket per rate-limited destination of
+ * `outbox.rateLimits` (tokens left at the last refill, and when, by the database clock; `granted`
+ * is what the last take handed out). The destination compares byte-wise, as the key columns do.
+ */
+export function sqlServerRateLimitsUp(tables: QueueBoxTables): string[] {
+  const table = rateLimitsTableOf(tables.outbox);
+  return [
+    `CREATE TABLE ${mssqlTable(table)} (
+  [destination] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL,
+  [tokens] FLOAT NOT NULL,
+  [granted] INT NOT NULL CONSTRAINT [${table.name}_granted_default] DEFAULT 0,
+  [refilled_at] DATETIME2 NOT NULL,
+  CONSTRAINT [${table.name}_pkey] PRIMARY KEY CLUSTERED ([destination])
+)`,
+  ];
+}
+
+export function sqlServerRateLimitsDown(tables: QueueBoxTables): string[] {
+  return [`DROP TABLE IF EXISTS ${mssqlTable(rateLimitsTableOf(tables.outbox))}`];
 }

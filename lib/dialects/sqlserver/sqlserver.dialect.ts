@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typeorm';
+import { rateLimitsTableOf } from '../../common/identifiers';
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
@@ -52,17 +53,18 @@ import {
   leaseCompleteBatchSql,
   leaseCompleteSql,
   leaseDeadLetterSql,
+  leaseDeferSql,
   leaseReleaseSql,
   leaseRenewSql,
   leaseRetrySql,
   PINNED_READ_COMMITTED,
 } from './lease.sql';
-import { outboxInsertSql } from './outbox.sql';
+import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
 import { mssqlTable } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
 import { KEY_COLLATION } from './schema';
 import { checkSqlServerRequestTimeout } from './sqlserver.options';
-import { bigint, bigintOrNull, guid, guidOrNull, instant, int, KEY_LENGTH, name, text } from './sqlserver.params';
+import { bigint, bigintOrNull, float, guid, guidOrNull, instant, int, KEY_LENGTH, name, text } from './sqlserver.params';
 
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
@@ -83,6 +85,7 @@ const STATEMENTS: SqlDialectStatements = {
   leaseCompleteBatchSql,
   leaseReleaseSql,
   leaseRetrySql,
+  leaseDeferSql,
   leaseDeadLetterSql,
   adminBacklogSql,
   deadLetterListSql,
@@ -209,10 +212,12 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     return { messageId: uuidIn(message) };
   }
 
-  async outboxInsert(p: { manager: EntityManager; rows: OutboxInsertRow[] }): Promise<{ id: string; messageId: string }[]> {
-    for (const r of p.rows) refuseTrailingSpaces('OutboxService.enqueue', { destination: r.destination, key: r.key });
-    const rows = JSON.stringify(
-      p.rows.map((r) => ({
+  // Issue 41: `ifAbsent` (enqueue's onDuplicate: 'ignore') picks outboxInsertIfAbsentSql; the shared
+  // loop (SqlDialect.outboxInsert) looks up the ids it skipped with outboxFindRecords.
+  protected async outboxInsertRecords(rows: OutboxInsertRow[], manager: EntityManager, ifAbsent: boolean): Promise<Map<string, string>> {
+    for (const r of rows) refuseTrailingSpaces('OutboxService.enqueue', { destination: r.destination, key: r.key });
+    const json = JSON.stringify(
+      rows.map((r) => ({
         messageId: r.messageId,
         destination: r.destination,
         key: r.key,
@@ -221,9 +226,32 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
         availableAt: r.availableAt?.toISOString() ?? null,
       })),
     );
-    const inserted = await this.run<{ id: string; message_id: string }>(outboxInsertSql(this.table.outbox), [text(rows)], p.manager);
-    const ids = new Map(inserted.rows.map((r) => [r.message_id.toLowerCase(), String(r.id)]));
-    return p.rows.map((r) => ({ id: ids.get(r.messageId.toLowerCase()) as string, messageId: r.messageId }));
+    const statement = (ifAbsent ? outboxInsertIfAbsentSql : outboxInsertSql)(this.table.outbox);
+    const inserted = await this.run<{ id: string; message_id: string }>(statement, [text(json)], manager);
+    return new Map(inserted.rows.map((r) => [r.message_id.toLowerCase(), String(r.id)]));
+  }
+
+  // Issue 41: the rate limit buckets of outbox.rateLimits (migration 008).
+  async rateLimitTake(p: {
+    destination: string;
+    perSecond: number;
+    burst: number;
+    count: number;
+  }): Promise<{ granted: number; tokens: number }> {
+    const { rows } = await this.run<{ granted: number; tokens: number }>(
+      rateLimitTakeSql(mssqlTable(rateLimitsTableOf(this.tables.outbox))),
+      [name(p.destination), float(p.perSecond), float(p.burst), int(p.count)],
+    );
+    return { granted: Number(rows[0]?.granted ?? 0), tokens: Number(rows[0]?.tokens ?? 0) };
+  }
+
+  protected async outboxFindRecords(messageIds: string[], manager: EntityManager): Promise<Map<string, string>> {
+    const found = await this.run<{ id: string; message_id: string }>(
+      outboxFindSql(this.table.outbox),
+      [text(JSON.stringify(messageIds))],
+      manager,
+    );
+    return new Map(found.rows.map((r) => [r.message_id.toLowerCase(), String(r.id)]));
   }
 
   protected override checkInboxRow(row: InboxInsertRow): void {

@@ -17,6 +17,7 @@ export const text = (value: string | null, length: number = NVARCHAR_MAX) => new
 export const name = (value: string | null) => text(value, KEY_LENGTH);
 export const bigint = (value: string | number) => new MssqlParameter(value, 'bigint');
 export const int = (value: number) => new MssqlParameter(value, 'int');
+export const float = (value: number) => new MssqlParameter(value, 'float');
 export const guid = (value: string) => new MssqlParameter(value, 'uniqueidentifier');
 export const guidOrNull = (value: string | null) => new MssqlParameter(value, 'uniqueidentifier');
 export const bigintOrNull = (value: string | null) => new MssqlParameter(value, 'bigint');

@@ -1,4 +1,5 @@
 import type { CanActivate, Type } from '@nestjs/common';
+import { standardWebhookKey } from '../../common/standard-webhooks';
 import { QueueBoxConfigError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
 import { KEY_HEADER } from '../../wire-headers';
@@ -10,8 +11,14 @@ import { KEY_HEADER } from '../../wire-headers';
 export interface InboxReceiverOptions {
   /** Route prefix. Default `queuebox/inbox`, so messages go to `POST /queuebox/inbox/<source>`. */
   path?: string;
-  /** Shared secret(s) of signed senders; several during a rotation. Unset: `guards` are required. */
+  /** Shared secret(s) of signed senders (QueueBox's `v2` scheme); several during a rotation. Unset: `standardWebhooksSecret` or `guards` are required. */
   secret?: string | string[];
+  /**
+   * Standard Webhooks secret(s) (`whsec_<base64>`), several during a rotation: a request carrying
+   * `webhook-signature` is verified by that scheme (id, timestamp and body), and its `webhook-id`
+   * is the idempotency key. Beside `secret` or instead of it. Default: none.
+   */
+  standardWebhooksSecret?: string | string[];
   /**
    * Also accept legacy `v1` signatures (timestamp and body only: a captured request can be replayed
    * within the window with another idempotency key, path or headers). Only while senders upgrade to
@@ -31,6 +38,7 @@ export interface InboxReceiverOptions {
 export interface ResolvedReceiverOptions {
   path: string;
   secrets: string[];
+  standardWebhooksSecrets: string[];
   acceptV1Signatures: boolean;
   toleranceSeconds: number;
   maxBodyBytes: number;
@@ -38,7 +46,16 @@ export interface ResolvedReceiverOptions {
   guards: (Type<CanActivate> | CanActivate)[];
 }
 
-const KEYS = ['path', 'secret', 'acceptV1Signatures', 'toleranceSeconds', 'maxBodyBytes', 'aggregateHeader', 'guards'];
+const KEYS = [
+  'path',
+  'secret',
+  'standardWebhooksSecret',
+  'acceptV1Signatures',
+  'toleranceSeconds',
+  'maxBodyBytes',
+  'aggregateHeader',
+  'guards',
+];
 
 /** Validates the receiver options. An open write endpoint is never the default: no secret and no guard fails. */
 export function resolveReceiverOptions(receiver: InboxReceiverOptions): ResolvedReceiverOptions {
@@ -51,9 +68,13 @@ export function resolveReceiverOptions(receiver: InboxReceiverOptions): Resolved
   const secrets = receiver.secret === undefined ? [] : Array.isArray(receiver.secret) ? receiver.secret : [receiver.secret];
   if (secrets.some((secret) => typeof secret !== 'string' || secret.length < 16))
     throw fail('secret', messages.secretTooShort('receiver.secret'));
+  const given = receiver.standardWebhooksSecret;
+  const standardWebhooksSecrets = given === undefined ? [] : Array.isArray(given) ? given : [given];
+  if (standardWebhooksSecrets.some((secret) => !standardWebhookKey(secret)))
+    throw fail('standardWebhooksSecret', messages.standardWebhookSecretInvalid('receiver.standardWebhooksSecret'));
   const guards = receiver.guards ?? [];
   if (!Array.isArray(guards)) throw fail('guards', messages.receiverGuardsInvalid());
-  if (secrets.length === 0 && guards.length === 0) throw fail('secret', messages.receiverOpen());
+  if (secrets.length === 0 && standardWebhooksSecrets.length === 0 && guards.length === 0) throw fail('secret', messages.receiverOpen());
   const positive = (option: 'toleranceSeconds' | 'maxBodyBytes', fallback: number, max: number) => {
     const value = receiver[option] ?? fallback;
     if (!Number.isInteger(value) || value < 1 || value > max)
@@ -70,6 +91,7 @@ export function resolveReceiverOptions(receiver: InboxReceiverOptions): Resolved
   return {
     path,
     secrets,
+    standardWebhooksSecrets,
     acceptV1Signatures,
     toleranceSeconds: positive('toleranceSeconds', 300, 86_400),
     maxBodyBytes: positive('maxBodyBytes', 1_048_576, 1024 ** 3),

@@ -1,10 +1,19 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { decodeHeaderValue } from '../../common/header-value';
 import { verifyRequestSignature } from '../../common/signature';
+import { verifyStandardWebhook } from '../../common/standard-webhooks';
 import { QueueBoxValidationError, UnknownSourceError } from '../../errors/queuebox.errors';
 import { QUEUEBOX_RECEIVER_OPTIONS } from '../../queuebox.constants';
 import { messages } from '../../queuebox.messages';
-import { IDEMPOTENCY_KEY_HEADER, MESSAGE_ID_HEADER, SIGNATURE_HEADER, SIGNED_HEADERS_HEADER, TIMESTAMP_HEADER } from '../../wire-headers';
+import {
+  IDEMPOTENCY_KEY_HEADER,
+  MESSAGE_ID_HEADER,
+  SIGNATURE_HEADER,
+  SIGNED_HEADERS_HEADER,
+  TIMESTAMP_HEADER,
+  WEBHOOK_ID_HEADER,
+  WEBHOOK_SIGNATURE_HEADER,
+} from '../../wire-headers';
 import { InboxService } from '../inbox.service';
 import type { ResolvedReceiverOptions } from './inbox-receiver.options';
 
@@ -58,9 +67,12 @@ export class InboxReceiver {
     };
     const contentType = header('content-type') ?? '';
     if (!/^application\/(.+\+)?json\b/i.test(contentType)) return answer(400, messages.receiverNotJson());
-    const signed = this.options.secrets.length > 0;
+    const signed = this.options.secrets.length > 0 || this.options.standardWebhooksSecrets.length > 0;
+    // A request that carries a Standard Webhooks signature is judged by that scheme when it is accepted here.
+    const standardWebhook = this.options.standardWebhooksSecrets.length > 0 && header(WEBHOOK_SIGNATURE_HEADER) !== undefined;
+    const ownScheme = this.options.secrets.length > 0 && header(TIMESTAMP_HEADER) !== undefined && header(SIGNATURE_HEADER) !== undefined;
     // Unsigned requests are refused before their body is serialized (a deeply nested body would throw there).
-    if (signed && (!header(TIMESTAMP_HEADER) || !header(SIGNATURE_HEADER))) return answer(401, messages.receiverBadSignature('missing'));
+    if (signed && !standardWebhook && !ownScheme) return answer(401, messages.receiverBadSignature('missing'));
     // The bytes as sent when the app keeps them; otherwise the parsed body serialized again, which
     // reproduces what JSON.stringify produced on the sending side (HttpPublisher does exactly that).
     let raw: Buffer | undefined;
@@ -71,7 +83,16 @@ export class InboxReceiver {
     }
     if (raw === undefined) return answer(400, messages.receiverNotJson());
     if (raw.length > this.options.maxBodyBytes) return answer(413, messages.receiverTooLarge(raw.length, this.options.maxBodyBytes));
-    if (signed) {
+    if (standardWebhook) {
+      const check = verifyStandardWebhook({
+        secrets: this.options.standardWebhooksSecrets,
+        headers: request.headers,
+        body: raw,
+        nowSeconds,
+        toleranceSeconds: this.options.toleranceSeconds,
+      });
+      if (check !== 'valid') return answer(401, messages.receiverBadSignature(check));
+    } else if (signed) {
       const check = verifyRequestSignature({
         secrets: this.options.secrets,
         method: request.method ?? 'POST',
@@ -96,7 +117,12 @@ export class InboxReceiver {
     } catch {
       return answer(400, messages.receiverNotJson());
     }
-    const keyHeader = header(IDEMPOTENCY_KEY_HEADER) !== undefined ? IDEMPOTENCY_KEY_HEADER : MESSAGE_ID_HEADER;
+    // A Standard Webhooks request's key is its webhook-id, the one header that scheme signs.
+    const keyHeader = standardWebhook
+      ? WEBHOOK_ID_HEADER
+      : header(IDEMPOTENCY_KEY_HEADER) !== undefined
+        ? IDEMPOTENCY_KEY_HEADER
+        : MESSAGE_ID_HEADER;
     const sentKey = header(keyHeader);
     if (!sentKey) return answer(400, messages.receiverNoKey());
     // Keys that are not visible ASCII arrive in RFC 8187 form (what HttpPublisher sends): store the key itself.
