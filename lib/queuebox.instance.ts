@@ -48,7 +48,7 @@ export interface InstanceStatus {
  * completions are lost claims; at-least-once, never two live owners), and registers again.
  *
  * At shutdown, once the workers stopped, it deregisters: what it still held (work abandoned after
- * `shutdownTimeoutMs`) is released at once and reclaimed.
+ * `shutdownTimeoutMs`) is released at once, `pending` again with no attempt charged.
  */
 @Injectable()
 export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown {
@@ -115,24 +115,31 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
   }
 
   /**
-   * Stops heartbeating once the workers stopped (it waits for them), then deregisters: the leases
-   * of what this instance still holds end now, and the reclaim gives them back at once.
+   * Stops heartbeating once the workers stopped (it waits for them), then deregisters: what this
+   * instance still holds (work abandoned after `shutdownTimeoutMs`) is released, `pending` again
+   * with no attempt charged, for another replica to claim at once (I9).
    */
   async beforeApplicationShutdown(): Promise<void> {
     this.stopTimer();
     await Promise.all([this.outbox.stop(), this.relay.stop(), this.pull.stop()]);
     await this.beating;
-    if (!this.registered) return;
+    // Also when registration failed: what the workers claimed since is released all the same.
+    if (!this.dataSource.isInitialized) return;
+    await this.deregister();
+  }
+
+  private async deregister(): Promise<void> {
+    const duplicates = this.outbox.publishesOutlivingShutdown();
     try {
       const released = await this.dialect.instanceDeregister({ id: this.instance.id });
       this.registered = false;
       this.events.emit('queuebox:instance-deregistered', { id: this.instance.id, released });
       if (released.outbox + released.inbox > 0) {
-        this.logger.warn(messages.instanceDeregisteredReleased(released.outbox, released.inbox));
-        await this.reclaimNow();
+        this.logger.warn(messages.instanceDeregisteredReleased(released.outbox, released.inbox, duplicates));
       }
     } catch (error) {
-      this.logger.error(messages.instanceDeregisterFailed(describeError(error)));
+      // The rows stay `processing`: recovered when a replica declares this instance dead, or at the lease's end.
+      this.logger.error(messages.instanceDeregisterFailed(describeError(error), duplicates));
     }
   }
 

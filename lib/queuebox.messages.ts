@@ -17,6 +17,12 @@ const doc = (file: string): string => `node_modules/queuebox/docs/${file}`;
 
 const capitalize = (text: string) => text.charAt(0).toUpperCase() + text.slice(1);
 
+/** Names the publishes that ignored their abort at shutdown (at most ten ids): each may be delivered twice. */
+const duplicatesNamed = (messageIds: string[]): string =>
+  messageIds.length === 0
+    ? ''
+    : ` The publish of message(s) ${messageIds.slice(0, 10).join(', ')}${messageIds.length > 10 ? ` and ${messageIds.length - 10} more` : ''} ignored its abort signal and went on after the shutdown stopped waiting: another replica publishes each again, so each may be delivered twice (the destination must deduplicate on X-Message-Id).`;
+
 export const messages = {
   // Options (QueueBoxConfigError)
   optionUnknown: (option: string, suggestion?: string) =>
@@ -170,7 +176,7 @@ export const messages = {
   shutdownWaiting: (name: string, inFlight: number, timeoutMs: number) =>
     `${capitalize(name)} shutting down: waiting up to ${timeoutMs} ms for ${inFlight} message(s) in flight.`,
   shutdownAbandoned: (name: string, inFlight: number) =>
-    `${capitalize(name)}: shutdown timeout reached with ${inFlight} message(s) still in flight; their rows stay processing and are reclaimed when their lease expires.`,
+    `${capitalize(name)}: shutdown timeout reached with ${inFlight} message(s) still in flight: their signals are aborted and their outcomes not written; their rows are released (back to pending, no attempt charged) when this instance deregisters.`,
   releaseFailed: (id: string, error: string) =>
     `Could not give back unstarted claim ${id} on shutdown: ${error}. It is claimed again when its lease expires.`,
   shutdownDone: (name: string) => `${capitalize(name)} stopped.`,
@@ -190,8 +196,12 @@ export const messages = {
   routeUnknown: (name: unknown) => `no publisher named ${show(name)} (check "outbox.route" and "outbox.publishers")`,
   routeFailed: (error: string) => `"outbox.route" threw, so no publisher could be chosen: ${error}`,
   publishTimedOut: (timeoutMs: number) => `the publish took longer than "outbox.publishTimeout" (${timeoutMs} ms) and was aborted`,
-  publishOverrunning: (messageId: string, timeoutMs: number, count: number) =>
-    `The publish of message ${messageId} was aborted (timeout ${timeoutMs} ms, lost claim or shutdown) but the publisher ignores its signal and is still running: its concurrency slot stays taken until it ends (${count} such publish(es) now). Make the publisher honour its AbortSignal.`,
+  publishOverrunningTimeout: (messageId: string, timeoutMs: number, graceMs: number, count: number) =>
+    `The publish of message ${messageId} was aborted by its timeout ("outbox.publishTimeout", ${timeoutMs} ms), but the publisher ignores its signal and is still running ${graceMs} ms later: its concurrency slot stays taken until it ends (${count} such publish(es) now), and the retry may deliver the message a second time. Make the publisher honour its AbortSignal.`,
+  publishOverrunningClaimLost: (messageId: string, graceMs: number, count: number) =>
+    `The publish of message ${messageId} was aborted because its claim was lost, but the publisher ignores its signal and is still running ${graceMs} ms later: its concurrency slot stays taken until it ends (${count} such publish(es) now), and the claim's new owner may deliver the message a second time. Make the publisher honour its AbortSignal.`,
+  publishOverrunningShutdown: (messageId: string, shutdownTimeoutMs: number, graceMs: number, count: number) =>
+    `The publish of message ${messageId} was aborted by the shutdown (it ran past "outbox.shutdownTimeoutMs", ${shutdownTimeoutMs} ms), but the publisher ignores its signal and is still running ${graceMs} ms later (${count} such publish(es) now): its row is released when this instance deregisters and another replica publishes it again, so it may be delivered twice. Make the publisher honour its AbortSignal.`,
   handlerTimedOut: (what: string, option: string, timeoutMs: number) =>
     `${what} took longer than "${option}" (${timeoutMs} ms): its signal was aborted and the attempt failed; its transaction, if any, can only roll back`,
   retryDeclined: (attempt: number, error: string) => `not retried ("retryIf" returned false) after attempt ${attempt}: ${error}`,
@@ -296,10 +306,10 @@ export const messages = {
     `QueueBox option "retention.inboxFinishedAfterMs" is ${valueMs} ms, below the minimum of ${minimumMs} ms: a processed inbox row is the record that dedupes a redelivery, and a sender retrying after its row was deleted would be accepted twice. Use at least ${minimumMs} ms, and longer than your senders retry.`,
   instanceRegisterFailed: (error: string, heartbeatMs: number) =>
     `Could not register this QueueBox instance in the instances table: ${error}. Retrying every heartbeat (${heartbeatMs} ms); until then a replica cannot tell if this one dies, and its claims wait for their leases to expire.`,
-  instanceDeregisterFailed: (error: string) =>
-    `Could not deregister this QueueBox instance: ${error}. A live replica declares it dead once its heartbeats stop and takes what it left.`,
-  instanceDeregisteredReleased: (outbox: number, inbox: number) =>
-    `Left the instances table with ${outbox} outbox and ${inbox} inbox rows still claimed (work abandoned at shutdown): their leases ended now and they are claimed again; the abandoned work can no longer complete them.`,
+  instanceDeregisterFailed: (error: string, duplicates: string[]) =>
+    `Could not deregister this QueueBox instance: ${error}. What it still holds stays processing until a live replica declares it dead (its heartbeats stopped) or the lease expires, and is claimed again then.${duplicatesNamed(duplicates)}`,
+  instanceDeregisteredReleased: (outbox: number, inbox: number, duplicates: string[]) =>
+    `Left the instances table and released ${outbox} outbox and ${inbox} inbox row(s) still claimed (work abandoned at shutdown): back to pending, no attempt charged, for another replica to claim now; the abandoned work can no longer complete them.${duplicatesNamed(duplicates)}`,
   instanceDeclaredDead: (id: string, deadAfterMs: number) =>
     `This QueueBox instance (${id}) was declared dead by another replica: it missed its heartbeats for more than ${deadAfterMs} ms (a pause, or the database out of reach). Its leases were ended and its rows claimed again elsewhere: what it still works on fails its fence and is not completed here. Registered again.`,
   instanceHeartbeatFailed: (error: string, silentMs: number, deadAfterMs: number) =>

@@ -227,7 +227,10 @@ export interface Dialect {
    * registered (a live one registers again within a heartbeat of being declared dead).
    */
   instanceEndDead(p: { unregisteredAfterMs: number }): Promise<DeadInstanceRow[]>;
-  /** A clean shutdown: deletes the instance's row and ends the leases of what it still holds. */
+  /**
+   * A clean shutdown: deletes the instance's row and releases what it still holds (live leases):
+   * `pending` again, the attempt not counted. Returns how many rows of each table it released.
+   */
   instanceDeregister(p: { id: string }): Promise<{ outbox: number; inbox: number }>;
   /** Every registered instance, with whether it is alive. */
   instanceList(): Promise<InstanceRow[]>;

@@ -204,7 +204,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     holdSlot: (until: Promise<unknown>) => void,
   ): Promise<Outcome[]> {
     // Claims that waited for a batch slot past the point where shutdown stopped waiting: their
-    // keepers are aborted; leave the rows to their leases, as abandoned work does.
+    // keepers are aborted; leave the rows to the instance's deregistration, as abandoned work does.
     if (loop.abandoned) return batch.map(() => ({ kind: 'abandoned' }));
     const first = await this.attemptBatch(handler, loop, batch, { followers: true, holdSlot });
     if (first.kind !== 'failed') return first.outcomes;

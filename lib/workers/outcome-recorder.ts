@@ -48,7 +48,8 @@ export interface CompletedDetails {
  * - `failed`: the attempt failed; the recorder retries it after the policy's backoff, or dead-letters it;
  * - `lost`: the claim is lost (logged at `level`); nothing more is written;
  * - `released`: the work did not fail (a batch rolled back for another row): back to `pending`, the attempt not counted;
- * - `abandoned`: shutdown stopped waiting; the row is left to its lease.
+ * - `abandoned`: shutdown stopped waiting; nothing is written here: the instance's deregistration
+ *   releases the row (`pending`, the attempt not counted), or the lease ends it if that cannot run.
  */
 export type StepOutcome<C extends WorkerClaim<unknown>> =
   | { kind: 'complete'; durationMs: number }

@@ -20,7 +20,7 @@ export const silent = (n: string) => `${n}.heartbeat_at < ${NOW} - make_interval
 export const instanceHeartbeatSql = (instances: string) => `UPDATE ${instances} SET heartbeat_at = ${NOW} WHERE id = $1`;
 
 /** The leases of the rows `owners` (an SQL set of instance ids) hold end now: the reclaim and the claims take them at once. */
-const endLeases = (table: string, owners: string, alsoWhere = '') => `UPDATE ${table} t SET lease_expires_at = ${NOW}
+const endLeases = (table: string, owners: string, alsoWhere: string) => `UPDATE ${table} t SET lease_expires_at = ${NOW}
   WHERE t.state = 'processing' AND t.lease_expires_at > ${NOW} AND (t.claimed_by IN (${owners})${alsoWhere})
   RETURNING t.claimed_by`;
 
@@ -57,13 +57,24 @@ SELECT w.id, d.host, d.pid, d.data_source, d.heartbeat_at,
 FROM (SELECT id FROM dead UNION SELECT claimed_by FROM o UNION SELECT claimed_by FROM i) w
 LEFT JOIN dead d ON d.id = w.id`;
 
-/** $1 = id. A clean shutdown: the instance's row goes, and the leases of what it still holds end now. */
+/** The rows instance $1 holds (live lease) back to `pending`, the attempt not counted (see `leaseReleaseSql`). */
+const releaseHeld = (table: string) => `UPDATE ${table} t
+  SET state = 'pending', attempts = t.attempts - 1, claim_token = NULL, lease_expires_at = NULL
+  WHERE t.state = 'processing' AND t.lease_expires_at > ${NOW} AND t.claimed_by = $1::uuid
+  RETURNING t.id`;
+
+/**
+ * $1 = id. A clean shutdown: the instance's row goes, and what it still holds (work abandoned
+ * after `shutdownTimeoutMs`) is released: `pending` again at once, the attempt not counted (as a
+ * claim given back unstarted), for another replica to claim at its next poll. A row whose lease
+ * expired already is the reclaim step's (an expiry counts the attempt).
+ */
 export const instanceDeregisterSql = (instances: string, outbox: string, inbox: string) => `WITH gone AS (
   DELETE FROM ${instances} WHERE id = $1
 ), o AS (
-  ${endLeases(outbox, '$1::uuid')}
+  ${releaseHeld(outbox)}
 ), i AS (
-  ${endLeases(inbox, '$1::uuid')}
+  ${releaseHeld(inbox)}
 )
 SELECT (SELECT count(*) FROM o)::int AS outbox, (SELECT count(*) FROM i)::int AS inbox`;
 

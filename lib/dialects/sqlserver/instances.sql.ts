@@ -17,21 +17,17 @@ export const silent = (n: string) => `${n}.[heartbeat_at] < DATEADD(MILLISECOND,
 export const instanceHeartbeatSql = (instances: string) => `${COUNTED}UPDATE ${instances} SET [heartbeat_at] = ${NOW} WHERE [id] = @0`;
 
 /**
- * Ends the leases of the rows the instances in `@dead` hold (and, with `unregistered`, of rows
- * left behind by an instance no longer registered: see postgres/instances.sql.ts), counting them
- * per owner into `@released`.
+ * Ends the leases of the rows the instances in `@dead` hold, and of rows left behind by an
+ * instance no longer registered (see postgres/instances.sql.ts), counting them per owner into
+ * `@released`.
  */
-const endLeases = (table: string, kind: 'outbox' | 'inbox', instances?: string) => `UPDATE t SET [lease_expires_at] = ${NOW}
+const endLeases = (table: string, kind: 'outbox' | 'inbox', instances: string) => `UPDATE t SET [lease_expires_at] = ${NOW}
   OUTPUT inserted.[claimed_by], N'${kind}' INTO @released ([id], [kind])
   FROM ${table} AS t
   WHERE t.[state] = N'processing' AND t.[lease_expires_at] > ${NOW}
-    AND (t.[claimed_by] IN (SELECT [id] FROM @dead)${
-      instances
-        ? `
+    AND (t.[claimed_by] IN (SELECT [id] FROM @dead)
       OR (t.[claimed_by] IS NOT NULL AND t.[claimed_at] < ${msAgo('@0')}
-          AND NOT EXISTS (SELECT 1 FROM ${instances} AS n WHERE n.[id] = t.[claimed_by]))`
-        : ''
-    });`;
+          AND NOT EXISTS (SELECT 1 FROM ${instances} AS n WHERE n.[id] = t.[claimed_by])));`;
 
 /**
  * @0 = after how many ms a claim of an unregistered instance counts as left behind. In one batch
@@ -58,16 +54,23 @@ SELECT w.[id], d.[host], d.[pid], d.[data_source], ${asUtc('d.[heartbeat_at]')} 
 FROM (SELECT [id] FROM @dead UNION SELECT [id] FROM @released) AS w
 LEFT JOIN @dead AS d ON d.[id] = w.[id];`;
 
-/** @0 = id. A clean shutdown: the instance's row goes, and the leases of what it still holds end now. */
+/** The rows instance @0 holds (live lease) back to `pending`, the attempt not counted (see `leaseReleaseSql`), counted into `@released`. */
+const releaseHeld = (table: string, kind: 'outbox' | 'inbox') => `UPDATE ${table}
+  SET [state] = N'pending', [attempts] = [attempts] - 1, [claim_token] = NULL, [lease_expires_at] = NULL
+  OUTPUT inserted.[claimed_by], N'${kind}' INTO @released ([id], [kind])
+  WHERE [state] = N'processing' AND [lease_expires_at] > ${NOW} AND [claimed_by] = @0;`;
+
+/**
+ * @0 = id. A clean shutdown: the instance's row goes, and what it still holds is released,
+ * `pending` again with the attempt not counted (see postgres/instances.sql.ts).
+ */
 export const instanceDeregisterSql = (instances: string, outbox: string, inbox: string) => `SET XACT_ABORT ON;
 SET NOCOUNT ON;
 BEGIN TRANSACTION;
-DECLARE @dead TABLE ([id] UNIQUEIDENTIFIER PRIMARY KEY);
 DECLARE @released TABLE ([id] UNIQUEIDENTIFIER, [kind] NVARCHAR(8) COLLATE ${KEY_COLLATION});
-INSERT INTO @dead ([id]) VALUES (@0);
 DELETE FROM ${instances} WHERE [id] = @0;
-${endLeases(outbox, 'outbox')}
-${endLeases(inbox, 'inbox')}
+${releaseHeld(outbox, 'outbox')}
+${releaseHeld(inbox, 'inbox')}
 COMMIT TRANSACTION;
 SELECT (SELECT COUNT(*) FROM @released WHERE [kind] = N'outbox') AS [outbox], (SELECT COUNT(*) FROM @released WHERE [kind] = N'inbox') AS [inbox];`;
 
