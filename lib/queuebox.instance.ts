@@ -23,6 +23,8 @@ import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RES
 import { messages } from './queuebox.messages';
 import type { QueueBoxInstanceName } from './types/instance';
 
+const SETTLED: Promise<void> = Promise.resolve();
+
 /** What health checks read about this instance's heartbeats. */
 export interface InstanceStatus {
   id: string;
@@ -57,6 +59,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
   private readonly timerName: string;
   private timer?: NodeJS.Timeout;
   private beating?: Promise<void>;
+  private sweeping?: Promise<void>;
   private registered = false;
   private lastHeartbeatAt?: Date;
   private failedBeats = 0;
@@ -109,7 +112,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
   onApplicationBootstrap(): void {
     if (!this.dataSource.isInitialized) return;
     this.stopped = false;
-    this.timer = setInterval(() => void this.beat(), this.options.heartbeatMs);
+    this.timer = setInterval(() => this.tick(), this.options.heartbeatMs);
     this.timer.unref();
     this.scheduler?.addInterval(this.timerName, this.timer);
   }
@@ -144,15 +147,41 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
   }
 
   /**
-   * One heartbeat: registers again if another replica declared this instance dead, and, where a
-   * worker runs, ends the leases of the instances that stopped beating. Runs on the timer; tests
-   * call it to beat at a moment of their choosing. Concurrent calls share one beat.
+   * Every `heartbeatMs`: a heartbeat and, where a worker runs, a sweep, each on its own promise.
+   * A sweep waits for row locks (a claimed row of a dead instance locked by an open transaction,
+   * another replica's sweep); the heartbeat must never wait for it, or this live instance would
+   * miss its heartbeats and be declared dead by a replica whose sweep is not blocked.
+   */
+  private tick(): void {
+    void this.beat();
+    void this.sweep();
+  }
+
+  /**
+   * One heartbeat: registers again if another replica declared this instance dead. Runs on the
+   * timer; tests call it to beat at a moment of their choosing. Concurrent calls share one beat.
    */
   beat(): Promise<void> {
     this.beating ??= this.beatOnce().finally(() => {
       this.beating = undefined;
     });
     return this.beating;
+  }
+
+  /**
+   * One sweep, where a worker runs: ends the leases of the instances that stopped beating, then
+   * runs the reclaim at once. Runs on the heartbeat's timer, never more than one at a time (a
+   * sweep still waiting for a lock is not started again); tests call it to sweep at a moment of
+   * their choosing.
+   */
+  sweep(): Promise<void> {
+    // While this instance's own heartbeats fail the database is most likely out of reach: the
+    // sweep would fail the same way, at every beat.
+    if (this.stopped || !this.runsWorkers() || this.failedBeats > 0) return this.sweeping ?? SETTLED;
+    this.sweeping ??= this.sweepOnce().finally(() => {
+      this.sweeping = undefined;
+    });
+    return this.sweeping;
   }
 
   private async beatOnce(): Promise<void> {
@@ -180,14 +209,16 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
       ) {
         this.logger.error(messages.instanceHeartbeatFailed(describeError(error), silentMs, this.options.deadAfterMs));
       }
-      return;
     }
-    if (this.stopped || !this.runsWorkers()) return;
+  }
+
+  private async sweepOnce(): Promise<void> {
     let dead: DeadInstanceRow[];
     try {
-      dead = await this.dialect.instanceEndDead({ unregisteredAfterMs: this.options.deadAfterMs });
+      dead = await this.dialect.instanceEndDead({ self: this.instance.id, unregisteredAfterMs: this.options.deadAfterMs });
     } catch (error) {
-      this.logger.error(messages.instanceEndDeadFailed(describeError(error)));
+      // A sweep cut off by the shutdown (TypeORM closed the DataSource under it) is no news.
+      if (!this.stopped) this.logger.error(messages.instanceEndDeadFailed(describeError(error)));
       return;
     }
     if (dead.length === 0) return;
@@ -210,7 +241,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
           : messages.unregisteredInstanceClaimsEnded(found.id, outbox, inbox),
       );
     }
-    await this.reclaimNow();
+    if (!this.stopped) await this.reclaimNow();
   }
 
   private async register(): Promise<void> {

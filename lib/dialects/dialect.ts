@@ -224,9 +224,10 @@ export interface Dialect {
    * Declares dead every instance whose last heartbeat is older than its own `deadAfterMs` (by the
    * database clock): deletes it and ends the leases of the rows it holds, in one statement. Ends
    * too the leases of rows claimed more than `unregisteredAfterMs` ago by an instance that is not
-   * registered (a live one registers again within a heartbeat of being declared dead).
+   * registered (a live one registers again within a heartbeat of being declared dead). Never
+   * `self`, the caller's own instance, nor the rows it claimed.
    */
-  instanceEndDead(p: { unregisteredAfterMs: number }): Promise<DeadInstanceRow[]>;
+  instanceEndDead(p: { self: string; unregisteredAfterMs: number }): Promise<DeadInstanceRow[]>;
   /**
    * A clean shutdown: deletes the instance's row and releases what it still holds (live leases):
    * `pending` again, the attempt not counted. Returns how many rows of each table it released.

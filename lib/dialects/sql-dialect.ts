@@ -380,10 +380,10 @@ export abstract class SqlDialect<J> {
     return affected === 1;
   }
 
-  async instanceEndDead(p: { unregisteredAfterMs: number }): Promise<DeadInstanceRow[]> {
+  async instanceEndDead(p: { self: string; unregisteredAfterMs: number }): Promise<DeadInstanceRow[]> {
     const { rows } = await this.run<DeadInstanceRecord>(
       this.statements.instanceEndDeadSql(this.instancesTable, this.table.outbox, this.table.inbox),
-      [this.params.int(p.unregisteredAfterMs)],
+      [this.params.int(p.unregisteredAfterMs), this.params.guid(p.self)],
     );
     return rows.map((r) => ({
       id: this.decoding.uuid(r.id),

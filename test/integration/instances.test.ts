@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
 import { after, before, describe, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
+import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { packageVersion } from '../../lib/common/package-version';
@@ -203,7 +204,7 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
       const dead = `dead0000-0000-4000-8000-${String(round).padStart(12, '0')}`;
       await fakeInstance(dead, 60_000);
       for (let n = 0; n < 3; n++) await heldOutboxRow(dead, `k-${round}-${n}`);
-      await Promise.all([a.get(QueueBoxInstance).beat(), b.get(QueueBoxInstance).beat()]);
+      await Promise.all([a.get(QueueBoxInstance).sweep(), b.get(QueueBoxInstance).sweep()]);
     }
     const seen = [...both[0], ...both[1]];
     assert.equal(seen.length, rounds, `one instance-dead event per dead instance: ${both[0].length} + ${both[1].length}`);
@@ -268,7 +269,7 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
       instances: { heartbeatMs: 5_000, deadAfterMs: 15_000 }, // the test beats by hand before the timer does
     });
     const deadEvents = recordEvents(t, 'queuebox:instance-dead');
-    await t.get(QueueBoxInstance).beat();
+    await t.get(QueueBoxInstance).sweep();
     await eventually(
       async () => (await db.query(`SELECT 1 FROM queuebox_outbox WHERE "key" = 'k-left' AND state <> 'sent'`)).length === 0,
       'the left-behind key to be published',
@@ -295,6 +296,97 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
     assert.equal(counters['queuebox_claims_released_total{cause="instance-dead",table="outbox"}'], 1, JSON.stringify(counters));
     await t.app.close();
     await db.query('TRUNCATE queuebox_outbox, queuebox_instances');
+  });
+
+  it('a sweep blocked behind an open transaction never delays the heartbeat: no live replica is declared dead (SQL Server review M1)', async () => {
+    const dead = 'dead0000-0000-4000-8000-00000000b10c';
+    await fakeInstance(dead, 60_000);
+    const held = await heldOutboxRow(dead, 'k-blocked');
+    // An application transaction holds the dead instance's claimed row: every sweep that ends its
+    // lease waits for it (and a second replica's sweep waits for the first's delete of the instance).
+    const blocker = new Client({ connectionString: db.url });
+    await blocker.connect();
+    await blocker.query('BEGIN');
+    await blocker.query('SELECT 1 FROM queuebox_outbox WHERE id = $1 FOR UPDATE', [held.id]);
+    const blockedAt = (await blocker.query<{ now: Date }>('SELECT clock_timestamp() AS now')).rows[0].now;
+    const worker = () => ({
+      outbox: { publisher: new RecordingPublisher(), pollIntervalMs: 50, claimTimeoutMs: LONG_LEASE },
+      workers: { outbox: true, relay: false, pull: false },
+      instances: FAST,
+    });
+    const replicas = [await start(db.url, worker()), await start(db.url, worker())];
+    const ids = replicas.map((t) => t.get(QueueBoxInstance).id);
+    const deadEvents = replicas.flatMap((t) => [recordEvents(t, 'queuebox:instance-dead')]);
+    try {
+      await eventually(
+        async () =>
+          (await db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).length >= 2,
+        'both replicas’ sweeps to wait for the lock',
+        5000,
+      );
+      // Twice deadAfterMs after the lock was taken, both replicas have heartbeaten since (by the database clock).
+      await eventually(
+        async () =>
+          (
+            await db.query(
+              `SELECT 1 FROM queuebox_instances WHERE id = ANY($1::uuid[]) AND heartbeat_at > $2::timestamptz + interval '2 seconds'`,
+              [ids, blockedAt],
+            )
+          ).length === 2,
+        'the heartbeats of both replicas to advance while their sweeps wait',
+        6000,
+      );
+      assert.ok(
+        (await db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).length >= 1,
+        'a sweep still waits',
+      );
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    }
+    await eventually(async () => (await outboxRow(held.id)).state === 'sent', 'the dead instance’s row to be published', 10_000);
+    // A few more heartbeats and sweeps after the block: still nobody live declared dead.
+    const [{ now: releasedAt }] = await db.query<{ now: Date }>('SELECT clock_timestamp() AS now');
+    await eventually(
+      async () =>
+        (
+          await db.query(
+            `SELECT 1 FROM queuebox_instances WHERE id = ANY($1::uuid[]) AND heartbeat_at > $2::timestamptz + interval '0.5 seconds'`,
+            [ids, releasedAt],
+          )
+        ).length === 2,
+      'heartbeats after the block',
+      5000,
+    );
+    const declared = deadEvents.flat().map((e) => e.id);
+    assert.deepEqual(declared, [dead], 'only the dead instance was declared dead');
+    assert.deepEqual(
+      replicas.map((t) => t.get(QueueBoxInstance).status.declaredDead),
+      [0, 0],
+    );
+    for (const t of replicas) await t.app.close();
+    await db.query('TRUNCATE queuebox_outbox');
+  });
+
+  it('an instance never declares itself dead: its own sweep leaves its row and its claims alone, however old its heartbeat looks', async () => {
+    const t = await start(db.url, {
+      outbox: { publisher: new RecordingPublisher(), pollIntervalMs: 50, claimTimeoutMs: LONG_LEASE },
+      workers: { outbox: true, relay: false, pull: false },
+      instances: QUIET,
+    });
+    const self = t.get(QueueBoxInstance).id;
+    const own = await heldOutboxRow(self, 'k-own');
+    // Its heartbeat late behind a lock, as far as the database can tell, and a claim of its own long ago.
+    await db.query(`UPDATE queuebox_instances SET heartbeat_at = clock_timestamp() - interval '1 hour' WHERE id = $1`, [self]);
+    await db.query(`UPDATE queuebox_outbox SET claimed_at = clock_timestamp() - interval '1 hour' WHERE id = $1`, [own.id]);
+    const deadEvents = recordEvents(t, 'queuebox:instance-dead');
+    await t.get(QueueBoxInstance).sweep();
+    assert.deepEqual(deadEvents, []);
+    assert.equal((await db.query('SELECT 1 FROM queuebox_instances WHERE id = $1', [self])).length, 1, 'still registered');
+    assert.deepEqual(await outboxRow(own.id), { state: 'processing', claim_token: own.claim_token, attempts: 1 });
+    await db.query(`UPDATE queuebox_outbox SET state = 'dead', lease_expires_at = NULL WHERE id = $1`, [own.id]);
+    await t.app.close();
+    await db.query('TRUNCATE queuebox_outbox');
   });
 
   it('health goes down while heartbeats fail for deadAfterMs, and up again once they work', async () => {

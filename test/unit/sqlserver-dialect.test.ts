@@ -895,7 +895,7 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
         ['uniqueidentifier', N255, 'int', N255, N255, 'int'],
       ],
       ['instanceHeartbeat', () => dialect.instanceHeartbeat({ id: fence.token }), ['uniqueidentifier']],
-      ['instanceEndDead', () => dialect.instanceEndDead({ unregisteredAfterMs: 15_000 }), ['int']],
+      ['instanceEndDead', () => dialect.instanceEndDead({ self: fence.token, unregisteredAfterMs: 15_000 }), ['int', 'uniqueidentifier']],
       ['instanceDeregister', () => dialect.instanceDeregister({ id: fence.token }), ['uniqueidentifier']],
       ['instanceList', () => dialect.instanceList(), []],
     ];

@@ -62,7 +62,7 @@ function instanceStatements(): { name: string; statement: string; params: number
     return [
       { name: `instanceRegisterSql(${n})`, statement: instances.instanceRegisterSql(n), params: 6 },
       { name: `instanceHeartbeatSql(${n})`, statement: instances.instanceHeartbeatSql(n), params: 1 },
-      { name: `instanceEndDeadSql(${n})`, statement: instances.instanceEndDeadSql(n, o, i), params: 1 },
+      { name: `instanceEndDeadSql(${n})`, statement: instances.instanceEndDeadSql(n, o, i), params: 2 },
       { name: `instanceDeregisterSql(${n})`, statement: instances.instanceDeregisterSql(n, o, i), params: 1 },
       { name: `instanceListSql(${n})`, statement: instances.instanceListSql(n, o, i), params: 0 },
     ];

@@ -31,12 +31,13 @@ const endLeases = (table: string, owners: string, alsoWhere: string) => `UPDATE 
  * statement found it, so the dead ones deleted beside it count as registered here.
  */
 const unregisteredOwner = (instances: string) => `
-    OR (t.claimed_by IS NOT NULL AND t.claimed_at < ${msAgo('$1')}
+    OR (t.claimed_by IS NOT NULL AND t.claimed_by <> $2::uuid AND t.claimed_at < ${msAgo('$1')}
         AND NOT EXISTS (SELECT 1 FROM ${instances} n WHERE n.id = t.claimed_by))`;
 
 /**
  * $1 = after how many ms a claim of an unregistered instance counts as left behind (the caller's
- * `deadAfterMs`). In one statement: deletes every instance whose last heartbeat is older than its
+ * `deadAfterMs`), $2 = the caller's own id: an instance never declares itself dead (its heartbeat
+ * runs apart from its sweep and may be late behind a lock, never absent). In one statement: deletes every instance whose last heartbeat is older than its
  * own `dead_after_ms`, and ends the leases (`lease_expires_at` = now) of the rows they hold and
  * of rows left behind by an instance that is no longer registered, as if they had expired.
  * Returns each owner with how many outbox and inbox claims it lost; an unregistered one has no
@@ -44,7 +45,7 @@ const unregisteredOwner = (instances: string) => `
  * first's delete and finds nothing.
  */
 export const instanceEndDeadSql = (instances: string, outbox: string, inbox: string) => `WITH dead AS (
-  DELETE FROM ${instances} n WHERE ${silent('n')}
+  DELETE FROM ${instances} n WHERE ${silent('n')} AND n.id <> $2::uuid
   RETURNING id, host, pid, data_source, heartbeat_at
 ), o AS (
   ${endLeases(outbox, 'SELECT id FROM dead', unregisteredOwner(instances))}

@@ -26,11 +26,12 @@ const endLeases = (table: string, kind: 'outbox' | 'inbox', instances: string) =
   FROM ${table} AS t
   WHERE t.[state] = N'processing' AND t.[lease_expires_at] > ${NOW}
     AND (t.[claimed_by] IN (SELECT [id] FROM @dead)
-      OR (t.[claimed_by] IS NOT NULL AND t.[claimed_at] < ${msAgo('@0')}
+      OR (t.[claimed_by] IS NOT NULL AND t.[claimed_by] <> @1 AND t.[claimed_at] < ${msAgo('@0')}
           AND NOT EXISTS (SELECT 1 FROM ${instances} AS n WHERE n.[id] = t.[claimed_by])));`;
 
 /**
- * @0 = after how many ms a claim of an unregistered instance counts as left behind. In one batch
+ * @0 = after how many ms a claim of an unregistered instance counts as left behind, @1 = the
+ * caller's own id (never declared dead by itself: see postgres/instances.sql.ts). In one batch
  * and transaction: deletes every instance whose last heartbeat is older than its
  * `dead_after_ms`, ends the leases of the rows they hold and of rows left behind by instances no
  * longer registered, and returns each owner with how many outbox and inbox claims it lost (an
@@ -44,7 +45,7 @@ DECLARE @released TABLE ([id] UNIQUEIDENTIFIER, [kind] NVARCHAR(8) COLLATE ${KEY
 DELETE n
   OUTPUT deleted.[id], deleted.[host], deleted.[pid], deleted.[data_source], deleted.[heartbeat_at] INTO @dead
   FROM ${instances} AS n
-  WHERE ${silent('n')};
+  WHERE ${silent('n')} AND n.[id] <> @1;
 ${endLeases(outbox, 'outbox', instances)}
 ${endLeases(inbox, 'inbox', instances)}
 COMMIT TRANSACTION;
