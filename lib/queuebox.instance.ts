@@ -22,6 +22,7 @@ import { PullWorker } from './pull/pull.worker';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { messages } from './queuebox.messages';
 import type { QueueBoxInstanceName } from './types/instance';
+import { InstanceLiveness } from './workers/instance-liveness';
 
 const SETTLED: Promise<void> = Promise.resolve();
 
@@ -76,6 +77,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     private readonly outbox: OutboxPoller,
     private readonly relay: InboxRelay,
     private readonly pull: PullWorker,
+    private readonly liveness: InstanceLiveness,
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
     this.options = rootOptions.instances;
@@ -189,18 +191,21 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
       // Through the pull worker's set-aside connection when it has one: a pool full of handler
       // transactions must not make a live instance miss its heartbeats.
       const beat = await this.dialect.instanceHeartbeat({ id: this.instance.id, manager: this.pull.renewalManager() });
-      if (!beat) {
-        if (this.registered) {
+      if (beat) this.liveness.beat();
+      else {
+        const wasRegistered = this.registered;
+        if (wasRegistered) {
           this.declaredDead++;
           this.logger.warn(messages.instanceDeclaredDead(this.instance.id, this.options.deadAfterMs));
         }
-        await this.register();
+        await this.register(wasRegistered);
       }
       if (this.failedBeats > 0) this.logger.log(messages.instanceHeartbeatBack(this.failedBeats));
       this.failedBeats = 0;
       this.lastHeartbeatAt = new Date();
     } catch (error) {
       this.failedBeats++;
+      this.liveness.beatFailed();
       // Once per outage, and again when it lasts past `deadAfterMs` (other replicas may end our leases then).
       const silentMs = this.failedBeats * this.options.heartbeatMs;
       if (
@@ -244,7 +249,8 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     if (!this.stopped) await this.reclaimNow();
   }
 
-  private async register(): Promise<void> {
+  /** Registers this instance; `declaredDead`: again, after another replica declared it dead. */
+  private async register(declaredDead = false): Promise<void> {
     await this.dialect.instanceRegister({
       id: this.instance.id,
       host: hostname(),
@@ -255,6 +261,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     });
     this.registered = true;
     this.lastHeartbeatAt = new Date();
+    this.liveness.beat(declaredDead);
   }
 
   /** The workers of this process take the released rows now (the outbox and relay reclaim; pull claims take them). */

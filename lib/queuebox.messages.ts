@@ -207,10 +207,10 @@ export const messages = {
   retryDeclined: (attempt: number, error: string) => `not retried ("retryIf" returned false) after attempt ${attempt}: ${error}`,
   leaseTooShortRenewFailed: (messageId: string, error: string) =>
     `Message ${messageId} was not published: too little of its lease was left for "outbox.publishTimeout" and the renewal failed (${error}). It is claimed again when its lease expires.`,
-  markSentLost: (messageId: string) =>
-    `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). Raise "outbox.claimTimeoutMs" above the slowest publish.`,
-  publishClaimLost: (messageId: string) =>
-    `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.`,
+  markSentLost: (messageId: string, silence?: string) =>
+    `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). ${silence ?? 'Raise "outbox.claimTimeoutMs" above the slowest publish.'}`,
+  publishClaimLost: (messageId: string, silence?: string) =>
+    `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.${silence ? ` ${silence}` : ''}`,
 
   // Work notifications
   notificationsUp: () => 'Listening for new work (LISTEN/NOTIFY): workers wake as soon as messages commit.',
@@ -240,18 +240,18 @@ export const messages = {
     `Pull handler ${handler} failed on message ${id} (attempt ${attempt}): ${error}. Rolled back; retrying in ${delayMs} ms.`,
   pullBatchFailed: (handler: string, handled: number, claimed: number, error: string) =>
     `Pull handler ${handler} failed on a batch of ${handled} messages (${error}); no message is charged for it: each of the ${claimed} claimed runs alone now, and only one that fails alone counts an attempt.`,
-  pullClaimLost: (id: string, handler: string) =>
-    `Lost the claim on message ${id} while ${handler} ran: its transaction was rolled back and the new owner handles the message. Raise the handler's "leaseMs" if this repeats.`,
+  pullClaimLost: (id: string, handler: string, silence?: string) =>
+    `Lost the claim on message ${id} while ${handler} ran: its transaction was rolled back and the new owner handles the message. ${silence ?? `Raise the handler's "leaseMs" if this repeats.`}`,
 
   // Inbox relay
   relayFailed: (id: string, attempt: number, error: string, delayMs: number) =>
     `Forward of inbox message ${id} failed on attempt ${attempt}: ${error}. Retrying in ${delayMs} ms.`,
-  relayMarkLost: (source: string, key: string) =>
-    `Lost the claim on inbox message ${source}/${key} before marking it processed: its outbox insert was rolled back and the new owner forwards it. Raise "inbox.relay.claimTimeoutMs" if this repeats.`,
+  relayMarkLost: (source: string, key: string, silence?: string) =>
+    `Lost the claim on inbox message ${source}/${key} before marking it processed: its outbox insert was rolled back and the new owner forwards it. ${silence ?? 'Raise "inbox.relay.claimTimeoutMs" if this repeats.'}`,
   relayFollowersReadFailed: (error: string) =>
     `The inbox relay could not read the rows after the heads it claimed (${error}); forwarding the heads alone.`,
-  relayClaimLost: (source: string, key: string) =>
-    `Lost the claim on inbox message ${source}/${key} before forwarding it (lease renewal failed); leaving it to the next owner.`,
+  relayClaimLost: (source: string, key: string, silence?: string) =>
+    `Lost the claim on inbox message ${source}/${key} before forwarding it (lease renewal failed); leaving it to the next owner.${silence ? ` ${silence}` : ''}`,
 
   // Lease
   claimLost: (component: string, id: string) => `The ${component} claim on row ${id} is lost.`,
@@ -310,6 +310,8 @@ export const messages = {
     `Could not deregister this QueueBox instance: ${error}. What it still holds stays processing until a live replica declares it dead (its heartbeats stopped) or the lease expires, and is claimed again then.${duplicatesNamed(duplicates)}`,
   instanceDeregisteredReleased: (outbox: number, inbox: number, duplicates: string[]) =>
     `Left the instances table and released ${outbox} outbox and ${inbox} inbox row(s) still claimed (work abandoned at shutdown): back to pending, no attempt charged, for another replica to claim now; the abandoned work can no longer complete them.${duplicatesNamed(duplicates)}`,
+  claimEndedBySilence: (silentMs: number, deadAfterMs: number, beatsFailed: boolean, declaredDead: boolean | undefined) =>
+    `The lease was not the cause: no heartbeat of this instance got through for about ${silentMs} ms, more than instances.deadAfterMs (${deadAfterMs} ms) (${beatsFailed ? 'its heartbeats failed: the database was out of reach' : 'no heartbeat ran: an event-loop stall or a paused process'}), so ${declaredDead ? 'another replica declared it dead' : 'other replicas may have declared it dead'} and ended its leases. ${beatsFailed ? 'Look at the database connection' : 'Find what stalls or pauses the process (long synchronous work, GC pauses, CPU throttling, a stopped or frozen container or VM)'}, or raise instances.deadAfterMs above the longest such silence; a longer lease does not help.`,
   instanceDeclaredDead: (id: string, deadAfterMs: number) =>
     `This QueueBox instance (${id}) was declared dead by another replica: it missed its heartbeats for more than ${deadAfterMs} ms (a pause, or the database out of reach). Its leases were ended and its rows claimed again elsewhere: what it still works on fails its fence and is not completed here. Registered again.`,
   instanceHeartbeatFailed: (error: string, silentMs: number, deadAfterMs: number) =>

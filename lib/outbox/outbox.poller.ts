@@ -18,6 +18,7 @@ import type { Publisher } from '../types/outbox';
 import { BatchCompleter } from '../workers/batch-completer';
 import { ClaimLoop, type WorkerLoopStatus, type WorkSlot } from '../workers/claim-loop';
 import { DatabaseRecovery } from '../workers/database-recovery';
+import { InstanceLiveness } from '../workers/instance-liveness';
 import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
 import { WorkerShell } from '../workers/worker-shell';
 import { OutboxClaims } from './outbox.claims';
@@ -73,6 +74,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     events: QueueBoxEvents,
     recovery: DatabaseRecovery,
     @Inject(QUEUEBOX_INSTANCE) instance: QueueBoxInstanceName,
+    private readonly liveness: InstanceLiveness,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
@@ -88,7 +90,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
       // Retrying cannot help.
       isFinal: (failure) => isInstance(failure, PermanentPublishError),
       complete: (waiter) => completer.complete(waiter),
-      completionLost: (claim) => messages.markSentLost(claim.message.messageId),
+      completionLost: (claim) => messages.markSentLost(claim.message.messageId, this.liveness.explainLoss(claim.leaseMs)),
     });
     const timeoutMs = this.options.publishTimeoutMs;
     this.deadlines = new PublishDeadlines(timeoutMs, () => new PublishError(messages.publishTimedOut(timeoutMs)));
@@ -229,8 +231,9 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     const { message } = claim;
     if (!(this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) {
       await keeper.stop();
-      if (keeper.lost || this.lease.isLost(claim))
-        return { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId) };
+      if (keeper.lost || this.lease.isLost(claim)) {
+        return { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId, this.liveness.explainLoss(claim.leaseMs)) };
+      }
       return { kind: 'abandoned' };
     }
     let failure: PublishFailure | undefined;
@@ -276,9 +279,10 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     const { message } = claim;
     if (this.loop.abandoned) return { kind: 'abandoned' };
     if (keeper.lost) {
+      const silence = this.liveness.explainLoss(claim.leaseMs);
       return failure === undefined
-        ? { kind: 'lost', level: 'error', log: messages.markSentLost(message.messageId) }
-        : { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId) };
+        ? { kind: 'lost', level: 'error', log: messages.markSentLost(message.messageId, silence) }
+        : { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId, silence) };
     }
     if (failure !== undefined) {
       return {

@@ -19,6 +19,7 @@ import { DatabaseRecovery } from '../workers/database-recovery';
 import { FollowersChangedError, InboxFollowers } from '../workers/inbox-followers';
 import { inboxMessageName, inboxOutcomeRecorder } from '../workers/inbox-outcomes';
 import { InboxSources } from '../workers/inbox-sources';
+import { InstanceLiveness } from '../workers/instance-liveness';
 import type { OutcomeRecorder, StepOutcome } from '../workers/outcome-recorder';
 import { RenewalConnection } from '../workers/renewal-connection';
 import { WorkerShell } from '../workers/worker-shell';
@@ -70,6 +71,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     events: QueueBoxEvents,
     sources: InboxSources,
     private readonly recovery: DatabaseRecovery,
+    private readonly liveness: InstanceLiveness,
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
     super();
@@ -282,7 +284,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
         kind: 'given back',
         outcomes: claims.map((claim, i) =>
           keepers[i].lost || this.lease.isLost(claim)
-            ? { kind: 'lost', level: 'error', log: messages.pullClaimLost(inboxMessageName(claim.message), handler.name) }
+            ? { kind: 'lost', level: 'error', log: this.claimLostLog(claim, handler) }
             : { kind: 'released' },
         ),
       };
@@ -340,6 +342,11 @@ export class PullWorker extends WorkerShell<InboxClaim> {
   }
 
   /** A keeper renewing `claim` on the set-aside renewal connection. */
+  /** The lost-claim line of a handler's claim: the lease blamed only when this instance's own silence does not explain it. */
+  private claimLostLog(claim: InboxClaim, handler: PullHandlerDefinition): string {
+    return messages.pullClaimLost(inboxMessageName(claim.message), handler.name, this.liveness.explainLoss(claim.leaseMs));
+  }
+
   private keep(claim: InboxClaim): LeaseKeeper {
     return this.lease.keepOn(claim, () => this.renewals?.managerIfConnected());
   }
@@ -403,7 +410,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     await keeper.stop();
     if (loop.abandoned) return { kind: 'abandoned' };
     if (isInstance(failure, ClaimLostError) || keeper.lost) {
-      return { kind: 'lost', level: 'error', log: messages.pullClaimLost(inboxMessageName(message), handler.name) };
+      return { kind: 'lost', level: 'error', log: this.claimLostLog(claim, handler) };
     }
     return failedOutcome(handler, claim, failure, performance.now() - startedAt);
   }
