@@ -72,6 +72,7 @@ export {
   createQueueBoxMigration,
   createQueueBoxMigrations,
   createQueueBoxOperationsMigration,
+  createQueueBoxRenewalsMigration,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
@@ -79,6 +80,7 @@ export {
   QueueBoxKeyCollation1796083200000,
   QueueBoxMigrations,
   QueueBoxOperations1764633600000,
+  QueueBoxRenewals1796428800000,
   QueueBoxSchema1764460800000,
 } from './migrations/queuebox.migration';
 export { renderSchemaSql } from './migrations/schema-files';

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import {
   type BeforeApplicationShutdown,
@@ -14,6 +15,7 @@ import { describeError } from './common/errors';
 import { packageVersion } from './common/package-version';
 import type { Dialect } from './dialects/dialect';
 import type { DeadInstanceRow } from './dialects/dialect-rows';
+import { QueueBoxStateError } from './errors/queuebox.errors';
 import { QueueBoxEvents } from './events/queuebox.events';
 import { InboxRelay } from './inbox/inbox.relay';
 import type { ResolvedInstancesOptions, ResolvedQueueBoxOptions } from './options/options.resolved';
@@ -62,6 +64,12 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
   private beating?: Promise<void>;
   private sweeping?: Promise<void>;
   private registered = false;
+  /**
+   * The heartbeat count this process last saw in its row, and how many heartbeats since then got
+   * no answer (each may have committed): the row holds a count within that range unless another
+   * process beats it too.
+   */
+  private beats = { seen: 0, inDoubt: 0 };
   private lastHeartbeatAt?: Date;
   private failedBeats = 0;
   private declaredDead = 0;
@@ -188,11 +196,22 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
 
   private async beatOnce(): Promise<void> {
     try {
+      const { seen, inDoubt } = this.beats;
       // Through the pull worker's set-aside connection when it has one: a pool full of handler
       // transactions must not make a live instance miss its heartbeats.
-      const beat = await this.dialect.instanceHeartbeat({ id: this.instance.id, manager: this.pull.renewalManager() });
-      if (beat) this.liveness.beat();
-      else {
+      const beat = await this.dialect.instanceHeartbeat({
+        id: this.instance.id,
+        beats: { from: seen, to: seen + inDoubt },
+        manager: this.pull.renewalManager(),
+      });
+      if (beat.kind === 'beat') {
+        this.beats = { seen: beat.beats, inDoubt: 0 };
+        this.liveness.beat();
+      } else if (beat.kind === 'taken') {
+        // Another live process beats this row: a copy of this one. Its leases and ours must part.
+        this.takeNewId((newId) => messages.instanceIdShared(this.instance.id, newId));
+        await this.register();
+      } else {
         const wasRegistered = this.registered;
         if (wasRegistered) {
           this.declaredDead++;
@@ -205,6 +224,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
       this.lastHeartbeatAt = new Date();
     } catch (error) {
       this.failedBeats++;
+      this.beats.inDoubt++;
       this.liveness.beatFailed();
       // Once per outage, and again when it lasts past `deadAfterMs` (other replicas may end our leases then).
       const silentMs = this.failedBeats * this.options.heartbeatMs;
@@ -249,19 +269,43 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     if (!this.stopped) await this.reclaimNow();
   }
 
-  /** Registers this instance; `declaredDead`: again, after another replica declared it dead. */
+  /**
+   * Registers this instance; `declaredDead`: again, after another replica declared it dead. A row
+   * of its id that exists already is never taken over (it may be a live copy of this process's):
+   * it registers under a new id instead, and says why.
+   */
   private async register(declaredDead = false): Promise<void> {
-    await this.dialect.instanceRegister({
-      id: this.instance.id,
-      host: hostname(),
-      pid: process.pid,
-      dataSource: this.instance.dataSource,
-      version: packageVersion(),
-      deadAfterMs: this.options.deadAfterMs,
-    });
+    for (let tries = 1; ; tries++) {
+      const registration = await this.dialect.instanceRegister({
+        id: this.instance.id,
+        host: hostname(),
+        pid: process.pid,
+        dataSource: this.instance.dataSource,
+        version: packageVersion(),
+        deadAfterMs: this.options.deadAfterMs,
+      });
+      if (registration.registered) break;
+      // A new random id cannot be taken: a second refusal means something else answers for the table.
+      if (tries === 3) throw new QueueBoxStateError(messages.instanceRegisterRefused(tries));
+      const { host, pid, startedAt, heartbeatAgeMs } = registration.holder;
+      const copy = host === hostname() && pid === process.pid;
+      this.takeNewId((newId) => messages.instanceIdRegistered(this.instance.id, newId, host, pid, startedAt, heartbeatAgeMs, copy));
+    }
     this.registered = true;
+    this.beats = { seen: 0, inDoubt: 0 };
     this.lastHeartbeatAt = new Date();
     this.liveness.beat(declaredDead);
+  }
+
+  /**
+   * Leaves the current id to the other process that uses it: claims from now on write the new one
+   * (the dialect reads the id at each claim); claims made before keep the old one.
+   */
+  private takeNewId(log: (newId: string) => string): void {
+    const newId = randomUUID();
+    this.logger.warn(log(newId));
+    this.instance.id = newId;
+    this.registered = false;
   }
 
   /** The workers of this process take the released rows now (the outbox and relay reclaim; pull claims take them). */

@@ -312,6 +312,20 @@ export const messages = {
     `Left the instances table and released ${outbox} outbox and ${inbox} inbox row(s) still claimed (work abandoned at shutdown): back to pending, no attempt charged, for another replica to claim now; the abandoned work can no longer complete them.${duplicatesNamed(duplicates)}`,
   claimEndedBySilence: (silentMs: number, deadAfterMs: number, beatsFailed: boolean, declaredDead: boolean | undefined) =>
     `The lease was not the cause: no heartbeat of this instance got through for about ${silentMs} ms, more than instances.deadAfterMs (${deadAfterMs} ms) (${beatsFailed ? 'its heartbeats failed: the database was out of reach' : 'no heartbeat ran: an event-loop stall or a paused process'}), so ${declaredDead ? 'another replica declared it dead' : 'other replicas may have declared it dead'} and ended its leases. ${beatsFailed ? 'Look at the database connection' : 'Find what stalls or pauses the process (long synchronous work, GC pauses, CPU throttling, a stopped or frozen container or VM)'}, or raise instances.deadAfterMs above the longest such silence; a longer lease does not help.`,
+  instanceIdShared: (id: string, newId: string) =>
+    `Another live process heartbeats as QueueBox instance ${id}: its row counts heartbeats this process did not send. A copy of this process shares its id (a process cloned after start-up, a VM restored from a snapshot while the original runs). Registering as ${newId} instead, so that the two do not beat one row and the clean shutdown of one cannot end the other's leases; claims this process made before now keep the old id.`,
+  instanceIdRegistered: (
+    id: string,
+    newId: string,
+    host: string,
+    pid: number,
+    startedAt: Date,
+    heartbeatAgeMs: number,
+    sameProcess: boolean,
+  ) =>
+    `QueueBox instance id ${id} is registered already (host ${host}, pid ${pid}, started ${startedAt.toISOString()}, last heartbeat ${heartbeatAgeMs} ms ago${sameProcess ? ': the same host and pid as this process, so a copy of it (a cloned process, a VM restored from a snapshot) or an earlier registration of its own whose answer was lost' : ''}). Registering as ${newId} instead of taking that row over: two processes beating one row would be one instance to the other replicas, and the clean shutdown of one would end the other's leases.`,
+  instanceRegisterRefused: (tries: number) =>
+    `QueueBox could not register this instance: ${tries} new ids in a row were reported taken, which random ids never are. Check what else writes to the instances table (a trigger, a view in its place).`,
   instanceDeclaredDead: (id: string, deadAfterMs: number) =>
     `This QueueBox instance (${id}) was declared dead by another replica: it missed its heartbeats for more than ${deadAfterMs} ms (a pause, or the database out of reach). Its leases were ended and its rows claimed again elsewhere: what it still works on fails its fence and is not completed here. Registered again.`,
   instanceHeartbeatFailed: (error: string, silentMs: number, deadAfterMs: number) =>

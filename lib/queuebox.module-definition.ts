@@ -163,7 +163,7 @@ const coreProviders: Provider[] = [
     provide: QUEUEBOX_DIALECT,
     inject: [QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_INSTANCE],
     useFactory: async (dataSource: DataSource, options: ResolvedQueueBoxOptions, instance: QueueBoxInstanceName) => {
-      const dialect = createDialect(dataSource, options.tables, { queryTimeoutMs: queryTimeoutFor(options), instanceId: instance.id });
+      const dialect = createDialect(dataSource, options.tables, { queryTimeoutMs: queryTimeoutFor(options), instance });
       if (dataSource.isInitialized) {
         // The recorded migrations first: a missing one is named as the migration to run, not as the table it creates.
         await checkSchemaVersion(dataSource, options, schemaLogger);

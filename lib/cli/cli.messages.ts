@@ -32,6 +32,10 @@ export const cliMessages = {
       notApplied:
         "not applied: the claim functions are an earlier version's, so claims are sent as statements (planned on every call) until you run `queuebox migrate`",
     },
+    renewals: {
+      applied: "added when each lease was last renewed, and each instance row's heartbeat count.",
+      notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
+    },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',

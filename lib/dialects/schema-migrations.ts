@@ -1,13 +1,22 @@
-/** QueueBox's numbered migrations: the same seven on every database (a driver may make one a no-op). */
+/** QueueBox's numbered migrations: the same eight on every database (a driver may make one a no-op). */
 
 /**
  * Which migration's statements: 001 (the tables), 002 (the operations indexes), 003 (the claims'
  * indexes), 004 (binary collation of the compared key columns), 005 (the claim functions of an
  * earlier version; nothing now, 006 writes them), 006 (the instances table, the claim owner
- * columns and, on PostgreSQL, the claim functions of this version) or 007 (PostgreSQL's claim
- * functions rewritten with this version's head probes; nothing on SQL Server).
+ * columns and, on PostgreSQL, the claim functions of this version), 007 (PostgreSQL's claim
+ * functions rewritten with this version's head probes; nothing on SQL Server) or 008 (when a
+ * lease was last renewed, and each instance row's heartbeat count).
  */
-export type SchemaMigration = 'schema' | 'operations' | 'claims' | 'keyCollation' | 'claimFunctions' | 'instances' | 'claimProbes';
+export type SchemaMigration =
+  | 'schema'
+  | 'operations'
+  | 'claims'
+  | 'keyCollation'
+  | 'claimFunctions'
+  | 'instances'
+  | 'claimProbes'
+  | 'renewals';
 
 /** The QueueBox migrations in the order they run. */
 export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
@@ -18,6 +27,7 @@ export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
   'claimFunctions',
   'instances',
   'claimProbes',
+  'renewals',
 ];
 
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
@@ -29,6 +39,7 @@ export const DEFAULT_MIGRATION_NAMES = {
   claimFunctions: 'QueueBoxClaimFunctions1796169600000',
   instances: 'QueueBoxInstances1796256000000',
   claimProbes: 'QueueBoxClaimProbes1796342400000',
+  renewals: 'QueueBoxRenewals1796428800000',
 } as const satisfies Record<SchemaMigration, string>;
 
 /** Each migration's `sql/<dialect>/` file stem and what a script's first line calls it. */
@@ -40,6 +51,7 @@ export const MIGRATION_FILES = {
   claimFunctions: { file: '005_queuebox_claim_functions', title: 'claim functions (moved to 006)' },
   instances: { file: '006_queuebox_instances', title: 'instances, claim owners and claim functions' },
   claimProbes: { file: '007_queuebox_claim_probes', title: 'claim functions with index-bound head probes' },
+  renewals: { file: '008_queuebox_renewals', title: 'lease renewal times and heartbeat counts' },
 } as const satisfies Record<SchemaMigration, { file: string; title: string }>;
 
 /**

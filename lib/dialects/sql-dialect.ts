@@ -9,7 +9,9 @@ import type {
   ClaimRow,
   DeadInstanceRow,
   DeadLetterRow,
+  InstanceBeat,
   InstanceIdentity,
+  InstanceRegistration,
   InstanceRow,
   ReclaimResult,
   SkipHeadTarget,
@@ -364,8 +366,8 @@ export abstract class SqlDialect<J> {
     return rows.map((r) => toClaimRow(p.component, r, this.decoding.uuid));
   }
 
-  async instanceRegister(p: InstanceIdentity): Promise<void> {
-    await this.run(this.statements.instanceRegisterSql(this.instancesTable), [
+  async instanceRegister(p: InstanceIdentity): Promise<InstanceRegistration> {
+    const { rows } = await this.run<RegistrationRecord>(this.statements.instanceRegisterSql(this.instancesTable), [
       this.params.guid(p.id),
       this.params.name(p.host.slice(0, 255)),
       this.params.int(p.pid),
@@ -373,11 +375,23 @@ export abstract class SqlDialect<J> {
       this.params.name(p.version.slice(0, 64)),
       this.params.int(p.deadAfterMs),
     ]);
+    const [r] = rows;
+    if (Number(r.registered) === 1) return { registered: true };
+    return {
+      registered: false,
+      holder: { host: r.host ?? '', pid: Number(r.pid), startedAt: r.started_at as Date, heartbeatAgeMs: Number(r.heartbeat_age_ms) },
+    };
   }
 
-  async instanceHeartbeat(p: { id: string; manager?: EntityManager }): Promise<boolean> {
-    const { affected } = await this.run(this.statements.instanceHeartbeatSql(this.instancesTable), [this.params.guid(p.id)], p.manager);
-    return affected === 1;
+  async instanceHeartbeat(p: { id: string; beats: { from: number; to: number }; manager?: EntityManager }): Promise<InstanceBeat> {
+    const { rows } = await this.run<{ beats: string | null; registered: boolean | number }>(
+      this.statements.instanceHeartbeatSql(this.instancesTable),
+      [this.params.guid(p.id), this.params.bigint(p.beats.from), this.params.bigint(p.beats.to)],
+      p.manager,
+    );
+    const [r] = rows;
+    if (r.beats !== null) return { kind: 'beat', beats: Number(r.beats) };
+    return r.registered === true || r.registered === 1 ? { kind: 'taken' } : { kind: 'gone' };
   }
 
   async instanceEndDead(p: { self: string; unregisteredAfterMs: number }): Promise<DeadInstanceRow[]> {
@@ -426,6 +440,15 @@ export abstract class SqlDialect<J> {
   async clockNow(): Promise<Date> {
     return (await this.run<{ now: Date }>(this.statements.clockNowSql(), [])).rows[0].now;
   }
+}
+
+/** What `instanceRegister` returns: `registered` 1 or 0, and the holder's columns when 0. */
+interface RegistrationRecord {
+  registered: number | string;
+  host: string | null;
+  pid: number | string | null;
+  started_at: Date | null;
+  heartbeat_age_ms: number | string | null;
 }
 
 /** A dead instance as `instanceEndDead` returns it (an unregistered one: nulls but its id). */

@@ -31,6 +31,8 @@ describe('public barrel', () => {
       'createQueueBoxInstancesMigration',
       'QueueBoxClaimProbes1796342400000',
       'createQueueBoxClaimProbesMigration',
+      'QueueBoxRenewals1796428800000',
+      'createQueueBoxRenewalsMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -61,6 +63,7 @@ describe('public barrel', () => {
         'QueueBoxClaimFunctions1796169600000',
         'QueueBoxInstances1796256000000',
         'QueueBoxClaimProbes1796342400000',
+        'QueueBoxRenewals1796428800000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );

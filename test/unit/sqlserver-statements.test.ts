@@ -24,6 +24,8 @@ import {
   sqlServerKeyCollationUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
+  sqlServerRenewalsDown,
+  sqlServerRenewalsUp,
   sqlServerSchemaDown,
   sqlServerSchemaUp,
 } from '../../lib/dialects/sqlserver/schema';
@@ -61,7 +63,7 @@ function instanceStatements(): { name: string; statement: string; params: number
     const [n, o, i] = [mssqlTable(tables.instances), mssqlTable(tables.outbox), mssqlTable(tables.inbox)];
     return [
       { name: `instanceRegisterSql(${n})`, statement: instances.instanceRegisterSql(n), params: 6 },
-      { name: `instanceHeartbeatSql(${n})`, statement: instances.instanceHeartbeatSql(n), params: 1 },
+      { name: `instanceHeartbeatSql(${n})`, statement: instances.instanceHeartbeatSql(n), params: 3 },
       { name: `instanceEndDeadSql(${n})`, statement: instances.instanceEndDeadSql(n, o, i), params: 2 },
       { name: `instanceDeregisterSql(${n})`, statement: instances.instanceDeregisterSql(n, o, i), params: 1 },
       { name: `instanceListSql(${n})`, statement: instances.instanceListSql(n, o, i), params: 0 },
@@ -148,6 +150,8 @@ function schemaStatements(): { name: string; statement: string }[] {
     })),
     ...sqlServerInstancesUp(tables).map((statement, n) => ({ name: `instances up #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerInstancesDown(tables).map((statement, n) => ({ name: `instances down #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerRenewalsUp(tables).map((statement, n) => ({ name: `renewals up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerRenewalsDown(tables).map((statement, n) => ({ name: `renewals down #${n} (${tables.outbox.qualified})`, statement })),
   ]);
 }
 

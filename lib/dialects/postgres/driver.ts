@@ -13,6 +13,8 @@ import {
   postgresKeyCollationUp,
   postgresOperationsDown,
   postgresOperationsUp,
+  postgresRenewalsDown,
+  postgresRenewalsUp,
   postgresSchemaDown,
   postgresSchemaUp,
 } from './schema';
@@ -31,6 +33,7 @@ export const postgresDriver = {
     claimFunctions: { up: () => [], down: () => [] },
     instances: { up: postgresInstancesUp, down: postgresInstancesDown },
     claimProbes: { up: postgresClaimProbesUp, down: postgresClaimProbesDown },
+    renewals: { up: postgresRenewalsUp, down: postgresRenewalsDown },
   },
   noOpMigrations: {
     claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,

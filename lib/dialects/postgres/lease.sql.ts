@@ -5,8 +5,11 @@ import { msFromNow, NOW } from './time';
 /** The claim fence: $1 = id, $2 = claim token. */
 const FENCE = `id = $1 AND state = 'processing' AND claim_token = $2 AND lease_expires_at > ${NOW}`;
 
-/** $1 = id, $2 = token, $3 = lease in ms. */
-export const leaseRenewSql = (table: string) => `UPDATE ${table} SET lease_expires_at = ${msFromNow('$3')}
+/**
+ * $1 = id, $2 = token, $3 = lease in ms. `renewed_at` (migration 008) tells a replica's sweep that
+ * the owner keeps this lease, whatever its heartbeat looks like: every renewal must write it.
+ */
+export const leaseRenewSql = (table: string) => `UPDATE ${table} SET lease_expires_at = ${msFromNow('$3')}, renewed_at = ${NOW}
 WHERE ${FENCE} RETURNING lease_expires_at`;
 
 /** $1 = id, $2 = token. `state`/`column`: `sent`/`sent_at` or `processed`/`processed_at`. */

@@ -11,6 +11,8 @@ import {
   sqlServerKeyCollationUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
+  sqlServerRenewalsDown,
+  sqlServerRenewalsUp,
   sqlServerSchemaDown,
   sqlServerSchemaUp,
 } from './schema';
@@ -30,6 +32,7 @@ export const sqlServerDriver = {
     claimFunctions: { up: () => [], down: () => [] },
     instances: { up: sqlServerInstancesUp, down: sqlServerInstancesDown },
     claimProbes: { up: () => [], down: () => [] },
+    renewals: { up: sqlServerRenewalsUp, down: sqlServerRenewalsDown },
   },
   noOpMigrations: {
     claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,

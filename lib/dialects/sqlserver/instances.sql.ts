@@ -1,51 +1,86 @@
-import { COUNTED } from './lease.sql';
 import { KEY_COLLATION } from './schema';
-import { asUtc, msAgo, NOW } from './time';
+import { asUtc, NOW } from './time';
 
 // The instances table (migration 006; see postgres/instances.sql.ts). Parameters are positional (`@0`...).
 
-/** @0 = id, @1 = host, @2 = pid, @3 = DataSource name, @4 = QueueBox version, @5 = dead after (ms). A second registration of the id only heartbeats. */
-export const instanceRegisterSql = (instances: string) => `MERGE ${instances} WITH (HOLDLOCK) AS t
-USING (SELECT @0 AS [id]) AS s ON t.[id] = s.[id]
-WHEN MATCHED THEN UPDATE SET [heartbeat_at] = ${NOW}
-WHEN NOT MATCHED THEN INSERT ([id], [host], [pid], [data_source], [version], [dead_after_ms]) VALUES (@0, @1, @2, @3, @4, @5);`;
+/**
+ * @0 = id, @1 = host, @2 = pid, @3 = DataSource name, @4 = QueueBox version, @5 = dead after (ms).
+ * Inserts the row, or nothing when the id is registered already: `registered` 0 then, with the
+ * columns of the row that holds the id. Never takes it over (see postgres/instances.sql.ts).
+ */
+export const instanceRegisterSql = (instances: string) => `SET NOCOUNT ON;
+DECLARE @registered INT;
+INSERT INTO ${instances} ([id], [host], [pid], [data_source], [version], [dead_after_ms])
+  SELECT @0, @1, @2, @3, @4, @5
+  WHERE NOT EXISTS (SELECT 1 FROM ${instances} WITH (UPDLOCK, HOLDLOCK) WHERE [id] = @0);
+SET @registered = @@ROWCOUNT;
+SELECT @registered AS [registered], n.[host], n.[pid], ${asUtc('n.[started_at]')} AS [started_at],
+       DATEDIFF_BIG(MILLISECOND, n.[heartbeat_at], ${NOW}) AS [heartbeat_age_ms]
+FROM (SELECT 1 AS [one]) AS one LEFT JOIN ${instances} AS n ON n.[id] = @0 AND @registered = 0;`;
 
 /** The instance `n` missed its heartbeats for longer than its own `dead_after_ms`. */
 export const silent = (n: string) => `${n}.[heartbeat_at] < DATEADD(MILLISECOND, -${n}.[dead_after_ms], ${NOW})`;
 
-/** @0 = id. No row: the instance was declared dead meanwhile. */
-export const instanceHeartbeatSql = (instances: string) => `${COUNTED}UPDATE ${instances} SET [heartbeat_at] = ${NOW} WHERE [id] = @0`;
+/**
+ * @0 = id, @1 and @2 = the lowest and highest heartbeat count the row may hold if only this
+ * process beats it. The new count, or none with `registered` (see postgres/instances.sql.ts); the
+ * row is read with locks (READCOMMITTEDLOCK, also under READ_COMMITTED_SNAPSHOT), so a delete in
+ * flight is waited for and seen as a delete.
+ */
+export const instanceHeartbeatSql = (instances: string) => `SET NOCOUNT ON;
+DECLARE @beat TABLE ([beats] BIGINT);
+UPDATE ${instances} SET [heartbeat_at] = ${NOW}, [beats] = [beats] + 1
+  OUTPUT inserted.[beats] INTO @beat
+  WHERE [id] = @0 AND [beats] BETWEEN @1 AND @2;
+SELECT (SELECT CAST([beats] AS NVARCHAR(20)) FROM @beat) AS [beats],
+       CASE WHEN EXISTS (SELECT 1 FROM ${instances} WITH (READCOMMITTEDLOCK) WHERE [id] = @0) THEN 1 ELSE 0 END AS [registered];`;
+
+/** When the lease of row `t` was last set: by its claim, or by its last renewal (migration 008). */
+const leaseSetAt = (t: string) => `CASE WHEN ${t}.[renewed_at] > ${t}.[claimed_at] THEN ${t}.[renewed_at] ELSE ${t}.[claimed_at] END`;
+
+/** The lease of row `t` was not set within `ms` (an SQL integer): see postgres/instances.sql.ts. */
+const notRenewedWithin = (t: string, ms: string) => `${leaseSetAt(t)} < DATEADD(MILLISECOND, -CAST(${ms} AS INT), ${NOW})`;
+
+/** The instance `n` holds a row of `table` whose lease it set within its `dead_after_ms`: it lives. */
+const renewsIn = (table: string, n: string) => `EXISTS (SELECT 1 FROM ${table} AS t
+      WHERE t.[state] = N'processing' AND t.[claimed_by] = ${n}.[id] AND t.[lease_expires_at] > ${NOW}
+        AND NOT (${notRenewedWithin('t', `${n}.[dead_after_ms]`)}))`;
 
 /**
  * Ends the leases of the rows the instances in `@dead` hold, and of rows left behind by an
- * instance no longer registered (see postgres/instances.sql.ts), counting them per owner into
- * `@released`.
+ * instance no longer registered, never the caller's (@1), and of those only leases not set within
+ * the owner's `dead_after_ms` (an unregistered owner's: @0), counting them per owner into
+ * `@released` (see postgres/instances.sql.ts).
  */
 const endLeases = (table: string, kind: 'outbox' | 'inbox', instances: string) => `UPDATE t SET [lease_expires_at] = ${NOW}
   OUTPUT inserted.[claimed_by], N'${kind}' INTO @released ([id], [kind])
   FROM ${table} AS t
-  WHERE t.[state] = N'processing' AND t.[lease_expires_at] > ${NOW}
+  WHERE t.[state] = N'processing' AND t.[lease_expires_at] > ${NOW} AND t.[claimed_by] <> @1
     AND (t.[claimed_by] IN (SELECT [id] FROM @dead)
-      OR (t.[claimed_by] IS NOT NULL AND t.[claimed_by] <> @1 AND t.[claimed_at] < ${msAgo('@0')}
-          AND NOT EXISTS (SELECT 1 FROM ${instances} AS n WHERE n.[id] = t.[claimed_by])));`;
+      OR NOT EXISTS (SELECT 1 FROM ${instances} AS n WHERE n.[id] = t.[claimed_by]))
+    -- Migration 008: a lease renewed within deadAfterMs is kept, whatever its owner's heartbeat says.
+    AND ${notRenewedWithin('t', `COALESCE((SELECT d.[dead_after_ms] FROM @dead AS d WHERE d.[id] = t.[claimed_by]), @0)`)};`;
 
 /**
  * @0 = after how many ms a claim of an unregistered instance counts as left behind, @1 = the
  * caller's own id (never declared dead by itself: see postgres/instances.sql.ts). In one batch
  * and transaction: deletes every instance whose last heartbeat is older than its
- * `dead_after_ms`, ends the leases of the rows they hold and of rows left behind by instances no
- * longer registered, and returns each owner with how many outbox and inbox claims it lost (an
+ * `dead_after_ms` and that set none of its leases within that time, ends the leases of the rows
+ * they hold and of rows left behind by instances no longer registered (only those not renewed
+ * within that time), and returns each owner with how many outbox and inbox claims it lost (an
  * unregistered one with no host, pid, DataSource or heartbeat).
  */
 export const instanceEndDeadSql = (instances: string, outbox: string, inbox: string) => `SET XACT_ABORT ON;
 SET NOCOUNT ON;
 BEGIN TRANSACTION;
-DECLARE @dead TABLE ([id] UNIQUEIDENTIFIER PRIMARY KEY, [host] NVARCHAR(255) COLLATE ${KEY_COLLATION}, [pid] INT, [data_source] NVARCHAR(255) COLLATE ${KEY_COLLATION}, [heartbeat_at] DATETIME2);
+DECLARE @dead TABLE ([id] UNIQUEIDENTIFIER PRIMARY KEY, [host] NVARCHAR(255) COLLATE ${KEY_COLLATION}, [pid] INT, [data_source] NVARCHAR(255) COLLATE ${KEY_COLLATION}, [heartbeat_at] DATETIME2, [dead_after_ms] INT);
 DECLARE @released TABLE ([id] UNIQUEIDENTIFIER, [kind] NVARCHAR(8) COLLATE ${KEY_COLLATION});
 DELETE n
-  OUTPUT deleted.[id], deleted.[host], deleted.[pid], deleted.[data_source], deleted.[heartbeat_at] INTO @dead
+  OUTPUT deleted.[id], deleted.[host], deleted.[pid], deleted.[data_source], deleted.[heartbeat_at], deleted.[dead_after_ms] INTO @dead
   FROM ${instances} AS n
-  WHERE ${silent('n')} AND n.[id] <> @1;
+  WHERE ${silent('n')} AND n.[id] <> @1
+    -- Migration 008: an instance that renews a lease lives (I13), whatever its heartbeat says.
+    AND NOT ${renewsIn(outbox, 'n')} AND NOT ${renewsIn(inbox, 'n')};
 ${endLeases(outbox, 'outbox', instances)}
 ${endLeases(inbox, 'inbox', instances)}
 COMMIT TRANSACTION;
