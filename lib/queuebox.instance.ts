@@ -44,13 +44,16 @@ export interface InstanceStatus {
 }
 
 /**
- * This process in the instances table (migration 006). It registers at start-up, before any
- * worker claims, and heartbeats every `instances.heartbeatMs` by the database clock; claims write
- * its id to `claimed_by`. Each heartbeat of a process that runs a worker also declares dead every
- * instance silent for longer than its `deadAfterMs` and ends its leases in one statement, then
- * runs the reclaim step at once: a killed replica's keys move again in seconds, not after the
- * 5-minute lease. A paused owner that comes back fails its fence as after any expiry (its
- * completions are lost claims; at-least-once, never two live owners), and registers again.
+ * This process in the instances table (migrations 006 and 008). It registers at start-up, before
+ * any worker claims, and heartbeats every `instances.heartbeatMs` by the database clock; claims
+ * write its id to `claimed_by`. Beside each heartbeat (never before it: a sweep can wait for
+ * locks), a process that runs a worker sweeps: it declares dead every other instance silent for
+ * longer than its `deadAfterMs` that renewed none of its leases within that time, ends the leases
+ * not renewed within it in one statement, then runs the reclaim step at once: a killed replica's
+ * keys move again in seconds, not after the 5-minute lease. A paused owner that comes back fails
+ * its fence as after any expiry (its completions are lost claims; at-least-once, never two live
+ * owners), and registers again. A row of its id that another live process beats (a copy of this
+ * process) is left to that process: this one registers under a new id.
  *
  * At shutdown, once the workers stopped, it deregisters: what it still held (work abandoned after
  * `shutdownTimeoutMs`) is released at once, `pending` again with no attempt charged.
