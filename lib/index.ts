@@ -76,6 +76,7 @@ export {
   createQueueBoxMigrations,
   createQueueBoxOperationsMigration,
   createQueueBoxRateLimitsMigration,
+  createQueueBoxRenewalsMigration,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
@@ -84,6 +85,7 @@ export {
   QueueBoxMigrations,
   QueueBoxOperations1764633600000,
   QueueBoxRateLimits1796428800000,
+  QueueBoxRenewals1796515200000,
   QueueBoxSchema1764460800000,
 } from './migrations/queuebox.migration';
 export { renderSchemaSql } from './migrations/schema-files';

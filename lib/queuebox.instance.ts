@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import {
   type BeforeApplicationShutdown,
@@ -17,6 +18,7 @@ import { packageVersion } from './common/package-version';
 import { Waker } from './common/wait';
 import type { Dialect } from './dialects/dialect';
 import type { DeadInstanceRow } from './dialects/dialect-rows';
+import { QueueBoxStateError } from './errors/queuebox.errors';
 import { QueueBoxEvents } from './events/queuebox.events';
 import { InboxRelay } from './inbox/inbox.relay';
 import { checkSchemaOnce } from './migrations/schema-version';
@@ -27,6 +29,9 @@ import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RES
 import { messages } from './queuebox.messages';
 import { WorkNotifications } from './queuebox.notifications';
 import type { QueueBoxInstanceName } from './types/instance';
+import { InstanceLiveness } from './workers/instance-liveness';
+
+const SETTLED: Promise<void> = Promise.resolve();
 
 /** What health checks read about this instance's heartbeats. */
 export interface InstanceStatus {
@@ -44,13 +49,16 @@ export interface InstanceStatus {
 }
 
 /**
- * This process in the instances table (migration 006). It registers at start-up, before any
- * worker claims, and heartbeats every `instances.heartbeatMs` by the database clock; claims write
- * its id to `claimed_by`. Each heartbeat of a process that runs a worker also declares dead every
- * instance silent for longer than its `deadAfterMs` and ends its leases in one statement, then
- * runs the reclaim step at once: a killed replica's keys move again in seconds, not after the
- * 5-minute lease. A paused owner that comes back fails its fence as after any expiry (its
- * completions are lost claims; at-least-once, never two live owners), and registers again.
+ * This process in the instances table (migrations 006 and 009). It registers at start-up, before
+ * any worker claims, and heartbeats every `instances.heartbeatMs` by the database clock; claims
+ * write its id to `claimed_by`. Beside each heartbeat (never before it: a sweep can wait for
+ * locks), a process that runs a worker sweeps: it declares dead every other instance silent for
+ * longer than its `deadAfterMs` that renewed none of its leases within that time, ends the leases
+ * not renewed within it in one statement, then runs the reclaim step at once: a killed replica's
+ * keys move again in seconds, not after the 5-minute lease. A paused owner that comes back fails
+ * its fence as after any expiry (its completions are lost claims; at-least-once, never two live
+ * owners), and registers again. A row of its id that another live process beats (a copy of this
+ * process) is left to that process: this one registers under a new id.
  *
  * It starts this QueueBox's work once registered: the heartbeat, the workers this process runs,
  * their notifications and retention. A DataSource initialized after start-up (TypeORM's
@@ -58,7 +66,7 @@ export interface InstanceStatus {
  * schema, registers and starts the work, in that order (I13).
  *
  * At shutdown, once the workers stopped, it deregisters: what it still held (work abandoned after
- * `shutdownTimeoutMs`) is released at once and reclaimed.
+ * `shutdownTimeoutMs`) is released at once, `pending` again with no attempt charged.
  */
 @Injectable()
 export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown {
@@ -67,7 +75,14 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
   private readonly timerName: string;
   private timer?: NodeJS.Timeout;
   private beating?: Promise<void>;
+  private sweeping?: Promise<void>;
   private registered = false;
+  /**
+   * The heartbeat count this process last saw in its row, and how many heartbeats since then got
+   * no answer (each may have committed): the row holds a count within that range unless another
+   * process beats it too.
+   */
+  private beats = { seen: 0, inDoubt: 0 };
   private lastHeartbeatAt?: Date;
   private failedBeats = 0;
   private declaredDead = 0;
@@ -90,6 +105,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     private readonly pull: PullWorker,
     private readonly notifications: WorkNotifications,
     private readonly retention: RetentionService,
+    private readonly liveness: InstanceLiveness,
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
     this.options = rootOptions.instances;
@@ -178,7 +194,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
    */
   private async startWork(): Promise<void> {
     if (!this.timer) {
-      this.timer = setInterval(() => void this.beat(), this.options.heartbeatMs);
+      this.timer = setInterval(() => this.tick(), this.options.heartbeatMs);
       this.timer.unref();
       this.scheduler?.addInterval(this.timerName, this.timer);
     }
@@ -188,8 +204,9 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
   }
 
   /**
-   * Stops heartbeating once the workers stopped (it waits for them), then deregisters: the leases
-   * of what this instance still holds end now, and the reclaim gives them back at once.
+   * Stops heartbeating once the workers stopped (it waits for them), then deregisters: what this
+   * instance still holds (work abandoned after `shutdownTimeoutMs`) is released, `pending` again
+   * with no attempt charged, for another replica to claim at once (I9).
    */
   async beforeApplicationShutdown(): Promise<void> {
     this.stopTimer();
@@ -198,24 +215,40 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     await this.starting;
     await Promise.all([this.outbox.stop(), this.relay.stop(), this.pull.stop()]);
     await this.beating;
-    if (!this.registered) return;
+    // Also when registration failed: what the workers claimed since is released all the same.
+    if (!this.dataSource.isInitialized) return;
+    await this.deregister();
+  }
+
+  private async deregister(): Promise<void> {
+    const duplicates = this.outbox.publishesOutlivingShutdown();
     try {
       const released = await this.dialect.instanceDeregister({ id: this.instance.id });
       this.registered = false;
       this.events.emit('queuebox:instance-deregistered', { id: this.instance.id, released });
       if (released.outbox + released.inbox > 0) {
-        this.logger.warn(messages.instanceDeregisteredReleased(released.outbox, released.inbox));
-        await this.reclaimNow();
+        this.logger.warn(messages.instanceDeregisteredReleased(released.outbox, released.inbox, duplicates));
       }
     } catch (error) {
-      this.logger.error(messages.instanceDeregisterFailed(describeError(error)));
+      // The rows stay `processing`: recovered when a replica declares this instance dead, or at the lease's end.
+      this.logger.error(messages.instanceDeregisterFailed(describeError(error), duplicates));
     }
   }
 
   /**
-   * One heartbeat: registers again if another replica declared this instance dead, and, where a
-   * worker runs, ends the leases of the instances that stopped beating. Runs on the timer; tests
-   * call it to beat at a moment of their choosing. Concurrent calls share one beat.
+   * Every `heartbeatMs`: a heartbeat and, where a worker runs, a sweep, each on its own promise.
+   * A sweep waits for row locks (a claimed row of a dead instance locked by an open transaction,
+   * another replica's sweep); the heartbeat must never wait for it, or this live instance would
+   * miss its heartbeats and be declared dead by a replica whose sweep is not blocked.
+   */
+  private tick(): void {
+    void this.beat();
+    void this.sweep();
+  }
+
+  /**
+   * One heartbeat: registers again if another replica declared this instance dead. Runs on the
+   * timer; tests call it to beat at a moment of their choosing. Concurrent calls share one beat.
    */
   beat(): Promise<void> {
     this.beating ??= this.beatOnce().finally(() => {
@@ -224,23 +257,52 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     return this.beating;
   }
 
+  /**
+   * One sweep, where a worker runs: ends the leases of the instances that stopped beating, then
+   * runs the reclaim at once. Runs on the heartbeat's timer, never more than one at a time (a
+   * sweep still waiting for a lock is not started again); tests call it to sweep at a moment of
+   * their choosing.
+   */
+  sweep(): Promise<void> {
+    // While this instance's own heartbeats fail the database is most likely out of reach: the
+    // sweep would fail the same way, at every beat.
+    if (this.stopped || !this.runsWorkers() || this.failedBeats > 0) return this.sweeping ?? SETTLED;
+    this.sweeping ??= this.sweepOnce().finally(() => {
+      this.sweeping = undefined;
+    });
+    return this.sweeping;
+  }
+
   private async beatOnce(): Promise<void> {
     try {
+      const { seen, inDoubt } = this.beats;
       // Through the pull worker's set-aside connection when it has one: a pool full of handler
       // transactions must not make a live instance miss its heartbeats.
-      const beat = await this.pull.onRenewalConnection((manager) => this.dialect.instanceHeartbeat({ id: this.instance.id, manager }));
-      if (!beat) {
-        if (this.registered) {
+      const beat = await this.pull.onRenewalConnection((manager) =>
+        this.dialect.instanceHeartbeat({ id: this.instance.id, beats: { from: seen, to: seen + inDoubt }, manager }),
+      );
+      if (beat.kind === 'beat') {
+        this.beats = { seen: beat.beats, inDoubt: 0 };
+        this.liveness.beat();
+      } else if (beat.kind === 'taken') {
+        // Another live process beats this row: a copy of this one. Its leases and ours must part.
+        this.takeNewId((newId) => messages.instanceIdShared(this.instance.id, newId));
+        await this.register();
+      } else {
+        const wasRegistered = this.registered;
+        if (wasRegistered) {
           this.declaredDead++;
           this.logger.warn(messages.instanceDeclaredDead(this.instance.id, this.options.deadAfterMs));
         }
-        await this.register();
+        await this.register(wasRegistered);
       }
       if (this.failedBeats > 0) this.logger.log(messages.instanceHeartbeatBack(this.failedBeats));
       this.failedBeats = 0;
       this.lastHeartbeatAt = new Date();
     } catch (error) {
       this.failedBeats++;
+      this.beats.inDoubt++;
+      this.liveness.beatFailed();
       // Once per outage, and again when it lasts past `deadAfterMs` (other replicas may end our leases then).
       const silentMs = this.failedBeats * this.options.heartbeatMs;
       if (
@@ -249,14 +311,16 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
       ) {
         this.logger.error(messages.instanceHeartbeatFailed(describeError(error), silentMs, this.options.deadAfterMs));
       }
-      return;
     }
-    if (this.stopped || !this.runsWorkers()) return;
+  }
+
+  private async sweepOnce(): Promise<void> {
     let dead: DeadInstanceRow[];
     try {
-      dead = await this.dialect.instanceEndDead({ unregisteredAfterMs: this.options.deadAfterMs });
+      dead = await this.dialect.instanceEndDead({ self: this.instance.id, unregisteredAfterMs: this.options.deadAfterMs });
     } catch (error) {
-      this.logger.error(messages.instanceEndDeadFailed(describeError(error)));
+      // A sweep cut off by the shutdown (TypeORM closed the DataSource under it) is no news.
+      if (!this.stopped) this.logger.error(messages.instanceEndDeadFailed(describeError(error)));
       return;
     }
     if (dead.length === 0) return;
@@ -279,20 +343,46 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
           : messages.unregisteredInstanceClaimsEnded(found.id, outbox, inbox),
       );
     }
-    await this.reclaimNow();
+    if (!this.stopped) await this.reclaimNow();
   }
 
-  private async register(): Promise<void> {
-    await this.dialect.instanceRegister({
-      id: this.instance.id,
-      host: hostname(),
-      pid: process.pid,
-      dataSource: this.instance.dataSource,
-      version: packageVersion(),
-      deadAfterMs: this.options.deadAfterMs,
-    });
+  /**
+   * Registers this instance; `declaredDead`: again, after another replica declared it dead. A row
+   * of its id that exists already is never taken over (it may be a live copy of this process's):
+   * it registers under a new id instead, and says why.
+   */
+  private async register(declaredDead = false): Promise<void> {
+    for (let tries = 1; ; tries++) {
+      const registration = await this.dialect.instanceRegister({
+        id: this.instance.id,
+        host: hostname(),
+        pid: process.pid,
+        dataSource: this.instance.dataSource,
+        version: packageVersion(),
+        deadAfterMs: this.options.deadAfterMs,
+      });
+      if (registration.registered) break;
+      // A new random id cannot be taken: a second refusal means something else answers for the table.
+      if (tries === 3) throw new QueueBoxStateError(messages.instanceRegisterRefused(tries));
+      const { host, pid, startedAt, heartbeatAgeMs } = registration.holder;
+      const copy = host === hostname() && pid === process.pid;
+      this.takeNewId((newId) => messages.instanceIdRegistered(this.instance.id, newId, host, pid, startedAt, heartbeatAgeMs, copy));
+    }
     this.registered = true;
+    this.beats = { seen: 0, inDoubt: 0 };
     this.lastHeartbeatAt = new Date();
+    this.liveness.beat(declaredDead);
+  }
+
+  /**
+   * Leaves the current id to the other process that uses it: claims from now on write the new one
+   * (the dialect reads the id at each claim); claims made before keep the old one.
+   */
+  private takeNewId(log: (newId: string) => string): void {
+    const newId = randomUUID();
+    this.logger.warn(log(newId));
+    this.instance.id = newId;
+    this.registered = false;
   }
 
   /** The workers of this process take the released rows now (the outbox and relay reclaim; pull claims take them). */

@@ -24,6 +24,12 @@ const doc = (file: string): string => `node_modules/queuebox/docs/${file}`;
 
 const capitalize = (text: string) => text.charAt(0).toUpperCase() + text.slice(1);
 
+/** Names the publishes that ignored their abort at shutdown (at most ten ids): each may be delivered twice. */
+const duplicatesNamed = (messageIds: string[]): string =>
+  messageIds.length === 0
+    ? ''
+    : ` The publish of message(s) ${messageIds.slice(0, 10).join(', ')}${messageIds.length > 10 ? ` and ${messageIds.length - 10} more` : ''} ignored its abort signal and went on after the shutdown stopped waiting: another replica publishes each again, so each may be delivered twice (the destination must deduplicate on X-Message-Id).`;
+
 export const messages = {
   // Options (QueueBoxConfigError)
   optionUnknown: (option: string, suggestion?: string) =>
@@ -205,7 +211,7 @@ export const messages = {
   shutdownWaiting: (name: string, inFlight: number, timeoutMs: number) =>
     `${capitalize(name)} shutting down: waiting up to ${timeoutMs} ms for ${inFlight} message(s) in flight.`,
   shutdownAbandoned: (name: string, inFlight: number) =>
-    `${capitalize(name)}: shutdown timeout reached with ${inFlight} message(s) still in flight; their rows stay processing and are reclaimed when their lease expires.`,
+    `${capitalize(name)}: shutdown timeout reached with ${inFlight} message(s) still in flight: their signals are aborted and their outcomes not written; their rows are released (back to pending, no attempt charged) when this instance deregisters.`,
   releaseFailed: (id: string, error: string) =>
     `Could not give back unstarted claim ${id} on shutdown: ${error}. It is claimed again when its lease expires.`,
   shutdownDone: (name: string) => `${capitalize(name)} stopped.`,
@@ -225,17 +231,21 @@ export const messages = {
   routeUnknown: (name: unknown) => `no publisher named ${show(name)} (check "outbox.route" and "outbox.publishers")`,
   routeFailed: (error: string) => `"outbox.route" threw, so no publisher could be chosen: ${error}`,
   publishTimedOut: (timeoutMs: number) => `the publish took longer than "outbox.publishTimeout" (${timeoutMs} ms) and was aborted`,
-  publishOverrunning: (messageId: string, timeoutMs: number, count: number) =>
-    `The publish of message ${messageId} was aborted (timeout ${timeoutMs} ms, lost claim or shutdown) but the publisher ignores its signal and is still running: its concurrency slot stays taken until it ends (${count} such publish(es) now). Make the publisher honour its AbortSignal.`,
+  publishOverrunningTimeout: (messageId: string, timeoutMs: number, graceMs: number, count: number) =>
+    `The publish of message ${messageId} was aborted by its timeout ("outbox.publishTimeout", ${timeoutMs} ms), but the publisher ignores its signal and is still running ${graceMs} ms later: its concurrency slot stays taken until it ends (${count} such publish(es) now), and the retry may deliver the message a second time. Make the publisher honour its AbortSignal.`,
+  publishOverrunningClaimLost: (messageId: string, graceMs: number, count: number) =>
+    `The publish of message ${messageId} was aborted because its claim was lost, but the publisher ignores its signal and is still running ${graceMs} ms later: its concurrency slot stays taken until it ends (${count} such publish(es) now), and the claim's new owner may deliver the message a second time. Make the publisher honour its AbortSignal.`,
+  publishOverrunningShutdown: (messageId: string, shutdownTimeoutMs: number, graceMs: number, count: number) =>
+    `The publish of message ${messageId} was aborted by the shutdown (it ran past "outbox.shutdownTimeoutMs", ${shutdownTimeoutMs} ms), but the publisher ignores its signal and is still running ${graceMs} ms later (${count} such publish(es) now): its row is released when this instance deregisters and another replica publishes it again, so it may be delivered twice. Make the publisher honour its AbortSignal.`,
   handlerTimedOut: (what: string, option: string, timeoutMs: number) =>
     `${what} took longer than "${option}" (${timeoutMs} ms): its signal was aborted and the attempt failed; its transaction, if any, can only roll back`,
   retryDeclined: (attempt: number, error: string) => `not retried ("retryIf" returned false) after attempt ${attempt}: ${error}`,
   leaseTooShortRenewFailed: (messageId: string, error: string) =>
     `Message ${messageId} was not published: too little of its lease was left for "outbox.publishTimeout" and the renewal failed (${error}). It is claimed again when its lease expires.`,
-  markSentLost: (messageId: string) =>
-    `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). Raise "outbox.claimTimeoutMs" above the slowest publish.`,
-  publishClaimLost: (messageId: string) =>
-    `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.`,
+  markSentLost: (messageId: string, silence?: string) =>
+    `Lost the claim on message ${messageId} before marking it sent: it was published, and the new owner will publish it again (the destination must deduplicate on X-Message-Id). ${silence ?? 'Raise "outbox.claimTimeoutMs" above the slowest publish.'}`,
+  publishClaimLost: (messageId: string, silence?: string) =>
+    `Lost the claim on message ${messageId} while publishing (lease renewal failed); leaving it to the next owner.${silence ? ` ${silence}` : ''}`,
 
   rateLimitTakeFailed: (destination: string, error: string) =>
     `Could not take rate limit tokens for destination ${show(destination)}: ${error}. Its claimed messages are put off (no attempt charged) and tried again; if the table is missing, run migration 008 (queuebox migrate).`,
@@ -268,18 +278,18 @@ export const messages = {
     `Pull handler ${handler} failed on message ${id} (attempt ${attempt}): ${error}. Rolled back; retrying in ${delayMs} ms.`,
   pullBatchFailed: (handler: string, handled: number, claimed: number, error: string) =>
     `Pull handler ${handler} failed on a batch of ${handled} messages (${error}); no message is charged for it: each of the ${claimed} claimed runs alone now, and only one that fails alone counts an attempt.`,
-  pullClaimLost: (id: string, handler: string) =>
-    `Lost the claim on message ${id} while ${handler} ran: its transaction was rolled back and the new owner handles the message. Raise the handler's "leaseMs" if this repeats.`,
+  pullClaimLost: (id: string, handler: string, silence?: string) =>
+    `Lost the claim on message ${id} while ${handler} ran: its transaction was rolled back and the new owner handles the message. ${silence ?? `Raise the handler's "leaseMs" if this repeats.`}`,
 
   // Inbox relay
   relayFailed: (id: string, attempt: number, error: string, delayMs: number) =>
     `Forward of inbox message ${id} failed on attempt ${attempt}: ${error}. Retrying in ${delayMs} ms.`,
-  relayMarkLost: (source: string, key: string) =>
-    `Lost the claim on inbox message ${source}/${key} before marking it processed: its outbox insert was rolled back and the new owner forwards it. Raise "inbox.relay.claimTimeoutMs" if this repeats.`,
+  relayMarkLost: (source: string, key: string, silence?: string) =>
+    `Lost the claim on inbox message ${source}/${key} before marking it processed: its outbox insert was rolled back and the new owner forwards it. ${silence ?? 'Raise "inbox.relay.claimTimeoutMs" if this repeats.'}`,
   relayFollowersReadFailed: (error: string) =>
     `The inbox relay could not read the rows after the heads it claimed (${error}); forwarding the heads alone.`,
-  relayClaimLost: (source: string, key: string) =>
-    `Lost the claim on inbox message ${source}/${key} before forwarding it (lease renewal failed); leaving it to the next owner.`,
+  relayClaimLost: (source: string, key: string, silence?: string) =>
+    `Lost the claim on inbox message ${source}/${key} before forwarding it (lease renewal failed); leaving it to the next owner.${silence ? ` ${silence}` : ''}`,
 
   // Lease
   claimLost: (component: string, id: string) => `The ${component} claim on row ${id} is lost.`,
@@ -347,10 +357,26 @@ export const messages = {
     `DataSource ${show(dataSource)} initialized: QueueBox ${show(name)} checked the schema, registered instance ${id} and starts its workers.`,
   instanceStartFailed: (name: string, dataSource: string, error: string, heartbeatMs: number) =>
     `QueueBox ${show(name)} cannot start yet on DataSource ${show(dataSource)}, initialized after start-up: none of its workers claims until it can, and it tries again every ${heartbeatMs} ms (instances.heartbeatMs). The cause: ${error}`,
-  instanceDeregisterFailed: (error: string) =>
-    `Could not deregister this QueueBox instance: ${error}. A live replica declares it dead once its heartbeats stop and takes what it left.`,
-  instanceDeregisteredReleased: (outbox: number, inbox: number) =>
-    `Left the instances table with ${outbox} outbox and ${inbox} inbox rows still claimed (work abandoned at shutdown): their leases ended now and they are claimed again; the abandoned work can no longer complete them.`,
+  instanceDeregisterFailed: (error: string, duplicates: string[]) =>
+    `Could not deregister this QueueBox instance: ${error}. What it still holds stays processing until a live replica declares it dead (its heartbeats stopped) or the lease expires, and is claimed again then.${duplicatesNamed(duplicates)}`,
+  instanceDeregisteredReleased: (outbox: number, inbox: number, duplicates: string[]) =>
+    `Left the instances table and released ${outbox} outbox and ${inbox} inbox row(s) still claimed (work abandoned at shutdown): back to pending, no attempt charged, for another replica to claim now; the abandoned work can no longer complete them.${duplicatesNamed(duplicates)}`,
+  claimEndedBySilence: (silentMs: number, deadAfterMs: number, beatsFailed: boolean, declaredDead: boolean | undefined) =>
+    `The lease was not the cause: no heartbeat of this instance got through for about ${silentMs} ms, more than instances.deadAfterMs (${deadAfterMs} ms) (${beatsFailed ? 'its heartbeats failed: the database was out of reach' : 'no heartbeat ran: an event-loop stall or a paused process'}), so ${declaredDead ? 'another replica declared it dead' : 'other replicas may have declared it dead'} and ended its leases. ${beatsFailed ? 'Look at the database connection' : 'Find what stalls or pauses the process (long synchronous work, GC pauses, CPU throttling, a stopped or frozen container or VM)'}, or raise instances.deadAfterMs above the longest such silence; a longer lease does not help.`,
+  instanceIdShared: (id: string, newId: string) =>
+    `Another live process heartbeats as QueueBox instance ${id}: its row counts heartbeats this process did not send. A copy of this process shares its id (a process cloned after start-up, a VM restored from a snapshot while the original runs). Registering as ${newId} instead, so that the two do not beat one row and the clean shutdown of one cannot end the other's leases; claims this process made before now keep the old id.`,
+  instanceIdRegistered: (
+    id: string,
+    newId: string,
+    host: string,
+    pid: number,
+    startedAt: Date,
+    heartbeatAgeMs: number,
+    sameProcess: boolean,
+  ) =>
+    `QueueBox instance id ${id} is registered already (host ${host}, pid ${pid}, started ${startedAt.toISOString()}, last heartbeat ${heartbeatAgeMs} ms ago${sameProcess ? ': the same host and pid as this process, so a copy of it (a cloned process, a VM restored from a snapshot) or an earlier registration of its own whose answer was lost' : ''}). Registering as ${newId} instead of taking that row over: two processes beating one row would be one instance to the other replicas, and the clean shutdown of one would end the other's leases.`,
+  instanceRegisterRefused: (tries: number) =>
+    `QueueBox could not register this instance: ${tries} new ids in a row were reported taken, which random ids never are. Check what else writes to the instances table (a trigger, a view in its place).`,
   instanceDeclaredDead: (id: string, deadAfterMs: number) =>
     `This QueueBox instance (${id}) was declared dead by another replica: it missed its heartbeats for more than ${deadAfterMs} ms (a pause, or the database out of reach). Its leases were ended and its rows claimed again elsewhere: what it still works on fails its fence and is not completed here. Registered again.`,
   instanceHeartbeatFailed: (error: string, silentMs: number, deadAfterMs: number) =>

@@ -23,6 +23,7 @@ import { QueueBoxRegistration } from './queuebox.registration';
 import { QueueBoxCoreModule } from './queuebox-core.module';
 import { DatabaseRecovery } from './workers/database-recovery';
 import { InboxSources } from './workers/inbox-sources';
+import { InstanceLiveness } from './workers/instance-liveness';
 
 /**
  * The QueueBox module: registers `OutboxService`, `OutboxPoller`, `InboxService`, `InboxRelay` and `LeaseService` over the
@@ -44,6 +45,7 @@ import { InboxSources } from './workers/inbox-sources';
   imports: [DiscoveryModule, QueueBoxCoreModule],
   providers: [
     DatabaseRecovery,
+    InstanceLiveness,
     QueueBoxEvents,
     QueueBoxEventLog,
     QueueBoxMetrics,

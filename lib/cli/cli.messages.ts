@@ -36,6 +36,10 @@ export const cliMessages = {
       applied: 'created the rate limit buckets of outbox.rateLimits.',
       notApplied: 'not applied: needed only with outbox.rateLimits, which then refuses to start until you run `queuebox migrate`',
     },
+    renewals: {
+      applied: "added when each lease was last renewed, and each instance row's heartbeat count.",
+      notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
+    },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',

@@ -192,6 +192,22 @@ export interface InstanceIdentity {
   deadAfterMs: number;
 }
 
+/**
+ * What registering an instance found: its row written, or its id registered already, with what
+ * that row says of the process that holds it (another live process with the same id, or one that
+ * died and was not declared dead yet).
+ */
+export type InstanceRegistration =
+  | { registered: true }
+  | { registered: false; holder: { host: string; pid: number; startedAt: Date; heartbeatAgeMs: number } };
+
+/**
+ * What a heartbeat found: `beat`, with the row's new heartbeat count; `gone`, the row was deleted
+ * (another replica declared the instance dead); `taken`, the row counts heartbeats this process
+ * did not send (another live process beats with the same id).
+ */
+export type InstanceBeat = { kind: 'beat'; beats: number } | { kind: 'gone' } | { kind: 'taken' };
+
 /** A registered QueueBox instance (a process with its own instance id), from the instances table. */
 export interface InstanceRow extends InstanceIdentity {
   startedAt: Date;

@@ -9,7 +9,9 @@ import type {
   ClaimRow,
   DeadInstanceRow,
   DeadLetterRow,
+  InstanceBeat,
   InstanceIdentity,
+  InstanceRegistration,
   InstanceRow,
   ReclaimResult,
   RetentionKind,
@@ -255,18 +257,25 @@ export interface Dialect {
 
   // Instances (migration 006): each QueueBox process registers, heartbeats, and ends dead ones' leases.
 
-  /** Registers the instance (a second registration of its id only heartbeats). */
-  instanceRegister(p: InstanceIdentity): Promise<void>;
-  /** Heartbeats; `false` when the instance's row is gone (another replica declared it dead). */
-  instanceHeartbeat(p: { id: string; manager?: EntityManager }): Promise<boolean>;
+  /** Registers the instance, never over a row of its id that exists already (it says whose it is). */
+  instanceRegister(p: InstanceIdentity): Promise<InstanceRegistration>;
+  /**
+   * Heartbeats, if the row's heartbeat count is within `beats` (from the last count this process
+   * saw to that plus the heartbeats since whose answer it never got), and counts one more.
+   */
+  instanceHeartbeat(p: { id: string; beats: { from: number; to: number }; manager?: EntityManager }): Promise<InstanceBeat>;
   /**
    * Declares dead every instance whose last heartbeat is older than its own `deadAfterMs` (by the
    * database clock): deletes it and ends the leases of the rows it holds, in one statement. Ends
    * too the leases of rows claimed more than `unregisteredAfterMs` ago by an instance that is not
-   * registered (a live one registers again within a heartbeat of being declared dead).
+   * registered (a live one registers again within a heartbeat of being declared dead). Never
+   * `self`, the caller's own instance, nor the rows it claimed.
    */
-  instanceEndDead(p: { unregisteredAfterMs: number }): Promise<DeadInstanceRow[]>;
-  /** A clean shutdown: deletes the instance's row and ends the leases of what it still holds. */
+  instanceEndDead(p: { self: string; unregisteredAfterMs: number }): Promise<DeadInstanceRow[]>;
+  /**
+   * A clean shutdown: deletes the instance's row and releases what it still holds (live leases):
+   * `pending` again, the attempt not counted. Returns how many rows of each table it released.
+   */
   instanceDeregister(p: { id: string }): Promise<{ outbox: number; inbox: number }>;
   /** Every registered instance, with its state by the database clock. */
   instanceList(): Promise<InstanceRow[]>;
@@ -295,8 +304,10 @@ export interface DialectSettings {
    */
   queryTimeoutMs?: number;
   /**
-   * The registered QueueBox instance (process) that claims through this dialect: claims write it
-   * to `claimed_by`, so a live replica can end the leases of a dead one. None for scripts and the CLI.
+   * The registered QueueBox instance (process) that claims through this dialect: claims write its
+   * `id` to `claimed_by`, so a live replica can end the leases of a dead one. Read at each claim:
+   * an instance that finds another live process with its id takes a new one. None for scripts and
+   * the CLI.
    */
-  instanceId?: string;
+  instance?: { readonly id: string };
 }

@@ -4,9 +4,10 @@
  * Which migration's statements: 001 (the tables), 002 (the operations indexes), 003 (the claims'
  * indexes), 004 (binary collation of the compared key columns), 005 (the claim functions of an
  * earlier version; nothing now, 006 writes them), 006 (the instances table, the claim owner
- * columns and, on PostgreSQL, the claim functions of this version) or 007 (PostgreSQL's claim
- * functions rewritten with this version's head probes; nothing on SQL Server) or 008 (the rate
- * limit buckets of `outbox.rateLimits`).
+ * columns and, on PostgreSQL, the claim functions of this version), 007 (PostgreSQL's claim
+ * functions rewritten with this version's head probes; nothing on SQL Server), 008 (the rate limit
+ * buckets of `outbox.rateLimits`) or 009 (when a lease was last renewed, and each instance row's
+ * heartbeat count).
  */
 export type SchemaMigration =
   | 'schema'
@@ -16,7 +17,8 @@ export type SchemaMigration =
   | 'claimFunctions'
   | 'instances'
   | 'claimProbes'
-  | 'rateLimits';
+  | 'rateLimits'
+  | 'renewals';
 
 /** The QueueBox migrations in the order they run. */
 export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
@@ -28,6 +30,7 @@ export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
   'instances',
   'claimProbes',
   'rateLimits',
+  'renewals',
 ];
 
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
@@ -40,6 +43,7 @@ export const DEFAULT_MIGRATION_NAMES = {
   instances: 'QueueBoxInstances1796256000000',
   claimProbes: 'QueueBoxClaimProbes1796342400000',
   rateLimits: 'QueueBoxRateLimits1796428800000',
+  renewals: 'QueueBoxRenewals1796515200000',
 } as const satisfies Record<SchemaMigration, string>;
 
 /** Each migration's `sql/<dialect>/` file stem and what a script's first line calls it. */
@@ -52,6 +56,7 @@ export const MIGRATION_FILES = {
   instances: { file: '006_queuebox_instances', title: 'instances, claim owners and claim functions' },
   claimProbes: { file: '007_queuebox_claim_probes', title: 'claim functions with index-bound head probes' },
   rateLimits: { file: '008_queuebox_rate_limits', title: 'rate limit buckets' },
+  renewals: { file: '009_queuebox_renewals', title: 'lease renewal times and heartbeat counts' },
 } as const satisfies Record<SchemaMigration, { file: string; title: string }>;
 
 /**

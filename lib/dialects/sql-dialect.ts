@@ -19,7 +19,9 @@ import type {
   ClaimRow,
   DeadInstanceRow,
   DeadLetterRow,
+  InstanceBeat,
   InstanceIdentity,
+  InstanceRegistration,
   InstanceRow,
   InstanceState,
   ReclaimResult,
@@ -74,10 +76,10 @@ export interface SqlDialectStatements {
   deadLetterCountSql(table: string, component: AdminComponent): string;
   deadLetterReplaySql(table: string, component: AdminComponent): string;
   deadLetterDiscardSql(table: string, component: AdminComponent): string;
-  blockedKeyListSql(table: string, component: AdminComponent, instances: string): string;
+  blockedKeyListSql(table: string, component: AdminComponent, tables: { instances: string; outbox: string; inbox: string }): string;
   blockedKeySkipHeadSql(table: string, component: AdminComponent): string;
   adminThroughputSql(outbox: string, inbox: string): string;
-  adminClaimListSql(table: string, component: AdminComponent, instances: string): string;
+  adminClaimListSql(table: string, component: AdminComponent, tables: { instances: string; outbox: string; inbox: string }): string;
   clockNowSql(): string;
   instanceRegisterSql(instances: string): string;
   instanceHeartbeatSql(instances: string): string;
@@ -136,6 +138,11 @@ export abstract class SqlDialect<J> {
   protected abstract readonly table: Record<LeaseTable, string>;
   /** The instances table, quoted. */
   protected abstract readonly instancesTable: string;
+
+  /** The tables an instance's state is read from (the admin's owners). */
+  private get instanceTables(): { instances: string; outbox: string; inbox: string } {
+    return { instances: this.instancesTable, outbox: this.table.outbox, inbox: this.table.inbox };
+  }
   protected abstract readonly statements: SqlDialectStatements;
   protected abstract readonly params: SqlDialectParams;
   protected abstract readonly decoding: RecordDecoding<J>;
@@ -382,7 +389,7 @@ export abstract class SqlDialect<J> {
 
   async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
     const { rows } = await this.runAdmin<BlockedKeyRecord>(
-      this.statements.blockedKeyListSql(this.table[p.component], p.component, this.instancesTable),
+      this.statements.blockedKeyListSql(this.table[p.component], p.component, this.instanceTables),
       [this.params.int(p.limit)],
     );
     return rows.map((r) => toBlockedKeyRow(p.component, r, this.decoding.uuid));
@@ -413,14 +420,14 @@ export abstract class SqlDialect<J> {
 
   async adminClaimList(p: { component: AdminComponent; limit: number }): Promise<ClaimRow[]> {
     const { rows } = await this.runAdmin<ClaimRecord>(
-      this.statements.adminClaimListSql(this.table[p.component], p.component, this.instancesTable),
+      this.statements.adminClaimListSql(this.table[p.component], p.component, this.instanceTables),
       [this.params.int(p.limit)],
     );
     return rows.map((r) => toClaimRow(p.component, r, this.decoding.uuid));
   }
 
-  async instanceRegister(p: InstanceIdentity): Promise<void> {
-    await this.run(this.statements.instanceRegisterSql(this.instancesTable), [
+  async instanceRegister(p: InstanceIdentity): Promise<InstanceRegistration> {
+    const { rows } = await this.run<RegistrationRecord>(this.statements.instanceRegisterSql(this.instancesTable), [
       this.params.guid(p.id),
       this.params.name(p.host.slice(0, 255)),
       this.params.int(p.pid),
@@ -428,17 +435,29 @@ export abstract class SqlDialect<J> {
       this.params.name(p.version.slice(0, 64)),
       this.params.int(p.deadAfterMs),
     ]);
+    const [r] = rows;
+    if (Number(r.registered) === 1) return { registered: true };
+    return {
+      registered: false,
+      holder: { host: r.host ?? '', pid: Number(r.pid), startedAt: r.started_at as Date, heartbeatAgeMs: Number(r.heartbeat_age_ms) },
+    };
   }
 
-  async instanceHeartbeat(p: { id: string; manager?: EntityManager }): Promise<boolean> {
-    const { affected } = await this.run(this.statements.instanceHeartbeatSql(this.instancesTable), [this.params.guid(p.id)], p.manager);
-    return affected === 1;
+  async instanceHeartbeat(p: { id: string; beats: { from: number; to: number }; manager?: EntityManager }): Promise<InstanceBeat> {
+    const { rows } = await this.run<{ beats: string | null; registered: boolean | number }>(
+      this.statements.instanceHeartbeatSql(this.instancesTable),
+      [this.params.guid(p.id), this.params.bigint(p.beats.from), this.params.bigint(p.beats.to)],
+      p.manager,
+    );
+    const [r] = rows;
+    if (r.beats !== null) return { kind: 'beat', beats: Number(r.beats) };
+    return r.registered === true || r.registered === 1 ? { kind: 'taken' } : { kind: 'gone' };
   }
 
-  async instanceEndDead(p: { unregisteredAfterMs: number }): Promise<DeadInstanceRow[]> {
+  async instanceEndDead(p: { self: string; unregisteredAfterMs: number }): Promise<DeadInstanceRow[]> {
     const { rows } = await this.run<DeadInstanceRecord>(
       this.statements.instanceEndDeadSql(this.instancesTable, this.table.outbox, this.table.inbox),
-      [this.params.int(p.unregisteredAfterMs)],
+      [this.params.int(p.unregisteredAfterMs), this.params.guid(p.self)],
     );
     return rows.map((r) => ({
       id: this.decoding.uuid(r.id),
@@ -481,6 +500,15 @@ export abstract class SqlDialect<J> {
   async clockNow(): Promise<Date> {
     return (await this.run<{ now: Date }>(this.statements.clockNowSql(), [])).rows[0].now;
   }
+}
+
+/** What `instanceRegister` returns: `registered` 1 or 0, and the holder's columns when 0. */
+interface RegistrationRecord {
+  registered: number | string;
+  host: string | null;
+  pid: number | string | null;
+  started_at: Date | null;
+  heartbeat_age_ms: number | string | null;
 }
 
 /** A dead instance as `instanceEndDead` returns it (an unregistered one: nulls but its id). */

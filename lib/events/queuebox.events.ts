@@ -83,7 +83,7 @@ export interface QueueBoxEventMap {
     lastHeartbeatAt: Date | null;
     released: { outbox: number; inbox: number };
   };
-  /** This instance shut down cleanly and left the instances table; `released`: rows it still held (abandoned work), reclaimed at once. */
+  /** This instance shut down cleanly and left the instances table; `released`: rows it still held (abandoned work), back to `pending` at once, no attempt charged. */
   'queuebox:instance-deregistered': { id: string; released: { outbox: number; inbox: number } };
   /** An operator changed rows from the dashboard (`queuebox/dashboard`), after the change is in the database. */
   'queuebox:dashboard:action': DashboardActionEvent;

@@ -23,6 +23,7 @@ import { DatabaseRecovery } from '../workers/database-recovery';
 import { InboxFollowers } from '../workers/inbox-followers';
 import { inboxMessageName, inboxOutcomeRecorder } from '../workers/inbox-outcomes';
 import { InboxSources } from '../workers/inbox-sources';
+import { InstanceLiveness } from '../workers/instance-liveness';
 import type { StepOutcome } from '../workers/outcome-recorder';
 import { WorkerShell } from '../workers/worker-shell';
 import { type Forward, ForwardBatcher, type RoutedRow, rowsOf } from './forward-batcher';
@@ -60,6 +61,7 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
     events: QueueBoxEvents,
     recovery: DatabaseRecovery,
     @Inject(QUEUEBOX_INSTANCE) instance: QueueBoxInstanceName,
+    private readonly liveness: InstanceLiveness,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
@@ -182,7 +184,10 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
     // Renewal stops before the transaction that holds the completing write (see LeaseKeeper).
     await keeper.stop();
     if (this.loop.abandoned) return { kind: 'abandoned' };
-    if (keeper.lost) return { kind: 'lost', level: 'warn', log: messages.relayClaimLost(message.source, message.idempotencyKey) };
+    if (keeper.lost) {
+      const silence = this.liveness.explainLoss(claim.leaseMs);
+      return { kind: 'lost', level: 'warn', log: messages.relayClaimLost(message.source, message.idempotencyKey, silence) };
+    }
     if (forward) {
       try {
         const written = await this.batcher.forward(forward);
@@ -196,7 +201,8 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
         };
       } catch (error) {
         if (isInstance(error, ClaimLostError)) {
-          return { kind: 'lost', level: 'error', log: messages.relayMarkLost(message.source, message.idempotencyKey) };
+          const silence = this.liveness.explainLoss(claim.leaseMs);
+          return { kind: 'lost', level: 'error', log: messages.relayMarkLost(message.source, message.idempotencyKey, silence) };
         }
         failure = error;
       }

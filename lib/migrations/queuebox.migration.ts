@@ -144,6 +144,22 @@ export function createQueueBoxRateLimitsMigration(
 }
 
 /**
+ * The ninth QueueBox migration: `renewed_at` on both tables (when a renewal last moved a lease,
+ * so another replica's sweep ends only leases not renewed within `deadAfterMs`) and `beats` on the
+ * instances table (so two live processes with one instance id find out). QueueBox does not start
+ * without it. Add it after the eighth; same `tables`, and a `name` of its own per QueueBox schema
+ * in one database.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations]
+ */
+export function createQueueBoxRenewalsMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.renewals, 'renewals');
+}
+
+/**
  * Every QueueBox migration for `tables`, in the order they run: spread it into TypeORM's
  * `migrations`, so a version that adds one needs no change in your app. `names` gives each a
  * name of its own (a second QueueBox schema in one database; each must end in a 13-digit
@@ -210,6 +226,9 @@ export const QueueBoxClaimProbes1796342400000 = createQueueBoxClaimProbesMigrati
 /** The rate-limits migration for the default table names; runs after `QueueBoxClaimProbes1796342400000`. */
 export const QueueBoxRateLimits1796428800000 = createQueueBoxRateLimitsMigration();
 
+/** The renewals migration for the default table names; runs after `QueueBoxRateLimits1796428800000`. */
+export const QueueBoxRenewals1796515200000 = createQueueBoxRenewalsMigration();
+
 /**
  * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
  * With other tables, use `createQueueBoxMigrations({ tables })`.
@@ -223,4 +242,5 @@ export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
   QueueBoxInstances1796256000000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxRateLimits1796428800000,
+  QueueBoxRenewals1796515200000,
 ];

@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { describeError, isInstance } from '../common/errors';
+import { settledWithin } from '../common/wait';
 import type { Dialect } from '../dialects/dialect';
 import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
 import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
@@ -17,21 +18,33 @@ import type { Publisher } from '../types/outbox';
 import { BatchCompleter } from '../workers/batch-completer';
 import { ClaimLoop, type WorkerLoopStatus, type WorkSlot } from '../workers/claim-loop';
 import { DatabaseRecovery } from '../workers/database-recovery';
+import { InstanceLiveness } from '../workers/instance-liveness';
 import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
 import { WorkerShell } from '../workers/worker-shell';
 import { OutboxClaims } from './outbox.claims';
 import { OutboxRateLimits } from './outbox.rate-limits';
-import { PublishCall, PublishDeadlines, type PublishEnd, type PublishFailure } from './publish-call';
+import { type PublishAbort, PublishCall, PublishDeadlines, type PublishEnd, type PublishFailure } from './publish-call';
 
 const NAME = 'outbox poller';
+
+/**
+ * How long a publish may still run after its signal aborted before it counts as ignoring the
+ * signal: one that honours it settles within a few event-loop turns (fetch rejects at once), so
+ * half a second tells the two apart without a false warning on a busy process.
+ */
+export const ABORT_GRACE_MS = 500;
+
+/** How a publish abandoned at shutdown ended, as far as QueueBox saw it. */
+type AbandonedPublish = { ended?: 'published' | 'failed'; settled: Promise<void> };
 
 /**
  * Claims outbox rows, publishes them with bounded concurrency and records the outcome, fenced.
  *
  * Starts with the application when `workers.outbox` is on; on shutdown it stops claiming and waits
  * up to `outbox.shutdownTimeoutMs` for in-flight publishes, before TypeORM closes its DataSource.
- * A publish still running then keeps its row `processing` until the lease expires and the reclaim
- * step returns it to `pending`.
+ * A publish still running then has its signal aborted and its outcome is not written: the row is
+ * released when the instance deregisters (`pending`, no attempt charged; `QueueBoxInstance`), and
+ * a publish that ignores its signal is named there as a possible duplicate.
  *
  * @example
  * // A script or test without the background loop (workers: { outbox: false }):
@@ -55,6 +68,8 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
   /** `outbox.rateLimits` (issue 41), and the claims of the current batches that got no token: how long each is put off. */
   private readonly rateLimits?: OutboxRateLimits;
   private readonly deferrals?: WeakMap<OutboxClaim, number>;
+  /** Publishes whose signal the shutdown aborted while they ran, by message id. */
+  private readonly abandoned = new Map<string, AbandonedPublish>();
 
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
@@ -63,6 +78,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     events: QueueBoxEvents,
     recovery: DatabaseRecovery,
     @Inject(QUEUEBOX_INSTANCE) instance: QueueBoxInstanceName,
+    private readonly liveness: InstanceLiveness,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
@@ -83,7 +99,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
       // Retrying cannot help.
       isFinal: (failure) => isInstance(failure, PermanentPublishError),
       complete: (waiter) => completer.complete(waiter),
-      completionLost: (claim) => messages.markSentLost(claim.message.messageId),
+      completionLost: (claim) => messages.markSentLost(claim.message.messageId, this.liveness.explainLoss(claim.leaseMs)),
     });
     const timeoutMs = this.options.publishTimeoutMs;
     this.deadlines = new PublishDeadlines(timeoutMs, () => new PublishError(messages.publishTimedOut(timeoutMs)));
@@ -204,7 +220,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
   publishEnded(publishCall: PublishCall, failure: PublishFailure | undefined): void {
     const call = publishCall as OutboxPublish;
     const { claim, keeper, slot } = call;
-    if (failure?.overran && call.publishing) slot.holdUntil(this.overrunning(call.publishing, claim.message.messageId));
+    if (failure?.overran && call.publishing) slot.holdUntil(this.overrunning(call.publishing, claim.message.messageId, failure.abortedBy));
     const durationMs = performance.now() - call.startedAt;
     slot.release();
     // Stop renewing before the finishing write; a renewal under way is waited for (it is rare).
@@ -230,8 +246,9 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     const { message } = claim;
     if (!(this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) {
       await keeper.stop();
-      if (keeper.lost || this.lease.isLost(claim))
-        return { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId) };
+      if (keeper.lost || this.lease.isLost(claim)) {
+        return { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId, this.liveness.explainLoss(claim.leaseMs)) };
+      }
       return { kind: 'abandoned' };
     }
     let failure: PublishFailure | undefined;
@@ -286,9 +303,10 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     const { message } = claim;
     if (this.loop.abandoned) return { kind: 'abandoned' };
     if (keeper.lost) {
+      const silence = this.liveness.explainLoss(claim.leaseMs);
       return failure === undefined
-        ? { kind: 'lost', level: 'error', log: messages.markSentLost(message.messageId) }
-        : { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId) };
+        ? { kind: 'lost', level: 'error', log: messages.markSentLost(message.messageId, silence) }
+        : { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId, silence) };
     }
     if (failure !== undefined) {
       return {
@@ -358,7 +376,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
         publishEnded: (call, failure) => {
           if (!failure) return resolve();
           reject(failure.error);
-          if (failure.overran && call.publishing) overran(this.overrunning(call.publishing, message.messageId));
+          if (failure.overran && call.publishing) overran(this.overrunning(call.publishing, message.messageId, failure.abortedBy));
         },
       };
       new PublishCall(message, keeper, new AbortController(), this.deadlines, end).start(publisher);
@@ -373,14 +391,61 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     return this.overrunningPublishes;
   }
 
-  /** Counts and logs a publish still running after its signal aborted; settles when it ends. */
-  private overrunning(publishing: PromiseLike<unknown>, messageId: string): Promise<void> {
+  /**
+   * Counts a publish QueueBox stopped waiting for while it ran (its slot stays taken until it
+   * ends) and settles when it ends. Only one still running `ABORT_GRACE_MS` after its abort is
+   * logged as ignoring its signal, with the cause that aborted it; one abandoned at shutdown is
+   * kept for the instance's deregistration, which names it when it may be delivered twice.
+   */
+  private overrunning(publishing: PromiseLike<unknown>, messageId: string, abortedBy: PublishAbort = 'timeout'): Promise<void> {
     this.overrunningPublishes++;
-    this.logger.warn(messages.publishOverrunning(messageId, this.options.publishTimeoutMs, this.overrunningPublishes));
-    const ended = () => {
+    let running = true;
+    const ignoring = setTimeout(() => {
+      if (running) this.logger.warn(this.overrunningLog(messageId, abortedBy));
+    }, ABORT_GRACE_MS);
+    ignoring.unref();
+    const end = (how: 'published' | 'failed') => {
+      running = false;
+      clearTimeout(ignoring);
       this.overrunningPublishes--;
+      if (abortedBy === 'shutdown') (this.abandoned.get(messageId) as AbandonedPublish).ended = how;
     };
-    return Promise.resolve(publishing).then(ended, ended);
+    const settled = Promise.resolve(publishing).then(
+      () => end('published'),
+      () => end('failed'),
+    );
+    if (abortedBy === 'shutdown') this.abandoned.set(messageId, { settled });
+    return settled;
+  }
+
+  private overrunningLog(messageId: string, abortedBy: PublishAbort): string {
+    const count = this.overrunningPublishes;
+    if (abortedBy === 'shutdown')
+      return messages.publishOverrunningShutdown(messageId, this.options.shutdownTimeoutMs, ABORT_GRACE_MS, count);
+    if (abortedBy === 'claim lost') return messages.publishOverrunningClaimLost(messageId, ABORT_GRACE_MS, count);
+    return messages.publishOverrunningTimeout(messageId, this.options.publishTimeoutMs, ABORT_GRACE_MS, count);
+  }
+
+  /**
+   * After the loop stopped: gives the publishes the shutdown aborted up to `ABORT_GRACE_MS` to
+   * end, so that those that honour their signal are not named as duplicates at deregistration.
+   */
+  protected override async afterStop(): Promise<void> {
+    const running = [...this.abandoned.values()].filter((publish) => publish.ended === undefined);
+    if (running.length > 0)
+      await settledWithin(
+        running.map((publish) => publish.settled),
+        ABORT_GRACE_MS,
+      );
+  }
+
+  /**
+   * The message ids of the publishes the shutdown aborted that ignored their signal: still
+   * running, or that published after the abort. Their rows are released at deregistration and
+   * published again by another replica, so each may be delivered twice.
+   */
+  publishesOutlivingShutdown(): string[] {
+    return [...this.abandoned].filter(([, publish]) => publish.ended !== 'failed').map(([messageId]) => messageId);
   }
 
   private async reclaim(): Promise<void> {

@@ -7,11 +7,16 @@ export interface PublishEnd {
   publishEnded(call: PublishCall, failure: PublishFailure | undefined): void;
 }
 
+/** What aborted a publish's signal: its `publishTimeout`, the loss of its claim, or the shutdown that stopped waiting for it. */
+export type PublishAbort = 'timeout' | 'claim lost' | 'shutdown';
+
 /** Why a publish did not publish: what it threw or rejected with, or the reason its signal aborted. */
 export interface PublishFailure {
   error: unknown;
   /** The publish had not ended when it was given up (timeout, lost claim, shutdown): it may still run. */
   overran: boolean;
+  /** Set when QueueBox gave the publish up (aborted its signal): which cause did. */
+  abortedBy?: PublishAbort;
 }
 
 /**
@@ -50,7 +55,7 @@ export class PublishCall implements KeeperWatcher {
    */
   start(publisher: Publisher): void {
     if (!this.keeper.watch(this)) {
-      this.giveUp(this.keeper.signal.reason);
+      this.giveUp(this.keeper.signal.reason, this.keeper.lost ? 'claim lost' : 'shutdown');
       return;
     }
     this.deadlines.add(this);
@@ -76,12 +81,12 @@ export class PublishCall implements KeeperWatcher {
 
   /** The publish timed out (`PublishDeadlines`). */
   timedOut(reason: unknown): void {
-    this.giveUp(reason);
+    this.giveUp(reason, 'timeout');
   }
 
-  /** The claim was lost, or shutdown stopped waiting (the keeper aborted). */
+  /** The claim was lost (a `ClaimLostError`), or shutdown stopped waiting (the keeper aborted). */
   keeperAborted(reason: unknown): void {
-    this.giveUp(reason);
+    this.giveUp(reason, this.keeper.lost ? 'claim lost' : 'shutdown');
   }
 
   private fulfilled(): void {
@@ -102,11 +107,11 @@ export class PublishCall implements KeeperWatcher {
   }
 
   /** Aborts the signal and ends the call with its reason; a publish still running overruns. */
-  private giveUp(reason: unknown): void {
+  private giveUp(reason: unknown, abortedBy: PublishAbort): void {
     if (!this.settle()) return;
     const { signal } = this.controller;
     if (!signal.aborted) this.controller.abort(reason);
-    this.end.publishEnded(this, { error: signal.reason, overran: this.publishing !== undefined });
+    this.end.publishEnded(this, { error: signal.reason, overran: this.publishing !== undefined, abortedBy });
   }
 }
 

@@ -21,6 +21,7 @@ import { DatabaseRecovery } from '../workers/database-recovery';
 import { FollowersChangedError, InboxFollowers } from '../workers/inbox-followers';
 import { inboxMessageName, inboxOutcomeRecorder } from '../workers/inbox-outcomes';
 import { InboxSources } from '../workers/inbox-sources';
+import { InstanceLiveness } from '../workers/instance-liveness';
 import type { OutcomeRecorder, StepOutcome } from '../workers/outcome-recorder';
 import { RenewalConnection } from '../workers/renewal-connection';
 import { WorkerShell } from '../workers/worker-shell';
@@ -73,6 +74,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     events: QueueBoxEvents,
     sources: InboxSources,
     private readonly recovery: DatabaseRecovery,
+    private readonly liveness: InstanceLiveness,
     @Optional() private readonly scheduler?: SchedulerRegistry,
     @Optional() discovery?: DiscoveryService,
   ) {
@@ -213,7 +215,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     holdSlot: (until: Promise<unknown>) => void,
   ): Promise<Outcome[]> {
     // Claims that waited for a batch slot past the point where shutdown stopped waiting: their
-    // keepers are aborted; leave the rows to their leases, as abandoned work does.
+    // keepers are aborted; leave the rows to the instance's deregistration, as abandoned work does.
     if (loop.abandoned) return batch.map(() => ({ kind: 'abandoned' }));
     const first = await this.attemptBatch(handler, loop, batch, { followers: true, holdSlot });
     if (first.kind !== 'failed') return first.outcomes;
@@ -291,7 +293,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
         kind: 'given back',
         outcomes: claims.map((claim, i) =>
           keepers[i].lost || this.lease.isLost(claim)
-            ? { kind: 'lost', level: 'error', log: messages.pullClaimLost(inboxMessageName(claim.message), handler.name) }
+            ? { kind: 'lost', level: 'error', log: this.claimLostLog(claim, handler) }
             : { kind: 'released' },
         ),
       };
@@ -356,6 +358,11 @@ export class PullWorker extends WorkerShell<InboxClaim> {
    */
   private handlerTransaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
     return this.ambient.run(work, (inOwn) => this.dialect.transaction(inOwn));
+  }
+
+  /** The lost-claim line of a handler's claim: the lease blamed only when this instance's own silence does not explain it. */
+  private claimLostLog(claim: InboxClaim, handler: PullHandlerDefinition): string {
+    return messages.pullClaimLost(inboxMessageName(claim.message), handler.name, this.liveness.explainLoss(claim.leaseMs));
   }
 
   /** A keeper renewing `claim` on the set-aside renewal connection (with the renewals due with it), or on the pool while the worker is not started. */
@@ -426,7 +433,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     await keeper.stop();
     if (loop.abandoned) return { kind: 'abandoned' };
     if (isInstance(failure, ClaimLostError) || keeper.lost) {
-      return { kind: 'lost', level: 'error', log: messages.pullClaimLost(inboxMessageName(message), handler.name) };
+      return { kind: 'lost', level: 'error', log: this.claimLostLog(claim, handler) };
     }
     return failedOutcome(handler, claim, failure, performance.now() - startedAt);
   }

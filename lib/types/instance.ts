@@ -3,7 +3,11 @@
  * every start. Injected with the `QUEUEBOX_INSTANCE` token.
  */
 export interface QueueBoxInstanceName {
-  /** A random UUID, new at every start: what claims write to `claimed_by`, and its row in the instances table. */
+  /**
+   * A random UUID, new at every start: what claims write to `claimed_by`, and its row in the
+   * instances table. A new one when the instance finds another live process with this id (a
+   * process cloned after start-up, a VM restored from a snapshot).
+   */
   id: string;
   /** The QueueBox's name (`forRoot({ name })`, `default` unless given): its tokens, metrics label and logs. */
   name: string;

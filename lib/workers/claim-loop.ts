@@ -169,8 +169,8 @@ const SETTLED: Promise<void> = Promise.resolve();
  * backlog lasts. With nothing to do it sleeps `pollIntervalMs` (or until woken).
  *
  * `stop()` stops claiming, gives back claims not yet started, and waits up to
- * `shutdownTimeoutMs` for work in flight; what is still running then is abandoned (its signal is
- * aborted and its row stays `processing` until the lease expires).
+ * `shutdownTimeoutMs` for work in flight; what is still running then is abandoned: its signal is
+ * aborted, its outcome is not written, and the instance's deregistration releases its row.
  */
 export class ClaimLoop<C extends WorkerClaim<unknown>> {
   private readonly held = new Map<string, Held<C>>();

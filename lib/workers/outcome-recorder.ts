@@ -50,7 +50,8 @@ export interface CompletedDetails {
  * - `lost`: the claim is lost (logged at `level`); nothing more is written;
  * - `released`: the work did not fail (a batch rolled back for another row): back to `pending`, the attempt not counted;
  * - `deferred`: the work was put off (an outbox destination's rate limit had no token): back to `pending` for `delayMs`, the attempt not counted;
- * - `abandoned`: shutdown stopped waiting; the row is left to its lease.
+ * - `abandoned`: shutdown stopped waiting; nothing is written here: the instance's deregistration
+ *   releases the row (`pending`, the attempt not counted), or the lease ends it if that cannot run.
  */
 export type StepOutcome<C extends WorkerClaim<unknown>> =
   | { kind: 'complete'; durationMs: number }

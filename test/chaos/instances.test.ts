@@ -102,8 +102,8 @@ describe('instances, with real processes: a dead replica’s keys move again in 
     await dataSource.transaction((manager) => producer.get(OutboxService).enqueueMany(manager, messages));
   };
 
-  const start = async (name: string, options: Record<string, unknown>) => {
-    const worker = await startWorker({ dbUrl: db.url, publishUrl, name, options });
+  const start = async (name: string, options: Record<string, unknown>, extra: { printLogs?: boolean; pullLeaseMs?: number } = {}) => {
+    const worker = await startWorker({ dbUrl: db.url, publishUrl, name, options, ...extra });
     workers.push(worker);
     return worker;
   };
@@ -225,5 +225,132 @@ describe('instances, with real processes: a dead replica’s keys move again in 
     assert.equal(total(survivor.worker.metrics(), 'queuebox_instances_dead_total'), 1, JSON.stringify(survivor.worker.metrics()));
     const duplicated = assertOrderAndExplainedDuplicates(deliveriesOf(recorder.requests), perKey, paused.name);
     t.diagnostic(`SIGSTOP/SIGCONT: ${duplicated} message(s) delivered twice, each by the paused replica and the survivor`);
+  });
+
+  it('SIGSTOP past deadAfterMs mid-publish, then SIGCONT: the paused replica’s lost "mark sent" blames its own silence and deadAfterMs, not the 300 s lease', async (t) => {
+    await db.query('TRUNCATE queuebox_outbox');
+    recorder.requests.length = 0;
+    // The first publish is held until the test answers it; every later one is answered at once.
+    let firstArrived!: (worker: string) => void;
+    const arrived = new Promise<string>((resolve) => {
+      firstArrived = resolve;
+    });
+    let answerFirst!: () => void;
+    const answered = new Promise<void>((resolve) => {
+      answerFirst = resolve;
+    });
+    let first = true;
+    recorder.responder = async (request) => {
+      if (!first || request.path !== '/slow') return 200;
+      first = false;
+      firstArrived(String(request.headers['x-worker']));
+      await answered;
+      return 200;
+    };
+    // The default lease (300 s): only the dead-instance sweep can end the claim within this test.
+    const options = { workers: { outbox: true, relay: false, pull: false }, instances: { heartbeatMs: 200, deadAfterMs: 1000 } };
+    const replicas = [
+      { name: 's1', worker: await start('s1', options, { printLogs: true }) },
+      { name: 's2', worker: await start('s2', options, { printLogs: true }) },
+    ];
+    const dataSource = producer.app.get<DataSource>(getDataSourceToken());
+    const { messageId } = await dataSource.transaction((manager) =>
+      producer.get(OutboxService).enqueue(manager, { destination: 'slow', payload: { n: 1 } }),
+    );
+    const pausedName = await arrived;
+    const paused = replicas.find((r) => r.name === pausedName)!;
+    const survivor = replicas.find((r) => r.name !== pausedName)!;
+    paused.worker.child.kill('SIGSTOP');
+    await eventually(
+      async () => (await db.query(`SELECT 1 FROM queuebox_outbox WHERE message_id = $1 AND state = 'sent'`, [messageId])).length === 1,
+      'the survivor to declare the paused replica dead and publish the message',
+      20_000,
+      50,
+    );
+    answerFirst(); // the paused replica's publish succeeded too: its answer waits in the socket
+    paused.worker.child.kill('SIGCONT');
+    const lost = `Lost the claim on message ${messageId} before marking it sent`;
+    await eventually(
+      async () => paused.worker.logs().some((line) => line.message.includes(lost)),
+      'the paused replica to log its lost "mark sent"',
+      20_000,
+      50,
+    );
+    for (const { worker } of replicas) worker.child.kill('SIGTERM');
+    await Promise.all(replicas.map(({ worker }) => worker.exited));
+    const line = paused.worker.logs().find((l) => l.message.includes(lost))!;
+    t.diagnostic(line.message);
+    assert.equal(line.level, 'error', 'a duplicate delivery stays an error');
+    assert.match(
+      line.message,
+      /The lease was not the cause: no heartbeat of this instance got through for about \d+ ms, more than instances\.deadAfterMs \(1000 ms\)/,
+    );
+    assert.match(line.message, /an event-loop stall or a paused process/);
+    assert.match(line.message, /raise instances\.deadAfterMs/);
+    assert.ok(!line.message.includes('claimTimeoutMs'), `no advice to raise the lease: ${line.message}`);
+    assert.equal(total(survivor.worker.metrics(), 'queuebox_instances_dead_total'), 1, JSON.stringify(survivor.worker.metrics()));
+  });
+
+  it('SIGSTOP past deadAfterMs mid-handler, then SIGCONT: the paused replica’s lost pull claim blames its own silence, not the handler’s 60 s lease', async (t) => {
+    await db.query(
+      'CREATE TABLE IF NOT EXISTS ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, worker text)',
+    );
+    await db.query('TRUNCATE queuebox_inbox, ledger');
+    const options = {
+      workers: { outbox: false, relay: false, pull: true },
+      pull: { pollIntervalMs: 50 },
+      instances: { heartbeatMs: 200, deadAfterMs: 1000 },
+    };
+    // A lease far longer than the pause: only the dead-instance sweep can end the claim.
+    const replicas = [
+      { name: 'h1', worker: await start('h1', options, { printLogs: true, pullLeaseMs: 60_000 }) },
+      { name: 'h2', worker: await start('h2', options, { printLogs: true, pullLeaseMs: 60_000 }) },
+    ];
+    // The handler keeps its transaction open 1.5 s after its write: long enough to pause it mid-way.
+    await db.query(`INSERT INTO queuebox_inbox (source, idempotency_key, payload) VALUES ('ledger', 'paused-1', '{"holdMs": 1500}')`);
+    let holder: { pid: number } | undefined;
+    await eventually(
+      async () => {
+        [holder] = await db.query<{ pid: number }>(
+          `SELECT n.pid FROM queuebox_inbox i JOIN queuebox_instances n ON n.id = i.claimed_by WHERE i.state = 'processing'`,
+        );
+        return holder !== undefined;
+      },
+      'a replica to claim the message',
+      10_000,
+      20,
+    );
+    const paused = replicas.find((r) => r.worker.child.pid === holder!.pid)!;
+    const survivor = replicas.find((r) => r !== paused)!;
+    paused.worker.child.kill('SIGSTOP');
+    await eventually(
+      async () => (await db.query(`SELECT 1 FROM queuebox_inbox WHERE idempotency_key = 'paused-1' AND state = 'processed'`)).length === 1,
+      'the survivor to declare the paused replica dead and handle the message',
+      20_000,
+      50,
+    );
+    paused.worker.child.kill('SIGCONT');
+    const lost = 'Lost the claim on message ledger/paused-1 while';
+    await eventually(
+      async () => paused.worker.logs().some((line) => line.message.includes(lost)),
+      'the paused replica to log its lost claim',
+      20_000,
+      50,
+    );
+    for (const { worker } of replicas) worker.child.kill('SIGTERM');
+    await Promise.all(replicas.map(({ worker }) => worker.exited));
+    const line = paused.worker.logs().find((l) => l.message.includes(lost))!;
+    t.diagnostic(line.message);
+    assert.match(
+      line.message,
+      /The lease was not the cause: no heartbeat of this instance got through for about \d+ ms, more than instances\.deadAfterMs \(1000 ms\)/,
+    );
+    assert.match(line.message, /an event-loop stall or a paused process/);
+    assert.ok(!line.message.includes('leaseMs'), `no advice to raise the handler's lease: ${line.message}`);
+    assert.deepEqual(
+      await db.query(`SELECT worker FROM ledger WHERE idempotency_key = 'paused-1'`),
+      [{ worker: survivor.name }],
+      'the paused handler’s write rolled back with its lost completion',
+    );
   });
 });

@@ -104,8 +104,14 @@ conformanceSuite('open transactions do not stop claims, followers or housekeepin
     await c.dialect.instanceRegister({ id: live, ...identity, deadAfterMs: LONG });
     try {
       await enqueue({ key: 'of-live', payload: { n: 1 } }, { key: 'of-dead', payload: { n: 2 } }, { key: 'expired', payload: { n: 3 } });
-      const [ofLive] = await createDialect(c.db.dataSource, tables, { instanceId: live }).outboxClaimBatch({ limit: 1, leaseMs: LONG });
-      const [ofDead] = await createDialect(c.db.dataSource, tables, { instanceId: dead }).outboxClaimBatch({ limit: 1, leaseMs: LONG });
+      const [ofLive] = await createDialect(c.db.dataSource, tables, { instance: { id: live } }).outboxClaimBatch({
+        limit: 1,
+        leaseMs: LONG,
+      });
+      const [ofDead] = await createDialect(c.db.dataSource, tables, { instance: { id: dead } }).outboxClaimBatch({
+        limit: 1,
+        leaseMs: LONG,
+      });
       const [expired] = await claimOutbox(1);
       assert.deepEqual([ofLive.message.key, ofDead.message.key, expired.message.key], ['of-live', 'of-dead', 'expired']);
       await c.db.expireLease('outbox', expired.id);
@@ -113,7 +119,7 @@ conformanceSuite('open transactions do not stop claims, followers or housekeepin
         // The live instance's completion, in a transaction that stays open: its row and its lease
         // index entry stay locked (with either READ_COMMITTED_SNAPSHOT setting on SQL Server).
         assert.equal(await c.dialect.leaseComplete({ table: 'outbox', id: ofLive.id, token: ofLive.token, manager: open }), true);
-        const [ended, sweepMs] = await timed(() => c.dialect.instanceEndDead({ unregisteredAfterMs: LONG }));
+        const [ended, sweepMs] = await timed(() => c.dialect.instanceEndDead({ self: live, unregisteredAfterMs: LONG }));
         assert.ok(sweepMs < PROMPT_MS, `swept in ${sweepMs} ms`);
         assert.ok(
           ended.some((instance) => instance.id === dead),

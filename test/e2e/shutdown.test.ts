@@ -75,39 +75,99 @@ describe('I9: graceful shutdown', () => {
     assert.ok(rows.slice(1).every((r) => r.state === 'pending' && r.attempts === 0));
   });
 
-  it('after shutdownTimeoutMs it stops waiting; leaving, it releases the abandoned row at once instead of after the lease', async () => {
-    const stuck = new RecordingPublisher(
-      (_message, signal) => new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
-    );
-    // A lease far longer than the test: only the release on leaving can free the row in time.
+  /**
+   * Enqueues one message, lets `publisher` start it in an app whose shutdown waits 300 ms (with a
+   * lease far longer than the test: only the release on leaving can free the row in time), closes
+   * the app, and returns the row and what the app logged.
+   */
+  async function abandonAtShutdown(publisher: RecordingPublisher) {
     const first = await createTestApp(db.url, {
-      outbox: { publisher: stuck, pollIntervalMs: 20, claimTimeoutMs: 120_000, publishTimeout: 60_000, shutdownTimeoutMs: 300 },
+      outbox: { publisher, pollIntervalMs: 20, claimTimeoutMs: 120_000, publishTimeout: 60_000, shutdownTimeoutMs: 300 },
     });
     const dataSource = first.app.get<DataSource>(getDataSourceToken());
-    const { id } = await dataSource.transaction((manager) => first.get(OutboxService).enqueue(manager, { destination: 'd', payload: 2 }));
-    await stuck.waitForCalls(1);
+    const { id, messageId } = await dataSource.transaction((manager) =>
+      first.get(OutboxService).enqueue(manager, { destination: 'd', payload: 2 }),
+    );
+    await publisher.waitForCalls(1);
     const instance = first.get(QueueBoxInstance).id;
     assert.deepEqual(await db.query('SELECT claimed_by FROM queuebox_outbox WHERE id = $1', [id]), [{ claimed_by: instance }]);
     const started = Date.now();
     await first.app.close();
-    const took = Date.now() - started;
-    assert.ok(took >= 300 && took < 3000, `close() took ${took} ms with a 300 ms shutdown timeout`);
-    assert.equal(stuck.calls[0].signal.aborted, true, 'the abandoned publish was told to stop');
-    assert.ok(first.logger.has('warn', 'shutdown timeout reached with 1 message(s) still in flight'));
-    assert.ok(
-      first.logger.has('warn', 'Left the instances table with 1 outbox and 0 inbox rows still claimed'),
-      JSON.stringify(first.logger.lines),
-    );
+    const tookMs = Date.now() - started;
+    assert.equal(publisher.calls[0].signal.aborted, true, 'the abandoned publish was told to stop');
     assert.deepEqual(await db.query('SELECT id FROM queuebox_instances WHERE id = $1', [instance]), [], 'deregistered');
-    assert.equal(await stateOf(id), 'pending', 'released and reclaimed on the way out, long before its lease would expire');
+    const [row] = await db.query<{ state: string; attempts: number; claim_token: string | null }>(
+      'SELECT state, attempts, claim_token FROM queuebox_outbox WHERE id = $1',
+      [id],
+    );
+    return { id, messageId, row, tookMs, logger: first.logger };
+  }
 
+  /** Starts a second app that publishes the released row; returns the attempt it published it as. */
+  async function publishElsewhere(id: string): Promise<number> {
     const publisher = new RecordingPublisher();
     const second = await createTestApp(db.url, { outbox: { publisher, pollIntervalMs: 20 } });
     try {
       await eventually(async () => (await stateOf(id)) === 'sent', 'the released row to be published', 10_000);
-      assert.equal(publisher.calls[0].message.attempt, 2);
+      return publisher.calls[0].message.attempt;
     } finally {
       await second.app.close();
     }
+  }
+
+  it('after shutdownTimeoutMs a publish that honours its signal ends at once; its row is released, no attempt charged, and no duplicate is named', async () => {
+    const honouring = new RecordingPublisher(
+      (_message, signal) => new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+    );
+    const { id, messageId, row, tookMs, logger } = await abandonAtShutdown(honouring);
+    assert.ok(tookMs >= 300 && tookMs < 3000, `close() took ${tookMs} ms with a 300 ms shutdown timeout`);
+    assert.deepEqual(row, { state: 'pending', attempts: 0, claim_token: null }, 'released at once, the attempt not charged');
+    const lines = JSON.stringify(logger.lines);
+    assert.ok(
+      logger.has(
+        'warn',
+        'shutdown timeout reached with 1 message(s) still in flight: their signals are aborted and their outcomes not written; their rows are released (back to pending, no attempt charged) when this instance deregisters',
+      ),
+      lines,
+    );
+    assert.ok(logger.has('warn', 'Left the instances table and released 1 outbox and 0 inbox row(s) still claimed'), lines);
+    assert.ok(logger.has('warn', 'back to pending, no attempt charged'), lines);
+    assert.ok(!logger.lines.some((line) => line.message.includes('ignores its signal')), `no "ignores its signal": ${lines}`);
+    assert.ok(!logger.lines.some((line) => line.message.includes('delivered twice')), `no duplicate named: ${lines}`);
+    assert.ok(!lines.includes(messageId), `the message is not named: ${lines}`);
+    assert.ok(!lines.includes('lease expires'), `nothing says the row waits for its lease: ${lines}`);
+    assert.equal(await publishElsewhere(id), 1, 'the next replica publishes it as attempt 1: the release charged nothing');
+    assert.equal(honouring.delivered.length, 0, 'the aborted publish delivered nothing');
+  });
+
+  it('after shutdownTimeoutMs a publish that ignores its signal is named as a possible duplicate; its row is released all the same, no attempt charged', async () => {
+    const late = gate();
+    const ignoring = new RecordingPublisher(() => late.promise); // never looks at its signal
+    const { id, messageId, row, tookMs, logger } = await abandonAtShutdown(ignoring);
+    assert.ok(tookMs >= 300 && tookMs < 3000, `close() took ${tookMs} ms with a 300 ms shutdown timeout`);
+    assert.deepEqual(row, { state: 'pending', attempts: 0, claim_token: null }, 'released at once, the attempt not charged');
+    const lines = JSON.stringify(logger.lines);
+    assert.ok(
+      logger.has(
+        'warn',
+        `The publish of message ${messageId} was aborted by the shutdown (it ran past "outbox.shutdownTimeoutMs", 300 ms), but the publisher ignores its signal and is still running`,
+      ),
+      lines,
+    );
+    assert.ok(!lines.includes('publishTimeout'), `the publish timeout is not blamed: ${lines}`);
+    assert.ok(
+      logger.has('warn', `Left the instances table and released 1 outbox and 0 inbox row(s) still claimed`) &&
+        logger.has('warn', `The publish of message(s) ${messageId} ignored its abort signal`) &&
+        logger.has('warn', 'may be delivered twice'),
+      lines,
+    );
+    assert.equal(await publishElsewhere(id), 1, 'the next replica publishes it as attempt 1: the release charged nothing');
+    late.open(); // the ignoring publish ends after all: the destination has the message twice
+    await eventually(async () => ignoring.delivered.length === 1, 'the ignoring publish to deliver');
+    assert.deepEqual(
+      await db.query<{ state: string; attempts: number }>('SELECT state, attempts FROM queuebox_outbox WHERE id = $1', [id]),
+      [{ state: 'sent', attempts: 1 }],
+      'the late publish wrote nothing: the row is as the second replica left it',
+    );
   });
 });

@@ -16,6 +16,8 @@ import { claimsOf, type TestClaims } from '../support/claims';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
+const PG_INSTANCE_TABLES = { instances: '"queuebox_instances"', outbox: '"queuebox_outbox"', inbox: '"queuebox_inbox"' };
+
 const pg = { ...pgAdmin, ...pgRetention };
 
 type Row = { id: string; state: string; attempts: number; last_error: string | null; headers: Record<string, string>; message_id: string };
@@ -153,10 +155,10 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
         ],
         ['dead list by key', pg.deadLetterListSql('"queuebox_inbox"', 'inbox', false), [null, null, null, null, null, 'a', null, 50]],
         ['dead count', pg.deadLetterCountSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, null, null]],
-        ['blocked keys', pg.blockedKeyListSql('"queuebox_outbox"', 'outbox', '"queuebox_instances"'), [50]],
+        ['blocked keys', pg.blockedKeyListSql('"queuebox_outbox"', 'outbox', PG_INSTANCE_TABLES), [50]],
         ['replay by name', pg.deadLetterReplaySql('"queuebox_outbox"', 'outbox'), ['d1', null, null, null, null, null, null, 1000]],
         ['discard by ids', pg.deadLetterDiscardSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, ['1', '2'], null, null, 1000]],
-        ['claims in flight', pg.adminClaimListSql('"queuebox_inbox"', 'inbox', '"queuebox_instances"'), [50]],
+        ['claims in flight', pg.adminClaimListSql('"queuebox_inbox"', 'inbox', PG_INSTANCE_TABLES), [50]],
         ['skip head', pg.blockedKeySkipHeadSql('"queuebox_outbox"', 'outbox'), ['k', null, 'r']],
         ['skip aggregate', pg.blockedKeySkipHeadSql('"queuebox_inbox"', 'inbox'), ['s', 'a', null, 'r']],
         ['retention', pg.retentionDeleteSql('"queuebox_outbox"', 'outbox-sent'), [3600_000, 1000]],

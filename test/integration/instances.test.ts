@@ -1,19 +1,29 @@
 import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
 import { after, before, describe, it } from 'node:test';
+import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
+import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { packageVersion } from '../../lib/common/package-version';
+import type { Dialect } from '../../lib/dialects/dialect';
+import { instanceEndDeadSql } from '../../lib/dialects/postgres/instances.sql';
 import { type QueueBoxEventMap, QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { QueueBoxHealth } from '../../lib/health/queuebox-health';
+import { InboxService } from '../../lib/inbox/inbox.service';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
+import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
+import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
+import { QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE } from '../../lib/queuebox.constants';
 import { QueueBoxInstance } from '../../lib/queuebox.instance';
+import type { QueueBoxInstanceName } from '../../lib/types/instance';
+import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
-import { RecordingPublisher } from '../support/recording-publisher';
+import { gate, RecordingPublisher } from '../support/recording-publisher';
 
 // Instances (migration 006): each QueueBox registers itself and heartbeats; a live replica ends the
 // leases of one silent past its deadAfterMs, and what it held is claimed again at once instead of
@@ -24,6 +34,20 @@ const FAST = { heartbeatMs: 100, deadAfterMs: 1000 };
 /** An instance whose own timer does not beat during a test (the test beats it by hand, or stops it). */
 const QUIET = { heartbeatMs: 60_000, deadAfterMs: 180_000 };
 const LONG_LEASE = 300_000;
+
+/** What the "renewing" pull handler does with each message; set per test. */
+let renewingBehaviour: (message: InboxMessage, context: PullContext) => Promise<void> = async () => undefined;
+let renewingCalls = 0;
+
+/** A pull handler whose lease (1.5 s) is renewed every half second while it runs. */
+@Injectable()
+class RenewingHandler {
+  @PullHandler('renewing', { leaseMs: 1500 })
+  async handle(message: InboxMessage, context: PullContext) {
+    renewingCalls++;
+    await renewingBehaviour(message, context);
+  }
+}
 
 describe('instances: heartbeats, and a dead replica’s leases ended at once', () => {
   let db: TestDatabase;
@@ -60,13 +84,16 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
     );
   };
 
-  /** An outbox row claimed by `owner` with a lease of five minutes, and `behind` pending rows of its key after it. */
-  const heldOutboxRow = async (owner: string, key: string, behind = 0) => {
+  /**
+   * An outbox row claimed by `owner` `claimedAgo` ago (a minute: before a dead owner went silent),
+   * never renewed, with a lease of five minutes, and `behind` pending rows of its key after it.
+   */
+  const heldOutboxRow = async (owner: string, key: string, behind = 0, claimedAgo = '1 minute') => {
     const [head] = await db.query<{ id: string; claim_token: string }>(
       `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, claim_token, claimed_at, lease_expires_at, claimed_by)
-       VALUES (gen_random_uuid(), 'd', $1, '0', 'processing', 1, gen_random_uuid(), clock_timestamp(), clock_timestamp() + interval '5 minutes', $2)
+       VALUES (gen_random_uuid(), 'd', $1, '0', 'processing', 1, gen_random_uuid(), clock_timestamp() - $3::interval, clock_timestamp() + interval '5 minutes', $2)
        RETURNING id::text AS id, claim_token::text AS claim_token`,
-      [key, owner],
+      [key, owner, claimedAgo],
     );
     for (let n = 1; n <= behind; n++) {
       await db.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload) VALUES (gen_random_uuid(), 'd', $1, $2)`, [
@@ -132,7 +159,7 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
     const aliveHead = await heldOutboxRow(alive, 'k-alive');
     await db.query(
       `INSERT INTO queuebox_inbox (source, idempotency_key, payload, state, attempts, claim_token, claimed_at, lease_expires_at, claimed_by)
-       VALUES ('nobody-consumes', 'i1', '0', 'processing', 1, gen_random_uuid(), clock_timestamp(), clock_timestamp() + interval '5 minutes', $1)`,
+       VALUES ('nobody-consumes', 'i1', '0', 'processing', 1, gen_random_uuid(), clock_timestamp() - interval '1 minute', clock_timestamp() + interval '5 minutes', $1)`,
       [dead],
     );
     const publisher = new RecordingPublisher();
@@ -203,7 +230,7 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
       const dead = `dead0000-0000-4000-8000-${String(round).padStart(12, '0')}`;
       await fakeInstance(dead, 60_000);
       for (let n = 0; n < 3; n++) await heldOutboxRow(dead, `k-${round}-${n}`);
-      await Promise.all([a.get(QueueBoxInstance).beat(), b.get(QueueBoxInstance).beat()]);
+      await Promise.all([a.get(QueueBoxInstance).sweep(), b.get(QueueBoxInstance).sweep()]);
     }
     const seen = [...both[0], ...both[1]];
     assert.equal(seen.length, rounds, `one instance-dead event per dead instance: ${both[0].length} + ${both[1].length}`);
@@ -228,8 +255,9 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
     const dataSource = paused.app.get<DataSource>(getDataSourceToken());
     await dataSource.transaction((manager) => paused.get(OutboxService).enqueue(manager, { destination: 'd', key: 'k', payload: 'p' }));
     const [claim] = await claimsOf(paused).outbox.claim({ limit: 1, leaseMs: LONG_LEASE });
-    // Its heartbeats stopped an hour ago, as far as the database can tell.
+    // Its heartbeats stopped an hour ago, as far as the database can tell, and so did its renewals.
     await db.query(`UPDATE queuebox_instances SET heartbeat_at = clock_timestamp() - interval '1 hour' WHERE id = $1`, [pausedId]);
+    await db.query(`UPDATE queuebox_outbox SET claimed_at = clock_timestamp() - interval '1 hour' WHERE id = $1`, [claim.id]);
 
     const publisher = new RecordingPublisher();
     const survivor = await start(db.url, {
@@ -257,10 +285,12 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
   it('claims left by an instance no longer registered (declared dead, it claimed before it registered again, then died) end after deadAfterMs; fresh ones do not', async () => {
     const gone = 'ab5e0000-0000-4000-8000-000000000001';
     const resuming = 'ab5e0000-0000-4000-8000-000000000002';
-    const left = await heldOutboxRow(gone, 'k-left', 1);
-    await db.query(`UPDATE queuebox_outbox SET claimed_at = clock_timestamp() - interval '20 seconds' WHERE id = $1`, [left.id]);
+    await heldOutboxRow(gone, 'k-left', 1, '20 seconds');
     // Claimed a moment ago by an instance about to register again: not left behind (yet).
-    const fresh = await heldOutboxRow(resuming, 'k-fresh');
+    const fresh = await heldOutboxRow(resuming, 'k-fresh', 0, '0 seconds');
+    // Claimed long ago by an instance about to register again, but renewed a moment ago: kept.
+    const renewed = await heldOutboxRow(resuming, 'k-renewed', 0, '20 seconds');
+    await db.query('UPDATE queuebox_outbox SET renewed_at = clock_timestamp() WHERE id = $1', [renewed.id]);
     const publisher = new RecordingPublisher();
     const t = await start(db.url, {
       outbox: { publisher, pollIntervalMs: 50, claimTimeoutMs: LONG_LEASE },
@@ -268,7 +298,7 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
       instances: { heartbeatMs: 5_000, deadAfterMs: 15_000 }, // the test beats by hand before the timer does
     });
     const deadEvents = recordEvents(t, 'queuebox:instance-dead');
-    await t.get(QueueBoxInstance).beat();
+    await t.get(QueueBoxInstance).sweep();
     await eventually(
       async () => (await db.query(`SELECT 1 FROM queuebox_outbox WHERE "key" = 'k-left' AND state <> 'sent'`)).length === 0,
       'the left-behind key to be published',
@@ -290,10 +320,248 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
     );
     assert.ok(logged('warn', `QueueBox instance ${gone} is no longer registered but still held claims`));
     assert.deepEqual(await outboxRow(fresh.id), { state: 'processing', claim_token: fresh.claim_token, attempts: 1 });
+    assert.deepEqual(await outboxRow(renewed.id), { state: 'processing', claim_token: renewed.claim_token, attempts: 1 });
     const counters = t.get(QueueBoxMetrics).snapshot();
     assert.equal(counters.queuebox_instances_dead_total ?? 0, 0, 'counted when it was declared dead, not again');
     assert.equal(counters['queuebox_claims_released_total{cause="instance-dead",table="outbox"}'], 1, JSON.stringify(counters));
     await t.app.close();
+    await db.query('TRUNCATE queuebox_outbox, queuebox_instances');
+  });
+
+  it('a sweep blocked behind an open transaction never delays the heartbeat: no live replica is declared dead (SQL Server review M1)', async () => {
+    const dead = 'dead0000-0000-4000-8000-00000000b10c';
+    await fakeInstance(dead, 60_000);
+    const held = await heldOutboxRow(dead, 'k-blocked');
+    // An application transaction holds the dead instance's claimed row: every sweep that ends its
+    // lease waits for it (and a second replica's sweep waits for the first's delete of the instance).
+    const blocker = new Client({ connectionString: db.url });
+    await blocker.connect();
+    await blocker.query('BEGIN');
+    await blocker.query('SELECT 1 FROM queuebox_outbox WHERE id = $1 FOR UPDATE', [held.id]);
+    const blockedAt = (await blocker.query<{ now: Date }>('SELECT clock_timestamp() AS now')).rows[0].now;
+    const worker = () => ({
+      outbox: { publisher: new RecordingPublisher(), pollIntervalMs: 50, claimTimeoutMs: LONG_LEASE },
+      workers: { outbox: true, relay: false, pull: false },
+      instances: FAST,
+    });
+    const replicas = [await start(db.url, worker()), await start(db.url, worker())];
+    const ids = replicas.map((t) => t.get(QueueBoxInstance).id);
+    const deadEvents = replicas.flatMap((t) => [recordEvents(t, 'queuebox:instance-dead')]);
+    try {
+      await eventually(
+        async () =>
+          (await db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).length >= 2,
+        'both replicas’ sweeps to wait for the lock',
+        5000,
+      );
+      // Twice deadAfterMs after the lock was taken, both replicas have heartbeaten since (by the database clock).
+      await eventually(
+        async () =>
+          (
+            await db.query(
+              `SELECT 1 FROM queuebox_instances WHERE id = ANY($1::uuid[]) AND heartbeat_at > $2::timestamptz + interval '2 seconds'`,
+              [ids, blockedAt],
+            )
+          ).length === 2,
+        'the heartbeats of both replicas to advance while their sweeps wait',
+        6000,
+      );
+      assert.ok(
+        (await db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).length >= 1,
+        'a sweep still waits',
+      );
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    }
+    await eventually(async () => (await outboxRow(held.id)).state === 'sent', 'the dead instance’s row to be published', 10_000);
+    // A few more heartbeats and sweeps after the block: still nobody live declared dead.
+    const [{ now: releasedAt }] = await db.query<{ now: Date }>('SELECT clock_timestamp() AS now');
+    await eventually(
+      async () =>
+        (
+          await db.query(
+            `SELECT 1 FROM queuebox_instances WHERE id = ANY($1::uuid[]) AND heartbeat_at > $2::timestamptz + interval '0.5 seconds'`,
+            [ids, releasedAt],
+          )
+        ).length === 2,
+      'heartbeats after the block',
+      5000,
+    );
+    const declared = deadEvents.flat().map((e) => e.id);
+    assert.deepEqual(declared, [dead], 'only the dead instance was declared dead');
+    assert.deepEqual(
+      replicas.map((t) => t.get(QueueBoxInstance).status.declaredDead),
+      [0, 0],
+    );
+    for (const t of replicas) await t.app.close();
+    await db.query('TRUNCATE queuebox_outbox');
+  });
+
+  it('an instance never declares itself dead: its own sweep leaves its row and its claims alone, however old its heartbeat looks', async () => {
+    const t = await start(db.url, {
+      outbox: { publisher: new RecordingPublisher(), pollIntervalMs: 50, claimTimeoutMs: LONG_LEASE },
+      workers: { outbox: true, relay: false, pull: false },
+      instances: QUIET,
+    });
+    const self = t.get(QueueBoxInstance).id;
+    const own = await heldOutboxRow(self, 'k-own');
+    // Its heartbeat late behind a lock, as far as the database can tell, and a claim of its own long ago.
+    await db.query(`UPDATE queuebox_instances SET heartbeat_at = clock_timestamp() - interval '1 hour' WHERE id = $1`, [self]);
+    await db.query(`UPDATE queuebox_outbox SET claimed_at = clock_timestamp() - interval '1 hour' WHERE id = $1`, [own.id]);
+    const deadEvents = recordEvents(t, 'queuebox:instance-dead');
+    await t.get(QueueBoxInstance).sweep();
+    assert.deepEqual(deadEvents, []);
+    assert.equal((await db.query('SELECT 1 FROM queuebox_instances WHERE id = $1', [self])).length, 1, 'still registered');
+    assert.deepEqual(await outboxRow(own.id), { state: 'processing', claim_token: own.claim_token, attempts: 1 });
+    await db.query(`UPDATE queuebox_outbox SET state = 'dead', lease_expires_at = NULL WHERE id = $1`, [own.id]);
+    await t.app.close();
+    await db.query('TRUNCATE queuebox_outbox');
+  });
+
+  it('a heartbeat that looks old (a forward step of the database clock) does not end a lease its owner renewed within deadAfterMs, nor declare the owner dead', async (test) => {
+    const held = gate();
+    renewingCalls = 0;
+    renewingBehaviour = () => held.promise;
+    const owner = await start(
+      db.url,
+      { workers: { outbox: false, relay: false, pull: true }, pull: { pollIntervalMs: 20 }, instances: FAST },
+      { providers: [RenewingHandler] },
+    );
+    const ownerId = owner.get(QueueBoxInstance).id;
+    // A failing assertion must not leave the handler (and its transaction) open for ever.
+    test.after(held.open);
+    await owner.get(InboxService).receive({ source: 'renewing', idempotencyKey: 'r1', payload: {} });
+    await eventually(async () => renewingCalls === 1, 'the handler to run');
+    // Claimed longer ago than deadAfterMs (1 s), renewed within it: the owner keeps its lease.
+    await eventually(
+      async () =>
+        (
+          await db.query(
+            `SELECT 1 FROM queuebox_inbox WHERE claimed_at < clock_timestamp() - interval '1200 milliseconds'
+               AND renewed_at > clock_timestamp() - interval '700 milliseconds'`,
+          )
+        ).length === 1,
+      'a claim older than deadAfterMs, renewed within it',
+      10_000,
+    );
+    const [before] = await db.query<{ claim_token: string }>(`SELECT claim_token::text AS claim_token FROM queuebox_inbox`);
+    // The database clock steps an hour forward, as far as the owner's heartbeat can tell, and
+    // another replica sweeps before the owner beats again (one transaction: no heartbeat between).
+    const replica = new Client({ connectionString: db.url });
+    await replica.connect();
+    let ended: { id: string }[];
+    try {
+      await replica.query('BEGIN');
+      await replica.query(`UPDATE queuebox_instances SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE id = $1`, [ownerId]);
+      ended = (
+        await replica.query<{ id: string }>(instanceEndDeadSql('"queuebox_instances"', '"queuebox_outbox"', '"queuebox_inbox"'), [
+          1000,
+          'ffffffff-0000-4000-8000-000000000001',
+        ])
+      ).rows;
+      await replica.query('COMMIT');
+    } finally {
+      await replica.end();
+    }
+    assert.deepEqual(ended, [], 'no instance declared dead, no lease ended');
+    assert.equal((await db.query('SELECT 1 FROM queuebox_instances WHERE id = $1', [ownerId])).length, 1, 'the owner is still registered');
+    assert.deepEqual(
+      await db.query(`SELECT state, claim_token::text AS claim_token, lease_expires_at > clock_timestamp() AS live FROM queuebox_inbox`),
+      [{ state: 'processing', claim_token: before.claim_token, live: true }],
+    );
+    held.open();
+    await eventually(
+      async () => (await db.query(`SELECT 1 FROM queuebox_inbox WHERE state = 'processed'`)).length === 1,
+      'the owner to complete the message',
+    );
+    assert.equal(renewingCalls, 1, 'handled once');
+    assert.ok(!logged('error', 'Lost the claim'), 'no claim lost');
+    assert.equal(owner.get(QueueBoxInstance).status.declaredDead, 0);
+    await owner.app.close();
+    await db.query('TRUNCATE queuebox_inbox');
+  });
+
+  it('registration never takes over a row of its id: it says whose it is', async () => {
+    const holder = await start(db.url, { workers: false, instances: QUIET });
+    const other = await start(db.url, { workers: false, instances: QUIET });
+    const id = holder.get(QueueBoxInstance).id;
+    const [before] = await db.query<{ heartbeat_at: Date; beats: string }>(
+      'SELECT heartbeat_at, beats::text AS beats FROM queuebox_instances WHERE id = $1',
+      [id],
+    );
+    const registration = await other.app
+      .get<Dialect>(QUEUEBOX_DIALECT)
+      .instanceRegister({ id, host: 'clone', pid: 1, dataSource: 'default', version: '0', deadAfterMs: 1000 });
+    assert.equal(registration.registered, false);
+    assert.ok(!registration.registered && registration.holder.host === hostname() && registration.holder.pid === process.pid);
+    assert.deepEqual(
+      await db.query<{ heartbeat_at: Date; beats: string }>(
+        'SELECT heartbeat_at, beats::text AS beats FROM queuebox_instances WHERE id = $1',
+        [id],
+      ),
+      [before],
+      'the row is left as it was',
+    );
+    await holder.app.close();
+    await other.app.close();
+  });
+
+  it('two live processes with one instance id (a clone): one of them finds out at a heartbeat and takes a new id, and the clean shutdown of the other leaves its claims alone', async (test) => {
+    const replica = (publisher: RecordingPublisher) => ({
+      outbox: { publisher, pollIntervalMs: 20, claimTimeoutMs: LONG_LEASE },
+      workers: { outbox: true, relay: false, pull: false },
+      instances: FAST,
+    });
+    const late = gate();
+    const publishers = [new RecordingPublisher(() => late.promise), new RecordingPublisher(() => late.promise)];
+    const [a, b] = [await start(db.url, replica(publishers[0])), await start(db.url, replica(publishers[1]))];
+    test.after(late.open);
+    const shared = a.get(QueueBoxInstance).id;
+    // What a copy of A's memory would share: its id and the heartbeat count it last saw.
+    type Beats = { beats: { seen: number; inDoubt: number } };
+    (b.get(QueueBoxInstance) as unknown as Beats).beats = { ...(a.get(QueueBoxInstance) as unknown as Beats).beats };
+    b.app.get<QueueBoxInstanceName>(QUEUEBOX_INSTANCE).id = shared;
+    await eventually(
+      async () => logged('warn', `Another live process heartbeats as QueueBox instance ${shared}`),
+      'one of them to find out',
+      5000,
+    );
+    const ids = [a.get(QueueBoxInstance).id, b.get(QueueBoxInstance).id];
+    assert.equal(ids.filter((id) => id === shared).length, 1, `one keeps the id, the other takes a new one: ${ids}`);
+    const [keeper, mover] = ids[0] === shared ? [a, b] : [b, a];
+    const moverId = mover.get(QueueBoxInstance).id;
+    const beating = async (id: string) =>
+      (
+        await db.query(
+          `SELECT 1 FROM queuebox_instances WHERE id = $1 AND heartbeat_at > clock_timestamp() - interval '500 milliseconds'`,
+          [id],
+        )
+      ).length === 1;
+    await eventually(async () => (await beating(shared)) && (await beating(moverId)), 'both rows to heartbeat');
+
+    // The one that moved claims a message; the other shuts down cleanly meanwhile.
+    await keeper.get(OutboxPoller).stop();
+    const moverPublisher = publishers[mover === a ? 0 : 1];
+    const dataSource = a.app.get<DataSource>(getDataSourceToken());
+    const { id } = await dataSource.transaction((manager) => a.get(OutboxService).enqueue(manager, { destination: 'd', payload: 'mine' }));
+    await moverPublisher.waitForCalls(1);
+    const [held] = await db.query<{ claimed_by: string; claim_token: string }>(
+      'SELECT claimed_by::text AS claimed_by, claim_token::text AS claim_token FROM queuebox_outbox WHERE id = $1',
+      [id],
+    );
+    assert.equal(held.claimed_by, moverId, 'claimed under its new id');
+    await keeper.app.close();
+    assert.deepEqual(
+      await db.query(`SELECT state, claim_token::text AS claim_token FROM queuebox_outbox WHERE id = $1`, [id]),
+      [{ state: 'processing', claim_token: held.claim_token }],
+      'the other’s clean shutdown released nothing of it',
+    );
+    late.open();
+    await eventually(async () => (await outboxRow(id)).state === 'sent', 'the mover to mark it sent');
+    assert.equal(publishers[0].calls.length + publishers[1].calls.length, 1, 'published once');
+    assert.ok(!logged('error', 'Lost the claim'), 'no claim lost');
+    await mover.app.close();
     await db.query('TRUNCATE queuebox_outbox, queuebox_instances');
   });
 

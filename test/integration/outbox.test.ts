@@ -4,7 +4,7 @@ import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { DuplicateMessageIdError, PermanentPublishError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
-import { OutboxPoller } from '../../lib/outbox/outbox.poller';
+import { ABORT_GRACE_MS, OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
@@ -314,7 +314,17 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
       );
       assert.equal(ignoring.calls.length, 3, 'no fourth publish started while three still run');
       assert.equal(ownPoller.overrunningCount, 3);
-      assert.ok(own.logger.has('warn', 'ignores its signal and is still running'));
+      await eventually(
+        async () =>
+          own.logger.lines.filter(
+            (line) =>
+              line.level === 'warn' &&
+              line.message.includes(
+                'was aborted by its timeout ("outbox.publishTimeout", 50 ms), but the publisher ignores its signal and is still running',
+              ),
+          ).length === 3,
+        'a warning per publish that still runs after its timeout aborted it',
+      );
       stuck.open();
       await eventually(
         async () => (await db.query("SELECT 1 FROM queuebox_outbox WHERE state = 'sent'")).length === 12,
@@ -324,6 +334,37 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
       assert.equal(ownPoller.overrunningCount, 0);
     } finally {
       stuck.open();
+      await own.app.close();
+    }
+  });
+
+  it('a publish that honours its timed-out signal is not said to ignore it: the warning names only one still running after the abort', async () => {
+    const honouring = new RecordingPublisher(
+      (_message, signal) => new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+    );
+    const own = await createTestApp(db.url, {
+      outbox: { publisher: honouring, pollIntervalMs: 10, claimTimeoutMs: 3000, publishTimeout: 50, retry: { attempts: 1 } },
+      workers: false,
+    });
+    try {
+      await own.app.get<DataSource>(getDataSourceToken()).transaction((manager) =>
+        own.get(OutboxService).enqueueMany(manager, [
+          { destination: 'billing', payload: 1 },
+          { destination: 'billing', payload: 2 },
+        ]),
+      );
+      await own.get(OutboxPoller).runOnce();
+      const rows = await db.query<{ state: string; last_error: string }>('SELECT state, last_error FROM queuebox_outbox');
+      assert.ok(
+        rows.length === 2 && rows.every((row) => row.state === 'dead' && row.last_error.includes('"outbox.publishTimeout" (50 ms)')),
+        JSON.stringify(rows),
+      );
+      // Longer than the grace a publish has to end after its abort (ABORT_GRACE_MS).
+      await new Promise((resolve) => setTimeout(resolve, ABORT_GRACE_MS + 200));
+      const lines = JSON.stringify(own.logger.lines);
+      assert.ok(!lines.includes('ignores its signal'), lines);
+      assert.equal(own.get(OutboxPoller).overrunningCount, 0);
+    } finally {
       await own.app.close();
     }
   });

@@ -10,6 +10,7 @@ import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import {
   createQueueBoxInstancesMigration,
   createQueueBoxMigration,
+  createQueueBoxRenewalsMigration,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
@@ -17,6 +18,7 @@ import {
   QueueBoxKeyCollation1796083200000,
   QueueBoxOperations1764633600000,
   QueueBoxRateLimits1796428800000,
+  QueueBoxRenewals1796515200000,
   QueueBoxSchema1764460800000,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
@@ -73,6 +75,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxInstances1796256000000,
         QueueBoxClaimProbes1796342400000,
         QueueBoxRateLimits1796428800000,
+        QueueBoxRenewals1796515200000,
       ]),
     );
     const app = await start(db, { retention: { enabled: true } });
@@ -83,13 +86,16 @@ describe('schema version checked at start-up', () => {
     );
   });
 
-  it('fails with only migration 001, naming the missing required migrations (002 with retention on, and 006) and the command', async () => {
+  it('fails with only migration 001, naming the missing required migrations (002 with retention on, 006 and 008) and the command', async () => {
     const db = track(await databaseWith([QueueBoxSchema1764460800000]));
-    await assert.rejects(start(db, {}), /lacks migration QueueBoxInstances1796256000000 /);
+    await assert.rejects(start(db, {}), /lacks migrations QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000 /);
     await assert.rejects(start(db, { retention: { enabled: true } }), (error: unknown) => {
       assert.ok(error instanceof QueueBoxConfigError, String(error));
       assert.equal(error.option, 'migrations');
-      assert.match(error.message, /lacks migrations QueueBoxOperations1764633600000, QueueBoxInstances1796256000000 /);
+      assert.match(
+        error.message,
+        /lacks migrations QueueBoxOperations1764633600000, QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000 /,
+      );
       assert.match(error.message, /npx --no-install queuebox migrate`/);
       assert.doesNotMatch(error.message, /QueueBoxClaims/); // optional: a warning, not a failure
       assert.doesNotMatch(error.message, /QueueBoxKeyCollation/); // no statement on PostgreSQL: a warning
@@ -99,8 +105,8 @@ describe('schema version checked at start-up', () => {
     });
   });
 
-  it('starts with migrations 001 and 006 when retention is off, warning of 002, 003, 004, 005 and 007', async () => {
-    const db = track(await databaseWith([QueueBoxSchema1764460800000, QueueBoxInstances1796256000000]));
+  it('starts with migrations 001, 006 and 008 when retention is off, warning of 002, 003, 004, 005 and 007', async () => {
+    const db = track(await databaseWith([QueueBoxSchema1764460800000, QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000]));
     const app = await start(db, {});
     await app.close();
     assert.ok(app.logger.has('warn', 'QueueBoxOperations1764633600000 is not recorded'), JSON.stringify(app.logger.lines));
@@ -135,12 +141,13 @@ describe('schema version checked at start-up', () => {
     const tables = { outbox: 'billing_outbox', inbox: 'billing_inbox' };
     const renamed = createQueueBoxMigration({ tables, name: 'BillingQueueBox1790000000000' });
     const instances = createQueueBoxInstancesMigration({ tables, name: 'BillingInstances1790000000001' });
-    const db = track(await databaseWith([renamed, instances]));
+    const renewals = createQueueBoxRenewalsMigration({ tables, name: 'BillingRenewals1790000000002' });
+    const db = track(await databaseWith([renamed, instances, renewals]));
     await assert.rejects(
-      start(db, { tables, retention: { enabled: true } }, { migrations: [renamed, instances] }),
+      start(db, { tables, retention: { enabled: true } }, { migrations: [renamed, instances, renewals] }),
       /lacks migration QueueBoxOperations1764633600000 /,
     );
-    const app = await start(db, { tables }, { migrations: [renamed, instances] });
+    const app = await start(db, { tables }, { migrations: [renamed, instances, renewals] });
     await app.close();
     assert.ok(
       !app.logger.lines.some((line) => line.message.includes('BillingQueueBox1790000000000')),

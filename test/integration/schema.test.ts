@@ -56,6 +56,7 @@ describe('schema', () => {
     await db.query(readFileSync(join(ROOT, 'sql/postgres/005_queuebox_claim_functions.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/006_queuebox_instances.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/007_queuebox_claim_probes.up.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/009_queuebox_renewals.up.sql'), 'utf8'));
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_sent\\_idx'")).length, 1);
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_unkeyed\\_claim\\_idx'")).length, 2);
     const publisher = new RecordingPublisher();
@@ -67,6 +68,8 @@ describe('schema', () => {
     } finally {
       await t.app.close();
     }
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/009_queuebox_renewals.down.sql'), 'utf8'));
+    assert.deepEqual(await db.query("SELECT column_name FROM information_schema.columns WHERE column_name IN ('renewed_at', 'beats')"), []);
     await db.query(readFileSync(join(ROOT, 'sql/postgres/007_queuebox_claim_probes.down.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/006_queuebox_instances.down.sql'), 'utf8'));
     assert.deepEqual(await db.query("SELECT proname FROM pg_proc WHERE proname LIKE 'queuebox%claim'"), [], 'the claim functions went');
@@ -570,7 +573,7 @@ describe('schema', () => {
     const db = await newDatabase({ migrate: false });
     const migrations = createQueueBoxMigrations();
     const run = (classes: typeof migrations) => runMigrations(db.url, classes);
-    await run(migrations.slice(0, 6));
+    await run([...migrations.slice(0, 6), migrations[7]]); // all but 007
     // What 006 of the version before wrote: the same signature, another source.
     await db.query(
       `CREATE OR REPLACE FUNCTION queuebox_outbox_claim(p_limit integer, p_lease_ms bigint, p_instance uuid) RETURNS SETOF queuebox_outbox

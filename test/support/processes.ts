@@ -8,6 +8,8 @@ export interface WorkerProcess {
   exited: Promise<string>;
   /** The QueueBox counters the worker printed when it shut down (empty if it was killed). */
   metrics(): Record<string, number>;
+  /** The log lines it printed so far (started with `printLogs`). */
+  logs(): { level: string; message: string }[];
 }
 
 /**
@@ -53,6 +55,8 @@ export async function startWorker(env: {
   waitReady?: boolean;
   /** When it aborts, the worker is killed (SIGKILL), wherever it is, even still starting; an aborted signal starts none. */
   signal?: AbortSignal;
+  /** Print its Nest log lines, for `logs()`. */
+  printLogs?: boolean;
 }): Promise<WorkerProcess> {
   env.signal?.throwIfAborted();
   const child = spawn(process.execPath, [join(__dirname, '..', 'fixtures', 'worker.js')], {
@@ -66,6 +70,7 @@ export async function startWorker(env: {
       QUEUEBOX_TEST_PULL_MAX_ATTEMPTS: String(env.pullMaxAttempts ?? 10),
       QUEUEBOX_TEST_BATCH_HOLD_MS: String(env.batchHoldMs ?? 0),
       QUEUEBOX_TEST_MANUAL_INIT: env.manualInitialization ? '1' : '',
+      ...(env.printLogs ? { QUEUEBOX_TEST_PRINT_LOGS: '1' } : {}),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -79,14 +84,16 @@ export async function startWorker(env: {
   const ready = new Promise<void>((resolve, reject) => {
     child.stdout!.on('data', (chunk) => {
       output += String(chunk);
-      if (output.includes('ready')) resolve();
+      // A line of its own: a printed log line may say "ready" too.
+      if (/^ready$/m.test(output)) resolve();
     });
     void exited.then((how) => reject(new Error(`worker ${env.name} exited (${how}) before it was ready`)));
   });
   const metrics = () => JSON.parse(/^metrics (.*)$/m.exec(output)?.[1] ?? '{}') as Record<string, number>;
+  const logs = () => [...output.matchAll(/^log (.*)$/gm)].map((line) => JSON.parse(line[1]) as { level: string; message: string });
   if (env.waitReady !== false) await ready;
   else ready.catch(() => undefined);
-  return { child, exited, metrics };
+  return { child, exited, metrics, logs };
 }
 
 /**

@@ -33,6 +33,8 @@ describe('public barrel', () => {
       'createQueueBoxClaimProbesMigration',
       'QueueBoxRateLimits1796428800000',
       'createQueueBoxRateLimitsMigration',
+      'QueueBoxRenewals1796515200000',
+      'createQueueBoxRenewalsMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -64,6 +66,7 @@ describe('public barrel', () => {
         'QueueBoxInstances1796256000000',
         'QueueBoxClaimProbes1796342400000',
         'QueueBoxRateLimits1796428800000',
+        'QueueBoxRenewals1796515200000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );

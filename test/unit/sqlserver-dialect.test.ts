@@ -12,6 +12,7 @@ import * as checks from '../../lib/dialects/sqlserver/checks.sql';
 import * as claims from '../../lib/dialects/sqlserver/claims.sql';
 import * as followers from '../../lib/dialects/sqlserver/followers.sql';
 import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
+import * as instances from '../../lib/dialects/sqlserver/instances.sql';
 import * as lease from '../../lib/dialects/sqlserver/lease.sql';
 import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
 import * as retention from '../../lib/dialects/sqlserver/retention.sql';
@@ -358,7 +359,7 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
     assert.match(renderSchemaSql('postgres', { migration: 'keyCollation' }), /Nothing to do on PostgreSQL/);
   });
 
-  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions, 006_queuebox_instances, 007_queuebox_claim_probes and 008_queuebox_rate_limits .{up,down}.sql, one GO batch per statement', () => {
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions, 006_queuebox_instances, 007_queuebox_claim_probes and 008_queuebox_rate_limits and 009_queuebox_renewals .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
@@ -379,6 +380,8 @@ describe('SQL Server dialect: schema through the migration class and plain SQL',
         '007_queuebox_claim_probes.down.sql',
         '008_queuebox_rate_limits.up.sql',
         '008_queuebox_rate_limits.down.sql',
+        '009_queuebox_renewals.up.sql',
+        '009_queuebox_renewals.down.sql',
       ],
     );
     const up = renderSchemaSql('mssql');
@@ -499,7 +502,11 @@ describe('SQL Server dialect: how it drives TypeORM', () => {
   it('runs the pull claim in a transaction that owns the lock on the source', async () => {
     const { dataSource, calls } = scriptedDataSource(() => ({ records: [] }));
     const instanceId = '4b1a7c1e-0000-4000-8000-000000000001';
-    await createDialect(dataSource, TABLES, { instanceId }).inboxPullClaimBatch({ source: 'payments', limit: 3, leaseMs: 30_000 });
+    await createDialect(dataSource, TABLES, { instance: { id: instanceId } }).inboxPullClaimBatch({
+      source: 'payments',
+      limit: 3,
+      leaseMs: 30_000,
+    });
     assert.deepEqual(
       calls.map((c) => c.what),
       ['startTransaction', 'query', 'commitTransaction', 'release'],
@@ -878,6 +885,8 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
         return { records: [{ id: '1', message_id: 'AAAAAAAA-0000-4000-8000-000000000000' }] };
       if (statement === sql.outboxInsertIfAbsentSql('[queuebox_outbox]'))
         return { records: [{ id: '1', message_id: 'AAAAAAAA-0000-4000-8000-000000000000' }] };
+      if (statement === instances.instanceRegisterSql('[queuebox_instances]')) return { records: [{ registered: 1 }] };
+      if (statement === instances.instanceHeartbeatSql('[queuebox_instances]')) return { records: [{ beats: '4', registered: 1 }] };
       return { records: [], affected: 1 };
     });
     const dialect = createDialect(dataSource, TABLES);
@@ -996,8 +1005,12 @@ describe('SQL Server dialect: every parameter declared at a fixed size (issue 14
           dialect.instanceRegister({ id: fence.token, host: 'h', pid: 7, dataSource: 'default', version: '1.0.0', deadAfterMs: 15_000 }),
         ['uniqueidentifier', N255, 'int', N255, N255, 'int'],
       ],
-      ['instanceHeartbeat', () => dialect.instanceHeartbeat({ id: fence.token }), ['uniqueidentifier']],
-      ['instanceEndDead', () => dialect.instanceEndDead({ unregisteredAfterMs: 15_000 }), ['int']],
+      [
+        'instanceHeartbeat',
+        () => dialect.instanceHeartbeat({ id: fence.token, beats: { from: 3, to: 5 } }),
+        ['uniqueidentifier', 'bigint', 'bigint'],
+      ],
+      ['instanceEndDead', () => dialect.instanceEndDead({ self: fence.token, unregisteredAfterMs: 15_000 }), ['int', 'uniqueidentifier']],
       ['instanceDeregister', () => dialect.instanceDeregister({ id: fence.token }), ['uniqueidentifier']],
       ['instanceList', () => dialect.instanceList(), []],
     ];

@@ -25,6 +25,8 @@ import {
   sqlServerKeyCollationUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
+  sqlServerRenewalsDown,
+  sqlServerRenewalsUp,
   sqlServerSchemaDown,
   sqlServerSchemaUp,
 } from '../../lib/dialects/sqlserver/schema';
@@ -62,8 +64,8 @@ function instanceStatements(): { name: string; statement: string; params: number
     const [n, o, i] = [mssqlTable(tables.instances), mssqlTable(tables.outbox), mssqlTable(tables.inbox)];
     return [
       { name: `instanceRegisterSql(${n})`, statement: instances.instanceRegisterSql(n), params: 6 },
-      { name: `instanceHeartbeatSql(${n})`, statement: instances.instanceHeartbeatSql(n), params: 1 },
-      { name: `instanceEndDeadSql(${n})`, statement: instances.instanceEndDeadSql(n, o, i), params: 1 },
+      { name: `instanceHeartbeatSql(${n})`, statement: instances.instanceHeartbeatSql(n), params: 3 },
+      { name: `instanceEndDeadSql(${n})`, statement: instances.instanceEndDeadSql(n, o, i), params: 2 },
       { name: `instanceDeregisterSql(${n})`, statement: instances.instanceDeregisterSql(n, o, i), params: 1 },
       { name: `instanceListSql(${n})`, statement: instances.instanceListSql(n, o, i), params: 0 },
     ];
@@ -103,11 +105,11 @@ function adminStatements(): { name: string; statement: string }[] {
         { name: `deadLetterListSql(${table[c]})`, statement: sql.deadLetterListSql(table[c], c, false) },
         { name: `deadLetterListSql(${table[c]}, payload)`, statement: sql.deadLetterListSql(table[c], c, true) },
         { name: `deadLetterListSql(${table[c]}, newest first)`, statement: sql.deadLetterListSql(table[c], c, false, true) },
-        { name: `adminClaimListSql(${table[c]})`, statement: sql.adminClaimListSql(table[c], c, table.instances) },
+        { name: `adminClaimListSql(${table[c]})`, statement: sql.adminClaimListSql(table[c], c, table) },
         { name: `deadLetterCountSql(${table[c]})`, statement: sql.deadLetterCountSql(table[c], c) },
         { name: `deadLetterReplaySql(${table[c]})`, statement: sql.deadLetterReplaySql(table[c], c) },
         { name: `deadLetterDiscardSql(${table[c]})`, statement: sql.deadLetterDiscardSql(table[c], c) },
-        { name: `blockedKeyListSql(${table[c]})`, statement: sql.blockedKeyListSql(table[c], c, table.instances) },
+        { name: `blockedKeyListSql(${table[c]})`, statement: sql.blockedKeyListSql(table[c], c, table) },
         { name: `blockedKeySkipHeadSql(${table[c]})`, statement: sql.blockedKeySkipHeadSql(table[c], c) },
       ]),
       ...RETENTION_KINDS.map((kind) => {
@@ -153,6 +155,8 @@ function schemaStatements(): { name: string; statement: string }[] {
     })),
     ...sqlServerInstancesUp(tables).map((statement, n) => ({ name: `instances up #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerInstancesDown(tables).map((statement, n) => ({ name: `instances down #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerRenewalsUp(tables).map((statement, n) => ({ name: `renewals up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerRenewalsDown(tables).map((statement, n) => ({ name: `renewals down #${n} (${tables.outbox.qualified})`, statement })),
   ]);
 }
 
@@ -485,11 +489,17 @@ SELECT [id] FROM @inserted;`,
     const batch = statement.slice(statement.indexOf('BEGIN TRY'), statement.indexOf('END TRY'));
     assert.ok(batch.includes(`  ${rows}`), batch);
     assert.match(batch, /OUTPUT inserted\.\[id\], inserted\.\[message_id\] INTO @inserted/);
-    assert.match(batch, /WHERE NOT EXISTS \(SELECT 1 FROM \[messaging\]\.\[events_out\] AS o WHERE o\.\[message_id\] = m\.\[message_id\]\)\n {2}ORDER BY CAST\(j\.\[key\] AS INT\);/);
+    assert.match(
+      batch,
+      /WHERE NOT EXISTS \(SELECT 1 FROM \[messaging\]\.\[events_out\] AS o WHERE o\.\[message_id\] = m\.\[message_id\]\)\n {2}ORDER BY CAST\(j\.\[key\] AS INT\);/,
+    );
     // Only a unique violation is caught, twice (the batch, then each row); anything else, or a doomed transaction, is thrown.
     assert.equal(statement.match(/IF ERROR_NUMBER\(\) NOT IN \(2601, 2627\) OR XACT_STATE\(\) = -1\n\s+THROW;/g)?.length, 2);
     // The fallback forgets what the failed batch may have output, then inserts row @row of the array, for @row = 0, 1, ...
-    assert.match(statement, /BEGIN CATCH\n[^]*?DELETE FROM @inserted;\n {2}DECLARE @row INT = 0;[^]*WHILE @row < @rows[^]*WHERE CAST\(j\.\[key\] AS INT\) = @row\n[^]*SET @row \+= 1;/);
+    assert.match(
+      statement,
+      /BEGIN CATCH\n[\s\S]*?DELETE FROM @inserted;\n {2}DECLARE @row INT = 0;[\s\S]*WHILE @row < @rows[\s\S]*WHERE CAST\(j\.\[key\] AS INT\) = @row\n[\s\S]*SET @row \+= 1;/,
+    );
     assert.ok(statement.endsWith('SELECT [id], [message_id] FROM @inserted ORDER BY [id];'));
     assert.match(sql.outboxFindSql(T), /WHERE \[message_id\] IN \(SELECT CAST\(\[value\] AS UNIQUEIDENTIFIER\) FROM OPENJSON\(@0\)\)$/);
   });
@@ -561,8 +571,8 @@ describe('SQL Server admin and retention statements: pinned shape', () => {
       ['replay', sql.deadLetterReplaySql(O, 'outbox'), 8],
       ['discard', sql.deadLetterDiscardSql(I, 'inbox'), 8],
       ['throughput', sql.adminThroughputSql(O, I), 1],
-      ['claims', sql.adminClaimListSql(O, 'outbox', '[queuebox_instances]'), 1],
-      ['blocked', sql.blockedKeyListSql(O, 'outbox', '[queuebox_instances]'), 1],
+      ['claims', sql.adminClaimListSql(O, 'outbox', { instances: '[queuebox_instances]', outbox: O, inbox: I }), 1],
+      ['blocked', sql.blockedKeyListSql(O, 'outbox', { instances: '[queuebox_instances]', outbox: O, inbox: I }), 1],
       ['skip outbox', sql.blockedKeySkipHeadSql(O, 'outbox'), 3],
       ['skip inbox', sql.blockedKeySkipHeadSql(I, 'inbox'), 4],
       ['retention lock', sql.retentionTryLockSql(), 1],
@@ -640,7 +650,7 @@ UPDATE t
   });
 
   it('blocked keys: failing heads (attempts > 0 with an error) and held heads with rows behind, none with an earlier unfinished row', () => {
-    const statement = sql.blockedKeyListSql(I, 'inbox', '[queuebox_instances]');
+    const statement = sql.blockedKeyListSql(I, 'inbox', { instances: '[queuebox_instances]', outbox: O, inbox: I });
     assert.match(statement, /\(\(h\.\[attempts\] > 0 AND h\.\[last_error\] IS NOT NULL\) OR \(h\.\[state\] = N'processing' AND EXISTS/);
     assert.match(
       statement,
@@ -648,15 +658,26 @@ UPDATE t
     );
   });
 
-  it('instance states (issue 34): dead exactly as the sweep deletes, silent after two thirds of dead_after_ms, by SYSUTCDATETIME()', () => {
+  it('instance states: dead exactly as the sweep deletes (past its deadline, renewing none of its leases within it), silent after two thirds of dead_after_ms, by SYSUTCDATETIME()', () => {
     const N = '[messaging].[queuebox_instances]';
-    const dead = 'n.[heartbeat_at] < DATEADD(MILLISECOND, -n.[dead_after_ms], SYSUTCDATETIME())';
-    const silent = "n.[heartbeat_at] < DATEADD(MILLISECOND, -(n.[dead_after_ms] * 2 / 3), SYSUTCDATETIME()) THEN N'silent'";
-    const state = `CASE WHEN ${dead} THEN N'dead'\n            WHEN ${silent}\n            ELSE N'alive' END`;
-    assert.equal(instances.instanceState('n'), state);
+    const tables = { instances: N, outbox: O, inbox: I };
+    const pastDeadline = 'n.[heartbeat_at] < DATEADD(MILLISECOND, -n.[dead_after_ms], SYSUTCDATETIME())';
+    const renews = (table: string) =>
+      `EXISTS (SELECT 1 FROM ${table} AS t\n      WHERE t.[state] = N'processing' AND t.[claimed_by] = n.[id] AND t.[lease_expires_at] > SYSUTCDATETIME()`;
+    const dead = `${pastDeadline} AND NOT ${renews(O)}`;
+    const state = instances.instanceState('n', tables);
+    assert.ok(state.startsWith(`CASE WHEN ${dead}`), state);
+    assert.ok(state.includes(`AND NOT ${renews(I)}`), state);
     assert.ok(
-      instances.instanceEndDeadSql(N, O, I).includes(`WHERE ${dead};`),
-      'the sweep deletes what the views call dead, no more, no less',
+      state.endsWith(
+        "THEN N'dead'\n            WHEN n.[heartbeat_at] < DATEADD(MILLISECOND, -(n.[dead_after_ms] * 2 / 3), SYSUTCDATETIME()) THEN N'silent'\n            ELSE N'alive' END",
+      ),
+      state,
+    );
+    const deadRule = state.slice('CASE WHEN '.length, state.indexOf(" THEN N'dead'"));
+    assert.ok(
+      instances.instanceEndDeadSql(N, O, I).includes(`WHERE ${deadRule} AND n.[id] <> @1;`),
+      'the sweep deletes what the views call dead, no more, no less (but never its caller)',
     );
     const list = instances.instanceListSql(N, O, I);
     assert.ok(list.includes(`${state} AS [state],`), list);
@@ -665,24 +686,25 @@ UPDATE t
 
   it('blocked keys and claims name an owner only while the row is held (processing, lease later than now); the last claimer always (issue 34)', () => {
     const N = '[queuebox_instances]';
+    const tables = { instances: N, outbox: O, inbox: I };
     const held = "(h.[state] = N'processing' AND h.[lease_expires_at] > SYSUTCDATETIME())";
     for (const [name, statement] of [
-      ['blocked outbox', sql.blockedKeyListSql(O, 'outbox', N)],
-      ['blocked inbox', sql.blockedKeyListSql(I, 'inbox', N)],
-      ['claims outbox', sql.adminClaimListSql(O, 'outbox', N)],
-      ['claims inbox', sql.adminClaimListSql(I, 'inbox', N)],
+      ['blocked outbox', sql.blockedKeyListSql(O, 'outbox', tables)],
+      ['blocked inbox', sql.blockedKeyListSql(I, 'inbox', tables)],
+      ['claims outbox', sql.adminClaimListSql(O, 'outbox', tables)],
+      ['claims inbox', sql.adminClaimListSql(I, 'inbox', tables)],
     ]) {
       assert.ok(statement.includes(`CASE WHEN ${held} THEN h.[claimed_by] END AS [owner],`), name);
       assert.ok(
         statement.includes(
-          `CASE WHEN ${held} AND h.[claimed_by] IS NOT NULL\n            THEN COALESCE((SELECT ${instances.instanceState('n')} FROM ${N} AS n WHERE n.[id] = h.[claimed_by]), N'dead') END AS [owner_state],`,
+          `CASE WHEN ${held} AND h.[claimed_by] IS NOT NULL\n            THEN COALESCE((SELECT ${instances.instanceState('n', tables)} FROM ${N} AS n WHERE n.[id] = h.[claimed_by]), N'dead') END AS [owner_state],`,
         ),
         `${name}: the owner's state, dead once its row is gone`,
       );
       assert.ok(statement.includes('h.[claimed_by] AS [last_claimed_by]'), name);
       assert.doesNotMatch(statement, /owner_alive/, name);
     }
-    const blocked = sql.blockedKeyListSql(O, 'outbox', N);
+    const blocked = sql.blockedKeyListSql(O, 'outbox', tables);
     assert.ok(
       blocked.includes(`CASE WHEN ${held} THEN DATEDIFF_BIG(MILLISECOND, h.[claimed_at], SYSUTCDATETIME()) / 1000.0 END AS [held_for]`),
     );

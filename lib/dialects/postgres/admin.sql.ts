@@ -1,6 +1,6 @@
 import { REPLAY_COUNT_HEADER, REPLAYED_AT_HEADER } from '../../wire-headers';
 import { ADMIN_COLUMNS, type AdminColumns, deadAt } from './columns';
-import { held, ownerColumns } from './instances.sql';
+import { held, type InstanceTables, ownerColumns } from './instances.sql';
 import { NOW } from './time';
 
 // QueueBoxAdmin's statements. Every write touches `dead` rows only, except skip-head.
@@ -109,7 +109,7 @@ RETURNING t.id`;
  * to end its lease); every head names the instance that claimed it last. Served by the
  * unfinished-rows key index.
  */
-export const blockedKeyListSql = (table: string, component: 'outbox' | 'inbox', instances: string) => {
+export const blockedKeyListSql = (table: string, component: 'outbox' | 'inbox', tables: InstanceTables) => {
   const c = ADMIN_COLUMNS[component];
   const sameKey = (alias: string) =>
     `${alias}.${c.key} = h.${c.key}${component === 'inbox' ? ` AND ${alias}.source = h.source` : ''} AND ${alias}.state IN ('pending', 'processing')`;
@@ -120,7 +120,7 @@ export const blockedKeyListSql = (table: string, component: 'outbox' | 'inbox', 
        CASE WHEN h.state = 'pending' THEN h.available_at ELSE h.lease_expires_at END AS next_attempt_at,
        (SELECT count(*) FROM ${table} w WHERE ${sameKey('w')} AND w.id > h.id) AS waiting,
        CASE WHEN ${held('h')} THEN extract(epoch FROM ${NOW} - h.claimed_at)::double precision END AS held_for,
-       ${ownerColumns('h', instances)}
+       ${ownerColumns('h', tables)}
 FROM ${table} h
 WHERE h.state IN ('pending', 'processing') AND h.${c.key} IS NOT NULL
   AND ((${failing}) OR (h.state = 'processing' AND EXISTS (SELECT 1 FROM ${table} w WHERE ${sameKey('w')} AND w.id > h.id)))
@@ -180,13 +180,13 @@ ${branches('inbox', inbox, 'processed_at', 'processed')}`;
  * state. Ages and remaining leases by the database clock; a negative `lease_left` is an expired
  * lease the reclaim step has not returned yet: nobody holds that row, its last claimer is named.
  */
-export const adminClaimListSql = (table: string, component: 'outbox' | 'inbox', instances: string) => {
+export const adminClaimListSql = (table: string, component: 'outbox' | 'inbox', tables: InstanceTables) => {
   const c = ADMIN_COLUMNS[component];
   const identity = component === 'outbox' ? 'h.message_id, NULL AS idempotency_key' : 'NULL AS message_id, h.idempotency_key';
   return `SELECT h.id, ${identity}, h.${c.name} AS name, h.${c.key} AS "key", h.claim_token, h.attempts, h.claimed_at, h.lease_expires_at,
        extract(epoch FROM ${NOW} - h.claimed_at)::double precision AS age,
        extract(epoch FROM h.lease_expires_at - ${NOW})::double precision AS lease_left,
-       ${ownerColumns('h', instances)}
+       ${ownerColumns('h', tables)}
 FROM ${table} h
 WHERE h.state = 'processing'
 ORDER BY h.claimed_at, h.id

@@ -15,6 +15,8 @@ import {
   postgresOperationsUp,
   postgresRateLimitsDown,
   postgresRateLimitsUp,
+  postgresRenewalsDown,
+  postgresRenewalsUp,
   postgresSchemaDown,
   postgresSchemaUp,
 } from './schema';
@@ -34,6 +36,7 @@ export const postgresDriver = {
     instances: { up: postgresInstancesUp, down: postgresInstancesDown },
     claimProbes: { up: postgresClaimProbesUp, down: postgresClaimProbesDown },
     rateLimits: { up: postgresRateLimitsUp, down: postgresRateLimitsDown },
+    renewals: { up: postgresRenewalsUp, down: postgresRenewalsDown },
   },
   noOpMigrations: {
     claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,

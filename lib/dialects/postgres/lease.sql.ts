@@ -5,8 +5,11 @@ import { msFromNow, NOW } from './time';
 /** The claim fence: $1 = id, $2 = claim token. */
 const FENCE = `id = $1 AND state = 'processing' AND claim_token = $2 AND lease_expires_at > ${NOW}`;
 
-/** $1 = id, $2 = token, $3 = lease in ms. */
-export const leaseRenewSql = (table: string) => `UPDATE ${table} SET lease_expires_at = ${msFromNow('$3')}
+/**
+ * $1 = id, $2 = token, $3 = lease in ms. `renewed_at` (migration 009) tells a replica's sweep that
+ * the owner keeps this lease, whatever its heartbeat looks like: every renewal must write it.
+ */
+export const leaseRenewSql = (table: string) => `UPDATE ${table} SET lease_expires_at = ${msFromNow('$3')}, renewed_at = ${NOW}
 WHERE ${FENCE} RETURNING lease_expires_at`;
 
 /**
@@ -14,7 +17,9 @@ WHERE ${FENCE} RETURNING lease_expires_at`;
  * each claim by its own lease, and returns the claims it renewed (id, token) with their new
  * expiry: a claim missing from the result is lost.
  */
-export const leaseRenewBatchSql = (table: string) => `UPDATE ${table} t SET lease_expires_at = ${msFromNow('c.lease_ms')}
+export const leaseRenewBatchSql = (
+  table: string,
+) => `UPDATE ${table} t SET lease_expires_at = ${msFromNow('c.lease_ms')}, renewed_at = ${NOW}
 FROM unnest($1::bigint[], $2::uuid[], $3::bigint[]) AS c(id, token, lease_ms)
 WHERE t.id = c.id AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
 RETURNING t.id::text AS id, t.claim_token::text AS token, t.lease_expires_at`;

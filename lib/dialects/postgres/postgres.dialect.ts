@@ -159,7 +159,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    */
   private readonly queryTimeoutMs?: number;
   /** The QueueBox instance that claims through this dialect (`claimed_by`), when it registered one. */
-  private readonly instanceId?: string;
+  private readonly instance?: { readonly id: string };
 
   constructor(
     private readonly dataSource: DataSource,
@@ -169,7 +169,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   ) {
     super();
     this.queryTimeoutMs = settings.queryTimeoutMs;
-    this.instanceId = settings.instanceId;
+    this.instance = settings.instance;
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
     this.instancesTable = pgTable(tables.instances);
     this.claimLock = claimLockNames(tables);
@@ -343,7 +343,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    */
   protected async claimRecords<T>(request: ClaimRequest): Promise<T[]> {
     const { kind, limit, leaseMs } = request;
-    const instance = this.instanceId ?? null;
+    const instance = this.instance?.id ?? null;
     const [lockName, params]: [string, InlineParam[]] =
       kind === 'outbox'
         ? [this.claimLock.outbox, [limit, leaseMs, instance]]

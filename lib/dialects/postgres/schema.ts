@@ -228,3 +228,28 @@ export function postgresRateLimitsUp(tables: QueueBoxTables): string[] {
 export function postgresRateLimitsDown(tables: QueueBoxTables): string[] {
   return [`DROP TABLE IF EXISTS ${pgTable(rateLimitsTableOf(tables.outbox))}`];
 }
+
+/**
+ * Migration 009 (renewals). `renewed_at` on both tables: when a renewal last moved the lease (the
+ * claim writes `claimed_at`), so a replica's sweep ends only leases nobody renewed within
+ * `deadAfterMs`, whatever a heartbeat looks like (a database clock step forward, a write that made
+ * it look old). Written by the renewal alone: the claim functions stay as they are. `beats` on the
+ * instances table: how many heartbeats the row took, which the heartbeat checks, so two live
+ * processes with one id (a process cloned after start-up, a VM restored from a snapshot) find out
+ * instead of beating one row. Nullable columns and a constant default change only the catalog.
+ */
+export function postgresRenewalsUp(tables: QueueBoxTables): string[] {
+  return [
+    `ALTER TABLE ${pgTable(tables.outbox)} ADD COLUMN renewed_at timestamptz`,
+    `ALTER TABLE ${pgTable(tables.inbox)} ADD COLUMN renewed_at timestamptz`,
+    `ALTER TABLE ${pgTable(tables.instances)} ADD COLUMN beats bigint NOT NULL DEFAULT 0`,
+  ];
+}
+
+export function postgresRenewalsDown(tables: QueueBoxTables): string[] {
+  return [
+    `ALTER TABLE ${pgTable(tables.instances)} DROP COLUMN IF EXISTS beats`,
+    `ALTER TABLE ${pgTable(tables.inbox)} DROP COLUMN IF EXISTS renewed_at`,
+    `ALTER TABLE ${pgTable(tables.outbox)} DROP COLUMN IF EXISTS renewed_at`,
+  ];
+}

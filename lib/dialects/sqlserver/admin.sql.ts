@@ -1,5 +1,5 @@
 import { ADMIN_COLUMNS, type Component, deadAt } from './columns';
-import { held, ownerColumns } from './instances.sql';
+import { held, type InstanceTables, ownerColumns } from './instances.sql';
 import { indexOf } from './quoting';
 import { asUtc, NOW, utcInstant } from './time';
 
@@ -108,7 +108,7 @@ OPTION (RECOMPILE)`;
  * @0 = limit. Heads that failed at least once and are not finished, or held with rows behind
  * them, with how many rows wait behind each, and who holds each (only while its lease is live).
  */
-export const blockedKeyListSql = (table: string, component: Component, instances: string) => {
+export const blockedKeyListSql = (table: string, component: Component, tables: InstanceTables) => {
   const c = ADMIN_COLUMNS[component];
   const sameKey = (alias: string) =>
     `${alias}.${c.key} = h.${c.key}${component === 'inbox' ? ` AND ${alias}.[source] = h.[source]` : ''} AND ${alias}.[state] IN (N'pending', N'processing')`;
@@ -119,7 +119,7 @@ export const blockedKeyListSql = (table: string, component: Component, instances
        ${asUtc("CASE WHEN h.[state] = N'pending' THEN h.[available_at] ELSE h.[lease_expires_at] END")} AS [next_attempt_at],
        (SELECT COUNT_BIG(*) FROM ${table} AS w WHERE ${sameKey('w')} AND w.[id] > h.[id]) AS [waiting],
        CASE WHEN ${held('h')} THEN DATEDIFF_BIG(MILLISECOND, h.[claimed_at], ${NOW}) / 1000.0 END AS [held_for],
-       ${ownerColumns('h', instances)}
+       ${ownerColumns('h', tables)}
 FROM ${table} AS h
 WHERE h.[state] IN (N'pending', N'processing') AND h.${c.key} IS NOT NULL
   AND ((${failing}) OR (h.[state] = N'processing' AND EXISTS (SELECT 1 FROM ${table} AS w WHERE ${sameKey('w')} AND w.[id] > h.[id])))
@@ -186,14 +186,14 @@ OPTION (RECOMPILE)`;
  * @0 = limit. Rows in flight (`processing`), oldest claim first, through the filtered `lease_idx`.
  * Ages and remaining leases in milliseconds by the database clock (negative: expired, not yet reclaimed).
  */
-export const adminClaimListSql = (table: string, component: Component, instances: string) => {
+export const adminClaimListSql = (table: string, component: Component, tables: InstanceTables) => {
   const c = ADMIN_COLUMNS[component];
   const identity = component === 'outbox' ? 'h.[message_id], NULL AS [idempotency_key]' : 'NULL AS [message_id], h.[idempotency_key]';
   return `SELECT TOP (@0) h.[id], ${identity}, h.${c.name} AS [name], h.${c.key} AS [key], h.[claim_token], h.[attempts],
        ${asUtc('h.[claimed_at]')} AS [claimed_at], ${asUtc('h.[lease_expires_at]')} AS [lease_expires_at],
        DATEDIFF_BIG(MILLISECOND, h.[claimed_at], ${NOW}) / 1000.0 AS [age],
        DATEDIFF_BIG(MILLISECOND, ${NOW}, h.[lease_expires_at]) / 1000.0 AS [lease_left],
-       ${ownerColumns('h', instances)}
+       ${ownerColumns('h', tables)}
 FROM ${table} AS h
 WHERE h.[state] = N'processing'
 ORDER BY h.[claimed_at], h.[id]`;

@@ -12,6 +12,8 @@ import {
   sqlServerOperationsUp,
   sqlServerRateLimitsDown,
   sqlServerRateLimitsUp,
+  sqlServerRenewalsDown,
+  sqlServerRenewalsUp,
   sqlServerSchemaDown,
   sqlServerSchemaUp,
 } from './schema';
@@ -32,6 +34,7 @@ export const sqlServerDriver = {
     instances: { up: sqlServerInstancesUp, down: sqlServerInstancesDown },
     claimProbes: { up: () => [], down: () => [] },
     rateLimits: { up: sqlServerRateLimitsUp, down: sqlServerRateLimitsDown },
+    renewals: { up: sqlServerRenewalsUp, down: sqlServerRenewalsDown },
   },
   noOpMigrations: {
     claimFunctions:

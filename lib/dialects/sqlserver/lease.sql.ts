@@ -27,8 +27,8 @@ export const PINNED_READ_COMMITTED = 'SET TRANSACTION ISOLATION LEVEL READ COMMI
 /** The claim fence: @0 = id, @1 = claim token. */
 const FENCE = `[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ${NOW}`;
 
-/** @0 = id, @1 = token, @2 = lease in ms. */
-export const leaseRenewSql = (table: string) => `UPDATE ${table} SET [lease_expires_at] = ${msFromNow('@2')}
+/** @0 = id, @1 = token, @2 = lease in ms. Writes `[renewed_at]` for the sweep (migration 009; see postgres/lease.sql.ts). */
+export const leaseRenewSql = (table: string) => `UPDATE ${table} SET [lease_expires_at] = ${msFromNow('@2')}, [renewed_at] = ${NOW}
 OUTPUT ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at]
 WHERE ${FENCE}`;
 

@@ -431,3 +431,27 @@ export function sqlServerRateLimitsUp(tables: QueueBoxTables): string[] {
 export function sqlServerRateLimitsDown(tables: QueueBoxTables): string[] {
   return [`DROP TABLE IF EXISTS ${mssqlTable(rateLimitsTableOf(tables.outbox))}`];
 }
+
+/**
+ * Migration 009 (renewals): `[renewed_at]` on both tables and `[beats]` on the instances table
+ * (see postgres/schema.ts). The nullable columns change only the metadata; `[beats]`, NOT NULL
+ * with a default, is written into each row of the instances table, a row per running process.
+ */
+export function sqlServerRenewalsUp(tables: QueueBoxTables): string[] {
+  const n = tables.instances.name;
+  return [
+    `ALTER TABLE ${mssqlTable(tables.outbox)} ADD [renewed_at] DATETIME2 NULL`,
+    `ALTER TABLE ${mssqlTable(tables.inbox)} ADD [renewed_at] DATETIME2 NULL`,
+    `ALTER TABLE ${mssqlTable(tables.instances)} ADD [beats] BIGINT NOT NULL CONSTRAINT [${n}_beats_default] DEFAULT 0`,
+  ];
+}
+
+export function sqlServerRenewalsDown(tables: QueueBoxTables): string[] {
+  const n = tables.instances.name;
+  return [
+    `ALTER TABLE ${mssqlTable(tables.instances)} DROP CONSTRAINT [${n}_beats_default]`,
+    `ALTER TABLE ${mssqlTable(tables.instances)} DROP COLUMN [beats]`,
+    `ALTER TABLE ${mssqlTable(tables.inbox)} DROP COLUMN [renewed_at]`,
+    `ALTER TABLE ${mssqlTable(tables.outbox)} DROP COLUMN [renewed_at]`,
+  ];
+}

@@ -273,7 +273,7 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
   protected claimRecords<T>(request: ClaimRequest): Promise<T[]> {
     const lease = [int(request.limit), bigint(request.leaseMs)];
     // The claiming instance (`claimed_by`) is each claim's last parameter.
-    const instance = guidOrNull(this.settings.instanceId ?? null);
+    const instance = guidOrNull(this.settings.instance?.id ?? null);
     switch (request.kind) {
       case 'outbox':
         return this.claimUnderLock<T>(this.claimLock.outbox, outboxClaimSql(this.table.outbox), [...lease, instance]);
