@@ -376,4 +376,7 @@ export const messages = {
     `The oldest due message of ${where} has waited ${seconds} s, more than ${maxLagMs / 1000} s (see ${doc('operations.md')}, runbook: the backlog grows).`,
   healthBacklogFailed: (reason: string) => `The backlog could not be read: ${reason}`,
   healthTimeout: (ms: number) => `no answer within ${ms} ms`,
+
+  // `queuebox verify` (the dialects' part; lib/cli/verify/verify.messages.ts holds the rest)
+  verifySessionIdInvalid: (session: unknown) => `not a session id this database hands out: ${show(session)}`,
 } as const;
