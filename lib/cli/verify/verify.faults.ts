@@ -57,6 +57,11 @@ export class VerifyFaults {
   }
 
   private async inject(fault: VerifyFault, signal: AbortSignal): Promise<void> {
+    // Windows has no SIGSTOP, and its SIGTERM ends a process at once, as a kill does.
+    if (process.platform === 'win32' && (fault === 'pause' || fault === 'shutdown')) {
+      this.skip(fault, verifyMessages.faultNeedsSignals(fault === 'pause' ? 'SIGSTOP' : 'SIGTERM'));
+      return;
+    }
     const target = await this.target();
     if (!target) {
       this.skip(fault, verifyMessages.faultNoWorker());

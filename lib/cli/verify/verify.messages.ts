@@ -63,6 +63,7 @@ export const verifyMessages = {
     `no database session named ${JSON.stringify(name)} was found: a connection pooler between verify and the database (PgBouncer, a proxy) hides the workers' own sessions.`,
   sessionsFailed: (reason: string) => `ending a session failed: ${reason}`,
   faultNoWorker: () => 'no live worker to inject it into',
+  faultNeedsSignals: (signal: string) => `it needs ${signal} as Linux and macOS deliver it; Windows does not.`,
 
   // Checks
   checkLost: (name: string, table: string, state: RowState | undefined) =>
