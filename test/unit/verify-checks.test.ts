@@ -11,9 +11,10 @@ import {
   shutdownCheck,
   stuckCheck,
 } from '../../lib/cli/verify/verify.checks';
-import type { VerifyPath } from '../../lib/cli/verify/verify.options';
+import { resolveVerifyOptions, type VerifyPath } from '../../lib/cli/verify/verify.options';
 import { MessagePlan } from '../../lib/cli/verify/verify.producer';
 import type { Delivery, FaultRecord, ProducedMessage } from '../../lib/cli/verify/verify.records';
+import { recoveryBoundMs } from '../../lib/cli/verify/verify.runner';
 
 // The checks of `queuebox verify` on records made by hand: each passes on what a working QueueBox
 // leaves, and fails, naming the message, on what a broken one would. (The runs themselves, under
@@ -282,5 +283,33 @@ describe('verify: what the producers write', () => {
     assert.ok(messages.some((m) => m.payload.flaky));
     const none = new MessagePlan({ keys: 2, scenarios: [], slowPercent: 0, slowMs: 1500, handlerMs: 3600 });
     assert.ok(Array.from({ length: 400 }, (_, i) => none.message(i)).every((m) => !m.payload.poison && !m.payload.slowMs));
+  });
+});
+
+describe('verify: options', () => {
+  it('fills in the defaults, and keeps a run minutes long whatever the lease', () => {
+    const defaults = resolveVerifyOptions({ url: 'postgres://db/x' }, {});
+    assert.deepEqual(
+      [defaults.seconds, defaults.rate, defaults.workers, defaults.leaseMs, defaults.slowMs, defaults.handlerMs, defaults.publishTimeoutMs],
+      [30, 40, 3, 3000, 1500, 3600, 2250],
+    );
+    assert.deepEqual([defaults.shutdownTimeoutMs, defaults.pauseMs], [1000, 4500]);
+    assert.deepEqual(defaults.scenarios, ['kill', 'pause', 'sessions', 'shutdown', 'poison']);
+    assert.equal(recoveryBoundMs(defaults), 3600 + 2 * 3600 + 5000);
+    // A production lease: slow steps stay 2 s, the pause outlasts the instance's dead-after, not the lease.
+    const long = resolveVerifyOptions({ url: 'postgres://db/x', leaseMs: 300_000, deadAfterMs: 15_000, heartbeatMs: 3000 }, {});
+    assert.deepEqual([long.slowMs, long.handlerMs, long.shutdownTimeoutMs, long.pauseMs], [2000, 2000, 1000, 31_500]);
+    assert.equal(recoveryBoundMs(long), 21_000 + 2 * 4000 + 5000);
+  });
+
+  it('refuses what cannot be run, naming the option; the self-test defect comes from the environment only', () => {
+    assert.throws(() => resolveVerifyOptions({ url: '' }, {}), { name: 'QueueBoxConfigError', option: 'url' });
+    assert.throws(() => resolveVerifyOptions({ url: 'x', seconds: 2 }, {}), { option: 'seconds', message: /from 5 to 86400; got 2/ });
+    assert.throws(() => resolveVerifyOptions({ url: 'x', scenarios: ['kill', 'meteor' as 'kill'] }, {}), { option: 'scenarios' });
+    assert.throws(() => resolveVerifyOptions({ url: 'x', heartbeatMs: 3000, deadAfterMs: 5000 }, {}), { option: 'deadAfterMs' });
+    assert.throws(() => resolveVerifyOptions({ url: 'x', prefix: 'Verify' }, {}), { option: 'prefix' });
+    assert.equal(resolveVerifyOptions({ url: 'x' }, {}).defect, undefined);
+    assert.equal(resolveVerifyOptions({ url: 'x' }, { QUEUEBOX_VERIFY_DEFECT: 'fence-off' }).defect, 'fence-off');
+    assert.throws(() => resolveVerifyOptions({ url: 'x' }, { QUEUEBOX_VERIFY_DEFECT: 'fence' }), { option: 'QUEUEBOX_VERIFY_DEFECT' });
   });
 });

@@ -68,8 +68,9 @@ Options:
   --dead-after-ms <n>         instances.deadAfterMs (default ${bound('deadAfterMs')})
   --max-attempts <n>          Attempts before a message is dead (default ${bound('maxAttempts')})
   --keys <n>                  Keys per path (default ${bound('keys')})
-  --slow <percent>            Slow messages: publish, relay route and batch take half a lease, the pull
-                              handler 1.2 leases, kept by renewals (default ${bound('slowPercent')})
+  --slow <percent>            Slow messages: publish, relay route and batch take half a lease (at most
+                              2 s), the pull handler 1.2 leases, kept by renewals (a lease up to 10 s)
+                              (default ${bound('slowPercent')})
   --drain-seconds <n>         How long to wait after production for every row to finish (default:
                               20 s + 4 leases + dead-after-ms + half of --seconds)
   --prefix <name>             Table prefix (default queuebox_verify)

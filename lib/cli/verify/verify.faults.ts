@@ -1,10 +1,10 @@
 import { hostname } from 'node:os';
 import type { QueueBoxAdmin } from '../../admin/queuebox.admin';
 import { describeError } from '../../common/errors';
+import { sleepUntil } from '../../common/wait';
 import type { VerifyDatabase } from './verify.database';
 import { verifyMessages } from './verify.messages';
 import type { ResolvedVerifyOptions, VerifyFault } from './verify.options';
-import { sleepUntil } from './verify.producer';
 import type { FaultRecord, HeldRow, SkippedFault } from './verify.records';
 import type { VerifyWorker, VerifyWorkers } from './verify.workers';
 

@@ -5,7 +5,8 @@ import { verifyMessages } from './verify.messages';
  * A fault `queuebox verify` injects, or the poison messages it writes. Each is optional; by
  * default all run.
  * - `kill`: `kill -9` of the worker process holding the most claims, then a new one in its place.
- * - `pause`: SIGSTOP of the worker holding the most claims, past its lease (1.5 leases), then SIGCONT.
+ * - `pause`: SIGSTOP of the worker holding the most claims, past what takes its claims away (its
+ *   lease, or its instance declared dead), then SIGCONT.
  * - `sessions`: every database session of the worker holding the most claims ended by the
  *   database (`pg_terminate_backend`; `KILL` on SQL Server when the login may).
  * - `shutdown`: a graceful shutdown (SIGTERM) of the worker holding the most claims, with its
@@ -80,7 +81,11 @@ export interface VerifyOptions {
   maxAttempts?: number;
   /** Keys (aggregates) per path. Default 6. */
   keys?: number;
-  /** The share of messages, in percent, that are slow: their publish, relay route and batch take half a lease, their pull handler 1.2 leases (renewals keep its claim). Default 5. */
+  /**
+   * The share of messages, in percent, that are slow: their publish, relay route and batch take
+   * half a lease (at most 2 s), their pull handler 1.2 leases (renewals keep its claim; with a lease
+   * of at most 10 s). Default 5.
+   */
   slowPercent?: number;
   /** How long to wait after production for every row to finish, in seconds. Default: 20 s, four leases, deadAfterMs and half of `seconds`. */
   drainSeconds?: number;
@@ -114,15 +119,21 @@ export interface ResolvedVerifyOptions {
   prefix: string;
   schema: string | undefined;
   force: boolean;
-  /** How long a slow message's publish, relay route and batch take: half a lease. */
+  /** How long a slow message's publish, relay route and batch take: half a lease, at most SLOW_MS_MAX. */
   slowMs: number;
-  /** How long a slow message's pull handler takes: 1.2 leases, so only renewals keep its claim. */
+  /**
+   * How long a slow message's pull handler takes: 1.2 leases, so only renewals keep its claim, with
+   * a lease of at most RENEWED_LEASE_MAX_MS (beyond, a handler past its lease would take minutes: SLOW_MS_MAX).
+   */
   handlerMs: number;
   /** `outbox.publishTimeout`: three quarters of the lease (it must stay below it). */
   publishTimeoutMs: number;
-  /** Every worker's `shutdownTimeoutMs`: a third of the lease, so a graceful shutdown abandons slow work. */
+  /** Every worker's `shutdownTimeoutMs`: a third of the lease, at most a second, so a graceful shutdown abandons slow work. */
   shutdownTimeoutMs: number;
-  /** How long a pause lasts: 1.5 leases, past the lease. */
+  /**
+   * How long a pause lasts: 1.5 times what takes a frozen worker's claims away, its lease or its
+   * instance declared dead (deadAfterMs and two heartbeats), whichever comes first.
+   */
   pauseMs: number;
   /** Producer transactions open at once (rows of one key commit out of id order between them). */
   lanes: number;
@@ -154,6 +165,11 @@ export type VerifyIntegerOption = keyof typeof BOUNDS;
 
 /** The bounds of each integer option, for the CLI's help. */
 export const VERIFY_BOUNDS: Readonly<Record<VerifyIntegerOption, Bound>> = BOUNDS;
+
+/** The longest a slow message's step takes (ms), whatever the lease: a run stays minutes long. */
+const SLOW_MS_MAX = 2000;
+/** Up to this lease (ms), slow pull handlers outlast their lease, so that renewals must keep them. */
+const RENEWED_LEASE_MAX_MS = 10_000;
 
 const PREFIX = /^[a-z_][a-z0-9_]{0,30}$/;
 const SCHEMA = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
@@ -215,11 +231,11 @@ export function resolveVerifyOptions(options: VerifyOptions, env: NodeJS.Process
     prefix,
     schema,
     force: options.force === true,
-    slowMs: Math.floor(leaseMs / 2),
-    handlerMs: Math.floor(leaseMs * 1.2),
+    slowMs: Math.min(Math.floor(leaseMs / 2), SLOW_MS_MAX),
+    handlerMs: leaseMs <= RENEWED_LEASE_MAX_MS ? Math.floor(leaseMs * 1.2) : SLOW_MS_MAX,
     publishTimeoutMs: Math.floor((leaseMs * 3) / 4),
-    shutdownTimeoutMs: Math.floor(leaseMs / 3),
-    pauseMs: Math.floor(leaseMs * 1.5),
+    shutdownTimeoutMs: Math.min(Math.floor(leaseMs / 3), 1000),
+    pauseMs: Math.floor(Math.min(leaseMs, deadAfterMs + 2 * heartbeatMs) * 1.5),
     lanes: 6,
     defect: defectOf(env),
   };

@@ -1,6 +1,7 @@
 import { type INestApplicationContext, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
+import { sleepUntil } from '../../common/wait';
 import { InboxService } from '../../inbox/inbox.service';
 import { OutboxService } from '../../outbox/outbox.service';
 import { QueueBoxModule } from '../../queuebox.module';
@@ -78,28 +79,6 @@ export async function producerApp(
   class VerifyProducerModule {}
   const app = await NestFactory.createApplicationContext(VerifyProducerModule, { logger: false });
   return { app, outbox: app.get(OutboxService), inbox: app.get(InboxService) };
-}
-
-/** Rejects with `signal.reason` when it aborts; resolves at `at` (ms since the epoch) otherwise. */
-export function sleepUntil(at: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) {
-      reject(signal.reason);
-      return;
-    }
-    const abort = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(
-      () => {
-        signal.removeEventListener('abort', abort);
-        resolve();
-      },
-      Math.max(0, at - Date.now()),
-    );
-    signal.addEventListener('abort', abort, { once: true });
-  });
 }
 
 /** Writes the plan's messages on `lanes` lanes at `rate` per second until `until`, recording each as it commits. */

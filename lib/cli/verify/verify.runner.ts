@@ -3,13 +3,14 @@ import type { INestApplicationContext } from '@nestjs/common';
 import { createQueueBoxAdmin } from '../../admin/create-queuebox-admin';
 import type { QueueBoxAdmin } from '../../admin/queuebox.admin';
 import { packageVersion } from '../../common/package-version';
+import { sleepUntil } from '../../common/wait';
 import { QueueBoxError } from '../../errors/queuebox.errors';
 import { countByPath, outOfOrderCommits, runChecks } from './verify.checks';
 import { VerifyDatabase } from './verify.database';
 import { SHUTDOWN_GRACE_MS, VerifyFaults } from './verify.faults';
 import { verifyMessages } from './verify.messages';
 import { faultsOf, PATH_NAMES, type ResolvedVerifyOptions, resolveVerifyOptions, VERIFY_PATHS, type VerifyOptions } from './verify.options';
-import { MessagePlan, producerApp, sleepUntil, VerifyProducer } from './verify.producer';
+import { MessagePlan, producerApp, VerifyProducer } from './verify.producer';
 import type { Leftover, RowState } from './verify.records';
 import { settingsLines, type VerifyReport } from './verify.report';
 import { RecordingDestination, VerifyWorkers } from './verify.workers';
@@ -39,15 +40,16 @@ const RECOVERY_SLACK_MS = 5000;
 
 /**
  * How soon after a kill -9 the keys the killed worker held must move again: the sooner of its
- * instance declared dead (deadAfterMs and two heartbeats) and its lease expired, one reclaim
- * interval (a fifth of the lease), then the held message's own way to the destination at its
- * slowest (a slow pull handler, or a slow relay route then a slow publish), and RECOVERY_SLACK_MS.
+ * instance declared dead (deadAfterMs and two heartbeats; the sweep reclaims at once) and its
+ * lease expired (then a reclaim interval, a fifth of the lease), then the held message's own way to
+ * the destination, twice the slowest step (a slow pull handler may wait for a slot behind another),
+ * and RECOVERY_SLACK_MS.
  */
 export function recoveryBoundMs(
   options: Pick<ResolvedVerifyOptions, 'deadAfterMs' | 'heartbeatMs' | 'leaseMs' | 'handlerMs' | 'slowMs'>,
 ): number {
-  const expiry = Math.min(options.deadAfterMs + 2 * options.heartbeatMs, options.leaseMs) + options.leaseMs / 5;
-  return expiry + Math.max(options.handlerMs, 2 * options.slowMs) + RECOVERY_SLACK_MS;
+  const expiry = Math.min(options.deadAfterMs + 2 * options.heartbeatMs, options.leaseMs + options.leaseMs / 5);
+  return expiry + 2 * Math.max(options.handlerMs, 2 * options.slowMs) + RECOVERY_SLACK_MS;
 }
 
 /** How long the run waits after production for every row to finish: `drainSeconds`, else enough for a run that works. */
@@ -126,9 +128,7 @@ export async function runVerify(options: VerifyOptions): Promise<VerifyReport> {
 
     const runId = randomBytes(4).toString('hex');
     const destination = new RecordingDestination();
-    let running = true;
     let restartFailure: unknown;
-    const faults: { current?: VerifyFaults } = {};
     workers = new VerifyWorkers(
       (name) => ({
         name,
@@ -145,19 +145,18 @@ export async function runVerify(options: VerifyOptions): Promise<VerifyReport> {
         maxAttempts: resolved.maxAttempts,
       }),
       destination,
-      (worker, how) => {
-        if (!running) return;
-        faults.current?.crashed(worker, how, Date.now());
-        workers?.start().catch((error: unknown) => {
-          restartFailure ??= error;
-        });
-      },
     );
+    const fault = new VerifyFaults(resolved, workers, database, admin, log);
+    // A worker that exits by itself is a fault of its own (it explains duplicates as a kill does), and is replaced.
+    workers.onCrash = (worker, how) => {
+      fault.crashed(worker, how, Date.now());
+      workers?.start().catch((error: unknown) => {
+        restartFailure ??= error;
+      });
+    };
     const workersFrom = Date.now();
     await Promise.all(Array.from({ length: resolved.workers }, () => (workers as VerifyWorkers).start()));
     log(verifyMessages.workersStarted(resolved.workers, Date.now() - workersFrom));
-    const fault = new VerifyFaults(resolved, workers, database, admin, log);
-    faults.current = fault;
 
     const plan = new MessagePlan(resolved);
     const producing = new VerifyProducer(database.dataSource, services.outbox, services.inbox, plan);
@@ -176,7 +175,7 @@ export async function runVerify(options: VerifyOptions): Promise<VerifyReport> {
     const drain = await drained(admin, boundMs, signal);
     const leftovers = await leftoversOf(admin);
     const states = await statesOf(database, producing);
-    running = false;
+    workers.onCrash = undefined;
     await workers.stopAll(resolved.shutdownTimeoutMs + SHUTDOWN_GRACE_MS);
 
     const checks = runChecks({

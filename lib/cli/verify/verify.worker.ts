@@ -10,6 +10,7 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import type { EntityManager } from 'typeorm';
+import { sleepUntil } from '../../common/wait';
 import { dialectDriver } from '../../dialects/registry';
 import { OutboxService } from '../../outbox/outbox.service';
 import { type PullBatchContext, type PullContext, PullHandler } from '../../pull/pull-handler.decorator';
@@ -53,21 +54,6 @@ process.on('disconnect', () => process.exit(1));
 
 const retry = { attempts: config.maxAttempts, backoff: { delay: 50, factor: 2, maxDelay: 250, jitter: false } };
 const payloadOf = (message: { payload: unknown }) => message.payload as VerifyPayload;
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    signal.throwIfAborted();
-    const abort = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', abort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', abort, { once: true });
-  });
-}
 
 /** What every inbox stage does with a message before its real work: poison fails, a flaky one fails its first attempt. */
 function misbehave(message: InboxMessage): void {
@@ -135,7 +121,7 @@ class VerifyConsumers {
     misbehave(message);
     // Longer than the lease: only its renewals keep the claim (a lost one aborts `signal`: rolled back).
     const { handlerMs } = payloadOf(message);
-    if (handlerMs) await sleep(handlerMs, signal);
+    if (handlerMs) await sleepUntil(Date.now() + handlerMs, signal);
     await this.forward(message, 'pull', manager);
   }
 
@@ -143,7 +129,7 @@ class VerifyConsumers {
   async onBatch(messages: InboxMessage[], { manager, signal }: PullBatchContext): Promise<void> {
     for (const message of messages) misbehave(message);
     const slowMs = Math.max(0, ...messages.map((message) => payloadOf(message).slowMs ?? 0));
-    if (slowMs > 0) await sleep(slowMs, signal);
+    if (slowMs > 0) await sleepUntil(Date.now() + slowMs, signal);
     // One after the other: outbox ids follow the order the batch was handed over.
     for (const message of messages) await this.forward(message, 'batch', manager);
   }
@@ -194,7 +180,7 @@ const relaySource = PATH_NAMES.relay.source as string;
             [relaySource]: async (message, { signal }) => {
               misbehave(message);
               const { slowMs } = payloadOf(message);
-              if (slowMs) await sleep(slowMs, signal);
+              if (slowMs) await sleepUntil(Date.now() + slowMs, signal);
               return { destination: PATH_NAMES.relay.destination, key: message.aggregateId ?? undefined, payload: message.payload };
             },
           },

@@ -29,6 +29,8 @@ export interface VerifyWorker {
   pid: number;
   /** Resolves when it has exited, with how (`SIGKILL`, `0`, ...) and when. */
   exited: Promise<{ how: string; at: number }>;
+  /** Set once it said it was ready: a worker that never started did not crash, it failed to start. */
+  ready: boolean;
   /** Set once the run killed or stopped it: its exit is not a crash. */
   ending: boolean;
   paused: boolean;
@@ -83,11 +85,12 @@ export class VerifyWorkers {
   /** Kills every worker if the run's process exits without stopping them (a second Ctrl-C, a crash). */
   private readonly onExit = () => this.killAllNow();
 
+  /** Called when a worker that had started exits without the run having killed or stopped it. */
+  onCrash?: (worker: VerifyWorker, how: string) => void;
+
   constructor(
     private readonly configOf: (name: string) => VerifyWorkerConfig,
     private readonly destination: RecordingDestination,
-    /** Called when a worker exits without the run having killed or stopped it. */
-    private readonly onCrash: (worker: VerifyWorker, how: string) => void,
   ) {
     process.on('exit', this.onExit);
   }
@@ -112,6 +115,7 @@ export class VerifyWorkers {
       applicationName: config.applicationName,
       child,
       pid: child.pid ?? 0,
+      ready: false,
       exited: new Promise((resolve) => child.once('exit', (code, signal) => resolve({ how: signal ?? String(code), at: Date.now() }))),
       ending: false,
       paused: false,
@@ -138,6 +142,7 @@ export class VerifyWorkers {
       child.on('message', (message) => {
         if (!isWorkerMessage(message)) return;
         if (message.type === 'ready') {
+          worker.ready = true;
           clearTimeout(timer);
           resolve();
           return;
@@ -154,7 +159,7 @@ export class VerifyWorkers {
     });
     void worker.exited.then(({ how }) => {
       this.running.delete(worker);
-      if (!worker.ending) this.onCrash(worker, how);
+      if (worker.ready && !worker.ending) this.onCrash?.(worker, how);
     });
     try {
       await ready;
@@ -203,9 +208,10 @@ export class VerifyWorkers {
     await Promise.all([...this.running].map((worker) => this.stop(worker, boundMs)));
   }
 
-  /** Kills every worker now (a paused one is resumed first, so the signal is not left pending), and waits for them. */
+  /** Kills every worker now (a paused one is resumed first, so the signal is not left pending), and waits for them; none starts after. */
   async killAll(): Promise<void> {
     const workers = [...this.running];
+    this.halted = true;
     this.killAllNow();
     await Promise.all(workers.map((worker) => worker.exited));
   }
