@@ -11,6 +11,7 @@ import { SHUTDOWN_GRACE_MS, VerifyFaults } from './verify.faults';
 import { verifyMessages } from './verify.messages';
 import { faultsOf, PATH_NAMES, type ResolvedVerifyOptions, resolveVerifyOptions, VERIFY_PATHS, type VerifyOptions } from './verify.options';
 import { MessagePlan, producerApp, VerifyProducer } from './verify.producer';
+import type { VerifyWorkerConfig } from './verify.protocol';
 import type { Leftover, RowState } from './verify.records';
 import { settingsLines, type VerifyReport } from './verify.report';
 import { RecordingDestination, VerifyWorkers } from './verify.workers';
@@ -94,23 +95,7 @@ export async function runVerify(options: VerifyOptions): Promise<VerifyReport> {
         url: database.target.masked,
         settings: await database.settings(),
       },
-      settings: {
-        workers: resolved.workers,
-        pool: resolved.pool,
-        leaseMs: resolved.leaseMs,
-        publishTimeoutMs: resolved.publishTimeoutMs,
-        shutdownTimeoutMs: resolved.shutdownTimeoutMs,
-        heartbeatMs: resolved.heartbeatMs,
-        deadAfterMs: resolved.deadAfterMs,
-        maxAttempts: resolved.maxAttempts,
-        seconds: resolved.seconds,
-        rate: resolved.rate,
-        keys: resolved.keys,
-        slowPercent: resolved.slowPercent,
-        scenarios: resolved.scenarios,
-        tables: database.tables.label,
-        node: process.version,
-      },
+      settings: settingsOf(resolved, database),
     };
     log(verifyMessages.starting(packageVersion(), database.displayName, database.target.masked));
     if (resolved.defect) log(verifyMessages.defectBanner(resolved.defect));
@@ -129,23 +114,7 @@ export async function runVerify(options: VerifyOptions): Promise<VerifyReport> {
     const runId = randomBytes(4).toString('hex');
     const destination = new RecordingDestination();
     let restartFailure: unknown;
-    workers = new VerifyWorkers(
-      (name) => ({
-        name,
-        url: resolved.url,
-        applicationName: `queuebox-verify-${runId}-${name}`,
-        pool: resolved.pool,
-        schema: resolved.schema,
-        tables: database.tables.queuebox,
-        leaseMs: resolved.leaseMs,
-        publishTimeoutMs: resolved.publishTimeoutMs,
-        shutdownTimeoutMs: resolved.shutdownTimeoutMs,
-        heartbeatMs: resolved.heartbeatMs,
-        deadAfterMs: resolved.deadAfterMs,
-        maxAttempts: resolved.maxAttempts,
-      }),
-      destination,
-    );
+    workers = new VerifyWorkers((name) => workerConfig(resolved, database, `queuebox-verify-${runId}-${name}`, name), destination);
     const fault = new VerifyFaults(resolved, workers, database, admin, log);
     // A worker that exits by itself is a fault of its own (it explains duplicates as a kill does), and is replaced.
     workers.onCrash = (worker, how) => {
@@ -235,6 +204,45 @@ export async function runVerify(options: VerifyOptions): Promise<VerifyReport> {
     }
     await database.close();
   }
+}
+
+/** The settings a run reports. */
+function settingsOf(options: ResolvedVerifyOptions, database: VerifyDatabase): VerifyReport['settings'] {
+  return {
+    workers: options.workers,
+    pool: options.pool,
+    leaseMs: options.leaseMs,
+    publishTimeoutMs: options.publishTimeoutMs,
+    shutdownTimeoutMs: options.shutdownTimeoutMs,
+    heartbeatMs: options.heartbeatMs,
+    deadAfterMs: options.deadAfterMs,
+    maxAttempts: options.maxAttempts,
+    seconds: options.seconds,
+    rate: options.rate,
+    keys: options.keys,
+    slowPercent: options.slowPercent,
+    scenarios: options.scenarios,
+    tables: database.tables.label,
+    node: process.version,
+  };
+}
+
+/** A worker process's configuration: the run's database, tables and settings, and its name. */
+function workerConfig(options: ResolvedVerifyOptions, database: VerifyDatabase, applicationName: string, name: string): VerifyWorkerConfig {
+  return {
+    name,
+    url: options.url,
+    applicationName,
+    pool: options.pool,
+    schema: options.schema,
+    tables: database.tables.queuebox,
+    leaseMs: options.leaseMs,
+    publishTimeoutMs: options.publishTimeoutMs,
+    shutdownTimeoutMs: options.shutdownTimeoutMs,
+    heartbeatMs: options.heartbeatMs,
+    deadAfterMs: options.deadAfterMs,
+    maxAttempts: options.maxAttempts,
+  };
 }
 
 /** The run's destinations and sources, as `QueueBoxAdmin.backlog()` names them. */

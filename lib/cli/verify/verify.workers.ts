@@ -8,7 +8,7 @@ import type { Delivery } from './verify.records';
 // beside this file), answers their publishes as the recording destination, and kills, pauses,
 // stops and replaces them. A worker that exits by itself is reported and replaced.
 
-/** The worker entry, built beside this file (dist/verify/ in the package). */
+/** The worker entry, built beside this file (dist/cli/verify/ in the package). */
 const WORKER_SCRIPT = join(__dirname, 'verify.worker.js');
 
 /** Lines of output kept per worker, for the report of a failed run. */
