@@ -464,4 +464,7 @@ export const messages = {
     } Its heartbeats are late: an event-loop stall, a slow database, or a pool that keeps the heartbeat waiting (see ${doc('operations.md')}, instance states).`,
   healthInstancesFailed: (reason: string) => `The instances table could not be read: ${reason}`,
   healthTimeout: (ms: number) => `no answer within ${ms} ms`,
+
+  // `queuebox verify` (the dialects' part; lib/cli/verify/verify.messages.ts holds the rest)
+  verifySessionIdInvalid: (session: unknown) => `not a session id this database hands out: ${show(session)}`,
 } as const;

@@ -92,5 +92,10 @@ export const cliMessages = {
     `${action} without --id, --name, --error, --after or --before would change every dead ${component} row: add a filter, or --all to mean it. Nothing was changed.`,
   nothingSkipped: (what: string, headId: string | undefined) =>
     `nothing skipped: ${what} has no ${headId === undefined ? 'head row' : `head row with id ${headId}`} that is pending or whose lease expired (it may be held by a worker, finished, or not exist). See \`queuebox blocked\`.`,
+  verifyIntegerInvalid: (option: string, value: string) => `--${option} ${JSON.stringify(value)} must be a whole number.`,
+  verifyScenarioInvalid: (value: string, known: readonly string[]) =>
+    `--scenarios: unknown scenario ${JSON.stringify(value)}; use a comma-separated list of ${known.join(', ')}, or none.`,
+  verifyInterrupting: () => 'interrupted: stopping the workers and dropping the tables (Ctrl-C again to quit at once and leave them).',
+  verifyJsonWritten: (file: string) => `Report written to ${file}.`,
   textInvalid: (option: string) => `${option} must be a non-empty text of at most 2000 characters, without a NUL character.`,
 };

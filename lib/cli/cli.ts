@@ -13,6 +13,7 @@ import { migrateCommand } from './commands/migrate.command';
 import { skipHeadCommand } from './commands/skip-head.command';
 import { sqlCommand } from './commands/sql.command';
 import { statusCommand } from './commands/status.command';
+import { verifyCommand } from './commands/verify.command';
 import { maskSecrets, parseDatabaseUrl } from './database-url';
 
 /** Exit codes, as documented in docs/cli.md. */
@@ -27,6 +28,7 @@ export const commands: readonly Command[] = [
   blockedCommand,
   skipHeadCommand,
   instancesCommand,
+  verifyCommand,
 ];
 
 const HELP = `Usage: queuebox <command> [options]
@@ -54,8 +56,9 @@ Database URL (every command but sql): --url, else $QUEUEBOX_DATABASE_URL, else $
   Passwords are never printed: every URL shown reads user:***@host.
 
 Exit codes: 0 success; 1 failure (cannot connect or log in, missing database or schema, SQL
-error, skip-head skipped nothing); 2 usage error (unknown command or option, missing or malformed
-URL, bad --tables or --component, an unfiltered replay or discard without --all): nothing was done.`;
+error, skip-head skipped nothing, a verify check failed); 2 usage error (unknown command or option,
+missing or malformed URL, bad --tables or --component, an unfiltered replay or discard without
+--all): nothing was done; 130 verify interrupted by Ctrl-C (its tables dropped).`;
 
 /** The package's version, from the package.json above this file (dist/cli or .build/lib/cli). */
 function version(): string {

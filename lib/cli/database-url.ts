@@ -45,8 +45,12 @@ export function maskSecrets(text: string, secrets: readonly string[] = []): stri
   return masked;
 }
 
-/** Parses URLs of the registry's schemes (`postgres://`, `postgresql://`, `mssql://`, `sqlserver://`). Throws `CliUsageError` for anything else. */
-export function parseDatabaseUrl(raw: string): DatabaseTarget {
+/**
+ * Parses URLs of the registry's schemes (`postgres://`, `postgresql://`, `mssql://`, `sqlserver://`).
+ * Throws `CliUsageError` for anything else. The pool holds `poolMax` connections (default 2: one
+ * command at a time; `queuebox verify` sizes its workers' pools).
+ */
+export function parseDatabaseUrl(raw: string, options: { poolMax?: number } = {}): DatabaseTarget {
   let url: URL;
   try {
     url = new URL(raw);
@@ -87,7 +91,7 @@ export function parseDatabaseUrl(raw: string): DatabaseTarget {
       password,
       database,
       connectTimeoutMs: CONNECT_TIMEOUT_MS,
-      poolMax: POOL_MAX,
+      poolMax: options.poolMax ?? POOL_MAX,
       fail,
     });
     return { type: driver.type, ...found, masked, secrets };

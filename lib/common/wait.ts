@@ -41,3 +41,25 @@ export async function settledWithin(promises: Promise<unknown>[], ms: number): P
     clearTimeout(timer);
   }
 }
+
+/** Resolves at `at` (ms since the epoch), or rejects with `signal.reason` as soon as `signal` aborts. */
+export function sleepUntil(at: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const abort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(
+      () => {
+        signal.removeEventListener('abort', abort);
+        resolve();
+      },
+      Math.max(0, at - Date.now()),
+    );
+    signal.addEventListener('abort', abort, { once: true });
+  });
+}

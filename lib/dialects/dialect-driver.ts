@@ -27,6 +27,29 @@ export interface UrlConnection {
   database: string;
 }
 
+/**
+ * What `queuebox verify` (lib/cli/verify) asks of a database beside QueueBox's own statements: the
+ * settings it reports, and how it finds and ends the sessions of its worker processes (the
+ * "terminated session" fault). Each is a read or a session end, run with `dataSource.query`.
+ */
+export interface VerifyQueries {
+  /** The connection options with every connection of the pool named `name`, so its sessions can be found by that name. */
+  withApplicationName(connection: DataSourceOptions, name: string): DataSourceOptions;
+  /** Rows of `{ name, value }`: the server's version and the settings that bear on claims and fences (isolation, snapshot reads, ...). */
+  settings(): InspectionQuery;
+  /**
+   * Whether this login may see and end the sessions of its own other connections: one row of
+   * `{ may_see, may_end }` (1 or 0). None where any login may end its own sessions (PostgreSQL).
+   */
+  sessionPermissions?(): InspectionQuery;
+  /** The permissions `sessionPermissions` checks, as the database names them, for the report. */
+  readonly sessionPermissionNames: { see: string; end: string };
+  /** The sessions (`{ session }`, an integer) of the connections named `name` in this database, this one excepted. */
+  sessionsNamed(name: string): InspectionQuery;
+  /** Ends session `session` (an integer `sessionsNamed` returned). */
+  sessionEnd(session: number): InspectionQuery;
+}
+
 /** What the CLI says of one migration: once applied (`queuebox migrate`), and while not (`queuebox status`). */
 export interface MigrationNotes {
   applied: string;
@@ -87,6 +110,8 @@ export interface DialectDriver<T extends string = string> {
     databaseMissing: { codes: readonly string[]; text?: RegExp };
     authenticationFailed: { codes: readonly string[] };
   };
+  /** What `queuebox verify` asks of this database: its settings, its workers' sessions and how to end them. */
+  readonly verify: VerifyQueries;
   /** Read-only statements for the CLI's `status` and `queuebox/testing`. */
   readonly inspection: {
     finishedCount(tables: QueueBoxTables): InspectionQuery;

@@ -8,7 +8,7 @@ import { postgresDriver } from './postgres/driver';
 import type { SchemaMigration } from './schema-migrations';
 import { sqlServerDriver } from './sqlserver/driver';
 
-export type { DialectDriver, DialectLog, MigrationNotes, UrlConnection, UrlProblems } from './dialect-driver';
+export type { DialectDriver, DialectLog, MigrationNotes, UrlConnection, UrlProblems, VerifyQueries } from './dialect-driver';
 
 const ENTRIES = [postgresDriver, sqlServerDriver] as const;
 

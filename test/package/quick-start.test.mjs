@@ -166,3 +166,22 @@ test('README quick start: a fresh app publishes its first message', async () => 
   assert.ok(code === 0 || signal === 'SIGTERM', `the app did not stop cleanly on SIGTERM (${code ?? signal}):\n${output}`);
   assert.match(output, /Outbox poller stopped/);
 });
+
+test('the installed package runs `queuebox verify` from the app: its own worker processes, on the database of the app', {
+  timeout: STEP_TIMEOUT_MS,
+}, () => {
+  assert.ok(
+    dir && existsSync(join(dir, 'node_modules/queuebox/dist/cli/verify/verify.worker.js')),
+    'the quick start installed the package',
+  );
+  const url = new URL(serverUrl);
+  url.pathname = `/${database}`;
+  const output = run(
+    'npx',
+    ['--no-install', 'queuebox', 'verify', '--url', url.toString(), '--seconds', '6', '--workers', '2', '--scenarios', 'kill,poison'],
+    dir,
+  );
+  assert.match(output, /^PASS {2}lost /m, output);
+  assert.match(output, /^PASS {2}recovery /m, output);
+  assert.match(output, /^Verdict: PASS \(\d+ checks\) in \d+ s\. Workers stopped, tables dropped\.$/m, output);
+});

@@ -20,6 +20,7 @@ import {
   postgresSchemaDown,
   postgresSchemaUp,
 } from './schema';
+import { postgresVerifyQueries } from './verify.sql';
 
 /** PostgreSQL (TypeORM driver `postgres`, node-postgres). */
 export const postgresDriver = {
@@ -69,5 +70,6 @@ export const postgresDriver = {
   withRequestTimeout: (connection) => connection,
   // SQLSTATEs: 3D000 no such database, 28P01 bad password, 28000 no such role or not allowed.
   connectionFailures: { databaseMissing: { codes: ['3D000'] }, authenticationFailed: { codes: ['28P01', '28000'] } },
+  verify: postgresVerifyQueries,
   inspection: { finishedCount: finishedCountQuery, rowStates: rowStatesQuery },
 } as const satisfies DialectDriver<'postgres'>;

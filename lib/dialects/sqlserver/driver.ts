@@ -18,6 +18,7 @@ import {
   sqlServerSchemaUp,
 } from './schema';
 import { SqlServerDialect } from './sqlserver.dialect';
+import { sqlServerVerifyQueries } from './verify.sql';
 
 /** SQL Server and Azure SQL (TypeORM driver `mssql`). */
 export const sqlServerDriver = {
@@ -109,5 +110,6 @@ export const sqlServerDriver = {
     databaseMissing: { codes: [], text: /Cannot open database/i },
     authenticationFailed: { codes: ['ELOGIN'] },
   },
+  verify: sqlServerVerifyQueries,
   inspection: { finishedCount: finishedCountQuery, rowStates: rowStatesQuery },
 } as const satisfies DialectDriver<'mssql'>;
