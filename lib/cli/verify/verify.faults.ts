@@ -145,7 +145,7 @@ export class VerifyFaults {
     const live = this.workers.live().filter((worker) => !worker.paused);
     if (live.length === 0) return undefined;
     const host = hostname();
-    const instances = (await this.admin.instances()).filter((row) => row.host === host && row.alive);
+    const instances = (await this.admin.instances()).filter((row) => row.host === host && row.state === 'alive');
     const ranked = live
       .map((worker) => {
         const instance = instances.find((row) => row.pid === worker.pid);
