@@ -250,7 +250,7 @@ describe('queuebox CLI', () => {
     );
     await db.query(
       `INSERT INTO queuebox_outbox (message_id, destination, payload, state, attempts, claim_token, claimed_at, lease_expires_at, claimed_by)
-       VALUES (gen_random_uuid(), 'd', '{}', 'processing', 1, gen_random_uuid(), clock_timestamp(), clock_timestamp() + interval '5 minutes', $1)`,
+       VALUES (gen_random_uuid(), 'd', '{}', 'processing', 1, gen_random_uuid(), clock_timestamp() - interval '40 seconds', clock_timestamp() + interval '5 minutes', $1)`,
       [dead],
     );
     const text = await queuebox(['instances', '--url', url]);

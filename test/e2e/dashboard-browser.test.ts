@@ -264,10 +264,11 @@ describe('queuebox/dashboard in Chromium', { skip }, () => {
           `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, last_error, available_at,
                                         claim_token, claimed_at, lease_expires_at, claimed_by)
            VALUES (gen_random_uuid(), 'billing', $1, '{}', $2, 1, $3, clock_timestamp() + interval '10 minutes',
-                   CASE WHEN $4 THEN gen_random_uuid() END, clock_timestamp() - interval '20 seconds',
+                   CASE WHEN $4 THEN gen_random_uuid() END, clock_timestamp() - make_interval(secs => $6),
                    CASE WHEN $4 THEN clock_timestamp() + interval '4 minutes' END, $5),
                   (gen_random_uuid(), 'billing', $1, '{}', 'pending', 0, NULL, clock_timestamp(), NULL, NULL, NULL, NULL)`,
-          [key, held ? 'processing' : 'pending', held ? null : 'billing answered HTTP 503', held, by],
+          // A dead instance claimed its row before it stopped (an instance that renews lives).
+          [key, held ? 'processing' : 'pending', held ? null : 'billing answered HTTP 503', held, by, by === dead ? 100 : 20],
         );
       await blockedHead('order-1', dead, false);
       await blockedHead('order-2', silent, true);
@@ -282,7 +283,7 @@ describe('queuebox/dashboard in Chromium', { skip }, () => {
       // Pending until its retry: held by nobody, whoever claimed it last.
       assert.match(await cells(row('order-1')), /failing pending 1 .* — none; last claimed by dead0000 1 billing answered HTTP 503/);
       assert.match(await cells(row('order-2')), /held processing 1 .* 2\d s 5113e700 silent 1/);
-      assert.match(await cells(row('order-3')), /held processing 1 .* 2\d s dead0000 dead 1/);
+      assert.match(await cells(row('order-3')), /held processing 1 .* 1 min 4\d s dead0000 dead 1/);
       assert.match(await cells(row('order-4')), /held processing 1 .* 2\d s a11ce000 alive 1/);
       assert.equal(await row('order-1').locator('td.expired').count(), 0, 'nothing marks the failing head as held by a dead instance');
       await shot(page, 'blocked');

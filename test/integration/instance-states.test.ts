@@ -171,10 +171,19 @@ describe('instance states (alive, silent, dead) and the owners of blocked heads'
         `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, last_error, available_at,
                                       claim_token, claimed_at, lease_expires_at, claimed_by)
          VALUES (gen_random_uuid(), 'billing', $1, '{}', $2, 1, $3, clock_timestamp() + interval '10 minutes',
-                 CASE WHEN $4 THEN gen_random_uuid() END, clock_timestamp() - interval '20 seconds',
+                 CASE WHEN $4 THEN gen_random_uuid() END, clock_timestamp() - make_interval(secs => $7),
                  CASE WHEN $4 THEN clock_timestamp() + make_interval(secs => $5) END, $6),
                 (gen_random_uuid(), 'billing', $1, '{}', 'pending', 0, NULL, clock_timestamp(), NULL, NULL, NULL, NULL)`,
-        [key, claimed ? 'processing' : 'pending', claimed ? null : 'HTTP 503', claimed, how === 'held' ? 3600 : -3600, by],
+        // A dead instance claimed its row before it stopped (an instance that renews lives).
+        [
+          key,
+          claimed ? 'processing' : 'pending',
+          claimed ? null : 'HTTP 503',
+          claimed,
+          how === 'held' ? 3600 : -3600,
+          by,
+          by === dead ? 100 : 20,
+        ],
       );
     };
     await head('held-by-alive-01', alive, 'held');

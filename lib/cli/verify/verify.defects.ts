@@ -8,6 +8,9 @@ import type { VerifyDefect } from './verify.options';
 
 const ALL_COMPLETED: CompletedIds = { has: () => true };
 
+/** The expiry a renewal that did not run (or lost the row) reports as if it had renewed. */
+const fakeExpiry = (leaseMs: number) => new Date(Date.now() + leaseMs);
+
 /** Whether `instance` is a QueueBox `Dialect` (what the decorator looks for among Nest's providers). */
 export function isDialect(instance: unknown): instance is Dialect {
   const candidate = instance as Partial<Dialect> | null;
@@ -27,6 +30,7 @@ export function injectDefect(dialect: Dialect, defect: VerifyDefect): Dialect {
     leaseCompleteBatch: dialect.leaseCompleteBatch.bind(dialect),
     inboxCompleteFollowers: dialect.inboxCompleteFollowers.bind(dialect),
     leaseRenew: dialect.leaseRenew.bind(dialect),
+    leaseRenewBatch: dialect.leaseRenewBatch.bind(dialect),
     leaseRetry: dialect.leaseRetry.bind(dialect),
     leaseDeadLetter: dialect.leaseDeadLetter.bind(dialect),
     inboxFollowers: dialect.inboxFollowers.bind(dialect),
@@ -47,6 +51,12 @@ export function injectDefect(dialect: Dialect, defect: VerifyDefect): Dialect {
         return new Set(p.followers.map((follower) => follower.id));
       };
       dialect.leaseRenew = async (p) => (await original.leaseRenew(p)) ?? new Date(Date.now() + p.leaseMs);
+      dialect.leaseRenewBatch = async (p) => {
+        const renewed = new Map((await original.leaseRenewBatch(p)).map((claim) => [claim.id, claim]));
+        return p.claims.map(
+          (claim) => renewed.get(claim.id) ?? { id: claim.id, token: claim.token, leaseExpiresAt: fakeExpiry(claim.leaseMs) },
+        );
+      };
       dialect.leaseRetry = async (p) => {
         await original.leaseRetry(p);
         return true;
@@ -57,7 +67,11 @@ export function injectDefect(dialect: Dialect, defect: VerifyDefect): Dialect {
       };
       return dialect;
     case 'renewal-off':
-      dialect.leaseRenew = async (p) => new Date(Date.now() + p.leaseMs);
+      // Both ways a renewal goes: alone (the outbox poller, the relay), and batched on the pull
+      // worker's set-aside connection.
+      dialect.leaseRenew = async (p) => fakeExpiry(p.leaseMs);
+      dialect.leaseRenewBatch = async (p) =>
+        p.claims.map((claim) => ({ id: claim.id, token: claim.token, leaseExpiresAt: fakeExpiry(claim.leaseMs) }));
       return dialect;
     case 'followers-skip':
       dialect.inboxFollowers = async (p) => {

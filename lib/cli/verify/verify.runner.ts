@@ -273,7 +273,9 @@ async function leftoversOf(admin: QueueBoxAdmin): Promise<Leftover[]> {
   const leftovers: Leftover[] = [];
   for (const row of busy) {
     const claims = row.processing > 0 ? await admin.listClaims({ component: row.component, limit: 1000 }) : [];
-    const ownerless = claims.filter((claim) => claim.name === row.name && (claim.ownerState === null || claim.ownerState === 'dead')).length;
+    const ownerless = claims.filter(
+      (claim) => claim.name === row.name && (claim.ownerState === null || claim.ownerState === 'dead'),
+    ).length;
     leftovers.push({ component: row.component, name: row.name, pending: row.pending, processing: row.processing, ownerless });
   }
   return leftovers;
