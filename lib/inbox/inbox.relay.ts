@@ -195,7 +195,7 @@ export class InboxRelay extends WorkerShell<InboxClaim> {
         const followers = written === 'alone' ? await this.forwardAlone(forward) : forward.followers;
         const durationMs = performance.now() - startedAt;
         return {
-          kind: 'completed',
+          kind: 'committed',
           details: { durationMs, forwarded: forward.rows.length },
           followers: followers.map((follower) => ({ claim: follower.claim, details: { durationMs, forwarded: follower.rows.length } })),
         };

@@ -10,7 +10,7 @@ import { LeaseKeeper, LeaseKeeperGroup } from '../lease/lease-keeper';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
-import { activeTraceContext, inSpan, publishSpan, spanNeeded } from '../tracing/trace-context';
+import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
 import type { Claim, OutboxClaim } from '../types/claims';
 import type { QueueBoxInstanceName } from '../types/instance';
 import type { OutboundMessage } from '../types/messages';
@@ -51,7 +51,7 @@ type AbandonedPublish = { ended?: 'published' | 'failed'; settled: Promise<void>
  * while ((await app.get(OutboxPoller).runOnce()) > 0);
  */
 @Injectable()
-export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd {
+export class OutboxPoller extends WorkerShell<OutboxClaim> {
   protected readonly logger = new Logger('QueueBox:OutboxPoller');
   private readonly options: ResolvedOutboxOptions;
   private readonly loop: ClaimLoop<OutboxClaim>;
@@ -179,95 +179,46 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
   /**
    * The step: publishes the claimed message within `publishTimeout`. Its outcome (`complete`: the
    * recorder marks it `sent`; `failed`; `lost`) is written outside the slot, so the next publish
-   * starts while it is; a publish that ignored its aborted signal keeps the slot until it ends.
-   *
-   * The common case takes a lean path: enough of the lease is left and no span is to be started,
-   * so the publish is one `OutboxPublish` object (no async frames, closures or timer of its own)
-   * that resolves the step's promise with the outcome. Otherwise (renew first, a span) the same
-   * publish runs inside `publishSlowly`.
+   * starts while it is; a publish that ignored its aborted signal keeps the slot until it ends. A
+   * lease too short for the publish is renewed first: a lost or failed renewal means the message
+   * is not published now.
    */
-  private publish(claim: OutboxClaim, keeper: LeaseKeeper, slot: WorkSlot): PromiseLike<StepOutcome<OutboxClaim>> {
-    const { message } = claim;
-    const startedAt = performance.now();
+  private async publish(claim: OutboxClaim, keeper: LeaseKeeper, slot: WorkSlot): Promise<StepOutcome<OutboxClaim>> {
     const deferMs = this.deferrals?.get(claim);
     if (deferMs !== undefined) return this.putOff(claim, keeper, slot, deferMs);
-    let publisher: Publisher;
-    try {
-      publisher = this.publisherFor(message);
-    } catch (error) {
-      return this.afterPublish(claim, keeper, slot, startedAt, { error, overran: false });
-    }
-    if (this.leaseLeftNow(claim, keeper) !== true || spanNeeded(message.headers)) {
-      return this.publishSlowly(claim, keeper, slot, publisher, startedAt);
-    }
-    // No span: the destination continues from the active trace, if any (a copy only then).
-    const traced = activeTraceContext(message.headers);
-    const call = new OutboxPublish(
-      traced ? { ...message, headers: traced } : message,
-      keeper,
-      new AbortController(),
-      this.deadlines,
-      this,
-      claim,
-      slot,
-      startedAt,
-    );
-    call.start(publisher);
-    return call;
-  }
-
-  /** @internal How an `OutboxPublish` ended: its slot is given back, its keeper stopped, and its step settled with the outcome. */
-  publishEnded(publishCall: PublishCall, failure: PublishFailure | undefined): void {
-    const call = publishCall as OutboxPublish;
-    const { claim, keeper, slot } = call;
-    if (failure?.overran && call.publishing) slot.holdUntil(this.overrunning(call.publishing, claim.message.messageId, failure.abortedBy));
-    const durationMs = performance.now() - call.startedAt;
-    slot.release();
-    // Stop renewing before the finishing write; a renewal under way is waited for (it is rare).
-    if (keeper.renewing) {
-      void keeper.stop().then(() => call.resolve(this.outcomeOf(claim, keeper, durationMs, failure)));
-      return;
-    }
-    void keeper.stop();
-    call.resolve(this.outcomeOf(claim, keeper, durationMs, failure));
-  }
-
-  /**
-   * The publish when the lean path does not fit: the lease is short (renewed first: a lost or
-   * failed renewal means the message is not published now), or a span is started around it.
-   */
-  private async publishSlowly(
-    claim: OutboxClaim,
-    keeper: LeaseKeeper,
-    slot: WorkSlot,
-    publisher: Publisher,
-    startedAt: number,
-  ): Promise<StepOutcome<OutboxClaim>> {
     const { message } = claim;
-    if (!(this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) {
-      await keeper.stop();
-      if (keeper.lost || this.lease.isLost(claim)) {
-        return { kind: 'lost', level: 'warn', log: messages.publishClaimLost(message.messageId, this.liveness.explainLoss(claim.leaseMs)) };
-      }
-      return { kind: 'abandoned' };
-    }
+    const startedAt = performance.now();
     let failure: PublishFailure | undefined;
     try {
+      const publisher = this.publisherFor(message);
+      if (!(this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) {
+        slot.release();
+        await keeper.stop();
+        if (keeper.lost || this.lease.isLost(claim)) {
+          return {
+            kind: 'lost',
+            level: 'warn',
+            log: messages.publishClaimLost(message.messageId, this.liveness.explainLoss(claim.leaseMs)),
+          };
+        }
+        return { kind: 'abandoned' };
+      }
       await inSpan(
         message.headers,
         () => publishSpan(message),
-        () => {
-          // Inside the publish span, the destination continues from it (a copy only when a span is active).
-          const traced = activeTraceContext(message.headers);
-          return this.publishWithin(publisher, traced ? { ...message, headers: traced } : message, keeper, (settled) =>
-            slot.holdUntil(settled),
-          );
-        },
+        () =>
+          this.publishWithin(publisher, message, keeper, slot, (failed) => {
+            failure = failed;
+          }),
       );
     } catch (error) {
-      failure = { error, overran: false };
+      failure ??= { error, overran: false };
     }
-    return this.afterPublish(claim, keeper, slot, startedAt, failure);
+    const durationMs = performance.now() - startedAt;
+    slot.release();
+    // Renewals stop before the finishing write (a renewal under way is waited for).
+    await keeper.stop();
+    return this.outcomeOf(claim, keeper, durationMs, failure);
   }
 
   /** A claim its destination's rate limit had no token for: not published, put off for `delayMs` (no attempt charged). */
@@ -277,20 +228,6 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     if (this.loop.abandoned) return { kind: 'abandoned' };
     if (keeper.lost) return { kind: 'lost', level: 'warn', log: messages.publishClaimLost(claim.message.messageId) };
     return { kind: 'deferred', delayMs };
-  }
-
-  /** What follows a publish outside the lean path: the slot given back, renewals stopped, the outcome. */
-  private async afterPublish(
-    claim: OutboxClaim,
-    keeper: LeaseKeeper,
-    slot: WorkSlot,
-    startedAt: number,
-    failure: PublishFailure | undefined,
-  ): Promise<StepOutcome<OutboxClaim>> {
-    const durationMs = performance.now() - startedAt;
-    slot.release();
-    await keeper.stop();
-    return this.outcomeOf(claim, keeper, durationMs, failure);
   }
 
   /** How a publish ended, once its keeper stopped: abandoned (shutdown), lost, failed or complete. */
@@ -317,7 +254,7 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
         retryLog: (error, delayMs) => messages.publishFailed(message.messageId, claim.attempt, error, delayMs),
       };
     }
-    return { kind: 'complete', durationMs };
+    return { kind: 'succeeded', durationMs };
   }
 
   /** The publisher `outbox.route` names; a throwing route or an unknown name is permanent (retrying cannot help). */
@@ -360,26 +297,32 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
   }
 
   /**
-   * Runs one publish with `outbox.publishTimeout` as a promise (the span path): at the deadline
-   * its signal aborts and the attempt fails with a retryable `PublishError`, even if the publisher
-   * ignores the signal (then `overran` gets a promise of its end: its concurrency slot stays taken
-   * until then). The publisher's signal also aborts when the claim's does (lost claim, shutdown).
+   * Runs one publish within `outbox.publishTimeout`: at the deadline its signal aborts and the
+   * attempt fails with a retryable `PublishError`, even if the publisher ignores the signal (its
+   * concurrency slot then stays taken until it ends). The publisher's signal also aborts when the
+   * claim's does (lost claim, shutdown). The destination continues from the publish span, or from
+   * the active trace (a copy of the message only then). A publish that did not publish is told to
+   * `failed`, and rejects with its error.
    */
   private publishWithin(
     publisher: Publisher,
     message: OutboundMessage,
     keeper: LeaseKeeper,
-    overran: (settled: Promise<void>) => void,
+    slot: WorkSlot,
+    failed: (failure: PublishFailure) => void,
   ): Promise<void> {
+    const traced = activeTraceContext(message.headers);
     return new Promise<void>((resolve, reject) => {
       const end: PublishEnd = {
         publishEnded: (call, failure) => {
           if (!failure) return resolve();
+          if (failure.overran && call.publishing) slot.holdUntil(this.overrunning(call.publishing, message.messageId, failure.abortedBy));
+          failed(failure);
           reject(failure.error);
-          if (failure.overran && call.publishing) overran(this.overrunning(call.publishing, message.messageId, failure.abortedBy));
         },
       };
-      new PublishCall(message, keeper, new AbortController(), this.deadlines, end).start(publisher);
+      const call = new PublishCall(traced ? { ...message, headers: traced } : message, keeper, new AbortController(), this.deadlines, end);
+      call.start(publisher);
     });
   }
 
@@ -455,52 +398,5 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> implements PublishEnd
     } catch (error) {
       this.logger.error(messages.reclaimFailed(NAME, describeError(error)));
     }
-  }
-}
-
-/**
- * A lean-path publish: the claim it publishes, its slot and start. It is also the step's result,
- * a thenable the claim loop hands its two callbacks to (no promise of its own): `resolve` calls
- * them with the outcome, later (never during `then`, never twice).
- */
-class OutboxPublish extends PublishCall implements PromiseLike<StepOutcome<OutboxClaim>> {
-  private outcome?: StepOutcome<OutboxClaim>;
-  private onOutcome?: (outcome: StepOutcome<OutboxClaim>) => unknown;
-
-  constructor(
-    message: OutboundMessage,
-    keeper: LeaseKeeper,
-    controller: AbortController,
-    deadlines: PublishDeadlines,
-    end: PublishEnd,
-    readonly claim: OutboxClaim,
-    readonly slot: WorkSlot,
-    readonly startedAt: number,
-  ) {
-    super(message, keeper, controller, deadlines, end);
-  }
-
-  /** Takes the loop's callback (the step never fails: a failed publish is a `failed` outcome). */
-  // biome-ignore lint/suspicious/noThenProperty: this object is the step's thenable on purpose
-  then<R1 = StepOutcome<OutboxClaim>, R2 = never>(
-    onfulfilled?: ((outcome: StepOutcome<OutboxClaim>) => R1 | PromiseLike<R1>) | null,
-    _onrejected?: ((reason: unknown) => R2 | PromiseLike<R2>) | null,
-  ): PromiseLike<R1 | R2> {
-    if (onfulfilled) {
-      if (this.outcome) {
-        const outcome = this.outcome;
-        queueMicrotask(() => onfulfilled(outcome));
-      } else this.onOutcome = onfulfilled;
-    }
-    // The loop does not chain on what `then` returns.
-    return undefined as unknown as PromiseLike<R1 | R2>;
-  }
-
-  resolve(outcome: StepOutcome<OutboxClaim>): void {
-    if (this.outcome) return;
-    this.outcome = outcome;
-    const onOutcome = this.onOutcome;
-    this.onOutcome = undefined;
-    onOutcome?.(outcome);
   }
 }

@@ -167,19 +167,23 @@ export class PullWorker extends WorkerShell<InboxClaim> {
             entry.batches ? entry.batches.add({ claim, keeper }) : this.handle(handler, entry.loop, claim, keeper, slot),
           keyOf: (claim) => claim.message.aggregateId,
           keep: (claim) => this.keep(claim),
-          // A batch slot kept by a timed-out call stands for `batch` claims the loop must not hold.
-          stuckSlots: () => (entry.batches?.stuckSlots ?? 0) * (handler.batch ?? 1),
-          releaseUnstarted: async () => {
-            const handedBack = await entry.batches?.takeWaiting(async ({ keeper }) => {
-              await keeper.stop();
-              return { kind: 'released' };
-            });
-            return (handedBack ?? []).map(({ claim }) => claim);
-          },
         },
         this.recorder,
         this.logger,
         this.scheduler,
+        handler.batch === undefined
+          ? undefined
+          : {
+              // A batch slot kept by a timed-out call stands for `batch` claims the loop must not hold.
+              stuckSlots: () => (entry.batches?.stuckSlots ?? 0) * (handler.batch ?? 1),
+              releaseUnstarted: async () => {
+                const handedBack = await entry.batches?.takeWaiting(async ({ keeper }) => {
+                  await keeper.stop();
+                  return { kind: 'released' };
+                });
+                return (handedBack ?? []).map(({ claim }) => claim);
+              },
+            },
       ),
     };
     if (handler.batch !== undefined) {
@@ -276,7 +280,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
       return {
         kind: 'done',
         outcomes: claims.map((claim) => ({
-          kind: 'completed',
+          kind: 'committed',
           details,
           followers: followers.filter((follower) => follower.headId === claim.id).map((follower) => ({ claim: follower, details })),
         })),
@@ -426,7 +430,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
           slot.holdUntil(settled);
         },
       );
-      return { kind: 'completed', details: { durationMs: performance.now() - startedAt, handler: handler.name } };
+      return { kind: 'committed', details: { durationMs: performance.now() - startedAt, handler: handler.name } };
     } catch (error) {
       failure = error;
     }

@@ -44,8 +44,9 @@ export interface CompletedDetails {
 
 /**
  * How one step on a claim ended:
- * - `complete`: the work is done (a publish); the recorder completes the row, fenced;
- * - `completed`: the step completed the row in its own transaction (with `followers`, finished under it);
+ * - `succeeded`: the work is done (a publish); the recorder writes the row's completion, fenced;
+ * - `committed`: the step wrote the row's completion itself, in its own transaction (with
+ *   `followers`, finished under it); the recorder only reports it;
  * - `failed`: the attempt failed; the recorder retries it after the policy's backoff, or dead-letters it;
  * - `lost`: the claim is lost (logged at `level`); nothing more is written;
  * - `released`: the work did not fail (a batch rolled back for another row): back to `pending`, the attempt not counted;
@@ -54,8 +55,8 @@ export interface CompletedDetails {
  *   releases the row (`pending`, the attempt not counted), or the lease ends it if that cannot run.
  */
 export type StepOutcome<C extends WorkerClaim<unknown>> =
-  | { kind: 'complete'; durationMs: number }
-  | { kind: 'completed'; details: CompletedDetails; followers?: readonly { claim: C; details: CompletedDetails }[] }
+  | { kind: 'succeeded'; durationMs: number }
+  | { kind: 'committed'; details: CompletedDetails; followers?: readonly { claim: C; details: CompletedDetails }[] }
   | {
       kind: 'failed';
       failure: unknown;
@@ -81,22 +82,17 @@ export interface RecordingWorker<C extends WorkerClaim<unknown>> {
   /** Failures that would fail the same way again (`PermanentPublishError`, `QueueBoxValidationError`): dead-lettered at once. */
   isFinal(failure: unknown): boolean;
   /**
-   * Completes a row whose work is done (`complete` outcomes), with others: tells `waiter` whether
+   * Completes a row whose work is done (`succeeded` outcomes), with others: tells `waiter` whether
    * its claim's row was completed (false: the claim was lost), or that the write failed. Without
    * it, `lease.complete`.
    */
   complete?(waiter: CompletionWaiter): void;
-  /** The log line of a `complete` outcome whose completion lost the claim (the work was done: a duplicate follows). */
+  /** The log line of a `succeeded` outcome whose completion lost the claim (the work was done: a duplicate follows). */
   completionLost?(claim: C): string;
 }
 
 /** What the recorder did with an outcome: whether it finished the row (`sent`/`processed`). */
 export type Recorded = 'finished' | 'not finished';
-
-/** Told once an outcome is written (`OutcomeRecorder.recordFor`). */
-export interface RecordListener {
-  recorded(recorded: Recorded): void;
-}
 
 /**
  * A claim whose completion is asked of a batching completer (`RecordingWorker.complete`): its
@@ -110,51 +106,11 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
   constructor(private readonly worker: RecordingWorker<C>) {}
 
   /** Writes and reports `outcome`. Never throws: a write that fails is logged (the lease ends the claim). */
-  record(claim: C, outcome: StepOutcome<C>): Promise<Recorded> {
-    return new Promise((resolve) => this.recordFor(claim, outcome, { recorded: resolve }));
-  }
-
-  /**
-   * Like `record`, but tells `listener` instead of returning a promise: the completion of a
-   * message (the common outcome) then makes one object per message (its waiter), where promises,
-   * their reactions and closures made about 0.3 KB.
-   */
-  recordFor(claim: C, outcome: StepOutcome<C>, listener: RecordListener): void {
-    if (outcome.kind === 'complete' && this.worker.complete) {
-      this.worker.complete(new Completion(this, claim, outcome, listener));
-      return;
-    }
-    const recording = outcome.kind === 'complete' ? this.completeAlone(claim, outcome) : this.recordOther(claim, outcome);
-    recording.then(
-      (recorded) => listener.recorded(recorded),
-      () => listener.recorded('not finished'),
-    );
-  }
-
-  /** @internal A completion was written: `completed` (reported) or lost (logged). */
-  completionWritten(claim: C, outcome: CompletedDetails, completed: boolean): Recorded {
-    const { logger } = this.worker;
-    try {
-      if (completed) {
-        this.completed(claim, outcome);
-        return 'finished';
-      }
-      logger.error(this.worker.completionLost?.(claim) ?? messages.finishLost(this.worker.nameOf(claim.message), 'completion'));
-    } catch (error) {
-      return this.completionFailed(claim, error);
-    }
-    return 'not finished';
-  }
-
-  /** @internal A completion's write failed: logged (the lease ends the claim). */
-  completionFailed(claim: C, error: unknown): Recorded {
-    this.worker.logger.error(messages.finishFailed(this.worker.nameOf(claim.message), 'delivery', describeError(error)));
-    return 'not finished';
-  }
-
-  private async recordOther(claim: C, outcome: Exclude<StepOutcome<C>, { kind: 'complete' }>): Promise<Recorded> {
+  async record(claim: C, outcome: StepOutcome<C>): Promise<Recorded> {
     switch (outcome.kind) {
-      case 'completed':
+      case 'succeeded':
+        return this.complete(claim, outcome);
+      case 'committed':
         this.completed(claim, outcome.details);
         for (const follower of outcome.followers ?? []) this.completed(follower.claim, follower.details);
         return 'finished';
@@ -178,6 +134,40 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
     }
   }
 
+  /** Completes the row, fenced (with others, when the worker batches completions), and reports it. */
+  private async complete(claim: C, outcome: CompletedDetails): Promise<Recorded> {
+    const { complete } = this.worker;
+    try {
+      const completed = complete
+        ? await new Promise<boolean>((resolve, reject) => complete({ item: claim, resolve, reject }))
+        : await this.worker.lease.complete(claim);
+      return this.completionWritten(claim, outcome, completed);
+    } catch (error) {
+      return this.completionFailed(claim, error);
+    }
+  }
+
+  /** A completion was written: reported, or lost (logged). */
+  private completionWritten(claim: C, outcome: CompletedDetails, completed: boolean): Recorded {
+    const { logger } = this.worker;
+    try {
+      if (completed) {
+        this.completed(claim, outcome);
+        return 'finished';
+      }
+      logger.error(this.worker.completionLost?.(claim) ?? messages.finishLost(this.worker.nameOf(claim.message), 'completion'));
+    } catch (error) {
+      return this.completionFailed(claim, error);
+    }
+    return 'not finished';
+  }
+
+  /** A completion's write failed: logged (the lease ends the claim). */
+  private completionFailed(claim: C, error: unknown): Recorded {
+    this.worker.logger.error(messages.finishFailed(this.worker.nameOf(claim.message), 'delivery', describeError(error)));
+    return 'not finished';
+  }
+
   /** Puts the claim off, fenced, and reports it (`queuebox:rate-limited`); a lost claim or a failing write is logged. */
   private async deferred(claim: C, delayMs: number): Promise<void> {
     const { lease, logger } = this.worker;
@@ -190,15 +180,6 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
       }
     } catch (error) {
       logger.error(messages.finishFailed(id, 'deferral', describeError(error)));
-    }
-  }
-
-  /** Completes the row with a fenced statement of its own (a worker that does not batch completions) and reports it. */
-  private async completeAlone(claim: C, outcome: CompletedDetails): Promise<Recorded> {
-    try {
-      return this.completionWritten(claim, outcome, await this.worker.lease.complete(claim));
-    } catch (error) {
-      return this.completionFailed(claim, error);
     }
   }
 
@@ -284,23 +265,5 @@ function retryAllowed<M>(p: FailurePolicy<M> & { attempt: number; message: M }, 
     return p.retryIf === undefined || p.retryIf(failure, p.attempt, p.message) !== false;
   } catch {
     return true;
-  }
-}
-
-/** One message's batched completion: its claim, outcome and listener, told when the statement ran. */
-class Completion<C extends WorkerClaim<unknown>> implements CompletionWaiter {
-  constructor(
-    private readonly recorder: OutcomeRecorder<C>,
-    readonly item: C,
-    private readonly outcome: CompletedDetails,
-    private readonly listener: RecordListener,
-  ) {}
-
-  resolve(completed: boolean): void {
-    this.listener.recorded(this.recorder.completionWritten(this.item, this.outcome, completed));
-  }
-
-  reject(error: unknown): void {
-    this.listener.recorded(this.recorder.completionFailed(this.item, error));
   }
 }

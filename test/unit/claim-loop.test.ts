@@ -3,9 +3,9 @@ import { describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
 import { LeaseKeeper } from '../../lib/lease/lease-keeper';
 import type { WorkerClaim } from '../../lib/types/claims';
-import { ClaimLoop, MAX_CLAIM_RETRY_MS } from '../../lib/workers/claim-loop';
-import { DatabaseRecovery } from '../../lib/workers/database-recovery';
-import type { OutcomeRecorder, RecordListener } from '../../lib/workers/outcome-recorder';
+import { ClaimLoop } from '../../lib/workers/claim-loop';
+import { DatabaseRecovery, MAX_CLAIM_RETRY_MS } from '../../lib/workers/database-recovery';
+import type { OutcomeRecorder } from '../../lib/workers/outcome-recorder';
 
 // The loop's bookkeeping without a database: claims come from a counter, each step returns at once
 // and the recorder then waits for a "write" the test releases, as the outbox's completion does.
@@ -18,7 +18,6 @@ interface TestClaim extends WorkerClaim<null> {
 function recorderWaitingFor(writes: (() => void)[]): OutcomeRecorder<TestClaim> {
   return {
     record: () => new Promise<'finished'>((resolve) => writes.push(() => resolve('finished'))),
-    recordFor: (_claim: TestClaim, _outcome: unknown, listener: RecordListener) => writes.push(() => listener.recorded('finished')),
   } as unknown as OutcomeRecorder<TestClaim>;
 }
 
@@ -47,7 +46,7 @@ function setup(keyed: boolean) {
       },
       step: async (_claim, keeper) => {
         await keeper.stop();
-        return { kind: 'complete', durationMs: 0 };
+        return { kind: 'succeeded', durationMs: 0 };
       },
       keep: (claim) =>
         new LeaseKeeper(
