@@ -6,13 +6,6 @@ import type { InboxClaim } from '../types/claims';
 import type { InboxFollowers } from '../workers/inbox-followers';
 import { TurnBatcher } from '../workers/turn-batcher';
 
-/**
- * How a forward handed to `ForwardBatcher` ended: its rows are in the outbox and its inbox row is
- * `processed` (`forwarded`); its claim was lost in the fence and nothing of it was written
- * (`lost`); or the caller must write it in a transaction of its own (`alone`).
- */
-export type BatchedForward = 'forwarded' | 'lost' | 'alone';
-
 /** One inbox row's forward: its claim (a follower's rides on its head's) and the outbox rows its route made. */
 export interface RoutedRow {
   claim: InboxClaim;
@@ -24,11 +17,11 @@ export interface Forward extends RoutedRow {
   followers: RoutedRow[];
 }
 
-/** The outbox rows of a forward, the head's first, then each follower's in id order. */
-export const rowsOf = (forward: { rows: OutboxInsertRow[]; followers: RoutedRow[] }) => [
-  ...forward.rows,
-  ...forward.followers.flatMap((follower) => follower.rows),
-];
+/** How a forward was written: with the followers that went with it, or not at all (its claim was lost in the fence). */
+export type Written = { followers: RoutedRow[] } | 'lost';
+
+/** A forward's write as its batch reports it; a forward written alone may fail with its own error. */
+type Attempt = Written | { error: unknown };
 
 /**
  * Group forwarding: the forwards that are ready during one turn of the event loop, or while the
@@ -38,13 +31,14 @@ export const rowsOf = (forward: { rows: OutboxInsertRow[]; followers: RoutedRow[
  * fence never reaches the outbox (I6). Under load that is one transaction for many messages
  * instead of one each; alone, a forward waits for nothing but its own transaction.
  *
- * When a batch's transaction fails, nothing of it was written, and its forwards are told to go
- * `alone`: one message whose rows cannot be inserted (a message id already in the outbox) then
- * fails only itself, with the retry and dead-letter handling of a single forward. A batch of one
- * forward without followers was that single forward already: its error is its own.
+ * When a batch's transaction fails, nothing of it was written, and each of its forwards is written
+ * in a transaction of its own: one message whose rows cannot be inserted (a message id already in
+ * the outbox) then fails only itself. A forward that fails alone with followers is written once
+ * more without them: a follower that changed, or whose rows the outbox refused, must not fail its
+ * head (it comes again as a head, where its own failure counts).
  */
 export class ForwardBatcher {
-  private readonly batcher: TurnBatcher<Forward, BatchedForward>;
+  private readonly batcher: TurnBatcher<Forward, Attempt>;
 
   constructor(
     private readonly dialect: Dialect,
@@ -56,31 +50,61 @@ export class ForwardBatcher {
     this.batcher = new TurnBatcher(maxBatch, (batch) => this.write(batch));
   }
 
-  /** Settles once the forward was written with its batch, lost, or must be written `alone`; rejects with a single forward's own error. */
-  forward(forward: Forward): Promise<BatchedForward> {
-    return this.batcher.add(forward);
+  /** Resolves once the forward was written (with the followers that went with it) or lost; rejects with its own error. */
+  async forward(forward: Forward): Promise<Written> {
+    const attempt = await this.batcher.add(forward);
+    if (typeof attempt === 'object' && 'error' in attempt) throw attempt.error;
+    return attempt;
   }
 
-  private async write(batch: Forward[]): Promise<BatchedForward[]> {
+  private async write(batch: Forward[]): Promise<Attempt[]> {
+    if (batch.length === 1) return [await this.writeAlone(batch[0])];
     try {
-      const completed = await this.dialect.transaction(async (manager) => {
-        const done = await this.lease.completeBatch(
-          batch.map((entry) => entry.claim),
-          manager,
-        );
-        const live = batch.filter((entry) => done.has(entry.claim));
-        await this.followers.complete(
-          live.flatMap((entry) => entry.followers.map((follower) => follower.claim)),
-          manager,
-        );
-        await this.writer.insert(manager, live.flatMap(rowsOf), messages.relayMessageIdTaken);
-        return done;
-      });
-      return batch.map((entry) => (completed.has(entry.claim) ? 'forwarded' : 'lost'));
-    } catch (error) {
-      // Rolled back: each forward is tried in a transaction of its own, which reports its own error.
-      if (batch.length === 1 && batch[0].followers.length === 0) throw error;
-      return batch.map(() => 'alone');
+      const completed = await this.transaction(batch);
+      return batch.map((forward) => (completed.has(forward.claim) ? { followers: forward.followers } : 'lost'));
+    } catch {
+      return Promise.all(batch.map((forward) => this.writeAlone(forward)));
     }
   }
+
+  /** One forward in a transaction of its own; once more without its followers when that fails with them. */
+  private async writeAlone(forward: Forward): Promise<Attempt> {
+    try {
+      return await this.writeOne(forward);
+    } catch (error) {
+      if (forward.followers.length === 0) return { error };
+    }
+    try {
+      return await this.writeOne({ ...forward, followers: [] });
+    } catch (error) {
+      return { error };
+    }
+  }
+
+  private async writeOne(forward: Forward): Promise<Written> {
+    const completed = await this.transaction([forward]);
+    return completed.has(forward.claim) ? { followers: forward.followers } : 'lost';
+  }
+
+  /** The forwards' transaction; resolves to the claims its fenced completion completed. */
+  private transaction(batch: Forward[]): Promise<Set<InboxClaim>> {
+    return this.dialect.transaction(async (manager) => {
+      const completed = await this.lease.completeBatch(
+        batch.map((forward) => forward.claim),
+        manager,
+      );
+      const live = batch.filter((forward) => completed.has(forward.claim));
+      await this.followers.complete(
+        live.flatMap((forward) => forward.followers.map((follower) => follower.claim)),
+        manager,
+      );
+      await this.writer.insert(manager, live.flatMap(rowsOf), messages.relayMessageIdTaken);
+      return completed;
+    });
+  }
+}
+
+/** The outbox rows of a forward, the head's first, then each follower's in id order. */
+function rowsOf(forward: Forward): OutboxInsertRow[] {
+  return [...forward.rows, ...forward.followers.flatMap((follower) => follower.rows)];
 }

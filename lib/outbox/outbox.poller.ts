@@ -16,11 +16,11 @@ import type { QueueBoxInstanceName } from '../types/instance';
 import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';
 import { BatchCompleter } from '../workers/batch-completer';
-import { ClaimLoop, type WorkerLoopStatus, type WorkSlot } from '../workers/claim-loop';
+import { ClaimLoop, type WorkSlot } from '../workers/claim-loop';
 import { DatabaseRecovery } from '../workers/database-recovery';
 import { InstanceLiveness } from '../workers/instance-liveness';
 import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
-import { WorkerShell } from '../workers/worker-shell';
+import { SingleLoopWorker } from '../workers/worker-shell';
 import { OutboxClaims } from './outbox.claims';
 import { OutboxRateLimits } from './outbox.rate-limits';
 import { type PublishAbort, PublishCall, PublishDeadlines, type PublishEnd, type PublishFailure } from './publish-call';
@@ -51,10 +51,10 @@ type AbandonedPublish = { ended?: 'published' | 'failed'; settled: Promise<void>
  * while ((await app.get(OutboxPoller).runOnce()) > 0);
  */
 @Injectable()
-export class OutboxPoller extends WorkerShell<OutboxClaim> {
+export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   protected readonly logger = new Logger('QueueBox:OutboxPoller');
   private readonly options: ResolvedOutboxOptions;
-  private readonly loop: ClaimLoop<OutboxClaim>;
+  protected readonly loop: ClaimLoop<OutboxClaim>;
   private readonly claims: OutboxClaims;
   /**
    * Each claim statement's batch: the one renewal timer of its claims, and when the statement was
@@ -122,34 +122,14 @@ export class OutboxPoller extends WorkerShell<OutboxClaim> {
     return this.rootOptions.workers.outbox;
   }
 
-  protected loops() {
+  protected get description() {
     const { concurrency, batchSize, leaseMs } = this.options;
-    return [{ loop: this.loop, describe: { name: NAME, concurrency, batchSize, leaseMs } }];
-  }
-
-  /** Whether the loop runs and when it last claimed (read by health checks). */
-  get status(): WorkerLoopStatus {
-    return this.loop.status;
-  }
-
-  /** Claims one batch, publishes it and waits for the outcomes. Returns how many rows it claimed. */
-  runOnce(): Promise<number> {
-    return this.loop.runOnce();
-  }
-
-  /** Like `runOnce()`, but resolves to the claims it worked on (`queuebox/testing` reports their outcome). */
-  runBatch(): Promise<OutboxClaim[]> {
-    return this.loop.runBatch();
+    return { name: NAME, concurrency, batchSize, leaseMs };
   }
 
   /** Claims now instead of at the end of the current sleep (new messages were committed). */
   wake(): void {
     this.loop.wake();
-  }
-
-  /** How many publishes are running now. */
-  get inFlightCount(): number {
-    return this.loop.inFlightCount;
   }
 
   private async claim(limit: number): Promise<OutboxClaim[]> {

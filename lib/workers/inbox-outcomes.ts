@@ -15,13 +15,17 @@ export function inboxMessageName(message: InboxMessage): string {
 }
 
 /** The outcome recorder of inbox claims (relay and pull): a `QueueBoxValidationError` would fail the same way again. */
-export function inboxOutcomeRecorder(lease: LeaseService, events: QueueBoxEvents, logger: Logger): OutcomeRecorder<InboxClaim> {
-  return new OutcomeRecorder<InboxClaim>({
+export function inboxOutcomeRecorder<C extends InboxClaim>(
+  lease: LeaseService,
+  events: QueueBoxEvents,
+  logger: Logger,
+): OutcomeRecorder<C> {
+  return new OutcomeRecorder<C>({
     lease,
     events,
     logger,
     nameOf: inboxMessageName,
-    eventMessage: (claim) => inboxEventMessage(claim.component, claim.message),
+    eventMessage: (claim) => inboxEventMessage(claim.component as InboxClaim['component'], claim.message),
     isFinal: (failure) => isInstance(failure, QueueBoxValidationError),
   });
 }

@@ -56,7 +56,7 @@ export interface CompletedDetails {
  */
 export type StepOutcome<C extends WorkerClaim<unknown>> =
   | { kind: 'succeeded'; durationMs: number }
-  | { kind: 'committed'; details: CompletedDetails; followers?: readonly { claim: C; details: CompletedDetails }[] }
+  | { kind: 'committed'; details: CompletedDetails; followers?: readonly { claim: WorkerClaim<C['message']>; details: CompletedDetails }[] }
   | {
       kind: 'failed';
       failure: unknown;
@@ -78,7 +78,7 @@ export interface RecordingWorker<C extends WorkerClaim<unknown>> {
   /** Names a message in logs: its message id (outbox), `source/idempotencyKey` (inbox). */
   nameOf(message: C['message']): string;
   /** What every event about the claim's message says of it: a new object at each call (the recorder adds to it). */
-  eventMessage(claim: C): OutboxEventMessage | InboxEventMessage;
+  eventMessage(claim: WorkerClaim<C['message']>): OutboxEventMessage | InboxEventMessage;
   /** Failures that would fail the same way again (`PermanentPublishError`, `QueueBoxValidationError`): dead-lettered at once. */
   isFinal(failure: unknown): boolean;
   /**
@@ -188,7 +188,7 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
    * event message with what the component's event adds set on it (`durationMs`, and `forwarded`
    * or `handler`: the worker knows which, the type cannot), not a spread of both into a third.
    */
-  private completed(claim: C, details: CompletedDetails): void {
+  private completed(claim: WorkerClaim<C['message']>, details: CompletedDetails): void {
     const name = EVENTS[claim.component].completed;
     const event = this.worker.eventMessage(claim) as (OutboxEventMessage | InboxEventMessage) & CompletedDetails;
     event.durationMs = details.durationMs;

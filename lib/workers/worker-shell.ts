@@ -66,3 +66,37 @@ export abstract class WorkerShell<C extends WorkerClaim<unknown>> implements Bef
     return this.loops().map(({ loop }) => loop.status);
   }
 }
+
+/**
+ * A worker of one claim loop (the outbox poller, the inbox relay): its loop's status, and a batch
+ * run by hand (scripts, tests, `queuebox/testing`).
+ */
+export abstract class SingleLoopWorker<C extends WorkerClaim<unknown>> extends WorkerShell<C> {
+  protected abstract readonly loop: ClaimLoop<C>;
+  /** Its start-up log line. */
+  protected abstract get description(): LoopDescription;
+
+  protected loops(): { loop: ClaimLoop<C>; describe: LoopDescription }[] {
+    return [{ loop: this.loop, describe: this.description }];
+  }
+
+  /** Whether the loop runs and when it last claimed (read by health checks). */
+  get status(): WorkerLoopStatus {
+    return this.loop.status;
+  }
+
+  /** Claims one batch, works through it and waits for the outcomes. Returns how many rows it claimed. */
+  runOnce(): Promise<number> {
+    return this.loop.runOnce();
+  }
+
+  /** Like `runOnce()`, but resolves to the claims it worked on (`queuebox/testing` reports their outcome). */
+  runBatch(): Promise<C[]> {
+    return this.loop.runBatch();
+  }
+
+  /** How many claims it holds now (running, waiting for a slot, or having their outcome written). */
+  get inFlightCount(): number {
+    return this.loop.inFlightCount;
+  }
+}

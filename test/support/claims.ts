@@ -1,7 +1,7 @@
 import type { INestApplicationContext } from '@nestjs/common';
 import type { Dialect } from '../../lib/dialects/dialect';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
-import { RelayClaims } from '../../lib/inbox/inbox.claims';
+import { RelayClaims } from '../../lib/inbox/relay.claims';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { OutboxClaims } from '../../lib/outbox/outbox.claims';
 import { PullClient } from '../../lib/pull/pull.client';

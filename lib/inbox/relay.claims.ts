@@ -1,0 +1,67 @@
+import type { Logger } from '@nestjs/common';
+import { describeError } from '../common/errors';
+import type { Dialect } from '../dialects/dialect';
+import type { ReclaimResult } from '../dialects/dialect-rows';
+import type { QueueBoxEvents } from '../events/queuebox.events';
+import { messages } from '../queuebox.messages';
+import type { InboxClaim } from '../types/claims';
+import type { InboxFollowers } from '../workers/inbox-followers';
+
+/** A relay's claim: a claimed head, with the followers read right behind it (forwarded in its transaction). */
+export interface RelayClaim extends InboxClaim {
+  /** The rows right after the head of its aggregate (see `InboxFollowers.read`), in id order; they ride on its claim. */
+  readonly followers: InboxClaim[];
+}
+
+/**
+ * The inbox relay's claims: up to `limit` heads of its sources, at most one per (source,
+ * aggregate), serialized by the relay's claim lock, each with its followers (at most `batchSize`
+ * per head and `concurrency × batchSize` held in all, as a batch pull handler holds): so an
+ * aggregate advances by more than one row per round trip of its head. And its reclaim step over
+ * those sources.
+ */
+export class RelayClaims {
+  /** Followers read and not yet finished. */
+  private followersHeld = 0;
+
+  /** With `followers`, each claim reads its heads' followers within those limits; without, it claims heads alone. */
+  constructor(
+    private readonly dialect: Dialect,
+    private readonly events: QueueBoxEvents,
+    private readonly followers?: { reader: InboxFollowers; concurrency: number; batchSize: number; logger: Logger },
+  ) {}
+
+  async claim(p: { sources: string[]; limit: number; leaseMs: number }): Promise<RelayClaim[]> {
+    if (p.sources.length === 0) return [];
+    const rows = await this.dialect.inboxRelayClaimBatch(p);
+    const heads: RelayClaim[] = rows.map((row) => ({ component: 'inbox', table: 'inbox', leaseMs: p.leaseMs, followers: [], ...row }));
+    if (!this.followers) return heads;
+    const { reader, concurrency, batchSize, logger } = this.followers;
+    const room = concurrency * batchSize - this.followersHeld;
+    if (heads.length === 0 || room < 1) return heads;
+    try {
+      const read = await reader.read(heads, { room, maxPerHead: batchSize });
+      for (const [head, followers] of read) {
+        (head as RelayClaim).followers.push(...followers);
+        this.followersHeld += followers.length;
+      }
+    } catch (error) {
+      // The heads are claimed: forward them alone rather than leave them to their leases.
+      logger.warn(messages.relayFollowersReadFailed(describeError(error)));
+    }
+    return heads;
+  }
+
+  /** The head's forward ended (whatever its outcome): its followers are held no more. */
+  finished(claim: RelayClaim): void {
+    this.followersHeld -= claim.followers.length;
+  }
+
+  /** Returns rows of `sources` whose lease expired to `pending`, or to `dead` after `maxAttempts`. */
+  async reclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
+    if (p.sources.length === 0) return { pending: 0, dead: 0, byName: [] };
+    const result = await this.dialect.inboxReclaim(p);
+    for (const counts of result.byName) this.events.emit('queuebox:reclaimed', { component: 'inbox', ...counts });
+    return result;
+  }
+}
