@@ -123,8 +123,10 @@ export const messages = {
     'claims stay correct but are planned on every call and read every pending row of keys in flight to reach rows without a key.',
   optionDeprecated: (option: string, replacement: string, hint: string) =>
     `Option ${option} is deprecated and will be removed: use ${replacement} (${hint}). It still works the same.`,
-  leaseClaimWithoutPullClient: () =>
-    'LeaseService.claim (deprecated) needs the PullClient of its QueueBox, which this LeaseService was built without: claim with PullClient.claim (inject PullClient, or createPullClient(dataSource) outside Nest).',
+  leaseClaimRemoved: () =>
+    'LeaseService.claim was removed in QueueBox 0.2.0 (deprecated in 0.1): claim with PullClient.claim(source, { leaseMs, maxAttempts? }) (inject PullClient, or use createPullClient(dataSource) outside Nest), and finish the claim through LeaseService as before.',
+  createLeaseServiceRemoved: () =>
+    'createLeaseService was removed in QueueBox 0.2.0 (deprecated in 0.1): use createPullClient(dataSource, options), which resolves to { pull, lease }: claim with pull.claim(...), finish with lease.complete(...).',
   claimingPausedStuck: (name: string) =>
     `${name}: every one of its concurrency slots is held by calls that timed out and still run (they ignore their abort signal): it claims nothing until one ends, and gave back what was waiting for a slot, for other replicas to take. Make the handler or publisher honour its signal.`,
   claimingResumed: (name: string) => `${name}: a slot held by a timed-out call was freed; claiming again.`,

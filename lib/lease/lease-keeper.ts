@@ -1,6 +1,5 @@
 // Fencing: renews one claim while its work runs and aborts the work when the claim is lost.
-// Made for ClaimLoop's claims (LeaseService.keep / keepOn, or the outbox poller's own renewal) and
-// returned to custom pull clients by the public `LeaseService.keep`.
+// Made by `LeaseService.keep` alone: for every worker's claims, and for custom pull clients.
 
 import { ClaimLostError } from '../errors/queuebox.errors';
 import { messages } from '../queuebox.messages';

@@ -8,13 +8,20 @@ import { QueueBoxEvents } from '../events/queuebox.events';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { QueueBoxRegistry } from '../queuebox.registry';
-import type { Claim, InboxClaim } from '../types/claims';
+import type { Claim } from '../types/claims';
 import type { QueueBoxInstanceName } from '../types/instance';
-import { LeaseKeeper } from './lease-keeper';
+import { LeaseKeeper, type LeaseKeeperGroup } from './lease-keeper';
 
-/** What `LeaseService.claim` delegates to (`PullClient`, which registers itself): the alias of one release. */
-export interface PullClaimer {
-  claim(source: string, options: { leaseMs: number; maxAttempts?: number }): Promise<InboxClaim | null>;
+/** How a keeper renews its claim (`LeaseService.keep`). */
+export interface KeepOptions {
+  /** Renewals run on this transaction's connection, or fail once it is gone (like every statement given a manager). */
+  manager?: EntityManager;
+  /** Renewals go through this instead (the pull worker's set-aside connection, which sends the renewals due together as one). */
+  renewer?: { renew(claim: Claim): Promise<boolean> };
+  /** Renewed on the timer of the claims it was claimed with (an outbox poller's batch), not a timer of its own. */
+  group?: LeaseKeeperGroup;
+  /** When the statement that set the lease was sent (`performance.now()`); now when absent. */
+  leaseFrom?: number;
 }
 
 /**
@@ -35,7 +42,6 @@ export interface PullClaimer {
 @Injectable()
 export class LeaseService {
   private readonly lostClaims = new WeakSet<Claim>();
-  private pullClaimer?: PullClaimer;
 
   constructor(
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
@@ -47,17 +53,11 @@ export class LeaseService {
   ) {}
 
   /**
-   * Deprecated alias of `PullClient.claim` (kept for one release): claims the next message of
-   * `source`, or returns `null` when there is none. Use `PullClient`.
+   * @deprecated Removed in 0.2.0: claims come from `PullClient.claim(source, { leaseMs, maxAttempts? })`
+   * (inject `PullClient`, or `createPullClient(dataSource)` outside Nest). Throws `QueueBoxStateError` naming it.
    */
-  async claim(source: string, options: { leaseMs: number; maxAttempts?: number }): Promise<InboxClaim | null> {
-    if (!this.pullClaimer) throw new QueueBoxStateError(messages.leaseClaimWithoutPullClient());
-    return this.pullClaimer.claim(source, options);
-  }
-
-  /** @internal The PullClient of this QueueBox serves `claim`. */
-  delegateClaims(claimer: PullClaimer): void {
-    this.pullClaimer = claimer;
+  async claim(_source: string, _options: { leaseMs: number; maxAttempts?: number }): Promise<never> {
+    throw new QueueBoxStateError(messages.leaseClaimRemoved());
   }
 
   /** Extends the lease by `claim.leaseMs` from the database's current time (on `manager`'s connection when given). */
@@ -70,14 +70,15 @@ export class LeaseService {
 
   /**
    * @internal Renews many claims of one table with one fenced statement, each by its own lease (on
-   * `manager`'s connection when given): whether each kept its claim; every other one is lost (and
-   * counted). The pull workers' renewal connection sends the renewals due together through it.
+   * `manager`'s connection when given). Returns the claims that kept their claim; every other one
+   * is lost (and counted). The pull workers' renewal connection sends the renewals due together
+   * through it.
    */
-  async renewEach(claims: readonly Claim[], manager?: EntityManager): Promise<{ has(claim: Claim): boolean }> {
-    if (claims.length === 0) return new Set();
+  async renewBatch<C extends Claim>(claims: readonly C[], manager?: EntityManager): Promise<Set<C>> {
+    const kept = new Set<C>();
+    if (claims.length === 0) return kept;
     const renewed = await this.dialect.leaseRenewBatch({ table: claims[0].table, claims, manager });
     const expiries = new Map(renewed.map((r) => [`${r.id}/${r.token}`, r.leaseExpiresAt]));
-    const kept = new Set<Claim>();
     for (const claim of claims) {
       const expires = expiries.get(`${claim.id}/${claim.token}`);
       if (!this.fenced(claim, expires !== undefined)) continue;
@@ -99,28 +100,13 @@ export class LeaseService {
    * the completions commit with the work done in it (or throws `TransactionLostError`).
    */
   async completeBatch<C extends Claim>(claims: readonly C[], manager?: EntityManager): Promise<Set<C>> {
-    const done = await this.completeEach(claims, manager);
-    const completed = new Set<C>();
-    for (const claim of claims) if (done.has(claim)) completed.add(claim);
-    return completed;
-  }
-
-  /**
-   * @internal `completeBatch` without the set of claims: whether each claim given was completed
-   * (the others are lost, and counted). The outbox poller's completions use it.
-   */
-  async completeEach(claims: readonly Claim[], manager?: EntityManager): Promise<{ has(claim: Claim): boolean }> {
     this.checkManager(manager, 'LeaseService.completeBatch');
-    if (claims.length === 0) return NONE_COMPLETED;
+    const completed = new Set<C>();
+    if (claims.length === 0) return completed;
     // The claims are what the dialect reads (`id`, `token`): no copy of each.
     const done = await this.dialect.leaseCompleteBatch({ table: claims[0].table, claims, manager });
-    let lost: Set<Claim> | undefined;
-    for (const claim of claims) {
-      if (this.fenced(claim, done.has(claim.id))) continue;
-      lost ??= new Set();
-      lost.add(claim);
-    }
-    return lost ? { has: (claim) => !lost.has(claim) } : ALL_COMPLETED;
+    for (const claim of claims) if (this.fenced(claim, done.has(claim.id))) completed.add(claim);
+    return completed;
   }
 
   /** Gives back a claim whose work never started (on shutdown): `pending` again, its attempt not counted. */
@@ -150,19 +136,18 @@ export class LeaseService {
 
   /**
    * Renews `claim` every third of its lease until `stop()`; aborts `keeper.signal` with a
-   * `ClaimLostError` when a renewal changes nothing or fails. With `manager`, renewals run on its
-   * connection, or fail once it is gone (like every statement given a manager).
+   * `ClaimLostError` when a renewal changes nothing or fails. The only maker of keepers: every
+   * worker's claims and your pull client's are kept here. `keep(claim, manager)` is still accepted
+   * for `keep(claim, { manager })`.
    */
-  keep(claim: Claim, manager?: EntityManager): LeaseKeeper {
-    return this.keepOn(claim, () => manager);
-  }
-
-  /** Like `keep`, with each renewal on the manager `connection()` returns at that moment (the pool when it returns none). */
-  keepOn(claim: Claim, connection: () => EntityManager | undefined): LeaseKeeper {
+  keep(claim: Claim, options: KeepOptions | EntityManager = {}): LeaseKeeper {
+    const { manager, renewer, group, leaseFrom } = isEntityManager(options) ? { manager: options } : (options as KeepOptions);
     return new LeaseKeeper(
       claim,
-      () => this.renew(claim, connection()),
-      (c) => this.markLost(c),
+      renewer ? () => renewer.renew(claim) : () => this.renew(claim, manager),
+      (lost) => this.markLost(lost),
+      group,
+      leaseFrom,
     );
   }
 
@@ -199,8 +184,10 @@ export class LeaseService {
   }
 }
 
-const NONE_COMPLETED = { has: (_claim: Claim) => false };
-const ALL_COMPLETED = { has: (_claim: Claim) => true };
+/** A TypeORM `EntityManager` (the form `keep(claim, manager)` of earlier releases), told from `KeepOptions` by its own fields. */
+function isEntityManager(value: object): value is EntityManager {
+  return 'connection' in value && 'transaction' in value;
+}
 
 function describeReason(reason: unknown): string {
   return typeof reason === 'string' ? reason.slice(0, 2000) : describeError(reason);

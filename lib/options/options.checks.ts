@@ -7,10 +7,20 @@ import type { OptionSpec } from './options.table';
 
 export function integer(option: string, value: unknown, fallback: number, min: number, max: number): number {
   if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+  if (!isIntegerWithin(value, { min, max })) {
     throw new QueueBoxConfigError(option, messages.optionOutOfRange(option, value, min, max));
   }
   return value;
+}
+
+/** Whether `value` is an integer from `bounds.min` to `bounds.max` (the check of every integer option and argument). */
+export function isIntegerWithin(value: unknown, bounds: { min: number; max: number }): value is number {
+  return typeof value === 'number' && Number.isInteger(value) && value >= bounds.min && value <= bounds.max;
+}
+
+/** A source travels in URLs (`POST <path>/:source`) and in logs: keep it plain. */
+export function isSourceName(source: unknown): source is string {
+  return typeof source === 'string' && /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(source);
 }
 
 /** An integer option of a table (options.table.ts): its value, or `fallback` (default: the table's) when absent. */

@@ -85,6 +85,9 @@ export const MAX_LEASE_MS = DAY_MS;
 /** Most messages one call of a batch `@PullHandler` receives (`batch`). */
 export const MAX_PULL_BATCH = 1000;
 
+/** Most rows one pull claim statement takes (`PullClient.claimBatch`'s `limit`). */
+export const MAX_PULL_CLAIM_LIMIT = 10_000;
+
 /** Age after which `sent` outbox rows are deleted (`retention.finishedAfterMs`): 7 days. */
 export const DEFAULT_RETENTION_FINISHED_AFTER_MS = 7 * DAY_MS;
 

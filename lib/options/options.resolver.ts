@@ -21,7 +21,7 @@ import type {
   WorkersOptions,
 } from '../types/options';
 import type { Publisher } from '../types/outbox';
-import { expectObject, integer, integerOption, rejectUnknownKeys } from './options.checks';
+import { expectObject, integer, integerOption, isSourceName, rejectUnknownKeys } from './options.checks';
 import {
   DAY_MS,
   DEFAULT_HANDLER_TIMEOUT_MS,
@@ -309,11 +309,6 @@ export function resolvePullHandler(where: string, options: PullHandlerOptions, d
     batch: options.batch === undefined ? undefined : integerOption(`${where}.batch`, options.batch, spec.batch),
     ...handlerRetry,
   };
-}
-
-/** A source travels in URLs (`POST <path>/:source`) and in logs: keep it plain. */
-export function isSourceName(source: unknown): source is string {
-  return typeof source === 'string' && /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(source);
 }
 
 function resolveWorker(prefix: string, worker: WorkerOptions, deprecations: string[]): ResolvedWorkerOptions {

@@ -27,6 +27,7 @@ import {
   DEFAULT_SHUTDOWN_TIMEOUT_MS,
   MAX_LEASE_MS,
   MAX_PULL_BATCH,
+  MAX_PULL_CLAIM_LIMIT,
   MIN_LEASE_MS,
 } from './options.defaults';
 
@@ -128,6 +129,13 @@ export const PULL_HANDLER_OPTIONS = {
   queuebox: { docs: '`default`' },
   tenants: { docs: '`false`' },
 } as const satisfies Record<keyof PullHandlerOptions, OptionSpec>;
+
+/** The integer arguments of `PullClient.claim` and `claimBatch`: the bounds of the handler options they match. */
+export const PULL_CLAIM_ARGUMENTS = {
+  leaseMs: PULL_HANDLER_OPTIONS.leaseMs,
+  maxAttempts: { integer: PULL_HANDLER_OPTIONS.maxAttempts.integer },
+  limit: { integer: { default: 1, min: 1, max: MAX_PULL_CLAIM_LIMIT } },
+} as const satisfies Record<string, OptionSpec>;
 
 export const RETENTION_OPTIONS = {
   enabled: { docs: '`false`' },

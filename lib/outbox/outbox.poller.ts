@@ -11,7 +11,7 @@ import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/
 import { QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
-import type { Claim, OutboxClaim } from '../types/claims';
+import type { OutboxClaim } from '../types/claims';
 import type { QueueBoxInstanceName } from '../types/instance';
 import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';
@@ -150,11 +150,8 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
    */
   private keep(claim: OutboxClaim, batch: readonly OutboxClaim[]): LeaseKeeper {
     const found = this.batches.get(batch);
-    return new LeaseKeeper(claim, this.renewClaim, this.markLost, found?.group, found?.sentAt ?? Number.NEGATIVE_INFINITY);
+    return this.lease.keep(claim, { group: found?.group, leaseFrom: found?.sentAt ?? Number.NEGATIVE_INFINITY });
   }
-
-  private readonly renewClaim = (claim: Claim) => this.lease.renew(claim);
-  private readonly markLost = (claim: Claim) => this.lease.markLost(claim);
 
   /**
    * The step: publishes the claimed message within `publishTimeout`. Its outcome (`complete`: the

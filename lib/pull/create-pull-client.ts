@@ -1,8 +1,10 @@
 import type { DataSource } from 'typeorm';
+import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import { resolveTables } from '../options/options.resolver';
 import { createDialect } from '../queuebox.dialect';
+import { messages } from '../queuebox.messages';
 import type { QueueBoxModuleOptions } from '../types/options';
 import { PullClient } from './pull.client';
 
@@ -28,12 +30,12 @@ export async function createPullClient(
 }
 
 /**
- * Deprecated (kept for one release): `createPullClient(dataSource, options)` gives the `PullClient`
- * beside the `LeaseService`. This returns the `LeaseService` alone, whose `claim` is the client's.
+ * @deprecated Removed in 0.2.0: `createPullClient(dataSource, options)` resolves to `{ pull, lease }`.
+ * Rejects with `QueueBoxConfigError` naming it.
  */
 export async function createLeaseService(
-  dataSource: DataSource,
-  options: { tables?: QueueBoxModuleOptions['tables']; events?: QueueBoxEvents } = {},
-): Promise<LeaseService> {
-  return (await createPullClient(dataSource, options)).lease;
+  _dataSource: DataSource,
+  _options: { tables?: QueueBoxModuleOptions['tables']; events?: QueueBoxEvents } = {},
+): Promise<never> {
+  throw new QueueBoxConfigError('createLeaseService', messages.createLeaseServiceRemoved());
 }

@@ -1,8 +1,9 @@
 import { Inject, Injectable, Logger, type OnModuleInit, Optional } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import { isSourceName } from '../options/options.checks';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { isSourceName, resolvePullHandler } from '../options/options.resolver';
+import { resolvePullHandler } from '../options/options.resolver';
 import { DEFAULT_QUEUEBOX, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_TENANT_HANDLERS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { QueueBoxRegistry } from '../queuebox.registry';

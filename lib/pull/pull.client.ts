@@ -1,14 +1,15 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { describeError } from '../common/errors';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
-import { MAX_LEASE_MS, MIN_LEASE_MS } from '../options/options.defaults';
-import { isSourceName } from '../options/options.resolver';
+import { isIntegerWithin, isSourceName } from '../options/options.checks';
+import { PULL_CLAIM_ARGUMENTS } from '../options/options.table';
 import { QUEUEBOX_DIALECT } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { InboxClaim } from '../types/claims';
+import { inboxOutcomeRecorder } from '../workers/inbox-outcomes';
+import type { OutcomeRecorder } from '../workers/outcome-recorder';
 
 const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit';
 
@@ -29,13 +30,15 @@ const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" o
 @Injectable()
 export class PullClient {
   private readonly logger = new Logger('QueueBox:PullClient');
+  /** Writes the dead letter of a claim beyond `maxAttempts`, as every worker's dead letters are written. */
+  private readonly recorder: OutcomeRecorder<InboxClaim>;
 
   constructor(
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
-    private readonly lease: LeaseService,
-    private readonly events: QueueBoxEvents,
+    lease: LeaseService,
+    events: QueueBoxEvents,
   ) {
-    lease.delegateClaims(this);
+    this.recorder = inboxOutcomeRecorder(lease, events, this.logger);
   }
 
   /**
@@ -74,25 +77,9 @@ export class PullClient {
   private async liveClaims(claims: InboxClaim[], maxAttempts: number | undefined): Promise<InboxClaim[]> {
     if (maxAttempts === undefined || claims.every((claim) => claim.attempt <= maxAttempts)) return claims;
     const spent = claims.filter((claim) => claim.attempt > maxAttempts);
-    await Promise.all(spent.map((claim) => this.deadLetterSpent(claim, maxAttempts)));
+    const reason = (claim: InboxClaim) => messages.pullAttemptsExpired(claim.attempt - 1, maxAttempts);
+    await Promise.all(spent.map((claim) => this.recorder.record(claim, { kind: 'expired', reason: reason(claim) })));
     return claims.filter((claim) => claim.attempt <= maxAttempts);
-  }
-
-  private async deadLetterSpent(claim: InboxClaim, maxAttempts: number): Promise<void> {
-    const { message } = claim;
-    const id = `${message.source}/${message.idempotencyKey}`;
-    const reason = messages.pullAttemptsExpired(claim.attempt - 1, maxAttempts);
-    try {
-      if (await this.lease.deadLetter(claim, reason)) {
-        this.events.emit('queuebox:reclaimed', { component: 'pull', name: message.source, pending: 0, dead: 1 });
-        this.logger.warn(messages.deadLettered(id, reason));
-      } else {
-        this.logger.warn(messages.finishLost(id, 'dead-letter'));
-      }
-    } catch (error) {
-      // The row stays processing under this claim; the next claim after its lease tries again.
-      this.logger.error(messages.finishFailed(id, 'dead-letter', describeError(error)));
-    }
   }
 }
 
@@ -105,15 +92,12 @@ function checkPullClaim(where: string, p: { source: unknown; limit: unknown; lea
     throw new QueueBoxValidationError('options', messages.leaseArgumentInvalid(where, 'options', 'must be an object', p));
   if (!isSourceName(p.source))
     throw new QueueBoxValidationError('source', messages.leaseArgumentInvalid(where, 'source', SOURCE_RULE, p.source));
-  const integer = (field: string, value: unknown, min: number, max: number) => {
-    if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-      throw new QueueBoxValidationError(
-        field,
-        messages.leaseArgumentInvalid(where, field, `must be an integer from ${min} to ${max}`, value),
-      );
+  for (const [field, { integer }] of Object.entries(PULL_CLAIM_ARGUMENTS)) {
+    const value = p[field as keyof typeof PULL_CLAIM_ARGUMENTS];
+    if (value === undefined && field === 'maxAttempts') continue;
+    if (!isIntegerWithin(value, integer)) {
+      const rule = `must be an integer from ${integer.min} to ${integer.max}`;
+      throw new QueueBoxValidationError(field, messages.leaseArgumentInvalid(where, field, rule, value));
     }
-  };
-  integer('leaseMs', p.leaseMs, MIN_LEASE_MS, MAX_LEASE_MS);
-  integer('limit', p.limit, 1, 10_000);
-  if (p.maxAttempts !== undefined) integer('maxAttempts', p.maxAttempts, 1, 1_000_000);
+  }
 }

@@ -11,6 +11,7 @@ import { ClaimLostError, HandlerTimeoutError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import { LeaseKeeper } from '../lease/lease-keeper';
+import { MAX_PULL_CLAIM_LIMIT } from '../options/options.defaults';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
@@ -29,9 +30,6 @@ import { BatchQueue } from './batch-queue';
 import { PullClient } from './pull.client';
 import type { PullBatchContext, PullContext } from './pull-handler.decorator';
 import { type PullHandlerDefinition, PullHandlerExplorer } from './pull-handler.explorer';
-
-/** `PullClient.claimBatch` takes at most this many rows per statement. */
-const MAX_CLAIM_LIMIT = 10_000;
 
 /** A claim of the batch form, with the keeper renewing it since it was claimed. */
 interface HeldClaim {
@@ -159,7 +157,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
           claim: (limit) =>
             this.client.claimBatch({
               source: handler.source,
-              limit: Math.min(limit, MAX_CLAIM_LIMIT),
+              limit: Math.min(limit, MAX_PULL_CLAIM_LIMIT),
               leaseMs: handler.leaseMs,
               maxAttempts: handler.maxAttempts,
             }),
@@ -371,12 +369,11 @@ export class PullWorker extends WorkerShell<InboxClaim> {
 
   /** A keeper renewing `claim` on the set-aside renewal connection (with the renewals due with it), or on the pool while the worker is not started. */
   private keep(claim: InboxClaim): LeaseKeeper {
-    return new LeaseKeeper(
-      claim,
-      () => (this.renewals ? this.renewals.renew(claim) : this.lease.renew(claim)),
-      (lost) => this.lease.markLost(lost),
-    );
+    return this.lease.keep(claim, { renewer: this.renewer });
   }
+
+  /** Renews on the set-aside connection while the worker runs, through the pool before it starts. */
+  private readonly renewer = { renew: (claim: InboxClaim) => (this.renewals ? this.renewals.renew(claim) : this.lease.renew(claim)) };
 
   /** The one-message form's step: the handler and the fenced completion in one transaction. */
   private async handle(

@@ -20,7 +20,7 @@ export class BatchCompleter {
 
   constructor(lease: LeaseService) {
     this.batcher = new TurnBatcher(MAX_BATCH, async (claims) => {
-      const completed = await lease.completeEach(claims);
+      const completed = await lease.completeBatch(claims);
       return claims.map((claim) => completed.has(claim));
     });
   }

@@ -48,6 +48,9 @@ export interface CompletedDetails {
  * - `committed`: the step wrote the row's completion itself, in its own transaction (with
  *   `followers`, finished under it); the recorder only reports it;
  * - `failed`: the attempt failed; the recorder retries it after the policy's backoff, or dead-letters it;
+ * - `expired`: the row's earlier claims all expired, up to its attempts (its workers died or hung
+ *   on it: a pull claim takes expired rows itself, with no reclaim step); dead-lettered with
+ *   `reason` and reported as the reclaim step reports one (`queuebox:reclaimed`);
  * - `lost`: the claim is lost (logged at `level`); nothing more is written;
  * - `released`: the work did not fail (a batch rolled back for another row): back to `pending`, the attempt not counted;
  * - `deferred`: the work was put off (an outbox destination's rate limit had no token): back to `pending` for `delayMs`, the attempt not counted;
@@ -65,6 +68,7 @@ export type StepOutcome<C extends WorkerClaim<unknown>> =
       /** The log line of a scheduled retry. */
       retryLog: (error: string, delayMs: number) => string;
     }
+  | { kind: 'expired'; reason: string }
   | { kind: 'lost'; level: 'warn' | 'error'; log: string }
   | { kind: 'released' }
   | { kind: 'deferred'; delayMs: number }
@@ -116,6 +120,13 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
         return 'finished';
       case 'failed':
         await this.failed(claim, outcome);
+        return 'not finished';
+      case 'expired':
+        await this.deadLetter(claim, outcome.reason, () => {
+          const event = this.worker.eventMessage(claim);
+          const name = 'destination' in event ? event.destination : event.source;
+          this.worker.events.emit('queuebox:reclaimed', { component: claim.component, name, pending: 0, dead: 1 });
+        });
         return 'not finished';
       case 'lost':
         this.worker.lease.markLost(claim);
@@ -208,20 +219,16 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
     const id = this.worker.nameOf(claim.message);
     const event = this.worker.eventMessage(claim);
     const names = EVENTS[claim.component];
-    let what = 'retry'; // the backoff may throw
+    const what = 'retry'; // the backoff may throw
     try {
       const { maxAttempts, backoff, retryIf } = p.policy;
       const final = this.worker.isFinal(failure);
       const next = failedAttemptOutcome({ failure, final, attempt: claim.attempt, message: claim.message, maxAttempts, backoff, retryIf });
       if (next.deadLetter) {
-        what = 'dead-letter';
         const { reason } = next;
-        if (await lease.deadLetter(claim, reason)) {
-          this.worker.events.emit(names.deadLettered, { ...event, reason, durationMs: p.durationMs });
-          logger.warn(messages.deadLettered(id, reason));
-        } else {
-          logger.warn(messages.finishLost(id, what));
-        }
+        await this.deadLetter(claim, reason, () =>
+          this.worker.events.emit(names.deadLettered, { ...event, reason, durationMs: p.durationMs }),
+        );
         return;
       }
       const { delayMs } = next;
@@ -234,6 +241,25 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
       }
     } catch (error) {
       logger.error(messages.finishFailed(id, what, describeError(error)));
+    }
+  }
+
+  /**
+   * The one dead-letter write of every worker: fenced; `report` emits its event once it changed
+   * the row. A lost claim or a failing write is logged (the lease ends the claim).
+   */
+  private async deadLetter(claim: C, reason: string, report: () => void): Promise<void> {
+    const { lease, logger } = this.worker;
+    const id = this.worker.nameOf(claim.message);
+    try {
+      if (await lease.deadLetter(claim, reason)) {
+        report();
+        logger.warn(messages.deadLettered(id, reason));
+      } else {
+        logger.warn(messages.finishLost(id, 'dead-letter'));
+      }
+    } catch (error) {
+      logger.error(messages.finishFailed(id, 'dead-letter', describeError(error)));
     }
   }
 }

@@ -20,7 +20,7 @@ const MAX_BATCH = 1000;
  * It runs one statement at a time: a connection given a query while it still runs another queues
  * it (node-postgres 8 with a deprecation warning; 9 throws). The renewals due while a statement
  * runs (every claim of one claim statement is due at the same moment) go together in the next
- * one, one fenced statement for all of them (`LeaseService.renewEach`), so they wait behind no
+ * one, one fenced statement for all of them (`LeaseService.renewBatch`), so they wait behind no
  * more than one statement, however many claims are held.
  */
 export class RenewalConnection {
@@ -36,7 +36,7 @@ export class RenewalConnection {
     lease: LeaseService,
   ) {
     this.renewals = new TurnBatcher(MAX_BATCH, async (claims) => {
-      const renewed = await this.run((manager) => lease.renewEach(claims, manager));
+      const renewed = await this.run((manager) => lease.renewBatch(claims, manager));
       return claims.map((claim) => renewed.has(claim));
     });
   }

@@ -8,7 +8,7 @@ conformanceSuite('pull claims and transactions', (c) => {
 
   it('completes in the caller transaction and rolls back with it', async () => {
     await receive({ idempotencyKey: 'p1', source: 'ledger' });
-    const claim = await c.lease.claim('ledger', { leaseMs: LONG });
+    const claim = await c.take.pull.claim('ledger', { leaseMs: LONG });
     assert.ok(claim);
     await assert.rejects(
       c.db.dataSource.transaction(async (manager) => {
@@ -26,7 +26,7 @@ conformanceSuite('pull claims and transactions', (c) => {
     await receive({ idempotencyKey: 'c1', source: 'ledger', aggregateId: 'agg' });
     await receive({ idempotencyKey: 'c2', source: 'ledger', aggregateId: 'agg' });
     await receive({ idempotencyKey: 'c3', source: 'ledger', aggregateId: 'other' });
-    const first = await c.lease.claim('ledger', { leaseMs: 100 });
+    const first = await c.take.pull.claim('ledger', { leaseMs: 100 });
     assert.equal(first?.message.idempotencyKey, 'c1');
     await sleep(200);
     const batch = await c.take.pull.claimBatch({ source: 'ledger', limit: 10, leaseMs: LONG });
@@ -44,7 +44,7 @@ conformanceSuite('pull claims and transactions', (c) => {
       (await c.take.pull.claimBatch({ source: 'ledger', limit: 10, leaseMs: LONG })).map((c) => c.message.idempotencyKey),
       ['c2'],
     );
-    assert.equal(await c.lease.claim('nobody', { leaseMs: LONG }), null, 'another source has nothing');
+    assert.equal(await c.take.pull.claim('nobody', { leaseMs: LONG }), null, 'another source has nothing');
   });
 
   it('I8: an expired claim that is not the first row of its aggregate (an earlier row committed after it was claimed) is claimed again', async () => {
@@ -59,7 +59,7 @@ conformanceSuite('pull claims and transactions', (c) => {
         manager: open.manager,
       });
       await receive({ idempotencyKey: 'r2', source: 'ledger', aggregateId: 'agg' });
-      const r2 = await c.lease.claim('ledger', { leaseMs: LONG });
+      const r2 = await c.take.pull.claim('ledger', { leaseMs: LONG });
       assert.equal(r2?.message.idempotencyKey, 'r2');
       await open.commitTransaction();
       await c.db.expireLease('inbox', r2!.id);

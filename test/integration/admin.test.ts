@@ -294,7 +294,7 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
       const keep = await inboxRow({ source: 'other', state: 'dead', attempts: 3, error: 'bad' });
       const pending = await inboxRow({ attempts: 1, error: 'bad' });
       const processed = await inboxRow({ state: 'processed', attempts: 1 });
-      const held = await lease.claim('payments', { leaseMs: 60_000 });
+      const held = await take.pull.claim('payments', { leaseMs: 60_000 });
       assert.equal(held?.id, pending);
       assert.equal(await admin.discardDeadLetters({ component: 'inbox', ids: [dead, pending, processed] }), 1);
       const left = await db.query<{ id: string; state: string }>('SELECT id::text AS id, state FROM queuebox_inbox ORDER BY id');
@@ -425,12 +425,12 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
     it('skips a processing head whose lease expired (database clock); its old owner is fenced out', async () => {
       await inboxRow({ aggregate: 'a1' });
       const behind = await inboxRow({ aggregate: 'a1' });
-      const zombie = await lease.claim('payments', { leaseMs: 60_000 });
+      const zombie = await take.pull.claim('payments', { leaseMs: 60_000 });
       assert.ok(zombie);
       await db.query(`UPDATE queuebox_inbox SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, [zombie.id]);
       assert.equal(await admin.skipHead({ component: 'inbox', source: 'payments', aggregateId: 'a1' }), zombie.id);
       assert.equal(await lease.complete(zombie), false, 'the zombie cannot complete the skipped row');
-      const next = await lease.claim('payments', { leaseMs: 60_000 });
+      const next = await take.pull.claim('payments', { leaseMs: 60_000 });
       assert.equal(next?.id, behind);
     });
   });

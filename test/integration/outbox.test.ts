@@ -130,7 +130,7 @@ describe('OutboxService and OutboxPoller on PostgreSQL', () => {
       [{ destination: 'billing', key: 'k\u0000', payload: 1 }, 'key', /NUL character/],
       [{ destination: 'billing', key: '\udc00k', payload: 1 }, 'key', /lone UTF-16 surrogate/],
       [{ destination: 'billing', payload: { text: 'half \ud83d' } }, 'payload', /lone UTF-16 surrogate/],
-      [{ destination: 'billing', payload: { ['k\udfff']: 1 } }, 'payload', /lone UTF-16 surrogate/],
+      [{ destination: 'billing', payload: { 'k\udfff': 1 } }, 'payload', /lone UTF-16 surrogate/],
       [{ destination: 'billing', payload: 1, headers: { 'x-a': 'v\u0000' } }, 'headers', /NUL character/],
       [{ destination: 'billing', payload: 1, headers: { 'x-\ud800': 'v' } }, 'headers', /lone UTF-16 surrogate/],
       // Headers that could never be sent (issue 13 item 9).

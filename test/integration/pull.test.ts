@@ -3,10 +3,13 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { HandlerTimeoutError, QueueBoxConfigError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
+import { HandlerTimeoutError, QueueBoxConfigError, QueueBoxStateError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
+import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
+import { createLeaseService } from '../../lib/pull/create-pull-client';
+import { PullClient } from '../../lib/pull/pull.client';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
@@ -260,24 +263,25 @@ describe('pull workers on PostgreSQL', () => {
     );
   });
 
-  it('LeaseService serves custom pull clients: claim, renew, complete in a transaction, retry, dead-letter', async () => {
+  it('PullClient and LeaseService serve custom pull clients: claim, renew, complete in a transaction, retry, dead-letter', async () => {
     const lease = t.get(LeaseService);
+    const pull = t.get(PullClient);
     const dataSource = t.app.get<DataSource>(getDataSourceToken());
-    assert.equal(await lease.claim('custom', { leaseMs: 1000 }), null, 'nothing to claim');
+    assert.equal(await pull.claim('custom', { leaseMs: 1000 }), null, 'nothing to claim');
     await inbox.receive({ source: 'custom', idempotencyKey: 'c1', aggregateId: 'agg', payload: { n: 1 } });
     await inbox.receive({ source: 'custom', idempotencyKey: 'c2', aggregateId: 'agg', payload: { n: 2 } });
-    const first = await lease.claim('custom', { leaseMs: 1000 });
+    const first = await pull.claim('custom', { leaseMs: 1000 });
     assert.equal(first?.message.idempotencyKey, 'c1');
     assert.equal(first?.component, 'pull');
-    assert.equal(await lease.claim('custom', { leaseMs: 1000 }), null, 'c2 waits behind c1 of the same aggregate');
+    assert.equal(await pull.claim('custom', { leaseMs: 1000 }), null, 'c2 waits behind c1 of the same aggregate');
     assert.equal(await lease.renew(first!), true);
     assert.equal(await lease.retry(first!, { delayMs: 0, error: 'try later' }), true);
-    const again = await lease.claim('custom', { leaseMs: 100 });
+    const again = await pull.claim('custom', { leaseMs: 100 });
     assert.equal(again?.message.idempotencyKey, 'c1');
     assert.equal(again?.attempt, 2);
     await sleep(150);
     // The client died: its expired claim is taken directly by the next pull claim, no reclaim step.
-    const third = await lease.claim('custom', { leaseMs: 1000 });
+    const third = await pull.claim('custom', { leaseMs: 1000 });
     assert.equal(third?.message.idempotencyKey, 'c1');
     assert.equal(third?.attempt, 3);
     assert.equal(await lease.complete(again!), false, 'the dead client changes nothing');
@@ -286,7 +290,7 @@ describe('pull workers on PostgreSQL', () => {
       return lease.complete(third!, manager);
     });
     assert.equal(done, true);
-    const second = await lease.claim('custom', { leaseMs: 1000 });
+    const second = await pull.claim('custom', { leaseMs: 1000 });
     assert.equal(second?.message.idempotencyKey, 'c2');
     assert.equal(await lease.deadLetter(second!, 'not for us'), true);
     assert.deepEqual(
@@ -295,8 +299,8 @@ describe('pull workers on PostgreSQL', () => {
     );
   });
 
-  it('LeaseService.claim refuses arguments that would make a wrong claim, with a typed error naming the field', async () => {
-    const lease = t.get(LeaseService);
+  it('PullClient.claim refuses arguments that would make a wrong claim, with a typed error naming the field', async () => {
+    const pull = t.get(PullClient);
     await inbox.receive({ source: 'custom', idempotencyKey: 'v1', payload: {} });
     const cases: [string, unknown, string][] = [
       ['custom', { leaseMs: -1000 }, 'leaseMs'],
@@ -310,7 +314,7 @@ describe('pull workers on PostgreSQL', () => {
       ['custom', { leaseMs: 1000, maxAttempts: 0 }, 'maxAttempts'],
     ];
     for (const [source, options, field] of cases) {
-      await assert.rejects(lease.claim(source, options as never), (error: unknown) => {
+      await assert.rejects(pull.claim(source, options as never), (error: unknown) => {
         assert.ok(error instanceof QueueBoxValidationError, String(error));
         assert.equal(error.field, field);
         assert.match(error.message, /Nothing was claimed/);
@@ -324,24 +328,41 @@ describe('pull workers on PostgreSQL', () => {
     );
   });
 
-  it('LeaseService.claim with maxAttempts dead-letters a message whose claims kept expiring and claims the next one', async () => {
-    const lease = t.get(LeaseService);
+  it('PullClient.claim with maxAttempts dead-letters a message whose claims kept expiring (reported as a reclaim) and claims the next one', async () => {
+    const pull = t.get(PullClient);
+    const reclaimed: unknown[] = [];
+    const stop = t.get(QueueBoxEvents).on('queuebox:reclaimed', (event) => reclaimed.push(event));
     await inbox.receive({ source: 'custom', idempotencyKey: 'poison', payload: {} });
     await inbox.receive({ source: 'custom', idempotencyKey: 'fine', payload: {} });
     for (let attempt = 1; attempt <= 2; attempt++) {
-      const claim = await lease.claim('custom', { leaseMs: 60_000, maxAttempts: 2 });
+      const claim = await pull.claim('custom', { leaseMs: 60_000, maxAttempts: 2 });
       assert.equal(claim?.message.idempotencyKey, 'poison');
       assert.equal(claim?.attempt, attempt);
       // The client dies holding it: its lease runs out (moved back instead of waited for).
       await db.query("UPDATE queuebox_inbox SET lease_expires_at = now() - interval '1 second' WHERE idempotency_key = 'poison'");
     }
-    const next = await lease.claim('custom', { leaseMs: 60_000, maxAttempts: 2 });
+    const next = await pull.claim('custom', { leaseMs: 60_000, maxAttempts: 2 });
     assert.equal(next?.message.idempotencyKey, 'fine', 'the spent message is not handed out a third time');
     const [poison] = await db.query<{ state: string; attempts: number; last_error: string }>(
       "SELECT state, attempts, last_error FROM queuebox_inbox WHERE idempotency_key = 'poison'",
     );
     assert.equal(poison.state, 'dead');
     assert.match(poison.last_error, /lease expired on attempt 2 of 2/);
+    stop();
+    assert.deepEqual(reclaimed, [{ component: 'pull', name: 'custom', pending: 0, dead: 1 }]);
+  });
+
+  it('the removed LeaseService.claim and createLeaseService answer with a typed error naming their replacement', async () => {
+    await assert.rejects(t.get(LeaseService).claim('custom', { leaseMs: 1000 }), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxStateError, String(error));
+      assert.match(error.message, /LeaseService\.claim was removed .* PullClient\.claim\(source/);
+      return true;
+    });
+    await assert.rejects(createLeaseService(t.app.get<DataSource>(getDataSourceToken())), (error: unknown) => {
+      assert.ok(error instanceof QueueBoxConfigError, String(error));
+      assert.match(error.message, /createLeaseService was removed .* createPullClient\(dataSource, options\)/);
+      return true;
+    });
   });
 
   it('refuses two handlers for one source, or a handler for a relayed source, naming both', async () => {

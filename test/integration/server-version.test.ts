@@ -8,7 +8,7 @@ import { DataSource } from 'typeorm';
 import { isSupportedServerVersion, MIN_SERVER_VERSION_NUM, serverVersionCheckSql } from '../../lib/dialects/postgres/checks.sql';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
-import { createLeaseService } from '../../lib/pull/create-pull-client';
+import { createPullClient } from '../../lib/pull/create-pull-client';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 
 const ROOT = join(__dirname, '..', '..', '..');
@@ -85,7 +85,7 @@ describe('PostgreSQL server versions', () => {
       const dataSource = await dataSourceOn();
       await dataSource.initialize();
       try {
-        await assert.rejects(createLeaseService(dataSource), (error: unknown) => {
+        await assert.rejects(createPullClient(dataSource), (error: unknown) => {
           assert.ok(error instanceof QueueBoxConfigError, String(error));
           assert.equal(error.option, 'dataSource');
           assert.match(error.message, /^QueueBox supports PostgreSQL 14 and later; this server runs PostgreSQL 13\.\d+\./);

@@ -12,13 +12,14 @@ import { fileURLToPath } from 'node:url';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '../..');
 
-test('npm pack ships dist/, sql/, docs/, LICENSE and README, and no test files', () => {
+test('npm pack ships dist/, sql/, docs/, LICENSE, README and CHANGELOG, and no test files', () => {
   assert.ok(existsSync(join(repo, 'dist/index.js')), 'dist/ is missing: run `npm run build` first');
   const [pack] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json'], { cwd: repo, encoding: 'utf8', timeout: 120_000 }));
   const files = pack.files.map((file) => file.path);
   for (const required of [
     'LICENSE',
     'README.md',
+    'CHANGELOG.md',
     'package.json',
     'dist/index.js',
     'dist/cli/main.js',
