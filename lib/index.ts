@@ -22,7 +22,6 @@ export {
 } from './common/signature';
 export { standardWebhookHeaders, verifyStandardWebhook } from './common/standard-webhooks';
 export type {
-  AdminComponent,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
@@ -133,7 +132,7 @@ export {
   InjectQueueBoxEvents,
   InjectQueueBoxHealth,
 } from './queuebox.tokens';
-export type { Claim, ClaimComponent, InboxClaim, OutboxClaim } from './types/claims';
+export type { AdminComponent, Claim, ClaimComponent, InboxClaim, OutboxClaim, QueueTable } from './types/claims';
 export type { InboxMessageInput, ReceiveResult, RelayRoute } from './types/inbox';
 export type { QueueBoxInstanceName } from './types/instance';
 export type { InboxMessage, OutboundMessage } from './types/messages';

@@ -123,6 +123,8 @@ export const messages = {
     'claims stay correct but are planned on every call and read every pending row of keys in flight to reach rows without a key.',
   optionDeprecated: (option: string, replacement: string, hint: string) =>
     `Option ${option} is deprecated and will be removed: use ${replacement} (${hint}). It still works the same.`,
+  eventRenamed: (old: string, renamed: string) =>
+    `QueueBox event "${old}" was renamed "${renamed}" in 0.2 (the relay is named the relay everywhere): listen to the new name; the old one is delivered until 0.3.`,
   leaseClaimRemoved: () =>
     'LeaseService.claim was removed in QueueBox 0.2.0 (deprecated in 0.1): claim with PullClient.claim(source, { leaseMs, maxAttempts? }) (inject PullClient, or use createPullClient(dataSource) outside Nest), and finish the claim through LeaseService as before.',
   createLeaseServiceRemoved: () =>

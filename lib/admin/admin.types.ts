@@ -1,4 +1,4 @@
-import type { AdminComponent } from '../dialects/dialect-rows';
+import type { QueueTable } from '../types/claims';
 
 /**
  * Which dead rows an admin call looks at. `deadAfter` / `deadBefore` bound the row's last attempt
@@ -6,7 +6,7 @@ import type { AdminComponent } from '../dialects/dialect-rows';
  * its last attempt, so this is when it died (within that attempt's lease).
  */
 export interface DeadLetterFilter {
-  component: AdminComponent;
+  component: QueueTable;
   /** Destination (outbox) or source (inbox), exactly. */
   name?: string;
   /** Ordering key (outbox `key`) or aggregate (inbox `aggregate_id`), exactly. */
@@ -33,7 +33,7 @@ export interface DeadLetterPage {
 }
 
 /** Dead rows picked by id (rows of other states among them are left out). */
-export type DeadLetterIds = { component: AdminComponent; ids: string[] };
+export type DeadLetterIds = { component: QueueTable; ids: string[] };
 
 /**
  * Dead rows picked by id, or by a filter (every dead row it matches). A filter with no criterion

@@ -1,19 +1,11 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { dateTimeOf } from '../common/payload';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
-import type {
-  AdminComponent,
-  BacklogRow,
-  BlockedKeyRow,
-  ClaimRow,
-  DeadLetterRow,
-  InstanceRow,
-  SkipHeadTarget,
-  Throughput,
-} from '../dialects/dialect-rows';
+import type { BacklogRow, BlockedKeyRow, ClaimRow, DeadLetterRow, InstanceRow, SkipHeadTarget, Throughput } from '../dialects/dialect-rows';
 import { QueueBoxAdminError } from '../errors/queuebox.errors';
 import { QUEUEBOX_DIALECT } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
+import type { QueueTable } from '../types/claims';
 import type { DeadLetterFilter, DeadLetterIds, DeadLetterPage, DeadLetterSelection, RetentionResult } from './admin.types';
 import { RetentionService } from './retention.service';
 
@@ -96,7 +88,7 @@ export class QueueBoxAdmin {
    * of its key. Each names its owner only while the head is held (a live lease), with the owner's
    * state, and always its last claimer (`RowOwner`).
    */
-  async listBlockedKeys(p: { component: AdminComponent; limit?: number }): Promise<BlockedKeyRow[]> {
+  async listBlockedKeys(p: { component: QueueTable; limit?: number }): Promise<BlockedKeyRow[]> {
     return this.dialect.blockedKeyList({ component: component(p?.component), limit: pageLimit(p?.limit) });
   }
 
@@ -146,7 +138,7 @@ export class QueueBoxAdmin {
    * who holds them (the claim token, the owner instance and its state while the lease is live),
    * since when and how much lease is left, by the database clock.
    */
-  async listClaims(p: { component: AdminComponent; limit?: number }): Promise<ClaimRow[]> {
+  async listClaims(p: { component: QueueTable; limit?: number }): Promise<ClaimRow[]> {
     return this.dialect.adminClaimList({ component: component(p?.component), limit: pageLimit(p?.limit) });
   }
 
@@ -180,7 +172,7 @@ export class QueueBoxAdmin {
   }
 }
 
-function component(value: unknown): AdminComponent {
+function component(value: unknown): QueueTable {
   if (value === 'outbox' || value === 'inbox') return value;
   throw new QueueBoxAdminError('component', messages.adminArgumentInvalid('component', 'must be "outbox" or "inbox"', value));
 }

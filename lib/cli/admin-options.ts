@@ -1,6 +1,6 @@
 import type { DeadLetterFilter, DeadLetterIds } from '../admin/admin.types';
 import { isRowId } from '../admin/queuebox.admin';
-import type { AdminComponent } from '../dialects/dialect-rows';
+import type { QueueTable } from '../types/claims';
 import { CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
 import type { CommandValues } from './command';
@@ -10,7 +10,7 @@ const MAX_LIMIT = 1000;
 const MAX_TEXT = 2000;
 
 /** `--component outbox|inbox`, required. */
-export function parseComponent(values: CommandValues): AdminComponent {
+export function parseComponent(values: CommandValues): QueueTable {
   const value = values.component as string | undefined;
   if (value === undefined) throw new CliUsageError(cliMessages.componentMissing());
   if (value !== 'outbox' && value !== 'inbox') throw new CliUsageError(cliMessages.componentInvalid(value));

@@ -14,7 +14,8 @@ import {
   type Type,
   UseGuards,
 } from '@nestjs/common';
-import type { AdminComponent, SkipHeadTarget } from '../dialects/dialect-rows';
+import type { SkipHeadTarget } from '../dialects/dialect-rows';
+import type { QueueTable } from '../types/claims';
 import { DASHBOARD_CSP, type DashboardAsset, dashboardPage } from './dashboard.assets';
 import { QUEUEBOX_DASHBOARD_ACTION_CHECK, QUEUEBOX_DASHBOARD_ASSETS, QUEUEBOX_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { dashboardMessages as messages } from './dashboard.messages';
@@ -33,7 +34,7 @@ const PAGE_LIMIT = { default: 50, max: 200 };
 const bad = (name: string, rule: string, value: unknown) =>
   new DashboardHttpError(HttpStatus.BAD_REQUEST, 'QUEUEBOX_DASHBOARD_BAD_REQUEST', messages.parameterInvalid(name, rule, value), name);
 
-function component(value: unknown): AdminComponent {
+function component(value: unknown): QueueTable {
   if (value === undefined || value === 'outbox') return 'outbox';
   if (value === 'inbox') return 'inbox';
   throw bad('component', 'must be "outbox" or "inbox"', value);

@@ -2,11 +2,12 @@ import { HttpStatus, Inject, Injectable, Logger, type OnModuleInit, Optional } f
 import { ModuleRef } from '@nestjs/core';
 import type { DeadLetterFilter, DeadLetterSelection } from '../admin/admin.types';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
-import type { AdminComponent, DeadLetterRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
+import type { DeadLetterRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
 import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
 import { QueueBoxRegistry } from '../queuebox.registry';
 import { getQueueBoxEventsToken } from '../queuebox.tokens';
+import type { QueueTable } from '../types/claims';
 import { TRACEPARENT_HEADER } from '../wire-headers';
 import { QUEUEBOX_DASHBOARD_OPTIONS } from './dashboard.constants';
 import { dashboardMessages as messages } from './dashboard.messages';
@@ -15,7 +16,7 @@ import { DashboardHttpError } from './dashboard.security';
 
 /** One row of the overview: the backlog of a destination or source and its last hour, per minute. */
 export interface OverviewRow {
-  component: AdminComponent;
+  component: QueueTable;
   name: string;
   pending: number;
   processing: number;
@@ -124,7 +125,7 @@ export class DashboardService implements OnModuleInit {
 
   async deadLetters(
     instance: string,
-    component: AdminComponent,
+    component: QueueTable,
     query: DeadLetterQuery,
     page: { afterId?: string; limit: number; newestFirst: boolean },
   ): Promise<{ rows: DeadLetterRow[]; nextAfterId: string | null }> {
@@ -132,13 +133,13 @@ export class DashboardService implements OnModuleInit {
     return adminCall(() => admin.listDeadLetters(toFilter(component, query), page));
   }
 
-  async countDeadLetters(instance: string, component: AdminComponent, query: DeadLetterQuery): Promise<number> {
+  async countDeadLetters(instance: string, component: QueueTable, query: DeadLetterQuery): Promise<number> {
     const admin = this.admin(instance);
     return adminCall(() => admin.countDeadLetters(toFilter(component, query)));
   }
 
   /** One dead row with its payload and the trace id of its `traceparent` header, or 404. */
-  async deadLetter(instance: string, component: AdminComponent, id: string): Promise<DeadLetterRow & { traceId: string | null }> {
+  async deadLetter(instance: string, component: QueueTable, id: string): Promise<DeadLetterRow & { traceId: string | null }> {
     const admin = this.admin(instance);
     const { rows } = await adminCall(() => admin.listDeadLetters({ component, ids: [id] }, { includePayload: true, limit: 1 }));
     if (rows.length === 0) {
@@ -155,7 +156,7 @@ export class DashboardService implements OnModuleInit {
     request: DashboardRequest,
     instance: string,
     action: 'replay' | 'discard',
-    body: { component: AdminComponent; ids?: string[]; filter?: DeadLetterQuery; all?: boolean },
+    body: { component: QueueTable; ids?: string[]; filter?: DeadLetterQuery; all?: boolean },
   ): Promise<number> {
     const admin = this.admin(instance);
     let selection: DeadLetterSelection;
@@ -242,7 +243,7 @@ async function adminCall<T>(call: () => Promise<T>): Promise<T> {
   }
 }
 
-function toFilter(component: AdminComponent, query: DeadLetterQuery): DeadLetterFilter {
+function toFilter(component: QueueTable, query: DeadLetterQuery): DeadLetterFilter {
   const text = (field: keyof DeadLetterQuery) => {
     const value = query[field];
     if (value === undefined || value === '') return undefined;

@@ -4,9 +4,7 @@
  * and the public barrel take them from here.
  */
 
-import type { AdminComponent } from '../types/claims';
-
-export type { AdminComponent };
+import type { QueueTable } from '../types/claims';
 
 /**
  * Unfinished and dead rows of one destination (outbox) or source (inbox), counted by the database.
@@ -15,7 +13,7 @@ export type { AdminComponent };
  * none is due. Rows scheduled for later are counted in `pending` but do not age the queue.
  */
 export interface BacklogRow {
-  component: AdminComponent;
+  component: QueueTable;
   /** The destination (outbox) or source (inbox). */
   name: string;
   pending: number;
@@ -26,7 +24,7 @@ export interface BacklogRow {
 
 /** A dead row, without its payload unless asked for. */
 export interface DeadLetterRow {
-  component: AdminComponent;
+  component: QueueTable;
   id: string;
   /** The outbox message id (`X-Message-Id`); `null` for inbox rows. */
   messageId: string | null;
@@ -49,7 +47,7 @@ export interface DeadLetterRow {
 
 /** A key or aggregate whose head row (its earliest unfinished row) is failing, and what waits behind it. */
 export interface BlockedKeyRow extends RowOwner {
-  component: AdminComponent;
+  component: QueueTable;
   /** Destination (outbox) or source (inbox) of the head row. */
   name: string;
   /** Outbox `key` or inbox `aggregate_id`. */
@@ -120,7 +118,7 @@ export const INSTANCE_STATES: readonly InstanceState[] = ['alive', 'silent', 'de
  * source and minute, oldest minute first; the last minute is the current one (not over yet).
  */
 export interface ThroughputRow {
-  component: AdminComponent;
+  component: QueueTable;
   /** The destination (outbox) or source (inbox). */
   name: string;
   /** Rows finished in each minute, by `sent_at` / `processed_at`. */
@@ -138,7 +136,7 @@ export interface Throughput {
 
 /** A row in flight: claimed by a worker whose lease has not been given back. */
 export interface ClaimRow extends RowOwner {
-  component: AdminComponent;
+  component: QueueTable;
   id: string;
   /** The outbox message id; `null` for inbox rows. */
   messageId: string | null;

@@ -1,9 +1,8 @@
 import type { EntityManager } from 'typeorm';
 import type { TableName } from '../common/identifiers';
-import type { ClaimedRow, ClaimTable, FollowerRow, OutboxClaim } from '../types/claims';
+import type { ClaimedRow, FollowerRow, OutboxClaim, QueueTable } from '../types/claims';
 import type { InboxMessage } from '../types/messages';
 import type {
-  AdminComponent,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
@@ -26,9 +25,6 @@ export interface QueueBoxTables {
   readonly instances: TableName;
 }
 
-/** Which table a fenced write targets. The outbox finishes rows as `sent`, the inbox as `processed`. */
-export type LeaseTable = ClaimTable;
-
 export interface OutboxInsertRow {
   messageId: string;
   destination: string;
@@ -45,9 +41,6 @@ export interface OutboxInserted {
   messageId: string;
   duplicate: boolean;
 }
-
-/** A claimed outbox row: its fence and its message, as the outbox poller's claim. */
-export type OutboxClaimedRow = OutboxClaim;
 
 export interface InboxInsertRow {
   source: string;
@@ -80,7 +73,7 @@ export interface CompletedIds {
 }
 
 export interface FenceParams {
-  table: LeaseTable;
+  table: QueueTable;
   id: string;
   token: string;
 }
@@ -138,7 +131,7 @@ export interface Dialect {
    * Claims up to `limit` available rows, at most one per key and none of a key that already has
    * a row in flight or an earlier row pending, counting the claim as an attempt.
    */
-  outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]>;
+  outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]>;
   /** Returns expired `processing` rows to `pending`, or to `dead` when they used up `maxAttempts`. */
   outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult>;
 
@@ -187,7 +180,7 @@ export interface Dialect {
    * missing from the result is lost.
    */
   leaseRenewBatch(p: {
-    table: LeaseTable;
+    table: QueueTable;
     claims: readonly { id: string; token: string; leaseMs: number }[];
     manager?: EntityManager;
   }): Promise<RenewedClaim[]>;
@@ -198,7 +191,7 @@ export interface Dialect {
    * completed (`has`). With `manager`, in that transaction (or `TransactionLostError`), as `leaseComplete`.
    */
   leaseCompleteBatch(p: {
-    table: LeaseTable;
+    table: QueueTable;
     claims: readonly { id: string; token: string }[];
     manager?: EntityManager;
   }): Promise<CompletedIds>;
@@ -242,9 +235,9 @@ export interface Dialect {
   /** Finished and dead rows per destination / source and minute, over the last `minutes` minutes (the current one included). */
   adminThroughput(p: { minutes: number }): Promise<Throughput>;
   /** Up to `limit` rows in flight (`processing`) of one table, oldest claim first. */
-  adminClaimList(p: { component: AdminComponent; limit: number }): Promise<ClaimRow[]>;
+  adminClaimList(p: { component: QueueTable; limit: number }): Promise<ClaimRow[]>;
   /** Keys / aggregates whose head row failed at least once and is not finished. */
-  blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]>;
+  blockedKeyList(p: { component: QueueTable; limit: number }): Promise<BlockedKeyRow[]>;
   /** Dead-letters the head row of a key unless a live claim holds it; returns its id, or null when nothing changed. */
   blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null>;
   /**
@@ -286,7 +279,7 @@ export interface Dialect {
 
 /** Dead rows an admin call selects, normalized: every absent criterion is `null`. */
 export interface DeadSelection {
-  component: AdminComponent;
+  component: QueueTable;
   name: string | null;
   errorContains: string | null;
   deadAfter: Date | null;

@@ -1,9 +1,8 @@
-import type { FollowerRow } from '../types/claims';
+import type { FollowerRow, OutboxClaim, QueueTable } from '../types/claims';
 import type { InboxMessage } from '../types/messages';
 import { MESSAGE_ID_HEADER } from '../wire-headers';
-import type { InboxClaimedRow, LeaseTable, OutboxClaimedRow } from './dialect';
+import type { InboxClaimedRow } from './dialect';
 import type {
-  AdminComponent,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
@@ -19,7 +18,7 @@ import type {
 export const FINISHED = {
   outbox: { state: 'sent', column: 'sent_at' },
   inbox: { state: 'processed', column: 'processed_at' },
-} as const satisfies Record<LeaseTable, { state: string; column: string }>;
+} as const satisfies Record<QueueTable, { state: string; column: string }>;
 
 /**
  * Orders claimed rows by id (ids are non-negative bigints, carried as strings without leading
@@ -106,7 +105,7 @@ function headersOf<J>(value: J | null, decode: RecordDecoding<J>): Record<string
  * publishers see it (`X-Message-Id` among the headers). Made in one piece: the claim is the object
  * the poller works with, not a copy of it.
  */
-export function toOutboxClaimedRow<J>(r: OutboxClaimedRecord<J>, decode: RecordDecoding<J>, leaseMs: number): OutboxClaimedRow {
+export function toOutboxClaim<J>(r: OutboxClaimedRecord<J>, decode: RecordDecoding<J>, leaseMs: number): OutboxClaim {
   const messageId = decode.uuid(r.message_id);
   const id = String(r.id);
   // The decoded headers are this row's own object: X-Message-Id is set on it (last, or where the
@@ -178,7 +177,7 @@ export function toInboxFollowerRow<J>(r: InboxFollowerRecord<J>, decode: RecordD
 
 /** One count of the backlog statement: a (component, name, state) group. */
 export interface BacklogRecord {
-  component: AdminComponent;
+  component: QueueTable;
   name: string;
   state: 'pending' | 'processing' | 'dead';
   n: string | number;
@@ -219,7 +218,7 @@ export interface DeadLetterRecord<J> {
 }
 
 export function toDeadLetterRow<J>(
-  component: AdminComponent,
+  component: QueueTable,
   r: DeadLetterRecord<J>,
   decode: { json(value: J): unknown; uuid(value: string): string },
 ): DeadLetterRow {
@@ -269,7 +268,7 @@ function ownerOf(r: OwnerRecord, uuid: (value: string) => string): RowOwner {
   };
 }
 
-export function toBlockedKeyRow(component: AdminComponent, r: BlockedKeyRecord, uuid: (value: string) => string): BlockedKeyRow {
+export function toBlockedKeyRow(component: QueueTable, r: BlockedKeyRecord, uuid: (value: string) => string): BlockedKeyRow {
   return {
     component,
     name: r.name,
@@ -289,7 +288,7 @@ export function toBlockedKeyRow(component: AdminComponent, r: BlockedKeyRecord, 
 
 /** One count of the throughput statement: a (component, name, outcome, minute) group. */
 export interface ThroughputRecord {
-  component: AdminComponent;
+  component: QueueTable;
   name: string;
   outcome: 'finished' | 'dead';
   /** Whole minutes from `since`. */
@@ -333,7 +332,7 @@ export interface ClaimRecord extends OwnerRecord {
   lease_left: string | number;
 }
 
-export function toClaimRow(component: AdminComponent, r: ClaimRecord, uuid: (value: string) => string): ClaimRow {
+export function toClaimRow(component: QueueTable, r: ClaimRecord, uuid: (value: string) => string): ClaimRow {
   return {
     component,
     id: String(r.id),

@@ -1,19 +1,8 @@
 import type { EntityManager } from 'typeorm';
 import type { SqlResult } from '../common/sql-runner';
-import type { FollowerRow } from '../types/claims';
+import type { FollowerRow, OutboxClaim, QueueTable } from '../types/claims';
+import type { CompletedIds, DeadSelection, FenceParams, InboxClaimedRow, InboxInsertRow, OutboxInserted, OutboxInsertRow } from './dialect';
 import type {
-  CompletedIds,
-  DeadSelection,
-  FenceParams,
-  InboxClaimedRow,
-  InboxInsertRow,
-  LeaseTable,
-  OutboxClaimedRow,
-  OutboxInserted,
-  OutboxInsertRow,
-} from './dialect';
-import type {
-  AdminComponent,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
@@ -48,11 +37,11 @@ import {
   toDeadLetterRow,
   toInboxClaimedRow,
   toInboxFollowerRow,
-  toOutboxClaimedRow,
+  toOutboxClaim,
   toThroughput,
 } from './records';
 
-type Finished = (typeof FINISHED)[LeaseTable];
+type Finished = (typeof FINISHED)[QueueTable];
 
 const ALL_IDS: CompletedIds = { has: () => true };
 
@@ -72,14 +61,14 @@ export interface SqlDialectStatements {
   leaseDeferSql(table: string): string;
   leaseDeadLetterSql(table: string): string;
   adminBacklogSql(outbox: string, inbox: string): string;
-  deadLetterListSql(table: string, component: AdminComponent, includePayload: boolean, descending?: boolean): string;
-  deadLetterCountSql(table: string, component: AdminComponent): string;
-  deadLetterReplaySql(table: string, component: AdminComponent): string;
-  deadLetterDiscardSql(table: string, component: AdminComponent): string;
-  blockedKeyListSql(table: string, component: AdminComponent, tables: { instances: string; outbox: string; inbox: string }): string;
-  blockedKeySkipHeadSql(table: string, component: AdminComponent): string;
+  deadLetterListSql(table: string, component: QueueTable, includePayload: boolean, descending?: boolean): string;
+  deadLetterCountSql(table: string, component: QueueTable): string;
+  deadLetterReplaySql(table: string, component: QueueTable): string;
+  deadLetterDiscardSql(table: string, component: QueueTable): string;
+  blockedKeyListSql(table: string, component: QueueTable, tables: { instances: string; outbox: string; inbox: string }): string;
+  blockedKeySkipHeadSql(table: string, component: QueueTable): string;
   adminThroughputSql(outbox: string, inbox: string): string;
-  adminClaimListSql(table: string, component: AdminComponent, tables: { instances: string; outbox: string; inbox: string }): string;
+  adminClaimListSql(table: string, component: QueueTable, tables: { instances: string; outbox: string; inbox: string }): string;
   clockNowSql(): string;
   instanceRegisterSql(instances: string): string;
   instanceHeartbeatSql(instances: string): string;
@@ -135,7 +124,7 @@ export type ClaimRequest =
  * inserts, schema checks, retention) it writes itself.
  */
 export abstract class SqlDialect<J> {
-  protected abstract readonly table: Record<LeaseTable, string>;
+  protected abstract readonly table: Record<QueueTable, string>;
   /** The instances table, quoted. */
   protected abstract readonly instancesTable: string;
 
@@ -154,9 +143,9 @@ export abstract class SqlDialect<J> {
   /** Runs a claim under the dialect's claim lock; returns the claimed records. */
   protected abstract claimRecords<T>(request: ClaimRequest): Promise<T[]>;
 
-  async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaimedRow[]> {
+  async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]> {
     const records = await this.claimRecords<OutboxClaimedRecord<J>>({ kind: 'outbox', ...p });
-    return records.map((r) => toOutboxClaimedRow(r, this.decoding, p.leaseMs)).sort(byId);
+    return records.map((r) => toOutboxClaim(r, this.decoding, p.leaseMs)).sort(byId);
   }
 
   async inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]> {
@@ -286,7 +275,7 @@ export abstract class SqlDialect<J> {
   }
 
   async leaseCompleteBatch(p: {
-    table: LeaseTable;
+    table: QueueTable;
     claims: readonly { id: string; token: string }[];
     manager?: EntityManager;
   }): Promise<CompletedIds> {
@@ -375,7 +364,7 @@ export abstract class SqlDialect<J> {
 
   /** Runs a replay or discard statement on one batch of the selection; returns the ids it changed. */
   private async deadLetterBatch(
-    statement: (table: string, component: AdminComponent) => string,
+    statement: (table: string, component: QueueTable) => string,
     p: { selection: DeadSelection; afterId: string | null; limit: number },
   ): Promise<string[]> {
     const { component } = p.selection;
@@ -387,7 +376,7 @@ export abstract class SqlDialect<J> {
     return rows.map((r) => String(r.id));
   }
 
-  async blockedKeyList(p: { component: AdminComponent; limit: number }): Promise<BlockedKeyRow[]> {
+  async blockedKeyList(p: { component: QueueTable; limit: number }): Promise<BlockedKeyRow[]> {
     const { rows } = await this.runAdmin<BlockedKeyRecord>(
       this.statements.blockedKeyListSql(this.table[p.component], p.component, this.instanceTables),
       [this.params.int(p.limit)],
@@ -418,7 +407,7 @@ export abstract class SqlDialect<J> {
     return toThroughput(since, p.minutes, rows);
   }
 
-  async adminClaimList(p: { component: AdminComponent; limit: number }): Promise<ClaimRow[]> {
+  async adminClaimList(p: { component: QueueTable; limit: number }): Promise<ClaimRow[]> {
     const { rows } = await this.runAdmin<ClaimRecord>(
       this.statements.adminClaimListSql(this.table[p.component], p.component, this.instanceTables),
       [this.params.int(p.limit)],

@@ -28,7 +28,7 @@ export class QueueBoxEventLog {
 
 const LOGGED = new Set<QueueBoxEventName>([
   'queuebox:published',
-  'queuebox:inbox:processed',
+  'queuebox:relay:processed',
   'queuebox:pull:processed',
   'queuebox:reclaimed',
 ]);
@@ -43,6 +43,6 @@ function lineOf(name: QueueBoxEventName, event: unknown): string {
     const e = event as QueueBoxEventMap['queuebox:reclaimed'];
     return messages.logReclaimed(e.component, e.name, e.pending, e.dead);
   }
-  const e = event as QueueBoxEventMap['queuebox:inbox:processed'] | QueueBoxEventMap['queuebox:pull:processed'];
+  const e = event as QueueBoxEventMap['queuebox:relay:processed'] | QueueBoxEventMap['queuebox:pull:processed'];
   return messages.logProcessed(e.component, `${e.source}/${e.idempotencyKey}`, e.attempt, e.durationMs);
 }

@@ -1,7 +1,8 @@
 import { channel } from 'node:diagnostics_channel';
-import { Inject, Injectable, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { DEFAULT_QUEUEBOX, QUEUEBOX_INSTANCE } from '../queuebox.constants';
-import type { AdminComponent, ClaimComponent } from '../types/claims';
+import { messages } from '../queuebox.messages';
+import type { ClaimComponent, QueueTable } from '../types/claims';
 
 /** What every outbox event says about its message. */
 export interface OutboxEventMessage {
@@ -15,9 +16,9 @@ export interface OutboxEventMessage {
   attempt: number;
 }
 
-/** What every relay (`component: 'inbox'`) and pull (`component: 'pull'`) event says about its message. */
+/** What every relay (`component: 'relay'`) and pull (`component: 'pull'`) event says about its message. */
 export interface InboxEventMessage {
-  component: 'inbox' | 'pull';
+  component: 'relay' | 'pull';
   id: string;
   source: string;
   idempotencyKey: string;
@@ -54,14 +55,20 @@ export interface QueueBoxEventMap {
    * claim takes expired rows itself (no `pending` counts); one that took a row whose last
    * attempt expired dead-letters it and reports it here (`component: 'pull'`, `dead: 1`).
    */
-  'queuebox:reclaimed': { component: 'outbox' | 'inbox' | 'pull'; name: string; pending: number; dead: number };
+  'queuebox:reclaimed': { component: ClaimComponent; name: string; pending: number; dead: number };
   /** `InboxService.receive()` stored a new message (reported when the insert ran, even if the caller's transaction later rolls back). */
   'queuebox:inbox:received': { id: string; source: string; idempotencyKey: string; aggregateId: string | null };
   /** `InboxService.receive()` found the message already stored. */
   'queuebox:inbox:duplicate': { id: string; source: string; idempotencyKey: string; aggregateId: string | null };
   /** The relay forwarded an inbox message (`forwarded` outbox rows) and marked it `processed`. */
+  'queuebox:relay:processed': InboxEventMessage & { durationMs: number; forwarded: number };
+  'queuebox:relay:retry-scheduled': InboxEventMessage & { delayMs: number; error: string; durationMs: number };
+  'queuebox:relay:dead-lettered': InboxEventMessage & { reason: string; durationMs: number };
+  /** @deprecated Since 0.2: `queuebox:relay:processed` (still delivered to `on()` listeners and channel subscribers of this name until 0.3). */
   'queuebox:inbox:processed': InboxEventMessage & { durationMs: number; forwarded: number };
+  /** @deprecated Since 0.2: `queuebox:relay:retry-scheduled`. */
   'queuebox:inbox:retry-scheduled': InboxEventMessage & { delayMs: number; error: string; durationMs: number };
+  /** @deprecated Since 0.2: `queuebox:relay:dead-lettered`. */
   'queuebox:inbox:dead-lettered': InboxEventMessage & { reason: string; durationMs: number };
   /** A `@PullHandler` committed its transaction, which marked the message `processed`. */
   'queuebox:pull:processed': InboxEventMessage & { durationMs: number; handler: string };
@@ -97,7 +104,7 @@ export interface DashboardActionEvent {
   action: 'replay' | 'discard' | 'skip-head';
   /** The dashboard's instance name (`default` unless configured). */
   instance: string;
-  component: AdminComponent;
+  component: QueueTable;
   actor: string;
   changed: number;
   selection:
@@ -108,6 +115,22 @@ export interface DashboardActionEvent {
 }
 
 export type QueueBoxEventName = keyof QueueBoxEventMap;
+
+/**
+ * The relay's events before 0.2 named it `inbox`; the relay is the relay everywhere now. Until
+ * 0.3 each is still delivered under its old name to `on(oldName)` listeners (with one warning)
+ * and to subscribers of the old diagnostics channel; `subscribe()` listeners see the new names.
+ */
+export const RENAMED_EVENTS = {
+  'queuebox:inbox:processed': 'queuebox:relay:processed',
+  'queuebox:inbox:retry-scheduled': 'queuebox:relay:retry-scheduled',
+  'queuebox:inbox:dead-lettered': 'queuebox:relay:dead-lettered',
+} as const satisfies Partial<Record<QueueBoxEventName, QueueBoxEventName>>;
+
+type RenamedEvent = keyof typeof RENAMED_EVENTS;
+
+/** Each new name's old one, for the old diagnostics channel. */
+const OLD_NAMES = new Map<string, string>(Object.entries(RENAMED_EVENTS).map(([old, renamed]) => [renamed, old]));
 
 /** Receives every event of one application, in order, synchronously. */
 export type QueueBoxEventListener = <K extends QueueBoxEventName>(name: K, event: QueueBoxEventMap[K]) => void;
@@ -127,6 +150,7 @@ const DASHBOARD_ACTION: QueueBoxEventName = 'queuebox:dashboard:action';
 export class QueueBoxEvents {
   /** Replaced, never changed, on (un)subscribe: an emit walks the array it started with, by index (no iterator per event). */
   private listeners: readonly QueueBoxEventListener[] = [];
+  private readonly logger = new Logger('QueueBox:Events');
   /** The name of the QueueBox whose events these are (`default` unless `forRoot({ name })` says otherwise). */
   readonly queuebox: string;
 
@@ -145,8 +169,11 @@ export class QueueBoxEvents {
 
   /** Calls `listener` with every event named `name`; returns the unsubscribe function. */
   on<K extends QueueBoxEventName>(name: K, listener: (event: QueueBoxEventMap[K]) => void): () => void {
+    const renamed = RENAMED_EVENTS[name as RenamedEvent] as QueueBoxEventName | undefined;
+    if (renamed) this.logger.warn(messages.eventRenamed(name, renamed));
+    const wanted = renamed ?? name;
     return this.subscribe((emitted: QueueBoxEventName, event: unknown) => {
-      if (emitted === name) listener(event as QueueBoxEventMap[K]);
+      if (emitted === wanted) listener(event as QueueBoxEventMap[K]);
     });
   }
 
@@ -164,6 +191,10 @@ export class QueueBoxEvents {
     const diagnostics = channelOf(name);
     // The dashboard's actions name their own target (`instance`); every other event its QueueBox.
     if (diagnostics.hasSubscribers) diagnostics.publish(name === DASHBOARD_ACTION ? event : { ...event, queuebox: this.queuebox });
+    const oldName = OLD_NAMES.get(name);
+    if (oldName === undefined) return;
+    const old = channelOf(oldName);
+    if (old.hasSubscribers) old.publish({ ...event, queuebox: this.queuebox });
   }
 }
 
@@ -196,7 +227,7 @@ export function outboxEventMessage(message: {
 
 /** The payload fields every relay or pull event shares. */
 export function inboxEventMessage(
-  component: 'inbox' | 'pull',
+  component: 'relay' | 'pull',
   message: { id: string; source: string; idempotencyKey: string; aggregateId: string | null; attempt: number },
 ): InboxEventMessage {
   return {

@@ -70,7 +70,7 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
         step: (claim, keeper, slot) =>
           inSpan(
             claim.message.headers,
-            () => processSpan(claim.message, 'inbox'),
+            () => processSpan(claim.message, 'relay'),
             () => this.forward(claim, keeper, slot),
           ),
         keyOf: (claim) => claim.message.aggregateId,

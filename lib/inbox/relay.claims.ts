@@ -34,7 +34,7 @@ export class RelayClaims {
   async claim(p: { sources: string[]; limit: number; leaseMs: number }): Promise<RelayClaim[]> {
     if (p.sources.length === 0) return [];
     const rows = await this.dialect.inboxRelayClaimBatch(p);
-    const heads: RelayClaim[] = rows.map((row) => ({ component: 'inbox', table: 'inbox', leaseMs: p.leaseMs, followers: [], ...row }));
+    const heads: RelayClaim[] = rows.map((row) => ({ component: 'relay', table: 'inbox', leaseMs: p.leaseMs, followers: [], ...row }));
     if (!this.followers) return heads;
     const { reader, concurrency, batchSize, logger } = this.followers;
     const room = concurrency * batchSize - this.followersHeld;
@@ -61,7 +61,7 @@ export class RelayClaims {
   async reclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
     if (p.sources.length === 0) return { pending: 0, dead: 0, byName: [] };
     const result = await this.dialect.inboxReclaim(p);
-    for (const counts of result.byName) this.events.emit('queuebox:reclaimed', { component: 'inbox', ...counts });
+    for (const counts of result.byName) this.events.emit('queuebox:reclaimed', { component: 'relay', ...counts });
     return result;
   }
 }

@@ -45,8 +45,8 @@ function openTelemetry(): typeof OpenTelemetry | null {
 const FAILED = new Set<QueueBoxEventName>([
   'queuebox:retry-scheduled',
   'queuebox:dead-lettered',
-  'queuebox:inbox:retry-scheduled',
-  'queuebox:inbox:dead-lettered',
+  'queuebox:relay:retry-scheduled',
+  'queuebox:relay:dead-lettered',
   'queuebox:pull:retry-scheduled',
   'queuebox:pull:dead-lettered',
 ]);

@@ -83,10 +83,10 @@ function perMessageLabel(name: QueueBoxEventName, event: unknown): string | unde
   switch (name) {
     case 'queuebox:published':
       return String((event as QueueBoxEventMap['queuebox:published']).destination);
-    case 'queuebox:inbox:processed':
+    case 'queuebox:relay:processed':
     case 'queuebox:pull:processed': {
-      const e = event as QueueBoxEventMap['queuebox:inbox:processed'] | QueueBoxEventMap['queuebox:pull:processed'];
-      return e.component === (name === 'queuebox:inbox:processed' ? 'inbox' : 'pull') ? String(e.source) : undefined;
+      const e = event as QueueBoxEventMap['queuebox:relay:processed'] | QueueBoxEventMap['queuebox:pull:processed'];
+      return e.component === (name === 'queuebox:relay:processed' ? 'relay' : 'pull') ? String(e.source) : undefined;
     }
     default:
       return undefined;

@@ -222,7 +222,7 @@ export function publishSpan(message: { destination: string; messageId: string; a
 /** The span of one relay forward or pull handler attempt. */
 export function processSpan(
   message: { source: string; idempotencyKey: string; attempt: number },
-  component: 'inbox' | 'pull',
+  component: 'relay' | 'pull',
 ): SpanDescription {
   return {
     name: `${message.source} process`,

@@ -1,13 +1,21 @@
 import type { InboxMessage, OutboundMessage } from './messages';
 
-/** Which worker owns a claim; also the `component` label of `queuebox_claims_lost_total`. */
-export type ClaimComponent = 'outbox' | 'inbox' | 'pull';
+/**
+ * Which worker owns a claim: the outbox poller, the inbox relay, a pull worker (or a pull client
+ * of yours). Events say it (`component`); the metrics' `component` label keeps the relay's
+ * earlier value, `inbox` (see metrics/metric-labels.ts).
+ */
+export type ClaimComponent = 'outbox' | 'relay' | 'pull';
 
-/** Which table a claim's row is in. The outbox finishes rows as `sent`, the inbox as `processed`. */
-export type ClaimTable = 'outbox' | 'inbox';
+/**
+ * One of QueueBox's two tables: the outbox (rows per destination and key, finished as `sent`) or
+ * the inbox (rows per source and aggregate, finished as `processed`). What a claim's row is in,
+ * what a fenced write targets, what an admin call reads.
+ */
+export type QueueTable = 'outbox' | 'inbox';
 
-/** Which table an admin call targets: the outbox (rows per destination and key) or the inbox (per source and aggregate). */
-export type AdminComponent = ClaimTable;
+/** @deprecated Since 0.2: `QueueTable`. */
+export type AdminComponent = QueueTable;
 
 /**
  * Ownership of one row: only the holder of `token` can finish it, and only while the lease,
@@ -17,7 +25,7 @@ export type AdminComponent = ClaimTable;
 export interface Claim {
   readonly component: ClaimComponent;
   /** The table the row is in. */
-  readonly table: ClaimTable;
+  readonly table: QueueTable;
   readonly id: string;
   readonly token: string;
   readonly leaseMs: number;
@@ -38,9 +46,9 @@ export interface OutboxClaim extends WorkerClaim<OutboundMessage> {
   readonly table: 'outbox';
 }
 
-/** An inbox relay's (`inbox`) or pull worker's (`pull`) claim. */
+/** An inbox relay's (`relay`) or pull worker's (`pull`) claim. */
 export interface InboxClaim extends WorkerClaim<InboxMessage> {
-  readonly component: 'inbox' | 'pull';
+  readonly component: 'relay' | 'pull';
   readonly table: 'inbox';
   /** Set on a follower (`InboxFollowers.read`): the claimed head whose claim it rides on. */
   readonly headId?: string;

@@ -233,17 +233,18 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
   /** One claim statement; `undefined` when it failed (after the wait for the database). */
   private async claim(limit: number): Promise<C[] | undefined> {
     this.claimingSince = new Date();
+    let claims: C[];
     try {
-      const claims = await this.work.claim(limit);
-      this.lastCycle = new Date();
-      this.failures.succeeded();
-      return claims;
+      claims = await this.work.claim(limit);
     } catch (error) {
+      this.claimingSince = undefined;
       await this.waker.sleep(this.failures.failed(error, () => this.waker.wake()));
       return undefined;
-    } finally {
-      this.claimingSince = undefined;
     }
+    this.claimingSince = undefined;
+    this.lastCycle = new Date();
+    this.failures.succeeded();
+    return claims;
   }
 
   /** Every slot is kept by hung work: what waits for one goes back, for other replicas to take. */

@@ -15,10 +15,10 @@ import type { BatchWaiter } from './turn-batcher';
 /** The events of each worker's outcomes (`QueueBoxMetrics` counts them). */
 const EVENTS = {
   outbox: { completed: 'queuebox:published', retryScheduled: 'queuebox:retry-scheduled', deadLettered: 'queuebox:dead-lettered' },
-  inbox: {
-    completed: 'queuebox:inbox:processed',
-    retryScheduled: 'queuebox:inbox:retry-scheduled',
-    deadLettered: 'queuebox:inbox:dead-lettered',
+  relay: {
+    completed: 'queuebox:relay:processed',
+    retryScheduled: 'queuebox:relay:retry-scheduled',
+    deadLettered: 'queuebox:relay:dead-lettered',
   },
   pull: {
     completed: 'queuebox:pull:processed',

@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { DataSource, type DataSourceOptions, type QueryRunner } from 'typeorm';
 import { parseTableName } from '../../lib/common/identifiers';
-import type { LeaseTable } from '../../lib/dialects/dialect';
 import { claimFunctionNames } from '../../lib/dialects/postgres/claim-functions.sql';
 import { pgTable } from '../../lib/dialects/postgres/quoting';
 import { outboxClaimSql } from '../../lib/dialects/sqlserver/claims.sql';
@@ -9,6 +8,7 @@ import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
 import { bigint, guidOrNull, int, name as nvarchar255 } from '../../lib/dialects/sqlserver/sqlserver.params';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
 import { resolveTables } from '../../lib/options/options.resolver';
+import type { QueueTable } from '../../lib/types/claims';
 import { createTestDatabase, runMigrations } from '../support/database';
 
 /** The conformance suite's tables: schema-qualified, so every dialect's quoting and schema creation are exercised. */
@@ -31,16 +31,16 @@ export interface ConformanceDatabase {
   /** Initialized, with a pool large enough for the concurrency tests. */
   dataSource: DataSource;
   reset(): Promise<void>;
-  row(table: LeaseTable, id: string): Promise<StoredRow>;
-  count(table: LeaseTable, state?: string): Promise<number>;
+  row(table: QueueTable, id: string): Promise<StoredRow>;
+  count(table: QueueTable, state?: string): Promise<number>;
   /** The payload column's stored text (PostgreSQL: jsonb's own rendering of it; SQL Server: the text as written). */
-  payloadText(table: LeaseTable, id: string): Promise<string>;
+  payloadText(table: QueueTable, id: string): Promise<string>;
   /** Ends a claim's lease now, as if time had passed. */
-  expireLease(table: LeaseTable, id: string): Promise<void>;
+  expireLease(table: QueueTable, id: string): Promise<void>;
   /** Makes every pending row of `table` available now (past a retry's delay). */
-  makeAvailable(table: LeaseTable): Promise<void>;
+  makeAvailable(table: QueueTable): Promise<void>;
   /** Moves the finish time (`sent_at` / `processed_at`) and the last claim of every row of `table` back by `days`. */
-  age(table: LeaseTable, days: number): Promise<void>;
+  age(table: QueueTable, days: number): Promise<void>;
   /**
    * The pages one outbox claim of `limit` rows reads on the rows as they are (PostgreSQL: shared
    * buffers hit or read, by EXPLAIN ANALYZE of the claim function the dialect calls; SQL Server:

@@ -5,7 +5,7 @@ import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { PermanentPublishError } from '../../lib/errors/queuebox.errors';
-import type { QueueBoxEventMap, QueueBoxEventName } from '../../lib/events/queuebox.events';
+import { type QueueBoxEventMap, type QueueBoxEventName, QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import { LeaseService } from '../../lib/lease/lease.service';
@@ -27,9 +27,9 @@ const CHANNELS: QueueBoxEventName[] = [
   'queuebox:reclaimed',
   'queuebox:inbox:received',
   'queuebox:inbox:duplicate',
-  'queuebox:inbox:processed',
-  'queuebox:inbox:retry-scheduled',
-  'queuebox:inbox:dead-lettered',
+  'queuebox:relay:processed',
+  'queuebox:relay:retry-scheduled',
+  'queuebox:relay:dead-lettered',
   'queuebox:pull:processed',
   'queuebox:pull:retry-scheduled',
   'queuebox:pull:dead-lettered',
@@ -217,24 +217,35 @@ describe('events on node:diagnostics_channel', () => {
     );
   });
 
-  it('the relay: queuebox:inbox:processed with the forwarded count; retry-scheduled, then dead-lettered', async () => {
+  it('the relay: queuebox:relay:processed with the forwarded count; retry-scheduled, then dead-lettered', async () => {
     const inbox = t.get(InboxService);
     const relay = t.get(InboxRelay);
+    // The names of 0.1 are still delivered until 0.3, to listeners of that name and to its channel.
+    const byOldName: unknown[] = [];
+    const onOldChannel = (event: unknown) => byOldName.push(['channel', (event as { idempotencyKey: string }).idempotencyKey]);
+    subscribe('queuebox:inbox:processed', onOldChannel);
+    const stopListening = t.get(QueueBoxEvents).on('queuebox:inbox:processed', (event) => byOldName.push(['on', event.idempotencyKey]));
     const { id } = await inbox.receive({ source: 'orders', idempotencyKey: 'o-1', aggregateId: 'a1', payload: {} });
     await relay.runOnce();
-    const [processed] = of('queuebox:inbox:processed');
+    unsubscribe('queuebox:inbox:processed', onOldChannel);
+    stopListening();
+    const [processed] = of('queuebox:relay:processed');
     assert.deepEqual(
       { ...processed, durationMs: 0 },
-      { component: 'inbox', id, source: 'orders', idempotencyKey: 'o-1', aggregateId: 'a1', attempt: 1, durationMs: 0, forwarded: 1 },
+      { component: 'relay', id, source: 'orders', idempotencyKey: 'o-1', aggregateId: 'a1', attempt: 1, durationMs: 0, forwarded: 1 },
     );
+    assert.deepEqual(byOldName.sort(), [
+      ['channel', 'o-1'],
+      ['on', 'o-1'],
+    ]);
     relayFails = true;
     await inbox.receive({ source: 'orders', idempotencyKey: 'o-2', aggregateId: 'a2', payload: {} });
     await relay.runOnce();
     await relay.runOnce();
-    assert.equal(of('queuebox:inbox:retry-scheduled').length, 1);
-    assert.match(of('queuebox:inbox:retry-scheduled')[0].error, /no route today/);
-    assert.equal(of('queuebox:inbox:dead-lettered').length, 1);
-    assert.equal(of('queuebox:inbox:dead-lettered')[0].idempotencyKey, 'o-2');
+    assert.equal(of('queuebox:relay:retry-scheduled').length, 1);
+    assert.match(of('queuebox:relay:retry-scheduled')[0].error, /no route today/);
+    assert.equal(of('queuebox:relay:dead-lettered').length, 1);
+    assert.equal(of('queuebox:relay:dead-lettered')[0].idempotencyKey, 'o-2');
   });
 
   it('pull workers: queuebox:pull:processed with the handler; retry-scheduled, then dead-lettered', async () => {

@@ -15,7 +15,7 @@ const outboxEvent = (destination: string) => ({
   attempt: 1,
   durationMs: 2,
 });
-const inboxEvent = (component: 'inbox' | 'pull', source: string) => ({
+const inboxEvent = (component: 'relay' | 'pull', source: string) => ({
   component,
   id: '1',
   source,
@@ -26,16 +26,16 @@ const inboxEvent = (component: 'inbox' | 'pull', source: string) => ({
 });
 
 describe('QueueBoxMetrics', () => {
-  it('counts each message in the series of its destination, or of its component and source', () => {
+  it('counts each message in the series of its destination, or of its component and source (the relay labelled inbox, as 0.1 and the design name it)', () => {
     const events = new QueueBoxEvents();
     const metrics = new QueueBoxMetrics(events);
     for (const destination of ['billing', 'shipping', 'billing', 'billing']) events.emit('queuebox:published', outboxEvent(destination));
-    events.emit('queuebox:inbox:processed', { ...inboxEvent('inbox', 'orders'), forwarded: 1 });
+    events.emit('queuebox:relay:processed', { ...inboxEvent('relay', 'orders'), forwarded: 1 });
     events.emit('queuebox:pull:processed', { ...inboxEvent('pull', 'orders'), handler: 'h' });
     events.emit('queuebox:pull:processed', { ...inboxEvent('pull', 'orders'), handler: 'h' });
     events.emit('queuebox:pull:processed', { ...inboxEvent('pull', 'ledger'), handler: 'h' });
     // An event whose component disagrees with its name is counted by what it says, as before the cache.
-    events.emit('queuebox:pull:processed', { ...inboxEvent('inbox', 'orders'), handler: 'h' } as never);
+    events.emit('queuebox:pull:processed', { ...inboxEvent('relay', 'orders'), handler: 'h' } as never);
     assert.deepEqual(metrics.snapshot(), {
       'queuebox_outbox_messages_published_total{destination="billing"}': 3,
       'queuebox_outbox_messages_published_total{destination="shipping"}': 1,

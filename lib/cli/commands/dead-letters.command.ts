@@ -1,4 +1,5 @@
-import type { AdminComponent, DeadLetterRow } from '../../dialects/dialect-rows';
+import type { DeadLetterRow } from '../../dialects/dialect-rows';
+import type { QueueTable } from '../../types/claims';
 import { parseDeadSelection, parseLimit, parseRowId } from '../admin-options';
 import { withAdmin } from '../admin-session';
 import { CliUsageError } from '../cli.errors';
@@ -119,7 +120,7 @@ Examples:
 
 /** A page of dead rows as a table, then how to get the next page. */
 export function formatDeadLetters(
-  component: AdminComponent,
+  component: QueueTable,
   rows: DeadLetterRow[],
   nextAfterId: string | null,
   values: Record<string, unknown>,

@@ -4,12 +4,12 @@ import { rateLimitsTableOf } from '../../common/identifiers';
 import { onConnectionOf, runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
+import type { QueueTable } from '../../types/claims';
 import type {
   DeadSelection,
   Dialect,
   DialectSettings,
   InboxInsertRow,
-  LeaseTable,
   OutboxInsertRow,
   QueueBoxTables,
   RenewedClaim,
@@ -134,7 +134,7 @@ const PARAMS: SqlDialectParams = {
 export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   readonly type = 'postgres' as const;
   readonly reservesConnections = true;
-  protected readonly table: Record<LeaseTable, string>;
+  protected readonly table: Record<QueueTable, string>;
   protected readonly instancesTable: string;
   protected readonly statements = STATEMENTS;
   protected readonly params = PARAMS;
@@ -148,7 +148,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    * at the first claim, again after one went missing.
    */
   private claimFunctionsPresent?: Promise<boolean>;
-  private readonly channel: Record<LeaseTable, string>;
+  private readonly channel: Record<QueueTable, string>;
   private readonly retentionLock: string;
   /** Whether the DataSource names another level than READ COMMITTED (`isolationLevel`) for the transactions TypeORM begins. */
   private readonly dataSourceNamesLevel: boolean;
@@ -187,7 +187,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       pull: claim('pull', INBOX_CLAIM_COLUMNS, inboxPullClaimSql(this.table.inbox)),
     };
     // Channel names are identifiers (at most 63 bytes): derived from the table name, not the name itself.
-    const channel = (kind: LeaseTable) =>
+    const channel = (kind: QueueTable) =>
       `queuebox_${kind}_${createHash('sha1').update(tables[kind].qualified).digest('hex').slice(0, 16)}`;
     this.channel = { outbox: channel('outbox'), inbox: channel('inbox') };
     this.retentionLock = retentionLockName(tables);
@@ -290,7 +290,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   }
 
   async leaseRenewBatch(p: {
-    table: LeaseTable;
+    table: QueueTable;
     claims: readonly { id: string; token: string; leaseMs: number }[];
     manager?: EntityManager;
   }): Promise<RenewedClaim[]> {

@@ -4,13 +4,13 @@ import { rateLimitsTableOf } from '../../common/identifiers';
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
 import { messages } from '../../queuebox.messages';
+import type { QueueTable } from '../../types/claims';
 import type {
   DeadSelection,
   Dialect,
   DialectSettings,
   FenceParams,
   InboxInsertRow,
-  LeaseTable,
   OutboxInsertRow,
   QueueBoxTables,
   RenewedClaim,
@@ -139,12 +139,12 @@ const UNIQUE_VIOLATIONS = new Set<number>(UNIQUE_VIOLATION_NUMBERS);
 export class SqlServerDialect extends SqlDialect<string> implements Dialect {
   readonly type = 'mssql' as const;
   readonly reservesConnections = false;
-  protected readonly table: Record<LeaseTable, string>;
+  protected readonly table: Record<QueueTable, string>;
   protected readonly instancesTable: string;
   protected readonly statements = STATEMENTS;
   protected readonly params = PARAMS;
   protected readonly decoding = DECODING;
-  private readonly claimLock: Record<LeaseTable, string>;
+  private readonly claimLock: Record<QueueTable, string>;
   private readonly retentionLock: string;
 
   constructor(
@@ -299,7 +299,7 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
    * until it can run against a SQL Server (docs/sqlserver.md).
    */
   async leaseRenewBatch(p: {
-    table: LeaseTable;
+    table: QueueTable;
     claims: readonly { id: string; token: string; leaseMs: number }[];
     manager?: EntityManager;
   }): Promise<RenewedClaim[]> {
