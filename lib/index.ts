@@ -134,7 +134,7 @@ export {
 } from './queuebox.tokens';
 export type { AdminComponent, Claim, ClaimComponent, InboxClaim, OutboxClaim, QueueTable } from './types/claims';
 export type { InboxMessageInput, ReceiveResult, RelayRoute } from './types/inbox';
-export type { QueueBoxInstanceName } from './types/instance';
+export type { QueueBoxIdentity, QueueBoxInstanceName } from './types/instance';
 export type { InboxMessage, OutboundMessage } from './types/messages';
 export type {
   InboxOptions,

@@ -10,8 +10,8 @@ export const QUEUEBOX_DIALECT = 'QUEUEBOX:DIALECT';
 /** The name of the QueueBox that keeps class injection (`forRoot()` without `name`). */
 export const DEFAULT_QUEUEBOX = 'default';
 
-/** Injection token of this QueueBox instance's id, name and DataSource name (`QueueBoxInstanceName`). */
-export const QUEUEBOX_INSTANCE = 'QUEUEBOX:INSTANCE';
+/** Injection token of this QueueBox's identity: its instance id, name and DataSource name (`QueueBoxIdentity`). */
+export const QUEUEBOX_IDENTITY = 'QUEUEBOX:IDENTITY';
 
 /**
  * Injection token, present in a tenant's own application context only (`QueueBoxTenants`), of

@@ -1,10 +1,10 @@
 import { Logger } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import type { Dialect, DialectSettings, QueueBoxTables } from './dialects/dialect';
-import { dialectDriver } from './dialects/registry';
+import { dialectDriver } from './dialects/drivers';
 
 /**
- * The dialect for a TypeORM DataSource, chosen by its driver type in the dialect registry. Throws
+ * The dialect for a TypeORM DataSource, chosen by its driver type in the list of dialect drivers. Throws
  * `QueueBoxConfigError` for a database QueueBox does not support. Lives outside lib/dialects
  * because it hands the dialect a Nest `Logger` for its warnings (lib/dialects imports no Nest).
  */

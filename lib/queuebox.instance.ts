@@ -25,10 +25,10 @@ import { checkSchemaOnce } from './migrations/schema-version';
 import type { ResolvedInstancesOptions, ResolvedQueueBoxOptions } from './options/options.resolved';
 import { OutboxPoller } from './outbox/outbox.poller';
 import { PullWorker } from './pull/pull.worker';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { messages } from './queuebox.messages';
 import { WorkNotifications } from './queuebox.notifications';
-import type { QueueBoxInstanceName } from './types/instance';
+import type { QueueBoxIdentity } from './types/instance';
 import { InstanceLiveness } from './workers/instance-liveness';
 
 const SETTLED: Promise<void> = Promise.resolve();
@@ -95,7 +95,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
   private readonly schemaLogger = new Logger('QueueBox:Schema');
 
   constructor(
-    @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_IDENTITY) private readonly instance: QueueBoxIdentity,
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,

@@ -19,7 +19,7 @@ import {
   DEFAULT_QUEUEBOX,
   QUEUEBOX_DATA_SOURCE,
   QUEUEBOX_DIALECT,
-  QUEUEBOX_INSTANCE,
+  QUEUEBOX_IDENTITY,
   QUEUEBOX_MODULE_OPTIONS,
   QUEUEBOX_RECEIVER_OPTIONS,
   QUEUEBOX_RESOLVED_OPTIONS,
@@ -30,7 +30,7 @@ import { QueueBoxInstance } from './queuebox.instance';
 import { messages } from './queuebox.messages';
 import { WorkNotifications } from './queuebox.notifications';
 import { getQueueBoxToken, QUEUEBOX_SERVICES } from './queuebox.tokens';
-import type { QueueBoxInstanceName } from './types/instance';
+import type { QueueBoxIdentity } from './types/instance';
 import type { QueueBoxModuleOptions } from './types/options';
 import { InboxSources } from './workers/inbox-sources';
 
@@ -48,7 +48,7 @@ const DEFAULT_ONLY_EXPORTS = [
   QUEUEBOX_RESOLVED_OPTIONS,
   QUEUEBOX_DATA_SOURCE,
   QUEUEBOX_DIALECT,
-  QUEUEBOX_INSTANCE,
+  QUEUEBOX_IDENTITY,
 ];
 
 /** Options that shape the module itself, given beside the options in both `forRoot` and `forRootAsync`. */
@@ -103,9 +103,9 @@ function dataSourceProvider(dataSource: string | DataSource | undefined): Provid
 /** Who this QueueBox is: its name, and in the instances table a new id at every start. */
 function instanceProvider(name: string, dataSource: string | DataSource | undefined): Provider {
   return {
-    provide: QUEUEBOX_INSTANCE,
+    provide: QUEUEBOX_IDENTITY,
     inject: [{ token: QUEUEBOX_TENANT_HANDLERS, optional: true }],
-    useFactory: (tenantHandlers?: unknown): QueueBoxInstanceName => ({
+    useFactory: (tenantHandlers?: unknown): QueueBoxIdentity => ({
       id: randomUUID(),
       name,
       // A DataSource object has no name of its own worth showing: the QueueBox's name stands for it.
@@ -161,8 +161,8 @@ const coreProviders: Provider[] = [
   },
   {
     provide: QUEUEBOX_DIALECT,
-    inject: [QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_INSTANCE],
-    useFactory: async (dataSource: DataSource, options: ResolvedQueueBoxOptions, instance: QueueBoxInstanceName) => {
+    inject: [QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_IDENTITY],
+    useFactory: async (dataSource: DataSource, options: ResolvedQueueBoxOptions, instance: QueueBoxIdentity) => {
       const dialect = createDialect(dataSource, options.tables, { queryTimeoutMs: queryTimeoutFor(options), instance });
       // As early as can be, so a bad schema fails start-up before anything else runs; a DataSource
       // initialized later is checked by the instance before it registers.

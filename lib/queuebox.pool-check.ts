@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import type { Dialect } from './dialects/dialect';
-import { dialectDriver } from './dialects/registry';
+import { dialectDriver } from './dialects/drivers';
 import { QueueBoxConfigError } from './errors/queuebox.errors';
 import type { ResolvedQueueBoxOptions } from './options/options.resolved';
 import { PullHandlerExplorer } from './pull/pull-handler.explorer';

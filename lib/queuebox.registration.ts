@@ -2,9 +2,9 @@ import { Inject, Injectable, type OnApplicationShutdown, type Type } from '@nest
 import { ModuleRef } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
 import type { ResolvedQueueBoxOptions } from './options/options.resolved';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
 import { type QueueBoxEntry, QueueBoxRegistry } from './queuebox.registry';
-import type { QueueBoxInstanceName } from './types/instance';
+import type { QueueBoxIdentity } from './types/instance';
 
 /**
  * Puts this QueueBox in the application's registry. In the constructor, on purpose: Nest creates
@@ -20,7 +20,7 @@ export class QueueBoxRegistration implements OnApplicationShutdown {
 
   constructor(
     private readonly registry: QueueBoxRegistry,
-    @Inject(QUEUEBOX_INSTANCE) instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_IDENTITY) instance: QueueBoxIdentity,
     @Inject(QUEUEBOX_DATA_SOURCE) dataSource: DataSource,
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) options: ResolvedQueueBoxOptions,
     moduleRef: ModuleRef,

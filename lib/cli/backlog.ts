@@ -2,8 +2,8 @@ import type { DataSource } from 'typeorm';
 import type { QueueBoxAdmin } from '../admin/queuebox.admin';
 import type { QueueBoxTables } from '../dialects/dialect';
 import type { BacklogRow } from '../dialects/dialect-rows';
+import { dialectDriver } from '../dialects/drivers';
 import type { FinishedCountRow } from '../dialects/inspection.sql';
-import { dialectDriver } from '../dialects/registry';
 
 /** Rows of one destination (outbox) or source (inbox), by state: `QueueBoxAdmin.backlog()` plus `done`. */
 export interface BacklogEntry extends BacklogRow {

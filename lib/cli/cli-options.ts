@@ -1,6 +1,6 @@
 import type { MigrationInterface } from 'typeorm';
 import type { QueueBoxTables } from '../dialects/dialect';
-import { dialectDriver, type MigrationNotes } from '../dialects/registry';
+import { dialectDriver, type MigrationNotes } from '../dialects/drivers';
 import { DEFAULT_MIGRATION_NAMES, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { createQueueBoxMigrations } from '../migrations/queuebox.migration';

@@ -1,5 +1,5 @@
 import { describeError } from '../common/errors';
-import { dialectDriver } from '../dialects/registry';
+import { dialectDriver } from '../dialects/drivers';
 import { CliFailure } from './cli.errors';
 import { cliMessages } from './cli.messages';
 import type { DatabaseTarget } from './database-url';
@@ -33,7 +33,7 @@ function collect(error: unknown, depth = 0): { codes: Set<string>; text: string 
 /**
  * Turns a failure to connect (or to log in) into one line that says what to check: network codes
  * from Node.js, and what the database's driver says about a missing database or a refused login
- * (its registry entry's `connectionFailures`). The line never contains the password.
+ * (its driver entry's `connectionFailures`). The line never contains the password.
  */
 export function connectionFailure(error: unknown, target: DatabaseTarget): CliFailure {
   const { codes, text } = collect(error);

@@ -1,5 +1,5 @@
 import type { DataSourceOptions } from 'typeorm';
-import { type DialectType, dialectDriver, dialectDriverForScheme, type UrlProblems } from '../dialects/registry';
+import { type DialectType, dialectDriver, dialectDriverForScheme, type UrlProblems } from '../dialects/drivers';
 import { CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
 
@@ -46,7 +46,7 @@ export function maskSecrets(text: string, secrets: readonly string[] = []): stri
 }
 
 /**
- * Parses URLs of the registry's schemes (`postgres://`, `postgresql://`, `mssql://`, `sqlserver://`).
+ * Parses URLs of the dialect drivers' schemes (`postgres://`, `postgresql://`, `mssql://`, `sqlserver://`).
  * Throws `CliUsageError` for anything else. The pool holds `poolMax` connections (default 2: one
  * command at a time; `queuebox verify` sizes its workers' pools).
  */

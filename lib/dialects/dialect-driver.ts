@@ -4,7 +4,7 @@ import type { Dialect, DialectSettings, QueueBoxTables } from './dialect';
 import type { InspectionQuery } from './inspection.sql';
 import type { SchemaMigration } from './schema-migrations';
 
-// What one database's registry entry says (each dialect folder's driver.ts writes one; registry.ts lists them).
+// What one database's driver entry says (each dialect folder's driver.ts writes one; drivers.ts lists them).
 
 /** Where a dialect sends its warnings; the Nest provider that creates it passes a Nest `Logger`. */
 export interface DialectLog {

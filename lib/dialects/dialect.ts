@@ -90,7 +90,7 @@ export interface FenceParams {
  * the database's current time, and reports whether it changed exactly one row.
  */
 export interface Dialect {
-  /** The TypeORM driver type of its registry entry (`dialectDriver(type)`); a string, so the registry alone lists the databases. */
+  /** The TypeORM driver type of its driver entry (`dialectDriver(type)`); a string, so the drivers list alone names the databases. */
   readonly type: string;
   /**
    * Whether `QueryRunner.connect()` reserves a connection, so the pull workers' renewal connection

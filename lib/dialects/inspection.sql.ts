@@ -1,6 +1,6 @@
 /**
  * A read-only statement that looks at the tables from outside the workers (`finishedCountQuery`
- * and `rowStatesQuery` in registry.ts): the CLI's `status` and `queuebox/testing`'s outcome of a
+ * and `rowStatesQuery` in drivers.ts): the CLI's `status` and `queuebox/testing`'s outcome of a
  * claimed batch. Pure functions of the dialect and the tables,
  * run with `dataSource.query(sql, params)`; they take no locks and change nothing. Each driver
  * writes its own (`<driver>/inspection.sql.ts`).

@@ -1,6 +1,6 @@
 import { channel } from 'node:diagnostics_channel';
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
-import { DEFAULT_QUEUEBOX, QUEUEBOX_INSTANCE } from '../queuebox.constants';
+import { DEFAULT_QUEUEBOX, QUEUEBOX_IDENTITY } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import type { ClaimComponent, QueueTable } from '../types/claims';
 
@@ -154,7 +154,7 @@ export class QueueBoxEvents {
   /** The name of the QueueBox whose events these are (`default` unless `forRoot({ name })` says otherwise). */
   readonly queuebox: string;
 
-  constructor(@Optional() @Inject(QUEUEBOX_INSTANCE) instance?: { name: string }) {
+  constructor(@Optional() @Inject(QUEUEBOX_IDENTITY) instance?: { name: string }) {
     this.queuebox = instance?.name ?? DEFAULT_QUEUEBOX;
   }
 

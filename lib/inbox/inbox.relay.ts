@@ -7,10 +7,10 @@ import { LeaseService } from '../lease/lease.service';
 import type { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedQueueBoxOptions, ResolvedRelayOptions } from '../options/options.resolved';
 import { OutboxWriter } from '../outbox/outbox.writer';
-import { QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
-import type { QueueBoxInstanceName } from '../types/instance';
+import type { QueueBoxIdentity } from '../types/instance';
 import { ClaimLoop } from '../workers/claim-loop';
 import { DatabaseRecovery } from '../workers/database-recovery';
 import { InboxFollowers } from '../workers/inbox-followers';
@@ -50,7 +50,7 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
     private readonly sources: InboxSources,
     events: QueueBoxEvents,
     recovery: DatabaseRecovery,
-    @Inject(QUEUEBOX_INSTANCE) instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_IDENTITY) instance: QueueBoxIdentity,
     private readonly liveness: InstanceLiveness,
     @Optional() scheduler?: SchedulerRegistry,
   ) {

@@ -10,12 +10,12 @@ import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError, UnknownSourceError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { QueueBoxRegistry } from '../queuebox.registry';
 import { withTraceContext } from '../tracing/trace-context';
 import type { InboxMessageInput, ReceiveResult } from '../types/inbox';
-import type { QueueBoxInstanceName } from '../types/instance';
+import type { QueueBoxIdentity } from '../types/instance';
 import { InboxSources } from '../workers/inbox-sources';
 
 const SUBJECT = 'Inbox message';
@@ -38,7 +38,7 @@ export class InboxService implements OnModuleDestroy {
     private readonly sources: InboxSources,
     private readonly events: QueueBoxEvents,
     @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
-    @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_IDENTITY) private readonly instance: QueueBoxIdentity,
     @Optional() private readonly registry?: QueueBoxRegistry,
     @Optional() discovery?: DiscoveryService,
   ) {

@@ -5,11 +5,11 @@ import { checkOwnDataSource } from '../common/own-data-source';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxStateError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE } from '../queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { QueueBoxRegistry } from '../queuebox.registry';
 import type { Claim } from '../types/claims';
-import type { QueueBoxInstanceName } from '../types/instance';
+import type { QueueBoxIdentity } from '../types/instance';
 import { LeaseKeeper, type LeaseKeeperGroup } from './lease-keeper';
 
 /** How a keeper renews its claim (`LeaseService.keep`). */
@@ -48,7 +48,7 @@ export class LeaseService {
     private readonly events: QueueBoxEvents,
     // Absent outside a QueueBox module (createPullClient): no other QueueBox to tell apart there.
     @Optional() @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource?: DataSource,
-    @Optional() @Inject(QUEUEBOX_INSTANCE) private readonly instance?: QueueBoxInstanceName,
+    @Optional() @Inject(QUEUEBOX_IDENTITY) private readonly instance?: QueueBoxIdentity,
     @Optional() private readonly registry?: QueueBoxRegistry,
   ) {}
 

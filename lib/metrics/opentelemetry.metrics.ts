@@ -2,8 +2,8 @@ import { Inject, Injectable, type OnApplicationBootstrap, type OnModuleDestroy }
 import type * as OpenTelemetry from '@opentelemetry/api';
 import { packageVersion } from '../common/package-version';
 import { type QueueBoxEventMap, type QueueBoxEventName, QueueBoxEvents } from '../events/queuebox.events';
-import { QUEUEBOX_INSTANCE } from '../queuebox.constants';
-import type { QueueBoxInstanceName } from '../types/instance';
+import { QUEUEBOX_IDENTITY } from '../queuebox.constants';
+import type { QueueBoxIdentity } from '../types/instance';
 import { COUNTERS, metricUpdate, type QueueBoxCounter } from './metric-definitions';
 
 // QueueBox's metrics through the OpenTelemetry Meter API, beside the Prometheus ones
@@ -65,7 +65,7 @@ export class QueueBoxOpenTelemetryMetrics implements OnApplicationBootstrap, OnM
 
   constructor(
     private readonly events: QueueBoxEvents,
-    @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_IDENTITY) private readonly instance: QueueBoxIdentity,
   ) {
     this.start();
   }

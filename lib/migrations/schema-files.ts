@@ -1,4 +1,4 @@
-import { type DialectType, dialectDriver, dialectDrivers } from '../dialects/registry';
+import { type DialectType, dialectDriver, dialectDrivers } from '../dialects/drivers';
 import { MIGRATION_FILES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { resolveTables } from '../options/options.resolver';
 import { type QueueBoxModuleOptions } from '../types/options';

@@ -1,7 +1,7 @@
 import type { LoggerService } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import type { Dialect, QueueBoxTables } from '../dialects/dialect';
-import { dialectDriver } from '../dialects/registry';
+import { dialectDriver } from '../dialects/drivers';
 import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';

@@ -8,11 +8,11 @@ import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import { LeaseKeeper, LeaseKeeperGroup } from '../lease/lease-keeper';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
 import type { OutboxClaim } from '../types/claims';
-import type { QueueBoxInstanceName } from '../types/instance';
+import type { QueueBoxIdentity } from '../types/instance';
 import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';
 import { BatchCompleter } from '../workers/batch-completer';
@@ -77,7 +77,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     private readonly lease: LeaseService,
     events: QueueBoxEvents,
     recovery: DatabaseRecovery,
-    @Inject(QUEUEBOX_INSTANCE) instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_IDENTITY) instance: QueueBoxIdentity,
     private readonly liveness: InstanceLiveness,
     @Optional() scheduler?: SchedulerRegistry,
   ) {

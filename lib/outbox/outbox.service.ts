@@ -7,10 +7,10 @@ import { checkTransaction } from '../common/transaction-check';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError, TransactionRequiredError } from '../errors/queuebox.errors';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { QueueBoxRegistry } from '../queuebox.registry';
-import type { QueueBoxInstanceName } from '../types/instance';
+import type { QueueBoxIdentity } from '../types/instance';
 import type { EnqueueOptions, EnqueueResult, OutboxMessageInput } from '../types/outbox';
 import { OutboxWriter } from './outbox.writer';
 
@@ -35,7 +35,7 @@ export class OutboxService {
   constructor(
     @Inject(QUEUEBOX_DIALECT) dialect: Dialect,
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) options: ResolvedQueueBoxOptions,
-    @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_IDENTITY) private readonly instance: QueueBoxIdentity,
     @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource: DataSource,
     @Optional() private readonly registry?: QueueBoxRegistry,
     @Optional() discovery?: DiscoveryService,

@@ -4,10 +4,10 @@ import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { isSourceName } from '../options/options.checks';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { resolvePullHandler } from '../options/options.resolver';
-import { DEFAULT_QUEUEBOX, QUEUEBOX_INSTANCE, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_TENANT_HANDLERS } from '../queuebox.constants';
+import { DEFAULT_QUEUEBOX, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_TENANT_HANDLERS } from '../queuebox.constants';
 import { messages } from '../queuebox.messages';
 import { QueueBoxRegistry } from '../queuebox.registry';
-import type { QueueBoxInstanceName } from '../types/instance';
+import type { QueueBoxIdentity } from '../types/instance';
 import type { InboxMessage } from '../types/messages';
 import { InboxSources } from '../workers/inbox-sources';
 import { PULL_HANDLER_METADATA, type PullBatchContext, type PullContext, type PullHandlerMetadata } from './pull-handler.decorator';
@@ -49,7 +49,7 @@ export class PullHandlerExplorer implements OnModuleInit {
     private readonly reflector: Reflector,
     private readonly sources: InboxSources,
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
-    @Inject(QUEUEBOX_INSTANCE) private readonly instance: QueueBoxInstanceName,
+    @Inject(QUEUEBOX_IDENTITY) private readonly instance: QueueBoxIdentity,
     private readonly registry: QueueBoxRegistry,
     @Optional() @Inject(QUEUEBOX_TENANT_HANDLERS) private readonly tenantHandlers?: Pick<DiscoveryService, 'getProviders'>,
   ) {}

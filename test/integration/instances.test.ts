@@ -16,9 +16,9 @@ import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
-import { QUEUEBOX_DIALECT, QUEUEBOX_INSTANCE } from '../../lib/queuebox.constants';
+import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY } from '../../lib/queuebox.constants';
 import { QueueBoxInstance } from '../../lib/queuebox.instance';
-import type { QueueBoxInstanceName } from '../../lib/types/instance';
+import type { QueueBoxIdentity } from '../../lib/types/instance';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
@@ -521,7 +521,7 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
     // What a copy of A's memory would share: its id and the heartbeat count it last saw.
     type Beats = { beats: { seen: number; inDoubt: number } };
     (b.get(QueueBoxInstance) as unknown as Beats).beats = { ...(a.get(QueueBoxInstance) as unknown as Beats).beats };
-    b.app.get<QueueBoxInstanceName>(QUEUEBOX_INSTANCE).id = shared;
+    b.app.get<QueueBoxIdentity>(QUEUEBOX_IDENTITY).id = shared;
     await eventually(
       async () => logged('warn', `Another live process heartbeats as QueueBox instance ${shared}`),
       'one of them to find out',

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import { MssqlParameter } from 'typeorm';
-import { finishedCountQuery, rowStatesQuery } from '../../lib/dialects/registry';
+import { finishedCountQuery, rowStatesQuery } from '../../lib/dialects/drivers';
 import { resolveTables } from '../../lib/options/options.resolver';
 
 // The SQL Server side of the read-only inspection statements (CLI status, queuebox/testing), checked

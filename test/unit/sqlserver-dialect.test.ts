@@ -6,7 +6,7 @@ import { Logger } from '@nestjs/common';
 import { TYPES } from 'tedious';
 import { DataSource, type DataSourceOptions, MssqlParameter, QueryFailedError } from 'typeorm';
 import { migrationNotes } from '../../lib/cli/cli-options';
-import { finishedCountQuery, rowStatesQuery, schemaStatements } from '../../lib/dialects/registry';
+import { finishedCountQuery, rowStatesQuery, schemaStatements } from '../../lib/dialects/drivers';
 import * as admin from '../../lib/dialects/sqlserver/admin.sql';
 import * as checks from '../../lib/dialects/sqlserver/checks.sql';
 import * as claims from '../../lib/dialects/sqlserver/claims.sql';

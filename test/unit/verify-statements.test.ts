@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import type { DataSourceOptions } from 'typeorm';
 import { parseDatabaseUrl } from '../../lib/cli/database-url';
-import { dialectDriver } from '../../lib/dialects/registry';
+import { dialectDriver } from '../../lib/dialects/drivers';
 
 // What `queuebox verify` sends to SQL Server beside QueueBox's own statements: the settings report,
 // the permission check, the workers' sessions and KILL. No SQL Server runs here: each statement is

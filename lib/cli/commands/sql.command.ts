@@ -1,4 +1,4 @@
-import { DIALECT_TYPES, isDialectType } from '../../dialects/registry';
+import { DIALECT_TYPES, isDialectType } from '../../dialects/drivers';
 import { SCHEMA_MIGRATIONS } from '../../dialects/schema-migrations';
 import { renderSchemaSql } from '../../migrations/schema-files';
 import { CliUsageError } from '../cli.errors';

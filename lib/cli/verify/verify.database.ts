@@ -1,7 +1,7 @@
 import { DataSource, type DataSourceOptions, MigrationExecutor } from 'typeorm';
 import { describeError } from '../../common/errors';
 import type { QueueBoxTables } from '../../dialects/dialect';
-import { dialectDriver, rowStatesQuery, type VerifyQueries } from '../../dialects/registry';
+import { dialectDriver, rowStatesQuery, type VerifyQueries } from '../../dialects/drivers';
 import { createQueueBoxMigrations } from '../../migrations/queuebox.migration';
 import { resolveTables } from '../../options/options.resolver';
 import { connectionFailure } from '../connection-errors';

@@ -11,7 +11,7 @@ import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import type { EntityManager } from 'typeorm';
 import { sleepUntil } from '../../common/wait';
-import { dialectDriver } from '../../dialects/registry';
+import { dialectDriver } from '../../dialects/drivers';
 import { OutboxService } from '../../outbox/outbox.service';
 import { type PullBatchContext, type PullContext, PullHandler } from '../../pull/pull-handler.decorator';
 import { QueueBoxModule } from '../../queuebox.module';

@@ -15,10 +15,10 @@ const ENTRIES = [postgresDriver, sqlServerDriver] as const;
 /** TypeORM driver types QueueBox supports. */
 export type DialectType = (typeof ENTRIES)[number]['type'];
 
-/** The registry: one entry per supported database. */
+/** The dialect drivers: one entry per supported database. */
 const DRIVERS: readonly DialectDriver<DialectType>[] = ENTRIES;
 
-/** The supported TypeORM driver types, in registry order. */
+/** The supported TypeORM driver types, in the order of this list. */
 export const DIALECT_TYPES: readonly DialectType[] = DRIVERS.map((driver) => driver.type);
 
 export function isDialectType(type: unknown): type is DialectType {

@@ -3,7 +3,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import type { DataSource } from 'typeorm';
-import { DIALECT_TYPES, dialectDriver, dialectDriverForScheme, dialectDrivers } from '../../lib/dialects/registry';
+import { DIALECT_TYPES, dialectDriver, dialectDriverForScheme, dialectDrivers } from '../../lib/dialects/drivers';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { renderSchemaFiles } from '../../lib/migrations/schema-files';
