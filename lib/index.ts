@@ -11,6 +11,7 @@ export { RetentionService } from './admin/retention.service';
 export type { BackoffFunction, BackoffOptions, RetryBackoffOptions, RetryOption, RetryPolicy } from './common/backoff';
 export { type Duration, parseDuration } from './common/duration';
 export { decodeHeaderValue, encodeHeaderValue } from './common/header-value';
+export { DEFAULT_QUEUEBOX, DEFAULT_TABLES, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './common/queuebox.constants';
 export {
   canonicalSigningString,
   type SignatureCheck,
@@ -21,6 +22,7 @@ export {
   verifySignature,
 } from './common/signature';
 export { standardWebhookHeaders, verifyStandardWebhook } from './common/standard-webhooks';
+export { type QueueBoxEntry, QueueBoxRegistry } from './core/queuebox.registry';
 export type {
   BacklogRow,
   BlockedKeyRow,
@@ -62,6 +64,7 @@ export { InboxRelay } from './inbox/inbox.relay';
 export { InboxService } from './inbox/inbox.service';
 export { InboxReceiver, type ReceivedRequest, type ReceiverAnswer } from './inbox/receiver/inbox-receiver';
 export type { InboxReceiverOptions } from './inbox/receiver/inbox-receiver.options';
+export { type InstanceStatus, QueueBoxInstance } from './instance/queuebox.instance';
 export { LeaseService } from './lease/lease.service';
 export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
@@ -88,6 +91,27 @@ export {
   QueueBoxSchema1764460800000,
 } from './migrations/queuebox.migration';
 export { renderSchemaSql } from './migrations/schema-files';
+export { QueueBoxModule } from './module/queuebox.module';
+export type { QueueBoxModuleExtras } from './module/queuebox.module-definition';
+export { WorkNotifications } from './module/queuebox.notifications';
+export { type QueueBoxTenantOptions, QueueBoxTenants, QueueBoxTenantsModule } from './module/queuebox.tenants';
+export {
+  getInboxServiceToken,
+  getLeaseServiceToken,
+  getOutboxServiceToken,
+  getPullClientToken,
+  getQueueBoxAdminToken,
+  getQueueBoxEventsToken,
+  getQueueBoxHealthToken,
+  getQueueBoxToken,
+  InjectInbox,
+  InjectLeaseService,
+  InjectOutbox,
+  InjectPullClient,
+  InjectQueueBoxAdmin,
+  InjectQueueBoxEvents,
+  InjectQueueBoxHealth,
+} from './module/queuebox.tokens';
 export { OutboxPoller } from './outbox/outbox.poller';
 export { OutboxService } from './outbox/outbox.service';
 export {
@@ -108,30 +132,6 @@ export {
   type PullContext,
   PullHandler,
 } from './pull/pull-handler.decorator';
-export { DEFAULT_QUEUEBOX, DEFAULT_TABLES, QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
-export { type InstanceStatus, QueueBoxInstance } from './queuebox.instance';
-export { QueueBoxModule } from './queuebox.module';
-export type { QueueBoxModuleExtras } from './queuebox.module-definition';
-export { WorkNotifications } from './queuebox.notifications';
-export { type QueueBoxEntry, QueueBoxRegistry } from './queuebox.registry';
-export { type QueueBoxTenantOptions, QueueBoxTenants, QueueBoxTenantsModule } from './queuebox.tenants';
-export {
-  getInboxServiceToken,
-  getLeaseServiceToken,
-  getOutboxServiceToken,
-  getPullClientToken,
-  getQueueBoxAdminToken,
-  getQueueBoxEventsToken,
-  getQueueBoxHealthToken,
-  getQueueBoxToken,
-  InjectInbox,
-  InjectLeaseService,
-  InjectOutbox,
-  InjectPullClient,
-  InjectQueueBoxAdmin,
-  InjectQueueBoxEvents,
-  InjectQueueBoxHealth,
-} from './queuebox.tokens';
 export type { AdminComponent, Claim, ClaimComponent, InboxClaim, OutboxClaim, QueueTable } from './types/claims';
 export type { InboxMessageInput, ReceiveResult, RelayRoute } from './types/inbox';
 export type { QueueBoxIdentity, QueueBoxInstanceName } from './types/instance';

@@ -1,6 +1,6 @@
 import type { DataSource } from 'typeorm';
+import { createDialect } from '../core/create-dialect';
 import { resolveOptions } from '../options/options.resolver';
-import { createDialect } from '../queuebox.dialect';
 import { type QueueBoxModuleOptions } from '../types/options';
 import { QueueBoxAdmin } from './queuebox.admin';
 import { RetentionService } from './retention.service';

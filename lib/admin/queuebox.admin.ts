@@ -1,10 +1,10 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { dateTimeOf } from '../common/payload';
+import { QUEUEBOX_DIALECT } from '../common/queuebox.constants';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
 import type { BacklogRow, BlockedKeyRow, ClaimRow, DeadLetterRow, InstanceRow, SkipHeadTarget, Throughput } from '../dialects/dialect-rows';
 import { QueueBoxAdminError } from '../errors/queuebox.errors';
-import { QUEUEBOX_DIALECT } from '../queuebox.constants';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { QueueTable } from '../types/claims';
 import type { DeadLetterFilter, DeadLetterIds, DeadLetterPage, DeadLetterSelection, RetentionResult } from './admin.types';
 import { RetentionService } from './retention.service';

@@ -1,10 +1,10 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger } from '@nestjs/common';
 import { describeError } from '../common/errors';
+import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import type { Dialect } from '../dialects/dialect';
 import type { RetentionKind } from '../dialects/dialect-rows';
 import type { ResolvedQueueBoxOptions, ResolvedRetentionOptions } from '../options/options.resolved';
-import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { RetentionResult } from './admin.types';
 
 /**

@@ -1,5 +1,5 @@
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 
 /**
  * A duration: milliseconds as a number, or a string with a unit: `'500ms'`, `'30s'`, `'5m'`,

@@ -1,4 +1,4 @@
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 
 const MAX_ERROR_TEXT = 2000;
 

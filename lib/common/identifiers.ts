@@ -1,5 +1,5 @@
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 
 /** A table name split into its optional schema and its name, both validated. */
 export interface TableName {

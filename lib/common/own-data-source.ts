@@ -1,6 +1,6 @@
 import type { DataSource, EntityManager } from 'typeorm';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 
 /**
  * Refuses a transaction of a DataSource that another QueueBox of the application works on (named

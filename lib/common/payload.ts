@@ -1,5 +1,5 @@
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 
 /**
  * Largest headers object accepted, in bytes of its JSON text: Node.js's default limit for all

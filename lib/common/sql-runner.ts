@@ -1,6 +1,6 @@
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { TransactionLostError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 
 export interface SqlResult<T> {
   rows: T[];

@@ -1,6 +1,6 @@
 import type { EntityManager } from 'typeorm';
 import { TransactionLostError, TransactionRequiredError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 
 /**
  * Refuses a manager whose writes would not belong to a transaction: its connection is gone

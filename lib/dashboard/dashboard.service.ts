@@ -2,11 +2,11 @@ import { HttpStatus, Inject, Injectable, Logger, type OnModuleInit, Optional } f
 import { ModuleRef } from '@nestjs/core';
 import type { DeadLetterFilter, DeadLetterSelection } from '../admin/admin.types';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
+import { QueueBoxRegistry } from '../core/queuebox.registry';
 import type { DeadLetterRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
 import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
-import { QueueBoxRegistry } from '../queuebox.registry';
-import { getQueueBoxEventsToken } from '../queuebox.tokens';
+import { getQueueBoxEventsToken } from '../module/queuebox.tokens';
 import type { QueueTable } from '../types/claims';
 import { TRACEPARENT_HEADER } from '../wire-headers';
 import { QUEUEBOX_DASHBOARD_OPTIONS } from './dashboard.constants';

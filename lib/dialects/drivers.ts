@@ -1,6 +1,6 @@
 import type { TableName } from '../common/identifiers';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { QueueBoxTables } from './dialect';
 import type { DialectDriver } from './dialect-driver';
 import type { InspectionQuery } from './inspection.sql';

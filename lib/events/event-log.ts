@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import { type QueueBoxEventMap, type QueueBoxEventName, QueueBoxEvents } from './queuebox.events';
 
 /**

@@ -1,7 +1,7 @@
 import { channel } from 'node:diagnostics_channel';
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
-import { DEFAULT_QUEUEBOX, QUEUEBOX_IDENTITY } from '../queuebox.constants';
-import { messages } from '../queuebox.messages';
+import { DEFAULT_QUEUEBOX, QUEUEBOX_IDENTITY } from '../common/queuebox.constants';
+import { messages } from '../texts/queuebox.messages';
 import type { ClaimComponent, QueueTable } from '../types/claims';
 
 /** What every outbox event says about its message. */

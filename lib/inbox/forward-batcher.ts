@@ -1,9 +1,9 @@
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
+import type { InboxFollowers } from '../inbox-runtime/inbox.followers';
 import type { LeaseService } from '../lease/lease.service';
 import type { OutboxWriter } from '../outbox/outbox.writer';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { InboxClaim } from '../types/claims';
-import type { InboxFollowers } from '../workers/inbox-followers';
 import { TurnBatcher } from '../workers/turn-batcher';
 
 /** One inbox row's forward: its claim (a follower's rides on its head's) and the outbox rows its route made. */

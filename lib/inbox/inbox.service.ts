@@ -5,18 +5,18 @@ import { AfterCommit } from '../common/after-commit';
 import { AmbientTransactions } from '../common/ambient-transaction';
 import { checkOwnDataSource } from '../common/own-data-source';
 import { checkName, copyHeaders, serializeHeaders, serializePayload } from '../common/payload';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import { checkTransaction } from '../common/transaction-check';
+import { QueueBoxRegistry } from '../core/queuebox.registry';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError, UnknownSourceError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
+import { InboxSources } from '../inbox-runtime/inbox.sources';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
-import { messages } from '../queuebox.messages';
-import { QueueBoxRegistry } from '../queuebox.registry';
+import { messages } from '../texts/queuebox.messages';
 import { withTraceContext } from '../tracing/trace-context';
 import type { InboxMessageInput, ReceiveResult } from '../types/inbox';
 import type { QueueBoxIdentity } from '../types/instance';
-import { InboxSources } from '../workers/inbox-sources';
 
 const SUBJECT = 'Inbox message';
 

@@ -3,9 +3,9 @@ import { describeError } from '../common/errors';
 import type { Dialect } from '../dialects/dialect';
 import type { ReclaimResult } from '../dialects/dialect-rows';
 import type { QueueBoxEvents } from '../events/queuebox.events';
-import { messages } from '../queuebox.messages';
+import type { InboxFollowers } from '../inbox-runtime/inbox.followers';
+import { messages } from '../texts/queuebox.messages';
 import type { InboxClaim } from '../types/claims';
-import type { InboxFollowers } from '../workers/inbox-followers';
 
 /** A relay's claim: a claimed head, with the followers read right behind it (forwarded in its transaction). */
 export interface RelayClaim extends InboxClaim {

@@ -6,7 +6,7 @@ import { HandlerTimeoutError } from '../errors/queuebox.errors';
 import type { LeaseKeeper } from '../lease/lease-keeper';
 import type { ResolvedRelayOptions } from '../options/options.resolved';
 import type { OutboxWriter } from '../outbox/outbox.writer';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { InboxClaim } from '../types/claims';
 import type { InboxMessage } from '../types/messages';
 import { CAUSATION_HEADER } from '../wire-headers';

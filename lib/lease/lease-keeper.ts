@@ -2,7 +2,7 @@
 // Made by `LeaseService.keep` alone: for every worker's claims, and for custom pull clients.
 
 import { ClaimLostError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { Claim } from '../types/claims';
 
 /** The renewal of a keeper that has not renewed yet: one promise for all of them. */

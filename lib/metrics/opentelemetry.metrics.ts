@@ -1,8 +1,8 @@
 import { Inject, Injectable, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
 import type * as OpenTelemetry from '@opentelemetry/api';
 import { packageVersion } from '../common/package-version';
+import { QUEUEBOX_IDENTITY } from '../common/queuebox.constants';
 import { type QueueBoxEventMap, type QueueBoxEventName, QueueBoxEvents } from '../events/queuebox.events';
-import { QUEUEBOX_IDENTITY } from '../queuebox.constants';
 import type { QueueBoxIdentity } from '../types/instance';
 import { COUNTERS, metricUpdate, type QueueBoxCounter } from './metric-definitions';
 

@@ -3,7 +3,7 @@ import { schemaStatements } from '../dialects/drivers';
 import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { resolveTables } from '../options/options.resolver';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { QueueBoxModuleOptions } from '../types/options';
 
 /** Marks QueueBox's migration instances, so the start-up check finds the names an app gave them. */

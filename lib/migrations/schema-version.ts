@@ -5,7 +5,7 @@ import { dialectDriver } from '../dialects/drivers';
 import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import { QUEUEBOX_MIGRATION, type QueueBoxMigrationMark } from './queuebox.migration';
 
 /** TypeORM's default name of its migrations table (DataSource option `migrationsTableName`). */

@@ -1,6 +1,6 @@
 import { closestName } from '../common/suggest';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { OptionSpec } from './options.table';
 
 // The checks every option goes through; each throws a QueueBoxConfigError naming the option.

@@ -2,10 +2,10 @@ import type { Type } from '@nestjs/common';
 import type { RetryOption } from '../common/backoff';
 import { type Duration, parseDuration } from '../common/duration';
 import { parseTableName } from '../common/identifiers';
+import { DEFAULT_TABLES } from '../common/queuebox.constants';
 import type { QueueBoxTables } from '../dialects/dialect';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import { DEFAULT_TABLES } from '../queuebox.constants';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
 import type {
   InstancesOptions,

@@ -8,7 +8,7 @@ import {
 } from '../common/backoff';
 import { parseDuration } from '../common/duration';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { WorkerOptions } from '../types/options';
 import { expectObject, integer, integerOption, rejectUnknownKeys } from './options.checks';
 import { DAY_MS } from './options.defaults';

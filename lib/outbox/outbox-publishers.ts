@@ -2,7 +2,7 @@ import type { ModuleRef } from '@nestjs/core';
 import { describeError } from '../common/errors';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { Publisher } from '../types/outbox';
 
 /**

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { checkName, copyHeaders, dateTimeOf, serializeHeaders, serializePayload } from '../common/payload';
 import type { OutboxInsertRow } from '../dialects/dialect';
 import { DuplicateMessageIdError, QueueBoxValidationError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import { withTraceContext } from '../tracing/trace-context';
 import type { OutboxMessageInput } from '../types/outbox';
 

@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { describeError, isInstance } from '../common/errors';
+import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import { settledWithin } from '../common/wait';
 import type { Dialect } from '../dialects/dialect';
 import { PermanentPublishError, PublishError } from '../errors/queuebox.errors';
@@ -8,8 +9,7 @@ import { outboxEventMessage, QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import { LeaseKeeper, LeaseKeeperGroup } from '../lease/lease-keeper';
 import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import { activeTraceContext, inSpan, publishSpan } from '../tracing/trace-context';
 import type { OutboxClaim } from '../types/claims';
 import type { QueueBoxIdentity } from '../types/instance';

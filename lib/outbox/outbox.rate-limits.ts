@@ -2,7 +2,7 @@ import type { Logger } from '@nestjs/common';
 import { describeError } from '../common/errors';
 import type { Dialect } from '../dialects/dialect';
 import type { ResolvedOutboxOptions } from '../options/options.resolved';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { OutboxClaim } from '../types/claims';
 
 /**

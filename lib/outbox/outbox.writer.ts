@@ -1,7 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { Dialect, OutboxInsertRow } from '../dialects/dialect';
 import { DuplicateMessageIdError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { EnqueueResult, OutboxMessageInput } from '../types/outbox';
 import { toOutboxRows } from './outbox-rows';
 

@@ -3,11 +3,11 @@ import { ModuleRef } from '@nestjs/core';
 import { getToken, makeCounterProvider, makeGaugeProvider, makeHistogramProvider } from '@willsoto/nestjs-prometheus';
 import type { Counter, Gauge, Histogram } from 'prom-client';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
+import { type QueueBoxEntry, QueueBoxRegistry } from '../core/queuebox.registry';
 import type { BacklogRow, InstanceState } from '../dialects/dialect-rows';
 import { QueueBoxEvents } from '../events/queuebox.events';
+import { InboxSources } from '../inbox-runtime/inbox.sources';
 import { COUNTERS, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate } from '../metrics/metric-definitions';
-import { type QueueBoxEntry, QueueBoxRegistry } from '../queuebox.registry';
-import { InboxSources } from '../workers/inbox-sources';
 
 /** Backlog gauges, set from one backlog query per scrape. */
 export const GAUGES = [

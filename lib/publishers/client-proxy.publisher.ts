@@ -2,7 +2,7 @@ import { Inject, Injectable, type Type } from '@nestjs/common';
 import { describeError } from '../common/errors';
 import { encodeHeaderValue } from '../common/header-value';
 import { PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';
 import { KEY_HEADER, MESSAGE_ID_HEADER } from '../wire-headers';

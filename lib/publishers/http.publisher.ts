@@ -4,7 +4,7 @@ import { packageVersion } from '../common/package-version';
 import { signRequest } from '../common/signature';
 import { standardWebhookHeaders, standardWebhookKey } from '../common/standard-webhooks';
 import { PermanentPublishError, PublishError, QueueBoxConfigError } from '../errors/queuebox.errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';
 import { KEY_HEADER } from '../wire-headers';

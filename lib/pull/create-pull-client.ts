@@ -1,10 +1,10 @@
 import type { DataSource } from 'typeorm';
+import { createDialect } from '../core/create-dialect';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { LeaseService } from '../lease/lease.service';
 import { resolveTables } from '../options/options.resolver';
-import { createDialect } from '../queuebox.dialect';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { QueueBoxModuleOptions } from '../types/options';
 import { PullClient } from './pull.client';
 

@@ -1,15 +1,15 @@
 import { Inject, Injectable, Logger, type OnModuleInit, Optional } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import { DEFAULT_QUEUEBOX, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_TENANT_HANDLERS } from '../common/queuebox.constants';
+import { QueueBoxRegistry } from '../core/queuebox.registry';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import { InboxSources } from '../inbox-runtime/inbox.sources';
 import { isSourceName } from '../options/options.checks';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { resolvePullHandler } from '../options/options.resolver';
-import { DEFAULT_QUEUEBOX, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_TENANT_HANDLERS } from '../queuebox.constants';
-import { messages } from '../queuebox.messages';
-import { QueueBoxRegistry } from '../queuebox.registry';
+import { messages } from '../texts/queuebox.messages';
 import type { QueueBoxIdentity } from '../types/instance';
 import type { InboxMessage } from '../types/messages';
-import { InboxSources } from '../workers/inbox-sources';
 import { PULL_HANDLER_METADATA, type PullBatchContext, type PullContext, type PullHandlerMetadata } from './pull-handler.decorator';
 
 /** A discovered `@PullHandler` with its options resolved. */

@@ -1,14 +1,14 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { QUEUEBOX_DIALECT } from '../common/queuebox.constants';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
+import { inboxOutcomeRecorder } from '../inbox-runtime/inbox.outcomes';
 import { LeaseService } from '../lease/lease.service';
 import { isIntegerWithin, isSourceName } from '../options/options.checks';
 import { PULL_CLAIM_ARGUMENTS } from '../options/options.table';
-import { QUEUEBOX_DIALECT } from '../queuebox.constants';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { InboxClaim } from '../types/claims';
-import { inboxOutcomeRecorder } from '../workers/inbox-outcomes';
 import type { OutcomeRecorder } from '../workers/outcome-recorder';
 
 const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit';

@@ -1,7 +1,7 @@
 import { Injectable, Module } from '@nestjs/common';
 import { type HealthIndicatorResult, HealthIndicatorService, TerminusModule } from '@nestjs/terminus';
+import { QueueBoxRegistry } from '../core/queuebox.registry';
 import { QueueBoxHealth, type QueueBoxHealthCheckOptions } from '../health/queuebox-health';
-import { QueueBoxRegistry } from '../queuebox.registry';
 
 /** Which QueueBox a check reads, in an application with several: its name. Default `default`. */
 export interface QueueBoxIndicatorTarget {

@@ -1,6 +1,7 @@
 import type { INestApplicationContext } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import type { TableName } from '../common/identifiers';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_MODULE_OPTIONS, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import type { Dialect } from '../dialects/dialect';
 import { rowStatesQuery } from '../dialects/drivers';
 import type { RowStateRow } from '../dialects/inspection.sql';
@@ -10,7 +11,6 @@ import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { OutboxPoller } from '../outbox/outbox.poller';
 import { PullWorker } from '../pull/pull.worker';
 import { PullHandlerExplorer } from '../pull/pull-handler.explorer';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_MODULE_OPTIONS, QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 import type { Claim } from '../types/claims';
 import type { InboxMessage, OutboundMessage } from '../types/messages';
 import type { QueueBoxModuleOptions } from '../types/options';

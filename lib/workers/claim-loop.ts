@@ -10,7 +10,7 @@ import { describeError } from '../common/errors';
 import { settledWithin, Waker } from '../common/wait';
 import { QueueBoxStateError } from '../errors/queuebox.errors';
 import type { LeaseKeeper } from '../lease/lease-keeper';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { WorkerClaim } from '../types/claims';
 import { ClaimFailures, type DatabaseRecovery } from './database-recovery';
 import type { OutcomeRecorder, StepOutcome } from './outcome-recorder';

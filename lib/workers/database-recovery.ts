@@ -4,7 +4,7 @@
 
 import { Injectable, type Logger } from '@nestjs/common';
 import { describeError } from '../common/errors';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 
 /**
  * The worker loops of one application that wait for the database after a failed claim, and the

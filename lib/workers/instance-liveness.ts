@@ -4,9 +4,9 @@
 // then not to blame the lease.
 
 import { Inject, Injectable } from '@nestjs/common';
+import { QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 
 /** A stretch of time in which no heartbeat of this instance got through for longer than `deadAfterMs`. */
 interface Silence {

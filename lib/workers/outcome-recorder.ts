@@ -8,7 +8,7 @@ import { describeError, isInstance } from '../common/errors';
 import { PublishError } from '../errors/queuebox.errors';
 import type { InboxEventMessage, OutboxEventMessage, QueueBoxEventMap, QueueBoxEvents } from '../events/queuebox.events';
 import type { LeaseService } from '../lease/lease.service';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { Claim, WorkerClaim } from '../types/claims';
 import type { BatchWaiter } from './turn-batcher';
 

@@ -3,7 +3,7 @@
 // one for the outbox poller and the inbox relay, one per handler for the pull worker.
 
 import type { BeforeApplicationShutdown, Logger } from '@nestjs/common';
-import { messages } from '../queuebox.messages';
+import { messages } from '../texts/queuebox.messages';
 import type { WorkerClaim } from '../types/claims';
 import type { ClaimLoop, WorkerLoopStatus } from './claim-loop';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
+import { FollowersChangedError } from '../../lib/inbox-runtime/inbox.followers';
 import type { InboxClaim } from '../../lib/types/claims';
-import { FollowersChangedError } from '../../lib/workers/inbox-followers';
 
 import { conformanceSuite, LONG } from './suite';
 

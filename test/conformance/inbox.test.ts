@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { DataSource, type DataSourceOptions } from 'typeorm';
+import { createDialect } from '../../lib/core/create-dialect';
 import { resolveTables } from '../../lib/options/options.resolver';
 import { toOutboxRows } from '../../lib/outbox/outbox-rows';
-import { createDialect } from '../../lib/queuebox.dialect';
 import type { InboxClaim } from '../../lib/types/claims';
 import { CONFORMANCE_TABLES } from './harness';
 import { conformanceSuite, counts, LONG, sleep } from './suite';

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { it } from 'node:test';
+import { createDialect } from '../../lib/core/create-dialect';
 import { resolveTables } from '../../lib/options/options.resolver';
 import { toOutboxRows } from '../../lib/outbox/outbox-rows';
-import { createDialect } from '../../lib/queuebox.dialect';
 import { CONFORMANCE_TABLES } from './harness';
 import { conformanceSuite, LONG } from './suite';
 

@@ -1,12 +1,12 @@
 import { after, before, beforeEach, describe } from 'node:test';
 import type { EntityManager } from 'typeorm';
+import { createDialect } from '../../lib/core/create-dialect';
 import type { Dialect, InboxInsertRow } from '../../lib/dialects/dialect';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import type { LeaseService } from '../../lib/lease/lease.service';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { resolveTables } from '../../lib/options/options.resolver';
 import { toOutboxRows } from '../../lib/outbox/outbox-rows';
-import { createDialect } from '../../lib/queuebox.dialect';
 import type { OutboxClaim } from '../../lib/types/claims';
 import type { OutboxMessageInput } from '../../lib/types/outbox';
 import { claimsOver, type TestClaims } from '../support/claims';

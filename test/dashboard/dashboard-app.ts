@@ -4,7 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import type { QueueBoxDashboardOptions } from '../../lib/dashboard/dashboard.options';
-import { QueueBoxModule } from '../../lib/queuebox.module';
+import { QueueBoxModule } from '../../lib/module/queuebox.module';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { RecordingLogger } from '../support/app';
 import { RecordingPublisher } from '../support/recording-publisher';

@@ -17,11 +17,11 @@ import { TransactionalAdapterTypeOrm } from '@nestjs-cls/transactional-adapter-t
 import { ClsModule } from 'nestjs-cls';
 import { QueueBoxValidationError, TransactionRequiredError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
+import { QueueBoxModule } from '../../lib/module/queuebox.module';
+import { InjectOutbox } from '../../lib/module/queuebox.tokens';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
-import { QueueBoxModule } from '../../lib/queuebox.module';
-import { InjectOutbox } from '../../lib/queuebox.tokens';
 import type { InboxMessage } from '../../lib/types/messages';
 import { RecordingLogger } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';

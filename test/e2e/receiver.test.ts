@@ -17,10 +17,10 @@ import { decodeHeaderValue, encodeHeaderValue } from '../../lib/common/header-va
 import { signatureHeaders, signRequest } from '../../lib/common/signature';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
+import { QueueBoxModule } from '../../lib/module/queuebox.module';
+import type { QueueBoxModuleExtras } from '../../lib/module/queuebox.module-definition';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { HttpPublisher } from '../../lib/publishers/http.publisher';
-import { QueueBoxModule } from '../../lib/queuebox.module';
-import type { QueueBoxModuleExtras } from '../../lib/queuebox.module-definition';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { IDEMPOTENCY_KEY_HEADER, SIGNATURE_HEADER } from '../../lib/wire-headers';
 import { createTestApp } from '../support/app';

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
+import { QUEUEBOX_DIALECT } from '../../lib/common/queuebox.constants';
 import type { Dialect } from '../../lib/dialects/dialect';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
-import { QUEUEBOX_DIALECT } from '../../lib/queuebox.constants';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp } from '../support/app';
 import { createTestDatabase, eventually, rewriteRowsInFlight, type TestDatabase } from '../support/database';

@@ -22,7 +22,7 @@ import {
   QueueBoxSchema1764460800000,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
-import { QueueBoxModule } from '../../lib/queuebox.module';
+import { QueueBoxModule } from '../../lib/module/queuebox.module';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { RecordingLogger } from '../support/app';
 import { createTestDatabase, runMigrations, type TestDatabase } from '../support/database';

@@ -7,6 +7,7 @@ import { NestFactory } from '@nestjs/core';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
+import { QUEUEBOX_RESOLVED_OPTIONS } from '../../lib/common/queuebox.constants';
 import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from '../../lib/dialects/postgres/claims.sql';
 import { inboxCompleteFollowersSql } from '../../lib/dialects/postgres/followers.sql';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
@@ -17,11 +18,10 @@ import {
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles } from '../../lib/migrations/schema-files';
+import { QueueBoxModule } from '../../lib/module/queuebox.module';
 import type { ResolvedQueueBoxOptions } from '../../lib/options/options.resolved';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
-import { QUEUEBOX_RESOLVED_OPTIONS } from '../../lib/queuebox.constants';
-import { QueueBoxModule } from '../../lib/queuebox.module';
 import { createTestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
 import { createTestDatabase, eventually, runMigrations, type TestDatabase } from '../support/database';

@@ -10,6 +10,7 @@ import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { PrometheusModule } from '@willsoto/nestjs-prometheus';
 import { register } from 'prom-client';
 import { DataSource, type EntityManager } from 'typeorm';
+import { QueueBoxRegistry } from '../../lib/core/queuebox.registry';
 import { QueueBoxDashboardModule } from '../../lib/dashboard/dashboard.module';
 import { DashboardService } from '../../lib/dashboard/dashboard.service';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
@@ -17,13 +18,18 @@ import { QueueBoxConfigError, QueueBoxValidationError } from '../../lib/errors/q
 import { InboxService } from '../../lib/inbox/inbox.service';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
+import { QueueBoxModule } from '../../lib/module/queuebox.module';
+import { QueueBoxTenants, QueueBoxTenantsModule } from '../../lib/module/queuebox.tenants';
+import {
+  getInboxServiceToken,
+  getOutboxServiceToken,
+  getQueueBoxAdminToken,
+  InjectInbox,
+  InjectOutbox,
+} from '../../lib/module/queuebox.tokens';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { QueueBoxPrometheusModule } from '../../lib/prometheus/queuebox-prometheus.module';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
-import { QueueBoxModule } from '../../lib/queuebox.module';
-import { QueueBoxRegistry } from '../../lib/queuebox.registry';
-import { QueueBoxTenants, QueueBoxTenantsModule } from '../../lib/queuebox.tenants';
-import { getInboxServiceToken, getOutboxServiceToken, getQueueBoxAdminToken, InjectInbox, InjectOutbox } from '../../lib/queuebox.tokens';
 import { QueueBoxHealthIndicator, QueueBoxHealthModule } from '../../lib/terminus/queuebox.health-indicator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { RecordingLogger } from '../support/app';

@@ -5,9 +5,9 @@ import { Injectable, Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
+import { QueueBoxModule } from '../../lib/module/queuebox.module';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { HttpPublisher } from '../../lib/publishers/http.publisher';
-import { QueueBoxModule } from '../../lib/queuebox.module';
 import { QueueBoxTesting, RecordingPublisher } from '../../lib/testing';
 import { createTestDatabase, type TestDatabase } from '../support/database';
 

@@ -2,8 +2,8 @@ import 'reflect-metadata';
 import { type INestApplicationContext, type LoggerService, Module, type ModuleMetadata, type Provider } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { QueueBoxModule } from '../../lib/queuebox.module';
-import type { QueueBoxModuleExtras } from '../../lib/queuebox.module-definition';
+import { QueueBoxModule } from '../../lib/module/queuebox.module';
+import type { QueueBoxModuleExtras } from '../../lib/module/queuebox.module-definition';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
 
 /** Keeps log lines so tests can assert on them; prints nothing unless QUEUEBOX_TEST_LOGS is set. */

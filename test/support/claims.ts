@@ -1,12 +1,12 @@
 import type { INestApplicationContext } from '@nestjs/common';
+import { QUEUEBOX_DIALECT } from '../../lib/common/queuebox.constants';
 import type { Dialect } from '../../lib/dialects/dialect';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { RelayClaims } from '../../lib/inbox/relay.claims';
+import { InboxFollowers } from '../../lib/inbox-runtime/inbox.followers';
 import { LeaseService } from '../../lib/lease/lease.service';
 import { OutboxClaims } from '../../lib/outbox/outbox.claims';
 import { PullClient } from '../../lib/pull/pull.client';
-import { QUEUEBOX_DIALECT } from '../../lib/queuebox.constants';
-import { InboxFollowers } from '../../lib/workers/inbox-followers';
 
 /** Each worker's claims, for tests that claim by hand: over a dialect, or over an app's QueueBox. */
 export interface TestClaims {

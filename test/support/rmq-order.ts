@@ -6,9 +6,9 @@ import { NestFactory } from '@nestjs/core';
 import { ClientsModule, Transport } from '@nestjs/microservices';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
+import { QueueBoxModule } from '../../lib/module/queuebox.module';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { ClientProxyPublisher } from '../../lib/publishers/client-proxy.publisher';
-import { QueueBoxModule } from '../../lib/queuebox.module';
 import { RecordingLogger } from './app';
 import { eventually, type TestDatabase } from './database';
 

@@ -108,7 +108,7 @@ function upwardArrows(g: Graph, floors: Map<string, number>, laterals: Set<strin
 
 const rules = {
   dialectsAreALeaf: (g: Graph) => {
-    const allowed = /^(dialects\/|common\/|types\/|errors\/|queuebox\.messages$|wire-headers$|typeorm$|node:)/;
+    const allowed = /^(dialects\/|common\/|types\/|errors\/|texts\/queuebox\.messages$|wire-headers$|typeorm$|node:)/;
     return breaches(g, inFolder('dialects'), (imported) => imported.startsWith('@nestjs/') || !allowed.test(imported));
   },
   onlyDialectsImportAConcreteDialect: (g: Graph) => breaches(g, (file) => !file.startsWith('dialects/'), isConcreteDialect),
@@ -118,6 +118,21 @@ const rules = {
       (file) => inFolder('workers')(file) || inFolder('lease')(file),
       (imported) => /^(outbox|inbox|pull)\//.test(imported),
     ),
+  fenceAndRuntimeNameNoWorker: (g: Graph) => {
+    const worker = /outbox|inbox|relay|pull|poller/i;
+    return g
+      .filter(({ file }) => inFolder('workers')(file) || inFolder('lease')(file))
+      .flatMap(({ file, text }) => {
+        const exported = [
+          ...withoutComments(text).matchAll(
+            /\bexport\s+(?:declare\s+)?(?:abstract\s+)?(?:class|function|const|let|interface|type|enum)\s+(\w+)/g,
+          ),
+        ].map((match) => match[1]);
+        return [file.slice(file.lastIndexOf('/') + 1), ...exported]
+          .filter((name) => worker.test(name))
+          .map((name) => `${file} names a worker: ${name}`);
+      });
+  },
   noDatabaseNameBranches: (g: Graph) => {
     const databaseName = /(?:===|!==|case)\s*'(?:postgres|mssql)'|'(?:postgres|mssql)'\s*(?:===|!==)/;
     return g.filter(({ file, text }) => !file.startsWith('dialects/') && databaseName.test(withoutComments(text))).map(({ file }) => file);
@@ -160,6 +175,8 @@ describe('architecture: import rules (docs/architecture.md)', () => {
       ['onlyDialectsImportAConcreteDialect', fixture({ file: 'outbox/outbox.poller.ts', imports: ['dialects/postgres/claims.sql'] })],
       ['fenceAndRuntimeKnowNoWorker', fixture({ file: 'lease/lease.service.ts', imports: ['outbox/outbox.claims'] })],
       ['fenceAndRuntimeKnowNoWorker', fixture({ file: 'workers/claim-loop.ts', imports: ['pull/pull.worker'] })],
+      ['fenceAndRuntimeNameNoWorker', fixture({ file: 'workers/inbox-followers.ts' })],
+      ['fenceAndRuntimeNameNoWorker', fixture({ file: 'lease/lease-keeper.ts', text: 'export class PollerRenewals {}' })],
       ['noDatabaseNameBranches', fixture({ file: 'admin/queuebox.admin.ts', text: "if (dataSource.options.type === 'mssql') {}" })],
       ['noDriverErrorCodes', fixture({ file: 'outbox/outbox.service.ts', text: "if (error.code === '23505') {}" })],
       ['noDriverErrorCodes', fixture({ file: 'cli/connect.ts', text: 'const e = error.driverError;' })],

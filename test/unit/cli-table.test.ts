@@ -5,7 +5,7 @@ import { wrapText } from '../../lib/cli/table';
 import { describeError } from '../../lib/common/errors';
 import type { DeadLetterRow } from '../../lib/dialects/dialect-rows';
 import { PermanentPublishError } from '../../lib/errors/queuebox.errors';
-import { messages } from '../../lib/queuebox.messages';
+import { messages } from '../../lib/texts/queuebox.messages';
 
 describe('wrapText (dead-letters list, last error lines)', () => {
   it('keeps a short text whole, on one line, whitespace runs collapsed', () => {

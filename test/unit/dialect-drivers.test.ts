@@ -3,12 +3,12 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import type { DataSource } from 'typeorm';
+import { createDialect } from '../../lib/core/create-dialect';
 import { DIALECT_TYPES, dialectDriver, dialectDriverForScheme, dialectDrivers } from '../../lib/dialects/drivers';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { renderSchemaFiles } from '../../lib/migrations/schema-files';
 import { resolveTables } from '../../lib/options/options.resolver';
-import { createDialect } from '../../lib/queuebox.dialect';
 
 // The compiled test runs from .build/test/unit; the sources and sql/ are at the repository root.
 const ROOT = join(__dirname, '..', '..', '..');

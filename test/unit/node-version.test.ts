@@ -12,7 +12,7 @@ const engines = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as
 
 /** Makes a registry (as every application's start does) twice in a child process whose `process.version` is `version`. */
 function startUpLogs(version: string): string {
-  const registry = join(root, '.build', 'lib', 'queuebox.registry.js');
+  const registry = join(root, '.build', 'lib', 'core', 'queuebox.registry.js');
   const script = `Object.defineProperty(process, 'version', { value: ${JSON.stringify(version)} });
 const { QueueBoxRegistry } = require(${JSON.stringify(registry)});
 new QueueBoxRegistry(); new QueueBoxRegistry();`;

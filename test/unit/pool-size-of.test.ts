@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { DataSource } from 'typeorm';
-import { poolSizeOf } from '../../lib/queuebox.pool-check';
+import { poolSizeOf } from '../../lib/module/queuebox.pool-check';
 
 // The start-up pool check must read the pool size the driver really builds: TypeORM passes some
 // options on to node-postgres / mssql and spreads `extra` over them.

@@ -6,6 +6,7 @@ import { Logger } from '@nestjs/common';
 import { TYPES } from 'tedious';
 import { DataSource, type DataSourceOptions, MssqlParameter, QueryFailedError } from 'typeorm';
 import { migrationNotes } from '../../lib/cli/cli-options';
+import { createDialect } from '../../lib/core/create-dialect';
 import { finishedCountQuery, rowStatesQuery, schemaStatements } from '../../lib/dialects/drivers';
 import * as admin from '../../lib/dialects/sqlserver/admin.sql';
 import * as checks from '../../lib/dialects/sqlserver/checks.sql';
@@ -25,9 +26,8 @@ import {
   createQueueBoxOperationsMigration,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaFiles, renderSchemaSql } from '../../lib/migrations/schema-files';
+import { QueueBoxPoolCheck } from '../../lib/module/queuebox.pool-check';
 import { resolveTables } from '../../lib/options/options.resolver';
-import { createDialect } from '../../lib/queuebox.dialect';
-import { QueueBoxPoolCheck } from '../../lib/queuebox.pool-check';
 
 /** Every SQL Server statement builder: the exports of its *.sql.ts files. */
 const sql = { ...outbox, ...inbox, ...claims, ...followers, ...lease, ...checks, ...admin, ...retention };
@@ -669,7 +669,7 @@ describe('SQL Server dialect: admin instants in UTC whatever the Node time zone 
   it('sends deadAfter/deadBefore as ISO-8601 UTC text under TZ=Europe/Berlin, and the statement reads them as UTC', () => {
     // A child process, so the time zone is Berlin's from the start (Node reads TZ once).
     const child = `
-      const { createDialect } = require(${JSON.stringify(join(__dirname, '../../lib/queuebox.dialect.js'))});
+      const { createDialect } = require(${JSON.stringify(join(__dirname, '../../lib/core/create-dialect.js'))});
       const { resolveTables } = require(${JSON.stringify(join(__dirname, '../../lib/options/options.resolver.js'))});
       const sent = [];
       const runner = { isReleased: false, query: async (_sql, params) => { sent.push(params); return { records: [{ n: '0' }] }; }, release: async () => {} };

@@ -1,4 +1,4 @@
-import { messages } from '../../queuebox.messages';
+import { messages } from '../../texts/queuebox.messages';
 import { pgLiteral } from './quoting';
 import { NOW } from './time';
 

@@ -3,7 +3,7 @@ import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { rateLimitsTableOf } from '../../common/identifiers';
 import { onConnectionOf, runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
-import { messages } from '../../queuebox.messages';
+import { messages } from '../../texts/queuebox.messages';
 import type { QueueTable } from '../../types/claims';
 import type {
   DeadSelection,

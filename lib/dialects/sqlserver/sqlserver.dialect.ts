@@ -3,7 +3,7 @@ import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typ
 import { rateLimitsTableOf } from '../../common/identifiers';
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
-import { messages } from '../../queuebox.messages';
+import { messages } from '../../texts/queuebox.messages';
 import type { QueueTable } from '../../types/claims';
 import type {
   DeadSelection,

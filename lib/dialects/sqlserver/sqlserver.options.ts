@@ -1,6 +1,6 @@
 import type { DataSourceOptions } from 'typeorm';
 import { QueueBoxConfigError } from '../../errors/queuebox.errors';
-import { messages } from '../../queuebox.messages';
+import { messages } from '../../texts/queuebox.messages';
 import { CLAIM_LOCK_WAIT_MS } from './claims.sql';
 
 /** mssql's request timeout when none is set. */

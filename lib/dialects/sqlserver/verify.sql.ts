@@ -1,4 +1,4 @@
-import { messages } from '../../queuebox.messages';
+import { messages } from '../../texts/queuebox.messages';
 import type { VerifyQueries } from '../dialect-driver';
 import { text } from './sqlserver.params';
 

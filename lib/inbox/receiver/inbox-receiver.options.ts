@@ -1,7 +1,7 @@
 import type { CanActivate, Type } from '@nestjs/common';
 import { standardWebhookKey } from '../../common/standard-webhooks';
 import { QueueBoxConfigError } from '../../errors/queuebox.errors';
-import { messages } from '../../queuebox.messages';
+import { messages } from '../../texts/queuebox.messages';
 import { KEY_HEADER } from '../../wire-headers';
 
 /**

@@ -1,10 +1,10 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { decodeHeaderValue } from '../../common/header-value';
+import { QUEUEBOX_RECEIVER_OPTIONS } from '../../common/queuebox.constants';
 import { verifyRequestSignature } from '../../common/signature';
 import { verifyStandardWebhook } from '../../common/standard-webhooks';
 import { QueueBoxValidationError, UnknownSourceError } from '../../errors/queuebox.errors';
-import { QUEUEBOX_RECEIVER_OPTIONS } from '../../queuebox.constants';
-import { messages } from '../../queuebox.messages';
+import { messages } from '../../texts/queuebox.messages';
 import {
   IDEMPOTENCY_KEY_HEADER,
   MESSAGE_ID_HEADER,

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import type { Dialect, DialectSettings, QueueBoxTables } from './dialects/dialect';
-import { dialectDriver } from './dialects/drivers';
+import type { Dialect, DialectSettings, QueueBoxTables } from '../dialects/dialect';
+import { dialectDriver } from '../dialects/drivers';
 
 /**
  * The dialect for a TypeORM DataSource, chosen by its driver type in the list of dialect drivers. Throws

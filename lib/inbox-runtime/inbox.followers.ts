@@ -1,6 +1,7 @@
-// Worker runtime: the followers of claimed inbox heads, for the two workers that take them (the
-// inbox relay and batch pull handlers): the pending rows right after a claimed head of its
-// aggregate, handled with it and completed under its fence.
+// Inbox runtime (shared by the relay and pull, which import nothing of each other): the followers
+// of claimed inbox heads, for the two workers that take them (the inbox relay and batch pull
+// handlers): the pending rows right after a claimed head of its aggregate, handled with it and
+// completed under its fence.
 
 import type { EntityManager } from 'typeorm';
 import type { Dialect } from '../dialects/dialect';

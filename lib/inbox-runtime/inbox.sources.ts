@@ -1,7 +1,8 @@
-// Worker runtime: which inbox sources have a consumer, and the wake-up when one receives a message.
+// Inbox runtime: which inbox sources have a consumer (the relay's routes, pull handlers,
+// pull.sources), and the wake-up when one receives a message.
 import { Inject, Injectable } from '@nestjs/common';
+import { QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
-import { QUEUEBOX_RESOLVED_OPTIONS } from '../queuebox.constants';
 
 /**
  * Which inbox sources have a consumer: a relay route or `pull.sources` (from the options), or a

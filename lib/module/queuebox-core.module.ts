@@ -1,6 +1,6 @@
 import { Global, Module } from '@nestjs/common';
-import { QUEUEBOX_APPLICATION_REGISTRY } from './queuebox.constants';
-import { QueueBoxRegistry } from './queuebox.registry';
+import { QUEUEBOX_APPLICATION_REGISTRY } from '../common/queuebox.constants';
+import { QueueBoxRegistry } from '../core/queuebox.registry';
 
 /**
  * What every QueueBox of an application shares: the registry of them by name. Imported by each

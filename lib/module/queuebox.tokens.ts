@@ -1,14 +1,14 @@
 import { Inject, type Type } from '@nestjs/common';
-import { QueueBoxAdmin } from './admin/queuebox.admin';
-import { RetentionService } from './admin/retention.service';
-import { QueueBoxEvents } from './events/queuebox.events';
-import { QueueBoxHealth } from './health/queuebox-health';
-import { InboxService } from './inbox/inbox.service';
-import { LeaseService } from './lease/lease.service';
-import { QueueBoxMetrics } from './metrics/queuebox.metrics';
-import { OutboxService } from './outbox/outbox.service';
-import { PullClient } from './pull/pull.client';
-import { DEFAULT_QUEUEBOX } from './queuebox.constants';
+import { QueueBoxAdmin } from '../admin/queuebox.admin';
+import { RetentionService } from '../admin/retention.service';
+import { DEFAULT_QUEUEBOX } from '../common/queuebox.constants';
+import { QueueBoxEvents } from '../events/queuebox.events';
+import { QueueBoxHealth } from '../health/queuebox-health';
+import { InboxService } from '../inbox/inbox.service';
+import { LeaseService } from '../lease/lease.service';
+import { QueueBoxMetrics } from '../metrics/queuebox.metrics';
+import { OutboxService } from '../outbox/outbox.service';
+import { PullClient } from '../pull/pull.client';
 
 // How a QueueBox's services are injected by name, as @nestjs/typeorm does for named DataSources.
 // The default QueueBox's are injected by their class too. Outside injection, `app.get(Class)` is

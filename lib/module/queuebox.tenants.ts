@@ -9,14 +9,14 @@ import {
 } from '@nestjs/common';
 import { DiscoveryModule, DiscoveryService, NestFactory } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
-import { QueueBoxConfigError } from './errors/queuebox.errors';
-import { QUEUEBOX_APPLICATION_REGISTRY, QUEUEBOX_TENANT_HANDLERS } from './queuebox.constants';
-import { messages } from './queuebox.messages';
+import { QUEUEBOX_APPLICATION_REGISTRY, QUEUEBOX_TENANT_HANDLERS } from '../common/queuebox.constants';
+import { type QueueBoxEntry, QueueBoxRegistry } from '../core/queuebox.registry';
+import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import { messages } from '../texts/queuebox.messages';
+import type { QueueBoxModuleOptions } from '../types/options';
 import { QueueBoxModule } from './queuebox.module';
 import { QueueBoxRegistration } from './queuebox.registration';
-import { type QueueBoxEntry, QueueBoxRegistry } from './queuebox.registry';
 import { QueueBoxCoreModule } from './queuebox-core.module';
-import type { QueueBoxModuleOptions } from './types/options';
 
 /** A tenant's QueueBox: its DataSource (created by the application, which also destroys it after `detach`) and its options. */
 export interface QueueBoxTenantOptions extends QueueBoxModuleOptions {

@@ -1,4 +1,4 @@
-// Worker runtime: how the two inbox workers (the relay, pull) name their messages and record their outcomes.
+// Inbox runtime: how the two inbox workers (the relay, pull) name their messages and record their outcomes.
 
 import type { Logger } from '@nestjs/common';
 import { isInstance } from '../common/errors';
@@ -7,7 +7,7 @@ import { inboxEventMessage, type QueueBoxEvents } from '../events/queuebox.event
 import type { LeaseService } from '../lease/lease.service';
 import type { InboxClaim } from '../types/claims';
 import type { InboxMessage } from '../types/messages';
-import { OutcomeRecorder } from './outcome-recorder';
+import { OutcomeRecorder } from '../workers/outcome-recorder';
 
 /** `source/idempotencyKey`: how logs name an inbox message. */
 export function inboxMessageName(message: InboxMessage): string {

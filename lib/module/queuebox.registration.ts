@@ -1,10 +1,10 @@
 import { Inject, Injectable, type OnApplicationShutdown, type Type } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
-import type { ResolvedQueueBoxOptions } from './options/options.resolved';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
-import { type QueueBoxEntry, QueueBoxRegistry } from './queuebox.registry';
-import type { QueueBoxIdentity } from './types/instance';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
+import { type QueueBoxEntry, QueueBoxRegistry } from '../core/queuebox.registry';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
+import type { QueueBoxIdentity } from '../types/instance';
 
 /**
  * Puts this QueueBox in the application's registry. In the constructor, on purpose: Nest creates

@@ -3,18 +3,6 @@ import { ConfigurableModuleBuilder, type DynamicModule, Logger, type Provider } 
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { QueueBoxConfigError } from './errors/queuebox.errors';
-import { InboxRelay } from './inbox/inbox.relay';
-import { InboxReceiver } from './inbox/receiver/inbox-receiver';
-import { createInboxReceiverController } from './inbox/receiver/inbox-receiver.controller';
-import { type InboxReceiverOptions, resolveReceiverOptions } from './inbox/receiver/inbox-receiver.options';
-import { checkSchemaOnce } from './migrations/schema-version';
-import type { ResolvedQueueBoxOptions } from './options/options.resolved';
-import { resolveOptions } from './options/options.resolver';
-import { queryTimeoutFor } from './options/query-timeout';
-import { OutboxPoller } from './outbox/outbox.poller';
-import { instantiatePublishers } from './outbox/outbox-publishers';
-import { PullWorker } from './pull/pull.worker';
 import {
   DEFAULT_QUEUEBOX,
   QUEUEBOX_DATA_SOURCE,
@@ -24,15 +12,27 @@ import {
   QUEUEBOX_RECEIVER_OPTIONS,
   QUEUEBOX_RESOLVED_OPTIONS,
   QUEUEBOX_TENANT_HANDLERS,
-} from './queuebox.constants';
-import { createDialect } from './queuebox.dialect';
-import { QueueBoxInstance } from './queuebox.instance';
-import { messages } from './queuebox.messages';
+} from '../common/queuebox.constants';
+import { createDialect } from '../core/create-dialect';
+import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import { InboxRelay } from '../inbox/inbox.relay';
+import { InboxReceiver } from '../inbox/receiver/inbox-receiver';
+import { createInboxReceiverController } from '../inbox/receiver/inbox-receiver.controller';
+import { type InboxReceiverOptions, resolveReceiverOptions } from '../inbox/receiver/inbox-receiver.options';
+import { InboxSources } from '../inbox-runtime/inbox.sources';
+import { QueueBoxInstance } from '../instance/queuebox.instance';
+import { checkSchemaOnce } from '../migrations/schema-version';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
+import { resolveOptions } from '../options/options.resolver';
+import { queryTimeoutFor } from '../options/query-timeout';
+import { OutboxPoller } from '../outbox/outbox.poller';
+import { instantiatePublishers } from '../outbox/outbox-publishers';
+import { PullWorker } from '../pull/pull.worker';
+import { messages } from '../texts/queuebox.messages';
+import type { QueueBoxIdentity } from '../types/instance';
+import type { QueueBoxModuleOptions } from '../types/options';
 import { WorkNotifications } from './queuebox.notifications';
 import { getQueueBoxToken, QUEUEBOX_SERVICES } from './queuebox.tokens';
-import type { QueueBoxIdentity } from './types/instance';
-import type { QueueBoxModuleOptions } from './types/options';
-import { InboxSources } from './workers/inbox-sources';
 
 /**
  * What the default QueueBox exports besides its services: the workers, its instance and the

@@ -1,12 +1,12 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger } from '@nestjs/common';
-import { describeError } from './common/errors';
-import type { Dialect, WorkListener } from './dialects/dialect';
-import type { ResolvedQueueBoxOptions } from './options/options.resolved';
-import { OutboxPoller } from './outbox/outbox.poller';
-import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
-import { messages } from './queuebox.messages';
-import { DatabaseRecovery } from './workers/database-recovery';
-import { InboxSources } from './workers/inbox-sources';
+import { describeError } from '../common/errors';
+import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
+import type { Dialect, WorkListener } from '../dialects/dialect';
+import { InboxSources } from '../inbox-runtime/inbox.sources';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
+import { OutboxPoller } from '../outbox/outbox.poller';
+import { messages } from '../texts/queuebox.messages';
+import { DatabaseRecovery } from '../workers/database-recovery';
 
 /**
  * Wakes the workers of this process when another process commits work (PostgreSQL

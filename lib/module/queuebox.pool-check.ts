@@ -1,12 +1,12 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import type { Dialect } from './dialects/dialect';
-import { dialectDriver } from './dialects/drivers';
-import { QueueBoxConfigError } from './errors/queuebox.errors';
-import type { ResolvedQueueBoxOptions } from './options/options.resolved';
-import { PullHandlerExplorer } from './pull/pull-handler.explorer';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from './queuebox.constants';
-import { messages } from './queuebox.messages';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
+import type { Dialect } from '../dialects/dialect';
+import { dialectDriver } from '../dialects/drivers';
+import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
+import { PullHandlerExplorer } from '../pull/pull-handler.explorer';
+import { messages } from '../texts/queuebox.messages';
 
 /** The size of the DataSource's pool, read from its options as its driver reads them. */
 export function poolSizeOf(dataSource: DataSource): number {

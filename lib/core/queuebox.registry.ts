@@ -1,11 +1,11 @@
 import { Injectable, Logger, type Type } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import { nodeVersionSupported } from './common/node-version';
-import { supportedNodeVersions } from './common/package-version';
-import type { QueueBoxTables } from './dialects/dialect';
-import { QueueBoxConfigError } from './errors/queuebox.errors';
-import { DEFAULT_QUEUEBOX } from './queuebox.constants';
-import { messages } from './queuebox.messages';
+import { nodeVersionSupported } from '../common/node-version';
+import { supportedNodeVersions } from '../common/package-version';
+import { DEFAULT_QUEUEBOX } from '../common/queuebox.constants';
+import type { QueueBoxTables } from '../dialects/dialect';
+import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import { messages } from '../texts/queuebox.messages';
 
 /**
  * One QueueBox of the application: a `QueueBoxModule.forRoot()` (or `forRootAsync()`), or a tenant
