@@ -197,7 +197,7 @@ function caseScope(dbUrl: string): CaseScope {
   };
 }
 
-describe('chaos: followers under kill -9, pauses past the lease, backend termination, out-of-order commits and poison (issue 24)', () => {
+describe('chaos: followers under kill -9, pauses past the lease, backend termination, out-of-order commits and poison', () => {
   let db: TestDatabase;
   let producer: TestApp;
   /** The running case's workers; a case takes it once, at its start (a timed-out case's body runs on beside the next case). */
@@ -298,7 +298,7 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
     return { produced, dead };
   }
 
-  it('a claim that lost its lease while an earlier row of its aggregate committed is taken again, and its followers do not pass that row (items 1 and 3)', {
+  it('a claim that lost its lease while an earlier row of its aggregate committed is taken again, and its followers do not pass that row', {
     timeout: 60_000,
   }, async () => {
     const { spawnWorker } = scope;

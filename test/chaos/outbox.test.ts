@@ -44,7 +44,7 @@ function nameOf(request: RecordedRequest): string {
   return (JSON.parse(request.body) as { name: string }).name;
 }
 
-describe('chaos: the outbox poller under kill -9, pauses past the lease, backend termination, out-of-order commits, hung publishes and poison (issue 29)', () => {
+describe('chaos: the outbox poller under kill -9, pauses past the lease, backend termination, out-of-order commits, hung publishes and poison', () => {
   let db: TestDatabase;
   let producer: TestApp;
   let dataSource: DataSource;

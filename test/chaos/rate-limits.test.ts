@@ -20,7 +20,7 @@ const PER_KEY = 6;
 
 const payloadOf = (request: RecordedRequest) => JSON.parse(request.body) as { name: string; key: string; seq: number };
 
-describe('chaos: rate limits and Retry-After with three replica processes (issue 41)', () => {
+describe('chaos: rate limits and Retry-After with three replica processes', () => {
   let db: TestDatabase;
   let producer: TestApp;
   let dataSource: DataSource;

@@ -89,7 +89,7 @@ describe('queuebox/dashboard: start-up refusals', () => {
     assert.ok(QueueBoxDashboardModule.forRoot({ guard: OperatorGuard }));
   });
 
-  it('reads only the options’ own properties: a public: true inherited from a prototype mounts nothing without a guard (issue 34)', () => {
+  it('reads only the options’ own properties: a public: true inherited from a prototype mounts nothing without a guard', () => {
     const guardMissing = (error: unknown) =>
       error instanceof QueueBoxConfigError && error.option === 'dashboard.guard' && /refuses to start without a guard/.test(error.message);
     assert.throws(() => QueueBoxDashboardModule.forRoot(Object.create({ public: true })), guardMissing);
@@ -332,7 +332,7 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
     assert.match(String((await json(notAnObject)).message), /must be a JSON object/);
   });
 
-  it('every action refuses a body that is not sent as JSON with 415, even with the token, and changes nothing (issue 34)', async () => {
+  it('every action refuses a body that is not sent as JSON with 415, even with the token, and changes nothing', async () => {
     await db.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, last_error, available_at)
       VALUES (gen_random_uuid(), 'billing', 'stuck', '{}', 'pending', 4, 'HTTP 503', clock_timestamp() + interval '1 minute'),
              (gen_random_uuid(), 'billing', 'stuck', '{}', 'pending', 0, NULL, clock_timestamp())`);

@@ -240,7 +240,7 @@ describe('queuebox/dashboard in Chromium', { skip }, () => {
     await other.close();
   });
 
-  it('blocked and instances views: an owner only for a held head, with its state (alive, silent, dead); a head waiting for its retry names only its last claimer (issue 34)', async () => {
+  it('blocked and instances views: an owner only for a held head, with its state (alive, silent, dead); a head waiting for its retry names only its last claimer', async () => {
     // A database of its own, served by an app that runs no worker: nothing sweeps the dead instance
     // or claims these rows while the page reads them.
     const own = await createTestDatabase();

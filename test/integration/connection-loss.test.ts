@@ -32,7 +32,7 @@ class LedgerHandler {
   }
 }
 
-describe('statements given an EntityManager join its transaction or fail (issue 13, items 1 and 14)', () => {
+describe('statements given an EntityManager join its transaction or fail', () => {
   let db: TestDatabase;
   let t: TestApp;
   let dataSource: DataSource;
@@ -227,7 +227,7 @@ describe('pull renewals: their set-aside connection while it is there, else the 
   });
 });
 
-describe('a dropped connection ends no QueueBox process (issue 13, item 3)', () => {
+describe('a dropped connection ends no QueueBox process', () => {
   let db: TestDatabase;
   let producer: TestApp;
   const APP = 'qb_conn_chaos_worker';

@@ -102,7 +102,7 @@ const outbox = (publisher: Publisher) => ({
   backoff: { initialMs: 1, maxMs: 1, jitter: false },
 });
 
-describe('a loop whose slots are all held by hung work claims nothing and gives back what waits (issue 24 item 4)', () => {
+describe('a loop whose slots are all held by hung work claims nothing and gives back what waits', () => {
   let db: TestDatabase;
   let stuck: TestApp;
   let healthy: TestApp | undefined;

@@ -328,7 +328,7 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
     await db.query('TRUNCATE queuebox_outbox, queuebox_instances');
   });
 
-  it('a sweep blocked behind an open transaction never delays the heartbeat: no live replica is declared dead (SQL Server review M1)', async () => {
+  it('a sweep blocked behind an open transaction never delays the heartbeat: no live replica is declared dead', async () => {
     const dead = 'dead0000-0000-4000-8000-00000000b10c';
     await fakeInstance(dead, 60_000);
     const held = await heldOutboxRow(dead, 'k-blocked');

@@ -20,7 +20,7 @@ class TallyHandler {
   }
 }
 
-describe('the pool must hold the LISTEN and renewal connections plus one (issue 13, item 6)', () => {
+describe('the pool must hold the LISTEN and renewal connections plus one', () => {
   let db: TestDatabase;
 
   before(async () => {

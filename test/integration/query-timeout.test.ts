@@ -12,7 +12,7 @@ import { createTestDatabase, eventually, type TestDatabase } from '../support/da
 import { RecordingPublisher } from '../support/recording-publisher';
 import { TcpProxy } from '../support/tcp-proxy';
 
-describe("QueueBox's own statements are bounded by a third of the shortest lease (issue 13, item 5)", () => {
+describe("QueueBox's own statements are bounded by a third of the shortest lease", () => {
   let db: TestDatabase;
 
   before(async () => {

@@ -36,7 +36,7 @@ class SlowHandler {
   }
 }
 
-describe('the renewal connection runs one statement at a time (issue 34 item 7)', () => {
+describe('the renewal connection runs one statement at a time', () => {
   let db: TestDatabase;
   before(async () => {
     db = await createTestDatabase();
