@@ -18,7 +18,7 @@ import { DataSource } from 'typeorm';
 import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import { PermanentPublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { OutboxService } from '../../lib/outbox/outbox.service';
-import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../dashboard/dashboard-app';
+import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 
 const CHROMIUM = process.env.QUEUEBOX_CHROMIUM ?? '/usr/bin/chromium';

@@ -13,7 +13,7 @@ import { createTestApp, type TestApp } from '../support/app';
 import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
 import { gate } from '../support/recording-publisher';
 
-// Issue 24 item 4: work that timed out but ignores its abort signal keeps its concurrency slot
+// Work that timed out but ignores its abort signal keeps its concurrency slot
 // until it really ends. A loop whose every slot is kept so must claim nothing (a claim could not
 // start: it would wait, renewed, for as long as the hung call runs, out of every other replica's
 // reach) and give back what already waits for a slot. Each test runs a "stuck" replica whose one

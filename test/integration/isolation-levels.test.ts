@@ -16,7 +16,7 @@ import { createTestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
 import { createTestDatabase, eventually, rewriteRowsInFlight, type TestDatabase } from '../support/database';
 
-// Issue 24 item 8: QueueBox's own transactions (a pull handler's, a relay forward's) begin at READ
+// QueueBox's own transactions (a pull handler's, a relay forward's) begin at READ
 // COMMITTED whatever the DataSource or the database says, and its claims too. Under REPEATABLE
 // READ or SERIALIZABLE a handler transaction that spans a renewal (made on another connection)
 // failed its fenced completion with a serialization error on every attempt, until the row was dead.

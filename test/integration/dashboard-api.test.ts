@@ -11,8 +11,8 @@ import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
+import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
 import { createTestDatabase, type TestDatabase } from '../support/database';
-import { createDashboardApp, type DashboardTestApp, OperatorGuard } from './dashboard-app';
 
 const OPERATOR = { 'x-operator': 'ada' };
 const TOKEN_HEADER = 'x-queuebox-dashboard-token';
