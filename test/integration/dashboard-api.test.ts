@@ -12,7 +12,7 @@ import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { createTestDatabase, describeWithDatabase, type TestDatabase } from '../support/database';
 
 const OPERATOR = { 'x-operator': 'ada' };
 const TOKEN_HEADER = 'x-queuebox-dashboard-token';
@@ -112,8 +112,8 @@ describe('queuebox/dashboard: start-up refusals', () => {
   });
 });
 
-describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
-  let db: TestDatabase;
+const emptied = { truncate: ['queuebox_outbox', 'queuebox_inbox'] };
+describeWithDatabase('queuebox/dashboard: the JSON API (PostgreSQL, Express)', emptied, (db) => {
   let other: TestDatabase;
   let otherSource: DataSource;
   let t: DashboardTestApp;
@@ -143,7 +143,6 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
     (await db.query<{ state: string }>('SELECT state FROM queuebox_outbox WHERE id = $1', [id]))[0]?.state;
 
   before(async () => {
-    db = await createTestDatabase();
     other = await createTestDatabase();
     otherSource = new DataSource({ type: 'postgres', url: other.url, logging: false });
     await otherSource.initialize();
@@ -161,11 +160,9 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
     unsubscribe('queuebox:dashboard:action', onChannel);
     await t?.app.close();
     await otherSource?.destroy();
-    await db?.drop();
     await other?.drop();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
     ids = await seed(db);
     events.length = 0;
     token = String((await json(await api('session'))).token);
@@ -474,16 +471,13 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
   });
 });
 
-describe('queuebox/dashboard: readOnly: true', () => {
-  let db: TestDatabase;
+describeWithDatabase('queuebox/dashboard: readOnly: true', (db) => {
   let t: DashboardTestApp;
   before(async () => {
-    db = await createTestDatabase();
     t = await createDashboardApp(db.url, { guard: OperatorGuard, readOnly: true, path: 'ops/queuebox' });
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
 
   it('says so in the session and refuses every action with 403, changing nothing', async () => {
