@@ -7,7 +7,7 @@ import { createDialect } from '../../lib/queuebox.dialect';
 import { CONFORMANCE_TABLES } from './harness';
 import { conformanceSuite, LONG } from './suite';
 
-conformanceSuite('open transactions do not stop claims, followers or housekeeping (issue 26 N1, N2; issue 38 H1, M1)', (c) => {
+conformanceSuite('open transactions do not stop claims, followers or housekeeping', (c) => {
   const { enqueue, receive, claimOutbox, keysOf, whileOpen, timed } = c;
 
   // With READ_COMMITTED_SNAPSHOT OFF on SQL Server, a row written by an open transaction is

@@ -25,9 +25,13 @@ interface Title {
   title: string;
 }
 
-/** The literal titles of `describe`, `it`, `test` and `suite` calls (`.only`, `.skip`, `.todo` too) in `text`. */
+/**
+ * The literal titles in `text` of `describe`, `it`, `test` and `suite` calls (`.only`, `.skip`,
+ * `.todo` too), and of the helpers that pass theirs on to `describe` (`describeWithDatabase`,
+ * `conformanceSuite`: a name that starts with `describe` or ends with `Suite`).
+ */
 function titlesIn(file: string, text: string): Title[] {
-  const calls = /\b(?:describe|it|test|suite)(?:\.(?:only|skip|todo))?\(\s*(['"`])((?:\\.|(?!\1)[\s\S])*)\1/g;
+  const calls = /\b(?:describe\w*|it|test|suite|\w+Suite)(?:\.(?:only|skip|todo))?\(\s*(['"`])((?:\\.|(?!\1)[\s\S])*)\1/g;
   return [...text.matchAll(calls)].map((match) => ({
     at: `${file}:${text.slice(0, match.index).split('\n').length}`,
     title: match[2],
@@ -46,7 +50,7 @@ const HISTORY = [
 const namesHistory = (title: string) => HISTORY.some((pattern) => pattern.test(title));
 
 describe('test titles', () => {
-  it('no describe or it title under test/ carries an issue or review reference', () => {
+  it('no describe or it title under test/, nor one a helper passes on, carries an issue or review reference', () => {
     const titles = sourcesUnder(testDir).flatMap((path) =>
       titlesIn(relative(root, path).replaceAll('\\', '/'), readFileSync(path, 'utf8')),
     );
@@ -68,6 +72,8 @@ describe('test titles', () => {
       call('test', "'a sweep never delays the heartbeat (SQL Server review M1)'"),
       call('it', "'claims keep what they found (N1, M5)'"),
       call('suite', "'the receive path, see #35'"),
+      call('conformanceSuite', "'payload text (issue 26)'"),
+      call('describeWithDatabase', "'retention on PostgreSQL (issue 38 L5)', { truncate: ['queuebox_outbox'] }"),
     ];
     for (const source of historic) {
       const found = titlesIn('fixture.ts', source);
