@@ -3,22 +3,14 @@
 // finished rows, with rows waiting behind keys in flight, or with stale statistics. The slowest
 // tests of integration/ (each writes its rows first): npm run test:fast leaves this file out.
 import assert from 'node:assert/strict';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Client } from 'pg';
 import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from '../../lib/dialects/postgres/claims.sql';
 import { inboxCompleteFollowersSql } from '../../lib/dialects/postgres/followers.sql';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { testDatabases } from '../support/database';
 
 describe('query plans: pages read by claims and completions on large tables', () => {
-  const databases: TestDatabase[] = [];
-  after(async () => {
-    await Promise.all(databases.map((db) => db.drop()));
-  });
-  const newDatabase = async (options?: Parameters<typeof createTestDatabase>[0]) => {
-    const db = await createTestDatabase(options);
-    databases.push(db);
-    return db;
-  };
+  const newDatabase = testDatabases();
   // The search for claimable rows must not grow with finished rows. (Writing the claimed rows
   // touches a few more pages in a bigger table: B-tree depth of the primary key and message_id
   // index grows with log n, as in any table.)

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
@@ -22,21 +22,13 @@ import { QUEUEBOX_RESOLVED_OPTIONS } from '../../lib/queuebox.constants';
 import { QueueBoxModule } from '../../lib/queuebox.module';
 import { createTestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
-import { createTestDatabase, eventually, runMigrations, type TestDatabase } from '../support/database';
+import { eventually, runMigrations, testDatabases } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 const ROOT = join(__dirname, '..', '..', '..');
 
 describe('schema', () => {
-  const databases: TestDatabase[] = [];
-  after(async () => {
-    await Promise.all(databases.map((db) => db.drop()));
-  });
-  const newDatabase = async (options?: Parameters<typeof createTestDatabase>[0]) => {
-    const db = await createTestDatabase(options);
-    databases.push(db);
-    return db;
-  };
+  const newDatabase = testDatabases();
 
   it('the shipped plain-SQL files match the migration statements', () => {
     for (const file of renderSchemaFiles()) {

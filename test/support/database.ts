@@ -104,6 +104,21 @@ export function describeWithDatabase(
   });
 }
 
+/**
+ * For a `describe` block whose tests each make databases of their own: returns `newDatabase`,
+ * which makes one (`createTestDatabase`'s options), and registers here, at the point of the call,
+ * the `after` hook that drops every one made.
+ */
+export function testDatabases(): (options?: Parameters<typeof createTestDatabase>[0]) => Promise<TestDatabase> {
+  const databases: TestDatabase[] = [];
+  after(() => Promise.all(databases.splice(0).map((db) => db.drop())));
+  return async (options) => {
+    const db = await createTestDatabase(options);
+    databases.push(db);
+    return db;
+  };
+}
+
 /** Applies the QueueBox schema through its TypeORM migration classes, as users do. */
 export async function migrate(url: string, tables?: { outbox?: string; inbox?: string }): Promise<void> {
   await runMigrations(url, createQueueBoxMigrations({ tables }));
