@@ -1,27 +1,25 @@
 #!/usr/bin/env node
 // Runs the compiled test suite (`.build/test/**/*.test.js`) with node's test runner against a real
 // PostgreSQL: QUEUEBOX_PG_URL when set, otherwise an embedded-postgres server started here and
-// stopped afterwards (QUEUEBOX_PG_MAJOR=14 picks its major: see embedded-postgres.mjs). Extra
-// arguments are passed to `node --test` (e.g. a file to run alone). Every process of the run
-// (test files and the processes they start) preloads deprecation-guard.mjs: a DeprecationWarning
-// raised from lib/ fails the run; one raised by other code is reported.
+// stopped afterwards (QUEUEBOX_PG_MAJOR=14 picks its major: see embedded-postgres.mjs). `--fast`
+// leaves out the slow tests (chaos, query plans, the browser: see test-files.mjs); without it
+// every test runs, as `npm test` and CI do. Other arguments are passed to `node --test` (e.g. a
+// file to run alone). Every process of the run (test files and the processes they start) preloads
+// deprecation-guard.mjs: a DeprecationWarning raised from lib/ fails the run; one raised by other
+// code is reported. The run ends by printing its wall time.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { serverVersion, startEmbeddedPostgres } from './embedded-postgres.mjs';
+import { laneFiles } from './test-files.mjs';
 
-function findTests(dir) {
-  return readdirSync(dir).flatMap((entry) => {
-    const path = join(dir, entry);
-    if (statSync(path).isDirectory()) return findTests(path);
-    return entry.endsWith('.test.js') ? [path] : [];
-  });
-}
-
-const args = process.argv.slice(2);
-const files = args.some((a) => a.endsWith('.js')) ? [] : findTests('.build/test').sort();
+const started = performance.now();
+const fast = process.argv.includes('--fast');
+const args = process.argv.slice(2).filter((arg) => arg !== '--fast');
+const files = args.some((a) => a.endsWith('.js')) ? [] : laneFiles({ fast });
+const lane = files.length === 0 ? 'the files given' : fast ? `the fast lane, ${files.length} files` : `every test, ${files.length} files`;
 
 let embedded;
 if (!process.env.QUEUEBOX_PG_URL) {
@@ -53,6 +51,7 @@ let code = await new Promise((resolve) => child.on('exit', (status, signal) => r
 if (embedded) await embedded.stop();
 if (reportDeprecations(deprecationsFile) && code === 0) code = 1;
 rmSync(deprecationsDir, { recursive: true, force: true });
+console.log(`\nWall time: ${((performance.now() - started) / 1000).toFixed(1)} s (${lane}).`);
 process.exit(code);
 
 /** Prints the deprecations the run raised; whether QueueBox's own code raised one (the run then fails). */

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { HttpRecorder } from '../support/http-recorder';
 import { startWorker, type WorkerProcess } from '../support/processes';
 
@@ -14,15 +14,13 @@ import { startWorker, type WorkerProcess } from '../support/processes';
 // sweep ends its claims as "claimed by an unregistered instance" every deadAfterMs, and a publish
 // longer than that is done again by the live replica while the first one still runs.
 
-describe('a replica whose DataSource is initialized after start-up (I13), with real processes', () => {
-  let db: TestDatabase;
+describeWithDatabase('a replica whose DataSource is initialized after start-up (I13), with real processes', (db) => {
   let producer: TestApp;
   const recorder = new HttpRecorder();
   let publishUrl: string;
   const workers: WorkerProcess[] = [];
 
   before(async () => {
-    db = await createTestDatabase();
     producer = await createTestApp(db.url, { workers: false });
     publishUrl = await recorder.start();
   });
@@ -30,7 +28,6 @@ describe('a replica whose DataSource is initialized after start-up (I13), with r
     for (const { child } of workers) child.kill('SIGKILL');
     await recorder.stop();
     await producer?.app.close();
-    await db?.drop();
   });
 
   it('registers before it claims and heartbeats: a live replica’s sweeps leave its long publish alone, and the message is published once', async () => {

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
+import { after, afterEach, before, beforeEach, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually, type TestDatabase } from '../support/database';
 import { startWorker, type WorkerProcess } from '../support/processes';
 
 // Chaos for the paths that take rows beside the claimed one (issue 24): batch pull handlers with
@@ -197,14 +197,12 @@ function caseScope(dbUrl: string): CaseScope {
   };
 }
 
-describe('chaos: followers under kill -9, pauses past the lease, backend termination, out-of-order commits and poison (issue 24)', () => {
-  let db: TestDatabase;
+describeWithDatabase('chaos: followers under process and connection faults, out-of-order commits and poison', (db) => {
   let producer: TestApp;
   /** The running case's workers; a case takes it once, at its start (a timed-out case's body runs on beside the next case). */
   let scope: CaseScope;
 
   before(async () => {
-    db = await createTestDatabase();
     await db.query(
       'CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, worker text, at timestamptz DEFAULT clock_timestamp())',
     );
@@ -216,7 +214,6 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
   });
   after(async () => {
     await producer?.app.close();
-    await db?.drop();
   });
   // Each case starts from empty tables, whatever the one before it left.
   beforeEach(async () => {
@@ -298,7 +295,7 @@ describe('chaos: followers under kill -9, pauses past the lease, backend termina
     return { produced, dead };
   }
 
-  it('a claim that lost its lease while an earlier row of its aggregate committed is taken again, and its followers do not pass that row (items 1 and 3)', {
+  it('a claim that lost its lease while an earlier row of its aggregate committed is taken again, and its followers do not pass that row', {
     timeout: 60_000,
   }, async () => {
     const { spawnWorker } = scope;

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { HttpRecorder, type RecordedRequest } from '../support/http-recorder';
 import { startWorker, type WorkerProcess } from '../support/processes';
 
@@ -70,15 +70,13 @@ function assertOrderAndExplainedDuplicates(deliveries: Delivery[], perKey: numbe
   return duplicated;
 }
 
-describe('instances, with real processes: a dead replica’s keys move again in seconds', () => {
-  let db: TestDatabase;
+describeWithDatabase('instances, with real processes: a dead replica’s keys move again in seconds', (db) => {
   let producer: TestApp;
   let recorder: HttpRecorder;
   let publishUrl: string;
   const workers: WorkerProcess[] = [];
 
   before(async () => {
-    db = await createTestDatabase();
     producer = await createTestApp(db.url, { workers: false });
     recorder = new HttpRecorder();
     publishUrl = await recorder.start();
@@ -90,7 +88,6 @@ describe('instances, with real processes: a dead replica’s keys move again in 
     }
     await recorder?.stop();
     await producer?.app.close();
-    await db?.drop();
   });
 
   const enqueue = async (perKey: number) => {

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { HttpRecorder, type RecordedRequest } from '../support/http-recorder';
 import { startWorker, type WorkerProcess } from '../support/processes';
 
@@ -44,8 +44,7 @@ function nameOf(request: RecordedRequest): string {
   return (JSON.parse(request.body) as { name: string }).name;
 }
 
-describe('chaos: the outbox poller under kill -9, pauses past the lease, backend termination, out-of-order commits, hung publishes and poison (issue 29)', () => {
-  let db: TestDatabase;
+describeWithDatabase('chaos: the outbox poller under process and connection faults, hung publishes and poison', (db) => {
   let producer: TestApp;
   let dataSource: DataSource;
   let outbox: OutboxService;
@@ -54,7 +53,6 @@ describe('chaos: the outbox poller under kill -9, pauses past the lease, backend
   const workers: WorkerProcess[] = [];
 
   before(async () => {
-    db = await createTestDatabase();
     producer = await createTestApp(db.url, { workers: false });
     dataSource = producer.app.get(getDataSourceToken());
     outbox = producer.get(OutboxService);
@@ -66,7 +64,6 @@ describe('chaos: the outbox poller under kill -9, pauses past the lease, backend
     await Promise.all(workers.map((worker) => worker.exited));
     await recorder?.stop();
     await producer?.app.close();
-    await db?.drop();
   });
 
   const workerUrl = () => {

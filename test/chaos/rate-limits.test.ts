@@ -4,12 +4,12 @@
 // key keeps its order. When the server answers 429 with Retry-After, the message waits that long,
 // its key waits behind it, and the other keys go on.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { HttpRecorder, type RecordedRequest } from '../support/http-recorder';
 import { startWorker, type WorkerProcess } from '../support/processes';
 
@@ -20,15 +20,13 @@ const PER_KEY = 6;
 
 const payloadOf = (request: RecordedRequest) => JSON.parse(request.body) as { name: string; key: string; seq: number };
 
-describe('chaos: rate limits and Retry-After with three replica processes (issue 41)', () => {
-  let db: TestDatabase;
+describeWithDatabase('chaos: rate limits and Retry-After with three replica processes', (db) => {
   let producer: TestApp;
   let dataSource: DataSource;
   let recorder: HttpRecorder;
   const workers: WorkerProcess[] = [];
 
   before(async () => {
-    db = await createTestDatabase();
     producer = await createTestApp(db.url, { workers: false });
     dataSource = producer.app.get(getDataSourceToken());
     recorder = new HttpRecorder();
@@ -50,7 +48,6 @@ describe('chaos: rate limits and Retry-After with three replica processes (issue
     await Promise.all(workers.map((worker) => worker.exited));
     await recorder?.stop();
     await producer?.app.close();
-    await db?.drop();
   });
 
   const enqueue = (destination: string, messages: { name: string; key: string; seq: number }[]) =>

@@ -15,7 +15,7 @@ const DATABASES = ['orders', 'ledger', 'acme'] as const;
 const PER_DB = 40;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-describe('several databases, two replicas, one killed (issue 27, part 2)', () => {
+describe('several databases, two replicas, one killed', () => {
   const dbs = {} as Record<(typeof DATABASES)[number], TestDatabase>;
   const recorder = new HttpRecorder();
   let publishUrl: string;

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, afterEach, describe, it } from 'node:test';
+import { afterEach, describe, it } from 'node:test';
 import type { VerifyCheckName } from '../../lib/cli/verify/verify.checks';
 import type { VerifyDefect, VerifyOptions } from '../../lib/cli/verify/verify.options';
 import type { VerifyReport } from '../../lib/cli/verify/verify.report';
 import { runVerify, VERIFY_DEFECT_ENV } from '../../lib/testing';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { testDatabases } from '../support/database';
 
 // `queuebox verify` catches what it is for: each run below puts one defect into its own worker
 // processes (QUEUEBOX_VERIFY_DEFECT, its self-test hook: the Dialect instance's methods wrapped
@@ -19,15 +19,13 @@ const summary = (report: VerifyReport) =>
   report.checks.map((check) => `${check.status} ${check.name}: ${check.figure}\n  ${check.failures.slice(0, 3).join('\n  ')}`).join('\n');
 
 describe('queuebox verify catches a defect put into its workers (self-test)', () => {
-  const databases: TestDatabase[] = [];
-  after(() => Promise.all(databases.map((db) => db.drop())));
+  const newDatabase = testDatabases();
   afterEach(() => {
     delete process.env[VERIFY_DEFECT_ENV];
   });
 
   async function runWith(defect: VerifyDefect, options: Omit<VerifyOptions, 'url'>): Promise<VerifyReport> {
-    const db = await createTestDatabase({ migrate: false });
-    databases.push(db);
+    const db = await newDatabase({ migrate: false });
     process.env[VERIFY_DEFECT_ENV] = defect;
     const report = await runVerify({ url: db.url, workers: 2, ...options });
     assert.equal(report.defect, defect, 'the report says the run was sabotaged');

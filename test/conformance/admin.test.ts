@@ -14,7 +14,7 @@ conformanceSuite('admin and retention', (c) => {
   const admin = () =>
     new QueueBoxAdmin(c.dialect, new RetentionService(resolveOptions({ workers: false, tables: CONFORMANCE_TABLES }), c.dialect));
 
-  it('the backlog, claim, blocked-key and instance lists behind an open producer transaction answer, or say busy, within their lock wait (issue 38 L1)', async () => {
+  it('the backlog, claim, blocked-key and instance lists behind an open producer transaction answer, or say busy, within their lock wait', async () => {
     await enqueue({ destination: 'a', key: 'k' });
     await claimOutbox(1);
     await c.whileOpen(async (open) => {

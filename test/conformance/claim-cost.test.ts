@@ -3,7 +3,7 @@ import { it } from 'node:test';
 
 import { conformanceSuite, LONG } from './suite';
 
-conformanceSuite('claim cost: the heads a claim takes, not the keys that wait (issue 38 M2)', (c) => {
+conformanceSuite('claim cost: the heads a claim takes, not the keys that wait', (c) => {
   const { enqueue, claimOutbox, keysOf } = c;
   const later = () => new Date(Date.now() + LONG);
   const blockedKeys = (from: number, count: number) =>

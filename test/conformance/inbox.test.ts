@@ -35,7 +35,7 @@ conformanceSuite('inbox: dedupe (I5) and the relay (I6)', (c) => {
     assert.deepEqual(await receive({ idempotencyKey: 'e1' }), { id: inTransactions.find((r) => !r.duplicate)?.id, duplicate: true });
   });
 
-  it('a receive in an open transaction holds up only receives of its own key, not newer keys of its source (issue 38 M3)', async () => {
+  it('a receive in an open transaction holds up only receives of its own key, not newer keys of its source', async () => {
     const PROMPT_MS = 2500;
     let sameKey: Promise<{ id: string; duplicate: boolean }> | undefined;
     await c.whileOpen(async (open) => {
@@ -67,7 +67,7 @@ conformanceSuite('inbox: dedupe (I5) and the relay (I6)', (c) => {
     assert.equal(await c.db.count('inbox'), 3);
   });
 
-  it('a duplicate received in a transaction leaves it usable and committable, even when the connection aborts transactions on errors (issue 38 M3)', async () => {
+  it('a duplicate received in a transaction leaves it usable and committable, even when the connection aborts transactions on errors', async () => {
     const stored = await receive({ idempotencyKey: 'd1' });
     // SQL Server: a connection opened with XACT_ABORT ON (mssql's abortTransactionOnError), where a
     // unique violation outside the insert's own batch setting would doom the transaction.
@@ -101,7 +101,7 @@ conformanceSuite('inbox: dedupe (I5) and the relay (I6)', (c) => {
     assert.equal(await c.db.count('outbox'), 1, 'the transaction committed what followed the duplicate');
   });
 
-  it('keys that differ only in case, accents or trailing spaces are distinct keys, never duplicates (issue 14)', async () => {
+  it('keys that differ only in case, accents or trailing spaces are distinct keys, never duplicates', async () => {
     const upper = await receive({ idempotencyKey: 'evt_A' });
     const lower = await receive({ idempotencyKey: 'evt_a' });
     const accent = await receive({ idempotencyKey: 'evt_á' });

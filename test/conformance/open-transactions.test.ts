@@ -7,7 +7,7 @@ import { toOutboxRows } from '../../lib/outbox/outbox-rows';
 import { CONFORMANCE_TABLES } from './harness';
 import { conformanceSuite, LONG } from './suite';
 
-conformanceSuite('open transactions do not stop claims, followers or housekeeping (issue 26 N1, N2; issue 38 H1, M1)', (c) => {
+conformanceSuite('open transactions do not stop claims, followers or housekeeping', (c) => {
   const { enqueue, receive, claimOutbox, keysOf, whileOpen, timed } = c;
 
   // With READ_COMMITTED_SNAPSHOT OFF on SQL Server, a row written by an open transaction is
@@ -60,7 +60,7 @@ conformanceSuite('open transactions do not stop claims, followers or housekeepin
     });
   });
 
-  it('claims of 100 among 150 available rows are prompt while a producer holds a row older than most of them (issue 38 H1)', async () => {
+  it('claims of 100 among 150 available rows are prompt while a producer holds a row older than most of them', async () => {
     // Enough candidates that a plan joining them by a scan of the table (hash or merge) is plausible
     // on SQL Server; such a scan would wait for the open row. The claims' UPDATE seeks instead.
     const keyed = (from: number, count: number) =>
@@ -96,7 +96,7 @@ conformanceSuite('open transactions do not stop claims, followers or housekeepin
     });
   });
 
-  it('the dead-instance sweep and the reclaim pass over a claimed row an open transaction holds (issue 38 M1)', async () => {
+  it('the dead-instance sweep and the reclaim pass over a claimed row an open transaction holds', async () => {
     const tables = resolveTables(CONFORMANCE_TABLES);
     const [dead, live] = [randomUUID(), randomUUID()];
     const identity = { host: 'conformance', pid: 1, dataSource: 'default', version: 'test' };

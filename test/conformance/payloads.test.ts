@@ -4,7 +4,7 @@ import { toOutboxRows } from '../../lib/outbox/outbox-rows';
 
 import { conformanceSuite, LONG } from './suite';
 
-conformanceSuite('payload text (issue 26)', (c) => {
+conformanceSuite('payload text', (c) => {
   const { enqueue, receive, claimOutbox } = c;
 
   // Quotes and backslashes inside strings, and in keys: a T-SQL engine whose OPENJSON ... WITH

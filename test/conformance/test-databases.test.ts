@@ -12,7 +12,7 @@ class FailingMigration1000000000000 implements MigrationInterface {
   async down(): Promise<void> {}
 }
 
-conformanceSuite('test databases (issue 38, item 7)', (c) => {
+conformanceSuite('test databases', (c) => {
   it('a migration that fails while a test database is opened leaves no database behind', async () => {
     let created: string | undefined;
     await assert.rejects(

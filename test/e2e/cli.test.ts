@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import { Client } from 'pg';
 import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
-import { createTestDatabase, runMigrations, serverUrl, type TestDatabase } from '../support/database';
+import { runMigrations, serverUrl, type TestDatabase, testDatabases } from '../support/database';
 
 // The compiled CLI of this build (`npm test` compiles lib/ and test/ to .build/), run as users run
 // `queuebox`: its own process, its exit code, its stdout and stderr.
@@ -82,17 +82,10 @@ function withUser(url: string, user: string): string {
 }
 
 describe('queuebox CLI', () => {
-  const databases: TestDatabase[] = [];
+  const newDatabase = testDatabases();
   before(createCliRole);
-  after(async () => {
-    await Promise.all(databases.map((db) => db.drop()));
-    await dropCliRole();
-  });
-  const emptyDatabase = async () => {
-    const db = await createTestDatabase({ migrate: false });
-    databases.push(db);
-    return db;
-  };
+  after(dropCliRole);
+  const emptyDatabase = () => newDatabase({ migrate: false });
   const tableNames = async (db: TestDatabase, schema = 'public') =>
     (await db.query<{ tablename: string }>('SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1', [schema])).map(
       (r) => r.tablename,

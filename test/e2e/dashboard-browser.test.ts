@@ -12,14 +12,14 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { type BrowserContext, chromium, type Locator, type Page } from 'playwright-core';
 import { DataSource } from 'typeorm';
 import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import { PermanentPublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { OutboxService } from '../../lib/outbox/outbox.service';
-import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../dashboard/dashboard-app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
+import { createTestDatabase, describeWithDatabase, eventually } from '../support/database';
 
 const CHROMIUM = process.env.QUEUEBOX_CHROMIUM ?? '/usr/bin/chromium';
 const ARGS = [
@@ -44,8 +44,7 @@ const cells = async (row: Locator) => (await row.locator('th, td').allTextConten
 
 const ERROR = 'billing refused the invoice: card 4242 expired (HTTP 422)';
 
-describe('queuebox/dashboard in Chromium', { skip }, () => {
-  let db: TestDatabase;
+describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
   let t: DashboardTestApp;
   let readOnly: DashboardTestApp;
   let context: BrowserContext;
@@ -58,7 +57,6 @@ describe('queuebox/dashboard in Chromium', { skip }, () => {
 
   before(async () => {
     mkdirSync(shots, { recursive: true });
-    db = await createTestDatabase();
     // The poller runs: a message to billing fails for good while `failing`, and is published after.
     t = await createDashboardApp(
       db.url,
@@ -92,7 +90,6 @@ describe('queuebox/dashboard in Chromium', { skip }, () => {
     await context?.close();
     await t?.app.close();
     await readOnly?.app.close();
-    await db?.drop();
     if (profile) rmSync(profile, { recursive: true, force: true });
   });
 
@@ -240,7 +237,7 @@ describe('queuebox/dashboard in Chromium', { skip }, () => {
     await other.close();
   });
 
-  it('blocked and instances views: an owner only for a held head, with its state (alive, silent, dead); a head waiting for its retry names only its last claimer (issue 34)', async () => {
+  it('blocked and instances views: an owner only for a held head, with its state (alive, silent, dead); a head waiting for its retry names only its last claimer', async () => {
     // A database of its own, served by an app that runs no worker: nothing sweeps the dead instance
     // or claims these rows while the page reads them.
     const own = await createTestDatabase();

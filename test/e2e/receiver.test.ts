@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import {
   type CallHandler,
   type CanActivate,
@@ -24,7 +24,7 @@ import { HttpPublisher } from '../../lib/publishers/http.publisher';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { IDEMPOTENCY_KEY_HEADER, SIGNATURE_HEADER } from '../../lib/wire-headers';
 import { createTestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { createTestDatabase, describeWithDatabase, eventually } from '../support/database';
 
 const SECRET = 'a-test-secret-of-32-characters!!';
 
@@ -65,19 +65,16 @@ async function startReceiverApp(
 
 const inboxOptions = { inbox: { relay: { routes: { orders: () => [], payments: () => [] } } }, workers: false } as const;
 
-describe('HTTP receiver', () => {
-  let db: TestDatabase;
+describeWithDatabase('HTTP receiver', (db) => {
   let app: INestApplication;
   let base: string;
 
   before(async () => {
-    db = await createTestDatabase();
     app = await startReceiverApp(db.url, { ...inboxOptions, receiver: { secret: ['old-secret-0123456789', SECRET], maxBodyBytes: 2000 } });
     base = `${await app.getUrl()}/queuebox/inbox`;
   });
   after(async () => {
     await app?.close();
-    await db?.drop();
   });
 
   const post = (source: string, body: string, headers: Record<string, string> = {}, sign: string | false = SECRET, at?: number) =>

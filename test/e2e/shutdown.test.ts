@@ -1,26 +1,14 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { QueueBoxInstance } from '../../lib/instance/queuebox.instance';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { gate, RecordingPublisher } from '../support/recording-publisher';
 
-describe('I9: graceful shutdown', () => {
-  let db: TestDatabase;
-
-  before(async () => {
-    db = await createTestDatabase();
-  });
-  after(async () => {
-    await db?.drop();
-  });
-  beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox');
-  });
-
+describeWithDatabase('I9: graceful shutdown', { truncate: ['queuebox_outbox'] }, (db) => {
   const stateOf = async (id: string) =>
     (await db.query<{ state: string }>('SELECT state FROM queuebox_outbox WHERE id = $1', [id]))[0].state;
 

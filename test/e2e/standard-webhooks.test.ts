@@ -20,7 +20,7 @@ import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { HttpPublisher } from '../../lib/publishers/http.publisher';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { HttpRecorder } from '../support/http-recorder';
 
 // The vector of the reference JavaScript library's tests ("sign function works").
@@ -90,14 +90,12 @@ async function startApp(url: string, options: QueueBoxModuleOptions & QueueBoxMo
   return app;
 }
 
-describe('Standard Webhooks end to end: the HTTP receiver and HttpPublisher', () => {
-  let db: TestDatabase;
+describeWithDatabase('Standard Webhooks end to end: the HTTP receiver and HttpPublisher', (db) => {
   let app: INestApplication;
   let base: string;
   const recorder = new HttpRecorder();
 
   before(async () => {
-    db = await createTestDatabase();
     const partnerUrl = `${await recorder.start()}/hooks`;
     app = await startApp(db.url, {
       outbox: {
@@ -112,7 +110,6 @@ describe('Standard Webhooks end to end: the HTTP receiver and HttpPublisher', ()
   after(async () => {
     await app?.close();
     await recorder.stop();
-    await db?.drop();
   });
 
   const post = (body: string, headers: Record<string, string>) =>

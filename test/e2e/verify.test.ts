@@ -3,10 +3,10 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import type { VerifyReport } from '../../lib/cli/verify/verify.report';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
-import { createTestDatabase, runMigrations, type TestDatabase } from '../support/database';
+import { runMigrations, type TestDatabase, testDatabases } from '../support/database';
 
 // `queuebox verify` as users run it: the compiled CLI in its own process, on a database of its
 // own (test/support/database.ts), with every scenario: three worker processes of this build under
@@ -61,13 +61,8 @@ async function leftBehind(db: TestDatabase): Promise<{ tables: string[]; session
 }
 
 describe('queuebox verify (CLI, PostgreSQL)', () => {
-  const databases: TestDatabase[] = [];
-  const database = async () => {
-    const db = await createTestDatabase({ migrate: false });
-    databases.push(db);
-    return db;
-  };
-  after(() => Promise.all(databases.map((db) => db.drop())));
+  const newDatabase = testDatabases();
+  const database = () => newDatabase({ migrate: false });
 
   it('every scenario on this PostgreSQL: every check passes, the report is written, nothing is left behind', {
     timeout: 240_000,

@@ -13,7 +13,7 @@ import { OutboxService } from '../../lib/outbox/outbox.service';
 import { MESSAGE_ID_HEADER } from '../../lib/wire-headers';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf, type TestClaims } from '../support/claims';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 const PG_INSTANCE_TABLES = { instances: '"queuebox_instances"', outbox: '"queuebox_outbox"', inbox: '"queuebox_inbox"' };
@@ -22,8 +22,7 @@ const pg = { ...pgAdmin, ...pgRetention };
 
 type Row = { id: string; state: string; attempts: number; last_error: string | null; headers: Record<string, string>; message_id: string };
 
-describe('QueueBoxAdmin on PostgreSQL', () => {
-  let db: TestDatabase;
+describeWithDatabase('QueueBoxAdmin on PostgreSQL', { truncate: ['queuebox_outbox', 'queuebox_inbox'] }, (db) => {
   let t: TestApp;
   let admin: QueueBoxAdmin;
   let lease: LeaseService;
@@ -32,7 +31,6 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
   const publisher = new RecordingPublisher();
 
   before(async () => {
-    db = await createTestDatabase();
     t = await createTestApp(db.url, { workers: false, outbox: { publisher } });
     admin = t.get(QueueBoxAdmin);
     lease = t.get(LeaseService);
@@ -41,10 +39,8 @@ describe('QueueBoxAdmin on PostgreSQL', () => {
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
     publisher.calls.length = 0;
     publisher.delivered.length = 0;
     publisher.behaviour = () => undefined;

@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { connect as tcpConnect } from 'node:net';
-import { after, afterEach, before, describe, it, type TestContext } from 'node:test';
+import { afterEach, before, it, type TestContext } from 'node:test';
 import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ClientProxyFactory, ClientsModule, Transport } from '@nestjs/microservices';
@@ -15,7 +15,7 @@ import { ClientProxyPublisher } from '../../lib/publishers/client-proxy.publishe
 import type { OutboxOptions } from '../../lib/types/options';
 import type { OutboxMessageInput } from '../../lib/types/outbox';
 import { RecordingLogger } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 
 const RABBIT_URL = process.env.QUEUEBOX_TEST_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 const NATS_URL = process.env.QUEUEBOX_TEST_NATS_URL ?? 'nats://127.0.0.1:4222';
@@ -42,13 +42,11 @@ function unreachable(url: string): Promise<string | undefined> {
 
 const redact = (url: string) => url.replace(/\/\/[^@/]*@/, '//');
 
-describe('ClientProxyPublisher through real brokers', { timeout: 60_000 }, () => {
-  let db: TestDatabase;
+describeWithDatabase('ClientProxyPublisher through real brokers', { timeout: 60_000 }, (db) => {
   let app: Awaited<ReturnType<typeof NestFactory.createApplicationContext>> | undefined;
   const skip: { rabbit?: string; nats?: string } = {};
 
   before(async () => {
-    db = await createTestDatabase();
     const rabbit = await unreachable(RABBIT_URL);
     if (rabbit) {
       skip.rabbit = `RabbitMQ not reachable at ${redact(RABBIT_URL)}: ${rabbit}`;
@@ -64,9 +62,6 @@ describe('ClientProxyPublisher through real brokers', { timeout: 60_000 }, () =>
     await app?.close();
     app = undefined;
     await db.query('TRUNCATE queuebox_outbox');
-  });
-  after(async () => {
-    await db?.drop();
   });
 
   function skipped(t: TestContext, broker: 'rabbit' | 'nats'): boolean {

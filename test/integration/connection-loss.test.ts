@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, beforeEach, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { Pool } from 'pg';
@@ -15,7 +15,7 @@ import { PullWorker } from '../../lib/pull/pull.worker';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { startWorker } from '../support/processes';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -32,23 +32,20 @@ class LedgerHandler {
   }
 }
 
-describe('statements given an EntityManager join its transaction or fail (issue 13, items 1 and 14)', () => {
-  let db: TestDatabase;
+const emptied = { truncate: ['queuebox_outbox', 'queuebox_inbox', 'ledger'] };
+describeWithDatabase('statements given an EntityManager join its transaction or fail', emptied, (db) => {
   let t: TestApp;
   let dataSource: DataSource;
 
   before(async () => {
-    db = await createTestDatabase();
     await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, idempotency_key text)');
     t = await createTestApp(db.url, { workers: false, pull: { sources: ['payments'] } }, { providers: [LedgerHandler] });
     dataSource = t.app.get<DataSource>(getDataSourceToken());
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox, ledger');
     afterWrite = async () => undefined;
   });
 
@@ -181,16 +178,7 @@ class HoldingHandler {
   }
 }
 
-describe('pull renewals: their set-aside connection while it is there, else the pool', () => {
-  let db: TestDatabase;
-
-  before(async () => {
-    db = await createTestDatabase();
-  });
-  after(async () => {
-    await db?.drop();
-  });
-
+describeWithDatabase('pull renewals: their set-aside connection while it is there, else the pool', (db) => {
   it('the renewal connection dies under a handler that outlives its lease: renewals go on through the pool, nothing is lost', {
     timeout: 60_000,
   }, async () => {
@@ -227,19 +215,16 @@ describe('pull renewals: their set-aside connection while it is there, else the 
   });
 });
 
-describe('a dropped connection ends no QueueBox process (issue 13, item 3)', () => {
-  let db: TestDatabase;
+describeWithDatabase('a dropped connection ends no QueueBox process', (db) => {
   let producer: TestApp;
   const APP = 'qb_conn_chaos_worker';
 
   before(async () => {
-    db = await createTestDatabase();
     await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, worker text)');
     producer = await createTestApp(db.url, { workers: false, pull: { sources: ['ledger'] } });
   });
   after(async () => {
     await producer?.app.close();
-    await db?.drop();
   });
 
   /** The worker's URL: its connections carry an application_name, so only they are terminated. */

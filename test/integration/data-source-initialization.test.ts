@@ -15,7 +15,7 @@ import { QueueBoxTenants, QueueBoxTenantsModule } from '../../lib/module/queuebo
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { RecordingLogger } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { createTestDatabase, describeWithDatabase, eventually, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 // Issue 34, item 2 (I13): a QueueBox whose DataSource is initialized after start-up (TypeORM's
@@ -184,18 +184,15 @@ describe('a DataSource initialized after start-up (I13)', () => {
   });
 });
 
-describe('QueueBoxTenants.attach on a DataSource that is not initialized', () => {
+describeWithDatabase('QueueBoxTenants.attach on a DataSource that is not initialized', (db) => {
   let app: INestApplicationContext;
-  let db: TestDatabase;
   before(async () => {
-    db = await createTestDatabase();
     @Module({ imports: [QueueBoxTenantsModule] })
     class AppModule {}
     app = await NestFactory.createApplicationContext(AppModule, { logger: new RecordingLogger(), abortOnError: false });
   });
   after(async () => {
     await app?.close();
-    await db?.drop();
   });
 
   it('refuses one never initialized, and one destroyed, with QueueBoxConfigError; nothing runs or registers', async () => {

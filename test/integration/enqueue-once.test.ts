@@ -3,34 +3,28 @@
 // enqueues of one id store one row; an id retention deleted is stored again.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource, EntityManager } from 'typeorm';
 import { RetentionService } from '../../lib/admin/retention.service';
 import { DuplicateMessageIdError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { gate, RecordingPublisher } from '../support/recording-publisher';
 
-describe('enqueue with onDuplicate: ignore (PostgreSQL)', () => {
-  let db: TestDatabase;
+describeWithDatabase('enqueue with onDuplicate: ignore (PostgreSQL)', { truncate: ['queuebox_outbox'] }, (db) => {
   let t: TestApp;
   let outbox: OutboxService;
   let dataSource: DataSource;
 
   before(async () => {
-    db = await createTestDatabase();
     t = await createTestApp(db.url, { outbox: { publisher: new RecordingPublisher() }, workers: false });
     outbox = t.get(OutboxService);
     dataSource = t.app.get(getDataSourceToken());
   });
-  beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox');
-  });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
 
   const rows = () =>

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, beforeEach, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
@@ -16,7 +16,7 @@ import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 const CHANNELS: QueueBoxEventName[] = [
@@ -48,8 +48,7 @@ class LedgerHandler {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-describe('events on node:diagnostics_channel', () => {
-  let db: TestDatabase;
+describeWithDatabase('events on node:diagnostics_channel', { truncate: ['queuebox_outbox', 'queuebox_inbox'] }, (db) => {
   let t: TestApp;
   let dataSource: DataSource;
   const publisher = new RecordingPublisher();
@@ -67,7 +66,6 @@ describe('events on node:diagnostics_channel', () => {
       });
 
   before(async () => {
-    db = await createTestDatabase();
     t = await createTestApp(
       db.url,
       {
@@ -98,10 +96,8 @@ describe('events on node:diagnostics_channel', () => {
   after(async () => {
     for (const [name, listener] of listeners) unsubscribe(name, listener);
     await t?.app.close();
-    await db?.drop();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
     seen.length = 0;
     publisher.behaviour = () => undefined;
     handlerFails = false;

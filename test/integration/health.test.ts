@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { QueueBoxHealthIndicator, QueueBoxHealthModule } from '../../lib/terminus';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { gate, RecordingPublisher } from '../support/recording-publisher';
 import { TcpProxy } from '../support/tcp-proxy';
 
@@ -20,8 +20,7 @@ type Details = {
 };
 const detailsOf = (result: Record<string, unknown>, key = 'queuebox') => result[key] as Details;
 
-describe('QueueBoxHealthIndicator (Terminus)', () => {
-  let db: TestDatabase;
+describeWithDatabase('QueueBoxHealthIndicator (Terminus)', (db) => {
   let proxy: TcpProxy;
   let t: TestApp;
   let indicator: QueueBoxHealthIndicator;
@@ -29,7 +28,6 @@ describe('QueueBoxHealthIndicator (Terminus)', () => {
   const publisher = new RecordingPublisher();
 
   before(async () => {
-    db = await createTestDatabase();
     const url = new URL(db.url);
     proxy = new TcpProxy({ host: url.hostname, port: Number(url.port || 5432) });
     await proxy.open();
@@ -45,7 +43,6 @@ describe('QueueBoxHealthIndicator (Terminus)', () => {
   after(async () => {
     await t?.app.close().catch(() => undefined);
     await proxy?.cut().catch(() => undefined);
-    await db?.drop();
   });
 
   it('is up with the lag, workers and notifications in its details', async () => {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource, EntityManager } from 'typeorm';
 import { resolveDashboardOptions } from '../../lib/dashboard/dashboard.options';
@@ -8,7 +8,7 @@ import { InboxService } from '../../lib/inbox/inbox.service';
 import { resolveReceiverOptions } from '../../lib/inbox/receiver/inbox-receiver.options';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 // I10 against objects that answer differently each time they are read: QueueBox reads each field
@@ -35,15 +35,13 @@ class LyingDate extends Date {
   }
 }
 
-describe('hostile message objects and options (I10)', () => {
-  let db: TestDatabase;
+describeWithDatabase('hostile message objects and options (I10)', { truncate: ['queuebox_outbox', 'queuebox_inbox'] }, (db) => {
   let t: TestApp;
   let dataSource: DataSource;
   let outbox: OutboxService;
   let inbox: InboxService;
 
   before(async () => {
-    db = await createTestDatabase();
     t = await createTestApp(db.url, {
       workers: false,
       outbox: { publisher: new RecordingPublisher() },
@@ -55,9 +53,7 @@ describe('hostile message objects and options (I10)', () => {
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
-  beforeEach(() => db.query('TRUNCATE queuebox_outbox, queuebox_inbox'));
 
   /** Runs `work` in a transaction, then a statement of its own there: it fails if PostgreSQL aborted the transaction. */
   const inOneTransaction = (work: (manager: EntityManager) => Promise<void>) =>

@@ -5,7 +5,7 @@ import { InboxService } from '../../lib/inbox/inbox.service';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { gate } from '../support/recording-publisher';
 
 /**
@@ -13,8 +13,8 @@ import { gate } from '../support/recording-publisher';
  * inserted by one transaction share their `xmin`, so the distinct `xmin`s of the outbox rows count
  * the transactions that forwarded them, without timing anything.
  */
-describe('InboxRelay: forwards ready at the same time share one transaction (PostgreSQL)', () => {
-  let db: TestDatabase;
+const emptied = { truncate: ['queuebox_inbox', 'queuebox_outbox'] };
+describeWithDatabase('InboxRelay: forwards ready at the same time share one transaction (PostgreSQL)', emptied, (db) => {
   let t: TestApp;
   let inbox: InboxService;
   let relay: InboxRelay;
@@ -22,7 +22,6 @@ describe('InboxRelay: forwards ready at the same time share one transaction (Pos
   let routeBehaviour: (message: InboxMessage) => unknown;
 
   before(async () => {
-    db = await createTestDatabase();
     t = await createTestApp(
       db.url,
       {
@@ -49,10 +48,8 @@ describe('InboxRelay: forwards ready at the same time share one transaction (Pos
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_inbox, queuebox_outbox');
     routed = [];
     routeBehaviour = (message) => ({ destination: 'billing', key: message.aggregateId, payload: message.payload });
   });

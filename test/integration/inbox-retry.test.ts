@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
@@ -7,7 +7,7 @@ import { PullWorker } from '../../lib/pull/pull.worker';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 
 @Injectable()
 class FailingHandlers {
@@ -24,13 +24,11 @@ class FailingHandlers {
   }
 }
 
-describe('the retry policy of the inbox relay and pull handlers', () => {
-  let db: TestDatabase;
+describeWithDatabase('the retry policy of the inbox relay and pull handlers', (db) => {
   let t: TestApp;
   const backoffCalls: [number, string, string][] = [];
 
   before(async () => {
-    db = await createTestDatabase();
     t = await createTestApp(
       db.url,
       {
@@ -58,7 +56,6 @@ describe('the retry policy of the inbox relay and pull handlers', () => {
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
 
   const row = async (source: string, key: string) =>

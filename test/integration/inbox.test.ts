@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, beforeEach, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
@@ -10,12 +10,11 @@ import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { startWorker, type WorkerProcess } from '../support/processes';
 import { gate } from '../support/recording-publisher';
 
-describe('InboxService and InboxRelay on PostgreSQL', () => {
-  let db: TestDatabase;
+describeWithDatabase('InboxService and InboxRelay on PostgreSQL', { truncate: ['queuebox_inbox', 'queuebox_outbox'] }, (db) => {
   let t: TestApp;
   let inbox: InboxService;
   let relay: InboxRelay;
@@ -25,7 +24,6 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
   let currentContext: { signal: AbortSignal } | undefined;
 
   before(async () => {
-    db = await createTestDatabase();
     t = await createTestApp(
       db.url,
       {
@@ -58,10 +56,8 @@ describe('InboxService and InboxRelay on PostgreSQL', () => {
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_inbox, queuebox_outbox');
     routed = [];
     routeBehaviour = (message) => ({ destination: 'billing', key: message.aggregateId, payload: message.payload });
   });

@@ -11,7 +11,7 @@ import { QueueBoxInstance } from '../../lib/instance/queuebox.instance';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { QueueBoxPrometheusModule } from '../../lib/prometheus';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { HttpRecorder } from '../support/http-recorder';
 import { startWorker, type WorkerProcess } from '../support/processes';
 
@@ -40,15 +40,13 @@ const gauge = async (queuebox: string) =>
     ),
   );
 
-describe('instance states (alive, silent, dead) and the owners of blocked heads', () => {
-  let db: TestDatabase;
+describeWithDatabase('instance states (alive, silent, dead) and the owners of blocked heads', (db) => {
   let t: TestApp;
   let admin: QueueBoxAdmin;
   let dataSource: DataSource;
   let self: string;
 
   before(async () => {
-    db = await createTestDatabase();
     register.clear();
     t = await createTestApp(
       db.url,
@@ -62,7 +60,6 @@ describe('instance states (alive, silent, dead) and the owners of blocked heads'
   after(async () => {
     await t?.app.close();
     register.clear();
-    await db?.drop();
   });
 
   /**

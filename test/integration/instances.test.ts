@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
-import { after, before, describe, it } from 'node:test';
+import { after, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import { Client } from 'pg';
@@ -22,7 +22,7 @@ import type { QueueBoxIdentity } from '../../lib/types/instance';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { gate, RecordingPublisher } from '../support/recording-publisher';
 
 // Instances (migration 006): each QueueBox registers itself and heartbeats; a live replica ends the
@@ -49,20 +49,15 @@ class RenewingHandler {
   }
 }
 
-describe('instances: heartbeats, and a dead replica’s leases ended at once', () => {
-  let db: TestDatabase;
+describeWithDatabase('instances: heartbeats, and a dead replica’s leases ended at once', (db) => {
   const apps: TestApp[] = [];
   const start = async (...args: Parameters<typeof createTestApp>) => {
     const t = await createTestApp(...args);
     apps.push(t);
     return t;
   };
-  before(async () => {
-    db = await createTestDatabase();
-  });
   after(async () => {
     for (const t of apps) await t.app.close().catch(() => undefined);
-    await db?.drop();
   });
 
   /** Whether any app logged `fragment` at `level` (Nest's static loggers write to the app created last). */
@@ -328,7 +323,7 @@ describe('instances: heartbeats, and a dead replica’s leases ended at once', (
     await db.query('TRUNCATE queuebox_outbox, queuebox_instances');
   });
 
-  it('a sweep blocked behind an open transaction never delays the heartbeat: no live replica is declared dead (SQL Server review M1)', async () => {
+  it('a sweep blocked behind an open transaction never delays the heartbeat: no live replica is declared dead', async () => {
     const dead = 'dead0000-0000-4000-8000-00000000b10c';
     await fakeInstance(dead, 60_000);
     const held = await heldOutboxRow(dead, 'k-blocked');

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { LeaseService } from '../../lib/lease/lease.service';
@@ -7,12 +7,11 @@ import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf, type TestClaims } from '../support/claims';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-describe('LeaseService on PostgreSQL', () => {
-  let db: TestDatabase;
+describeWithDatabase('LeaseService on PostgreSQL', { truncate: ['queuebox_outbox'] }, (db) => {
   let t: TestApp;
   let lease: LeaseService;
   let take: TestClaims;
@@ -21,7 +20,6 @@ describe('LeaseService on PostgreSQL', () => {
   let dataSource: DataSource;
 
   before(async () => {
-    db = await createTestDatabase();
     t = await createTestApp(db.url, { workers: false });
     lease = t.get(LeaseService);
     take = claimsOf(t);
@@ -31,10 +29,6 @@ describe('LeaseService on PostgreSQL', () => {
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
-  });
-  beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox');
   });
 
   const enqueueOne = (key?: string) =>

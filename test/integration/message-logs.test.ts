@@ -1,7 +1,7 @@
 // Per-message log lines (`logging: { messages }`) under Nest's default logger, whose levels include
 // debug: off by default, one debug line per published and per processed message when turned on.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { it } from 'node:test';
 import { ConsoleLogger, Injectable, Logger, type LogLevel, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
@@ -13,7 +13,7 @@ import { OutboxService } from '../../lib/outbox/outbox.service';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 /** Nest's own console logger, default levels and all, keeping what it would print instead of printing it. */
@@ -30,15 +30,7 @@ class LedgerHandler {
   async handle() {}
 }
 
-describe('per-message logs under Nest’s default logger', () => {
-  let db: TestDatabase;
-  before(async () => {
-    db = await createTestDatabase();
-  });
-  after(async () => {
-    await db?.drop();
-  });
-
+describeWithDatabase('per-message logs under Nest’s default logger', (db) => {
   /** Starts an app, publishes 3 outbox messages and handles 2 pulled ones, and returns what the logger printed. */
   async function run(logging: QueueBoxModuleOptions['logging']) {
     const publisher = new RecordingPublisher();

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
@@ -8,7 +8,7 @@ import { WorkNotifications } from '../../lib/module/queuebox.notifications';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 const handled: string[] = [];
@@ -24,14 +24,12 @@ class Handler {
 // Every worker here polls once a minute: only a notification can explain a prompt delivery.
 const HOUR_POLL = { pollIntervalMs: 60_000 };
 
-describe('LISTEN/NOTIFY wake-ups', () => {
-  let db: TestDatabase;
+describeWithDatabase('LISTEN/NOTIFY wake-ups', (db) => {
   let producer: TestApp;
   let worker: TestApp;
   const publisher = new RecordingPublisher();
 
   before(async () => {
-    db = await createTestDatabase();
     producer = await createTestApp(db.url, {
       workers: false,
       pull: { sources: ['signals'] },
@@ -52,7 +50,6 @@ describe('LISTEN/NOTIFY wake-ups', () => {
   after(async () => {
     await worker?.app.close();
     await producer?.app.close();
-    await db?.drop();
   });
 
   const enqueue = (payload: unknown) =>

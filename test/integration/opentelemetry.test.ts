@@ -3,7 +3,7 @@
 // propagator), and QueueBox's metrics are recorded through the Meter API, named by the messaging
 // semantic conventions, read back with the SDK's in-memory exporters.
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, beforeEach, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import {
@@ -38,7 +38,7 @@ import { PullWorker } from '../../lib/pull/pull.worker';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 const spans = new InMemorySpanExporter();
@@ -94,8 +94,8 @@ async function inActiveSpan<T>(
   );
 }
 
-describe('OpenTelemetry: the global propagator and the Meter API', () => {
-  let db: TestDatabase;
+const emptied = { truncate: ['queuebox_outbox', 'queuebox_inbox'] };
+describeWithDatabase('OpenTelemetry: the global propagator and the Meter API', emptied, (db) => {
   let t: TestApp;
   let dataSource: DataSource;
   const publisher = new RecordingPublisher();
@@ -104,7 +104,6 @@ describe('OpenTelemetry: the global propagator and the Meter API', () => {
     context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
     trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] }));
     metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
-    db = await createTestDatabase();
     t = await createTestApp(
       db.url,
       { workers: false, outbox: { publisher, retry: { attempts: 3, backoff: { delay: 0 } } } },
@@ -114,14 +113,12 @@ describe('OpenTelemetry: the global propagator and the Meter API', () => {
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
     trace.disable();
     context.disable();
     propagation.disable();
     metrics.disable();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
     spans.reset();
     publisher.calls.length = 0;
     publisher.behaviour = () => undefined;

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { LeaseService } from '../../lib/lease/lease.service';
@@ -7,28 +7,25 @@ import { OutboxService } from '../../lib/outbox/outbox.service';
 import type { OutboxClaim } from '../../lib/types/claims';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { HttpRecorder } from '../support/http-recorder';
 import { startWorker, type WorkerProcess } from '../support/processes';
 
 const KEYS = 50;
 const PER_KEY = 40;
 
-describe('I4: per-key order across replicas', () => {
-  let db: TestDatabase;
+describeWithDatabase('I4: per-key order across replicas', (db) => {
   let producer: TestApp;
   let outbox: OutboxService;
   let dataSource: DataSource;
 
   before(async () => {
-    db = await createTestDatabase();
     producer = await createTestApp(db.url, { workers: false }, { poolSize: 12 });
     outbox = producer.get(OutboxService);
     dataSource = producer.app.get(getDataSourceToken());
   });
   after(async () => {
     await producer?.app.close();
-    await db?.drop();
   });
 
   it('two poller processes publish every key in enqueue order despite random delays and failures', async () => {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, beforeEach, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { DuplicateMessageIdError, PermanentPublishError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
@@ -7,23 +7,15 @@ import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import { ABORT_GRACE_MS, OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { gate, RecordingPublisher } from '../support/recording-publisher';
 
-describe('OutboxService and OutboxPoller on PostgreSQL', () => {
-  let db: TestDatabase;
+describeWithDatabase('OutboxService and OutboxPoller on PostgreSQL', (db) => {
   let publisher: RecordingPublisher;
   let t: TestApp;
   let outbox: OutboxService;
   let poller: OutboxPoller;
   let dataSource: DataSource;
-
-  before(async () => {
-    db = await createTestDatabase();
-  });
-  after(async () => {
-    await db?.drop();
-  });
 
   // Each test gets a fresh app; the poller loop runs only where a test starts it.
   beforeEach(async () => {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { before, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
@@ -9,7 +9,7 @@ import { OutboxService } from '../../lib/outbox/outbox.service';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 @Injectable()
@@ -20,15 +20,9 @@ class TallyHandler {
   }
 }
 
-describe('the pool must hold the LISTEN and renewal connections plus one (issue 13, item 6)', () => {
-  let db: TestDatabase;
-
+describeWithDatabase('the pool must hold the LISTEN and renewal connections plus one', (db) => {
   before(async () => {
-    db = await createTestDatabase();
     await db.query('CREATE TABLE tally (id serial PRIMARY KEY, idempotency_key text)');
-  });
-  after(async () => {
-    await db?.drop();
   });
 
   const tooSmall = (minimum: number) => (error: unknown) =>

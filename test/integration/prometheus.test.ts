@@ -19,7 +19,7 @@ import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, RecordingLogger } from '../support/app';
 import { claimsOf } from '../support/claims';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 let handlerFails = false;
@@ -47,18 +47,13 @@ async function series(name: string): Promise<number | undefined> {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-describe('Prometheus metrics (queuebox/prometheus)', () => {
-  let db: TestDatabase;
+describeWithDatabase('Prometheus metrics (queuebox/prometheus)', (db) => {
   let app: Awaited<ReturnType<typeof NestFactory.createApplicationContext>>;
   let dataSource: DataSource;
   const publisher = new RecordingPublisher();
 
-  before(async () => {
-    db = await createTestDatabase();
-  });
   after(async () => {
     await app?.close();
-    await db?.drop();
   });
 
   it('registers nothing when the app does not import QueueBoxPrometheusModule', async () => {

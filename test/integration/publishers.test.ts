@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
-import { after, afterEach, before, describe, it } from 'node:test';
+import { afterEach, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Global, Inject, Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -14,7 +14,7 @@ import type { OutboundMessage } from '../../lib/types/messages';
 import type { OutboxOptions } from '../../lib/types/options';
 import type { OutboxMessageInput, Publisher } from '../../lib/types/outbox';
 import { RecordingLogger } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 /** A dependency that only Nest can give a publisher class. */
@@ -50,20 +50,13 @@ interface Row {
   delay_ms: number;
 }
 
-describe('named publishers, routing, publishTimeout and the retry policy', () => {
-  let db: TestDatabase;
+describeWithDatabase('named publishers, routing, publishTimeout and the retry policy', (db) => {
   let app: Awaited<ReturnType<typeof NestFactory.createApplicationContext>> | undefined;
 
-  before(async () => {
-    db = await createTestDatabase();
-  });
   afterEach(async () => {
     await app?.close();
     app = undefined;
     await db.query('TRUNCATE queuebox_outbox');
-  });
-  after(async () => {
-    await db?.drop();
   });
 
   /** An app with QueueBox through forRoot (global ledger module) or forRootAsync (ledger module imported). */

@@ -10,7 +10,7 @@ import { PullWorker } from '../../lib/pull/pull.worker';
 import { type PullBatchContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { gate } from '../support/recording-publisher';
 
 /** What the batch handler does after its writes; set per test. */
@@ -90,14 +90,12 @@ class PoisonBatchHandler {
   }
 }
 
-describe('batch pull handlers on PostgreSQL', () => {
-  let db: TestDatabase;
+describeWithDatabase('batch pull handlers on PostgreSQL', { truncate: ['queuebox_inbox', 'ledger'] }, (db) => {
   let t: TestApp;
   let inbox: InboxService;
   let worker: PullWorker;
 
   before(async () => {
-    db = await createTestDatabase();
     await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, xid bigint)');
     t = await createTestApp(
       db.url,
@@ -109,10 +107,8 @@ describe('batch pull handlers on PostgreSQL', () => {
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_inbox, ledger');
     behaviour = async () => undefined;
     timedBehaviour = async () => undefined;
     calls.length = 0;

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, beforeEach, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
@@ -14,7 +14,7 @@ import { PullWorker } from '../../lib/pull/pull.worker';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { startWorker, type WorkerProcess } from '../support/processes';
 import { gate } from '../support/recording-publisher';
 
@@ -56,14 +56,12 @@ class TimedHandler {
   }
 }
 
-describe('pull workers on PostgreSQL', () => {
-  let db: TestDatabase;
+describeWithDatabase('pull workers on PostgreSQL', { truncate: ['queuebox_inbox', 'ledger'] }, (db) => {
   let t: TestApp;
   let inbox: InboxService;
   let worker: PullWorker;
 
   before(async () => {
-    db = await createTestDatabase();
     await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, worker text)');
     t = await createTestApp(db.url, { workers: false, pull: { sources: ['custom'] } }, { providers: [LedgerHandler, TimedHandler] });
     inbox = t.get(InboxService);
@@ -71,10 +69,8 @@ describe('pull workers on PostgreSQL', () => {
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_inbox, ledger');
     behaviour = async () => undefined;
     attemptsSeen.length = 0;
   });
@@ -399,18 +395,15 @@ class SlowHandler {
   }
 }
 
-describe('pull workers in separate processes', () => {
-  let db: TestDatabase;
+describeWithDatabase('pull workers in separate processes', (db) => {
   let producer: TestApp;
 
   before(async () => {
-    db = await createTestDatabase();
     await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, worker text)');
     producer = await createTestApp(db.url, { workers: false, pull: { sources: ['ledger'] } });
   });
   after(async () => {
     await producer?.app.close();
-    await db?.drop();
   });
 
   const options = { workers: { outbox: false, relay: false }, pull: { pollIntervalMs: 10 } };

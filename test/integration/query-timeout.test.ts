@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { it } from 'node:test';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { QueueBoxError } from '../../lib/errors/queuebox.errors';
@@ -8,20 +8,11 @@ import { queryTimeoutFor } from '../../lib/options/query-timeout';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 import { TcpProxy } from '../support/tcp-proxy';
 
-describe("QueueBox's own statements are bounded by a third of the shortest lease (issue 13, item 5)", () => {
-  let db: TestDatabase;
-
-  before(async () => {
-    db = await createTestDatabase();
-  });
-  after(async () => {
-    await db?.drop();
-  });
-
+describeWithDatabase("QueueBox's own statements are bounded by a third of the shortest lease", (db) => {
   it('derives the bound from the leases: a third of the shortest, at least 2 s', () => {
     assert.equal(queryTimeoutFor(resolveOptions({ workers: false })), 10_000, 'defaults: 300 s, 300 s, 30 s');
     assert.equal(queryTimeoutFor(resolveOptions({ workers: false, outbox: { claimTimeoutMs: 9000 } })), 3000);

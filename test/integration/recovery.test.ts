@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { HttpRecorder } from '../support/http-recorder';
 import { startWorker } from '../support/processes';
 
@@ -13,8 +13,7 @@ import { startWorker } from '../support/processes';
 const LEASE_MS = 2000;
 const workerOptions = { claimTimeoutMs: LEASE_MS, pollIntervalMs: 20, concurrency: 10, maxAttempts: 3, backoff: { initialMs: 10 } };
 
-describe('I8: recovery after a crash', () => {
-  let db: TestDatabase;
+describeWithDatabase('I8: recovery after a crash', (db) => {
   let producer: TestApp;
   let outbox: OutboxService;
   let dataSource: DataSource;
@@ -22,7 +21,6 @@ describe('I8: recovery after a crash', () => {
   let publishUrl: string;
 
   before(async () => {
-    db = await createTestDatabase();
     producer = await createTestApp(db.url, { workers: false });
     outbox = producer.get(OutboxService);
     dataSource = producer.app.get(getDataSourceToken());
@@ -32,7 +30,6 @@ describe('I8: recovery after a crash', () => {
   after(async () => {
     await recorder?.stop();
     await producer?.app.close();
-    await db?.drop();
   });
 
   const rows = (destination: string) =>

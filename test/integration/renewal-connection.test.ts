@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { before, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { QUEUEBOX_DIALECT } from '../../lib/common/queuebox.constants';
 import type { Dialect } from '../../lib/dialects/dialect';
@@ -8,7 +8,7 @@ import { InboxService } from '../../lib/inbox/inbox.service';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp } from '../support/app';
-import { createTestDatabase, eventually, rewriteRowsInFlight, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually, rewriteRowsInFlight } from '../support/database';
 import { deprecationsRaisedByQueueBox, startWorker } from '../support/processes';
 
 // Issue 34 item 7: the pull workers' renewal connection (and the heartbeat, which uses it) sends
@@ -36,14 +36,9 @@ class SlowHandler {
   }
 }
 
-describe('the renewal connection runs one statement at a time (issue 34 item 7)', () => {
-  let db: TestDatabase;
+describeWithDatabase('the renewal connection runs one statement at a time', (db) => {
   before(async () => {
-    db = await createTestDatabase();
     await db.query('CREATE TABLE ledger (id serial PRIMARY KEY, aggregate_id text, seq int, idempotency_key text, worker text)');
-  });
-  after(async () => {
-    await db?.drop();
   });
 
   it('renews the claims due together in one statement, and heartbeats between statements, never two at once', async () => {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, it } from 'node:test';
 import { Client } from 'pg';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { RetentionService } from '../../lib/admin/retention.service';
@@ -7,15 +7,14 @@ import { InboxService } from '../../lib/inbox/inbox.service';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 const DAY = 24 * 3600_000;
 /** The documented key: hashtextextended('queuebox_retention_' || outbox table, 0). */
 const LOCK = "hashtextextended('queuebox_retention_queuebox_outbox', 0)";
 
-describe('retention on PostgreSQL', () => {
-  let db: TestDatabase;
+describeWithDatabase('retention on PostgreSQL', { truncate: ['queuebox_outbox', 'queuebox_inbox'] }, (db) => {
   const apps: TestApp[] = [];
   const app = async (retention: QueueBoxModuleOptions['retention'] = {}, workers: QueueBoxModuleOptions['workers'] = false) => {
     const t = await createTestApp(db.url, { workers, retention, outbox: { publisher: new RecordingPublisher() } });
@@ -23,15 +22,8 @@ describe('retention on PostgreSQL', () => {
     return t;
   };
 
-  before(async () => {
-    db = await createTestDatabase();
-  });
   after(async () => {
     await Promise.all(apps.map((t) => t.app.close()));
-    await db?.drop();
-  });
-  beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
   });
 
   /** A fixture with old and recent rows in every state; returns the ids that must survive a run without dead deletion. */

@@ -2,26 +2,24 @@
 // row's next attempt by the database clock to what the destination asked (not the backoff), the
 // attempt counts, and last_error says it was told to wait.
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { HttpPublisher } from '../../lib/publishers/http.publisher';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { HttpRecorder } from '../support/http-recorder';
 
-describe('HttpPublisher Retry-After through the outbox (PostgreSQL)', () => {
+describeWithDatabase('HttpPublisher Retry-After through the outbox (PostgreSQL)', { truncate: ['queuebox_outbox'] }, (db) => {
   const recorder = new HttpRecorder();
-  let db: TestDatabase;
   let t: TestApp;
   let outbox: OutboxService;
   let poller: OutboxPoller;
   let dataSource: DataSource;
 
   before(async () => {
-    db = await createTestDatabase();
     const base = await recorder.start();
     t = await createTestApp(db.url, {
       outbox: {
@@ -35,11 +33,9 @@ describe('HttpPublisher Retry-After through the outbox (PostgreSQL)', () => {
     poller = t.get(OutboxPoller);
     dataSource = t.app.get(getDataSourceToken());
   });
-  beforeEach(() => db.query('TRUNCATE queuebox_outbox'));
   after(async () => {
     await t?.app.close();
     await recorder.stop();
-    await db?.drop();
   });
 
   /** Publishes one message once against `answer`; the row after it, with its wait by the database clock. */

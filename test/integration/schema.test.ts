@@ -1,15 +1,13 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { QUEUEBOX_RESOLVED_OPTIONS } from '../../lib/common/queuebox.constants';
-import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from '../../lib/dialects/postgres/claims.sql';
-import { inboxCompleteFollowersSql } from '../../lib/dialects/postgres/followers.sql';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import {
   createQueueBoxClaimsMigration,
@@ -24,21 +22,13 @@ import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
-import { createTestDatabase, eventually, runMigrations, type TestDatabase } from '../support/database';
+import { eventually, runMigrations, testDatabases } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 const ROOT = join(__dirname, '..', '..', '..');
 
 describe('schema', () => {
-  const databases: TestDatabase[] = [];
-  after(async () => {
-    await Promise.all(databases.map((db) => db.drop()));
-  });
-  const newDatabase = async (options?: Parameters<typeof createTestDatabase>[0]) => {
-    const db = await createTestDatabase(options);
-    databases.push(db);
-    return db;
-  };
+  const newDatabase = testDatabases();
 
   it('the shipped plain-SQL files match the migration statements', () => {
     for (const file of renderSchemaFiles()) {
@@ -191,288 +181,6 @@ describe('schema', () => {
       await app.close();
     }
   });
-
-  // The search for claimable rows must not grow with finished rows. (Writing the claimed rows
-  // touches a few more pages in a bigger table: B-tree depth of the primary key and message_id
-  // index grows with log n, as in any table.)
-  it('finding rows to claim reads about as many pages with 1,000,000 sent rows in the table as with none', async () => {
-    const db = await newDatabase();
-    const client = new Client({ connectionString: db.url });
-    await client.connect();
-    const pagesPerClaim = async () => {
-      await client.query('BEGIN');
-      try {
-        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${outboxClaimSql('"queuebox_outbox"')}`, [
-          10,
-          60_000,
-          null,
-        ]);
-        const plan = rows[0]['QUERY PLAN'][0].Plan;
-        const candidates = findNode(plan, (node) => node['Subplan Name'] === 'CTE candidates');
-        assert.ok(candidates, 'the claim plan has its candidates CTE');
-        return { pages: searchPages(plan), claimed: candidates['Actual Rows'] as number };
-      } finally {
-        await client.query('ROLLBACK');
-      }
-    };
-    try {
-      await client.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
-        SELECT gen_random_uuid(), 'd', 'key-' || (n % 20), '{}' FROM generate_series(1, 40) n`);
-      await client.query('VACUUM ANALYZE queuebox_outbox');
-      const small = await pagesPerClaim();
-      await client.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, sent_at)
-        SELECT gen_random_uuid(), 'd', 'key-' || (n % 1000), '{"n": 1}', 'sent', 1, now() FROM generate_series(1, 1000000) n`);
-      await client.query('VACUUM ANALYZE queuebox_outbox');
-      const large = await pagesPerClaim();
-      assert.equal(small.claimed, 10);
-      assert.equal(large.claimed, 10);
-      // A few dozen pages either way, whatever the plan (a 40-row table is read by sequential scans
-      // of its one page; a large one through the partial indexes, with the in-flight check either
-      // hashed once or probed per row, 1 or 20 pages of an empty index). A search that read the
-      // sent rows would read thousands.
-      assert.ok(large.pages <= small.pages * 3, `pages read to find 10 rows: ${small.pages} with 40 rows, ${large.pages} with 1,000,040`);
-    } finally {
-      await client.end();
-    }
-  });
-
-  // The oldest pending rows belong to keys in flight: the claim must reach the claimable rows behind
-  // them (rows without a key, heads of free keys) without reading the busy keys' backlog.
-  it('a claim behind keys in flight takes the rows behind them without reading the rows waiting on them (20,000 against 2,000)', async () => {
-    const db = await newDatabase();
-    const client = new Client({ connectionString: db.url });
-    await client.connect();
-    const claimBehindBusyKeys = async (waiting: number) => {
-      await client.query('TRUNCATE queuebox_outbox');
-      // 20 busy keys: a head in flight and `waiting` rows behind them, all older than what follows.
-      await client.query(
-        `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, available_at)
-         SELECT gen_random_uuid(), 'd', 'busy-' || (n % 20), '{}', now() - interval '1 hour' + n * interval '1 ms' FROM generate_series(1, $1::int) n`,
-        [waiting + 20],
-      );
-      await client.query(`UPDATE queuebox_outbox SET state = 'processing', claim_token = gen_random_uuid(), attempts = 1,
-        lease_expires_at = now() + interval '1 hour' WHERE id IN (SELECT min(id) FROM queuebox_outbox GROUP BY "key")`);
-      // Behind them: 4 rows without a key and the heads of 4 free keys (each with a second row).
-      await client.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
-        SELECT gen_random_uuid(), 'd', NULL, '{}' FROM generate_series(1, 4)`);
-      await client.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
-        SELECT gen_random_uuid(), 'd', 'free-' || (n % 4), '{}' FROM generate_series(0, 7) n ORDER BY n`);
-      await client.query('ANALYZE queuebox_outbox');
-      await client.query('BEGIN');
-      try {
-        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${outboxClaimSql('"queuebox_outbox"')}`, [
-          10,
-          60_000,
-          null,
-        ]);
-        // Everything the claim read to find and lock its rows (its search CTEs run inside this one).
-        const candidates = findNode(rows[0]['QUERY PLAN'][0].Plan, (node) => node['Subplan Name'] === 'CTE candidates');
-        assert.ok(candidates, 'the claim plan has its candidates CTE');
-        const pages = candidates['Shared Hit Blocks'] + candidates['Shared Read Blocks'];
-        const claimed = await client.query(
-          `SELECT coalesce("key", 'none') AS "key" FROM queuebox_outbox WHERE state = 'processing' AND "key" IS DISTINCT FROM 'busy' AND "key" NOT LIKE 'busy-%' OR state = 'processing' AND "key" IS NULL`,
-        );
-        return { pages, claimed: claimed.rows.map((r) => r.key).sort() };
-      } finally {
-        await client.query('ROLLBACK');
-      }
-    };
-    try {
-      const small = await claimBehindBusyKeys(2_000);
-      const large = await claimBehindBusyKeys(20_000);
-      const expected = ['free-0', 'free-1', 'free-2', 'free-3', 'none', 'none', 'none', 'none'];
-      assert.deepEqual(small.claimed, expected, 'the 4 rows without a key and the 4 free heads, not their second rows');
-      assert.deepEqual(large.claimed, expected);
-      // Ten times the rows waiting: a search that read them would read about ten times the pages;
-      // a bounded one reads more only by the depth of the indexes it probes (log n).
-      assert.ok(large.pages <= small.pages * 3, `pages read: ${small.pages} with 2,000 rows waiting, ${large.pages} with 20,000`);
-    } finally {
-      await client.end();
-    }
-  });
-  it('relay and pull claims behind aggregates in flight take the rows behind them without reading the rows waiting (20,000 against 2,000)', async () => {
-    const db = await newDatabase();
-    const client = new Client({ connectionString: db.url });
-    await client.connect();
-    const claims = {
-      relay: [inboxRelayClaimSql('"queuebox_inbox"'), [10, 60_000, ['src'], null]],
-      pull: [inboxPullClaimSql('"queuebox_inbox"'), [10, 60_000, 'src', null]],
-    } as const;
-    const claimBehindBusyAggregates = async (kind: keyof typeof claims, waiting: number) => {
-      await client.query('TRUNCATE queuebox_inbox');
-      await client.query(
-        `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload, available_at)
-         SELECT 'src', 'w' || n, 'busy-' || (n % 20), '{}', now() - interval '1 hour' + n * interval '1 ms' FROM generate_series(1, $1::int) n`,
-        [waiting + 20],
-      );
-      await client.query(`UPDATE queuebox_inbox SET state = 'processing', claim_token = gen_random_uuid(), attempts = 1,
-        lease_expires_at = now() + interval '1 hour' WHERE id IN (SELECT min(id) FROM queuebox_inbox GROUP BY aggregate_id)`);
-      // Another source's rows must not be taken.
-      await client.query(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
-        SELECT 'other', 'o' || n, NULL, '{}' FROM generate_series(1, 3) n`);
-      await client.query(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
-        SELECT 'src', 'u' || n, NULL, '{}' FROM generate_series(1, 4) n`);
-      await client.query(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
-        SELECT 'src', 'f' || n, 'free-' || (n % 4), '{}' FROM generate_series(0, 7) n ORDER BY n`);
-      await client.query('ANALYZE queuebox_inbox');
-      const [sql, params] = claims[kind];
-      await client.query('BEGIN');
-      try {
-        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, [...params]);
-        const candidates = findNode(rows[0]['QUERY PLAN'][0].Plan, (node) => node['Subplan Name'] === 'CTE candidates');
-        assert.ok(candidates, 'the claim plan has its candidates CTE');
-        const claimed = await client.query(
-          `SELECT source || ':' || coalesce(aggregate_id, 'none') AS row FROM queuebox_inbox WHERE state = 'processing' AND (aggregate_id IS NULL OR aggregate_id NOT LIKE 'busy-%')`,
-        );
-        return {
-          pages: candidates['Shared Hit Blocks'] + candidates['Shared Read Blocks'],
-          claimed: claimed.rows.map((r) => r.row).sort(),
-        };
-      } finally {
-        await client.query('ROLLBACK');
-      }
-    };
-    try {
-      const expected = ['src:free-0', 'src:free-1', 'src:free-2', 'src:free-3', 'src:none', 'src:none', 'src:none', 'src:none'];
-      for (const kind of ['relay', 'pull'] as const) {
-        const small = await claimBehindBusyAggregates(kind, 2_000);
-        const large = await claimBehindBusyAggregates(kind, 20_000);
-        assert.deepEqual(small.claimed, expected, `${kind}: the 4 rows without an aggregate and the 4 free heads`);
-        assert.deepEqual(large.claimed, expected, kind);
-        assert.ok(
-          large.pages <= small.pages * 3,
-          `${kind}: pages read: ${small.pages} with 2,000 rows waiting, ${large.pages} with 20,000`,
-        );
-      }
-    } finally {
-      await client.end();
-    }
-  });
-  // Issue 29: statistics taken while every row was pending (a backlog received, then ANALYZEd, as
-  // in a drain) put the processed rows at about none, and a completion that let the planner read
-  // the head through the partial index of processed rows read every processed row, on every
-  // batch: 80,000 buffers a statement half way through a 200,000-message drain.
-  it('completing followers reads about as many pages with 100,000 processed rows in the table as with none, whatever the statistics say', async () => {
-    const db = await newDatabase();
-    const client = new Client({ connectionString: db.url });
-    await client.connect();
-    const pagesToComplete = async (processed: number) => {
-      await client.query('TRUNCATE queuebox_inbox');
-      // 10 aggregates of 20 pending rows each, ANALYZEd while all pending.
-      await client.query(`INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
-        SELECT 'src', 'p' || n, 'agg-' || (n % 10), '{}' FROM generate_series(0, 199) n ORDER BY n`);
-      await client.query('ANALYZE queuebox_inbox');
-      // Finished rows the statistics do not know of.
-      await client.query(
-        `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload, state, attempts, processed_at)
-         SELECT 'src', 'd' || n, 'agg-' || (n % 10), '{}', 'processed', 1, now() FROM generate_series(1, $1::int) n`,
-        [processed],
-      );
-      await client.query('BEGIN');
-      try {
-        // Each aggregate's first row completed as a head under a token; its next 9 rows are its followers.
-        const { rows: heads } =
-          await client.query(`UPDATE queuebox_inbox SET state = 'processed', claim_token = gen_random_uuid(), attempts = 1
-          WHERE id IN (SELECT min(id) FROM queuebox_inbox WHERE state = 'pending' GROUP BY aggregate_id) RETURNING id, aggregate_id, claim_token`);
-        const { rows: followers } = await client.query(
-          `SELECT f.id, h.id AS head_id, h.token FROM unnest($1::bigint[], $2::text[], $3::uuid[]) AS h(id, aggregate_id, token)
-           CROSS JOIN LATERAL (SELECT i.id FROM queuebox_inbox i WHERE i.aggregate_id = h.aggregate_id AND i.state = 'pending' ORDER BY i.id LIMIT 9) f`,
-          [heads.map((h) => h.id), heads.map((h) => h.aggregate_id), heads.map((h) => h.claim_token)],
-        );
-        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${inboxCompleteFollowersSql('"queuebox_inbox"')}`, [
-          followers.map((f) => f.id),
-          followers.map((f) => f.head_id),
-          followers.map((f) => f.token),
-        ]);
-        // The update's input: the rows found (and their heads checked), before any write.
-        const plan = rows[0]['QUERY PLAN'][0].Plan;
-        const found = plan.Plans[0];
-        return { pages: found['Shared Hit Blocks'] + found['Shared Read Blocks'], completed: plan['Actual Rows'] as number };
-      } finally {
-        await client.query('ROLLBACK');
-      }
-    };
-    try {
-      await client.query('ALTER TABLE queuebox_inbox SET (autovacuum_enabled = false)');
-      const small = await pagesToComplete(0);
-      const large = await pagesToComplete(100_000);
-      assert.equal(small.completed, 90);
-      assert.equal(large.completed, 90);
-      // Two primary-key lookups per follower either way (a few pages each, the B-tree's depth
-      // grows with log n); a plan that read the processed rows would read thousands.
-      assert.ok(
-        large.pages <= small.pages * 3,
-        `pages read to find 90 followers and their heads: ${small.pages} with none processed, ${large.pages} with 100,000`,
-      );
-    } finally {
-      await client.end();
-    }
-  });
-  // Issue 29: statistics taken while every row was pending (a backlog received, then ANALYZEd) and
-  // a VACUUM of the drained table (autovacuum can run one on a nearly empty table) turned the
-  // head probe `e.id < w.id` from the key index into a walk down the primary key (or the table)
-  // past every finished row, once per row looked at: 32 million buffers for one claim after a
-  // 200,000-message drain.
-  it('a claim of a drained table VACUUMed under the statistics of its backlog reads as many pages as with fresh statistics (50,000 rows, 68 left)', async () => {
-    const db = await newDatabase();
-    const client = new Client({ connectionString: db.url });
-    await client.connect();
-    const claims = {
-      outbox: { sql: outboxClaimSql('"queuebox_outbox"'), params: [100, 60_000, null], keys: 2 },
-      relay: { sql: inboxRelayClaimSql('"queuebox_inbox"'), params: [100, 60_000, ['src'], null], keys: 100 },
-      pull: { sql: inboxPullClaimSql('"queuebox_inbox"'), params: [100, 60_000, 'src', null], keys: 100 },
-    } as const;
-    const pagesToClaim = async (kind: keyof typeof claims) => {
-      const { sql, params } = claims[kind];
-      await client.query('BEGIN');
-      try {
-        const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, [...params]);
-        const plan = rows[0]['QUERY PLAN'][0].Plan;
-        const candidates = findNode(plan, (node) => node['Subplan Name'] === 'CTE candidates');
-        assert.ok(candidates, 'the claim plan has its candidates CTE');
-        return { pages: searchPages(plan), claimed: candidates['Actual Rows'] as number };
-      } finally {
-        await client.query('ROLLBACK');
-      }
-    };
-    try {
-      for (const kind of ['outbox', 'relay', 'pull'] as const) {
-        const table = kind === 'outbox' ? 'queuebox_outbox' : 'queuebox_inbox';
-        const { keys } = claims[kind];
-        await client.query(`TRUNCATE ${table}`);
-        await client.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false)`);
-        await client.query(
-          kind === 'outbox'
-            ? `INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
-               SELECT gen_random_uuid(), 'd', 'key-' || (n % $1::int), '{}' FROM generate_series(1, 50000) n ORDER BY n`
-            : `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
-               SELECT 'src', 'p' || n, 'agg-' || (n % $1::int), '{}' FROM generate_series(1, 50000) n ORDER BY n`,
-          [keys],
-        );
-        await client.query(`ANALYZE ${table}`);
-        // Drained in id order, 68 rows left; then a VACUUM, and no ANALYZE.
-        await client.query(
-          `UPDATE ${table} SET state = '${kind === 'outbox' ? 'sent' : 'processed'}', attempts = 1, claim_token = gen_random_uuid()
-           WHERE id <= (SELECT max(id) - 68 FROM ${table})`,
-        );
-        await client.query(`VACUUM ${table}`);
-        const stale = await pagesToClaim(kind);
-        await client.query(`ANALYZE ${table}`);
-        const fresh = await pagesToClaim(kind);
-        const heads = Math.min(keys, 68);
-        assert.equal(stale.claimed, heads, `${kind}: the head of each key`);
-        assert.equal(fresh.claimed, heads, kind);
-        // A few pages per probe either way; a probe that walked the finished rows would read
-        // tens of thousands.
-        assert.ok(
-          stale.pages <= fresh.pages * 3,
-          `${kind}: pages read to find ${heads} heads among 68 rows: ${fresh.pages} with fresh statistics, ${stale.pages} with the backlog's`,
-        );
-      }
-    } finally {
-      await client.end();
-    }
-  });
   it("claims go through the claim functions, not an older version's, and back to the claim statement when those are gone", async () => {
     const db = await newDatabase();
     const t = await createTestApp(db.url, { workers: false });
@@ -603,30 +311,3 @@ describe('schema', () => {
     }
   });
 });
-
-type PlanNode = Record<string, unknown> & { Plans?: PlanNode[] };
-
-/**
- * Pages the claim read to find its rows: its search CTEs (`near`, `heads`, `far`). Locking and
- * writing the rows found comes after, through the primary key, whose depth grows with log n.
- */
-function searchPages(plan: PlanNode): number {
-  assert.ok(
-    findNode(plan, (n) => n['Subplan Name'] === 'CTE near'),
-    'the claim plan has its near CTE',
-  );
-  let pages = 0;
-  for (const name of ['CTE near', 'CTE heads', 'CTE far']) {
-    const node = findNode(plan, (n) => n['Subplan Name'] === name);
-    if (node) pages += node['Shared Hit Blocks'] + node['Shared Read Blocks'];
-  }
-  return pages;
-}
-function findNode(node: PlanNode, match: (node: PlanNode) => boolean): (PlanNode & Record<string, number>) | undefined {
-  if (match(node)) return node as PlanNode & Record<string, number>;
-  for (const child of node.Plans ?? []) {
-    const found = findNode(child, match);
-    if (found) return found;
-  }
-  return undefined;
-}

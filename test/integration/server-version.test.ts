@@ -9,7 +9,7 @@ import { isSupportedServerVersion, MIN_SERVER_VERSION_NUM, serverVersionCheckSql
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
 import { createPullClient } from '../../lib/pull/create-pull-client';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 
 const ROOT = join(__dirname, '..', '..', '..');
 
@@ -37,13 +37,7 @@ describe('PostgreSQL server versions', () => {
     assert.equal(isSupportedServerVersion(Number.NaN), false);
   });
 
-  describe('on the suite server', () => {
-    let db: TestDatabase;
-    before(async () => {
-      db = await createTestDatabase({ migrate: false });
-    });
-    after(() => db?.drop());
-
+  describeWithDatabase('on the suite server', { migrate: false }, (db) => {
     it("passes migration 001's check, and its check refuses a server older than the minimum it is given", async () => {
       await db.query(serverVersionCheckSql());
       const current = await serverVersionNum(db.url);

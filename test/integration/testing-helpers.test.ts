@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, beforeEach, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
@@ -12,7 +12,7 @@ import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decor
 import { QueueBoxTesting, RecordingPublisher } from '../../lib/testing';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 
 /** What the pull handler does with each message; set per test. */
 let paymentBehaviour: (message: InboxMessage) => void = () => undefined;
@@ -31,8 +31,7 @@ class PaymentsHandler {
   }
 }
 
-describe('queuebox/testing on PostgreSQL', () => {
-  let db: TestDatabase;
+describeWithDatabase('queuebox/testing on PostgreSQL', { truncate: ['queuebox_outbox', 'queuebox_inbox'] }, (db) => {
   let t: TestApp;
   let qb: QueueBoxTesting;
   const publisher = new RecordingPublisher();
@@ -47,7 +46,6 @@ describe('queuebox/testing on PostgreSQL', () => {
     ).map((row) => `${row.state}:${row.n}`);
 
   before(async () => {
-    db = await createTestDatabase();
     t = await createTestApp(
       db.url,
       {
@@ -65,10 +63,8 @@ describe('queuebox/testing on PostgreSQL', () => {
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
     publisher.clear();
     paymentBehaviour = () => undefined;
     handled.length = 0;

@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, beforeEach, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import { context, type Span, SpanStatusCode, trace } from '@opentelemetry/api';
@@ -20,7 +20,7 @@ import { PullWorker } from '../../lib/pull/pull.worker';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 const exporter = new InMemorySpanExporter();
@@ -55,8 +55,7 @@ async function inActiveSpan<T>(work: () => Promise<T>): Promise<{ traceId: strin
 
 const spansNamed = (name: string) => exporter.getFinishedSpans().filter((span) => span.name === name);
 
-describe('trace context through the tables (OpenTelemetry)', () => {
-  let db: TestDatabase;
+describeWithDatabase('trace context through the tables (OpenTelemetry)', { truncate: ['queuebox_outbox', 'queuebox_inbox'] }, (db) => {
   let t: TestApp;
   let dataSource: DataSource;
   const publisher = new RecordingPublisher();
@@ -64,7 +63,6 @@ describe('trace context through the tables (OpenTelemetry)', () => {
   before(async () => {
     context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
     trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }));
-    db = await createTestDatabase();
     t = await createTestApp(
       db.url,
       {
@@ -78,12 +76,10 @@ describe('trace context through the tables (OpenTelemetry)', () => {
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
     trace.disable();
     context.disable();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
     exporter.reset();
     publisher.calls.length = 0;
     publisher.behaviour = () => undefined;

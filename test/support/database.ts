@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { after, before, beforeEach, describe, type TestOptions } from 'node:test';
 import { Client } from 'pg';
 import { DataSource, type DataSourceOptions } from 'typeorm';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
@@ -56,6 +57,66 @@ export async function createTestDatabase(
   };
   if (options.migrate ?? true) await migrate(db.url, options.tables);
   return db;
+}
+
+/** What `describe` and `createTestDatabase` take, and the tables to empty before each test. */
+export type DatabaseSetup = TestOptions & Parameters<typeof createTestDatabase>[0] & { truncate?: string[] };
+
+/**
+ * `describe(title, options, body)` whose tests share a database of their own, the set-up most test
+ * files repeated by hand: the database is created (and migrated, unless `migrate: false`) before the
+ * block's own `before` hooks, emptied with one `TRUNCATE` of `truncate` before each test ahead of
+ * the block's own `beforeEach` hooks, and dropped after the block's own `after` hooks (so an app
+ * the block closes there is closed first). `body` gets the database at once; its members work from
+ * the hooks and tests on, not while `body` registers them.
+ */
+export function describeWithDatabase(title: string, body: (db: TestDatabase) => void): void;
+export function describeWithDatabase(title: string, setup: DatabaseSetup, body: (db: TestDatabase) => void): void;
+export function describeWithDatabase(
+  title: string,
+  setupOrBody: DatabaseSetup | ((db: TestDatabase) => void),
+  maybeBody?: (db: TestDatabase) => void,
+): void {
+  const [{ truncate, migrate, tables, ...options }, body] =
+    typeof setupOrBody === 'function' ? [{}, setupOrBody] : [setupOrBody, maybeBody as (db: TestDatabase) => void];
+  describe(title, options, () => {
+    let created: TestDatabase | undefined;
+    const current = () => {
+      if (!created) throw new Error(`the database of "${title}" is created in its before hook: use it from the hooks and tests`);
+      return created;
+    };
+    const db: TestDatabase = {
+      get url() {
+        return current().url;
+      },
+      get name() {
+        return current().name;
+      },
+      query: <T>(sql: string, params?: unknown[]) => current().query<T>(sql, params),
+      drop: () => current().drop(),
+    };
+    before(async () => {
+      created = await createTestDatabase({ migrate, tables });
+    });
+    if (truncate?.length) beforeEach(() => current().query(`TRUNCATE ${truncate.join(', ')}`));
+    body(db);
+    after(() => created?.drop());
+  });
+}
+
+/**
+ * For a `describe` block whose tests each make databases of their own: returns `newDatabase`,
+ * which makes one (`createTestDatabase`'s options), and registers here, at the point of the call,
+ * the `after` hook that drops every one made.
+ */
+export function testDatabases(): (options?: Parameters<typeof createTestDatabase>[0]) => Promise<TestDatabase> {
+  const databases: TestDatabase[] = [];
+  after(() => Promise.all(databases.splice(0).map((db) => db.drop())));
+  return async (options) => {
+    const db = await createTestDatabase(options);
+    databases.push(db);
+    return db;
+  };
 }
 
 /** Applies the QueueBox schema through its TypeORM migration classes, as users do. */

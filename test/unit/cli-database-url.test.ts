@@ -108,7 +108,7 @@ describe('CLI database URLs', () => {
   });
 });
 
-describe('queuebox migrate: the request timeout on SQL Server (issue 14, item 8 f)', () => {
+describe('queuebox migrate: the request timeout on SQL Server', () => {
   it('gives SQL Server migrations one hour per request (index builds), as mssql resolves it; PostgreSQL is unchanged', () => {
     const mssql = parseDatabaseUrl('mssql://sa:pw@sql.internal:1433/app');
     assert.deepEqual(sqlServerRequestTimeout(mssql.connection), { ms: 15_000, option: 'requestTimeout' }, "mssql's default elsewhere");

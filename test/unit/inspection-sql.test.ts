@@ -1,25 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import { MssqlParameter } from 'typeorm';
 import { finishedCountQuery, rowStatesQuery } from '../../lib/dialects/drivers';
 import { resolveTables } from '../../lib/options/options.resolver';
+import { tsqlSyntaxErrors } from '../support/sqlserver';
 
 // The SQL Server side of the read-only inspection statements (CLI status, queuebox/testing), checked
 // without a server like the dialect's own statements: they parse with the T-SQL grammar. The
 // PostgreSQL side runs in test/e2e/cli.test.ts and test/integration/testing-helpers.test.ts.
-
-function tsqlSyntaxErrors(statement: string): string[] {
-  const antlr = new antlr4tsSQL(SQLDialect.TSQL);
-  const errors: string[] = [];
-  const listener = {
-    syntaxError: (_recognizer: unknown, _symbol: unknown, line: number, column: number, message: string) => {
-      errors.push(`${line}:${column} ${message.slice(0, 160)}`);
-    },
-  };
-  antlr.getParseTree(antlr.getParser(antlr.getTokens(statement, [listener]), [listener]));
-  return errors;
-}
 
 describe('inspection statements on SQL Server', () => {
   const tables = resolveTables({ outbox: 'messaging.events_out', inbox: 'queuebox_inbox' });

@@ -4,7 +4,7 @@ import { ClaimLostError } from '../../lib/errors/queuebox.errors';
 import { LeaseKeeper } from '../../lib/lease/lease-keeper';
 import type { Claim } from '../../lib/types/claims';
 
-describe('LeaseKeeper: a renewal that never answers (issue 13, item 5)', () => {
+describe('LeaseKeeper: a renewal that never answers', () => {
   it('counts as failed two thirds of the lease later: the work is aborted and stop() returns', { timeout: 10_000 }, async () => {
     const claim = { component: 'pull', id: '1', token: 't', leaseMs: 60, leaseExpiresAt: new Date(), attempt: 1 } as Claim;
     let renewals = 0;

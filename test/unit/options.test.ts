@@ -186,7 +186,7 @@ describe('logging options', () => {
   });
 });
 
-describe('outbox.rateLimits (issue 41)', () => {
+describe('outbox.rateLimits', () => {
   const publisher = { publish: async () => undefined };
   const rejects = (rateLimits: unknown, option: string) =>
     assert.throws(

@@ -59,7 +59,7 @@ function runMain(argv: string[], overrides = '{}') {
   return { status: result.status, output: `${result.stdout}${result.stderr}` };
 }
 
-describe('npm run test:sqlserver (issue 14, item 9; issue 38 B1)', () => {
+describe('npm run test:sqlserver', () => {
   it('parses its options; by default, every conformance file there is', async () => {
     const s = await load();
     assert.equal(s.DEFAULT_IMAGE, 'mcr.microsoft.com/mssql/server:2022-latest');
@@ -159,7 +159,7 @@ describe('npm run test:sqlserver (issue 14, item 9; issue 38 B1)', () => {
     }
   });
 
-  describe('given a URL, runs every conformance file and fails when a file runs no SQL Server case (issue 38 B1)', () => {
+  describe('given a URL, runs every conformance file and fails when a file runs no SQL Server case', () => {
     const dir = mkdtempSync(join(tmpdir(), 'qb-test-sqlserver-'));
     after(() => rmSync(dir, { recursive: true, force: true }));
     const fixture = (name: string, body: string) => {

@@ -1,30 +1,17 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import type { DataSourceOptions } from 'typeorm';
 import { parseDatabaseUrl } from '../../lib/cli/database-url';
 import { dialectDriver } from '../../lib/dialects/drivers';
+import { tsqlSyntaxErrors } from '../support/sqlserver';
 
 // What `queuebox verify` sends to SQL Server beside QueueBox's own statements: the settings report,
 // the permission check, the workers' sessions and KILL. No SQL Server runs here: each statement is
-// parsed with the T-SQL grammar of ANTLR's grammars-v4 (as test/unit/sqlserver-statements.test.ts
+// parsed with the T-SQL grammar of ANTLR's grammars-v4 (as test/unit/sqlserver/statements.test.ts
 // does for the dialect) and its shape is pinned. The PostgreSQL ones run in test/e2e/verify.test.ts.
 
 const sqlServer = dialectDriver('mssql').verify;
 const postgres = dialectDriver('postgres').verify;
-
-/** Syntax errors the T-SQL grammar reports for `statement` (none: it parses). */
-function tsqlSyntaxErrors(statement: string): string[] {
-  const antlr = new antlr4tsSQL(SQLDialect.TSQL);
-  const errors: string[] = [];
-  const listener = {
-    syntaxError: (_recognizer: unknown, _symbol: unknown, line: number, column: number, message: string) => {
-      errors.push(`${line}:${column} ${message.slice(0, 160)}`);
-    },
-  };
-  antlr.getParseTree(antlr.getParser(antlr.getTokens(statement, [listener]), [listener]));
-  return errors;
-}
 
 /** The type and value tedious would send for a typed parameter (MssqlParameter). */
 const parameter = (value: unknown) => value as { value: unknown; type: string; params: unknown[] };

@@ -11,8 +11,8 @@ import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
-import { createTestDatabase, type TestDatabase } from '../support/database';
-import { createDashboardApp, type DashboardTestApp, OperatorGuard } from './dashboard-app';
+import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
+import { createTestDatabase, describeWithDatabase, type TestDatabase } from '../support/database';
 
 const OPERATOR = { 'x-operator': 'ada' };
 const TOKEN_HEADER = 'x-queuebox-dashboard-token';
@@ -89,7 +89,7 @@ describe('queuebox/dashboard: start-up refusals', () => {
     assert.ok(QueueBoxDashboardModule.forRoot({ guard: OperatorGuard }));
   });
 
-  it('reads only the options’ own properties: a public: true inherited from a prototype mounts nothing without a guard (issue 34)', () => {
+  it('reads only the options’ own properties: a public: true inherited from a prototype mounts nothing without a guard', () => {
     const guardMissing = (error: unknown) =>
       error instanceof QueueBoxConfigError && error.option === 'dashboard.guard' && /refuses to start without a guard/.test(error.message);
     assert.throws(() => QueueBoxDashboardModule.forRoot(Object.create({ public: true })), guardMissing);
@@ -112,8 +112,8 @@ describe('queuebox/dashboard: start-up refusals', () => {
   });
 });
 
-describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
-  let db: TestDatabase;
+const emptied = { truncate: ['queuebox_outbox', 'queuebox_inbox'] };
+describeWithDatabase('queuebox/dashboard: the JSON API (PostgreSQL, Express)', emptied, (db) => {
   let other: TestDatabase;
   let otherSource: DataSource;
   let t: DashboardTestApp;
@@ -143,7 +143,6 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
     (await db.query<{ state: string }>('SELECT state FROM queuebox_outbox WHERE id = $1', [id]))[0]?.state;
 
   before(async () => {
-    db = await createTestDatabase();
     other = await createTestDatabase();
     otherSource = new DataSource({ type: 'postgres', url: other.url, logging: false });
     await otherSource.initialize();
@@ -161,11 +160,9 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
     unsubscribe('queuebox:dashboard:action', onChannel);
     await t?.app.close();
     await otherSource?.destroy();
-    await db?.drop();
     await other?.drop();
   });
   beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
     ids = await seed(db);
     events.length = 0;
     token = String((await json(await api('session'))).token);
@@ -332,7 +329,7 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
     assert.match(String((await json(notAnObject)).message), /must be a JSON object/);
   });
 
-  it('every action refuses a body that is not sent as JSON with 415, even with the token, and changes nothing (issue 34)', async () => {
+  it('every action refuses a body that is not sent as JSON with 415, even with the token, and changes nothing', async () => {
     await db.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, last_error, available_at)
       VALUES (gen_random_uuid(), 'billing', 'stuck', '{}', 'pending', 4, 'HTTP 503', clock_timestamp() + interval '1 minute'),
              (gen_random_uuid(), 'billing', 'stuck', '{}', 'pending', 0, NULL, clock_timestamp())`);
@@ -474,16 +471,13 @@ describe('queuebox/dashboard: the JSON API (PostgreSQL, Express)', () => {
   });
 });
 
-describe('queuebox/dashboard: readOnly: true', () => {
-  let db: TestDatabase;
+describeWithDatabase('queuebox/dashboard: readOnly: true', (db) => {
   let t: DashboardTestApp;
   before(async () => {
-    db = await createTestDatabase();
     t = await createDashboardApp(db.url, { guard: OperatorGuard, readOnly: true, path: 'ops/queuebox' });
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
   });
 
   it('says so in the session and refuses every action with 403, changing nothing', async () => {

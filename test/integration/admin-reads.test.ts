@@ -1,30 +1,24 @@
 // The QueueBoxAdmin reads the dashboard needs beyond the CLI's: throughput per minute, claims in
 // flight, the dead-letter key filter and newest-first pages, on a real PostgreSQL.
 import assert from 'node:assert/strict';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import * as pg from '../../lib/dialects/postgres/admin.sql';
 import { QueueBoxAdminError } from '../../lib/errors/queuebox.errors';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
-describe('QueueBoxAdmin reads for the dashboard (PostgreSQL)', () => {
-  let db: TestDatabase;
+describeWithDatabase('QueueBoxAdmin reads for the dashboard (PostgreSQL)', { truncate: ['queuebox_outbox', 'queuebox_inbox'] }, (db) => {
   let t: TestApp;
   let admin: QueueBoxAdmin;
 
   before(async () => {
-    db = await createTestDatabase();
     t = await createTestApp(db.url, { workers: false, outbox: { publisher: new RecordingPublisher() } });
     admin = t.get(QueueBoxAdmin);
   });
   after(async () => {
     await t?.app.close();
-    await db?.drop();
-  });
-  beforeEach(async () => {
-    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
   });
 
   /** Outbox rows of one state, `minutesAgo` before the database clock (sent_at, claimed_at: when it finished or died). */

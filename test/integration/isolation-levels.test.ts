@@ -16,7 +16,7 @@ import { createTestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
 import { createTestDatabase, eventually, rewriteRowsInFlight, type TestDatabase } from '../support/database';
 
-// Issue 24 item 8: QueueBox's own transactions (a pull handler's, a relay forward's) begin at READ
+// QueueBox's own transactions (a pull handler's, a relay forward's) begin at READ
 // COMMITTED whatever the DataSource or the database says, and its claims too. Under REPEATABLE
 // READ or SERIALIZABLE a handler transaction that spans a renewal (made on another connection)
 // failed its fenced completion with a serialization error on every attempt, until the row was dead.
@@ -46,7 +46,7 @@ const settings = [
   { name: "the DataSource's isolationLevel: 'SERIALIZABLE'", dataSource: 'SERIALIZABLE' as const },
 ];
 
-describe('QueueBox runs its own transactions and claims at READ COMMITTED (issue 24 item 8)', () => {
+describe('QueueBox runs its own transactions and claims at READ COMMITTED', () => {
   const databases: TestDatabase[] = [];
   after(async () => {
     for (const db of databases) await db.drop();
@@ -164,7 +164,7 @@ class LoadHandler {
   }
 }
 
-describe('QueueBox runs its statements outside transactions at READ COMMITTED (issue 34 item 3)', () => {
+describe('QueueBox runs its statements outside transactions at READ COMMITTED', () => {
   for (const level of ['serializable', 'repeatable read']) {
     it(`under the database's default '${level}': no claim lost, each publish, route and handler called once`, async () => {
       calls = { published: new Map(), routed: new Map(), handled: new Map() };
@@ -264,7 +264,7 @@ describe('QueueBox runs its statements outside transactions at READ COMMITTED (i
   }
 });
 
-describe('statements sent at READ COMMITTED with their values inlined (issue 34 item 3)', () => {
+describe('statements sent at READ COMMITTED with their values inlined', () => {
   it('mean what they mean with their values sent apart, whatever the values', async () => {
     const db = await createTestDatabase({ migrate: false });
     const client = new Client({ connectionString: db.url });

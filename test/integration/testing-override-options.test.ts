@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { it } from 'node:test';
 import { Injectable, Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -9,7 +9,7 @@ import { QueueBoxModule } from '../../lib/module/queuebox.module';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { HttpPublisher } from '../../lib/publishers/http.publisher';
 import { QueueBoxTesting, RecordingPublisher } from '../../lib/testing';
-import { createTestDatabase, type TestDatabase } from '../support/database';
+import { describeWithDatabase } from '../support/database';
 
 @Injectable()
 class Orders {
@@ -36,15 +36,7 @@ function appModule(url: string, async: boolean) {
   return AppModule;
 }
 
-describe('QueueBoxTesting.overrideOptions: a whole app under Test.createTestingModule', () => {
-  let db: TestDatabase;
-  before(async () => {
-    db = await createTestDatabase();
-  });
-  after(async () => {
-    await db.drop();
-  });
-
+describeWithDatabase('QueueBoxTesting.overrideOptions: a whole app under Test.createTestingModule', (db) => {
   for (const async of [false, true]) {
     it(`replaces the options of ${async ? 'forRootAsync' : 'forRoot'} (workers off, recording publisher)`, async () => {
       const publisher = new RecordingPublisher();

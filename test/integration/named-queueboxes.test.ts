@@ -75,7 +75,7 @@ class Checkout {
 
 const fast = { pollIntervalMs: 20 };
 
-describe('several QueueBoxes in one application (issue 27, part 2)', () => {
+describe('several QueueBoxes in one application', () => {
   const databases: TestDatabase[] = [];
   let orders: TestDatabase;
   let ledger: TestDatabase;

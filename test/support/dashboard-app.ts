@@ -6,8 +6,8 @@ import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import type { QueueBoxDashboardOptions } from '../../lib/dashboard/dashboard.options';
 import { QueueBoxModule } from '../../lib/module/queuebox.module';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
-import { RecordingLogger } from '../support/app';
-import { RecordingPublisher } from '../support/recording-publisher';
+import { RecordingLogger } from './app';
+import { RecordingPublisher } from './recording-publisher';
 
 /** The operators' authentication of the tests: `X-Operator: <name>` lets a request in as that user. */
 @Injectable()

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
@@ -10,10 +10,10 @@ import type { RelayRoute } from '../../lib/types/inbox';
 import type { InboxMessage, OutboundMessage } from '../../lib/types/messages';
 import type { Publisher } from '../../lib/types/outbox';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, type TestDatabase } from '../support/database';
+import { describeWithDatabase, eventually } from '../support/database';
 import { gate } from '../support/recording-publisher';
 
-// Issue 24 item 4: work that timed out but ignores its abort signal keeps its concurrency slot
+// Work that timed out but ignores its abort signal keeps its concurrency slot
 // until it really ends. A loop whose every slot is kept so must claim nothing (a claim could not
 // start: it would wait, renewed, for as long as the hung call runs, out of every other replica's
 // reach) and give back what already waits for a slot. Each test runs a "stuck" replica whose one
@@ -102,8 +102,7 @@ const outbox = (publisher: Publisher) => ({
   backoff: { initialMs: 1, maxMs: 1, jitter: false },
 });
 
-describe('a loop whose slots are all held by hung work claims nothing and gives back what waits (issue 24 item 4)', () => {
-  let db: TestDatabase;
+describeWithDatabase('a loop whose slots are all held by hung work claims nothing and gives back what waits', (db) => {
   let stuck: TestApp;
   let healthy: TestApp | undefined;
   let stuckRelay: TestApp | undefined;
@@ -112,7 +111,6 @@ describe('a loop whose slots are all held by hung work claims nothing and gives 
   const logged = (fragment: string, level = 'warn') => apps.some((app) => app.logger.has(level, fragment));
 
   before(async () => {
-    db = await createTestDatabase();
     stuck = await createTestApp(
       db.url,
       { workers: { outbox: true, relay: false, pull: true }, outbox: outbox(stuckPublisher), pull: { pollIntervalMs: 50 } },
@@ -126,7 +124,6 @@ describe('a loop whose slots are all held by hung work claims nothing and gives 
     await healthy?.app.close();
     await stuckRelay?.app.close();
     await stuck?.app.close();
-    await db?.drop();
   });
 
   const row = async (table: 'queuebox_inbox' | 'queuebox_outbox', where: string, value: string) =>

@@ -1,0 +1,49 @@
+// SQL Server followers: the relay's read of the rows behind a head, and their completion.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { lockTolerant, sql } from '../../support/sqlserver';
+
+describe('SQL Server followers', () => {
+  const I = '[messaging].[events_in]';
+
+  it('the read waits at most 500 ms for a row lock and then hands out no follower, leaving the transaction usable', () => {
+    const statement = sql.inboxFollowersSql(I);
+    assert.equal(sql.FOLLOWERS_LOCK_WAIT_MS, 500);
+    assert.ok(statement.startsWith('SET XACT_ABORT OFF;\nSET LOCK_TIMEOUT 500;\n'), statement);
+    const blocks = lockTolerant(statement);
+    assert.equal(blocks.length, 1);
+    assert.match(blocks[0].body, /^ {2}INSERT INTO @followers /);
+    assert.equal(blocks[0].orElse, 'DELETE FROM @followers;', 'all or nothing: no follower after a lock timeout');
+    // Sent only once complete, and from the table variable alone: nothing after the CATCH reads the table.
+    const after = statement.slice(statement.indexOf('END CATCH;'));
+    assert.match(after, /\nFROM @followers$/);
+    assert.doesNotMatch(after, new RegExp(I.replace(/[[\]]/g, '\\$&')));
+  });
+
+  it('the read states the aggregate index filter literally, and still checks the head is first of its aggregate', () => {
+    const statement = sql.inboxFollowersSql(I);
+    assert.match(
+      statement,
+      /AND i\.\[aggregate_id\] IS NOT NULL AND i\.\[state\] IN \(N'pending', N'processing'\) AND i\.\[state\] = N'pending' AND i\.\[id\] > h\.\[id\]\n {4}ORDER BY i\.\[id\]/,
+    );
+    assert.match(
+      statement,
+      /WHERE NOT EXISTS \(SELECT 1 FROM \[messaging\]\.\[events_in\] AS e\n.*AND e\.\[aggregate_id\] IS NOT NULL AND e\.\[state\] IN \(N'pending', N'processing'\) AND e\.\[id\] < h\.\[id\]\);/s,
+    );
+    assert.match(statement, /SELECT TOP \(@1\) i\.\[id\]/);
+  });
+
+  it('the completion is fenced by the head: processed under that token, same aggregate, lower id', () => {
+    const statement = sql.inboxCompleteFollowersSql(I);
+    assert.ok(statement.startsWith('SET NOCOUNT OFF;\nUPDATE t\n'));
+    assert.match(
+      statement,
+      /OPENJSON\(@0\) WITH \(\[id\] BIGINT '\$\.id', \[head_id\] BIGINT '\$\.headId', \[head_token\] UNIQUEIDENTIFIER '\$\.headToken'\) AS c/,
+    );
+    assert.ok(
+      statement.endsWith(`WHERE t.[state] = N'pending' AND h.[claim_token] = c.[head_token] AND h.[state] = N'processed'
+  AND h.[source] = t.[source] AND h.[aggregate_id] = t.[aggregate_id] AND h.[id] < t.[id]`),
+      statement,
+    );
+  });
+});
