@@ -86,7 +86,7 @@ describe('schema version checked at start-up', () => {
     );
   });
 
-  it('fails with only migration 001, naming the missing required migrations (002 with retention on, 006 and 008) and the command', async () => {
+  it('fails with only migration 001, naming the missing required migrations (002 with retention on, 006 and 009) and the command', async () => {
     const db = track(await databaseWith([QueueBoxSchema1764460800000]));
     await assert.rejects(start(db, {}), /lacks migrations QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000 /);
     await assert.rejects(start(db, { retention: { enabled: true } }), (error: unknown) => {
@@ -105,7 +105,7 @@ describe('schema version checked at start-up', () => {
     });
   });
 
-  it('starts with migrations 001, 006 and 008 when retention is off, warning of 002, 003, 004, 005 and 007', async () => {
+  it('starts with migrations 001, 006 and 009 when retention is off, warning of 002, 003, 004, 005, 007 and 008', async () => {
     const db = track(await databaseWith([QueueBoxSchema1764460800000, QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000]));
     const app = await start(db, {});
     await app.close();
