@@ -1,9 +1,10 @@
-import type { RowState } from './verify.records';
-
 // Every line `queuebox verify` prints or throws, in one place.
 
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 const list = (values: readonly string[]) => values.map((value) => JSON.stringify(value)).join(', ');
+/** A row's end state as the checks print it (a `RowState` of verify.records; messages import nothing of the run). */
+type RowState = { state: string; attempts: number; lastError: string | null };
+
 const stateOf = (state: RowState | undefined) =>
   state === undefined
     ? 'not found'
