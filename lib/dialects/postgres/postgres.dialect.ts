@@ -22,20 +22,10 @@ import { driverErrorOf, uuidIn } from '../driver-errors';
 import { type RecordDecoding } from '../records';
 import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
-import {
-  adminBacklogSql,
-  adminClaimListSql,
-  adminThroughputSql,
-  blockedKeyListSql,
-  blockedKeySkipHeadSql,
-  deadLetterCountSql,
-  deadLetterDiscardSql,
-  deadLetterListSql,
-  deadLetterReplaySql,
-} from './admin.sql';
+import * as adminSql from './admin.sql';
+import * as checksSql from './checks.sql';
 import {
   claimFunctionsLookupSql,
-  clockNowSql,
   defaultIsolationSql,
   isSupportedServerVersion,
   MIN_SERVER_VERSION_NUM,
@@ -44,30 +34,22 @@ import {
   tableExistsSql,
 } from './checks.sql';
 import { type ClaimFunctions, claimFunctionCallSql, claimFunctionNames, claimFunctions } from './claim-functions.sql';
+import * as claimsSql from './claims.sql';
 import {
   claimLockNames,
   INBOX_CLAIM_COLUMNS,
   inboxPullClaimSql,
-  inboxReclaimSql,
   inboxRelayClaimSql,
   OUTBOX_CLAIM_COLUMNS,
   outboxClaimSql,
-  outboxReclaimSql,
   serializedClaimSql,
 } from './claims.sql';
-import { inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
-import { inboxFindSql, inboxInsertSql } from './inbox.sql';
-import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instanceListSql, instanceRegisterSql } from './instances.sql';
-import {
-  leaseCompleteBatchSql,
-  leaseCompleteSql,
-  leaseDeadLetterSql,
-  leaseDeferSql,
-  leaseReleaseSql,
-  leaseRenewBatchSql,
-  leaseRenewSql,
-  leaseRetrySql,
-} from './lease.sql';
+import * as followersSql from './followers.sql';
+import * as inboxSql from './inbox.sql';
+import { inboxInsertSql } from './inbox.sql';
+import * as instancesSql from './instances.sql';
+import * as leaseSql from './lease.sql';
+import { leaseRenewBatchSql } from './lease.sql';
 import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
 import { type InlineParam, idArrayParam, inlineValues, pgTable, uuidArrayParam } from './quoting';
@@ -77,34 +59,15 @@ import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './r
 // their timestamps as epoch milliseconds, made into Dates by the records: see claimColumns.)
 const DECODING: RecordDecoding<unknown> = { json: (value) => value, uuid: (value) => value };
 
+/** The statements the shared bodies run (SqlDialect): every noun file's, spread into the seam's type. */
 const STATEMENTS: SqlDialectStatements = {
-  instanceRegisterSql,
-  instanceHeartbeatSql,
-  instanceEndDeadSql,
-  instanceDeregisterSql,
-  instanceListSql,
-  outboxReclaimSql,
-  inboxReclaimSql,
-  inboxFindSql,
-  inboxFollowersSql,
-  inboxCompleteFollowersSql,
-  leaseRenewSql,
-  leaseCompleteSql,
-  leaseCompleteBatchSql,
-  leaseReleaseSql,
-  leaseRetrySql,
-  leaseDeferSql,
-  leaseDeadLetterSql,
-  adminBacklogSql,
-  deadLetterListSql,
-  deadLetterCountSql,
-  deadLetterReplaySql,
-  deadLetterDiscardSql,
-  blockedKeyListSql,
-  blockedKeySkipHeadSql,
-  adminThroughputSql,
-  adminClaimListSql,
-  clockNowSql,
+  ...instancesSql,
+  ...claimsSql,
+  ...followersSql,
+  ...inboxSql,
+  ...leaseSql,
+  ...adminSql,
+  ...checksSql,
 };
 
 // Values go as they are: node-postgres infers their types; lists are arrays (`= ANY($n)`, `unnest`).

@@ -21,44 +21,27 @@ import { driverErrorOf, uuidIn } from '../driver-errors';
 import { type RecordDecoding } from '../records';
 import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
-import {
-  ADMIN,
-  ADMIN_LOCK_WAIT_MS,
-  adminBacklogSql,
-  adminClaimListSql,
-  adminThroughputSql,
-  blockedKeyListSql,
-  blockedKeySkipHeadSql,
-  deadLetterCountSql,
-  deadLetterDiscardSql,
-  deadLetterListSql,
-  deadLetterReplaySql,
-} from './admin.sql';
-import { clockNowSql, databaseSettingsSql, keyCollationSql, tableExistsSql } from './checks.sql';
+import * as adminSql from './admin.sql';
+import { ADMIN, ADMIN_LOCK_WAIT_MS } from './admin.sql';
+import * as checksSql from './checks.sql';
+import { databaseSettingsSql, keyCollationSql, tableExistsSql } from './checks.sql';
+import * as claimsSql from './claims.sql';
 import {
   CLAIM_LOCK_ERROR_BASE,
   CLAIM_ROW_LOCK_WAIT_MS,
   CLAIM_SEARCH_LOCK_WAIT_MS,
   inboxPullClaimSql,
-  inboxReclaimSql,
   inboxRelayClaimSql,
   LOCK_TIMEOUT_ERROR,
   outboxClaimSql,
-  outboxReclaimSql,
 } from './claims.sql';
-import { FOLLOWERS_LOCK_WAIT_MS, inboxCompleteFollowersSql, inboxFollowersSql } from './followers.sql';
-import { inboxFindSql, inboxInsertSql, UNIQUE_VIOLATIONS as UNIQUE_VIOLATION_NUMBERS } from './inbox.sql';
-import { instanceDeregisterSql, instanceEndDeadSql, instanceHeartbeatSql, instanceListSql, instanceRegisterSql } from './instances.sql';
-import {
-  leaseCompleteBatchSql,
-  leaseCompleteSql,
-  leaseDeadLetterSql,
-  leaseDeferSql,
-  leaseReleaseSql,
-  leaseRenewSql,
-  leaseRetrySql,
-  PINNED_READ_COMMITTED,
-} from './lease.sql';
+import * as followersSql from './followers.sql';
+import { FOLLOWERS_LOCK_WAIT_MS } from './followers.sql';
+import * as inboxSql from './inbox.sql';
+import { inboxInsertSql, UNIQUE_VIOLATIONS as UNIQUE_VIOLATION_NUMBERS } from './inbox.sql';
+import * as instancesSql from './instances.sql';
+import * as leaseSql from './lease.sql';
+import { PINNED_READ_COMMITTED } from './lease.sql';
 import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
 import { mssqlTable } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
@@ -69,34 +52,15 @@ import { bigint, bigintOrNull, float, guid, guidOrNull, instant, int, KEY_LENGTH
 // JSON columns arrive as NVARCHAR text; UNIQUEIDENTIFIER values arrive in upper case.
 const DECODING: RecordDecoding<string> = { json: (value) => JSON.parse(value), uuid: (value) => value.toLowerCase() };
 
+/** The statements the shared bodies run (SqlDialect): every noun file's, spread into the seam's type. */
 const STATEMENTS: SqlDialectStatements = {
-  instanceRegisterSql,
-  instanceHeartbeatSql,
-  instanceEndDeadSql,
-  instanceDeregisterSql,
-  instanceListSql,
-  outboxReclaimSql,
-  inboxReclaimSql,
-  inboxFindSql,
-  inboxFollowersSql,
-  inboxCompleteFollowersSql,
-  leaseRenewSql,
-  leaseCompleteSql,
-  leaseCompleteBatchSql,
-  leaseReleaseSql,
-  leaseRetrySql,
-  leaseDeferSql,
-  leaseDeadLetterSql,
-  adminBacklogSql,
-  deadLetterListSql,
-  deadLetterCountSql,
-  deadLetterReplaySql,
-  deadLetterDiscardSql,
-  blockedKeyListSql,
-  blockedKeySkipHeadSql,
-  adminThroughputSql,
-  adminClaimListSql,
-  clockNowSql,
+  ...instancesSql,
+  ...claimsSql,
+  ...followersSql,
+  ...inboxSql,
+  ...leaseSql,
+  ...adminSql,
+  ...checksSql,
 };
 
 // Typed to match their columns (sqlserver.params.ts); lists as JSON text, read with OPENJSON.
