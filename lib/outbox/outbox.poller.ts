@@ -154,7 +154,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   }
 
   /**
-   * The step: publishes the claimed message within `publishTimeout`. Its outcome (`complete`: the
+   * The step: publishes the claimed message within `publishTimeout`. Its outcome (`succeeded`: the
    * recorder marks it `sent`; `failed`; `lost`) is written outside the slot, so the next publish
    * starts while it is; a publish that ignored its aborted signal keeps the slot until it ends. A
    * lease too short for the publish is renewed first: a lost or failed renewal means the message
@@ -207,7 +207,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     return { kind: 'deferred', delayMs };
   }
 
-  /** How a publish ended, once its keeper stopped: abandoned (shutdown), lost, failed or complete. */
+  /** How a publish ended, once its keeper stopped: abandoned (shutdown), lost, failed or succeeded. */
   private outcomeOf(
     claim: OutboxClaim,
     keeper: LeaseKeeper,

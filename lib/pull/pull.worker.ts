@@ -239,7 +239,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
   /**
    * One transaction of a batch handler over `batch` (with followers in its room when
    * `p.followers`), ending every claim's keeper. `done`: committed (each claim's outcome
-   * `completed`, its followers with it); `given back`: a claim was lost or a follower changed, and
+   * `committed`, its followers with it); `given back`: a claim was lost or a follower changed, and
    * the claims still held go back; `failed`: the handler threw or timed out, nothing was written,
    * the claims are still held.
    */
