@@ -142,14 +142,13 @@ export class LeaseService {
    */
   keep(claim: Claim, options: KeepOptions | EntityManager = {}): LeaseKeeper {
     const { manager, renewer, group, leaseFrom } = isEntityManager(options) ? { manager: options } : (options as KeepOptions);
-    return new LeaseKeeper(
-      claim,
-      renewer ? () => renewer.renew(claim) : () => this.renew(claim, manager),
-      (lost) => this.markLost(lost),
-      group,
-      leaseFrom,
-    );
+    // The common keeper (pool renewals) shares this service's two callbacks: none made per claim.
+    const renew = renewer ? (c: Claim) => renewer.renew(c) : manager ? (c: Claim) => this.renew(c, manager) : this.renewOnPool;
+    return new LeaseKeeper(claim, renew, this.onLost, group, leaseFrom);
   }
+
+  private readonly renewOnPool = (claim: Claim) => this.renew(claim);
+  private readonly onLost = (claim: Claim) => this.markLost(claim);
 
   /** Whether a fenced write (or a failed renewal) already showed this claim lost. */
   isLost(claim: Claim): boolean {

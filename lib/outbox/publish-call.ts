@@ -2,11 +2,6 @@ import type { KeeperWatcher, LeaseKeeper } from '../lease/lease-keeper';
 import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';
 
-/** Who hears how a publish ended: once, when it published, failed, timed out or was aborted. */
-export interface PublishEnd {
-  publishEnded(call: PublishCall, failure: PublishFailure | undefined): void;
-}
-
 /** What aborted a publish's signal: its `publishTimeout`, the loss of its claim, or the shutdown that stopped waiting for it. */
 export type PublishAbort = 'timeout' | 'claim lost' | 'shutdown';
 
@@ -27,7 +22,7 @@ export interface PublishFailure {
  * the claim's keeper watching it (a lost claim or shutdown aborts it): one object per publish,
  * with no closures but the two its promise is given.
  *
- * It ends once (`end.publishEnded`): when the publisher's promise settles, or when it is given up
+ * It ends once (`start` resolves): when the publisher's promise settles, or when it is given up
  * (its signal aborted: timeout, lost claim, shutdown). A publish given up that still runs is
  * `publishing`; the caller keeps its concurrency slot until that settles.
  */
@@ -46,14 +41,25 @@ export class PublishCall implements KeeperWatcher {
     readonly keeper: LeaseKeeper,
     private readonly controller: AbortController,
     private readonly deadlines: PublishDeadlines,
-    private readonly end: PublishEnd,
   ) {}
 
+  /** Told how the call ended, once. */
+  private tell?: (failure: PublishFailure | undefined) => void;
+
   /**
-   * Calls the publisher (synchronously: a throw is a failure like a rejection). A keeper already
-   * aborted (the claim lost meanwhile) ends the call before the publisher is called.
+   * Calls the publisher (synchronously: a throw is a failure like a rejection) and resolves once
+   * the call ended: to `undefined` when it published, to its `PublishFailure` otherwise (never
+   * rejects). A keeper already aborted (the claim lost meanwhile) ends the call before the
+   * publisher is called.
    */
-  start(publisher: Publisher): void {
+  start(publisher: Publisher): Promise<PublishFailure | undefined> {
+    return new Promise((resolve) => {
+      this.tell = resolve;
+      this.call(publisher);
+    });
+  }
+
+  private call(publisher: Publisher): void {
     if (!this.keeper.watch(this)) {
       this.giveUp(this.keeper.signal.reason, this.keeper.lost ? 'claim lost' : 'shutdown');
       return;
@@ -90,11 +96,11 @@ export class PublishCall implements KeeperWatcher {
   }
 
   private fulfilled(): void {
-    if (this.settle()) this.end.publishEnded(this, undefined);
+    if (this.settle()) this.tell?.(undefined);
   }
 
   private rejected(error: unknown): void {
-    if (this.settle()) this.end.publishEnded(this, { error, overran: false });
+    if (this.settle()) this.tell?.({ error, overran: false });
   }
 
   /** Ends the call (the publisher's work settled, or it was given up): false when it had ended already. */
@@ -111,7 +117,7 @@ export class PublishCall implements KeeperWatcher {
     if (!this.settle()) return;
     const { signal } = this.controller;
     if (!signal.aborted) this.controller.abort(reason);
-    this.end.publishEnded(this, { error: signal.reason, overran: this.publishing !== undefined, abortedBy });
+    this.tell?.({ error: signal.reason, overran: this.publishing !== undefined, abortedBy });
   }
 }
 

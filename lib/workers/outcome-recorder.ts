@@ -110,10 +110,13 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
   constructor(private readonly worker: RecordingWorker<C>) {}
 
   /** Writes and reports `outcome`. Never throws: a write that fails is logged (the lease ends the claim). */
-  async record(claim: C, outcome: StepOutcome<C>): Promise<Recorded> {
+  record(claim: C, outcome: StepOutcome<C>): Promise<Recorded> {
+    // The common outcome goes straight to its completion's promise, not through one more frame.
+    return outcome.kind === 'succeeded' ? this.complete(claim, outcome) : this.recordOther(claim, outcome);
+  }
+
+  private async recordOther(claim: C, outcome: Exclude<StepOutcome<C>, { kind: 'succeeded' }>): Promise<Recorded> {
     switch (outcome.kind) {
-      case 'succeeded':
-        return this.complete(claim, outcome);
       case 'committed':
         this.completed(claim, outcome.details);
         for (const follower of outcome.followers ?? []) this.completed(follower.claim, follower.details);
@@ -146,20 +149,17 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
   }
 
   /** Completes the row, fenced (with others, when the worker batches completions), and reports it. */
-  private async complete(claim: C, outcome: CompletedDetails): Promise<Recorded> {
+  private complete(claim: C, outcome: CompletedDetails): Promise<Recorded> {
     const { complete } = this.worker;
-    try {
-      const completed = complete
-        ? await new Promise<boolean>((resolve, reject) => complete({ item: claim, resolve, reject }))
-        : await this.worker.lease.complete(claim);
-      return this.completionWritten(claim, outcome, completed);
-    } catch (error) {
-      return this.completionFailed(claim, error);
-    }
+    if (complete) return new Promise((resolve) => complete(new Completion(this, claim, outcome, resolve)));
+    return this.worker.lease.complete(claim).then(
+      (completed) => this.completionWritten(claim, outcome, completed),
+      (error: unknown) => this.completionFailed(claim, error),
+    );
   }
 
-  /** A completion was written: reported, or lost (logged). */
-  private completionWritten(claim: C, outcome: CompletedDetails, completed: boolean): Recorded {
+  /** @internal A completion was written: reported, or lost (logged). */
+  completionWritten(claim: C, outcome: CompletedDetails, completed: boolean): Recorded {
     const { logger } = this.worker;
     try {
       if (completed) {
@@ -173,8 +173,8 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
     return 'not finished';
   }
 
-  /** A completion's write failed: logged (the lease ends the claim). */
-  private completionFailed(claim: C, error: unknown): Recorded {
+  /** @internal A completion's write failed: logged (the lease ends the claim). */
+  completionFailed(claim: C, error: unknown): Recorded {
     this.worker.logger.error(messages.finishFailed(this.worker.nameOf(claim.message), 'delivery', describeError(error)));
     return 'not finished';
   }
@@ -291,5 +291,23 @@ function retryAllowed<M>(p: FailurePolicy<M> & { attempt: number; message: M }, 
     return p.retryIf === undefined || p.retryIf(failure, p.attempt, p.message) !== false;
   } catch {
     return true;
+  }
+}
+
+/** One message's batched completion: told by the completer how the statement went, it resolves the recording. */
+class Completion<C extends WorkerClaim<unknown>> implements CompletionWaiter {
+  constructor(
+    private readonly recorder: OutcomeRecorder<C>,
+    readonly item: C,
+    private readonly outcome: CompletedDetails,
+    private readonly recorded: (recorded: Recorded) => void,
+  ) {}
+
+  resolve(completed: boolean): void {
+    this.recorded(this.recorder.completionWritten(this.item, this.outcome, completed));
+  }
+
+  reject(error: unknown): void {
+    this.recorded(this.recorder.completionFailed(this.item, error));
   }
 }

@@ -26,9 +26,10 @@ export class HeldClaim<C extends WorkerClaim<unknown>> implements WorkSlot {
   phase: 'waiting' | 'running' | 'finishing' = 'waiting';
   /** Its step's slot: taken while the step runs, kept by timed-out work that still runs (`holdUntil`), or given back. */
   slot: 'none' | 'taken' | 'kept' | 'free' = 'none';
-  /** Settles when the claim is let go: its outcome recorded, or given back unstarted. */
-  readonly done: Promise<void>;
-  private letGo!: () => void;
+  private released = false;
+  /** Made only when someone waits for it (`runBatch`, shutdown): most claims are never waited for. */
+  private donePromise?: Promise<void>;
+  private letGo?: () => void;
 
   constructor(
     private readonly slots: WorkSlots<C>,
@@ -36,10 +37,15 @@ export class HeldClaim<C extends WorkerClaim<unknown>> implements WorkSlot {
     readonly keeper: LeaseKeeper,
     /** It holds an ordering key (an outbox key, an inbox aggregate): finishing it can make another row claimable. */
     readonly keyed: boolean,
-  ) {
-    this.done = new Promise<void>((resolve) => {
+  ) {}
+
+  /** Settles when the claim is let go: its outcome recorded, or given back unstarted. */
+  get done(): Promise<void> {
+    if (this.released) return Promise.resolve();
+    this.donePromise ??= new Promise<void>((resolve) => {
       this.letGo = resolve;
     });
+    return this.donePromise;
   }
 
   release(): void {
@@ -52,7 +58,8 @@ export class HeldClaim<C extends WorkerClaim<unknown>> implements WorkSlot {
 
   /** @internal */
   settle(): void {
-    this.letGo();
+    this.released = true;
+    this.letGo?.();
   }
 }
 
