@@ -353,7 +353,9 @@ export function createDashboardController(options: ResolvedDashboardOptions): Ty
       const bucket = query.bucket ?? 'hour';
       if (bucket !== 'minute' && bucket !== 'hour') throw bad('bucket', 'must be "minute" or "hour"', bucket);
       const buckets = integer('buckets', query.buckets, bucket === 'hour' ? 24 : 60, 1, bucket === 'hour' ? 168 : 1440);
-      return this.dashboard.history(instance, bucket, buckets);
+      const by = query.by ?? 'name';
+      if (by !== 'name' && by !== 'component') throw bad('by', 'must be "name" or "component"', by);
+      return this.dashboard.history(instance, bucket, buckets, by);
     }
 
     /** The instances and their heartbeats (`QueueBoxAdmin.instances()`); an admin without that method gets `available: false` and why (never made-up rows). */

@@ -158,12 +158,12 @@ export class DashboardService implements OnModuleInit {
   }
 
   /** Counts per minute or hour (`QueueBoxAdmin.history`). */
-  async history(instance: string, bucket: 'minute' | 'hour', buckets: number): Promise<MessageHistory> {
+  async history(instance: string, bucket: 'minute' | 'hour', buckets: number, by: 'name' | 'component'): Promise<MessageHistory> {
     const admin = this.admin(instance);
     if (typeof admin.history !== 'function') {
       throw new DashboardHttpError(HttpStatus.NOT_FOUND, 'QUEUEBOX_DASHBOARD_NOT_FOUND', messages.historyUnavailable());
     }
-    return adminCall(() => (admin.history as NonNullable<typeof admin.history>)({ bucket, buckets }));
+    return adminCall(() => (admin.history as NonNullable<typeof admin.history>)({ bucket, buckets, by }));
   }
 
   async deadLetters(

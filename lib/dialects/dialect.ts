@@ -240,8 +240,11 @@ export interface Dialect {
    * index (a message id, an unfinished or dead state) or a scan of at most `search.scanLimit` rows.
    */
   messageSearch(search: MessageSearch): Promise<MessageSearchResult>;
-  /** Finished and dead rows per destination / source and bucket (minute or hour), the last `buckets` buckets. */
-  adminHistory(p: { bucket: 'minute' | 'hour'; buckets: number }): Promise<MessageHistory>;
+  /**
+   * Finished and dead rows per destination / source (`byName` false: per component, named '') and
+   * bucket (minute or hour), the last `buckets` buckets.
+   */
+  adminHistory(p: { bucket: 'minute' | 'hour'; buckets: number; byName?: boolean }): Promise<MessageHistory>;
   /** Up to `limit` rows in flight (`processing`) of one table, oldest claim first. */
   adminClaimList(p: { component: QueueTable; limit: number }): Promise<ClaimRow[]>;
   /** Keys / aggregates whose head row failed at least once and is not finished. */

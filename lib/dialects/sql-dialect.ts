@@ -77,7 +77,7 @@ export interface SqlDialectStatements {
     search: MessageSearch,
   ): { sql: string; params: unknown[]; plan: MessageSearchResult['plan'] };
   messageScanEndSql(table: string, beforeId: string | null, scanLimit: number): { sql: string; params: unknown[] };
-  adminHistorySql(outbox: string, inbox: string): string;
+  adminHistorySql(outbox: string, inbox: string, byName?: boolean): string;
   instanceRegisterSql(instances: string): string;
   instanceHeartbeatSql(instances: string): string;
   instanceEndDeadSql(instances: string, outbox: string, inbox: string): string;
@@ -429,14 +429,14 @@ export abstract class SqlDialect<J> {
   }
 
   /** Buckets are cut on the database clock: `since` is the start of the bucket `buckets - 1` before the current one. */
-  async adminHistory(p: { bucket: 'minute' | 'hour'; buckets: number }): Promise<MessageHistory> {
+  async adminHistory(p: { bucket: 'minute' | 'hour'; buckets: number; byName?: boolean }): Promise<MessageHistory> {
     const size = p.bucket === 'hour' ? 3_600_000 : 60_000;
     const now = await this.clockNow();
     const since = new Date(Math.floor(now.getTime() / size) * size - (p.buckets - 1) * size);
-    const { rows } = await this.runAdmin<ThroughputRecord>(this.statements.adminHistorySql(this.table.outbox, this.table.inbox), [
-      this.params.instant(since),
-      this.params.int(size / 1000),
-    ]);
+    const { rows } = await this.runAdmin<ThroughputRecord>(
+      this.statements.adminHistorySql(this.table.outbox, this.table.inbox, p.byName !== false),
+      [this.params.instant(since), this.params.int(size / 1000)],
+    );
     const counted = toThroughput(since, p.buckets, rows);
     return { since, bucket: p.bucket, buckets: p.buckets, rows: counted.rows };
   }

@@ -231,6 +231,15 @@ describeWithDatabase('Message browser (PostgreSQL)', { truncate: ['queuebox_outb
     );
     assert.equal(billing.dead[164], 1, 'died 3 hours ago');
     assert.equal((await admin.history({ bucket: 'minute', buckets: 60 })).rows[0].finished.at(-1), 1, 'per minute: sent now');
+    await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload, state, attempts, sent_at)
+      VALUES (gen_random_uuid(), 'crm', '{}', 'sent', 1, clock_timestamp())`);
+    const perComponent = await admin.history({ bucket: 'hour', buckets: 24, by: 'component' });
+    assert.deepEqual(
+      perComponent.rows.map((r) => [r.component, r.name, r.finished.at(-1), r.finished.reduce((a, b) => a + b)]),
+      [['outbox', '', 2, 25]],
+      'one series per component: billing and crm together',
+    );
+    await assert.rejects(admin.history({ by: 'key' as never }), (e: QueueBoxAdminError) => e.field === 'by');
     await assert.rejects(admin.history({ bucket: 'hour', buckets: 169 }), (e: QueueBoxAdminError) => e.field === 'buckets');
     await assert.rejects(admin.history({ bucket: 'day' as never }), (e: QueueBoxAdminError) => e.field === 'bucket');
   });

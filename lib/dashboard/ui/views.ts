@@ -327,7 +327,7 @@ async function drawHistory(ctx: ViewContext, section: HTMLElement): Promise<void
     RANGES.map(([id, label]) => h('option', { value: id, selected: id === chosen[0] }, label)),
   );
   select.addEventListener('change', () => ctx.go(`overview?range=${select.value}`));
-  const data = await get<History>(api(ctx, 'history'), { bucket: chosen[2], buckets: chosen[3] });
+  const data = await get<History>(api(ctx, 'history'), { bucket: chosen[2], buckets: chosen[3], by: 'component' });
   const charts = (['outbox', 'inbox'] as const).map((c) => {
     const rows = data.rows.filter((r) => r.component === c);
     const total = (pick: 'finished' | 'dead') =>

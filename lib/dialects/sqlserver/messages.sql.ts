@@ -118,18 +118,21 @@ FROM (SELECT TOP (@1) [id] FROM ${table} WHERE (@0 IS NULL OR [id] < @0) ORDER B
 
 /**
  * @0 = since (ISO-8601 UTC text, a bucket boundary), @1 = bucket length in seconds. Finished and
- * dead rows per destination / source and bucket, as adminThroughputSql per minute, through the
- * `sent_idx` / `processed_idx` / `dead_idx` filtered indexes from @0.
+ * dead rows per destination / source (or, `byName` false, per component only) and bucket, as
+ * adminThroughputSql per minute, through the `sent_idx` / `processed_idx` / `dead_idx` filtered
+ * indexes from @0.
  */
-export const adminHistorySql = (outbox: string, inbox: string) => {
+export const adminHistorySql = (outbox: string, inbox: string, byName = true) => {
   const bucket = (column: string) => `DATEDIFF_BIG(SECOND, ${utcInstant('@0')}, ${column}) / @1`;
   const branches = (component: Component, table: string, finished: '[sent_at]' | '[processed_at]', state: 'sent' | 'processed') => {
     const c = ADMIN_COLUMNS[component];
-    return `SELECT N'${component}' AS [component], ${c.name} AS [name], N'finished' AS [outcome], ${bucket(finished)} AS [minute], COUNT_BIG(*) AS [n]
-FROM ${table} WHERE [state] = N'${state}' AND ${finished} >= ${utcInstant('@0')} GROUP BY ${c.name}, ${bucket(finished)}
+    const name = byName ? c.name : "N''";
+    const group = (column: string) => (byName ? `GROUP BY ${c.name}, ${bucket(column)}` : `GROUP BY ${bucket(column)}`);
+    return `SELECT N'${component}' AS [component], ${name} AS [name], N'finished' AS [outcome], ${bucket(finished)} AS [minute], COUNT_BIG(*) AS [n]
+FROM ${table} WHERE [state] = N'${state}' AND ${finished} >= ${utcInstant('@0')} ${group(finished)}
 UNION ALL
-SELECT N'${component}', ${c.name}, N'dead', ${bucket(deadAt(component))}, COUNT_BIG(*)
-FROM ${table} WHERE [state] = N'dead' AND ${deadAt(component)} >= ${utcInstant('@0')} GROUP BY ${c.name}, ${bucket(deadAt(component))}`;
+SELECT N'${component}', ${name}, N'dead', ${bucket(deadAt(component))}, COUNT_BIG(*)
+FROM ${table} WHERE [state] = N'dead' AND ${deadAt(component)} >= ${utcInstant('@0')} ${group(deadAt(component))}`;
   };
   return `${branches('outbox', outbox, '[sent_at]', 'sent')}
 UNION ALL

@@ -98,6 +98,9 @@ describe('SQL Server message browser statements', () => {
     assert.deepEqual(tsqlSyntaxErrors(messages.messageScanEndSql(T, '10', 5).sql), []);
     const history = messages.adminHistorySql('[queuebox_outbox]', '[queuebox_inbox]');
     assert.deepEqual(tsqlSyntaxErrors(history), [], history);
+    const perComponent = messages.adminHistorySql('[queuebox_outbox]', '[queuebox_inbox]', false);
+    assert.deepEqual(tsqlSyntaxErrors(perComponent), [], perComponent);
+    assert.ok(!perComponent.includes('[destination]') && !perComponent.includes('[source]'), 'per component: no name column is read');
     assert.match(
       history,
       /DATEDIFF_BIG\(SECOND, CAST\(SWITCHOFFSET\(CAST\(@0 AS DATETIMEOFFSET\), '\+00:00'\) AS DATETIME2\), \[sent_at\]\) \/ @1/,
