@@ -7,6 +7,10 @@
 //   npm run bench:dashboard          (from the repository root: builds QueueBox first)
 //   BENCH_PG_URL=postgres://... npm run bench:dashboard   (else QUEUEBOX_PG_URL, else an embedded PostgreSQL)
 //   BENCH_CALLS=30                   calls per route (default 20, after 3 warm-up calls)
+//   BENCH_ROWS=10000000              sent outbox rows (default 1,000,000; the issue's size is 10 million)
+//
+// The message browser (issue 40) is timed filter by filter, each with how it was served (the
+// `plan`) and, for a bounded scan, where it stopped (`scannedUpTo`); then the history per hour.
 //
 // A second pass adds 100,000 rows sent within the last hour (a busy hour) and times the overview
 // again: its throughput query reads every row finished in the window (see docs/dashboard.md).
@@ -27,6 +31,11 @@ const queuebox = require(join(root, 'dist/index.js'));
 const { QueueBoxDashboardModule } = require(join(root, 'dist/dashboard/index.js'));
 
 const CALLS = Number(process.env.BENCH_CALLS ?? 20);
+const ROWS = Number(process.env.BENCH_ROWS ?? 1_000_000);
+if (!Number.isInteger(ROWS) || ROWS < 10_000)
+  throw new Error(`BENCH_ROWS must be an integer of at least 10000, got ${process.env.BENCH_ROWS}`);
+/** The sent rows span 7 days whatever their number. */
+const SPACING_MS = 604_800_000 / ROWS;
 const WARMUP = 3;
 const log = (line) => console.log(line);
 
@@ -73,13 +82,14 @@ try {
     log(`  ${what}: ${((Date.now() - started) / 1000).toFixed(1)} s`);
   };
   log('Filling the tables...');
-  // Sent over the last 7 days, uniformly (about 5,950 in any hour), to 10 destinations and 5,000 keys.
+  // Sent over the last 7 days, uniformly (ROWS / 168 in any hour), to 10 destinations and 5,000 keys;
+  // ids grow with time, as in a real table.
   await fill(
-    '1,000,000 sent outbox rows',
+    `${ROWS.toLocaleString('en')} sent outbox rows`,
     `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, headers, state, attempts, created_at, claimed_at, sent_at, available_at)
      SELECT gen_random_uuid(), 'destination-' || (n % 10), 'customer-' || (n % 5000), jsonb_build_object('order', n, 'total', n % 997),
             '{}'::jsonb, 'sent', 1, t - interval '1 second', t - interval '50 milliseconds', t, t - interval '1 second'
-     FROM generate_series(1, 1000000) n, LATERAL (SELECT clock_timestamp() - (n * interval '604.8 milliseconds') AS t) AS at`,
+     FROM generate_series(1, ${ROWS}) n, LATERAL (SELECT clock_timestamp() - ((${ROWS} + 1 - n) * interval '${SPACING_MS} milliseconds') AS t) AS at`,
   );
   await fill(
     '8,000 dead outbox rows',
@@ -214,12 +224,54 @@ try {
     results.push(await time(label, call));
   }
   table(results);
+  await messageBrowser();
   const over = results.filter((r) => r.p95 >= 200);
   log(
     over.length === 0
       ? '\nEvery route answered under 200 ms at p95.'
       : `\nAt or over 200 ms at p95: ${over.map((r) => r.label).join(', ')}`,
   );
+
+  /** The message browser, filter by filter: the time, how it was served and how far a bounded scan looked. */
+  async function messageBrowser() {
+    const [old] = (await db.query(`SELECT id, message_id FROM queuebox_outbox WHERE state = 'sent' ORDER BY id LIMIT 1 OFFSET 10`)).rows;
+    const recentOrder = ROWS - 20; // a payload `order` among the newest rows (ids and times grow with n)
+    const threeDaysAgo = new Date(Date.now() - 3 * 86_400_000).toISOString();
+    const hourAgo = new Date(Date.now() - 3_600_000).toISOString();
+    const m = (query) => `api/default/messages?${query}`;
+    const filters = [
+      ['no filter (newest 50)', m('')],
+      ['id (message id of an old row)', m(`id=${old.message_id}`)],
+      ['id + source (inbox)', m('component=inbox&name=source-0&id=event-50000')],
+      ['name (1 row in 10)', m('name=destination-2')],
+      ['key (1 row in 5,000)', m('key=customer-42')],
+      ['state=pending', m('state=pending')],
+      ['state=processing', m('state=processing')],
+      ['state=dead&name=', m('state=dead&name=destination-3')],
+      ['state=sent&key=', m('state=sent&key=customer-7')],
+      ['since/until (created, one day, 2-3 days ago)', m(`since=${threeDaysAgo}&until=${twoDaysAgo}`)],
+      ['time=finished since an hour ago', m(`time=finished&since=${hourAgo}`)],
+      ['path order=<recent>', m(`path=order&value=${recentOrder}`)],
+      ['path order=<no match>', m('path=order&value=-1')],
+      ['path + name', m(`path=total&value=42&name=destination-4`)],
+      ['header traceparent=<no match> (dead)', m('state=dead&pathIn=headers&path=traceparent&value=none')],
+      ['GET  messages/outbox/:id (detail)', `api/default/messages/outbox/${old.id}`],
+      ['GET  history (24 h per hour)', 'api/default/history'],
+      ['GET  history?buckets=168 (7 days per hour)', 'api/default/history?buckets=168'],
+      ['GET  history?buckets=168&by=component (the chart)', 'api/default/history?buckets=168&by=component'],
+      ['GET  history?by=component (24 h, the chart)', 'api/default/history?by=component'],
+    ];
+    log(`\nThe message browser on ${ROWS.toLocaleString('en')} sent rows (scan limit 100,000 rows per page):\n`);
+    log('| Filter | median (ms) | p95 (ms) | rows | plan | scanned up to |\n| --- | ---: | ---: | ---: | --- | --- |');
+    for (const [label, path] of filters) {
+      const timed = await time(label, () => [path]);
+      const answer = await (await fetch(`${base}${path}`)).json();
+      const scanned = answer.scannedUpTo === undefined || answer.scannedUpTo === null ? '' : `row ${answer.scannedUpTo}`;
+      log(
+        `| \`${label}\` | ${timed.median.toFixed(1)} | ${timed.p95.toFixed(1)} | ${answer.rows?.length ?? ''} | ${answer.plan ?? ''} | ${scanned} |`,
+      );
+    }
+  }
 
   await fill(
     '\nA busy hour: 100,000 more rows sent within the last hour',

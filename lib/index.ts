@@ -6,6 +6,7 @@ export type {
   RetentionResult,
 } from './admin/admin.types';
 export { createQueueBoxAdmin } from './admin/create-queuebox-admin';
+export type { MessageFilter, MessagePage, MessagePageResult } from './admin/message-search';
 export { QueueBoxAdmin } from './admin/queuebox.admin';
 export { RetentionService } from './admin/retention.service';
 export type { BackoffFunction, BackoffOptions, RetryBackoffOptions, RetryOption, RetryPolicy } from './common/backoff';
@@ -35,6 +36,7 @@ export type {
   Throughput,
   ThroughputRow,
 } from './dialects/dialect-rows';
+export type { MessageHistory, MessagePlan, MessageRow, MessageState } from './dialects/message-rows';
 export {
   ClaimLostError,
   DuplicateMessageIdError,

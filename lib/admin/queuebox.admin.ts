@@ -3,10 +3,12 @@ import { dateTimeOf } from '../common/payload';
 import { QUEUEBOX_DIALECT } from '../common/queuebox.constants';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
 import type { BacklogRow, BlockedKeyRow, ClaimRow, DeadLetterRow, InstanceRow, SkipHeadTarget, Throughput } from '../dialects/dialect-rows';
+import type { MessageHistory, MessageRow } from '../dialects/message-rows';
 import { QueueBoxAdminError } from '../errors/queuebox.errors';
 import { messages } from '../texts/queuebox.messages';
 import type { QueueTable } from '../types/claims';
 import type { DeadLetterFilter, DeadLetterIds, DeadLetterPage, DeadLetterSelection, RetentionResult } from './admin.types';
+import { type MessageFilter, type MessagePage, type MessagePageResult, toMessageSearch } from './message-search';
 import { RetentionService } from './retention.service';
 
 const DEFAULT_PAGE = 50;
@@ -14,6 +16,8 @@ const MAX_PAGE = 1000;
 /** Rows a replay or discard changes per statement; a bigger selection takes several statements. */
 const WRITE_BATCH = 1000;
 const FILTER_FIELDS = ['name', 'key', 'errorContains', 'deadAfter', 'deadBefore'] as const;
+/** The most buckets `history` counts: one day of minutes, or 7 days of hours. */
+const MAX_HISTORY = { minute: 1440, hour: 168 } as const;
 /** The longest window `throughput` counts over: one day of minutes. */
 const MAX_THROUGHPUT_MINUTES = 1440;
 /** The largest id a `bigint` (PostgreSQL) or `BIGINT` (SQL Server) column holds. */
@@ -131,6 +135,58 @@ export class QueueBoxAdmin {
       );
     }
     return this.dialect.adminThroughput({ minutes });
+  }
+
+  /**
+   * The message browser: rows of any state of one table matching `filter`, newest first, one page
+   * (keyset by row id: pass `next` back as `after`). Served by an index for a message id or an
+   * unfinished or dead state; otherwise by a scan of at most `page.scanLimit` rows (default
+   * 100,000) of the primary key from the cursor, which says where it stopped (`scannedUpTo`).
+   * docs/dashboard.md states each filter's cost.
+   */
+  async findMessages(filter: MessageFilter, page: MessagePage = {}): Promise<MessagePageResult<MessageRow>> {
+    const search = toMessageSearch(
+      filter,
+      page,
+      component(filter === null || typeof filter !== 'object' ? undefined : own(filter, 'component')),
+    );
+    const found = await this.dialect.messageSearch(search);
+    const full = found.rows.length === search.limit;
+    const next = full ? found.rows[found.rows.length - 1].id : found.scannedTo;
+    return { rows: found.rows, next, plan: found.plan, scannedUpTo: full ? null : found.scannedTo };
+  }
+
+  /** One row of either table by its row id, with its payload, whatever its state; `null` when there is none. */
+  async findMessage(p: { component: QueueTable; id: string }): Promise<MessageRow | null> {
+    const kind = component(p?.component);
+    const search = toMessageSearch({ component: kind }, { limit: 1, includePayload: true }, kind, { rowId: p.id });
+    const found = await this.dialect.messageSearch(search);
+    return found.rows[0] ?? null;
+  }
+
+  /**
+   * Finished and dead rows per destination / source over the last `buckets` minutes (at most
+   * 1440) or hours (at most 168: 7 days), the current bucket last, from `sent_at` /
+   * `processed_at` and the dead rows' last attempt. Range scans of the `sent_at` / `processed_at`
+   * indexes from the window's start: the cost follows the rows finished in the window (at most 7
+   * days of them), not the rows kept. With `by: 'component'` the counts are per component (`name`
+   * is ''), an index-only scan that reads no row for its destination: what the dashboard's chart
+   * asks. Rows retention deleted are not counted.
+   */
+  async history(p: { bucket?: 'minute' | 'hour'; buckets?: number; by?: 'name' | 'component' } = {}): Promise<MessageHistory> {
+    const bucket = p?.bucket ?? 'hour';
+    if (bucket !== 'minute' && bucket !== 'hour') {
+      throw new QueueBoxAdminError('bucket', messages.adminArgumentInvalid('bucket', 'must be "minute" or "hour"', bucket));
+    }
+    const buckets = p?.buckets ?? (bucket === 'hour' ? 24 : 60);
+    const max = MAX_HISTORY[bucket];
+    if (typeof buckets !== 'number' || !Number.isInteger(buckets) || buckets < 1 || buckets > max) {
+      throw new QueueBoxAdminError('buckets', messages.adminArgumentInvalid('buckets', `must be an integer from 1 to ${max}`, buckets));
+    }
+    const by = p?.by ?? 'name';
+    if (by !== 'name' && by !== 'component')
+      throw new QueueBoxAdminError('by', messages.adminArgumentInvalid('by', 'must be "name" or "component"', by));
+    return this.dialect.adminHistory({ bucket, buckets, byName: by === 'name' });
   }
 
   /**

@@ -38,7 +38,7 @@ export function parseText(option: string, value: string | undefined): string | u
   return value;
 }
 
-function parseTime(option: string, value: string | undefined): Date | undefined {
+export function parseTime(option: string, value: string | undefined): Date | undefined {
   if (value === undefined) return undefined;
   // Date.parse takes more than ISO 8601 (e.g. "1"); ask for at least a date.
   const time = /^\d{4}-\d{2}-\d{2}/.test(value) ? new Date(value) : new Date(Number.NaN);

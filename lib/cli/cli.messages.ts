@@ -97,5 +97,13 @@ export const cliMessages = {
     `--scenarios: unknown scenario ${JSON.stringify(value)}; use a comma-separated list of ${known.join(', ')}, or none.`,
   verifyInterrupting: () => 'interrupted: stopping the workers and dropping the tables (Ctrl-C again to quit at once and leave them).',
   verifyJsonWritten: (file: string) => `Report written to ${file}.`,
+  pathOptionInvalid: (option: string, value: string) =>
+    `${option} ${JSON.stringify(value)} must be <path>=<value>, such as order.id=123 (a header: x-tenant=acme).`,
+  messagesNameClash: (component: string) =>
+    component === 'outbox' ? '--source applies to the inbox: use --destination.' : '--destination applies to the outbox: use --source.',
+  messagesScanned: (upTo: string, next: string) =>
+    `Scanned up to row ${upTo} (the bounded scan stopped there; older rows were not looked at): continue with --after ${next}.`,
+  scanInvalid: (value: string) => `--scan ${JSON.stringify(value)} must be an integer from 1 to 1000000.`,
+  messagesMore: (next: string) => `More rows may follow: --after ${next}.`,
   textInvalid: (option: string) => `${option} must be a non-empty text of at most 2000 characters, without a NUL character.`,
 };

@@ -9,6 +9,7 @@ import type { CliIo, Command, CommandValues } from './command';
 import { blockedCommand } from './commands/blocked.command';
 import { deadLettersCommand } from './commands/dead-letters.command';
 import { instancesCommand } from './commands/instances.command';
+import { messagesCommand } from './commands/messages.command';
 import { migrateCommand } from './commands/migrate.command';
 import { skipHeadCommand } from './commands/skip-head.command';
 import { sqlCommand } from './commands/sql.command';
@@ -24,6 +25,7 @@ export const commands: readonly Command[] = [
   migrateCommand,
   statusCommand,
   sqlCommand,
+  messagesCommand,
   deadLettersCommand,
   blockedCommand,
   skipHeadCommand,

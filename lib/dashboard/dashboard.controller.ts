@@ -14,6 +14,7 @@ import {
   type Type,
   UseGuards,
 } from '@nestjs/common';
+import type { MessageFilter, MessagePage } from '../admin/message-search';
 import type { SkipHeadTarget } from '../dialects/dialect-rows';
 import type { QueueTable } from '../types/claims';
 import { DASHBOARD_CSP, type DashboardAsset, dashboardPage } from './dashboard.assets';
@@ -79,6 +80,43 @@ function deadLetterQuery(query: Record<string, unknown>): DeadLetterQuery {
     error: optionalString('error', query.error),
     from: optionalString('from', query.from),
     to: optionalString('to', query.to),
+  };
+}
+
+/** An instant with an explicit zone (`Z` or `+01:00`): the API never guesses one. */
+function instant(name: string, value: unknown): Date | undefined {
+  const text = optionalString(name, value);
+  if (text === undefined || text === '') return undefined;
+  const date = new Date(text);
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?(Z|[+-]\d{2}:\d{2})$/.test(text) || Number.isNaN(date.getTime())) {
+    throw bad(name, 'must be an ISO 8601 time with its zone, such as 2026-11-30T14:00:00Z', value);
+  }
+  return date;
+}
+
+/** The message browser's query: every filter of `QueueBoxAdmin.findMessages`, as strings. */
+function messageQuery(query: Record<string, unknown>): { filter: MessageFilter; page: MessagePage } {
+  const text = (name: string) => optionalString(name, query[name]) || undefined;
+  const path = text('path');
+  const pathIn = text('pathIn') ?? 'payload';
+  if (pathIn !== 'payload' && pathIn !== 'headers') throw bad('pathIn', 'must be "payload" or "headers"', pathIn);
+  return {
+    filter: {
+      component: component(query.component),
+      messageId: text('id'),
+      key: text('key'),
+      name: text('name'),
+      state: text('state') as MessageFilter['state'],
+      time: text('time') as MessageFilter['time'],
+      since: instant('since', query.since),
+      until: instant('until', query.until),
+      path: path === undefined ? undefined : { in: pathIn, path, equals: optionalString('value', query.value) ?? '' },
+    },
+    page: {
+      after: text('after'),
+      limit: integer('limit', query.limit, PAGE_LIMIT.default, 1, PAGE_LIMIT.max),
+      scanLimit: integer('scan', query.scan, 100_000, 1, 1_000_000),
+    },
   };
 }
 
@@ -277,6 +315,47 @@ export function createDashboardController(options: ResolvedDashboardOptions): Ty
       const admin = this.dashboard.admin(instance);
       const limit = integer('limit', query.limit, PAGE_LIMIT.default, 1, PAGE_LIMIT.max);
       return { rows: await admin.listClaims({ component: component(query.component), limit }) };
+    }
+
+    /** The message browser: rows of any state, filtered, newest first, keyset-paged (`after`), with how they were found. */
+    @Get('api/:instance/messages')
+    messages(
+      @Param('instance') instance: string,
+      @Query() query: Record<string, unknown>,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      this.dashboard.admin(instance);
+      const { filter, page } = messageQuery(query);
+      return this.dashboard.messages(instance, filter, page);
+    }
+
+    /** One row of either table, whatever its state, with its payload. */
+    @Get('api/:instance/messages/:component/:id')
+    message(
+      @Param('instance') instance: string,
+      @Param('component') kind: string,
+      @Param('id') id: string,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      return this.dashboard.message(instance, component(kind), id);
+    }
+
+    /** Finished and dead rows per minute (`bucket=minute`, up to 1440) or hour (default, up to 168: 7 days). */
+    @Get('api/:instance/history')
+    history(
+      @Param('instance') instance: string,
+      @Query() query: Record<string, unknown>,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      const bucket = query.bucket ?? 'hour';
+      if (bucket !== 'minute' && bucket !== 'hour') throw bad('bucket', 'must be "minute" or "hour"', bucket);
+      const buckets = integer('buckets', query.buckets, bucket === 'hour' ? 24 : 60, 1, bucket === 'hour' ? 168 : 1440);
+      const by = query.by ?? 'name';
+      if (by !== 'name' && by !== 'component') throw bad('by', 'must be "name" or "component"', by);
+      return this.dashboard.history(instance, bucket, buckets, by);
     }
 
     /** The instances and their heartbeats (`QueueBoxAdmin.instances()`); an admin without that method gets `available: false` and why (never made-up rows). */

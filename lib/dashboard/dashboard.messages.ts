@@ -14,6 +14,20 @@ const show = (value: unknown): string => {
 const DOC = 'node_modules/queuebox/docs/dashboard.md';
 
 export const dashboardMessages = {
+  // The overview's flags (dashboard.flags.ts)
+  flagLag: (component: string, name: string, seconds: number, threshold: number) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} lags: its oldest due message has waited ${Math.round(seconds)} s (threshold ${threshold} s).`,
+  flagInstance: (state: string, id: string, host: string, pid: number, ageSeconds: number, claims: number) =>
+    state === 'dead'
+      ? `Instance ${id.slice(0, 8)} (${host}, pid ${pid}) is dead: no heartbeat for ${Math.round(ageSeconds)} s; its ${claims} claimed row(s) move again once a live replica ends its leases.`
+      : `Instance ${id.slice(0, 8)} (${host}, pid ${pid}) is silent: no heartbeat for ${Math.round(ageSeconds)} s (missed two or more); it still holds ${claims} row(s).`,
+  flagUnavailable: (source: string, error: string) => `Could not check ${source}: ${error.slice(0, 200)}`,
+  lagThresholdInvalid: (value: unknown) =>
+    `QueueBoxDashboardModule option "lagThresholdSeconds" must be a number of seconds from 1 to 86400, got ${show(value)}.`,
+  messagesUnavailable: () =>
+    "This instance's admin has no findMessages() (a DashboardAdmin of your own): the message browser is not available.",
+  historyUnavailable: () => "This instance's admin has no history() (a DashboardAdmin of your own): the history is not available.",
+  messageNotFound: (component: string, id: string) => `No ${component} row with id ${show(id)} (it may have been deleted by retention).`,
   noQueueBox: () =>
     'The dashboard found no QueueBox in this app: import QueueBoxModule.forRoot() (or QueueBoxTenantsModule), or give "instances" with a QueueBoxAdmin of each database (createQueueBoxAdmin(dataSource)).',
   // Options (QueueBoxConfigError, at start-up)

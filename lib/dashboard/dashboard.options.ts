@@ -23,6 +23,11 @@ export type DashboardAdmin = Pick<
 > & {
   /** The processes running QueueBox with their last heartbeat (`QueueBoxAdmin.instances()`); the dashboard shows them when present. */
   instances?(): Promise<InstanceRow[]>;
+  /** The message browser (`QueueBoxAdmin.findMessages` / `findMessage`); the Messages view needs them. */
+  findMessages?: QueueBoxAdmin['findMessages'];
+  findMessage?: QueueBoxAdmin['findMessage'];
+  /** Counts per minute or hour (`QueueBoxAdmin.history`); the overview's history needs it. */
+  history?: QueueBoxAdmin['history'];
 };
 
 /** One QueueBox the dashboard switches between: its name (in URLs and the switch) and its admin, or the admin's injection token. */
@@ -72,6 +77,11 @@ export interface QueueBoxDashboardOptions {
   allowedOrigins?: string[];
   /** Derives the action token from this secret instead of a random one per process, so replicas behind one URL accept each other's page. */
   tokenSecret?: string;
+  /**
+   * The overview flags a destination or source whose oldest due pending message has waited longer
+   * than this (a warning; critical past 5 times it). Seconds, default 60.
+   */
+  lagThresholdSeconds?: number;
   /** Modules whose providers the guards or instance tokens need. */
   imports?: ModuleMetadata['imports'];
 }
@@ -86,10 +96,22 @@ export interface ResolvedDashboardOptions {
   actor: ((request: DashboardRequest) => string | undefined) | undefined;
   allowedOrigins: string[];
   tokenSecret: string | undefined;
+  lagThresholdSeconds: number;
   imports: NonNullable<ModuleMetadata['imports']>;
 }
 
-const KEYS = ['path', 'guard', 'public', 'readOnly', 'instances', 'actor', 'allowedOrigins', 'tokenSecret', 'imports'] as const;
+const KEYS = [
+  'path',
+  'guard',
+  'public',
+  'readOnly',
+  'instances',
+  'actor',
+  'allowedOrigins',
+  'tokenSecret',
+  'lagThresholdSeconds',
+  'imports',
+] as const;
 const PATH = /^\/?[A-Za-z0-9._~-]+(\/[A-Za-z0-9._~-]+)*\/?$/;
 const INSTANCE_NAME = /^[A-Za-z0-9._-]{1,64}$/;
 
@@ -151,6 +173,15 @@ export function resolveDashboardOptions(given: QueueBoxDashboardOptions): Resolv
   if (options.tokenSecret !== undefined && (typeof options.tokenSecret !== 'string' || options.tokenSecret.length < 32)) {
     throw fail('tokenSecret', messages.tokenSecretInvalid());
   }
+  const lagThresholdSeconds = options.lagThresholdSeconds ?? 60;
+  if (
+    typeof lagThresholdSeconds !== 'number' ||
+    !Number.isFinite(lagThresholdSeconds) ||
+    lagThresholdSeconds < 1 ||
+    lagThresholdSeconds > 86_400
+  ) {
+    throw fail('lagThresholdSeconds', messages.lagThresholdInvalid(lagThresholdSeconds));
+  }
   return {
     path: path.replace(/^\/+|\/+$/g, ''),
     guards,
@@ -160,6 +191,7 @@ export function resolveDashboardOptions(given: QueueBoxDashboardOptions): Resolv
     actor: options.actor,
     allowedOrigins: allowedOrigins.map((o) => new URL(o).origin),
     tokenSecret: options.tokenSecret,
+    lagThresholdSeconds,
     imports: options.imports ?? [],
   };
 }

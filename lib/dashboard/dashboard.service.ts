@@ -1,15 +1,18 @@
 import { HttpStatus, Inject, Injectable, Logger, type OnModuleInit, Optional } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { DeadLetterFilter, DeadLetterSelection } from '../admin/admin.types';
+import type { MessageFilter, MessagePage, MessagePageResult } from '../admin/message-search';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { QueueBoxRegistry } from '../core/queuebox.registry';
 import type { DeadLetterRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
+import type { MessageHistory, MessageRow } from '../dialects/message-rows';
 import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
 import { getQueueBoxEventsToken } from '../module/queuebox.tokens';
 import type { QueueTable } from '../types/claims';
 import { TRACEPARENT_HEADER } from '../wire-headers';
 import { QUEUEBOX_DASHBOARD_OPTIONS } from './dashboard.constants';
+import { collectFlags, type OverviewFlag } from './dashboard.flags';
 import { dashboardMessages as messages } from './dashboard.messages';
 import type { DashboardAdmin, DashboardRequest, ResolvedDashboardOptions } from './dashboard.options';
 import { DashboardHttpError } from './dashboard.security';
@@ -95,7 +98,10 @@ export class DashboardService implements OnModuleInit {
     return admin;
   }
 
-  async overview(instance: string, minutes: number): Promise<{ since: Date; minutes: number; rows: OverviewRow[] }> {
+  async overview(
+    instance: string,
+    minutes: number,
+  ): Promise<{ since: Date; minutes: number; rows: OverviewRow[]; flags: OverviewFlag[]; lagThresholdSeconds: number }> {
     const admin = this.admin(instance);
     const [backlog, throughput] = await Promise.all([admin.backlog(), adminCall(() => admin.throughput({ minutes }))]);
     const rows = new Map<string, OverviewRow>();
@@ -120,7 +126,44 @@ export class DashboardService implements OnModuleInit {
     const sorted = [...rows.values()].sort((a, b) =>
       a.component === b.component ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.component === 'outbox' ? -1 : 1,
     );
-    return { since: throughput.since, minutes: throughput.minutes, rows: sorted };
+    const flags = await collectFlags({ instance, admin, backlog: sorted, options: this.options });
+    return {
+      since: throughput.since,
+      minutes: throughput.minutes,
+      rows: sorted,
+      flags,
+      lagThresholdSeconds: this.options.lagThresholdSeconds,
+    };
+  }
+
+  /** The message browser: one page of `QueueBoxAdmin.findMessages` (a bad argument is a 400 naming it). */
+  async messages(instance: string, filter: MessageFilter, page: MessagePage): Promise<MessagePageResult<MessageRow>> {
+    const admin = this.admin(instance);
+    if (typeof admin.findMessages !== 'function') {
+      throw new DashboardHttpError(HttpStatus.NOT_FOUND, 'QUEUEBOX_DASHBOARD_NOT_FOUND', messages.messagesUnavailable());
+    }
+    return adminCall(() => (admin.findMessages as NonNullable<typeof admin.findMessages>)(filter, page));
+  }
+
+  /** One row of either table, any state, with its payload and trace id, or 404. */
+  async message(instance: string, component: QueueTable, id: string): Promise<MessageRow & { traceId: string | null }> {
+    const admin = this.admin(instance);
+    if (typeof admin.findMessage !== 'function') {
+      throw new DashboardHttpError(HttpStatus.NOT_FOUND, 'QUEUEBOX_DASHBOARD_NOT_FOUND', messages.messagesUnavailable());
+    }
+    const row = await adminCall(() => (admin.findMessage as NonNullable<typeof admin.findMessage>)({ component, id }));
+    if (row === null)
+      throw new DashboardHttpError(HttpStatus.NOT_FOUND, 'QUEUEBOX_DASHBOARD_NOT_FOUND', messages.messageNotFound(component, id));
+    return { ...row, traceId: traceIdOf(row.headers) };
+  }
+
+  /** Counts per minute or hour (`QueueBoxAdmin.history`). */
+  async history(instance: string, bucket: 'minute' | 'hour', buckets: number, by: 'name' | 'component'): Promise<MessageHistory> {
+    const admin = this.admin(instance);
+    if (typeof admin.history !== 'function') {
+      throw new DashboardHttpError(HttpStatus.NOT_FOUND, 'QUEUEBOX_DASHBOARD_NOT_FOUND', messages.historyUnavailable());
+    }
+    return adminCall(() => (admin.history as NonNullable<typeof admin.history>)({ bucket, buckets, by }));
   }
 
   async deadLetters(
@@ -145,10 +188,7 @@ export class DashboardService implements OnModuleInit {
     if (rows.length === 0) {
       throw new DashboardHttpError(HttpStatus.NOT_FOUND, 'QUEUEBOX_DASHBOARD_NOT_FOUND', messages.deadLetterNotFound(component, id));
     }
-    const traceparent = rows[0].headers[TRACEPARENT_HEADER];
-    const traceId =
-      typeof traceparent === 'string' ? (/^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/.exec(traceparent)?.[1] ?? null) : null;
-    return { ...rows[0], traceId };
+    return { ...rows[0], traceId: traceIdOf(rows[0].headers) };
   }
 
   /** Replays or discards dead rows picked by ids or by a filter; returns how many changed. */
@@ -224,6 +264,12 @@ export class DashboardService implements OnModuleInit {
     const label = typeof token === 'function' ? token.name : String(token);
     throw new QueueBoxConfigError('dashboard.instances', messages.instanceMissing(name, label));
   }
+}
+
+/** The trace id of a `traceparent` header, or null. */
+function traceIdOf(headers: Record<string, string>): string | null {
+  const traceparent = headers[TRACEPARENT_HEADER];
+  return typeof traceparent === 'string' ? (/^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/.exec(traceparent)?.[1] ?? null) : null;
 }
 
 function isAdmin(value: unknown): value is DashboardAdmin {

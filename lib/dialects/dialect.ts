@@ -17,6 +17,7 @@ import type {
   SkipHeadTarget,
   Throughput,
 } from './dialect-rows';
+import type { MessageHistory, MessageSearch, MessageSearchResult } from './message-rows';
 
 /** The QueueBox tables, validated: the outbox, the inbox, and the instances (processes and their heartbeats). */
 export interface QueueBoxTables {
@@ -234,6 +235,16 @@ export interface Dialect {
   deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]>;
   /** Finished and dead rows per destination / source and minute, over the last `minutes` minutes (the current one included). */
   adminThroughput(p: { minutes: number }): Promise<Throughput>;
+  /**
+   * The message browser: one page of rows of any state matching `search`, newest first, through an
+   * index (a message id, an unfinished or dead state) or a scan of at most `search.scanLimit` rows.
+   */
+  messageSearch(search: MessageSearch): Promise<MessageSearchResult>;
+  /**
+   * Finished and dead rows per destination / source (`byName` false: per component, named '') and
+   * bucket (minute or hour), the last `buckets` buckets.
+   */
+  adminHistory(p: { bucket: 'minute' | 'hour'; buckets: number; byName?: boolean }): Promise<MessageHistory>;
   /** Up to `limit` rows in flight (`processing`) of one table, oldest claim first. */
   adminClaimList(p: { component: QueueTable; limit: number }): Promise<ClaimRow[]>;
   /** Keys / aggregates whose head row failed at least once and is not finished. */

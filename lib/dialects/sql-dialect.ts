@@ -17,6 +17,7 @@ import type {
   SkipHeadTarget,
   Throughput,
 } from './dialect-rows';
+import type { MessageHistory, MessageRow, MessageSearch, MessageSearchResult } from './message-rows';
 import {
   type BacklogRecord,
   type BlockedKeyRecord,
@@ -70,6 +71,13 @@ export interface SqlDialectStatements {
   adminThroughputSql(outbox: string, inbox: string): string;
   adminClaimListSql(table: string, component: QueueTable, tables: { instances: string; outbox: string; inbox: string }): string;
   clockNowSql(): string;
+  messageSearchSql(
+    table: string,
+    component: QueueTable,
+    search: MessageSearch,
+  ): { sql: string; params: unknown[]; plan: MessageSearchResult['plan'] };
+  messageScanEndSql(table: string, beforeId: string | null, scanLimit: number): { sql: string; params: unknown[] };
+  adminHistorySql(outbox: string, inbox: string, byName?: boolean): string;
   instanceRegisterSql(instances: string): string;
   instanceHeartbeatSql(instances: string): string;
   instanceEndDeadSql(instances: string, outbox: string, inbox: string): string;
@@ -407,6 +415,32 @@ export abstract class SqlDialect<J> {
     return toThroughput(since, p.minutes, rows);
   }
 
+  async messageSearch(search: MessageSearch): Promise<MessageSearchResult> {
+    const table = this.table[search.component];
+    const statement = this.statements.messageSearchSql(table, search.component, search);
+    const { rows } = await this.runAdmin<MessageRecord<J>>(statement.sql, statement.params);
+    const found = rows.map((r) => toMessageRow(search.component, r, this.decoding));
+    if (statement.plan !== 'bounded-scan' || found.length >= search.limit) return { rows: found, plan: statement.plan, scannedTo: null };
+    // Fewer rows than asked: the scan examined its whole window. Where it ended is the next cursor.
+    const end = this.statements.messageScanEndSql(table, search.beforeId, search.scanLimit);
+    const [window] = (await this.runAdmin<{ low: string | number | null; n: string | number }>(end.sql, end.params)).rows;
+    const reachedStart = Number(window.n) < search.scanLimit || window.low === null;
+    return { rows: found, plan: statement.plan, scannedTo: reachedStart ? null : String(window.low) };
+  }
+
+  /** Buckets are cut on the database clock: `since` is the start of the bucket `buckets - 1` before the current one. */
+  async adminHistory(p: { bucket: 'minute' | 'hour'; buckets: number; byName?: boolean }): Promise<MessageHistory> {
+    const size = p.bucket === 'hour' ? 3_600_000 : 60_000;
+    const now = await this.clockNow();
+    const since = new Date(Math.floor(now.getTime() / size) * size - (p.buckets - 1) * size);
+    const { rows } = await this.runAdmin<ThroughputRecord>(
+      this.statements.adminHistorySql(this.table.outbox, this.table.inbox, p.byName !== false),
+      [this.params.instant(since), this.params.int(size / 1000)],
+    );
+    const counted = toThroughput(since, p.buckets, rows);
+    return { since, bucket: p.bucket, buckets: p.buckets, rows: counted.rows };
+  }
+
   async adminClaimList(p: { component: QueueTable; limit: number }): Promise<ClaimRow[]> {
     const { rows } = await this.runAdmin<ClaimRecord>(
       this.statements.adminClaimListSql(this.table[p.component], p.component, this.instanceTables),
@@ -525,4 +559,43 @@ interface InstanceRecord {
   state: InstanceState;
   outbox_claims: number | string;
   inbox_claims: number | string;
+}
+
+/** A row of the message browser as a driver returns it. */
+interface MessageRecord<J> {
+  id: string | number;
+  message_id: string | null;
+  idempotency_key: string | null;
+  name: string;
+  key: string | null;
+  state: MessageRow['state'];
+  attempts: number | string;
+  last_error: string | null;
+  created_at: Date;
+  available_at: Date;
+  claimed_at: Date | null;
+  finished_at: Date | null;
+  headers: J | null;
+  payload?: J;
+}
+
+function toMessageRow<J>(component: QueueTable, r: MessageRecord<J>, decode: RecordDecoding<J>): MessageRow {
+  const row: MessageRow = {
+    component,
+    id: String(r.id),
+    messageId: r.message_id === null ? null : decode.uuid(r.message_id),
+    idempotencyKey: r.idempotency_key,
+    name: r.name,
+    key: r.key,
+    state: r.state,
+    attempts: Number(r.attempts),
+    lastError: r.last_error,
+    createdAt: r.created_at,
+    availableAt: r.available_at,
+    claimedAt: r.claimed_at,
+    finishedAt: r.finished_at,
+    headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
+  };
+  if ('payload' in r) row.payload = decode.json(r.payload as J);
+  return row;
 }

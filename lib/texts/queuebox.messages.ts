@@ -397,6 +397,8 @@ export const messages = {
     `QueueBox option "instances.deadAfterMs" is ${deadAfterMs} ms, shorter than ${beats} heartbeats of ${heartbeatMs} ms: one slow heartbeat would declare a live instance dead and end its leases. Use at least ${beats * heartbeatMs} ms, or a shorter "instances.heartbeatMs".`,
   adminArgumentInvalid: (field: string, rule: string, value: unknown) =>
     `QueueBoxAdmin: "${field}" ${rule}, got ${show(value)}. Nothing was changed.`,
+  adminPathRule: () =>
+    'must be { path, equals, in? } with a dotted path of 1 to 16 segments (a header: 1), each 1 to 100 letters, digits, "_" or "-" (such as order.id or items.0.sku)',
   adminRowIdRule: (max: bigint) => `must be a row id (a positive integer as a string, at most ${max})`,
   adminTextNul: () =>
     'contains a NUL character (\\u0000), which QueueBox never stores (PostgreSQL text cannot hold one), so no row can match it',

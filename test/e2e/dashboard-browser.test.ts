@@ -305,6 +305,153 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
     }
   });
 
+  it('status board, history, sorting, the message browser and its detail, and the blocked view at 1024 px', async () => {
+    // A database of its own, served by an app that runs no worker: nothing changes the rows while the page reads them.
+    const own = await createTestDatabase();
+    const app = await createDashboardApp(own.url, { guard: OperatorGuard, lagThresholdSeconds: 60 });
+    try {
+      // Seven days of sent rows (one an hour to billing, one every 2 hours to crm), a few dead ones.
+      await own.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, created_at, sent_at)
+        SELECT gen_random_uuid(), CASE WHEN h % 2 = 0 THEN 'crm' ELSE 'billing' END, 'order-' || h, jsonb_build_object('order', jsonb_build_object('id', h)),
+               'sent', 1, clock_timestamp() - make_interval(hours => h), clock_timestamp() - make_interval(hours => h)
+        FROM generate_series(0, 167) h, generate_series(1, 1 + (h % 3)) n`);
+      await own.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, last_error, created_at, claimed_at)
+        SELECT gen_random_uuid(), 'billing', 'order-' || h, '{}', 'dead', 5, 'HTTP 503', clock_timestamp() - make_interval(hours => h), clock_timestamp() - make_interval(hours => h)
+        FROM generate_series(5, 100, 19) h`);
+      // A destination that lags (a due row waiting 10 minutes, over the 60 s threshold) and a silent instance.
+      await own.query(`INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, created_at, available_at)
+        VALUES (gen_random_uuid(), 'ledger', 'order-123', '{"order":{"id":123}}', 'pending', 0, clock_timestamp() - interval '10 minutes',
+                clock_timestamp() - interval '10 minutes')`);
+      await own.query(`INSERT INTO queuebox_instances (id, host, pid, data_source, version, dead_after_ms, heartbeat_at)
+        VALUES ('5113e700-0000-4000-8000-00000000000a', 'worker-2', 2002, 'default', '0.1.0', 60000, clock_timestamp() - interval '45 seconds')`);
+      const long =
+        'billing answered HTTP 503 Service Unavailable from https://billing.internal.example.com/v2/invoices: upstream connect error or disconnect/reset before headers';
+      for (const key of ['customer-1', 'customer-2']) {
+        await own.query(
+          `INSERT INTO queuebox_outbox (message_id, destination, "key", payload, state, attempts, last_error, available_at, claimed_at, claimed_by)
+           VALUES (gen_random_uuid(), 'billing-eu-central-1', $1, '{}', 'pending', 7, $2, clock_timestamp() + interval '10 minutes', clock_timestamp(),
+                   '5113e700-0000-4000-8000-00000000000a'),
+                  (gen_random_uuid(), 'billing-eu-central-1', $1, '{}', 'pending', 0, NULL, clock_timestamp(), NULL, NULL)`,
+          [key, long],
+        );
+      }
+
+      const page = await context.newPage();
+      await page.goto(`${app.url}#/default/overview`);
+      await page.getByRole('heading', { name: 'Overview' }).waitFor();
+      // The status board: critical first, each flag with its text; the instance flag links to the Instances view.
+      const flags = page.locator('#flags li');
+      await flags.first().waitFor();
+      assert.deepEqual(await flags.evaluateAll((items) => items.map((i) => i.getAttribute('data-flag'))), [
+        'lag:outbox:ledger',
+        'instance:5113e700-0000-4000-8000-00000000000a',
+      ]);
+      assert.match(
+        (await flags.nth(0).textContent()) ?? '',
+        /^Critical: Destination "ledger" lags: its oldest due message has waited \d+ s \(threshold 60 s\)/,
+        'ten minutes is past 5 times the threshold',
+      );
+      assert.match((await flags.nth(1).textContent()) ?? '', /^Warning: Instance 5113e700 \(worker-2, pid 2002\) is silent.*Show$/);
+      assert.equal(await page.locator('td.lagging').count(), 1, 'the lag cell of ledger is marked');
+      // The history: 24 hours per hour by default, 7 days on request, labelled in UTC.
+      const outboxChart = page.locator('figure.history-chart svg').first();
+      await outboxChart.waitFor();
+      assert.match((await outboxChart.getAttribute('aria-label')) ?? '', /^Outbox: [\d,]+ sent and \d+ dead, last 24 hours, per hour$/);
+      await page.getByLabel('History range').selectOption('7d');
+      await page.waitForURL(/range=7d/);
+      const week = page.locator('figure.history-chart svg').first();
+      await page.locator('figure.history-chart svg[aria-label*="last 7 days"]').first().waitFor();
+      const [sentInWeek] = await own.query<{ n: string }>(
+        `SELECT count(*) AS n FROM queuebox_outbox WHERE state = 'sent' AND sent_at >= date_trunc('hour', clock_timestamp()) - interval '167 hours'`,
+      );
+      assert.equal((await week.getAttribute('aria-label'))?.match(/^Outbox: ([\d,]+) sent/)?.[1].replace(/,/g, ''), sentInWeek.n);
+      assert.ok((await week.locator('rect.bar-ok').count()) >= 160, 'a bar for (almost) every hour of the week');
+      assert.match((await page.locator('section.history').textContent()) ?? '', /\(UTC\) on, one bar per hour/);
+      await shot(page, 'status-board');
+
+      // Sorting: click a header, again for the other way; the rows follow.
+      const outboxTable = page.locator('section[aria-labelledby="overview-outbox"] table');
+      const names = () => outboxTable.locator('tbody th').allTextContents();
+      const header = (name: string) => outboxTable.locator('thead button.sort', { hasText: new RegExp(`^${name}$`) });
+      await header('Dead').click();
+      assert.equal(await outboxTable.locator('th[aria-sort="ascending"]').textContent(), 'Dead');
+      assert.equal((await names()).at(-1), 'billing', 'ascending: the only destination with dead rows last');
+      await header('Dead').click();
+      assert.equal(await outboxTable.locator('th[aria-sort="descending"]').textContent(), 'Dead');
+      assert.equal((await names())[0], 'billing', 'descending: the most dead rows first');
+      await header('Destination').click();
+      assert.deepEqual(await names(), ['billing', 'billing-eu-central-1', 'crm', 'ledger']);
+
+      // The message browser: a payload path, a state, the detail of a sent message.
+      await page.getByRole('link', { name: 'Messages' }).click();
+      await page.getByRole('heading', { name: 'Messages' }).waitFor();
+      const zone = await page.evaluate(() => Intl.DateTimeFormat().resolvedOptions().timeZone);
+      await page.getByLabel(`From (${zone})`).waitFor();
+      await page.getByLabel('Path (order.id)').fill('order.id');
+      await page.getByLabel('equals').fill('123');
+      await page.getByRole('button', { name: 'Search' }).click();
+      await page.waitForURL(/path=order\.id&value=123/);
+      const results = page.locator('.results tbody tr');
+      await page.getByRole('cell', { name: 'ledger' }).waitFor();
+      assert.deepEqual(
+        await results.evaluateAll((rows) => rows.map((r) => [...r.querySelectorAll('td')].slice(2, 5).map((c) => c.textContent))),
+        [
+          ['ledger', 'order-123', 'pending'],
+          ['billing', 'order-123', 'sent'],
+        ],
+        'order 123 in any state, newest first',
+      );
+      await page.getByLabel('State').selectOption('sent');
+      await page.getByLabel('Path (order.id)').fill('order.id');
+      await page.getByRole('button', { name: 'Search' }).click();
+      await page.waitForURL(/state=sent/);
+      const sentRow = page.locator('.results tbody tr').first();
+      await sentRow.waitFor();
+      assert.match(await cells(sentRow), / billing order-123 sent 1 \d{4}-\d\d-\d\d [\d:]{8}Z \d{4}-\d\d-\d\d [\d:]{8}Z —$/);
+      assert.match((await page.locator('.results caption').textContent()) ?? '', /found by a bounded scan of the newest rows/);
+      await shot(page, 'messages');
+      await sentRow.getByRole('link').click();
+      await page.getByRole('heading', { name: /^Message \d+$/ }).waitFor();
+      assert.match((await page.locator('pre.code').textContent()) ?? '', /"id": 123/);
+      assert.match((await page.locator('dl.fields').textContent()) ?? '', /Sent \(UTC\)\d{4}-\d\d-\d\d [\d:]{8}Z/);
+      await shot(page, 'message-detail');
+      // A bounded scan that stops before the end says how far it looked, and offers to look further.
+      await page.goto(`${app.url}#/default/messages?component=outbox&key=nope&scan=5`);
+      await page
+        .getByRole('note')
+        .filter({ hasText: /^Scanned up to row \d+: older rows were not looked at yet\. Look further$/ })
+        .waitFor();
+      await page.close();
+
+      // 1024 x 768: the blocked view's error column and Skip head button are on screen and clickable.
+      const narrow = await context.newPage();
+      await narrow.setViewportSize({ width: 1024, height: 768 });
+      await narrow.goto(`${app.url}#/default/blocked`);
+      await narrow.getByRole('heading', { name: 'Blocked keys' }).waitFor();
+      const skip = narrow.getByRole('button', { name: 'Skip head' }).first();
+      await skip.waitFor();
+      const box = await skip.boundingBox();
+      assert.ok(box && box.x >= 0 && box.x + box.width <= 1024 && box.y + box.height <= 768, `Skip head at ${JSON.stringify(box)}`);
+      await skip.click({ trial: true }); // visible, stable, enabled, and receives the click (nothing covers it)
+      const error = narrow.locator('td.error-cell').first();
+      const errorBox = await error.boundingBox();
+      assert.ok(errorBox && errorBox.x >= 0 && errorBox.x + errorBox.width <= 1024, `error cell at ${JSON.stringify(errorBox)}`);
+      const uncovered = `(() => {
+        const cell = document.querySelector('td.error-cell');
+        const r = cell.getBoundingClientRect();
+        const hit = document.elementFromPoint(r.left + 4, r.top + 8);
+        return hit !== null && cell.contains(hit);
+      })()`;
+      assert.equal(await narrow.evaluate(uncovered), true, 'the error cell is not covered');
+      assert.equal(await narrow.evaluate('document.documentElement.scrollWidth <= 1024'), true, 'no page-wide horizontal scroll');
+      await narrow.screenshot({ path: join(shots, 'dashboard-blocked-1024.png') });
+      await narrow.close();
+    } finally {
+      await app.app.close();
+      await own.drop();
+    }
+  });
+
   it('a dashboard without a guard (and without public: true) refuses to start', () => {
     assert.throws(
       () => QueueBoxDashboardModule.forRoot({ readOnly: true }),

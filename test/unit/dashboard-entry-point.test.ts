@@ -36,8 +36,11 @@ describe('queuebox/dashboard entry point', () => {
       'chart.js',
       'dashboard.css',
       'dom.js',
+      'history.js',
       'icon.svg',
       'main.js',
+      'messages.js',
+      'sort.js',
       'views.js',
     ]);
   });

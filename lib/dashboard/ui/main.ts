@@ -2,10 +2,12 @@
 // and the confirmation dialog. Views live in views.ts; everything they show comes from the API.
 import { ApiError, session as loadSession, type Session } from './api.js';
 import { h, mount } from './dom.js';
+import { message, messages } from './messages.js';
 import { blocked, claims, deadLetter, deadLetters, heartbeats, overview, type ViewContext } from './views.js';
 
 const VIEWS = [
   ['overview', 'Overview'],
+  ['messages', 'Messages'],
   ['dead', 'Dead letters'],
   ['blocked', 'Blocked'],
   ['claims', 'Claims in flight'],
@@ -128,6 +130,8 @@ async function start(): Promise<void> {
     try {
       if (view === 'dead' && rest.length === 2) await deadLetter(ctx, rest[0] === 'inbox' ? 'inbox' : 'outbox', rest[1]);
       else if (view === 'dead') await deadLetters(ctx);
+      else if (view === 'messages' && rest.length === 2) await message(ctx, rest[0] === 'inbox' ? 'inbox' : 'outbox', rest[1]);
+      else if (view === 'messages') await messages(ctx);
       else if (view === 'blocked') await blocked(ctx);
       else if (view === 'claims') await claims(ctx);
       else if (view === 'heartbeats') await heartbeats(ctx);

@@ -1,6 +1,8 @@
 import { get, post, type Session } from './api.js';
 import { minuteChart } from './chart.js';
 import { type Child, duration, h, mount, plural, time } from './dom.js';
+import { historyChart } from './history.js';
+import { sortable } from './sort.js';
 
 type Component = 'outbox' | 'inbox';
 
@@ -116,7 +118,7 @@ interface Claim extends Owned {
   leaseRemainingSeconds: number;
 }
 
-const api = (ctx: ViewContext, path: string) => `${encodeURIComponent(ctx.instance)}/${path}`;
+export const api = (ctx: ViewContext, path: string) => `${encodeURIComponent(ctx.instance)}/${path}`;
 const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
 const LABEL: Record<Component, { name: string; key: string; finished: string }> = {
   outbox: { name: 'Destination', key: 'Key', finished: 'sent' },
@@ -127,12 +129,12 @@ function componentOf(params: URLSearchParams): Component {
   return params.get('component') === 'inbox' ? 'inbox' : 'outbox';
 }
 
-function heading(text: string, ...extra: Child[]): HTMLElement {
+export function heading(text: string, ...extra: Child[]): HTMLElement {
   return h('div', { class: 'heading' }, h('h1', { tabindex: '-1', id: 'view-title' }, text), ...extra);
 }
 
 /** The outbox / inbox switch of a view, as two links (keyboard: Tab and Enter). */
-function componentTabs(ctx: ViewContext, view: string, current: Component, keep: Record<string, string> = {}): HTMLElement {
+export function componentTabs(ctx: ViewContext, view: string, current: Component, keep: Record<string, string> = {}): HTMLElement {
   return h(
     'nav',
     { class: 'tabs', 'aria-label': 'Table' },
@@ -149,30 +151,35 @@ function componentTabs(ctx: ViewContext, view: string, current: Component, keep:
   );
 }
 
-function table(headers: string[], rows: Node[], empty: string, caption?: string): HTMLElement {
+/** The browser's time zone, as the page names it where a date is read in it (`datetime-local` filters). */
+export const BROWSER_ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone || 'local time';
+
+export function table(headers: string[], rows: Node[], empty: string, caption?: string, className?: string): HTMLElement {
   if (rows.length === 0) return h('p', { class: 'empty' }, empty);
   return h(
     'div',
-    { class: 'table-wrap' },
-    h(
-      'table',
-      null,
-      caption ? h('caption', null, caption) : null,
+    { class: `table-wrap${className ? ` ${className}` : ''}` },
+    sortable(
       h(
-        'thead',
+        'table',
         null,
+        caption ? h('caption', null, caption) : null,
         h(
-          'tr',
+          'thead',
           null,
-          headers.map((t) => h('th', { scope: 'col' }, t)),
+          h(
+            'tr',
+            null,
+            headers.map((t) => h('th', { scope: 'col' }, t)),
+          ),
         ),
+        h('tbody', null, rows),
       ),
-      h('tbody', null, rows),
     ),
   );
 }
 
-function errorText(text: string | null, max = 140): Child {
+export function errorText(text: string | null, max = 140): Child {
   if (!text) return '—';
   return h('span', { class: 'error-text', title: text }, text.length > max ? `${text.slice(0, max)}…` : text);
 }
@@ -181,9 +188,41 @@ function errorText(text: string | null, max = 140): Child {
 
 export async function overview(ctx: ViewContext): Promise<void> {
   const body = h('div', { class: 'overview' }, h('p', { class: 'loading' }, 'Loading…'));
-  mount(ctx.main, heading('Overview', h('p', { class: 'hint' }, 'Backlog, lag and the last hour per minute; refreshed every 5 s.')), body);
+  const board = h('section', { class: 'board', 'aria-label': 'Status' });
+  const history = h('section', { class: 'history', 'aria-labelledby': 'history-title' });
+  mount(
+    ctx.main,
+    heading('Overview', h('p', { class: 'hint' }, 'Backlog, lag and the last hour per minute (times in UTC); refreshed every 5 s.')),
+    board,
+    body,
+    history,
+  );
   const draw = async () => {
-    const data = await get<{ since: string; minutes: number; rows: OverviewRow[] }>(api(ctx, 'overview'));
+    const data = await get<{ since: string; minutes: number; rows: OverviewRow[]; flags: Flag[]; lagThresholdSeconds: number }>(
+      api(ctx, 'overview'),
+    );
+    mount(
+      board,
+      data.flags.length === 0
+        ? h(
+            'p',
+            { class: 'flag ok', id: 'flags' },
+            `All clear: no lag over ${duration(data.lagThresholdSeconds)}, no silent or dead instance.`,
+          )
+        : h(
+            'ul',
+            { class: 'flags', id: 'flags' },
+            data.flags.map((f) =>
+              h(
+                'li',
+                { class: `flag ${f.level}`, 'data-flag': f.id },
+                h('strong', null, f.level === 'critical' ? 'Critical: ' : 'Warning: '),
+                f.text,
+                f.view ? [' ', h('a', { href: `#/${encodeURIComponent(ctx.instance)}/${f.view}` }, 'Show')] : null,
+              ),
+            ),
+          ),
+    );
     mount(
       body,
       (['outbox', 'inbox'] as const).map((c) => {
@@ -222,10 +261,17 @@ export async function overview(ctx: ViewContext): Promise<void> {
                       )
                     : '0',
                 ),
-                h('td', { class: 'num' }, duration(r.oldestPendingAgeSeconds)),
                 h(
                   'td',
-                  { class: 'chart-cell' },
+                  {
+                    class: `num${r.oldestPendingAgeSeconds !== null && r.oldestPendingAgeSeconds > data.lagThresholdSeconds ? ' lagging' : ''}`,
+                    'data-sort': r.oldestPendingAgeSeconds ?? -1,
+                  },
+                  duration(r.oldestPendingAgeSeconds),
+                ),
+                h(
+                  'td',
+                  { class: 'chart-cell', 'data-sort': sum(r.finishedPerMinute) },
                   minuteChart(
                     r.finishedPerMinute,
                     r.deadPerMinute,
@@ -249,6 +295,77 @@ export async function overview(ctx: ViewContext): Promise<void> {
   };
   await draw();
   ctx.every(5000, draw);
+  await drawHistory(ctx, history);
+}
+
+interface Flag {
+  id: string;
+  level: 'warning' | 'critical';
+  text: string;
+  view?: string;
+}
+
+interface History {
+  since: string;
+  bucket: 'minute' | 'hour';
+  buckets: number;
+  rows: { component: Component; name: string; finished: number[]; dead: number[] }[];
+}
+
+const RANGES = [
+  ['24h', 'Last 24 hours, per hour', 'hour', 24],
+  ['7d', 'Last 7 days, per hour', 'hour', 168],
+  ['6h', 'Last 6 hours, per minute', 'minute', 360],
+] as const;
+
+/** The history beyond the hour: totals per component, per hour or minute, from what the tables hold (retention deletes the rest). */
+async function drawHistory(ctx: ViewContext, section: HTMLElement): Promise<void> {
+  const chosen = RANGES.find(([id]) => id === ctx.params.get('range')) ?? RANGES[0];
+  const select = h(
+    'select',
+    { id: 'history-range', 'aria-label': 'History range' },
+    RANGES.map(([id, label]) => h('option', { value: id, selected: id === chosen[0] }, label)),
+  );
+  select.addEventListener('change', () => ctx.go(`overview?range=${select.value}`));
+  const data = await get<History>(api(ctx, 'history'), { bucket: chosen[2], buckets: chosen[3], by: 'component' });
+  const charts = (['outbox', 'inbox'] as const).map((c) => {
+    const rows = data.rows.filter((r) => r.component === c);
+    const total = (pick: 'finished' | 'dead') =>
+      Array.from({ length: data.buckets }, (_, i) => rows.reduce((n, r) => n + (r[pick][i] ?? 0), 0));
+    const finished = total('finished');
+    const dead = total('dead');
+    const verb = c === 'outbox' ? 'sent' : 'processed';
+    return h(
+      'figure',
+      { class: 'history-chart' },
+      historyChart(
+        finished,
+        dead,
+        { since: data.since, bucket: data.bucket },
+        `${c === 'outbox' ? 'Outbox' : 'Inbox'}: ${sum(finished).toLocaleString('en')} ${verb} and ${sum(dead).toLocaleString('en')} dead, ${chosen[1].toLowerCase()}`,
+      ),
+      h(
+        'figcaption',
+        null,
+        `${c === 'outbox' ? 'Outbox' : 'Inbox'}: ${sum(finished).toLocaleString('en')} ${verb} / ${sum(dead).toLocaleString('en')} dead`,
+      ),
+    );
+  });
+  mount(
+    section,
+    h(
+      'div',
+      { class: 'heading' },
+      h('h2', { id: 'history-title' }, 'History'),
+      h('label', { class: 'inline' }, h('span', null, 'Range'), select),
+    ),
+    h(
+      'p',
+      { class: 'hint' },
+      `By sent_at / processed_at and the dead rows' last attempt, from ${time(data.since)} (UTC) on, one bar per ${data.bucket}; rows retention deleted are not counted.`,
+    ),
+    h('div', { class: 'history-charts' }, charts),
+  );
 }
 
 // ---- Dead letters ---------------------------------------------------------------------------
@@ -256,8 +373,8 @@ export async function overview(ctx: ViewContext): Promise<void> {
 const FILTERS = ['name', 'key', 'error', 'from', 'to'] as const;
 
 /** `datetime-local` inputs hold local time without a zone; the API takes ISO 8601 instants. */
-const toIso = (local: string) => (local ? new Date(local).toISOString() : '');
-const toLocal = (iso: string | null) => {
+export const toIso = (local: string) => (local ? new Date(local).toISOString() : '');
+export const toLocal = (iso: string | null) => {
   if (!iso) return '';
   const d = new Date(iso);
   if (Number.isNaN(d.getTime())) return '';
@@ -292,8 +409,8 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
     field('error', 'Error contains'),
     field('name', label.name),
     field('key', label.key),
-    field('from', 'Died from', 'datetime-local'),
-    field('to', 'Died before', 'datetime-local'),
+    field('from', `Died from (${BROWSER_ZONE})`, 'datetime-local'),
+    field('to', `Died before (${BROWSER_ZONE})`, 'datetime-local'),
     h('div', { class: 'buttons' }, h('button', { type: 'submit', class: 'primary' }, 'Search'), h('button', { type: 'reset' }, 'Clear')),
   );
   const onSearch = (event: Event) => {
@@ -417,32 +534,34 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
       h('td', null, errorText(r.lastError)),
     );
   });
-  const headers = ['Id', label.name, label.key, 'Attempts', 'Died', 'Last error'];
+  const headers = ['Id', label.name, label.key, 'Attempts', 'Died (UTC)', 'Last error'];
   const list =
     rows.length === 0
       ? h('p', { class: 'empty' }, filtered ? 'No dead letters match this search.' : `No dead ${component} messages.`)
       : h(
           'div',
           { class: 'table-wrap' },
-          h(
-            'table',
-            null,
+          sortable(
             h(
-              'caption',
-              null,
-              `${plural(total.count, 'dead letter')}${filtered ? (total.count === 1 ? ' matches' : ' match') : ''}; newest first`,
-            ),
-            h(
-              'thead',
+              'table',
               null,
               h(
-                'tr',
+                'caption',
                 null,
-                ctx.session.readOnly ? null : h('th', { scope: 'col', class: 'check' }, selectAll),
-                headers.map((t) => h('th', { scope: 'col' }, t)),
+                `${plural(total.count, 'dead letter')}${filtered ? (total.count === 1 ? ' matches' : ' match') : ''}; newest first`,
               ),
+              h(
+                'thead',
+                null,
+                h(
+                  'tr',
+                  null,
+                  ctx.session.readOnly ? null : h('th', { scope: 'col', class: 'check' }, selectAll),
+                  headers.map((t) => h('th', { scope: 'col' }, t)),
+                ),
+              ),
+              h('tbody', null, rows),
             ),
-            h('tbody', null, rows),
           ),
         );
   const paging = h(
@@ -488,8 +607,8 @@ export async function deadLetter(ctx: ViewContext, component: Component, id: str
       ? ['Message id', h('code', null, r.messageId ?? '—')]
       : ['Idempotency key', h('code', null, r.idempotencyKey ?? '—')],
     ['Attempts', r.attempts],
-    [component === 'outbox' ? 'Enqueued' : 'Received', time(r.createdAt)],
-    ['Last attempt', time(r.lastAttemptAt)],
+    [component === 'outbox' ? 'Enqueued (UTC)' : 'Received (UTC)', time(r.createdAt)],
+    ['Last attempt (UTC)', time(r.lastAttemptAt)],
     ['Trace id', r.traceId ? h('code', null, r.traceId) : '—'],
   ];
   mount(
@@ -575,7 +694,7 @@ export async function blocked(ctx: ViewContext): Promise<void> {
         'Why',
         'State',
         'Attempts',
-        'Next attempt',
+        'Next attempt (UTC)',
         'Held for',
         'Owner',
         'Waiting',
@@ -593,16 +712,18 @@ export async function blocked(ctx: ViewContext): Promise<void> {
           h('td', null, r.state),
           h('td', { class: 'num' }, r.attempts),
           h('td', { class: 'time' }, time(r.nextAttemptAt)),
-          h('td', { class: 'num' }, r.heldSeconds === null ? '—' : duration(r.heldSeconds)),
+          h('td', { class: 'num', 'data-sort': r.heldSeconds ?? -1 }, r.heldSeconds === null ? '—' : duration(r.heldSeconds)),
           ownerCell(r),
           h('td', { class: 'num' }, r.waiting.toLocaleString('en')),
-          h('td', null, errorText(r.lastError, 100)),
+          h('td', { class: 'error-cell' }, errorText(r.lastError, 100)),
           ctx.session.readOnly
             ? null
-            : h('td', null, h('button', { type: 'button', class: 'danger small', onClick: () => skip(r) }, 'Skip head')),
+            : h('td', { class: 'action' }, h('button', { type: 'button', class: 'danger small', onClick: () => skip(r) }, 'Skip head')),
         ),
       ),
       `No blocked ${component === 'outbox' ? 'keys' : 'aggregates'}.`,
+      undefined,
+      'blocked-table',
     ),
   );
 }
@@ -628,7 +749,7 @@ export async function claims(ctx: ViewContext): Promise<void> {
     mount(
       body,
       table(
-        ['Id', label.name, label.key, 'Owner', 'Claim token', 'Attempt', 'Claimed', 'Age', 'Lease left'],
+        ['Id', label.name, label.key, 'Owner', 'Claim token', 'Attempt', 'Claimed (UTC)', 'Age', 'Lease left'],
         rows.map((r) =>
           h(
             'tr',
@@ -640,10 +761,10 @@ export async function claims(ctx: ViewContext): Promise<void> {
             h('td', null, h('code', { title: r.token }, r.token.slice(0, 8))),
             h('td', { class: 'num' }, r.attempts),
             h('td', { class: 'time' }, time(r.claimedAt)),
-            h('td', { class: 'num' }, duration(r.ageSeconds)),
+            h('td', { class: 'num', 'data-sort': r.ageSeconds }, duration(r.ageSeconds)),
             h(
               'td',
-              { class: 'num' },
+              { class: 'num', 'data-sort': r.leaseRemainingSeconds },
               r.leaseRemainingSeconds < 0 ? `expired ${duration(-r.leaseRemainingSeconds)} ago` : duration(r.leaseRemainingSeconds),
             ),
           ),
@@ -670,7 +791,7 @@ export async function heartbeats(ctx: ViewContext): Promise<void> {
     ),
     data.available
       ? table(
-          ['Id', 'Host', 'Pid', 'DataSource', 'Version', 'Started', 'Last heartbeat', 'State', 'Outbox claims', 'Inbox claims'],
+          ['Id', 'Host', 'Pid', 'DataSource', 'Version', 'Started (UTC)', 'Last heartbeat', 'State', 'Outbox claims', 'Inbox claims'],
           data.rows.map((r) =>
             h(
               'tr',
@@ -681,7 +802,7 @@ export async function heartbeats(ctx: ViewContext): Promise<void> {
               h('td', null, r.dataSource),
               h('td', null, r.version),
               h('td', { class: 'time' }, time(r.startedAt)),
-              h('td', { class: 'num' }, `${duration(r.heartbeatAgeSeconds)} ago`),
+              h('td', { class: 'num', 'data-sort': r.heartbeatAgeSeconds }, `${duration(r.heartbeatAgeSeconds)} ago`),
               h(
                 'td',
                 null,

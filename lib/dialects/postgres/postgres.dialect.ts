@@ -50,6 +50,7 @@ import { inboxInsertSql } from './inbox.sql';
 import * as instancesSql from './instances.sql';
 import * as leaseSql from './lease.sql';
 import { leaseRenewBatchSql } from './lease.sql';
+import * as messagesSql from './messages.sql';
 import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
 import { PostgresWorkListener } from './postgres.listener';
 import { type InlineParam, idArrayParam, inlineValues, pgTable, uuidArrayParam } from './quoting';
@@ -67,6 +68,7 @@ const STATEMENTS: SqlDialectStatements = {
   ...inboxSql,
   ...leaseSql,
   ...adminSql,
+  ...messagesSql,
   ...checksSql,
 };
 

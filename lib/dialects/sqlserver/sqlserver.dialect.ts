@@ -42,6 +42,7 @@ import { inboxInsertSql, UNIQUE_VIOLATIONS as UNIQUE_VIOLATION_NUMBERS } from '.
 import * as instancesSql from './instances.sql';
 import * as leaseSql from './lease.sql';
 import { PINNED_READ_COMMITTED } from './lease.sql';
+import * as messagesSql from './messages.sql';
 import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
 import { mssqlTable } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
@@ -60,6 +61,7 @@ const STATEMENTS: SqlDialectStatements = {
   ...inboxSql,
   ...leaseSql,
   ...adminSql,
+  ...messagesSql,
   ...checksSql,
 };
 

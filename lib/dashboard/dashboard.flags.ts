@@ -1,0 +1,85 @@
+import type { InstanceRow } from '../dialects/dialect-rows';
+import type { QueueTable } from '../types/claims';
+import { dashboardMessages as messages } from './dashboard.messages';
+import type { DashboardAdmin, ResolvedDashboardOptions } from './dashboard.options';
+
+/**
+ * One line of the overview's status board: something an operator should look at. `level`:
+ * `warning` (look soon) or `critical` (act now). `view`: the dashboard view that shows more
+ * (`heartbeats`, `dead?component=inbox`), relative to the instance.
+ */
+export interface OverviewFlag {
+  /** Stable and unique within one answer: what raised it and about what (`lag:outbox:billing`). */
+  id: string;
+  level: 'warning' | 'critical';
+  text: string;
+  view?: string;
+}
+
+/** What a flag source reads: the instance's admin, its backlog as the overview shows it, and the dashboard's options. */
+export interface FlagContext {
+  instance: string;
+  admin: DashboardAdmin;
+  backlog: readonly { component: QueueTable; name: string; oldestPendingAgeSeconds: number | null }[];
+  options: ResolvedDashboardOptions;
+}
+
+/** Makes the flags of one kind; a source that throws is shown as a flag saying it could not check (the others still show). */
+export type FlagSource = { name: string; flags(context: FlagContext): Promise<OverviewFlag[]> | OverviewFlag[] };
+
+/** Lag: a destination or source whose oldest due pending row waits longer than `lagThresholdSeconds`. Critical past 5 times that. */
+export const lagFlags: FlagSource = {
+  name: 'lag',
+  flags: ({ backlog, options }) =>
+    backlog
+      .filter((b) => b.oldestPendingAgeSeconds !== null && b.oldestPendingAgeSeconds > options.lagThresholdSeconds)
+      .map((b) => ({
+        id: `lag:${b.component}:${b.name}`,
+        level: (b.oldestPendingAgeSeconds as number) > 5 * options.lagThresholdSeconds ? 'critical' : 'warning',
+        text: messages.flagLag(b.component, b.name, b.oldestPendingAgeSeconds as number, options.lagThresholdSeconds),
+      })),
+};
+
+/** Instances that missed heartbeats: `silent` (warning) and `dead` (critical: its rows wait for a live replica). */
+export const instanceFlags: FlagSource = {
+  name: 'instances',
+  async flags({ admin }) {
+    if (typeof admin.instances !== 'function') return [];
+    const rows: InstanceRow[] = await admin.instances();
+    return rows
+      .filter((r) => r.state !== 'alive')
+      .map((r) => ({
+        id: `instance:${r.id}`,
+        level: r.state === 'dead' ? 'critical' : 'warning',
+        text: messages.flagInstance(r.state, r.id, r.host, r.pid, r.heartbeatAgeSeconds, r.claims.outbox + r.claims.inbox),
+        view: 'heartbeats',
+      }));
+  },
+};
+
+/**
+ * The overview's flag sources, in the order their flags show. Another kind of flag (paused
+ * destinations, database warnings) is one more `FlagSource` in this list.
+ */
+export const FLAG_SOURCES: readonly FlagSource[] = [lagFlags, instanceFlags];
+
+/** Every source's flags, critical first; a source that fails says so in a flag of its own. */
+export async function collectFlags(context: FlagContext, sources: readonly FlagSource[] = FLAG_SOURCES): Promise<OverviewFlag[]> {
+  const found = await Promise.all(
+    sources.map(async (source) => {
+      try {
+        return await source.flags(context);
+      } catch (error) {
+        return [
+          {
+            id: `unavailable:${source.name}`,
+            level: 'warning' as const,
+            text: messages.flagUnavailable(source.name, (error as Error).message),
+          },
+        ];
+      }
+    }),
+  );
+  const all = found.flat();
+  return [...all.filter((f) => f.level === 'critical'), ...all.filter((f) => f.level !== 'critical')];
+}
