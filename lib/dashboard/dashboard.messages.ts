@@ -33,6 +33,8 @@ export const dashboardMessages = {
   functionInvalid: (option: string, value: unknown) => `QueueBoxDashboardModule option "${option}" must be a function, got ${show(value)}.`,
   instancesInvalid: (value: unknown) =>
     `QueueBoxDashboardModule option "instances" must be a non-empty array of { name, admin }, where admin is a QueueBoxAdmin or its injection token; got ${show(value)}.`,
+  noInstancesShown: () =>
+    'QueueBoxDashboardModule: "appQueueBoxes: false" without "instances" leaves nothing to show; give "instances", or drop "appQueueBoxes".',
   instanceNameInvalid: (value: unknown) =>
     `QueueBoxDashboardModule: an instance name must be 1 to 64 letters, digits, ".", "_" or "-", got ${show(value)}.`,
   instanceNameRepeated: (name: string) => `QueueBoxDashboardModule: two instances are named ${show(name)}; give each its own name.`,

@@ -56,7 +56,7 @@ export class DashboardService implements OnModuleInit {
   ) {}
 
   onModuleInit(): void {
-    if (this.options.instances === undefined && this.registry === undefined) {
+    if (this.options.appQueueBoxes && this.options.instances === undefined && this.registry === undefined) {
       throw new QueueBoxConfigError('dashboard.instances', messages.noQueueBox());
     }
     for (const { name, admin } of this.options.instances ?? []) {
@@ -73,9 +73,11 @@ export class DashboardService implements OnModuleInit {
     this.logger.log(messages.started(path, this.instanceNames(), readOnly, isPublic));
   }
 
-  /** The configured instances, or every QueueBox of the app now (tenants come and go). */
+  /** Every QueueBox of the app now (tenants come and go) when `appQueueBoxes`, then the configured instances. */
   instanceNames(): string[] {
-    return this.options.instances === undefined ? (this.registry?.names() ?? []) : [...this.admins.keys()];
+    const given = [...this.admins.keys()];
+    if (!this.options.appQueueBoxes) return given;
+    return [...(this.registry?.names() ?? []).filter((name) => !this.admins.has(name)), ...given];
   }
 
   /** Whether an instance's admin can list instances and heartbeats (QueueBoxAdmin can; a DashboardAdmin of your own may not). */
@@ -84,7 +86,7 @@ export class DashboardService implements OnModuleInit {
   }
 
   admin(instance: string): DashboardAdmin {
-    const admin = this.options.instances === undefined ? this.registry?.find(instance)?.get(QueueBoxAdmin) : this.admins.get(instance);
+    const admin = this.admins.get(instance) ?? (this.options.appQueueBoxes ? this.registry?.find(instance)?.get(QueueBoxAdmin) : undefined);
     if (!admin) {
       throw new DashboardHttpError(
         HttpStatus.NOT_FOUND,
