@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { describeError, isInstance } from '../common/errors';
+import { logContext } from '../common/log-context';
 import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import { settledWithin } from '../common/wait';
 import type { Dialect } from '../dialects/dialect';
@@ -52,7 +53,7 @@ type AbandonedPublish = { ended?: 'published' | 'failed'; settled: Promise<void>
  */
 @Injectable()
 export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
-  protected readonly logger = new Logger('QueueBox:OutboxPoller');
+  protected readonly logger: Logger;
   private readonly options: ResolvedOutboxOptions;
   protected readonly loop: ClaimLoop<OutboxClaim>;
   private readonly claims: OutboxClaims;
@@ -82,6 +83,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
+    this.logger = new Logger(logContext('QueueBox:OutboxPoller', instance.name));
     this.options = rootOptions.outbox;
     this.claims = new OutboxClaims(dialect, events);
     const rateLimits = new OutboxRateLimits(dialect, this.options.rateLimits, this.logger);

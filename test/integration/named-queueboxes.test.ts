@@ -50,12 +50,14 @@ const HANDLED = 'CREATE TABLE handled (idempotency_key text PRIMARY KEY, handler
 @Injectable()
 class PaymentsConsumers {
   @PullHandler('payments')
-  async onDefault(message: InboxMessage, { manager }: PullContext) {
+  async onDefault(message: InboxMessage, { manager, attempt }: PullContext) {
+    if (message.payload === 'fail-once' && attempt === 1) throw new Error('first attempt of the default QueueBox fails');
     await manager.query('INSERT INTO handled VALUES ($1, $2)', [message.idempotencyKey, 'default']);
   }
 
   @PullHandler('payments', { queuebox: 'ledger' })
-  async onLedger(message: InboxMessage, { manager }: PullContext) {
+  async onLedger(message: InboxMessage, { manager, attempt }: PullContext) {
+    if (message.payload === 'fail-once' && attempt === 1) throw new Error('first attempt of the ledger QueueBox fails');
     await manager.query('INSERT INTO handled VALUES ($1, $2)', [message.idempotencyKey, 'ledger']);
   }
 
@@ -192,6 +194,18 @@ describe('several QueueBoxes in one application', () => {
     await eventually(async () => (await handled(orders)).length === 1 && (await handled(ledger)).length === 1, 'both handled');
     assert.deepEqual(await handled(orders), [{ idempotency_key: 'p-orders', handler: 'default' }]);
     assert.deepEqual(await handled(ledger), [{ idempotency_key: 'p-ledger', handler: 'ledger' }]);
+  });
+
+  it('log lines name their QueueBox: QueueBox:PullWorker:ledger for the named one, QueueBox:PullWorker for the default', async () => {
+    await app.get<InboxService>(getInboxServiceToken()).receive({ source: 'payments', idempotencyKey: 'p-log', payload: 'fail-once' });
+    await app
+      .get<InboxService>(getInboxServiceToken('ledger'))
+      .receive({ source: 'payments', idempotencyKey: 'p-log', payload: 'fail-once' });
+    const handled = async (db: TestDatabase) => db.query(`SELECT 1 FROM handled WHERE idempotency_key = 'p-log'`);
+    await eventually(async () => (await handled(orders)).length === 1 && (await handled(ledger)).length === 1, 'both retried and handled');
+    const contextOf = (fragment: string) => logger.lines.filter((line) => line.message.includes(fragment)).map((line) => line.context);
+    assert.deepEqual(contextOf('first attempt of the ledger QueueBox fails'), ['QueueBox:PullWorker:ledger']);
+    assert.deepEqual(contextOf('first attempt of the default QueueBox fails'), ['QueueBox:PullWorker']);
   });
 
   it('health, metrics and events name the QueueBox', async () => {
