@@ -43,6 +43,8 @@ export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
   /** The option path of each publisher, as the user wrote it: `outbox.publisher` or `outbox.publishers.<name>`, for errors. */
   publisherOptions: Record<string, string>;
   route: (message: OutboundMessage) => string;
+  /** The default route of several publishers: a message goes to the publisher named as its destination. */
+  routedByName: boolean;
   publishTimeoutMs: number;
   /** `outbox.rateLimits`, by destination: tokens per second and the bucket's size. */
   rateLimits: Record<string, { perSecond: number; burst: number }>;

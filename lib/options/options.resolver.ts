@@ -163,6 +163,7 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean, deprecations:
     publisherTypes,
     publisherOptions,
     route,
+    routedByName: outbox.route === undefined && names.length > 1,
     publishTimeoutMs,
     rateLimits: resolveRateLimits(outbox.rateLimits),
   };

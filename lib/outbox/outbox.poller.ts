@@ -24,6 +24,7 @@ import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
 import { SingleLoopWorker } from '../workers/worker-shell';
 import { OutboxClaims } from './outbox.claims';
 import { OutboxRateLimits } from './outbox.rate-limits';
+import { configuredDestinations } from './outbox-publishers';
 import { type PublishAbort, PublishCall, PublishDeadlines, type PublishFailure } from './publish-call';
 
 const NAME = 'outbox poller';
@@ -127,6 +128,11 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   protected get description() {
     const { concurrency, batchSize, leaseMs } = this.options;
     return { name: NAME, concurrency, batchSize, leaseMs };
+  }
+
+  /** The destinations the options name (`configuredDestinations`): the metrics show each from start-up. */
+  configuredDestinations(): string[] {
+    return configuredDestinations(this.options);
   }
 
   /** Claims now instead of at the end of the current sleep (new messages were committed). */

@@ -8,6 +8,7 @@ import type { BacklogRow, InstanceState } from '../dialects/dialect-rows';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { InboxSources } from '../inbox-runtime/inbox.sources';
 import { COUNTERS, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate } from '../metrics/metric-definitions';
+import { OutboxPoller } from '../outbox/outbox.poller';
 
 /** Backlog gauges, set from one backlog query per scrape. */
 export const GAUGES = [
@@ -118,7 +119,10 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
         } catch {
           return { entry, values: watched.last.get(definition.name) ?? new Map<string, number>() };
         }
-        for (const source of definition.component === 'inbox' ? entry.get(InboxSources).consumedSources() : []) known.add(source);
+        // Configured names from start-up (value 0), so an `absent()` alert does not fire on a fresh replica.
+        const configured =
+          definition.component === 'inbox' ? entry.get(InboxSources).consumedSources() : entry.get(OutboxPoller).configuredDestinations();
+        for (const name of configured) known.add(name);
         const read = new Map<string, number>();
         for (const row of rows) {
           if (row.component !== definition.component) continue;
