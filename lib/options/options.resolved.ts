@@ -3,7 +3,7 @@ import type { BackoffFunction } from '../common/backoff';
 import type { QueueBoxTables } from '../dialects/dialect';
 import type { RelayRoute } from '../types/inbox';
 import type { InboxMessage, OutboundMessage } from '../types/messages';
-import type { LoggingOptions, WorkersOptions } from '../types/options';
+import type { DoctorOptions, LoggingOptions, WorkersOptions } from '../types/options';
 import type { Publisher } from '../types/outbox';
 
 // The options after resolution (./options.resolver.ts): every default filled in, every lease
@@ -85,4 +85,6 @@ export interface ResolvedQueueBoxOptions {
   retention: ResolvedRetentionOptions;
   instances: ResolvedInstancesOptions;
   logging: Required<LoggingOptions>;
+  /** The database warnings' interval and thresholds. */
+  doctor: Required<DoctorOptions>;
 }
