@@ -14,6 +14,8 @@ const show = (value: unknown): string => {
 const DOC = 'node_modules/queuebox/docs/dashboard.md';
 
 export const dashboardMessages = {
+  warningsUnavailable: () =>
+    'This instance is an admin of its own, not a QueueBox of this app: no doctor examines its database here. Run `queuebox doctor` against it (docs/doctor.md).',
   noQueueBox: () =>
     'The dashboard found no QueueBox in this app: import QueueBoxModule.forRoot() (or QueueBoxTenantsModule), or give "instances" with a QueueBoxAdmin of each database (createQueueBoxAdmin(dataSource)).',
   // Options (QueueBoxConfigError, at start-up)

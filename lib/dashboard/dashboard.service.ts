@@ -6,6 +6,8 @@ import { QueueBoxRegistry } from '../core/queuebox.registry';
 import type { DeadLetterRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
 import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
+import type { DoctorReport } from '../health/database-doctor';
+import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { getQueueBoxEventsToken } from '../module/queuebox.tokens';
 import type { QueueTable } from '../types/claims';
 import { TRACEPARENT_HEADER } from '../wire-headers';
@@ -95,6 +97,24 @@ export class DashboardService implements OnModuleInit {
       );
     }
     return admin;
+  }
+
+  /**
+   * The database warnings of an app QueueBox (its `QueueBoxDoctor`): the last examination, or a new
+   * one when asked (`refresh`) or when none ran yet. An instance given as an admin made outside the
+   * app's QueueBoxes (`createQueueBoxAdmin`) has no doctor here: `available: false` and why
+   * (`queuebox doctor` examines its database).
+   */
+  async warnings(instance: string, refresh: boolean): Promise<{ available: boolean; reason?: string } & Partial<DoctorReport>> {
+    // The doctor of the app QueueBox whose admin this instance uses (by name, or given by its token).
+    const admin = this.admin(instance);
+    const doctor = this.registry
+      ?.list()
+      .find((entry) => entry.get(QueueBoxAdmin) === admin)
+      ?.get(QueueBoxDoctor);
+    if (!doctor) return { available: false, reason: messages.warningsUnavailable(), warnings: [], notChecked: [] };
+    const report = refresh || doctor.latest === undefined ? await doctor.check() : doctor.latest;
+    return { available: true, ...report };
   }
 
   async overview(instance: string, minutes: number): Promise<{ since: Date; minutes: number; rows: OverviewRow[] }> {

@@ -3,6 +3,7 @@
 import { ApiError, session as loadSession, type Session } from './api.js';
 import { h, mount } from './dom.js';
 import { blocked, claims, deadLetter, deadLetters, heartbeats, overview, type ViewContext } from './views.js';
+import { warnings, warningsFlag } from './warnings.js';
 
 const VIEWS = [
   ['overview', 'Overview'],
@@ -10,6 +11,7 @@ const VIEWS = [
   ['blocked', 'Blocked'],
   ['claims', 'Claims in flight'],
   ['heartbeats', 'Instances'],
+  ['warnings', 'Database'],
 ] as const;
 
 let timers: number[] = [];
@@ -131,7 +133,11 @@ async function start(): Promise<void> {
       else if (view === 'blocked') await blocked(ctx);
       else if (view === 'claims') await claims(ctx);
       else if (view === 'heartbeats') await heartbeats(ctx);
-      else await overview(ctx);
+      else if (view === 'warnings') await warnings(ctx);
+      else {
+        await overview(ctx);
+        await warningsFlag(ctx);
+      }
     } catch (error) {
       const text = error instanceof ApiError ? `${error.message} (HTTP ${error.status})` : (error as Error).message;
       mount(main, h('h1', { tabindex: '-1' }, 'Something went wrong'), h('p', { class: 'status error' }, text));

@@ -1,0 +1,121 @@
+// The database warnings (docs/doctor.md): the Database view, and the flag the overview shows while
+// any is present. Self-contained: the shell routes to `warnings` and calls `warningsFlag` after the
+// overview is drawn; everything comes from `GET api/:instance/warnings`.
+import { get } from './api.js';
+import { h, mount, time } from './dom.js';
+import type { ViewContext } from './views.js';
+
+interface DatabaseWarning {
+  code: string;
+  severity: 'error' | 'warning' | 'info';
+  fatal: boolean;
+  subject: string | null;
+  message: string;
+  repair: string | null;
+}
+
+interface Warnings {
+  available: boolean;
+  reason?: string;
+  checkedAt?: string;
+  warnings: DatabaseWarning[];
+  notChecked: string[];
+}
+
+const path = (ctx: ViewContext) => `${encodeURIComponent(ctx.instance)}/warnings`;
+const count = (n: number, what: string) => `${n} ${what}${n === 1 ? '' : 's'}`;
+
+/** The Database view: every warning with its severity, code, subject, message and repair. */
+export async function warnings(ctx: ViewContext): Promise<void> {
+  const body = h('div', { class: 'warnings' }, h('p', { class: 'loading' }, 'Loading…'));
+  const recheck = h('button', { type: 'button' }, 'Check now');
+  mount(
+    ctx.main,
+    h(
+      'div',
+      { class: 'heading' },
+      h('h1', { tabindex: '-1', id: 'view-title' }, 'Database warnings'),
+      h(
+        'p',
+        { class: 'hint' },
+        'What slows or stops QueueBox in the database, with the statement that repairs it (read it before running it). Examined every doctor.intervalMs; refreshed every 15 s.',
+      ),
+      recheck,
+    ),
+    body,
+  );
+  const draw = async (refresh = false) => {
+    const data = await get<Warnings>(path(ctx), refresh ? { refresh: 1 } : undefined);
+    if (!data.available) {
+      mount(body, h('p', { class: 'empty' }, data.reason ?? 'Not available for this instance.'));
+      return;
+    }
+    mount(
+      body,
+      h(
+        'p',
+        { class: 'hint' },
+        `Examined ${time(data.checkedAt)}.`,
+        data.notChecked.length > 0 ? ` Not checked on this database: ${data.notChecked.join(', ')}.` : '',
+      ),
+      data.warnings.length === 0
+        ? h('p', { class: 'empty' }, 'No database warnings.')
+        : h(
+            'ul',
+            { class: 'warning-list' },
+            data.warnings.map((w) =>
+              h(
+                'li',
+                { class: `warning ${w.severity}` },
+                h(
+                  'p',
+                  { class: 'warning-head' },
+                  h('span', { class: `severity ${w.severity}` }, w.fatal ? `${w.severity} (fatal)` : w.severity),
+                  ' ',
+                  h('code', null, w.code),
+                  w.subject ? h('span', { class: 'subject' }, ` ${w.subject}`) : null,
+                ),
+                h('p', null, w.message),
+                w.repair ? h('p', { class: 'repair' }, h('span', null, 'Repair: '), h('code', null, w.repair)) : null,
+              ),
+            ),
+          ),
+    );
+  };
+  recheck.addEventListener('click', () => {
+    recheck.disabled = true;
+    draw(true)
+      .then(() => ctx.say('Examined the database now.'))
+      .catch((error) => ctx.say((error as Error).message, 'error'))
+      .finally(() => {
+        recheck.disabled = false;
+      });
+  });
+  await draw();
+  ctx.every(15_000, () => draw());
+}
+
+/** A flag at the top of the overview while the database has warnings: how many, of which severity, linking to the Database view. */
+export async function warningsFlag(ctx: ViewContext): Promise<void> {
+  const flag = h('p', { class: 'flag', role: 'status', hidden: true });
+  ctx.main.querySelector('.heading')?.after(flag);
+  const draw = async () => {
+    const data = await get<Warnings>(path(ctx));
+    const errors = data.warnings.filter((w) => w.severity === 'error').length;
+    const others = data.warnings.filter((w) => w.severity === 'warning').length;
+    flag.hidden = !data.available || errors + others === 0;
+    flag.className = `flag ${errors > 0 ? 'error' : 'warning'}`;
+    mount(
+      flag,
+      h('strong', null, 'Database: '),
+      [errors > 0 ? count(errors, 'error') : null, others > 0 ? count(others, 'warning') : null].filter(Boolean).join(', '),
+      ` (${data.warnings
+        .map((w) => w.code)
+        .filter((code, i, all) => all.indexOf(code) === i)
+        .join(', ')}). `,
+      h('a', { href: `#/${encodeURIComponent(ctx.instance)}/warnings` }, 'See the warnings and their repairs'),
+    );
+  };
+  await draw();
+  ctx.every(15_000, draw);
+}
