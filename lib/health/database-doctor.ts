@@ -211,7 +211,7 @@ function examineFacts(
       code: 'index_missing',
       severity: 'error',
       subject: expected.name,
-      message: messages.indexMissing(expected.name, expected.table, expected.migration),
+      message: messages.indexMissing(expected.name, expected.table, expected.migration, /^CREATE UNIQUE /.test(expected.create)),
       repair: expected.create,
     });
   }

@@ -19,8 +19,8 @@ export const doctorMessages = {
     `The database has QueueBox migration${names.length > 1 ? 's' : ''} ${names.join(', ')} that this version does not know: a newer QueueBox migrated it, and this process is older than its schema. Upgrade this app's queuebox package to the version that wrote ${names.length > 1 ? 'them' : 'it'}.`,
   migrationsUnchecked: (migrationsTable: string) =>
     `The tables exist but TypeORM's "${migrationsTable}" table does not record their first migration (created from plain SQL?): the migrations cannot be compared; apply every sql/<dialect>/NNN_*.up.sql script of this version.`,
-  indexMissing: (index: string, table: string, migration: string) =>
-    `Index ${index} of ${table} (migration ${migration}) does not exist: the claims or admin reads it serves scan the table instead, and a unique one no longer guards its invariant.`,
+  indexMissing: (index: string, table: string, migration: string, unique: boolean) =>
+    `Index ${index} of ${table} (migration ${migration}) does not exist: ${unique ? 'the database no longer enforces the rule it guards (one row in flight per key or aggregate).' : 'the claims or admin reads it serves scan the table instead.'}`,
   indexInvalid: (index: string, table: string, ours: boolean) =>
     `Index ${index} of ${table} is not valid (a CREATE INDEX CONCURRENTLY or REINDEX that failed, or a disabled index): the planner does not use it, and writes still maintain it.${ours ? '' : " It is not one of QueueBox's: drop it, and build it again once what made it fail (duplicate keys?) is fixed."}`,
   deadRows: (table: string, dead: number, live: number, percent: number) =>

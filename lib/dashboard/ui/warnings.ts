@@ -62,15 +62,15 @@ export async function warnings(ctx: ViewContext): Promise<void> {
         ? h('p', { class: 'empty' }, 'No database warnings.')
         : h(
             'ul',
-            { class: 'warning-list' },
+            { class: 'db-warnings' },
             data.warnings.map((w) =>
               h(
                 'li',
-                { class: `warning ${w.severity}` },
+                { class: `db-warning ${w.severity}` },
                 h(
                   'p',
                   { class: 'warning-head' },
-                  h('span', { class: `severity ${w.severity}` }, w.fatal ? `${w.severity} (fatal)` : w.severity),
+                  h('span', { class: `severity sev-${w.severity}` }, w.fatal ? `${w.severity} (fatal)` : w.severity),
                   ' ',
                   h('code', null, w.code),
                   w.subject ? h('span', { class: 'subject' }, ` ${w.subject}`) : null,
