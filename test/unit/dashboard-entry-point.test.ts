@@ -39,6 +39,7 @@ describe('queuebox/dashboard entry point', () => {
       'icon.svg',
       'main.js',
       'views.js',
+      'warnings.js',
     ]);
   });
 });
