@@ -61,6 +61,14 @@ export {
   type QueueBoxEventName,
   QueueBoxEvents,
 } from './events/queuebox.events';
+export {
+  DATABASE_WARNING_CODES,
+  type DatabaseWarning,
+  type DatabaseWarningCode,
+  type DatabaseWarningSeverity,
+  type DoctorReport,
+} from './health/database-doctor';
+export { QueueBoxDoctor } from './health/queuebox.doctor';
 export { QueueBoxHealth, type QueueBoxHealthCheckOptions, type QueueBoxHealthReport } from './health/queuebox-health';
 export { InboxRelay } from './inbox/inbox.relay';
 export { InboxService } from './inbox/inbox.service';
@@ -139,6 +147,7 @@ export type { InboxMessageInput, ReceiveResult, RelayRoute } from './types/inbox
 export type { QueueBoxIdentity, QueueBoxInstanceName } from './types/instance';
 export type { InboxMessage, OutboundMessage } from './types/messages';
 export type {
+  DoctorOptions,
   InboxOptions,
   InstancesOptions,
   LoggingOptions,

@@ -1,10 +1,12 @@
-import { type BeforeApplicationShutdown, Inject, Injectable, Logger } from '@nestjs/common';
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { describeError } from '../common/errors';
-import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
+import { logContext } from '../common/log-context';
+import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import type { Dialect } from '../dialects/dialect';
 import type { RetentionKind } from '../dialects/dialect-rows';
 import type { ResolvedQueueBoxOptions, ResolvedRetentionOptions } from '../options/options.resolved';
 import { messages } from '../texts/queuebox.messages';
+import type { QueueBoxIdentity } from '../types/instance';
 import type { RetentionResult } from './admin.types';
 
 /**
@@ -22,7 +24,7 @@ import type { RetentionResult } from './admin.types';
  */
 @Injectable()
 export class RetentionService implements BeforeApplicationShutdown {
-  private readonly logger = new Logger('QueueBox:Retention');
+  private readonly logger: Logger;
   private readonly options: ResolvedRetentionOptions;
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<RetentionResult> | undefined;
@@ -31,7 +33,9 @@ export class RetentionService implements BeforeApplicationShutdown {
   constructor(
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly rootOptions: ResolvedQueueBoxOptions,
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
+    @Optional() @Inject(QUEUEBOX_IDENTITY) instance?: QueueBoxIdentity,
   ) {
+    this.logger = new Logger(logContext('QueueBox:Retention', instance?.name));
     this.options = rootOptions.retention;
   }
 

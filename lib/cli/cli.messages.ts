@@ -73,8 +73,6 @@ export const cliMessages = {
   schemaUnrecorded: (tables: string, name: string, migrationsTable: string) =>
     `${tables} already exist but migration ${name} is not recorded in TypeORM's "${migrationsTable}" table. If your DataSource sets migrationsTableName, pass it: --migrations-table <that name>. Were they created from plain SQL? Nothing was changed; if you migrate with TypeORM, record it or drop the tables first.`,
   commandFailed: (detail: string) => `failed: ${detail}`,
-  subcommandMissing: (command: string, choices: readonly string[]) =>
-    `no sub-command given: use one of ${choices.join(', ')} (\`queuebox ${command} --help\`).`,
   subcommandUnknown: (command: string, name: string, choices: readonly string[]) =>
     `unknown sub-command ${JSON.stringify(name)}: use one of ${choices.join(', ')} (\`queuebox ${command} --help\`).`,
   extraArguments: (values: readonly string[]) => `unexpected argument(s) ${values.map((v) => JSON.stringify(v)).join(' ')}.`,

@@ -8,6 +8,7 @@ import { cliMessages } from './cli.messages';
 import type { CliIo, Command, CommandValues } from './command';
 import { blockedCommand } from './commands/blocked.command';
 import { deadLettersCommand } from './commands/dead-letters.command';
+import { doctorCommand } from './commands/doctor.command';
 import { instancesCommand } from './commands/instances.command';
 import { messagesCommand } from './commands/messages.command';
 import { migrateCommand } from './commands/migrate.command';
@@ -30,6 +31,7 @@ export const commands: readonly Command[] = [
   blockedCommand,
   skipHeadCommand,
   instancesCommand,
+  doctorCommand,
   verifyCommand,
 ];
 
@@ -58,7 +60,7 @@ Database URL (every command but sql): --url, else $QUEUEBOX_DATABASE_URL, else $
   Passwords are never printed: every URL shown reads user:***@host.
 
 Exit codes: 0 success; 1 failure (cannot connect or log in, missing database or schema, SQL
-error, skip-head skipped nothing, a verify check failed); 2 usage error (unknown command or option,
+error, skip-head skipped nothing, a verify check failed, doctor found an error-level warning); 2 usage error (unknown command or option,
 missing or malformed URL, bad --tables or --component, an unfiltered replay or discard without
 --all): nothing was done; 130 verify interrupted by Ctrl-C (its tables dropped).`;
 

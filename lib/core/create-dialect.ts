@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
+import { logContext } from '../common/log-context';
 import type { Dialect, DialectSettings, QueueBoxTables } from '../dialects/dialect';
 import { dialectDriver } from '../dialects/drivers';
 
@@ -8,7 +9,7 @@ import { dialectDriver } from '../dialects/drivers';
  * `QueueBoxConfigError` for a database QueueBox does not support. Lives outside lib/dialects
  * because it hands the dialect a Nest `Logger` for its warnings (lib/dialects imports no Nest).
  */
-export function createDialect(dataSource: DataSource, tables: QueueBoxTables, settings: DialectSettings = {}): Dialect {
+export function createDialect(dataSource: DataSource, tables: QueueBoxTables, settings: DialectSettings = {}, queuebox?: string): Dialect {
   const driver = dialectDriver(dataSource.options.type);
-  return driver.create({ dataSource, tables, settings, log: new Logger(driver.logContext) });
+  return driver.create({ dataSource, tables, settings, log: new Logger(logContext(driver.logContext, queuebox)) });
 }

@@ -367,6 +367,17 @@ export function createDashboardController(options: ResolvedDashboardOptions): Ty
       return { available: true, rows: await admin.instances() };
     }
 
+    /** The database warnings of the instance's doctor (docs/doctor.md); `?refresh=1` examines the database now. Reads only. */
+    @Get('api/:instance/warnings')
+    warnings(
+      @Param('instance') instance: string,
+      @Query() query: Record<string, unknown>,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      return this.dashboard.warnings(instance, query.refresh === '1');
+    }
+
     private async changeDeadLetters(
       action: 'replay' | 'discard',
       instance: string,

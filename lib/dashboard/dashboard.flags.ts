@@ -1,4 +1,5 @@
 import type { InstanceRow } from '../dialects/dialect-rows';
+import type { DoctorReport } from '../health/database-doctor';
 import type { QueueTable } from '../types/claims';
 import { dashboardMessages as messages } from './dashboard.messages';
 import type { DashboardAdmin, ResolvedDashboardOptions } from './dashboard.options';
@@ -22,6 +23,8 @@ export interface FlagContext {
   admin: DashboardAdmin;
   backlog: readonly { component: QueueTable; name: string; oldestPendingAgeSeconds: number | null }[];
   options: ResolvedDashboardOptions;
+  /** The doctor's last examination of the instance's database (docs/doctor.md); absent for an admin made outside the app's QueueBoxes. */
+  warnings?: () => Promise<DoctorReport>;
 }
 
 /** Makes the flags of one kind; a source that throws is shown as a flag saying it could not check (the others still show). */
@@ -57,11 +60,31 @@ export const instanceFlags: FlagSource = {
   },
 };
 
+/** Database warnings: one flag while the doctor reports any of severity error (critical) or warning, linking to the Database view. */
+export const databaseFlags: FlagSource = {
+  name: 'database',
+  async flags({ warnings }) {
+    if (!warnings) return [];
+    const shown = (await warnings()).warnings.filter((w) => w.severity !== 'info');
+    if (shown.length === 0) return [];
+    const errors = shown.filter((w) => w.severity === 'error').length;
+    const codes = [...new Set(shown.map((w) => w.code))];
+    return [
+      {
+        id: 'database',
+        level: errors > 0 ? 'critical' : 'warning',
+        text: messages.flagDatabase(errors, shown.length - errors, codes),
+        view: 'warnings',
+      },
+    ];
+  },
+};
+
 /**
  * The overview's flag sources, in the order their flags show. Another kind of flag (paused
- * destinations, database warnings) is one more `FlagSource` in this list.
+ * destinations) is one more `FlagSource` in this list.
  */
-export const FLAG_SOURCES: readonly FlagSource[] = [lagFlags, instanceFlags];
+export const FLAG_SOURCES: readonly FlagSource[] = [lagFlags, instanceFlags, databaseFlags];
 
 /** Every source's flags, critical first; a source that fails says so in a flag of its own. */
 export async function collectFlags(context: FlagContext, sources: readonly FlagSource[] = FLAG_SOURCES): Promise<OverviewFlag[]> {

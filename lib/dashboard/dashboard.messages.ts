@@ -21,6 +21,8 @@ export const dashboardMessages = {
     state === 'dead'
       ? `Instance ${id.slice(0, 8)} (${host}, pid ${pid}) is dead: no heartbeat for ${Math.round(ageSeconds)} s; its ${claims} claimed row(s) move again once a live replica ends its leases.`
       : `Instance ${id.slice(0, 8)} (${host}, pid ${pid}) is silent: no heartbeat for ${Math.round(ageSeconds)} s (missed two or more); it still holds ${claims} row(s).`,
+  flagDatabase: (errors: number, warnings: number, codes: readonly string[]) =>
+    `The database has ${[errors > 0 ? `${errors} error${errors === 1 ? '' : 's'}` : '', warnings > 0 ? `${warnings} warning${warnings === 1 ? '' : 's'}` : ''].filter(Boolean).join(' and ')} (${codes.join(', ')}); each names its repair.`,
   flagUnavailable: (source: string, error: string) => `Could not check ${source}: ${error.slice(0, 200)}`,
   lagThresholdInvalid: (value: unknown) =>
     `QueueBoxDashboardModule option "lagThresholdSeconds" must be a number of seconds from 1 to 86400, got ${show(value)}.`,
@@ -28,6 +30,8 @@ export const dashboardMessages = {
     "This instance's admin has no findMessages() (a DashboardAdmin of your own): the message browser is not available.",
   historyUnavailable: () => "This instance's admin has no history() (a DashboardAdmin of your own): the history is not available.",
   messageNotFound: (component: string, id: string) => `No ${component} row with id ${show(id)} (it may have been deleted by retention).`,
+  warningsUnavailable: () =>
+    'This instance is an admin of its own, not a QueueBox of this app: no doctor examines its database here. Run `queuebox doctor` against it (docs/doctor.md).',
   noQueueBox: () =>
     'The dashboard found no QueueBox in this app: import QueueBoxModule.forRoot() (or QueueBoxTenantsModule), or give "instances" with a QueueBoxAdmin of each database (createQueueBoxAdmin(dataSource)).',
   // Options (QueueBoxConfigError, at start-up)
@@ -47,6 +51,8 @@ export const dashboardMessages = {
   functionInvalid: (option: string, value: unknown) => `QueueBoxDashboardModule option "${option}" must be a function, got ${show(value)}.`,
   instancesInvalid: (value: unknown) =>
     `QueueBoxDashboardModule option "instances" must be a non-empty array of { name, admin }, where admin is a QueueBoxAdmin or its injection token; got ${show(value)}.`,
+  noInstancesShown: () =>
+    'QueueBoxDashboardModule: "appQueueBoxes: false" without "instances" leaves nothing to show; give "instances", or drop "appQueueBoxes".',
   instanceNameInvalid: (value: unknown) =>
     `QueueBoxDashboardModule: an instance name must be 1 to 64 letters, digits, ".", "_" or "-", got ${show(value)}.`,
   instanceNameRepeated: (name: string) => `QueueBoxDashboardModule: two instances are named ${show(name)}; give each its own name.`,

@@ -71,6 +71,16 @@ export interface QueueBoxDashboardOptions {
    * (`QueueBoxModule.forRoot({ name })`, `default` unless named), tenants attached at run time included.
    */
   instances?: DashboardInstance[];
+  /**
+   * Also switch between every QueueBox of the app (named ones and tenants attached at run time,
+   * looked up at each request) beside `instances`, which then add to them instead of replacing
+   * them. A name in `instances` takes precedence over an app QueueBox of the same name. Default:
+   * true without `instances`, false with them.
+   *
+   * @example
+   * QueueBoxDashboardModule.forRoot({ guard: OpsGuard, appQueueBoxes: true, instances: [{ name: 'archive', admin: archiveAdmin }] })
+   */
+  appQueueBoxes?: boolean;
   /** Who did an action, for the log line and the event. Default: `user.id`, `user.name`, `user.email` or `user.username` of the request, else its IP. */
   actor?: (request: DashboardRequest) => string | undefined;
   /** Origins (besides the request's own host) whose pages may send actions, e.g. the public origin behind a Host-rewriting proxy. */
@@ -93,6 +103,8 @@ export interface ResolvedDashboardOptions {
   readOnly: boolean;
   /** Undefined: every QueueBox of the app's registry, looked up at each request (tenants come and go). */
   instances: DashboardInstance[] | undefined;
+  /** Whether the app's QueueBoxes (its registry, read at each request) are listed, before `instances`. */
+  appQueueBoxes: boolean;
   actor: ((request: DashboardRequest) => string | undefined) | undefined;
   allowedOrigins: string[];
   tokenSecret: string | undefined;
@@ -106,6 +118,7 @@ const KEYS = [
   'public',
   'readOnly',
   'instances',
+  'appQueueBoxes',
   'actor',
   'allowedOrigins',
   'tokenSecret',
@@ -163,6 +176,10 @@ export function resolveDashboardOptions(given: QueueBoxDashboardOptions): Resolv
     names.add(instance.name);
   }
 
+  const appQueueBoxes = options.appQueueBoxes ?? options.instances === undefined;
+  if (typeof appQueueBoxes !== 'boolean') throw fail('appQueueBoxes', messages.booleanInvalid('appQueueBoxes', appQueueBoxes));
+  if (!appQueueBoxes && options.instances === undefined) throw fail('appQueueBoxes', messages.noInstancesShown());
+
   if (options.actor !== undefined && typeof options.actor !== 'function')
     throw fail('actor', messages.functionInvalid('actor', options.actor));
 
@@ -188,6 +205,7 @@ export function resolveDashboardOptions(given: QueueBoxDashboardOptions): Resolv
     isPublic,
     readOnly,
     instances: options.instances === undefined ? undefined : instances.map((i) => ({ name: i.name, admin: i.admin })),
+    appQueueBoxes,
     actor: options.actor,
     allowedOrigins: allowedOrigins.map((o) => new URL(o).origin),
     tokenSecret: options.tokenSecret,

@@ -8,6 +8,8 @@ import type { DeadLetterRow, SkipHeadTarget, ThroughputRow } from '../dialects/d
 import type { MessageHistory, MessageRow } from '../dialects/message-rows';
 import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
+import type { DoctorReport } from '../health/database-doctor';
+import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { getQueueBoxEventsToken } from '../module/queuebox.tokens';
 import type { QueueTable } from '../types/claims';
 import { TRACEPARENT_HEADER } from '../wire-headers';
@@ -59,7 +61,7 @@ export class DashboardService implements OnModuleInit {
   ) {}
 
   onModuleInit(): void {
-    if (this.options.instances === undefined && this.registry === undefined) {
+    if (this.options.appQueueBoxes && this.options.instances === undefined && this.registry === undefined) {
       throw new QueueBoxConfigError('dashboard.instances', messages.noQueueBox());
     }
     for (const { name, admin } of this.options.instances ?? []) {
@@ -76,9 +78,11 @@ export class DashboardService implements OnModuleInit {
     this.logger.log(messages.started(path, this.instanceNames(), readOnly, isPublic));
   }
 
-  /** The configured instances, or every QueueBox of the app now (tenants come and go). */
+  /** Every QueueBox of the app now (tenants come and go) when `appQueueBoxes`, then the configured instances. */
   instanceNames(): string[] {
-    return this.options.instances === undefined ? (this.registry?.names() ?? []) : [...this.admins.keys()];
+    const given = [...this.admins.keys()];
+    if (!this.options.appQueueBoxes) return given;
+    return [...(this.registry?.names() ?? []).filter((name) => !this.admins.has(name)), ...given];
   }
 
   /** Whether an instance's admin can list instances and heartbeats (QueueBoxAdmin can; a DashboardAdmin of your own may not). */
@@ -87,7 +91,7 @@ export class DashboardService implements OnModuleInit {
   }
 
   admin(instance: string): DashboardAdmin {
-    const admin = this.options.instances === undefined ? this.registry?.find(instance)?.get(QueueBoxAdmin) : this.admins.get(instance);
+    const admin = this.admins.get(instance) ?? (this.options.appQueueBoxes ? this.registry?.find(instance)?.get(QueueBoxAdmin) : undefined);
     if (!admin) {
       throw new DashboardHttpError(
         HttpStatus.NOT_FOUND,
@@ -96,6 +100,28 @@ export class DashboardService implements OnModuleInit {
       );
     }
     return admin;
+  }
+
+  /**
+   * The database warnings of an app QueueBox (its `QueueBoxDoctor`): the last examination, or a new
+   * one when asked (`refresh`) or when none ran yet. An instance given as an admin made outside the
+   * app's QueueBoxes (`createQueueBoxAdmin`) has no doctor here: `available: false` and why
+   * (`queuebox doctor` examines its database).
+   */
+  async warnings(instance: string, refresh: boolean): Promise<{ available: boolean; reason?: string } & Partial<DoctorReport>> {
+    const doctor = this.doctorOf(instance);
+    if (!doctor) return { available: false, reason: messages.warningsUnavailable(), warnings: [], notChecked: [] };
+    const report = refresh || doctor.latest === undefined ? await doctor.check() : doctor.latest;
+    return { available: true, ...report };
+  }
+
+  /** The doctor of the app QueueBox whose admin this instance uses (by name, or given by its token); none for an admin of its own. */
+  private doctorOf(instance: string): QueueBoxDoctor | undefined {
+    const admin = this.admin(instance);
+    return this.registry
+      ?.list()
+      .find((entry) => entry.get(QueueBoxAdmin) === admin)
+      ?.get(QueueBoxDoctor);
   }
 
   async overview(
@@ -126,7 +152,9 @@ export class DashboardService implements OnModuleInit {
     const sorted = [...rows.values()].sort((a, b) =>
       a.component === b.component ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.component === 'outbox' ? -1 : 1,
     );
-    const flags = await collectFlags({ instance, admin, backlog: sorted, options: this.options });
+    const doctor = this.doctorOf(instance);
+    const warnings = doctor && (async () => doctor.latest ?? (await doctor.check()));
+    const flags = await collectFlags({ instance, admin, backlog: sorted, options: this.options, warnings });
     return {
       since: throughput.since,
       minutes: throughput.minutes,

@@ -17,7 +17,9 @@ import type {
   SkipHeadTarget,
   Throughput,
 } from './dialect-rows';
+import type { DoctorFacts } from './doctor-facts';
 import type { MessageHistory, MessageSearch, MessageSearchResult } from './message-rows';
+import type { SchemaMigration } from './schema-migrations';
 
 /** The QueueBox tables, validated: the outbox, the inbox, and the instances (processes and their heartbeats). */
 export interface QueueBoxTables {
@@ -286,6 +288,14 @@ export interface Dialect {
 
   /** The database's current time (for tests and health checks; never for leases). */
   clockNow(): Promise<Date>;
+
+  /**
+   * What `queuebox doctor` and the database warnings read (`DoctorFacts`): the three tables' row
+   * statistics and storage options, their indexes, what holds back the cleanup of dead rows, and
+   * the sessions waiting for a lock on them now; `applied` names the migrations whose indexes are
+   * expected. Catalog and statistics views only, bounded lists.
+   */
+  doctorFacts(p: { applied: readonly SchemaMigration[] }): Promise<DoctorFacts>;
 }
 
 /** Dead rows an admin call selects, normalized: every absent criterion is `null`. */

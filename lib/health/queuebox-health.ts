@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy, Optional } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { describeError } from '../common/errors';
@@ -13,6 +13,8 @@ import { PullWorker } from '../pull/pull.worker';
 import { messages } from '../texts/queuebox.messages';
 import type { WorkerLoopStatus } from '../workers/claim-loop';
 import { DatabaseRecovery } from '../workers/database-recovery';
+import type { DatabaseWarning } from './database-doctor';
+import { QueueBoxDoctor } from './queuebox.doctor';
 
 /** What a health check looks at. Every field is optional; defaults are listed. */
 export interface QueueBoxHealthCheckOptions {
@@ -42,6 +44,14 @@ export interface QueueBoxHealthCheckOptions {
    * `readiness()` and `liveness()` leave it out.
    */
   instances?: boolean;
+  /**
+   * The database warnings of the doctor's last examination (`QueueBoxDoctor`, every
+   * `doctor.intervalMs`; no query here): `true` reports them all in `warnings` and sets `degraded`
+   * while any is present, down only for a fatal one (a table missing, a required migration not
+   * run); `'fatal'` reports and fails on the fatal ones only; `false` leaves them out. Default
+   * true; `readiness()` and `liveness()` use `'fatal'`.
+   */
+  warnings?: boolean | 'fatal';
 }
 
 /** What a check found. `problems` is empty when `healthy`. */
@@ -78,6 +88,10 @@ export interface QueueBoxHealthReport {
   };
   /** The instances of this QueueBox's instances table by state, by the database clock. Absent when not read. */
   instances?: Record<InstanceState, number>;
+  /** Up but with database warnings (`warnings`): the reason is in each warning's message. Absent when warnings were not read. */
+  degraded?: boolean;
+  /** The database warnings of the doctor's last examination (docs/doctor.md); absent when not read or not examined yet. */
+  warnings?: DatabaseWarning[];
 }
 
 const DEFAULTS = {
@@ -88,6 +102,7 @@ const DEFAULTS = {
   timeoutMs: 3_000,
   heartbeat: true,
   instances: true,
+  warnings: true as boolean | 'fatal',
 };
 
 /**
@@ -109,6 +124,7 @@ export class QueueBoxHealth implements OnModuleDestroy {
     private readonly recovery: DatabaseRecovery,
     private readonly instance: QueueBoxInstance,
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
+    @Optional() private readonly doctor?: QueueBoxDoctor,
   ) {}
 
   /** Nest calls every `onModuleDestroy` before any `beforeApplicationShutdown`: draining starts here, before the workers stop. */
@@ -131,6 +147,7 @@ export class QueueBoxHealth implements OnModuleDestroy {
       timeoutMs: options.timeoutMs ?? DEFAULTS.timeoutMs,
       heartbeat: options.heartbeat ?? DEFAULTS.heartbeat,
       instances: options.instances ?? DEFAULTS.instances,
+      warnings: options.warnings ?? DEFAULTS.warnings,
     };
     const problems: string[] = [];
     const now = Date.now();
@@ -212,6 +229,13 @@ export class QueueBoxHealth implements OnModuleDestroy {
       } catch (error) {
         problems.push(messages.healthInstancesFailed(describeError(error)));
       }
+    }
+    const examined = o.warnings === false ? undefined : this.doctor?.latest;
+    if (examined) {
+      const shown = o.warnings === 'fatal' ? examined.warnings.filter((w) => w.fatal) : examined.warnings;
+      report.warnings = shown;
+      report.degraded = shown.length > 0;
+      for (const warning of shown.filter((w) => w.fatal)) problems.push(warning.message);
     }
     report.healthy = problems.length === 0;
     return report;

@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { describeError } from '../common/errors';
+import { logContext } from '../common/log-context';
 import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxEvents } from '../events/queuebox.events';
@@ -36,7 +37,7 @@ const NAME = 'inbox relay';
  */
 @Injectable()
 export class InboxRelay extends SingleLoopWorker<RelayClaim> {
-  protected readonly logger = new Logger('QueueBox:InboxRelay');
+  protected readonly logger: Logger;
   protected readonly loop: ClaimLoop<RelayClaim>;
   private readonly options: ResolvedRelayOptions;
   private readonly claims: RelayClaims;
@@ -55,6 +56,7 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
+    this.logger = new Logger(logContext('QueueBox:InboxRelay', instance.name));
     this.options = rootOptions.inbox.relay;
     const { concurrency, batchSize } = this.options;
     const followers = new InboxFollowers(dialect);

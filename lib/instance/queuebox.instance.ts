@@ -14,6 +14,7 @@ import type { DataSource } from 'typeorm';
 import { RetentionService } from '../admin/retention.service';
 import { followInitialization, type Initialization } from '../common/data-source-initialization';
 import { describeError } from '../common/errors';
+import { logContext } from '../common/log-context';
 import { packageVersion } from '../common/package-version';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import { Waker } from '../common/wait';
@@ -70,7 +71,7 @@ export interface InstanceStatus {
  */
 @Injectable()
 export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('QueueBox:Instance');
+  private readonly logger: Logger;
   private readonly options: ResolvedInstancesOptions;
   private readonly timerName: string;
   private timer?: NodeJS.Timeout;
@@ -92,7 +93,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
   private initialization?: Initialization;
   private starting?: Promise<void>;
   private readonly startWaker = new Waker();
-  private readonly schemaLogger = new Logger('QueueBox:Schema');
+  private readonly schemaLogger: Logger;
 
   constructor(
     @Inject(QUEUEBOX_IDENTITY) private readonly instance: QueueBoxIdentity,
@@ -108,6 +109,8 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     private readonly liveness: InstanceLiveness,
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
+    this.logger = new Logger(logContext('QueueBox:Instance', instance.name));
+    this.schemaLogger = new Logger(logContext('QueueBox:Schema', instance.name));
     this.options = rootOptions.instances;
     this.timerName = `queuebox:${instance.name}:heartbeat`;
     // From the start: an `initialize()` the application calls before `onModuleInit` is then known to run.

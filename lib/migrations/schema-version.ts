@@ -86,6 +86,71 @@ export async function checkSchemaVersion(dataSource: DataSource, options: Resolv
   }
 }
 
+/** Where the recorded QueueBox migrations stand against this version's (`queuebox doctor`, the database warnings). */
+export interface MigrationState {
+  /** TypeORM's migrations table read. */
+  migrationsTable: string;
+  /** False when the tables' first migration is not recorded (plain SQL): nothing more is known. */
+  checked: boolean;
+  /** Migrations of this version that are recorded (every one when not checked: the plain-SQL scripts are assumed whole). */
+  applied: SchemaMigration[];
+  /** Migrations of this version that are not recorded; `required` ones stop start-up, the others are named by a warning. */
+  behind: { migration: SchemaMigration; name: string; required: boolean; consequence: string | null }[];
+  /**
+   * Recorded QueueBox migrations this version does not know, newer than its own (a later QueueBox
+   * migrated this database: this process is older than its schema).
+   */
+  ahead: string[];
+}
+
+// A shipped migration's name: QueueBox<Word><13-digit timestamp>.
+const SHIPPED_NAME = /^QueueBox([A-Z][A-Za-z]*)(\d{13})$/;
+
+/** Reads TypeORM's migrations table and compares it with the migrations this version needs (as `checkSchemaVersion` does at start-up). */
+export async function readMigrationState(dataSource: DataSource, options: ResolvedQueueBoxOptions): Promise<MigrationState> {
+  const migrationsTable = dataSource.options.migrationsTableName ?? TYPEORM_MIGRATIONS_TABLE;
+  const recorded = await recordedMigrations(dataSource, migrationsTable);
+  const expected = SCHEMA_MIGRATIONS.map((migration) => ({ migration, name: expectedName(dataSource, migration, options.tables) }));
+  if (!recorded.has(expected[0].name)) return { migrationsTable, checked: false, applied: [...SCHEMA_MIGRATIONS], behind: [], ahead: [] };
+  const behind = expected
+    .filter((entry) => !recorded.has(entry.name))
+    .map((entry) => {
+      const consequence = optionalBecause(entry.migration, options, dataSource) ?? null;
+      return { ...entry, required: consequence === null, consequence };
+    });
+  const known = new Set(Object.values(DEFAULT_MIGRATION_NAMES).map((name) => SHIPPED_NAME.exec(name)?.[1]));
+  const newest = Math.max(...Object.values(DEFAULT_MIGRATION_NAMES).map((name) => Number(SHIPPED_NAME.exec(name)?.[2] ?? 0)));
+  const ahead = [...recorded].filter((name) => {
+    const shipped = SHIPPED_NAME.exec(name);
+    return shipped !== null && !known.has(shipped[1]) && Number(shipped[2]) > newest;
+  });
+  return {
+    migrationsTable,
+    checked: true,
+    applied: expected.filter((entry) => recorded.has(entry.name)).map((entry) => entry.migration),
+    behind,
+    ahead: ahead.sort(),
+  };
+}
+
+/** The names TypeORM's migrations table records (none when the table does not exist). */
+async function recordedMigrations(dataSource: DataSource, migrationsTable: string): Promise<Set<string>> {
+  const driverOptions = dataSource.driver.options as { schema?: string; database?: string };
+  const tablePath = dataSource.driver.buildTableName(migrationsTable, driverOptions.schema, driverOptions.database);
+  const queryRunner = dataSource.createQueryRunner();
+  try {
+    if (!(await queryRunner.hasTable(tablePath))) return new Set();
+    const rows: { name: string }[] = await queryRunner.manager
+      .createQueryBuilder()
+      .select(queryRunner.connection.driver.escape('name'), 'name')
+      .from(tablePath, 'queuebox_migrations')
+      .getRawMany();
+    return new Set(rows.map((row) => row.name));
+  } finally {
+    await queryRunner.release();
+  }
+}
+
 const schemaChecked = new WeakSet<Dialect>();
 
 /**

@@ -163,7 +163,7 @@ const coreProviders: Provider[] = [
     provide: QUEUEBOX_DIALECT,
     inject: [QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS, QUEUEBOX_IDENTITY],
     useFactory: async (dataSource: DataSource, options: ResolvedQueueBoxOptions, instance: QueueBoxIdentity) => {
-      const dialect = createDialect(dataSource, options.tables, { queryTimeoutMs: queryTimeoutFor(options), instance });
+      const dialect = createDialect(dataSource, options.tables, { queryTimeoutMs: queryTimeoutFor(options), instance }, instance.name);
       // As early as can be, so a bad schema fails start-up before anything else runs; a DataSource
       // initialized later is checked by the instance before it registers.
       if (dataSource.isInitialized) await checkSchemaOnce(dataSource, options, dialect, schemaLogger);

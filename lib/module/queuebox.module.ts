@@ -4,6 +4,7 @@ import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { RetentionService } from '../admin/retention.service';
 import { QueueBoxEventLog } from '../events/event-log';
 import { QueueBoxEvents } from '../events/queuebox.events';
+import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { QueueBoxHealth } from '../health/queuebox-health';
 import { InboxRelay } from '../inbox/inbox.relay';
 import { InboxService } from '../inbox/inbox.service';
@@ -64,6 +65,7 @@ import { QueueBoxCoreModule } from './queuebox-core.module';
     RetentionService,
     QueueBoxAdmin,
     QueueBoxHealth,
+    QueueBoxDoctor,
     QueueBoxInstance,
     QueueBoxRegistration,
   ],

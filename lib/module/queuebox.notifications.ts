@@ -1,11 +1,13 @@
-import { type BeforeApplicationShutdown, Inject, Injectable, Logger } from '@nestjs/common';
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { describeError } from '../common/errors';
-import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
+import { logContext } from '../common/log-context';
+import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import type { Dialect, WorkListener } from '../dialects/dialect';
 import { InboxSources } from '../inbox-runtime/inbox.sources';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { OutboxPoller } from '../outbox/outbox.poller';
 import { messages } from '../texts/queuebox.messages';
+import type { QueueBoxIdentity } from '../types/instance';
 import { DatabaseRecovery } from '../workers/database-recovery';
 
 /**
@@ -16,7 +18,7 @@ import { DatabaseRecovery } from '../workers/database-recovery';
  */
 @Injectable()
 export class WorkNotifications implements BeforeApplicationShutdown {
-  private readonly logger = new Logger('QueueBox:WorkNotifications');
+  private readonly logger: Logger;
   private listener?: WorkListener;
   private up = false;
 
@@ -26,7 +28,10 @@ export class WorkNotifications implements BeforeApplicationShutdown {
     private readonly poller: OutboxPoller,
     private readonly sources: InboxSources,
     private readonly recovery: DatabaseRecovery,
-  ) {}
+    @Optional() @Inject(QUEUEBOX_IDENTITY) instance?: QueueBoxIdentity,
+  ) {
+    this.logger = new Logger(logContext('QueueBox:WorkNotifications', instance?.name));
+  }
 
   /** Whether this process listens for notifications at all (workers run and the database has them). */
   get enabled(): boolean {

@@ -3,7 +3,7 @@ import type { BackoffFunction } from '../common/backoff';
 import type { QueueBoxTables } from '../dialects/dialect';
 import type { RelayRoute } from '../types/inbox';
 import type { InboxMessage, OutboundMessage } from '../types/messages';
-import type { LoggingOptions, WorkersOptions } from '../types/options';
+import type { DoctorOptions, LoggingOptions, WorkersOptions } from '../types/options';
 import type { Publisher } from '../types/outbox';
 
 // The options after resolution (./options.resolver.ts): every default filled in, every lease
@@ -43,6 +43,8 @@ export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
   /** The option path of each publisher, as the user wrote it: `outbox.publisher` or `outbox.publishers.<name>`, for errors. */
   publisherOptions: Record<string, string>;
   route: (message: OutboundMessage) => string;
+  /** The default route of several publishers: a message goes to the publisher named as its destination. */
+  routedByName: boolean;
   publishTimeoutMs: number;
   /** `outbox.rateLimits`, by destination: tokens per second and the bucket's size. */
   rateLimits: Record<string, { perSecond: number; burst: number }>;
@@ -83,4 +85,6 @@ export interface ResolvedQueueBoxOptions {
   retention: ResolvedRetentionOptions;
   instances: ResolvedInstancesOptions;
   logging: Required<LoggingOptions>;
+  /** The database warnings' interval and thresholds. */
+  doctor: Required<DoctorOptions>;
 }

@@ -8,6 +8,7 @@ import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { messages } from '../texts/queuebox.messages';
 import type { OutboundMessage } from '../types/messages';
 import type {
+  DoctorOptions,
   InstancesOptions,
   LoggingOptions,
   OutboxOptions,
@@ -42,6 +43,7 @@ import type {
 } from './options.resolved';
 import { resolveRetry } from './options.retry';
 import {
+  DOCTOR_OPTIONS,
   INSTANCES_OPTIONS,
   keysOf,
   LOGGING_OPTIONS,
@@ -83,7 +85,20 @@ export function resolveOptions(options: QueueBoxModuleOptions = {}): ResolvedQue
     retention: resolveRetention(options.retention ?? {}),
     instances: resolveInstances(options.instances ?? {}),
     logging: resolveLogging(options.logging ?? {}),
+    doctor: resolveDoctor(options.doctor ?? {}),
   };
+}
+
+/** Validates `doctor` (the database warnings' interval and thresholds); also used by `queuebox doctor`. */
+export function resolveDoctor(doctor: DoctorOptions): Required<DoctorOptions> {
+  expectObject('doctor', doctor);
+  rejectUnknownKeys('doctor.', doctor, keysOf(DOCTOR_OPTIONS));
+  return Object.fromEntries(
+    (keysOf(DOCTOR_OPTIONS) as (keyof DoctorOptions)[]).map((key) => [
+      key,
+      integerOption(`doctor.${key}`, doctor[key], DOCTOR_OPTIONS[key]),
+    ]),
+  ) as Required<DoctorOptions>;
 }
 
 /** Validates the `tables` option (also used by the migration factory). */
@@ -163,6 +178,7 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean, deprecations:
     publisherTypes,
     publisherOptions,
     route,
+    routedByName: outbox.route === undefined && names.length > 1,
     publishTimeoutMs,
     rateLimits: resolveRateLimits(outbox.rateLimits),
   };

@@ -1,4 +1,5 @@
 import type {
+  DoctorOptions,
   InstancesOptions,
   LoggingOptions,
   OutboxOptions,
@@ -62,7 +63,20 @@ export const TOP_LEVEL_OPTIONS = {
   retention: {},
   instances: {},
   logging: {},
+  doctor: {},
 } as const satisfies Record<keyof QueueBoxModuleOptions, OptionSpec>;
+
+/** `doctor: { ... }`: the database warnings (docs/doctor.md). */
+export const DOCTOR_OPTIONS = {
+  intervalMs: integerOption(60_000, 0, DAY_MS),
+  deadRowsPercent: integerOption(20, 1, 100),
+  minDeadRows: integerOption(10_000, 0, 1_000_000_000),
+  minIndexBytes: integerOption(67_108_864, 0, Number.MAX_SAFE_INTEGER),
+  indexBytesPerRow: integerOption(1024, 1, 1_000_000_000),
+  xminHorizonMs: integerOption(300_000, 0, DAY_MS),
+  lockWaitMs: integerOption(5_000, 0, DAY_MS),
+  clockSkewMs: integerOption(1_000, 0, DAY_MS),
+} as const satisfies Record<keyof DoctorOptions, OptionSpec>;
 
 /** `instances: { ... }`: heartbeats, and when a silent instance's leases end. */
 export const INSTANCES_OPTIONS = {

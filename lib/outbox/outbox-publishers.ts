@@ -1,9 +1,25 @@
 import type { ModuleRef } from '@nestjs/core';
 import { describeError } from '../common/errors';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
-import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
+import type { ResolvedOutboxOptions, ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { messages } from '../texts/queuebox.messages';
 import type { Publisher } from '../types/outbox';
+
+/**
+ * The destinations the options name, known before any message is enqueued: the keys of
+ * `outbox.rateLimits`, what each publisher reports (`Publisher.destinations()`), and the
+ * publishers' names when several route by destination (no `outbox.route` of one's own). What
+ * the metrics show from start-up.
+ */
+export function configuredDestinations(outbox: ResolvedOutboxOptions): string[] {
+  const names = new Set(Object.keys(outbox.rateLimits));
+  const publishers = Object.entries(outbox.publishers);
+  for (const [name, publisher] of publishers) {
+    if (outbox.routedByName) names.add(name);
+    for (const destination of publisher.destinations?.() ?? []) names.add(destination);
+  }
+  return [...names].sort();
+}
 
 /**
  * Instantiates the publisher classes of `outbox.publishers` (or `outbox.publisher`) with Nest's

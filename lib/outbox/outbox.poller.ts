@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { describeError, isInstance } from '../common/errors';
+import { logContext } from '../common/log-context';
 import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import { settledWithin } from '../common/wait';
 import type { Dialect } from '../dialects/dialect';
@@ -23,6 +24,7 @@ import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
 import { SingleLoopWorker } from '../workers/worker-shell';
 import { OutboxClaims } from './outbox.claims';
 import { OutboxRateLimits } from './outbox.rate-limits';
+import { configuredDestinations } from './outbox-publishers';
 import { type PublishAbort, PublishCall, PublishDeadlines, type PublishFailure } from './publish-call';
 
 const NAME = 'outbox poller';
@@ -52,7 +54,7 @@ type AbandonedPublish = { ended?: 'published' | 'failed'; settled: Promise<void>
  */
 @Injectable()
 export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
-  protected readonly logger = new Logger('QueueBox:OutboxPoller');
+  protected readonly logger: Logger;
   private readonly options: ResolvedOutboxOptions;
   protected readonly loop: ClaimLoop<OutboxClaim>;
   private readonly claims: OutboxClaims;
@@ -82,6 +84,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
+    this.logger = new Logger(logContext('QueueBox:OutboxPoller', instance.name));
     this.options = rootOptions.outbox;
     this.claims = new OutboxClaims(dialect, events);
     const rateLimits = new OutboxRateLimits(dialect, this.options.rateLimits, this.logger);
@@ -125,6 +128,11 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   protected get description() {
     const { concurrency, batchSize, leaseMs } = this.options;
     return { name: NAME, concurrency, batchSize, leaseMs };
+  }
+
+  /** The destinations the options name (`configuredDestinations`): the metrics show each from start-up. */
+  configuredDestinations(): string[] {
+    return configuredDestinations(this.options);
   }
 
   /** Claims now instead of at the end of the current sleep (new messages were committed). */

@@ -6,8 +6,11 @@ import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { type QueueBoxEntry, QueueBoxRegistry } from '../core/queuebox.registry';
 import type { BacklogRow, InstanceState } from '../dialects/dialect-rows';
 import { QueueBoxEvents } from '../events/queuebox.events';
+import { DATABASE_WARNING_CODES } from '../health/database-doctor';
+import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { InboxSources } from '../inbox-runtime/inbox.sources';
 import { COUNTERS, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate } from '../metrics/metric-definitions';
+import { OutboxPoller } from '../outbox/outbox.poller';
 
 /** Backlog gauges, set from one backlog query per scrape. */
 export const GAUGES = [
@@ -35,6 +38,18 @@ export const GAUGES = [
     component: 'inbox',
   },
 ] as const;
+
+/**
+ * The database warnings of each QueueBox's doctor (docs/doctor.md) by code: how many are present
+ * in its last examination, every code present (0 when none), so `max(queuebox_database_warnings) > 0`
+ * can alert and `absent()` stays quiet. Cardinality: the codes (`DATABASE_WARNING_CODES`) times
+ * the QueueBoxes. Read from the last examination: no query at scrape time.
+ */
+export const DATABASE_WARNINGS_GAUGE = {
+  name: 'queuebox_database_warnings',
+  help: 'Database warnings of the last doctor examination by code (docs/doctor.md): dead rows, bloat, autovacuum off, a held xmin horizon, lock waits, clock skew, LISTEN unavailable, a missing or invalid index, migrations behind or ahead.',
+  labelNames: ['code'],
+} as const;
 
 // The gauges of one scrape share one backlog query per QueueBox: a query in flight, or one that
 // finished this recently, is reused.
@@ -118,7 +133,10 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
         } catch {
           return { entry, values: watched.last.get(definition.name) ?? new Map<string, number>() };
         }
-        for (const source of definition.component === 'inbox' ? entry.get(InboxSources).consumedSources() : []) known.add(source);
+        // Configured names from start-up (value 0), so an `absent()` alert does not fire on a fresh replica.
+        const configured =
+          definition.component === 'inbox' ? entry.get(InboxSources).consumedSources() : entry.get(OutboxPoller).configuredDestinations();
+        for (const name of configured) known.add(name);
         const read = new Map<string, number>();
         for (const row of rows) {
           if (row.component !== definition.component) continue;
@@ -157,6 +175,18 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
     for (const { entry, read } of counts) {
       if (!read) continue;
       for (const state of INSTANCES_GAUGE.states) gauge.set({ state, [QUEUEBOX_LABEL]: entry.name }, read[state]);
+    }
+  }
+
+  /** Sets `queuebox_database_warnings{code}` from each QueueBox's last doctor examination, every code present. */
+  collectWarnings(gauge: Gauge): void {
+    gauge.reset();
+    for (const entry of this.watched.keys()) {
+      const report = entry.get(QueueBoxDoctor).latest;
+      for (const code of DATABASE_WARNING_CODES) {
+        const count = report?.warnings.filter((warning) => warning.code === code).length ?? 0;
+        gauge.set({ code, [QUEUEBOX_LABEL]: entry.name }, count);
+      }
     }
   }
 
@@ -217,7 +247,16 @@ const labelOf = (definition: GaugeDefinition) => (definition.component === 'outb
         return exporter.collectInstances(this);
       },
     }),
+    makeGaugeProvider({
+      name: DATABASE_WARNINGS_GAUGE.name,
+      help: DATABASE_WARNINGS_GAUGE.help,
+      labelNames: [...DATABASE_WARNINGS_GAUGE.labelNames, QUEUEBOX_LABEL],
+      inject: [QueueBoxPrometheusExporter],
+      collect(this: Gauge, exporter: QueueBoxPrometheusExporter) {
+        exporter.collectWarnings(this);
+      },
+    }),
   ],
-  exports: [...[...COUNTERS, ...HISTOGRAMS, ...GAUGES, INSTANCES_GAUGE].map(({ name }) => getToken(name))],
+  exports: [...[...COUNTERS, ...HISTOGRAMS, ...GAUGES, INSTANCES_GAUGE, DATABASE_WARNINGS_GAUGE].map(({ name }) => getToken(name))],
 })
 export class QueueBoxPrometheusModule {}

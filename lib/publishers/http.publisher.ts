@@ -94,6 +94,12 @@ export class HttpPublisher implements Publisher {
     }
   }
 
+  /** The destinations of a `destinations` object (none for a function): the metrics show each from start-up. */
+  destinations(): string[] {
+    const { destinations } = this.options;
+    return typeof destinations === 'function' ? [] : Object.keys(destinations);
+  }
+
   async publish(message: OutboundMessage, signal: AbortSignal): Promise<void> {
     const url = this.urlOf(message.destination);
     const timeout = AbortSignal.timeout(this.timeoutMs);

@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { logContext } from '../common/log-context';
 import { QUEUEBOX_DIALECT } from '../common/queuebox.constants';
 import type { Dialect } from '../dialects/dialect';
 import { QueueBoxValidationError } from '../errors/queuebox.errors';
@@ -29,7 +30,7 @@ const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" o
  */
 @Injectable()
 export class PullClient {
-  private readonly logger = new Logger('QueueBox:PullClient');
+  private readonly logger: Logger;
   /** Writes the dead letter of a claim beyond `maxAttempts`, as every worker's dead letters are written. */
   private readonly recorder: OutcomeRecorder<InboxClaim>;
 
@@ -38,6 +39,7 @@ export class PullClient {
     lease: LeaseService,
     events: QueueBoxEvents,
   ) {
+    this.logger = new Logger(logContext('QueueBox:PullClient', events.queuebox));
     this.recorder = inboxOutcomeRecorder(lease, events, this.logger);
   }
 

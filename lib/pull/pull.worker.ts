@@ -4,7 +4,8 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, EntityManager } from 'typeorm';
 import { AmbientTransactions } from '../common/ambient-transaction';
 import { describeError, isInstance } from '../common/errors';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
+import { logContext } from '../common/log-context';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import { withinTimeout } from '../common/time-limit';
 import type { Dialect } from '../dialects/dialect';
 import { byId } from '../dialects/records';
@@ -20,6 +21,7 @@ import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { messages } from '../texts/queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
 import type { InboxClaim } from '../types/claims';
+import type { QueueBoxIdentity } from '../types/instance';
 import { ClaimLoop, type WorkerLoopStatus, type WorkSlot } from '../workers/claim-loop';
 import { DatabaseRecovery } from '../workers/database-recovery';
 import { InstanceLiveness } from '../workers/instance-liveness';
@@ -55,7 +57,7 @@ type BatchAttempt =
  */
 @Injectable()
 export class PullWorker extends WorkerShell<InboxClaim> {
-  protected readonly logger = new Logger('QueueBox:PullWorker');
+  protected readonly logger: Logger;
   private readonly byHandler = new Map<string, { loop: ClaimLoop<InboxClaim>; batches?: BatchQueue<HeldClaim, Outcome> }>();
   private readonly followers: InboxFollowers;
   private readonly recorder: OutcomeRecorder<InboxClaim>;
@@ -75,8 +77,10 @@ export class PullWorker extends WorkerShell<InboxClaim> {
     private readonly liveness: InstanceLiveness,
     @Optional() private readonly scheduler?: SchedulerRegistry,
     @Optional() discovery?: DiscoveryService,
+    @Optional() @Inject(QUEUEBOX_IDENTITY) instance?: QueueBoxIdentity,
   ) {
     super();
+    this.logger = new Logger(logContext('QueueBox:PullWorker', instance?.name));
     this.ambient = new AmbientTransactions(dataSource, () => (discovery?.getProviders() ?? []).map((wrapper) => wrapper.instance));
     this.followers = new InboxFollowers(dialect);
     this.recorder = inboxOutcomeRecorder(lease, events, this.logger);

@@ -16,8 +16,11 @@ export interface QueueBoxIndicatorTarget {
  * `queuebox_liveness`), so one Terminus check can combine them without one result overwriting another.
  * With several QueueBoxes (or tenants), `{ queuebox: name }` picks one; give each its own key.
  *
- * - `isHealthy()` runs every check: database, draining, worker cycles, backlog lag, heartbeats and
- *   the instances table (this instance silent or dead there). For a status page or alerting.
+ * - `isHealthy()` runs every check: database, draining, worker cycles, backlog lag, heartbeats,
+ *   the instances table (this instance silent or dead there) and the database warnings (up with
+ *   `degraded: true` and the `warnings`; down only for a fatal one). For a status page or alerting.
+ * - `readiness()` and `liveness()` fail for a fatal database warning only (a table missing, a
+ *   required migration not run), never for the others.
  * - `readiness()`: database reachable, not draining, and this instance's heartbeats working. Use it as the readiness probe: a replica
  *   that drains for shutdown, or cannot reach its database, should get no new requests.
  * - `liveness()`: every running worker loop completed a claim cycle recently. Use it as the
@@ -59,6 +62,7 @@ export class QueueBoxHealthIndicator {
       instances: false,
       maxCycleAgeMs: false,
       maxLagMs: false,
+      warnings: 'fatal',
     });
   }
 
@@ -75,6 +79,7 @@ export class QueueBoxHealthIndicator {
       heartbeat: false,
       instances: false,
       maxLagMs: false,
+      warnings: 'fatal',
     });
   }
 

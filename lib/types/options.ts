@@ -150,6 +150,32 @@ export interface InstancesOptions {
 }
 
 /**
+ * The database warnings (`queuebox doctor`, the health check, the dashboard, the metrics): how
+ * often the app reads them and the thresholds. See docs/doctor.md.
+ *
+ * @example
+ * QueueBoxModule.forRoot({ outbox: { publisher }, doctor: { intervalMs: 300_000, xminHorizonMs: 600_000 } })
+ */
+export interface DoctorOptions {
+  /** How often the app reads the database warnings (a few catalog queries). Default 60000 ms; 0 reads them only on demand. */
+  intervalMs?: number;
+  /** A table whose dead rows are at least this percent of its rows (and at least `minDeadRows`) is bloated. Default 20. */
+  deadRowsPercent?: number;
+  /** Fewer dead rows than this never warn. Default 10000. */
+  minDeadRows?: number;
+  /** An index at least this big (bytes) whose size per live row of its table passes `indexBytesPerRow` is bloated. Default 67108864 (64 MiB). */
+  minIndexBytes?: number;
+  /** Index bytes per live row of its table above which an index (of at least `minIndexBytes`) is bloated. Default 1024. */
+  indexBytesPerRow?: number;
+  /** A transaction (or prepared transaction) holding back the cleanup of dead rows for this long warns. Default 300000 ms. */
+  xminHorizonMs?: number;
+  /** A session waiting this long for a lock on a QueueBox table warns. Default 5000 ms. */
+  lockWaitMs?: number;
+  /** This host's clock differing from the database's by more than this warns. Default 1000 ms. */
+  clockSkewMs?: number;
+}
+
+/**
  * What QueueBox logs beyond start, stop, warnings and errors. See docs/observability.md#logs.
  *
  * @example
@@ -194,6 +220,8 @@ export interface QueueBoxModuleOptions {
   instances?: InstancesOptions;
   /** Per-message log lines: `{ messages: true }` turns them on. Off by default. */
   logging?: LoggingOptions;
+  /** The database warnings' interval and thresholds (docs/doctor.md). */
+  doctor?: DoctorOptions;
 }
 
 /** Per-handler options of `@PullHandler(source, options)`. */

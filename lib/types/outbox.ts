@@ -60,4 +60,10 @@ export interface EnqueueResult {
  */
 export interface Publisher {
   publish(message: OutboundMessage, signal: AbortSignal): Promise<void>;
+  /**
+   * The destinations this publisher is configured for, when it knows them (`HttpPublisher` with a
+   * `destinations` object does). Optional: QueueBox's metrics show a gauge of 0 for each from
+   * start-up, so an `absent()` alert does not fire on a fresh replica.
+   */
+  destinations?(): readonly string[];
 }

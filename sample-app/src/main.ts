@@ -14,6 +14,9 @@ const MESSAGES_TIMEOUT_MS = 15_000;
 // Were there a message for the rolled-back order, it would have had several polls (200 ms each) to turn up.
 const STRAY_MESSAGE_WAIT_MS = 1_000;
 const SHUTDOWN_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
+// `npm start -- --keep-running` or SAMPLE_KEEP_RUNNING=1: stay up after the checks, so the printed
+// dashboard URL can be opened; Ctrl-C then shuts down as usual.
+const KEEP_RUNNING = process.argv.includes('--keep-running') || process.env.SAMPLE_KEEP_RUNNING === '1';
 
 // Nest colours its log whenever NO_COLOR is unset; colour only a terminal, so piped output stays plain text.
 const consoleLogger = new ConsoleLogger({ colors: !process.env.NO_COLOR && process.stdout.isTTY === true });
@@ -63,6 +66,12 @@ async function main(): Promise<void> {
     logger.log(`Summary: order ${order.id} (${order.customerId}) was rolled back: no orders row, and its message never arrived.`);
   }
   await shutdown.unlessBegun(reportOperations(await app.getUrl(), committed.length));
+  if (KEEP_RUNNING) {
+    logger.log(
+      `Keeping running (--keep-running): open ${(await app.getUrl()).replace('[::1]', '127.0.0.1')}/queuebox/ in a browser; Ctrl-C stops the app and the database.`,
+    );
+    return; // the listening server keeps the process up until a signal begins the shutdown
+  }
   await shutdown.begin(0, 'all messages arrived');
 }
 

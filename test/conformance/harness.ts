@@ -180,7 +180,13 @@ const postgres = (name: string, sessionIsolation?: 'serializable'): DialectHarne
   },
 });
 
-/** What scripts/test.mjs prints too: the same line, once at start and once where the suite is skipped. */
+/**
+ * Set (to `1`) by scripts/test.mjs for its test processes once it printed SQL_SERVER_SKIPPED:
+ * the conformance files then leave the skipped dialect out instead of each reporting it skipped.
+ */
+export const SKIPS_PRINTED = 'QUEUEBOX_TEST_SKIPS_PRINTED';
+
+/** What scripts/test.mjs prints, once per run; a conformance file run alone reports it where it skips the suite. */
 export const SQL_SERVER_SKIPPED = 'SQL Server tests skipped: QUEUEBOX_MSSQL_URL is not set (no SQL Server on this machine).';
 
 /**

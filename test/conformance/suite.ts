@@ -10,7 +10,7 @@ import { toOutboxRows } from '../../lib/outbox/outbox-rows';
 import type { OutboxClaim } from '../../lib/types/claims';
 import type { OutboxMessageInput } from '../../lib/types/outbox';
 import { claimsOver, type TestClaims } from '../support/claims';
-import { CONFORMANCE_TABLES, type ConformanceDatabase, type DialectHarness, HARNESSES } from './harness';
+import { CONFORMANCE_TABLES, type ConformanceDatabase, type DialectHarness, HARNESSES, SKIPS_PRINTED } from './harness';
 
 // One suite for the dialect seam, run against every configured dialect (in the spirit of River's
 // driver tests), one file per noun (claims, order, inbox, pull, followers, open transactions,
@@ -49,6 +49,10 @@ export interface Conformance {
 /** Declares the cases of one noun for every dialect: `body` gets the context its cases read. */
 export function conformanceSuite(noun: string, body: (c: Conformance) => void): void {
   for (const harness of HARNESSES) {
+    // Under scripts/test.mjs, which printed why once for the whole run, a skipped dialect is left
+    // out instead of reported skipped again in every file (issue 40). Run alone (`node --test
+    // file`), each file still says it skipped the dialect and why.
+    if (harness.skip && process.env[SKIPS_PRINTED] === '1') continue;
     describe(`dialect conformance: ${harness.name}: ${noun}`, harness.skip ? { skip: harness.skip } : {}, () => suite(harness, body));
   }
 }

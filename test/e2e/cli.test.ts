@@ -481,6 +481,26 @@ describe('queuebox CLI', () => {
       `${ids.billingPending},${ids.billingTimeout}`,
     ]);
     assert.deepEqual(JSON.parse(countJson.stdout), { component: 'outbox', count: 1 });
+
+    // No sub-command: list; no --component: a page of each, outbox first.
+    const bare = await queuebox(['dead-letters', '--url', url]);
+    assert.equal(bare.code, 0, bare.stderr);
+    assert.match(bare.stdout, new RegExp(`Dead outbox rows:[\\s\\S]*${ids.billing503}\\s[\\s\\S]*Dead inbox rows:[\\s\\S]*evt-1`));
+    const bareJson = JSON.parse((await queuebox(['dead-letters', '--url', url, '--json', '--limit', '2'])).stdout) as Record<
+      string,
+      { rows: { id: string }[]; nextAfterId: string | null }
+    >;
+    assert.deepEqual(
+      [bareJson.outbox.rows.map((r) => r.id), bareJson.outbox.nextAfterId, bareJson.inbox.rows.map((r) => r.id)],
+      [[ids.billing503, ids.billingTimeout], ids.billingTimeout, [inboxIds.dead]],
+    );
+    const bareText = await queuebox(['dead-letters', '--url', url, '--limit', '1']);
+    assert.match(bareText.stdout, new RegExp(`add --component outbox --after-id ${ids.billing503} for the next page`));
+    const oneComponent = await queuebox(['dead-letters', '--url', url, '--component', 'inbox', '--json']);
+    assert.deepEqual(
+      (JSON.parse(oneComponent.stdout) as { rows: { id: string }[] }).rows.map((r) => r.id),
+      [inboxIds.dead],
+    );
   });
 
   it('dead-letters replay and discard change exactly the dead rows selected, and refuse an unfiltered run without --all', async () => {
@@ -551,7 +571,6 @@ describe('queuebox CLI', () => {
     const cases: { args: string[]; message: RegExp }[] = [
       { args: ['list', '--component', 'outbx'], message: /--component "outbx" must be outbox or inbox/ },
       { args: ['replay', '--name', 'billing'], message: /--component is required/ },
-      { args: [], message: /no sub-command given: use one of list, count, replay, discard/ },
       { args: ['requeue', '--component', 'outbox'], message: /unknown sub-command "requeue"/ },
       {
         args: ['replay', '--component', 'outbox', '--id', '7', '--name', 'billing'],
@@ -578,7 +597,7 @@ describe('queuebox CLI', () => {
     assert.deepEqual(await states(), before);
     const help = await queuebox(['dead-letters', '--help']);
     assert.equal(help.code, 0);
-    assert.match(help.stdout, /Usage: queuebox dead-letters list\|count\|replay\|discard/);
+    assert.match(help.stdout, /Usage: queuebox dead-letters \[list\|count\|replay\|discard\]/);
   });
 
   it('blocked lists keys behind a failing head; skip-head dead-letters that head only, and only while it is the head', async () => {
@@ -674,6 +693,18 @@ describe('queuebox CLI', () => {
     assert.deepEqual(ownership('order-11'), ['held', dead, 'dead', dead, false]);
     assert.deepEqual(ownership('order-12'), ['held', silent, 'silent', silent, false]);
     assert.ok(Number(byKey.get('order-11')?.heldSeconds) >= 70, String(byKey.get('order-11')?.heldSeconds));
+    // Without --component: both components, the outbox's table first, then the inbox's.
+    const both = await queuebox(['blocked', '--url', url]);
+    assert.equal(both.code, 0, both.stderr);
+    assert.match(both.stdout, /Blocked outbox keys:[\s\S]*order-9[\s\S]*Blocked inbox keys:[\s\S]*agg-2/);
+    const bothJson = JSON.parse((await queuebox(['blocked', '--url', url, '--json'])).stdout) as Record<string, unknown>[];
+    assert.deepEqual(
+      bothJson.filter((r) => r.key === 'order-9' || r.key === 'agg-2').map((r) => [r.component, r.key]),
+      [
+        ['outbox', 'order-9'],
+        ['inbox', 'agg-2'],
+      ],
+    );
     await db.query(`DELETE FROM queuebox_outbox WHERE "key" IN ('order-11', 'order-12')`);
     const json = await queuebox(['blocked', '--url', url, '--component', 'inbox', '--json']);
     assert.deepEqual(

@@ -1,12 +1,14 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, it } from 'node:test';
+import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
-import { HandlerTimeoutError, QueueBoxValidationError, UnknownSourceError } from '../../lib/errors/queuebox.errors';
+import { HandlerTimeoutError, QueueBoxConfigError, QueueBoxValidationError, UnknownSourceError } from '../../lib/errors/queuebox.errors';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
+import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
@@ -314,5 +316,34 @@ describeWithDatabase('InboxService and InboxRelay on PostgreSQL', { truncate: ['
     for (const row of outbox) perAggregate.set(row.key, [...(perAggregate.get(row.key) ?? []), row.seq]);
     const expected = Array.from({ length: PER_AGGREGATE }, (_, i) => i);
     for (const [aggregate, seqs] of perAggregate) assert.deepEqual(seqs, expected, `${aggregate} forwarded in receive order`);
+  });
+
+  it('a receive-only service (workers: { outbox: false }, no publisher) starts and handles what it receives; with the outbox worker on it refuses to start', async () => {
+    const handled: string[] = [];
+    @Injectable()
+    class PaymentEvents {
+      @PullHandler('payments')
+      async handle(message: InboxMessage, { manager }: PullContext) {
+        await manager.query('SELECT 1');
+        handled.push(message.idempotencyKey);
+      }
+    }
+    await assert.rejects(
+      createTestApp(db.url, { pull: { pollIntervalMs: 10 } }, { providers: [PaymentEvents] }),
+      (error: unknown) => error instanceof QueueBoxConfigError && /workers: \{ outbox: false \}/.test(error.message),
+    );
+    const receiving = await createTestApp(
+      db.url,
+      { workers: { outbox: false }, pull: { pollIntervalMs: 10 } },
+      { providers: [PaymentEvents] },
+    );
+    try {
+      await receiving.get(InboxService).receive({ source: 'payments', idempotencyKey: 'pay-1', payload: { amount: 5 } });
+      await eventually(async () => handled.length === 1, 'the pull handler to handle the received message');
+      assert.deepEqual(handled, ['pay-1']);
+      assert.deepEqual(await db.query(`SELECT state FROM queuebox_inbox WHERE idempotency_key = 'pay-1'`), [{ state: 'processed' }]);
+    } finally {
+      await receiving.app.close();
+    }
   });
 });

@@ -4,14 +4,16 @@ import { randomUUID } from 'node:crypto';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { after, before, describe, it } from 'node:test';
 import { Injectable, Module } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
+import { ModuleRef, NestFactory } from '@nestjs/core';
 import { TerminusModule } from '@nestjs/terminus';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { PrometheusModule } from '@willsoto/nestjs-prometheus';
 import { register } from 'prom-client';
 import { DataSource, type EntityManager } from 'typeorm';
+import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { QueueBoxRegistry } from '../../lib/core/queuebox.registry';
 import { QueueBoxDashboardModule } from '../../lib/dashboard/dashboard.module';
+import { type QueueBoxDashboardOptions, resolveDashboardOptions } from '../../lib/dashboard/dashboard.options';
 import { DashboardService } from '../../lib/dashboard/dashboard.service';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError, QueueBoxValidationError } from '../../lib/errors/queuebox.errors';
@@ -48,12 +50,14 @@ const HANDLED = 'CREATE TABLE handled (idempotency_key text PRIMARY KEY, handler
 @Injectable()
 class PaymentsConsumers {
   @PullHandler('payments')
-  async onDefault(message: InboxMessage, { manager }: PullContext) {
+  async onDefault(message: InboxMessage, { manager, attempt }: PullContext) {
+    if (message.payload === 'fail-once' && attempt === 1) throw new Error('first attempt of the default QueueBox fails');
     await manager.query('INSERT INTO handled VALUES ($1, $2)', [message.idempotencyKey, 'default']);
   }
 
   @PullHandler('payments', { queuebox: 'ledger' })
-  async onLedger(message: InboxMessage, { manager }: PullContext) {
+  async onLedger(message: InboxMessage, { manager, attempt }: PullContext) {
+    if (message.payload === 'fail-once' && attempt === 1) throw new Error('first attempt of the ledger QueueBox fails');
     await manager.query('INSERT INTO handled VALUES ($1, $2)', [message.idempotencyKey, 'ledger']);
   }
 
@@ -192,6 +196,18 @@ describe('several QueueBoxes in one application', () => {
     assert.deepEqual(await handled(ledger), [{ idempotency_key: 'p-ledger', handler: 'ledger' }]);
   });
 
+  it('log lines name their QueueBox: QueueBox:PullWorker:ledger for the named one, QueueBox:PullWorker for the default', async () => {
+    await app.get<InboxService>(getInboxServiceToken()).receive({ source: 'payments', idempotencyKey: 'p-log', payload: 'fail-once' });
+    await app
+      .get<InboxService>(getInboxServiceToken('ledger'))
+      .receive({ source: 'payments', idempotencyKey: 'p-log', payload: 'fail-once' });
+    const handled = async (db: TestDatabase) => db.query(`SELECT 1 FROM handled WHERE idempotency_key = 'p-log'`);
+    await eventually(async () => (await handled(orders)).length === 1 && (await handled(ledger)).length === 1, 'both retried and handled');
+    const contextOf = (fragment: string) => logger.lines.filter((line) => line.message.includes(fragment)).map((line) => line.context);
+    assert.deepEqual(contextOf('first attempt of the ledger QueueBox fails'), ['QueueBox:PullWorker:ledger']);
+    assert.deepEqual(contextOf('first attempt of the default QueueBox fails'), ['QueueBox:PullWorker']);
+  });
+
   it('health, metrics and events name the QueueBox', async () => {
     const indicator = app.get(QueueBoxHealthIndicator);
     const ledgerHealth = await indicator.readiness('ledger', { queuebox: 'ledger' });
@@ -287,6 +303,43 @@ describe('several QueueBoxes in one application', () => {
       registry.list().map((entry) => entry.name),
       ['default', 'ledger'],
     );
+  });
+
+  it('the dashboard option appQueueBoxes adds its instances to the app QueueBoxes, tenants attached later included', async () => {
+    const registry = app.get(QueueBoxRegistry);
+    const defaultAdmin = app.get(getQueueBoxAdminToken());
+    const archive = app.get(getQueueBoxAdminToken('ledger'));
+    const dashboardOf = (options: QueueBoxDashboardOptions) => {
+      const service = new DashboardService(resolveDashboardOptions(options), app.get(ModuleRef), registry);
+      service.onModuleInit();
+      return service;
+    };
+    // The given instances add to the app's; one named as an app QueueBox takes its place.
+    const adding = dashboardOf({
+      public: true,
+      appQueueBoxes: true,
+      instances: [
+        { name: 'archive', admin: archive },
+        { name: 'ledger', admin: defaultAdmin },
+      ],
+    });
+    // Without the option, instances replace them, as before.
+    const replacing = dashboardOf({ public: true, instances: [{ name: 'archive', admin: archive }] });
+    assert.deepEqual(adding.instanceNames(), ['default', 'archive', 'ledger']);
+    assert.equal(adding.admin('ledger'), defaultAdmin);
+    assert.deepEqual(replacing.instanceNames(), ['archive']);
+
+    const db = await newDatabase();
+    const dataSource = await new DataSource({ type: 'postgres', url: db.url, logging: false }).initialize();
+    const tenants = app.get(QueueBoxTenants);
+    await tenants.attach('umbrella', { dataSource, workers: false });
+    assert.deepEqual(adding.instanceNames(), ['default', 'umbrella', 'archive', 'ledger']);
+    assert.equal(adding.admin('umbrella'), registry.get('umbrella').get(QueueBoxAdmin));
+    assert.deepEqual(replacing.instanceNames(), ['archive']);
+    await tenants.detach('umbrella');
+    await dataSource.destroy();
+    assert.deepEqual(adding.instanceNames(), ['default', 'archive', 'ledger']);
+    assert.throws(() => resolveDashboardOptions({ public: true, appQueueBoxes: false }), /leaves nothing to show/);
   });
 
   it('every QueueBox, named or attached, refuses a transaction of every other one, in every direction, and stores nothing (I12)', async () => {

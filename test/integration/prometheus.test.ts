@@ -14,9 +14,11 @@ import { QueueBoxModule } from '../../lib/module/queuebox.module';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { QueueBoxPrometheusModule } from '../../lib/prometheus';
+import { HttpPublisher } from '../../lib/publishers/http.publisher';
 import { PullWorker } from '../../lib/pull/pull.worker';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
+import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { createTestApp, RecordingLogger } from '../support/app';
 import { claimsOf } from '../support/claims';
 import { describeWithDatabase } from '../support/database';
@@ -71,6 +73,63 @@ describeWithDatabase('Prometheus metrics (queuebox/prometheus)', (db) => {
     } finally {
       await plain.app.close();
       await db.query('TRUNCATE queuebox_outbox');
+    }
+  });
+
+  it('a fresh replica shows a gauge of 0 for every configured destination and source before any message, so absent() stays quiet', async () => {
+    await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
+    const fresh = async (outbox: QueueBoxModuleOptions['outbox']) => {
+      @Module({
+        imports: [
+          TypeOrmModule.forRoot({ type: 'postgres', url: db.url, logging: false }),
+          PrometheusModule.register({ defaultMetrics: { enabled: false } }),
+          QueueBoxModule.forRoot({
+            workers: false,
+            outbox,
+            inbox: { relay: { routes: { orders: (m) => ({ destination: 'x', payload: m.payload }) } } },
+          }),
+          QueueBoxPrometheusModule,
+        ],
+        providers: [LedgerHandler],
+      })
+      class FreshApp {}
+      return NestFactory.createApplicationContext(FreshApp, { logger: new RecordingLogger(), abortOnError: false });
+    };
+    const gauges = async () =>
+      (await register.metrics())
+        .split('\n')
+        .filter((line) => line.startsWith('queuebox_outbox_pending_messages{') || line.startsWith('queuebox_inbox_pending_messages{'))
+        .sort();
+    // HttpPublisher's destinations object, and a rate-limited destination.
+    const http = await fresh({
+      publisher: new HttpPublisher({ destinations: { billing: 'http://127.0.0.1:9/b', shipping: 'http://127.0.0.1:9/s' } }),
+      rateLimits: { audit: { limit: 5 } },
+    });
+    try {
+      assert.deepEqual(await gauges(), [
+        'queuebox_inbox_pending_messages{source="ledger",queuebox="default"} 0',
+        'queuebox_inbox_pending_messages{source="orders",queuebox="default"} 0',
+        'queuebox_outbox_pending_messages{destination="audit",queuebox="default"} 0',
+        'queuebox_outbox_pending_messages{destination="billing",queuebox="default"} 0',
+        'queuebox_outbox_pending_messages{destination="shipping",queuebox="default"} 0',
+      ]);
+    } finally {
+      await http.close();
+      register.clear();
+    }
+    // Several publishers routed by destination name: each name is a destination.
+    const named = await fresh({ publishers: { invoices: publisher, emails: new RecordingPublisher() } });
+    try {
+      assert.deepEqual(
+        (await gauges()).filter((line) => line.startsWith('queuebox_outbox')),
+        [
+          'queuebox_outbox_pending_messages{destination="emails",queuebox="default"} 0',
+          'queuebox_outbox_pending_messages{destination="invoices",queuebox="default"} 0',
+        ],
+      );
+    } finally {
+      await named.close();
+      register.clear();
     }
   });
 

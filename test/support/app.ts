@@ -8,27 +8,29 @@ import type { QueueBoxModuleOptions } from '../../lib/types/options';
 
 /** Keeps log lines so tests can assert on them; prints nothing unless QUEUEBOX_TEST_LOGS is set. */
 export class RecordingLogger implements LoggerService {
-  readonly lines: { level: string; message: string }[] = [];
-  log(message: unknown) {
-    this.record('log', message);
+  /** Each line with its logger context (Nest passes it last: `new Logger('QueueBox:OutboxPoller')`). */
+  readonly lines: { level: string; message: string; context?: string }[] = [];
+  log(message: unknown, ...rest: unknown[]) {
+    this.record('log', message, rest);
   }
-  error(message: unknown) {
-    this.record('error', message);
+  error(message: unknown, ...rest: unknown[]) {
+    this.record('error', message, rest);
   }
-  warn(message: unknown) {
-    this.record('warn', message);
+  warn(message: unknown, ...rest: unknown[]) {
+    this.record('warn', message, rest);
   }
-  debug(message: unknown) {
-    this.record('debug', message);
+  debug(message: unknown, ...rest: unknown[]) {
+    this.record('debug', message, rest);
   }
-  verbose(message: unknown) {
-    this.record('verbose', message);
+  verbose(message: unknown, ...rest: unknown[]) {
+    this.record('verbose', message, rest);
   }
   has(level: string, fragment: string): boolean {
     return this.lines.some((line) => line.level === level && line.message.includes(fragment));
   }
-  private record(level: string, message: unknown) {
-    this.lines.push({ level, message: String(message) });
+  private record(level: string, message: unknown, rest: unknown[]) {
+    const last = rest.at(-1);
+    this.lines.push({ level, message: String(message), ...(typeof last === 'string' ? { context: last } : {}) });
     if (process.env.QUEUEBOX_TEST_LOGS) console.log(`[${level}] ${String(message)}`);
   }
 }

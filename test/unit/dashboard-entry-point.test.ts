@@ -42,6 +42,7 @@ describe('queuebox/dashboard entry point', () => {
       'messages.js',
       'sort.js',
       'views.js',
+      'warnings.js',
     ]);
   });
 });

@@ -7,6 +7,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import {
+  DOCTOR_OPTIONS,
   INSTANCES_OPTIONS,
   LOGGING_OPTIONS,
   type OptionSpec,
@@ -34,6 +35,7 @@ function specOf(path: string): OptionSpec | undefined {
     ['retention.', RETENTION_OPTIONS],
     ['instances.', INSTANCES_OPTIONS],
     ['logging.', LOGGING_OPTIONS],
+    ['doctor.', DOCTOR_OPTIONS],
     ['', TOP_LEVEL_OPTIONS],
   ];
   for (const [prefix, table] of groups) {
@@ -49,7 +51,7 @@ const rows = documents.flatMap((document) =>
   readFileSync(join(root, document), 'utf8')
     .split('\n')
     .map((line) =>
-      /^\|\s*`((?:outbox|inbox\.relay|pull|retention|instances|logging)\.[A-Za-z]+|maxPayloadBytes|workers)`\s*\|([^|]*)\|(.*)\|\s*$/.exec(
+      /^\|\s*`((?:outbox|inbox\.relay|pull|retention|instances|logging|doctor)\.[A-Za-z]+|maxPayloadBytes|workers)`\s*\|([^|]*)\|(.*)\|\s*$/.exec(
         line,
       ),
     )
@@ -101,6 +103,7 @@ describe('options: the table and the docs agree', () => {
       ['retention.', RETENTION_OPTIONS],
       ['instances.', INSTANCES_OPTIONS],
       ['logging.', LOGGING_OPTIONS],
+      ['doctor.', DOCTOR_OPTIONS],
       ['', TOP_LEVEL_OPTIONS],
     ];
     const missing = groups.flatMap(([prefix, table]) =>

@@ -1,4 +1,5 @@
-import type { InstanceState } from '../../dialects/dialect-rows';
+import type { BlockedKeyRow, InstanceState } from '../../dialects/dialect-rows';
+import type { QueueTable } from '../../types/claims';
 import { parseComponent, parseLimit } from '../admin-options';
 import { withAdmin } from '../admin-session';
 import { cliMessages } from '../cli.messages';
@@ -8,7 +9,7 @@ import { formatSeconds, formatTable, formatTime, oneLine, ownerText } from '../t
 export const blockedCommand: Command = {
   name: 'blocked',
   summary: 'List keys held back by a failing head row, or by a claim (with its owner: alive, silent or dead)',
-  help: `Usage: queuebox blocked --component outbox|inbox [--limit <n>] [--json] [options]
+  help: `Usage: queuebox blocked [--component outbox|inbox] [--limit <n>] [--json] [options]
 
 Lists the keys (outbox "key") and aggregates (inbox source and aggregate id) whose head row, the
 earliest unfinished row of the key, holds back the rows behind it: "failing", it failed at least
@@ -22,13 +23,15 @@ attempt. Then how many rows wait, and its last error. A held head whose owner is
 once a live replica ends the dead one's leases (instances.deadAfterMs, 15 s by default). Reads only.
 
 Options:
-  --component <outbox|inbox>  Required
-  --limit <n>                 At most this many keys, 1 to 1000 (default 50), oldest head first
-  --json                      Print the rows as a JSON array
+  --component <outbox|inbox>  One component; default both, outbox first
+  --limit <n>                 At most this many keys per component, 1 to 1000 (default 50),
+                              oldest head first
+  --json                      Print the rows as a JSON array (each row names its component)
 ${CONNECTION_OPTIONS_HELP}
   -h, --help                  Show this help
 
-Example:
+Examples:
+  queuebox blocked
   queuebox blocked --component outbox`,
   options: {
     ...connectionOptions,
@@ -38,53 +41,59 @@ Example:
     help: { type: 'boolean', short: 'h' },
   },
   async run(values, io) {
-    const component = parseComponent(values);
+    // No --component: both, so a first look misses no blocked key (issue 40).
+    const components: QueueTable[] = values.component === undefined ? ['outbox', 'inbox'] : [parseComponent(values)];
     const limit = parseLimit(values);
     return withAdmin(values, io, async ({ admin, target }) => {
-      const rows = await admin.listBlockedKeys({ component, limit });
+      const found: BlockedKeyRow[][] = [];
+      for (const component of components) found.push(await admin.listBlockedKeys({ component, limit }));
       if (values.json === true) {
-        io.out(JSON.stringify(rows, null, 2));
+        io.out(JSON.stringify(found.flat(), null, 2));
         return 0;
       }
       io.out(`Database: ${target.masked} (${target.type})`);
-      if (rows.length === 0) {
-        io.out(`No blocked ${component} keys.`);
-        return 0;
-      }
-      const header = [
-        'head id',
-        component === 'outbox' ? 'destination' : 'source',
-        component === 'outbox' ? 'key' : 'aggregate',
-        'why',
-        'state',
-        'attempts',
-        'next attempt',
-        'held for',
-        'owner',
-        'waiting',
-        'last error',
-      ];
-      const table = rows.map((r) => [
-        r.headId,
-        r.name,
-        oneLine(r.key, 30),
-        r.reason,
-        r.state,
-        String(r.attempts),
-        formatTime(r.nextAttemptAt),
-        r.heldSeconds === null ? '' : formatSeconds(r.heldSeconds),
-        ownerText(r),
-        String(r.waiting),
-        r.lastError === null ? '' : oneLine(r.lastError, 60),
-      ]);
-      io.out(`Blocked ${component} keys:`);
-      for (const line of formatTable(header, table, [0, 5, 7, 9])) io.out(line);
-      // Only heads that are held: a pending head's last claimer holds nothing, dead or not.
-      const heldBy = (state: InstanceState) => rows.filter((r) => r.owner !== null && r.ownerState === state).length;
-      if (heldBy('dead') > 0) io.out(cliMessages.blockedByDeadOwners(heldBy('dead')));
-      if (heldBy('silent') > 0) io.out(cliMessages.blockedBySilentOwners(heldBy('silent')));
-      if (rows.length === (limit ?? 50)) io.out(`${rows.length} key(s) shown; there may be more: raise --limit.`);
+      components.forEach((component, i) => {
+        for (const line of blockedLines(component, found[i], limit)) io.out(line);
+      });
       return 0;
     });
   },
 };
+
+/** One component's blocked keys as a table, with the notes on dead or silent owners. */
+function blockedLines(component: QueueTable, rows: BlockedKeyRow[], limit: number | undefined): string[] {
+  if (rows.length === 0) return [`No blocked ${component} keys.`];
+  const header = [
+    'head id',
+    component === 'outbox' ? 'destination' : 'source',
+    component === 'outbox' ? 'key' : 'aggregate',
+    'why',
+    'state',
+    'attempts',
+    'next attempt',
+    'held for',
+    'owner',
+    'waiting',
+    'last error',
+  ];
+  const table = rows.map((r) => [
+    r.headId,
+    r.name,
+    oneLine(r.key, 30),
+    r.reason,
+    r.state,
+    String(r.attempts),
+    formatTime(r.nextAttemptAt),
+    r.heldSeconds === null ? '' : formatSeconds(r.heldSeconds),
+    ownerText(r),
+    String(r.waiting),
+    r.lastError === null ? '' : oneLine(r.lastError, 60),
+  ]);
+  const lines = [`Blocked ${component} keys:`, ...formatTable(header, table, [0, 5, 7, 9])];
+  // Only heads that are held: a pending head's last claimer holds nothing, dead or not.
+  const heldBy = (state: InstanceState) => rows.filter((r) => r.owner !== null && r.ownerState === state).length;
+  if (heldBy('dead') > 0) lines.push(cliMessages.blockedByDeadOwners(heldBy('dead')));
+  if (heldBy('silent') > 0) lines.push(cliMessages.blockedBySilentOwners(heldBy('silent')));
+  if (rows.length === (limit ?? 50)) lines.push(`${rows.length} ${component} key(s) shown; there may be more: raise --limit.`);
+  return lines;
+}

@@ -4,10 +4,11 @@ import { parseDeadSelection, parseLimit, parseRowId } from '../admin-options';
 import { withAdmin } from '../admin-session';
 import { CliUsageError } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
-import { CONNECTION_OPTIONS_HELP, type Command, connectionOptions } from '../command';
+import { type CliIo, CONNECTION_OPTIONS_HELP, type Command, type CommandValues, connectionOptions } from '../command';
 import { formatTable, formatTime, oneLine, wrapText } from '../table';
 
 const ACTIONS = ['list', 'count', 'replay', 'discard'] as const;
+const COMPONENTS: readonly QueueTable[] = ['outbox', 'inbox'];
 type Action = (typeof ACTIONS)[number];
 // The last error goes on lines of its own under its row, whole up to ERROR_MAX_CHARS (QueueBox
 // stores at most 2000 characters of an error's text): its head names the reason (`no publisher
@@ -19,9 +20,9 @@ const ERROR_LABEL = '    last error: ';
 export const deadLettersCommand: Command = {
   name: 'dead-letters',
   summary: 'List, count, replay or discard dead outbox or inbox rows',
-  help: `Usage: queuebox dead-letters list|count|replay|discard --component outbox|inbox [filters] [options]
+  help: `Usage: queuebox dead-letters [list|count|replay|discard] [--component outbox|inbox] [filters] [options]
 
-  list      One page of dead rows in id order: id, message id (outbox) or idempotency key
+  list      (the default) One page of dead rows in id order: id, message id (outbox) or idempotency key
             (inbox), destination or source, key or aggregate, attempts, when it died (its last
             attempt), and under each row its last error, wrapped, whole up to ${ERROR_MAX_CHARS}
             characters (--json has it whole always)
@@ -31,10 +32,11 @@ export const deadLettersCommand: Command = {
   discard   Delete the matching dead rows; prints how many
 
 Only dead rows are read or changed, whatever the filter. replay and discard refuse to run with
-no --id and no filter unless --all is given.
+no --id and no filter unless --all is given. With no sub-command it lists; list without
+--component (and without --id or --after-id) shows one page of each component, outbox first.
 
 Filters (they combine with AND):
-  --component <outbox|inbox>  Required
+  --component <outbox|inbox>  Required, but for list (default: both)
   --name <name>               Destination (outbox) or source (inbox), exactly
   --error <text>              Last error contains this text (case-insensitive on PostgreSQL)
   --after <time>              Died at or after this ISO 8601 time (e.g. 2026-11-30T14:00:00Z)
@@ -46,12 +48,14 @@ Options:
   --all                       replay, discard: every dead row of the component
   --limit <n>                 list: rows per page, 1 to 1000 (default 50)
   --after-id <id>             list: the page after this id (as printed by the previous page)
-  --json                      Print JSON: list {rows, nextAfterId}, count {count},
+  --json                      Print JSON: list {rows, nextAfterId} (both components:
+                              {outbox: {rows, nextAfterId}, inbox: {...}}), count {count},
                               replay {replayed}, discard {discarded}
 ${CONNECTION_OPTIONS_HELP}
   -h, --help                  Show this help
 
 Examples:
+  queuebox dead-letters
   queuebox dead-letters list --component outbox --name billing --error timeout
   queuebox dead-letters replay --component outbox --name billing --after 2026-11-30T09:00:00Z
   queuebox dead-letters discard --component inbox --id 412,413`,
@@ -71,11 +75,13 @@ Examples:
   },
   positionals: true,
   async run(values, io, positionals) {
-    const [action, ...extra] = positionals;
-    if (action === undefined) throw new CliUsageError(cliMessages.subcommandMissing('dead-letters', ACTIONS));
+    // No sub-command: list, the read an operator wants first (issue 40).
+    const [action = 'list', ...extra] = positionals;
     if (!(ACTIONS as readonly string[]).includes(action))
       throw new CliUsageError(cliMessages.subcommandUnknown('dead-letters', action, ACTIONS));
     if (extra.length > 0) throw new CliUsageError(cliMessages.extraArguments(extra));
+    if (action === 'list' && values.component === undefined && values.id === undefined && values['after-id'] === undefined)
+      return listBoth(values, io);
     const { selection, filtered } = parseDeadSelection(values);
     const { component } = selection;
     const json = values.json === true;
@@ -117,6 +123,27 @@ Examples:
     });
   },
 };
+
+/** `dead-letters list` without --component: one page of each component, outbox first. */
+async function listBoth(values: CommandValues, io: CliIo): Promise<number> {
+  const selections = COMPONENTS.map((component) => parseDeadSelection({ ...values, component }).selection);
+  const limit = parseLimit(values);
+  return withAdmin(values, io, async ({ admin, target }) => {
+    const pages: { rows: DeadLetterRow[]; nextAfterId: string | null }[] = [];
+    for (const selection of selections) pages.push(await admin.listDeadLetters(selection, { limit }));
+    if (values.json === true) {
+      io.out(JSON.stringify({ outbox: pages[0], inbox: pages[1] }, null, 2));
+      return 0;
+    }
+    io.out(`Database: ${target.masked} (${target.type})`);
+    COMPONENTS.forEach((component, i) => {
+      const lines = formatDeadLetters(component, pages[i].rows, pages[i].nextAfterId, values);
+      // The next page is one component's: name it in the hint.
+      for (const line of lines) io.out(line.replace('add --after-id', `add --component ${component} --after-id`));
+    });
+    return 0;
+  });
+}
 
 /** A page of dead rows as a table, then how to get the next page. */
 export function formatDeadLetters(

@@ -4,6 +4,7 @@ import { ApiError, session as loadSession, type Session } from './api.js';
 import { h, mount } from './dom.js';
 import { message, messages } from './messages.js';
 import { blocked, claims, deadLetter, deadLetters, heartbeats, overview, type ViewContext } from './views.js';
+import { warnings } from './warnings.js';
 
 const VIEWS = [
   ['overview', 'Overview'],
@@ -12,6 +13,7 @@ const VIEWS = [
   ['blocked', 'Blocked'],
   ['claims', 'Claims in flight'],
   ['heartbeats', 'Instances'],
+  ['warnings', 'Database'],
 ] as const;
 
 let timers: number[] = [];
@@ -135,6 +137,7 @@ async function start(): Promise<void> {
       else if (view === 'blocked') await blocked(ctx);
       else if (view === 'claims') await claims(ctx);
       else if (view === 'heartbeats') await heartbeats(ctx);
+      else if (view === 'warnings') await warnings(ctx);
       else await overview(ctx);
     } catch (error) {
       const text = error instanceof ApiError ? `${error.message} (HTTP ${error.status})` : (error as Error).message;

@@ -207,7 +207,7 @@ export async function overview(ctx: ViewContext): Promise<void> {
         ? h(
             'p',
             { class: 'flag ok', id: 'flags' },
-            `All clear: no lag over ${duration(data.lagThresholdSeconds)}, no silent or dead instance.`,
+            `All clear: no lag over ${duration(data.lagThresholdSeconds)}, no silent or dead instance, no database warning.`,
           )
         : h(
             'ul',

@@ -18,9 +18,10 @@ import type {
 } from '../dialect';
 import type { DialectLog } from '../dialect-driver';
 import type { RetentionKind } from '../dialect-rows';
+import type { DoctorFacts, DoctorHorizonHolder } from '../doctor-facts';
 import { driverErrorOf, uuidIn } from '../driver-errors';
 import { type RecordDecoding } from '../records';
-import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
+import { DEFAULT_MIGRATION_NAMES, type SchemaMigration } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import * as adminSql from './admin.sql';
 import * as checksSql from './checks.sql';
@@ -44,6 +45,7 @@ import {
   outboxClaimSql,
   serializedClaimSql,
 } from './claims.sql';
+import * as doctorSql from './doctor.sql';
 import * as followersSql from './followers.sql';
 import * as inboxSql from './inbox.sql';
 import { inboxInsertSql } from './inbox.sql';
@@ -396,6 +398,108 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   protected runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
     return aloneOnPool<T>(this.dataSource, statement, params);
   }
+
+  /** What `queuebox doctor` reads (doctor.sql.ts): catalog and statistics views, no table scanned or locked. */
+  async doctorFacts(p: { applied: readonly SchemaMigration[] }): Promise<DoctorFacts> {
+    const kinds = ['outbox', 'inbox', 'instances'] as const;
+    const names = kinds.map((kind) => pgTable(this.tables[kind]));
+    const qualified = new Map(kinds.map((kind, i) => [names[i], this.tables[kind].qualified]));
+    // One after another: one pool connection at a time, whatever the pool's size.
+    const tables = await this.runAdmin<DoctorTableRecord>(doctorSql.doctorTablesSql(), [names]);
+    const indexes = await this.runAdmin<DoctorIndexRecord>(doctorSql.doctorIndexesSql(), [names]);
+    const settings = await this.runAdmin<{ autovacuum: string }>(doctorSql.doctorSettingsSql(), []);
+    const horizon = await this.runAdmin<DoctorHorizonRecord>(doctorSql.doctorHorizonSql(), []);
+    const waits = await this.runAdmin<DoctorLockRecord>(doctorSql.doctorLockWaitsSql(), [names]);
+    const repair = doctorSql.doctorRepairs;
+    const count = (value: string | number | null) => (value === null ? null : Number(value));
+    const serverOn = settings.rows[0]?.autovacuum !== 'off';
+    return {
+      tables: tables.rows.map((r, i) => ({
+        table: qualified.get(r.table) ?? r.table,
+        kind: kinds[i],
+        present: r.present,
+        liveRows: count(r.live_rows),
+        deadRows: count(r.dead_rows),
+        bytes: count(r.bytes),
+        autovacuumEnabled: r.present ? r.autovacuum_enabled : null,
+        lastAutovacuumAt: r.last_autovacuum,
+        vacuum: repair.vacuum(r.table),
+        resetAutovacuum: repair.resetAutovacuum(r.table),
+      })),
+      indexes: indexes.rows.map((r) => ({
+        table: qualified.get(r.table) ?? r.table,
+        name: r.name,
+        valid: r.valid,
+        bytes: count(r.bytes),
+        rebuild: repair.rebuildIndex(r.qualified),
+        drop: repair.dropIndex(r.qualified),
+      })),
+      expectedIndexes: doctorSql.expectedIndexes(this.tables, p.applied),
+      autovacuumServer: serverOn,
+      resetServerAutovacuum: serverOn ? null : repair.serverAutovacuum(),
+      horizon: horizon.rows.map((r) => ({
+        kind: r.kind,
+        holder: r.holder,
+        detail: r.detail ?? '',
+        seconds: r.seconds === null ? null : Number(r.seconds),
+        xidAge: count(r.xid_age),
+        active: r.active,
+        end:
+          r.kind === 'session'
+            ? repair.endSession(r.holder)
+            : r.kind === 'replication slot'
+              ? repair.dropSlot(r.holder)
+              : repair.rollbackPrepared(r.holder),
+      })),
+      lockWaits: waits.rows.map((r) => ({
+        table: qualified.get(r.table) ?? r.table,
+        session: r.session,
+        application: r.application,
+        mode: r.mode,
+        seconds: Number(r.seconds),
+        blockers: r.blockers ?? [],
+        blocker: r.blocker,
+        endBlocker: r.blockers?.[0] === undefined ? null : repair.endSession(r.blockers[0]),
+      })),
+    };
+  }
+}
+
+interface DoctorTableRecord {
+  table: string;
+  present: boolean;
+  live_rows: string | null;
+  dead_rows: string | null;
+  bytes: string | null;
+  autovacuum_enabled: boolean;
+  last_autovacuum: Date | null;
+}
+
+interface DoctorIndexRecord {
+  table: string;
+  name: string;
+  qualified: string;
+  valid: boolean;
+  bytes: string | null;
+}
+
+interface DoctorHorizonRecord {
+  kind: DoctorHorizonHolder['kind'];
+  holder: string;
+  detail: string | null;
+  seconds: number | null;
+  xid_age: string | null;
+  active: boolean;
+}
+
+interface DoctorLockRecord {
+  table: string;
+  session: string;
+  application: string;
+  mode: string;
+  seconds: number;
+  blockers: string[] | null;
+  blocker: string | null;
 }
 
 /** SQLSTATE 23505: a unique violation. */

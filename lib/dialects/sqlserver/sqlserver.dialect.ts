@@ -17,9 +17,10 @@ import type {
 } from '../dialect';
 import type { DialectLog } from '../dialect-driver';
 import type { RetentionKind } from '../dialect-rows';
+import type { DoctorFacts } from '../doctor-facts';
 import { driverErrorOf, uuidIn } from '../driver-errors';
 import { type RecordDecoding } from '../records';
-import { DEFAULT_MIGRATION_NAMES } from '../schema-migrations';
+import { DEFAULT_MIGRATION_NAMES, type SchemaMigration } from '../schema-migrations';
 import { type ClaimRequest, SqlDialect, type SqlDialectParams, type SqlDialectStatements } from '../sql-dialect';
 import * as adminSql from './admin.sql';
 import { ADMIN, ADMIN_LOCK_WAIT_MS } from './admin.sql';
@@ -35,6 +36,7 @@ import {
   LOCK_TIMEOUT_ERROR,
   outboxClaimSql,
 } from './claims.sql';
+import * as doctorSql from './doctor.sql';
 import * as followersSql from './followers.sql';
 import { FOLLOWERS_LOCK_WAIT_MS } from './followers.sql';
 import * as inboxSql from './inbox.sql';
@@ -369,6 +371,81 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     } catch (error) {
       throw withPrecedingErrors(error);
     }
+  }
+
+  /** What `queuebox doctor` reads (doctor.sql.ts): DMVs and catalog views, bounded lists; no dead-row count or autovacuum here. */
+  async doctorFacts(p: { applied: readonly SchemaMigration[] }): Promise<DoctorFacts> {
+    const kinds = ['outbox', 'inbox', 'instances'] as const;
+    const names = kinds.map((kind) => mssqlTable(this.tables[kind]));
+    const qualified = new Map(kinds.map((kind, i) => [names[i], this.tables[kind].qualified]));
+    // One after another: one pool connection at a time, whatever the pool's size.
+    const tables = await this.runAdmin<{ table: string; present: boolean; live_rows: string | null; bytes: string | null }>(
+      doctorSql.doctorTablesSql(names),
+      [],
+    );
+    const indexes = await this.runAdmin<{ table: string; name: string; valid: boolean; bytes: string | null }>(
+      doctorSql.doctorIndexesSql(names),
+      [],
+    );
+    const horizon = await this.runAdmin<{ holder: string; detail: string | null; seconds: number | null }>(
+      doctorSql.doctorHorizonSql(),
+      [],
+    );
+    const waits = await this.runAdmin<{
+      table: string;
+      session: string;
+      application: string;
+      mode: string;
+      seconds: number;
+      blocker_session: string | null;
+      blocker: string | null;
+    }>(doctorSql.doctorLockWaitsSql(names), []);
+    const count = (value: string | number | null) => (value === null ? null : Number(value));
+    const repair = doctorSql.doctorRepairs;
+    return {
+      tables: tables.rows.map((r, i) => ({
+        table: qualified.get(r.table) ?? r.table,
+        kind: kinds[i],
+        present: Boolean(r.present),
+        liveRows: count(r.live_rows),
+        deadRows: null,
+        bytes: count(r.bytes),
+        autovacuumEnabled: null,
+        lastAutovacuumAt: null,
+        vacuum: null,
+        resetAutovacuum: null,
+      })),
+      indexes: indexes.rows.map((r) => ({
+        table: qualified.get(r.table) ?? r.table,
+        name: r.name,
+        valid: Boolean(r.valid),
+        bytes: count(r.bytes),
+        rebuild: repair.rebuildIndex(r.name, r.table),
+        drop: repair.dropIndex(r.name, r.table),
+      })),
+      expectedIndexes: doctorSql.expectedIndexes(this.tables, p.applied),
+      autovacuumServer: null,
+      resetServerAutovacuum: null,
+      horizon: horizon.rows.map((r) => ({
+        kind: 'session' as const,
+        holder: r.holder,
+        detail: r.detail ?? '',
+        seconds: r.seconds === null ? null : Number(r.seconds),
+        xidAge: null,
+        active: true,
+        end: repair.endSession(r.holder),
+      })),
+      lockWaits: waits.rows.map((r) => ({
+        table: qualified.get(r.table) ?? r.table,
+        session: r.session,
+        application: r.application,
+        mode: r.mode,
+        seconds: Number(r.seconds),
+        blockers: r.blocker_session === null ? [] : [r.blocker_session],
+        blocker: r.blocker,
+        endBlocker: r.blocker_session === null ? null : repair.endSession(r.blocker_session),
+      })),
+    };
   }
 }
 
