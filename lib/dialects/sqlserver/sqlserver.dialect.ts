@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typeorm';
-import { rateLimitsTableOf } from '../../common/identifiers';
+import { pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
 import { messages } from '../../texts/queuebox.messages';
@@ -43,6 +43,7 @@ import * as instancesSql from './instances.sql';
 import * as leaseSql from './lease.sql';
 import { PINNED_READ_COMMITTED } from './lease.sql';
 import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
+import * as pausesSql from './pauses.sql';
 import { mssqlTable } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
 import { KEY_COLLATION } from './schema';
@@ -61,6 +62,7 @@ const STATEMENTS: SqlDialectStatements = {
   ...leaseSql,
   ...adminSql,
   ...checksSql,
+  ...pausesSql,
 };
 
 // Typed to match their columns (sqlserver.params.ts); lists as JSON text, read with OPENJSON.
@@ -105,6 +107,10 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
   readonly reservesConnections = false;
   protected readonly table: Record<QueueTable, string>;
   protected readonly instancesTable: string;
+  protected readonly pausesTable: string;
+  /** The outbox claim, and the one that passes over paused destinations (issue 40), built once. */
+  private readonly outboxClaimSql: string;
+  private readonly outboxClaimPausedSql: string;
   protected readonly statements = STATEMENTS;
   protected readonly params = PARAMS;
   protected readonly decoding = DECODING;
@@ -121,6 +127,9 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     checkSqlServerRequestTimeout(dataSource.options);
     this.table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
     this.instancesTable = mssqlTable(tables.instances);
+    this.pausesTable = mssqlTable(pausesTableOf(tables.outbox));
+    this.outboxClaimSql = outboxClaimSql(this.table.outbox);
+    this.outboxClaimPausedSql = outboxClaimSql(this.table.outbox, true);
     this.claimLock = {
       outbox: lockName(`queuebox_outbox_claim_${tables.outbox.qualified}`),
       inbox: lockName(`queuebox_inbox_claim_${tables.inbox.qualified}`),
@@ -240,7 +249,15 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     const instance = guidOrNull(this.settings.instance?.id ?? null);
     switch (request.kind) {
       case 'outbox':
-        return this.claimUnderLock<T>(this.claimLock.outbox, outboxClaimSql(this.table.outbox), [...lease, instance]);
+        // Issue 40: the claim that passes over paused destinations, only while some are paused.
+        if (request.paused !== undefined && request.paused.length > 0) {
+          return this.claimUnderLock<T>(this.claimLock.outbox, this.outboxClaimPausedSql, [
+            ...lease,
+            instance,
+            text(JSON.stringify(request.paused)),
+          ]);
+        }
+        return this.claimUnderLock<T>(this.claimLock.outbox, this.outboxClaimSql, [...lease, instance]);
       case 'relay':
         return this.claimUnderLock<T>(this.claimLock.inbox, inboxRelayClaimSql(this.table.inbox), [
           ...lease,
