@@ -30,6 +30,7 @@ export type {
   DeadLetterRow,
   InstanceRow,
   InstanceState,
+  PauseRow,
   RowOwner,
   SkipHeadTarget,
   Throughput,

@@ -3,7 +3,7 @@ import type { DataSource } from 'typeorm';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { describeError } from '../common/errors';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
-import type { BacklogRow, InstanceState } from '../dialects/dialect-rows';
+import type { BacklogRow, InstanceState, PauseRow } from '../dialects/dialect-rows';
 import { InboxRelay } from '../inbox/inbox.relay';
 import { QueueBoxInstance } from '../instance/queuebox.instance';
 import { WorkNotifications } from '../module/queuebox.notifications';
@@ -12,6 +12,7 @@ import { OutboxPoller } from '../outbox/outbox.poller';
 import { PullWorker } from '../pull/pull.worker';
 import { messages } from '../texts/queuebox.messages';
 import type { WorkerLoopStatus } from '../workers/claim-loop';
+import { ClaimPauses } from '../workers/claim-pauses';
 import { DatabaseRecovery } from '../workers/database-recovery';
 
 /** What a health check looks at. Every field is optional; defaults are listed. */
@@ -78,6 +79,13 @@ export interface QueueBoxHealthReport {
   };
   /** The instances of this QueueBox's instances table by state, by the database clock. Absent when not read. */
   instances?: Record<InstanceState, number>;
+  /**
+   * The paused destinations and sources (issue 40), as this process's claims see them (read at most
+   * one poll interval ago). A pause is deliberate: it is no problem, and the lag check leaves the
+   * paused ones out (their rows wait on purpose), so a pause never fails liveness or readiness.
+   * Absent when the database was not reached.
+   */
+  paused?: PauseRow[];
 }
 
 const DEFAULTS = {
@@ -109,6 +117,7 @@ export class QueueBoxHealth implements OnModuleDestroy {
     private readonly recovery: DatabaseRecovery,
     private readonly instance: QueueBoxInstance,
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
+    private readonly pauses: ClaimPauses,
   ) {}
 
   /** Nest calls every `onModuleDestroy` before any `beforeApplicationShutdown`: draining starts here, before the workers stop. */
@@ -188,9 +197,20 @@ export class QueueBoxHealth implements OnModuleDestroy {
         problems.push(messages.healthDatabaseDown(describeError(error)));
       }
     }
+    let paused: readonly PauseRow[] = [];
+    if (report.database !== 'down') {
+      try {
+        paused = await withTimeout(this.pauses.rows(), o.timeoutMs);
+        report.paused = [...paused];
+      } catch (error) {
+        problems.push(messages.healthPausesFailed(describeError(error)));
+      }
+    }
     if (o.maxLagMs !== false && report.database !== 'down') {
       try {
-        const oldest = oldestDue(await withTimeout(this.admin.backlog(), o.timeoutMs));
+        const backlog = await withTimeout(this.admin.backlog(), o.timeoutMs);
+        const isPaused = (row: BacklogRow) => paused.some((p) => p.component === row.component && p.name === row.name);
+        const oldest = oldestDue(paused.length === 0 ? backlog : backlog.filter((row) => !isPaused(row)));
         report.lagSeconds = oldest?.oldestPendingAgeSeconds ?? null;
         if (oldest) report.lagWhere = `${oldest.component}:${oldest.name}`;
         if (oldest && (oldest.oldestPendingAgeSeconds ?? 0) * 1000 > o.maxLagMs) {

@@ -405,6 +405,16 @@ export const messages = {
   adminSelectionEmpty: () =>
     'QueueBoxAdmin: this call would touch every dead row of the component: pass "ids", a filter field, or "all: true" to mean it. Nothing was changed.',
   skipHeadReason: (reason: string) => `skipped by admin: ${reason}`,
+  // Pauses (issue 40)
+  pausePaused: (component: string, name: string, actor: string, reason: string | null) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} paused by ${show(actor)}${reason === null ? '' : ` (${show(reason)})`}: claims skip its rows until it is resumed; its rows keep their order.`,
+  pauseAlready: (component: string, name: string, actor: string) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} was paused already (${show(actor)} asked again): the first pause is kept.`,
+  pauseResumed: (component: string, name: string, actor: string) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} resumed by ${show(actor)}: its rows are claimed again, in order.`,
+  pauseNotPaused: (component: string, name: string, actor: string) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} was not paused (${show(actor)} asked to resume it): nothing changed.`,
+  pauseNameRule: () => 'must be a destination or source name: a non-empty string of at most 255 characters',
   retentionStarted: (intervalMs: number) => `Retention started (every ${intervalMs} ms; one replica at a time).`,
   retentionSkipped: () => 'Retention skipped: another replica holds the retention lock.',
   retentionDone: (outbox: number, inbox: number, dead: number, ms: number) =>
@@ -460,6 +470,7 @@ export const messages = {
   healthLagging: (where: string, seconds: number, maxLagMs: number) =>
     `The oldest due message of ${where} has waited ${seconds} s, more than ${maxLagMs / 1000} s (see ${doc('operations.md')}, runbook: the backlog grows).`,
   healthBacklogFailed: (reason: string) => `The backlog could not be read: ${reason}`,
+  healthPausesFailed: (reason: string) => `The paused destinations and sources could not be read: ${reason}`,
   healthInstanceSilent: (state: 'silent' | 'dead', heartbeatAgeSeconds: number, deadAfterMs: number) =>
     `This instance's last heartbeat landed ${heartbeatAgeSeconds} s ago by the database clock: the instances table shows it ${
       state === 'silent'
