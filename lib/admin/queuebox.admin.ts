@@ -45,14 +45,21 @@ const MAX_ROW_ID = 9_223_372_036_854_775_807n;
  */
 @Injectable()
 export class QueueBoxAdmin {
-  private readonly logger = new Logger('QueueBox:Admin');
+  /**
+   * Logs pauses and resumes (the audit line with the actor) in an application, where the module
+   * gives this admin its `ClaimPauses`; an admin of `createQueueBoxAdmin` (a script, the CLI)
+   * logs nothing: its caller prints what it did.
+   */
+  private readonly logger?: Logger;
 
   constructor(
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     private readonly retention: RetentionService,
     /** This process's claims' view of the pauses: forgotten after a pause or resume here, so they see it at once. */
     @Optional() private readonly claimPauses?: ClaimPauses,
-  ) {}
+  ) {
+    if (claimPauses) this.logger = new Logger('QueueBox:Admin');
+  }
 
   /**
    * Pauses an outbox destination (`component: 'outbox'`) or an inbox source (`'inbox'`): every
@@ -69,7 +76,7 @@ export class QueueBoxAdmin {
     const actor = p.actor === undefined || p.actor === '' ? 'unknown' : text('actor', p.actor).slice(0, 200);
     const paused = await this.dialect.pauseInsert({ component: kind, name, reason, pausedBy: actor });
     this.claimPauses?.invalidate();
-    this.logger.log(paused ? messages.pausePaused(kind, name, actor, reason) : messages.pauseAlready(kind, name, actor));
+    this.logger?.log(paused ? messages.pausePaused(kind, name, actor, reason) : messages.pauseAlready(kind, name, actor));
     return paused;
   }
 
@@ -80,7 +87,7 @@ export class QueueBoxAdmin {
     const actor = p.actor === undefined || p.actor === '' ? 'unknown' : text('actor', p.actor).slice(0, 200);
     const resumed = await this.dialect.pauseDelete({ component: kind, name });
     this.claimPauses?.invalidate();
-    this.logger.log(resumed ? messages.pauseResumed(kind, name, actor) : messages.pauseNotPaused(kind, name, actor));
+    this.logger?.log(resumed ? messages.pauseResumed(kind, name, actor) : messages.pauseNotPaused(kind, name, actor));
     return resumed;
   }
 

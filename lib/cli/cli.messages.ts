@@ -86,6 +86,10 @@ export const cliMessages = {
   componentInvalid: (value: string) => `--component ${JSON.stringify(value)} must be outbox or inbox.`,
   optionRequired: (option: string, why: string) => `${option} is required ${why}.`,
   optionNotHere: (option: string, where: string) => `${option} applies to ${where} only.`,
+  pauseTargetMissing: (command: string) =>
+    `${command} needs --destination <name> (an outbox destination) or --source <name> (an inbox source).`,
+  pauseTargetTwice: (command: string) => `${command} takes --destination or --source, not both.`,
+  pauseNameInvalid: (option: string) => `${option} must be a name of 1 to 255 characters.`,
   limitInvalid: (value: string, max: number) => `--limit ${JSON.stringify(value)} must be an integer from 1 to ${max}.`,
   rowIdInvalid: (option: string, value: string) =>
     `${option} ${JSON.stringify(value)} must be a row id (a positive integer, at most 9223372036854775807).`,

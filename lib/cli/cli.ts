@@ -10,6 +10,7 @@ import { blockedCommand } from './commands/blocked.command';
 import { deadLettersCommand } from './commands/dead-letters.command';
 import { instancesCommand } from './commands/instances.command';
 import { migrateCommand } from './commands/migrate.command';
+import { pauseCommand, pausesCommand, resumeCommand } from './commands/pauses.command';
 import { skipHeadCommand } from './commands/skip-head.command';
 import { sqlCommand } from './commands/sql.command';
 import { statusCommand } from './commands/status.command';
@@ -27,6 +28,9 @@ export const commands: readonly Command[] = [
   deadLettersCommand,
   blockedCommand,
   skipHeadCommand,
+  pauseCommand,
+  resumeCommand,
+  pausesCommand,
   instancesCommand,
   verifyCommand,
 ];
