@@ -65,6 +65,8 @@ export const dashboardMessages = {
     'Say which dead rows: "ids" (an array of row ids) or "filter" ({ name, key, error, from, to }); a filter with no criterion also needs "all": true. Nothing was changed.',
   heartbeatsUnavailable: () =>
     'This admin object has no instances() method (QueueBoxAdmin has): pass a QueueBoxAdmin to list the instances and their heartbeats.',
+  pausesUnavailable: () =>
+    'This admin object has no pauses(), pause() and resume() methods (QueueBoxAdmin has): pass a QueueBoxAdmin to see and change the paused destinations and sources.',
 
   // Log (context QueueBox:Dashboard)
   started: (path: string, instances: readonly string[], readOnly: boolean, isPublic: boolean) =>

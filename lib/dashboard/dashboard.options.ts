@@ -1,6 +1,7 @@
 import type { CanActivate, InjectionToken, ModuleMetadata, Type } from '@nestjs/common';
 import type { QueueBoxAdmin } from '../admin/queuebox.admin';
-import type { InstanceRow } from '../dialects/dialect-rows';
+import type { InstanceRow, PauseRow } from '../dialects/dialect-rows';
+import type { QueueTable } from '../types/claims';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { dashboardMessages as messages } from './dashboard.messages';
 
@@ -23,6 +24,10 @@ export type DashboardAdmin = Pick<
 > & {
   /** The processes running QueueBox with their last heartbeat (`QueueBoxAdmin.instances()`); the dashboard shows them when present. */
   instances?(): Promise<InstanceRow[]>;
+  /** The paused destinations and sources (`QueueBoxAdmin.pauses()`); with `pause` and `resume`, the dashboard shows and changes them. */
+  pauses?(): Promise<PauseRow[]>;
+  pause?(p: { component: QueueTable; name: string; reason?: string; actor?: string }): Promise<boolean>;
+  resume?(p: { component: QueueTable; name: string; actor?: string }): Promise<boolean>;
 };
 
 /** One QueueBox the dashboard switches between: its name (in URLs and the switch) and its admin, or the admin's injection token. */
