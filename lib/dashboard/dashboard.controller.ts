@@ -300,7 +300,11 @@ export function createDashboardController(options: ResolvedDashboardOptions): Ty
     /** Pauses a destination (`component: "outbox"`) or source (`"inbox"`): `{ component, name, reason? }` → `{ paused }`. */
     @Post('api/:instance/pauses/pause')
     @HttpCode(HttpStatus.OK)
-    async pause(@Param('instance') instance: string, @Req() request: DashboardRequest, @Res({ passthrough: true }) response: DashboardResponse) {
+    async pause(
+      @Param('instance') instance: string,
+      @Req() request: DashboardRequest,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
       return { paused: await this.changePause('pause', instance, request, response) };
     }
 

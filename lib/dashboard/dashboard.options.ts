@@ -1,8 +1,8 @@
 import type { CanActivate, InjectionToken, ModuleMetadata, Type } from '@nestjs/common';
 import type { QueueBoxAdmin } from '../admin/queuebox.admin';
 import type { InstanceRow, PauseRow } from '../dialects/dialect-rows';
-import type { QueueTable } from '../types/claims';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import type { QueueTable } from '../types/claims';
 import { dashboardMessages as messages } from './dashboard.messages';
 
 /**
