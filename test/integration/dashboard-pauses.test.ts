@@ -17,7 +17,7 @@ async function json(response: Response): Promise<Record<string, unknown>> {
 
 const emptied = { truncate: ['queuebox_outbox', 'queuebox_inbox', 'queuebox_outbox_pauses'] };
 
-describeWithDatabase('queuebox/dashboard: pause and resume (issue 40)', emptied, (db) => {
+describeWithDatabase('queuebox/dashboard: pause and resume', emptied, (db) => {
   let t: DashboardTestApp;
   let token: string;
   const events: DashboardActionEvent[] = [];

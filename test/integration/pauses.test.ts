@@ -30,7 +30,7 @@ class LedgerHandler {
   }
 }
 
-describeWithDatabase('pauses (issue 40)', { truncate: ['queuebox_outbox', 'queuebox_inbox', 'queuebox_outbox_pauses'] }, (db) => {
+describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox', 'queuebox_outbox_pauses'] }, (db) => {
   const apps: TestApp[] = [];
   const start = async (publisher: RecordingPublisher, extra: Record<string, unknown> = {}) => {
     const app = await createTestApp(db.url, {

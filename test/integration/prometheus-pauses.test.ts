@@ -21,7 +21,7 @@ async function series(name: string): Promise<number | undefined> {
   return line === undefined ? undefined : Number(line.slice(name.length + 1));
 }
 
-describeWithDatabase('Prometheus: the paused gauge (issue 40)', (db) => {
+describeWithDatabase('Prometheus: the paused gauge', (db) => {
   let app: Awaited<ReturnType<typeof NestFactory.createApplicationContext>>;
   before(async () => {
     @Module({

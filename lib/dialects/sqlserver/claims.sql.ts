@@ -315,7 +315,12 @@ const walkCursor = (scope: string) => `N'queuebox_walk_' + CONVERT(NVARCHAR(64),
  * for that key alone. So an open transaction that holds a row of one key (with
  * READ_COMMITTED_SNAPSHOT OFF) delays the claims of that key only, never the heads found.
  */
-export const outboxClaimSql = (table: string, paused = false) => {
+export const outboxClaimSql = (table: string) => outboxClaim(table, false);
+
+/** @0 to @3 as outboxClaimSql, @4 = the paused destinations (JSON): the claim while some destination is paused (issue 40). */
+export const outboxClaimPausedSql = (table: string) => outboxClaim(table, true);
+
+const outboxClaim = (table: string, paused: boolean) => {
   // Issue 40: with `paused`, @4 lists the paused destinations (JSON); a row of one is never a
   // candidate, and stays the unfinished head of its key (no later row of the key is taken).
   // Without, the statement is the claim as it always was.

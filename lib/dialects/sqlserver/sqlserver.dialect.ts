@@ -33,6 +33,7 @@ import {
   inboxPullClaimSql,
   inboxRelayClaimSql,
   LOCK_TIMEOUT_ERROR,
+  outboxClaimPausedSql,
   outboxClaimSql,
 } from './claims.sql';
 import * as followersSql from './followers.sql';
@@ -129,7 +130,7 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     this.instancesTable = mssqlTable(tables.instances);
     this.pausesTable = mssqlTable(pausesTableOf(tables.outbox));
     this.outboxClaimSql = outboxClaimSql(this.table.outbox);
-    this.outboxClaimPausedSql = outboxClaimSql(this.table.outbox, true);
+    this.outboxClaimPausedSql = outboxClaimPausedSql(this.table.outbox);
     this.claimLock = {
       outbox: lockName(`queuebox_outbox_claim_${tables.outbox.qualified}`),
       inbox: lockName(`queuebox_inbox_claim_${tables.inbox.qualified}`),
