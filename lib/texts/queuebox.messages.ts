@@ -113,6 +113,8 @@ export const messages = {
     `QueueBox table ${show(name)} does not exist. Add QueueBoxSchema1764460800000 (or createQueueBoxMigration({ tables })) to your TypeORM migrations and run them, or apply sql/<dialect>/001_queuebox.up.sql.`,
   instancesTableMissing: (name: string, migration: string) =>
     `QueueBox table ${show(name)} does not exist: this version needs migration ${migration} (the instances table and the claim owner columns). Add it to your TypeORM migrations (QueueBoxMigrations has every one) and run them, or apply sql/<dialect>/006_queuebox_instances.up.sql. With other table names, set tables.instances to where it is.`,
+  pausesTableMissing: (name: string, migration: string) =>
+    `QueueBox table ${show(name)} does not exist: this version needs migration ${migration} (the paused destinations and sources, which every claim reads). Add it to your TypeORM migrations (QueueBoxMigrations has every one) and run them, or apply sql/<dialect>/010_queuebox_pauses.up.sql.`,
   migrationsMissing: (names: string[], migrationsTable: string) =>
     `QueueBox cannot start: the database lacks migration${names.length > 1 ? 's' : ''} ${names.join(', ')} (not recorded in TypeORM's migrations table ${show(migrationsTable)}). Add ${names.length > 1 ? 'them' : 'it'} to your DataSource's "migrations" after the QueueBox migrations you have (the classes of that name exported by "queuebox", or the create...Migration({ tables, name }) factories) and run them (migrationsRun: true), or run \`npx --no-install queuebox migrate${migrationsTable === 'migrations' ? '' : ` --migrations-table ${migrationsTable}`}\`. See ${doc('schema.md')}.`,
   migrationMissingOptional: (name: string, migrationsTable: string, consequence: string) =>

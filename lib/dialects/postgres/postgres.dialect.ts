@@ -204,6 +204,13 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
         messages.instancesTableMissing(this.tables.instances.qualified, DEFAULT_MIGRATION_NAMES.instances),
       );
     }
+    const pauses = await this.run<{ found: string | null }>(tableExistsSql(), [this.pausesTable]);
+    if (!pauses.rows[0]?.found) {
+      throw new QueueBoxConfigError(
+        'migrations',
+        messages.pausesTableMissing(pausesTableOf(this.tables.outbox).qualified, DEFAULT_MIGRATION_NAMES.pauses),
+      );
+    }
   }
 
   protected async outboxInsertRecords(rows: OutboxInsertRow[], manager: EntityManager, ifAbsent: boolean): Promise<Map<string, string>> {

@@ -155,6 +155,13 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
         messages.instancesTableMissing(this.tables.instances.qualified, DEFAULT_MIGRATION_NAMES.instances),
       );
     }
+    const pauses = await this.run<{ found: number | null }>(tableExistsSql(), [text(this.pausesTable, 300)]);
+    if (pauses.rows[0]?.found == null) {
+      throw new QueueBoxConfigError(
+        'migrations',
+        messages.pausesTableMissing(pausesTableOf(this.tables.outbox).qualified, DEFAULT_MIGRATION_NAMES.pauses),
+      );
+    }
     for (const kind of ['outbox', 'inbox'] as const) {
       const { rows } = await this.run<{ column: string; collation: string | null }>(keyCollationSql(), [text(this.table[kind], 300)]);
       const other = rows.filter((r) => r.collation !== KEY_COLLATION).map((r) => r.column);
