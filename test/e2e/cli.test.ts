@@ -173,7 +173,13 @@ describe('queuebox CLI', () => {
       QUEUEBOX_DATABASE_URL: withPassword(db.url),
     });
     assert.equal(run.code, 0, run.stderr);
-    assert.deepEqual(await tableNames(db, 'messaging'), ['in_box', 'out_box', 'out_box_pauses', 'out_box_rate_limits', 'queuebox_instances']);
+    assert.deepEqual(await tableNames(db, 'messaging'), [
+      'in_box',
+      'out_box',
+      'out_box_pauses',
+      'out_box_rate_limits',
+      'queuebox_instances',
+    ]);
 
     const status = await queuebox(['status', '--tables', 'outbox=messaging.out_box,inbox=messaging.in_box'], {
       DATABASE_URL: withPassword(db.url),
