@@ -1,6 +1,7 @@
 import { get, post, type Session } from './api.js';
 import { minuteChart } from './chart.js';
 import { type Child, duration, h, mount, plural, time } from './dom.js';
+import { type Pause, pauseCell, pausedBadge, pausedFlag } from './pauses.js';
 
 type Component = 'outbox' | 'inbox';
 
@@ -29,6 +30,8 @@ interface OverviewRow {
   oldestPendingAgeSeconds: number | null;
   finishedPerMinute: number[];
   deadPerMinute: number[];
+  /** Paused (issue 40). */
+  paused?: boolean;
 }
 
 interface DeadLetter {
@@ -183,9 +186,12 @@ export async function overview(ctx: ViewContext): Promise<void> {
   const body = h('div', { class: 'overview' }, h('p', { class: 'loading' }, 'Loading…'));
   mount(ctx.main, heading('Overview', h('p', { class: 'hint' }, 'Backlog, lag and the last hour per minute; refreshed every 5 s.')), body);
   const draw = async () => {
-    const data = await get<{ since: string; minutes: number; rows: OverviewRow[] }>(api(ctx, 'overview'));
+    const data = await get<{ since: string; minutes: number; rows: OverviewRow[]; pauses?: Pause[] | null }>(api(ctx, 'overview'));
+    const pauseOf = (r: OverviewRow) => data.pauses?.find((p) => p.component === r.component && p.name === r.name);
+    const canPause = !ctx.session.readOnly && Array.isArray(data.pauses);
     mount(
       body,
+      pausedFlag(data.pauses ?? null),
       (['outbox', 'inbox'] as const).map((c) => {
         const rows = data.rows.filter((r) => r.component === c);
         const label = LABEL[c];
@@ -194,12 +200,20 @@ export async function overview(ctx: ViewContext): Promise<void> {
           { 'aria-labelledby': `overview-${c}` },
           h('h2', { id: `overview-${c}` }, c === 'outbox' ? 'Outbox destinations' : 'Inbox sources'),
           table(
-            [label.name, 'Pending', 'Processing', 'Dead', 'Lag (oldest due)', `Last ${data.minutes} min: ${label.finished} / dead`],
+            [
+              label.name,
+              'Pending',
+              'Processing',
+              'Dead',
+              'Lag (oldest due)',
+              `Last ${data.minutes} min: ${label.finished} / dead`,
+              ...(canPause ? [''] : []),
+            ],
             rows.map((r) =>
               h(
                 'tr',
-                null,
-                h('th', { scope: 'row' }, r.name),
+                r.paused ? { class: 'paused' } : null,
+                h('th', { scope: 'row' }, r.name, pausedBadge(pauseOf(r))),
                 h('td', { class: 'num' }, r.pending.toLocaleString('en')),
                 h(
                   'td',
@@ -237,6 +251,7 @@ export async function overview(ctx: ViewContext): Promise<void> {
                     `${sum(r.finishedPerMinute).toLocaleString('en')} / ${sum(r.deadPerMinute).toLocaleString('en')}`,
                   ),
                 ),
+                canPause ? pauseCell(ctx, r, pauseOf(r), draw) : null,
               ),
             ),
             c === 'outbox'
