@@ -71,11 +71,6 @@ describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox',
     await eventually(async () => delivered('billing') === 1, 'the first message delivered');
 
     assert.equal(await a.get(QueueBoxAdmin).pause({ component: 'outbox', name: 'billing', reason: 'partner down', actor: 'alice' }), true);
-    assert.equal(
-      await b.get(QueueBoxAdmin).pause({ component: 'outbox', name: 'billing', actor: 'bob' }),
-      false,
-      'the first pause is kept',
-    );
     const [row] = await b.get(QueueBoxAdmin).pauses();
     assert.deepEqual(
       { component: row.component, name: row.name, reason: row.reason, pausedBy: row.pausedBy },
@@ -92,6 +87,13 @@ describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox',
     await sleep(3 * POLL_MS);
     assert.equal(delivered('billing'), 1, 'no replica published a message of the paused destination');
     assert.equal(await pendingOf('billing'), 5, 'the paused rows wait, pending');
+    // Only now does b's admin write (its own claims would see that at once): until here b learnt of the pause by its own read.
+    assert.equal(
+      await b.get(QueueBoxAdmin).pause({ component: 'outbox', name: 'billing', actor: 'bob' }),
+      false,
+      'the first pause is kept',
+    );
+    assert.equal((await b.get(QueueBoxAdmin).pauses())[0].pausedBy, 'alice');
 
     assert.equal(await b.get(QueueBoxAdmin).resume({ component: 'outbox', name: 'billing', actor: 'bob' }), true);
     assert.equal(await a.get(QueueBoxAdmin).resume({ component: 'outbox', name: 'billing' }), false, 'resumed already');
@@ -103,6 +105,7 @@ describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox',
     const publisher = new RecordingPublisher();
     const app = await start(publisher);
     await app.get(QueueBoxAdmin).pause({ component: 'outbox', name: 'billing', actor: 'test' });
+    await sleep(POLL_MS + 50); // a claim whose read of the pauses came before the pause may still run: wait it out
     await enqueue(app, [
       { destination: 'billing', key: 'order-1', payload: 1 },
       { destination: 'shipping', key: 'order-1', payload: 2 },
@@ -144,6 +147,7 @@ describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox',
     const admin = app.get(QueueBoxAdmin);
     await admin.pause({ component: 'inbox', name: 'orders', actor: 'test' });
     await admin.pause({ component: 'inbox', name: 'ledger', actor: 'test' });
+    await sleep(POLL_MS + 50); // a claim whose read of the pauses came before the pause may still run: wait it out
     const inbox = app.get(InboxService);
     for (let i = 0; i < 3; i++) {
       await inbox.receive({ source: 'orders', idempotencyKey: `o-${i}`, aggregateId: 'order-1', payload: i });
