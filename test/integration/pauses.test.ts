@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { after, afterEach, it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
-import type { DataSource } from 'typeorm';
+import { DataSource } from 'typeorm';
+import { createQueueBoxAdmin } from '../../lib/admin/create-queuebox-admin';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { QueueBoxHealth } from '../../lib/health/queuebox-health';
 import { InboxService } from '../../lib/inbox/inbox.service';
@@ -10,7 +11,7 @@ import { OutboxService } from '../../lib/outbox/outbox.service';
 import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
-import { describeWithDatabase, eventually } from '../support/database';
+import { describeWithDatabase, eventually, testDatabases } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 // Issue 40: pause and resume an outbox destination or an inbox source. The pauses live in the
@@ -32,6 +33,7 @@ class LedgerHandler {
 
 describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox', 'queuebox_outbox_pauses'] }, (db) => {
   const apps: TestApp[] = [];
+  const newDatabase = testDatabases();
   const start = async (publisher: RecordingPublisher, extra: Record<string, unknown> = {}) => {
     const app = await createTestApp(db.url, {
       outbox: { publisher, pollIntervalMs: POLL_MS, backoff: { initialMs: 5, maxMs: 5, jitter: false } },
@@ -173,6 +175,21 @@ describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox',
       publisher.delivered.map((m) => m.payload),
       [0, 1, 2],
     );
+  });
+
+  it('a database without the pauses table (migration 010 not run) is refused at start-up, naming the migration', async () => {
+    const own = await newDatabase();
+    await own.query('DROP TABLE queuebox_outbox_pauses');
+    const dataSource = new DataSource({ type: 'postgres', url: own.url, logging: false });
+    await dataSource.initialize();
+    try {
+      await assert.rejects(
+        createQueueBoxAdmin(dataSource),
+        /"queuebox_outbox_pauses" does not exist: this version needs migration QueueBoxPauses1796601600000/,
+      );
+    } finally {
+      await dataSource.destroy();
+    }
   });
 
   it('refuses a bad component or name, naming the field, and writes nothing', async () => {
