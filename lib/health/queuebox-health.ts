@@ -81,9 +81,10 @@ export interface QueueBoxHealthReport {
   instances?: Record<InstanceState, number>;
   /**
    * The paused destinations and sources (issue 40), as this process's claims see them (read at most
-   * one poll interval ago). A pause is deliberate: it is no problem, and the lag check leaves the
-   * paused ones out (their rows wait on purpose), so a pause never fails liveness or readiness.
-   * Absent when the database was not reached.
+   * one poll interval ago), read with the backlog by the lag check. A pause is deliberate: it is no
+   * problem, and the lag check leaves the paused ones out (their rows wait on purpose), so a pause
+   * never fails liveness or readiness. Absent when the lag check did not run (`maxLagMs: false`,
+   * the database down).
    */
   paused?: PauseRow[];
 }
@@ -197,18 +198,11 @@ export class QueueBoxHealth implements OnModuleDestroy {
         problems.push(messages.healthDatabaseDown(describeError(error)));
       }
     }
-    let paused: readonly PauseRow[] = [];
-    if (report.database !== 'down') {
-      try {
-        paused = await withTimeout(this.pauses.rows(), o.timeoutMs);
-        report.paused = [...paused];
-      } catch (error) {
-        problems.push(messages.healthPausesFailed(describeError(error)));
-      }
-    }
     if (o.maxLagMs !== false && report.database !== 'down') {
       try {
-        const backlog = await withTimeout(this.admin.backlog(), o.timeoutMs);
+        // The pauses as this process's claims read them (at most one poll interval old: usually no query).
+        const [backlog, paused] = await withTimeout(Promise.all([this.admin.backlog(), this.pauses.rows()]), o.timeoutMs);
+        report.paused = [...paused];
         const isPaused = (row: BacklogRow) => paused.some((p) => p.component === row.component && p.name === row.name);
         const oldest = oldestDue(paused.length === 0 ? backlog : backlog.filter((row) => !isPaused(row)));
         report.lagSeconds = oldest?.oldestPendingAgeSeconds ?? null;

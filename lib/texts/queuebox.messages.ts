@@ -472,7 +472,6 @@ export const messages = {
   healthLagging: (where: string, seconds: number, maxLagMs: number) =>
     `The oldest due message of ${where} has waited ${seconds} s, more than ${maxLagMs / 1000} s (see ${doc('operations.md')}, runbook: the backlog grows).`,
   healthBacklogFailed: (reason: string) => `The backlog could not be read: ${reason}`,
-  healthPausesFailed: (reason: string) => `The paused destinations and sources could not be read: ${reason}`,
   healthInstanceSilent: (state: 'silent' | 'dead', heartbeatAgeSeconds: number, deadAfterMs: number) =>
     `This instance's last heartbeat landed ${heartbeatAgeSeconds} s ago by the database clock: the instances table shows it ${
       state === 'silent'
