@@ -38,6 +38,7 @@ describe('queuebox/dashboard entry point', () => {
       'dom.js',
       'icon.svg',
       'main.js',
+      'pauses.js',
       'views.js',
     ]);
   });
