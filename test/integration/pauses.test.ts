@@ -177,6 +177,24 @@ describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox',
     );
   });
 
+  it('passes over a paused name holding quotes, a backslash, braces and a comma exactly, and no other', async () => {
+    const publisher = new RecordingPublisher();
+    const app = await start(publisher);
+    const odd = `we'ird"\\{na,me} `;
+    await app.get(QueueBoxAdmin).pause({ component: 'outbox', name: odd, actor: 'test' });
+    await sleep(POLL_MS + 50);
+    await enqueue(app, [
+      { destination: odd, payload: 'odd' },
+      { destination: odd.trim(), payload: 'trimmed' },
+      { destination: 'we', payload: 'prefix' },
+    ]);
+    await eventually(async () => publisher.delivered.length === 2, 'the names that are not paused delivered');
+    await sleep(3 * POLL_MS);
+    assert.deepEqual(publisher.delivered.map((m) => m.payload).sort(), ['prefix', 'trimmed']);
+    await app.get(QueueBoxAdmin).resume({ component: 'outbox', name: odd, actor: 'test' });
+    await eventually(async () => publisher.delivered.length === 3, 'the paused name delivered after the resume');
+  });
+
   it('a database without the pauses table (migration 010 not run) is refused at start-up, naming the migration', async () => {
     const own = await newDatabase();
     await own.query('DROP TABLE queuebox_outbox_pauses');
