@@ -416,6 +416,10 @@ export const messages = {
     `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} resumed by ${show(actor)}: its rows are claimed again, in order.`,
   pauseNotPaused: (component: string, name: string, actor: string) =>
     `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} was not paused (${show(actor)} asked to resume it): nothing changed.`,
+  pauseSeen: (component: string, name: string, pausedBy: string | null, reason: string | null) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} is paused (by ${show(pausedBy ?? 'unknown')}${reason === null ? '' : `: ${show(reason)}`}): this process's claims skip its rows until it is resumed.`,
+  resumeSeen: (component: string, name: string) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} is no longer paused: this process's claims take its rows again.`,
   pauseNameRule: () => 'must be a destination or source name: a non-empty string of at most 255 characters',
   retentionStarted: (intervalMs: number) => `Retention started (every ${intervalMs} ms; one replica at a time).`,
   retentionSkipped: () => 'Retention skipped: another replica holds the retention lock.',

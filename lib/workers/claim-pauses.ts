@@ -3,12 +3,13 @@
 // pause; each process reads the whole (tiny) table at most once per poll interval of the loop that
 // asks, and all its loops share that read.
 
-import { Inject, Injectable, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import type { Dialect } from '../dialects/dialect';
 import type { PauseRow } from '../dialects/dialect-rows';
 import { DEFAULT_POLL_INTERVAL_MS } from '../options/options.defaults';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
+import { messages } from '../texts/queuebox.messages';
 import type { QueueTable } from '../types/claims';
 
 /** One read of the pauses table: when it was read (`performance.now()`), and the names by component. */
@@ -32,6 +33,9 @@ const NOTHING: readonly string[] = Object.freeze([]);
 export class ClaimPauses {
   private last?: PauseRead;
   private reading?: Promise<PauseRead>;
+  /** The pauses this process has seen (`component\u0000name`), kept across `invalidate`, so each change is logged once. */
+  private seen?: Set<string>;
+  private readonly logger = new Logger('QueueBox:Pauses');
 
   /** How old a read may be for a caller that names no poll interval (a `PullClient`): the shortest of the workers'. */
   readonly defaultMaxAgeMs: number;
@@ -71,6 +75,25 @@ export class ClaimPauses {
     this.reading = undefined;
   }
 
+  /**
+   * Logs each pause this process sees for the first time (with who paused it and why: the audit
+   * line of a pause made elsewhere, by the CLI or another replica) and each resume, once.
+   */
+  private logChanges(rows: readonly PauseRow[]): void {
+    const now = new Set(rows.map((row) => `${row.component}\u0000${row.name}`));
+    const before = this.seen ?? new Set<string>();
+    for (const row of rows) {
+      if (!before.has(`${row.component}\u0000${row.name}`))
+        this.logger.log(messages.pauseSeen(row.component, row.name, row.pausedBy, row.reason));
+    }
+    for (const id of before) {
+      if (now.has(id)) continue;
+      const [component, name] = id.split('\u0000');
+      this.logger.log(messages.resumeSeen(component, name));
+    }
+    this.seen = now;
+  }
+
   private read(maxAgeMs: number): Promise<PauseRead> {
     const last = this.last;
     if (last && performance.now() - last.at <= maxAgeMs) return Promise.resolve(last);
@@ -84,6 +107,7 @@ export class ClaimPauses {
           if (of.length > 0) names[component] = of;
         }
         const read: PauseRead = { at: startedAt, rows, names };
+        this.logChanges(rows);
         if (this.reading === reading) {
           this.last = read;
           this.reading = undefined;

@@ -79,6 +79,7 @@ describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox',
       { component: 'outbox', name: 'billing', reason: 'partner down', pausedBy: 'alice' },
     );
     assert.ok(Math.abs(row.pausedAt.getTime() - Date.now()) < 60_000, 'paused_at is now, by the database clock');
+    const logged = () => apps.flatMap((app) => app.logger.lines.map((line) => line.message));
     // One poll interval later every replica honours it: nothing of billing is claimed, shipping flows.
     await sleep(POLL_MS + 50);
     await enqueue(b, [
@@ -89,6 +90,10 @@ describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox',
     await sleep(3 * POLL_MS);
     assert.equal(delivered('billing'), 1, 'no replica published a message of the paused destination');
     assert.equal(await pendingOf('billing'), 5, 'the paused rows wait, pending');
+    assert.ok(
+      logged().some((line) => line.startsWith('Destination "billing" of the outbox is paused (by "alice": "partner down")')),
+      'a process logs the pause it sees, with who and why',
+    );
     // Only now does b's admin write (its own claims would see that at once): until here b learnt of the pause by its own read.
     assert.equal(
       await b.get(QueueBoxAdmin).pause({ component: 'outbox', name: 'billing', actor: 'bob' }),
@@ -100,6 +105,7 @@ describeWithDatabase('pauses', { truncate: ['queuebox_outbox', 'queuebox_inbox',
     assert.equal(await b.get(QueueBoxAdmin).resume({ component: 'outbox', name: 'billing', actor: 'bob' }), true);
     assert.equal(await a.get(QueueBoxAdmin).resume({ component: 'outbox', name: 'billing' }), false, 'resumed already');
     await eventually(async () => delivered('billing') === 6, 'billing delivered after the resume');
+    assert.ok(logged().some((line) => line.startsWith('Destination "billing" of the outbox is no longer paused')));
     assert.deepEqual(await a.get(QueueBoxAdmin).pauses(), []);
   });
 
