@@ -107,8 +107,9 @@ export class ClaimPauses {
           if (of.length > 0) names[component] = of;
         }
         const read: PauseRead = { at: startedAt, rows, names };
-        this.logChanges(rows);
         if (this.reading === reading) {
+          // A read overtaken by an invalidation (a pause or resume of this process) is not logged: the next one is.
+          this.logChanges(rows);
           this.last = read;
           this.reading = undefined;
         }
