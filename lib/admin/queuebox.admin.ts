@@ -1,12 +1,22 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { dateTimeOf } from '../common/payload';
 import { QUEUEBOX_DIALECT } from '../common/queuebox.constants';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
-import type { BacklogRow, BlockedKeyRow, ClaimRow, DeadLetterRow, InstanceRow, SkipHeadTarget, Throughput } from '../dialects/dialect-rows';
+import type {
+  BacklogRow,
+  BlockedKeyRow,
+  ClaimRow,
+  DeadLetterRow,
+  InstanceRow,
+  PauseRow,
+  SkipHeadTarget,
+  Throughput,
+} from '../dialects/dialect-rows';
 import type { MessageHistory, MessageRow } from '../dialects/message-rows';
 import { QueueBoxAdminError } from '../errors/queuebox.errors';
 import { messages } from '../texts/queuebox.messages';
 import type { QueueTable } from '../types/claims';
+import { ClaimPauses } from '../workers/claim-pauses';
 import type { DeadLetterFilter, DeadLetterIds, DeadLetterPage, DeadLetterSelection, RetentionResult } from './admin.types';
 import { type MessageFilter, type MessagePage, type MessagePageResult, toMessageSearch } from './message-search';
 import { RetentionService } from './retention.service';
@@ -39,10 +49,56 @@ const MAX_ROW_ID = 9_223_372_036_854_775_807n;
  */
 @Injectable()
 export class QueueBoxAdmin {
+  /**
+   * Logs pauses and resumes (the audit line with the actor) in an application, where the module
+   * gives this admin its `ClaimPauses`; an admin of `createQueueBoxAdmin` (a script, the CLI)
+   * logs nothing: its caller prints what it did.
+   */
+  private readonly logger?: Logger;
+
   constructor(
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     private readonly retention: RetentionService,
-  ) {}
+    /** This process's claims' view of the pauses: forgotten after a pause or resume here, so they see it at once. */
+    @Optional() private readonly claimPauses?: ClaimPauses,
+  ) {
+    if (claimPauses) this.logger = new Logger('QueueBox:Admin');
+  }
+
+  /**
+   * Pauses an outbox destination (`component: 'outbox'`) or an inbox source (`'inbox'`): every
+   * replica's claims skip its rows from their next read of the pauses (at most one poll interval;
+   * claims in flight finish). Its rows stay as they are, and keep holding back the later rows of
+   * their keys (per-key order holds); a resume lets them be claimed again, in order. Stored in
+   * the database with `reason` and `actor` (who; default "unknown"), and logged. Returns false
+   * when it was paused already (the first pause, its reason and actor, is kept).
+   */
+  async pause(p: { component: QueueTable; name: string; reason?: string; actor?: string }): Promise<boolean> {
+    const kind = component(p?.component);
+    const name = pauseName(p.name);
+    const reason = p.reason === undefined || p.reason === '' ? null : text('reason', p.reason);
+    const actor = p.actor === undefined || p.actor === '' ? 'unknown' : text('actor', p.actor).slice(0, 200);
+    const paused = await this.dialect.pauseInsert({ component: kind, name, reason, pausedBy: actor });
+    this.claimPauses?.invalidate();
+    this.logger?.log(paused ? messages.pausePaused(kind, name, actor, reason) : messages.pauseAlready(kind, name, actor));
+    return paused;
+  }
+
+  /** Resumes a paused destination or source (see `pause`), logged with `actor`. Returns false when it was not paused. */
+  async resume(p: { component: QueueTable; name: string; actor?: string }): Promise<boolean> {
+    const kind = component(p?.component);
+    const name = pauseName(p.name);
+    const actor = p.actor === undefined || p.actor === '' ? 'unknown' : text('actor', p.actor).slice(0, 200);
+    const resumed = await this.dialect.pauseDelete({ component: kind, name });
+    this.claimPauses?.invalidate();
+    this.logger?.log(resumed ? messages.pauseResumed(kind, name, actor) : messages.pauseNotPaused(kind, name, actor));
+    return resumed;
+  }
+
+  /** Every paused destination and source, with who paused it, when (database clock) and why. One query of a small table. */
+  async pauses(): Promise<PauseRow[]> {
+    return this.dialect.pauseList();
+  }
 
   /** Pending, processing and dead rows per destination (outbox) and source (inbox), counted by the database. */
   async backlog(): Promise<BacklogRow[]> {
@@ -231,6 +287,14 @@ export class QueueBoxAdmin {
 function component(value: unknown): QueueTable {
   if (value === 'outbox' || value === 'inbox') return value;
   throw new QueueBoxAdminError('component', messages.adminArgumentInvalid('component', 'must be "outbox" or "inbox"', value));
+}
+
+/** A destination or source name to pause: at most 255 characters, as the name columns hold. */
+function pauseName(value: unknown): string {
+  if (typeof value !== 'string' || value.length === 0 || value.length > 255) {
+    throw new QueueBoxAdminError('name', messages.adminArgumentInvalid('name', messages.pauseNameRule(), value));
+  }
+  return text('name', value);
 }
 
 function pageLimit(value: unknown): number {

@@ -40,6 +40,10 @@ export const cliMessages = {
       applied: "added when each lease was last renewed, and each instance row's heartbeat count.",
       notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
     },
+    pauses: {
+      applied: 'added the table of paused destinations and sources (`queuebox pause`).',
+      notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
+    },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',
@@ -80,6 +84,10 @@ export const cliMessages = {
   componentInvalid: (value: string) => `--component ${JSON.stringify(value)} must be outbox or inbox.`,
   optionRequired: (option: string, why: string) => `${option} is required ${why}.`,
   optionNotHere: (option: string, where: string) => `${option} applies to ${where} only.`,
+  pauseTargetMissing: (command: string) =>
+    `${command} needs --destination <name> (an outbox destination) or --source <name> (an inbox source).`,
+  pauseTargetTwice: (command: string) => `${command} takes --destination or --source, not both.`,
+  pauseNameInvalid: (option: string) => `${option} must be a name of 1 to 255 characters.`,
   limitInvalid: (value: string, max: number) => `--limit ${JSON.stringify(value)} must be an integer from 1 to ${max}.`,
   rowIdInvalid: (option: string, value: string) =>
     `${option} ${JSON.stringify(value)} must be a row id (a positive integer, at most 9223372036854775807).`,

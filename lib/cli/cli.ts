@@ -12,6 +12,7 @@ import { doctorCommand } from './commands/doctor.command';
 import { instancesCommand } from './commands/instances.command';
 import { messagesCommand } from './commands/messages.command';
 import { migrateCommand } from './commands/migrate.command';
+import { pauseCommand, pausesCommand, resumeCommand } from './commands/pauses.command';
 import { skipHeadCommand } from './commands/skip-head.command';
 import { sqlCommand } from './commands/sql.command';
 import { statusCommand } from './commands/status.command';
@@ -30,6 +31,9 @@ export const commands: readonly Command[] = [
   deadLettersCommand,
   blockedCommand,
   skipHeadCommand,
+  pauseCommand,
+  resumeCommand,
+  pausesCommand,
   instancesCommand,
   doctorCommand,
   verifyCommand,

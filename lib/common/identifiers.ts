@@ -31,3 +31,12 @@ export function rateLimitsTableOf(outbox: TableName): TableName {
   const name = `${outbox.name}_rate_limits`;
   return outbox.schema ? { schema: outbox.schema, name, qualified: `${outbox.schema}.${name}` } : { name, qualified: name };
 }
+
+/**
+ * The table of paused destinations and sources (migration 010): `<outbox>_pauses`, in the
+ * outbox's schema, so two QueueBoxes of one database pause their own (issue 40).
+ */
+export function pausesTableOf(outbox: TableName): TableName {
+  const name = `${outbox.name}_pauses`;
+  return outbox.schema ? { schema: outbox.schema, name, qualified: `${outbox.schema}.${name}` } : { name, qualified: name };
+}

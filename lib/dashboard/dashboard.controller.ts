@@ -378,6 +378,50 @@ export function createDashboardController(options: ResolvedDashboardOptions): Ty
       return this.dashboard.warnings(instance, query.refresh === '1');
     }
 
+    /** The paused destinations and sources (issue 40); an admin without `pauses()` gets `available: false` and why. */
+    @Get('api/:instance/pauses')
+    async pauses(@Param('instance') instance: string, @Res({ passthrough: true }) response: DashboardResponse) {
+      secure(response);
+      const admin = this.dashboard.admin(instance);
+      if (typeof admin.pauses !== 'function') return { available: false, reason: messages.pausesUnavailable(), rows: [] };
+      return { available: true, rows: await admin.pauses() };
+    }
+
+    /** Pauses a destination (`component: "outbox"`) or source (`"inbox"`): `{ component, name, reason? }` → `{ paused }`. */
+    @Post('api/:instance/pauses/pause')
+    @HttpCode(HttpStatus.OK)
+    async pause(
+      @Param('instance') instance: string,
+      @Req() request: DashboardRequest,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      return { paused: await this.changePause('pause', instance, request, response) };
+    }
+
+    /** Resumes a paused destination or source: `{ component, name }` → `{ resumed }`. */
+    @Post('api/:instance/pauses/resume')
+    @HttpCode(HttpStatus.OK)
+    async resume(
+      @Param('instance') instance: string,
+      @Req() request: DashboardRequest,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      return { resumed: await this.changePause('resume', instance, request, response) };
+    }
+
+    private async changePause(action: 'pause' | 'resume', instance: string, request: DashboardRequest, response: DashboardResponse) {
+      secure(response);
+      this.actions.check(request);
+      this.dashboard.admin(instance); // 404 before reading the body
+      requireJson(request);
+      const body = bodyObject(request.body);
+      const kind = component(body.component);
+      const name = optionalString('name', body.name);
+      if (name === undefined || name === '') throw bad('name', 'must be a destination (outbox) or source (inbox) name', body.name);
+      const reason = action === 'pause' ? optionalString('reason', body.reason) || undefined : undefined;
+      return this.dashboard.changePause(request, instance, action, { component: kind, name, reason });
+    }
+
     private async changeDeadLetters(
       action: 'replay' | 'discard',
       instance: string,

@@ -1,4 +1,4 @@
-import type { InstanceRow } from '../dialects/dialect-rows';
+import type { InstanceRow, PauseRow } from '../dialects/dialect-rows';
 import type { DoctorReport } from '../health/database-doctor';
 import type { QueueTable } from '../types/claims';
 import { dashboardMessages as messages } from './dashboard.messages';
@@ -21,7 +21,9 @@ export interface OverviewFlag {
 export interface FlagContext {
   instance: string;
   admin: DashboardAdmin;
-  backlog: readonly { component: QueueTable; name: string; oldestPendingAgeSeconds: number | null }[];
+  backlog: readonly { component: QueueTable; name: string; oldestPendingAgeSeconds: number | null; paused?: boolean }[];
+  /** The paused destinations and sources; `null` for an admin without `pauses()`. */
+  pauses?: readonly PauseRow[] | null;
   options: ResolvedDashboardOptions;
   /** The doctor's last examination of the instance's database (docs/doctor.md); absent for an admin made outside the app's QueueBoxes. */
   warnings?: () => Promise<DoctorReport>;
@@ -30,12 +32,15 @@ export interface FlagContext {
 /** Makes the flags of one kind; a source that throws is shown as a flag saying it could not check (the others still show). */
 export type FlagSource = { name: string; flags(context: FlagContext): Promise<OverviewFlag[]> | OverviewFlag[] };
 
-/** Lag: a destination or source whose oldest due pending row waits longer than `lagThresholdSeconds`. Critical past 5 times that. */
+/**
+ * Lag: a destination or source whose oldest due pending row waits longer than `lagThresholdSeconds`.
+ * Critical past 5 times that. A paused one is left out: its rows wait on purpose (it has its own flag).
+ */
 export const lagFlags: FlagSource = {
   name: 'lag',
   flags: ({ backlog, options }) =>
     backlog
-      .filter((b) => b.oldestPendingAgeSeconds !== null && b.oldestPendingAgeSeconds > options.lagThresholdSeconds)
+      .filter((b) => !b.paused && b.oldestPendingAgeSeconds !== null && b.oldestPendingAgeSeconds > options.lagThresholdSeconds)
       .map((b) => ({
         id: `lag:${b.component}:${b.name}`,
         level: (b.oldestPendingAgeSeconds as number) > 5 * options.lagThresholdSeconds ? 'critical' : 'warning',
@@ -58,6 +63,17 @@ export const instanceFlags: FlagSource = {
         view: 'heartbeats',
       }));
   },
+};
+
+/** Paused destinations and sources (docs/operations.md, Pause and resume): a warning each, with who paused it, when and why. */
+export const pauseFlags: FlagSource = {
+  name: 'pauses',
+  flags: ({ pauses }) =>
+    (pauses ?? []).map((p) => ({
+      id: `paused:${p.component}:${p.name}`,
+      level: 'warning' as const,
+      text: messages.flagPaused(p.component, p.name, p.pausedBy, p.pausedAt, p.reason),
+    })),
 };
 
 /** Database warnings: one flag while the doctor reports any of severity error (critical) or warning, linking to the Database view. */
@@ -84,7 +100,7 @@ export const databaseFlags: FlagSource = {
  * The overview's flag sources, in the order their flags show. Another kind of flag (paused
  * destinations) is one more `FlagSource` in this list.
  */
-export const FLAG_SOURCES: readonly FlagSource[] = [lagFlags, instanceFlags, databaseFlags];
+export const FLAG_SOURCES: readonly FlagSource[] = [lagFlags, instanceFlags, pauseFlags, databaseFlags];
 
 /** Every source's flags, critical first; a source that fails says so in a flag of its own. */
 export async function collectFlags(context: FlagContext, sources: readonly FlagSource[] = FLAG_SOURCES): Promise<OverviewFlag[]> {

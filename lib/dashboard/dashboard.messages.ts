@@ -21,6 +21,8 @@ export const dashboardMessages = {
     state === 'dead'
       ? `Instance ${id.slice(0, 8)} (${host}, pid ${pid}) is dead: no heartbeat for ${Math.round(ageSeconds)} s; its ${claims} claimed row(s) move again once a live replica ends its leases.`
       : `Instance ${id.slice(0, 8)} (${host}, pid ${pid}) is silent: no heartbeat for ${Math.round(ageSeconds)} s (missed two or more); it still holds ${claims} row(s).`,
+  flagPaused: (component: string, name: string, by: string | null, at: Date | string, reason: string | null) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} is paused (by ${by ?? 'unknown'} at ${new Date(at).toISOString().replace(/\.\d{3}Z$/, 'Z')}${reason ? `: ${reason}` : ''}): claims skip its rows, in order, until it is resumed.`,
   flagDatabase: (errors: number, warnings: number, codes: readonly string[]) =>
     `The database has ${[errors > 0 ? `${errors} error${errors === 1 ? '' : 's'}` : '', warnings > 0 ? `${warnings} warning${warnings === 1 ? '' : 's'}` : ''].filter(Boolean).join(' and ')} (${codes.join(', ')}); each names its repair.`,
   flagUnavailable: (source: string, error: string) => `Could not check ${source}: ${error.slice(0, 200)}`,
@@ -85,6 +87,8 @@ export const dashboardMessages = {
     'Say which dead rows: "ids" (an array of row ids) or "filter" ({ name, key, error, from, to }); a filter with no criterion also needs "all": true. Nothing was changed.',
   heartbeatsUnavailable: () =>
     'This admin object has no instances() method (QueueBoxAdmin has): pass a QueueBoxAdmin to list the instances and their heartbeats.',
+  pausesUnavailable: () =>
+    'This admin object has no pauses(), pause() and resume() methods (QueueBoxAdmin has): pass a QueueBoxAdmin to see and change the paused destinations and sources.',
 
   // Log (context QueueBox:Dashboard)
   started: (path: string, instances: readonly string[], readOnly: boolean, isPublic: boolean) =>

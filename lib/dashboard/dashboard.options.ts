@@ -1,7 +1,8 @@
 import type { CanActivate, InjectionToken, ModuleMetadata, Type } from '@nestjs/common';
 import type { QueueBoxAdmin } from '../admin/queuebox.admin';
-import type { InstanceRow } from '../dialects/dialect-rows';
+import type { InstanceRow, PauseRow } from '../dialects/dialect-rows';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
+import type { QueueTable } from '../types/claims';
 import { dashboardMessages as messages } from './dashboard.messages';
 
 /**
@@ -28,6 +29,10 @@ export type DashboardAdmin = Pick<
   findMessage?: QueueBoxAdmin['findMessage'];
   /** Counts per minute or hour (`QueueBoxAdmin.history`); the overview's history needs it. */
   history?: QueueBoxAdmin['history'];
+  /** The paused destinations and sources (`QueueBoxAdmin.pauses()`); with `pause` and `resume`, the dashboard shows and changes them. */
+  pauses?(): Promise<PauseRow[]>;
+  pause?(p: { component: QueueTable; name: string; reason?: string; actor?: string }): Promise<boolean>;
+  resume?(p: { component: QueueTable; name: string; actor?: string }): Promise<boolean>;
 };
 
 /** One QueueBox the dashboard switches between: its name (in URLs and the switch) and its admin, or the admin's injection token. */

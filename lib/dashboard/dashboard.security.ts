@@ -13,7 +13,8 @@ export type DashboardErrorCode =
   | 'QUEUEBOX_DASHBOARD_TOKEN'
   | 'QUEUEBOX_DASHBOARD_BAD_REQUEST'
   | 'QUEUEBOX_DASHBOARD_NOT_FOUND'
-  | 'QUEUEBOX_DASHBOARD_NOT_JSON';
+  | 'QUEUEBOX_DASHBOARD_NOT_JSON'
+  | 'QUEUEBOX_DASHBOARD_UNAVAILABLE';
 
 /** An HTTP answer of the dashboard's API: `{ statusCode, error, message, field? }`. */
 export class DashboardHttpError extends HttpException {

@@ -4,7 +4,7 @@ import type { DeadLetterFilter, DeadLetterSelection } from '../admin/admin.types
 import type { MessageFilter, MessagePage, MessagePageResult } from '../admin/message-search';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { QueueBoxRegistry } from '../core/queuebox.registry';
-import type { DeadLetterRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
+import type { DeadLetterRow, PauseRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
 import type { MessageHistory, MessageRow } from '../dialects/message-rows';
 import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
@@ -32,6 +32,8 @@ export interface OverviewRow {
   finishedPerMinute: number[];
   /** Dead-lettered per minute. */
   deadPerMinute: number[];
+  /** Paused (issue 40): claims skip its rows until it is resumed. */
+  paused: boolean;
 }
 
 /** Dead rows of a page filter, as the API takes them (strings from the query, or JSON). */
@@ -127,12 +129,42 @@ export class DashboardService implements OnModuleInit {
   async overview(
     instance: string,
     minutes: number,
-  ): Promise<{ since: Date; minutes: number; rows: OverviewRow[]; flags: OverviewFlag[]; lagThresholdSeconds: number }> {
+  ): Promise<{
+    since: Date;
+    minutes: number;
+    rows: OverviewRow[];
+    flags: OverviewFlag[];
+    lagThresholdSeconds: number;
+    pauses: PauseRow[] | null;
+  }> {
     const admin = this.admin(instance);
-    const [backlog, throughput] = await Promise.all([admin.backlog(), adminCall(() => admin.throughput({ minutes }))]);
+    const [backlog, throughput, pauses] = await Promise.all([
+      admin.backlog(),
+      adminCall(() => admin.throughput({ minutes })),
+      typeof admin.pauses === 'function' ? admin.pauses() : null,
+    ]);
     const rows = new Map<string, OverviewRow>();
     const empty = () => new Array<number>(throughput.minutes).fill(0);
-    for (const b of backlog) rows.set(`${b.component}\u0000${b.name}`, { ...b, finishedPerMinute: empty(), deadPerMinute: empty() });
+    for (const b of backlog)
+      rows.set(`${b.component}\u0000${b.name}`, { ...b, finishedPerMinute: empty(), deadPerMinute: empty(), paused: false });
+    // Issue 40: a paused destination or source is flagged, and listed even with nothing waiting (to resume it here).
+    for (const p of pauses ?? []) {
+      const id = `${p.component}\u0000${p.name}`;
+      const row = rows.get(id);
+      if (row) row.paused = true;
+      else
+        rows.set(id, {
+          component: p.component,
+          name: p.name,
+          pending: 0,
+          processing: 0,
+          dead: 0,
+          oldestPendingAgeSeconds: null,
+          finishedPerMinute: empty(),
+          deadPerMinute: empty(),
+          paused: true,
+        });
+    }
     for (const t of throughput.rows as ThroughputRow[]) {
       const id = `${t.component}\u0000${t.name}`;
       const row = rows.get(id) ?? {
@@ -144,6 +176,7 @@ export class DashboardService implements OnModuleInit {
         oldestPendingAgeSeconds: null,
         finishedPerMinute: empty(),
         deadPerMinute: empty(),
+        paused: false,
       };
       row.finishedPerMinute = t.finished;
       row.deadPerMinute = t.dead;
@@ -154,13 +187,14 @@ export class DashboardService implements OnModuleInit {
     );
     const doctor = this.doctorOf(instance);
     const warnings = doctor && (async () => doctor.latest ?? (await doctor.check()));
-    const flags = await collectFlags({ instance, admin, backlog: sorted, options: this.options, warnings });
+    const flags = await collectFlags({ instance, admin, backlog: sorted, options: this.options, warnings, pauses });
     return {
       since: throughput.since,
       minutes: throughput.minutes,
       rows: sorted,
       flags,
       lagThresholdSeconds: this.options.lagThresholdSeconds,
+      pauses,
     };
   }
 
@@ -261,6 +295,38 @@ export class DashboardService implements OnModuleInit {
       skippedId,
     });
     return skippedId;
+  }
+
+  /**
+   * Pauses or resumes a destination (outbox) or source (inbox) through the admin, which stores the
+   * actor with the pause; logged and emitted as every action. Returns whether it changed (false:
+   * paused, or resumed, already).
+   */
+  async changePause(
+    request: DashboardRequest,
+    instance: string,
+    action: 'pause' | 'resume',
+    target: { component: QueueTable; name: string; reason?: string },
+  ): Promise<boolean> {
+    const admin = this.admin(instance);
+    if (typeof admin.pause !== 'function' || typeof admin.resume !== 'function') {
+      throw new DashboardHttpError(HttpStatus.NOT_IMPLEMENTED, 'QUEUEBOX_DASHBOARD_UNAVAILABLE', messages.pausesUnavailable());
+    }
+    const actor = this.actorOf(request);
+    const { component, name, reason } = target;
+    const changed = await adminCall(() =>
+      action === 'pause'
+        ? (admin.pause as NonNullable<DashboardAdmin['pause']>)({ component, name, reason, actor })
+        : (admin.resume as NonNullable<DashboardAdmin['resume']>)({ component, name, actor }),
+    );
+    this.record(request, {
+      action,
+      instance,
+      component,
+      changed: changed ? 1 : 0,
+      selection: reason === undefined ? { name } : { name, reason },
+    });
+    return changed;
   }
 
   /** Who made the request: the `actor` option, else the authenticated user's id, name, email or username, else the IP. */

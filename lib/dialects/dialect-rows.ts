@@ -236,3 +236,16 @@ export interface DeadInstanceRow {
   heartbeatAt: Date | null;
   released: { outbox: number; inbox: number };
 }
+
+/**
+ * A paused outbox destination (`component` 'outbox') or inbox source ('inbox'): claims skip its
+ * rows until it is resumed (issue 40). `pausedBy`: who paused it (the dashboard's actor, the CLI's
+ * `--actor`); `pausedAt` by the database clock.
+ */
+export interface PauseRow {
+  component: QueueTable;
+  name: string;
+  reason: string | null;
+  pausedBy: string | null;
+  pausedAt: Date;
+}

@@ -12,6 +12,7 @@ import type {
   InstanceIdentity,
   InstanceRegistration,
   InstanceRow,
+  PauseRow,
   ReclaimResult,
   RetentionKind,
   SkipHeadTarget,
@@ -134,7 +135,16 @@ export interface Dialect {
    * Claims up to `limit` available rows, at most one per key and none of a key that already has
    * a row in flight or an earlier row pending, counting the claim as an attempt.
    */
-  outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]>;
+  outboxClaimBatch(p: {
+    limit: number;
+    leaseMs: number;
+    /**
+     * Destinations whose rows are not claimed (paused, issue 40). A paused row stays the unfinished
+     * head of its key, so no later row of the key is claimed either. Empty or absent: the claim of
+     * every destination, exactly as without pauses.
+     */
+    paused?: readonly string[];
+  }): Promise<OutboxClaim[]>;
   /** Returns expired `processing` rows to `pending`, or to `dead` when they used up `maxAttempts`. */
   outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult>;
 
@@ -285,6 +295,15 @@ export interface Dialect {
   instanceDeregister(p: { id: string }): Promise<{ outbox: number; inbox: number }>;
   /** Every registered instance, with its state by the database clock. */
   instanceList(): Promise<InstanceRow[]>;
+
+  // Pauses (migration 010; issue 40): the destinations and sources claims skip.
+
+  /** Every pause, by component and name. */
+  pauseList(): Promise<PauseRow[]>;
+  /** Pauses a destination or source; false when it was paused already (the first pause is kept). */
+  pauseInsert(p: { component: QueueTable; name: string; reason: string | null; pausedBy: string | null }): Promise<boolean>;
+  /** Resumes a destination or source; false when it was not paused. */
+  pauseDelete(p: { component: QueueTable; name: string }): Promise<boolean>;
 
   /** The database's current time (for tests and health checks; never for leases). */
   clockNow(): Promise<Date>;

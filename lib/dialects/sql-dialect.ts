@@ -13,6 +13,7 @@ import type {
   InstanceRegistration,
   InstanceRow,
   InstanceState,
+  PauseRow,
   ReclaimResult,
   SkipHeadTarget,
   Throughput,
@@ -83,6 +84,9 @@ export interface SqlDialectStatements {
   instanceEndDeadSql(instances: string, outbox: string, inbox: string): string;
   instanceDeregisterSql(instances: string, outbox: string, inbox: string): string;
   instanceListSql(instances: string, outbox: string, inbox: string): string;
+  pauseListSql(pauses: string): string;
+  pauseInsertSql(pauses: string): string;
+  pauseDeleteSql(pauses: string): string;
 }
 
 /**
@@ -120,7 +124,7 @@ export interface SqlDialectParams {
 
 /** One claim statement's request, by kind: the outbox poller's, the inbox relay's, a pull handler's. */
 export type ClaimRequest =
-  | { kind: 'outbox'; limit: number; leaseMs: number }
+  | { kind: 'outbox'; limit: number; leaseMs: number; paused?: readonly string[] }
   | { kind: 'relay'; sources: string[]; limit: number; leaseMs: number }
   | { kind: 'pull'; source: string; limit: number; leaseMs: number };
 
@@ -135,6 +139,8 @@ export abstract class SqlDialect<J> {
   protected abstract readonly table: Record<QueueTable, string>;
   /** The instances table, quoted. */
   protected abstract readonly instancesTable: string;
+  /** The pauses table (migration 010), quoted. */
+  protected abstract readonly pausesTable: string;
 
   /** The tables an instance's state is read from (the admin's owners). */
   private get instanceTables(): { instances: string; outbox: string; inbox: string } {
@@ -151,7 +157,7 @@ export abstract class SqlDialect<J> {
   /** Runs a claim under the dialect's claim lock; returns the claimed records. */
   protected abstract claimRecords<T>(request: ClaimRequest): Promise<T[]>;
 
-  async outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]> {
+  async outboxClaimBatch(p: { limit: number; leaseMs: number; paused?: readonly string[] }): Promise<OutboxClaim[]> {
     const records = await this.claimRecords<OutboxClaimedRecord<J>>({ kind: 'outbox', ...p });
     return records.map((r) => toOutboxClaim(r, this.decoding, p.leaseMs)).sort(byId);
   }
@@ -498,6 +504,41 @@ export abstract class SqlDialect<J> {
       [this.params.guid(p.id)],
     );
     return { outbox: Number(rows[0]?.outbox ?? 0), inbox: Number(rows[0]?.inbox ?? 0) };
+  }
+
+  async pauseList(): Promise<PauseRow[]> {
+    const { rows } = await this.runAdmin<{
+      component: QueueTable;
+      name: string;
+      reason: string | null;
+      paused_by: string | null;
+      paused_at_ms: number | string;
+    }>(this.statements.pauseListSql(this.pausesTable), []);
+    return rows.map((r) => ({
+      component: r.component,
+      name: r.name,
+      reason: r.reason,
+      pausedBy: r.paused_by,
+      pausedAt: new Date(Number(r.paused_at_ms)),
+    }));
+  }
+
+  async pauseInsert(p: { component: QueueTable; name: string; reason: string | null; pausedBy: string | null }): Promise<boolean> {
+    const { rows } = await this.runAdmin(this.statements.pauseInsertSql(this.pausesTable), [
+      this.params.name(p.component),
+      this.params.key('name', p.name),
+      this.params.text(p.reason),
+      this.params.text(p.pausedBy),
+    ]);
+    return rows.length === 1;
+  }
+
+  async pauseDelete(p: { component: QueueTable; name: string }): Promise<boolean> {
+    const { rows } = await this.runAdmin(this.statements.pauseDeleteSql(this.pausesTable), [
+      this.params.name(p.component),
+      this.params.key('name', p.name),
+    ]);
+    return rows.length === 1;
   }
 
   async instanceList(): Promise<InstanceRow[]> {

@@ -101,7 +101,8 @@ export interface QueueBoxEventMap {
  * `selection` says which rows: their ids, or the filter; `skippedId` is the head row skip-head dead-lettered.
  */
 export interface DashboardActionEvent {
-  action: 'replay' | 'discard' | 'skip-head';
+  /** `pause` and `resume` (issue 40): a destination (outbox) or source (inbox); `changed` 0 when it was paused (resumed) already. */
+  action: 'replay' | 'discard' | 'skip-head' | 'pause' | 'resume';
   /** The dashboard's instance name (`default` unless configured). */
   instance: string;
   component: QueueTable;
@@ -110,7 +111,8 @@ export interface DashboardActionEvent {
   selection:
     | { ids: string[] }
     | { filter: { name?: string; key?: string; errorContains?: string; deadAfter?: string; deadBefore?: string }; all: boolean }
-    | { key: string; source?: string; headId?: string; reason?: string };
+    | { key: string; source?: string; headId?: string; reason?: string }
+    | { name: string; reason?: string };
   skippedId?: string | null;
 }
 

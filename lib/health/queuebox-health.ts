@@ -3,7 +3,7 @@ import type { DataSource } from 'typeorm';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { describeError } from '../common/errors';
 import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
-import type { BacklogRow, InstanceState } from '../dialects/dialect-rows';
+import type { BacklogRow, InstanceState, PauseRow } from '../dialects/dialect-rows';
 import { InboxRelay } from '../inbox/inbox.relay';
 import { QueueBoxInstance } from '../instance/queuebox.instance';
 import { WorkNotifications } from '../module/queuebox.notifications';
@@ -12,6 +12,7 @@ import { OutboxPoller } from '../outbox/outbox.poller';
 import { PullWorker } from '../pull/pull.worker';
 import { messages } from '../texts/queuebox.messages';
 import type { WorkerLoopStatus } from '../workers/claim-loop';
+import { ClaimPauses } from '../workers/claim-pauses';
 import { DatabaseRecovery } from '../workers/database-recovery';
 import type { DatabaseWarning } from './database-doctor';
 import { QueueBoxDoctor } from './queuebox.doctor';
@@ -92,6 +93,14 @@ export interface QueueBoxHealthReport {
   degraded?: boolean;
   /** The database warnings of the doctor's last examination (docs/doctor.md); absent when not read or not examined yet. */
   warnings?: DatabaseWarning[];
+  /**
+   * The paused destinations and sources (issue 40), as this process's claims see them (read at most
+   * one poll interval ago), read with the backlog by the lag check. A pause is deliberate: it is no
+   * problem, and the lag check leaves the paused ones out (their rows wait on purpose), so a pause
+   * never fails liveness or readiness. Absent when the lag check did not run (`maxLagMs: false`,
+   * the database down).
+   */
+  paused?: PauseRow[];
 }
 
 const DEFAULTS = {
@@ -124,6 +133,7 @@ export class QueueBoxHealth implements OnModuleDestroy {
     private readonly recovery: DatabaseRecovery,
     private readonly instance: QueueBoxInstance,
     @Inject(QUEUEBOX_RESOLVED_OPTIONS) private readonly options: ResolvedQueueBoxOptions,
+    private readonly pauses: ClaimPauses,
     @Optional() private readonly doctor?: QueueBoxDoctor,
   ) {}
 
@@ -207,7 +217,11 @@ export class QueueBoxHealth implements OnModuleDestroy {
     }
     if (o.maxLagMs !== false && report.database !== 'down') {
       try {
-        const oldest = oldestDue(await withTimeout(this.admin.backlog(), o.timeoutMs));
+        // The pauses as this process's claims read them (at most one poll interval old: usually no query).
+        const [backlog, paused] = await withTimeout(Promise.all([this.admin.backlog(), this.pauses.rows()]), o.timeoutMs);
+        report.paused = [...paused];
+        const isPaused = (row: BacklogRow) => paused.some((p) => p.component === row.component && p.name === row.name);
+        const oldest = oldestDue(paused.length === 0 ? backlog : backlog.filter((row) => !isPaused(row)));
         report.lagSeconds = oldest?.oldestPendingAgeSeconds ?? null;
         if (oldest) report.lagWhere = `${oldest.component}:${oldest.name}`;
         if (oldest && (oldest.oldestPendingAgeSeconds ?? 0) * 1000 > o.maxLagMs) {

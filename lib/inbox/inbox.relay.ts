@@ -16,6 +16,7 @@ import { messages } from '../texts/queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
 import type { QueueBoxIdentity } from '../types/instance';
 import { ClaimLoop } from '../workers/claim-loop';
+import { ClaimPauses } from '../workers/claim-pauses';
 import { DatabaseRecovery } from '../workers/database-recovery';
 import { InstanceLiveness } from '../workers/instance-liveness';
 import type { StepOutcome } from '../workers/outcome-recorder';
@@ -53,6 +54,7 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
     recovery: DatabaseRecovery,
     @Inject(QUEUEBOX_IDENTITY) instance: QueueBoxIdentity,
     private readonly liveness: InstanceLiveness,
+    private readonly pauses: ClaimPauses,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
@@ -68,7 +70,7 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:${instance.name}:relay-reclaim`, recovery },
       {
-        claim: (limit) => this.claims.claim({ sources: this.sources.relaySources, limit, leaseMs: this.options.leaseMs }),
+        claim: (limit) => this.claim(limit),
         step: (claim, keeper, slot) =>
           inSpan(
             claim.message.headers,
@@ -86,6 +88,15 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
     sources.onReceived((source) => {
       if (Object.hasOwn(this.options.routes, source)) this.loop.wake();
     });
+  }
+
+  /** Claims heads of the relay's sources but the paused ones (issue 40; read at most once per poll interval). */
+  private async claim(limit: number): Promise<RelayClaim[]> {
+    const { pollIntervalMs, leaseMs } = this.options;
+    const paused = this.pauses.namesNow('inbox', pollIntervalMs) ?? (await this.pauses.names('inbox', pollIntervalMs));
+    const all = this.sources.relaySources;
+    const sources = paused.length === 0 ? all : all.filter((source) => !paused.includes(source));
+    return this.claims.claim({ sources, limit, leaseMs });
   }
 
   /** On in `workers.relay`, and some source has a relay route. */

@@ -98,6 +98,19 @@ export const INSTANCES_GAUGE = {
   states: INSTANCE_STATES,
 } as const;
 
+/**
+ * The paused destinations (`component="outbox"`) and sources (`"inbox"`) of a QueueBox (issue 40):
+ * 1 while paused, 0 once resumed (for the names this process has seen paused), read from the
+ * pauses table at each scrape. Its series are the names an operator paused, at most `maxSeries`
+ * per QueueBox (the first by component and name): bounded by what people pause, never by traffic.
+ */
+export const PAUSED_GAUGE = {
+  name: 'queuebox_paused',
+  help: 'Paused outbox destinations and inbox sources: 1 while paused (claims skip their rows), 0 once resumed.',
+  labelNames: ['component', 'name'],
+  maxSeries: 100,
+} as const;
+
 /** Duration histograms, in seconds; `outcome` is `success` or `failure`. */
 export const HISTOGRAMS: (MetricDefinition<QueueBoxHistogram> & { buckets: number[] })[] = [
   {

@@ -160,6 +160,21 @@ export function createQueueBoxRenewalsMigration(
 }
 
 /**
+ * The tenth QueueBox migration: the table of paused destinations and sources (`<outbox>_pauses`),
+ * which every replica's workers read once per poll interval to skip what an operator paused
+ * (`QueueBoxAdmin.pause`, `queuebox pause`, the dashboard). QueueBox does not start without it.
+ * Add it after the ninth; same `tables`, and a `name` of its own per QueueBox schema in one database.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations]
+ */
+export function createQueueBoxPausesMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.pauses, 'pauses');
+}
+
+/**
  * Every QueueBox migration for `tables`, in the order they run: spread it into TypeORM's
  * `migrations`, so a version that adds one needs no change in your app. `names` gives each a
  * name of its own (a second QueueBox schema in one database; each must end in a 13-digit
@@ -229,6 +244,9 @@ export const QueueBoxRateLimits1796428800000 = createQueueBoxRateLimitsMigration
 /** The renewals migration for the default table names; runs after `QueueBoxRateLimits1796428800000`. */
 export const QueueBoxRenewals1796515200000 = createQueueBoxRenewalsMigration();
 
+/** The pauses migration for the default table names; runs after `QueueBoxRenewals1796515200000`. */
+export const QueueBoxPauses1796601600000 = createQueueBoxPausesMigration();
+
 /**
  * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
  * With other tables, use `createQueueBoxMigrations({ tables })`.
@@ -243,4 +261,5 @@ export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
   QueueBoxClaimProbes1796342400000,
   QueueBoxRateLimits1796428800000,
   QueueBoxRenewals1796515200000,
+  QueueBoxPauses1796601600000,
 ];

@@ -18,6 +18,7 @@ import { OutboxService } from '../outbox/outbox.service';
 import { PullClient } from '../pull/pull.client';
 import { PullWorker } from '../pull/pull.worker';
 import { PullHandlerExplorer } from '../pull/pull-handler.explorer';
+import { ClaimPauses } from '../workers/claim-pauses';
 import { DatabaseRecovery } from '../workers/database-recovery';
 import { InstanceLiveness } from '../workers/instance-liveness';
 import { QueueBoxConfigurableModule } from './queuebox.module-definition';
@@ -47,6 +48,7 @@ import { QueueBoxCoreModule } from './queuebox-core.module';
   providers: [
     DatabaseRecovery,
     InstanceLiveness,
+    ClaimPauses,
     QueueBoxEvents,
     QueueBoxEventLog,
     QueueBoxMetrics,

@@ -15,7 +15,7 @@ export class OutboxClaims {
   ) {}
 
   /** The dialect decodes each row into the claim itself (no copy per claim). */
-  claim(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]> {
+  claim(p: { limit: number; leaseMs: number; paused?: readonly string[] }): Promise<OutboxClaim[]> {
     return this.dialect.outboxClaimBatch(p);
   }
 

@@ -18,6 +18,7 @@ import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';
 import { BatchCompleter } from '../workers/batch-completer';
 import { ClaimLoop, type WorkSlot } from '../workers/claim-loop';
+import { ClaimPauses } from '../workers/claim-pauses';
 import { DatabaseRecovery } from '../workers/database-recovery';
 import { InstanceLiveness } from '../workers/instance-liveness';
 import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
@@ -81,6 +82,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     recovery: DatabaseRecovery,
     @Inject(QUEUEBOX_IDENTITY) instance: QueueBoxIdentity,
     private readonly liveness: InstanceLiveness,
+    private readonly pauses: ClaimPauses,
     @Optional() scheduler?: SchedulerRegistry,
   ) {
     super();
@@ -142,7 +144,10 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
 
   private async claim(limit: number): Promise<OutboxClaim[]> {
     const sentAt = performance.now();
-    const claims = await this.claims.claim({ limit, leaseMs: this.options.leaseMs });
+    // Issue 40: the paused destinations, read at most once per poll interval (none: the plain claim).
+    const { pollIntervalMs, leaseMs } = this.options;
+    const paused = this.pauses.namesNow('outbox', pollIntervalMs) ?? (await this.pauses.names('outbox', pollIntervalMs));
+    const claims = await this.claims.claim({ limit, leaseMs, paused });
     // Issue 41: the batch's claims of rate-limited destinations take their tokens now, together.
     if (this.rateLimits && claims.length > 0) {
       for (const [claim, delayMs] of (await this.rateLimits.admit(claims)) ?? []) this.deferrals?.set(claim, delayMs);

@@ -9,7 +9,7 @@ import { QueueBoxEvents } from '../events/queuebox.events';
 import { DATABASE_WARNING_CODES } from '../health/database-doctor';
 import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { InboxSources } from '../inbox-runtime/inbox.sources';
-import { COUNTERS, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate } from '../metrics/metric-definitions';
+import { COUNTERS, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate, PAUSED_GAUGE } from '../metrics/metric-definitions';
 import { OutboxPoller } from '../outbox/outbox.poller';
 
 /** Backlog gauges, set from one backlog query per scrape. */
@@ -71,6 +71,8 @@ interface Watched {
   last: Map<string, Map<string, number>>;
   /** The instances per state of the last read, kept for a scrape whose read fails. */
   lastInstances?: Record<InstanceState, number>;
+  /** `queuebox_paused` (issue 40): every `component\u0000name` seen paused, 1 while paused and 0 after; kept for a failed read. */
+  paused?: Map<string, number>;
 }
 
 /**
@@ -190,6 +192,36 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
     }
   }
 
+  /**
+   * Sets `queuebox_paused{component,name}` from each QueueBox's pauses table (one query of a small
+   * table per QueueBox and scrape): 1 for each pause, 0 for a name seen paused before, at most
+   * PAUSED_GAUGE.maxSeries per QueueBox. A QueueBox whose read fails keeps its last values.
+   */
+  async collectPaused(gauge: Gauge): Promise<void> {
+    const reads = await Promise.all(
+      [...this.watched].map(async ([entry, watched]) => {
+        try {
+          const rows = await entry.get(QueueBoxAdmin).pauses();
+          const values = new Map([...(watched.paused ?? new Map<string, number>()).keys()].map((id) => [id, 0]));
+          for (const row of rows) values.set(`${row.component}\u0000${row.name}`, 1);
+          // The paused ones first, then by component and name: a pause always has its series.
+          const order = ([a, x]: [string, number], [b, y]: [string, number]) => y - x || (a < b ? -1 : a > b ? 1 : 0);
+          watched.paused = new Map([...values].sort(order).slice(0, PAUSED_GAUGE.maxSeries));
+        } catch {
+          // Its health check reports the database.
+        }
+        return { entry, values: watched.paused };
+      }),
+    );
+    gauge.reset();
+    for (const { entry, values } of reads) {
+      for (const [id, value] of values ?? []) {
+        const [component, name] = id.split('\u0000');
+        gauge.set({ component, name, [QUEUEBOX_LABEL]: entry.name }, value);
+      }
+    }
+  }
+
   /** The backlog query in flight, or one that finished less than BACKLOG_REUSE_MS ago, or a new one. */
   private currentBacklog(entry: QueueBoxEntry, watched: Watched): Promise<BacklogRow[]> {
     const last = watched.backlog;
@@ -256,7 +288,18 @@ const labelOf = (definition: GaugeDefinition) => (definition.component === 'outb
         exporter.collectWarnings(this);
       },
     }),
+    makeGaugeProvider({
+      name: PAUSED_GAUGE.name,
+      help: PAUSED_GAUGE.help,
+      labelNames: [...PAUSED_GAUGE.labelNames, QUEUEBOX_LABEL],
+      inject: [QueueBoxPrometheusExporter],
+      collect(this: Gauge, exporter: QueueBoxPrometheusExporter) {
+        return exporter.collectPaused(this);
+      },
+    }),
   ],
-  exports: [...[...COUNTERS, ...HISTOGRAMS, ...GAUGES, INSTANCES_GAUGE, DATABASE_WARNINGS_GAUGE].map(({ name }) => getToken(name))],
+  exports: [
+    ...[...COUNTERS, ...HISTOGRAMS, ...GAUGES, INSTANCES_GAUGE, DATABASE_WARNINGS_GAUGE, PAUSED_GAUGE].map(({ name }) => getToken(name)),
+  ],
 })
 export class QueueBoxPrometheusModule {}

@@ -6,6 +6,7 @@ import { LeaseService } from '../lease/lease.service';
 import { resolveTables } from '../options/options.resolver';
 import { messages } from '../texts/queuebox.messages';
 import type { QueueBoxModuleOptions } from '../types/options';
+import { ClaimPauses } from '../workers/claim-pauses';
 import { PullClient } from './pull.client';
 
 /**
@@ -26,7 +27,7 @@ export async function createPullClient(
   await dialect.schemaCheck();
   const events = options.events ?? new QueueBoxEvents();
   const lease = new LeaseService(dialect, events);
-  return { pull: new PullClient(dialect, lease, events), lease };
+  return { pull: new PullClient(dialect, lease, events, new ClaimPauses(dialect)), lease };
 }
 
 /**

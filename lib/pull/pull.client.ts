@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { logContext } from '../common/log-context';
 import { QUEUEBOX_DIALECT } from '../common/queuebox.constants';
 import type { Dialect } from '../dialects/dialect';
@@ -10,6 +10,7 @@ import { isIntegerWithin, isSourceName } from '../options/options.checks';
 import { PULL_CLAIM_ARGUMENTS } from '../options/options.table';
 import { messages } from '../texts/queuebox.messages';
 import type { InboxClaim } from '../types/claims';
+import { ClaimPauses } from '../workers/claim-pauses';
 import type { OutcomeRecorder } from '../workers/outcome-recorder';
 
 const SOURCE_RULE = 'must be a source name: 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit';
@@ -38,6 +39,7 @@ export class PullClient {
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
     lease: LeaseService,
     events: QueueBoxEvents,
+    @Optional() private readonly pauses?: ClaimPauses,
   ) {
     this.logger = new Logger(logContext('QueueBox:PullClient', events.queuebox));
     this.recorder = inboxOutcomeRecorder(lease, events, this.logger);
@@ -67,6 +69,11 @@ export class PullClient {
   }
 
   private async claimRows(p: { source: string; limit: number; leaseMs: number }): Promise<InboxClaim[]> {
+    // Issue 40: a paused source is not claimed (its expired claims included: they wait for the resume).
+    if (this.pauses) {
+      const paused = this.pauses.namesNow('inbox', this.pauses.defaultMaxAgeMs) ?? (await this.pauses.names('inbox'));
+      if (paused.length > 0 && paused.includes(p.source)) return [];
+    }
     const rows = await this.dialect.inboxPullClaimBatch(p);
     return rows.map((row) => ({ component: 'pull', table: 'inbox', leaseMs: p.leaseMs, ...row }));
   }

@@ -113,6 +113,8 @@ export const messages = {
     `QueueBox table ${show(name)} does not exist. Add QueueBoxSchema1764460800000 (or createQueueBoxMigration({ tables })) to your TypeORM migrations and run them, or apply sql/<dialect>/001_queuebox.up.sql.`,
   instancesTableMissing: (name: string, migration: string) =>
     `QueueBox table ${show(name)} does not exist: this version needs migration ${migration} (the instances table and the claim owner columns). Add it to your TypeORM migrations (QueueBoxMigrations has every one) and run them, or apply sql/<dialect>/006_queuebox_instances.up.sql. With other table names, set tables.instances to where it is.`,
+  pausesTableMissing: (name: string, migration: string) =>
+    `QueueBox table ${show(name)} does not exist: this version needs migration ${migration} (the paused destinations and sources, which every claim reads). Add it to your TypeORM migrations (QueueBoxMigrations has every one) and run them, or apply sql/<dialect>/010_queuebox_pauses.up.sql.`,
   migrationsMissing: (names: string[], migrationsTable: string) =>
     `QueueBox cannot start: the database lacks migration${names.length > 1 ? 's' : ''} ${names.join(', ')} (not recorded in TypeORM's migrations table ${show(migrationsTable)}). Add ${names.length > 1 ? 'them' : 'it'} to your DataSource's "migrations" after the QueueBox migrations you have (the classes of that name exported by "queuebox", or the create...Migration({ tables, name }) factories) and run them (migrationsRun: true), or run \`npx --no-install queuebox migrate${migrationsTable === 'migrations' ? '' : ` --migrations-table ${migrationsTable}`}\`. See ${doc('schema.md')}.`,
   migrationMissingOptional: (name: string, migrationsTable: string, consequence: string) =>
@@ -407,6 +409,20 @@ export const messages = {
   adminSelectionEmpty: () =>
     'QueueBoxAdmin: this call would touch every dead row of the component: pass "ids", a filter field, or "all: true" to mean it. Nothing was changed.',
   skipHeadReason: (reason: string) => `skipped by admin: ${reason}`,
+  // Pauses (issue 40)
+  pausePaused: (component: string, name: string, actor: string, reason: string | null) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} paused by ${show(actor)}${reason === null ? '' : ` (${show(reason)})`}: claims skip its rows until it is resumed; its rows keep their order.`,
+  pauseAlready: (component: string, name: string, actor: string) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} was paused already (${show(actor)} asked again): the first pause is kept.`,
+  pauseResumed: (component: string, name: string, actor: string) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} resumed by ${show(actor)}: its rows are claimed again, in order.`,
+  pauseNotPaused: (component: string, name: string, actor: string) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} was not paused (${show(actor)} asked to resume it): nothing changed.`,
+  pauseSeen: (component: string, name: string, pausedBy: string | null, reason: string | null) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} is paused (by ${show(pausedBy ?? 'unknown')}${reason === null ? '' : `: ${show(reason)}`}): this process's claims skip its rows until it is resumed.`,
+  resumeSeen: (component: string, name: string) =>
+    `${component === 'outbox' ? 'Destination' : 'Source'} ${show(name)} of the ${component} is no longer paused: this process's claims take its rows again.`,
+  pauseNameRule: () => 'must be a destination or source name: a non-empty string of at most 255 characters',
   retentionStarted: (intervalMs: number) => `Retention started (every ${intervalMs} ms; one replica at a time).`,
   retentionSkipped: () => 'Retention skipped: another replica holds the retention lock.',
   retentionDone: (outbox: number, inbox: number, dead: number, ms: number) =>

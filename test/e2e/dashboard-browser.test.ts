@@ -454,6 +454,75 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
     }
   });
 
+  it('pause a destination from the overview: confirmed with a reason, flagged, nothing of it sent; resumed, it is sent', async () => {
+    const outbox = t.app.get(OutboxService);
+    const source = t.app.get(DataSource);
+    const enqueue = (n: number) => source.transaction((manager) => outbox.enqueue(manager, { destination: 'partner', payload: { n } }));
+    const stateOf = async (n: number) =>
+      (
+        await db.query<{ state: string }>(`SELECT state FROM queuebox_outbox WHERE destination = 'partner' AND payload->>'n' = $1`, [
+          String(n),
+        ])
+      )[0]?.state;
+    await enqueue(1);
+    await eventually(async () => (await stateOf(1)) === 'sent', 'the first partner message to be sent');
+
+    const page = await context.newPage();
+    await page.goto(`${t.url}#/default/overview`);
+    await page.getByRole('heading', { name: 'Overview' }).waitFor();
+    const partner = page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: /^partner/ }) });
+    await partner.getByRole('button', { name: 'Pause destination partner' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Pause destination partner?' });
+    await dialog.waitFor();
+    assert.match((await dialog.textContent()) ?? '', /Every replica stops claiming its rows within one poll interval/);
+    assert.equal(
+      await page.evaluate('document.activeElement && document.activeElement.textContent'),
+      'Cancel',
+      'the safe choice has the focus',
+    );
+    await dialog.getByLabel('Reason (logged)').fill('partner outage, INC-311');
+    await shot(page, 'pause-confirm');
+    await dialog.getByRole('button', { name: 'Pause' }).click();
+    await page.getByRole('status').filter({ hasText: 'Paused destination partner.' }).waitFor();
+    // The status board's flag of it (dashboard.flags.ts): who paused it and why.
+    await page
+      .locator('li.flag[data-flag="paused:outbox:partner"]')
+      .filter({ hasText: /by ada at .*: partner outage, INC-311/ })
+      .waitFor();
+    await partner.getByText('paused', { exact: true }).waitFor();
+    assert.deepEqual(await db.query('SELECT component, name, reason, paused_by FROM queuebox_outbox_pauses'), [
+      { component: 'outbox', name: 'partner', reason: 'partner outage, INC-311', paused_by: 'ada' },
+    ]);
+
+    await enqueue(2);
+    await new Promise((resolve) => setTimeout(resolve, 600)); // six poll intervals
+    assert.equal(await stateOf(2), 'pending', 'nothing of the paused destination is claimed');
+    await page.reload();
+    await page.locator('li.flag[data-flag="paused:outbox:partner"]').waitFor();
+    assert.match(await cells(partner), /^partner paused 1 0 0 .* Resume$/, 'its row: the badge, the message waiting, Resume');
+    await shot(page, 'overview-paused');
+
+    await partner.getByRole('button', { name: 'Resume destination partner' }).click();
+    await page.getByRole('dialog', { name: 'Resume destination partner?' }).getByRole('button', { name: 'Resume' }).click();
+    await page.getByRole('status').filter({ hasText: 'Resumed destination partner.' }).waitFor();
+    await eventually(async () => (await stateOf(2)) === 'sent', 'the paused message to be sent after the resume');
+    await page.locator('li.flag[data-flag="paused:outbox:partner"]').waitFor({ state: 'detached' });
+    await page.close();
+  });
+
+  it('read-only: the overview shows a pause but offers no pause or resume', async () => {
+    await db.query(`INSERT INTO queuebox_outbox_pauses (component, name, reason, paused_by) VALUES ('outbox', 'ledger', 'audit', 'cli')`);
+    try {
+      const page = await context.newPage();
+      await page.goto(`${readOnly.url}#/default/overview`);
+      await page.locator('li.flag[data-flag="paused:outbox:ledger"]').waitFor();
+      assert.equal(await page.getByRole('button', { name: /Pause|Resume/ }).count(), 0);
+      await page.close();
+    } finally {
+      await db.query('DELETE FROM queuebox_outbox_pauses');
+    }
+  });
+
   it('a dashboard without a guard (and without public: true) refuses to start', () => {
     assert.throws(
       () => QueueBoxDashboardModule.forRoot({ readOnly: true }),

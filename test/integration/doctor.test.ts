@@ -4,6 +4,7 @@ import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { createDialect } from '../../lib/core/create-dialect';
 import type { Dialect } from '../../lib/dialects/dialect';
+import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { type DatabaseWarning, type DoctorReport, examineDatabase } from '../../lib/health/database-doctor';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
@@ -137,7 +138,7 @@ describeWithDatabase(
       const [behind] = found(await examine(), 'migrations_behind');
       assert.deepEqual(
         [behind?.severity, behind?.fatal, behind?.subject, behind?.repair],
-        ['error', true, 'QueueBoxRenewals1796515200000', 'npx --no-install queuebox migrate'],
+        ['error', true, DEFAULT_MIGRATION_NAMES[SCHEMA_MIGRATIONS[SCHEMA_MIGRATIONS.length - 1]], 'npx --no-install queuebox migrate'],
       );
       await dataSource.runMigrations(); // what `queuebox migrate` runs
       assert.deepEqual(found(await examine(), 'migrations_behind'), []);

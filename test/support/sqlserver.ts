@@ -14,6 +14,7 @@ import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
 import * as instances from '../../lib/dialects/sqlserver/instances.sql';
 import * as lease from '../../lib/dialects/sqlserver/lease.sql';
 import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
+import * as pauses from '../../lib/dialects/sqlserver/pauses.sql';
 import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
 import * as retention from '../../lib/dialects/sqlserver/retention.sql';
 import {
@@ -25,6 +26,8 @@ import {
   sqlServerKeyCollationUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
+  sqlServerPausesDown,
+  sqlServerPausesUp,
   sqlServerRenewalsDown,
   sqlServerRenewalsUp,
   sqlServerSchemaDown,
@@ -33,7 +36,7 @@ import {
 import { resolveTables } from '../../lib/options/options.resolver';
 
 /** Every SQL Server statement builder: the exports of its *.sql.ts files. */
-export const sql = { ...outbox, ...inbox, ...claims, ...followers, ...lease, ...checks, ...admin, ...retention };
+export const sql = { ...outbox, ...inbox, ...claims, ...followers, ...lease, ...checks, ...admin, ...retention, ...pauses };
 
 export const TABLES = resolveTables(undefined);
 
@@ -251,6 +254,8 @@ function schemaScriptStatements(): { name: string; statement: string }[] {
     ...sqlServerInstancesDown(tables).map((statement, n) => ({ name: `instances down #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerRenewalsUp(tables).map((statement, n) => ({ name: `renewals up #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerRenewalsDown(tables).map((statement, n) => ({ name: `renewals down #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerPausesUp(tables).map((statement, n) => ({ name: `pauses up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerPausesDown(tables).map((statement, n) => ({ name: `pauses down #${n} (${tables.outbox.qualified})`, statement })),
   ]);
 }
 

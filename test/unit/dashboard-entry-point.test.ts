@@ -40,6 +40,7 @@ describe('queuebox/dashboard entry point', () => {
       'icon.svg',
       'main.js',
       'messages.js',
+      'pauses.js',
       'sort.js',
       'views.js',
       'warnings.js',

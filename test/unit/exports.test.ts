@@ -35,6 +35,8 @@ describe('public barrel', () => {
       'createQueueBoxRateLimitsMigration',
       'QueueBoxRenewals1796515200000',
       'createQueueBoxRenewalsMigration',
+      'QueueBoxPauses1796601600000',
+      'createQueueBoxPausesMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -67,6 +69,7 @@ describe('public barrel', () => {
         'QueueBoxClaimProbes1796342400000',
         'QueueBoxRateLimits1796428800000',
         'QueueBoxRenewals1796515200000',
+        'QueueBoxPauses1796601600000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );

@@ -2,6 +2,7 @@ import { get, post, type Session } from './api.js';
 import { minuteChart } from './chart.js';
 import { type Child, duration, h, mount, plural, time } from './dom.js';
 import { historyChart } from './history.js';
+import { type Pause, pauseCell, pausedBadge } from './pauses.js';
 import { sortable } from './sort.js';
 
 type Component = 'outbox' | 'inbox';
@@ -31,6 +32,8 @@ interface OverviewRow {
   oldestPendingAgeSeconds: number | null;
   finishedPerMinute: number[];
   deadPerMinute: number[];
+  /** Paused (issue 40). */
+  paused?: boolean;
 }
 
 interface DeadLetter {
@@ -198,16 +201,21 @@ export async function overview(ctx: ViewContext): Promise<void> {
     history,
   );
   const draw = async () => {
-    const data = await get<{ since: string; minutes: number; rows: OverviewRow[]; flags: Flag[]; lagThresholdSeconds: number }>(
-      api(ctx, 'overview'),
-    );
+    const data = await get<{
+      since: string;
+      minutes: number;
+      rows: OverviewRow[];
+      flags: Flag[];
+      lagThresholdSeconds: number;
+      pauses?: Pause[] | null;
+    }>(api(ctx, 'overview'));
     mount(
       board,
       data.flags.length === 0
         ? h(
             'p',
             { class: 'flag ok', id: 'flags' },
-            `All clear: no lag over ${duration(data.lagThresholdSeconds)}, no silent or dead instance, no database warning.`,
+            `All clear: no lag over ${duration(data.lagThresholdSeconds)}, no silent or dead instance, nothing paused, no database warning.`,
           )
         : h(
             'ul',
@@ -223,6 +231,8 @@ export async function overview(ctx: ViewContext): Promise<void> {
             ),
           ),
     );
+    const pauseOf = (r: OverviewRow) => data.pauses?.find((p) => p.component === r.component && p.name === r.name);
+    const canPause = !ctx.session.readOnly && Array.isArray(data.pauses);
     mount(
       body,
       (['outbox', 'inbox'] as const).map((c) => {
@@ -233,12 +243,20 @@ export async function overview(ctx: ViewContext): Promise<void> {
           { 'aria-labelledby': `overview-${c}` },
           h('h2', { id: `overview-${c}` }, c === 'outbox' ? 'Outbox destinations' : 'Inbox sources'),
           table(
-            [label.name, 'Pending', 'Processing', 'Dead', 'Lag (oldest due)', `Last ${data.minutes} min: ${label.finished} / dead`],
+            [
+              label.name,
+              'Pending',
+              'Processing',
+              'Dead',
+              'Lag (oldest due)',
+              `Last ${data.minutes} min: ${label.finished} / dead`,
+              ...(canPause ? [''] : []),
+            ],
             rows.map((r) =>
               h(
                 'tr',
-                null,
-                h('th', { scope: 'row' }, r.name),
+                r.paused ? { class: 'paused' } : null,
+                h('th', { scope: 'row' }, r.name, pausedBadge(pauseOf(r))),
                 h('td', { class: 'num' }, r.pending.toLocaleString('en')),
                 h(
                   'td',
@@ -283,6 +301,7 @@ export async function overview(ctx: ViewContext): Promise<void> {
                     `${sum(r.finishedPerMinute).toLocaleString('en')} / ${sum(r.deadPerMinute).toLocaleString('en')}`,
                   ),
                 ),
+                canPause ? pauseCell(ctx, r, pauseOf(r), draw) : null,
               ),
             ),
             c === 'outbox'

@@ -115,7 +115,8 @@ const outboxHeadOfKey = (table: string, alias: string) => `(${alias}."key" IS NU
       AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state = 'processing')))`;
 
 /**
- * $1 = limit, $2 = lease in ms, $3 = the claiming instance (`claimed_by`, null for none). Takes available pending rows oldest first, only the head of each
+ * $1 = limit, $2 = lease in ms, $3 = the claiming instance (`claimed_by`, null for none); with
+ * `paused` (issue 40), the destinations not to claim (`$4::text[]`). Takes available pending rows oldest first, only the head of each
  * key (no earlier unfinished row, none in flight), in two steps so that its cost does not grow
  * with the backlog of keys in flight:
  * - `near`: the oldest CLAIM_SCAN_WINDOW available pending rows, checked one by one, stopping at
@@ -129,37 +130,42 @@ const outboxHeadOfKey = (table: string, alias: string) => `(${alias}."key" IS NU
  * once (a LIMIT in a subquery of an UPDATE can update more rows under a nested loop), and the rows
  * are reached by primary key (an id array) so no plan reads the backlog to join them.
  */
-export const outboxClaimSql = (table: string, returning = OUTBOX_CLAIM_RETURNING) => `WITH RECURSIVE near AS (
+export const outboxClaimSql = (table: string, returning = OUTBOX_CLAIM_RETURNING, paused?: string) => {
+  // Issue 40: with paused destinations (`paused`, a text[] expression), a row of one is never a
+  // candidate; it stays pending and unfinished, so the head probes still see it and no later row
+  // of its key is taken. Without, the statement is the claim as it always was.
+  const notPaused = (alias: string) => (paused ? ` AND ${alias}.destination <> ALL (${paused})` : '');
+  return `WITH RECURSIVE near AS (
   SELECT s.id FROM (
-    SELECT o.id, o."key" FROM ${table} o
+    SELECT o.id, o."key"${paused ? ', o.destination' : ''} FROM ${table} o
     WHERE o.state = 'pending' AND o.available_at <= ${NOW}
     ORDER BY o.available_at, o.id
     LIMIT ${CLAIM_SCAN_WINDOW}
   ) s
-  WHERE ${outboxHeadOfKey(table, 's')}
+  WHERE ${outboxHeadOfKey(table, 's')}${notPaused('s')}
   LIMIT $1
 ), heads AS (
-  (SELECT o."key", o.id, o.state, o.available_at FROM ${table} o
+  (SELECT o."key", o.id, o.state, o.available_at${paused ? ', o.destination' : ''} FROM ${table} o
    WHERE o.state IN ('pending', 'processing') AND o."key" IS NOT NULL AND (SELECT count(*) FROM near) < $1
    ORDER BY o."key", o.id
    LIMIT 1)
   UNION ALL
   SELECT next.* FROM heads h
   CROSS JOIN LATERAL (
-    SELECT o."key", o.id, o.state, o.available_at FROM ${table} o
+    SELECT o."key", o.id, o.state, o.available_at${paused ? ', o.destination' : ''} FROM ${table} o
     WHERE o.state IN ('pending', 'processing') AND o."key" > h."key"
     ORDER BY o."key", o.id
     LIMIT 1
   ) next
 ), far AS (
   (SELECT h.id FROM heads h
-   WHERE h.state = 'pending' AND h.available_at <= ${NOW}
+   WHERE h.state = 'pending' AND h.available_at <= ${NOW}${notPaused('h')}
      AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = h."key" AND e.state = 'processing')
    ORDER BY h.available_at, h.id
    LIMIT $1)
   UNION ALL
   (SELECT o.id FROM ${table} o
-   WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= ${NOW} AND (SELECT count(*) FROM near) < $1
+   WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= ${NOW}${notPaused('o')} AND (SELECT count(*) FROM near) < $1
    ORDER BY o.available_at, o.id
    LIMIT $1)
 ), candidates AS MATERIALIZED (
@@ -171,6 +177,7 @@ SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
 FROM candidates c
 WHERE o.id = c.id
 ${returning}`;
+};
 
 /** $1 = max attempts: expired claims go back to pending, or to dead on their last attempt. */
 const RECLAIM_SET = `SET state = CASE WHEN attempts >= $1 THEN 'dead' ELSE 'pending' END,

@@ -8,6 +8,7 @@ import {
   postgresInstancesUp,
   postgresKeyCollationUp,
   postgresOperationsUp,
+  postgresPausesUp,
   postgresRateLimitsUp,
   postgresRenewalsUp,
   postgresSchemaUp,
@@ -116,6 +117,7 @@ const UP: Record<SchemaMigration, (tables: QueueBoxTables) => string[]> = {
   claimProbes: postgresClaimProbesUp,
   rateLimits: postgresRateLimitsUp,
   renewals: postgresRenewalsUp,
+  pauses: postgresPausesUp,
 };
 
 /**

@@ -13,6 +13,8 @@ import {
   postgresKeyCollationUp,
   postgresOperationsDown,
   postgresOperationsUp,
+  postgresPausesDown,
+  postgresPausesUp,
   postgresRateLimitsDown,
   postgresRateLimitsUp,
   postgresRenewalsDown,
@@ -38,6 +40,7 @@ export const postgresDriver = {
     claimProbes: { up: postgresClaimProbesUp, down: postgresClaimProbesDown },
     rateLimits: { up: postgresRateLimitsUp, down: postgresRateLimitsDown },
     renewals: { up: postgresRenewalsUp, down: postgresRenewalsDown },
+    pauses: { up: postgresPausesUp, down: postgresPausesDown },
   },
   noOpMigrations: {
     claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,

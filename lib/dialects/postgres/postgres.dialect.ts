@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
-import { rateLimitsTableOf } from '../../common/identifiers';
+import { pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
 import { onConnectionOf, runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../texts/queuebox.messages';
@@ -54,6 +54,7 @@ import * as leaseSql from './lease.sql';
 import { leaseRenewBatchSql } from './lease.sql';
 import * as messagesSql from './messages.sql';
 import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
+import * as pausesSql from './pauses.sql';
 import { PostgresWorkListener } from './postgres.listener';
 import { type InlineParam, idArrayParam, inlineValues, pgTable, uuidArrayParam } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './retention.sql';
@@ -72,6 +73,7 @@ const STATEMENTS: SqlDialectStatements = {
   ...adminSql,
   ...messagesSql,
   ...checksSql,
+  ...pausesSql,
 };
 
 // Values go as they are: node-postgres infers their types; lists are arrays (`= ANY($n)`, `unnest`).
@@ -103,6 +105,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   readonly reservesConnections = true;
   protected readonly table: Record<QueueTable, string>;
   protected readonly instancesTable: string;
+  protected readonly pausesTable: string;
   protected readonly statements = STATEMENTS;
   protected readonly params = PARAMS;
   protected readonly decoding = DECODING;
@@ -110,6 +113,12 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   private readonly claimLock: ReturnType<typeof claimLockNames>;
   /** What each claim sends, built once: the call of its function (migration 006, rewritten by 007) and, without it, the statement. */
   private readonly claims: Record<keyof ClaimFunctions, { call: string; signature: string; body: string; statement: string }>;
+  /**
+   * The outbox claim that passes over paused destinations (`$4`, issue 40), sent as a query string
+   * only while some destination is paused: the claim function (and its kept plan) serves every
+   * other claim, and no migration had to rewrite it.
+   */
+  private readonly outboxClaimPausedSql: string;
   /**
    * Whether the claim functions (migrations 006 and 007) exist as this version writes them: looked up
    * at the first claim, again after one went missing.
@@ -139,6 +148,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     this.instance = settings.instance;
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
     this.instancesTable = pgTable(tables.instances);
+    this.pausesTable = pgTable(pausesTableOf(tables.outbox));
     this.claimLock = claimLockNames(tables);
     const fn = claimFunctionNames(tables);
     const functions = claimFunctions(tables);
@@ -153,6 +163,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       relay: claim('relay', INBOX_CLAIM_COLUMNS, inboxRelayClaimSql(this.table.inbox)),
       pull: claim('pull', INBOX_CLAIM_COLUMNS, inboxPullClaimSql(this.table.inbox)),
     };
+    this.outboxClaimPausedSql = outboxClaimSql(this.table.outbox, undefined, '$4::text[]');
     // Channel names are identifiers (at most 63 bytes): derived from the table name, not the name itself.
     const channel = (kind: QueueTable) =>
       `queuebox_${kind}_${createHash('sha1').update(tables[kind].qualified).digest('hex').slice(0, 16)}`;
@@ -195,6 +206,13 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       throw new QueueBoxConfigError(
         'migrations',
         messages.instancesTableMissing(this.tables.instances.qualified, DEFAULT_MIGRATION_NAMES.instances),
+      );
+    }
+    const pauses = await this.run<{ found: string | null }>(tableExistsSql(), [this.pausesTable]);
+    if (!pauses.rows[0]?.found) {
+      throw new QueueBoxConfigError(
+        'migrations',
+        messages.pausesTableMissing(pausesTableOf(this.tables.outbox).qualified, DEFAULT_MIGRATION_NAMES.pauses),
       );
     }
   }
@@ -317,6 +335,9 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
         : kind === 'relay'
           ? [this.claimLock.inbox, [limit, leaseMs, request.sources, instance]]
           : [`${this.claimLock.pullPrefix}${request.source}`, [limit, leaseMs, request.source, instance]];
+    if (kind === 'outbox' && request.paused !== undefined && request.paused.length > 0) {
+      return this.serializedClaim<T>(lockName, this.outboxClaimPausedSql, [...params, [...request.paused]]);
+    }
     const claim = this.claims[kind];
     this.claimFunctionsPresent ??= this.lookUpClaimFunctions().catch((error: unknown) => {
       this.claimFunctionsPresent = undefined; // looked up again at the next claim

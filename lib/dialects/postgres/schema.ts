@@ -1,4 +1,4 @@
-import { rateLimitsTableOf } from '../../common/identifiers';
+import { pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import { serverVersionCheckSql } from './checks.sql';
 import { claimFunctionNames, claimFunctionSignature, claimFunctions, legacyClaimFunctionSignature } from './claim-functions.sql';
@@ -252,4 +252,26 @@ export function postgresRenewalsDown(tables: QueueBoxTables): string[] {
     `ALTER TABLE ${pgTable(tables.inbox)} DROP COLUMN IF EXISTS renewed_at`,
     `ALTER TABLE ${pgTable(tables.outbox)} DROP COLUMN IF EXISTS renewed_at`,
   ];
+}
+
+/**
+ * Migration 010 (pauses; issue 40). One row per paused outbox destination (`component` 'outbox')
+ * or inbox source ('inbox'): who paused it, when (by the database clock) and why. The workers read
+ * the whole table once per poll interval; a resume deletes the row.
+ */
+export function postgresPausesUp(tables: QueueBoxTables): string[] {
+  return [
+    `CREATE TABLE ${pgTable(pausesTableOf(tables.outbox))} (
+  component text NOT NULL CHECK (component IN ('outbox', 'inbox')),
+  name text NOT NULL,
+  reason text,
+  paused_by text,
+  paused_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+  PRIMARY KEY (component, name)
+)`,
+  ];
+}
+
+export function postgresPausesDown(tables: QueueBoxTables): string[] {
+  return [`DROP TABLE IF EXISTS ${pgTable(pausesTableOf(tables.outbox))}`];
 }

@@ -295,7 +295,8 @@ const searchVariables = (key: '@key' | '@aggregate') => `DECLARE @found TABLE ([
 const walkCursor = (scope: string) => `N'queuebox_walk_' + CONVERT(NVARCHAR(64), HASHBYTES('SHA2_256', ${scope}), 2)`;
 
 /**
- * @0 = outbox lock, @1 = limit, @2 = lease in ms, @3 = the claiming instance. Takes available
+ * @0 = outbox lock, @1 = limit, @2 = lease in ms, @3 = the claiming instance; with `paused` (issue
+ * 40), @4 = the destinations not to claim, as JSON. Takes available
  * pending rows oldest first, only the head of each key (no earlier unfinished row, none in
  * flight), at a cost bounded by the heads it takes and the rows before them, not by the keys
  * (issue 38 M2): the oldest available rows page by page (pagedSearch); then, only when those
@@ -314,18 +315,47 @@ const walkCursor = (scope: string) => `N'queuebox_walk_' + CONVERT(NVARCHAR(64),
  * for that key alone. So an open transaction that holds a row of one key (with
  * READ_COMMITTED_SNAPSHOT OFF) delays the claims of that key only, never the heads found.
  */
-export const outboxClaimSql = (table: string) =>
-  underClaimLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+export const outboxClaimSql = (table: string) => outboxClaim(table, false);
+
+/** @0 to @3 as outboxClaimSql, @4 = the paused destinations (JSON): the claim while some destination is paused (issue 40). */
+export const outboxClaimPausedSql = (table: string) => outboxClaim(table, true);
+
+const outboxClaim = (table: string, paused: boolean) => {
+  // Issue 40: with `paused`, @4 lists the paused destinations (JSON); a row of one is never a
+  // candidate, and stays the unfinished head of its key (no later row of the key is taken).
+  // Without, the statement is the claim as it always was.
+  const notPaused = (alias: string) =>
+    paused ? ` AND NOT EXISTS (SELECT 1 FROM @paused AS p WHERE p.[destination] = ${alias}.[destination])` : '';
+  return underClaimLock(`  DECLARE @candidates TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
   ${searchVariables('@key')}
-  DECLARE @found_n INT = 0;
-  DECLARE @page TABLE ([available_at] DATETIME2 NOT NULL, [id] BIGINT NOT NULL, [key] NVARCHAR(255) COLLATE ${KEY_COLLATION} NULL,
+  DECLARE @found_n INT = 0;${
+    paused
+      ? `
+  DECLARE @paused TABLE ([destination] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL PRIMARY KEY);
+  INSERT INTO @paused ([destination]) SELECT DISTINCT p.[destination] FROM OPENJSON(@4) WITH ([destination] NVARCHAR(255) '$') AS p;`
+      : ''
+  }
+  DECLARE @page TABLE ([available_at] DATETIME2 NOT NULL, [id] BIGINT NOT NULL, [key] NVARCHAR(255) COLLATE ${KEY_COLLATION} NULL,${
+    paused
+      ? `
+    [destination] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL,`
+      : ''
+  }
     PRIMARY KEY ([available_at], [id]));
-  ${pagedSearch({ table, alias: 'o', scope: '', pageColumns: ['[available_at]', '[id]', '[key]'], head: (w) => headOfKey(table, w), limit: '@1', found: '@found_n' })}
+  ${pagedSearch({
+    table,
+    alias: 'o',
+    scope: '',
+    pageColumns: ['[available_at]', '[id]', '[key]', ...(paused ? ['[destination]'] : [])],
+    head: (w) => `${headOfKey(table, w)}${notPaused(w)}`,
+    limit: '@1',
+    found: '@found_n',
+  })}
   IF @found_n < @1 AND @seen_all = 0
   BEGIN
     ${unlessLocked(`    INSERT INTO @found ([id])
     SELECT TOP (@1 - @found_n) o.[id] FROM ${table} AS o WITH (READPAST)
-    WHERE o.[state] = N'pending' AND o.[key] IS NULL AND o.[available_at] <= ${NOW}
+    WHERE o.[state] = N'pending' AND o.[key] IS NULL AND o.[available_at] <= ${NOW}${notPaused('o')}
       AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = o.[id])
     ORDER BY o.[available_at], o.[id];
     SET @found_n += @@ROWCOUNT;`)}
@@ -336,11 +366,11 @@ export const outboxClaimSql = (table: string) =>
         WHERE k.[state] IN (N'pending', N'processing') AND k.[key] IS NOT NULL${after ? ` AND k.[key] > ${after}` : ''});`,
       headOfWalkKey: `      INSERT INTO @found ([id])
       SELECT h.[id] FROM (
-        SELECT TOP (1) o.[id], o.[state], o.[available_at] FROM ${table} AS o ${seekOn(table, 'key_idx')}
+        SELECT TOP (1) o.[id], o.[state], o.[available_at]${paused ? ', o.[destination]' : ''} FROM ${table} AS o ${seekOn(table, 'key_idx')}
         WHERE o.[key] = @key AND o.[key] IS NOT NULL AND o.[state] IN (N'pending', N'processing')
         ORDER BY o.[id]
       ) AS h
-      WHERE h.[state] = N'pending' AND h.[available_at] <= ${NOW}
+      WHERE h.[state] = N'pending' AND h.[available_at] <= ${NOW}${notPaused('h')}
         AND NOT EXISTS (SELECT 1 FROM ${table} AS e ${seekOn(table, 'key_in_flight_idx')}
           WHERE e.[key] = @key AND e.[key] IS NOT NULL AND e.[state] = N'processing')
         AND NOT EXISTS (SELECT 1 FROM @found AS f WHERE f.[id] = h.[id]);`,
@@ -356,6 +386,7 @@ export const outboxClaimSql = (table: string) =>
          ${asUtc('inserted.[created_at]')} AS [created_at]
   ${claimTarget(table, 'o')}
   WHERE o.[state] = N'pending';`);
+};
 
 /**
  * How the sweep and the reclaims meet other transactions' locks: they pass over rows others hold

@@ -6,6 +6,7 @@ import {
   sqlServerClaimsUp,
   sqlServerInstancesUp,
   sqlServerOperationsUp,
+  sqlServerPausesUp,
   sqlServerRateLimitsUp,
   sqlServerRenewalsUp,
   sqlServerSchemaUp,
@@ -91,6 +92,7 @@ const UP: Partial<Record<SchemaMigration, (tables: QueueBoxTables) => string[]>>
   instances: sqlServerInstancesUp,
   rateLimits: sqlServerRateLimitsUp,
   renewals: sqlServerRenewalsUp,
+  pauses: sqlServerPausesUp,
 };
 const CREATE_INDEX = /^CREATE (?:UNIQUE )?(?:NONCLUSTERED )?INDEX \[([^\]]+)\] ON (\S+)/;
 const DROP_INDEX = /^DROP INDEX (?:IF EXISTS )?\[([^\]]+)\] ON /;

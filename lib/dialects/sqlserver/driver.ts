@@ -10,6 +10,8 @@ import {
   sqlServerKeyCollationUp,
   sqlServerOperationsDown,
   sqlServerOperationsUp,
+  sqlServerPausesDown,
+  sqlServerPausesUp,
   sqlServerRateLimitsDown,
   sqlServerRateLimitsUp,
   sqlServerRenewalsDown,
@@ -36,6 +38,7 @@ export const sqlServerDriver = {
     claimProbes: { up: () => [], down: () => [] },
     rateLimits: { up: sqlServerRateLimitsUp, down: sqlServerRateLimitsDown },
     renewals: { up: sqlServerRenewalsUp, down: sqlServerRenewalsDown },
+    pauses: { up: sqlServerPausesUp, down: sqlServerPausesDown },
   },
   noOpMigrations: {
     claimFunctions:

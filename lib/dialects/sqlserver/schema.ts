@@ -1,4 +1,4 @@
-import { rateLimitsTableOf } from '../../common/identifiers';
+import { pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import { mssqlTable } from './quoting';
 
@@ -454,4 +454,26 @@ export function sqlServerRenewalsDown(tables: QueueBoxTables): string[] {
     `ALTER TABLE ${mssqlTable(tables.inbox)} DROP COLUMN [renewed_at]`,
     `ALTER TABLE ${mssqlTable(tables.outbox)} DROP COLUMN [renewed_at]`,
   ];
+}
+
+/**
+ * Migration 010 (pauses; issue 40): one row per paused destination or source (see
+ * postgres/schema.ts). The name compares byte-wise, as the key columns do.
+ */
+export function sqlServerPausesUp(tables: QueueBoxTables): string[] {
+  const table = pausesTableOf(tables.outbox);
+  return [
+    `CREATE TABLE ${mssqlTable(table)} (
+  [component] NVARCHAR(16) NOT NULL CONSTRAINT [${table.name}_component_check] CHECK ([component] IN (N'outbox', N'inbox')),
+  [name] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL,
+  [reason] NVARCHAR(2000) NULL,
+  [paused_by] NVARCHAR(200) NULL,
+  [paused_at] DATETIME2 NOT NULL CONSTRAINT [${table.name}_paused_at_default] DEFAULT SYSUTCDATETIME(),
+  CONSTRAINT [${table.name}_pkey] PRIMARY KEY CLUSTERED ([component], [name])
+)`,
+  ];
+}
+
+export function sqlServerPausesDown(tables: QueueBoxTables): string[] {
+  return [`DROP TABLE IF EXISTS ${mssqlTable(pausesTableOf(tables.outbox))}`];
 }

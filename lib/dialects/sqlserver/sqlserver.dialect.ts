@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typeorm';
-import { rateLimitsTableOf } from '../../common/identifiers';
+import { pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
 import { messages } from '../../texts/queuebox.messages';
@@ -34,6 +34,7 @@ import {
   inboxPullClaimSql,
   inboxRelayClaimSql,
   LOCK_TIMEOUT_ERROR,
+  outboxClaimPausedSql,
   outboxClaimSql,
 } from './claims.sql';
 import * as doctorSql from './doctor.sql';
@@ -46,6 +47,7 @@ import * as leaseSql from './lease.sql';
 import { PINNED_READ_COMMITTED } from './lease.sql';
 import * as messagesSql from './messages.sql';
 import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
+import * as pausesSql from './pauses.sql';
 import { mssqlTable } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql } from './retention.sql';
 import { KEY_COLLATION } from './schema';
@@ -65,6 +67,7 @@ const STATEMENTS: SqlDialectStatements = {
   ...adminSql,
   ...messagesSql,
   ...checksSql,
+  ...pausesSql,
 };
 
 // Typed to match their columns (sqlserver.params.ts); lists as JSON text, read with OPENJSON.
@@ -109,6 +112,10 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
   readonly reservesConnections = false;
   protected readonly table: Record<QueueTable, string>;
   protected readonly instancesTable: string;
+  protected readonly pausesTable: string;
+  /** The outbox claim, and the one that passes over paused destinations (issue 40), built once. */
+  private readonly outboxClaimSql: string;
+  private readonly outboxClaimPausedSql: string;
   protected readonly statements = STATEMENTS;
   protected readonly params = PARAMS;
   protected readonly decoding = DECODING;
@@ -125,6 +132,9 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     checkSqlServerRequestTimeout(dataSource.options);
     this.table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
     this.instancesTable = mssqlTable(tables.instances);
+    this.pausesTable = mssqlTable(pausesTableOf(tables.outbox));
+    this.outboxClaimSql = outboxClaimSql(this.table.outbox);
+    this.outboxClaimPausedSql = outboxClaimPausedSql(this.table.outbox);
     this.claimLock = {
       outbox: lockName(`queuebox_outbox_claim_${tables.outbox.qualified}`),
       inbox: lockName(`queuebox_inbox_claim_${tables.inbox.qualified}`),
@@ -147,6 +157,13 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
       throw new QueueBoxConfigError(
         'migrations',
         messages.instancesTableMissing(this.tables.instances.qualified, DEFAULT_MIGRATION_NAMES.instances),
+      );
+    }
+    const pauses = await this.run<{ found: number | null }>(tableExistsSql(), [text(this.pausesTable, 300)]);
+    if (pauses.rows[0]?.found == null) {
+      throw new QueueBoxConfigError(
+        'migrations',
+        messages.pausesTableMissing(pausesTableOf(this.tables.outbox).qualified, DEFAULT_MIGRATION_NAMES.pauses),
       );
     }
     for (const kind of ['outbox', 'inbox'] as const) {
@@ -244,7 +261,15 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     const instance = guidOrNull(this.settings.instance?.id ?? null);
     switch (request.kind) {
       case 'outbox':
-        return this.claimUnderLock<T>(this.claimLock.outbox, outboxClaimSql(this.table.outbox), [...lease, instance]);
+        // Issue 40: the claim that passes over paused destinations, only while some are paused.
+        if (request.paused !== undefined && request.paused.length > 0) {
+          return this.claimUnderLock<T>(this.claimLock.outbox, this.outboxClaimPausedSql, [
+            ...lease,
+            instance,
+            text(JSON.stringify(request.paused)),
+          ]);
+        }
+        return this.claimUnderLock<T>(this.claimLock.outbox, this.outboxClaimSql, [...lease, instance]);
       case 'relay':
         return this.claimUnderLock<T>(this.claimLock.inbox, inboxRelayClaimSql(this.table.inbox), [
           ...lease,

@@ -25,6 +25,7 @@ describe('SQL Server parameters: numbered @0..@n-1', () => {
   it('numbers parameters @0..@n-1 with none skipped, as documented per statement', () => {
     const expected: Record<string, number> = {
       outboxClaimSql: 4,
+      outboxClaimPausedSql: 5,
       outboxReclaimSql: 1,
       outboxInsertSql: 1,
       outboxInsertIfAbsentSql: 1,
@@ -48,6 +49,9 @@ describe('SQL Server parameters: numbered @0..@n-1', () => {
       inboxCompleteFollowersSql: 1,
       keyCollationSql: 1,
       clockNowSql: 0,
+      pauseListSql: 0,
+      pauseInsertSql: 4,
+      pauseDeleteSql: 2,
     };
     const builders = Object.entries(sql).filter(
       ([name, value]) => typeof value === 'function' && !ADMIN_BUILDERS.has(name) && !FRAGMENTS.has(name),
