@@ -24,9 +24,11 @@ export {
 export { standardWebhookHeaders, verifyStandardWebhook } from './common/standard-webhooks';
 export { type QueueBoxEntry, QueueBoxRegistry } from './core/queuebox.registry';
 export type {
+  AttemptRow,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
+  DeadLetterGroupRow,
   DeadLetterRow,
   InstanceRow,
   InstanceState,
@@ -69,6 +71,7 @@ export { LeaseService } from './lease/lease.service';
 export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export {
+  createQueueBoxAttemptsMigration,
   createQueueBoxClaimFunctionsMigration,
   createQueueBoxClaimProbesMigration,
   createQueueBoxClaimsMigration,
@@ -79,6 +82,7 @@ export {
   createQueueBoxOperationsMigration,
   createQueueBoxRateLimitsMigration,
   createQueueBoxRenewalsMigration,
+  QueueBoxAttempts1796688000000,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,

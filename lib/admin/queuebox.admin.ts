@@ -1,8 +1,19 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { deadLetterFingerprint, SKIPPED_HEAD_CLASS } from '../common/fingerprint';
 import { dateTimeOf } from '../common/payload';
 import { QUEUEBOX_DIALECT } from '../common/queuebox.constants';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
-import type { BacklogRow, BlockedKeyRow, ClaimRow, DeadLetterRow, InstanceRow, SkipHeadTarget, Throughput } from '../dialects/dialect-rows';
+import type {
+  AttemptRow,
+  BacklogRow,
+  BlockedKeyRow,
+  ClaimRow,
+  DeadLetterGroupRow,
+  DeadLetterRow,
+  InstanceRow,
+  SkipHeadTarget,
+  Throughput,
+} from '../dialects/dialect-rows';
 import { QueueBoxAdminError } from '../errors/queuebox.errors';
 import { messages } from '../texts/queuebox.messages';
 import type { QueueTable } from '../types/claims';
@@ -13,7 +24,9 @@ const DEFAULT_PAGE = 50;
 const MAX_PAGE = 1000;
 /** Rows a replay or discard changes per statement; a bigger selection takes several statements. */
 const WRITE_BATCH = 1000;
-const FILTER_FIELDS = ['name', 'key', 'errorContains', 'deadAfter', 'deadBefore'] as const;
+const FILTER_FIELDS = ['name', 'key', 'errorContains', 'deadAfter', 'deadBefore', 'fingerprint'] as const;
+/** The longest fingerprint a row can hold (class and pattern, see common/fingerprint.ts; SQL Server's column is NVARCHAR(512)). */
+const MAX_FINGERPRINT = 512;
 /** The longest window `throughput` counts over: one day of minutes. */
 const MAX_THROUGHPUT_MINUTES = 1440;
 /** The largest id a `bigint` (PostgreSQL) or `BIGINT` (SQL Server) column holds. */
@@ -69,6 +82,30 @@ export class QueueBoxAdmin {
   }
 
   /**
+   * Dead letters grouped by cause: one row per destination (outbox) or source (inbox) and
+   * fingerprint (`<error class>: <message with ids and numbers taken out>`), the biggest groups
+   * first (at most `limit`, default 50), with how many and when the first and last died. Replay or
+   * discard a group with `{ component, name, fingerprint }`.
+   *
+   * @example
+   * const [top] = await admin.deadLetterGroups({ component: 'outbox' });
+   * await admin.replayDeadLetters({ component: 'outbox', name: top.name, fingerprint: top.fingerprint ?? undefined });
+   */
+  async deadLetterGroups(p: { component: QueueTable; limit?: number }): Promise<DeadLetterGroupRow[]> {
+    return this.dialect.deadLetterGroups({ component: component(p?.component), limit: pageLimit(p?.limit) });
+  }
+
+  /**
+   * The failed attempts of one row (any state), newest first: when each failed, how long it ran
+   * from its claim, which instance claimed it, its error class and message, and whether it was
+   * retried or dead-lettered. The last `attemptHistory` (default 10) are kept; a row that never
+   * failed has none.
+   */
+  async listAttempts(p: { component: QueueTable; id: string }): Promise<AttemptRow[]> {
+    return this.dialect.attemptList({ component: component(p?.component), id: rowId('id', p?.id) });
+  }
+
+  /**
    * Puts dead rows back to `pending`: attempts 0, due now, `last_error` kept, the replay recorded
    * in the headers `X-QueueBox-Replay-Count` and `X-QueueBox-Replayed-At`. An outbox row keeps its
    * `message_id`, so it is published again with the same `X-Message-Id`. Returns how many changed.
@@ -102,9 +139,10 @@ export class QueueBoxAdmin {
     const kind = component(target?.component);
     const reason = messages.skipHeadReason(target.reason === undefined ? 'no reason given' : text('reason', target.reason));
     const headId = target.headId === undefined ? undefined : rowId('headId', target.headId);
+    const fingerprint = deadLetterFingerprint(SKIPPED_HEAD_CLASS, reason);
     if (kind === 'outbox') {
       const t = target as Extract<SkipHeadTarget, { component: 'outbox' }>;
-      return this.dialect.blockedKeySkipHead({ component: 'outbox', key: text('key', t.key), headId, reason });
+      return this.dialect.blockedKeySkipHead({ component: 'outbox', key: text('key', t.key), headId, reason, fingerprint });
     }
     const t = target as Extract<SkipHeadTarget, { component: 'inbox' }>;
     return this.dialect.blockedKeySkipHead({
@@ -113,6 +151,7 @@ export class QueueBoxAdmin {
       aggregateId: text('aggregateId', t.aggregateId),
       headId,
       reason,
+      fingerprint,
     });
   }
 
@@ -207,6 +246,17 @@ function text(field: string, value: unknown): string {
   return value;
 }
 
+function fingerprintText(value: unknown): string {
+  const given = text('fingerprint', value);
+  if (given.length > MAX_FINGERPRINT) {
+    throw new QueueBoxAdminError(
+      'fingerprint',
+      messages.adminArgumentInvalid('fingerprint', `must be at most ${MAX_FINGERPRINT} characters`, value),
+    );
+  }
+  return given;
+}
+
 /** `value[key]` when `value` has it as an own property, so nothing inherited (`all` on a prototype) counts. */
 function own(value: object, key: string): unknown {
   return Object.hasOwn(value, key) ? (value as Record<string, unknown>)[key] : undefined;
@@ -247,6 +297,7 @@ function toSelection(given: DeadLetterSelection, forWrite: boolean): DeadSelecti
       deadBefore: null,
       ids: [...ids].map((id) => rowId('ids', id)),
       key: null,
+      fingerprint: null,
     };
   }
   const selection: DeadSelection = {
@@ -257,6 +308,7 @@ function toSelection(given: DeadLetterSelection, forWrite: boolean): DeadSelecti
     deadBefore: date('deadBefore', fields.deadBefore),
     ids: null,
     key: fields.key === undefined ? null : text('key', fields.key),
+    fingerprint: fields.fingerprint === undefined ? null : fingerprintText(fields.fingerprint),
   };
   const empty = FILTER_FIELDS.every((f) => selection[f] === null);
   if (forWrite && empty && own(given, 'all') !== true) throw new QueueBoxAdminError('filter', messages.adminSelectionEmpty());

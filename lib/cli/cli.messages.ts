@@ -40,6 +40,10 @@ export const cliMessages = {
       applied: "added when each lease was last renewed, and each instance row's heartbeat count.",
       notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
     },
+    attempts: {
+      applied: "added the attempt history tables and the dead letters' fingerprint.",
+      notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
+    },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',

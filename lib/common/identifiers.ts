@@ -31,3 +31,12 @@ export function rateLimitsTableOf(outbox: TableName): TableName {
   const name = `${outbox.name}_rate_limits`;
   return outbox.schema ? { schema: outbox.schema, name, qualified: `${outbox.schema}.${name}` } : { name, qualified: name };
 }
+
+/**
+ * The attempt history of a table (migration 010): `<table>_attempts`, in the table's schema, one
+ * row per failed attempt of one of its rows.
+ */
+export function attemptsTableOf(table: TableName): TableName {
+  const name = `${table.name}_attempts`;
+  return table.schema ? { schema: table.schema, name, qualified: `${table.schema}.${name}` } : { name, qualified: name };
+}

@@ -1,4 +1,4 @@
-/** QueueBox's numbered migrations: the same eight on every database (a driver may make one a no-op). */
+/** QueueBox's numbered migrations: the same ones on every database (a driver may make one a no-op). */
 
 /**
  * Which migration's statements: 001 (the tables), 002 (the operations indexes), 003 (the claims'
@@ -7,7 +7,8 @@
  * columns and, on PostgreSQL, the claim functions of this version), 007 (PostgreSQL's claim
  * functions rewritten with this version's head probes; nothing on SQL Server), 008 (the rate limit
  * buckets of `outbox.rateLimits`) or 009 (when a lease was last renewed, and each instance row's
- * heartbeat count).
+ * heartbeat count) or 010
+ * (the attempt history tables and the dead letters' fingerprint).
  */
 export type SchemaMigration =
   | 'schema'
@@ -18,7 +19,8 @@ export type SchemaMigration =
   | 'instances'
   | 'claimProbes'
   | 'rateLimits'
-  | 'renewals';
+  | 'renewals'
+  | 'attempts';
 
 /** The QueueBox migrations in the order they run. */
 export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
@@ -31,6 +33,7 @@ export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
   'claimProbes',
   'rateLimits',
   'renewals',
+  'attempts',
 ];
 
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
@@ -44,6 +47,7 @@ export const DEFAULT_MIGRATION_NAMES = {
   claimProbes: 'QueueBoxClaimProbes1796342400000',
   rateLimits: 'QueueBoxRateLimits1796428800000',
   renewals: 'QueueBoxRenewals1796515200000',
+  attempts: 'QueueBoxAttempts1796688000000',
 } as const satisfies Record<SchemaMigration, string>;
 
 /** Each migration's `sql/<dialect>/` file stem and what a script's first line calls it. */
@@ -57,6 +61,7 @@ export const MIGRATION_FILES = {
   claimProbes: { file: '007_queuebox_claim_probes', title: 'claim functions with index-bound head probes' },
   rateLimits: { file: '008_queuebox_rate_limits', title: 'rate limit buckets' },
   renewals: { file: '009_queuebox_renewals', title: 'lease renewal times and heartbeat counts' },
+  attempts: { file: '010_queuebox_attempts', title: 'attempt history and dead-letter fingerprints' },
 } as const satisfies Record<SchemaMigration, { file: string; title: string }>;
 
 /**

@@ -1,12 +1,23 @@
 import type { EntityManager } from 'typeorm';
 import type { SqlResult } from '../common/sql-runner';
 import type { FollowerRow, OutboxClaim, QueueTable } from '../types/claims';
-import type { CompletedIds, DeadSelection, FenceParams, InboxClaimedRow, InboxInsertRow, OutboxInserted, OutboxInsertRow } from './dialect';
 import type {
+  CompletedIds,
+  DeadSelection,
+  FailedAttempt,
+  FenceParams,
+  InboxClaimedRow,
+  InboxInsertRow,
+  OutboxInserted,
+  OutboxInsertRow,
+} from './dialect';
+import type {
+  AttemptRow,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
   DeadInstanceRow,
+  DeadLetterGroupRow,
   DeadLetterRow,
   InstanceBeat,
   InstanceIdentity,
@@ -18,11 +29,13 @@ import type {
   Throughput,
 } from './dialect-rows';
 import {
+  type AttemptRecord,
   type BacklogRecord,
   type BlockedKeyRecord,
   byId,
   type ClaimRecord,
   countReclaimed,
+  type DeadLetterGroupRecord,
   type DeadLetterRecord,
   FINISHED,
   type InboxClaimedRecord,
@@ -31,9 +44,11 @@ import {
   type ReclaimedRecord,
   type RecordDecoding,
   type ThroughputRecord,
+  toAttemptRow,
   toBacklogRows,
   toBlockedKeyRow,
   toClaimRow,
+  toDeadLetterGroupRow,
   toDeadLetterRow,
   toInboxClaimedRow,
   toInboxFollowerRow,
@@ -58,13 +73,20 @@ export interface SqlDialectStatements {
   leaseCompleteBatchSql(table: string, finished: Finished): string;
   leaseReleaseSql(table: string): string;
   leaseRetrySql(table: string): string;
+  /** `leaseRetrySql` that also records the attempt in `history`; returns one row when the fence held. */
+  leaseRetryRecordedSql(table: string, history: string): string;
   leaseDeferSql(table: string): string;
   leaseDeadLetterSql(table: string): string;
+  /** `leaseDeadLetterSql` that also records the attempt in `history`; returns one row when the fence held. */
+  leaseDeadLetterRecordedSql(table: string, history: string): string;
   adminBacklogSql(outbox: string, inbox: string): string;
   deadLetterListSql(table: string, component: QueueTable, includePayload: boolean, descending?: boolean): string;
   deadLetterCountSql(table: string, component: QueueTable): string;
+  deadLetterGroupsSql(table: string, component: QueueTable): string;
+  attemptListSql(history: string): string;
   deadLetterReplaySql(table: string, component: QueueTable): string;
-  deadLetterDiscardSql(table: string, component: QueueTable): string;
+  /** With `history`, the discarded rows' attempt history goes with them. */
+  deadLetterDiscardSql(table: string, component: QueueTable, history?: string): string;
   blockedKeyListSql(table: string, component: QueueTable, tables: { instances: string; outbox: string; inbox: string }): string;
   blockedKeySkipHeadSql(table: string, component: QueueTable): string;
   adminThroughputSql(outbox: string, inbox: string): string;
@@ -125,6 +147,8 @@ export type ClaimRequest =
  */
 export abstract class SqlDialect<J> {
   protected abstract readonly table: Record<QueueTable, string>;
+  /** Each table's attempt history (migration 010), quoted. */
+  protected abstract readonly attemptsTable: Record<QueueTable, string>;
   /** The instances table, quoted. */
   protected abstract readonly instancesTable: string;
 
@@ -307,21 +331,32 @@ export abstract class SqlDialect<J> {
     return affected === 1;
   }
 
-  async leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean> {
-    const { affected } = await this.run(this.statements.leaseRetrySql(this.table[p.table]), [
-      ...this.params.fence(p),
-      this.params.bigint(p.delayMs),
-      this.params.text(p.error),
-    ]);
-    return affected === 1;
+  async leaseRetry(p: FenceParams & { delayMs: number; error: string | null; attempt?: FailedAttempt }): Promise<boolean> {
+    const params = [...this.params.fence(p), this.params.bigint(p.delayMs), this.params.text(p.error)];
+    if (p.attempt === undefined || p.attempt.keep < 1) {
+      const { affected } = await this.run(this.statements.leaseRetrySql(this.table[p.table]), params);
+      return affected === 1;
+    }
+    const { errorClass, keep } = p.attempt;
+    const { rows } = await this.run<{ n: number | string }>(
+      this.statements.leaseRetryRecordedSql(this.table[p.table], this.attemptsTable[p.table]),
+      [...params, this.params.text(errorClass), this.params.int(keep)],
+    );
+    return rows.length === 1 && Number(rows[0].n) === 1;
   }
 
-  async leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean> {
-    const { affected } = await this.run(this.statements.leaseDeadLetterSql(this.table[p.table]), [
-      ...this.params.fence(p),
-      this.params.text(p.reason),
-    ]);
-    return affected === 1;
+  async leaseDeadLetter(p: FenceParams & { reason: string; fingerprint?: string; attempt?: FailedAttempt }): Promise<boolean> {
+    const params = [...this.params.fence(p), this.params.text(p.reason), this.params.text(p.fingerprint ?? null)];
+    if (p.attempt === undefined || p.attempt.keep < 1) {
+      const { affected } = await this.run(this.statements.leaseDeadLetterSql(this.table[p.table]), params);
+      return affected === 1;
+    }
+    const { error, errorClass, keep } = p.attempt;
+    const { rows } = await this.run<{ n: number | string }>(
+      this.statements.leaseDeadLetterRecordedSql(this.table[p.table], this.attemptsTable[p.table]),
+      [...params, this.params.text(error), this.params.text(errorClass), this.params.int(keep)],
+    );
+    return rows.length === 1 && Number(rows[0].n) === 1;
   }
 
   async adminBacklog(): Promise<BacklogRow[]> {
@@ -354,12 +389,29 @@ export abstract class SqlDialect<J> {
     return Number(rows[0].n);
   }
 
+  async deadLetterGroups(p: { component: QueueTable; limit: number }): Promise<DeadLetterGroupRow[]> {
+    const { rows } = await this.runAdmin<DeadLetterGroupRecord>(this.statements.deadLetterGroupsSql(this.table[p.component], p.component), [
+      this.params.int(p.limit),
+    ]);
+    return rows.map((r) => toDeadLetterGroupRow(p.component, r));
+  }
+
+  async attemptList(p: { component: QueueTable; id: string }): Promise<AttemptRow[]> {
+    const { rows } = await this.runAdmin<AttemptRecord>(this.statements.attemptListSql(this.attemptsTable[p.component]), [
+      this.params.idOrNull(p.id),
+    ]);
+    return rows.map((r) => toAttemptRow(r, this.decoding.uuid));
+  }
+
   deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
     return this.deadLetterBatch(this.statements.deadLetterReplaySql, p);
   }
 
   deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    return this.deadLetterBatch(this.statements.deadLetterDiscardSql, p);
+    return this.deadLetterBatch(
+      (table, component) => this.statements.deadLetterDiscardSql(table, component, this.attemptsTable[component]),
+      p,
+    );
   }
 
   /** Runs a replay or discard statement on one batch of the selection; returns the ids it changed. */
@@ -384,12 +436,13 @@ export abstract class SqlDialect<J> {
     return rows.map((r) => toBlockedKeyRow(p.component, r, this.decoding.uuid));
   }
 
-  async blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null> {
+  async blockedKeySkipHead(p: SkipHeadTarget & { reason: string; fingerprint?: string }): Promise<string | null> {
     const head = this.params.idOrNull(p.headId ?? null);
+    const dead = [this.params.text(p.reason), this.params.text(p.fingerprint ?? null)];
     const params =
       p.component === 'outbox'
-        ? [this.params.key('key', p.key), head, this.params.text(p.reason)]
-        : [this.params.key('source', p.source), this.params.key('aggregateId', p.aggregateId), head, this.params.text(p.reason)];
+        ? [this.params.key('key', p.key), head, ...dead]
+        : [this.params.key('source', p.source), this.params.key('aggregateId', p.aggregateId), head, ...dead];
     const { rows } = await this.runAdmin<{ id: string }>(
       this.statements.blockedKeySkipHeadSql(this.table[p.component], p.component),
       params,

@@ -160,6 +160,22 @@ export function createQueueBoxRenewalsMigration(
 }
 
 /**
+ * The tenth QueueBox migration: the attempt history tables (`<outbox>_attempts`,
+ * `<inbox>_attempts`: each failed attempt's time, duration, instance, error class and message,
+ * the last `attemptHistory` per row) and `fingerprint` on both tables (what groups dead letters by
+ * cause). QueueBox does not start without it. Add it after the ninth; same `tables`, and a `name`
+ * of its own per QueueBox schema in one database.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations]
+ */
+export function createQueueBoxAttemptsMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.attempts, 'attempts');
+}
+
+/**
  * Every QueueBox migration for `tables`, in the order they run: spread it into TypeORM's
  * `migrations`, so a version that adds one needs no change in your app. `names` gives each a
  * name of its own (a second QueueBox schema in one database; each must end in a 13-digit
@@ -229,6 +245,9 @@ export const QueueBoxRateLimits1796428800000 = createQueueBoxRateLimitsMigration
 /** The renewals migration for the default table names; runs after `QueueBoxRateLimits1796428800000`. */
 export const QueueBoxRenewals1796515200000 = createQueueBoxRenewalsMigration();
 
+/** The attempts migration for the default table names; runs after `QueueBoxRenewals1796515200000`. */
+export const QueueBoxAttempts1796688000000 = createQueueBoxAttemptsMigration();
+
 /**
  * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
  * With other tables, use `createQueueBoxMigrations({ tables })`.
@@ -243,4 +262,5 @@ export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
   QueueBoxClaimProbes1796342400000,
   QueueBoxRateLimits1796428800000,
   QueueBoxRenewals1796515200000,
+  QueueBoxAttempts1796688000000,
 ];

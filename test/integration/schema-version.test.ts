@@ -8,9 +8,11 @@ import type { MigrationInterface } from 'typeorm';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import {
+  createQueueBoxAttemptsMigration,
   createQueueBoxInstancesMigration,
   createQueueBoxMigration,
   createQueueBoxRenewalsMigration,
+  QueueBoxAttempts1796688000000,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
@@ -76,6 +78,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxClaimProbes1796342400000,
         QueueBoxRateLimits1796428800000,
         QueueBoxRenewals1796515200000,
+        QueueBoxAttempts1796688000000,
       ]),
     );
     const app = await start(db, { retention: { enabled: true } });
@@ -86,15 +89,18 @@ describe('schema version checked at start-up', () => {
     );
   });
 
-  it('fails with only migration 001, naming the missing required migrations (002 with retention on, 006 and 009) and the command', async () => {
+  it('fails with only migration 001, naming the missing required migrations (002 with retention on, 006, 009 and 010) and the command', async () => {
     const db = track(await databaseWith([QueueBoxSchema1764460800000]));
-    await assert.rejects(start(db, {}), /lacks migrations QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000 /);
+    await assert.rejects(
+      start(db, {}),
+      /lacks migrations QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000, QueueBoxAttempts1796688000000 /,
+    );
     await assert.rejects(start(db, { retention: { enabled: true } }), (error: unknown) => {
       assert.ok(error instanceof QueueBoxConfigError, String(error));
       assert.equal(error.option, 'migrations');
       assert.match(
         error.message,
-        /lacks migrations QueueBoxOperations1764633600000, QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000 /,
+        /lacks migrations QueueBoxOperations1764633600000, QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000, QueueBoxAttempts1796688000000 /,
       );
       assert.match(error.message, /npx --no-install queuebox migrate`/);
       assert.doesNotMatch(error.message, /QueueBoxClaims/); // optional: a warning, not a failure
@@ -105,8 +111,15 @@ describe('schema version checked at start-up', () => {
     });
   });
 
-  it('starts with migrations 001, 006 and 009 when retention is off, warning of 002, 003, 004, 005, 007 and 008', async () => {
-    const db = track(await databaseWith([QueueBoxSchema1764460800000, QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000]));
+  it('starts with migrations 001, 006, 009 and 010 when retention is off, warning of 002, 003, 004, 005, 007 and 008', async () => {
+    const db = track(
+      await databaseWith([
+        QueueBoxSchema1764460800000,
+        QueueBoxInstances1796256000000,
+        QueueBoxRenewals1796515200000,
+        QueueBoxAttempts1796688000000,
+      ]),
+    );
     const app = await start(db, {});
     await app.close();
     assert.ok(app.logger.has('warn', 'QueueBoxOperations1764633600000 is not recorded'), JSON.stringify(app.logger.lines));
@@ -142,12 +155,13 @@ describe('schema version checked at start-up', () => {
     const renamed = createQueueBoxMigration({ tables, name: 'BillingQueueBox1790000000000' });
     const instances = createQueueBoxInstancesMigration({ tables, name: 'BillingInstances1790000000001' });
     const renewals = createQueueBoxRenewalsMigration({ tables, name: 'BillingRenewals1790000000002' });
-    const db = track(await databaseWith([renamed, instances, renewals]));
+    const attempts = createQueueBoxAttemptsMigration({ tables, name: 'BillingAttempts1790000000003' });
+    const db = track(await databaseWith([renamed, instances, renewals, attempts]));
     await assert.rejects(
-      start(db, { tables, retention: { enabled: true } }, { migrations: [renamed, instances, renewals] }),
+      start(db, { tables, retention: { enabled: true } }, { migrations: [renamed, instances, renewals, attempts] }),
       /lacks migration QueueBoxOperations1764633600000 /,
     );
-    const app = await start(db, { tables }, { migrations: [renamed, instances, renewals] });
+    const app = await start(db, { tables }, { migrations: [renamed, instances, renewals, attempts] });
     await app.close();
     assert.ok(
       !app.logger.lines.some((line) => line.message.includes('BillingQueueBox1790000000000')),

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import { DataSource, type DataSourceOptions, MssqlParameter } from 'typeorm';
+import { attemptsTableOf } from '../../lib/common/identifiers';
 import type { QueueBoxTables } from '../../lib/dialects/dialect';
 import * as admin from '../../lib/dialects/sqlserver/admin.sql';
 import * as checks from '../../lib/dialects/sqlserver/checks.sql';
@@ -17,6 +18,8 @@ import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
 import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
 import * as retention from '../../lib/dialects/sqlserver/retention.sql';
 import {
+  sqlServerAttemptsDown,
+  sqlServerAttemptsUp,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
   sqlServerInstancesDown,
@@ -179,6 +182,11 @@ export const ADMIN_BUILDERS = new Set([
   'adminClaimListSql',
   'retentionTryLockSql',
   'retentionDeleteSql',
+  'deadLetterGroupsSql',
+  'attemptListSql',
+  // Take the attempt history table beside the table (migration 010): listed in adminStatements.
+  'leaseRetryRecordedSql',
+  'leaseDeadLetterRecordedSql',
 ]);
 
 /** Exported fragments of statements, not statements: each is checked inside the statements that use it. */
@@ -205,6 +213,16 @@ export function adminStatements(): { name: string; statement: string }[] {
         { name: `deadLetterDiscardSql(${table[c]})`, statement: sql.deadLetterDiscardSql(table[c], c) },
         { name: `blockedKeyListSql(${table[c]})`, statement: sql.blockedKeyListSql(table[c], c, table) },
         { name: `blockedKeySkipHeadSql(${table[c]})`, statement: sql.blockedKeySkipHeadSql(table[c], c) },
+        { name: `deadLetterGroupsSql(${table[c]})`, statement: sql.deadLetterGroupsSql(table[c], c) },
+        { name: `attemptListSql(${table[c]})`, statement: sql.attemptListSql(mssqlTable(attemptsTableOf(tables[c]))) },
+        {
+          name: `leaseRetryRecordedSql(${table[c]})`,
+          statement: sql.leaseRetryRecordedSql(table[c], mssqlTable(attemptsTableOf(tables[c]))),
+        },
+        {
+          name: `leaseDeadLetterRecordedSql(${table[c]})`,
+          statement: sql.leaseDeadLetterRecordedSql(table[c], mssqlTable(attemptsTableOf(tables[c]))),
+        },
       ]),
       ...RETENTION_KINDS.map((kind) => {
         const t = kind.startsWith('outbox') ? table.outbox : table.inbox;
@@ -251,6 +269,8 @@ function schemaScriptStatements(): { name: string; statement: string }[] {
     ...sqlServerInstancesDown(tables).map((statement, n) => ({ name: `instances down #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerRenewalsUp(tables).map((statement, n) => ({ name: `renewals up #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerRenewalsDown(tables).map((statement, n) => ({ name: `renewals down #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerAttemptsUp(tables).map((statement, n) => ({ name: `attempts up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerAttemptsDown(tables).map((statement, n) => ({ name: `attempts down #${n} (${tables.outbox.qualified})`, statement })),
   ]);
 }
 

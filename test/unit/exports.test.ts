@@ -35,6 +35,8 @@ describe('public barrel', () => {
       'createQueueBoxRateLimitsMigration',
       'QueueBoxRenewals1796515200000',
       'createQueueBoxRenewalsMigration',
+      'QueueBoxAttempts1796688000000',
+      'createQueueBoxAttemptsMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -67,6 +69,7 @@ describe('public barrel', () => {
         'QueueBoxClaimProbes1796342400000',
         'QueueBoxRateLimits1796428800000',
         'QueueBoxRenewals1796515200000',
+        'QueueBoxAttempts1796688000000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );

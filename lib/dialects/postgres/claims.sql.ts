@@ -1,3 +1,4 @@
+import { RECLAIM_FINGERPRINT } from '../../common/fingerprint';
 import type { QueueBoxTables } from '../dialect';
 import { readCommittedSql } from './checks.sql';
 import { type InlineParam, inlineParams, pgLiteral } from './quoting';
@@ -176,7 +177,8 @@ ${returning}`;
 const RECLAIM_SET = `SET state = CASE WHEN attempts >= $1 THEN 'dead' ELSE 'pending' END,
     claim_token = NULL, lease_expires_at = NULL,
     last_error = 'lease expired on attempt ' || attempts || ' of ' || $1::integer
-      || ': the worker crashed, was stopped or outlived its lease'`;
+      || ': the worker crashed, was stopped or outlived its lease',
+    fingerprint = CASE WHEN attempts >= $1 THEN '${RECLAIM_FINGERPRINT}' ELSE fingerprint END`;
 
 /** $1 = max attempts. */
 export const outboxReclaimSql = (table: string) => `UPDATE ${table}

@@ -1,3 +1,4 @@
+import { RECLAIM_FINGERPRINT } from '../../common/fingerprint';
 import { indexOf } from './quoting';
 import { KEY_COLLATION } from './schema';
 import { asUtc, msFromNow, NOW } from './time';
@@ -380,7 +381,8 @@ export const housekeepingTarget = (table: string) => `WITH (ROWLOCK, READPAST, I
 const RECLAIM_SET = `SET [state] = CASE WHEN [attempts] >= @0 THEN N'dead' ELSE N'pending' END,
     [claim_token] = NULL, [lease_expires_at] = NULL,
     [last_error] = CONCAT(N'lease expired on attempt ', [attempts], N' of ', @0,
-      N': the worker crashed, was stopped or outlived its lease')`;
+      N': the worker crashed, was stopped or outlived its lease'),
+    [fingerprint] = CASE WHEN [attempts] >= @0 THEN N'${RECLAIM_FINGERPRINT}' ELSE [fingerprint] END`;
 
 /** @0 = max attempts. Passes over rows others hold, as the instance sweep does (HOUSEKEEPING). */
 export const outboxReclaimSql = (table: string) => `${HOUSEKEEPING}UPDATE t

@@ -2,6 +2,8 @@ import type { DialectDriver } from '../dialect-driver';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
 import {
   KEY_COLLATION,
+  sqlServerAttemptsDown,
+  sqlServerAttemptsUp,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
   sqlServerInstancesDown,
@@ -36,6 +38,7 @@ export const sqlServerDriver = {
     claimProbes: { up: () => [], down: () => [] },
     rateLimits: { up: sqlServerRateLimitsUp, down: sqlServerRateLimitsDown },
     renewals: { up: sqlServerRenewalsUp, down: sqlServerRenewalsDown },
+    attempts: { up: sqlServerAttemptsUp, down: sqlServerAttemptsDown },
   },
   noOpMigrations: {
     claimFunctions:

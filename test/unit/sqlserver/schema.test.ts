@@ -57,7 +57,7 @@ describe('SQL Server schema through the migration classes and plain SQL', () => 
     assert.match(renderSchemaSql('postgres', { migration: 'keyCollation' }), /Nothing to do on PostgreSQL/);
   });
 
-  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions, 006_queuebox_instances, 007_queuebox_claim_probes and 008_queuebox_rate_limits and 009_queuebox_renewals .{up,down}.sql, one GO batch per statement', () => {
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions, 006_queuebox_instances, 007_queuebox_claim_probes and 008_queuebox_rate_limits, 009_queuebox_renewals and 010_queuebox_attempts .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
@@ -80,6 +80,8 @@ describe('SQL Server schema through the migration classes and plain SQL', () => 
         '008_queuebox_rate_limits.down.sql',
         '009_queuebox_renewals.up.sql',
         '009_queuebox_renewals.down.sql',
+        '010_queuebox_attempts.up.sql',
+        '010_queuebox_attempts.down.sql',
       ],
     );
     const up = renderSchemaSql('mssql');
