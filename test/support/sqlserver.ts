@@ -190,7 +190,7 @@ export const ADMIN_BUILDERS = new Set([
 ]);
 
 /** Exported fragments of statements, not statements: each is checked inside the statements that use it. */
-export const FRAGMENTS = new Set(['housekeepingTarget']);
+export const FRAGMENTS = new Set(['housekeepingTarget', 'historyOfGone']);
 
 export const COMPONENTS = ['outbox', 'inbox'] as const;
 export const RETENTION_KINDS = ['outbox-sent', 'inbox-processed', 'outbox-dead', 'inbox-dead'] as const;
