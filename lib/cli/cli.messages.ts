@@ -81,6 +81,7 @@ export const cliMessages = {
     `no sub-command given: use one of ${choices.join(', ')} (\`queuebox ${command} --help\`).`,
   subcommandUnknown: (command: string, name: string, choices: readonly string[]) =>
     `unknown sub-command ${JSON.stringify(name)}: use one of ${choices.join(', ')} (\`queuebox ${command} --help\`).`,
+  rowIdMissing: (command: string) => `${command} needs the row id: queuebox ${command} <id> --component outbox|inbox.`,
   extraArguments: (values: readonly string[]) => `unexpected argument(s) ${values.map((v) => JSON.stringify(v)).join(' ')}.`,
   componentMissing: () => '--component is required: outbox or inbox.',
   componentInvalid: (value: string) => `--component ${JSON.stringify(value)} must be outbox or inbox.`,
