@@ -2,11 +2,13 @@
 // and the confirmation dialog. Views live in views.ts; everything they show comes from the API.
 import { ApiError, session as loadSession, type Session } from './api.js';
 import { h, mount } from './dom.js';
+import { deadLetterGroups } from './failures.js';
 import { blocked, claims, deadLetter, deadLetters, heartbeats, overview, type ViewContext } from './views.js';
 
 const VIEWS = [
   ['overview', 'Overview'],
   ['dead', 'Dead letters'],
+  ['groups', 'Dead-letter groups'],
   ['blocked', 'Blocked'],
   ['claims', 'Claims in flight'],
   ['heartbeats', 'Instances'],
@@ -128,6 +130,7 @@ async function start(): Promise<void> {
     try {
       if (view === 'dead' && rest.length === 2) await deadLetter(ctx, rest[0] === 'inbox' ? 'inbox' : 'outbox', rest[1]);
       else if (view === 'dead') await deadLetters(ctx);
+      else if (view === 'groups') await deadLetterGroups(ctx);
       else if (view === 'blocked') await blocked(ctx);
       else if (view === 'claims') await claims(ctx);
       else if (view === 'heartbeats') await heartbeats(ctx);

@@ -1,6 +1,7 @@
 import { get, post, type Session } from './api.js';
 import { minuteChart } from './chart.js';
 import { type Child, duration, h, mount, plural, time } from './dom.js';
+import { attemptsSection } from './failures.js';
 
 type Component = 'outbox' | 'inbox';
 
@@ -40,6 +41,7 @@ interface DeadLetter {
   key: string | null;
   attempts: number;
   lastError: string | null;
+  fingerprint?: string | null;
   createdAt: string;
   lastAttemptAt: string | null;
   headers: Record<string, string>;
@@ -127,12 +129,12 @@ function componentOf(params: URLSearchParams): Component {
   return params.get('component') === 'inbox' ? 'inbox' : 'outbox';
 }
 
-function heading(text: string, ...extra: Child[]): HTMLElement {
+export function heading(text: string, ...extra: Child[]): HTMLElement {
   return h('div', { class: 'heading' }, h('h1', { tabindex: '-1', id: 'view-title' }, text), ...extra);
 }
 
 /** The outbox / inbox switch of a view, as two links (keyboard: Tab and Enter). */
-function componentTabs(ctx: ViewContext, view: string, current: Component, keep: Record<string, string> = {}): HTMLElement {
+export function componentTabs(ctx: ViewContext, view: string, current: Component, keep: Record<string, string> = {}): HTMLElement {
   return h(
     'nav',
     { class: 'tabs', 'aria-label': 'Table' },
@@ -149,7 +151,7 @@ function componentTabs(ctx: ViewContext, view: string, current: Component, keep:
   );
 }
 
-function table(headers: string[], rows: Node[], empty: string, caption?: string): HTMLElement {
+export function table(headers: string[], rows: Node[], empty: string, caption?: string): HTMLElement {
   if (rows.length === 0) return h('p', { class: 'empty' }, empty);
   return h(
     'div',
@@ -253,7 +255,7 @@ export async function overview(ctx: ViewContext): Promise<void> {
 
 // ---- Dead letters ---------------------------------------------------------------------------
 
-const FILTERS = ['name', 'key', 'error', 'from', 'to'] as const;
+const FILTERS = ['name', 'key', 'error', 'from', 'to', 'fingerprint'] as const;
 
 /** `datetime-local` inputs hold local time without a zone; the API takes ISO 8601 instants. */
 const toIso = (local: string) => (local ? new Date(local).toISOString() : '');
@@ -294,6 +296,7 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
     field('key', label.key),
     field('from', 'Died from', 'datetime-local'),
     field('to', 'Died before', 'datetime-local'),
+    filter.fingerprint ? h('input', { type: 'hidden', name: 'fingerprint', value: filter.fingerprint }) : null,
     h('div', { class: 'buttons' }, h('button', { type: 'submit', class: 'primary' }, 'Search'), h('button', { type: 'reset' }, 'Clear')),
   );
   const onSearch = (event: Event) => {
@@ -314,7 +317,16 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
   });
 
   const results = h('div', { class: 'results' }, h('p', { class: 'loading' }, 'Loading…'));
-  mount(ctx.main, heading('Dead letters', componentTabs(ctx, 'dead', component, filter)), form, results);
+  mount(
+    ctx.main,
+    heading(
+      'Dead letters',
+      componentTabs(ctx, 'dead', component, filter),
+      h('a', { href: `#/${encodeURIComponent(ctx.instance)}/groups?component=${component}`, class: 'back' }, 'By cause →'),
+    ),
+    form,
+    results,
+  );
 
   const query = { component, ...filter };
   const [page, total] = await Promise.all([
@@ -345,7 +357,14 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
         ? { component, ids: [...selected] }
         : {
             component,
-            filter: { name: filter.name, key: filter.key, error: filter.error, from: filter.from, to: filter.to },
+            filter: {
+              name: filter.name,
+              key: filter.key,
+              error: filter.error,
+              from: filter.from,
+              to: filter.to,
+              fingerprint: filter.fingerprint,
+            },
             all: !filtered,
           };
     try {
@@ -491,7 +510,20 @@ export async function deadLetter(ctx: ViewContext, component: Component, id: str
     [component === 'outbox' ? 'Enqueued' : 'Received', time(r.createdAt)],
     ['Last attempt', time(r.lastAttemptAt)],
     ['Trace id', r.traceId ? h('code', null, r.traceId) : '—'],
+    [
+      'Fingerprint',
+      r.fingerprint
+        ? h(
+            'a',
+            {
+              href: `#/${encodeURIComponent(ctx.instance)}/dead?${new URLSearchParams({ component, name: r.name, fingerprint: r.fingerprint })}`,
+            },
+            r.fingerprint,
+          )
+        : '—',
+    ],
   ];
+  const attempts = await attemptsSection(ctx, component, id);
   mount(
     ctx.main,
     heading(
@@ -513,6 +545,7 @@ export async function deadLetter(ctx: ViewContext, component: Component, id: str
     ),
     h('h2', null, 'Last error'),
     h('pre', { class: 'error-block' }, r.lastError ?? '—'),
+    attempts,
     h('h2', null, 'Payload'),
     h('pre', { class: 'code', tabindex: '0' }, JSON.stringify(r.payload, null, 2)),
     h('h2', null, 'Headers'),
