@@ -96,6 +96,14 @@ export class QueueBoxAdmin {
   }
 
   /**
+   * Dead rows per destination (outbox) or source (inbox) and error class (`PublishError/503`;
+   * `unknown` for rows that died before migration 010): what `queuebox_dead_letters` reports.
+   */
+  async deadLetterClasses(p: { component: QueueTable }): Promise<{ name: string; errorClass: string; count: number }[]> {
+    return this.dialect.deadLetterClasses({ component: component(p?.component) });
+  }
+
+  /**
    * The failed attempts of one row (any state), newest first: when each failed, how long it ran
    * from its claim, which instance claimed it, its error class and message, and whether it was
    * retried or dead-lettered. The last `attemptHistory` (default 10) are kept; a row that never

@@ -236,6 +236,8 @@ export interface Dialect {
   deadLetterCount(p: { selection: DeadSelection }): Promise<number>;
   /** Dead rows per destination (source) and fingerprint, the biggest groups first, at most `limit`. */
   deadLetterGroups(p: { component: QueueTable; limit: number }): Promise<DeadLetterGroupRow[]>;
+  /** Dead rows per destination (source) and error class (the fingerprint's class; `unknown` without one). */
+  deadLetterClasses(p: { component: QueueTable }): Promise<{ name: string; errorClass: string; count: number }[]>;
   /** A row's attempt history (migration 010), newest first. */
   attemptList(p: { component: QueueTable; id: string }): Promise<AttemptRow[]>;
   /** Replays one batch (ids above `afterId`, at most `limit`): `pending`, attempts 0, due now, replay recorded in headers. Returns the ids changed. */

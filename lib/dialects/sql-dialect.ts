@@ -83,6 +83,7 @@ export interface SqlDialectStatements {
   deadLetterListSql(table: string, component: QueueTable, includePayload: boolean, descending?: boolean): string;
   deadLetterCountSql(table: string, component: QueueTable): string;
   deadLetterGroupsSql(table: string, component: QueueTable): string;
+  deadLetterClassesSql(table: string, component: QueueTable): string;
   attemptListSql(history: string): string;
   deadLetterReplaySql(table: string, component: QueueTable): string;
   /** With `history`, the discarded rows' attempt history goes with them. */
@@ -394,6 +395,14 @@ export abstract class SqlDialect<J> {
       this.params.int(p.limit),
     ]);
     return rows.map((r) => toDeadLetterGroupRow(p.component, r));
+  }
+
+  async deadLetterClasses(p: { component: QueueTable }): Promise<{ name: string; errorClass: string; count: number }[]> {
+    const { rows } = await this.runAdmin<{ name: string; error_class: string; n: string | number }>(
+      this.statements.deadLetterClassesSql(this.table[p.component], p.component),
+      [],
+    );
+    return rows.map((r) => ({ name: r.name, errorClass: r.error_class, count: Number(r.n) }));
   }
 
   async attemptList(p: { component: QueueTable; id: string }): Promise<AttemptRow[]> {

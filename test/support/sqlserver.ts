@@ -183,6 +183,7 @@ export const ADMIN_BUILDERS = new Set([
   'retentionTryLockSql',
   'retentionDeleteSql',
   'deadLetterGroupsSql',
+  'deadLetterClassesSql',
   'attemptListSql',
   // Take the attempt history table beside the table (migration 010): listed in adminStatements.
   'leaseRetryRecordedSql',
@@ -214,6 +215,7 @@ export function adminStatements(): { name: string; statement: string }[] {
         { name: `blockedKeyListSql(${table[c]})`, statement: sql.blockedKeyListSql(table[c], c, table) },
         { name: `blockedKeySkipHeadSql(${table[c]})`, statement: sql.blockedKeySkipHeadSql(table[c], c) },
         { name: `deadLetterGroupsSql(${table[c]})`, statement: sql.deadLetterGroupsSql(table[c], c) },
+        { name: `deadLetterClassesSql(${table[c]})`, statement: sql.deadLetterClassesSql(table[c], c) },
         { name: `attemptListSql(${table[c]})`, statement: sql.attemptListSql(mssqlTable(attemptsTableOf(tables[c]))) },
         {
           name: `leaseRetryRecordedSql(${table[c]})`,

@@ -222,3 +222,15 @@ LIMIT $1`;
 export const attemptListSql = (history: string) => `SELECT id, attempt, failed_at, duration_ms, instance_id, error_class, error, outcome
 FROM ${history} WHERE row_id = $1
 ORDER BY id DESC`;
+
+/**
+ * Dead rows per destination (source) and error class (the fingerprint up to its first ": ";
+ * `unknown` for rows that died before migration 010), for the dead-letter gauge. Reads the dead
+ * rows only (`dead_idx`).
+ */
+export const deadLetterClassesSql = (table: string, component: 'outbox' | 'inbox') => {
+  const c = ADMIN_COLUMNS[component];
+  return `SELECT ${c.name} AS name, coalesce(split_part(fingerprint, ': ', 1), 'unknown') AS error_class, count(*) AS n
+FROM ${table} WHERE state = 'dead'
+GROUP BY 1, 2`;
+};

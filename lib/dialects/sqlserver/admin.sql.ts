@@ -230,3 +230,12 @@ export const attemptListSql = (history: string) => `SELECT [id], [attempt], ${as
        [instance_id], [error_class], [error], [outcome]
 FROM ${history} WHERE [row_id] = @0
 ORDER BY [id] DESC`;
+
+/** Dead rows per destination (source) and error class, for the dead-letter gauge (see postgres/admin.sql.ts). */
+export const deadLetterClassesSql = (table: string, component: Component) => {
+  const c = ADMIN_COLUMNS[component];
+  const errorClass = `COALESCE(LEFT([fingerprint], NULLIF(CHARINDEX(N': ', [fingerprint]), 0) - 1), [fingerprint], N'unknown')`;
+  return `SELECT ${c.name} AS [name], ${errorClass} AS [error_class], COUNT_BIG(*) AS [n]
+FROM ${table} WHERE [state] = N'dead'
+GROUP BY ${c.name}, ${errorClass}`;
+};
