@@ -36,7 +36,12 @@ function fingerprintText(fingerprint: string | null) {
   if (fingerprint === null) return h('span', { class: 'hint' }, 'none (died before migration 010)');
   const cut = fingerprint.indexOf(': ');
   if (cut < 0) return h('code', null, fingerprint);
-  return h('span', { class: 'fingerprint' }, h('strong', null, fingerprint.slice(0, cut)), h('code', null, fingerprint.slice(cut + 2)));
+  return h(
+    'span',
+    { class: 'fingerprint' },
+    h('strong', null, `${fingerprint.slice(0, cut)}:`),
+    h('code', null, fingerprint.slice(cut + 2)),
+  );
 }
 
 export async function deadLetterGroups(ctx: ViewContext): Promise<void> {
