@@ -1,6 +1,6 @@
 // What a failure is, for the attempt history and the dead-letter groups: its error class (or
 // code), and a fingerprint of its message with the ids and numbers taken out, so the same cause
-// on a thousand messages is one group (docs/dead-letters.md, "Groups").
+// on a thousand messages is one group (docs/operations.md, "Dead-letter groups").
 
 /** The error class of a row dead-lettered because its claims' leases expired (no error object). */
 export const LEASE_EXPIRED_CLASS = 'LeaseExpired';

@@ -241,7 +241,7 @@ export interface DeadInstanceRow {
 
 /**
  * Dead letters of one cause: one destination (outbox) or source (inbox) and one fingerprint
- * (`<error class>: <message with ids and numbers taken out>`, docs/dead-letters.md). `fingerprint`
+ * (`<error class>: <message with ids and numbers taken out>`, docs/operations.md). `fingerprint`
  * is `null` for rows that died before migration 010.
  */
 export interface DeadLetterGroupRow {

@@ -2,12 +2,26 @@
 // fingerprint, and replay/discard per group acting only on rows whose fingerprint matches when the
 // statement locks them, fenced against a replica replaying the same group at the same time.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
 import { after, before, it } from 'node:test';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { createQueueBoxAdmin } from '../../lib/admin/create-queuebox-admin';
 import type { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { describeWithDatabase } from '../support/database';
+
+const CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
+
+function queuebox(args: string[], url: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: url };
+  delete env.QUEUEBOX_DATABASE_URL;
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { env, timeout: 60_000 }, (error, stdout, stderr) => {
+      resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout: String(stdout), stderr: String(stderr) });
+    });
+  });
+}
 
 const TIMEOUT = 'PublishError/503: HTTP # from billing for order #';
 const REFUSED = 'Error/ECONNREFUSED: connect ECONNREFUSED #.#.#.#:#';
@@ -123,6 +137,37 @@ describeWithDatabase('dead-letter groups', { truncate: ['queuebox_outbox', 'queu
     assert.deepEqual(await db.query('SELECT state, fingerprint FROM queuebox_outbox WHERE id = $1', [id]), [
       { state: 'dead', fingerprint: REFUSED },
     ]);
+  });
+
+  it('queuebox dead-letters groups prints them; replay --name --fingerprint replays one group', async () => {
+    await dead('billing', TIMEOUT, 3);
+    await dead('billing', REFUSED, 1);
+    const groups = await queuebox(['dead-letters', 'groups', '--component', 'outbox'], db.url);
+    assert.equal(groups.code, 0, groups.stderr);
+    assert.match(
+      groups.stdout,
+      /Dead outbox rows by cause, the biggest groups first:\n {2}count {2}first died {12}last died {13}destination\n {6}3 {2}\S+ {2}\S+ {2}billing\n {4}fingerprint: PublishError\/503: HTTP # from billing for order #\n {6}1 /,
+    );
+    assert.match(groups.stdout, /2 group\(s\)\. Replay or discard one: /);
+    const json = JSON.parse((await queuebox(['dead-letters', 'groups', '--component', 'outbox', '--json'], db.url)).stdout) as {
+      groups: { fingerprint: string; count: number }[];
+    };
+    assert.deepEqual(
+      json.groups.map((g) => [g.fingerprint, g.count]),
+      [
+        [TIMEOUT, 3],
+        [REFUSED, 1],
+      ],
+    );
+    const replay = await queuebox(
+      ['dead-letters', 'replay', '--component', 'outbox', '--name', 'billing', '--fingerprint', TIMEOUT],
+      db.url,
+    );
+    assert.equal(replay.code, 0, replay.stderr);
+    assert.match(replay.stdout, /Replayed 3 dead outbox row\(s\)/);
+    const misuse = await queuebox(['dead-letters', 'groups', '--component', 'outbox', '--name', 'billing'], db.url);
+    assert.equal(misuse.code, 2);
+    assert.match(misuse.stderr, /--name applies to list, count, replay and discard only/);
   });
 
   it('refuses a fingerprint longer than a row can hold, naming the field', async () => {
