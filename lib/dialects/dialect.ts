@@ -135,7 +135,7 @@ export interface Dialect {
    */
   outboxClaimBatch(p: { limit: number; leaseMs: number }): Promise<OutboxClaim[]>;
   /** Returns expired `processing` rows to `pending`, or to `dead` when they used up `maxAttempts`. */
-  outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult>;
+  outboxReclaim(p: { maxAttempts: number; attemptHistory?: number }): Promise<ReclaimResult>;
 
   /**
    * Stores the row unless `(source, idempotency_key)` exists, without ever raising a unique
@@ -145,7 +145,7 @@ export interface Dialect {
   /** The relay's claim: like `outboxClaimBatch`, per (source, aggregate), for the given sources only. */
   inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]>;
   /** The relay's reclaim step, limited to its sources. */
-  inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult>;
+  inboxReclaim(p: { sources: string[]; maxAttempts: number; attemptHistory?: number }): Promise<ReclaimResult>;
 
   /**
    * A pull claim for one source: expired `processing` rows and available `pending` rows in one

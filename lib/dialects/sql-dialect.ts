@@ -64,6 +64,9 @@ const ALL_IDS: CompletedIds = { has: () => true };
 export interface SqlDialectStatements {
   outboxReclaimSql(table: string): string;
   inboxReclaimSql(table: string): string;
+  /** The reclaims that also record each expired attempt in `history` (migration 010). */
+  outboxReclaimRecordedSql(table: string, history: string): string;
+  inboxReclaimRecordedSql(table: string, history: string): string;
   inboxFindSql(table: string): string;
   inboxFollowersSql(table: string): string;
   inboxCompleteFollowersSql(table: string): string;
@@ -183,19 +186,22 @@ export abstract class SqlDialect<J> {
     return records.map((r) => toInboxClaimedRow(r, this.decoding)).sort(byId);
   }
 
-  async outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(
-      await this.run<ReclaimedRecord>(this.statements.outboxReclaimSql(this.table.outbox), [this.params.int(p.maxAttempts)]),
-    );
+  async outboxReclaim(p: { maxAttempts: number; attemptHistory?: number }): Promise<ReclaimResult> {
+    const params = [this.params.int(p.maxAttempts)];
+    if (!p.attemptHistory || p.attemptHistory < 1) {
+      return countReclaimed(await this.run<ReclaimedRecord>(this.statements.outboxReclaimSql(this.table.outbox), params));
+    }
+    const statement = this.statements.outboxReclaimRecordedSql(this.table.outbox, this.attemptsTable.outbox);
+    return countReclaimed(await this.run<ReclaimedRecord>(statement, [...params, this.params.int(p.attemptHistory)]));
   }
 
-  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(
-      await this.run<ReclaimedRecord>(this.statements.inboxReclaimSql(this.table.inbox), [
-        this.params.int(p.maxAttempts),
-        this.params.names(p.sources),
-      ]),
-    );
+  async inboxReclaim(p: { sources: string[]; maxAttempts: number; attemptHistory?: number }): Promise<ReclaimResult> {
+    const params = [this.params.int(p.maxAttempts), this.params.names(p.sources)];
+    if (!p.attemptHistory || p.attemptHistory < 1) {
+      return countReclaimed(await this.run<ReclaimedRecord>(this.statements.inboxReclaimSql(this.table.inbox), params));
+    }
+    const statement = this.statements.inboxReclaimRecordedSql(this.table.inbox, this.attemptsTable.inbox);
+    return countReclaimed(await this.run<ReclaimedRecord>(statement, [...params, this.params.int(p.attemptHistory)]));
   }
 
   /**

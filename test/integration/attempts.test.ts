@@ -17,6 +17,7 @@ import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import type { QueueBoxIdentity } from '../../lib/types/instance';
 import { createTestApp, type TestApp } from '../support/app';
+import { claimsOf } from '../support/claims';
 import { describeWithDatabase, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
@@ -150,6 +151,42 @@ describeWithDatabase('attempt history', { truncate: TABLES }, (db) => {
         [1, 'retry', 'TypeError', 'TypeError: no customer 42'],
         [2, 'dead', 'TypeError', 'TypeError: no customer 42'],
       ],
+    );
+  });
+
+  it('records an attempt whose lease expired when the reclaim step returns it (retry), and when it dies there (dead)', async () => {
+    await enqueue(t, 'ok', 1);
+    const take = claimsOf(t);
+    for (let round = 1; round <= 2; round++) {
+      assert.equal((await take.outbox.claim({ limit: 1, leaseMs: 40 })).length, 1);
+      await sleep(80);
+      // As the poller's reclaim step calls it (maxAttempts, attemptHistory).
+      await take.outbox.reclaim({ maxAttempts: 2, attemptHistory: 3 });
+    }
+    const [row] = await db.query<{ id: string; state: string; claimed_by: string }>(
+      'SELECT id::text, state, claimed_by::text FROM queuebox_outbox',
+    );
+    assert.equal(row.state, 'dead');
+    const history = await attemptRows(db, 'queuebox_outbox_attempts');
+    assert.deepEqual(
+      history.map((h) => [h.attempt, h.outcome, h.error_class, h.instance_id === row.claimed_by]),
+      [
+        [1, 'retry', 'LeaseExpired', true],
+        [2, 'dead', 'LeaseExpired', true],
+      ],
+    );
+    assert.match(history[1].error, /^lease expired on attempt 2 of 2/);
+    assert.ok(Number(history[0].duration_ms) >= 40, `from the claim to the reclaim: ${history[0].duration_ms}`);
+    await take.outbox.reclaim({ maxAttempts: 2, attemptHistory: 3 });
+    assert.equal((await attemptRows(db, 'queuebox_outbox_attempts')).length, 2, 'a reclaim that finds nothing records nothing');
+
+    await t.get(InboxService).receive({ source: 'orders', idempotencyKey: 'r-1', payload: {} });
+    await take.relay.claim({ sources: ['orders'], limit: 1, leaseMs: 40 });
+    await sleep(80);
+    await take.relay.reclaim({ sources: ['orders'], maxAttempts: 5, attemptHistory: 3 });
+    assert.deepEqual(
+      (await attemptRows(db, 'queuebox_inbox_attempts')).map((h) => [h.attempt, h.outcome, h.error_class]),
+      [[1, 'retry', 'LeaseExpired']],
     );
   });
 

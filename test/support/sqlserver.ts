@@ -188,6 +188,8 @@ export const ADMIN_BUILDERS = new Set([
   // Take the attempt history table beside the table (migration 010): listed in adminStatements.
   'leaseRetryRecordedSql',
   'leaseDeadLetterRecordedSql',
+  'outboxReclaimRecordedSql',
+  'inboxReclaimRecordedSql',
 ]);
 
 /** Exported fragments of statements, not statements: each is checked inside the statements that use it. */
@@ -220,6 +222,10 @@ export function adminStatements(): { name: string; statement: string }[] {
         {
           name: `leaseRetryRecordedSql(${table[c]})`,
           statement: sql.leaseRetryRecordedSql(table[c], mssqlTable(attemptsTableOf(tables[c]))),
+        },
+        {
+          name: `${c}ReclaimRecordedSql(${table[c]})`,
+          statement: sql[`${c}ReclaimRecordedSql`](table[c], mssqlTable(attemptsTableOf(tables[c]))),
         },
         {
           name: `leaseDeadLetterRecordedSql(${table[c]})`,

@@ -87,6 +87,8 @@ describe('SQL Server parameters: numbered @0..@n-1', () => {
       ['discard', sql.deadLetterDiscardSql(I, 'inbox'), 9],
       ['groups', sql.deadLetterGroupsSql(I, 'inbox'), 1],
       ['classes', sql.deadLetterClassesSql(O, 'outbox'), 0],
+      ['outbox reclaim recorded', sql.outboxReclaimRecordedSql(O, '[queuebox_outbox_attempts]'), 2],
+      ['inbox reclaim recorded', sql.inboxReclaimRecordedSql(I, '[queuebox_inbox_attempts]'), 3],
       ['attempts', sql.attemptListSql('[queuebox_inbox_attempts]'), 1],
       ['retry recorded', sql.leaseRetryRecordedSql(O, '[queuebox_outbox_attempts]'), 6],
       ['dead letter recorded', sql.leaseDeadLetterRecordedSql(O, '[queuebox_outbox_attempts]'), 7],
