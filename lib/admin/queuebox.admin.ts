@@ -97,7 +97,7 @@ export class QueueBoxAdmin {
 
   /**
    * Dead rows per destination (outbox) or source (inbox) and error class (`PublishError/503`;
-   * `unknown` for rows that died before migration 010): what `queuebox_dead_letters` reports.
+   * `unknown` for rows that died before the attempts migration): what `queuebox_dead_letters` reports.
    */
   async deadLetterClasses(p: { component: QueueTable }): Promise<{ name: string; errorClass: string; count: number }[]> {
     return this.dialect.deadLetterClasses({ component: component(p?.component) });

@@ -33,7 +33,7 @@ export function rateLimitsTableOf(outbox: TableName): TableName {
 }
 
 /**
- * The attempt history of a table (migration 010): `<table>_attempts`, in the table's schema, one
+ * The attempt history of a table (the attempts migration): `<table>_attempts`, in the table's schema, one
  * row per failed attempt of one of its rows.
  */
 export function attemptsTableOf(table: TableName): TableName {

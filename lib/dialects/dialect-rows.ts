@@ -36,7 +36,7 @@ export interface DeadLetterRow {
   key: string | null;
   attempts: number;
   lastError: string | null;
-  /** Its group's fingerprint (`<error class>: <normalized message>`); `null` for rows that died before migration 010. */
+  /** Its group's fingerprint (`<error class>: <normalized message>`); `null` for rows that died before the attempts migration. */
   fingerprint: string | null;
   /** Enqueue (outbox) or receive (inbox) time. */
   createdAt: Date;
@@ -242,7 +242,7 @@ export interface DeadInstanceRow {
 /**
  * Dead letters of one cause: one destination (outbox) or source (inbox) and one fingerprint
  * (`<error class>: <message with ids and numbers taken out>`, docs/operations.md). `fingerprint`
- * is `null` for rows that died before migration 010.
+ * is `null` for rows that died before the attempts migration.
  */
 export interface DeadLetterGroupRow {
   component: QueueTable;
@@ -254,7 +254,7 @@ export interface DeadLetterGroupRow {
   lastDeadAt: Date;
 }
 
-/** One failed attempt of a row, from its attempt history (migration 010). */
+/** One failed attempt of a row, from its attempt history (the attempts migration). */
 export interface AttemptRow {
   /** The row's attempt number (its `attempts` then; a replay starts again from 1). */
   attempt: number;

@@ -238,7 +238,7 @@ export interface Dialect {
   deadLetterGroups(p: { component: QueueTable; limit: number }): Promise<DeadLetterGroupRow[]>;
   /** Dead rows per destination (source) and error class (the fingerprint's class; `unknown` without one). */
   deadLetterClasses(p: { component: QueueTable }): Promise<{ name: string; errorClass: string; count: number }[]>;
-  /** A row's attempt history (migration 010), newest first. */
+  /** A row's attempt history (the attempts migration), newest first. */
   attemptList(p: { component: QueueTable; id: string }): Promise<AttemptRow[]>;
   /** Replays one batch (ids above `afterId`, at most `limit`): `pending`, attempts 0, due now, replay recorded in headers. Returns the ids changed. */
   deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]>;
@@ -289,7 +289,7 @@ export interface Dialect {
   clockNow(): Promise<Date>;
 }
 
-/** A failed attempt for the attempt history (migration 010): its error text and class, and how many attempts a row keeps. */
+/** A failed attempt for the attempt history (the attempts migration): its error text and class, and how many attempts a row keeps. */
 export interface FailedAttempt {
   error: string;
   errorClass: string;
@@ -306,7 +306,7 @@ export interface DeadSelection {
   ids: string[] | null;
   /** Outbox `key` or inbox `aggregate_id`, exactly. */
   key: string | null;
-  /** The dead letters' group fingerprint (migration 010), exactly. */
+  /** The dead letters' group fingerprint (the attempts migration), exactly. */
   fingerprint?: string | null;
 }
 

@@ -64,7 +64,7 @@ const ALL_IDS: CompletedIds = { has: () => true };
 export interface SqlDialectStatements {
   outboxReclaimSql(table: string): string;
   inboxReclaimSql(table: string): string;
-  /** The reclaims that also record each expired attempt in `history` (migration 010). */
+  /** The reclaims that also record each expired attempt in `history` (the attempts migration). */
   outboxReclaimRecordedSql(table: string, history: string): string;
   inboxReclaimRecordedSql(table: string, history: string): string;
   inboxFindSql(table: string): string;
@@ -151,7 +151,7 @@ export type ClaimRequest =
  */
 export abstract class SqlDialect<J> {
   protected abstract readonly table: Record<QueueTable, string>;
-  /** Each table's attempt history (migration 010), quoted. */
+  /** Each table's attempt history (the attempts migration), quoted. */
   protected abstract readonly attemptsTable: Record<QueueTable, string>;
   /** The instances table, quoted. */
   protected abstract readonly instancesTable: string;

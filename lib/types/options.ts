@@ -187,7 +187,7 @@ export interface QueueBoxModuleOptions {
   maxPayloadBytes?: number;
   /**
    * How many failed attempts each outbox and inbox row keeps in its attempt history (time,
-   * duration, instance, error class and message; migration 010): the last N, written only when an
+   * duration, instance, error class and message; the attempts migration): the last N, written only when an
    * attempt fails. `0` keeps none. Default 10, at most 1000.
    */
   attemptHistory?: number;

@@ -72,7 +72,7 @@ describeWithDatabase('dead-letter groups', { truncate: ['queuebox_outbox', 'queu
         ['billing', REFUSED, 2],
         ['billing', null, 1],
       ],
-      'dead rows only; the same fingerprint on two destinations is two groups; rows from before migration 010 form their own',
+      'dead rows only; the same fingerprint on two destinations is two groups; rows from before the attempts migration form their own',
     );
     const [timeouts] = groups;
     assert.ok(timeouts.lastDeadAt.getTime() - timeouts.firstDeadAt.getTime() > 8 * 60_000, 'first ~10 min ago, last ~1 min ago');

@@ -185,7 +185,7 @@ export const ADMIN_BUILDERS = new Set([
   'deadLetterGroupsSql',
   'deadLetterClassesSql',
   'attemptListSql',
-  // Take the attempt history table beside the table (migration 010): listed in adminStatements.
+  // Take the attempt history table beside the table (the attempts migration): listed in adminStatements.
   'leaseRetryRecordedSql',
   'leaseDeadLetterRecordedSql',
   'outboxReclaimRecordedSql',

@@ -8,7 +8,10 @@ export function formatDeadLetterGroups(component: QueueTable, rows: DeadLetterGr
   const header = ['count', 'first died', 'last died', component === 'outbox' ? 'destination' : 'source'];
   const table = rows.map((r) => [String(r.count), formatTime(r.firstDeadAt), formatTime(r.lastDeadAt), r.name]);
   const [head, ...formatted] = formatTable(header, table, [0]);
-  const body = formatted.flatMap((line, i) => [line, `    fingerprint: ${rows[i].fingerprint ?? '(none: died before migration 010)'}`]);
+  const body = formatted.flatMap((line, i) => [
+    line,
+    `    fingerprint: ${rows[i].fingerprint ?? '(none: died before the attempts migration)'}`,
+  ]);
   return [
     `Dead ${component} rows by cause, the biggest groups first:`,
     head,

@@ -33,7 +33,7 @@ const seconds = (ms: number | null) => (ms === null ? '—' : `${(ms / 1000).toF
 
 /** The `<class>: <pattern>` of a fingerprint, the class in bold. */
 function fingerprintText(fingerprint: string | null) {
-  if (fingerprint === null) return h('span', { class: 'hint' }, 'none (died before migration 010)');
+  if (fingerprint === null) return h('span', { class: 'hint' }, 'none (died before the attempts migration)');
   const cut = fingerprint.indexOf(': ');
   if (cut < 0) return h('code', null, fingerprint);
   return h(

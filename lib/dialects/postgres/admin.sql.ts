@@ -29,7 +29,7 @@ ${branches('inbox', inbox)}`;
 /**
  * The dead-row selection: $1 = name, $2 = error substring, $3 = last attempt from, $4 = last
  * attempt before, $5 = ids (bigint[]), $6 = key (outbox `key`, inbox `aggregate_id`), $7 = group
- * fingerprint (migration 010); each null when absent. The driver plans each call with its values, so an absent criterion folds away and
+ * fingerprint (the attempts migration); each null when absent. The driver plans each call with its values, so an absent criterion folds away and
  * `name` uses the `dead_idx (name, id)` index.
  */
 const deadWhere = (c: AdminColumns) => `state = 'dead'
@@ -96,7 +96,7 @@ SET state = 'pending', attempts = 0, available_at = ${NOW}, claim_token = NULL, 
 WHERE t.id = ANY (ARRAY(SELECT id FROM batch)) AND t.state = 'dead' AND ($7::text IS NULL OR t.fingerprint = $7)
 RETURNING t.id`;
 
-/** $1..$9 as the batch. Deletes dead rows only; with `history` (migration 010), their attempt history with them. */
+/** $1..$9 as the batch. Deletes dead rows only; with `history` (the attempts migration), their attempt history with them. */
 export const deadLetterDiscardSql = (table: string, component: 'outbox' | 'inbox', history?: string) => {
   const discard = `DELETE FROM ${table} t
 WHERE t.id = ANY (ARRAY(SELECT id FROM batch)) AND t.state = 'dead' AND ($7::text IS NULL OR t.fingerprint = $7)
@@ -204,9 +204,9 @@ LIMIT $1`;
 };
 
 /**
- * $1 = limit. Dead rows per destination (source) and fingerprint (migration 010), the biggest
+ * $1 = limit. Dead rows per destination (source) and fingerprint (the attempts migration), the biggest
  * groups first: how many, and when the first and last of them died. Reads the dead rows only
- * (`dead_idx`), which retention keeps few; rows that died before migration 010 have no
+ * (`dead_idx`), which retention keeps few; rows that died before the attempts migration have no
  * fingerprint and form one group per name.
  */
 export const deadLetterGroupsSql = (table: string, component: 'outbox' | 'inbox') => {
@@ -218,14 +218,14 @@ ORDER BY count(*) DESC, ${c.name}, fingerprint
 LIMIT $1`;
 };
 
-/** $1 = row id. The row's attempt history (migration 010), newest first, through its primary key. */
+/** $1 = row id. The row's attempt history (the attempts migration), newest first, through its primary key. */
 export const attemptListSql = (history: string) => `SELECT id, attempt, failed_at, duration_ms, instance_id, error_class, error, outcome
 FROM ${history} WHERE row_id = $1
 ORDER BY id DESC`;
 
 /**
  * Dead rows per destination (source) and error class (the fingerprint up to its first ": ";
- * `unknown` for rows that died before migration 010), for the dead-letter gauge. Reads the dead
+ * `unknown` for rows that died before the attempts migration), for the dead-letter gauge. Reads the dead
  * rows only (`dead_idx`).
  */
 export const deadLetterClassesSql = (table: string, component: 'outbox' | 'inbox') => {

@@ -188,7 +188,7 @@ RETURNING state, destination AS name`;
 
 /**
  * A reclaim statement (`update`, ending in its WHERE) that also records each reclaimed row's
- * expired attempt in `history` (migration 010: class `LeaseExpired`, its duration from the claim
+ * expired attempt in `history` (the attempts migration: class `LeaseExpired`, its duration from the claim
  * to the reclaim, `retry` or `dead`) and trims each row's history to the last `keep` (a parameter
  * reference), in the same statement (see lease.sql.ts recordAttempt). Returns what the reclaim
  * statement returns.

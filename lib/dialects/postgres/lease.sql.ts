@@ -61,7 +61,7 @@ export const leaseRetrySql = (table: string) => `UPDATE ${table}
 SET state = 'pending', available_at = ${msFromNow('$3')}, claim_token = NULL, lease_expires_at = NULL, last_error = $4
 WHERE ${FENCE}`;
 
-/** $1 = id, $2 = token, $3 = reason, $4 = fingerprint (its group, migration 010). */
+/** $1 = id, $2 = token, $3 = reason, $4 = fingerprint (its group, the attempts migration). */
 export const leaseDeadLetterSql = (
   table: string,
 ) => `UPDATE ${table} SET state = 'dead', lease_expires_at = NULL, last_error = $3, fingerprint = $4
@@ -69,7 +69,7 @@ WHERE ${FENCE}`;
 
 /**
  * A failed attempt's row in the attempt history, written by the statement that retries or
- * dead-letters it (migration 010), and the history trimmed to the last `$keep` of the row in the
+ * dead-letters it (the attempts migration), and the history trimmed to the last `$keep` of the row in the
  * same statement. `failed` is the fenced UPDATE's CTE (the row as it was changed: its attempt,
  * claim time and claimer); the data-modifying CTEs see the snapshot the statement started with,
  * so the trim keeps the newest `$keep - 1` older rows beside the one it inserts. Returns one row

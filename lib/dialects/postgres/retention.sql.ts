@@ -14,7 +14,7 @@ export const retentionUnlockSql = () => 'SELECT pg_advisory_unlock(hashtextexten
 /**
  * $1 = age in ms, $2 = batch size. Deletes finished or dead rows older than the age, oldest first,
  * through the partial index on that state (`sent_idx`, `processed_idx`, `dead_idx`). Materialized
- * once so the limit holds; SKIP LOCKED so a batch never waits. With `history` (migration 010), the
+ * once so the limit holds; SKIP LOCKED so a batch never waits. With `history` (the attempts migration), the
  * deleted rows' attempt history goes with them in the same statement (through its primary key,
  * `row_id` first) and the statement returns `n`, the rows deleted.
  */

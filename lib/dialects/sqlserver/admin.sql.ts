@@ -43,7 +43,7 @@ ${branches('inbox', inbox)}`;
 /**
  * The dead-row selection: @0 = name, @1 = error substring, @2 = last attempt from, @3 = last
  * attempt before (both ISO-8601 UTC text, see utcInstant), @4 = ids as a JSON array, @5 = key
- * (outbox `key`, inbox `aggregate_id`), @6 = group fingerprint (migration 010); each NULL when absent. Statements
+ * (outbox `key`, inbox `aggregate_id`), @6 = group fingerprint (the attempts migration); each NULL when absent. Statements
  * using it end with OPTION (RECOMPILE), so an absent criterion folds away and the plan fits the
  * values (one cached plan would have to serve every combination).
  */
@@ -99,7 +99,7 @@ OUTPUT inserted.[id]
 WHERE [state] = N'dead' AND (@6 IS NULL OR [fingerprint] = @6)
 OPTION (RECOMPILE)`;
 
-/** @0..@8 as the batch. Deletes dead rows only; with `history` (migration 010), their attempt history with them, in one transaction. */
+/** @0..@8 as the batch. Deletes dead rows only; with `history` (the attempts migration), their attempt history with them, in one transaction. */
 export const deadLetterDiscardSql = (table: string, component: Component, history?: string) => {
   if (history === undefined) {
     return `${deadBatch(table, component)}
@@ -225,7 +225,7 @@ GROUP BY ${c.name}, [fingerprint]
 ORDER BY COUNT_BIG(*) DESC, ${c.name}, [fingerprint]`;
 };
 
-/** @0 = row id. The row's attempt history (migration 010), newest first, through its clustered key. */
+/** @0 = row id. The row's attempt history (the attempts migration), newest first, through its clustered key. */
 export const attemptListSql = (history: string) => `SELECT [id], [attempt], ${asUtc('[failed_at]')} AS [failed_at], [duration_ms],
        [instance_id], [error_class], [error], [outcome]
 FROM ${history} WHERE [row_id] = @0

@@ -393,7 +393,7 @@ WHERE t.[state] = N'processing' AND t.[lease_expires_at] <= ${NOW}`;
 
 /**
  * A reclaim (`from`: its FROM and WHERE) that also records each reclaimed row's expired attempt in
- * `history` (migration 010; see postgres/claims.sql.ts) and trims each row's history to the last
+ * `history` (the attempts migration; see postgres/claims.sql.ts) and trims each row's history to the last
  * `keep`, in one transaction of the batch. Returns what the reclaim returns.
  */
 const reclaimRecorded = (from: string, history: string, name: string, keep: string) => `${HOUSEKEEPING}SET XACT_ABORT ON;

@@ -71,14 +71,14 @@ export const leaseRetrySql = (table: string) => `${COUNTED}UPDATE ${table}
 SET [state] = N'pending', [available_at] = ${msFromNow('@2')}, [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = @3
 WHERE ${FENCE}`;
 
-/** @0 = id, @1 = token, @2 = reason, @3 = fingerprint (its group, migration 010). */
+/** @0 = id, @1 = token, @2 = reason, @3 = fingerprint (its group, the attempts migration). */
 export const leaseDeadLetterSql = (
   table: string,
 ) => `${COUNTED}UPDATE ${table} SET [state] = N'dead', [lease_expires_at] = NULL, [last_error] = @2, [fingerprint] = @3
 WHERE ${FENCE}`;
 
 /**
- * A failed attempt's row in the attempt history (migration 010), in the batch that retries or
+ * A failed attempt's row in the attempt history (the attempts migration), in the batch that retries or
  * dead-letters it and in one transaction with that write: the fenced UPDATE (`update`, which
  * outputs the row it changed into `@failed`), the history row, and the history trimmed to the last
  * `keep` of the row. Returns `n` = 1 when the fence held, 0 when the claim was lost (nothing is

@@ -17,7 +17,7 @@ SELECT @granted AS [granted];`;
 /**
  * @0 = age in ms, @1 = batch size. Deletes up to @1 finished or dead rows older than the age,
  * through the filtered index of that state; READPAST so a batch never waits on a locked row. With
- * `history` (migration 010), the deleted rows' attempt history goes with them in the same batch
+ * `history` (the attempts migration), the deleted rows' attempt history goes with them in the same batch
  * (and transaction), and the batch returns `n`, the rows deleted.
  */
 export const retentionDeleteSql = (
@@ -43,5 +43,5 @@ SELECT COUNT_BIG(*) AS [n] FROM @gone;`;
 /** Declares `@gone`, the ids a delete outputs, for historyOfGone. */
 export const GONE = 'DECLARE @gone TABLE ([id] BIGINT NOT NULL PRIMARY KEY);\n';
 
-/** Deletes the attempt history (migration 010) of the rows in `@gone`, through its clustered key. */
+/** Deletes the attempt history (the attempts migration) of the rows in `@gone`, through its clustered key. */
 export const historyOfGone = (history: string) => `DELETE h FROM ${history} AS h INNER JOIN @gone AS g ON h.[row_id] = g.[id];`;

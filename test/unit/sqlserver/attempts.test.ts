@@ -1,4 +1,4 @@
-// SQL Server statements of the attempt history and the dead-letter groups (migration 010): written
+// SQL Server statements of the attempt history and the dead-letter groups (the attempts migration): written
 // beside PostgreSQL's, checked here as text (no SQL Server runs in this suite).
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
