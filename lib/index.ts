@@ -25,9 +25,11 @@ export {
 export { standardWebhookHeaders, verifyStandardWebhook } from './common/standard-webhooks';
 export { type QueueBoxEntry, QueueBoxRegistry } from './core/queuebox.registry';
 export type {
+  AttemptRow,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
+  DeadLetterGroupRow,
   DeadLetterRow,
   InstanceRow,
   InstanceState,
@@ -80,6 +82,7 @@ export { LeaseService } from './lease/lease.service';
 export { LeaseKeeper } from './lease/lease-keeper';
 export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metrics';
 export {
+  createQueueBoxAttemptsMigration,
   createQueueBoxClaimFunctionsMigration,
   createQueueBoxClaimProbesMigration,
   createQueueBoxClaimsMigration,
@@ -91,6 +94,7 @@ export {
   createQueueBoxPausesMigration,
   createQueueBoxRateLimitsMigration,
   createQueueBoxRenewalsMigration,
+  QueueBoxAttempts1796688000000,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,

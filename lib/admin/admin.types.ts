@@ -17,6 +17,12 @@ export interface DeadLetterFilter {
   deadAfter?: Date;
   /** Last attempt before this instant. */
   deadBefore?: Date;
+  /**
+   * The group's fingerprint, exactly (`DeadLetterGroupRow.fingerprint`, the attempts migration): with
+   * `name`, the dead letters of one group. A replay or discard by it changes only rows whose
+   * fingerprint still matches when the statement locks them.
+   */
+  fingerprint?: string;
 }
 
 /**

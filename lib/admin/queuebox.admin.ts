@@ -1,11 +1,14 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
+import { deadLetterFingerprint, SKIPPED_HEAD_CLASS } from '../common/fingerprint';
 import { dateTimeOf } from '../common/payload';
 import { QUEUEBOX_DIALECT } from '../common/queuebox.constants';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
 import type {
+  AttemptRow,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
+  DeadLetterGroupRow,
   DeadLetterRow,
   InstanceRow,
   PauseRow,
@@ -25,9 +28,11 @@ const DEFAULT_PAGE = 50;
 const MAX_PAGE = 1000;
 /** Rows a replay or discard changes per statement; a bigger selection takes several statements. */
 const WRITE_BATCH = 1000;
-const FILTER_FIELDS = ['name', 'key', 'errorContains', 'deadAfter', 'deadBefore'] as const;
+const FILTER_FIELDS = ['name', 'key', 'errorContains', 'deadAfter', 'deadBefore', 'fingerprint'] as const;
 /** The most buckets `history` counts: one day of minutes, or 7 days of hours. */
 const MAX_HISTORY = { minute: 1440, hour: 168 } as const;
+/** The longest fingerprint a row can hold (class and pattern, see common/fingerprint.ts; SQL Server's column is NVARCHAR(512)). */
+const MAX_FINGERPRINT = 512;
 /** The longest window `throughput` counts over: one day of minutes. */
 const MAX_THROUGHPUT_MINUTES = 1440;
 /** The largest id a `bigint` (PostgreSQL) or `BIGINT` (SQL Server) column holds. */
@@ -129,6 +134,38 @@ export class QueueBoxAdmin {
   }
 
   /**
+   * Dead letters grouped by cause: one row per destination (outbox) or source (inbox) and
+   * fingerprint (`<error class>: <message with ids and numbers taken out>`), the biggest groups
+   * first (at most `limit`, default 50), with how many and when the first and last died. Replay or
+   * discard a group with `{ component, name, fingerprint }`.
+   *
+   * @example
+   * const [top] = await admin.deadLetterGroups({ component: 'outbox' });
+   * await admin.replayDeadLetters({ component: 'outbox', name: top.name, fingerprint: top.fingerprint ?? undefined });
+   */
+  async deadLetterGroups(p: { component: QueueTable; limit?: number }): Promise<DeadLetterGroupRow[]> {
+    return this.dialect.deadLetterGroups({ component: component(p?.component), limit: pageLimit(p?.limit) });
+  }
+
+  /**
+   * Dead rows per destination (outbox) or source (inbox) and error class (`PublishError/503`;
+   * `unknown` for rows that died before the attempts migration): what `queuebox_dead_letters` reports.
+   */
+  async deadLetterClasses(p: { component: QueueTable }): Promise<{ name: string; errorClass: string; count: number }[]> {
+    return this.dialect.deadLetterClasses({ component: component(p?.component) });
+  }
+
+  /**
+   * The failed attempts of one row (any state), newest first: when each failed, how long it ran
+   * from its claim, which instance claimed it, its error class and message, and whether it was
+   * retried or dead-lettered. The last `attemptHistory` (default 10) are kept; a row that never
+   * failed has none.
+   */
+  async listAttempts(p: { component: QueueTable; id: string }): Promise<AttemptRow[]> {
+    return this.dialect.attemptList({ component: component(p?.component), id: rowId('id', p?.id) });
+  }
+
+  /**
    * Puts dead rows back to `pending`: attempts 0, due now, `last_error` kept, the replay recorded
    * in the headers `X-QueueBox-Replay-Count` and `X-QueueBox-Replayed-At`. An outbox row keeps its
    * `message_id`, so it is published again with the same `X-Message-Id`. Returns how many changed.
@@ -162,9 +199,10 @@ export class QueueBoxAdmin {
     const kind = component(target?.component);
     const reason = messages.skipHeadReason(target.reason === undefined ? 'no reason given' : text('reason', target.reason));
     const headId = target.headId === undefined ? undefined : rowId('headId', target.headId);
+    const fingerprint = deadLetterFingerprint(SKIPPED_HEAD_CLASS, reason);
     if (kind === 'outbox') {
       const t = target as Extract<SkipHeadTarget, { component: 'outbox' }>;
-      return this.dialect.blockedKeySkipHead({ component: 'outbox', key: text('key', t.key), headId, reason });
+      return this.dialect.blockedKeySkipHead({ component: 'outbox', key: text('key', t.key), headId, reason, fingerprint });
     }
     const t = target as Extract<SkipHeadTarget, { component: 'inbox' }>;
     return this.dialect.blockedKeySkipHead({
@@ -173,6 +211,7 @@ export class QueueBoxAdmin {
       aggregateId: text('aggregateId', t.aggregateId),
       headId,
       reason,
+      fingerprint,
     });
   }
 
@@ -327,6 +366,17 @@ function text(field: string, value: unknown): string {
   return value;
 }
 
+function fingerprintText(value: unknown): string {
+  const given = text('fingerprint', value);
+  if (given.length > MAX_FINGERPRINT) {
+    throw new QueueBoxAdminError(
+      'fingerprint',
+      messages.adminArgumentInvalid('fingerprint', `must be at most ${MAX_FINGERPRINT} characters`, value),
+    );
+  }
+  return given;
+}
+
 /** `value[key]` when `value` has it as an own property, so nothing inherited (`all` on a prototype) counts. */
 function own(value: object, key: string): unknown {
   return Object.hasOwn(value, key) ? (value as Record<string, unknown>)[key] : undefined;
@@ -367,6 +417,7 @@ function toSelection(given: DeadLetterSelection, forWrite: boolean): DeadSelecti
       deadBefore: null,
       ids: [...ids].map((id) => rowId('ids', id)),
       key: null,
+      fingerprint: null,
     };
   }
   const selection: DeadSelection = {
@@ -377,6 +428,7 @@ function toSelection(given: DeadLetterSelection, forWrite: boolean): DeadSelecti
     deadBefore: date('deadBefore', fields.deadBefore),
     ids: null,
     key: fields.key === undefined ? null : text('key', fields.key),
+    fingerprint: fields.fingerprint === undefined ? null : fingerprintText(fields.fingerprint),
   };
   const empty = FILTER_FIELDS.every((f) => selection[f] === null);
   if (forWrite && empty && own(given, 'all') !== true) throw new QueueBoxAdminError('filter', messages.adminSelectionEmpty());

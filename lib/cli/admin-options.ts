@@ -64,9 +64,14 @@ export function parseDeadSelection(values: CommandValues): { selection: DeadLett
     errorContains: parseText('--error', values.error as string | undefined),
     deadAfter: parseTime('--after', values.after as string | undefined),
     deadBefore: parseTime('--before', values.before as string | undefined),
+    fingerprint: parseText('--fingerprint', values.fingerprint as string | undefined),
   };
   const filtered =
-    filter.name !== undefined || filter.errorContains !== undefined || filter.deadAfter !== undefined || filter.deadBefore !== undefined;
+    filter.name !== undefined ||
+    filter.errorContains !== undefined ||
+    filter.deadAfter !== undefined ||
+    filter.deadBefore !== undefined ||
+    filter.fingerprint !== undefined;
   if (ids !== undefined) {
     if (filtered) throw new CliUsageError(cliMessages.idsWithFilter());
     return { selection: { component, ids }, filtered: true };

@@ -44,6 +44,10 @@ export const cliMessages = {
       applied: 'added the table of paused destinations and sources (`queuebox pause`).',
       notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
     },
+    attempts: {
+      applied: "added the attempt history tables and the dead letters' fingerprint.",
+      notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
+    },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',
@@ -79,6 +83,7 @@ export const cliMessages = {
   commandFailed: (detail: string) => `failed: ${detail}`,
   subcommandUnknown: (command: string, name: string, choices: readonly string[]) =>
     `unknown sub-command ${JSON.stringify(name)}: use one of ${choices.join(', ')} (\`queuebox ${command} --help\`).`,
+  rowIdMissing: (command: string) => `${command} needs the row id: queuebox ${command} <id> --component outbox|inbox.`,
   extraArguments: (values: readonly string[]) => `unexpected argument(s) ${values.map((v) => JSON.stringify(v)).join(' ')}.`,
   componentMissing: () => '--component is required: outbox or inbox.',
   componentInvalid: (value: string) => `--component ${JSON.stringify(value)} must be outbox or inbox.`,

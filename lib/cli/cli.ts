@@ -6,6 +6,7 @@ import { QueueBoxAdminError, QueueBoxValidationError } from '../errors/queuebox.
 import { CliFailure, CliUsageError } from './cli.errors';
 import { cliMessages } from './cli.messages';
 import type { CliIo, Command, CommandValues } from './command';
+import { attemptsCommand } from './commands/attempts.command';
 import { blockedCommand } from './commands/blocked.command';
 import { deadLettersCommand } from './commands/dead-letters.command';
 import { doctorCommand } from './commands/doctor.command';
@@ -29,6 +30,7 @@ export const commands: readonly Command[] = [
   sqlCommand,
   messagesCommand,
   deadLettersCommand,
+  attemptsCommand,
   blockedCommand,
   skipHeadCommand,
   pauseCommand,

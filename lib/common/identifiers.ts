@@ -40,3 +40,12 @@ export function pausesTableOf(outbox: TableName): TableName {
   const name = `${outbox.name}_pauses`;
   return outbox.schema ? { schema: outbox.schema, name, qualified: `${outbox.schema}.${name}` } : { name, qualified: name };
 }
+
+/**
+ * The attempt history of a table (the attempts migration): `<table>_attempts`, in the table's schema, one
+ * row per failed attempt of one of its rows.
+ */
+export function attemptsTableOf(table: TableName): TableName {
+  const name = `${table.name}_attempts`;
+  return table.schema ? { schema: table.schema, name, qualified: `${table.schema}.${name}` } : { name, qualified: name };
+}

@@ -80,6 +80,7 @@ function deadLetterQuery(query: Record<string, unknown>): DeadLetterQuery {
     error: optionalString('error', query.error),
     from: optionalString('from', query.from),
     to: optionalString('to', query.to),
+    fingerprint: optionalString('fingerprint', query.fingerprint),
   };
 }
 
@@ -235,6 +236,30 @@ export function createDashboardController(options: ResolvedDashboardOptions): Ty
     ) {
       secure(response);
       return { count: await this.dashboard.countDeadLetters(instance, component(query.component), deadLetterQuery(query)) };
+    }
+
+    /** Dead letters grouped by destination (source) and fingerprint, the biggest first. */
+    @Get('api/:instance/dead-letters/groups')
+    deadLetterGroups(
+      @Param('instance') instance: string,
+      @Query() query: Record<string, unknown>,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      const limit = integer('limit', query.limit, PAGE_LIMIT.default, 1, PAGE_LIMIT.max);
+      return this.dashboard.deadLetterGroups(instance, component(query.component), limit);
+    }
+
+    /** The failed attempts of one row, any state (`QueueBoxAdmin.listAttempts`). */
+    @Get('api/:instance/attempts/:component/:id')
+    attempts(
+      @Param('instance') instance: string,
+      @Param('component') kind: string,
+      @Param('id') id: string,
+      @Res({ passthrough: true }) response: DashboardResponse,
+    ) {
+      secure(response);
+      return this.dashboard.attempts(instance, component(kind), id);
     }
 
     @Get('api/:instance/dead-letters/:component/:id')
@@ -438,7 +463,7 @@ export function createDashboardController(options: ResolvedDashboardOptions): Ty
         throw bad('ids', 'must be an array of row ids (strings)', body.ids);
       }
       if (body.filter !== undefined && (typeof body.filter !== 'object' || body.filter === null || Array.isArray(body.filter))) {
-        throw bad('filter', 'must be an object { name, key, error, from, to }', body.filter);
+        throw bad('filter', 'must be an object { name, key, error, from, to, fingerprint }', body.filter);
       }
       if (body.all !== undefined && typeof body.all !== 'boolean') throw bad('all', 'must be true or false', body.all);
       const changed = await this.dashboard.changeDeadLetters(request, instance, action, {

@@ -85,6 +85,10 @@ export const dashboardMessages = {
     `No dead ${component} row has id ${show(id)} (it may have been replayed, discarded or deleted by retention).`,
   selectionMissing: () =>
     'Say which dead rows: "ids" (an array of row ids) or "filter" ({ name, key, error, from, to }); a filter with no criterion also needs "all": true. Nothing was changed.',
+  groupsUnavailable: () =>
+    'This admin object has no deadLetterGroups() method (QueueBoxAdmin has): pass a QueueBoxAdmin to group dead letters by cause.',
+  attemptsUnavailable: () =>
+    'This admin object has no listAttempts() method (QueueBoxAdmin has): pass a QueueBoxAdmin to see each failed attempt.',
   heartbeatsUnavailable: () =>
     'This admin object has no instances() method (QueueBoxAdmin has): pass a QueueBoxAdmin to list the instances and their heartbeats.',
   pausesUnavailable: () =>

@@ -1,6 +1,6 @@
 import type { CanActivate, InjectionToken, ModuleMetadata, Type } from '@nestjs/common';
 import type { QueueBoxAdmin } from '../admin/queuebox.admin';
-import type { InstanceRow, PauseRow } from '../dialects/dialect-rows';
+import type { AttemptRow, DeadLetterGroupRow, InstanceRow, PauseRow } from '../dialects/dialect-rows';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import type { QueueTable } from '../types/claims';
 import { dashboardMessages as messages } from './dashboard.messages';
@@ -33,6 +33,10 @@ export type DashboardAdmin = Pick<
   pauses?(): Promise<PauseRow[]>;
   pause?(p: { component: QueueTable; name: string; reason?: string; actor?: string }): Promise<boolean>;
   resume?(p: { component: QueueTable; name: string; actor?: string }): Promise<boolean>;
+  /** Dead letters grouped by cause (`QueueBoxAdmin.deadLetterGroups()`); the dashboard shows the groups view when present. */
+  deadLetterGroups?(p: { component: QueueTable; limit?: number }): Promise<DeadLetterGroupRow[]>;
+  /** A row's failed attempts (`QueueBoxAdmin.listAttempts()`); the detail view shows them when present. */
+  listAttempts?(p: { component: QueueTable; id: string }): Promise<AttemptRow[]>;
 };
 
 /** One QueueBox the dashboard switches between: its name (in URLs and the switch) and its admin, or the admin's injection token. */

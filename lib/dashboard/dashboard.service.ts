@@ -4,7 +4,7 @@ import type { DeadLetterFilter, DeadLetterSelection } from '../admin/admin.types
 import type { MessageFilter, MessagePage, MessagePageResult } from '../admin/message-search';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { QueueBoxRegistry } from '../core/queuebox.registry';
-import type { DeadLetterRow, PauseRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
+import type { AttemptRow, DeadLetterGroupRow, DeadLetterRow, PauseRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
 import type { MessageHistory, MessageRow } from '../dialects/message-rows';
 import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
@@ -43,6 +43,8 @@ export interface DeadLetterQuery {
   error?: string;
   from?: string;
   to?: string;
+  /** A dead-letter group's fingerprint, exactly. */
+  fingerprint?: string;
 }
 
 /**
@@ -253,6 +255,34 @@ export class DashboardService implements OnModuleInit {
     return { ...rows[0], traceId: traceIdOf(rows[0].headers) };
   }
 
+  /** Dead letters grouped by cause; `available: false` (with why) for an admin without `deadLetterGroups`. */
+  async deadLetterGroups(
+    instance: string,
+    component: QueueTable,
+    limit: number,
+  ): Promise<{ available: boolean; reason?: string; rows: DeadLetterGroupRow[] }> {
+    const admin = this.admin(instance);
+    if (typeof admin.deadLetterGroups !== 'function') return { available: false, reason: messages.groupsUnavailable(), rows: [] };
+    return {
+      available: true,
+      rows: await adminCall(() => (admin.deadLetterGroups as NonNullable<DashboardAdmin['deadLetterGroups']>)({ component, limit })),
+    };
+  }
+
+  /** A row's failed attempts, newest first; `available: false` (with why) for an admin without `listAttempts`. */
+  async attempts(
+    instance: string,
+    component: QueueTable,
+    id: string,
+  ): Promise<{ available: boolean; reason?: string; rows: AttemptRow[] }> {
+    const admin = this.admin(instance);
+    if (typeof admin.listAttempts !== 'function') return { available: false, reason: messages.attemptsUnavailable(), rows: [] };
+    return {
+      available: true,
+      rows: await adminCall(() => (admin.listAttempts as NonNullable<DashboardAdmin['listAttempts']>)({ component, id })),
+    };
+  }
+
   /** Replays or discards dead rows picked by ids or by a filter; returns how many changed. */
   async changeDeadLetters(
     request: DashboardRequest,
@@ -411,7 +441,15 @@ function toFilter(component: QueueTable, query: DeadLetterQuery): DeadLetterFilt
     }
     return date;
   };
-  return { component, name: text('name'), key: text('key'), errorContains: text('error'), deadAfter: time('from'), deadBefore: time('to') };
+  return {
+    component,
+    name: text('name'),
+    key: text('key'),
+    errorContains: text('error'),
+    deadAfter: time('from'),
+    deadBefore: time('to'),
+    fingerprint: text('fingerprint'),
+  };
 }
 
 function describeFilter(filter: DeadLetterFilter): Extract<DashboardActionEvent['selection'], { filter: unknown }>['filter'] {
@@ -421,5 +459,6 @@ function describeFilter(filter: DeadLetterFilter): Extract<DashboardActionEvent[
   if (filter.errorContains !== undefined) described.errorContains = filter.errorContains;
   if (filter.deadAfter !== undefined) described.deadAfter = filter.deadAfter.toISOString();
   if (filter.deadBefore !== undefined) described.deadBefore = filter.deadBefore.toISOString();
+  if (filter.fingerprint !== undefined) described.fingerprint = filter.fingerprint;
   return described;
 }

@@ -36,6 +36,8 @@ export interface DeadLetterRow {
   key: string | null;
   attempts: number;
   lastError: string | null;
+  /** Its group's fingerprint (`<error class>: <normalized message>`); `null` for rows that died before the attempts migration. */
+  fingerprint: string | null;
   /** Enqueue (outbox) or receive (inbox) time. */
   createdAt: Date;
   /** The last attempt (`claimed_at`), or `null` when the row was never claimed. */
@@ -248,4 +250,37 @@ export interface PauseRow {
   reason: string | null;
   pausedBy: string | null;
   pausedAt: Date;
+}
+
+/**
+ * Dead letters of one cause: one destination (outbox) or source (inbox) and one fingerprint
+ * (`<error class>: <message with ids and numbers taken out>`, docs/operations.md). `fingerprint`
+ * is `null` for rows that died before the attempts migration.
+ */
+export interface DeadLetterGroupRow {
+  component: QueueTable;
+  name: string;
+  fingerprint: string | null;
+  count: number;
+  /** When the first and the last of them died (their last claim, or arrival for a row never claimed). */
+  firstDeadAt: Date;
+  lastDeadAt: Date;
+}
+
+/** One failed attempt of a row, from its attempt history (the attempts migration). */
+export interface AttemptRow {
+  /** The row's attempt number (its `attempts` then; a replay starts again from 1). */
+  attempt: number;
+  /** When it failed, by the database clock. */
+  failedAt: Date;
+  /** From its claim to its failure, by the database clock; `null` when the row had no claim time. */
+  durationMs: number | null;
+  /** The QueueBox instance that claimed it. */
+  instanceId: string | null;
+  /** The error's class (`PublishError/503`, `Error/ECONNREFUSED`, `TypeError`). */
+  errorClass: string;
+  /** The error as `last_error` has it. */
+  error: string;
+  /** What the failure led to: a retry, or the dead letter. */
+  outcome: 'retry' | 'dead';
 }

@@ -3,10 +3,12 @@ import type { TableName } from '../common/identifiers';
 import type { ClaimedRow, FollowerRow, OutboxClaim, QueueTable } from '../types/claims';
 import type { InboxMessage } from '../types/messages';
 import type {
+  AttemptRow,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
   DeadInstanceRow,
+  DeadLetterGroupRow,
   DeadLetterRow,
   InstanceBeat,
   InstanceIdentity,
@@ -146,7 +148,7 @@ export interface Dialect {
     paused?: readonly string[];
   }): Promise<OutboxClaim[]>;
   /** Returns expired `processing` rows to `pending`, or to `dead` when they used up `maxAttempts`. */
-  outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult>;
+  outboxReclaim(p: { maxAttempts: number; attemptHistory?: number }): Promise<ReclaimResult>;
 
   /**
    * Stores the row unless `(source, idempotency_key)` exists, without ever raising a unique
@@ -156,7 +158,7 @@ export interface Dialect {
   /** The relay's claim: like `outboxClaimBatch`, per (source, aggregate), for the given sources only. */
   inboxRelayClaimBatch(p: { sources: string[]; limit: number; leaseMs: number }): Promise<InboxClaimedRow[]>;
   /** The relay's reclaim step, limited to its sources. */
-  inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult>;
+  inboxReclaim(p: { sources: string[]; maxAttempts: number; attemptHistory?: number }): Promise<ReclaimResult>;
 
   /**
    * A pull claim for one source: expired `processing` rows and available `pending` rows in one
@@ -215,10 +217,14 @@ export interface Dialect {
    * available again after `delayMs`, the attempt not counted.
    */
   leaseDefer(p: FenceParams & { delayMs: number }): Promise<boolean>;
-  /** Returns the row to `pending`, available again after `delayMs`. */
-  leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean>;
-  /** Marks the row `dead` with `reason`. */
-  leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean>;
+  /**
+   * Returns the row to `pending`, available again after `delayMs`. With `attempt`, the failed
+   * attempt goes into the row's attempt history in the same statement (batch), which keeps the
+   * last `attempt.keep` (at least 1); without it the statement is the plain fenced update.
+   */
+  leaseRetry(p: FenceParams & { delayMs: number; error: string | null; attempt?: FailedAttempt }): Promise<boolean>;
+  /** Marks the row `dead` with `reason` and its group's `fingerprint`; with `attempt`, recorded as `leaseRetry` records it. */
+  leaseDeadLetter(p: FenceParams & { reason: string; fingerprint?: string; attempt?: FailedAttempt }): Promise<boolean>;
 
   /**
    * Subscribes to commits of new work, where the database can push them (PostgreSQL
@@ -241,6 +247,12 @@ export interface Dialect {
     descending?: boolean;
   }): Promise<DeadLetterRow[]>;
   deadLetterCount(p: { selection: DeadSelection }): Promise<number>;
+  /** Dead rows per destination (source) and fingerprint, the biggest groups first, at most `limit`. */
+  deadLetterGroups(p: { component: QueueTable; limit: number }): Promise<DeadLetterGroupRow[]>;
+  /** Dead rows per destination (source) and error class (the fingerprint's class; `unknown` without one). */
+  deadLetterClasses(p: { component: QueueTable }): Promise<{ name: string; errorClass: string; count: number }[]>;
+  /** A row's attempt history (the attempts migration), newest first. */
+  attemptList(p: { component: QueueTable; id: string }): Promise<AttemptRow[]>;
   /** Replays one batch (ids above `afterId`, at most `limit`): `pending`, attempts 0, due now, replay recorded in headers. Returns the ids changed. */
   deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]>;
   /** Deletes one batch of dead rows; returns the ids deleted. */
@@ -262,7 +274,7 @@ export interface Dialect {
   /** Keys / aggregates whose head row failed at least once and is not finished. */
   blockedKeyList(p: { component: QueueTable; limit: number }): Promise<BlockedKeyRow[]>;
   /** Dead-letters the head row of a key unless a live claim holds it; returns its id, or null when nothing changed. */
-  blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null>;
+  blockedKeySkipHead(p: SkipHeadTarget & { reason: string; fingerprint?: string }): Promise<string | null>;
   /**
    * Runs `work` while holding the retention lock, or returns `null` at once when another session
    * holds it. The lock holds no row locks; `work` deletes in batches, each its own transaction.
@@ -317,6 +329,13 @@ export interface Dialect {
   doctorFacts(p: { applied: readonly SchemaMigration[] }): Promise<DoctorFacts>;
 }
 
+/** A failed attempt for the attempt history (the attempts migration): its error text and class, and how many attempts a row keeps. */
+export interface FailedAttempt {
+  error: string;
+  errorClass: string;
+  keep: number;
+}
+
 /** Dead rows an admin call selects, normalized: every absent criterion is `null`. */
 export interface DeadSelection {
   component: QueueTable;
@@ -327,6 +346,8 @@ export interface DeadSelection {
   ids: string[] | null;
   /** Outbox `key` or inbox `aggregate_id`, exactly. */
   key: string | null;
+  /** The dead letters' group fingerprint (the attempts migration), exactly. */
+  fingerprint?: string | null;
 }
 
 /** How a dialect runs QueueBox's own statements. */

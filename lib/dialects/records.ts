@@ -3,9 +3,11 @@ import type { InboxMessage } from '../types/messages';
 import { MESSAGE_ID_HEADER } from '../wire-headers';
 import type { InboxClaimedRow } from './dialect';
 import type {
+  AttemptRow,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
+  DeadLetterGroupRow,
   DeadLetterRow,
   InstanceState,
   ReclaimResult,
@@ -211,6 +213,7 @@ export interface DeadLetterRecord<J> {
   key: string | null;
   attempts: number;
   last_error: string | null;
+  fingerprint: string | null;
   created_at: Date;
   claimed_at: Date | null;
   headers: J | null;
@@ -231,6 +234,7 @@ export function toDeadLetterRow<J>(
     key: r.key,
     attempts: r.attempts,
     lastError: r.last_error,
+    fingerprint: r.fingerprint ?? null,
     createdAt: r.created_at,
     lastAttemptAt: r.claimed_at,
     headers: r.headers === null ? {} : (decode.json(r.headers) as Record<string, string>),
@@ -347,5 +351,40 @@ export function toClaimRow(component: QueueTable, r: ClaimRecord, uuid: (value: 
     ageSeconds: Math.max(0, Number(r.age)),
     leaseRemainingSeconds: Number(r.lease_left),
     ...ownerOf(r, uuid),
+  };
+}
+
+export interface DeadLetterGroupRecord {
+  name: string;
+  fingerprint: string | null;
+  n: string | number;
+  first_at: Date;
+  last_at: Date;
+}
+
+export function toDeadLetterGroupRow(component: QueueTable, r: DeadLetterGroupRecord): DeadLetterGroupRow {
+  return { component, name: r.name, fingerprint: r.fingerprint, count: Number(r.n), firstDeadAt: r.first_at, lastDeadAt: r.last_at };
+}
+
+export interface AttemptRecord {
+  id: string | number;
+  attempt: number;
+  failed_at: Date;
+  duration_ms: string | number | null;
+  instance_id: string | null;
+  error_class: string;
+  error: string;
+  outcome: 'retry' | 'dead';
+}
+
+export function toAttemptRow(r: AttemptRecord, uuid: (value: string) => string): AttemptRow {
+  return {
+    attempt: r.attempt,
+    failedAt: r.failed_at,
+    durationMs: r.duration_ms === null ? null : Number(r.duration_ms),
+    instanceId: r.instance_id === null ? null : uuid(r.instance_id),
+    errorClass: r.error_class,
+    error: r.error,
+    outcome: r.outcome,
   };
 }

@@ -1,4 +1,4 @@
-/** QueueBox's numbered migrations: the same ten on every database (a driver may make one a no-op). */
+/** QueueBox's numbered migrations: the same eleven on every database (a driver may make one a no-op). */
 
 /**
  * Which migration's statements: 001 (the tables), 002 (the operations indexes), 003 (the claims'
@@ -7,7 +7,8 @@
  * columns and, on PostgreSQL, the claim functions of this version), 007 (PostgreSQL's claim
  * functions rewritten with this version's head probes; nothing on SQL Server), 008 (the rate limit
  * buckets of `outbox.rateLimits`), 009 (when a lease was last renewed, and each instance row's
- * heartbeat count) or 010 (the paused destinations and sources).
+ * heartbeat count), 010 (the paused destinations and sources) or 011 (the attempt history tables
+ * and the dead letters' fingerprint).
  */
 export type SchemaMigration =
   | 'schema'
@@ -19,7 +20,8 @@ export type SchemaMigration =
   | 'claimProbes'
   | 'rateLimits'
   | 'renewals'
-  | 'pauses';
+  | 'pauses'
+  | 'attempts';
 
 /** The QueueBox migrations in the order they run. */
 export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
@@ -33,6 +35,7 @@ export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
   'rateLimits',
   'renewals',
   'pauses',
+  'attempts',
 ];
 
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
@@ -47,6 +50,7 @@ export const DEFAULT_MIGRATION_NAMES = {
   rateLimits: 'QueueBoxRateLimits1796428800000',
   renewals: 'QueueBoxRenewals1796515200000',
   pauses: 'QueueBoxPauses1796601600000',
+  attempts: 'QueueBoxAttempts1796688000000',
 } as const satisfies Record<SchemaMigration, string>;
 
 /** Each migration's `sql/<dialect>/` file stem and what a script's first line calls it. */
@@ -61,6 +65,7 @@ export const MIGRATION_FILES = {
   rateLimits: { file: '008_queuebox_rate_limits', title: 'rate limit buckets' },
   renewals: { file: '009_queuebox_renewals', title: 'lease renewal times and heartbeat counts' },
   pauses: { file: '010_queuebox_pauses', title: 'paused destinations and sources' },
+  attempts: { file: '011_queuebox_attempts', title: 'attempt history and dead-letter fingerprints' },
 } as const satisfies Record<SchemaMigration, { file: string; title: string }>;
 
 /**

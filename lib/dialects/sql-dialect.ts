@@ -1,12 +1,23 @@
 import type { EntityManager } from 'typeorm';
 import type { SqlResult } from '../common/sql-runner';
 import type { FollowerRow, OutboxClaim, QueueTable } from '../types/claims';
-import type { CompletedIds, DeadSelection, FenceParams, InboxClaimedRow, InboxInsertRow, OutboxInserted, OutboxInsertRow } from './dialect';
 import type {
+  CompletedIds,
+  DeadSelection,
+  FailedAttempt,
+  FenceParams,
+  InboxClaimedRow,
+  InboxInsertRow,
+  OutboxInserted,
+  OutboxInsertRow,
+} from './dialect';
+import type {
+  AttemptRow,
   BacklogRow,
   BlockedKeyRow,
   ClaimRow,
   DeadInstanceRow,
+  DeadLetterGroupRow,
   DeadLetterRow,
   InstanceBeat,
   InstanceIdentity,
@@ -20,11 +31,13 @@ import type {
 } from './dialect-rows';
 import type { MessageHistory, MessageRow, MessageSearch, MessageSearchResult } from './message-rows';
 import {
+  type AttemptRecord,
   type BacklogRecord,
   type BlockedKeyRecord,
   byId,
   type ClaimRecord,
   countReclaimed,
+  type DeadLetterGroupRecord,
   type DeadLetterRecord,
   FINISHED,
   type InboxClaimedRecord,
@@ -33,9 +46,11 @@ import {
   type ReclaimedRecord,
   type RecordDecoding,
   type ThroughputRecord,
+  toAttemptRow,
   toBacklogRows,
   toBlockedKeyRow,
   toClaimRow,
+  toDeadLetterGroupRow,
   toDeadLetterRow,
   toInboxClaimedRow,
   toInboxFollowerRow,
@@ -51,6 +66,9 @@ const ALL_IDS: CompletedIds = { has: () => true };
 export interface SqlDialectStatements {
   outboxReclaimSql(table: string): string;
   inboxReclaimSql(table: string): string;
+  /** The reclaims that also record each expired attempt in `history` (the attempts migration). */
+  outboxReclaimRecordedSql(table: string, history: string): string;
+  inboxReclaimRecordedSql(table: string, history: string): string;
   inboxFindSql(table: string): string;
   inboxFollowersSql(table: string): string;
   inboxCompleteFollowersSql(table: string): string;
@@ -60,13 +78,21 @@ export interface SqlDialectStatements {
   leaseCompleteBatchSql(table: string, finished: Finished): string;
   leaseReleaseSql(table: string): string;
   leaseRetrySql(table: string): string;
+  /** `leaseRetrySql` that also records the attempt in `history`; returns one row when the fence held. */
+  leaseRetryRecordedSql(table: string, history: string): string;
   leaseDeferSql(table: string): string;
   leaseDeadLetterSql(table: string): string;
+  /** `leaseDeadLetterSql` that also records the attempt in `history`; returns one row when the fence held. */
+  leaseDeadLetterRecordedSql(table: string, history: string): string;
   adminBacklogSql(outbox: string, inbox: string): string;
   deadLetterListSql(table: string, component: QueueTable, includePayload: boolean, descending?: boolean): string;
   deadLetterCountSql(table: string, component: QueueTable): string;
+  deadLetterGroupsSql(table: string, component: QueueTable): string;
+  deadLetterClassesSql(table: string, component: QueueTable): string;
+  attemptListSql(history: string): string;
   deadLetterReplaySql(table: string, component: QueueTable): string;
-  deadLetterDiscardSql(table: string, component: QueueTable): string;
+  /** With `history`, the discarded rows' attempt history goes with them. */
+  deadLetterDiscardSql(table: string, component: QueueTable, history?: string): string;
   blockedKeyListSql(table: string, component: QueueTable, tables: { instances: string; outbox: string; inbox: string }): string;
   blockedKeySkipHeadSql(table: string, component: QueueTable): string;
   adminThroughputSql(outbox: string, inbox: string): string;
@@ -137,6 +163,8 @@ export type ClaimRequest =
  */
 export abstract class SqlDialect<J> {
   protected abstract readonly table: Record<QueueTable, string>;
+  /** Each table's attempt history (the attempts migration), quoted. */
+  protected abstract readonly attemptsTable: Record<QueueTable, string>;
   /** The instances table, quoted. */
   protected abstract readonly instancesTable: string;
   /** The pauses table (migration 010), quoted. */
@@ -172,19 +200,22 @@ export abstract class SqlDialect<J> {
     return records.map((r) => toInboxClaimedRow(r, this.decoding)).sort(byId);
   }
 
-  async outboxReclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(
-      await this.run<ReclaimedRecord>(this.statements.outboxReclaimSql(this.table.outbox), [this.params.int(p.maxAttempts)]),
-    );
+  async outboxReclaim(p: { maxAttempts: number; attemptHistory?: number }): Promise<ReclaimResult> {
+    const params = [this.params.int(p.maxAttempts)];
+    if (!p.attemptHistory || p.attemptHistory < 1) {
+      return countReclaimed(await this.run<ReclaimedRecord>(this.statements.outboxReclaimSql(this.table.outbox), params));
+    }
+    const statement = this.statements.outboxReclaimRecordedSql(this.table.outbox, this.attemptsTable.outbox);
+    return countReclaimed(await this.run<ReclaimedRecord>(statement, [...params, this.params.int(p.attemptHistory)]));
   }
 
-  async inboxReclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
-    return countReclaimed(
-      await this.run<ReclaimedRecord>(this.statements.inboxReclaimSql(this.table.inbox), [
-        this.params.int(p.maxAttempts),
-        this.params.names(p.sources),
-      ]),
-    );
+  async inboxReclaim(p: { sources: string[]; maxAttempts: number; attemptHistory?: number }): Promise<ReclaimResult> {
+    const params = [this.params.int(p.maxAttempts), this.params.names(p.sources)];
+    if (!p.attemptHistory || p.attemptHistory < 1) {
+      return countReclaimed(await this.run<ReclaimedRecord>(this.statements.inboxReclaimSql(this.table.inbox), params));
+    }
+    const statement = this.statements.inboxReclaimRecordedSql(this.table.inbox, this.attemptsTable.inbox);
+    return countReclaimed(await this.run<ReclaimedRecord>(statement, [...params, this.params.int(p.attemptHistory)]));
   }
 
   /**
@@ -321,21 +352,32 @@ export abstract class SqlDialect<J> {
     return affected === 1;
   }
 
-  async leaseRetry(p: FenceParams & { delayMs: number; error: string | null }): Promise<boolean> {
-    const { affected } = await this.run(this.statements.leaseRetrySql(this.table[p.table]), [
-      ...this.params.fence(p),
-      this.params.bigint(p.delayMs),
-      this.params.text(p.error),
-    ]);
-    return affected === 1;
+  async leaseRetry(p: FenceParams & { delayMs: number; error: string | null; attempt?: FailedAttempt }): Promise<boolean> {
+    const params = [...this.params.fence(p), this.params.bigint(p.delayMs), this.params.text(p.error)];
+    if (p.attempt === undefined || p.attempt.keep < 1) {
+      const { affected } = await this.run(this.statements.leaseRetrySql(this.table[p.table]), params);
+      return affected === 1;
+    }
+    const { errorClass, keep } = p.attempt;
+    const { rows } = await this.run<{ n: number | string }>(
+      this.statements.leaseRetryRecordedSql(this.table[p.table], this.attemptsTable[p.table]),
+      [...params, this.params.text(errorClass), this.params.int(keep)],
+    );
+    return rows.length === 1 && Number(rows[0].n) === 1;
   }
 
-  async leaseDeadLetter(p: FenceParams & { reason: string }): Promise<boolean> {
-    const { affected } = await this.run(this.statements.leaseDeadLetterSql(this.table[p.table]), [
-      ...this.params.fence(p),
-      this.params.text(p.reason),
-    ]);
-    return affected === 1;
+  async leaseDeadLetter(p: FenceParams & { reason: string; fingerprint?: string; attempt?: FailedAttempt }): Promise<boolean> {
+    const params = [...this.params.fence(p), this.params.text(p.reason), this.params.text(p.fingerprint ?? null)];
+    if (p.attempt === undefined || p.attempt.keep < 1) {
+      const { affected } = await this.run(this.statements.leaseDeadLetterSql(this.table[p.table]), params);
+      return affected === 1;
+    }
+    const { error, errorClass, keep } = p.attempt;
+    const { rows } = await this.run<{ n: number | string }>(
+      this.statements.leaseDeadLetterRecordedSql(this.table[p.table], this.attemptsTable[p.table]),
+      [...params, this.params.text(error), this.params.text(errorClass), this.params.int(keep)],
+    );
+    return rows.length === 1 && Number(rows[0].n) === 1;
   }
 
   async adminBacklog(): Promise<BacklogRow[]> {
@@ -368,12 +410,37 @@ export abstract class SqlDialect<J> {
     return Number(rows[0].n);
   }
 
+  async deadLetterGroups(p: { component: QueueTable; limit: number }): Promise<DeadLetterGroupRow[]> {
+    const { rows } = await this.runAdmin<DeadLetterGroupRecord>(this.statements.deadLetterGroupsSql(this.table[p.component], p.component), [
+      this.params.int(p.limit),
+    ]);
+    return rows.map((r) => toDeadLetterGroupRow(p.component, r));
+  }
+
+  async deadLetterClasses(p: { component: QueueTable }): Promise<{ name: string; errorClass: string; count: number }[]> {
+    const { rows } = await this.runAdmin<{ name: string; error_class: string; n: string | number }>(
+      this.statements.deadLetterClassesSql(this.table[p.component], p.component),
+      [],
+    );
+    return rows.map((r) => ({ name: r.name, errorClass: r.error_class, count: Number(r.n) }));
+  }
+
+  async attemptList(p: { component: QueueTable; id: string }): Promise<AttemptRow[]> {
+    const { rows } = await this.runAdmin<AttemptRecord>(this.statements.attemptListSql(this.attemptsTable[p.component]), [
+      this.params.idOrNull(p.id),
+    ]);
+    return rows.map((r) => toAttemptRow(r, this.decoding.uuid));
+  }
+
   deadLetterReplay(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
     return this.deadLetterBatch(this.statements.deadLetterReplaySql, p);
   }
 
   deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]> {
-    return this.deadLetterBatch(this.statements.deadLetterDiscardSql, p);
+    return this.deadLetterBatch(
+      (table, component) => this.statements.deadLetterDiscardSql(table, component, this.attemptsTable[component]),
+      p,
+    );
   }
 
   /** Runs a replay or discard statement on one batch of the selection; returns the ids it changed. */
@@ -398,12 +465,13 @@ export abstract class SqlDialect<J> {
     return rows.map((r) => toBlockedKeyRow(p.component, r, this.decoding.uuid));
   }
 
-  async blockedKeySkipHead(p: SkipHeadTarget & { reason: string }): Promise<string | null> {
+  async blockedKeySkipHead(p: SkipHeadTarget & { reason: string; fingerprint?: string }): Promise<string | null> {
     const head = this.params.idOrNull(p.headId ?? null);
+    const dead = [this.params.text(p.reason), this.params.text(p.fingerprint ?? null)];
     const params =
       p.component === 'outbox'
-        ? [this.params.key('key', p.key), head, this.params.text(p.reason)]
-        : [this.params.key('source', p.source), this.params.key('aggregateId', p.aggregateId), head, this.params.text(p.reason)];
+        ? [this.params.key('key', p.key), head, ...dead]
+        : [this.params.key('source', p.source), this.params.key('aggregateId', p.aggregateId), head, ...dead];
     const { rows } = await this.runAdmin<{ id: string }>(
       this.statements.blockedKeySkipHeadSql(this.table[p.component], p.component),
       params,

@@ -110,7 +110,10 @@ export interface DashboardActionEvent {
   changed: number;
   selection:
     | { ids: string[] }
-    | { filter: { name?: string; key?: string; errorContains?: string; deadAfter?: string; deadBefore?: string }; all: boolean }
+    | {
+        filter: { name?: string; key?: string; errorContains?: string; deadAfter?: string; deadBefore?: string; fingerprint?: string };
+        all: boolean;
+      }
     | { key: string; source?: string; headId?: string; reason?: string }
     | { name: string; reason?: string };
   skippedId?: string | null;

@@ -178,7 +178,11 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
 
   private async reclaim(): Promise<void> {
     try {
-      const { pending, dead } = await this.claims.reclaim({ sources: this.sources.relaySources, maxAttempts: this.options.maxAttempts });
+      const { pending, dead } = await this.claims.reclaim({
+        sources: this.sources.relaySources,
+        maxAttempts: this.options.maxAttempts,
+        attemptHistory: this.rootOptions.attemptHistory,
+      });
       if (pending + dead > 0) this.logger.warn(messages.reclaimed(NAME, pending, dead));
     } catch (error) {
       this.logger.error(messages.reclaimFailed(NAME, describeError(error)));

@@ -58,7 +58,7 @@ export class RelayClaims {
   }
 
   /** Returns rows of `sources` whose lease expired to `pending`, or to `dead` after `maxAttempts`. */
-  async reclaim(p: { sources: string[]; maxAttempts: number }): Promise<ReclaimResult> {
+  async reclaim(p: { sources: string[]; maxAttempts: number; attemptHistory?: number }): Promise<ReclaimResult> {
     if (p.sources.length === 0) return { pending: 0, dead: 0, byName: [] };
     const result = await this.dialect.inboxReclaim(p);
     for (const counts of result.byName) this.events.emit('queuebox:reclaimed', { component: 'relay', ...counts });

@@ -1,12 +1,15 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { DataSource, EntityManager } from 'typeorm';
 import { describeError } from '../common/errors';
+import { deadLetterFingerprint, errorClassOf } from '../common/fingerprint';
 import { checkOwnDataSource } from '../common/own-data-source';
-import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY } from '../common/queuebox.constants';
+import { QUEUEBOX_DATA_SOURCE, QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import { QueueBoxRegistry } from '../core/queuebox.registry';
-import type { Dialect } from '../dialects/dialect';
+import type { Dialect, FailedAttempt } from '../dialects/dialect';
 import { QueueBoxStateError } from '../errors/queuebox.errors';
 import { QueueBoxEvents } from '../events/queuebox.events';
+import { DEFAULT_ATTEMPT_HISTORY } from '../options/options.defaults';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { messages } from '../texts/queuebox.messages';
 import type { Claim } from '../types/claims';
 import type { QueueBoxIdentity } from '../types/instance';
@@ -50,7 +53,14 @@ export class LeaseService {
     @Optional() @Inject(QUEUEBOX_DATA_SOURCE) private readonly dataSource?: DataSource,
     @Optional() @Inject(QUEUEBOX_IDENTITY) private readonly instance?: QueueBoxIdentity,
     @Optional() private readonly registry?: QueueBoxRegistry,
-  ) {}
+    // Absent outside a QueueBox module (createPullClient): the default history.
+    @Optional() @Inject(QUEUEBOX_RESOLVED_OPTIONS) options?: Pick<ResolvedQueueBoxOptions, 'attemptHistory'>,
+  ) {
+    this.attemptHistory = options?.attemptHistory ?? DEFAULT_ATTEMPT_HISTORY;
+  }
+
+  /** Failed attempts each row keeps (`attemptHistory`); 0: retries and dead letters record none. */
+  private readonly attemptHistory: number;
 
   /**
    * @deprecated Removed in 0.2.0: claims come from `PullClient.claim(source, { leaseMs, maxAttempts? })`
@@ -122,16 +132,37 @@ export class LeaseService {
     return this.fenced(claim, await this.dialect.leaseDefer({ ...this.fence(claim), delayMs: Math.max(0, Math.round(delayMs)) }));
   }
 
-  /** Returns the row to `pending`, to be claimed again after `delayMs` (default 0), recording `error`. */
+  /**
+   * Returns the row to `pending`, to be claimed again after `delayMs` (default 0), recording
+   * `error` in `last_error` and, in the same statement, in the row's attempt history
+   * (`attemptHistory`, when an `error` is given).
+   */
   async retry(claim: Claim, options: { delayMs?: number; error?: unknown } = {}): Promise<boolean> {
     const error = options.error === undefined ? null : describeError(options.error);
     const delayMs = Math.max(0, Math.round(options.delayMs ?? 0));
-    return this.fenced(claim, await this.dialect.leaseRetry({ ...this.fence(claim), delayMs, error }));
+    const attempt = error === null ? undefined : this.failedAttempt(options.error, error);
+    return this.fenced(claim, await this.dialect.leaseRetry({ ...this.fence(claim), delayMs, error, attempt }));
   }
 
-  /** Marks the row `dead` with `reason`; it is not attempted again. */
-  async deadLetter(claim: Claim, reason: unknown): Promise<boolean> {
-    return this.fenced(claim, await this.dialect.leaseDeadLetter({ ...this.fence(claim), reason: describeReason(reason) }));
+  /**
+   * Marks the row `dead` with `reason`; it is not attempted again. Its fingerprint (its dead-letter
+   * group) is taken from `options.failure` when given (the error of the attempt that failed, also
+   * recorded in the attempt history), else from `reason`; `options.errorClass` names the class
+   * when there is no failure object (a lease that expired).
+   */
+  async deadLetter(claim: Claim, reason: unknown, options: { failure?: unknown; errorClass?: string } = {}): Promise<boolean> {
+    const text = describeReason(reason);
+    const hasFailure = Object.hasOwn(options, 'failure');
+    const cause = hasFailure ? options.failure : reason;
+    const described = hasFailure || typeof reason !== 'string' ? describeError(cause) : text;
+    const errorClass = options.errorClass ?? errorClassOf(cause);
+    const fingerprint = deadLetterFingerprint(errorClass, described);
+    const attempt = this.attemptHistory > 0 ? { error: described, errorClass, keep: this.attemptHistory } : undefined;
+    return this.fenced(claim, await this.dialect.leaseDeadLetter({ ...this.fence(claim), reason: text, fingerprint, attempt }));
+  }
+
+  private failedAttempt(failure: unknown, error: string): FailedAttempt | undefined {
+    return this.attemptHistory > 0 ? { error, errorClass: errorClassOf(failure), keep: this.attemptHistory } : undefined;
   }
 
   /**

@@ -111,6 +111,19 @@ export const PAUSED_GAUGE = {
   maxSeries: 100,
 } as const;
 
+/**
+ * Dead rows by destination (outbox) or source (inbox) and error class, read from the database at
+ * each scrape. Its cardinality is bounded whatever the errors: per QueueBox and component, the
+ * `top` largest (name, error class) pairs get a series each and the rest are summed into one
+ * series `{name="other", error_class="other"}`, so at most `top + 1` series per component.
+ */
+export const DEAD_LETTERS_GAUGE = {
+  name: 'queuebox_dead_letters',
+  help: 'Dead rows by destination or source and error class (the class part of their fingerprint): the 20 largest pairs per component, the rest summed as name="other", error_class="other".',
+  labelNames: ['component', 'name', 'error_class'],
+  top: 20,
+} as const;
+
 /** Duration histograms, in seconds; `outcome` is `success` or `failure`. */
 export const HISTOGRAMS: (MetricDefinition<QueueBoxHistogram> & { buckets: number[] })[] = [
   {

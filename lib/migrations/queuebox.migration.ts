@@ -175,6 +175,22 @@ export function createQueueBoxPausesMigration(
 }
 
 /**
+ * The eleventh QueueBox migration: the attempt history tables (`<outbox>_attempts`,
+ * `<inbox>_attempts`: each failed attempt's time, duration, instance, error class and message,
+ * the last `attemptHistory` per row) and `fingerprint` on both tables (what groups dead letters by
+ * cause). QueueBox does not start without it. Add it after the tenth; same `tables`, and a `name`
+ * of its own per QueueBox schema in one database.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations]
+ */
+export function createQueueBoxAttemptsMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.attempts, 'attempts');
+}
+
+/**
  * Every QueueBox migration for `tables`, in the order they run: spread it into TypeORM's
  * `migrations`, so a version that adds one needs no change in your app. `names` gives each a
  * name of its own (a second QueueBox schema in one database; each must end in a 13-digit
@@ -247,6 +263,9 @@ export const QueueBoxRenewals1796515200000 = createQueueBoxRenewalsMigration();
 /** The pauses migration for the default table names; runs after `QueueBoxRenewals1796515200000`. */
 export const QueueBoxPauses1796601600000 = createQueueBoxPausesMigration();
 
+/** The attempts migration for the default table names; runs after `QueueBoxPauses1796601600000`. */
+export const QueueBoxAttempts1796688000000 = createQueueBoxAttemptsMigration();
+
 /**
  * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
  * With other tables, use `createQueueBoxMigrations({ tables })`.
@@ -262,4 +281,5 @@ export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
   QueueBoxRateLimits1796428800000,
   QueueBoxRenewals1796515200000,
   QueueBoxPauses1796601600000,
+  QueueBoxAttempts1796688000000,
 ];

@@ -11,6 +11,9 @@ export const DAY_MS = 24 * HOUR_MS;
 /** Largest accepted payload, in bytes of its JSON text (`maxPayloadBytes`): 1 MiB. */
 export const DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576;
 
+/** Failed attempts each row keeps in its attempt history (`attemptHistory`). */
+export const DEFAULT_ATTEMPT_HISTORY = 10;
+
 /** Sleep between claims when there is nothing to do (`outbox`, `inbox.relay`, `pull` `.pollIntervalMs`). */
 export const DEFAULT_POLL_INTERVAL_MS = SECOND_MS;
 

@@ -79,6 +79,8 @@ export interface ResolvedQueueBoxOptions {
   deprecations: string[];
   workers: Required<WorkersOptions>;
   maxPayloadBytes: number;
+  /** Failed attempts kept per row (0: none). */
+  attemptHistory: number;
   outbox: ResolvedOutboxOptions;
   inbox: { relay: ResolvedRelayOptions };
   pull: ResolvedPullOptions;

@@ -79,6 +79,7 @@ export function resolveOptions(options: QueueBoxModuleOptions = {}): ResolvedQue
     deprecations,
     workers,
     maxPayloadBytes: integerOption('maxPayloadBytes', options.maxPayloadBytes, TOP_LEVEL_OPTIONS.maxPayloadBytes),
+    attemptHistory: integerOption('attemptHistory', options.attemptHistory, TOP_LEVEL_OPTIONS.attemptHistory),
     outbox,
     inbox: { relay: resolveRelay(inbox.relay ?? {}, deprecations) },
     pull: resolvePull(options.pull ?? {}, deprecations),

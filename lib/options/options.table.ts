@@ -12,6 +12,7 @@ import type {
 } from '../types/options';
 import {
   DAY_MS,
+  DEFAULT_ATTEMPT_HISTORY,
   DEFAULT_BATCH_SIZE,
   DEFAULT_CLAIM_TIMEOUT_MS,
   DEFAULT_CONCURRENCY,
@@ -57,6 +58,7 @@ export const TOP_LEVEL_OPTIONS = {
   tables: {},
   workers: { docs: '`true`' },
   maxPayloadBytes: integerOption(DEFAULT_MAX_PAYLOAD_BYTES, 1, 1024 ** 3),
+  attemptHistory: integerOption(DEFAULT_ATTEMPT_HISTORY, 0, 1000),
   outbox: {},
   inbox: {},
   pull: {},

@@ -21,9 +21,10 @@ export class OutboxClaims {
 
   /**
    * The reclaim step: returns rows whose lease expired to `pending`, or to `dead` when they used
-   * up `maxAttempts` (a message that crashes its worker every time cannot loop forever).
+   * up `maxAttempts` (a message that crashes its worker every time cannot loop forever); with
+   * `attemptHistory`, each expired attempt is recorded in the row's history by the same statement.
    */
-  async reclaim(p: { maxAttempts: number }): Promise<ReclaimResult> {
+  async reclaim(p: { maxAttempts: number; attemptHistory?: number }): Promise<ReclaimResult> {
     const result = await this.dialect.outboxReclaim(p);
     for (const counts of result.byName) this.events.emit('queuebox:reclaimed', { component: 'outbox', ...counts });
     return result;

@@ -392,7 +392,10 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
 
   private async reclaim(): Promise<void> {
     try {
-      const { pending, dead } = await this.claims.reclaim({ maxAttempts: this.options.maxAttempts });
+      const { pending, dead } = await this.claims.reclaim({
+        maxAttempts: this.options.maxAttempts,
+        attemptHistory: this.rootOptions.attemptHistory,
+      });
       if (pending + dead > 0) this.logger.warn(messages.reclaimed(NAME, pending, dead));
     } catch (error) {
       this.logger.error(messages.reclaimFailed(NAME, describeError(error)));

@@ -9,7 +9,7 @@ import { QueueBoxEvents } from '../events/queuebox.events';
 import { DATABASE_WARNING_CODES } from '../health/database-doctor';
 import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { InboxSources } from '../inbox-runtime/inbox.sources';
-import { COUNTERS, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate, PAUSED_GAUGE } from '../metrics/metric-definitions';
+import { COUNTERS, DEAD_LETTERS_GAUGE, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate, PAUSED_GAUGE } from '../metrics/metric-definitions';
 import { OutboxPoller } from '../outbox/outbox.poller';
 
 /** Backlog gauges, set from one backlog query per scrape. */
@@ -73,6 +73,8 @@ interface Watched {
   lastInstances?: Record<InstanceState, number>;
   /** `queuebox_paused` (issue 40): every `component\u0000name` seen paused, 1 while paused and 0 after; kept for a failed read. */
   paused?: Map<string, number>;
+  /** The dead-letter series of the last read, kept for a scrape whose read fails. */
+  lastDeadLetters?: { component: string; name: string; errorClass: string; count: number }[];
 }
 
 /**
@@ -222,6 +224,35 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
     }
   }
 
+  /**
+   * Sets `queuebox_dead_letters{component, name, error_class}` from each QueueBox's dead rows (one
+   * query per table and scrape): the DEAD_LETTERS_GAUGE.top largest pairs of each component, the
+   * rest summed as `other`. A QueueBox whose read fails keeps its last values.
+   */
+  async collectDeadLetters(gauge: Gauge): Promise<void> {
+    const reads = await Promise.all(
+      [...this.watched].map(async ([entry, watched]) => {
+        try {
+          const admin = entry.get(QueueBoxAdmin);
+          const series = [];
+          for (const component of ['outbox', 'inbox'] as const) {
+            series.push(...boundedSeries(component, await admin.deadLetterClasses({ component })));
+          }
+          watched.lastDeadLetters = series;
+        } catch {
+          // Its health check reports the database.
+        }
+        return { entry, series: watched.lastDeadLetters };
+      }),
+    );
+    gauge.reset();
+    for (const { entry, series } of reads) {
+      for (const s of series ?? []) {
+        gauge.set({ component: s.component, name: s.name, error_class: s.errorClass, [QUEUEBOX_LABEL]: entry.name }, s.count);
+      }
+    }
+  }
+
   /** The backlog query in flight, or one that finished less than BACKLOG_REUSE_MS ago, or a new one. */
   private currentBacklog(entry: QueueBoxEntry, watched: Watched): Promise<BacklogRow[]> {
     const last = watched.backlog;
@@ -238,6 +269,20 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
     watched.backlog = read;
     return read.rows;
   }
+}
+
+/** The `top` largest (name, error class) counts of one component, and the rest summed as `other` (see DEAD_LETTERS_GAUGE). */
+export function boundedSeries(
+  component: string,
+  counts: { name: string; errorClass: string; count: number }[],
+  top: number = DEAD_LETTERS_GAUGE.top,
+): { component: string; name: string; errorClass: string; count: number }[] {
+  const sorted = [...counts].sort(
+    (a, b) => b.count - a.count || (a.name < b.name ? -1 : a.name > b.name ? 1 : a.errorClass < b.errorClass ? -1 : 1),
+  );
+  const kept = sorted.slice(0, top).map((c) => ({ component, ...c }));
+  const rest = sorted.slice(top).reduce((sum, c) => sum + c.count, 0);
+  return rest > 0 ? [...kept, { component, name: 'other', errorClass: 'other', count: rest }] : kept;
 }
 
 type GaugeDefinition = (typeof GAUGES)[number];
@@ -297,9 +342,20 @@ const labelOf = (definition: GaugeDefinition) => (definition.component === 'outb
         return exporter.collectPaused(this);
       },
     }),
+    makeGaugeProvider({
+      name: DEAD_LETTERS_GAUGE.name,
+      help: DEAD_LETTERS_GAUGE.help,
+      labelNames: [...DEAD_LETTERS_GAUGE.labelNames, QUEUEBOX_LABEL],
+      inject: [QueueBoxPrometheusExporter],
+      collect(this: Gauge, exporter: QueueBoxPrometheusExporter) {
+        return exporter.collectDeadLetters(this);
+      },
+    }),
   ],
   exports: [
-    ...[...COUNTERS, ...HISTOGRAMS, ...GAUGES, INSTANCES_GAUGE, DATABASE_WARNINGS_GAUGE, PAUSED_GAUGE].map(({ name }) => getToken(name)),
+    ...[...COUNTERS, ...HISTOGRAMS, ...GAUGES, INSTANCES_GAUGE, DATABASE_WARNINGS_GAUGE, PAUSED_GAUGE, DEAD_LETTERS_GAUGE].map(({ name }) =>
+      getToken(name),
+    ),
   ],
 })
 export class QueueBoxPrometheusModule {}

@@ -211,6 +211,12 @@ export interface QueueBoxModuleOptions {
   workers?: boolean | WorkersOptions;
   /** Largest accepted payload, in bytes of its JSON text. Default 1048576 (1 MiB). */
   maxPayloadBytes?: number;
+  /**
+   * How many failed attempts each outbox and inbox row keeps in its attempt history (time,
+   * duration, instance, error class and message; the attempts migration): the last N, written only when an
+   * attempt fails. `0` keeps none. Default 10, at most 1000.
+   */
+  attemptHistory?: number;
   outbox?: OutboxOptions;
   inbox?: InboxOptions;
   pull?: PullOptions;

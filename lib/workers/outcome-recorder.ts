@@ -5,6 +5,7 @@
 
 import type { Logger } from '@nestjs/common';
 import { describeError, isInstance } from '../common/errors';
+import { LEASE_EXPIRED_CLASS } from '../common/fingerprint';
 import { PublishError } from '../errors/queuebox.errors';
 import type { InboxEventMessage, OutboxEventMessage, QueueBoxEventMap, QueueBoxEvents } from '../events/queuebox.events';
 import type { LeaseService } from '../lease/lease.service';
@@ -125,7 +126,7 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
         await this.failed(claim, outcome);
         return 'not finished';
       case 'expired':
-        await this.deadLetter(claim, outcome.reason, () => {
+        await this.deadLetter(claim, outcome.reason, { errorClass: LEASE_EXPIRED_CLASS }, () => {
           const event = this.worker.eventMessage(claim);
           const name = 'destination' in event ? event.destination : event.source;
           this.worker.events.emit('queuebox:reclaimed', { component: claim.component, name, pending: 0, dead: 1 });
@@ -226,7 +227,7 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
       const next = failedAttemptOutcome({ failure, final, attempt: claim.attempt, message: claim.message, maxAttempts, backoff, retryIf });
       if (next.deadLetter) {
         const { reason } = next;
-        await this.deadLetter(claim, reason, () =>
+        await this.deadLetter(claim, reason, { failure }, () =>
           this.worker.events.emit(names.deadLettered, { ...event, reason, durationMs: p.durationMs }),
         );
         return;
@@ -245,14 +246,20 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
   }
 
   /**
-   * The one dead-letter write of every worker: fenced; `report` emits its event once it changed
-   * the row. A lost claim or a failing write is logged (the lease ends the claim).
+   * The one dead-letter write of every worker: fenced, with its fingerprint (from the failure, or
+   * the reason under `errorClass`) and, with `attemptHistory`, the attempt recorded in the same
+   * statement; `report` emits its event once it changed the row. A lost claim or a failing write is logged (the lease ends the claim).
    */
-  private async deadLetter(claim: C, reason: string, report: () => void): Promise<void> {
+  private async deadLetter(
+    claim: C,
+    reason: string,
+    cause: { failure: unknown } | { errorClass: string },
+    report: () => void,
+  ): Promise<void> {
     const { lease, logger } = this.worker;
     const id = this.worker.nameOf(claim.message);
     try {
-      if (await lease.deadLetter(claim, reason)) {
+      if (await lease.deadLetter(claim, reason, cause)) {
         report();
         logger.warn(messages.deadLettered(id, reason));
       } else {

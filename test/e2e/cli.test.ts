@@ -116,12 +116,18 @@ describe('queuebox CLI', () => {
       /Applied migration QueueBoxRenewals1796515200000: added when each lease was last renewed, and each instance row's heartbeat count/,
     );
     assert.match(first.stdout, /Applied migration QueueBoxPauses1796601600000: added the table of paused destinations and sources/);
+    assert.match(
+      first.stdout,
+      /Applied migration QueueBoxAttempts1796688000000: added the attempt history tables and the dead letters' fingerprint/,
+    );
     assert.match(first.stdout, /Database: postgres:\/\/qb_cli_\d+:\*\*\*@/);
     assert.deepEqual(await tableNames(db), [
       'migrations',
       'queuebox_inbox',
+      'queuebox_inbox_attempts',
       'queuebox_instances',
       'queuebox_outbox',
+      'queuebox_outbox_attempts',
       'queuebox_outbox_pauses',
       'queuebox_outbox_rate_limits',
     ]);
@@ -130,7 +136,7 @@ describe('queuebox CLI', () => {
     assert.equal(second.code, 0, second.stderr);
     assert.match(
       second.stdout,
-      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000, QueueBoxClaimFunctions1796169600000, QueueBoxInstances1796256000000, QueueBoxClaimProbes1796342400000, QueueBoxRateLimits1796428800000, QueueBoxRenewals1796515200000, QueueBoxPauses1796601600000 are already applied/,
+      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000, QueueBoxClaimFunctions1796169600000, QueueBoxInstances1796256000000, QueueBoxClaimProbes1796342400000, QueueBoxRateLimits1796428800000, QueueBoxRenewals1796515200000, QueueBoxPauses1796601600000, QueueBoxAttempts1796688000000 are already applied/,
     );
     assert.deepEqual(await db.query('SELECT name FROM migrations ORDER BY id'), [
       { name: 'QueueBoxSchema1764460800000' },
@@ -143,6 +149,7 @@ describe('queuebox CLI', () => {
       { name: 'QueueBoxRateLimits1796428800000' },
       { name: 'QueueBoxRenewals1796515200000' },
       { name: 'QueueBoxPauses1796601600000' },
+      { name: 'QueueBoxAttempts1796688000000' },
     ]);
     const indexes = await db.query<{ indexname: string }>("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%dead%' ORDER BY 1");
     assert.equal(indexes.length, 2, 'the operations indexes of dead rows exist');
@@ -175,7 +182,9 @@ describe('queuebox CLI', () => {
     assert.equal(run.code, 0, run.stderr);
     assert.deepEqual(await tableNames(db, 'messaging'), [
       'in_box',
+      'in_box_attempts',
       'out_box',
+      'out_box_attempts',
       'out_box_pauses',
       'out_box_rate_limits',
       'queuebox_instances',
@@ -326,7 +335,7 @@ describe('queuebox CLI', () => {
     assert.equal(postgres.code, 0, postgres.stderr);
     assert.equal(
       `${postgres.stdout}`,
-      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}\n${renderSchemaSql('postgres', { migration: 'keyCollation' })}\n${renderSchemaSql('postgres', { migration: 'claimFunctions' })}\n${renderSchemaSql('postgres', { migration: 'instances' })}\n${renderSchemaSql('postgres', { migration: 'claimProbes' })}\n${renderSchemaSql('postgres', { migration: 'rateLimits' })}\n${renderSchemaSql('postgres', { migration: 'renewals' })}\n${renderSchemaSql('postgres', { migration: 'pauses' })}`,
+      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}\n${renderSchemaSql('postgres', { migration: 'keyCollation' })}\n${renderSchemaSql('postgres', { migration: 'claimFunctions' })}\n${renderSchemaSql('postgres', { migration: 'instances' })}\n${renderSchemaSql('postgres', { migration: 'claimProbes' })}\n${renderSchemaSql('postgres', { migration: 'rateLimits' })}\n${renderSchemaSql('postgres', { migration: 'renewals' })}\n${renderSchemaSql('postgres', { migration: 'pauses' })}\n${renderSchemaSql('postgres', { migration: 'attempts' })}`,
       'the schema, the operations indexes, the claims, the key collation (a comment on PostgreSQL), the claim functions',
     );
     assert.match(postgres.stdout, /CREATE TABLE "queuebox_outbox"/);
@@ -336,7 +345,7 @@ describe('queuebox CLI', () => {
     const tables = { outbox: 'q.out', inbox: 'q.in' };
     assert.equal(
       mssql.stdout,
-      `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}\n${renderSchemaSql('mssql', { tables, migration: 'claims' })}\n${renderSchemaSql('mssql', { tables, migration: 'keyCollation' })}\n${renderSchemaSql('mssql', { tables, migration: 'claimFunctions' })}\n${renderSchemaSql('mssql', { tables, migration: 'instances' })}\n${renderSchemaSql('mssql', { tables, migration: 'claimProbes' })}\n${renderSchemaSql('mssql', { tables, migration: 'rateLimits' })}\n${renderSchemaSql('mssql', { tables, migration: 'renewals' })}\n${renderSchemaSql('mssql', { tables, migration: 'pauses' })}`,
+      `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}\n${renderSchemaSql('mssql', { tables, migration: 'claims' })}\n${renderSchemaSql('mssql', { tables, migration: 'keyCollation' })}\n${renderSchemaSql('mssql', { tables, migration: 'claimFunctions' })}\n${renderSchemaSql('mssql', { tables, migration: 'instances' })}\n${renderSchemaSql('mssql', { tables, migration: 'claimProbes' })}\n${renderSchemaSql('mssql', { tables, migration: 'rateLimits' })}\n${renderSchemaSql('mssql', { tables, migration: 'renewals' })}\n${renderSchemaSql('mssql', { tables, migration: 'pauses' })}\n${renderSchemaSql('mssql', { tables, migration: 'attempts' })}`,
     );
     assert.match(mssql.stdout, /CREATE TABLE \[q\]\.\[out\]/);
     assert.match(mssql.stdout, /\nGO\n/);
@@ -606,7 +615,7 @@ describe('queuebox CLI', () => {
     assert.deepEqual(await states(), before);
     const help = await queuebox(['dead-letters', '--help']);
     assert.equal(help.code, 0);
-    assert.match(help.stdout, /Usage: queuebox dead-letters \[list\|count\|replay\|discard\]/);
+    assert.match(help.stdout, /Usage: queuebox dead-letters \[list\|count\|replay\|discard\|groups\]/);
   });
 
   it('blocked lists keys behind a failing head; skip-head dead-letters that head only, and only while it is the head', async () => {

@@ -182,6 +182,115 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
     await page.close();
   });
 
+  it('dead-letter groups: counts by cause, a group replayed behind its count confirmation; a message shows its failed attempts', async () => {
+    const timeout = 'PublishError/503: HTTP # from https://ledger.example/entries/#';
+    const refused = 'Error/ECONNREFUSED: connect ECONNREFUSED #.#.#.#:#';
+    const dead = (destination: string, fingerprint: string, error: string, count: number) =>
+      db.query<{ id: string }>(
+        `INSERT INTO queuebox_outbox (message_id, destination, payload, state, attempts, last_error, fingerprint, claimed_at)
+         SELECT gen_random_uuid(), $1, '{}', 'dead', 5, replace($3, '#', n::text), $2, clock_timestamp() - make_interval(mins => n * 7)
+         FROM generate_series(1, $4::integer) n RETURNING id::text`,
+        [destination, fingerprint, error, count],
+      );
+    const [first] = await dead(
+      'ledger',
+      timeout,
+      'attempts exhausted (5 of 5): PublishError [QUEUEBOX_PUBLISH]: HTTP 503 from https://ledger.example/entries/#',
+      12,
+    );
+    await dead('ledger', refused, 'Error [ECONNREFUSED]: connect ECONNREFUSED 10.0.0.#:443', 3);
+    await dead('crm', timeout, 'HTTP 503 from https://ledger.example/entries/#', 2);
+    for (const [attempt, ms, outcome, entry] of [
+      [3, 840, 'retry', 1201],
+      [4, 1210, 'retry', 1201],
+      [5, 10_002, 'dead', 1201],
+    ] as const) {
+      await db.query(
+        `INSERT INTO queuebox_outbox_attempts (row_id, attempt, failed_at, duration_ms, instance_id, error_class, error, outcome)
+         VALUES ($1, $2, clock_timestamp() - make_interval(secs => 60 - $2 * 10), $3, '3f2a9c1e-5b7d-4c8e-9f01-23456789abcd', 'PublishError/503', $4, $5)`,
+        [first.id, attempt, ms, `PublishError [QUEUEBOX_PUBLISH]: HTTP 503 from https://ledger.example/entries/${entry}`, outcome],
+      );
+    }
+
+    const page = await context.newPage();
+    await page.goto(`${t.url}#/default/dead`);
+    await page.getByRole('heading', { name: 'Dead letters' }).waitFor();
+    await page.getByRole('link', { name: 'Dead-letter groups' }).click();
+    await page.getByRole('heading', { name: 'Dead-letter groups' }).waitFor();
+    const rows = page.locator('tbody tr');
+    await rows.first().waitFor();
+    assert.deepEqual(
+      (await rows.allTextContents()).map((r) =>
+        r
+          .replace(/\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ/g, 'T')
+          .replace(/\s+/g, ' ')
+          .trim(),
+      ),
+      [
+        `12ledger${timeout.replace(': ', ':')}TTReplay groupDiscard group`,
+        `3ledger${refused.replace(': ', ':')}TTReplay groupDiscard group`,
+        `2crm${timeout.replace(': ', ':')}TTReplay groupDiscard group`,
+      ],
+    );
+    await shot(page, 'dead-letter-groups');
+
+    const group = rows.filter({ hasText: 'ECONNREFUSED' });
+    await group.getByRole('button', { name: 'Replay group' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Replay 3 messages?' });
+    await dialog.waitFor();
+    assert.match((await dialog.textContent()) ?? '', /3 dead outbox messages of ledger with this fingerprint will be sent again/);
+    await shot(page, 'group-replay-confirm');
+    await dialog.getByRole('button', { name: 'Replay 3' }).click();
+    await page.getByRole('status').filter({ hasText: 'Replayed 3 messages.' }).waitFor();
+    await rows.filter({ hasText: 'ECONNREFUSED' }).waitFor({ state: 'detached' });
+    assert.deepEqual(
+      await db.query(
+        `SELECT state, count(*)::int AS n FROM queuebox_outbox WHERE destination IN ('ledger', 'crm') AND fingerprint = $1 GROUP BY 1`,
+        [refused],
+      ),
+      [
+        {
+          state: (await db.query<{ state: string }>('SELECT state FROM queuebox_outbox WHERE fingerprint = $1 LIMIT 1', [refused]))[0]
+            .state,
+          n: 3,
+        },
+      ],
+    );
+    assert.equal(
+      (await db.query(`SELECT 1 FROM queuebox_outbox WHERE fingerprint = $1 AND state = 'dead'`, [refused])).length,
+      0,
+      'none of the group is dead',
+    );
+    assert.equal(
+      (await db.query(`SELECT 1 FROM queuebox_outbox WHERE fingerprint = $1 AND state = 'dead'`, [timeout])).length,
+      14,
+      'the other groups untouched',
+    );
+    const line = `"ada" replay on instance "default", outbox: {"filter":{"name":"ledger","fingerprint":${JSON.stringify(refused)}},"all":false}; 3 row(s) changed.`;
+    assert.ok(
+      [t, readOnly].some((app) => app.logger.has('log', line)),
+      line,
+    );
+
+    await page.goto(`${t.url}#/default/dead/outbox/${first.id}`);
+    await page.getByRole('heading', { name: `Dead letter ${first.id}` }).waitFor();
+    const attempts = page.getByRole('region', { name: 'Attempts' }).locator('tbody tr');
+    await attempts.first().waitFor();
+    assert.deepEqual(
+      (await attempts.allTextContents()).map((r) => r.replace(/\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ/, 'T')),
+      [
+        '5T10.002 s3f2a9c1edeadPublishError/503PublishError [QUEUEBOX_PUBLISH]: HTTP 503 from https://ledger.example/entries/1201',
+        '4T1.210 s3f2a9c1eretryPublishError/503PublishError [QUEUEBOX_PUBLISH]: HTTP 503 from https://ledger.example/entries/1201',
+        '3T0.840 s3f2a9c1eretryPublishError/503PublishError [QUEUEBOX_PUBLISH]: HTTP 503 from https://ledger.example/entries/1201',
+      ],
+    );
+    await page.getByRole('link', { name: timeout }).waitFor();
+    await page.getByRole('region', { name: 'Attempts' }).scrollIntoViewIfNeeded();
+    await shot(page, 'attempts');
+    await page.close();
+    await db.query(`DELETE FROM queuebox_outbox WHERE destination IN ('ledger', 'crm')`);
+  });
+
   it('read-only: no action buttons, and the API refuses an action sent from the page with its token', async () => {
     await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload, state, attempts, last_error, claimed_at)
       VALUES (gen_random_uuid(), 'crm', '{}', 'dead', 5, 'crm answered HTTP 500', clock_timestamp())`);

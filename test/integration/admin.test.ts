@@ -143,21 +143,31 @@ describeWithDatabase('QueueBoxAdmin on PostgreSQL', { truncate: ['queuebox_outbo
         JSON.stringify((await db.query(`EXPLAIN (FORMAT JSON) ${sql}`, params))[0]);
       const statements: [string, string, unknown[]][] = [
         ['backlog', pg.adminBacklogSql('"queuebox_outbox"', '"queuebox_inbox"'), []],
-        ['dead list', pg.deadLetterListSql('"queuebox_outbox"', 'outbox', false), [null, null, null, null, null, null, null, 50]],
+        ['dead list', pg.deadLetterListSql('"queuebox_outbox"', 'outbox', false), [null, null, null, null, null, null, null, null, 50]],
         [
           'dead list, newest first',
           pg.deadLetterListSql('"queuebox_outbox"', 'outbox', false, true),
-          [null, null, null, null, null, null, null, 50],
+          [null, null, null, null, null, null, null, null, 50],
         ],
-        ['dead list by key', pg.deadLetterListSql('"queuebox_inbox"', 'inbox', false), [null, null, null, null, null, 'a', null, 50]],
-        ['dead count', pg.deadLetterCountSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, null, null]],
+        ['dead list by key', pg.deadLetterListSql('"queuebox_inbox"', 'inbox', false), [null, null, null, null, null, 'a', null, null, 50]],
+        ['dead count', pg.deadLetterCountSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, null, null, null]],
         ['blocked keys', pg.blockedKeyListSql('"queuebox_outbox"', 'outbox', PG_INSTANCE_TABLES), [50]],
-        ['replay by name', pg.deadLetterReplaySql('"queuebox_outbox"', 'outbox'), ['d1', null, null, null, null, null, null, 1000]],
-        ['discard by ids', pg.deadLetterDiscardSql('"queuebox_inbox"', 'inbox'), [null, null, null, null, ['1', '2'], null, null, 1000]],
+        [
+          'replay by name',
+          pg.deadLetterReplaySql('"queuebox_outbox"', 'outbox'),
+          ['d1', null, null, null, null, null, 'Error: x', null, 1000],
+        ],
+        [
+          'discard by ids',
+          pg.deadLetterDiscardSql('"queuebox_inbox"', 'inbox', '"queuebox_inbox_attempts"'),
+          [null, null, null, null, ['1', '2'], null, null, null, 1000],
+        ],
         ['claims in flight', pg.adminClaimListSql('"queuebox_inbox"', 'inbox', PG_INSTANCE_TABLES), [50]],
-        ['skip head', pg.blockedKeySkipHeadSql('"queuebox_outbox"', 'outbox'), ['k', null, 'r']],
-        ['skip aggregate', pg.blockedKeySkipHeadSql('"queuebox_inbox"', 'inbox'), ['s', 'a', null, 'r']],
-        ['retention', pg.retentionDeleteSql('"queuebox_outbox"', 'outbox-sent'), [3600_000, 1000]],
+        ['skip head', pg.blockedKeySkipHeadSql('"queuebox_outbox"', 'outbox'), ['k', null, 'r', 'f']],
+        ['skip aggregate', pg.blockedKeySkipHeadSql('"queuebox_inbox"', 'inbox'), ['s', 'a', null, 'r', 'f']],
+        ['retention', pg.retentionDeleteSql('"queuebox_outbox"', 'outbox-sent', '"queuebox_outbox_attempts"'), [3600_000, 1000]],
+        ['dead groups', pg.deadLetterGroupsSql('"queuebox_outbox"', 'outbox'), [50]],
+        ['attempts of a row', pg.attemptListSql('"queuebox_outbox_attempts"'), ['1']],
         ['dead retention', pg.retentionDeleteSql('"queuebox_inbox"', 'inbox-dead'), [3600_000, 1000]],
       ];
       for (const [what, sql, params] of statements) {

@@ -262,6 +262,31 @@ describeWithDatabase('Prometheus metrics (queuebox/prometheus)', (db) => {
       );
     });
 
+    it('queuebox_dead_letters: dead rows by destination and error class, the 20 largest pairs per component and the rest as other', async () => {
+      await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
+      await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload, state, fingerprint)
+        SELECT gen_random_uuid(), 'billing', '{}'::jsonb, 'dead', 'PublishError/503: HTTP #' FROM generate_series(1, 30)
+        UNION ALL SELECT gen_random_uuid(), 'billing', '{}', 'dead', 'E' || n || ': boom' FROM generate_series(1, 25) n
+        UNION ALL SELECT gen_random_uuid(), 'shipping', '{}', 'dead', NULL`);
+      await db.query(
+        "INSERT INTO queuebox_inbox (source, idempotency_key, payload, state, fingerprint) VALUES ('orders', 'x', '{}', 'dead', 'TypeError: no customer #')",
+      );
+      const lines = (await register.metrics()).split('\n').filter((l) => l.startsWith('queuebox_dead_letters{'));
+      assert.equal(
+        await scrape('queuebox_dead_letters{component="outbox",name="billing",error_class="PublishError/503",queuebox="default"}'),
+        30,
+      );
+      assert.equal(
+        await scrape('queuebox_dead_letters{component="outbox",name="other",error_class="other",queuebox="default"}'),
+        7,
+        '27 pairs: 20 kept, the 7 smallest summed',
+      );
+      assert.equal(lines.filter((l) => l.includes('component="outbox"')).length, 21, 'at most 21 outbox series');
+      assert.equal(await scrape('queuebox_dead_letters{component="inbox",name="orders",error_class="TypeError",queuebox="default"}'), 1);
+      assert.equal(lines.filter((l) => l.includes('component="inbox"')).length, 1);
+      await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
+    });
+
     it('backlog gauges: pending, processing, dead and the age of the oldest due message, per destination and source', async () => {
       await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
       await enqueue('billing', { key: 'k1' });

@@ -8,10 +8,12 @@ import type { MigrationInterface } from 'typeorm';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import {
+  createQueueBoxAttemptsMigration,
   createQueueBoxInstancesMigration,
   createQueueBoxMigration,
   createQueueBoxPausesMigration,
   createQueueBoxRenewalsMigration,
+  QueueBoxAttempts1796688000000,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
@@ -79,6 +81,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxRateLimits1796428800000,
         QueueBoxRenewals1796515200000,
         QueueBoxPauses1796601600000,
+        QueueBoxAttempts1796688000000,
       ]),
     );
     const app = await start(db, { retention: { enabled: true } });
@@ -93,14 +96,14 @@ describe('schema version checked at start-up', () => {
     const db = track(await databaseWith([QueueBoxSchema1764460800000]));
     await assert.rejects(
       start(db, {}),
-      /lacks migrations QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000, QueueBoxPauses1796601600000 /,
+      /lacks migrations QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000, QueueBoxPauses1796601600000, QueueBoxAttempts1796688000000 /,
     );
     await assert.rejects(start(db, { retention: { enabled: true } }), (error: unknown) => {
       assert.ok(error instanceof QueueBoxConfigError, String(error));
       assert.equal(error.option, 'migrations');
       assert.match(
         error.message,
-        /lacks migrations QueueBoxOperations1764633600000, QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000, QueueBoxPauses1796601600000 /,
+        /lacks migrations QueueBoxOperations1764633600000, QueueBoxInstances1796256000000, QueueBoxRenewals1796515200000, QueueBoxPauses1796601600000, QueueBoxAttempts1796688000000 /,
       );
       assert.match(error.message, /npx --no-install queuebox migrate`/);
       assert.doesNotMatch(error.message, /QueueBoxClaims/); // optional: a warning, not a failure
@@ -118,6 +121,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxInstances1796256000000,
         QueueBoxRenewals1796515200000,
         QueueBoxPauses1796601600000,
+        QueueBoxAttempts1796688000000,
       ]),
     );
     const app = await start(db, {});
@@ -156,12 +160,13 @@ describe('schema version checked at start-up', () => {
     const instances = createQueueBoxInstancesMigration({ tables, name: 'BillingInstances1790000000001' });
     const renewals = createQueueBoxRenewalsMigration({ tables, name: 'BillingRenewals1790000000002' });
     const pauses = createQueueBoxPausesMigration({ tables, name: 'BillingPauses1790000000003' });
-    const db = track(await databaseWith([renamed, instances, renewals, pauses]));
+    const attempts = createQueueBoxAttemptsMigration({ tables, name: 'BillingAttempts1790000000003' });
+    const db = track(await databaseWith([renamed, instances, renewals, pauses, attempts]));
     await assert.rejects(
-      start(db, { tables, retention: { enabled: true } }, { migrations: [renamed, instances, renewals, pauses] }),
+      start(db, { tables, retention: { enabled: true } }, { migrations: [renamed, instances, renewals, pauses, attempts] }),
       /lacks migration QueueBoxOperations1764633600000 /,
     );
-    const app = await start(db, { tables }, { migrations: [renamed, instances, renewals, pauses] });
+    const app = await start(db, { tables }, { migrations: [renamed, instances, renewals, pauses, attempts] });
     await app.close();
     assert.ok(
       !app.logger.lines.some((line) => line.message.includes('BillingQueueBox1790000000000')),

@@ -48,6 +48,7 @@ describe('schema', () => {
     await db.query(readFileSync(join(ROOT, 'sql/postgres/007_queuebox_claim_probes.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/009_queuebox_renewals.up.sql'), 'utf8'));
     await db.query(readFileSync(join(ROOT, 'sql/postgres/010_queuebox_pauses.up.sql'), 'utf8'));
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/011_queuebox_attempts.up.sql'), 'utf8'));
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_sent\\_idx'")).length, 1);
     assert.equal((await db.query("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%\\_unkeyed\\_claim\\_idx'")).length, 2);
     const publisher = new RecordingPublisher();
@@ -59,6 +60,9 @@ describe('schema', () => {
     } finally {
       await t.app.close();
     }
+    await db.query(readFileSync(join(ROOT, 'sql/postgres/011_queuebox_attempts.down.sql'), 'utf8'));
+    assert.deepEqual(await db.query("SELECT tablename FROM pg_tables WHERE tablename LIKE '%\\_attempts'"), [], 'the history tables went');
+    assert.deepEqual(await db.query("SELECT column_name FROM information_schema.columns WHERE column_name = 'fingerprint'"), []);
     await db.query(readFileSync(join(ROOT, 'sql/postgres/010_queuebox_pauses.down.sql'), 'utf8'));
     assert.deepEqual(await db.query("SELECT tablename FROM pg_tables WHERE tablename LIKE '%\\_pauses'"), [], 'the pauses table went');
     await db.query(readFileSync(join(ROOT, 'sql/postgres/009_queuebox_renewals.down.sql'), 'utf8'));
@@ -96,8 +100,16 @@ describe('schema', () => {
       const tablesInSchema = await client.query("SELECT tablename FROM pg_tables WHERE schemaname = 'messaging' ORDER BY 1");
       assert.deepEqual(
         tablesInSchema.rows.map((r) => r.tablename),
-        ['events_in', 'events_out', 'events_out_pauses', 'events_out_rate_limits', 'queuebox_instances'],
-        'the instances table beside the outbox, in its schema',
+        [
+          'events_in',
+          'events_in_attempts',
+          'events_out',
+          'events_out_attempts',
+          'events_out_pauses',
+          'events_out_rate_limits',
+          'queuebox_instances',
+        ],
+        'the instances table beside the outbox, in its schema; each table with its attempt history',
       );
       assert.equal(migration.name, 'QueueBoxSchema1764460800000');
       // Migration 002 on schema-qualified names: its indexes exist, and its down drops them by their qualified names.

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { antlr4tsSQL, SQLDialect } from 'antlr4ts-sql';
 import { DataSource, type DataSourceOptions, MssqlParameter } from 'typeorm';
+import { attemptsTableOf } from '../../lib/common/identifiers';
 import type { QueueBoxTables } from '../../lib/dialects/dialect';
 import * as admin from '../../lib/dialects/sqlserver/admin.sql';
 import * as checks from '../../lib/dialects/sqlserver/checks.sql';
@@ -18,6 +19,8 @@ import * as pauses from '../../lib/dialects/sqlserver/pauses.sql';
 import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
 import * as retention from '../../lib/dialects/sqlserver/retention.sql';
 import {
+  sqlServerAttemptsDown,
+  sqlServerAttemptsUp,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
   sqlServerInstancesDown,
@@ -182,10 +185,18 @@ export const ADMIN_BUILDERS = new Set([
   'adminClaimListSql',
   'retentionTryLockSql',
   'retentionDeleteSql',
+  'deadLetterGroupsSql',
+  'deadLetterClassesSql',
+  'attemptListSql',
+  // Take the attempt history table beside the table (the attempts migration): listed in adminStatements.
+  'leaseRetryRecordedSql',
+  'leaseDeadLetterRecordedSql',
+  'outboxReclaimRecordedSql',
+  'inboxReclaimRecordedSql',
 ]);
 
 /** Exported fragments of statements, not statements: each is checked inside the statements that use it. */
-export const FRAGMENTS = new Set(['housekeepingTarget']);
+export const FRAGMENTS = new Set(['housekeepingTarget', 'historyOfGone']);
 
 export const COMPONENTS = ['outbox', 'inbox'] as const;
 export const RETENTION_KINDS = ['outbox-sent', 'inbox-processed', 'outbox-dead', 'inbox-dead'] as const;
@@ -208,6 +219,21 @@ export function adminStatements(): { name: string; statement: string }[] {
         { name: `deadLetterDiscardSql(${table[c]})`, statement: sql.deadLetterDiscardSql(table[c], c) },
         { name: `blockedKeyListSql(${table[c]})`, statement: sql.blockedKeyListSql(table[c], c, table) },
         { name: `blockedKeySkipHeadSql(${table[c]})`, statement: sql.blockedKeySkipHeadSql(table[c], c) },
+        { name: `deadLetterGroupsSql(${table[c]})`, statement: sql.deadLetterGroupsSql(table[c], c) },
+        { name: `deadLetterClassesSql(${table[c]})`, statement: sql.deadLetterClassesSql(table[c], c) },
+        { name: `attemptListSql(${table[c]})`, statement: sql.attemptListSql(mssqlTable(attemptsTableOf(tables[c]))) },
+        {
+          name: `leaseRetryRecordedSql(${table[c]})`,
+          statement: sql.leaseRetryRecordedSql(table[c], mssqlTable(attemptsTableOf(tables[c]))),
+        },
+        {
+          name: `${c}ReclaimRecordedSql(${table[c]})`,
+          statement: sql[`${c}ReclaimRecordedSql`](table[c], mssqlTable(attemptsTableOf(tables[c]))),
+        },
+        {
+          name: `leaseDeadLetterRecordedSql(${table[c]})`,
+          statement: sql.leaseDeadLetterRecordedSql(table[c], mssqlTable(attemptsTableOf(tables[c]))),
+        },
       ]),
       ...RETENTION_KINDS.map((kind) => {
         const t = kind.startsWith('outbox') ? table.outbox : table.inbox;
@@ -256,6 +282,8 @@ function schemaScriptStatements(): { name: string; statement: string }[] {
     ...sqlServerRenewalsDown(tables).map((statement, n) => ({ name: `renewals down #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerPausesUp(tables).map((statement, n) => ({ name: `pauses up #${n} (${tables.outbox.qualified})`, statement })),
     ...sqlServerPausesDown(tables).map((statement, n) => ({ name: `pauses down #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerAttemptsUp(tables).map((statement, n) => ({ name: `attempts up #${n} (${tables.outbox.qualified})`, statement })),
+    ...sqlServerAttemptsDown(tables).map((statement, n) => ({ name: `attempts down #${n} (${tables.outbox.qualified})`, statement })),
   ]);
 }
 

@@ -40,6 +40,7 @@ describe('dead-letters list as text', () => {
     key: 'order-1',
     attempts: 1,
     lastError,
+    fingerprint: null,
     createdAt: new Date('2026-11-30T00:58:04Z'),
     lastAttemptAt: new Date('2026-11-30T00:58:05Z'),
     headers: {},

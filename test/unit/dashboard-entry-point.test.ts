@@ -36,6 +36,7 @@ describe('queuebox/dashboard entry point', () => {
       'chart.js',
       'dashboard.css',
       'dom.js',
+      'failures.js',
       'history.js',
       'icon.svg',
       'main.js',

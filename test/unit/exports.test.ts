@@ -37,6 +37,8 @@ describe('public barrel', () => {
       'createQueueBoxRenewalsMigration',
       'QueueBoxPauses1796601600000',
       'createQueueBoxPausesMigration',
+      'QueueBoxAttempts1796688000000',
+      'createQueueBoxAttemptsMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -70,6 +72,7 @@ describe('public barrel', () => {
         'QueueBoxRateLimits1796428800000',
         'QueueBoxRenewals1796515200000',
         'QueueBoxPauses1796601600000',
+        'QueueBoxAttempts1796688000000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );

@@ -51,7 +51,7 @@ const rows = documents.flatMap((document) =>
   readFileSync(join(root, document), 'utf8')
     .split('\n')
     .map((line) =>
-      /^\|\s*`((?:outbox|inbox\.relay|pull|retention|instances|logging|doctor)\.[A-Za-z]+|maxPayloadBytes|workers)`\s*\|([^|]*)\|(.*)\|\s*$/.exec(
+      /^\|\s*`((?:outbox|inbox\.relay|pull|retention|instances|logging|doctor)\.[A-Za-z]+|maxPayloadBytes|attemptHistory|workers)`\s*\|([^|]*)\|(.*)\|\s*$/.exec(
         line,
       ),
     )

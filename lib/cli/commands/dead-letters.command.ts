@@ -1,13 +1,14 @@
 import type { DeadLetterRow } from '../../dialects/dialect-rows';
 import type { QueueTable } from '../../types/claims';
-import { parseDeadSelection, parseLimit, parseRowId } from '../admin-options';
+import { parseComponent, parseDeadSelection, parseLimit, parseRowId } from '../admin-options';
 import { withAdmin } from '../admin-session';
 import { CliUsageError } from '../cli.errors';
 import { cliMessages } from '../cli.messages';
 import { type CliIo, CONNECTION_OPTIONS_HELP, type Command, type CommandValues, connectionOptions } from '../command';
 import { formatTable, formatTime, oneLine, wrapText } from '../table';
+import { formatDeadLetterGroups } from './dead-letter-groups';
 
-const ACTIONS = ['list', 'count', 'replay', 'discard'] as const;
+const ACTIONS = ['list', 'count', 'replay', 'discard', 'groups'] as const;
 const COMPONENTS: readonly QueueTable[] = ['outbox', 'inbox'];
 type Action = (typeof ACTIONS)[number];
 // The last error goes on lines of its own under its row, whole up to ERROR_MAX_CHARS (QueueBox
@@ -19,8 +20,8 @@ const ERROR_LABEL = '    last error: ';
 
 export const deadLettersCommand: Command = {
   name: 'dead-letters',
-  summary: 'List, count, replay or discard dead outbox or inbox rows',
-  help: `Usage: queuebox dead-letters [list|count|replay|discard] [--component outbox|inbox] [filters] [options]
+  summary: 'List, count, replay, discard or group dead outbox or inbox rows',
+  help: `Usage: queuebox dead-letters [list|count|replay|discard|groups] [--component outbox|inbox] [filters] [options]
 
   list      (the default) One page of dead rows in id order: id, message id (outbox) or idempotency key
             (inbox), destination or source, key or aggregate, attempts, when it died (its last
@@ -30,6 +31,10 @@ export const deadLettersCommand: Command = {
   replay    Put the matching dead rows back to pending (attempts 0, due now, last error kept,
             headers X-QueueBox-Replay-Count and X-QueueBox-Replayed-At added); prints how many
   discard   Delete the matching dead rows; prints how many
+  groups    Dead rows by cause: one line per destination (source) and fingerprint (error class and
+            message with ids and numbers taken out), the biggest first, with how many and when the
+            first and last died. Replay or discard a group with --name and --fingerprint; only rows
+            whose fingerprint still matches when the statement locks them change
 
 Only dead rows are read or changed, whatever the filter. replay and discard refuse to run with
 no --id and no filter unless --all is given. With no sub-command it lists; list without
@@ -41,16 +46,17 @@ Filters (they combine with AND):
   --error <text>              Last error contains this text (case-insensitive on PostgreSQL)
   --after <time>              Died at or after this ISO 8601 time (e.g. 2026-11-30T14:00:00Z)
   --before <time>             Died before this ISO 8601 time
+  --fingerprint <text>        Of this group, exactly (as \`groups\` prints it)
   --id <id>                   These rows only: repeat it or give a comma list (--id 7,8);
                               not combined with the other filters
 
 Options:
   --all                       replay, discard: every dead row of the component
-  --limit <n>                 list: rows per page, 1 to 1000 (default 50)
+  --limit <n>                 list, groups: rows per page, 1 to 1000 (default 50)
   --after-id <id>             list: the page after this id (as printed by the previous page)
   --json                      Print JSON: list {rows, nextAfterId} (both components:
                               {outbox: {rows, nextAfterId}, inbox: {...}}), count {count},
-                              replay {replayed}, discard {discarded}
+                              replay {replayed}, discard {discarded}, groups {groups}
 ${CONNECTION_OPTIONS_HELP}
   -h, --help                  Show this help
 
@@ -58,7 +64,9 @@ Examples:
   queuebox dead-letters
   queuebox dead-letters list --component outbox --name billing --error timeout
   queuebox dead-letters replay --component outbox --name billing --after 2026-11-30T09:00:00Z
-  queuebox dead-letters discard --component inbox --id 412,413`,
+  queuebox dead-letters discard --component inbox --id 412,413
+  queuebox dead-letters groups --component outbox
+  queuebox dead-letters replay --component outbox --name billing --fingerprint 'PublishError/503: HTTP # from billing'`,
   options: {
     ...connectionOptions,
     component: { type: 'string' },
@@ -66,6 +74,7 @@ Examples:
     error: { type: 'string' },
     after: { type: 'string' },
     before: { type: 'string' },
+    fingerprint: { type: 'string' },
     id: { type: 'string', multiple: true },
     all: { type: 'boolean' },
     limit: { type: 'string' },
@@ -80,6 +89,7 @@ Examples:
     if (!(ACTIONS as readonly string[]).includes(action))
       throw new CliUsageError(cliMessages.subcommandUnknown('dead-letters', action, ACTIONS));
     if (extra.length > 0) throw new CliUsageError(cliMessages.extraArguments(extra));
+    if (action === 'groups') return groups(values, io);
     if (action === 'list' && values.component === undefined && values.id === undefined && values['after-id'] === undefined)
       return listBoth(values, io);
     const { selection, filtered } = parseDeadSelection(values);
@@ -97,7 +107,7 @@ Examples:
 
     return withAdmin(values, io, async ({ admin, target }) => {
       if (!json) io.out(`Database: ${target.masked} (${target.type})`);
-      switch (action as Action) {
+      switch (action as Exclude<Action, 'groups'>) {
         case 'list': {
           const page = await admin.listDeadLetters(selection, { limit, afterId });
           if (json) io.out(JSON.stringify(page, null, 2));
@@ -141,6 +151,21 @@ async function listBoth(values: CommandValues, io: CliIo): Promise<number> {
       // The next page is one component's: name it in the hint.
       for (const line of lines) io.out(line.replace('add --after-id', `add --component ${component} --after-id`));
     });
+    return 0;
+  });
+}
+
+/** `dead-letters groups`: takes --component, --limit and --json only. */
+function groups(values: CommandValues, io: CliIo): Promise<number> {
+  const component = parseComponent(values);
+  for (const option of ['name', 'error', 'after', 'before', 'fingerprint', 'id', 'all', 'after-id']) {
+    if (values[option] !== undefined) throw new CliUsageError(cliMessages.optionNotHere(`--${option}`, 'list, count, replay and discard'));
+  }
+  const limit = parseLimit(values);
+  return withAdmin(values, io, async ({ admin, target }) => {
+    const rows = await admin.deadLetterGroups({ component, limit });
+    if (values.json === true) io.out(JSON.stringify({ component, groups: rows }, null, 2));
+    else for (const line of [`Database: ${target.masked} (${target.type})`, ...formatDeadLetterGroups(component, rows)]) io.out(line);
     return 0;
   });
 }

@@ -2,6 +2,7 @@
 // and the confirmation dialog. Views live in views.ts; everything they show comes from the API.
 import { ApiError, session as loadSession, type Session } from './api.js';
 import { h, mount } from './dom.js';
+import { deadLetterGroups } from './failures.js';
 import { message, messages } from './messages.js';
 import { blocked, claims, deadLetter, deadLetters, heartbeats, overview, type ViewContext } from './views.js';
 import { warnings } from './warnings.js';
@@ -10,6 +11,7 @@ const VIEWS = [
   ['overview', 'Overview'],
   ['messages', 'Messages'],
   ['dead', 'Dead letters'],
+  ['groups', 'Dead-letter groups'],
   ['blocked', 'Blocked'],
   ['claims', 'Claims in flight'],
   ['heartbeats', 'Instances'],
@@ -134,6 +136,7 @@ async function start(): Promise<void> {
       else if (view === 'dead') await deadLetters(ctx);
       else if (view === 'messages' && rest.length === 2) await message(ctx, rest[0] === 'inbox' ? 'inbox' : 'outbox', rest[1]);
       else if (view === 'messages') await messages(ctx);
+      else if (view === 'groups') await deadLetterGroups(ctx);
       else if (view === 'blocked') await blocked(ctx);
       else if (view === 'claims') await claims(ctx);
       else if (view === 'heartbeats') await heartbeats(ctx);

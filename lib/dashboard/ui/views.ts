@@ -1,6 +1,7 @@
 import { get, post, type Session } from './api.js';
 import { minuteChart } from './chart.js';
 import { type Child, duration, h, mount, plural, time } from './dom.js';
+import { attemptsSection } from './failures.js';
 import { historyChart } from './history.js';
 import { type Pause, pauseCell, pausedBadge } from './pauses.js';
 import { sortable } from './sort.js';
@@ -45,6 +46,7 @@ interface DeadLetter {
   key: string | null;
   attempts: number;
   lastError: string | null;
+  fingerprint?: string | null;
   createdAt: string;
   lastAttemptAt: string | null;
   headers: Record<string, string>;
@@ -389,7 +391,7 @@ async function drawHistory(ctx: ViewContext, section: HTMLElement): Promise<void
 
 // ---- Dead letters ---------------------------------------------------------------------------
 
-const FILTERS = ['name', 'key', 'error', 'from', 'to'] as const;
+const FILTERS = ['name', 'key', 'error', 'from', 'to', 'fingerprint'] as const;
 
 /** `datetime-local` inputs hold local time without a zone; the API takes ISO 8601 instants. */
 export const toIso = (local: string) => (local ? new Date(local).toISOString() : '');
@@ -430,6 +432,7 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
     field('key', label.key),
     field('from', `Died from (${BROWSER_ZONE})`, 'datetime-local'),
     field('to', `Died before (${BROWSER_ZONE})`, 'datetime-local'),
+    filter.fingerprint ? h('input', { type: 'hidden', name: 'fingerprint', value: filter.fingerprint }) : null,
     h('div', { class: 'buttons' }, h('button', { type: 'submit', class: 'primary' }, 'Search'), h('button', { type: 'reset' }, 'Clear')),
   );
   const onSearch = (event: Event) => {
@@ -450,7 +453,16 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
   });
 
   const results = h('div', { class: 'results' }, h('p', { class: 'loading' }, 'Loading…'));
-  mount(ctx.main, heading('Dead letters', componentTabs(ctx, 'dead', component, filter)), form, results);
+  mount(
+    ctx.main,
+    heading(
+      'Dead letters',
+      componentTabs(ctx, 'dead', component, filter),
+      h('a', { href: `#/${encodeURIComponent(ctx.instance)}/groups?component=${component}`, class: 'back' }, 'By cause →'),
+    ),
+    form,
+    results,
+  );
 
   const query = { component, ...filter };
   const [page, total] = await Promise.all([
@@ -481,7 +493,14 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
         ? { component, ids: [...selected] }
         : {
             component,
-            filter: { name: filter.name, key: filter.key, error: filter.error, from: filter.from, to: filter.to },
+            filter: {
+              name: filter.name,
+              key: filter.key,
+              error: filter.error,
+              from: filter.from,
+              to: filter.to,
+              fingerprint: filter.fingerprint,
+            },
             all: !filtered,
           };
     try {
@@ -629,7 +648,20 @@ export async function deadLetter(ctx: ViewContext, component: Component, id: str
     [component === 'outbox' ? 'Enqueued (UTC)' : 'Received (UTC)', time(r.createdAt)],
     ['Last attempt (UTC)', time(r.lastAttemptAt)],
     ['Trace id', r.traceId ? h('code', null, r.traceId) : '—'],
+    [
+      'Fingerprint',
+      r.fingerprint
+        ? h(
+            'a',
+            {
+              href: `#/${encodeURIComponent(ctx.instance)}/dead?${new URLSearchParams({ component, name: r.name, fingerprint: r.fingerprint })}`,
+            },
+            r.fingerprint,
+          )
+        : '—',
+    ],
   ];
+  const attempts = await attemptsSection(ctx, component, id);
   mount(
     ctx.main,
     heading(
@@ -651,6 +683,7 @@ export async function deadLetter(ctx: ViewContext, component: Component, id: str
     ),
     h('h2', null, 'Last error'),
     h('pre', { class: 'error-block' }, r.lastError ?? '—'),
+    attempts,
     h('h2', null, 'Payload'),
     h('pre', { class: 'code', tabindex: '0' }, JSON.stringify(r.payload, null, 2)),
     h('h2', null, 'Headers'),

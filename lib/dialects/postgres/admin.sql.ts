@@ -28,8 +28,8 @@ ${branches('inbox', inbox)}`;
 
 /**
  * The dead-row selection: $1 = name, $2 = error substring, $3 = last attempt from, $4 = last
- * attempt before, $5 = ids (bigint[]), $6 = key (outbox `key`, inbox `aggregate_id`); each null
- * when absent. The driver plans each call with its values, so an absent criterion folds away and
+ * attempt before, $5 = ids (bigint[]), $6 = key (outbox `key`, inbox `aggregate_id`), $7 = group
+ * fingerprint (the attempts migration); each null when absent. The driver plans each call with its values, so an absent criterion folds away and
  * `name` uses the `dead_idx (name, id)` index.
  */
 const deadWhere = (c: AdminColumns) => `state = 'dead'
@@ -38,11 +38,12 @@ const deadWhere = (c: AdminColumns) => `state = 'dead'
   AND ($3::timestamptz IS NULL OR ${deadAt(c)} >= $3)
   AND ($4::timestamptz IS NULL OR ${deadAt(c)} < $4)
   AND ($5::bigint[] IS NULL OR id = ANY($5::bigint[]))
-  AND ($6::text IS NULL OR ${c.key} = $6)`;
+  AND ($6::text IS NULL OR ${c.key} = $6)
+  AND ($7::text IS NULL OR fingerprint = $7)`;
 
 /**
- * $1..$6 = the selection, $7 = after id, $8 = limit. Keyset page of dead rows in id order, or
- * newest first (`descending`: ids below $7). The matching ids are read first, through `dead_idx`
+ * $1..$7 = the selection, $8 = after id, $9 = limit. Keyset page of dead rows in id order, or
+ * newest first (`descending`: ids below $8). The matching ids are read first, through `dead_idx`
  * (dead rows only), and the page is cut from them: ordered by the primary key instead, the planner
  * walks finished rows in id order until it finds `limit` dead ones, which on a big table with few
  * or no matches means reading it whole (seen at 180 ms with 1,000,000 sent rows, bench/dashboard.mjs).
@@ -54,35 +55,35 @@ export const deadLetterListSql = (table: string, component: 'outbox' | 'inbox', 
   return `WITH matching AS MATERIALIZED (
   SELECT id FROM ${table}
   WHERE ${deadWhere(c)}
-    AND ($7::bigint IS NULL OR id ${descending ? '<' : '>'} $7)
+    AND ($8::bigint IS NULL OR id ${descending ? '<' : '>'} $8)
 )
-SELECT id, ${identity}, ${c.name} AS name, ${c.key} AS "key", attempts, last_error, ${c.created} AS created_at,
+SELECT id, ${identity}, ${c.name} AS name, ${c.key} AS "key", attempts, last_error, fingerprint, ${c.created} AS created_at,
        claimed_at, headers${includePayload ? ', payload' : ''}
 FROM ${table}
-WHERE id = ANY (ARRAY(SELECT id FROM matching ORDER BY id${order} LIMIT $8))
+WHERE id = ANY (ARRAY(SELECT id FROM matching ORDER BY id${order} LIMIT $9))
 ORDER BY id${order}`;
 };
 
-/** $1..$6 = the selection. */
+/** $1..$7 = the selection. */
 export const deadLetterCountSql = (table: string, component: 'outbox' | 'inbox') =>
   `SELECT count(*) AS n FROM ${table} WHERE ${deadWhere(ADMIN_COLUMNS[component])}`;
 
 /**
- * The batch of dead rows a replay or discard takes: $1..$6 the selection, $7 after id, $8 limit.
+ * The batch of dead rows a replay or discard takes: $1..$7 the selection, $8 after id, $9 limit.
  * Materialized once, and joined as an id array so each row is reached through the primary key
  * (a join lets the planner hash the whole table when it misjudges the batch).
  */
 const deadBatch = (table: string, component: 'outbox' | 'inbox') => `WITH batch AS MATERIALIZED (
   SELECT id FROM ${table}
   WHERE ${deadWhere(ADMIN_COLUMNS[component])}
-    AND ($7::bigint IS NULL OR id > $7)
+    AND ($8::bigint IS NULL OR id > $8)
   ORDER BY id
-  LIMIT $8
+  LIMIT $9
   FOR UPDATE
 )`;
 
 /**
- * $1..$8 as the batch. Dead rows back to `pending`, due now, attempts 0, no claim; `last_error`
+ * $1..$9 as the batch. Dead rows back to `pending`, due now, attempts 0, no claim; `last_error`
  * is kept (the reason it died) and the replay is recorded in the headers the destination
  * receives. The outer `state = 'dead'` re-checks each row after its lock: only dead rows change.
  */
@@ -92,14 +93,22 @@ SET state = 'pending', attempts = 0, available_at = ${NOW}, claim_token = NULL, 
     headers = t.headers || jsonb_build_object(
       '${REPLAY_COUNT_HEADER}', (coalesce((t.headers ->> '${REPLAY_COUNT_HEADER}')::integer, 0) + 1)::text,
       '${REPLAYED_AT_HEADER}', to_char(${NOW} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
-WHERE t.id = ANY (ARRAY(SELECT id FROM batch)) AND t.state = 'dead'
+WHERE t.id = ANY (ARRAY(SELECT id FROM batch)) AND t.state = 'dead' AND ($7::text IS NULL OR t.fingerprint = $7)
 RETURNING t.id`;
 
-/** $1..$8 as the batch. Deletes dead rows only. */
-export const deadLetterDiscardSql = (table: string, component: 'outbox' | 'inbox') => `${deadBatch(table, component)}
-DELETE FROM ${table} t
-WHERE t.id = ANY (ARRAY(SELECT id FROM batch)) AND t.state = 'dead'
+/** $1..$9 as the batch. Deletes dead rows only; with `history` (the attempts migration), their attempt history with them. */
+export const deadLetterDiscardSql = (table: string, component: 'outbox' | 'inbox', history?: string) => {
+  const discard = `DELETE FROM ${table} t
+WHERE t.id = ANY (ARRAY(SELECT id FROM batch)) AND t.state = 'dead' AND ($7::text IS NULL OR t.fingerprint = $7)
 RETURNING t.id`;
+  if (history === undefined) return `${deadBatch(table, component)}\n${discard}`;
+  return `${deadBatch(table, component)}, gone AS (
+${discard}
+), history AS (
+  DELETE FROM ${history} h WHERE h.row_id = ANY (ARRAY(SELECT id FROM gone))
+)
+SELECT id FROM gone`;
+};
 
 /**
  * $1 = limit. Heads (earliest unfinished row of their key) that hold their key up: `failing`, they
@@ -130,13 +139,14 @@ LIMIT $1`;
 };
 
 /**
- * Outbox: $1 = key, $2 = expected head id (or null), $3 = reason. Inbox: $1 = source,
- * $2 = aggregate, $3 = expected head id, $4 = reason. Dead-letters the head of the key if it is
+ * Outbox: $1 = key, $2 = expected head id (or null), $3 = reason, $4 = fingerprint. Inbox: $1 = source,
+ * $2 = aggregate, $3 = expected head id, $4 = reason, $5 = fingerprint. Dead-letters the head of the key if it is
  * pending, or processing with an expired lease (database clock): a live claim is never touched,
  * and its owner's fenced writes fail afterwards only if the lease had already expired.
  */
 export const blockedKeySkipHeadSql = (table: string, component: 'outbox' | 'inbox') => {
-  const [match, expected, reason] = component === 'outbox' ? ['"key" = $1', '$2', '$3'] : ['source = $1 AND aggregate_id = $2', '$3', '$4'];
+  const [match, expected, reason, fingerprint] =
+    component === 'outbox' ? ['"key" = $1', '$2', '$3', '$4'] : ['source = $1 AND aggregate_id = $2', '$3', '$4', '$5'];
   return `WITH head AS MATERIALIZED (
   SELECT id FROM ${table}
   WHERE ${match} AND state IN ('pending', 'processing')
@@ -145,7 +155,7 @@ export const blockedKeySkipHeadSql = (table: string, component: 'outbox' | 'inbo
   FOR UPDATE
 )
 UPDATE ${table} t
-SET state = 'dead', claim_token = NULL, lease_expires_at = NULL, last_error = ${reason}
+SET state = 'dead', claim_token = NULL, lease_expires_at = NULL, last_error = ${reason}, fingerprint = ${fingerprint}
 FROM head
 WHERE t.id = head.id AND (${expected}::bigint IS NULL OR t.id = ${expected}::bigint)
   AND (t.state = 'pending' OR (t.state = 'processing' AND t.lease_expires_at <= ${NOW}))
@@ -191,4 +201,36 @@ FROM ${table} h
 WHERE h.state = 'processing'
 ORDER BY h.claimed_at, h.id
 LIMIT $1`;
+};
+
+/**
+ * $1 = limit. Dead rows per destination (source) and fingerprint (the attempts migration), the biggest
+ * groups first: how many, and when the first and last of them died. Reads the dead rows only
+ * (`dead_idx`), which retention keeps few; rows that died before the attempts migration have no
+ * fingerprint and form one group per name.
+ */
+export const deadLetterGroupsSql = (table: string, component: 'outbox' | 'inbox') => {
+  const c = ADMIN_COLUMNS[component];
+  return `SELECT ${c.name} AS name, fingerprint, count(*) AS n, min(${deadAt(c)}) AS first_at, max(${deadAt(c)}) AS last_at
+FROM ${table} WHERE state = 'dead'
+GROUP BY ${c.name}, fingerprint
+ORDER BY count(*) DESC, ${c.name}, fingerprint
+LIMIT $1`;
+};
+
+/** $1 = row id. The row's attempt history (the attempts migration), newest first, through its primary key. */
+export const attemptListSql = (history: string) => `SELECT id, attempt, failed_at, duration_ms, instance_id, error_class, error, outcome
+FROM ${history} WHERE row_id = $1
+ORDER BY id DESC`;
+
+/**
+ * Dead rows per destination (source) and error class (the fingerprint up to its first ": ";
+ * `unknown` for rows that died before the attempts migration), for the dead-letter gauge. Reads the dead
+ * rows only (`dead_idx`).
+ */
+export const deadLetterClassesSql = (table: string, component: 'outbox' | 'inbox') => {
+  const c = ADMIN_COLUMNS[component];
+  return `SELECT ${c.name} AS name, coalesce(split_part(fingerprint, ': ', 1), 'unknown') AS error_class, count(*) AS n
+FROM ${table} WHERE state = 'dead'
+GROUP BY 1, 2`;
 };

@@ -1,3 +1,4 @@
+import { LEASE_EXPIRED_CLASS, RECLAIM_FINGERPRINT } from '../../common/fingerprint';
 import type { QueueBoxTables } from '../dialect';
 import { readCommittedSql } from './checks.sql';
 import { type InlineParam, inlineParams, pgLiteral } from './quoting';
@@ -183,13 +184,49 @@ ${returning}`;
 const RECLAIM_SET = `SET state = CASE WHEN attempts >= $1 THEN 'dead' ELSE 'pending' END,
     claim_token = NULL, lease_expires_at = NULL,
     last_error = 'lease expired on attempt ' || attempts || ' of ' || $1::integer
-      || ': the worker crashed, was stopped or outlived its lease'`;
+      || ': the worker crashed, was stopped or outlived its lease',
+    fingerprint = CASE WHEN attempts >= $1 THEN '${RECLAIM_FINGERPRINT}' ELSE fingerprint END`;
 
 /** $1 = max attempts. */
 export const outboxReclaimSql = (table: string) => `UPDATE ${table}
 ${RECLAIM_SET}
 WHERE state = 'processing' AND lease_expires_at <= ${NOW}
 RETURNING state, destination AS name`;
+
+/**
+ * A reclaim statement (`update`, ending in its WHERE) that also records each reclaimed row's
+ * expired attempt in `history` (the attempts migration: class `LeaseExpired`, its duration from the claim
+ * to the reclaim, `retry` or `dead`) and trims each row's history to the last `keep` (a parameter
+ * reference), in the same statement (see lease.sql.ts recordAttempt). Returns what the reclaim
+ * statement returns.
+ */
+const reclaimRecorded = (update: string, history: string, name: string, keep: string) => `WITH reclaimed AS (
+${update}
+RETURNING id, attempts, claimed_at, claimed_by, state, last_error, ${name} AS name
+),
+recorded AS (
+  INSERT INTO ${history} (row_id, attempt, failed_at, duration_ms, instance_id, error_class, error, outcome)
+  SELECT r.id, r.attempts, ${NOW}, (extract(epoch FROM ${NOW} - r.claimed_at) * 1000)::bigint, r.claimed_by, '${LEASE_EXPIRED_CLASS}', r.last_error,
+         CASE WHEN r.state = 'dead' THEN 'dead' ELSE 'retry' END
+  FROM reclaimed r
+),
+trimmed AS (
+  DELETE FROM ${history} a USING reclaimed r
+  WHERE a.row_id = r.id
+    AND a.id NOT IN (SELECT k.id FROM ${history} k WHERE k.row_id = r.id ORDER BY k.id DESC LIMIT ${keep}::integer - 1)
+)
+SELECT state, name FROM reclaimed`;
+
+/** $1 = max attempts, $2 = attempts kept (at least 1). `outboxReclaimSql` with the attempt history. */
+export const outboxReclaimRecordedSql = (table: string, history: string) =>
+  reclaimRecorded(
+    `UPDATE ${table}
+${RECLAIM_SET}
+WHERE state = 'processing' AND lease_expires_at <= ${NOW}`,
+    history,
+    'destination',
+    '$2',
+  );
 
 const INBOX_CLAIM_FIELDS = [
   'id',
@@ -317,6 +354,17 @@ export const inboxReclaimSql = (table: string) => `UPDATE ${table}
 ${RECLAIM_SET}
 WHERE state = 'processing' AND source = ANY($2::text[]) AND lease_expires_at <= ${NOW}
 RETURNING state, source AS name`;
+
+/** $1 = max attempts, $2 = sources, $3 = attempts kept (at least 1). `inboxReclaimSql` with the attempt history. */
+export const inboxReclaimRecordedSql = (table: string, history: string) =>
+  reclaimRecorded(
+    `UPDATE ${table}
+${RECLAIM_SET}
+WHERE state = 'processing' AND source = ANY($2::text[]) AND lease_expires_at <= ${NOW}`,
+    history,
+    'source',
+    '$3',
+  );
 
 /**
  * $1 = limit, $2 = lease in ms, $3 = source, $4 = the claiming instance. A pull claim takes, in one statement, rows whose

@@ -3,6 +3,7 @@ import type { ExpectedIndex } from '../doctor-facts';
 import type { SchemaMigration } from '../schema-migrations';
 import { pgLiteral, pgTable } from './quoting';
 import {
+  postgresAttemptsUp,
   postgresClaimProbesUp,
   postgresClaimsUp,
   postgresInstancesUp,
@@ -118,6 +119,7 @@ const UP: Record<SchemaMigration, (tables: QueueBoxTables) => string[]> = {
   rateLimits: postgresRateLimitsUp,
   renewals: postgresRenewalsUp,
   pauses: postgresPausesUp,
+  attempts: postgresAttemptsUp,
 };
 
 /**

@@ -3,6 +3,8 @@ import { CLAIM_FUNCTIONS_MIGRATION_NOTE } from '../schema-migrations';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
 import { PostgresDialect } from './postgres.dialect';
 import {
+  postgresAttemptsDown,
+  postgresAttemptsUp,
   postgresClaimProbesDown,
   postgresClaimProbesUp,
   postgresClaimsDown,
@@ -41,6 +43,7 @@ export const postgresDriver = {
     rateLimits: { up: postgresRateLimitsUp, down: postgresRateLimitsDown },
     renewals: { up: postgresRenewalsUp, down: postgresRenewalsDown },
     pauses: { up: postgresPausesUp, down: postgresPausesDown },
+    attempts: { up: postgresAttemptsUp, down: postgresAttemptsDown },
   },
   noOpMigrations: {
     claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,

@@ -61,6 +61,52 @@ export const leaseRetrySql = (table: string) => `UPDATE ${table}
 SET state = 'pending', available_at = ${msFromNow('$3')}, claim_token = NULL, lease_expires_at = NULL, last_error = $4
 WHERE ${FENCE}`;
 
-/** $1 = id, $2 = token, $3 = reason. */
-export const leaseDeadLetterSql = (table: string) => `UPDATE ${table} SET state = 'dead', lease_expires_at = NULL, last_error = $3
+/** $1 = id, $2 = token, $3 = reason, $4 = fingerprint (its group, the attempts migration). */
+export const leaseDeadLetterSql = (
+  table: string,
+) => `UPDATE ${table} SET state = 'dead', lease_expires_at = NULL, last_error = $3, fingerprint = $4
 WHERE ${FENCE}`;
+
+/**
+ * A failed attempt's row in the attempt history, written by the statement that retries or
+ * dead-letters it (the attempts migration), and the history trimmed to the last `$keep` of the row in the
+ * same statement. `failed` is the fenced UPDATE's CTE (the row as it was changed: its attempt,
+ * claim time and claimer); the data-modifying CTEs see the snapshot the statement started with,
+ * so the trim keeps the newest `$keep - 1` older rows beside the one it inserts. Returns one row
+ * (`n` = 1) when the fence held, none when the claim was lost: nothing is recorded then.
+ * `error`/`errorClass`/`keep` are parameter references.
+ */
+const recordAttempt = (history: string, outcome: 'retry' | 'dead', p: { error: string; errorClass: string; keep: string }) => `,
+recorded AS (
+  INSERT INTO ${history} (row_id, attempt, failed_at, duration_ms, instance_id, error_class, error, outcome)
+  SELECT f.id, f.attempts, ${NOW}, (extract(epoch FROM ${NOW} - f.claimed_at) * 1000)::bigint, f.claimed_by, ${p.errorClass}, ${p.error}, '${outcome}'
+  FROM failed f
+),
+trimmed AS (
+  DELETE FROM ${history} a USING failed f
+  WHERE a.row_id = f.id
+    AND a.id NOT IN (SELECT k.id FROM ${history} k WHERE k.row_id = f.id ORDER BY k.id DESC LIMIT ${p.keep}::integer - 1)
+)
+SELECT 1 AS n FROM failed`;
+
+/**
+ * $1 = id, $2 = token, $3 = delay in ms, $4 = error text, $5 = error class, $6 = attempts kept
+ * (at least 1). `leaseRetrySql` with the attempt recorded in `history` (see recordAttempt).
+ */
+export const leaseRetryRecordedSql = (table: string, history: string) => `WITH failed AS (
+  UPDATE ${table}
+  SET state = 'pending', available_at = ${msFromNow('$3')}, claim_token = NULL, lease_expires_at = NULL, last_error = $4
+  WHERE ${FENCE}
+  RETURNING id, attempts, claimed_at, claimed_by
+)${recordAttempt(history, 'retry', { error: '$4', errorClass: '$5', keep: '$6' })}`;
+
+/**
+ * $1 = id, $2 = token, $3 = reason, $4 = fingerprint, $5 = the attempt's error text, $6 = error
+ * class, $7 = attempts kept (at least 1). `leaseDeadLetterSql` with the attempt recorded in
+ * `history` (see recordAttempt).
+ */
+export const leaseDeadLetterRecordedSql = (table: string, history: string) => `WITH failed AS (
+  UPDATE ${table} SET state = 'dead', lease_expires_at = NULL, last_error = $3, fingerprint = $4
+  WHERE ${FENCE}
+  RETURNING id, attempts, claimed_at, claimed_by
+)${recordAttempt(history, 'dead', { error: '$5', errorClass: '$6', keep: '$7' })}`;

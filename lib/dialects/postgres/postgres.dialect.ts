@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
-import { pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
+import { attemptsTableOf, pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
 import { onConnectionOf, runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../texts/queuebox.messages';
@@ -104,6 +104,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   readonly type = 'postgres' as const;
   readonly reservesConnections = true;
   protected readonly table: Record<QueueTable, string>;
+  protected readonly attemptsTable: Record<QueueTable, string>;
   protected readonly instancesTable: string;
   protected readonly pausesTable: string;
   protected readonly statements = STATEMENTS;
@@ -147,6 +148,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     this.queryTimeoutMs = settings.queryTimeoutMs;
     this.instance = settings.instance;
     this.table = { outbox: pgTable(tables.outbox), inbox: pgTable(tables.inbox) };
+    this.attemptsTable = { outbox: pgTable(attemptsTableOf(tables.outbox)), inbox: pgTable(attemptsTableOf(tables.inbox)) };
     this.instancesTable = pgTable(tables.instances);
     this.pausesTable = pgTable(pausesTableOf(tables.outbox));
     this.claimLock = claimLockNames(tables);
@@ -318,7 +320,9 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
 
   async retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number> {
     const table = p.kind.startsWith('outbox') ? this.table.outbox : this.table.inbox;
-    return (await this.runAdmin(retentionDeleteSql(table, p.kind), [p.olderThanMs, p.limit])).affected;
+    const history = p.kind.startsWith('outbox') ? this.attemptsTable.outbox : this.attemptsTable.inbox;
+    const { rows } = await this.runAdmin<{ n: number }>(retentionDeleteSql(table, p.kind, history), [p.olderThanMs, p.limit]);
+    return Number(rows[0]?.n ?? 0);
   }
 
   /**
@@ -667,9 +671,9 @@ export async function bounded<T>(query: Promise<T>, timeoutMs: number | undefine
   }
 }
 
-/** The selection's parameters $1..$6. */
+/** The selection's parameters $1..$7. */
 function selectionParams(s: DeadSelection): unknown[] {
-  return [s.name, s.errorContains, s.deadAfter, s.deadBefore, s.ids, s.key ?? null];
+  return [s.name, s.errorContains, s.deadAfter, s.deadBefore, s.ids, s.key ?? null, s.fingerprint ?? null];
 }
 
 /** The retention lock's name; PostgreSQL keys the advisory lock on `hashtextextended(name, 0)`. */

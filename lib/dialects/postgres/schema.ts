@@ -1,4 +1,4 @@
-import { pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
+import { attemptsTableOf, pausesTableOf, rateLimitsTableOf, type TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import { serverVersionCheckSql } from './checks.sql';
 import { claimFunctionNames, claimFunctionSignature, claimFunctions, legacyClaimFunctionSignature } from './claim-functions.sql';
@@ -274,4 +274,48 @@ export function postgresPausesUp(tables: QueueBoxTables): string[] {
 
 export function postgresPausesDown(tables: QueueBoxTables): string[] {
   return [`DROP TABLE IF EXISTS ${pgTable(pausesTableOf(tables.outbox))}`];
+}
+
+/**
+ * Migration 011 (attempts). The attempt history (`<table>_attempts`, one per table: each failed
+ * attempt's time, duration, instance, error class and message, written by the retry and
+ * dead-letter statements in the same statement, the last `attemptHistory` kept per row) and
+ * `fingerprint` on both tables (a dead letter's error class and normalized message, which with its
+ * destination or source names its group). The nullable column changes only the catalog (a brief
+ * ACCESS EXCLUSIVE lock, no rewrite, no index build). No foreign key to the table: it would refuse
+ * `TRUNCATE` of the outbox and inbox; retention and discards delete a row's history with the row
+ * (row ids are never reused, so a history row left behind cannot be taken for another row's).
+ */
+export function postgresAttemptsUp(tables: QueueBoxTables): string[] {
+  const history = (table: TableName) => {
+    const attempts = attemptsTableOf(table);
+    return `CREATE TABLE ${pgTable(attempts)} (
+  row_id bigint NOT NULL,
+  id bigint GENERATED ALWAYS AS IDENTITY,
+  attempt integer NOT NULL,
+  failed_at timestamptz NOT NULL,
+  duration_ms bigint,
+  instance_id uuid,
+  error_class text NOT NULL,
+  error text NOT NULL,
+  outcome text NOT NULL,
+  CONSTRAINT "${attempts.name}_pkey" PRIMARY KEY (row_id, id),
+  CONSTRAINT "${attempts.name}_outcome_check" CHECK (outcome IN ('retry', 'dead'))
+)`;
+  };
+  return [
+    `ALTER TABLE ${pgTable(tables.outbox)} ADD COLUMN fingerprint text`,
+    `ALTER TABLE ${pgTable(tables.inbox)} ADD COLUMN fingerprint text`,
+    history(tables.outbox),
+    history(tables.inbox),
+  ];
+}
+
+export function postgresAttemptsDown(tables: QueueBoxTables): string[] {
+  return [
+    `DROP TABLE IF EXISTS ${pgTable(attemptsTableOf(tables.inbox))}`,
+    `DROP TABLE IF EXISTS ${pgTable(attemptsTableOf(tables.outbox))}`,
+    `ALTER TABLE ${pgTable(tables.inbox)} DROP COLUMN IF EXISTS fingerprint`,
+    `ALTER TABLE ${pgTable(tables.outbox)} DROP COLUMN IF EXISTS fingerprint`,
+  ];
 }

@@ -1,6 +1,7 @@
 import { ADMIN_COLUMNS, type Component, deadAt } from './columns';
 import { held, type InstanceTables, ownerColumns } from './instances.sql';
 import { indexOf } from './quoting';
+import { GONE, historyOfGone } from './retention.sql';
 import { asUtc, NOW, utcInstant } from './time';
 
 // QueueBoxAdmin's statements. Every write touches `dead` rows only, except skip-head.
@@ -42,7 +43,7 @@ ${branches('inbox', inbox)}`;
 /**
  * The dead-row selection: @0 = name, @1 = error substring, @2 = last attempt from, @3 = last
  * attempt before (both ISO-8601 UTC text, see utcInstant), @4 = ids as a JSON array, @5 = key
- * (outbox `key`, inbox `aggregate_id`); each NULL when absent. Statements
+ * (outbox `key`, inbox `aggregate_id`), @6 = group fingerprint (the attempts migration); each NULL when absent. Statements
  * using it end with OPTION (RECOMPILE), so an absent criterion folds away and the plan fits the
  * values (one cached plan would have to serve every combination).
  */
@@ -52,38 +53,39 @@ const deadWhere = (component: Component) => `[state] = N'dead'
   AND (@2 IS NULL OR ${deadAt(component)} >= ${utcInstant('@2')})
   AND (@3 IS NULL OR ${deadAt(component)} < ${utcInstant('@3')})
   AND (@4 IS NULL OR [id] IN (SELECT j.[id] FROM OPENJSON(@4) WITH ([id] BIGINT '$') AS j))
-  AND (@5 IS NULL OR ${ADMIN_COLUMNS[component].key} = @5)`;
+  AND (@5 IS NULL OR ${ADMIN_COLUMNS[component].key} = @5)
+  AND (@6 IS NULL OR [fingerprint] = @6)`;
 
-/** @0..@5 = the selection, @6 = after id, @7 = limit. Keyset page of dead rows in id order, or newest first (`descending`: ids below @6). */
+/** @0..@6 = the selection, @7 = after id, @8 = limit. Keyset page of dead rows in id order, or newest first (`descending`: ids below @7). */
 export const deadLetterListSql = (table: string, component: Component, includePayload: boolean, descending = false) => {
   const c = ADMIN_COLUMNS[component];
   const identity = component === 'outbox' ? '[message_id], NULL AS [idempotency_key]' : 'NULL AS [message_id], [idempotency_key]';
-  return `SELECT TOP (@7) [id], ${identity}, ${c.name} AS [name], ${c.key} AS [key], [attempts], [last_error],
+  return `SELECT TOP (@8) [id], ${identity}, ${c.name} AS [name], ${c.key} AS [key], [attempts], [last_error], [fingerprint],
        ${asUtc(c.created)} AS [created_at], ${asUtc('[claimed_at]')} AS [claimed_at], [headers]${includePayload ? ', [payload]' : ''}
 FROM ${table}
 WHERE ${deadWhere(component)}
-  AND (@6 IS NULL OR [id] ${descending ? '<' : '>'} @6)
+  AND (@7 IS NULL OR [id] ${descending ? '<' : '>'} @7)
 ORDER BY [id]${descending ? ' DESC' : ''}
 OPTION (RECOMPILE)`;
 };
 
-/** @0..@5 = the selection. */
+/** @0..@6 = the selection. */
 export const deadLetterCountSql = (table: string, component: Component) =>
   `SELECT COUNT_BIG(*) AS [n] FROM ${table} WHERE ${deadWhere(component)} OPTION (RECOMPILE)`;
 
 /** The batch a replay or discard takes, as an updatable CTE (TOP with ORDER BY is exact in one statement). */
 const deadBatch = (table: string, component: Component) => `WITH [batch] AS (
-  SELECT TOP (@7) [id], [state], [attempts], [available_at], [claim_token], [lease_expires_at], [headers]
+  SELECT TOP (@8) [id], [state], [attempts], [available_at], [claim_token], [lease_expires_at], [headers], [fingerprint]
   FROM ${table} WITH (ROWLOCK)
   WHERE ${deadWhere(component)}
-    AND (@6 IS NULL OR [id] > @6)
+    AND (@7 IS NULL OR [id] > @7)
   ORDER BY [id]
 )`;
 
 const REPLAY_COUNT = `'$."X-QueueBox-Replay-Count"'`;
 
 /**
- * @0..@7 as the batch. Dead rows back to `pending`, due now, attempts 0, no claim; `last_error`
+ * @0..@8 as the batch. Dead rows back to `pending`, due now, attempts 0, no claim; `last_error`
  * kept; the replay recorded in the headers (count and UTC time, ISO 8601).
  */
 export const deadLetterReplaySql = (table: string, component: Component) => `${deadBatch(table, component)}
@@ -94,15 +96,29 @@ SET [state] = N'pending', [attempts] = 0, [available_at] = ${NOW}, [claim_token]
         CAST(COALESCE(TRY_CAST(JSON_VALUE([headers], ${REPLAY_COUNT}) AS INT), 0) + 1 AS NVARCHAR(12))),
       '$."X-QueueBox-Replayed-At"', CONVERT(NVARCHAR(23), ${NOW}, 126) + N'Z')
 OUTPUT inserted.[id]
-WHERE [state] = N'dead'
+WHERE [state] = N'dead' AND (@6 IS NULL OR [fingerprint] = @6)
 OPTION (RECOMPILE)`;
 
-/** @0..@7 as the batch. Deletes dead rows only. */
-export const deadLetterDiscardSql = (table: string, component: Component) => `${deadBatch(table, component)}
+/** @0..@8 as the batch. Deletes dead rows only; with `history` (the attempts migration), their attempt history with them, in one transaction. */
+export const deadLetterDiscardSql = (table: string, component: Component, history?: string) => {
+  if (history === undefined) {
+    return `${deadBatch(table, component)}
 DELETE FROM [batch]
 OUTPUT deleted.[id]
-WHERE [state] = N'dead'
+WHERE [state] = N'dead' AND (@6 IS NULL OR [fingerprint] = @6)
 OPTION (RECOMPILE)`;
+  }
+  return `SET XACT_ABORT ON;
+${GONE}BEGIN TRANSACTION;
+${deadBatch(table, component)}
+DELETE FROM [batch]
+OUTPUT deleted.[id] INTO @gone
+WHERE [state] = N'dead' AND (@6 IS NULL OR [fingerprint] = @6)
+OPTION (RECOMPILE);
+${historyOfGone(history)}
+COMMIT TRANSACTION;
+SELECT [id] FROM @gone;`;
+};
 
 /**
  * @0 = limit. Heads that failed at least once and are not finished, or held with rows behind
@@ -138,16 +154,16 @@ ORDER BY h.[id]`;
  * on the key index's entry) against a claim's row-first lock deadlocked (error 1205).
  */
 export const blockedKeySkipHeadSql = (table: string, component: Component) => {
-  const [match, expected, reason] =
+  const [match, expected, reason, fingerprint] =
     component === 'outbox'
-      ? ['e.[key] = @0 AND e.[key] IS NOT NULL', '@1', '@2']
-      : ['e.[source] = @0 AND e.[aggregate_id] = @1 AND e.[aggregate_id] IS NOT NULL', '@2', '@3'];
+      ? ['e.[key] = @0 AND e.[key] IS NOT NULL', '@1', '@2', '@3']
+      : ['e.[source] = @0 AND e.[aggregate_id] = @1 AND e.[aggregate_id] IS NOT NULL', '@2', '@3', '@4'];
   return `DECLARE @head BIGINT = (
   SELECT TOP (1) e.[id] FROM ${table} AS e
   WHERE ${match} AND e.[state] IN (N'pending', N'processing')
   ORDER BY e.[id]);
 UPDATE t
-SET [state] = N'dead', [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = ${reason}
+SET [state] = N'dead', [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = ${reason}, [fingerprint] = ${fingerprint}
 OUTPUT inserted.[id]
 FROM ${table} AS t WITH (ROWLOCK, INDEX (${indexOf(table, 'pkey')}), FORCESEEK)
 WHERE t.[id] = @head
@@ -197,4 +213,29 @@ export const adminClaimListSql = (table: string, component: Component, tables: I
 FROM ${table} AS h
 WHERE h.[state] = N'processing'
 ORDER BY h.[claimed_at], h.[id]`;
+};
+
+/** @0 = limit. Dead rows per destination (source) and fingerprint, the biggest groups first (see postgres/admin.sql.ts). */
+export const deadLetterGroupsSql = (table: string, component: Component) => {
+  const c = ADMIN_COLUMNS[component];
+  return `SELECT TOP (@0) ${c.name} AS [name], [fingerprint], COUNT_BIG(*) AS [n],
+       ${asUtc(`MIN(${deadAt(component)})`)} AS [first_at], ${asUtc(`MAX(${deadAt(component)})`)} AS [last_at]
+FROM ${table} WHERE [state] = N'dead'
+GROUP BY ${c.name}, [fingerprint]
+ORDER BY COUNT_BIG(*) DESC, ${c.name}, [fingerprint]`;
+};
+
+/** @0 = row id. The row's attempt history (the attempts migration), newest first, through its clustered key. */
+export const attemptListSql = (history: string) => `SELECT [id], [attempt], ${asUtc('[failed_at]')} AS [failed_at], [duration_ms],
+       [instance_id], [error_class], [error], [outcome]
+FROM ${history} WHERE [row_id] = @0
+ORDER BY [id] DESC`;
+
+/** Dead rows per destination (source) and error class, for the dead-letter gauge (see postgres/admin.sql.ts). */
+export const deadLetterClassesSql = (table: string, component: Component) => {
+  const c = ADMIN_COLUMNS[component];
+  const errorClass = `COALESCE(LEFT([fingerprint], NULLIF(CHARINDEX(N': ', [fingerprint]), 0) - 1), [fingerprint], N'unknown')`;
+  return `SELECT ${c.name} AS [name], ${errorClass} AS [error_class], COUNT_BIG(*) AS [n]
+FROM ${table} WHERE [state] = N'dead'
+GROUP BY ${c.name}, ${errorClass}`;
 };

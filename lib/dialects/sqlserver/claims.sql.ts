@@ -1,3 +1,4 @@
+import { LEASE_EXPIRED_CLASS, RECLAIM_FINGERPRINT } from '../../common/fingerprint';
 import { indexOf } from './quoting';
 import { KEY_COLLATION } from './schema';
 import { asUtc, msFromNow, NOW } from './time';
@@ -411,7 +412,8 @@ export const housekeepingTarget = (table: string) => `WITH (ROWLOCK, READPAST, I
 const RECLAIM_SET = `SET [state] = CASE WHEN [attempts] >= @0 THEN N'dead' ELSE N'pending' END,
     [claim_token] = NULL, [lease_expires_at] = NULL,
     [last_error] = CONCAT(N'lease expired on attempt ', [attempts], N' of ', @0,
-      N': the worker crashed, was stopped or outlived its lease')`;
+      N': the worker crashed, was stopped or outlived its lease'),
+    [fingerprint] = CASE WHEN [attempts] >= @0 THEN N'${RECLAIM_FINGERPRINT}' ELSE [fingerprint] END`;
 
 /** @0 = max attempts. Passes over rows others hold, as the instance sweep does (HOUSEKEEPING). */
 export const outboxReclaimSql = (table: string) => `${HOUSEKEEPING}UPDATE t
@@ -419,6 +421,39 @@ ${RECLAIM_SET}
 OUTPUT inserted.[state], inserted.[destination] AS [name]
 FROM ${table} AS t ${housekeepingTarget(table)}
 WHERE t.[state] = N'processing' AND t.[lease_expires_at] <= ${NOW}`;
+
+/**
+ * A reclaim (`from`: its FROM and WHERE) that also records each reclaimed row's expired attempt in
+ * `history` (the attempts migration; see postgres/claims.sql.ts) and trims each row's history to the last
+ * `keep`, in one transaction of the batch. Returns what the reclaim returns.
+ */
+const reclaimRecorded = (from: string, history: string, name: string, keep: string) => `${HOUSEKEEPING}SET XACT_ABORT ON;
+DECLARE @reclaimed TABLE ([id] BIGINT NOT NULL, [attempts] INT NOT NULL, [claimed_at] DATETIME2 NULL, [claimed_by] UNIQUEIDENTIFIER NULL,
+  [state] NVARCHAR(16) NOT NULL, [last_error] NVARCHAR(MAX) NULL, [name] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL);
+BEGIN TRANSACTION;
+UPDATE t
+${RECLAIM_SET}
+OUTPUT inserted.[id], inserted.[attempts], inserted.[claimed_at], inserted.[claimed_by], inserted.[state], inserted.[last_error], inserted.${name}
+  INTO @reclaimed
+${from};
+INSERT INTO ${history} ([row_id], [attempt], [failed_at], [duration_ms], [instance_id], [error_class], [error], [outcome])
+SELECT r.[id], r.[attempts], ${NOW}, DATEDIFF_BIG(MILLISECOND, r.[claimed_at], ${NOW}), r.[claimed_by], N'${LEASE_EXPIRED_CLASS}', COALESCE(r.[last_error], N''),
+       CASE WHEN r.[state] = N'dead' THEN N'dead' ELSE N'retry' END
+FROM @reclaimed AS r;
+DELETE a FROM ${history} AS a INNER JOIN @reclaimed AS r ON a.[row_id] = r.[id]
+WHERE a.[id] NOT IN (SELECT TOP (${keep}) k.[id] FROM ${history} AS k WHERE k.[row_id] = r.[id] ORDER BY k.[id] DESC);
+COMMIT TRANSACTION;
+SELECT [state], [name] FROM @reclaimed;`;
+
+/** @0 = max attempts, @1 = attempts kept (at least 1). `outboxReclaimSql` with the attempt history. */
+export const outboxReclaimRecordedSql = (table: string, history: string) =>
+  reclaimRecorded(
+    `FROM ${table} AS t ${housekeepingTarget(table)}
+WHERE t.[state] = N'processing' AND t.[lease_expires_at] <= ${NOW}`,
+    history,
+    '[destination]',
+    '@1',
+  );
 
 const INBOX_OUTPUT = `OUTPUT inserted.[id], inserted.[source], inserted.[idempotency_key], inserted.[aggregate_id], inserted.[payload],
          inserted.[headers], inserted.[attempts], inserted.[claim_token], ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at],
@@ -511,6 +546,17 @@ export const inboxRelayClaimSql = (table: string) =>
   ${INBOX_OUTPUT}
   ${claimTarget(table, 'i')}
   WHERE i.[state] = N'pending';`);
+
+/** @0 = max attempts, @1 = the sources (JSON), @2 = attempts kept (at least 1). `inboxReclaimSql` with the attempt history. */
+export const inboxReclaimRecordedSql = (table: string, history: string) =>
+  reclaimRecorded(
+    `FROM ${table} AS t ${housekeepingTarget(table)}
+WHERE t.[state] = N'processing' AND t.[lease_expires_at] <= ${NOW}
+  AND t.[source] IN (SELECT s.[source] COLLATE ${KEY_COLLATION} FROM OPENJSON(@1) WITH ([source] NVARCHAR(255) '$') AS s)`,
+    history,
+    '[source]',
+    '@2',
+  );
 
 /** @0 = max attempts, @1 = the sources as a JSON array of strings. The relay's reclaim step, limited to its sources (HOUSEKEEPING). */
 export const inboxReclaimSql = (table: string) => `${HOUSEKEEPING}UPDATE t

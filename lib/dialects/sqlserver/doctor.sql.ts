@@ -3,6 +3,7 @@ import type { ExpectedIndex } from '../doctor-facts';
 import type { SchemaMigration } from '../schema-migrations';
 import { mssqlTable } from './quoting';
 import {
+  sqlServerAttemptsUp,
   sqlServerClaimsUp,
   sqlServerInstancesUp,
   sqlServerOperationsUp,
@@ -93,6 +94,7 @@ const UP: Partial<Record<SchemaMigration, (tables: QueueBoxTables) => string[]>>
   rateLimits: sqlServerRateLimitsUp,
   renewals: sqlServerRenewalsUp,
   pauses: sqlServerPausesUp,
+  attempts: sqlServerAttemptsUp,
 };
 const CREATE_INDEX = /^CREATE (?:UNIQUE )?(?:NONCLUSTERED )?INDEX \[([^\]]+)\] ON (\S+)/;
 const DROP_INDEX = /^DROP INDEX (?:IF EXISTS )?\[([^\]]+)\] ON /;

@@ -2,6 +2,8 @@ import type { DialectDriver } from '../dialect-driver';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
 import {
   KEY_COLLATION,
+  sqlServerAttemptsDown,
+  sqlServerAttemptsUp,
   sqlServerClaimsDown,
   sqlServerClaimsUp,
   sqlServerInstancesDown,
@@ -39,6 +41,7 @@ export const sqlServerDriver = {
     rateLimits: { up: sqlServerRateLimitsUp, down: sqlServerRateLimitsDown },
     renewals: { up: sqlServerRenewalsUp, down: sqlServerRenewalsDown },
     pauses: { up: sqlServerPausesUp, down: sqlServerPausesDown },
+    attempts: { up: sqlServerAttemptsUp, down: sqlServerAttemptsDown },
   },
   noOpMigrations: {
     claimFunctions:

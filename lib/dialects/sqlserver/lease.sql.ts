@@ -71,8 +71,60 @@ export const leaseRetrySql = (table: string) => `${COUNTED}UPDATE ${table}
 SET [state] = N'pending', [available_at] = ${msFromNow('@2')}, [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = @3
 WHERE ${FENCE}`;
 
-/** @0 = id, @1 = token, @2 = reason. */
+/** @0 = id, @1 = token, @2 = reason, @3 = fingerprint (its group, the attempts migration). */
 export const leaseDeadLetterSql = (
   table: string,
-) => `${COUNTED}UPDATE ${table} SET [state] = N'dead', [lease_expires_at] = NULL, [last_error] = @2
+) => `${COUNTED}UPDATE ${table} SET [state] = N'dead', [lease_expires_at] = NULL, [last_error] = @2, [fingerprint] = @3
 WHERE ${FENCE}`;
+
+/**
+ * A failed attempt's row in the attempt history (the attempts migration), in the batch that retries or
+ * dead-letters it and in one transaction with that write: the fenced UPDATE (`update`, which
+ * outputs the row it changed into `@failed`), the history row, and the history trimmed to the last
+ * `keep` of the row. Returns `n` = 1 when the fence held, 0 when the claim was lost (nothing is
+ * recorded then). `error`/`errorClass`/`keep` are parameter references.
+ */
+const recordAttempt = (
+  history: string,
+  outcome: 'retry' | 'dead',
+  update: string,
+  p: { error: string; errorClass: string; keep: string },
+) => `SET XACT_ABORT ON;
+DECLARE @failed TABLE ([id] BIGINT NOT NULL, [attempts] INT NOT NULL, [claimed_at] DATETIME2 NULL, [claimed_by] UNIQUEIDENTIFIER NULL);
+BEGIN TRANSACTION;
+${update}
+OUTPUT inserted.[id], inserted.[attempts], inserted.[claimed_at], inserted.[claimed_by] INTO @failed
+WHERE ${FENCE};
+INSERT INTO ${history} ([row_id], [attempt], [failed_at], [duration_ms], [instance_id], [error_class], [error], [outcome])
+SELECT f.[id], f.[attempts], ${NOW}, DATEDIFF_BIG(MILLISECOND, f.[claimed_at], ${NOW}), f.[claimed_by], ${p.errorClass}, ${p.error}, N'${outcome}'
+FROM @failed AS f;
+DELETE a FROM ${history} AS a INNER JOIN @failed AS f ON a.[row_id] = f.[id]
+WHERE a.[id] NOT IN (SELECT TOP (${p.keep}) k.[id] FROM ${history} AS k WHERE k.[row_id] = f.[id] ORDER BY k.[id] DESC);
+COMMIT TRANSACTION;
+SELECT COUNT_BIG(*) AS [n] FROM @failed;`;
+
+/**
+ * @0 = id, @1 = token, @2 = delay in ms, @3 = error text, @4 = error class, @5 = attempts kept
+ * (at least 1). `leaseRetrySql` with the attempt recorded in `history` (see recordAttempt).
+ */
+export const leaseRetryRecordedSql = (table: string, history: string) =>
+  recordAttempt(
+    history,
+    'retry',
+    `UPDATE ${table}
+SET [state] = N'pending', [available_at] = ${msFromNow('@2')}, [claim_token] = NULL, [lease_expires_at] = NULL, [last_error] = @3`,
+    { error: '@3', errorClass: '@4', keep: '@5' },
+  );
+
+/**
+ * @0 = id, @1 = token, @2 = reason, @3 = fingerprint, @4 = the attempt's error text, @5 = error
+ * class, @6 = attempts kept (at least 1). `leaseDeadLetterSql` with the attempt recorded in
+ * `history` (see recordAttempt).
+ */
+export const leaseDeadLetterRecordedSql = (table: string, history: string) =>
+  recordAttempt(
+    history,
+    'dead',
+    `UPDATE ${table} SET [state] = N'dead', [lease_expires_at] = NULL, [last_error] = @2, [fingerprint] = @3`,
+    { error: '@4', errorClass: '@5', keep: '@6' },
+  );

@@ -16,15 +16,32 @@ SELECT @granted AS [granted];`;
 
 /**
  * @0 = age in ms, @1 = batch size. Deletes up to @1 finished or dead rows older than the age,
- * through the filtered index of that state; READPAST so a batch never waits on a locked row.
+ * through the filtered index of that state; READPAST so a batch never waits on a locked row. With
+ * `history` (the attempts migration), the deleted rows' attempt history goes with them in the same batch
+ * (and transaction), and the batch returns `n`, the rows deleted.
  */
-export const retentionDeleteSql = (table: string, kind: 'outbox-sent' | 'inbox-processed' | 'outbox-dead' | 'inbox-dead') => {
+export const retentionDeleteSql = (
+  table: string,
+  kind: 'outbox-sent' | 'inbox-processed' | 'outbox-dead' | 'inbox-dead',
+  history?: string,
+) => {
   const pick = {
     'outbox-sent': { state: 'sent', age: '[sent_at]' },
     'inbox-processed': { state: 'processed', age: '[processed_at]' },
     'outbox-dead': { state: 'dead', age: deadAt('outbox') },
     'inbox-dead': { state: 'dead', age: deadAt('inbox') },
   }[kind];
-  return `${COUNTED}DELETE TOP (@1) FROM ${table} WITH (ROWLOCK, READPAST)
-WHERE [state] = N'${pick.state}' AND ${pick.age} < ${msAgo('@0')}`;
+  const where = `WHERE [state] = N'${pick.state}' AND ${pick.age} < ${msAgo('@0')}`;
+  if (history === undefined) return `${COUNTED}DELETE TOP (@1) FROM ${table} WITH (ROWLOCK, READPAST)\n${where}`;
+  return `${GONE}DELETE TOP (@1) FROM ${table} WITH (ROWLOCK, READPAST)
+OUTPUT deleted.[id] INTO @gone
+${where};
+${historyOfGone(history)}
+SELECT COUNT_BIG(*) AS [n] FROM @gone;`;
 };
+
+/** Declares `@gone`, the ids a delete outputs, for historyOfGone. */
+export const GONE = 'DECLARE @gone TABLE ([id] BIGINT NOT NULL PRIMARY KEY);\n';
+
+/** Deletes the attempt history (the attempts migration) of the rows in `@gone`, through its clustered key. */
+export const historyOfGone = (history: string) => `DELETE h FROM ${history} AS h INNER JOIN @gone AS g ON h.[row_id] = g.[id];`;

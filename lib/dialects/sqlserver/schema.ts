@@ -1,4 +1,4 @@
-import { pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
+import { attemptsTableOf, pausesTableOf, rateLimitsTableOf, type TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import { mssqlTable } from './quoting';
 
@@ -476,4 +476,45 @@ export function sqlServerPausesUp(tables: QueueBoxTables): string[] {
 
 export function sqlServerPausesDown(tables: QueueBoxTables): string[] {
   return [`DROP TABLE IF EXISTS ${mssqlTable(pausesTableOf(tables.outbox))}`];
+}
+
+/**
+ * Migration 011 (attempts): the attempt history tables and `[fingerprint]` on both tables (see
+ * postgres/schema.ts). The nullable column changes only the metadata (a brief Sch-M lock). No
+ * foreign key (it would refuse TRUNCATE TABLE): retention and discards delete a row's history
+ * with it. The fingerprint compares byte-wise, as the key columns do.
+ */
+export function sqlServerAttemptsUp(tables: QueueBoxTables): string[] {
+  const history = (table: TableName) => {
+    const attempts = attemptsTableOf(table);
+    const n = attempts.name;
+    return `CREATE TABLE ${mssqlTable(attempts)} (
+  [row_id] BIGINT NOT NULL,
+  [id] BIGINT IDENTITY(1,1) NOT NULL,
+  [attempt] INT NOT NULL,
+  [failed_at] DATETIME2 NOT NULL,
+  [duration_ms] BIGINT NULL,
+  [instance_id] UNIQUEIDENTIFIER NULL,
+  [error_class] NVARCHAR(200) NOT NULL,
+  [error] NVARCHAR(MAX) NOT NULL,
+  [outcome] NVARCHAR(8) NOT NULL,
+  CONSTRAINT [${n}_pkey] PRIMARY KEY CLUSTERED ([row_id], [id]),
+  CONSTRAINT [${n}_outcome_check] CHECK ([outcome] IN (N'retry', N'dead'))
+)`;
+  };
+  return [
+    `ALTER TABLE ${mssqlTable(tables.outbox)} ADD [fingerprint] NVARCHAR(512) COLLATE ${KEY_COLLATION} NULL`,
+    `ALTER TABLE ${mssqlTable(tables.inbox)} ADD [fingerprint] NVARCHAR(512) COLLATE ${KEY_COLLATION} NULL`,
+    history(tables.outbox),
+    history(tables.inbox),
+  ];
+}
+
+export function sqlServerAttemptsDown(tables: QueueBoxTables): string[] {
+  return [
+    `DROP TABLE IF EXISTS ${mssqlTable(attemptsTableOf(tables.inbox))}`,
+    `DROP TABLE IF EXISTS ${mssqlTable(attemptsTableOf(tables.outbox))}`,
+    `ALTER TABLE ${mssqlTable(tables.inbox)} DROP COLUMN [fingerprint]`,
+    `ALTER TABLE ${mssqlTable(tables.outbox)} DROP COLUMN [fingerprint]`,
+  ];
 }

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager, MssqlParameter, QueryRunner } from 'typeorm';
-import { pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
+import { attemptsTableOf, pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
 import { runSql, type SqlResult } from '../../common/sql-runner';
 import { QueueBoxConfigError, QueueBoxError, QueueBoxValidationError } from '../../errors/queuebox.errors';
 import { messages } from '../../texts/queuebox.messages';
@@ -111,6 +111,7 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
   readonly type = 'mssql' as const;
   readonly reservesConnections = false;
   protected readonly table: Record<QueueTable, string>;
+  protected readonly attemptsTable: Record<QueueTable, string>;
   protected readonly instancesTable: string;
   protected readonly pausesTable: string;
   /** The outbox claim, and the one that passes over paused destinations (issue 40), built once. */
@@ -131,6 +132,7 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     super();
     checkSqlServerRequestTimeout(dataSource.options);
     this.table = { outbox: mssqlTable(tables.outbox), inbox: mssqlTable(tables.inbox) };
+    this.attemptsTable = { outbox: mssqlTable(attemptsTableOf(tables.outbox)), inbox: mssqlTable(attemptsTableOf(tables.inbox)) };
     this.instancesTable = mssqlTable(tables.instances);
     this.pausesTable = mssqlTable(pausesTableOf(tables.outbox));
     this.outboxClaimSql = outboxClaimSql(this.table.outbox);
@@ -336,9 +338,10 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
     try {
       await runner.startTransaction(READ_COMMITTED);
       try {
-        const result = await runner.query(retentionDeleteSql(table, p.kind), [bigint(p.olderThanMs), int(p.limit)], true);
+        const history = p.kind.startsWith('outbox') ? this.attemptsTable.outbox : this.attemptsTable.inbox;
+        const result = await runner.query(retentionDeleteSql(table, p.kind, history), [bigint(p.olderThanMs), int(p.limit)], true);
         await runner.commitTransaction();
-        return result.affected ?? 0;
+        return Number((result.records as { n: number | string }[] | undefined)?.[0]?.n ?? 0);
       } catch (error) {
         if (runner.isTransactionActive) await runner.rollbackTransaction();
         throw withPrecedingErrors(error);
@@ -501,7 +504,7 @@ function keyText(field: string, value: string | null): MssqlParameter {
   return name(value);
 }
 
-/** The selection's parameters @0..@5. */
+/** The selection's parameters @0..@6. */
 function selectionParams(s: DeadSelection): MssqlParameter[] {
   return [
     keyText('name', s.name),
@@ -510,6 +513,7 @@ function selectionParams(s: DeadSelection): MssqlParameter[] {
     instant(s.deadBefore),
     text(s.ids === null ? null : JSON.stringify(s.ids)),
     keyText('key', s.key ?? null),
+    text(s.fingerprint ?? null, 512),
   ];
 }
 

@@ -161,18 +161,22 @@ describe('SQL Server admin statements: pinned shape', () => {
   it('replay and discard change dead rows only: selected as dead and re-checked in the write', () => {
     for (const c of COMPONENTS) {
       for (const statement of [sql.deadLetterReplaySql(O, c), sql.deadLetterDiscardSql(O, c)]) {
-        assert.match(statement, /WITH \[batch\] AS \(\n {2}SELECT TOP \(@7\) /);
+        assert.match(statement, /WITH \[batch\] AS \(\n {2}SELECT TOP \(@8\) /);
         assert.match(statement, /WHERE \[state\] = N'dead'\n {2}AND \(@0 IS NULL OR /, 'the batch holds dead rows only');
-        assert.match(statement, /\nWHERE \[state\] = N'dead'\nOPTION \(RECOMPILE\)$/, 'the write re-checks dead');
-        assert.match(statement, /AND \(@6 IS NULL OR \[id\] > @6\)\n {2}ORDER BY \[id\]/, 'keyset batches in id order');
+        assert.match(
+          statement,
+          /\nWHERE \[state\] = N'dead' AND \(@6 IS NULL OR \[fingerprint\] = @6\)\nOPTION \(RECOMPILE\)$/,
+          'the write re-checks dead, and the group fingerprint',
+        );
+        assert.match(statement, /AND \(@7 IS NULL OR \[id\] > @7\)\n {2}ORDER BY \[id\]/, 'keyset batches in id order');
         assert.match(
           statement,
           new RegExp(`AND \\(@5 IS NULL OR \\[${c === 'outbox' ? 'key' : 'aggregate_id'}\\] = @5\\)`),
           'the key filter',
         );
       }
-      assert.match(sql.deadLetterListSql(O, c, false), /^SELECT TOP \(@7\) .*\nFROM .*\nWHERE \[state\] = N'dead'/s);
-      assert.match(sql.deadLetterListSql(O, c, false, true), /AND \(@6 IS NULL OR \[id\] < @6\)\nORDER BY \[id\] DESC\n/, 'newest first');
+      assert.match(sql.deadLetterListSql(O, c, false), /^SELECT TOP \(@8\) .*\nFROM .*\nWHERE \[state\] = N'dead'/s);
+      assert.match(sql.deadLetterListSql(O, c, false, true), /AND \(@7 IS NULL OR \[id\] < @7\)\nORDER BY \[id\] DESC\n/, 'newest first');
       assert.doesNotMatch(sql.deadLetterListSql(O, c, false), /\[payload\]/, 'no payload unless asked');
       assert.match(sql.deadLetterListSql(O, c, true), /, \[payload\]\n/);
     }

@@ -37,7 +37,8 @@ describe('SQL Server housekeeping never waits for a row, and loses its deadlocks
 SET [state] = CASE WHEN [attempts] >= @0 THEN N'dead' ELSE N'pending' END,
     [claim_token] = NULL, [lease_expires_at] = NULL,
     [last_error] = CONCAT(N'lease expired on attempt ', [attempts], N' of ', @0,
-      N': the worker crashed, was stopped or outlived its lease')
+      N': the worker crashed, was stopped or outlived its lease'),
+    [fingerprint] = CASE WHEN [attempts] >= @0 THEN N'LeaseExpired: lease expired on attempt # of #: the worker crashed, was stopped or outlived its lease' ELSE [fingerprint] END
 OUTPUT inserted.[state], inserted.[destination] AS [name]
 FROM ${o} AS t WITH (ROWLOCK, READPAST, INDEX ([events_out_lease_idx]))
 WHERE t.[state] = N'processing' AND t.[lease_expires_at] <= SYSUTCDATETIME()`,

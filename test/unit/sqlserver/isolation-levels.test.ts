@@ -9,7 +9,11 @@ import { scriptedDataSource, sql, TABLES } from '../../support/sqlserver';
 describe('SQL Server isolation: READ COMMITTED, whatever the DataSource says', () => {
   it('every claim transaction, the retention lock transaction and each retention delete run READ COMMITTED, whatever the DataSource says', async () => {
     const { dataSource, calls } = scriptedDataSource((statement) =>
-      statement === sql.retentionTryLockSql() ? { records: [{ granted: 0 }] } : { records: [], affected: 2 },
+      statement === sql.retentionTryLockSql()
+        ? { records: [{ granted: 0 }] }
+        : statement.includes('DELETE TOP')
+          ? { records: [{ n: 2 }], affected: 2 }
+          : { records: [], affected: 2 },
     );
     (dataSource.options as { isolationLevel?: string }).isolationLevel = 'SERIALIZABLE';
     const dialect = createDialect(dataSource, TABLES);
