@@ -17,7 +17,7 @@ export interface OverviewFlag {
   view?: string;
 }
 
-/** What a flag source reads: the instance's admin, its backlog as the overview shows it, and the dashboard's options. */
+/** What a flag source reads: the instance's admin, its backlog as the overview shows it, its pauses, the doctor's warnings and the dashboard's options. */
 export interface FlagContext {
   instance: string;
   admin: DashboardAdmin;
