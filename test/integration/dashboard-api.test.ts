@@ -11,11 +11,15 @@ import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
-import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
+import {
+  createDashboardApp,
+  type DashboardTestApp,
+  dashboardClient,
+  OPERATOR,
+  OperatorGuard,
+  TOKEN_HEADER,
+} from '../support/dashboard-app';
 import { createTestDatabase, describeWithDatabase, type TestDatabase } from '../support/database';
-
-const OPERATOR = { 'x-operator': 'ada' };
-const TOKEN_HEADER = 'x-queuebox-dashboard-token';
 
 async function json(response: Response): Promise<Record<string, unknown>> {
   return (await response.json()) as Record<string, unknown>;
@@ -122,23 +126,8 @@ describeWithDatabase('queuebox/dashboard: the JSON API (PostgreSQL, Express)', e
   const events: DashboardActionEvent[] = [];
   const onChannel = (event: unknown) => events.push(event as DashboardActionEvent);
 
-  const api = (path: string, init: RequestInit & { headers?: Record<string, string> } = {}) =>
-    fetch(`${t.url}api/${path}`, { ...init, headers: { ...OPERATOR, ...init.headers } });
-  /** An action as the dashboard's page sends it; a header given as '' is left out. */
-  const action = (path: string, body: unknown, headers: Record<string, string> = {}) => {
-    const all = {
-      'content-type': 'application/json',
-      [TOKEN_HEADER]: token,
-      'sec-fetch-site': 'same-origin',
-      origin: t.origin,
-      ...headers,
-    };
-    return api(path, {
-      method: 'POST',
-      body: JSON.stringify(body),
-      headers: Object.fromEntries(Object.entries(all).filter(([, v]) => v !== '')),
-    });
-  };
+  /** The page's calls, on the app and token of the moment (`t`, `token`). */
+  const { api, action } = dashboardClient(() => ({ app: t, token }));
   const stateOf = async (id: string) =>
     (await db.query<{ state: string }>('SELECT state FROM queuebox_outbox WHERE id = $1', [id]))[0]?.state;
 

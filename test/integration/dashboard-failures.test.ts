@@ -5,11 +5,16 @@ import assert from 'node:assert/strict';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { after, before, beforeEach, it } from 'node:test';
 import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
-import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
+import {
+  createDashboardApp,
+  type DashboardTestApp,
+  dashboardClient,
+  OPERATOR,
+  OperatorGuard,
+  TOKEN_HEADER,
+} from '../support/dashboard-app';
 import { describeWithDatabase, type TestDatabase } from '../support/database';
 
-const OPERATOR = { 'x-operator': 'ada' };
-const TOKEN_HEADER = 'x-queuebox-dashboard-token';
 const TIMEOUT = 'PublishError/503: HTTP # from billing for order #';
 const REFUSED = 'Error/ECONNREFUSED: connect ECONNREFUSED #.#.#.#:#';
 const TABLES = ['queuebox_outbox', 'queuebox_inbox', 'queuebox_outbox_attempts'];
@@ -49,22 +54,8 @@ describeWithDatabase('queuebox/dashboard: attempts and dead-letter groups', { tr
   let ids: Awaited<ReturnType<typeof seed>>;
   const events: DashboardActionEvent[] = [];
   const onChannel = (event: unknown) => events.push(event as DashboardActionEvent);
-  const api = (path: string, init: RequestInit & { headers?: Record<string, string> } = {}) =>
-    fetch(`${t.url}api/${path}`, { ...init, headers: { ...OPERATOR, ...init.headers } });
-  const action = (path: string, body: unknown, headers: Record<string, string> = {}) => {
-    const all = {
-      'content-type': 'application/json',
-      [TOKEN_HEADER]: token,
-      'sec-fetch-site': 'same-origin',
-      origin: t.origin,
-      ...headers,
-    };
-    return api(path, {
-      method: 'POST',
-      body: JSON.stringify(body),
-      headers: Object.fromEntries(Object.entries(all).filter(([, v]) => v !== '')),
-    });
-  };
+  /** The page's calls, on the app and token of the moment (`t`, `token`). */
+  const { api, action } = dashboardClient(() => ({ app: t, token }));
   const states = async () =>
     db.query<{ destination: string; fingerprint: string; state: string; n: number }>(
       'SELECT destination, fingerprint, state, count(*)::int AS n FROM queuebox_outbox GROUP BY 1, 2, 3 ORDER BY 1, 2, 3',

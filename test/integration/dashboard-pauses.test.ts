@@ -5,11 +5,15 @@ import assert from 'node:assert/strict';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { after, before, beforeEach, it } from 'node:test';
 import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
-import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
+import {
+  createDashboardApp,
+  type DashboardTestApp,
+  dashboardClient,
+  OPERATOR,
+  OperatorGuard,
+  TOKEN_HEADER,
+} from '../support/dashboard-app';
 import { describeWithDatabase } from '../support/database';
-
-const OPERATOR = { 'x-operator': 'ada' };
-const TOKEN_HEADER = 'x-queuebox-dashboard-token';
 
 async function json(response: Response): Promise<Record<string, unknown>> {
   return (await response.json()) as Record<string, unknown>;
@@ -22,22 +26,8 @@ describeWithDatabase('queuebox/dashboard: pause and resume', emptied, (db) => {
   let token: string;
   const events: DashboardActionEvent[] = [];
   const onChannel = (event: unknown) => events.push(event as DashboardActionEvent);
-  const api = (path: string, init: RequestInit & { headers?: Record<string, string> } = {}) =>
-    fetch(`${t.url}api/${path}`, { ...init, headers: { ...OPERATOR, ...init.headers } });
-  const action = (path: string, body: unknown, headers: Record<string, string> = {}) => {
-    const all = {
-      'content-type': 'application/json',
-      [TOKEN_HEADER]: token,
-      'sec-fetch-site': 'same-origin',
-      origin: t.origin,
-      ...headers,
-    };
-    return api(path, {
-      method: 'POST',
-      body: JSON.stringify(body),
-      headers: Object.fromEntries(Object.entries(all).filter(([, v]) => v !== '')),
-    });
-  };
+  /** The page's calls, on the app and token of the moment (`t`, `token`). */
+  const { api, action } = dashboardClient(() => ({ app: t, token }));
   const pausesInDb = async () =>
     (
       await db.query<{ component: string; name: string; paused_by: string }>(

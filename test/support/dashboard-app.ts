@@ -53,3 +53,33 @@ export async function createDashboardApp(
   const origin = (await app.getUrl()).replace('[::1]', '127.0.0.1');
   return { app, logger, origin, url: `${origin}/${(dashboard.path ?? 'queuebox').replace(/^\/|\/$/g, '')}/`, publisher };
 }
+
+/** The operator the tests' `OperatorGuard` lets in, and the header the page sends its action token in. */
+export const OPERATOR = { 'x-operator': 'ada' };
+export const TOKEN_HEADER = 'x-queuebox-dashboard-token';
+
+/**
+ * Calls of the dashboard's API as its page makes them, on the app and token the test holds at the
+ * time of the call: `api` (a read, as the operator) and `action` (a POST with the JSON body, the
+ * token, a same-origin fetch and the page's origin; a header given as '' is left out).
+ */
+export function dashboardClient(current: () => { app: DashboardTestApp; token: string }) {
+  const api = (path: string, init: RequestInit & { headers?: Record<string, string> } = {}) =>
+    fetch(`${current().app.url}api/${path}`, { ...init, headers: { ...OPERATOR, ...init.headers } });
+  const action = (path: string, body: unknown, headers: Record<string, string> = {}) => {
+    const { app, token } = current();
+    const all = {
+      'content-type': 'application/json',
+      [TOKEN_HEADER]: token,
+      'sec-fetch-site': 'same-origin',
+      origin: app.origin,
+      ...headers,
+    };
+    return api(path, {
+      method: 'POST',
+      body: JSON.stringify(body),
+      headers: Object.fromEntries(Object.entries(all).filter(([, v]) => v !== '')),
+    });
+  };
+  return { api, action };
+}
