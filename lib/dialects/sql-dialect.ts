@@ -574,8 +574,12 @@ export abstract class SqlDialect<J> {
     return { outbox: Number(rows[0]?.outbox ?? 0), inbox: Number(rows[0]?.inbox ?? 0) };
   }
 
+  /**
+   * Every pause. Read by the claims (once per poll interval), so bounded like them (`run`): an
+   * unbounded read through a silent partition held every claim, and shutdown, behind it.
+   */
   async pauseList(): Promise<PauseRow[]> {
-    const { rows } = await this.runAdmin<{
+    const { rows } = await this.run<{
       component: QueueTable;
       name: string;
       reason: string | null;

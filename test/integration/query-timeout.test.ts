@@ -6,6 +6,7 @@ import { QueueBoxError } from '../../lib/errors/queuebox.errors';
 import { resolveOptions } from '../../lib/options/options.resolver';
 import { queryTimeoutFor } from '../../lib/options/query-timeout';
 import { OutboxService } from '../../lib/outbox/outbox.service';
+import { ClaimPauses } from '../../lib/workers/claim-pauses';
 import { createTestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
 import { describeWithDatabase, eventually } from '../support/database';
@@ -83,6 +84,13 @@ describeWithDatabase("QueueBox's own statements are bounded by a third of the sh
       await publisher.waitForCalls(1);
 
       proxy.pause();
+      // The claims' read of the pauses is bounded too: unbounded, it held every claim (and shutdown) behind it.
+      const readingAt = Date.now();
+      await assert.rejects(
+        t.get(ClaimPauses).names('outbox', 0),
+        (error: unknown) => error instanceof QueueBoxError && /got no answer within 2000 ms/.test(error.message),
+      );
+      assert.ok(Date.now() - readingAt < 10_000, `the pauses read gave up after ${Date.now() - readingAt} ms`);
       await eventually(
         async () => t.logger.lines.some((line) => line.message.includes('got no answer within 2000 ms')),
         'a claim through the partition to time out',

@@ -429,12 +429,14 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     const kinds = ['outbox', 'inbox', 'instances'] as const;
     const names = kinds.map((kind) => pgTable(this.tables[kind]));
     const qualified = new Map(kinds.map((kind, i) => [names[i], this.tables[kind].qualified]));
-    // One after another: one pool connection at a time, whatever the pool's size.
-    const tables = await this.runAdmin<DoctorTableRecord>(doctorSql.doctorTablesSql(), [names]);
-    const indexes = await this.runAdmin<DoctorIndexRecord>(doctorSql.doctorIndexesSql(), [names]);
-    const settings = await this.runAdmin<{ autovacuum: string }>(doctorSql.doctorSettingsSql(), []);
-    const horizon = await this.runAdmin<DoctorHorizonRecord>(doctorSql.doctorHorizonSql(), []);
-    const waits = await this.runAdmin<DoctorLockRecord>(doctorSql.doctorLockWaitsSql(), [names]);
+    // One after another: one pool connection at a time, whatever the pool's size. Bounded as the
+    // workers' statements are (`run`): the app's periodic examination must not hang on a silent
+    // partition and hold a connection that shutdown waits for.
+    const tables = await this.run<DoctorTableRecord>(doctorSql.doctorTablesSql(), [names]);
+    const indexes = await this.run<DoctorIndexRecord>(doctorSql.doctorIndexesSql(), [names]);
+    const settings = await this.run<{ autovacuum: string }>(doctorSql.doctorSettingsSql(), []);
+    const horizon = await this.run<DoctorHorizonRecord>(doctorSql.doctorHorizonSql(), []);
+    const waits = await this.run<DoctorLockRecord>(doctorSql.doctorLockWaitsSql(), [names]);
     const repair = doctorSql.doctorRepairs;
     const count = (value: string | number | null) => (value === null ? null : Number(value));
     const serverOn = settings.rows[0]?.autovacuum !== 'off';
