@@ -21,6 +21,7 @@ import { messages } from '../texts/queuebox.messages';
 import type { QueueTable } from '../types/claims';
 import { ClaimPauses } from '../workers/claim-pauses';
 import type { DeadLetterFilter, DeadLetterIds, DeadLetterPage, DeadLetterSelection, RetentionResult } from './admin.types';
+import { HistoryCounts } from './history-counts';
 import { type MessageFilter, type MessagePage, type MessagePageResult, toMessageSearch } from './message-search';
 import { RetentionService } from './retention.service';
 
@@ -60,6 +61,8 @@ export class QueueBoxAdmin {
    * logs nothing: its caller prints what it did.
    */
   private readonly logger?: Logger;
+  /** The history's counts of past buckets, read once. */
+  private readonly historyCounts: HistoryCounts;
 
   constructor(
     @Inject(QUEUEBOX_DIALECT) private readonly dialect: Dialect,
@@ -68,6 +71,7 @@ export class QueueBoxAdmin {
     @Optional() private readonly claimPauses?: ClaimPauses,
   ) {
     if (claimPauses) this.logger = new Logger('QueueBox:Admin');
+    this.historyCounts = new HistoryCounts(dialect, () => dialect.clockNow());
   }
 
   /**
@@ -263,10 +267,11 @@ export class QueueBoxAdmin {
    * Finished and dead rows per destination / source over the last `buckets` minutes (at most
    * 1440) or hours (at most 168: 7 days), the current bucket last, from `sent_at` /
    * `processed_at` and the dead rows' last attempt. Range scans of the `sent_at` / `processed_at`
-   * indexes from the window's start: the cost follows the rows finished in the window (at most 7
-   * days of them), not the rows kept. With `by: 'component'` the counts are per component (`name`
-   * is ''), an index-only scan that reads no row for its destination: what the dashboard's chart
-   * asks. Rows retention deleted are not counted.
+   * indexes; a bucket that ended more than an hour ago is counted once and kept in this process
+   * (see HistoryCounts), so a read counts the rows of its last hour or two, and the first read of
+   * a window all of it. With `by: 'component'` the counts are per component (`name` is ''), an
+   * index-only scan that reads no row for its destination: what the dashboard's chart asks. Rows
+   * retention deleted before their bucket was counted are not counted.
    */
   async history(p: { bucket?: 'minute' | 'hour'; buckets?: number; by?: 'name' | 'component' } = {}): Promise<MessageHistory> {
     const bucket = p?.bucket ?? 'hour';
@@ -281,7 +286,7 @@ export class QueueBoxAdmin {
     const by = p?.by ?? 'name';
     if (by !== 'name' && by !== 'component')
       throw new QueueBoxAdminError('by', messages.adminArgumentInvalid('by', 'must be "name" or "component"', by));
-    return this.dialect.adminHistory({ bucket, buckets, byName: by === 'name' });
+    return this.historyCounts.read({ bucket, buckets, byName: by === 'name', longest: max });
   }
 
   /**

@@ -19,9 +19,10 @@ import type {
   RetentionKind,
   SkipHeadTarget,
   Throughput,
+  ThroughputRow,
 } from './dialect-rows';
 import type { DoctorFacts } from './doctor-facts';
-import type { MessageHistory, MessageSearch, MessageSearchResult } from './message-rows';
+import type { MessageSearch, MessageSearchResult } from './message-rows';
 import type { SchemaMigration } from './schema-migrations';
 
 /** The QueueBox tables, validated: the outbox, the inbox, and the instances (processes and their heartbeats). */
@@ -265,10 +266,10 @@ export interface Dialect {
    */
   messageSearch(search: MessageSearch): Promise<MessageSearchResult>;
   /**
-   * Finished and dead rows per destination / source (`byName` false: per component, named '') and
-   * bucket (minute or hour), the last `buckets` buckets.
+   * Finished and dead rows per destination / source (`byName` false: per component, named '') in
+   * each of `buckets` buckets of `bucketMs` from `since` (a bucket boundary); one count per bucket.
    */
-  adminHistory(p: { bucket: 'minute' | 'hour'; buckets: number; byName?: boolean }): Promise<MessageHistory>;
+  adminHistory(p: { since: Date; bucketMs: number; buckets: number; byName: boolean }): Promise<ThroughputRow[]>;
   /** Up to `limit` rows in flight (`processing`) of one table, oldest claim first. */
   adminClaimList(p: { component: QueueTable; limit: number }): Promise<ClaimRow[]>;
   /** Keys / aggregates whose head row failed at least once and is not finished. */

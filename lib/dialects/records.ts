@@ -315,10 +315,13 @@ export function toThroughput(since: Date, minutes: number, records: ThroughputRe
     }
     row[r.outcome][at] += Number(r.n);
   }
-  const sorted = [...rows.values()].sort((a, b) =>
-    a.component === b.component ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.component === 'outbox' ? -1 : 1,
-  );
-  return { since, minutes, rows: sorted };
+  return { since, minutes, rows: [...rows.values()].sort(byComponentAndName) };
+}
+
+/** The outbox's series first, then by name: the backlog's order. */
+export function byComponentAndName(a: ThroughputRow, b: ThroughputRow): number {
+  if (a.component !== b.component) return a.component === 'outbox' ? -1 : 1;
+  return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
 }
 
 /** A row in flight as a driver returns it. */

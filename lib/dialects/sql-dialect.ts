@@ -28,8 +28,9 @@ import type {
   ReclaimResult,
   SkipHeadTarget,
   Throughput,
+  ThroughputRow,
 } from './dialect-rows';
-import type { MessageHistory, MessageRow, MessageSearch, MessageSearchResult } from './message-rows';
+import type { MessageRow, MessageSearch, MessageSearchResult } from './message-rows';
 import {
   type AttemptRecord,
   type BacklogRecord,
@@ -502,17 +503,14 @@ export abstract class SqlDialect<J> {
     return { rows: found, plan: statement.plan, scannedTo: reachedStart ? null : String(window.low) };
   }
 
-  /** Buckets are cut on the database clock: `since` is the start of the bucket `buckets - 1` before the current one. */
-  async adminHistory(p: { bucket: 'minute' | 'hour'; buckets: number; byName?: boolean }): Promise<MessageHistory> {
-    const size = p.bucket === 'hour' ? 3_600_000 : 60_000;
-    const now = await this.clockNow();
-    const since = new Date(Math.floor(now.getTime() / size) * size - (p.buckets - 1) * size);
-    const { rows } = await this.runAdmin<ThroughputRecord>(
-      this.statements.adminHistorySql(this.table.outbox, this.table.inbox, p.byName !== false),
-      [this.params.instant(since), this.params.int(size / 1000)],
-    );
-    const counted = toThroughput(since, p.buckets, rows);
-    return { since, bucket: p.bucket, buckets: p.buckets, rows: counted.rows };
+  async adminHistory(p: { since: Date; bucketMs: number; buckets: number; byName: boolean }): Promise<ThroughputRow[]> {
+    const until = new Date(p.since.getTime() + p.buckets * p.bucketMs);
+    const { rows } = await this.runAdmin<ThroughputRecord>(this.statements.adminHistorySql(this.table.outbox, this.table.inbox, p.byName), [
+      this.params.instant(p.since),
+      this.params.int(p.bucketMs / 1000),
+      this.params.instant(until),
+    ]);
+    return toThroughput(p.since, p.buckets, rows).rows;
   }
 
   async adminClaimList(p: { component: QueueTable; limit: number }): Promise<ClaimRow[]> {

@@ -130,25 +130,26 @@ FROM (SELECT id FROM ${table} WHERE ($1::bigint IS NULL OR id < $1::bigint) ORDE
 });
 
 /**
- * $1 = since (a bucket boundary), $2 = bucket length in seconds. Finished and dead rows per
- * destination / source (or, `byName` false, per component only) and bucket since $1, as
- * adminThroughputSql per minute: `sent_idx` and `processed_idx` are range-scanned from $1 (the
- * cost follows the rows finished in the window, which QueueBoxAdmin bounds to 7 days); per
- * component only, that is an index-only scan (no row is read for its destination). Dead rows are
- * read through `dead_idx`.
+ * $1 = since, $3 = until (bucket boundaries), $2 = bucket length in seconds. Finished and dead
+ * rows per destination / source (or, `byName` false, per component only) and bucket from $1 up to
+ * $3, as adminThroughputSql per minute: `sent_idx` and `processed_idx` are range-scanned over
+ * [$1, $3) (the cost follows the rows finished in that range: QueueBoxAdmin counts only the
+ * buckets it has not counted before, see admin/history-counts.ts); per component only, that is an
+ * index-only scan (no row is read for its destination). Dead rows are read through `dead_idx`.
  */
 export const adminHistorySql = (outbox: string, inbox: string, byName = true) => {
   const bucket = (column: string) => `floor(extract(epoch FROM ${column} - $1::timestamptz) / $2::integer)::integer`;
+  const within = (column: string) => `${column} >= $1::timestamptz AND ${column} < $3::timestamptz`;
   const groups = byName ? 'GROUP BY 2, 4' : 'GROUP BY 4';
   const branches = (component: 'outbox' | 'inbox', table: string, finished: 'sent_at' | 'processed_at', state: 'sent' | 'processed') => {
     const c = ADMIN_COLUMNS[component];
     const name = byName ? c.name : "''::text";
     const deadAt = `coalesce(claimed_at, ${c.created})`;
     return `SELECT '${component}' AS component, ${name} AS name, 'finished' AS outcome, ${bucket(finished)} AS minute, count(*) AS n
-FROM ${table} WHERE state = '${state}' AND ${finished} >= $1::timestamptz ${groups}
+FROM ${table} WHERE state = '${state}' AND ${within(finished)} ${groups}
 UNION ALL
 SELECT '${component}', ${name}, 'dead', ${bucket(deadAt)}, count(*)
-FROM ${table} WHERE state = 'dead' AND ${deadAt} >= $1::timestamptz ${groups}`;
+FROM ${table} WHERE state = 'dead' AND ${within(deadAt)} ${groups}`;
   };
   return `${branches('outbox', outbox, 'sent_at', 'sent')}
 UNION ALL

@@ -117,22 +117,23 @@ FROM (SELECT TOP (@1) [id] FROM ${table} WHERE (@0 IS NULL OR [id] < @0) ORDER B
 });
 
 /**
- * @0 = since (ISO-8601 UTC text, a bucket boundary), @1 = bucket length in seconds. Finished and
- * dead rows per destination / source (or, `byName` false, per component only) and bucket, as
- * adminThroughputSql per minute, through the `sent_idx` / `processed_idx` / `dead_idx` filtered
- * indexes from @0.
+ * @0 = since, @2 = until (ISO-8601 UTC text, bucket boundaries), @1 = bucket length in seconds.
+ * Finished and dead rows per destination / source (or, `byName` false, per component only) and
+ * bucket over [@0, @2), as adminThroughputSql per minute, through the `sent_idx` /
+ * `processed_idx` / `dead_idx` filtered indexes.
  */
 export const adminHistorySql = (outbox: string, inbox: string, byName = true) => {
   const bucket = (column: string) => `DATEDIFF_BIG(SECOND, ${utcInstant('@0')}, ${column}) / @1`;
+  const within = (column: string) => `${column} >= ${utcInstant('@0')} AND ${column} < ${utcInstant('@2')}`;
   const branches = (component: Component, table: string, finished: '[sent_at]' | '[processed_at]', state: 'sent' | 'processed') => {
     const c = ADMIN_COLUMNS[component];
     const name = byName ? c.name : "N''";
     const group = (column: string) => (byName ? `GROUP BY ${c.name}, ${bucket(column)}` : `GROUP BY ${bucket(column)}`);
     return `SELECT N'${component}' AS [component], ${name} AS [name], N'finished' AS [outcome], ${bucket(finished)} AS [minute], COUNT_BIG(*) AS [n]
-FROM ${table} WHERE [state] = N'${state}' AND ${finished} >= ${utcInstant('@0')} ${group(finished)}
+FROM ${table} WHERE [state] = N'${state}' AND ${within(finished)} ${group(finished)}
 UNION ALL
 SELECT N'${component}', ${name}, N'dead', ${bucket(deadAt(component))}, COUNT_BIG(*)
-FROM ${table} WHERE [state] = N'dead' AND ${deadAt(component)} >= ${utcInstant('@0')} ${group(deadAt(component))}`;
+FROM ${table} WHERE [state] = N'dead' AND ${within(deadAt(component))} ${group(deadAt(component))}`;
   };
   return `${branches('outbox', outbox, '[sent_at]', 'sent')}
 UNION ALL

@@ -105,6 +105,7 @@ describe('SQL Server message browser statements', () => {
       history,
       /DATEDIFF_BIG\(SECOND, CAST\(SWITCHOFFSET\(CAST\(@0 AS DATETIMEOFFSET\), '\+00:00'\) AS DATETIME2\), \[sent_at\]\) \/ @1/,
     );
+    assert.match(history, /\[sent_at\] < CAST\(SWITCHOFFSET\(CAST\(@2 AS DATETIMEOFFSET\), '\+00:00'\) AS DATETIME2\)/, 'counted up to @2');
   });
 
   it('the dialect asks where a bounded scan stopped only when the page is not full, and reports the lowest id examined', async () => {
