@@ -7,6 +7,7 @@
 //   npm run bench:dashboard          (from the repository root: builds QueueBox first)
 //   BENCH_PG_URL=postgres://... npm run bench:dashboard   (else QUEUEBOX_PG_URL, else an embedded PostgreSQL)
 //   BENCH_CALLS=30                   calls per route (default 20, after 3 warm-up calls)
+//   BENCH_QUIET_LOAD=0.5             after filling, wait until the 1-minute load average is below this before timing
 //   BENCH_ROWS=10000000              sent outbox rows (default 1,000,000; the issue's size is 10 million)
 //
 // The message browser (issue 40) is timed filter by filter, each with how it was served (the
@@ -17,6 +18,7 @@
 // again: its throughput query reads every row finished in the window (see docs/dashboard.md).
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
+import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
@@ -135,6 +137,17 @@ try {
   // What autovacuum would have done to tables this old: statistics and the visibility map.
   await fill('VACUUM ANALYZE outbox', 'VACUUM ANALYZE queuebox_outbox');
   await fill('VACUUM ANALYZE inbox', 'VACUUM ANALYZE queuebox_inbox');
+
+  const load = () =>
+    loadavg()
+      .map((n) => n.toFixed(2))
+      .join(' ');
+  const quietBelow = Number(process.env.BENCH_QUIET_LOAD ?? 0);
+  if (quietBelow > 0) {
+    log(`Waiting for the 1-minute load average to fall below ${quietBelow} (now ${load()})...`);
+    while (loadavg()[0] >= quietBelow) await new Promise((resolve) => setTimeout(resolve, 5_000));
+  }
+  log(`Load average before the timings: ${load()}`);
 
   class BenchModule {}
   Module({
@@ -308,6 +321,7 @@ try {
   await db.query('ANALYZE queuebox_outbox');
   log('');
   table([await time('GET  api/default/overview (100,000 sent in the hour)', () => ['api/default/overview'])]);
+  log(`\nLoad average after the timings: ${load()}`);
 } finally {
   await app?.close();
   await db.end();
