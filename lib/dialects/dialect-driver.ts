@@ -48,6 +48,13 @@ export interface VerifyQueries {
   sessionsNamed(name: string): InspectionQuery;
   /** Ends session `session` (an integer `sessionsNamed` returned). */
   sessionEnd(session: number): InspectionQuery;
+  /**
+   * The keys (outbox `key`, inbox `aggregate_id`; `{ key }`, null for none) of the rows of one
+   * destination or source claimed within the last `ms` milliseconds by the database clock, in any
+   * state now: what the `admin-pause` scenario reads at the end of a pause. A scan of verify's own
+   * table, filtered by name.
+   */
+  claimedWithin(table: TableName, component: 'outbox' | 'inbox', name: string, ms: number): InspectionQuery;
 }
 
 /** What the CLI says of one migration: once applied (`queuebox migrate`), and while not (`queuebox status`). */

@@ -77,4 +77,20 @@ describe('queuebox verify catches a defect put into its workers (self-test)', ()
     );
     for (const name of ['lost', 'duplicates', 'stuck'] as const) assert.equal(statusOf(report, name)?.status, 'PASS', summary(report));
   });
+
+  it('pauses-off (the workers read no pause): rows of a destination and a source paused through the admin are claimed: paused FAIL', {
+    timeout: 180_000,
+  }, async (t) => {
+    const report = await runWith('pauses-off', { seconds: 8, scenarios: ['admin-pause'] });
+    t.diagnostic(summary(report));
+    const paused = statusOf(report, 'paused');
+    assert.equal(paused?.status, 'FAIL', summary(report));
+    assert.ok(
+      paused?.failures.some((failure) =>
+        /^destination "verify\.outbox" was paused, yet \d+ rows? of it (was|were) claimed/.test(failure),
+      ) && paused?.failures.some((failure) => /^source "verify\.relay" was paused, yet \d+ rows? of it (was|were) claimed/.test(failure)),
+      paused?.failures.join('\n'),
+    );
+    for (const name of ['lost', 'order', 'stuck'] as const) assert.equal(statusOf(report, name)?.status, 'PASS', summary(report));
+  });
 });

@@ -72,20 +72,36 @@ describe('queuebox verify (CLI, PostgreSQL)', () => {
     const run = await verify(['--url', db.url, '--seconds', '15', '--json', json]);
     t.diagnostic(run.stdout);
     assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
-    for (const check of ['lost', 'duplicates', 'order', 'stuck', 'poison', 'recovery', 'shutdown']) {
+    for (const check of ['lost', 'duplicates', 'order', 'stuck', 'poison', 'recovery', 'shutdown', 'paused']) {
       assert.match(run.stdout, new RegExp(`^PASS  ${check} `, 'm'), `${check} passed`);
     }
     assert.doesNotMatch(run.stdout, /^(FAIL|SKIP) /m);
-    assert.match(run.stdout, /^Verdict: PASS \(7 checks\) in \d+ s\. Workers stopped, tables dropped\.$/m);
+    assert.match(run.stdout, /^Verdict: PASS \(8 checks\) in \d+ s\. Workers stopped, tables dropped\.$/m);
     assert.match(run.stdout, /^Database: .*default_transaction_isolation=read committed.*server_version=/m);
 
     const report = JSON.parse(readFileSync(json, 'utf8')) as VerifyReport;
     assert.equal(report.verdict, 'PASS');
     assert.deepEqual(
       report.checks.map((check) => [check.name, check.status]),
-      ['lost', 'duplicates', 'order', 'stuck', 'poison', 'recovery', 'shutdown'].map((name) => [name, 'PASS']),
+      ['lost', 'duplicates', 'order', 'stuck', 'poison', 'recovery', 'shutdown', 'paused'].map((name) => [name, 'PASS']),
     );
-    assert.deepEqual([...new Set(report.faults.map((fault) => fault.kind))].sort(), ['kill', 'pause', 'sessions', 'shutdown']);
+    assert.deepEqual([...new Set(report.faults.map((fault) => fault.kind))].sort(), [
+      'admin-pause',
+      'kill',
+      'pause',
+      'sessions',
+      'shutdown',
+    ]);
+    assert.deepEqual(
+      report.faults
+        .find((fault) => fault.kind === 'admin-pause')
+        ?.paused?.map((paused) => [paused.component, paused.name, paused.claimedKeys]),
+      [
+        ['outbox', 'verify.outbox', []],
+        ['inbox', 'verify.relay', []],
+      ],
+      'the first admin pause: the destination of the outbox path and the source of the relay, nothing claimed meanwhile',
+    );
     assert.deepEqual(report.skipped, []);
     assert.ok(report.faults.find((fault) => fault.kind === 'sessions')?.sessions, 'pg_terminate_backend ended sessions');
     assert.ok(report.produced.outOfOrderPairs > 0, 'rows of one key committed out of production order');

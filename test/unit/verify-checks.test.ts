@@ -3,9 +3,11 @@ import { describe, it } from 'node:test';
 import {
   type CheckInput,
   duplicatesCheck,
+  explanationOf,
   lostCheck,
   orderCheck,
   outOfOrderCommits,
+  pausedCheck,
   poisonCheck,
   recoveryCheck,
   shutdownCheck,
@@ -13,7 +15,7 @@ import {
 } from '../../lib/cli/verify/verify.checks';
 import { resolveVerifyOptions, type VerifyPath } from '../../lib/cli/verify/verify.options';
 import { MessagePlan } from '../../lib/cli/verify/verify.producer';
-import type { Delivery, FaultRecord, ProducedMessage } from '../../lib/cli/verify/verify.records';
+import type { Delivery, FaultRecord, PausedName, ProducedMessage } from '../../lib/cli/verify/verify.records';
 import { recoveryBoundMs } from '../../lib/cli/verify/verify.runner';
 
 // The checks of `queuebox verify` on records made by hand: each passes on what a working QueueBox
@@ -54,7 +56,7 @@ function input(p: Partial<CheckInput>): CheckInput {
     states: new Map(),
     leftovers: [],
     drain: { drained: true, ms: 1200, boundMs: 40_000 },
-    scenarios: ['kill', 'pause', 'sessions', 'shutdown', 'poison'],
+    scenarios: ['kill', 'pause', 'sessions', 'shutdown', 'admin-pause', 'poison'],
     leaseMs: LEASE,
     maxAttempts: 5,
     recoveryBoundMs: 10_000,
@@ -235,6 +237,13 @@ describe('verify checks: stuck, poison, recovery, shutdown', () => {
       'key outbox-1, held by w2 when it was killed, was never delivered again',
     ]);
     assert.equal(recoveryCheck(input({ scenarios: ['pause'] })).status, 'SKIP');
+    // Killed while an admin pause held its destination: the time counts from the resume (at 17 s).
+    const paused: PausedName = { component: 'outbox', name: 'verify.outbox', heldKeys: [], claimedKeys: [], watchedMs: 7_000 };
+    const adminPause = fault('admin-pause', '', 8_000, { endedAt: 17_000, paused: [paused] });
+    const afterResume = recoveryCheck(input({ faults: [adminPause, kill], deliveries: [later(12_000)] }));
+    assert.deepEqual([afterResume.status, afterResume.figure.match(/within ([\d.]+) s/)?.[1]], ['PASS', '5.0']);
+    const otherName = fault('admin-pause', '', 8_000, { endedAt: 17_000, paused: [{ ...paused, name: 'verify.relay' }] });
+    assert.equal(recoveryCheck(input({ faults: [otherName, kill], deliveries: [later(12_000)] })).status, 'FAIL', 'another name paused');
   });
 
   it('shutdown fails when a graceful shutdown overran its bound or left rows held by its instance', () => {
@@ -246,6 +255,35 @@ describe('verify checks: stuck, poison, recovery, shutdown', () => {
     assert.deepEqual(shutdownCheck(input({ faults: [stop({ exitedInTime: false })] })).failures, [
       'graceful shutdown of w3 did not end within 11.0 s: it was killed',
     ]);
+  });
+});
+
+describe('verify checks: paused', () => {
+  const adminPause = (paused: PausedName[]) => fault('admin-pause', '', 2_000, { endedAt: 6_500, paused });
+  const name = (component: 'outbox' | 'inbox', claimedKeys: (string | null)[]): PausedName => ({
+    component,
+    name: component === 'outbox' ? 'verify.outbox' : 'verify.pull',
+    heldKeys: component === 'inbox' ? ['pull-1'] : [],
+    claimedKeys,
+    watchedMs: 3_400,
+  });
+
+  it('passes when nothing was claimed while paused, and fails naming each destination or source whose rows were', () => {
+    const clean = pausedCheck(input({ faults: [adminPause([name('outbox', []), name('inbox', [])])] }));
+    assert.equal(clean.status, 'PASS');
+    assert.equal(clean.figure, '1 admin pause of 2 destinations or sources, watched 3.4 s: 0 rows claimed while paused');
+    const broken = pausedCheck(input({ faults: [adminPause([name('outbox', ['outbox-2', null]), name('inbox', ['pull-3'])])] }));
+    assert.equal(broken.status, 'FAIL');
+    assert.deepEqual(broken.failures, [
+      'destination "verify.outbox" was paused, yet 2 rows of it were claimed (keys outbox-2, none)',
+      'source "verify.pull" was paused, yet 1 row of it was claimed (keys pull-3)',
+    ]);
+    assert.equal(pausedCheck(input({ scenarios: ['kill'] })).status, 'SKIP');
+  });
+
+  it('an admin pause explains no duplicate: it names no worker', () => {
+    const copies = [delivered('outbox-1/0', { sentAt: 1_050 }), delivered('outbox-1/0', { sentAt: 1_080 })];
+    assert.equal(explanationOf(copies, [fault('admin-pause', '', 1_000, { endedAt: 1_100 })], LEASE), undefined);
   });
 });
 
@@ -294,7 +332,7 @@ describe('verify: options', () => {
       [30, 40, 3, 3000, 1500, 3600, 2250],
     );
     assert.deepEqual([defaults.shutdownTimeoutMs, defaults.pauseMs], [1000, 4500]);
-    assert.deepEqual(defaults.scenarios, ['kill', 'pause', 'sessions', 'shutdown', 'poison']);
+    assert.deepEqual(defaults.scenarios, ['admin-pause', 'kill', 'pause', 'sessions', 'shutdown', 'poison']);
     assert.equal(recoveryBoundMs(defaults), 3600 + 2 * 3600 + 5000);
     // A production lease: slow steps stay 2 s, the pause outlasts the instance's dead-after, not the lease.
     const long = resolveVerifyOptions({ url: 'postgres://db/x', leaseMs: 300_000, deadAfterMs: 15_000, heartbeatMs: 3000 }, {});

@@ -23,6 +23,18 @@ describe('queuebox verify on SQL Server: its statements (parsed, not run: no SQL
     sessionPermissions: permissions?.sql ?? '',
     sessionsNamed: sqlServer.sessionsNamed('queuebox-verify-1a2b3c4d-w1').sql,
     sessionEnd: sqlServer.sessionEnd(57).sql,
+    claimedWithinOutbox: sqlServer.claimedWithin(
+      { name: 'queuebox_verify_outbox', qualified: 'queuebox_verify_outbox' },
+      'outbox',
+      'verify.outbox',
+      3400,
+    ).sql,
+    claimedWithinInbox: sqlServer.claimedWithin(
+      { schema: 'ops', name: 'queuebox_verify_inbox', qualified: 'ops.queuebox_verify_inbox' },
+      'inbox',
+      'verify.pull',
+      3400,
+    ).sql,
   };
 
   for (const [name, statement] of Object.entries(statements)) {
@@ -30,6 +42,31 @@ describe('queuebox verify on SQL Server: its statements (parsed, not run: no SQL
       assert.deepEqual(tsqlSyntaxErrors(statement), [], statement);
     });
   }
+
+  it('the admin pause reads the keys claimed within the last N ms of one destination or source, by the database clock', () => {
+    const { sql, params } = sqlServer.claimedWithin(
+      { name: 'queuebox_verify_inbox', qualified: 'queuebox_verify_inbox' },
+      'inbox',
+      'verify.pull',
+      3400,
+    );
+    assert.match(sql, /^SET TRANSACTION ISOLATION LEVEL READ COMMITTED;/);
+    assert.match(
+      sql,
+      /SELECT t\.\[aggregate_id\] AS \[key\] FROM \[queuebox_verify_inbox\] AS t WHERE t\.\[source\] = @0 AND t\.\[claimed_at\] >= DATEADD\(MILLISECOND, -CAST\(@1 % 1000 AS INT\), DATEADD\(SECOND, -CAST\(@1 \/ 1000 AS INT\), SYSUTCDATETIME\(\)\)\)$/,
+    );
+    assert.deepEqual(
+      params.map((p) => [parameter(p).value, parameter(p).type]),
+      [
+        ['verify.pull', 'nvarchar'],
+        [3400, 'bigint'],
+      ],
+    );
+    assert.match(
+      sqlServer.claimedWithin({ name: 'o', qualified: 'o' }, 'outbox', 'verify.outbox', 1).sql,
+      /SELECT t\.\[key\] AS \[key\] FROM \[o\] AS t WHERE t\.\[destination\] = @0/,
+    );
+  });
 
   it('the grammar rejects broken T-SQL (the parse above proves something)', () => {
     assert.notDeepEqual(tsqlSyntaxErrors('KILL WHERE session_id = 57'), []);

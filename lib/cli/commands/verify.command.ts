@@ -38,7 +38,7 @@ const bound = (name: VerifyIntegerOption) => `${VERIFY_BOUNDS[name].fallback}; $
 
 export const verifyCommand: Command = {
   name: 'verify',
-  summary: 'Prove the delivery guarantees on your database: worker processes under kill -9, pauses, lost sessions',
+  summary: 'Prove the delivery guarantees on your database: worker processes under kill -9, pauses, lost sessions, admin pauses',
   help: `Usage: queuebox verify [--url <url>] [--seconds N] [--scenarios kill,pause,...] [--json <file>] [options]
 
 Runs QueueBox on your database as an application would, under faults, and checks what a
@@ -53,7 +53,8 @@ Checks: lost (every message delivered), duplicates (each redelivery explained by
 nothing handled or forwarded twice), order (first deliveries of one key in commit order), stuck
 (no row pending or processing after the drain), poison (dead after --max-attempts, never
 delivered), recovery (after kill -9, the killed worker's keys move again in time), shutdown
-(a graceful shutdown ends in time and leaves nothing held).
+(a graceful shutdown ends in time and leaves nothing held), paused (nothing of a destination or
+source paused through the admin is claimed until its resume).
 
 Options:
   --url <url>                 Database URL; default $QUEUEBOX_DATABASE_URL, then $DATABASE_URL

@@ -12,7 +12,7 @@ import type { RowState } from './verify.records';
 
 // The run's own tables (`<prefix>_outbox`, `_inbox`, `_instances` and TypeORM's `_migrations`,
 // in `schema` when given) and what the run reads of the database: its settings, the rows' states,
-// the workers' sessions. Created with QueueBox's own migrations, dropped with their down steps.
+// the workers' sessions, the claims made during an admin pause. Created with QueueBox's own migrations, dropped with their down steps.
 
 /** The run's table names. */
 export interface VerifyTableNames {
@@ -139,6 +139,13 @@ export class VerifyDatabase {
       }
     }
     return states;
+  }
+
+  /** The keys of the rows of `name` (a destination or source) claimed within the last `ms` ms by the database clock (null: a row without one). */
+  async claimedWithin(component: 'outbox' | 'inbox', name: string, ms: number): Promise<(string | null)[]> {
+    const { sql, params } = this.queries.claimedWithin(this.tables.resolved[component], component, name, Math.max(0, Math.round(ms)));
+    const rows: { key: string | null }[] = await this.dataSource.query(sql, params);
+    return rows.map((row) => row.key);
   }
 
   /** Why this login may not end the workers' sessions, or undefined when it may. */

@@ -86,5 +86,9 @@ export function injectDefect(dialect: Dialect, defect: VerifyDefect): Dialect {
         return rows.filter((row) => first.get(row.headId) !== BigInt(row.message.id));
       };
       return dialect;
+    case 'pauses-off':
+      // The workers' claims read the pauses through this (ClaimPauses): they see none.
+      dialect.pauseList = async () => [];
+      return dialect;
   }
 }

@@ -45,6 +45,8 @@ export const verifyMessages = {
   producing: (seconds: number, rate: number, scenarios: string) => `Producing for ${seconds} s at ${rate} msg/s; scenarios: ${scenarios}.`,
   faultDone: (fault: string, worker: string, detail: string) => `  ${fault} ${worker}${detail ? `: ${detail}` : ''}`,
   faultSkipped: (fault: string, reason: string) => `  ${fault} skipped: ${reason}`,
+  adminPauseDone: (names: readonly string[], seconds: string, claimed: number) =>
+    `  admin pause of ${names.join(' and ')}: ${seconds} s, ${plural(claimed, 'row')} claimed while paused`,
   workerCrashed: (worker: string, how: string) => `  worker ${worker} exited by itself (${how}); started another`,
   draining: () => 'Production over; waiting for every row to finish.',
   produced: (total: number, byPath: string, poison: number, outOfOrder: number) =>
@@ -108,6 +110,16 @@ export const verifyMessages = {
     `graceful shutdown of ${worker} left ${plural(held, 'row')} held under a live lease of its instance (its deregistration must end them: I9)`,
   figureShutdown: (count: number, longest: string, bound: string, leftHeld: number) =>
     `${plural(count, 'graceful shutdown')} with work in flight, the longest ${longest} s (bound ${bound} s); ${plural(leftHeld, 'row')} left under a live lease after them`,
+
+  checkClaimedWhilePaused: (component: string, name: string, keys: readonly (string | null)[]) =>
+    `${component === 'outbox' ? 'destination' : 'source'} ${JSON.stringify(name)} was paused, yet ${plural(keys.length, 'row')} of it ${
+      keys.length === 1 ? 'was' : 'were'
+    } claimed (keys ${keys
+      .slice(0, 5)
+      .map((key) => key ?? 'none')
+      .join(', ')}${keys.length > 5 ? ', ...' : ''})`,
+  figurePaused: (pauses: number, names: number, seconds: string, claimed: number) =>
+    `${plural(pauses, 'admin pause')} of ${plural(names, 'destination or source', 'destinations or sources')}, watched ${seconds} s: ${plural(claimed, 'row')} claimed while paused`,
 
   // Worker
   destinationRefused: (name: string) => `the verify destination refused ${name} (its first attempt fails on purpose)`,

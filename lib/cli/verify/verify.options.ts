@@ -11,12 +11,21 @@ import { verifyMessages } from './verify.messages';
  *   database (`pg_terminate_backend`; `KILL` on SQL Server when the login may).
  * - `shutdown`: a graceful shutdown (SIGTERM) of the worker holding the most claims, with its
  *   work in flight, then a new one in its place.
+ * - `admin-pause`: `QueueBoxAdmin.pause` of the outbox path's destination and of one inbox
+ *   path's source (relay, pull and batch in turn) for twice `pauseMs`, then `resume`, while the
+ *   faults after it run (first in the order: the kill and the SIGSTOP meet the paused rows): no
+ *   row of either may be claimed from a moment after the pause (the workers' poll interval and a
+ *   second) to the resume, beyond the keys whose claims were in flight then; the rows wait, in
+ *   order.
  * - `poison`: messages that fail on every attempt on each path, which must end `dead` after
  *   `maxAttempts`, never delivered.
  */
-export type VerifyScenario = 'kill' | 'pause' | 'sessions' | 'shutdown' | 'poison';
+export type VerifyScenario = 'admin-pause' | 'kill' | 'pause' | 'sessions' | 'shutdown' | 'poison';
 
-export const VERIFY_SCENARIOS: readonly VerifyScenario[] = ['kill', 'pause', 'sessions', 'shutdown', 'poison'];
+export const VERIFY_SCENARIOS: readonly VerifyScenario[] = ['admin-pause', 'kill', 'pause', 'sessions', 'shutdown', 'poison'];
+
+/** Every worker's poll interval (outbox, relay, pull): a pause takes effect within it. */
+export const VERIFY_POLL_INTERVAL_MS = 100;
 
 /** The faults among the scenarios (everything but `poison`), in the order a run injects them. */
 export type VerifyFault = Exclude<VerifyScenario, 'poison'>;
@@ -49,10 +58,11 @@ export const PATH_NAMES: Record<VerifyPath, { source?: string; destination: stri
  * - `renewal-off`: lease renewals report success without running: leases expire under work in flight.
  * - `followers-skip`: the followers read passes over the row right behind each claimed head, so a
  *   later row of the aggregate is handled before it.
+ * - `pauses-off`: the workers read no pause: claims take the rows of a paused destination or source.
  */
-export type VerifyDefect = 'fence-off' | 'renewal-off' | 'followers-skip';
+export type VerifyDefect = 'fence-off' | 'renewal-off' | 'followers-skip' | 'pauses-off';
 
-export const VERIFY_DEFECTS: readonly VerifyDefect[] = ['fence-off', 'renewal-off', 'followers-skip'];
+export const VERIFY_DEFECTS: readonly VerifyDefect[] = ['fence-off', 'renewal-off', 'followers-skip', 'pauses-off'];
 
 /** The environment variable that injects a defect (`QUEUEBOX_VERIFY_DEFECT=fence-off`). */
 export const VERIFY_DEFECT_ENV = 'QUEUEBOX_VERIFY_DEFECT';

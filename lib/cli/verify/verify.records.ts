@@ -58,6 +58,20 @@ export interface FaultRecord {
   /** A shutdown: whether the process exited by itself within its bound, and the claims its instance still held under a live lease after. */
   exitedInTime?: boolean;
   leftHeld?: number;
+  /** An admin pause (`worker` is ''): what was paused, and the claims of it made while it was paused. */
+  paused?: PausedName[];
+}
+
+/** A destination or source paused by the `admin-pause` scenario, and what its claims did meanwhile. */
+export interface PausedName {
+  component: 'outbox' | 'inbox';
+  name: string;
+  /** Keys whose claims were in flight when the pause had taken effect (they may finish, their followers too). */
+  heldKeys: (string | null)[];
+  /** Keys of the rows claimed while paused, beyond `heldKeys` (null: a row without a key): a claim that ignored the pause. */
+  claimedKeys: (string | null)[];
+  /** How long the pause was watched (from when it had taken effect to the resume), ms. */
+  watchedMs: number;
 }
 
 /** A scenario that could not run here, and why. */

@@ -20,7 +20,7 @@ import type { Publisher } from '../../types/outbox';
 import { parseDatabaseUrl } from '../database-url';
 import { injectDefect, isDialect } from './verify.defects';
 import { verifyMessages } from './verify.messages';
-import { defectOf, PATH_NAMES, type VerifyPath } from './verify.options';
+import { defectOf, PATH_NAMES, VERIFY_POLL_INTERVAL_MS, type VerifyPath } from './verify.options';
 import {
   VERIFY_WORKER_ENV,
   type VerifyAck,
@@ -163,7 +163,7 @@ const relaySource = PATH_NAMES.relay.source as string;
         claimTimeoutMs: config.leaseMs,
         publishTimeout: config.publishTimeoutMs,
         shutdownTimeoutMs: config.shutdownTimeoutMs,
-        pollIntervalMs: 100,
+        pollIntervalMs: VERIFY_POLL_INTERVAL_MS,
         batchSize: 10,
         concurrency: 4,
         retry,
@@ -172,7 +172,7 @@ const relaySource = PATH_NAMES.relay.source as string;
         relay: {
           claimTimeoutMs: config.leaseMs,
           shutdownTimeoutMs: config.shutdownTimeoutMs,
-          pollIntervalMs: 100,
+          pollIntervalMs: VERIFY_POLL_INTERVAL_MS,
           batchSize: 10,
           concurrency: 2,
           retry,
@@ -186,7 +186,7 @@ const relaySource = PATH_NAMES.relay.source as string;
           },
         },
       },
-      pull: { pollIntervalMs: 100, shutdownTimeoutMs: config.shutdownTimeoutMs },
+      pull: { pollIntervalMs: VERIFY_POLL_INTERVAL_MS, shutdownTimeoutMs: config.shutdownTimeoutMs },
     }),
   ],
   providers: [VerifyConsumers],

@@ -1,9 +1,12 @@
 import type { DataSourceOptions } from 'typeorm';
 import type { VerifyQueries } from '../dialect-driver';
+import { pgTable } from './quoting';
+import { msAgo } from './time';
 
 // What `queuebox verify` asks of PostgreSQL: the settings it reports, the sessions of its worker
-// processes (by application_name) and pg_terminate_backend. A role may always end the sessions
-// of its own role, so there is no permission to look up: the workers log in as the verify does.
+// processes (by application_name) and pg_terminate_backend (a role may always end the sessions
+// of its own role, so there is no permission to look up: the workers log in as the verify does),
+// and the claims made during an admin pause.
 
 /** The settings that bear on claims, fences and the pool, read from pg_settings (readable by any role). */
 const SETTINGS = [
@@ -38,4 +41,11 @@ SELECT 'version', version()`,
     params: [name],
   }),
   sessionEnd: (session) => ({ sql: 'SELECT pg_terminate_backend($1) AS ended', params: [session] }),
+  claimedWithin: (table, component, name, ms) => {
+    const [key, named] = component === 'outbox' ? ['"key"', 'destination'] : ['aggregate_id', 'source'];
+    return {
+      sql: `SELECT ${key} AS key FROM ${pgTable(table)} WHERE ${named} = $1 AND claimed_at >= ${msAgo('$2')}`,
+      params: [name, ms],
+    };
+  },
 };

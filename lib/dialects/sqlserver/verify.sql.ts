@@ -1,6 +1,9 @@
 import { messages } from '../../texts/queuebox.messages';
 import type { VerifyQueries } from '../dialect-driver';
-import { text } from './sqlserver.params';
+import { PINNED_READ_COMMITTED } from './lease.sql';
+import { mssqlTable } from './quoting';
+import { bigint, text } from './sqlserver.params';
+import { msAgo } from './time';
 
 // What `queuebox verify` asks of SQL Server and Azure SQL: the settings it reports (version,
 // edition, READ_COMMITTED_SNAPSHOT, snapshot isolation, compatibility level, this session's
@@ -59,5 +62,12 @@ WHERE s.[program_name] = @0 AND s.[database_id] = DB_ID() AND s.[session_id] <> 
       throw new RangeError(messages.verifySessionIdInvalid(session));
     }
     return { sql: `KILL ${session}`, params: [] };
+  },
+  claimedWithin: (table, component, name, ms) => {
+    const [key, named] = component === 'outbox' ? ['[key]', '[destination]'] : ['[aggregate_id]', '[source]'];
+    return {
+      sql: `${PINNED_READ_COMMITTED}SELECT t.${key} AS [key] FROM ${mssqlTable(table)} AS t WHERE t.${named} = @0 AND t.[claimed_at] >= ${msAgo('@1')}`,
+      params: [text(name), bigint(ms)],
+    };
   },
 };
