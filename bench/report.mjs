@@ -106,12 +106,15 @@ function orderText(r) {
   return r.orderViolations === 0 ? `ok (${r.orderLabel})` : `**${fmt.int(r.orderViolations)} out of order** (${r.orderLabel})`;
 }
 
-/** QueueBox's peak RSS in bold when it is more than the target above the floor (not judged in the allocation run: the profiler holds memory). */
-function rssText(r, floor) {
+/** RSS growth of a drain: peak minus idle (at \`go\`), in KiB; null where not measured. */
+const rssGrowthKb = (r) => (r.rssKb === null || r.idleRssKb === null ? null : r.rssKb - r.idleRssKb);
+
+/** Peak RSS with its growth over the worker's own idle (not judged in the allocation run: the profiler holds memory). */
+function rssText(r) {
   if (r.rssKb === null) return '';
   if (r.allocBytesPerMsg !== null) return `${fmt.mb(r.rssKb)} (profiler on)`;
-  const over = r.system === 'queuebox' && floor?.rssKb && (r.rssKb - floor.rssKb) / 1024 > TARGETS.rssAboveFloorMb;
-  return over ? `**${fmt.mb(r.rssKb)}**` : fmt.mb(r.rssKb);
+  const growth = rssGrowthKb(r);
+  return growth === null ? fmt.mb(r.rssKb) : `${fmt.mb(r.rssKb)} (+${fmt.mb(Math.max(0, growth))})`;
 }
 
 /** `worker + database` CPU µs per message (drains), `n/a` where not measured. */
@@ -128,9 +131,9 @@ function dupText(r) {
   return `${fmt.int(r.duplicates)}${missing}`;
 }
 
-export function table(results, floor) {
+export function table(results) {
   const lines = [
-    '| Workload | System | Result | vs best peer | Per-key order | Dups | Peak RSS MB | CPU µs/msg worker + database | Start-up ms | xacts/msg | stmts/msg | Notes |',
+    '| Workload | System | Result | vs best peer | Per-key order | Dups | Peak RSS MB (+ over idle) | CPU µs/msg worker + database | Start-up ms | xacts/msg | stmts/msg | Notes |',
     '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const r of results) {
@@ -145,7 +148,7 @@ export function table(results, floor) {
         ratioText(r, results),
         orderText(r),
         dupText(r),
-        rssText(r, floor),
+        rssText(r),
         cpuText(r),
         startupText(r),
         xacts,
@@ -170,7 +173,8 @@ export const TARGETS = {
   inboxMsgPerSecond: 25000,
   /** W2: bytes allocated per message (sampling heap profile of the allocation run). */
   allocBytesPerMsg: 2048,
-  rssAboveFloorMb: 15,
+  /** W2: QueueBox's RSS growth over its own idle at most this times graphile-worker's (issue 36: the +15 MB over a floor is retired). */
+  rssGrowthVsGraphileWorker: 1.0,
 };
 
 const isPeer = (r) => r.system !== 'queuebox';
@@ -220,7 +224,7 @@ function reorderingPeers(results) {
  * NOT MEASURED and why; QueueBox losing, duplicating or reordering a message fails the target of
  * that workload whatever its rate.
  */
-export function verdicts(results, floor) {
+export function verdicts(results) {
   const qb = (w) => results.find((r) => r.workload === w && r.system === 'queuebox');
   const qbOk = (w) => (qb(w)?.status === 'ok' ? qb(w) : null);
   const misdelivered = (r) => r.missing > 0 || r.duplicates > 0 || r.orderViolations > 0;
@@ -289,14 +293,15 @@ export function verdicts(results, floor) {
       `W2 allocation: ${met(qa.allocBytesPerMsg <= TARGETS.allocBytesPerMsg)} (${fmt.int(qa.allocBytesPerMsg)} bytes allocated per message, sampling heap profile over ${fmt.int(qa.messages)} messages; target ${fmt.int(TARGETS.allocBytesPerMsg)})`,
     );
 
-  const measured = results.filter((r) => r.system === 'queuebox' && r.rssKb !== null && r.allocBytesPerMsg === null);
-  if (!floor?.rssKb) lines.push(notMeasured('Peak RSS above the floor', floor?.error ? `no floor: ${floor.error}` : 'no floor measured'));
-  else if (measured.length === 0) lines.push(notMeasured('Peak RSS above the floor', 'no queuebox workload finished'));
+  const q2 = qbOk('w2');
+  const gw2 = results.find((r) => r.workload === 'w2' && r.system === 'graphile-worker' && r.status === 'ok');
+  if (!q2 || rssGrowthKb(q2) === null)
+    lines.push(notMeasured('W2 RSS growth over idle', q2 ? 'no idle RSS recorded' : whyNoQueueBox('w2')));
+  else if (!gw2 || rssGrowthKb(gw2) === null) lines.push(notMeasured('W2 RSS growth over idle', 'graphile-worker did not finish W2'));
   else {
-    const worst = measured.reduce((a, b) => (b.rssKb > a.rssKb ? b : a));
-    const above = (worst.rssKb - floor.rssKb) / 1024;
+    const [mine, theirs] = [rssGrowthKb(q2), rssGrowthKb(gw2)];
     lines.push(
-      `Peak RSS above the floor: ${met(above <= TARGETS.rssAboveFloorMb)} (${above >= 0 ? '+' : ''}${above.toFixed(1)} MB at most, in ${worst.title}: ${fmt.mb(worst.rssKb)} MB against the floor's ${fmt.mb(floor.rssKb)} MB; target ${TARGETS.rssAboveFloorMb} MB in every workload)`,
+      `W2 RSS growth over idle: ${met(mine <= theirs * TARGETS.rssGrowthVsGraphileWorker)} (QueueBox +${fmt.mb(Math.max(0, mine))} MB, ${fmt.mb(q2.idleRssKb)} to ${fmt.mb(q2.rssKb)}; graphile-worker +${fmt.mb(Math.max(0, theirs))} MB, ${fmt.mb(gw2.idleRssKb)} to ${fmt.mb(gw2.rssKb)}; target at most graphile-worker's)`,
     );
   }
   return lines;
@@ -333,11 +338,11 @@ export function renderReport({ startedAt, runMs, env, serverLabel, statements, s
 
 Ratios are what count here: absolute numbers on a shared 2-core machine are noise.
 
-${table(results, floor)}
+${table(results)}
 
 ## Verdicts: QueueBox against the targets of issue 29 (this run, against the best peer; W1 against the best peer that keeps each key's order)
 
-${verdicts(results, floor)
+${verdicts(results)
   .map((line) => `- ${line}`)
   .join('\n')}
 
@@ -352,7 +357,7 @@ ${guarantees(results)}
 - **W2 allocation**: W2 once more, QueueBox alone (${fmt.int(settings.allocMessages)} messages), with V8's sampling heap profiler (every ${fmt.int(settings.allocSamplingInterval)} bytes, objects the GC collected included) from the end of the start call until the parent saw the work finished; bytes per message = the profile's total (each sample scaled by V8) / messages handled in that span. Its rate is not a result.
 - **Latency (W3)**: the worker runs first; the producer then commits one message per transaction at a fixed rate; latency = the handler's start (worker process) minus the moment the enqueue's COMMIT returned (producer), both on \`performance.timeOrigin + performance.now()\`.
 - **Per-key order**: the worker records each handler start in order; for each key, each message's first start must come after those of the messages enqueued before it. **Dups**: handler starts beyond the first per message. W5 inbox relay: read from the outbox rows it wrote instead (id order; dups = outbox rows beyond one per inbox row).
-- **Peak RSS**: \`process.resourceUsage().maxRSS\` of the worker process at its exit (after a graceful stop).
+- **Peak RSS**: \`process.resourceUsage().maxRSS\` of the worker process when the parent saw the work finished (before its graceful stop and before it builds the arrays it sends back); **+ over idle**: that peak less its resident set at \`go\` (booted, connected, idle). The W2 target compares that growth with graphile-worker's in the same run.
 - **xacts/msg**: delta of \`xact_commit + xact_rollback\` in \`pg_stat_database\` for the workload's database, over the worker process's whole life (boot to exit), less the parent's own done-polls (and, in W3, the producer's one transaction per message), divided by the messages. Counters are read only when no client is connected to that database, since a backend flushes them when it exits. A LISTENing backend counts a transaction each time it reads a notification.
 - **CPU µs/msg worker + database** (drains only): the worker process's user + system CPU (\`process.cpuUsage()\`) from its first handler start until the parent saw the work finished, and the CPU of the database backends that exited between the two counter snapshots (the postmaster's reaped children, \`cutime + cstime\` in /proc: the worker's connections, the parent's done-polls, autovacuum workers; \`n/a\` when the server is not a process of this machine), each per message. On a machine of C cores, no system can drain faster than C x 1,000,000 / (worker + database) msg/s.
 - **stmts/msg**: delta of \`pg_stat_statements\` calls for that database over the same span, when the server loads it (in W3 less the producer's statements per message, measured alone beforehand); otherwise n/a.

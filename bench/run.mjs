@@ -174,7 +174,7 @@ async function main() {
     log(`\n${report}`);
     log(`Written to ${fileURLToPath(file)} (raw numbers beside it in ${base}.json)`);
     // The verdicts once more, last, as plain lines (the report has them after the table).
-    log(`\nVerdicts (issue 29, against the best peer of this run):\n${verdicts(results, floor).join('\n')}`);
+    log(`\nVerdicts (issue 29, against the best peer of this run):\n${verdicts(results).join('\n')}`);
   } finally {
     if (!interrupted) await cleanup();
   }

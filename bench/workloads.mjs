@@ -65,6 +65,7 @@ function emptyResult(system, workload) {
     missing: null,
     orderViolations: null,
     rssKb: null,
+    idleRssKb: null,
     xactsPerMsg: null,
     stmtsPerMsg: null,
     workerCpuUsPerMsg: null,
@@ -489,6 +490,7 @@ function recordOutcome(cell, report, messages) {
   if (d.foreign > 0) result.notes.push(`${d.foreign} handler calls with an unknown seq`);
   if (workload.ordered) result.orderViolations = orderViolations(report.seqs, (seq) => messages[seq].key);
   result.rssKb = report.maxRssKb;
+  result.idleRssKb = report.idleRssKb ?? null;
 }
 
 /** Floor runs; the median is the floor (one boot takes a second or two). */
