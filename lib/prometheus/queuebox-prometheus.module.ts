@@ -11,6 +11,7 @@ import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { InboxSources } from '../inbox-runtime/inbox.sources';
 import { COUNTERS, DEAD_LETTERS_GAUGE, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate, PAUSED_GAUGE } from '../metrics/metric-definitions';
 import { OutboxPoller } from '../outbox/outbox.poller';
+import { ClaimPauses } from '../workers/claim-pauses';
 
 /** Backlog gauges, set from one backlog query per scrape. */
 export const GAUGES = [
@@ -195,15 +196,17 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
   }
 
   /**
-   * Sets `queuebox_paused{component,name}` from each QueueBox's pauses table (one query of a small
-   * table per QueueBox and scrape): 1 for each pause, 0 for a name seen paused before, at most
-   * PAUSED_GAUGE.maxSeries per QueueBox. A QueueBox whose read fails keeps its last values.
+   * Sets `queuebox_paused{component,name}` from the pauses each QueueBox's claims read
+   * (`ClaimPauses`): no query while its workers read them within the shortest poll interval; else
+   * (workers off, or idle loops of a longer interval) this scrape reads the small table, at most
+   * once per that interval, and the claims reuse it. 1 for each pause, 0 for a name seen paused
+   * before, at most PAUSED_GAUGE.maxSeries per QueueBox. A QueueBox whose read fails keeps its last values.
    */
   async collectPaused(gauge: Gauge): Promise<void> {
     const reads = await Promise.all(
       [...this.watched].map(async ([entry, watched]) => {
         try {
-          const rows = await entry.get(QueueBoxAdmin).pauses();
+          const rows = await entry.get(ClaimPauses).rows();
           const values = new Map([...(watched.paused ?? new Map<string, number>()).keys()].map((id) => [id, 0]));
           for (const row of rows) values.set(`${row.component}\u0000${row.name}`, 1);
           // The paused ones first, then by component and name: a pause always has its series.
