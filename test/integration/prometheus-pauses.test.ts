@@ -12,6 +12,7 @@ import { QueueBoxPrometheusModule } from '../../lib/prometheus';
 import { RecordingLogger } from '../support/app';
 import { describeWithDatabase, eventually } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
+import { countStatements } from '../support/statements';
 
 // `queuebox_paused{component,name,queuebox}` (issue 40): 1 per paused destination or source, 0
 // once resumed, read from the pauses the claims read (`ClaimPauses`): no query of its own while the
@@ -23,28 +24,6 @@ const POLL_MS = 1000;
 async function series(name: string): Promise<number | undefined> {
   const line = (await register.metrics()).split('\n').find((l) => l.startsWith(`${name} `));
   return line === undefined ? undefined : Number(line.slice(name.length + 1));
-}
-
-/**
- * Counts the statements that read the pauses table on `dataSource`'s pool, as the database receives
- * them: every connection the pool hands out (QueueBox's statements go straight to it) is watched.
- */
-function countPauseReads(dataSource: DataSource): { readonly count: number } {
-  const pool = (dataSource.driver as unknown as { master: import('pg').Pool }).master;
-  const counter = { count: 0 };
-  const watched = new WeakSet<object>();
-  pool.on('acquire', (client) => {
-    if (watched.has(client)) return;
-    watched.add(client);
-    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
-    (client as unknown as { query: unknown }).query = (...args: unknown[]) => {
-      const first = args[0] as string | { text?: string };
-      const text = typeof first === 'string' ? first : (first?.text ?? '');
-      if (/FROM\s+\S*queuebox_outbox_pauses/.test(text)) counter.count++;
-      return query(...args);
-    };
-  });
-  return counter;
 }
 
 describeWithDatabase('Prometheus: the paused gauge', (db) => {
@@ -99,7 +78,7 @@ describeWithDatabase('Prometheus: the paused gauge of a QueueBox whose workers r
     })
     class MetricsApp {}
     app = await NestFactory.createApplicationContext(MetricsApp, { logger: new RecordingLogger(), abortOnError: false });
-    reads = countPauseReads(app.get<DataSource>(getDataSourceToken()));
+    reads = countStatements(app.get<DataSource>(getDataSourceToken()), /FROM\s+\S*queuebox_outbox_pauses/);
   });
   after(async () => {
     await app?.close();
