@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { after, before, beforeEach, it } from 'node:test';
+import type { DashboardAdmin } from '../../lib/dashboard/dashboard.options';
 import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
 import {
   createDashboardApp,
@@ -48,6 +49,9 @@ async function seed(db: TestDatabase): Promise<{ withAttempts: string }> {
   return { withAttempts: id };
 }
 
+/** An admin of your own with neither `deadLetterGroups` nor `listAttempts`: the two routes answer without calling it. */
+const OWN_ADMIN = { backlog: async () => [] } as unknown as DashboardAdmin;
+
 describeWithDatabase('queuebox/dashboard: attempts and dead-letter groups', { truncate: TABLES }, (db) => {
   let t: DashboardTestApp;
   let token: string;
@@ -62,7 +66,7 @@ describeWithDatabase('queuebox/dashboard: attempts and dead-letter groups', { tr
     );
 
   before(async () => {
-    t = await createDashboardApp(db.url, { guard: OperatorGuard });
+    t = await createDashboardApp(db.url, { guard: OperatorGuard, appQueueBoxes: true, instances: [{ name: 'own', admin: OWN_ADMIN }] });
     subscribe('queuebox:dashboard:action', onChannel);
   });
   after(async () => {
@@ -124,6 +128,15 @@ describeWithDatabase('queuebox/dashboard: attempts and dead-letter groups', { tr
     const bad = await api('default/attempts/outbox/abc');
     assert.equal(bad.status, 400);
     assert.equal((await json(bad)).field, 'id');
+  });
+
+  it('an admin of your own without deadLetterGroups or listAttempts: both routes answer available: false and say why', async () => {
+    const groups = await json(await api('own/dead-letters/groups?component=outbox'));
+    assert.deepEqual({ ...groups, reason: undefined }, { available: false, reason: undefined, rows: [] });
+    assert.match(String(groups.reason), /no deadLetterGroups\(\) method/);
+    const attempts = await json(await api(`own/attempts/outbox/${ids.withAttempts}`));
+    assert.deepEqual({ ...attempts, reason: undefined }, { available: false, reason: undefined, rows: [] });
+    assert.match(String(attempts.reason), /no listAttempts\(\) method/);
   });
 
   it('replays one group by its fingerprint: only its rows change, the action is audited with the fingerprint', async () => {
