@@ -81,7 +81,7 @@ function version(): string {
   return 'unknown';
 }
 
-/** Secrets of every URL the command may have seen, so no message can carry them. */
+/** The passwords of every URL the command may have seen, so each is masked whole where a URL shows it (`maskSecrets`). */
 function secretsOf(args: readonly string[], env: NodeJS.ProcessEnv): string[] {
   const candidates = [...args, env.QUEUEBOX_DATABASE_URL, env.DATABASE_URL].filter((value): value is string => typeof value === 'string');
   const secrets: string[] = [];

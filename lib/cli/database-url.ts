@@ -14,7 +14,7 @@ export interface DatabaseTarget {
   where: string;
   user: string;
   database: string;
-  /** The passwords (user info and URL parameters) as given and decoded, so any text can be scrubbed of them. */
+  /** The passwords (user info and URL parameters) as given and decoded, so a URL of this one can be masked whatever its password holds. */
   secrets: string[];
 }
 
@@ -36,13 +36,16 @@ const USER_INFO_PASSWORD = /(?<=[a-z0-9+.-]):\/\/([^\s:/@]*):[^\s@/]*@/gi;
 
 /**
  * Replaces the password of every `scheme://user:password@` in `text`, and the value of every
- * `password=` / `sslpassword=` URL parameter, with `***`, and then any remaining occurrence of the
- * given secrets. Every line the CLI prints goes through this, in time linear in its length.
+ * `password=` / `sslpassword=` URL parameter, with `***`. Only there: the same characters elsewhere
+ * are not a password (the embedded test server's password is "postgres", as is the `type` of every
+ * JSON report). The given `secrets` (the command's URLs' passwords) are masked where they stand
+ * between `:` and `@` first, so a password with an `@` the URL left unencoded, where the pattern
+ * stops, is masked whole. Every line the CLI prints goes through this, in time linear in its length.
  */
 export function maskSecrets(text: string, secrets: readonly string[] = []): string {
-  let masked = text.replace(USER_INFO_PASSWORD, '://$1:***@').replace(PASSWORD_PARAMETER, '$1***');
-  for (const secret of secrets) if (secret.length > 0) masked = masked.split(secret).join('***');
-  return masked;
+  let masked = text;
+  for (const secret of secrets) if (secret.length > 0) masked = masked.split(`:${secret}@`).join(':***@');
+  return masked.replace(USER_INFO_PASSWORD, '://$1:***@').replace(PASSWORD_PARAMETER, '$1***');
 }
 
 /**

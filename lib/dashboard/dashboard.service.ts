@@ -256,31 +256,15 @@ export class DashboardService implements OnModuleInit {
   }
 
   /** Dead letters grouped by cause; `available: false` (with why) for an admin without `deadLetterGroups`. */
-  async deadLetterGroups(
-    instance: string,
-    component: QueueTable,
-    limit: number,
-  ): Promise<{ available: boolean; reason?: string; rows: DeadLetterGroupRow[] }> {
+  deadLetterGroups(instance: string, component: QueueTable, limit: number): Promise<OptionalRows<DeadLetterGroupRow>> {
     const admin = this.admin(instance);
-    if (typeof admin.deadLetterGroups !== 'function') return { available: false, reason: messages.groupsUnavailable(), rows: [] };
-    return {
-      available: true,
-      rows: await adminCall(() => (admin.deadLetterGroups as NonNullable<DashboardAdmin['deadLetterGroups']>)({ component, limit })),
-    };
+    return optionalRows(admin, admin.deadLetterGroups, { component, limit }, messages.groupsUnavailable);
   }
 
   /** A row's failed attempts, newest first; `available: false` (with why) for an admin without `listAttempts`. */
-  async attempts(
-    instance: string,
-    component: QueueTable,
-    id: string,
-  ): Promise<{ available: boolean; reason?: string; rows: AttemptRow[] }> {
+  attempts(instance: string, component: QueueTable, id: string): Promise<OptionalRows<AttemptRow>> {
     const admin = this.admin(instance);
-    if (typeof admin.listAttempts !== 'function') return { available: false, reason: messages.attemptsUnavailable(), rows: [] };
-    return {
-      available: true,
-      rows: await adminCall(() => (admin.listAttempts as NonNullable<DashboardAdmin['listAttempts']>)({ component, id })),
-    };
+    return optionalRows(admin, admin.listAttempts, { component, id }, messages.attemptsUnavailable);
   }
 
   /** Replays or discards dead rows picked by ids or by a filter; returns how many changed. */
@@ -394,6 +378,20 @@ export class DashboardService implements OnModuleInit {
 function traceIdOf(headers: Record<string, string>): string | null {
   const traceparent = headers[TRACEPARENT_HEADER];
   return typeof traceparent === 'string' ? (/^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/.exec(traceparent)?.[1] ?? null) : null;
+}
+
+/** What the dashboard answers for a read that a `DashboardAdmin` of your own may lack: its rows, or `available: false` and why. */
+type OptionalRows<R> = { available: boolean; reason?: string; rows: R[] };
+
+/** The rows of `admin`'s optional `read` (QueueBoxAdmin has it), or `available: false` with why (`unavailable`) when it has none. */
+async function optionalRows<P, R>(
+  admin: DashboardAdmin,
+  read: ((this: DashboardAdmin, p: P) => Promise<R[]>) | undefined,
+  params: P,
+  unavailable: () => string,
+): Promise<OptionalRows<R>> {
+  if (typeof read !== 'function') return { available: false, reason: unavailable(), rows: [] };
+  return { available: true, rows: await adminCall(() => read.call(admin, params)) };
 }
 
 function isAdmin(value: unknown): value is DashboardAdmin {

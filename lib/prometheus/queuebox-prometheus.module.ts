@@ -11,6 +11,7 @@ import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { InboxSources } from '../inbox-runtime/inbox.sources';
 import { COUNTERS, DEAD_LETTERS_GAUGE, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate, PAUSED_GAUGE } from '../metrics/metric-definitions';
 import { OutboxPoller } from '../outbox/outbox.poller';
+import { ClaimPauses } from '../workers/claim-pauses';
 
 /** Backlog gauges, set from one backlog query per scrape. */
 export const GAUGES = [
@@ -51,17 +52,51 @@ export const DATABASE_WARNINGS_GAUGE = {
   labelNames: ['code'],
 } as const;
 
-// The gauges of one scrape share one backlog query per QueueBox: a query in flight, or one that
-// finished this recently, is reused.
-const BACKLOG_REUSE_MS = 500;
+// The gauges of one scrape share one backlog query per QueueBox, and scrapes this close together
+// (two Prometheus servers of an HA pair) share the backlog and dead-letter reads: a read in flight,
+// or one that finished this recently, is reused.
+const READ_REUSE_MS = 500;
+
+/** A read that scrapes share: the one in flight, or one that finished less than READ_REUSE_MS ago, else a new one. */
+class RecentRead<T> {
+  private last?: { value: Promise<T>; doneAt?: number };
+
+  constructor(private readonly read: () => Promise<T>) {}
+
+  get(): Promise<T> {
+    const last = this.last;
+    if (last && (last.doneAt === undefined || Date.now() - last.doneAt < READ_REUSE_MS)) return last.value;
+    const next: { value: Promise<T>; doneAt?: number } = { value: this.read() };
+    next.value.then(
+      () => {
+        next.doneAt = Date.now();
+      },
+      () => {
+        // A failed read is not reused: the next scrape tries again.
+        if (this.last === next) this.last = undefined;
+      },
+    );
+    this.last = next;
+    return next.value;
+  }
+}
+
+/** One series of `queuebox_dead_letters`. */
+interface DeadLetterSeries {
+  component: string;
+  name: string;
+  errorClass: string;
+  count: number;
+}
 
 /** The label every QueueBox metric carries: the QueueBox's name (`default` unless named). Not `instance`, which Prometheus gives the scrape target. */
 export const QUEUEBOX_LABEL = 'queuebox';
 
-/** What the exporter keeps per QueueBox: its event subscription, its last backlog read, the names its gauges have shown. */
+/** What the exporter keeps per QueueBox: its event subscription, its recent reads, the names its gauges have shown. */
 interface Watched {
   unsubscribe: () => void;
-  backlog?: { rows: Promise<BacklogRow[]>; doneAt?: number };
+  backlog: RecentRead<BacklogRow[]>;
+  deadLetters: RecentRead<DeadLetterSeries[]>;
   /**
    * Destinations and sources seen in a backlog (plus the consumed sources): their gauges read 0
    * once drained instead of vanishing, so a dashboard shows 0 and `absent()` alerts stay quiet.
@@ -74,7 +109,7 @@ interface Watched {
   /** `queuebox_paused` (issue 40): every `component\u0000name` seen paused, 1 while paused and 0 after; kept for a failed read. */
   paused?: Map<string, number>;
   /** The dead-letter series of the last read, kept for a scrape whose read fails. */
-  lastDeadLetters?: { component: string; name: string; errorClass: string; count: number }[];
+  lastDeadLetters?: DeadLetterSeries[];
 }
 
 /**
@@ -111,7 +146,13 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
           histograms.get(update.histogram.name)?.observe({ ...update.histogram.labels, ...queuebox }, update.histogram.seconds);
         }
       });
-      this.watched.set(entry, { unsubscribe, known: { outbox: new Set(), inbox: new Set() }, last: new Map() });
+      this.watched.set(entry, {
+        unsubscribe,
+        backlog: new RecentRead(() => entry.get(QueueBoxAdmin).backlog()),
+        deadLetters: new RecentRead(() => deadLetterSeries(entry.get(QueueBoxAdmin))),
+        known: { outbox: new Set(), inbox: new Set() },
+        last: new Map(),
+      });
     });
   }
 
@@ -133,7 +174,7 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
         const known = watched.known[definition.component];
         let rows: BacklogRow[];
         try {
-          rows = await this.currentBacklog(entry, watched);
+          rows = await watched.backlog.get();
         } catch {
           return { entry, values: watched.last.get(definition.name) ?? new Map<string, number>() };
         }
@@ -195,15 +236,17 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
   }
 
   /**
-   * Sets `queuebox_paused{component,name}` from each QueueBox's pauses table (one query of a small
-   * table per QueueBox and scrape): 1 for each pause, 0 for a name seen paused before, at most
-   * PAUSED_GAUGE.maxSeries per QueueBox. A QueueBox whose read fails keeps its last values.
+   * Sets `queuebox_paused{component,name}` from the pauses each QueueBox's claims read
+   * (`ClaimPauses`): no query while its workers read them within the shortest poll interval; else
+   * (workers off, or idle loops of a longer interval) this scrape reads the small table, at most
+   * once per that interval, and the claims reuse it. 1 for each pause, 0 for a name seen paused
+   * before, at most PAUSED_GAUGE.maxSeries per QueueBox. A QueueBox whose read fails keeps its last values.
    */
   async collectPaused(gauge: Gauge): Promise<void> {
     const reads = await Promise.all(
       [...this.watched].map(async ([entry, watched]) => {
         try {
-          const rows = await entry.get(QueueBoxAdmin).pauses();
+          const rows = await entry.get(ClaimPauses).rows();
           const values = new Map([...(watched.paused ?? new Map<string, number>()).keys()].map((id) => [id, 0]));
           for (const row of rows) values.set(`${row.component}\u0000${row.name}`, 1);
           // The paused ones first, then by component and name: a pause always has its series.
@@ -226,19 +269,15 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
 
   /**
    * Sets `queuebox_dead_letters{component, name, error_class}` from each QueueBox's dead rows (one
-   * query per table and scrape): the DEAD_LETTERS_GAUGE.top largest pairs of each component, the
-   * rest summed as `other`. A QueueBox whose read fails keeps its last values.
+   * query per table, reused by the scrapes of the next READ_REUSE_MS): the DEAD_LETTERS_GAUGE.top
+   * largest pairs of each component, the rest summed as `other`. A QueueBox whose read fails keeps
+   * its last values.
    */
   async collectDeadLetters(gauge: Gauge): Promise<void> {
     const reads = await Promise.all(
       [...this.watched].map(async ([entry, watched]) => {
         try {
-          const admin = entry.get(QueueBoxAdmin);
-          const series = [];
-          for (const component of ['outbox', 'inbox'] as const) {
-            series.push(...boundedSeries(component, await admin.deadLetterClasses({ component })));
-          }
-          watched.lastDeadLetters = series;
+          watched.lastDeadLetters = await watched.deadLetters.get();
         } catch {
           // Its health check reports the database.
         }
@@ -252,23 +291,15 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
       }
     }
   }
+}
 
-  /** The backlog query in flight, or one that finished less than BACKLOG_REUSE_MS ago, or a new one. */
-  private currentBacklog(entry: QueueBoxEntry, watched: Watched): Promise<BacklogRow[]> {
-    const last = watched.backlog;
-    if (last && (last.doneAt === undefined || Date.now() - last.doneAt < BACKLOG_REUSE_MS)) return last.rows;
-    const read: { rows: Promise<BacklogRow[]>; doneAt?: number } = { rows: entry.get(QueueBoxAdmin).backlog() };
-    read.rows.then(
-      () => {
-        read.doneAt = Date.now();
-      },
-      () => {
-        if (watched.backlog === read) watched.backlog = undefined;
-      },
-    );
-    watched.backlog = read;
-    return read.rows;
+/** Both components' dead rows by (name, error class), each bounded by `boundedSeries`: one query per table. */
+async function deadLetterSeries(admin: QueueBoxAdmin): Promise<DeadLetterSeries[]> {
+  const series: DeadLetterSeries[] = [];
+  for (const component of ['outbox', 'inbox'] as const) {
+    series.push(...boundedSeries(component, await admin.deadLetterClasses({ component })));
   }
+  return series;
 }
 
 /** The `top` largest (name, error class) counts of one component, and the rest summed as `other` (see DEAD_LETTERS_GAUGE). */
@@ -276,7 +307,7 @@ export function boundedSeries(
   component: string,
   counts: { name: string; errorClass: string; count: number }[],
   top: number = DEAD_LETTERS_GAUGE.top,
-): { component: string; name: string; errorClass: string; count: number }[] {
+): DeadLetterSeries[] {
   const sorted = [...counts].sort(
     (a, b) => b.count - a.count || (a.name < b.name ? -1 : a.name > b.name ? 1 : a.errorClass < b.errorClass ? -1 : 1),
   );

@@ -1,12 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, before, it } from 'node:test';
-import { getDataSourceToken } from '@nestjs/typeorm';
-import type { DataSource } from 'typeorm';
+import { before, it } from 'node:test';
 import { OutboxService } from '../../lib/outbox/outbox.service';
-import { createTestApp, type TestApp } from '../support/app';
+import { useChaosBench } from '../support/chaos-bench';
 import { describeWithDatabase, eventually } from '../support/database';
-import { HttpRecorder, type RecordedRequest } from '../support/http-recorder';
-import { startWorker, type WorkerProcess } from '../support/processes';
+import type { RecordedRequest } from '../support/http-recorder';
+import { startWorker } from '../support/processes';
 
 // The outbox poller's lean path (issue 29): one renewal timer per claimed batch (LeaseKeeperGroup),
 // one timer for every publish's timeout (PublishDeadlines), completions written in batches that
@@ -45,25 +43,12 @@ function nameOf(request: RecordedRequest): string {
 }
 
 describeWithDatabase('chaos: the outbox poller under process and connection faults, hung publishes and poison', (db) => {
-  let producer: TestApp;
-  let dataSource: DataSource;
+  const bench = useChaosBench(db);
+  const { workers } = bench;
   let outbox: OutboxService;
-  let recorder: HttpRecorder;
-  let publishUrl: string;
-  const workers: WorkerProcess[] = [];
 
-  before(async () => {
-    producer = await createTestApp(db.url, { workers: false });
-    dataSource = producer.app.get(getDataSourceToken());
-    outbox = producer.get(OutboxService);
-    recorder = new HttpRecorder();
-    publishUrl = await recorder.start();
-  });
-  after(async () => {
-    for (const worker of workers) worker.child.kill('SIGKILL');
-    await Promise.all(workers.map((worker) => worker.exited));
-    await recorder?.stop();
-    await producer?.app.close();
+  before(() => {
+    outbox = bench.producer.get(OutboxService);
   });
 
   const workerUrl = () => {
@@ -77,11 +62,11 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
   }, async () => {
     const MESSAGES = 10;
     // One slot, ten claims of one statement, each publish 500 ms: the last waits 4.5 s, three leases.
-    recorder.responder = async () => {
+    bench.recorder.responder = async () => {
       await sleep(500);
       return 200;
     };
-    await dataSource.transaction((manager) =>
+    await bench.dataSource.transaction((manager) =>
       outbox.enqueueMany(
         manager,
         Array.from({ length: MESSAGES }, (_, n) => ({ destination: 'slow', payload: { name: `slow-${n}` } })),
@@ -89,7 +74,7 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     );
     const worker = await startWorker({
       dbUrl: workerUrl(),
-      publishUrl,
+      publishUrl: bench.publishUrl,
       name: 'patient',
       options: { outbox: { claimTimeoutMs: LEASE_MS, publishTimeout: 1000, pollIntervalMs: 20, concurrency: 1, batchSize: MESSAGES } },
     });
@@ -108,7 +93,7 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
       Array(MESSAGES).fill(1),
       'every claim kept from its claim to its completion',
     );
-    const delivered = recorder.accepted().filter((request) => request.path === '/slow');
+    const delivered = bench.recorder.accepted().filter((request) => request.path === '/slow');
     assert.equal(delivered.length, MESSAGES, 'each published once');
     assert.equal(worker.metrics().queuebox_claims_lost_total ?? 0, 0, 'no claim lost');
   });
@@ -117,7 +102,7 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     // Most publishes answer at once; some slowly (renewals of the claims behind them), some fail
     // (a retry), some hang past publishTimeout (the shared deadline timer aborts them: a retry).
     const answers = new Map<string, number>();
-    recorder.responder = async (request) => {
+    bench.recorder.responder = async (request) => {
       const name = nameOf(request);
       const attempt = (answers.get(name) ?? 0) + 1;
       answers.set(name, attempt);
@@ -139,7 +124,7 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
       },
     };
     let started = 0;
-    const start = (name: string) => startWorker({ dbUrl: workerUrl(), publishUrl, name, options, waitReady: false });
+    const start = (name: string) => startWorker({ dbUrl: workerUrl(), publishUrl: bench.publishUrl, name, options, waitReady: false });
     workers.splice(0, workers.length, ...(await Promise.all(['w0', 'w1', 'w2'].map(start))));
 
     // The backlog: KEYS x PER_KEY keyed messages on LANES lanes, each in a transaction held open
@@ -157,7 +142,7 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
         for (let next = queue.shift(); next; next = queue.shift()) {
           const message = next;
           message.started = ++clock;
-          await dataSource.transaction(async (manager) => {
+          await bench.dataSource.transaction(async (manager) => {
             await outbox.enqueue(manager, {
               destination: message.name === 'poison' ? 'poison' : 'chaos',
               key: message.key ?? undefined,
@@ -176,7 +161,7 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
       .then(() => eventually(async () => !(await unfinished()), 'every message to be finished', 120_000, 50))
       .then(async () => {
         const poison: Produced = { name: 'poison', key: null, started: ++clock, committed: 0 };
-        await dataSource.transaction((manager) => outbox.enqueue(manager, { destination: 'poison', payload: { name: 'poison' } }));
+        await bench.dataSource.transaction((manager) => outbox.enqueue(manager, { destination: 'poison', payload: { name: 'poison' } }));
         poison.committed = ++clock;
         produced.push(poison);
         await eventually(async () => !(await unfinished()), 'the poison message to die', 120_000, 50);
@@ -228,7 +213,7 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     const outOfOrder = produced.filter((a) =>
       produced.some((b) => a.key !== null && a.key === b.key && a.started < b.started && b.committed < a.committed),
     ).length;
-    const accepted = recorder.accepted().filter((request) => request.path === '/chaos');
+    const accepted = bench.recorder.accepted().filter((request) => request.path === '/chaos');
     const names = accepted.map(nameOf);
     console.log(
       `chaos (outbox): ${produced.length} messages, ${outOfOrder} committed after a later one of their key, ${faults.kills} kills, ${faults.pauses} pauses past the lease, ${faults.terminations} backend terminations, ${faults.poisoned} workers killed by the poison message; ${names.length - new Set(names).size} duplicate deliveries`,

@@ -1,13 +1,11 @@
 import assert from 'node:assert/strict';
-import { after, before, it } from 'node:test';
-import { getDataSourceToken } from '@nestjs/typeorm';
-import type { DataSource } from 'typeorm';
+import { it } from 'node:test';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
 import { OutboxService } from '../../lib/outbox/outbox.service';
-import { createTestApp, type TestApp } from '../support/app';
+import { useChaosBench } from '../support/chaos-bench';
 import { describeWithDatabase, eventually } from '../support/database';
-import { HttpRecorder, type RecordedRequest } from '../support/http-recorder';
-import { startWorker, type WorkerProcess } from '../support/processes';
+import type { RecordedRequest } from '../support/http-recorder';
+import { startWorker } from '../support/processes';
 
 // Issue 40: a destination paused while two worker processes run, one of them killed with SIGKILL
 // while it holds claims of another destination. Its claims are reclaimed as usual and delivered
@@ -22,24 +20,8 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const payloadOf = (request: RecordedRequest) => JSON.parse(request.body) as { key: string; seq: number };
 
 describeWithDatabase('chaos: a paused destination across two worker processes and a kill -9', (db) => {
-  let producer: TestApp;
-  let dataSource: DataSource;
-  let recorder: HttpRecorder;
-  let publishUrl: string;
-  const workers: WorkerProcess[] = [];
-
-  before(async () => {
-    producer = await createTestApp(db.url, { workers: false });
-    dataSource = producer.app.get(getDataSourceToken());
-    recorder = new HttpRecorder();
-    publishUrl = await recorder.start();
-  });
-  after(async () => {
-    for (const worker of workers) worker.child.kill('SIGKILL');
-    await Promise.all(workers.map((worker) => worker.exited));
-    await recorder?.stop();
-    await producer?.app.close();
-  });
+  const bench = useChaosBench(db);
+  const { workers } = bench;
 
   it('the killed replica’s claims are reclaimed, the paused rows stay unclaimed, and the resume delivers every key in order', {
     timeout: 90_000,
@@ -48,17 +30,17 @@ describeWithDatabase('chaos: a paused destination across two worker processes an
       outbox: { claimTimeoutMs: LEASE_MS, pollIntervalMs: POLL_MS, concurrency: 4, batchSize: 4, backoff: { initialMs: 10, maxMs: 50 } },
       instances: { heartbeatMs: 250, deadAfterMs: 1000 },
     };
-    for (const name of ['a', 'b']) workers.push(await startWorker({ dbUrl: db.url, publishUrl, name, options }));
-    const admin = producer.get(QueueBoxAdmin);
+    for (const name of ['a', 'b']) workers.push(await startWorker({ dbUrl: db.url, publishUrl: bench.publishUrl, name, options }));
+    const admin = bench.producer.get(QueueBoxAdmin);
     assert.equal(await admin.pause({ component: 'outbox', name: 'billing', reason: 'partner down', actor: 'chaos' }), true);
     await sleep(POLL_MS * 3);
 
     // Shipping publishes hang until released: both workers hold claims when one is killed.
     let released = false;
-    recorder.responder = (request) => (request.path === '/shipping' && !released ? 'hang' : 200);
+    bench.recorder.responder = (request) => (request.path === '/shipping' && !released ? 'hang' : 200);
     // Per key: billing (paused) first, then shipping and billing alternately; plus free shipping rows.
-    const outbox = producer.get(OutboxService);
-    await dataSource.transaction(async (manager) => {
+    const outbox = bench.producer.get(OutboxService);
+    await bench.dataSource.transaction(async (manager) => {
       for (let k = 0; k < KEYS; k++) {
         for (let seq = 0; seq < 4; seq++) {
           const destination = seq % 2 === 0 ? 'billing' : 'shipping';
@@ -78,7 +60,7 @@ describeWithDatabase('chaos: a paused destination across two worker processes an
     victim.child.kill('SIGKILL');
     await victim.exited;
     released = true;
-    recorder.releaseHanging(200);
+    bench.recorder.releaseHanging(200);
 
     // The victim's claims come back (its leases end) and the survivor delivers every free row.
     await eventually(
@@ -97,7 +79,7 @@ describeWithDatabase('chaos: a paused destination across two worker processes an
       waiting.every((row) => row.state === 'pending' && row.attempts === 0),
       `no row of a paused key was claimed: ${JSON.stringify(waiting)}`,
     );
-    assert.equal(recorder.requests.filter((r) => r.path === '/billing').length, 0, 'nothing published to the paused destination');
+    assert.equal(bench.recorder.requests.filter((r) => r.path === '/billing').length, 0, 'nothing published to the paused destination');
 
     assert.equal(await admin.resume({ component: 'outbox', name: 'billing', actor: 'chaos' }), true);
     await eventually(
@@ -106,7 +88,7 @@ describeWithDatabase('chaos: a paused destination across two worker processes an
       30_000,
     );
     for (let k = 0; k < KEYS; k++) {
-      const seqs = recorder
+      const seqs = bench.recorder
         .accepted()
         .filter((r) => r.path !== '/shipping' || payloadOf(r).key !== 'free')
         .map(payloadOf)

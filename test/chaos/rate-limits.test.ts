@@ -4,14 +4,12 @@
 // key keeps its order. When the server answers 429 with Retry-After, the message waits that long,
 // its key waits behind it, and the other keys go on.
 import assert from 'node:assert/strict';
-import { after, before, it } from 'node:test';
-import { getDataSourceToken } from '@nestjs/typeorm';
-import type { DataSource } from 'typeorm';
+import { before, it } from 'node:test';
 import { OutboxService } from '../../lib/outbox/outbox.service';
-import { createTestApp, type TestApp } from '../support/app';
+import { useChaosBench } from '../support/chaos-bench';
 import { describeWithDatabase, eventually } from '../support/database';
-import { HttpRecorder, type RecordedRequest } from '../support/http-recorder';
-import { startWorker, type WorkerProcess } from '../support/processes';
+import type { RecordedRequest } from '../support/http-recorder';
+import { startWorker } from '../support/processes';
 
 const RATE = 10; // messages a second
 const BURST = 3;
@@ -21,16 +19,10 @@ const PER_KEY = 6;
 const payloadOf = (request: RecordedRequest) => JSON.parse(request.body) as { name: string; key: string; seq: number };
 
 describeWithDatabase('chaos: rate limits and Retry-After with three replica processes', (db) => {
-  let producer: TestApp;
-  let dataSource: DataSource;
-  let recorder: HttpRecorder;
-  const workers: WorkerProcess[] = [];
+  const bench = useChaosBench(db);
+  const { workers } = bench;
 
   before(async () => {
-    producer = await createTestApp(db.url, { workers: false });
-    dataSource = producer.app.get(getDataSourceToken());
-    recorder = new HttpRecorder();
-    const publishUrl = await recorder.start();
     const options = {
       workers: { outbox: true, relay: false, pull: false },
       outbox: {
@@ -41,28 +33,22 @@ describeWithDatabase('chaos: rate limits and Retry-After with three replica proc
         rateLimits: { partner: { limit: RATE, per: '1s', burst: BURST } },
       },
     };
-    for (const name of ['w1', 'w2', 'w3']) workers.push(await startWorker({ dbUrl: db.url, publishUrl, name, options }));
-  });
-  after(async () => {
-    for (const worker of workers) worker.child.kill('SIGKILL');
-    await Promise.all(workers.map((worker) => worker.exited));
-    await recorder?.stop();
-    await producer?.app.close();
+    for (const name of ['w1', 'w2', 'w3']) workers.push(await startWorker({ dbUrl: db.url, publishUrl: bench.publishUrl, name, options }));
   });
 
   const enqueue = (destination: string, messages: { name: string; key: string; seq: number }[]) =>
-    dataSource.transaction((manager) =>
-      producer.get(OutboxService).enqueueMany(
+    bench.dataSource.transaction((manager) =>
+      bench.producer.get(OutboxService).enqueueMany(
         manager,
         messages.map((m) => ({ destination, key: m.key, payload: m })),
       ),
     );
 
   it('a rate limit shared by every replica: never above the bucket, no attempt charged, keys in order', async () => {
-    recorder.responder = () => 200;
+    bench.recorder.responder = () => 200;
     const messages = Array.from({ length: KEYS * PER_KEY }, (_, i) => ({ name: `p-${i}`, key: `k${i % KEYS}`, seq: Math.floor(i / KEYS) }));
     await enqueue('partner', messages);
-    const accepted = () => recorder.accepted().filter((r) => r.path === '/partner');
+    const accepted = () => bench.recorder.accepted().filter((r) => r.path === '/partner');
     await eventually(async () => accepted().length >= messages.length, 'every message to be published', 60_000);
     const requests = accepted();
     assert.equal(new Set(requests.map((r) => payloadOf(r).name)).size, messages.length, 'each message once');
@@ -102,7 +88,7 @@ describeWithDatabase('chaos: rate limits and Retry-After with three replica proc
 
   it('429 with Retry-After: the message waits that long, its key behind it, other keys go on', async () => {
     let toldToWaitAt = 0;
-    recorder.responder = (request) => {
+    bench.recorder.responder = (request) => {
       if (payloadOf(request).name === 'r-0' && toldToWaitAt === 0) {
         toldToWaitAt = Date.now();
         return { status: 429, headers: { 'retry-after': '2' } };
@@ -118,7 +104,7 @@ describeWithDatabase('chaos: rate limits and Retry-After with three replica proc
       'told',
       Array.from({ length: 4 }, (_, i) => ({ name: `u-${i}`, key: `u${i}`, seq: 0 })),
     );
-    const told = () => recorder.accepted().filter((r) => r.path === '/told');
+    const told = () => bench.recorder.accepted().filter((r) => r.path === '/told');
     await eventually(async () => told().length === 6, 'every message to be published', 30_000);
     const at = (name: string) => told().find((r) => payloadOf(r).name === name)?.receivedAt ?? Number.NaN;
     assert.ok(at('r-0') - toldToWaitAt >= 1900, `r-0 waited ${at('r-0') - toldToWaitAt} ms after its 429 (Retry-After: 2)`);

@@ -9,35 +9,18 @@
 // .ci/run installs chromium (apt-get) when it is missing. Without /usr/bin/chromium the tests
 // print one line saying they were skipped and why, and are reported as skipped.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { after, before, it } from 'node:test';
-import { type BrowserContext, chromium, type Locator, type Page } from 'playwright-core';
+import type { Locator, Page } from 'playwright-core';
 import { DataSource } from 'typeorm';
 import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import { PermanentPublishError, QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import { OutboxService } from '../../lib/outbox/outbox.service';
+import { chromiumMissing, launchChromium, screenshotsFolder } from '../support/chromium';
 import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
 import { createTestDatabase, describeWithDatabase, eventually } from '../support/database';
 
-const CHROMIUM = process.env.QUEUEBOX_CHROMIUM ?? '/usr/bin/chromium';
-const ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-background-networking',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-component-update',
-  '--disable-sync',
-];
-const root = resolve(__dirname, '..', '..', '..');
-const shots = resolve(root, process.env.QUEUEBOX_DASHBOARD_SCREENSHOTS ?? '.build/dashboard-screenshots');
-const skip = existsSync(CHROMIUM)
-  ? false
-  : `${CHROMIUM} is not installed (apt-get install -y chromium; .ci/run installs it), so no browser can run here`;
-if (skip) console.log(`Dashboard browser tests skipped: ${skip}.`);
+const skip = chromiumMissing('Dashboard browser tests');
 
 /** The text of a table row's cells, one space between them. */
 const cells = async (row: Locator) => (await row.locator('th, td').allTextContents()).map((t) => t.trim()).join(' ');
@@ -47,8 +30,8 @@ const ERROR = 'billing refused the invoice: card 4242 expired (HTTP 422)';
 describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
   let t: DashboardTestApp;
   let readOnly: DashboardTestApp;
-  let context: BrowserContext;
-  let profile: string;
+  let browser: Awaited<ReturnType<typeof launchChromium>>;
+  let shots: string;
   let failing = true;
 
   const shot = async (page: Page, name: string) => {
@@ -56,7 +39,7 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
   };
 
   before(async () => {
-    mkdirSync(shots, { recursive: true });
+    shots = screenshotsFolder();
     // The poller runs: a message to billing fails for good while `failing`, and is published after.
     t = await createDashboardApp(
       db.url,
@@ -75,22 +58,13 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
       },
     );
     readOnly = await createDashboardApp(db.url, { guard: OperatorGuard, readOnly: true }, { queuebox: { workers: false } });
-    profile = mkdtempSync(join(tmpdir(), 'queuebox-chromium-'));
-    context = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      args: ARGS,
-      headless: true,
-      viewport: { width: 1280, height: 800 },
-      colorScheme: 'light',
-      extraHTTPHeaders: { 'x-operator': 'ada' },
-    });
+    browser = await launchChromium();
   });
 
   after(async () => {
-    await context?.close();
+    await browser?.close();
     await t?.app.close();
     await readOnly?.app.close();
-    if (profile) rmSync(profile, { recursive: true, force: true });
   });
 
   it('overview, find a dead letter by its error text, replay it, see it sent', async () => {
@@ -113,7 +87,7 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
     );
     const [{ id }] = await db.query<{ id: string }>(`SELECT id::text FROM queuebox_outbox WHERE state = 'dead'`);
 
-    const page = await context.newPage();
+    const page = await browser.context.newPage();
     await page.goto(t.url);
     await page.getByRole('heading', { name: 'Overview' }).waitFor();
     const billing = page.getByRole('row', { name: /billing/ });
@@ -214,7 +188,7 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
       );
     }
 
-    const page = await context.newPage();
+    const page = await browser.context.newPage();
     await page.goto(`${t.url}#/default/dead`);
     await page.getByRole('heading', { name: 'Dead letters' }).waitFor();
     await page.getByRole('link', { name: 'Dead-letter groups' }).click();
@@ -288,7 +262,7 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
   it('read-only: no action buttons, and the API refuses an action sent from the page with its token', async () => {
     await db.query(`INSERT INTO queuebox_outbox (message_id, destination, payload, state, attempts, last_error, claimed_at)
       VALUES (gen_random_uuid(), 'crm', '{}', 'dead', 5, 'crm answered HTTP 500', clock_timestamp())`);
-    const page = await context.newPage();
+    const page = await browser.context.newPage();
     await page.goto(`${readOnly.url}#/default/dead`);
     await page.getByRole('heading', { name: 'Dead letters' }).waitFor();
     await page.getByText('crm answered HTTP 500').waitFor();
@@ -313,12 +287,12 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
   });
 
   it('a page of another origin cannot make the dashboard act, even with the operator signed in', async () => {
-    const page = await context.newPage();
+    const page = await browser.context.newPage();
     await page.goto(`${t.url}#/default/overview`);
     await page.getByRole('heading', { name: 'Overview' }).waitFor();
     // The same app under another origin (localhost instead of 127.0.0.1) plays the other site.
     const evil = t.url.replace('127.0.0.1', 'localhost');
-    const other = await context.newPage();
+    const other = await browser.context.newPage();
     await other.goto(`${evil}assets/icon.svg`);
     const answer = await other.evaluate(async (target) => {
       try {
@@ -375,7 +349,7 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
       await blockedHead('order-3', dead, true);
       await blockedHead('order-4', alive, true);
 
-      const page = await context.newPage();
+      const page = await browser.context.newPage();
       await page.goto(`${app.url}#/default/blocked`);
       await page.getByRole('heading', { name: 'Blocked keys' }).waitFor();
       const row = (key: string) => page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: key, exact: true }) });
@@ -439,7 +413,7 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
         );
       }
 
-      const page = await context.newPage();
+      const page = await browser.context.newPage();
       await page.goto(`${app.url}#/default/overview`);
       await page.getByRole('heading', { name: 'Overview' }).waitFor();
       // The status board: critical first, each flag with its text; the instance flag links to the Instances view.
@@ -531,7 +505,7 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
       await page.close();
 
       // 1024 x 768: the blocked view's error column and Skip head button are on screen and clickable.
-      const narrow = await context.newPage();
+      const narrow = await browser.context.newPage();
       await narrow.setViewportSize({ width: 1024, height: 768 });
       await narrow.goto(`${app.url}#/default/blocked`);
       await narrow.getByRole('heading', { name: 'Blocked keys' }).waitFor();
@@ -572,7 +546,7 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
     await enqueue(1);
     await eventually(async () => (await stateOf(1)) === 'sent', 'the first partner message to be sent');
 
-    const page = await context.newPage();
+    const page = await browser.context.newPage();
     await page.goto(`${t.url}#/default/overview`);
     await page.getByRole('heading', { name: 'Overview' }).waitFor();
     const partner = page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: /^partner/ }) });
@@ -618,7 +592,7 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
   it('read-only: the overview shows a pause but offers no pause or resume', async () => {
     await db.query(`INSERT INTO queuebox_outbox_pauses (component, name, reason, paused_by) VALUES ('outbox', 'ledger', 'audit', 'cli')`);
     try {
-      const page = await context.newPage();
+      const page = await browser.context.newPage();
       await page.goto(`${readOnly.url}#/default/overview`);
       await page.locator('li.flag[data-flag="paused:outbox:ledger"]').waitFor();
       assert.equal(await page.getByRole('button', { name: /Pause|Resume/ }).count(), 0);

@@ -4,56 +4,38 @@
 // (dashboard-warnings-flag.png, dashboard-warnings.png) go where dashboard-browser.test.ts puts its
 // own: .build/dashboard-screenshots, or QUEUEBOX_DASHBOARD_SCREENSHOTS (docs/images).
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { after, before, it } from 'node:test';
-import { type BrowserContext, chromium } from 'playwright-core';
+import { chromiumMissing, launchChromium, screenshotsFolder } from '../support/chromium';
 import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
 import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
-const CHROMIUM = process.env.QUEUEBOX_CHROMIUM ?? '/usr/bin/chromium';
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run', '--disable-sync'];
-const root = resolve(__dirname, '..', '..', '..');
-const shots = resolve(root, process.env.QUEUEBOX_DASHBOARD_SCREENSHOTS ?? '.build/dashboard-screenshots');
-const skip = existsSync(CHROMIUM)
-  ? false
-  : `${CHROMIUM} is not installed (apt-get install -y chromium; .ci/run installs it), so no browser can run here`;
-if (skip) console.log(`Dashboard warnings browser test skipped: ${skip}.`);
+const skip = chromiumMissing('Dashboard warnings browser test');
 
 describeWithDatabase('queuebox/dashboard in Chromium: database warnings', { skip }, (db) => {
   let t: DashboardTestApp;
-  let context: BrowserContext;
-  let profile: string;
+  let browser: Awaited<ReturnType<typeof launchChromium>>;
+  let shots: string;
 
   before(async () => {
-    mkdirSync(shots, { recursive: true });
+    shots = screenshotsFolder();
     t = await createDashboardApp(
       db.url,
       { guard: OperatorGuard },
       { queuebox: { workers: false, outbox: { publisher: new RecordingPublisher() }, doctor: { intervalMs: 0 } } },
     );
-    profile = mkdtempSync(join(tmpdir(), 'queuebox-chromium-'));
-    context = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      args: ARGS,
-      headless: true,
-      viewport: { width: 1280, height: 800 },
-      colorScheme: 'light',
-      extraHTTPHeaders: { 'x-operator': 'ada' },
-    });
+    browser = await launchChromium();
   });
   after(async () => {
-    await context?.close();
+    await browser?.close();
     await t?.app.close();
-    if (profile) rmSync(profile, { recursive: true, force: true });
   });
 
   it('the overview flags the warnings; the Database view shows each with its repair; after the repairs, Check now clears them', async () => {
     await db.query('ALTER TABLE queuebox_outbox SET (autovacuum_enabled = false)');
     await db.query('DROP INDEX queuebox_inbox_dead_idx');
-    const page = await context.newPage();
+    const page = await browser.context.newPage();
     await page.goto(`${t.url}#/default/overview`);
     // The doctor's flag is one of the status board's (dashboard.flags.ts): critical with an error.
     const flag = page.locator('li.flag[data-flag="database"]');

@@ -2,8 +2,7 @@
 // action check (token, Sec-Fetch-Site, Origin), read-only mode, every read and action, the
 // instance switch over two databases, the event and log line of an action, and the served page.
 import assert from 'node:assert/strict';
-import { subscribe, unsubscribe } from 'node:diagnostics_channel';
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { after, beforeEach, describe, it } from 'node:test';
 import { DataSource } from 'typeorm';
 import { createQueueBoxAdmin } from '../../lib/admin/create-queuebox-admin';
 import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
@@ -11,14 +10,7 @@ import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import { QueueBoxConfigError } from '../../lib/errors/queuebox.errors';
 import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
-import {
-  createDashboardApp,
-  type DashboardTestApp,
-  dashboardClient,
-  OPERATOR,
-  OperatorGuard,
-  TOKEN_HEADER,
-} from '../support/dashboard-app';
+import { createDashboardApp, OPERATOR, OperatorGuard, TOKEN_HEADER, useDashboardApp } from '../support/dashboard-app';
 import { createTestDatabase, describeWithDatabase, type TestDatabase } from '../support/database';
 
 async function json(response: Response): Promise<Record<string, unknown>> {
@@ -120,49 +112,39 @@ const emptied = { truncate: ['queuebox_outbox', 'queuebox_inbox'] };
 describeWithDatabase('queuebox/dashboard: the JSON API (PostgreSQL, Express)', emptied, (db) => {
   let other: TestDatabase;
   let otherSource: DataSource;
-  let t: DashboardTestApp;
-  let ids: Awaited<ReturnType<typeof seed>>;
-  let token: string;
-  const events: DashboardActionEvent[] = [];
-  const onChannel = (event: unknown) => events.push(event as DashboardActionEvent);
-
-  /** The page's calls, on the app and token of the moment (`t`, `token`). */
-  const { api, action } = dashboardClient(() => ({ app: t, token }));
-  const stateOf = async (id: string) =>
-    (await db.query<{ state: string }>('SELECT state FROM queuebox_outbox WHERE id = $1', [id]))[0]?.state;
-
-  before(async () => {
+  const dashboard = useDashboardApp(async () => {
     other = await createTestDatabase();
     otherSource = new DataSource({ type: 'postgres', url: other.url, logging: false });
     await otherSource.initialize();
     const second = await createQueueBoxAdmin(otherSource);
-    t = await createDashboardApp(db.url, {
+    return createDashboardApp(db.url, {
       guard: OperatorGuard,
       instances: [
         { name: 'orders', admin: QueueBoxAdmin },
         { name: 'ledger', admin: second },
       ],
     });
-    subscribe('queuebox:dashboard:action', onChannel);
   });
+  const { api, action, events } = dashboard;
+  let ids: Awaited<ReturnType<typeof seed>>;
+  const stateOf = async (id: string) =>
+    (await db.query<{ state: string }>('SELECT state FROM queuebox_outbox WHERE id = $1', [id]))[0]?.state;
+
+  // After the app closes (the hooks of useDashboardApp run first).
   after(async () => {
-    unsubscribe('queuebox:dashboard:action', onChannel);
-    await t?.app.close();
     await otherSource?.destroy();
     await other?.drop();
   });
   beforeEach(async () => {
     ids = await seed(db);
-    events.length = 0;
-    token = String((await json(await api('session'))).token);
   });
 
   it('every route runs the guard: page, assets and API refuse a request it does not let in', async () => {
     for (const path of ['', 'assets/main.js', 'api/session', 'api/orders/overview', 'api/orders/dead-letters']) {
-      const response = await fetch(`${t.url}${path}`);
+      const response = await fetch(`${dashboard.app.url}${path}`);
       assert.equal(response.status, 403, path);
     }
-    const replay = await fetch(`${t.url}api/orders/dead-letters/replay`, {
+    const replay = await fetch(`${dashboard.app.url}api/orders/dead-letters/replay`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ component: 'outbox', ids: [ids.timeout] }),
@@ -244,7 +226,7 @@ describeWithDatabase('queuebox/dashboard: the JSON API (PostgreSQL, Express)', e
   it('replay needs the token: without it, or with another, 403 and nothing changes', async () => {
     for (const wrong of [
       { [TOKEN_HEADER]: '' },
-      { [TOKEN_HEADER]: `${token.slice(0, -1)}${token.endsWith('x') ? 'y' : 'x'}` },
+      { [TOKEN_HEADER]: `${dashboard.token.slice(0, -1)}${dashboard.token.endsWith('x') ? 'y' : 'x'}` },
       { [TOKEN_HEADER]: 'short' },
     ]) {
       const response = await action('orders/dead-letters/replay', { component: 'outbox', ids: [ids.timeout] }, wrong);
@@ -282,10 +264,10 @@ describeWithDatabase('queuebox/dashboard: the JSON API (PostgreSQL, Express)', e
     assert.deepEqual(events, [
       { action: 'replay', instance: 'orders', component: 'outbox', changed: 1, selection: { ids: [ids.timeout] }, actor: 'ada' },
     ]);
-    assert.ok(t.logger.has('log', `"ada" replay on instance "orders", outbox: {"ids":["${ids.timeout}"]}; 1 row(s) changed.`));
+    assert.ok(dashboard.app.logger.has('log', `"ada" replay on instance "orders", outbox: {"ids":["${ids.timeout}"]}; 1 row(s) changed.`));
     // The same event reaches the app's QueueBoxEvents listeners.
     const seen: DashboardActionEvent[] = [];
-    const off = t.app.get(QueueBoxEvents).on('queuebox:dashboard:action', (e) => seen.push(e));
+    const off = dashboard.app.app.get(QueueBoxEvents).on('queuebox:dashboard:action', (e) => seen.push(e));
     await action('orders/dead-letters/discard', { component: 'outbox', ids: [ids.refused] });
     off();
     assert.equal(seen.length, 1);
@@ -295,7 +277,7 @@ describeWithDatabase('queuebox/dashboard: the JSON API (PostgreSQL, Express)', e
   it('a script sends no Origin and no Sec-Fetch-Site: the token alone lets its action through', async () => {
     const response = await api('orders/dead-letters/discard', {
       method: 'POST',
-      headers: { 'content-type': 'application/json', [TOKEN_HEADER]: token },
+      headers: { 'content-type': 'application/json', [TOKEN_HEADER]: dashboard.token },
       body: JSON.stringify({ component: 'inbox', ids: [ids.inboxDead] }),
     });
     assert.deepEqual(await json(response), { changed: 1 });
@@ -349,7 +331,7 @@ describeWithDatabase('queuebox/dashboard: the JSON API (PostgreSQL, Express)', e
         ['no content type', JSON.stringify(fields), { 'content-type': '' }],
       ];
       for (const [kind, body, headers] of bodies) {
-        const all = { [TOKEN_HEADER]: token, 'sec-fetch-site': 'same-origin', origin: t.origin, ...headers };
+        const all = { [TOKEN_HEADER]: dashboard.token, 'sec-fetch-site': 'same-origin', origin: dashboard.app.origin, ...headers };
         const response = await api(route, {
           method: 'POST',
           body,
@@ -435,50 +417,47 @@ describeWithDatabase('queuebox/dashboard: the JSON API (PostgreSQL, Express)', e
   });
 
   it('serves the page (CSP, no cache) and its assets from the package, gzipped, and nothing else', async () => {
-    const redirect = await fetch(t.url.slice(0, -1), { headers: OPERATOR, redirect: 'manual' });
+    const redirect = await fetch(dashboard.app.url.slice(0, -1), { headers: OPERATOR, redirect: 'manual' });
     assert.equal(redirect.status, 302);
     assert.equal(redirect.headers.get('location'), 'queuebox/');
-    const page = await fetch(t.url, { headers: OPERATOR });
+    const page = await fetch(dashboard.app.url, { headers: OPERATOR });
     assert.equal(page.status, 200);
     assert.match(page.headers.get('content-type') ?? '', /^text\/html/);
     assert.match(page.headers.get('content-security-policy') ?? '', /script-src 'self'; style-src 'self'/);
     assert.equal(page.headers.get('cache-control'), 'no-store');
     assert.match(await page.text(), /<script type="module" src="assets\/main.js">/);
-    const script = await fetch(`${t.url}assets/main.js`, { headers: { ...OPERATOR, 'accept-encoding': 'gzip' } });
+    const script = await fetch(`${dashboard.app.url}assets/main.js`, { headers: { ...OPERATOR, 'accept-encoding': 'gzip' } });
     assert.equal(script.status, 200);
     assert.match(script.headers.get('content-type') ?? '', /^text\/javascript/);
     assert.equal(script.headers.get('content-encoding'), 'gzip');
     assert.match(await script.text(), /QueueBox/, 'fetch decodes the gzipped body');
-    const raw = await fetch(`${t.url}assets/dashboard.css`, { headers: OPERATOR });
+    const raw = await fetch(`${dashboard.app.url}assets/dashboard.css`, { headers: OPERATOR });
     const etag = raw.headers.get('etag') ?? '';
     assert.ok(etag);
     assert.match(await raw.text(), /prefers-color-scheme: dark/);
-    assert.equal((await fetch(`${t.url}assets/dashboard.css`, { headers: { ...OPERATOR, 'if-none-match': etag } })).status, 304);
+    assert.equal(
+      (await fetch(`${dashboard.app.url}assets/dashboard.css`, { headers: { ...OPERATOR, 'if-none-match': etag } })).status,
+      304,
+    );
     for (const name of ['tsconfig.json', 'main.ts', '..%2Fdashboard.module.js', 'nope.js']) {
-      assert.equal((await fetch(`${t.url}assets/${name}`, { headers: OPERATOR })).status, 404, name);
+      assert.equal((await fetch(`${dashboard.app.url}assets/${name}`, { headers: OPERATOR })).status, 404, name);
     }
   });
 });
 
 describeWithDatabase('queuebox/dashboard: readOnly: true', (db) => {
-  let t: DashboardTestApp;
-  before(async () => {
-    t = await createDashboardApp(db.url, { guard: OperatorGuard, readOnly: true, path: 'ops/queuebox' });
-  });
-  after(async () => {
-    await t?.app.close();
-  });
+  const dashboard = useDashboardApp(() => createDashboardApp(db.url, { guard: OperatorGuard, readOnly: true, path: 'ops/queuebox' }));
 
   it('says so in the session and refuses every action with 403, changing nothing', async () => {
     const ids = await seed(db);
-    const session = await json(await fetch(`${t.url}api/session`, { headers: OPERATOR }));
+    const session = await json(await fetch(`${dashboard.app.url}api/session`, { headers: OPERATOR }));
     assert.equal(session.readOnly, true);
     for (const [path, body] of [
       ['dead-letters/replay', { component: 'outbox', ids: [ids.timeout] }],
       ['dead-letters/discard', { component: 'outbox', filter: { error: 'HTTP' } }],
       ['blocked/skip-head', { component: 'outbox', key: 'customer-1' }],
     ] as const) {
-      const response = await fetch(`${t.url}api/default/${path}`, {
+      const response = await fetch(`${dashboard.app.url}api/default/${path}`, {
         method: 'POST',
         headers: {
           ...OPERATOR,
@@ -496,6 +475,6 @@ describeWithDatabase('queuebox/dashboard: readOnly: true', (db) => {
       ['dead'],
     );
     // Reads still work, under the configured path.
-    assert.equal((await fetch(`${t.url}api/default/dead-letters`, { headers: OPERATOR })).status, 200);
+    assert.equal((await fetch(`${dashboard.app.url}api/default/dead-letters`, { headers: OPERATOR })).status, 200);
   });
 });

@@ -2,17 +2,9 @@
 // PostgreSQL: a message's attempts, the dead-letter groups, and replay/discard of one group by its
 // fingerprint: the guard, the action check (token, site, JSON), read-only mode and the audit line.
 import assert from 'node:assert/strict';
-import { subscribe, unsubscribe } from 'node:diagnostics_channel';
-import { after, before, beforeEach, it } from 'node:test';
-import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
-import {
-  createDashboardApp,
-  type DashboardTestApp,
-  dashboardClient,
-  OPERATOR,
-  OperatorGuard,
-  TOKEN_HEADER,
-} from '../support/dashboard-app';
+import { beforeEach, it } from 'node:test';
+import type { DashboardAdmin } from '../../lib/dashboard/dashboard.options';
+import { createDashboardApp, OPERATOR, OperatorGuard, TOKEN_HEADER, useDashboardApp } from '../support/dashboard-app';
 import { describeWithDatabase, type TestDatabase } from '../support/database';
 
 const TIMEOUT = 'PublishError/503: HTTP # from billing for order #';
@@ -48,36 +40,26 @@ async function seed(db: TestDatabase): Promise<{ withAttempts: string }> {
   return { withAttempts: id };
 }
 
+/** An admin of your own with neither `deadLetterGroups` nor `listAttempts`: the two routes answer without calling it. */
+const OWN_ADMIN = { backlog: async () => [] } as unknown as DashboardAdmin;
+
 describeWithDatabase('queuebox/dashboard: attempts and dead-letter groups', { truncate: TABLES }, (db) => {
-  let t: DashboardTestApp;
-  let token: string;
+  const dashboard = useDashboardApp(() =>
+    createDashboardApp(db.url, { guard: OperatorGuard, appQueueBoxes: true, instances: [{ name: 'own', admin: OWN_ADMIN }] }),
+  );
+  const { api, action, events } = dashboard;
   let ids: Awaited<ReturnType<typeof seed>>;
-  const events: DashboardActionEvent[] = [];
-  const onChannel = (event: unknown) => events.push(event as DashboardActionEvent);
-  /** The page's calls, on the app and token of the moment (`t`, `token`). */
-  const { api, action } = dashboardClient(() => ({ app: t, token }));
   const states = async () =>
     db.query<{ destination: string; fingerprint: string; state: string; n: number }>(
       'SELECT destination, fingerprint, state, count(*)::int AS n FROM queuebox_outbox GROUP BY 1, 2, 3 ORDER BY 1, 2, 3',
     );
-
-  before(async () => {
-    t = await createDashboardApp(db.url, { guard: OperatorGuard });
-    subscribe('queuebox:dashboard:action', onChannel);
-  });
-  after(async () => {
-    unsubscribe('queuebox:dashboard:action', onChannel);
-    await t?.app.close();
-  });
   beforeEach(async () => {
     ids = await seed(db);
-    events.length = 0;
-    token = String((await json(await api('session'))).token);
   });
 
   it('the new routes run the guard: no operator, 403', async () => {
     for (const path of ['api/default/dead-letters/groups', `api/default/attempts/outbox/${ids.withAttempts}`]) {
-      assert.equal((await fetch(`${t.url}${path}`)).status, 403, path);
+      assert.equal((await fetch(`${dashboard.app.url}${path}`)).status, 403, path);
     }
   });
 
@@ -126,6 +108,15 @@ describeWithDatabase('queuebox/dashboard: attempts and dead-letter groups', { tr
     assert.equal((await json(bad)).field, 'id');
   });
 
+  it('an admin of your own without deadLetterGroups or listAttempts: both routes answer available: false and say why', async () => {
+    const groups = await json(await api('own/dead-letters/groups?component=outbox'));
+    assert.deepEqual({ ...groups, reason: undefined }, { available: false, reason: undefined, rows: [] });
+    assert.match(String(groups.reason), /no deadLetterGroups\(\) method/);
+    const attempts = await json(await api(`own/attempts/outbox/${ids.withAttempts}`));
+    assert.deepEqual({ ...attempts, reason: undefined }, { available: false, reason: undefined, rows: [] });
+    assert.match(String(attempts.reason), /no listAttempts\(\) method/);
+  });
+
   it('replays one group by its fingerprint: only its rows change, the action is audited with the fingerprint', async () => {
     const response = await action('default/dead-letters/replay', {
       component: 'outbox',
@@ -149,11 +140,11 @@ describeWithDatabase('queuebox/dashboard: attempts and dead-letter groups', { tr
       },
     ]);
     assert.ok(
-      t.logger.has(
+      dashboard.app.logger.has(
         'log',
         `"ada" replay on instance "default", outbox: {"filter":{"name":"billing","fingerprint":${JSON.stringify(TIMEOUT)}},"all":false}; 4 row(s) changed.`,
       ),
-      JSON.stringify(t.logger.lines.filter((l) => l.level === 'log').slice(-2)),
+      JSON.stringify(dashboard.app.logger.lines.filter((l) => l.level === 'log').slice(-2)),
     );
     const discard = await action('default/dead-letters/discard', {
       component: 'outbox',
@@ -184,26 +175,19 @@ describeWithDatabase('queuebox/dashboard: attempts and dead-letter groups', { tr
 });
 
 describeWithDatabase('queuebox/dashboard: attempts and groups when read-only', { truncate: TABLES }, (db) => {
-  let t: DashboardTestApp;
-  before(async () => {
-    t = await createDashboardApp(db.url, { guard: OperatorGuard, readOnly: true });
-  });
-  after(async () => {
-    await t?.app.close();
-  });
+  const dashboard = useDashboardApp(() => createDashboardApp(db.url, { guard: OperatorGuard, readOnly: true }));
 
   it('reads the groups and attempts, and refuses a group replay or discard with 403', async () => {
     const ids = await seed(db);
-    const session = await json(await fetch(`${t.url}api/session`, { headers: OPERATOR }));
-    assert.equal((await fetch(`${t.url}api/default/dead-letters/groups`, { headers: OPERATOR })).status, 200);
-    assert.equal((await fetch(`${t.url}api/default/attempts/outbox/${ids.withAttempts}`, { headers: OPERATOR })).status, 200);
+    assert.equal((await fetch(`${dashboard.app.url}api/default/dead-letters/groups`, { headers: OPERATOR })).status, 200);
+    assert.equal((await fetch(`${dashboard.app.url}api/default/attempts/outbox/${ids.withAttempts}`, { headers: OPERATOR })).status, 200);
     for (const path of ['replay', 'discard']) {
-      const response = await fetch(`${t.url}api/default/dead-letters/${path}`, {
+      const response = await fetch(`${dashboard.app.url}api/default/dead-letters/${path}`, {
         method: 'POST',
         headers: {
           ...OPERATOR,
           'content-type': 'application/json',
-          [TOKEN_HEADER]: String(session.token),
+          [TOKEN_HEADER]: dashboard.token,
           'sec-fetch-site': 'same-origin',
         },
         body: JSON.stringify({ component: 'outbox', filter: { name: 'billing', fingerprint: TIMEOUT } }),

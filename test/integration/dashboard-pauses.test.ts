@@ -2,17 +2,8 @@
 // PostgreSQL: the guard, the action check (token, Sec-Fetch-Site, Origin, JSON), read-only mode,
 // the overview's flag, the audit log line and event with the actor, and the pause stored with it.
 import assert from 'node:assert/strict';
-import { subscribe, unsubscribe } from 'node:diagnostics_channel';
-import { after, before, beforeEach, it } from 'node:test';
-import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
-import {
-  createDashboardApp,
-  type DashboardTestApp,
-  dashboardClient,
-  OPERATOR,
-  OperatorGuard,
-  TOKEN_HEADER,
-} from '../support/dashboard-app';
+import { it } from 'node:test';
+import { createDashboardApp, OPERATOR, OperatorGuard, TOKEN_HEADER, useDashboardApp } from '../support/dashboard-app';
 import { describeWithDatabase } from '../support/database';
 
 async function json(response: Response): Promise<Record<string, unknown>> {
@@ -22,12 +13,8 @@ async function json(response: Response): Promise<Record<string, unknown>> {
 const emptied = { truncate: ['queuebox_outbox', 'queuebox_inbox', 'queuebox_outbox_pauses'] };
 
 describeWithDatabase('queuebox/dashboard: pause and resume', emptied, (db) => {
-  let t: DashboardTestApp;
-  let token: string;
-  const events: DashboardActionEvent[] = [];
-  const onChannel = (event: unknown) => events.push(event as DashboardActionEvent);
-  /** The page's calls, on the app and token of the moment (`t`, `token`). */
-  const { api, action } = dashboardClient(() => ({ app: t, token }));
+  const dashboard = useDashboardApp(() => createDashboardApp(db.url, { guard: OperatorGuard }));
+  const { api, action, events } = dashboard;
   const pausesInDb = async () =>
     (
       await db.query<{ component: string; name: string; paused_by: string }>(
@@ -36,19 +23,6 @@ describeWithDatabase('queuebox/dashboard: pause and resume', emptied, (db) => {
     )
       .map((r) => `${r.component}:${r.name}:${r.paused_by}`)
       .sort();
-
-  before(async () => {
-    t = await createDashboardApp(db.url, { guard: OperatorGuard });
-    subscribe('queuebox:dashboard:action', onChannel);
-  });
-  after(async () => {
-    unsubscribe('queuebox:dashboard:action', onChannel);
-    await t?.app.close();
-  });
-  beforeEach(async () => {
-    events.length = 0;
-    token = String((await json(await api('session'))).token);
-  });
 
   it('pauses a destination and a source with the actor, flags them on the overview and in the list, and resumes them', async () => {
     await db.query(
@@ -109,13 +83,13 @@ describeWithDatabase('queuebox/dashboard: pause and resume', emptied, (db) => {
       ],
     );
     assert.ok(
-      t.logger.lines.some((line) =>
+      dashboard.app.logger.lines.some((line) =>
         /"ada" pause on instance "default", outbox: \{"name":"billing","reason":"partner down"\}; 1 row\(s\) changed/.test(line.message),
       ),
       'the audit line',
     );
     assert.ok(
-      t.logger.lines.some((line) => /Destination "billing" of the outbox paused by "ada"/.test(line.message)),
+      dashboard.app.logger.lines.some((line) => /Destination "billing" of the outbox paused by "ada"/.test(line.message)),
       "the admin's line",
     );
 
@@ -134,11 +108,11 @@ describeWithDatabase('queuebox/dashboard: pause and resume', emptied, (db) => {
   });
 
   it('every pause route runs the guard, and the actions the action check: no token, cross-site, another origin or no JSON change nothing', async () => {
-    for (const path of ['default/pauses']) assert.equal((await fetch(`${t.url}api/${path}`)).status, 403, 'guard');
+    for (const path of ['default/pauses']) assert.equal((await fetch(`${dashboard.app.url}api/${path}`)).status, 403, 'guard');
     for (const route of ['default/pauses/pause', 'default/pauses/resume']) {
-      const unguarded = await fetch(`${t.url}api/${route}`, {
+      const unguarded = await fetch(`${dashboard.app.url}api/${route}`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', [TOKEN_HEADER]: token },
+        headers: { 'content-type': 'application/json', [TOKEN_HEADER]: dashboard.token },
         body: JSON.stringify({ component: 'outbox', name: 'billing' }),
       });
       assert.equal(unguarded.status, 403, `${route}: guard`);
@@ -169,24 +143,17 @@ describeWithDatabase('queuebox/dashboard: pause and resume', emptied, (db) => {
 });
 
 describeWithDatabase('queuebox/dashboard: pause and resume in read-only mode', (db) => {
-  let t: DashboardTestApp;
-  before(async () => {
-    t = await createDashboardApp(db.url, { guard: OperatorGuard, readOnly: true });
-  });
-  after(async () => {
-    await t?.app.close();
-  });
+  const dashboard = useDashboardApp(() => createDashboardApp(db.url, { guard: OperatorGuard, readOnly: true }));
 
   it('lists the pauses but refuses to pause or resume with 403, changing nothing', async () => {
     await db.query(`INSERT INTO queuebox_outbox_pauses (component, name, paused_by) VALUES ('outbox', 'crm', 'cli')`);
-    const session = await json(await fetch(`${t.url}api/session`, { headers: OPERATOR }));
     for (const route of ['pause', 'resume']) {
-      const response = await fetch(`${t.url}api/default/pauses/${route}`, {
+      const response = await fetch(`${dashboard.app.url}api/default/pauses/${route}`, {
         method: 'POST',
         headers: {
           ...OPERATOR,
           'content-type': 'application/json',
-          [TOKEN_HEADER]: String(session.token),
+          [TOKEN_HEADER]: dashboard.token,
           'sec-fetch-site': 'same-origin',
         },
         body: JSON.stringify({ component: 'outbox', name: route === 'pause' ? 'billing' : 'crm' }),
@@ -194,7 +161,7 @@ describeWithDatabase('queuebox/dashboard: pause and resume in read-only mode', (
       assert.equal(response.status, 403, route);
       assert.equal((await json(response)).error, 'QUEUEBOX_DASHBOARD_READ_ONLY');
     }
-    const list = (await json(await fetch(`${t.url}api/default/pauses`, { headers: OPERATOR }))) as { rows: { name: string }[] };
+    const list = (await json(await fetch(`${dashboard.app.url}api/default/pauses`, { headers: OPERATOR }))) as { rows: { name: string }[] };
     assert.deepEqual(
       list.rows.map((r) => r.name),
       ['crm'],

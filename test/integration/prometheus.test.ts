@@ -23,6 +23,7 @@ import { createTestApp, RecordingLogger } from '../support/app';
 import { claimsOf } from '../support/claims';
 import { describeWithDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
+import { countStatements } from '../support/statements';
 
 let handlerFails = false;
 
@@ -271,6 +272,7 @@ describeWithDatabase('Prometheus metrics (queuebox/prometheus)', (db) => {
       await db.query(
         "INSERT INTO queuebox_inbox (source, idempotency_key, payload, state, fingerprint) VALUES ('orders', 'x', '{}', 'dead', 'TypeError: no customer #')",
       );
+      await sleep(600); // past the reuse window of an earlier scrape's dead-letter read
       const lines = (await register.metrics()).split('\n').filter((l) => l.startsWith('queuebox_dead_letters{'));
       assert.equal(
         await scrape('queuebox_dead_letters{component="outbox",name="billing",error_class="PublishError/503",queuebox="default"}'),
@@ -285,6 +287,26 @@ describeWithDatabase('Prometheus metrics (queuebox/prometheus)', (db) => {
       assert.equal(await scrape('queuebox_dead_letters{component="inbox",name="orders",error_class="TypeError",queuebox="default"}'), 1);
       assert.equal(lines.filter((l) => l.includes('component="inbox"')).length, 1);
       await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
+    });
+
+    it('queuebox_dead_letters: scrapes within the reuse window share one read of each table; a later scrape reads again', async () => {
+      await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
+      await sleep(600); // past the reuse window of an earlier scrape's dead-letter read
+      const reads = countStatements(dataSource, /AS error_class, count\(\*\)/);
+      try {
+        await register.metrics();
+        await db.query(
+          "INSERT INTO queuebox_outbox (message_id, destination, payload, state) VALUES (gen_random_uuid(), 'billing', '{}', 'dead')",
+        );
+        assert.equal(await scrape('queuebox_dead_letters{component="outbox",name="billing",error_class="unknown",queuebox="default"}'), 0);
+        assert.equal(reads.count, 2, 'two scrapes: one read of the outbox and one of the inbox');
+        await sleep(600);
+        assert.equal(await scrape('queuebox_dead_letters{component="outbox",name="billing",error_class="unknown",queuebox="default"}'), 1);
+        assert.equal(reads.count, 4, 'a scrape after the window reads both tables again');
+      } finally {
+        reads.stop();
+        await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
+      }
     });
 
     it('backlog gauges: pending, processing, dead and the age of the oldest due message, per destination and source', async () => {

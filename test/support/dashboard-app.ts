@@ -1,9 +1,12 @@
 import 'reflect-metadata';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import { after, before, beforeEach } from 'node:test';
 import { type CanActivate, type ExecutionContext, type INestApplication, Injectable, Module, type ModuleMetadata } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { QueueBoxDashboardModule } from '../../lib/dashboard';
 import type { QueueBoxDashboardOptions } from '../../lib/dashboard/dashboard.options';
+import type { DashboardActionEvent } from '../../lib/events/queuebox.events';
 import { QueueBoxModule } from '../../lib/module/queuebox.module';
 import type { QueueBoxModuleOptions } from '../../lib/types/options';
 import { RecordingLogger } from './app';
@@ -82,4 +85,44 @@ export function dashboardClient(current: () => { app: DashboardTestApp; token: s
     });
   };
   return { api, action };
+}
+
+/**
+ * The app lifecycle a dashboard test block shares, registered as its hooks (call it in the block's
+ * body): `start` makes the app before the block's tests and it closes after them; the dashboard's
+ * action events (`queuebox:dashboard:action`) are collected in `events`; each test starts with no
+ * event and a fresh action token (`token`, which `action` sends).
+ */
+export function useDashboardApp(start: () => Promise<DashboardTestApp>) {
+  let app: DashboardTestApp | undefined;
+  let token = '';
+  const events: DashboardActionEvent[] = [];
+  const onChannel = (event: unknown) => events.push(event as DashboardActionEvent);
+  const { api, action } = dashboardClient(() => ({ app: app as DashboardTestApp, token }));
+  before(async () => {
+    app = await start();
+    subscribe('queuebox:dashboard:action', onChannel);
+  });
+  after(async () => {
+    unsubscribe('queuebox:dashboard:action', onChannel);
+    await app?.app.close();
+  });
+  beforeEach(async () => {
+    events.length = 0;
+    token = String(((await (await api('session')).json()) as { token?: unknown }).token);
+  });
+  return {
+    /** The app of the block (from its `before` hook on). */
+    get app(): DashboardTestApp {
+      if (!app) throw new Error('the dashboard app starts in the before hook');
+      return app;
+    },
+    /** This test's action token. */
+    get token(): string {
+      return token;
+    },
+    events,
+    api,
+    action,
+  };
 }

@@ -28,10 +28,9 @@ interface Node {
 }
 type Graph = Node[];
 
-/** The front end's sources (lib/dashboard/ui) run in the browser and import nothing of the package. */
-const graph: Graph = sourcesUnder(lib)
-  .filter((path) => !relative(lib, path).startsWith(join('dashboard', 'ui')))
-  .map((path) => {
+/** The import graph of `paths` (lib/ files). */
+const graphOf = (paths: string[]): Graph =>
+  paths.map((path) => {
     const file = relative(lib, path).replaceAll('\\', '/');
     const text = readFileSync(path, 'utf8');
     const specifiers = [
@@ -39,11 +38,21 @@ const graph: Graph = sourcesUnder(lib)
         /(?:^|\n)\s*(?:import|export)\b(?:[^'"]*?\bfrom\s+|\s+)'([^']+)'|\bimport\(\s*'([^']+)'\s*\)|\brequire\(\s*'([^']+)'\s*\)/g,
       ),
     ].map((match) => match[1] ?? match[2] ?? match[3]);
+    // The front end names its modules as the browser loads them (`./views.js`).
     const imports = specifiers.map((specifier) =>
-      specifier.startsWith('.') ? relative(lib, resolve(dirname(path), specifier)).replaceAll('\\', '/') : specifier,
+      specifier.startsWith('.')
+        ? relative(lib, resolve(dirname(path), specifier))
+            .replaceAll('\\', '/')
+            .replace(/\.js$/, '')
+        : specifier,
     );
     return { file, imports, text };
   });
+
+const isFrontEnd = (path: string) => relative(lib, path).startsWith(join('dashboard', 'ui'));
+/** The package's sources. The front end's (lib/dashboard/ui) run in the browser, import nothing of the package and are on no floor. */
+const graph: Graph = graphOf(sourcesUnder(lib).filter((path) => !isFrontEnd(path)));
+const frontEnd: Graph = graphOf(sourcesUnder(lib).filter(isFrontEnd));
 
 /** A fixture graph: `file` imports `imports`, with `text` when the rule reads the source. */
 const fixture = (...nodes: { file: string; imports?: string[]; text?: string }[]): Graph =>
@@ -104,6 +113,35 @@ function upwardArrows(g: Graph, floors: Map<string, number>, laterals: Set<strin
       return [];
     });
   });
+}
+
+/**
+ * Rule 7: no import circle, type imports included (a module of a circle cannot be read, or moved,
+ * without the others). Each circle once, as `a → b → a`; `x` stands for `x/index` as Node resolves it.
+ */
+function importCircles(g: Graph): string[] {
+  const ids = new Set(g.map(({ file }) => file.replace(/\.ts$/, '')));
+  const edges = new Map(
+    g.map(({ file, imports }) => [
+      file.replace(/\.ts$/, ''),
+      imports.map((imported) => (ids.has(imported) ? imported : `${imported}/index`)).filter((id) => ids.has(id)),
+    ]),
+  );
+  const circles: string[] = [];
+  const done = new Set<string>();
+  const path: string[] = [];
+  const visit = (id: string) => {
+    path.push(id);
+    for (const next of edges.get(id) ?? []) {
+      const at = path.indexOf(next);
+      if (at >= 0) circles.push([...path.slice(at), next].join(' → '));
+      else if (!done.has(next)) visit(next);
+    }
+    path.pop();
+    done.add(id);
+  };
+  for (const id of ids) if (!done.has(id)) visit(id);
+  return circles;
 }
 
 const rules = {
@@ -168,7 +206,24 @@ describe('architecture: import rules (docs/architecture.md)', () => {
     });
   }
 
+  it('rule importCircles holds for lib/ and its front end', () => {
+    assert.ok(
+      frontEnd.some(({ file }) => file === 'dashboard/ui/views.ts'),
+      'the front end is read',
+    );
+    assert.deepEqual(importCircles([...graph, ...frontEnd]), []);
+  });
+
   describe('each rule fails on a graph that breaks it', () => {
+    it('importCircles: a view and the module of its section importing each other', () => {
+      const broken = fixture(
+        { file: 'dashboard/ui/views.ts', imports: ['dashboard/ui/failures'] },
+        { file: 'dashboard/ui/failures.ts', imports: ['dashboard/ui/views'] },
+      );
+      assert.deepEqual(importCircles(broken), ['dashboard/ui/views → dashboard/ui/failures → dashboard/ui/views']);
+      assert.notDeepEqual(importCircles(fixture({ file: 'a/index.ts', imports: ['a/b'] }, { file: 'a/b.ts', imports: ['a'] })), []);
+    });
+
     const cases: [keyof typeof rules, Graph][] = [
       ['dialectsAreALeaf', fixture({ file: 'dialects/postgres/claims.sql.ts', imports: ['@nestjs/common'] })],
       ['dialectsAreALeaf', fixture({ file: 'dialects/sql-dialect.ts', imports: ['lease/lease.service'] })],

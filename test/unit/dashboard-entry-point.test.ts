@@ -43,6 +43,7 @@ describe('queuebox/dashboard entry point', () => {
       'messages.js',
       'pauses.js',
       'sort.js',
+      'view-parts.js',
       'views.js',
       'warnings.js',
     ]);

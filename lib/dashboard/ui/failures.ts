@@ -3,7 +3,7 @@
 // the attempts section of a message's detail view. Everything comes from the API.
 import { get, post } from './api.js';
 import { h, mount, plural, time } from './dom.js';
-import { componentTabs, heading, table, type ViewContext } from './views.js';
+import { componentTabs, heading, table, type ViewContext } from './view-parts.js';
 
 type Component = 'outbox' | 'inbox';
 

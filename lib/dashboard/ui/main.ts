@@ -4,7 +4,8 @@ import { ApiError, session as loadSession, type Session } from './api.js';
 import { h, mount } from './dom.js';
 import { deadLetterGroups } from './failures.js';
 import { message, messages } from './messages.js';
-import { blocked, claims, deadLetter, deadLetters, heartbeats, overview, type ViewContext } from './views.js';
+import type { ViewContext } from './view-parts.js';
+import { blocked, claims, deadLetter, deadLetters, heartbeats, overview } from './views.js';
 import { warnings } from './warnings.js';
 
 const VIEWS = [

@@ -3,7 +3,7 @@
 import { get } from './api.js';
 import { type Child, h, mount, time } from './dom.js';
 import { sortable } from './sort.js';
-import { api, BROWSER_ZONE, componentTabs, errorText, heading, table, toIso, toLocal, type ViewContext } from './views.js';
+import { api, BROWSER_ZONE, componentTabs, errorText, heading, table, toIso, toLocal, type ViewContext } from './view-parts.js';
 
 type Component = 'outbox' | 'inbox';
 

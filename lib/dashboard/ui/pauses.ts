@@ -4,7 +4,7 @@
 
 import { post } from './api.js';
 import { type Child, h, time } from './dom.js';
-import type { ViewContext } from './views.js';
+import type { ViewContext } from './view-parts.js';
 
 type Component = 'outbox' | 'inbox';
 

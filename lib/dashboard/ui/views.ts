@@ -1,28 +1,22 @@
-import { get, post, type Session } from './api.js';
+import { get, post } from './api.js';
 import { minuteChart } from './chart.js';
 import { type Child, duration, h, mount, plural, time } from './dom.js';
 import { attemptsSection } from './failures.js';
 import { historyChart } from './history.js';
 import { type Pause, pauseCell, pausedBadge } from './pauses.js';
 import { sortable } from './sort.js';
-
-type Component = 'outbox' | 'inbox';
-
-/** What a view gets from the shell: where it draws, the session, and the shell's shared pieces. */
-export interface ViewContext {
-  session: Session;
-  instance: string;
-  params: URLSearchParams;
-  main: HTMLElement;
-  /** Announces a result in the status line (a polite live region). */
-  say(message: string, kind?: 'ok' | 'error'): void;
-  /** Opens the confirmation dialog; resolves to the reason typed (or '') when confirmed, null when cancelled. */
-  confirm(p: { title: string; text: string; action: string; danger?: boolean; reason?: boolean }): Promise<string | null>;
-  /** Goes to another view of this instance (`dead?component=inbox`). */
-  go(view: string): void;
-  /** Calls `refresh` every few seconds while this view is shown. */
-  every(ms: number, refresh: () => Promise<void>): void;
-}
+import {
+  api,
+  BROWSER_ZONE,
+  type Component,
+  componentTabs,
+  errorText,
+  heading,
+  table,
+  toIso,
+  toLocal,
+  type ViewContext,
+} from './view-parts.js';
 
 interface OverviewRow {
   component: Component;
@@ -123,7 +117,6 @@ interface Claim extends Owned {
   leaseRemainingSeconds: number;
 }
 
-export const api = (ctx: ViewContext, path: string) => `${encodeURIComponent(ctx.instance)}/${path}`;
 const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
 const LABEL: Record<Component, { name: string; key: string; finished: string }> = {
   outbox: { name: 'Destination', key: 'Key', finished: 'sent' },
@@ -132,61 +125,6 @@ const LABEL: Record<Component, { name: string; key: string; finished: string }> 
 
 function componentOf(params: URLSearchParams): Component {
   return params.get('component') === 'inbox' ? 'inbox' : 'outbox';
-}
-
-export function heading(text: string, ...extra: Child[]): HTMLElement {
-  return h('div', { class: 'heading' }, h('h1', { tabindex: '-1', id: 'view-title' }, text), ...extra);
-}
-
-/** The outbox / inbox switch of a view, as two links (keyboard: Tab and Enter). */
-export function componentTabs(ctx: ViewContext, view: string, current: Component, keep: Record<string, string> = {}): HTMLElement {
-  return h(
-    'nav',
-    { class: 'tabs', 'aria-label': 'Table' },
-    (['outbox', 'inbox'] as const).map((c) =>
-      h(
-        'a',
-        {
-          href: `#/${encodeURIComponent(ctx.instance)}/${view}?${new URLSearchParams({ ...keep, component: c })}`,
-          'aria-current': c === current ? 'page' : null,
-        },
-        c === 'outbox' ? 'Outbox' : 'Inbox',
-      ),
-    ),
-  );
-}
-
-/** The browser's time zone, as the page names it where a date is read in it (`datetime-local` filters). */
-export const BROWSER_ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone || 'local time';
-
-export function table(headers: string[], rows: Node[], empty: string, caption?: string, className?: string): HTMLElement {
-  if (rows.length === 0) return h('p', { class: 'empty' }, empty);
-  return h(
-    'div',
-    { class: `table-wrap${className ? ` ${className}` : ''}` },
-    sortable(
-      h(
-        'table',
-        null,
-        caption ? h('caption', null, caption) : null,
-        h(
-          'thead',
-          null,
-          h(
-            'tr',
-            null,
-            headers.map((t) => h('th', { scope: 'col' }, t)),
-          ),
-        ),
-        h('tbody', null, rows),
-      ),
-    ),
-  );
-}
-
-export function errorText(text: string | null, max = 140): Child {
-  if (!text) return '—';
-  return h('span', { class: 'error-text', title: text }, text.length > max ? `${text.slice(0, max)}…` : text);
 }
 
 // ---- Overview -------------------------------------------------------------------------------
@@ -392,16 +330,6 @@ async function drawHistory(ctx: ViewContext, section: HTMLElement): Promise<void
 // ---- Dead letters ---------------------------------------------------------------------------
 
 const FILTERS = ['name', 'key', 'error', 'from', 'to', 'fingerprint'] as const;
-
-/** `datetime-local` inputs hold local time without a zone; the API takes ISO 8601 instants. */
-export const toIso = (local: string) => (local ? new Date(local).toISOString() : '');
-export const toLocal = (iso: string | null) => {
-  if (!iso) return '';
-  const d = new Date(iso);
-  if (Number.isNaN(d.getTime())) return '';
-  const pad = (n: number) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
-};
 
 export async function deadLetters(ctx: ViewContext): Promise<void> {
   const component = componentOf(ctx.params);

@@ -2,7 +2,7 @@
 // overview's flag of them is one of the server's flag sources (dashboard.flags.ts).
 import { get } from './api.js';
 import { h, mount, time } from './dom.js';
-import type { ViewContext } from './views.js';
+import type { ViewContext } from './view-parts.js';
 
 interface DatabaseWarning {
   code: string;

@@ -1,19 +1,8 @@
 import type { QueueBoxTables } from '../dialect';
 import type { ExpectedIndex } from '../doctor-facts';
 import type { SchemaMigration } from '../schema-migrations';
+import { postgresMigrations } from './migrations';
 import { pgLiteral, pgTable } from './quoting';
-import {
-  postgresAttemptsUp,
-  postgresClaimProbesUp,
-  postgresClaimsUp,
-  postgresInstancesUp,
-  postgresKeyCollationUp,
-  postgresOperationsUp,
-  postgresPausesUp,
-  postgresRateLimitsUp,
-  postgresRenewalsUp,
-  postgresSchemaUp,
-} from './schema';
 
 // What `queuebox doctor` and the database warnings read (lib/dialects/doctor-facts.ts), and the
 // statements that repair what they find. Catalog and statistics views only: no table is scanned
@@ -108,20 +97,6 @@ export const doctorRepairs = {
 const CREATE_INDEX = /^CREATE (?:UNIQUE )?INDEX (?:CONCURRENTLY )?(?:IF NOT EXISTS )?"([^"]+)" ON (\S+)/;
 const DROP_INDEX = /^DROP INDEX (?:CONCURRENTLY )?(?:IF EXISTS )?(?:"[^"]+"\.)?"([^"]+)"/;
 
-const UP: Record<SchemaMigration, (tables: QueueBoxTables) => string[]> = {
-  schema: postgresSchemaUp,
-  operations: postgresOperationsUp,
-  claims: postgresClaimsUp,
-  keyCollation: postgresKeyCollationUp,
-  claimFunctions: () => [],
-  instances: postgresInstancesUp,
-  claimProbes: postgresClaimProbesUp,
-  rateLimits: postgresRateLimitsUp,
-  renewals: postgresRenewalsUp,
-  pauses: postgresPausesUp,
-  attempts: postgresAttemptsUp,
-};
-
 /**
  * The indexes the migrations in `applied` leave on the three tables, read from their own
  * statements (a later migration's DROP INDEX removes one an earlier one created), each with the
@@ -132,7 +107,7 @@ export function expectedIndexes(tables: QueueBoxTables, applied: readonly Schema
   const kinds = ['outbox', 'inbox', 'instances'] as const;
   const tableOf = (sqlName: string) => kinds.find((kind) => pgTable(tables[kind]) === sqlName);
   for (const migration of applied) {
-    for (const statement of UP[migration](tables).map((s) => s.trim())) {
+    for (const statement of postgresMigrations[migration].up(tables).map((s) => s.trim())) {
       const created = CREATE_INDEX.exec(statement);
       const kind = created ? tableOf(created[2]) : undefined;
       if (created && kind) byName.set(created[1], { table: tables[kind].qualified, name: created[1], migration, create: statement });

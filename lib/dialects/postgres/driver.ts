@@ -1,29 +1,8 @@
 import type { DialectDriver } from '../dialect-driver';
 import { CLAIM_FUNCTIONS_MIGRATION_NOTE } from '../schema-migrations';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
+import { postgresMigrations } from './migrations';
 import { PostgresDialect } from './postgres.dialect';
-import {
-  postgresAttemptsDown,
-  postgresAttemptsUp,
-  postgresClaimProbesDown,
-  postgresClaimProbesUp,
-  postgresClaimsDown,
-  postgresClaimsUp,
-  postgresInstancesDown,
-  postgresInstancesUp,
-  postgresKeyCollationDown,
-  postgresKeyCollationUp,
-  postgresOperationsDown,
-  postgresOperationsUp,
-  postgresPausesDown,
-  postgresPausesUp,
-  postgresRateLimitsDown,
-  postgresRateLimitsUp,
-  postgresRenewalsDown,
-  postgresRenewalsUp,
-  postgresSchemaDown,
-  postgresSchemaUp,
-} from './schema';
 import { postgresVerifyQueries } from './verify.sql';
 
 /** PostgreSQL (TypeORM driver `postgres`, node-postgres). */
@@ -32,19 +11,7 @@ export const postgresDriver = {
   displayName: 'PostgreSQL',
   logContext: 'QueueBox:Postgres',
   create: ({ dataSource, tables, settings, log }) => new PostgresDialect(dataSource, tables, settings, log),
-  migrations: {
-    schema: { up: postgresSchemaUp, down: postgresSchemaDown },
-    operations: { up: postgresOperationsUp, down: postgresOperationsDown },
-    claims: { up: postgresClaimsUp, down: postgresClaimsDown },
-    keyCollation: { up: postgresKeyCollationUp, down: postgresKeyCollationDown },
-    claimFunctions: { up: () => [], down: () => [] },
-    instances: { up: postgresInstancesUp, down: postgresInstancesDown },
-    claimProbes: { up: postgresClaimProbesUp, down: postgresClaimProbesDown },
-    rateLimits: { up: postgresRateLimitsUp, down: postgresRateLimitsDown },
-    renewals: { up: postgresRenewalsUp, down: postgresRenewalsDown },
-    pauses: { up: postgresPausesUp, down: postgresPausesDown },
-    attempts: { up: postgresAttemptsUp, down: postgresAttemptsDown },
-  },
+  migrations: postgresMigrations,
   noOpMigrations: {
     claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,
     claimProbes:

@@ -1,17 +1,8 @@
 import type { QueueBoxTables } from '../dialect';
 import type { ExpectedIndex } from '../doctor-facts';
 import type { SchemaMigration } from '../schema-migrations';
+import { sqlServerMigrations } from './migrations';
 import { mssqlTable } from './quoting';
-import {
-  sqlServerAttemptsUp,
-  sqlServerClaimsUp,
-  sqlServerInstancesUp,
-  sqlServerOperationsUp,
-  sqlServerPausesUp,
-  sqlServerRateLimitsUp,
-  sqlServerRenewalsUp,
-  sqlServerSchemaUp,
-} from './schema';
 
 // What `queuebox doctor` and the database warnings read on SQL Server (lib/dialects/doctor-facts.ts),
 // the equivalents of PostgreSQL's where they exist: row counts and sizes from
@@ -85,17 +76,9 @@ export const doctorRepairs = {
   endSession: (session: string) => `KILL ${Number(session)}`,
 };
 
-// 004 drops the key indexes and makes them again (EXEC of the same statements): no change to the set.
-const UP: Partial<Record<SchemaMigration, (tables: QueueBoxTables) => string[]>> = {
-  schema: sqlServerSchemaUp,
-  operations: sqlServerOperationsUp,
-  claims: sqlServerClaimsUp,
-  instances: sqlServerInstancesUp,
-  rateLimits: sqlServerRateLimitsUp,
-  renewals: sqlServerRenewalsUp,
-  pauses: sqlServerPausesUp,
-  attempts: sqlServerAttemptsUp,
-};
+// 004 drops the key indexes and makes them again from 001-003's own statements (run through EXEC,
+// which CREATE_INDEX does not read): it leaves the set as it was, each index still 001-003's.
+const LEAVES_THE_INDEXES: ReadonlySet<SchemaMigration> = new Set(['keyCollation']);
 const CREATE_INDEX = /^CREATE (?:UNIQUE )?(?:NONCLUSTERED )?INDEX \[([^\]]+)\] ON (\S+)/;
 const DROP_INDEX = /^DROP INDEX (?:IF EXISTS )?\[([^\]]+)\] ON /;
 
@@ -105,7 +88,8 @@ export function expectedIndexes(tables: QueueBoxTables, applied: readonly Schema
   const kinds = ['outbox', 'inbox', 'instances'] as const;
   const tableOf = (sqlName: string) => kinds.find((kind) => mssqlTable(tables[kind]) === sqlName);
   for (const migration of applied) {
-    for (const statement of (UP[migration]?.(tables) ?? []).map((s) => s.trim())) {
+    if (LEAVES_THE_INDEXES.has(migration)) continue;
+    for (const statement of sqlServerMigrations[migration].up(tables).map((s) => s.trim())) {
       const created = CREATE_INDEX.exec(statement);
       const kind = created ? tableOf(created[2]) : undefined;
       if (created && kind) byName.set(created[1], { table: tables[kind].qualified, name: created[1], migration, create: statement });

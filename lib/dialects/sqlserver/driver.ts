@@ -1,26 +1,7 @@
 import type { DialectDriver } from '../dialect-driver';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
-import {
-  KEY_COLLATION,
-  sqlServerAttemptsDown,
-  sqlServerAttemptsUp,
-  sqlServerClaimsDown,
-  sqlServerClaimsUp,
-  sqlServerInstancesDown,
-  sqlServerInstancesUp,
-  sqlServerKeyCollationDown,
-  sqlServerKeyCollationUp,
-  sqlServerOperationsDown,
-  sqlServerOperationsUp,
-  sqlServerPausesDown,
-  sqlServerPausesUp,
-  sqlServerRateLimitsDown,
-  sqlServerRateLimitsUp,
-  sqlServerRenewalsDown,
-  sqlServerRenewalsUp,
-  sqlServerSchemaDown,
-  sqlServerSchemaUp,
-} from './schema';
+import { sqlServerMigrations } from './migrations';
+import { KEY_COLLATION } from './schema';
 import { SqlServerDialect } from './sqlserver.dialect';
 import { sqlServerVerifyQueries } from './verify.sql';
 
@@ -30,19 +11,7 @@ export const sqlServerDriver = {
   displayName: 'SQL Server, Azure SQL',
   logContext: 'QueueBox:SqlServer',
   create: ({ dataSource, tables, settings, log }) => new SqlServerDialect(dataSource, tables, log, settings),
-  migrations: {
-    schema: { up: sqlServerSchemaUp, down: sqlServerSchemaDown },
-    operations: { up: sqlServerOperationsUp, down: sqlServerOperationsDown },
-    claims: { up: sqlServerClaimsUp, down: sqlServerClaimsDown },
-    keyCollation: { up: sqlServerKeyCollationUp, down: sqlServerKeyCollationDown },
-    claimFunctions: { up: () => [], down: () => [] },
-    instances: { up: sqlServerInstancesUp, down: sqlServerInstancesDown },
-    claimProbes: { up: () => [], down: () => [] },
-    rateLimits: { up: sqlServerRateLimitsUp, down: sqlServerRateLimitsDown },
-    renewals: { up: sqlServerRenewalsUp, down: sqlServerRenewalsDown },
-    pauses: { up: sqlServerPausesUp, down: sqlServerPausesDown },
-    attempts: { up: sqlServerAttemptsUp, down: sqlServerAttemptsDown },
-  },
+  migrations: sqlServerMigrations,
   noOpMigrations: {
     claimFunctions:
       '-- Nothing to do on SQL Server, which has no claim functions: on PostgreSQL the version that shipped this\n-- migration wrote them here (they now come with migration 006). The file keeps the migrations numbered alike.',
