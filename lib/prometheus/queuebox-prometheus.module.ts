@@ -4,7 +4,7 @@ import { getToken, makeCounterProvider, makeGaugeProvider, makeHistogramProvider
 import type { Counter, Gauge, Histogram } from 'prom-client';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { type QueueBoxEntry, QueueBoxRegistry } from '../core/queuebox.registry';
-import type { BacklogRow, InstanceState } from '../dialects/dialect-rows';
+import type { BacklogRow, InstanceRow, InstanceState } from '../dialects/dialect-rows';
 import { QueueBoxEvents } from '../events/queuebox.events';
 import { DATABASE_WARNING_CODES } from '../health/database-doctor';
 import { QueueBoxDoctor } from '../health/queuebox.doctor';
@@ -53,8 +53,8 @@ export const DATABASE_WARNINGS_GAUGE = {
 } as const;
 
 // The gauges of one scrape share one backlog query per QueueBox, and scrapes this close together
-// (two Prometheus servers of an HA pair) share the backlog and dead-letter reads: a read in flight,
-// or one that finished this recently, is reused.
+// (two Prometheus servers of an HA pair) share the backlog, dead-letter and instances reads: a read
+// in flight, or one that finished this recently, is reused.
 const READ_REUSE_MS = 500;
 
 /** A read that scrapes share: the one in flight, or one that finished less than READ_REUSE_MS ago, else a new one. */
@@ -97,6 +97,7 @@ interface Watched {
   unsubscribe: () => void;
   backlog: RecentRead<BacklogRow[]>;
   deadLetters: RecentRead<DeadLetterSeries[]>;
+  instances: RecentRead<InstanceRow[]>;
   /**
    * Destinations and sources seen in a backlog (plus the consumed sources): their gauges read 0
    * once drained instead of vanishing, so a dashboard shows 0 and `absent()` alerts stay quiet.
@@ -150,6 +151,7 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
         unsubscribe,
         backlog: new RecentRead(() => entry.get(QueueBoxAdmin).backlog()),
         deadLetters: new RecentRead(() => deadLetterSeries(entry.get(QueueBoxAdmin))),
+        instances: new RecentRead(() => entry.get(QueueBoxAdmin).instances()),
         known: { outbox: new Set(), inbox: new Set() },
         last: new Map(),
       });
@@ -200,15 +202,16 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
   }
 
   /**
-   * Sets `queuebox_instances{state}` from each QueueBox's instances table (one query per QueueBox
-   * and scrape), every state present. A QueueBox whose read fails keeps its last values.
+   * Sets `queuebox_instances{state}` from each QueueBox's instances table (one query per QueueBox,
+   * reused by the scrapes of the next READ_REUSE_MS), every state present. A QueueBox whose read
+   * fails keeps its last values.
    */
   async collectInstances(gauge: Gauge): Promise<void> {
     const counts = await Promise.all(
       [...this.watched].map(async ([entry, watched]) => {
         try {
           const read = Object.fromEntries(INSTANCES_GAUGE.states.map((state) => [state, 0])) as Record<InstanceState, number>;
-          for (const row of await entry.get(QueueBoxAdmin).instances()) read[row.state]++;
+          for (const row of await watched.instances.get()) read[row.state]++;
           watched.lastInstances = read;
         } catch {
           // Its health check reports the database.
