@@ -197,7 +197,7 @@ describe('queuebox CLI', () => {
     assert.match(status.stdout, /"messaging.out_box" exists, "messaging.in_box" exists/);
   });
 
-  it('status reports the schema and the counts per destination and source, as text and as JSON', async () => {
+  it('status reports the schema, the counts per destination and source and the pauses, as text and as JSON', async () => {
     const db = await emptyDatabase();
     const url = withPassword(db.url);
     assert.equal((await queuebox(['migrate', '--url', url])).code, 0);
@@ -216,6 +216,7 @@ describe('queuebox CLI', () => {
     const text = await queuebox(['status', '--url', url]);
     assert.equal(text.code, 0, text.stderr);
     assert.match(text.stdout, /Migration QueueBoxSchema1764460800000: applied/);
+    assert.match(text.stdout, /^Nothing is paused\.$/m);
     assert.match(text.stdout, /destination\s+pending\s+processing\s+sent\s+dead\s+oldest pending/);
     assert.match(text.stdout, /archive\s+0\s+0\s+1\s+0\s+-/);
     assert.match(text.stdout, /billing\s+3\s+0\s+1\s+0\s+1m 3\ds/);
@@ -237,6 +238,20 @@ describe('queuebox CLI', () => {
     const billing = report.backlog[1].oldestPendingAgeSeconds;
     assert.ok(billing >= 90 && billing < 120, `oldest pending age ${billing}`);
     assert.equal(report.backlog[2].oldestPendingAgeSeconds, null);
+    assert.deepEqual(report.pauses, []);
+
+    // A pause shows in both forms (after the counts, whose ages the time of these runs would move).
+    const pause = await queuebox(['pause', '--url', url, '--destination', 'shipping', '--reason', 'carrier down', '--actor', 'ada']);
+    assert.equal(pause.code, 0, pause.stderr);
+    assert.match(
+      (await queuebox(['status', '--url', url])).stdout,
+      /^Paused:\n.*kind.*\n\s*destination\s+shipping\s+ada\s+\d{4}-\d\d-\d\dT[\d:]{8}Z\s+carrier down$/m,
+    );
+    const paused = JSON.parse((await queuebox(['status', '--url', url, '--json'])).stdout);
+    assert.deepEqual(
+      paused.pauses.map((p: Record<string, unknown>) => [p.component, p.name, p.pausedBy, p.reason]),
+      [['outbox', 'shipping', 'ada', 'carrier down']],
+    );
   });
 
   it('instances lists each registered instance with its heartbeat, its state (alive, SILENT, DEAD) by the database clock, and the rows it holds', async () => {

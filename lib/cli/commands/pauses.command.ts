@@ -1,4 +1,5 @@
 import { hostname, userInfo } from 'node:os';
+import type { PauseRow } from '../../dialects/dialect-rows';
 import type { QueueTable } from '../../types/claims';
 import { parseText } from '../admin-options';
 import { withAdmin } from '../admin-session';
@@ -153,20 +154,21 @@ Example:
         return 0;
       }
       io.out(`Database: ${target.masked} (${target.type})`);
-      if (rows.length === 0) {
-        io.out('Nothing is paused.');
-        return 0;
-      }
-      io.out('Paused:');
-      const table = rows.map((r) => [
-        r.component === 'outbox' ? 'destination' : 'source',
-        r.name,
-        r.pausedBy ?? '-',
-        formatTime(r.pausedAt),
-        r.reason ?? '-',
-      ]);
-      for (const line of formatTable(['kind', 'name', 'paused by', 'paused at (UTC)', 'reason'], table)) io.out(line);
+      for (const line of formatPauses(rows)) io.out(line);
       return 0;
     });
   },
 };
+
+/** The pauses as `queuebox pauses` and `queuebox status` print them. */
+export function formatPauses(rows: readonly PauseRow[]): string[] {
+  if (rows.length === 0) return ['Nothing is paused.'];
+  const table = rows.map((r) => [
+    r.component === 'outbox' ? 'destination' : 'source',
+    r.name,
+    r.pausedBy ?? '-',
+    formatTime(r.pausedAt),
+    r.reason ?? '-',
+  ]);
+  return ['Paused:', ...formatTable(['kind', 'name', 'paused by', 'paused at (UTC)', 'reason'], table)];
+}

@@ -7,6 +7,7 @@ import { cliMessages } from '../cli.messages';
 import { databaseTarget, describeTables, migrationNotes, migrationsFor, namedTables, parseTables } from '../cli-options';
 import { type Command, DATABASE_OPTIONS_HELP, DEFAULT_MIGRATIONS_TABLE, databaseOptions } from '../command';
 import { openDataSource, tablesPresent } from '../connect';
+import { formatPauses } from './pauses.command';
 
 export const statusCommand: Command = {
   name: 'status',
@@ -15,8 +16,8 @@ export const statusCommand: Command = {
 
 Prints whether the QueueBox tables exist and whether its TypeORM migration is recorded, then, per
 outbox destination and per inbox source, how many rows are pending, processing, sent/processed and
-dead, and the age of the oldest pending row (by the database clock). Reads only; counting every
-row scans both tables once. Exits with 1 and "schema missing" when a table does not exist.
+dead, and the age of the oldest pending row (by the database clock), then the paused destinations
+and sources (once migration 010 ran). Reads only; counting every row scans both tables once. Exits with 1 and "schema missing" when a table does not exist.
 
 Options:
 ${DATABASE_OPTIONS_HELP}
@@ -38,10 +39,10 @@ ${DATABASE_OPTIONS_HELP}
       const later = SCHEMA_MIGRATIONS.filter((migration) => migration !== 'schema');
       const complete = present.outbox && present.inbox;
       // The admin needs the instances table (migration 006); the schema state is worth printing without it.
-      const backlog =
-        complete && present.instances
-          ? await readBacklog(await createQueueBoxAdmin(dataSource, { tables: namedTables(tables) }), dataSource, tables)
-          : [];
+      const admin = complete && present.instances ? await createQueueBoxAdmin(dataSource, { tables: namedTables(tables) }) : undefined;
+      const backlog = admin ? await readBacklog(admin, dataSource, tables) : [];
+      // The pauses table comes with migration 010.
+      const pauses = admin && isApplied('pauses') ? await admin.pauses() : undefined;
       if (json) {
         io.out(
           JSON.stringify(
@@ -57,6 +58,7 @@ ${DATABASE_OPTIONS_HELP}
                 later.map((migration) => [`${migration}Migration`, { name: migrations.names[migration], applied: isApplied(migration) }]),
               ),
               backlog,
+              ...(pauses ? { pauses } : {}),
             },
             null,
             2,
@@ -75,6 +77,7 @@ ${DATABASE_OPTIONS_HELP}
         }
         if (complete && present.instances) for (const line of formatBacklog(backlog)) io.out(line);
         else if (complete) io.out(cliMessages.backlogNeedsInstances(tables.instances.qualified));
+        if (pauses) for (const line of ['', ...formatPauses(pauses)]) io.out(line);
       }
       if (!complete) throw new CliFailure(cliMessages.schemaMissing(describeTables(tables)));
       return 0;
