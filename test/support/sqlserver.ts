@@ -14,28 +14,11 @@ import * as followers from '../../lib/dialects/sqlserver/followers.sql';
 import * as inbox from '../../lib/dialects/sqlserver/inbox.sql';
 import * as instances from '../../lib/dialects/sqlserver/instances.sql';
 import * as lease from '../../lib/dialects/sqlserver/lease.sql';
+import { sqlServerMigrations } from '../../lib/dialects/sqlserver/migrations';
 import * as outbox from '../../lib/dialects/sqlserver/outbox.sql';
 import * as pauses from '../../lib/dialects/sqlserver/pauses.sql';
 import { mssqlTable } from '../../lib/dialects/sqlserver/quoting';
 import * as retention from '../../lib/dialects/sqlserver/retention.sql';
-import {
-  sqlServerAttemptsDown,
-  sqlServerAttemptsUp,
-  sqlServerClaimsDown,
-  sqlServerClaimsUp,
-  sqlServerInstancesDown,
-  sqlServerInstancesUp,
-  sqlServerKeyCollationDown,
-  sqlServerKeyCollationUp,
-  sqlServerOperationsDown,
-  sqlServerOperationsUp,
-  sqlServerPausesDown,
-  sqlServerPausesUp,
-  sqlServerRenewalsDown,
-  sqlServerRenewalsUp,
-  sqlServerSchemaDown,
-  sqlServerSchemaUp,
-} from '../../lib/dialects/sqlserver/schema';
 import { resolveTables } from '../../lib/options/options.resolver';
 
 /** Every SQL Server statement builder: the exports of its *.sql.ts files. */
@@ -260,31 +243,14 @@ export function builderStatements(): { name: string; statement: string }[] {
   );
 }
 
+/** Every migration's up and down statements (the driver's one list: a migration added there is parsed here too). */
 function schemaScriptStatements(): { name: string; statement: string }[] {
-  return TABLE_SETS.flatMap((tables) => [
-    ...sqlServerSchemaUp(tables).map((statement, n) => ({ name: `up #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerSchemaDown(tables).map((statement, n) => ({ name: `down #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerOperationsUp(tables).map((statement, n) => ({ name: `operations up #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerOperationsDown(tables).map((statement, n) => ({ name: `operations down #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerClaimsUp(tables).map((statement, n) => ({ name: `claims up #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerClaimsDown(tables).map((statement, n) => ({
-      name: `claims down #${n} (${tables.outbox.qualified})`,
-      statement,
-    })),
-    ...sqlServerKeyCollationUp(tables).map((statement, n) => ({ name: `key collation up #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerKeyCollationDown(tables).map((statement, n) => ({
-      name: `key collation down #${n} (${tables.outbox.qualified})`,
-      statement,
-    })),
-    ...sqlServerInstancesUp(tables).map((statement, n) => ({ name: `instances up #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerInstancesDown(tables).map((statement, n) => ({ name: `instances down #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerRenewalsUp(tables).map((statement, n) => ({ name: `renewals up #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerRenewalsDown(tables).map((statement, n) => ({ name: `renewals down #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerPausesUp(tables).map((statement, n) => ({ name: `pauses up #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerPausesDown(tables).map((statement, n) => ({ name: `pauses down #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerAttemptsUp(tables).map((statement, n) => ({ name: `attempts up #${n} (${tables.outbox.qualified})`, statement })),
-    ...sqlServerAttemptsDown(tables).map((statement, n) => ({ name: `attempts down #${n} (${tables.outbox.qualified})`, statement })),
-  ]);
+  return TABLE_SETS.flatMap((tables) =>
+    Object.entries(sqlServerMigrations).flatMap(([migration, { up, down }]) => [
+      ...up(tables).map((statement, n) => ({ name: `${migration} up #${n} (${tables.outbox.qualified})`, statement })),
+      ...down(tables).map((statement, n) => ({ name: `${migration} down #${n} (${tables.outbox.qualified})`, statement })),
+    ]),
+  );
 }
 
 /** Every statement QueueBox sends to SQL Server: the schema scripts, every builder and every admin variant, for each table set. */
