@@ -290,22 +290,31 @@ describeWithDatabase('Prometheus metrics (queuebox/prometheus)', (db) => {
     });
 
     it('queuebox_dead_letters: scrapes within the reuse window share one read of each table; a later scrape reads again', async () => {
-      await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
-      await sleep(600); // past the reuse window of an earlier scrape's dead-letter read
-      const reads = countStatements(dataSource, /AS error_class, count\(\*\)/);
-      try {
-        await register.metrics();
-        await db.query(
-          "INSERT INTO queuebox_outbox (message_id, destination, payload, state) VALUES (gen_random_uuid(), 'billing', '{}', 'dead')",
-        );
-        assert.equal(await scrape('queuebox_dead_letters{component="outbox",name="billing",error_class="unknown",queuebox="default"}'), 0);
-        assert.equal(reads.count, 2, 'two scrapes: one read of the outbox and one of the inbox');
-        await sleep(600);
-        assert.equal(await scrape('queuebox_dead_letters{component="outbox",name="billing",error_class="unknown",queuebox="default"}'), 1);
-        assert.equal(reads.count, 4, 'a scrape after the window reads both tables again');
-      } finally {
-        reads.stop();
+      const series = 'queuebox_dead_letters{component="outbox",name="billing",error_class="unknown",queuebox="default"}';
+      // The reuse shows only when the second scrape comes within 0.5 s of the first read: on a
+      // machine too busy for that, the sequence runs again (a few times at most).
+      for (let attempt = 1; ; attempt++) {
         await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
+        await sleep(600); // past the reuse window of an earlier read
+        const reads = countStatements(dataSource, /AS error_class, count\(\*\)/);
+        try {
+          const startedAt = performance.now();
+          await register.metrics();
+          await db.query(
+            "INSERT INTO queuebox_outbox (message_id, destination, payload, state) VALUES (gen_random_uuid(), 'billing', '{}', 'dead')",
+          );
+          const reused = await scrape(series);
+          if (performance.now() - startedAt >= 450 && attempt < 5) continue;
+          assert.equal(reused, 0, 'the second scrape shows the first read: the dead row came after it');
+          assert.equal(reads.count, 2, 'two scrapes: one read of the outbox and one of the inbox');
+          await sleep(600);
+          assert.equal(await scrape(series), 1);
+          assert.equal(reads.count, 4, 'a scrape after the window reads both tables again');
+          break;
+        } finally {
+          reads.stop();
+          await db.query('TRUNCATE queuebox_outbox, queuebox_inbox');
+        }
       }
     });
 
