@@ -1,9 +1,9 @@
 // Failures by cause and attempt by attempt: the dead-letter groups view (one row per destination or
 // source and fingerprint, with replay and discard per group behind the count confirmation) and
 // the attempts section of a message's detail view. Everything comes from the API.
-import { get, post } from './api.js';
+import { get } from './api.js';
 import { h, mount, plural, time } from './dom.js';
-import { componentTabs, heading, table, type ViewContext } from './view-parts.js';
+import { changeDeadLetters, componentTabs, heading, table, type ViewContext } from './view-parts.js';
 
 type Component = 'outbox' | 'inbox';
 
@@ -75,23 +75,7 @@ export async function deadLetterGroups(ctx: ViewContext): Promise<void> {
       return;
     }
     const what = `${plural(count, `dead ${component} message`)} of ${group.name} with this fingerprint`;
-    const confirmed = await ctx.confirm({
-      title: action === 'replay' ? `Replay ${plural(count, 'message')}?` : `Discard ${plural(count, 'message')}?`,
-      text:
-        action === 'replay'
-          ? `${what} will be sent again: back to pending, attempts reset, due now (same message id).`
-          : `${what} will be deleted for good. This cannot be undone.`,
-      action: `${action === 'replay' ? 'Replay' : 'Discard'} ${count.toLocaleString('en')}`,
-      danger: action === 'discard',
-    });
-    if (confirmed === null) return;
-    try {
-      const { changed } = await post<{ changed: number }>(ctx.session, api(ctx, `dead-letters/${action}`), { component, filter });
-      ctx.say(`${action === 'replay' ? 'Replayed' : 'Discarded'} ${plural(changed, 'message')}.`);
-      await deadLetterGroups(ctx);
-    } catch (error) {
-      ctx.say((error as Error).message, 'error');
-    }
+    await changeDeadLetters(ctx, action, count, what, { component, filter }, () => deadLetterGroups(ctx));
   };
   const rows = answer.rows.map((g) => {
     const search = new URLSearchParams({ component, name: g.name, ...(g.fingerprint === null ? {} : { fingerprint: g.fingerprint }) });

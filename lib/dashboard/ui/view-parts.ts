@@ -3,8 +3,8 @@
 // their own files (failures.ts, messages.ts, pauses.ts, warnings.ts) share it without importing
 // each other.
 
-import type { Session } from './api.js';
-import { type Child, h } from './dom.js';
+import { post, type Session } from './api.js';
+import { type Child, h, plural } from './dom.js';
 import { sortable } from './sort.js';
 
 export type Component = 'outbox' | 'inbox';
@@ -26,6 +26,38 @@ export interface ViewContext {
 }
 
 export const api = (ctx: ViewContext, path: string) => `${encodeURIComponent(ctx.instance)}/${path}`;
+
+/**
+ * A replay or discard of `count` dead letters (`what` names them) behind the count confirmation:
+ * sends `selection` once confirmed, says how many changed and redraws the view with `redraw`, or
+ * says the error. The dead-letter list and the dead-letter groups act through it.
+ */
+export async function changeDeadLetters(
+  ctx: ViewContext,
+  action: 'replay' | 'discard',
+  count: number,
+  what: string,
+  selection: object,
+  redraw: () => Promise<void>,
+): Promise<void> {
+  const confirmed = await ctx.confirm({
+    title: action === 'replay' ? `Replay ${plural(count, 'message')}?` : `Discard ${plural(count, 'message')}?`,
+    text:
+      action === 'replay'
+        ? `${what} will be sent again: back to pending, attempts reset, due now (same message id).`
+        : `${what} will be deleted for good. This cannot be undone.`,
+    action: `${action === 'replay' ? 'Replay' : 'Discard'} ${count.toLocaleString('en')}`,
+    danger: action === 'discard',
+  });
+  if (confirmed === null) return;
+  try {
+    const { changed } = await post<{ changed: number }>(ctx.session, api(ctx, `dead-letters/${action}`), selection);
+    ctx.say(`${action === 'replay' ? 'Replayed' : 'Discarded'} ${plural(changed, 'message')}.`);
+    await redraw();
+  } catch (error) {
+    ctx.say((error as Error).message, 'error');
+  }
+}
 
 export function heading(text: string, ...extra: Child[]): HTMLElement {
   return h('div', { class: 'heading' }, h('h1', { tabindex: '-1', id: 'view-title' }, text), ...extra);

@@ -9,6 +9,7 @@ import {
   api,
   BROWSER_ZONE,
   type Component,
+  changeDeadLetters,
   componentTabs,
   errorText,
   heading,
@@ -406,16 +407,6 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
     const count = scope === 'selected' ? selected.size : (await get<{ count: number }>(api(ctx, 'dead-letters/count'), query)).count;
     if (count === 0) return;
     const what = `${plural(count, `dead ${component} message`)}${scope === 'matching' ? (filtered ? ' matching this search' : ', every dead one') : ''}`;
-    const confirmed = await ctx.confirm({
-      title: action === 'replay' ? `Replay ${plural(count, 'message')}?` : `Discard ${plural(count, 'message')}?`,
-      text:
-        action === 'replay'
-          ? `${what} will be sent again: back to pending, attempts reset, due now (same message id).`
-          : `${what} will be deleted for good. This cannot be undone.`,
-      action: `${action === 'replay' ? 'Replay' : 'Discard'} ${count.toLocaleString('en')}`,
-      danger: action === 'discard',
-    });
-    if (confirmed === null) return;
     const body =
       scope === 'selected'
         ? { component, ids: [...selected] }
@@ -431,13 +422,7 @@ export async function deadLetters(ctx: ViewContext): Promise<void> {
             },
             all: !filtered,
           };
-    try {
-      const { changed } = await post<{ changed: number }>(ctx.session, api(ctx, `dead-letters/${action}`), body);
-      ctx.say(`${action === 'replay' ? 'Replayed' : 'Discarded'} ${plural(changed, 'message')}.`);
-      await deadLetters(ctx);
-    } catch (error) {
-      ctx.say((error as Error).message, 'error');
-    }
+    await changeDeadLetters(ctx, action, count, what, body, () => deadLetters(ctx));
   };
   const drawActions = () => {
     if (ctx.session.readOnly) {
