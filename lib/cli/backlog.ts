@@ -4,6 +4,7 @@ import type { QueueBoxTables } from '../dialects/dialect';
 import type { BacklogRow } from '../dialects/dialect-rows';
 import { dialectDriver } from '../dialects/drivers';
 import type { FinishedCountRow } from '../dialects/inspection.sql';
+import { byComponentAndName } from '../dialects/records';
 
 /** Rows of one destination (outbox) or source (inbox), by state: `QueueBoxAdmin.backlog()` plus `done`. */
 export interface BacklogEntry extends BacklogRow {
@@ -49,5 +50,5 @@ export async function readBacklog(admin: QueueBoxAdmin, dataSource: DataSource, 
       dead,
       oldestPendingAgeSeconds,
     }))
-    .sort((a, b) => (a.component === b.component ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.component === 'outbox' ? -1 : 1));
+    .sort(byComponentAndName);
 }

@@ -6,6 +6,7 @@ import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { QueueBoxRegistry } from '../core/queuebox.registry';
 import type { AttemptRow, DeadLetterGroupRow, DeadLetterRow, PauseRow, SkipHeadTarget, ThroughputRow } from '../dialects/dialect-rows';
 import type { MessageHistory, MessageRow } from '../dialects/message-rows';
+import { byComponentAndName } from '../dialects/records';
 import { QueueBoxAdminError, QueueBoxConfigError } from '../errors/queuebox.errors';
 import { type DashboardActionEvent, QueueBoxEvents } from '../events/queuebox.events';
 import type { DoctorReport } from '../health/database-doctor';
@@ -147,46 +148,36 @@ export class DashboardService implements OnModuleInit {
     ]);
     const rows = new Map<string, OverviewRow>();
     const empty = () => new Array<number>(throughput.minutes).fill(0);
-    for (const b of backlog)
-      rows.set(`${b.component}\u0000${b.name}`, { ...b, finishedPerMinute: empty(), deadPerMinute: empty(), paused: false });
-    // Issue 40: a paused destination or source is flagged, and listed even with nothing waiting (to resume it here).
-    for (const p of pauses ?? []) {
-      const id = `${p.component}\u0000${p.name}`;
-      const row = rows.get(id);
-      if (row) row.paused = true;
-      else
-        rows.set(id, {
-          component: p.component,
-          name: p.name,
+    /** The row of a destination or source, added with nothing counted when the backlog has none. */
+    const rowOf = (component: QueueTable, name: string): OverviewRow => {
+      const id = `${component}\u0000${name}`;
+      let row = rows.get(id);
+      if (!row) {
+        row = {
+          component,
+          name,
           pending: 0,
           processing: 0,
           dead: 0,
           oldestPendingAgeSeconds: null,
           finishedPerMinute: empty(),
           deadPerMinute: empty(),
-          paused: true,
-        });
-    }
+          paused: false,
+        };
+        rows.set(id, row);
+      }
+      return row;
+    };
+    for (const b of backlog)
+      rows.set(`${b.component}\u0000${b.name}`, { ...b, finishedPerMinute: empty(), deadPerMinute: empty(), paused: false });
+    // Issue 40: a paused destination or source is flagged, and listed even with nothing waiting (to resume it here).
+    for (const p of pauses ?? []) rowOf(p.component, p.name).paused = true;
     for (const t of throughput.rows as ThroughputRow[]) {
-      const id = `${t.component}\u0000${t.name}`;
-      const row = rows.get(id) ?? {
-        component: t.component,
-        name: t.name,
-        pending: 0,
-        processing: 0,
-        dead: 0,
-        oldestPendingAgeSeconds: null,
-        finishedPerMinute: empty(),
-        deadPerMinute: empty(),
-        paused: false,
-      };
+      const row = rowOf(t.component, t.name);
       row.finishedPerMinute = t.finished;
       row.deadPerMinute = t.dead;
-      rows.set(id, row);
     }
-    const sorted = [...rows.values()].sort((a, b) =>
-      a.component === b.component ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.component === 'outbox' ? -1 : 1,
-    );
+    const sorted = [...rows.values()].sort(byComponentAndName);
     const doctor = this.doctorOf(instance);
     const warnings = doctor && (async () => doctor.latest ?? (await doctor.check()));
     const flags = await collectFlags({ instance, admin, backlog: sorted, options: this.options, warnings, pauses });

@@ -199,9 +199,7 @@ export function toBacklogRows(records: BacklogRecord[]): BacklogRow[] {
     row[r.state] = Number(r.n);
     if (r.state === 'pending' && r.oldest !== null) row.oldestPendingAgeSeconds = Math.max(0, Number(r.oldest));
   }
-  return [...rows.values()].sort((a, b) =>
-    a.component === b.component ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.component === 'outbox' ? -1 : 1,
-  );
+  return [...rows.values()].sort(byComponentAndName);
 }
 
 /** A dead row as a driver returns it; `J` is how JSON columns arrive. */
@@ -318,8 +316,8 @@ export function toThroughput(since: Date, minutes: number, records: ThroughputRe
   return { since, minutes, rows: [...rows.values()].sort(byComponentAndName) };
 }
 
-/** The outbox's series first, then by name: the backlog's order. */
-export function byComponentAndName(a: ThroughputRow, b: ThroughputRow): number {
+/** The outbox first, then by name: the order of every list of destinations and sources (backlog, throughput, overview, history). */
+export function byComponentAndName(a: { component: QueueTable; name: string }, b: { component: QueueTable; name: string }): number {
   if (a.component !== b.component) return a.component === 'outbox' ? -1 : 1;
   return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
 }
