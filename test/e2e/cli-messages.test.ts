@@ -1,23 +1,11 @@
 // `queuebox messages`, run as users run it: its own process, exit code, stdout and stderr, against
 // a real PostgreSQL.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { runQueueBoxCli } from '../support/cli';
 import { testDatabases } from '../support/database';
 
-const CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
-
-function queuebox(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const env = { ...process.env };
-  delete env.DATABASE_URL;
-  delete env.QUEUEBOX_DATABASE_URL;
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env, timeout: 60_000 }, (error, stdout, stderr) => {
-      resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout: String(stdout), stderr: String(stderr) });
-    });
-  });
-}
+const queuebox = (args: string[]) => runQueueBoxCli(args);
 
 describe('queuebox messages', () => {
   const newDatabase = testDatabases();

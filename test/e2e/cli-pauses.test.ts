@@ -1,24 +1,12 @@
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { join } from 'node:path';
 import { it } from 'node:test';
+import { runQueueBoxCli } from '../support/cli';
 import { describeWithDatabase } from '../support/database';
 
 // `queuebox pause`, `queuebox resume` and `queuebox pauses` (issue 40), run as users run the CLI:
 // the compiled CLI of this build in its own process, its exit code, stdout and stderr.
 
-const CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
-
-function queuebox(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const env = { ...process.env };
-  delete env.DATABASE_URL;
-  delete env.QUEUEBOX_DATABASE_URL;
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env, timeout: 60_000 }, (error, stdout, stderr) => {
-      resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout: String(stdout), stderr: String(stderr) });
-    });
-  });
-}
+const queuebox = (args: string[]) => runQueueBoxCli(args);
 
 describeWithDatabase('queuebox pause, resume and pauses', { truncate: ['queuebox_outbox_pauses'] }, (db) => {
   it('pauses a destination and a source with who and why, lists them, and resumes them', async () => {

@@ -1,36 +1,22 @@
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Client } from 'pg';
 import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
+import { type CliRun, runQueueBoxCli } from '../support/cli';
 import { runMigrations, serverUrl, type TestDatabase, testDatabases } from '../support/database';
 
 // The compiled CLI of this build (`npm test` compiles lib/ and test/ to .build/), run as users run
-// `queuebox`: its own process, its exit code, its stdout and stderr.
-const CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
+// `queuebox`: its own process, its exit code, its stdout and stderr (test/support/cli.ts).
 const PASSWORD = 'Pa55-w0rd-never-printed';
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function queuebox(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
-  const base = { ...process.env };
-  delete base.DATABASE_URL;
-  delete base.QUEUEBOX_DATABASE_URL;
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env: { ...base, ...env }, timeout: 60_000 }, (error, stdout, stderr) => {
-      const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
-      const run = { code, stdout: String(stdout), stderr: String(stderr) };
-      assert.ok(!`${run.stdout}${run.stderr}`.includes(PASSWORD), `the password was printed:\n${run.stdout}\n${run.stderr}`);
-      resolve(run);
-    });
-  });
+/** The CLI, which must never print the test role's password. */
+async function queuebox(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliRun> {
+  const run = await runQueueBoxCli(args, env);
+  assert.ok(!`${run.stdout}${run.stderr}`.includes(PASSWORD), `the password was printed:\n${run.stdout}\n${run.stderr}`);
+  return run;
 }
 
 /** A database as an app left it before the operations migration existed: the schema migration only. */

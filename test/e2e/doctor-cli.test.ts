@@ -1,30 +1,13 @@
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { runQueueBoxCli } from '../support/cli';
 import { testDatabases } from '../support/database';
 
 // `queuebox doctor` as users run it (its own process, exit code, stdout), as test/e2e/cli.test.ts
 // runs the other commands: no warning (exit 0), a warning (exit 0), an error-level one (exit 1)
 // with the statement that repairs it, --json, and the repair run making it go.
-const CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function queuebox(args: string[]): Promise<Run> {
-  const env = { ...process.env };
-  delete env.DATABASE_URL;
-  delete env.QUEUEBOX_DATABASE_URL;
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env, timeout: 60_000 }, (error, stdout, stderr) => {
-      resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout: String(stdout), stderr: String(stderr) });
-    });
-  });
-}
+const queuebox = (args: string[]) => runQueueBoxCli(args);
 
 describe('queuebox doctor (CLI)', () => {
   const newDatabase = testDatabases();

@@ -2,8 +2,6 @@
 // the retry or dead-letter statement itself, the last `attemptHistory` kept, nothing written when
 // an attempt succeeds; read back through QueueBoxAdmin and `queuebox attempts`.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { join } from 'node:path';
 import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
@@ -18,22 +16,15 @@ import { OutboxService } from '../../lib/outbox/outbox.service';
 import type { QueueBoxIdentity } from '../../lib/types/instance';
 import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
+import { runQueueBoxCli } from '../support/cli';
 import { describeWithDatabase, type TestDatabase } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
-const CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
 const TABLES = ['queuebox_outbox', 'queuebox_inbox', 'queuebox_outbox_attempts', 'queuebox_inbox_attempts'];
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function queuebox(args: string[], url: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: url };
-  delete env.QUEUEBOX_DATABASE_URL;
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env, timeout: 60_000 }, (error, stdout, stderr) => {
-      resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout: String(stdout), stderr: String(stderr) });
-    });
-  });
-}
+/** The CLI with the test database's URL in DATABASE_URL. */
+const queuebox = (args: string[], url: string) => runQueueBoxCli(args, { DATABASE_URL: url });
 
 /** A publisher that fails every message to `flaky` after 30 ms with an HTTP 503 naming the order, and delivers the rest. */
 function partner(): RecordingPublisher {

@@ -2,26 +2,16 @@
 // fingerprint, and replay/discard per group acting only on rows whose fingerprint matches when the
 // statement locks them, fenced against a replica replaying the same group at the same time.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { join } from 'node:path';
 import { after, before, it } from 'node:test';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { createQueueBoxAdmin } from '../../lib/admin/create-queuebox-admin';
 import type { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
+import { runQueueBoxCli } from '../support/cli';
 import { describeWithDatabase } from '../support/database';
 
-const CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
-
-function queuebox(args: string[], url: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: url };
-  delete env.QUEUEBOX_DATABASE_URL;
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { env, timeout: 60_000 }, (error, stdout, stderr) => {
-      resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout: String(stdout), stderr: String(stderr) });
-    });
-  });
-}
+/** The CLI with the test database's URL in DATABASE_URL. */
+const queuebox = (args: string[], url: string) => runQueueBoxCli(args, { DATABASE_URL: url });
 
 const TIMEOUT = 'PublishError/503: HTTP # from billing for order #';
 const REFUSED = 'Error/ECONNREFUSED: connect ECONNREFUSED #.#.#.#:#';
