@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { beforeEach, it } from 'node:test';
 import type { DashboardAdmin } from '../../lib/dashboard/dashboard.options';
-import { createDashboardApp, OPERATOR, OperatorGuard, TOKEN_HEADER, useDashboardApp } from '../support/dashboard-app';
+import { createDashboardApp, OperatorGuard, TOKEN_HEADER, useDashboardApp } from '../support/dashboard-app';
 import { describeWithDatabase, type TestDatabase } from '../support/database';
 
 const TIMEOUT = 'PublishError/503: HTTP # from billing for order #';
@@ -179,18 +179,12 @@ describeWithDatabase('queuebox/dashboard: attempts and groups when read-only', {
 
   it('reads the groups and attempts, and refuses a group replay or discard with 403', async () => {
     const ids = await seed(db);
-    assert.equal((await fetch(`${dashboard.app.url}api/default/dead-letters/groups`, { headers: OPERATOR })).status, 200);
-    assert.equal((await fetch(`${dashboard.app.url}api/default/attempts/outbox/${ids.withAttempts}`, { headers: OPERATOR })).status, 200);
+    assert.equal((await dashboard.api('default/dead-letters/groups')).status, 200);
+    assert.equal((await dashboard.api(`default/attempts/outbox/${ids.withAttempts}`)).status, 200);
     for (const path of ['replay', 'discard']) {
-      const response = await fetch(`${dashboard.app.url}api/default/dead-letters/${path}`, {
-        method: 'POST',
-        headers: {
-          ...OPERATOR,
-          'content-type': 'application/json',
-          [TOKEN_HEADER]: dashboard.token,
-          'sec-fetch-site': 'same-origin',
-        },
-        body: JSON.stringify({ component: 'outbox', filter: { name: 'billing', fingerprint: TIMEOUT } }),
+      const response = await dashboard.action(`default/dead-letters/${path}`, {
+        component: 'outbox',
+        filter: { name: 'billing', fingerprint: TIMEOUT },
       });
       assert.equal(response.status, 403, path);
       assert.equal((await json(response)).error, 'QUEUEBOX_DASHBOARD_READ_ONLY');

@@ -3,7 +3,7 @@
 // the overview's flag, the audit log line and event with the actor, and the pause stored with it.
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { createDashboardApp, OPERATOR, OperatorGuard, TOKEN_HEADER, useDashboardApp } from '../support/dashboard-app';
+import { createDashboardApp, OperatorGuard, TOKEN_HEADER, useDashboardApp } from '../support/dashboard-app';
 import { describeWithDatabase } from '../support/database';
 
 async function json(response: Response): Promise<Record<string, unknown>> {
@@ -148,20 +148,14 @@ describeWithDatabase('queuebox/dashboard: pause and resume in read-only mode', (
   it('lists the pauses but refuses to pause or resume with 403, changing nothing', async () => {
     await db.query(`INSERT INTO queuebox_outbox_pauses (component, name, paused_by) VALUES ('outbox', 'crm', 'cli')`);
     for (const route of ['pause', 'resume']) {
-      const response = await fetch(`${dashboard.app.url}api/default/pauses/${route}`, {
-        method: 'POST',
-        headers: {
-          ...OPERATOR,
-          'content-type': 'application/json',
-          [TOKEN_HEADER]: dashboard.token,
-          'sec-fetch-site': 'same-origin',
-        },
-        body: JSON.stringify({ component: 'outbox', name: route === 'pause' ? 'billing' : 'crm' }),
+      const response = await dashboard.action(`default/pauses/${route}`, {
+        component: 'outbox',
+        name: route === 'pause' ? 'billing' : 'crm',
       });
       assert.equal(response.status, 403, route);
       assert.equal((await json(response)).error, 'QUEUEBOX_DASHBOARD_READ_ONLY');
     }
-    const list = (await json(await fetch(`${dashboard.app.url}api/default/pauses`, { headers: OPERATOR }))) as { rows: { name: string }[] };
+    const list = (await json(await dashboard.api('default/pauses'))) as { rows: { name: string }[] };
     assert.deepEqual(
       list.rows.map((r) => r.name),
       ['crm'],
