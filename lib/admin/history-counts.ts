@@ -8,6 +8,9 @@ export type HistoryBucket = MessageHistory['bucket'];
 /** The length of each bucket. */
 const BUCKET_MS: Record<HistoryBucket, number> = { minute: 60_000, hour: 3_600_000 };
 
+/** The most buckets a history counts: one day of minutes, or 7 days of hours (and so the most kept). */
+export const MAX_HISTORY: Record<HistoryBucket, number> = { minute: 1440, hour: 168 };
+
 /**
  * How long after a bucket ends its counts are final. A row is stamped (`sent_at`, `processed_at`,
  * or, for a dead one, its last claim) before the transaction that finishes it commits, at most a
@@ -44,8 +47,8 @@ export class HistoryCounts {
     private readonly settleMs = HISTORY_SETTLE_MS,
   ) {}
 
-  /** The last `buckets` buckets, the current one last; `longest` is the most buckets any read asks (what is kept). */
-  async read(p: { bucket: HistoryBucket; buckets: number; byName: boolean; longest: number }): Promise<MessageHistory> {
+  /** The last `buckets` buckets (at most MAX_HISTORY), the current one last. */
+  async read(p: { bucket: HistoryBucket; buckets: number; byName: boolean }): Promise<MessageHistory> {
     const size = BUCKET_MS[p.bucket];
     const now = (await this.clock()).getTime();
     const current = Math.floor(now / size) * size;
@@ -56,7 +59,7 @@ export class HistoryCounts {
 
     const parts: Counted[] = [];
     if (settledTo > since) {
-      const oldest = current - (p.longest - 1) * size;
+      const oldest = current - (MAX_HISTORY[p.bucket] - 1) * size;
       parts.push(slice(await this.settled(`${p.bucket}:${p.byName}`, since, settledTo, oldest, count), since));
     }
     const liveFrom = parts[0]?.to ?? since;

@@ -21,7 +21,7 @@ import { messages } from '../texts/queuebox.messages';
 import type { QueueTable } from '../types/claims';
 import { ClaimPauses } from '../workers/claim-pauses';
 import type { DeadLetterFilter, DeadLetterIds, DeadLetterPage, DeadLetterSelection, RetentionResult } from './admin.types';
-import { HistoryCounts } from './history-counts';
+import { HistoryCounts, MAX_HISTORY } from './history-counts';
 import { type MessageFilter, type MessagePage, type MessagePageResult, toMessageSearch } from './message-search';
 import { RetentionService } from './retention.service';
 
@@ -30,8 +30,6 @@ const MAX_PAGE = 1000;
 /** Rows a replay or discard changes per statement; a bigger selection takes several statements. */
 const WRITE_BATCH = 1000;
 const FILTER_FIELDS = ['name', 'key', 'errorContains', 'deadAfter', 'deadBefore', 'fingerprint'] as const;
-/** The most buckets `history` counts: one day of minutes, or 7 days of hours. */
-const MAX_HISTORY = { minute: 1440, hour: 168 } as const;
 /** The longest fingerprint a row can hold (class and pattern, see common/fingerprint.ts; SQL Server's column is NVARCHAR(512)). */
 const MAX_FINGERPRINT = 512;
 /** The longest window `throughput` counts over: one day of minutes. */
@@ -286,7 +284,7 @@ export class QueueBoxAdmin {
     const by = p?.by ?? 'name';
     if (by !== 'name' && by !== 'component')
       throw new QueueBoxAdminError('by', messages.adminArgumentInvalid('by', 'must be "name" or "component"', by));
-    return this.historyCounts.read({ bucket, buckets, byName: by === 'name', longest: max });
+    return this.historyCounts.read({ bucket, buckets, byName: by === 'name' });
   }
 
   /**

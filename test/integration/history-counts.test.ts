@@ -94,8 +94,7 @@ describeWithDatabase('History counts kept per settled bucket (PostgreSQL)', { tr
       a.component === b.component ? a.name.localeCompare(b.name) : a.component === 'outbox' ? -1 : 1,
     );
   };
-  const read = (bucket: 'hour' | 'minute', buckets: number, byName = true) =>
-    counts.read({ bucket, buckets, byName, longest: bucket === 'hour' ? 168 : 1440 });
+  const read = (bucket: 'hour' | 'minute', buckets: number, byName = true) => counts.read({ bucket, buckets, byName });
   const agrees = async (bucket: 'hour' | 'minute', buckets: number, what: string, byName = true) => {
     const history = await read(bucket, buckets, byName);
     const size = bucket === 'hour' ? HOUR : MINUTE;
