@@ -94,6 +94,7 @@ export {
   createQueueBoxPausesMigration,
   createQueueBoxRateLimitsMigration,
   createQueueBoxRenewalsMigration,
+  createQueueBoxUnkeyedClaimsMigration,
   QueueBoxAttempts1796688000000,
   QueueBoxClaimFunctions1796169600000,
   QueueBoxClaimProbes1796342400000,
@@ -106,6 +107,7 @@ export {
   QueueBoxRateLimits1796428800000,
   QueueBoxRenewals1796515200000,
   QueueBoxSchema1764460800000,
+  QueueBoxUnkeyedClaims1796774400000,
 } from './migrations/queuebox.migration';
 export { renderSchemaSql } from './migrations/schema-files';
 export { QueueBoxModule } from './module/queuebox.module';

@@ -48,6 +48,11 @@ export const cliMessages = {
       applied: "added the attempt history tables and the dead letters' fingerprint.",
       notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
     },
+    unkeyedClaims: {
+      applied: 'rewrote the claim functions: claims of rows without a key run without the claim lock.',
+      notApplied:
+        "not applied: the claim functions are an earlier version's, so claims are sent as statements (one at a time, planned on every call) until you run `queuebox migrate`",
+    },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',

@@ -1,4 +1,4 @@
-/** QueueBox's numbered migrations: the same eleven on every database (a driver may make one a no-op). */
+/** QueueBox's numbered migrations: the same twelve on every database (a driver may make one a no-op). */
 
 /**
  * Which migration's statements: 001 (the tables), 002 (the operations indexes), 003 (the claims'
@@ -7,8 +7,9 @@
  * columns and, on PostgreSQL, the claim functions of this version), 007 (PostgreSQL's claim
  * functions rewritten with this version's head probes; nothing on SQL Server), 008 (the rate limit
  * buckets of `outbox.rateLimits`), 009 (when a lease was last renewed, and each instance row's
- * heartbeat count), 010 (the paused destinations and sources) or 011 (the attempt history tables
- * and the dead letters' fingerprint).
+ * heartbeat count), 010 (the paused destinations and sources), 011 (the attempt history tables
+ * and the dead letters' fingerprint) or 012 (PostgreSQL's claim functions rewritten to claim rows
+ * without a key without the claim lock; nothing on SQL Server).
  */
 export type SchemaMigration =
   | 'schema'
@@ -21,7 +22,8 @@ export type SchemaMigration =
   | 'rateLimits'
   | 'renewals'
   | 'pauses'
-  | 'attempts';
+  | 'attempts'
+  | 'unkeyedClaims';
 
 /** The QueueBox migrations in the order they run. */
 export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
@@ -36,6 +38,7 @@ export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
   'renewals',
   'pauses',
   'attempts',
+  'unkeyedClaims',
 ];
 
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
@@ -51,6 +54,7 @@ export const DEFAULT_MIGRATION_NAMES = {
   renewals: 'QueueBoxRenewals1796515200000',
   pauses: 'QueueBoxPauses1796601600000',
   attempts: 'QueueBoxAttempts1796688000000',
+  unkeyedClaims: 'QueueBoxUnkeyedClaims1796774400000',
 } as const satisfies Record<SchemaMigration, string>;
 
 /** Each migration's `sql/<dialect>/` file stem and what a script's first line calls it. */
@@ -66,6 +70,7 @@ export const MIGRATION_FILES = {
   renewals: { file: '009_queuebox_renewals', title: 'lease renewal times and heartbeat counts' },
   pauses: { file: '010_queuebox_pauses', title: 'paused destinations and sources' },
   attempts: { file: '011_queuebox_attempts', title: 'attempt history and dead-letter fingerprints' },
+  unkeyedClaims: { file: '012_queuebox_unkeyed_claims', title: 'claim functions that claim unkeyed rows without the claim lock' },
 } as const satisfies Record<SchemaMigration, { file: string; title: string }>;
 
 /**

@@ -191,6 +191,22 @@ export function createQueueBoxAttemptsMigration(
 }
 
 /**
+ * The twelfth QueueBox migration, PostgreSQL only (nothing on SQL Server): the claim functions
+ * rewritten so that claims of rows without a key (an aggregate) run without the claim lock while no
+ * keyed row is unfinished, side by side across connections and replicas. Without it QueueBox sends
+ * the claim statements itself, one at a time, and warns once. Add it after the eleventh; same
+ * `tables`, and a `name` of its own per QueueBox schema in one database.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations]
+ */
+export function createQueueBoxUnkeyedClaimsMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.unkeyedClaims, 'unkeyedClaims');
+}
+
+/**
  * Every QueueBox migration for `tables`, in the order they run: spread it into TypeORM's
  * `migrations`, so a version that adds one needs no change in your app. `names` gives each a
  * name of its own (a second QueueBox schema in one database; each must end in a 13-digit
@@ -266,6 +282,9 @@ export const QueueBoxPauses1796601600000 = createQueueBoxPausesMigration();
 /** The attempts migration for the default table names; runs after `QueueBoxPauses1796601600000`. */
 export const QueueBoxAttempts1796688000000 = createQueueBoxAttemptsMigration();
 
+/** The unkeyed-claims migration for the default table names; runs after `QueueBoxAttempts1796688000000`. */
+export const QueueBoxUnkeyedClaims1796774400000 = createQueueBoxUnkeyedClaimsMigration();
+
 /**
  * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
  * With other tables, use `createQueueBoxMigrations({ tables })`.
@@ -282,4 +301,5 @@ export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
   QueueBoxRenewals1796515200000,
   QueueBoxPauses1796601600000,
   QueueBoxAttempts1796688000000,
+  QueueBoxUnkeyedClaims1796774400000,
 ];

@@ -142,6 +142,8 @@ export const messages = {
     'it creates the rate limit buckets, which only outbox.rateLimits uses (none is set here); run it before you set one.',
   claimProbesMigrationOptional: () =>
     "on PostgreSQL it rewrites the claim functions: until it runs QueueBox sees they are an earlier version's and sends the claim statements instead (correct, planned on every call); on SQL Server it runs no statement.",
+  unkeyedClaimsMigrationOptional: () =>
+    "on PostgreSQL it rewrites the claim functions so that claims of rows without a key run side by side: until it runs QueueBox sees they are an earlier version's and sends the claim statements instead (correct, one claim at a time, planned on every call); on SQL Server it runs no statement.",
   keyCollationMigrationOptional: () =>
     'on PostgreSQL it runs no statement (keys already compare byte for byte); add it so the list matches SQL Server.',
   schemaVersionUnchecked: (name: string, migrationsTable: string) =>

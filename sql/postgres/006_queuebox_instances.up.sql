@@ -24,6 +24,22 @@ DROP FUNCTION IF EXISTS "queuebox_outbox_claim"(integer, bigint);
 CREATE OR REPLACE FUNCTION "queuebox_outbox_claim"(p_limit integer, p_lease_ms bigint, p_instance uuid) RETURNS SETOF "queuebox_outbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
 BEGIN
+  IF NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e.state IN ('pending', 'processing') AND e."key" IS NOT NULL) THEN
+    RETURN QUERY WITH candidates AS MATERIALIZED (
+  SELECT o.id FROM "queuebox_outbox" o
+  WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= clock_timestamp()
+  ORDER BY o.available_at, o.id
+  LIMIT p_limit
+  FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE "queuebox_outbox" o
+SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
+    lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = o.attempts + 1, claimed_by = p_instance::uuid
+FROM candidates c
+WHERE o.id = c.id
+RETURNING o.*;
+    RETURN;
+  END IF;
   PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0));
   RETURN QUERY WITH RECURSIVE near AS (
   SELECT s.id FROM (
@@ -81,6 +97,27 @@ $queuebox$;
 CREATE OR REPLACE FUNCTION "queuebox_inbox_relay_claim"(p_limit integer, p_lease_ms bigint, p_sources text[], p_instance uuid) RETURNS SETOF "queuebox_inbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
 BEGIN
+  IF NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = ANY (p_sources::text[]) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL) THEN
+    RETURN QUERY WITH candidates AS MATERIALIZED (
+  SELECT u.id FROM unnest(p_sources::text[]) AS s(source)
+  CROSS JOIN LATERAL (
+    SELECT i.id, i.available_at FROM "queuebox_inbox" i
+    WHERE i.source = s.source AND i.state = 'pending' AND i.aggregate_id IS NULL AND i.available_at <= clock_timestamp()
+    ORDER BY i.available_at, i.id
+    LIMIT p_limit
+    FOR UPDATE OF i SKIP LOCKED
+  ) u
+  ORDER BY u.available_at, u.id
+  LIMIT p_limit
+)
+UPDATE "queuebox_inbox" i
+SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
+    lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = i.attempts + 1, claimed_by = p_instance::uuid
+FROM candidates c
+WHERE i.id = c.id
+RETURNING i.*;
+    RETURN;
+  END IF;
   PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_inbox_claim_queuebox_inbox', 0));
   RETURN QUERY WITH RECURSIVE near AS (
   SELECT head.id FROM unnest(p_sources::text[]) AS s(source)
@@ -153,6 +190,28 @@ $queuebox$;
 CREATE OR REPLACE FUNCTION "queuebox_inbox_pull_claim"(p_limit integer, p_lease_ms bigint, p_source text, p_instance uuid) RETURNS SETOF "queuebox_inbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
 BEGIN
+  IF NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = ANY (ARRAY[p_source::text]) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL) THEN
+    RETURN QUERY WITH expired AS MATERIALIZED (
+  SELECT i.id FROM "queuebox_inbox" i
+  WHERE i.source = p_source AND i.state = 'processing' AND i.aggregate_id IS NULL AND i.lease_expires_at <= clock_timestamp()
+  ORDER BY i.lease_expires_at
+  LIMIT p_limit
+  FOR UPDATE OF i SKIP LOCKED
+), pending AS MATERIALIZED (
+  SELECT i.id, i.available_at FROM "queuebox_inbox" i
+    WHERE i.source = p_source AND i.state = 'pending' AND i.aggregate_id IS NULL AND i.available_at <= clock_timestamp()
+    ORDER BY i.available_at, i.id
+    LIMIT p_limit - (SELECT count(*) FROM expired)
+    FOR UPDATE OF i SKIP LOCKED
+)
+UPDATE "queuebox_inbox" i
+SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
+    lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = i.attempts + 1, claimed_by = p_instance::uuid
+FROM (SELECT id FROM expired UNION ALL SELECT id FROM pending) c
+WHERE i.id = c.id
+RETURNING i.*;
+    RETURN;
+  END IF;
   PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 0));
   RETURN QUERY WITH RECURSIVE expired AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i

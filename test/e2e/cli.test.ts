@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Client } from 'pg';
+import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { createQueueBoxMigration } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
 import { type CliRun, runQueueBoxCli } from '../support/cli';
@@ -106,6 +107,10 @@ describe('queuebox CLI', () => {
       first.stdout,
       /Applied migration QueueBoxAttempts1796688000000: added the attempt history tables and the dead letters' fingerprint/,
     );
+    assert.match(
+      first.stdout,
+      /Applied migration QueueBoxUnkeyedClaims1796774400000: rewrote the claim functions: claims of rows without a key run without the claim lock/,
+    );
     assert.match(first.stdout, /Database: postgres:\/\/qb_cli_\d+:\*\*\*@/);
     assert.deepEqual(await tableNames(db), [
       'migrations',
@@ -122,7 +127,7 @@ describe('queuebox CLI', () => {
     assert.equal(second.code, 0, second.stderr);
     assert.match(
       second.stdout,
-      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000, QueueBoxClaimFunctions1796169600000, QueueBoxInstances1796256000000, QueueBoxClaimProbes1796342400000, QueueBoxRateLimits1796428800000, QueueBoxRenewals1796515200000, QueueBoxPauses1796601600000, QueueBoxAttempts1796688000000 are already applied/,
+      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000, QueueBoxClaimFunctions1796169600000, QueueBoxInstances1796256000000, QueueBoxClaimProbes1796342400000, QueueBoxRateLimits1796428800000, QueueBoxRenewals1796515200000, QueueBoxPauses1796601600000, QueueBoxAttempts1796688000000, QueueBoxUnkeyedClaims1796774400000 are already applied/,
     );
     assert.deepEqual(await db.query('SELECT name FROM migrations ORDER BY id'), [
       { name: 'QueueBoxSchema1764460800000' },
@@ -136,6 +141,7 @@ describe('queuebox CLI', () => {
       { name: 'QueueBoxRenewals1796515200000' },
       { name: 'QueueBoxPauses1796601600000' },
       { name: 'QueueBoxAttempts1796688000000' },
+      { name: 'QueueBoxUnkeyedClaims1796774400000' },
     ]);
     const indexes = await db.query<{ indexname: string }>("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%dead%' ORDER BY 1");
     assert.equal(indexes.length, 2, 'the operations indexes of dead rows exist');
@@ -336,18 +342,15 @@ describe('queuebox CLI', () => {
     assert.equal(postgres.code, 0, postgres.stderr);
     assert.equal(
       `${postgres.stdout}`,
-      `${renderSchemaSql('postgres')}\n${renderSchemaSql('postgres', { migration: 'operations' })}\n${renderSchemaSql('postgres', { migration: 'claims' })}\n${renderSchemaSql('postgres', { migration: 'keyCollation' })}\n${renderSchemaSql('postgres', { migration: 'claimFunctions' })}\n${renderSchemaSql('postgres', { migration: 'instances' })}\n${renderSchemaSql('postgres', { migration: 'claimProbes' })}\n${renderSchemaSql('postgres', { migration: 'rateLimits' })}\n${renderSchemaSql('postgres', { migration: 'renewals' })}\n${renderSchemaSql('postgres', { migration: 'pauses' })}\n${renderSchemaSql('postgres', { migration: 'attempts' })}`,
-      'the schema, the operations indexes, the claims, the key collation (a comment on PostgreSQL), the claim functions',
+      SCHEMA_MIGRATIONS.map((migration) => renderSchemaSql('postgres', { migration })).join('\n'),
+      'every migration in order: the schema, the operations indexes, the claims, the key collation (a comment on PostgreSQL), the claim functions...',
     );
     assert.match(postgres.stdout, /CREATE TABLE "queuebox_outbox"/);
 
     const mssql = await queuebox(['sql', '--dialect', 'mssql', '--tables', 'outbox=q.out,inbox=q.in']);
     assert.equal(mssql.code, 0, mssql.stderr);
     const tables = { outbox: 'q.out', inbox: 'q.in' };
-    assert.equal(
-      mssql.stdout,
-      `${renderSchemaSql('mssql', { tables })}\n${renderSchemaSql('mssql', { tables, migration: 'operations' })}\n${renderSchemaSql('mssql', { tables, migration: 'claims' })}\n${renderSchemaSql('mssql', { tables, migration: 'keyCollation' })}\n${renderSchemaSql('mssql', { tables, migration: 'claimFunctions' })}\n${renderSchemaSql('mssql', { tables, migration: 'instances' })}\n${renderSchemaSql('mssql', { tables, migration: 'claimProbes' })}\n${renderSchemaSql('mssql', { tables, migration: 'rateLimits' })}\n${renderSchemaSql('mssql', { tables, migration: 'renewals' })}\n${renderSchemaSql('mssql', { tables, migration: 'pauses' })}\n${renderSchemaSql('mssql', { tables, migration: 'attempts' })}`,
-    );
+    assert.equal(mssql.stdout, SCHEMA_MIGRATIONS.map((migration) => renderSchemaSql('mssql', { tables, migration })).join('\n'));
     assert.match(mssql.stdout, /CREATE TABLE \[q\]\.\[out\]/);
     assert.match(mssql.stdout, /\nGO\n/);
     assert.match(

@@ -4,7 +4,7 @@ import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { createDialect } from '../../lib/core/create-dialect';
 import type { Dialect } from '../../lib/dialects/dialect';
-import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
+import { DEFAULT_MIGRATION_NAMES } from '../../lib/dialects/schema-migrations';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { type DatabaseWarning, type DoctorReport, examineDatabase } from '../../lib/health/database-doctor';
 import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
@@ -134,12 +134,17 @@ describeWithDatabase(
       assert.deepEqual(found(await examine(), 'index_missing'), []);
     });
 
-    it('migrations behind (the last one reverted) is fatal and names the migrate command; migrations ahead names the newer version; both go once the schema matches', async () => {
-      await dataSource.undoLastMigration();
-      const [behind] = found(await examine(), 'migrations_behind');
+    it('migrations behind (the last two reverted): a required one is fatal, an optional one a warning, both naming the migrate command; migrations ahead names the newer version; all go once the schema matches', async () => {
+      await dataSource.undoLastMigration(); // 012, optional: claims are sent as statements until it runs
+      await dataSource.undoLastMigration(); // 011, required
+      const [required, optional] = found(await examine(), 'migrations_behind');
       assert.deepEqual(
-        [behind?.severity, behind?.fatal, behind?.subject, behind?.repair],
-        ['error', true, DEFAULT_MIGRATION_NAMES[SCHEMA_MIGRATIONS[SCHEMA_MIGRATIONS.length - 1]], 'npx --no-install queuebox migrate'],
+        [required?.severity, required?.fatal, required?.subject, required?.repair],
+        ['error', true, DEFAULT_MIGRATION_NAMES.attempts, 'npx --no-install queuebox migrate'],
+      );
+      assert.deepEqual(
+        [optional?.severity, optional?.fatal, optional?.subject, optional?.repair],
+        ['warning', false, DEFAULT_MIGRATION_NAMES.unkeyedClaims, 'npx --no-install queuebox migrate'],
       );
       await dataSource.runMigrations(); // what `queuebox migrate` runs
       assert.deepEqual(found(await examine(), 'migrations_behind'), []);

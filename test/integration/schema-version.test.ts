@@ -24,6 +24,7 @@ import {
   QueueBoxRateLimits1796428800000,
   QueueBoxRenewals1796515200000,
   QueueBoxSchema1764460800000,
+  QueueBoxUnkeyedClaims1796774400000,
 } from '../../lib/migrations/queuebox.migration';
 import { renderSchemaSql } from '../../lib/migrations/schema-files';
 import { QueueBoxModule } from '../../lib/module/queuebox.module';
@@ -82,6 +83,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxRenewals1796515200000,
         QueueBoxPauses1796601600000,
         QueueBoxAttempts1796688000000,
+        QueueBoxUnkeyedClaims1796774400000,
       ]),
     );
     const app = await start(db, { retention: { enabled: true } });
@@ -110,6 +112,7 @@ describe('schema version checked at start-up', () => {
       assert.doesNotMatch(error.message, /QueueBoxKeyCollation/); // no statement on PostgreSQL: a warning
       assert.doesNotMatch(error.message, /QueueBoxClaimFunctions/); // no statement in this version: a warning
       assert.doesNotMatch(error.message, /QueueBoxClaimProbes/); // claims are sent as statements until it runs: a warning
+      assert.doesNotMatch(error.message, /QueueBoxUnkeyedClaims/); // the same
       return true;
     });
   });
@@ -131,6 +134,7 @@ describe('schema version checked at start-up', () => {
     assert.ok(app.logger.has('warn', 'QueueBoxKeyCollation1796083200000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxClaimFunctions1796169600000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxClaimProbes1796342400000 is not recorded'));
+    assert.ok(app.logger.has('warn', 'QueueBoxUnkeyedClaims1796774400000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxRateLimits1796428800000 is not recorded'), 'without outbox.rateLimits: a warning');
     assert.ok(!app.logger.has('warn', 'QueueBoxInstances1796256000000'), 'recorded: no warning');
   });

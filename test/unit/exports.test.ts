@@ -39,6 +39,8 @@ describe('public barrel', () => {
       'createQueueBoxPausesMigration',
       'QueueBoxAttempts1796688000000',
       'createQueueBoxAttemptsMigration',
+      'QueueBoxUnkeyedClaims1796774400000',
+      'createQueueBoxUnkeyedClaimsMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -73,6 +75,7 @@ describe('public barrel', () => {
         'QueueBoxRenewals1796515200000',
         'QueueBoxPauses1796601600000',
         'QueueBoxAttempts1796688000000',
+        'QueueBoxUnkeyedClaims1796774400000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );

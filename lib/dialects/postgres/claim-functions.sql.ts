@@ -1,5 +1,15 @@
 import type { QueueBoxTables } from '../dialect';
-import { claimLockNames, inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from './claims.sql';
+import {
+  claimLockNames,
+  inboxKeyedUnfinishedSql,
+  inboxPullClaimSql,
+  inboxPullUnkeyedClaimSql,
+  inboxRelayClaimSql,
+  inboxRelayUnkeyedClaimSql,
+  outboxClaimSql,
+  outboxKeyedUnfinishedSql,
+  outboxUnkeyedClaimSql,
+} from './claims.sql';
 import { pgLiteral, pgTable, substituteParams } from './quoting';
 
 // Migration 003's PL/pgSQL claim functions, and how the dialect calls them.
@@ -65,6 +75,12 @@ export const claimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =
  * 0.14 ms to run, on one row). `lockKey` is an SQL expression of the lock's name; the function
  * returns the claimed rows whole. `body` is the text PostgreSQL keeps as the function's source
  * (`pg_proc.prosrc`): the dialect compares it to tell a function of an older version.
+ *
+ * With `unkeyed` (migration 012, issue 36), the function first asks whether any row with a key
+ * (an aggregate) is unfinished; while none is, the claim can only take rows without one, whose
+ * order nothing asks for, and it runs `unkeyed.claim` without the lock: claims of several
+ * connections and replicas then run side by side instead of one at a time. The question and the
+ * claim need not agree: a keyed row committed between them is not the unkeyed claim's to take.
  */
 export interface ClaimFunction {
   /** `name(integer, bigint)`, as `to_regprocedure` and `DROP FUNCTION` take it. */
@@ -74,12 +90,33 @@ export interface ClaimFunction {
   create: string;
 }
 
-function claimFunction(kind: keyof ClaimFunctions, fn: string, table: string, lockKey: string, claim: string): ClaimFunction {
+/** The lock-free branch of a claim function: whether a keyed row is unfinished, and the claim of unkeyed rows. */
+interface UnkeyedBranch {
+  keyedUnfinished: string;
+  claim: string;
+}
+
+function claimFunction(
+  kind: keyof ClaimFunctions,
+  fn: string,
+  table: string,
+  lockKey: string,
+  claim: string,
+  unkeyed?: UnkeyedBranch,
+): ClaimFunction {
   const params = CLAIM_FUNCTION_PARAMS[kind];
+  const withParams = (statement: string) => substituteParams(statement, params, ([name]) => name, 'parameter');
+  const lockFree = unkeyed
+    ? `
+  IF NOT ${withParams(unkeyed.keyedUnfinished)} THEN
+    RETURN QUERY ${withParams(unkeyed.claim)};
+    RETURN;
+  END IF;`
+    : '';
   const body = `
-BEGIN
+BEGIN${lockFree}
   PERFORM pg_advisory_xact_lock(hashtextextended(${lockKey}, 0));
-  RETURN QUERY ${substituteParams(claim, params, ([name]) => name, 'parameter')};
+  RETURN QUERY ${withParams(claim)};
 END
 `;
   return {
@@ -90,16 +127,46 @@ LANGUAGE plpgsql VOLATILE AS $queuebox$${body}$queuebox$`,
   };
 }
 
-/** The three claim functions of `tables` as this version writes them: the claim statements of claims.sql.ts behind their locks. */
-export function claimFunctions(tables: QueueBoxTables): Record<keyof ClaimFunctions, ClaimFunction> {
+/**
+ * The three claim functions of `tables`: the claim statements of claims.sql.ts behind their locks.
+ * `unkeyedWithoutLock` (this version's: migrations 006, 007 and 012 write it) adds the lock-free
+ * claim of unkeyed rows; without it they are the functions of the version before, which 012's
+ * down writes back.
+ */
+export function claimFunctions(tables: QueueBoxTables, { unkeyedWithoutLock = true } = {}): Record<keyof ClaimFunctions, ClaimFunction> {
   const fn = claimFunctionNames(tables);
   const lock = claimLockNames(tables);
   const outbox = pgTable(tables.outbox);
   const inbox = pgTable(tables.inbox);
+  const unkeyed = (branch: UnkeyedBranch) => (unkeyedWithoutLock ? branch : undefined);
   return {
-    outbox: claimFunction('outbox', fn.outbox, outbox, pgLiteral(lock.outbox), outboxClaimSql(outbox, 'RETURNING o.*')),
-    relay: claimFunction('relay', fn.relay, inbox, pgLiteral(lock.inbox), inboxRelayClaimSql(inbox, 'RETURNING i.*')),
-    pull: claimFunction('pull', fn.pull, inbox, `${pgLiteral(lock.pullPrefix)} || p_source`, inboxPullClaimSql(inbox, 'RETURNING i.*')),
+    outbox: claimFunction(
+      'outbox',
+      fn.outbox,
+      outbox,
+      pgLiteral(lock.outbox),
+      outboxClaimSql(outbox, 'RETURNING o.*'),
+      unkeyed({ keyedUnfinished: outboxKeyedUnfinishedSql(outbox), claim: outboxUnkeyedClaimSql(outbox, 'RETURNING o.*') }),
+    ),
+    relay: claimFunction(
+      'relay',
+      fn.relay,
+      inbox,
+      pgLiteral(lock.inbox),
+      inboxRelayClaimSql(inbox, 'RETURNING i.*'),
+      unkeyed({ keyedUnfinished: inboxKeyedUnfinishedSql(inbox, '$3::text[]'), claim: inboxRelayUnkeyedClaimSql(inbox, 'RETURNING i.*') }),
+    ),
+    pull: claimFunction(
+      'pull',
+      fn.pull,
+      inbox,
+      `${pgLiteral(lock.pullPrefix)} || p_source`,
+      inboxPullClaimSql(inbox, 'RETURNING i.*'),
+      unkeyed({
+        keyedUnfinished: inboxKeyedUnfinishedSql(inbox, 'ARRAY[$3::text]'),
+        claim: inboxPullUnkeyedClaimSql(inbox, 'RETURNING i.*'),
+      }),
+    ),
   };
 }
 

@@ -115,6 +115,10 @@ const outboxHeadOfKey = (table: string, alias: string) => `(${alias}."key" IS NU
       ${noEarlierUnfinishedOfKey(table, `${alias}."key"`, `${alias}.id`)}
       AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state = 'processing')))`;
 
+/** $2 = lease in ms, $3 = the claiming instance: what an outbox claim writes on each row it takes. */
+const OUTBOX_SET_CLAIMED = `SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
+    lease_expires_at = ${msFromNow('$2')}, attempts = o.attempts + 1, claimed_by = $3::uuid`;
+
 /**
  * $1 = limit, $2 = lease in ms, $3 = the claiming instance (`claimed_by`, null for none); with
  * `paused` (issue 40), the destinations not to claim (`$4::text[]`). Takes available pending rows oldest first, only the head of each
@@ -173,12 +177,39 @@ export const outboxClaimSql = (table: string, returning = OUTBOX_CLAIM_RETURNING
   ${lockFoundSql(table, 'o')}
 )
 UPDATE ${table} o
-SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
-    lease_expires_at = ${msFromNow('$2')}, attempts = o.attempts + 1, claimed_by = $3::uuid
+${OUTBOX_SET_CLAIMED}
 FROM candidates c
 WHERE o.id = c.id
 ${returning}`;
 };
+
+/**
+ * Whether some outbox row with a key is unfinished (`pending` or `processing`): the first entry of
+ * the key index, or none. While none is, a claim can only take rows without a key, whose order
+ * nothing asks for: the claim function then claims them without the claim lock
+ * (`outboxUnkeyedClaimSql`), and claims of several connections and replicas run side by side.
+ */
+export const outboxKeyedUnfinishedSql = (table: string) =>
+  `EXISTS (SELECT 1 FROM ${table} e WHERE e.state IN ('pending', 'processing') AND e."key" IS NOT NULL)`;
+
+/**
+ * $1 = limit, $2 = lease in ms, $3 = the claiming instance. The claim of available pending rows
+ * without a key, oldest first, run without the claim lock (issue 36): it never takes a keyed row,
+ * so no order is at stake, and `FOR UPDATE SKIP LOCKED` on the scan of the unkeyed claim index
+ * keeps two concurrent claims off the same row (each skips what the other locked and reads on).
+ */
+export const outboxUnkeyedClaimSql = (table: string, returning = OUTBOX_CLAIM_RETURNING) => `WITH candidates AS MATERIALIZED (
+  SELECT o.id FROM ${table} o
+  WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= ${NOW}
+  ORDER BY o.available_at, o.id
+  LIMIT $1
+  FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE ${table} o
+${OUTBOX_SET_CLAIMED}
+FROM candidates c
+WHERE o.id = c.id
+${returning}`;
 
 /** $1 = max attempts: expired claims go back to pending, or to dead on their last attempt. */
 const RECLAIM_SET = `SET state = CASE WHEN attempts >= $1 THEN 'dead' ELSE 'pending' END,
@@ -349,6 +380,45 @@ FROM candidates c
 WHERE i.id = c.id
 ${returning}`;
 
+/**
+ * Whether some inbox row of `sources` (a text[] expression) with an aggregate is unfinished: the
+ * first entry of the aggregate index for each source, or none. While none is, the relay's and the
+ * pull workers' claim functions claim without their claim lock (see outboxKeyedUnfinishedSql).
+ */
+export const inboxKeyedUnfinishedSql = (table: string, sources: string) =>
+  `EXISTS (SELECT 1 FROM ${table} e WHERE e.source = ANY (${sources}) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL)`;
+
+/**
+ * The available pending rows without an aggregate of `source` (a column or expression), oldest
+ * first, locked on the scan of the unkeyed claim index (a row another claim locked is skipped and
+ * the scan reads on). $1 = limit, unless `limit` says otherwise.
+ */
+const unkeyedPendingOfSource = (table: string, source: string, limit = '$1') => `SELECT i.id, i.available_at FROM ${table} i
+    WHERE i.source = ${source} AND i.state = 'pending' AND i.aggregate_id IS NULL AND i.available_at <= ${NOW}
+    ORDER BY i.available_at, i.id
+    LIMIT ${limit}
+    FOR UPDATE OF i SKIP LOCKED`;
+
+/**
+ * $1 = limit, $2 = lease in ms, $3 = sources, $4 = the claiming instance. The relay's claim of rows
+ * without an aggregate, oldest first across its sources, run without the claim lock (issue 36; see
+ * outboxUnkeyedClaimSql). Each source's scan locks at most the limit; the rows a source locked
+ * past the merged limit stay pending and are unlocked when the claim commits.
+ */
+export const inboxRelayUnkeyedClaimSql = (table: string, returning = INBOX_RETURNING) => `WITH candidates AS MATERIALIZED (
+  SELECT u.id FROM unnest($3::text[]) AS s(source)
+  CROSS JOIN LATERAL (
+    ${unkeyedPendingOfSource(table, 's.source')}
+  ) u
+  ORDER BY u.available_at, u.id
+  LIMIT $1
+)
+UPDATE ${table} i
+${INBOX_SET_CLAIMED}
+FROM candidates c
+WHERE i.id = c.id
+${returning}`;
+
 /** $1 = max attempts, $2 = sources. The relay's reclaim step, limited to the sources it consumes. */
 export const inboxReclaimSql = (table: string) => `UPDATE ${table}
 ${RECLAIM_SET}
@@ -391,5 +461,25 @@ export const inboxPullClaimSql = (table: string, returning = INBOX_RETURNING) =>
 UPDATE ${table} i
 ${INBOX_SET_CLAIMED}
 FROM candidates c
+WHERE i.id = c.id
+${returning}`;
+
+/**
+ * $1 = limit, $2 = lease in ms, $3 = source, $4 = the claiming instance. The pull claim of rows
+ * without an aggregate, run without the claim lock (issue 36; see outboxUnkeyedClaimSql): rows
+ * whose lease expired first, then available pending rows, each locked on its own index scan.
+ */
+export const inboxPullUnkeyedClaimSql = (table: string, returning = INBOX_RETURNING) => `WITH expired AS MATERIALIZED (
+  SELECT i.id FROM ${table} i
+  WHERE i.source = $3 AND i.state = 'processing' AND i.aggregate_id IS NULL AND i.lease_expires_at <= ${NOW}
+  ORDER BY i.lease_expires_at
+  LIMIT $1
+  FOR UPDATE OF i SKIP LOCKED
+), pending AS MATERIALIZED (
+  ${unkeyedPendingOfSource(table, '$3', '$1 - (SELECT count(*) FROM expired)')}
+)
+UPDATE ${table} i
+${INBOX_SET_CLAIMED}
+FROM (SELECT id FROM expired UNION ALL SELECT id FROM pending) c
 WHERE i.id = c.id
 ${returning}`;

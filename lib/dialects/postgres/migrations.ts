@@ -20,6 +20,8 @@ import {
   postgresRenewalsUp,
   postgresSchemaDown,
   postgresSchemaUp,
+  postgresUnkeyedClaimsDown,
+  postgresUnkeyedClaimsUp,
 } from './schema';
 
 /**
@@ -38,4 +40,5 @@ export const postgresMigrations: DialectDriver['migrations'] = {
   renewals: { up: postgresRenewalsUp, down: postgresRenewalsDown },
   pauses: { up: postgresPausesUp, down: postgresPausesDown },
   attempts: { up: postgresAttemptsUp, down: postgresAttemptsDown },
+  unkeyedClaims: { up: postgresUnkeyedClaimsUp, down: postgresUnkeyedClaimsDown },
 };

@@ -200,6 +200,26 @@ export function postgresClaimProbesDown(_tables: QueueBoxTables): string[] {
   return [];
 }
 
+/**
+ * Migration 012 (unkeyed claims, issue 36): the three claim functions rewritten so that, while no
+ * row with a key (an aggregate) is unfinished, they claim rows without one without the claim lock
+ * (claimFunctions), and claims of several connections and replicas run side by side. CREATE OR
+ * REPLACE FUNCTION locks nothing but the function's catalog row: claims running meanwhile finish
+ * with the old source, the next ones use the new. Until it runs the dialect sees the functions
+ * are an earlier version's and sends the claim statements instead (one at a time, as before).
+ * Its down writes back the functions as the version before wrote them (every claim behind the lock).
+ * 006 and 007 write this version's functions too, so one of them run late changes nothing.
+ */
+export function postgresUnkeyedClaimsUp(tables: QueueBoxTables): string[] {
+  const functions = claimFunctions(tables);
+  return [functions.outbox.create, functions.relay.create, functions.pull.create];
+}
+
+export function postgresUnkeyedClaimsDown(tables: QueueBoxTables): string[] {
+  const functions = claimFunctions(tables, { unkeyedWithoutLock: false });
+  return [functions.outbox.create, functions.relay.create, functions.pull.create];
+}
+
 export function postgresInstancesDown(tables: QueueBoxTables): string[] {
   return [
     ...dropClaimFunctionsSql(tables, claimFunctionSignature),

@@ -17,6 +17,8 @@ export const sqlServerDriver = {
       '-- Nothing to do on SQL Server, which has no claim functions: on PostgreSQL the version that shipped this\n-- migration wrote them here (they now come with migration 006). The file keeps the migrations numbered alike.',
     claimProbes:
       '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
+    unkeyedClaims:
+      '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
   },
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   script: { terminator: ';\nGO\n', folder: 'sqlserver' },
@@ -25,6 +27,7 @@ export const sqlServerDriver = {
     claimFunctions: 'claim functions, PostgreSQL only',
     instances: 'instances and claim owners',
     claimProbes: 'claim probes, PostgreSQL only',
+    unkeyedClaims: 'unkeyed claims without the claim lock, PostgreSQL only',
   },
   migrationNotes: {
     claimFunctions: {
@@ -36,6 +39,10 @@ export const sqlServerDriver = {
       notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
     },
     claimProbes: {
+      applied: 'nothing to change on SQL Server (its claims are statements).',
+      notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
+    },
+    unkeyedClaims: {
       applied: 'nothing to change on SQL Server (its claims are statements).',
       notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
     },

@@ -36,4 +36,5 @@ export const sqlServerMigrations: DialectDriver['migrations'] = {
   renewals: { up: sqlServerRenewalsUp, down: sqlServerRenewalsDown },
   pauses: { up: sqlServerPausesUp, down: sqlServerPausesDown },
   attempts: { up: sqlServerAttemptsUp, down: sqlServerAttemptsDown },
+  unkeyedClaims: { up: () => [], down: () => [] },
 };
