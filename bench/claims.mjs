@@ -1,0 +1,136 @@
+// The claim lock, measured alone (issue 36): how fast 1, 2 and 4 claimers drain a backlog of rows
+// without a key through QueueBox's own claim function and fenced batch completion, with the claim
+// functions of migration 012 (rows without a key claimed without the lock) and with those of the
+// version before (every claim behind the table's advisory lock; 012's down migration writes them).
+// No worker, no publisher: each claimer is one connection that claims a batch, then completes it.
+//
+//   npm run build && node bench/claims.mjs
+//
+// BENCH_PG_URL: the server (default postgres://postgres@127.0.0.1:5432/postgres); a scratch database
+// qb_bench_claims is created and dropped. BENCH_CLAIM_ROWS (default 200,000), BENCH_CLAIM_BATCH
+// (default 500), BENCH_CLAIMERS (default 1,2,4). Check the load average before and after: only a
+// run on a quiet machine counts.
+import { loadavg } from 'node:os';
+import { now } from './clock.mjs';
+import { Admin, connect, databaseUrl, withClient } from './pg.mjs';
+import { loadQueueBox } from './queuebox-lib.mjs';
+
+const serverUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const rows = Number(process.env.BENCH_CLAIM_ROWS ?? 200_000);
+const batch = Number(process.env.BENCH_CLAIM_BATCH ?? 500);
+const claimerCounts = (process.env.BENCH_CLAIMERS ?? '1,2,4').split(',').map(Number);
+const DATABASE = 'qb_bench_claims';
+
+const { queuebox, typeorm } = loadQueueBox();
+const url = databaseUrl(serverUrl, DATABASE);
+
+/** The completion QueueBox sends for a batch (lease.sql.ts leaseCompleteBatchSql), written out: the bench reads only dist's public API. */
+const COMPLETE = `WITH done AS (
+  UPDATE queuebox_outbox t SET state = 'sent', sent_at = clock_timestamp(), lease_expires_at = NULL
+  FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
+  WHERE t.id = c.id AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > clock_timestamp()
+  RETURNING t.id
+)
+SELECT c.id::text AS id FROM unnest($1::bigint[]) AS c(id) WHERE c.id NOT IN (SELECT id FROM done)`;
+
+async function migrate() {
+  const dataSource = new typeorm.DataSource({ type: 'postgres', url, migrations: [...queuebox.QueueBoxMigrations], logging: false });
+  await dataSource.initialize();
+  try {
+    await dataSource.runMigrations();
+  } finally {
+    await dataSource.destroy();
+  }
+}
+
+/** Writes the claim functions of migration 012 (`up`) or of the version before (`down`). */
+const claimFunctions = (direction) =>
+  withClient(url, (client) => client.query(queuebox.renderSchemaSql('postgres', { migration: 'unkeyedClaims', direction })));
+
+async function fill() {
+  await withClient(url, async (client) => {
+    await client.query('TRUNCATE queuebox_outbox');
+    await client.query(
+      "INSERT INTO queuebox_outbox (message_id, destination, payload) SELECT gen_random_uuid(), 'bench', jsonb_build_object('seq', g) FROM generate_series(1, $1::int) g",
+      [rows],
+    );
+    await client.query('VACUUM (ANALYZE) queuebox_outbox');
+    await client.query('CHECKPOINT').catch(() => {});
+  });
+}
+
+/** `claimers` connections claim and complete until the backlog is gone; resolves to messages per second. */
+async function drain(claimers) {
+  const clients = await Promise.all(Array.from({ length: claimers }, () => connect(url)));
+  let claimed = 0;
+  let lost = 0;
+  const started = now();
+  try {
+    await Promise.all(
+      clients.map(async (client) => {
+        for (;;) {
+          const { rows: claims } = await client.query('SELECT id::text AS id, claim_token FROM queuebox_outbox_claim($1, $2, $3)', [
+            batch,
+            60_000,
+            null,
+          ]);
+          if (claims.length === 0) return;
+          claimed += claims.length;
+          const { rows: notDone } = await client.query(COMPLETE, [claims.map((c) => c.id), claims.map((c) => c.claim_token)]);
+          lost += notDone.length;
+        }
+      }),
+    );
+  } finally {
+    await Promise.all(clients.map((client) => client.end()));
+  }
+  const ms = now() - started;
+  if (claimed !== rows || lost !== 0) throw new Error(`claimed ${claimed} of ${rows} rows, ${lost} completions lost: the bench is wrong`);
+  return (rows / ms) * 1000;
+}
+
+const admin = new Admin(serverUrl);
+await admin.open();
+try {
+  console.log(
+    `load average before: ${loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}`,
+  );
+  await admin.dropDatabase(DATABASE);
+  await admin.createDatabase(DATABASE);
+  await migrate();
+  const table = [];
+  for (const claimers of claimerCounts) {
+    const row = { claimers };
+    for (const [mode, direction] of [
+      ['locked', 'down'],
+      ['lockFree', 'up'],
+    ]) {
+      await claimFunctions(direction);
+      await fill();
+      row[mode] = await drain(claimers);
+      console.log(
+        `${claimers} claimer(s), ${mode === 'locked' ? 'every claim behind the lock' : 'unkeyed claims without the lock'}: ${Math.round(row[mode]).toLocaleString('en-US')} msg/s`,
+      );
+    }
+    table.push(row);
+  }
+  console.log(
+    `\n${rows.toLocaleString('en-US')} rows without a key, batch ${batch}; claim + fenced completion per batch, one connection per claimer\n`,
+  );
+  console.log('| claimers | behind the lock (msg/s) | without it (msg/s) | ratio |');
+  console.log('|---|---|---|---|');
+  for (const row of table)
+    console.log(
+      `| ${row.claimers} | ${Math.round(row.locked).toLocaleString('en-US')} | ${Math.round(row.lockFree).toLocaleString('en-US')} | ${(row.lockFree / row.locked).toFixed(2)}x |`,
+    );
+  console.log(
+    `\nload average after: ${loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}`,
+  );
+} finally {
+  await admin.dropDatabase(DATABASE).catch(() => {});
+  await admin.close();
+}
