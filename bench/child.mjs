@@ -92,3 +92,76 @@ export function spawnWorker({ script, config, onProgress = () => {}, onRejection
   live.add(worker);
   return worker;
 }
+
+/** How often each worker of a group reports progress: the group's "handled all" waits for the sum. */
+const GROUP_PROGRESS_EVERY_MS = 50;
+
+/**
+ * `count` worker processes of one system that share the work (BENCH_WORKERS), behind the interface
+ * of one worker: ready, started and exited once all are; `go`, `stop` and `kill` go to every one;
+ * `handledAll` once the sum of the messages each has seen reaches `expected` (each reports it every
+ * 50 ms, so the parent's done-poll starts at most that late; the poll, not this sum, says the work
+ * is finished); `stop` resolves to one result, their handler starts merged in time order (one
+ * clock for every process: clock.mjs), CPU summed, peak RSS the largest of them. One worker is
+ * `spawnWorker` itself.
+ */
+export function spawnWorkerGroup({ count, onProgress = () => {}, cpuProfile, ...spec }) {
+  if (count === 1) return spawnWorker({ ...spec, cpuProfile, onProgress });
+  const expected = spec.config.expected;
+  const seen = new Array(count).fill(0);
+  const handledAll = deferred();
+  const workers = Array.from({ length: count }, (_, i) =>
+    spawnWorker({
+      ...spec,
+      config: { ...spec.config, progressEveryMs: GROUP_PROGRESS_EVERY_MS },
+      cpuProfile: cpuProfile ? { ...cpuProfile, name: `${cpuProfile.name}_${i}` } : undefined,
+      onProgress: (message) => {
+        seen[i] = message.distinct;
+        const distinct = seen.reduce((sum, n) => sum + n, 0);
+        onProgress({ handled: message.handled, distinct: Math.min(distinct, expected) });
+        if (distinct >= expected) handledAll.resolve(performance.timeOrigin + performance.now());
+      },
+    }),
+  );
+  const all = (pick) => Promise.all(workers.map(pick));
+  const failed = Promise.race(workers.map((worker) => worker.exited.then(() => worker.handledAll)));
+  failed.catch((error) => handledAll.reject(error));
+  return {
+    pid: workers[0].pid,
+    ready: all((worker) => worker.ready),
+    started: all((worker) => worker.started).then((started) => ({
+      at: Math.min(...started.map((s) => s.at)),
+      startMs: Math.max(...started.map((s) => s.startMs)),
+    })),
+    handledAll: handledAll.promise,
+    exited: all((worker) => worker.exited),
+    go: () => {
+      for (const worker of workers) worker.go();
+    },
+    async stop() {
+      return mergeResults(await all((worker) => worker.stop()));
+    },
+    kill: () => all((worker) => worker.kill()),
+  };
+}
+
+/** The results of a group's workers as one (see spawnWorkerGroup). */
+function mergeResults(results) {
+  const starts = results.flatMap((result) => result.seqs.map((seq, i) => [result.times[i], seq]));
+  starts.sort((a, b) => a[0] - b[0]);
+  const sum = (pick) => results.reduce((total, result) => total + (pick(result) ?? 0), 0);
+  const firstAts = results.map((result) => result.firstAt).filter((at) => !Number.isNaN(at) && at !== null);
+  return {
+    type: 'result',
+    startedAt: Math.min(...results.map((result) => result.startedAt)),
+    firstAt: firstAts.length > 0 ? Math.min(...firstAts) : Number.NaN,
+    seqs: starts.map((start) => start[1]),
+    times: starts.map((start) => start[0]),
+    maxRssKb: Math.max(...results.map((result) => result.maxRssKb)),
+    idleRssKb: Math.max(...results.map((result) => result.idleRssKb ?? 0)) || null,
+    cpuMs: sum((result) => result.cpuMs),
+    cpuFromGoMs: sum((result) => result.cpuFromGoMs),
+    allocation: null,
+    unhandledRejections: sum((result) => result.unhandledRejections),
+  };
+}

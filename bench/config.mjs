@@ -59,8 +59,13 @@ export const settings = {
   keys: 100,
   /** Messages per enqueue transaction in the drain workloads. */
   txSize: 100,
-  /** Handlers in flight in the one worker process, for every system. */
+  /** Handlers in flight in each worker process, for every system. */
   concurrency: 10,
+  /**
+   * Worker processes of the system under test sharing each drain and W3 (BENCH_WORKERS, default 1):
+   * replicas, each with the settings of one. The W2 allocation run always has one.
+   */
+  workers: intFromEnv('BENCH_WORKERS', 1),
   /** Connection pool of the worker process (graphile-worker advises max(10, concurrency + 2)). */
   poolSize: 12,
   /** W3: one message per transaction at this rate, for this long, while the worker runs. */

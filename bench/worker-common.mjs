@@ -247,7 +247,7 @@ export async function serveWorker(boot) {
           await send({ type: 'started', at: startedAt, startMs });
           progress = setInterval(
             () => void send({ type: 'progress', handled: recorder.count, distinct: recorder.distinct }),
-            PROGRESS_EVERY_MS,
+            config.progressEveryMs ?? PROGRESS_EVERY_MS,
           );
         } else if (message.type === 'stop') {
           // The peak of the drain, read first: the graceful stop and the result arrays built below

@@ -2,7 +2,7 @@
 // what each workload measures; the comments here say how.
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { spawnWorker } from './child.mjs';
+import { spawnWorker, spawnWorkerGroup } from './child.mjs';
 import { beforeDeadline, DeadlineError, now, sleep } from './clock.mjs';
 import { messageCount, settings } from './config.mjs';
 import { enableStatementStats, pollUntilFinished, statementCount, withClient } from './pg.mjs';
@@ -414,7 +414,10 @@ function startWorker(cell, expected) {
     ? { file: `${PROFILE_DIR}${database}.heapprofile`, samplingInterval: settings.allocSamplingInterval }
     : undefined;
   if (allocation) mkdirSync(PROFILE_DIR, { recursive: true });
-  cell.worker = spawnWorker({
+  const count = allocation ? 1 : settings.workers;
+  if (count > 1) cell.result.notes.push(`${count} worker processes, each with these settings (BENCH_WORKERS)`);
+  cell.worker = spawnWorkerGroup({
+    count,
     script,
     config: { url, expected, poolSize: settings.poolSize, options, allocation },
     cpuProfile: settings.cpuProfile ? { dir: PROFILE_DIR, name: database } : undefined,
