@@ -170,6 +170,12 @@ export function claimFunctions(tables: QueueBoxTables, { unkeyedWithoutLock = tr
   };
 }
 
+/** The CREATE OR REPLACE FUNCTION statements of the three claim functions (`claimFunctions`), as a migration runs them. */
+export function createClaimFunctionsSql(tables: QueueBoxTables, options?: { unkeyedWithoutLock?: boolean }): string[] {
+  const functions = claimFunctions(tables, options);
+  return [functions.outbox.create, functions.relay.create, functions.pull.create];
+}
+
 /**
  * A call of a claim function ($1 = limit, $2 = lease in ms, then the sources or source, then the claiming instance): of the rows
  * it claimed, the `columns` the worker reads (OUTBOX_CLAIM_COLUMNS, INBOX_CLAIM_COLUMNS), as the

@@ -1,7 +1,7 @@
 import { attemptsTableOf, pausesTableOf, rateLimitsTableOf, type TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import { serverVersionCheckSql } from './checks.sql';
-import { claimFunctionNames, claimFunctionSignature, claimFunctions, legacyClaimFunctionSignature } from './claim-functions.sql';
+import { claimFunctionNames, claimFunctionSignature, createClaimFunctionsSql, legacyClaimFunctionSignature } from './claim-functions.sql';
 import { pgTable } from './quoting';
 
 /**
@@ -160,7 +160,6 @@ export function postgresKeyCollationDown(_tables: QueueBoxTables): string[] {
  * functions QueueBox sends the claim statements itself.
  */
 export function postgresInstancesUp(tables: QueueBoxTables): string[] {
-  const functions = claimFunctions(tables);
   const instanceSchema = tables.instances.schema;
   return [
     ...(instanceSchema ? [`CREATE SCHEMA IF NOT EXISTS "${instanceSchema}"`] : []),
@@ -177,9 +176,7 @@ export function postgresInstancesUp(tables: QueueBoxTables): string[] {
     `ALTER TABLE ${pgTable(tables.outbox)} ADD COLUMN claimed_by uuid`,
     `ALTER TABLE ${pgTable(tables.inbox)} ADD COLUMN claimed_by uuid`,
     ...dropClaimFunctionsSql(tables, legacyClaimFunctionSignature),
-    functions.outbox.create,
-    functions.relay.create,
-    functions.pull.create,
+    ...createClaimFunctionsSql(tables),
   ];
 }
 
@@ -192,8 +189,7 @@ export function postgresInstancesUp(tables: QueueBoxTables): string[] {
  * down drops the functions anyway.
  */
 export function postgresClaimProbesUp(tables: QueueBoxTables): string[] {
-  const functions = claimFunctions(tables);
-  return [functions.outbox.create, functions.relay.create, functions.pull.create];
+  return createClaimFunctionsSql(tables);
 }
 
 export function postgresClaimProbesDown(_tables: QueueBoxTables): string[] {
@@ -211,13 +207,11 @@ export function postgresClaimProbesDown(_tables: QueueBoxTables): string[] {
  * 006 and 007 write this version's functions too, so one of them run late changes nothing.
  */
 export function postgresUnkeyedClaimsUp(tables: QueueBoxTables): string[] {
-  const functions = claimFunctions(tables);
-  return [functions.outbox.create, functions.relay.create, functions.pull.create];
+  return createClaimFunctionsSql(tables);
 }
 
 export function postgresUnkeyedClaimsDown(tables: QueueBoxTables): string[] {
-  const functions = claimFunctions(tables, { unkeyedWithoutLock: false });
-  return [functions.outbox.create, functions.relay.create, functions.pull.create];
+  return createClaimFunctionsSql(tables, { unkeyedWithoutLock: false });
 }
 
 export function postgresInstancesDown(tables: QueueBoxTables): string[] {
