@@ -3,6 +3,7 @@ import { after, before, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
+import { withinTimeout } from '../../lib/common/time-limit';
 import { claimLockNames, outboxUnkeyedClaimSql } from '../../lib/dialects/postgres/claims.sql';
 import { resolveTables } from '../../lib/options/options.resolver';
 import { OutboxService } from '../../lib/outbox/outbox.service';
@@ -54,17 +55,13 @@ describeWithDatabase('PostgreSQL: unkeyed claims without the claim lock', { trun
   }
 
   /** `claim`, which must return while the lock is held: a claim that waits for it fails the test instead of hanging. */
-  async function withoutWaiting<T>(claim: Promise<T>, what: string): Promise<T> {
-    let timer: NodeJS.Timeout | undefined;
-    const waited = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what} waited for the claim lock`)), 10_000);
-    });
-    try {
-      return await Promise.race([claim, waited]);
-    } finally {
-      clearTimeout(timer);
-    }
-  }
+  const withoutWaiting = <T>(claim: Promise<T>, what: string): Promise<T> =>
+    withinTimeout(
+      claim,
+      10_000,
+      () => new Error(`${what} waited for the claim lock`),
+      () => undefined,
+    );
 
   const waitingForAdvisoryLock = async () =>
     (await db.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"))[0].n === 1;
