@@ -13,7 +13,7 @@
 import { loadavg } from 'node:os';
 import { now } from './clock.mjs';
 import { Admin, connect, databaseUrl, withClient } from './pg.mjs';
-import { loadQueueBox } from './queuebox-lib.mjs';
+import { loadQueueBox, requireFromDist } from './queuebox-lib.mjs';
 
 const serverUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const rows = Number(process.env.BENCH_CLAIM_ROWS ?? 200_000);
@@ -24,14 +24,11 @@ const DATABASE = 'qb_bench_claims';
 const { queuebox, typeorm } = loadQueueBox();
 const url = databaseUrl(serverUrl, DATABASE);
 
-/** The completion QueueBox sends for a batch (lease.sql.ts leaseCompleteBatchSql), written out: the bench reads only dist's public API. */
-const COMPLETE = `WITH done AS (
-  UPDATE queuebox_outbox t SET state = 'sent', sent_at = clock_timestamp(), lease_expires_at = NULL
-  FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
-  WHERE t.id = c.id AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > clock_timestamp()
-  RETURNING t.id
-)
-SELECT c.id::text AS id FROM unnest($1::bigint[]) AS c(id) WHERE c.id NOT IN (SELECT id FROM done)`;
+/** The fenced completion QueueBox sends for a batch of claims (lease.sql.ts). */
+const COMPLETE = requireFromDist('dialects/postgres/lease.sql.js').leaseCompleteBatchSql('queuebox_outbox', {
+  state: 'sent',
+  column: 'sent_at',
+});
 
 async function migrate() {
   const dataSource = new typeorm.DataSource({ type: 'postgres', url, migrations: [...queuebox.QueueBoxMigrations], logging: false });

@@ -25,6 +25,11 @@ export function snapshotDist(runId) {
   return () => rmSync(copy, { recursive: true, force: true });
 }
 
+/** A module of QueueBox's build by its path inside dist/ (`dialects/postgres/lease.sql.js`): for benches that measure one statement. */
+export function requireFromDist(path) {
+  return require(join(process.env[DIST_ENV] ?? join(repoRoot, 'dist'), path));
+}
+
 export function loadQueueBox() {
   const distEntry = join(process.env[DIST_ENV] ?? join(repoRoot, 'dist'), 'index.js');
   if (!existsSync(distEntry)) throw new Error(`${distEntry} is missing: run \`npm run build\` at the repository root first`);
