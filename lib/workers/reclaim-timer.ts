@@ -6,10 +6,13 @@ import type { SchedulerRegistry } from '@nestjs/schedule';
 /**
  * Runs a loop's reclaim step (expired leases back to `pending`) at once and then every
  * `intervalMs`, as an interval of the app's `SchedulerRegistry` under `name` when `@nestjs/schedule`
- * is set up, so it is listed with the app's other timers.
+ * is set up, so it is listed with the app's other timers. A tick that comes while the previous
+ * step still runs is skipped: steps that wait for a slow database (up to the statement bound, which
+ * can exceed the interval) would otherwise pile up, each holding a pool connection.
  */
 export class ReclaimTimer {
   private timer?: NodeJS.Timeout;
+  private running?: Promise<void>;
 
   constructor(
     private readonly name: string,
@@ -20,9 +23,16 @@ export class ReclaimTimer {
 
   start(): void {
     if (this.timer) return;
-    void this.reclaim();
-    this.timer = setInterval(() => void this.reclaim(), this.intervalMs);
+    this.tick();
+    this.timer = setInterval(() => this.tick(), this.intervalMs);
     this.scheduler?.addInterval(this.name, this.timer);
+  }
+
+  private tick(): void {
+    if (this.running) return;
+    this.running = this.reclaim().finally(() => {
+      this.running = undefined;
+    });
   }
 
   stop(): void {
