@@ -198,6 +198,8 @@ export const messages = {
       : 'InboxService.receive() was given an EntityManager that is not in a transaction (such as dataSource.manager). Pass the manager of dataSource.transaction(async (manager) => ...) to store the message with your change, or no manager to store it on its own.',
   queryTimedOut: (timeoutMs: number) =>
     `A QueueBox statement got no answer within ${timeoutMs} ms (a third of the shortest lease): the connection was discarded and the work is retried. A lock held elsewhere, an overloaded database or a silent network partition does this; see "Timeouts" in docs/runbook.md.`,
+  connectTimedOut: (timeoutMs: number) =>
+    `QueueBox got no database connection within ${timeoutMs} ms (a third of the shortest lease) and gave up; the work is retried. Every connection of the pool was busy, or a new connection got no answer (a silent network partition): give the pool a connect timeout (\`connectTimeoutMS\`, node-postgres' \`connectionTimeoutMillis\`) and see "Timeouts" in docs/runbook.md.`,
   transactionLost: () =>
     "The statement was not run: the connection of the given EntityManager's transaction was released or broke (the database ended the session or the network dropped it). QueueBox never falls back to another connection, which would commit the write on its own: the transaction is gone, so run the whole unit of work again.",
 

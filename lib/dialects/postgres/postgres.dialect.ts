@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { attemptsTableOf, pausesTableOf, rateLimitsTableOf } from '../../common/identifiers';
 import { onConnectionOf, runSql, type SqlResult } from '../../common/sql-runner';
+import { withinTimeout } from '../../common/time-limit';
 import { QueueBoxConfigError, QueueBoxError } from '../../errors/queuebox.errors';
 import { messages } from '../../texts/queuebox.messages';
 import type { QueueTable } from '../../types/claims';
@@ -395,7 +396,10 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   private async serializedClaim<T>(lockName: string, statement: string, params: readonly InlineParam[]): Promise<T[]> {
     const text = serializedClaimSql(lockName, statement, params);
     // No values: node-postgres sends the text with the simple query protocol, which runs several statements.
-    const results = await bounded(poolOf(this.dataSource).query({ text, query_timeout: this.queryTimeoutMs }), this.queryTimeoutMs);
+    const timeoutMs = this.queryTimeoutMs;
+    const results = await onPoolConnection(this.dataSource, timeoutMs, (client) =>
+      bounded(client.query({ text, query_timeout: timeoutMs }), timeoutMs),
+    );
     // One result per statement; the claim is the last.
     return (Array.isArray(results) ? results[results.length - 1] : results).rows as T[];
   }
@@ -551,11 +555,6 @@ interface PgClient {
 
 /** The parts of node-postgres' pool QueueBox uses. */
 interface PgPool {
-  /**
-   * One query on a connection of the pool, which pg-pool discards when the query failed (a
-   * `query_timeout` among others), so nothing late arrives on a connection someone else uses.
-   */
-  query(query: PgQuery): Promise<PgResult | PgResult[]>;
   connect(): Promise<PgClient & { release(error?: Error): void }>;
 }
 
@@ -637,19 +636,44 @@ async function alone<T>(client: PgClient, statement: string, params: unknown[], 
 }
 
 /** `alone` on a connection of the driver's pool, bounded by `timeoutMs` when given. */
-async function aloneOnPool<T>(dataSource: DataSource, statement: string, params: unknown[], timeoutMs?: number): Promise<SqlResult<T>> {
-  const client = await poolOf(dataSource).connect();
+function aloneOnPool<T>(dataSource: DataSource, statement: string, params: unknown[], timeoutMs?: number): Promise<SqlResult<T>> {
+  return onPoolConnection(dataSource, timeoutMs, (client) => alone<T>(client, statement, params, timeoutMs));
+}
+
+/**
+ * `work` on a connection of the driver's pool, waited for up to `timeoutMs` when given: without
+ * the pool's own `connectionTimeoutMillis`, a connect through a silent partition never ends, and
+ * it held the claim, and with it shutdown, forever. A connection that comes after the wait gave
+ * up goes back to the pool unused. As pg-pool's own `query`, a connection whose work failed (or
+ * timed out) is discarded, so nothing late arrives on a connection someone else uses.
+ */
+async function onPoolConnection<T>(
+  dataSource: DataSource,
+  timeoutMs: number | undefined,
+  work: (client: PgClient) => Promise<T>,
+): Promise<T> {
+  const connecting = poolOf(dataSource).connect();
+  const client =
+    timeoutMs === undefined
+      ? await connecting
+      : await withinTimeout(
+          connecting,
+          timeoutMs,
+          () => new QueueBoxError('QUEUEBOX_QUERY_TIMEOUT', messages.connectTimedOut(timeoutMs)),
+          () => connecting.then((late) => late.release(), ignoreError),
+        );
   let failure: Error | undefined;
   try {
-    return await alone<T>(client, statement, params, timeoutMs);
+    return await work(client);
   } catch (error) {
-    // As pg-pool's own `query`: a connection whose statement failed (or timed out) is discarded.
     failure = error instanceof Error ? error : new Error(String(error));
     throw error;
   } finally {
     client.release(failure);
   }
 }
+
+const ignoreError = () => undefined;
 
 /**
  * `alone` on the connection of `runner`, which has no transaction open (a connection set aside),
