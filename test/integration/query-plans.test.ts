@@ -7,6 +7,7 @@ import { describe, it } from 'node:test';
 import { Client } from 'pg';
 import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from '../../lib/dialects/postgres/claims.sql';
 import { inboxCompleteFollowersSql } from '../../lib/dialects/postgres/followers.sql';
+import { leaseCompleteBatchSql, leaseRenewBatchSql } from '../../lib/dialects/postgres/lease.sql';
 import { testDatabases } from '../support/database';
 
 describe('query plans: pages read by claims and completions on large tables', () => {
@@ -227,6 +228,98 @@ describe('query plans: pages read by claims and completions on large tables', ()
       await client.end();
     }
   });
+  // Issue 36: with a batch of 1,000 rows (a relay forward of 10 heads with 100 followers each, at
+  // batchSize 100; or 1,000 claims renewed or completed at once) the planner joined the batch to
+  // the whole table by hash, reading every row of it on every statement: at batchSize 100 the W5
+  // relay spent 77 ms a statement (200,000 rows) completing followers, and drained at half the
+  // rate of batchSize 50.
+  it('batch writes of 1,000 claims (renewal, completion, followers) reach their rows by primary key: pages read do not grow with the table (200,000 rows against 2,000)', async () => {
+    const db = await newDatabase();
+    const client = new Client({ connectionString: db.url });
+    await client.connect();
+    const T = '"queuebox_inbox"';
+    const batchScans = async (rowsInTable: number, aggregateCount: number) => {
+      await client.query('TRUNCATE queuebox_inbox');
+      // Every other row without an aggregate, the others spread over the aggregates.
+      await client.query(
+        `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
+         SELECT 'src', 'k' || n, CASE WHEN n % 2 = 1 THEN 'agg-' || (n / 2 % $2::int) END, '{}'
+         FROM generate_series(1, $1::int) n ORDER BY n`,
+        [rowsInTable, aggregateCount],
+      );
+      // As in a drain: statistics of the backlog.
+      await client.query('ANALYZE queuebox_inbox');
+      await client.query('BEGIN');
+      try {
+        // 1,000 claims in flight (rows without an aggregate), and 10 heads completed (aggregates 0
+        // to 9), each with the next 100 rows of its aggregate as followers.
+        const { rows: claims } = await client.query(
+          `UPDATE queuebox_inbox SET state = 'processing', claim_token = gen_random_uuid(), attempts = 1,
+             lease_expires_at = now() + interval '1 hour'
+           WHERE id IN (SELECT id FROM queuebox_inbox WHERE aggregate_id IS NULL ORDER BY id LIMIT 1000)
+           RETURNING id, claim_token`,
+        );
+        const { rows: heads } = await client.query(
+          `UPDATE queuebox_inbox SET state = 'processed', claim_token = gen_random_uuid(), attempts = 1
+           WHERE id IN (SELECT min(id) FROM queuebox_inbox WHERE aggregate_id IN (${aggregates(10)}) GROUP BY aggregate_id)
+           RETURNING id, aggregate_id, claim_token`,
+        );
+        const { rows: followers } = await client.query(
+          `SELECT f.id, h.id AS head_id, h.token FROM unnest($1::bigint[], $2::text[], $3::uuid[]) AS h(id, aggregate_id, token)
+           CROSS JOIN LATERAL (SELECT i.id FROM queuebox_inbox i WHERE i.aggregate_id = h.aggregate_id AND i.state = 'pending' ORDER BY i.id LIMIT 100) f`,
+          [heads.map((h) => h.id), heads.map((h) => h.aggregate_id), heads.map((h) => h.claim_token)],
+        );
+        assert.equal(claims.length, 1000);
+        assert.equal(followers.length, 1000);
+        const ids = claims.map((c) => c.id);
+        const tokens = claims.map((c) => c.claim_token);
+        const statements: Record<string, { sql: string; params: unknown[]; returned: number }> = {
+          renewal: { sql: leaseRenewBatchSql(T), params: [ids, tokens, ids.map(() => 60_000)], returned: 1000 },
+          completion: { sql: leaseCompleteBatchSql(T, { state: 'processed', column: 'processed_at' }), params: [ids, tokens], returned: 0 },
+          followers: {
+            sql: inboxCompleteFollowersSql(T),
+            params: [followers.map((f) => f.id), followers.map((f) => f.head_id), followers.map((f) => f.token)],
+            returned: 1000,
+          },
+        };
+        const scans: Record<string, { pages: number; seqScan: boolean }> = {};
+        for (const [name, { sql, params, returned }] of Object.entries(statements)) {
+          await client.query('SAVEPOINT batch');
+          const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, params);
+          await client.query('ROLLBACK TO SAVEPOINT batch');
+          const plan = rows[0]['QUERY PLAN'][0].Plan as PlanNode;
+          assert.equal(plan['Actual Rows'], returned, `${name}: rows returned`);
+          // The update's input: the rows found (and their heads checked), before any write.
+          const update = findNode(plan, (node) => node['Node Type'] === 'ModifyTable');
+          assert.ok(update?.Plans?.[0], `${name}: the plan has its update`);
+          const found = update.Plans[0] as PlanNode & Record<string, number>;
+          scans[name] = {
+            pages: found['Shared Hit Blocks'] + found['Shared Read Blocks'],
+            seqScan: findNode(plan, (node) => node['Node Type'] === 'Seq Scan' && node['Relation Name'] === 'queuebox_inbox') !== undefined,
+          };
+        }
+        return scans;
+      } finally {
+        await client.query('ROLLBACK');
+      }
+    };
+    try {
+      await client.query('ALTER TABLE queuebox_inbox SET (autovacuum_enabled = false)');
+      const small = await batchScans(4_000, 10);
+      const large = await batchScans(200_000, 100);
+      for (const name of Object.keys(large)) {
+        assert.equal(large[name].seqScan, false, `${name}: a sequential scan of the 200,000-row table`);
+        // A few pages per row through the primary key either way (its depth grows with log n); a
+        // scan of the table reads thousands more.
+        assert.ok(
+          large[name].pages <= small[name].pages * 3,
+          `${name}: pages read to find 1,000 rows: ${small[name].pages} in a table of 4,000 rows, ${large[name].pages} in one of 200,000`,
+        );
+      }
+    } finally {
+      await client.end();
+    }
+  });
   // Issue 29: statistics taken while every row was pending (a backlog received, then ANALYZEd) and
   // a VACUUM of the drained table (autovacuum can run one on a nearly empty table) turned the
   // head probe `e.id < w.id` from the key index into a walk down the primary key (or the table)
@@ -319,4 +412,9 @@ function findNode(node: PlanNode, match: (node: PlanNode) => boolean): (PlanNode
     if (found) return found;
   }
   return undefined;
+}
+
+/** `'agg-0', ..., 'agg-<n-1>'`: the first `n` aggregates, as SQL literals. */
+function aggregates(n: number): string {
+  return Array.from({ length: n }, (_, i) => `'agg-${i}'`).join(', ');
 }

@@ -1,6 +1,11 @@
 import { msFromNow, NOW } from './time';
 
 // The fenced writes of a claim's holder. Parameters are positional (`$1`...).
+//
+// A batch statement joins its array of ids to the table and also says `t.id = ANY($1)`: the
+// primary key then finds the rows whatever the join's plan. Without it, a batch of a thousand or
+// so rows could be joined to the whole table by hash, a scan of every row per statement (issue 36;
+// see inboxCompleteFollowersSql).
 
 /** The claim fence: $1 = id, $2 = claim token. */
 const FENCE = `id = $1 AND state = 'processing' AND claim_token = $2 AND lease_expires_at > ${NOW}`;
@@ -21,7 +26,7 @@ export const leaseRenewBatchSql = (
   table: string,
 ) => `UPDATE ${table} t SET lease_expires_at = ${msFromNow('c.lease_ms')}, renewed_at = ${NOW}
 FROM unnest($1::bigint[], $2::uuid[], $3::bigint[]) AS c(id, token, lease_ms)
-WHERE t.id = c.id AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
+WHERE t.id = c.id AND t.id = ANY($1::bigint[]) AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
 RETURNING t.id::text AS id, t.claim_token::text AS token, t.lease_expires_at`;
 
 /** $1 = id, $2 = token. `state`/`column`: `sent`/`sent_at` or `processed`/`processed_at`. */
@@ -38,7 +43,7 @@ export const leaseCompleteBatchSql = (table: string, finished: { state: 'sent' |
   `WITH done AS (
   UPDATE ${table} t SET state = '${finished.state}', ${finished.column} = ${NOW}, lease_expires_at = NULL
   FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
-  WHERE t.id = c.id AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
+  WHERE t.id = c.id AND t.id = ANY($1::bigint[]) AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
   RETURNING t.id
 )
 SELECT c.id::text AS id FROM unnest($1::bigint[]) AS c(id) WHERE c.id NOT IN (SELECT id FROM done)`;
