@@ -233,7 +233,7 @@ describe('query plans: pages read by claims and completions on large tables', ()
   // the whole table by hash, reading every row of it on every statement: at batchSize 100 the W5
   // relay spent 77 ms a statement (200,000 rows) completing followers, and drained at half the
   // rate of batchSize 50.
-  it('batch writes of 1,000 claims (renewal, completion, followers) reach their rows by primary key: pages read do not grow with the table (200,000 rows against 2,000)', async () => {
+  it('batch writes of 1,000 claims (renewal, completion, followers) reach their rows by primary key: pages read do not grow with the table (200,000 rows against 4,000)', async () => {
     const db = await newDatabase();
     const client = new Client({ connectionString: db.url });
     await client.connect();

@@ -60,7 +60,7 @@ describeWithDatabase("QueueBox's own statements are bounded by a third of the sh
   });
 
   it('a silent partition (sockets open, nothing answered): claims time out, publishing resumes when it heals, shutdown does not wait for it', {
-    timeout: 60_000,
+    timeout: 90_000,
   }, async () => {
     const server = new URL(db.url);
     const proxy = new TcpProxy({ host: server.hostname, port: Number(server.port || 5432) });
@@ -112,7 +112,7 @@ describeWithDatabase("QueueBox's own statements are bounded by a third of the sh
       await eventually(
         async () => givenUp('got no database connection within 2000 ms'),
         'a connect through the partition to be given up',
-        20_000,
+        30_000,
       );
       const closing = Date.now();
       const close = t.app.close();
