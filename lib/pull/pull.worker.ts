@@ -18,6 +18,7 @@ import { LeaseService } from '../lease/lease.service';
 import { LeaseKeeper } from '../lease/lease-keeper';
 import { MAX_PULL_CLAIM_LIMIT } from '../options/options.defaults';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
+import { queryTimeoutFor } from '../options/query-timeout';
 import { messages } from '../texts/queuebox.messages';
 import { inSpan, processSpan } from '../tracing/trace-context';
 import type { InboxClaim } from '../types/claims';
@@ -106,7 +107,7 @@ export class PullWorker extends WorkerShell<InboxClaim> {
 
   protected override async beforeStart(): Promise<void> {
     if (this.renewals) return;
-    this.renewals = new RenewalConnection(this.dataSource, this.lease);
+    this.renewals = new RenewalConnection(this.dataSource, this.lease, queryTimeoutFor(this.options));
     await this.renewals.open();
   }
 

@@ -3,7 +3,10 @@
 // instance's heartbeat.
 
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import { withinTimeout } from '../common/time-limit';
+import { QueueBoxError } from '../errors/queuebox.errors';
 import type { LeaseService } from '../lease/lease.service';
+import { messages } from '../texts/queuebox.messages';
 import type { Claim } from '../types/claims';
 import { TurnBatcher } from './turn-batcher';
 
@@ -22,6 +25,12 @@ const MAX_BATCH = 1000;
  * runs (every claim of one claim statement is due at the same moment) go together in the next
  * one, one fenced statement for all of them (`LeaseService.renewBatch`), so they wait behind no
  * more than one statement, however many claims are held.
+ *
+ * A statement on it is bounded by `timeoutMs` (QueueBox's statement bound), as renewals through
+ * the pool are: one that gets no answer by then fails (the renewal counts as failed), and the
+ * connection is set aside for good (released once its statement ends, or when the DataSource
+ * closes) while a replacement connects. Unbounded, a renewal sent into a silent partition held
+ * every later renewal behind it, and shutdown, which waits for the last one.
  */
 export class RenewalConnection {
   private runner?: QueryRunner;
@@ -34,6 +43,7 @@ export class RenewalConnection {
   constructor(
     private readonly dataSource: DataSource,
     lease: LeaseService,
+    private readonly timeoutMs?: number,
   ) {
     this.renewals = new TurnBatcher(MAX_BATCH, async (claims) => {
       const renewed = await this.run((manager) => lease.renewBatch(claims, manager));
@@ -59,9 +69,30 @@ export class RenewalConnection {
    * closed) when the work handed to it before has ended: `work` sends one statement at a time.
    */
   run<T>(work: (manager: EntityManager | undefined) => Promise<T>): Promise<T> {
-    const turn = this.last.then(() => work(this.managerIfConnected()));
+    const turn = this.last.then(() => this.bounded(work));
     this.last = turn.catch(() => undefined);
     return turn;
+  }
+
+  /** `work` on the connection while connected, failing after `timeoutMs` (see the class); through the pool (bounded there) otherwise. */
+  private bounded<T>(work: (manager: EntityManager | undefined) => Promise<T>): Promise<T> {
+    const manager = this.managerIfConnected();
+    const running = work(manager);
+    const runner = this.runner;
+    if (!manager || !runner || this.timeoutMs === undefined) return running;
+    const timeoutMs = this.timeoutMs;
+    return withinTimeout(
+      running,
+      timeoutMs,
+      () => new QueueBoxError('QUEUEBOX_QUERY_TIMEOUT', messages.queryTimedOut(timeoutMs)),
+      (_error, settled) => this.setAside(runner, settled),
+    );
+  }
+
+  /** Stops using `runner`, whose statement got no answer in time: released once it ended; the next work goes to a replacement. */
+  private setAside(runner: QueryRunner, settled: Promise<void>): void {
+    if (this.runner === runner) this.runner = undefined;
+    void settled.then(() => (runner.isReleased ? undefined : runner.release())).catch(() => undefined);
   }
 
   /**

@@ -1,17 +1,34 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
+import { Injectable } from '@nestjs/common';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
+import { withinTimeout } from '../../lib/common/time-limit';
 import { QueueBoxError } from '../../lib/errors/queuebox.errors';
+import { InboxService } from '../../lib/inbox/inbox.service';
 import { resolveOptions } from '../../lib/options/options.resolver';
 import { queryTimeoutFor } from '../../lib/options/query-timeout';
 import { OutboxService } from '../../lib/outbox/outbox.service';
+import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import { ClaimPauses } from '../../lib/workers/claim-pauses';
 import { createTestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
 import { describeWithDatabase, eventually } from '../support/database';
-import { RecordingPublisher } from '../support/recording-publisher';
+import { gate, RecordingPublisher } from '../support/recording-publisher';
 import { TcpProxy } from '../support/tcp-proxy';
+
+/** Holds its message (and so its claim, renewed meanwhile) until the test lets it go, or shutdown aborts it. */
+const holding = { started: gate(), aborted: gate(), release: gate() };
+
+@Injectable()
+class HoldingHandler {
+  @PullHandler('held')
+  async handle(_message: unknown, context: PullContext) {
+    holding.started.open();
+    context.signal.addEventListener('abort', holding.aborted.open);
+    await holding.release.promise;
+  }
+}
 
 describeWithDatabase("QueueBox's own statements are bounded by a third of the shortest lease", (db) => {
   it('derives the bound from the leases: a third of the shortest, at least 2 s', () => {
@@ -126,6 +143,50 @@ describeWithDatabase("QueueBox's own statements are bounded by a third of the sh
       closed = true;
     } finally {
       // Healed first, so a failed run still closes the app and names its failure.
+      proxy.resume();
+      if (!closed) await t.app.close();
+      await proxy.cut();
+    }
+  });
+  it('a pull worker renewing a claim through a silent partition: its shutdown does not wait for the renewal that never ends', {
+    timeout: 90_000,
+  }, async () => {
+    const server = new URL(db.url);
+    const proxy = new TcpProxy({ host: server.hostname, port: Number(server.port || 5432) });
+    await proxy.open();
+    const t = await createTestApp(
+      proxy.route(db.url),
+      {
+        workers: { outbox: false, relay: false, pull: true },
+        pull: { defaultLeaseMs: 3000, pollIntervalMs: 10, shutdownTimeoutMs: 1000 },
+      },
+      { providers: [HoldingHandler] },
+    );
+    let closed = false;
+    try {
+      await t.get(InboxService).receive({ source: 'held', idempotencyKey: 'k1', payload: {} });
+      await holding.started.promise;
+      // The claim is renewed every second on the connection set aside for renewals: one of them
+      // goes out into the partition and is never answered, so the claim counts as lost (two
+      // thirds of the lease later) and the handler's signal aborts. The handler goes on (it
+      // ignores its signal), and its transaction could not roll back through the partition anyway.
+      proxy.pause();
+      await withinTimeout(
+        holding.aborted.promise,
+        20_000,
+        () => new Error('the handler was not aborted'),
+        () => undefined,
+      );
+      const logged = (text: string) => t.logger.lines.some((line) => line.message.includes(text));
+      const closing = Date.now();
+      const close = t.app.close();
+      await eventually(async () => logged('Could not deregister this QueueBox instance'), "QueueBox's shutdown to be done", 30_000);
+      assert.ok(Date.now() - closing < 20_000, `QueueBox's shutdown took ${Date.now() - closing} ms`);
+      proxy.resume();
+      await close;
+      closed = true;
+    } finally {
+      holding.release.open();
       proxy.resume();
       if (!closed) await t.app.close();
       await proxy.cut();
