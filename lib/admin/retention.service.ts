@@ -2,6 +2,7 @@ import { type BeforeApplicationShutdown, Inject, Injectable, Logger, Optional } 
 import { describeError } from '../common/errors';
 import { logContext } from '../common/log-context';
 import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
+import { settledWithin } from '../common/wait';
 import type { Dialect } from '../dialects/dialect';
 import type { RetentionKind } from '../dialects/dialect-rows';
 import type { ResolvedQueueBoxOptions, ResolvedRetentionOptions } from '../options/options.resolved';
@@ -61,12 +62,22 @@ export class RetentionService implements BeforeApplicationShutdown {
     this.timer.unref();
   }
 
-  /** Stops the timer and waits for a run in progress to finish its current batch. */
+  /**
+   * Stops the timer and waits for a run in progress to finish its current batch, as long as
+   * shutdown waits for the workers' work (the longest `shutdownTimeoutMs`). Retention's statements
+   * are not bounded (a batch may take long), so a batch that a silent partition never answers
+   * would otherwise hold shutdown for as long as the partition lasts. One left running ends with
+   * its connection when the DataSource closes: each batch is one statement, nothing is half done.
+   */
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.timer);
     this.timer = undefined;
-    await this.running?.catch(() => undefined);
+    const running = this.running;
+    if (!running) return;
+    const { outbox, inbox, pull } = this.rootOptions;
+    const waitMs = Math.max(outbox.shutdownTimeoutMs, inbox.relay.shutdownTimeoutMs, pull.shutdownTimeoutMs);
+    if (!(await settledWithin([running.catch(() => undefined)], waitMs))) this.logger.warn(messages.retentionLeftRunning(waitMs));
   }
 
   /** One run: skipped (`skipped: true`) when another replica holds the lock. Concurrent calls share one run. */

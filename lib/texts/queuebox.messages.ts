@@ -431,6 +431,8 @@ export const messages = {
   retentionSkipped: () => 'Retention skipped: another replica holds the retention lock.',
   retentionDone: (outbox: number, inbox: number, dead: number, ms: number) =>
     `Retention deleted ${outbox} sent outbox row(s), ${inbox} processed inbox row(s) and ${dead} dead row(s) in ${ms} ms.`,
+  retentionLeftRunning: (waitMs: number) =>
+    `Retention: the batch in progress did not end within ${waitMs} ms of shutdown (the longest shutdownTimeoutMs); it is left to end with its connection when the DataSource closes. Each batch is one statement: nothing is left half done, and the next run deletes what it did not.`,
   retentionFailed: (error: string, intervalMs: number) =>
     `Retention failed: ${error}. Rows deleted so far stay deleted; it runs again in ${intervalMs} ms.`,
 

@@ -3,6 +3,7 @@ import { it } from 'node:test';
 import { Injectable } from '@nestjs/common';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
+import { RetentionService } from '../../lib/admin/retention.service';
 import { withinTimeout } from '../../lib/common/time-limit';
 import { QueueBoxError } from '../../lib/errors/queuebox.errors';
 import { InboxService } from '../../lib/inbox/inbox.service';
@@ -187,6 +188,44 @@ describeWithDatabase("QueueBox's own statements are bounded by a third of the sh
       closed = true;
     } finally {
       holding.release.open();
+      proxy.resume();
+      if (!closed) await t.app.close();
+      await proxy.cut();
+    }
+  });
+  it('a retention run under way when a silent partition begins: shutdown waits for it no longer than the longest shutdownTimeoutMs', {
+    timeout: 90_000,
+  }, async () => {
+    const server = new URL(db.url);
+    const proxy = new TcpProxy({ host: server.hostname, port: Number(server.port || 5432) });
+    await proxy.open();
+    // Short leases (a 2 s statement bound), so the workers' own shutdown is quick.
+    const shutdown = { shutdownTimeoutMs: 1000 };
+    const t = await createTestApp(proxy.route(db.url), {
+      workers: { outbox: true, relay: false, pull: false },
+      outbox: { ...shutdown, claimTimeoutMs: 1500, publisher: new RecordingPublisher(), pollIntervalMs: 10 },
+      inbox: { relay: { ...shutdown, claimTimeoutMs: 1500 } },
+      pull: { ...shutdown, defaultLeaseMs: 1500 },
+    });
+    let closed = false;
+    try {
+      proxy.pause();
+      // Retention's statements are not bounded (a batch may take long): this run never ends.
+      const run = t.get(RetentionService).runOnce();
+      run.catch(() => undefined);
+      const logged = (text: string) => t.logger.lines.some((line) => line.message.includes(text));
+      const closing = Date.now();
+      const close = t.app.close();
+      await eventually(
+        async () => logged('Retention: the batch in progress did not end within 1000 ms'),
+        "retention's stop to give up on the batch",
+        20_000,
+      );
+      assert.ok(Date.now() - closing < 15_000, `QueueBox's shutdown and retention's stop took ${Date.now() - closing} ms`);
+      proxy.resume();
+      await close;
+      closed = true;
+    } finally {
       proxy.resume();
       if (!closed) await t.app.close();
       await proxy.cut();
