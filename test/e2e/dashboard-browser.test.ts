@@ -19,6 +19,7 @@ import { OutboxService } from '../../lib/outbox/outbox.service';
 import { chromiumMissing, launchChromium, screenshotsFolder } from '../support/chromium';
 import { createDashboardApp, type DashboardTestApp, OperatorGuard } from '../support/dashboard-app';
 import { createTestDatabase, describeWithDatabase, eventually } from '../support/database';
+import { gate } from '../support/recording-publisher';
 
 const skip = chromiumMissing('Dashboard browser tests');
 
@@ -312,6 +313,30 @@ describeWithDatabase('queuebox/dashboard in Chromium', { skip }, (db) => {
     assert.equal((await db.query(`SELECT 1 FROM queuebox_outbox WHERE state = 'dead'`)).length, 1, 'nothing was discarded');
     await page.close();
     await other.close();
+  });
+
+  it('typing a search while the dead letters still load: the focus stays in the search box, and Enter searches', async () => {
+    const page = await browser.context.newPage();
+    // The list answers only once the search is typed: the view finishes loading after that.
+    const typed = gate();
+    await page.route(
+      (url) => url.pathname.endsWith('/dead-letters'),
+      async (route) => {
+        await typed.promise;
+        await route.continue();
+      },
+    );
+    const listed = page.waitForResponse((response) => new URL(response.url()).pathname.endsWith('/dead-letters'));
+    await page.goto(`${t.url}#/default/dead`);
+    await page.getByRole('heading', { name: 'Dead letters' }).waitFor();
+    await page.getByLabel('Error contains').fill('nothing like this');
+    typed.open();
+    await listed;
+    await page.locator('.results').filter({ hasNotText: 'Loading…' }).waitFor();
+    assert.equal(await page.evaluate('document.activeElement && document.activeElement.getAttribute("name")'), 'error');
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/error=nothing\+like\+this/, { timeout: 10_000 });
+    await page.close();
   });
 
   it('blocked and instances views: an owner only for a held head, with its state (alive, silent, dead); a head waiting for its retry names only its last claimer', async () => {

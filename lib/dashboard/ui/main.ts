@@ -147,7 +147,9 @@ async function start(): Promise<void> {
       const text = error instanceof ApiError ? `${error.message} (HTTP ${error.status})` : (error as Error).message;
       mount(main, h('h1', { tabindex: '-1' }, 'Something went wrong'), h('p', { class: 'status error' }, text));
     }
-    document.getElementById('view-title')?.focus({ preventScroll: true });
+    // The new view's title takes the focus (screen readers announce it), unless the user already
+    // moved into the view while its rows loaded: the search box they type in keeps it.
+    if (!main.contains(document.activeElement)) document.getElementById('view-title')?.focus({ preventScroll: true });
   };
   let previous = '';
   window.addEventListener('hashchange', () => {
