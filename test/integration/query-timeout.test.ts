@@ -12,7 +12,7 @@ import { queryTimeoutFor } from '../../lib/options/query-timeout';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { type PullContext, PullHandler } from '../../lib/pull/pull-handler.decorator';
 import { ClaimPauses } from '../../lib/workers/claim-pauses';
-import { createTestApp } from '../support/app';
+import { createTestApp, type TestApp } from '../support/app';
 import { claimsOf } from '../support/claims';
 import { describeWithDatabase, eventually } from '../support/database';
 import { gate, RecordingPublisher } from '../support/recording-publisher';
@@ -28,6 +28,57 @@ class HoldingHandler {
     holding.started.open();
     context.signal.addEventListener('abort', holding.aborted.open);
     await holding.release.promise;
+  }
+}
+
+/** A test app whose connections go through a proxy the test can pause (a silent partition), and what its tests do with it. */
+interface PartitionableApp {
+  t: TestApp;
+  proxy: TcpProxy;
+  /** Whether a log line of the app contains `text`. */
+  logged(text: string): boolean;
+  /**
+   * Closes the app while the proxy is paused: waits up to `withinMs` for `done` to be logged (that
+   * part of shutdown is over), then heals the partition so that TypeORM's own close, which waits
+   * for the connects under way (a pool `connectTimeoutMS` bounds it, as docs/delivery.md advises),
+   * ends too. Resolves to the ms from the start of the close to `done`.
+   */
+  closeInPartition(done: { line: string; what: string; withinMs: number }): Promise<number>;
+}
+
+/** Runs `body` with a `PartitionableApp` of `options`; afterwards the partition heals first, so a failed run still closes the app and names its failure. */
+async function withPartitionableApp(
+  url: string,
+  options: Parameters<typeof createTestApp>[1],
+  extra: Parameters<typeof createTestApp>[2],
+  body: (app: PartitionableApp) => Promise<void>,
+): Promise<void> {
+  const server = new URL(url);
+  const proxy = new TcpProxy({ host: server.hostname, port: Number(server.port || 5432) });
+  await proxy.open();
+  const t = await createTestApp(proxy.route(url), options, extra);
+  let closed = false;
+  const logged = (text: string) => t.logger.lines.some((line) => line.message.includes(text));
+  try {
+    await body({
+      t,
+      proxy,
+      logged,
+      async closeInPartition({ line, what, withinMs }) {
+        const closing = Date.now();
+        const close = t.app.close();
+        await eventually(async () => logged(line), what, withinMs);
+        const took = Date.now() - closing;
+        proxy.resume();
+        await close;
+        closed = true;
+        return took;
+      },
+    });
+  } finally {
+    proxy.resume();
+    if (!closed) await t.app.close();
+    await proxy.cut();
   }
 }
 
@@ -80,18 +131,14 @@ describeWithDatabase("QueueBox's own statements are bounded by a third of the sh
   it('a silent partition (sockets open, nothing answered): claims time out, publishing resumes when it heals, shutdown does not wait for it', {
     timeout: 90_000,
   }, async () => {
-    const server = new URL(db.url);
-    const proxy = new TcpProxy({ host: server.hostname, port: Number(server.port || 5432) });
-    await proxy.open();
     const publisher = new RecordingPublisher();
     const leases = { outbox: { claimTimeoutMs: 1500 }, inbox: { relay: { claimTimeoutMs: 1500 } }, pull: { defaultLeaseMs: 1500 } };
-    const t = await createTestApp(proxy.route(db.url), {
+    const options = {
       ...leases,
       workers: { outbox: true, relay: false, pull: false },
       outbox: { ...leases.outbox, publisher, pollIntervalMs: 10 },
-    });
-    let closed = false;
-    try {
+    };
+    await withPartitionableApp(db.url, options, {}, async ({ t, proxy, logged, closeInPartition }) => {
       const outbox = t.get(OutboxService);
       const dataSource = t.get(DataSource);
       await dataSource.transaction((manager) => outbox.enqueue(manager, { destination: 'billing', payload: { n: 1 } }));
@@ -111,11 +158,7 @@ describeWithDatabase("QueueBox's own statements are bounded by a third of the sh
         (error: unknown) => error instanceof QueueBoxError && /got no answer within 2000 ms/.test(error.message),
       );
       assert.ok(Date.now() - readingAt < 10_000, `the pauses read gave up after ${Date.now() - readingAt} ms`);
-      await eventually(
-        async () => t.logger.lines.some((line) => line.message.includes('got no answer within 2000 ms')),
-        'a claim through the partition to time out',
-        15_000,
-      );
+      await eventually(async () => logged('got no answer within 2000 ms'), 'a claim through the partition to time out', 15_000);
       assert.equal(publisher.calls.length, 1, 'nothing published while the database cannot answer');
 
       proxy.resume();
@@ -128,109 +171,75 @@ describeWithDatabase("QueueBox's own statements are bounded by a third of the sh
       // that wait up too, so its shutdown does not wait for the partition. Unbounded, the connect
       // held the claim loop, and app.close(), for as long as the partition lasted.
       proxy.pause();
-      const givenUp = (text: string) => t.logger.lines.some((line) => line.message.includes(text));
       await eventually(
-        async () => givenUp('got no database connection within 2000 ms'),
+        async () => logged('got no database connection within 2000 ms'),
         'a connect through the partition to be given up',
         30_000,
       );
-      const closing = Date.now();
-      const close = t.app.close();
-      await eventually(async () => givenUp('Could not deregister this QueueBox instance'), "QueueBox's shutdown to be done", 20_000);
-      assert.ok(givenUp('Outbox poller stopped.'), 'the poller stopped');
-      assert.ok(Date.now() - closing < 15_000, `QueueBox's shutdown took ${Date.now() - closing} ms`);
-      // What is left is TypeORM's: its pool waits for the connects under way, which the partition
-      // never answers (a pool `connectTimeoutMS` bounds it, as docs/delivery.md advises).
-      proxy.resume();
-      await close;
-      closed = true;
-    } finally {
-      // Healed first, so a failed run still closes the app and names its failure.
-      proxy.resume();
-      if (!closed) await t.app.close();
-      await proxy.cut();
-    }
+      const took = await closeInPartition({
+        line: 'Could not deregister this QueueBox instance',
+        what: "QueueBox's shutdown to be done",
+        withinMs: 20_000,
+      });
+      assert.ok(logged('Outbox poller stopped.'), 'the poller stopped');
+      assert.ok(took < 15_000, `QueueBox's shutdown took ${took} ms`);
+    });
   });
   it('a pull worker renewing a claim through a silent partition: its shutdown does not wait for the renewal that never ends', {
     timeout: 90_000,
   }, async () => {
-    const server = new URL(db.url);
-    const proxy = new TcpProxy({ host: server.hostname, port: Number(server.port || 5432) });
-    await proxy.open();
-    const t = await createTestApp(
-      proxy.route(db.url),
-      {
-        workers: { outbox: false, relay: false, pull: true },
-        pull: { defaultLeaseMs: 3000, pollIntervalMs: 10, shutdownTimeoutMs: 1000 },
-      },
-      { providers: [HoldingHandler] },
-    );
-    let closed = false;
+    const options = {
+      workers: { outbox: false, relay: false, pull: true },
+      pull: { defaultLeaseMs: 3000, pollIntervalMs: 10, shutdownTimeoutMs: 1000 },
+    };
     try {
-      await t.get(InboxService).receive({ source: 'held', idempotencyKey: 'k1', payload: {} });
-      await holding.started.promise;
-      // The claim is renewed every second on the connection set aside for renewals: one of them
-      // goes out into the partition and is never answered, so the claim counts as lost (two
-      // thirds of the lease later) and the handler's signal aborts. The handler goes on (it
-      // ignores its signal), and its transaction could not roll back through the partition anyway.
-      proxy.pause();
-      await withinTimeout(
-        holding.aborted.promise,
-        20_000,
-        () => new Error('the handler was not aborted'),
-        () => undefined,
-      );
-      const logged = (text: string) => t.logger.lines.some((line) => line.message.includes(text));
-      const closing = Date.now();
-      const close = t.app.close();
-      await eventually(async () => logged('Could not deregister this QueueBox instance'), "QueueBox's shutdown to be done", 30_000);
-      assert.ok(Date.now() - closing < 20_000, `QueueBox's shutdown took ${Date.now() - closing} ms`);
-      proxy.resume();
-      await close;
-      closed = true;
+      await withPartitionableApp(db.url, options, { providers: [HoldingHandler] }, async ({ t, proxy, closeInPartition }) => {
+        await t.get(InboxService).receive({ source: 'held', idempotencyKey: 'k1', payload: {} });
+        await holding.started.promise;
+        // The claim is renewed every second on the connection set aside for renewals: one of them
+        // goes out into the partition and is never answered, so the claim counts as lost (two
+        // thirds of the lease later) and the handler's signal aborts. The handler goes on (it
+        // ignores its signal), and its transaction could not roll back through the partition anyway.
+        proxy.pause();
+        await withinTimeout(
+          holding.aborted.promise,
+          20_000,
+          () => new Error('the handler was not aborted'),
+          () => undefined,
+        );
+        const took = await closeInPartition({
+          line: 'Could not deregister this QueueBox instance',
+          what: "QueueBox's shutdown to be done",
+          withinMs: 30_000,
+        });
+        assert.ok(took < 20_000, `QueueBox's shutdown took ${took} ms`);
+      });
     } finally {
       holding.release.open();
-      proxy.resume();
-      if (!closed) await t.app.close();
-      await proxy.cut();
     }
   });
   it('a retention run under way when a silent partition begins: shutdown waits for it no longer than the longest shutdownTimeoutMs', {
     timeout: 90_000,
   }, async () => {
-    const server = new URL(db.url);
-    const proxy = new TcpProxy({ host: server.hostname, port: Number(server.port || 5432) });
-    await proxy.open();
     // Short leases (a 2 s statement bound), so the workers' own shutdown is quick.
     const shutdown = { shutdownTimeoutMs: 1000 };
-    const t = await createTestApp(proxy.route(db.url), {
+    const options = {
       workers: { outbox: true, relay: false, pull: false },
       outbox: { ...shutdown, claimTimeoutMs: 1500, publisher: new RecordingPublisher(), pollIntervalMs: 10 },
       inbox: { relay: { ...shutdown, claimTimeoutMs: 1500 } },
       pull: { ...shutdown, defaultLeaseMs: 1500 },
-    });
-    let closed = false;
-    try {
+    };
+    await withPartitionableApp(db.url, options, {}, async ({ t, proxy, closeInPartition }) => {
       proxy.pause();
       // Retention's statements are not bounded (a batch may take long): this run never ends.
       const run = t.get(RetentionService).runOnce();
       run.catch(() => undefined);
-      const logged = (text: string) => t.logger.lines.some((line) => line.message.includes(text));
-      const closing = Date.now();
-      const close = t.app.close();
-      await eventually(
-        async () => logged('Retention: the batch in progress did not end within 1000 ms'),
-        "retention's stop to give up on the batch",
-        20_000,
-      );
-      assert.ok(Date.now() - closing < 15_000, `QueueBox's shutdown and retention's stop took ${Date.now() - closing} ms`);
-      proxy.resume();
-      await close;
-      closed = true;
-    } finally {
-      proxy.resume();
-      if (!closed) await t.app.close();
-      await proxy.cut();
-    }
+      const took = await closeInPartition({
+        line: 'Retention: the batch in progress did not end within 1000 ms',
+        what: "retention's stop to give up on the batch",
+        withinMs: 20_000,
+      });
+      assert.ok(took < 15_000, `QueueBox's shutdown and retention's stop took ${took} ms`);
+    });
   });
 });
