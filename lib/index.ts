@@ -51,6 +51,7 @@ export {
   QueueBoxError,
   QueueBoxStateError,
   QueueBoxValidationError,
+  SentRowsNotKeptError,
   TransactionLostError,
   TransactionRequiredError,
   UnknownSourceError,
@@ -167,6 +168,7 @@ export type {
   QueueBoxModuleOptions,
   RelayOptions,
   RetentionOptions,
+  SentRowsOption,
   WorkerOptions,
   WorkersOptions,
 } from './types/options';

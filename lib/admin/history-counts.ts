@@ -48,7 +48,7 @@ export class HistoryCounts {
   ) {}
 
   /** The last `buckets` buckets (at most MAX_HISTORY), the current one last. */
-  async read(p: { bucket: HistoryBucket; buckets: number; byName: boolean }): Promise<MessageHistory> {
+  async read(p: { bucket: HistoryBucket; buckets: number; byName: boolean }): Promise<Omit<MessageHistory, 'sentRowsKept'>> {
     const size = BUCKET_MS[p.bucket];
     const now = (await this.clock()).getTime();
     const current = Math.floor(now / size) * size;

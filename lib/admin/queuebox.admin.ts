@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { deadLetterFingerprint, SKIPPED_HEAD_CLASS } from '../common/fingerprint';
 import { dateTimeOf } from '../common/payload';
-import { QUEUEBOX_DIALECT } from '../common/queuebox.constants';
+import { QUEUEBOX_DIALECT, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import type { DeadSelection, Dialect } from '../dialects/dialect';
 import type {
   AttemptRow,
@@ -16,7 +16,8 @@ import type {
   Throughput,
 } from '../dialects/dialect-rows';
 import type { MessageHistory, MessageRow } from '../dialects/message-rows';
-import { QueueBoxAdminError } from '../errors/queuebox.errors';
+import { QueueBoxAdminError, SentRowsNotKeptError } from '../errors/queuebox.errors';
+import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { messages } from '../texts/queuebox.messages';
 import type { QueueTable } from '../types/claims';
 import { ClaimPauses } from '../workers/claim-pauses';
@@ -67,10 +68,16 @@ export class QueueBoxAdmin {
     private readonly retention: RetentionService,
     /** This process's claims' view of the pauses: forgotten after a pause or resume here, so they see it at once. */
     @Optional() private readonly claimPauses?: ClaimPauses,
+    // Absent for createQueueBoxAdmin without `outbox.sentRows`: sent rows are taken to be kept.
+    @Optional() @Inject(QUEUEBOX_RESOLVED_OPTIONS) options?: { outbox?: Pick<ResolvedQueueBoxOptions['outbox'], 'sentRows'> },
   ) {
     if (claimPauses) this.logger = new Logger('QueueBox:Admin');
     this.historyCounts = new HistoryCounts(dialect, () => dialect.clockNow());
+    this.sentRowsKept = options?.outbox?.sentRows !== 'delete';
   }
+
+  /** False with `outbox.sentRows: 'delete'`: the completion deletes sent rows, so no read finds them. */
+  private readonly sentRowsKept: boolean;
 
   /**
    * Pauses an outbox destination (`component: 'outbox'`) or an inbox source (`'inbox'`): every
@@ -231,7 +238,7 @@ export class QueueBoxAdmin {
         messages.adminArgumentInvalid('minutes', `must be an integer from 1 to ${MAX_THROUGHPUT_MINUTES}`, minutes),
       );
     }
-    return this.dialect.adminThroughput({ minutes });
+    return { ...(await this.dialect.adminThroughput({ minutes })), sentRowsKept: this.sentRowsKept };
   }
 
   /**
@@ -247,6 +254,9 @@ export class QueueBoxAdmin {
       page,
       component(filter === null || typeof filter !== 'object' ? undefined : own(filter, 'component')),
     );
+    if (!this.sentRowsKept && search.component === 'outbox' && search.state === 'sent') {
+      throw new SentRowsNotKeptError('findMessages', messages.sentRowsNotKept("A search for sent outbox rows (state: 'sent')"));
+    }
     const found = await this.dialect.messageSearch(search);
     const full = found.rows.length === search.limit;
     const next = full ? found.rows[found.rows.length - 1].id : found.scannedTo;
@@ -284,7 +294,7 @@ export class QueueBoxAdmin {
     const by = p?.by ?? 'name';
     if (by !== 'name' && by !== 'component')
       throw new QueueBoxAdminError('by', messages.adminArgumentInvalid('by', 'must be "name" or "component"', by));
-    return this.historyCounts.read({ bucket, buckets, byName: by === 'name' });
+    return { ...(await this.historyCounts.read({ bucket, buckets, byName: by === 'name' })), sentRowsKept: this.sentRowsKept };
   }
 
   /**

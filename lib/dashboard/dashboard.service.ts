@@ -139,6 +139,7 @@ export class DashboardService implements OnModuleInit {
     flags: OverviewFlag[];
     lagThresholdSeconds: number;
     pauses: PauseRow[] | null;
+    sentRowsKept: boolean;
   }> {
     const admin = this.admin(instance);
     const [backlog, throughput, pauses] = await Promise.all([
@@ -188,6 +189,8 @@ export class DashboardService implements OnModuleInit {
       flags,
       lagThresholdSeconds: this.options.lagThresholdSeconds,
       pauses,
+      // False with `outbox.sentRows: 'delete'` (an admin of an older version: kept).
+      sentRowsKept: (throughput as { sentRowsKept?: boolean }).sentRowsKept !== false,
     };
   }
 
@@ -397,6 +400,10 @@ async function adminCall<T>(call: () => Promise<T>): Promise<T> {
     if (error instanceof QueueBoxAdminError || (error as { code?: string }).code === 'QUEUEBOX_ADMIN_ARGUMENT') {
       const { field, message } = error as QueueBoxAdminError;
       throw new DashboardHttpError(HttpStatus.BAD_REQUEST, 'QUEUEBOX_DASHBOARD_BAD_REQUEST', message, field);
+    }
+    // A search for sent rows where the app deletes them: the filter asks for what cannot exist.
+    if ((error as { code?: string }).code === 'QUEUEBOX_SENT_ROWS_NOT_KEPT') {
+      throw new DashboardHttpError(HttpStatus.BAD_REQUEST, 'QUEUEBOX_DASHBOARD_BAD_REQUEST', (error as Error).message, 'state');
     }
     throw error;
   }

@@ -134,6 +134,8 @@ export interface Throughput {
   since: Date;
   minutes: number;
   rows: ThroughputRow[];
+  /** As `MessageHistory.sentRowsKept`: false when the app deletes sent rows, so the outbox's `finished` counts are zero. */
+  sentRowsKept: boolean;
 }
 
 /** A row in flight: claimed by a worker whose lease has not been given back. */

@@ -200,16 +200,21 @@ export interface Dialect {
     claims: readonly { id: string; token: string; leaseMs: number }[];
     manager?: EntityManager;
   }): Promise<RenewedClaim[]>;
-  /** Marks the row finished, in `manager`'s transaction when given. */
-  leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean>;
+  /**
+   * Marks the row finished, in `manager`'s transaction when given; with `deleteRow`
+   * (`outbox.sentRows: 'delete'`) deletes it and its attempt history instead, under the same fence.
+   */
+  leaseComplete(p: FenceParams & { manager?: EntityManager; deleteRow?: boolean }): Promise<boolean>;
   /**
    * Completes many claims of one table with one fenced statement; returns which of their ids it
-   * completed (`has`). With `manager`, in that transaction (or `TransactionLostError`), as `leaseComplete`.
+   * completed (`has`). With `manager`, in that transaction (or `TransactionLostError`), as
+   * `leaseComplete`; `deleteRows` as its `deleteRow`.
    */
   leaseCompleteBatch(p: {
     table: QueueTable;
     claims: readonly { id: string; token: string }[];
     manager?: EntityManager;
+    deleteRows?: boolean;
   }): Promise<CompletedIds>;
   /** Gives back a claim whose work never started (shutdown): `pending` again, the attempt not counted. */
   leaseRelease(p: FenceParams): Promise<boolean>;
@@ -259,7 +264,7 @@ export interface Dialect {
   /** Deletes one batch of dead rows; returns the ids deleted. */
   deadLetterDiscard(p: { selection: DeadSelection; afterId: string | null; limit: number }): Promise<string[]>;
   /** Finished and dead rows per destination / source and minute, over the last `minutes` minutes (the current one included). */
-  adminThroughput(p: { minutes: number }): Promise<Throughput>;
+  adminThroughput(p: { minutes: number }): Promise<Omit<Throughput, 'sentRowsKept'>>;
   /**
    * The message browser: one page of rows of any state matching `search`, newest first, through an
    * index (a message id, an unfinished or dead state) or a scan of at most `search.scanLimit` rows.

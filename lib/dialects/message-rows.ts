@@ -105,4 +105,9 @@ export interface MessageHistory {
   buckets: number;
   /** `finished` and `dead` hold one count per bucket, the current (unfinished) bucket last. */
   rows: ThroughputRow[];
+  /**
+   * False when the app deletes sent rows (`outbox.sentRows: 'delete'`): the outbox's `finished`
+   * counts are then zero whatever was sent (count sends with `queuebox_outbox_messages_sent_total`).
+   */
+  sentRowsKept: boolean;
 }

@@ -299,7 +299,7 @@ export interface ThroughputRecord {
 }
 
 /** Folds the counts into one series per (component, name), sorted like the backlog. */
-export function toThroughput(since: Date, minutes: number, records: ThroughputRecord[]): Throughput {
+export function toThroughput(since: Date, minutes: number, records: ThroughputRecord[]): Omit<Throughput, 'sentRowsKept'> {
   const rows = new Map<string, ThroughputRow>();
   for (const r of records) {
     const minute = Number(r.minute);

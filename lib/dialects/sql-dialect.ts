@@ -77,6 +77,9 @@ export interface SqlDialectStatements {
   leaseCompleteSql(table: string, finished: Finished): string;
   /** Returns the ids it completed, or (`completeBatchReturns: 'lost'`) those of `$1` it did not. */
   leaseCompleteBatchSql(table: string, finished: Finished): string;
+  /** The completions of `outbox.sentRows: 'delete'`: the row and its attempt history deleted; as leaseRetryRecordedSql and leaseCompleteBatchSql return. */
+  leaseDeleteSql(table: string, history: string): string;
+  leaseDeleteBatchSql(table: string, history: string): string;
   leaseReleaseSql(table: string): string;
   leaseRetrySql(table: string): string;
   /** `leaseRetrySql` that also records the attempt in `history`; returns one row when the fence held. */
@@ -314,7 +317,12 @@ export abstract class SqlDialect<J> {
     return rows.length === 1 ? rows[0].lease_expires_at : null;
   }
 
-  async leaseComplete(p: FenceParams & { manager?: EntityManager }): Promise<boolean> {
+  async leaseComplete(p: FenceParams & { manager?: EntityManager; deleteRow?: boolean }): Promise<boolean> {
+    if (p.deleteRow) {
+      const statement = this.statements.leaseDeleteSql(this.table[p.table], this.attemptsTable[p.table]);
+      const { rows } = await this.run<{ n: number | string }>(statement, this.params.fence(p), p.manager);
+      return rows.length === 1 && Number(rows[0].n) === 1;
+    }
     const statement = this.statements.leaseCompleteSql(this.table[p.table], FINISHED[p.table]);
     const { affected } = await this.run(statement, this.params.fence(p), p.manager);
     return affected === 1;
@@ -324,12 +332,12 @@ export abstract class SqlDialect<J> {
     table: QueueTable;
     claims: readonly { id: string; token: string }[];
     manager?: EntityManager;
+    deleteRows?: boolean;
   }): Promise<CompletedIds> {
-    const { rows } = await this.run<{ id: string }>(
-      this.statements.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]),
-      this.params.claims(p.claims),
-      p.manager,
-    );
+    const statement = p.deleteRows
+      ? this.statements.leaseDeleteBatchSql(this.table[p.table], this.attemptsTable[p.table])
+      : this.statements.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]);
+    const { rows } = await this.run<{ id: string }>(statement, this.params.claims(p.claims), p.manager);
     if (this.completeBatchReturns === 'completed') return new Set(rows.map((r) => String(r.id)));
     // The statement returned the ids it did not complete: usually none, so no row per message.
     if (rows.length === 0) return ALL_IDS;
@@ -481,7 +489,7 @@ export abstract class SqlDialect<J> {
   }
 
   /** Minutes are cut on the database clock: `since` is the start of the minute `minutes - 1` before the current one. */
-  async adminThroughput(p: { minutes: number }): Promise<Throughput> {
+  async adminThroughput(p: { minutes: number }): Promise<Omit<Throughput, 'sentRowsKept'>> {
     const now = await this.clockNow();
     const since = new Date(Math.floor(now.getTime() / 60_000) * 60_000 - (p.minutes - 1) * 60_000);
     const { rows } = await this.runAdmin<ThroughputRecord>(this.statements.adminThroughputSql(this.table.outbox, this.table.inbox), [

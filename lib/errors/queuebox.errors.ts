@@ -170,3 +170,16 @@ export class QueueBoxAdminError extends QueueBoxError {
     super('QUEUEBOX_ADMIN_ARGUMENT', message);
   }
 }
+
+/**
+ * A read of sent outbox rows (a message search for `state: 'sent'`) in an app that deletes them
+ * when sent (`outbox.sentRows: 'delete'`): there are none to read. `what` names the read.
+ */
+export class SentRowsNotKeptError extends QueueBoxError {
+  constructor(
+    readonly what: string,
+    message: string,
+  ) {
+    super('QUEUEBOX_SENT_ROWS_NOT_KEPT', message);
+  }
+}

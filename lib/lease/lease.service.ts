@@ -54,13 +54,18 @@ export class LeaseService {
     @Optional() @Inject(QUEUEBOX_IDENTITY) private readonly instance?: QueueBoxIdentity,
     @Optional() private readonly registry?: QueueBoxRegistry,
     // Absent outside a QueueBox module (createPullClient): the default history.
-    @Optional() @Inject(QUEUEBOX_RESOLVED_OPTIONS) options?: Pick<ResolvedQueueBoxOptions, 'attemptHistory'>,
+    @Optional() @Inject(QUEUEBOX_RESOLVED_OPTIONS) options?: Pick<ResolvedQueueBoxOptions, 'attemptHistory'> & {
+      outbox?: Pick<ResolvedQueueBoxOptions['outbox'], 'sentRows'>;
+    },
   ) {
     this.attemptHistory = options?.attemptHistory ?? DEFAULT_ATTEMPT_HISTORY;
+    this.deleteSent = options?.outbox?.sentRows === 'delete';
   }
 
   /** Failed attempts each row keeps (`attemptHistory`); 0: retries and dead letters record none. */
   private readonly attemptHistory: number;
+  /** `outbox.sentRows: 'delete'`: an outbox completion deletes the row instead of marking it `sent`. */
+  private readonly deleteSent: boolean;
 
   /**
    * @deprecated Removed in 0.2.0: claims come from `PullClient.claim(source, { leaseMs, maxAttempts? })`
@@ -98,10 +103,14 @@ export class LeaseService {
     return kept;
   }
 
-  /** Marks the row `sent` (outbox) or `processed` (inbox); inside `manager`'s transaction when given. */
+  /**
+   * Marks the row `sent` (outbox) or `processed` (inbox), or deletes an outbox row with
+   * `outbox.sentRows: 'delete'`; inside `manager`'s transaction when given.
+   */
   async complete(claim: Claim, manager?: EntityManager): Promise<boolean> {
     this.checkManager(manager, 'LeaseService.complete');
-    return this.fenced(claim, await this.dialect.leaseComplete({ ...this.fence(claim), manager }));
+    const deleteRow = claim.table === 'outbox' && this.deleteSent;
+    return this.fenced(claim, await this.dialect.leaseComplete({ ...this.fence(claim), manager, deleteRow }));
   }
 
   /**
@@ -114,7 +123,8 @@ export class LeaseService {
     const completed = new Set<C>();
     if (claims.length === 0) return completed;
     // The claims are what the dialect reads (`id`, `token`): no copy of each.
-    const done = await this.dialect.leaseCompleteBatch({ table: claims[0].table, claims, manager });
+    const table = claims[0].table;
+    const done = await this.dialect.leaseCompleteBatch({ table, claims, manager, deleteRows: table === 'outbox' && this.deleteSent });
     for (const claim of claims) if (this.fenced(claim, done.has(claim.id))) completed.add(claim);
     return completed;
   }

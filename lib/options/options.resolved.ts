@@ -3,7 +3,7 @@ import type { BackoffFunction } from '../common/backoff';
 import type { QueueBoxTables } from '../dialects/dialect';
 import type { RelayRoute } from '../types/inbox';
 import type { InboxMessage, OutboundMessage } from '../types/messages';
-import type { DoctorOptions, LoggingOptions, WorkersOptions } from '../types/options';
+import type { DoctorOptions, LoggingOptions, SentRowsOption, WorkersOptions } from '../types/options';
 import type { Publisher } from '../types/outbox';
 
 // The options after resolution (./options.resolver.ts): every default filled in, every lease
@@ -48,6 +48,8 @@ export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
   publishTimeoutMs: number;
   /** `outbox.rateLimits`, by destination: tokens per second and the bucket's size. */
   rateLimits: Record<string, { perSecond: number; burst: number }>;
+  /** `outbox.sentRows`: whether the completion of a sent message keeps its row or deletes it. */
+  sentRows: SentRowsOption;
 }
 
 export interface ResolvedRelayOptions extends ResolvedWorkerOptions {

@@ -18,6 +18,7 @@ import type {
   QueueBoxModuleOptions,
   RelayOptions,
   RetentionOptions,
+  SentRowsOption,
   WorkerOptions,
   WorkersOptions,
 } from '../types/options';
@@ -182,7 +183,13 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean, deprecations:
     routedByName: outbox.route === undefined && names.length > 1,
     publishTimeoutMs,
     rateLimits: resolveRateLimits(outbox.rateLimits),
+    sentRows: resolveSentRows(outbox.sentRows),
   };
+}
+
+function resolveSentRows(given: OutboxOptions['sentRows']): SentRowsOption {
+  if (given === undefined || given === 'keep' || given === 'delete') return given ?? 'keep';
+  throw new QueueBoxConfigError('outbox.sentRows', messages.sentRowsInvalid(given));
 }
 
 /** `outbox.rateLimits`: each destination's limit as tokens per second and a bucket size. */

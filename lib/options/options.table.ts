@@ -105,6 +105,7 @@ export const OUTBOX_OPTIONS = {
   retry: {},
   publishTimeout: { docs: '`claimTimeoutMs / 3`' },
   rateLimits: { docs: '`{}`' },
+  sentRows: { docs: "`'keep'`" },
 } as const satisfies Record<keyof OutboxOptions, OptionSpec>;
 
 /** `outbox.rateLimits.<destination>: { ... }`. */

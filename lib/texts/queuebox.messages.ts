@@ -178,6 +178,10 @@ export const messages = {
     `${subject}: "messageId" ${messageId} is given to an earlier message of the same call; each message needs its own id.`,
   messageIdTaken: (messageId: string | undefined) =>
     `An outbox message with "messageId" ${messageId ?? '(one of those given)'} already exists; nothing of this call was stored. Give each message its own id (or leave it out for a new UUID). On PostgreSQL the failed insert aborted your transaction: roll it back. To enqueue a message once whatever was enqueued before, pass { onDuplicate: 'ignore' }.`,
+  sentRowsInvalid: (value: unknown) =>
+    `outbox.sentRows must be 'keep' (sent rows stay until retention deletes them, the default) or 'delete' (the completion deletes each sent row); got ${show(value)}.`,
+  sentRowsNotKept: (what: string) =>
+    `${what} needs the outbox's sent rows, and this app deletes them when sent (outbox.sentRows: 'delete'): there are none to read. Count sent messages with the metric queuebox_outbox_messages_sent_total instead, or set outbox.sentRows to 'keep' (sent rows written from then on are kept).`,
   onDuplicateInvalid: (value: unknown) =>
     `The "onDuplicate" option of enqueue must be 'error' (a taken messageId throws DuplicateMessageIdError) or 'ignore' (it stores nothing and reports the stored row); got ${show(value)}.`,
   relayMessageIdTaken: (messageId: string | undefined) =>

@@ -54,7 +54,19 @@ export interface OutboxOptions extends WorkerOptions {
    * token again: no attempt charged, and the later messages of its key wait behind it. Default `{}`.
    */
   rateLimits?: Record<string, RateLimitOption>;
+  /**
+   * What happens to a row once its message is sent. `'keep'` (the default): it stays, `sent`, until
+   * retention deletes it; it is what the message search, the dashboard's history and
+   * `onDuplicate: 'ignore'` read. `'delete'`: the fenced completion deletes it (and its attempt
+   * history) instead, so the database writes less per message and retention has no sent rows to
+   * delete; a search for sent rows is then refused (`SentRowsNotKeptError`) and the history has no
+   * sent counts. Dead rows are kept either way. See docs/delivery.md ("Sent rows: keep or delete").
+   */
+  sentRows?: SentRowsOption;
 }
+
+/** `outbox.sentRows`: keep sent rows (`'keep'`, the default) or delete them when sent (`'delete'`). */
+export type SentRowsOption = 'keep' | 'delete';
 
 /** One destination's rate limit: at most `limit` messages per `per`, bursts up to `burst`. */
 export interface RateLimitOption {

@@ -19,7 +19,9 @@ import { startWorker } from '../support/processes';
 //   messages of one key where the first had committed before the second was enqueued, the first
 //   was accepted first (I4);
 // - the same with messages without a key only: every claim then runs without the claim lock
-//   (issue 36), side by side across the workers.
+//   (issue 36), side by side across the workers;
+// - the keyed run again with `outbox.sentRows: 'delete'` (issue 36): the completions delete the
+//   rows, so afterwards only the poison row is left, and the deliveries alone prove I1 and I4.
 
 const LEASE_MS = 1500;
 /** More lanes than keys: most of the time two transactions of one key are open at once. */
@@ -101,7 +103,17 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
    * Three workers drain `keys` x `perKey` keyed messages and `unkeyed` without a key, then the
    * poison message, under faults. Without keys every claim runs without the claim lock (issue 36).
    */
-  async function threeWorkersUnderFaults({ keys, perKey, unkeyed }: { keys: number; perKey: number; unkeyed: number }): Promise<void> {
+  async function threeWorkersUnderFaults({
+    keys,
+    perKey,
+    unkeyed,
+    sentRows = 'keep',
+  }: {
+    keys: number;
+    perKey: number;
+    unkeyed: number;
+    sentRows?: 'keep' | 'delete';
+  }): Promise<void> {
     // Each run reads only its own rows and deliveries.
     await db.query('TRUNCATE queuebox_outbox');
     const firstRequest = bench.recorder.requests.length;
@@ -127,6 +139,7 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
         batchSize: 10,
         maxAttempts: 6,
         backoff: { initialMs: 10, maxMs: 100 },
+        sentRows,
       },
     };
     let started = 0;
@@ -232,9 +245,17 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     const states = await db.query<{ name: string; state: string; attempts: number }>(
       "SELECT payload->>'name' AS name, state, attempts FROM queuebox_outbox WHERE destination IN ('chaos', 'poison')",
     );
-    assert.equal(states.length, produced.length);
-    for (const row of states)
-      assert.equal(row.state, row.name === 'poison' ? 'dead' : 'sent', `${row.name}: ${row.state} after ${row.attempts} attempts`);
+    if (sentRows === 'delete') {
+      // Every sent row was deleted by its completion; the dead one stays.
+      assert.deepEqual(
+        states.map((row) => `${row.name}: ${row.state}`),
+        ['poison: dead'],
+      );
+    } else {
+      assert.equal(states.length, produced.length);
+      for (const row of states)
+        assert.equal(row.state, row.name === 'poison' ? 'dead' : 'sent', `${row.name}: ${row.state} after ${row.attempts} attempts`);
+    }
     const delivered = new Set(names);
     const missing = produced.filter((m) => m.name !== 'poison' && !delivered.has(m.name)).map((m) => m.name);
     assert.deepEqual(missing, [], 'every message accepted by the destination at least once');
@@ -260,5 +281,11 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
       timeout: 180_000,
     },
     () => threeWorkersUnderFaults({ keys: 0, perKey: 0, unkeyed: 400 }),
+  );
+
+  it(
+    "three workers deleting sent rows (outbox.sentRows 'delete'): every message sent at least once and in commit order per key, only the poison row left",
+    { timeout: 180_000 },
+    () => threeWorkersUnderFaults({ keys: 5, perKey: 40, unkeyed: 50, sentRows: 'delete' }),
   );
 });

@@ -215,3 +215,27 @@ describeWithDatabase('queuebox/dashboard: the new reads in readOnly mode', (db) 
     assert.equal(post.status, 404, 'no write route exists under messages');
   });
 });
+
+describeWithDatabase("queuebox/dashboard: an app that deletes sent rows (outbox.sentRows: 'delete')", (db) => {
+  let t: DashboardTestApp;
+  before(async () => {
+    t = await createDashboardApp(db.url, { guard: OperatorGuard }, { queuebox: { workers: false, outbox: { sentRows: 'delete' } } });
+  });
+  after(async () => {
+    await t?.app.close();
+  });
+  const api = (path: string) => fetch(`${t.url}api/default/${path}`, { headers: OPERATOR });
+
+  it('a search for sent rows is a 400 that says why; the overview and the history say sent rows are not kept', async () => {
+    const refused = await api('messages?state=sent');
+    assert.equal(refused.status, 400);
+    const answer = (await refused.json()) as { field?: string; message: string };
+    assert.equal(answer.field, 'state');
+    assert.match(answer.message, /outbox\.sentRows: 'delete'/);
+    assert.equal((await api('messages?state=dead')).status, 200, 'other states as before');
+    const history = (await (await api('history')).json()) as { sentRowsKept: boolean };
+    assert.equal(history.sentRowsKept, false);
+    const overview = (await (await api('overview')).json()) as { sentRowsKept: boolean };
+    assert.equal(overview.sentRowsKept, false);
+  });
+});

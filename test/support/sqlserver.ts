@@ -176,6 +176,8 @@ export const ADMIN_BUILDERS = new Set([
   'leaseDeadLetterRecordedSql',
   'outboxReclaimRecordedSql',
   'inboxReclaimRecordedSql',
+  'leaseDeleteSql',
+  'leaseDeleteBatchSql',
 ]);
 
 /** Exported fragments of statements, not statements: each is checked inside the statements that use it. */
@@ -218,6 +220,12 @@ export function adminStatements(): { name: string; statement: string }[] {
           statement: sql.leaseDeadLetterRecordedSql(table[c], mssqlTable(attemptsTableOf(tables[c]))),
         },
       ]),
+      // outbox.sentRows: 'delete' (the outbox only).
+      { name: `leaseDeleteSql(${table.outbox})`, statement: sql.leaseDeleteSql(table.outbox, mssqlTable(attemptsTableOf(tables.outbox))) },
+      {
+        name: `leaseDeleteBatchSql(${table.outbox})`,
+        statement: sql.leaseDeleteBatchSql(table.outbox, mssqlTable(attemptsTableOf(tables.outbox))),
+      },
       ...RETENTION_KINDS.map((kind) => {
         const t = kind.startsWith('outbox') ? table.outbox : table.inbox;
         return { name: `retentionDeleteSql(${t}, ${kind})`, statement: sql.retentionDeleteSql(t, kind) };

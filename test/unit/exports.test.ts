@@ -58,6 +58,7 @@ describe('public barrel', () => {
       'HandlerTimeoutError',
       'TransactionLostError',
       'TransactionRequiredError',
+      'SentRowsNotKeptError',
     ]) {
       assert.equal(typeof (queuebox as Record<string, unknown>)[name], 'function', `${name} is exported`);
     }

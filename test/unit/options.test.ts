@@ -30,6 +30,7 @@ describe('options (I10)', () => {
     assert.equal(resolved.outbox.shutdownTimeoutMs, 10_000);
     assert.equal(resolved.outbox.maxAttempts, 10);
     assert.equal(resolved.maxPayloadBytes, 1_048_576);
+    assert.equal(resolved.outbox.sentRows, 'keep');
     assert.deepEqual(resolved.workers, { outbox: true, relay: true, pull: true });
     assert.equal(resolved.tables.outbox.qualified, 'queuebox_outbox');
     assert.equal(resolved.tables.inbox.qualified, 'queuebox_inbox');
@@ -50,6 +51,9 @@ describe('options (I10)', () => {
     rejects({ outbox: { publisher, backoff: { initialMs: 10, maxMs: 5 } } }, 'outbox.backoff.maxMs', 'must not be below');
     rejects({ workers: { outbox: 'yes' } }, 'workers.outbox', 'true or false');
     rejects({ workers: false, maxPayloadBytes: 0 }, 'maxPayloadBytes', 'from 1');
+    rejects({ outbox: { publisher, sentRows: 'drop' } }, 'outbox.sentRows', `must be 'keep' (sent rows stay`);
+    rejects({ outbox: { publisher, sentRows: true } }, 'outbox.sentRows', 'got true');
+    assert.equal(resolveOptions({ outbox: { publisher, sentRows: 'delete' } }).outbox.sentRows, 'delete');
   });
 
   it('rejects unknown options and suggests the right spelling', () => {

@@ -149,6 +149,7 @@ export async function overview(ctx: ViewContext): Promise<void> {
       flags: Flag[];
       lagThresholdSeconds: number;
       pauses?: Pause[] | null;
+      sentRowsKept?: boolean;
     }>(api(ctx, 'overview'));
     mount(
       board,
@@ -236,11 +237,17 @@ export async function overview(ctx: ViewContext): Promise<void> {
                     r.deadPerMinute,
                     `${r.name}: ${plural(sum(r.finishedPerMinute), label.finished === 'sent' ? 'message sent' : 'message processed', label.finished === 'sent' ? 'messages sent' : 'messages processed')} and ${sum(r.deadPerMinute)} dead in the last ${data.minutes} minutes`,
                   ),
-                  h(
-                    'span',
-                    { class: 'totals' },
-                    `${sum(r.finishedPerMinute).toLocaleString('en')} / ${sum(r.deadPerMinute).toLocaleString('en')}`,
-                  ),
+                  c === 'outbox' && data.sentRowsKept === false
+                    ? h(
+                        'span',
+                        { class: 'totals', title: "Sent rows are deleted when sent (outbox.sentRows: 'delete'): not counted here" },
+                        `sent not kept / ${sum(r.deadPerMinute).toLocaleString('en')}`,
+                      )
+                    : h(
+                        'span',
+                        { class: 'totals' },
+                        `${sum(r.finishedPerMinute).toLocaleString('en')} / ${sum(r.deadPerMinute).toLocaleString('en')}`,
+                      ),
                 ),
                 canPause ? pauseCell(ctx, r, pauseOf(r), draw) : null,
               ),
@@ -270,6 +277,8 @@ interface History {
   bucket: 'minute' | 'hour';
   buckets: number;
   rows: { component: Component; name: string; finished: number[]; dead: number[] }[];
+  /** False with `outbox.sentRows: 'delete'`: there are no sent rows to count. */
+  sentRowsKept: boolean;
 }
 
 const RANGES = [
@@ -295,6 +304,23 @@ async function drawHistory(ctx: ViewContext, section: HTMLElement): Promise<void
     const finished = total('finished');
     const dead = total('dead');
     const verb = c === 'outbox' ? 'sent' : 'processed';
+    if (c === 'outbox' && data.sentRowsKept === false) {
+      return h(
+        'figure',
+        { class: 'history-chart' },
+        historyChart(
+          finished,
+          dead,
+          { since: data.since, bucket: data.bucket },
+          `Outbox: ${sum(dead).toLocaleString('en')} dead, ${chosen[1].toLowerCase()}; sent rows are not kept`,
+        ),
+        h(
+          'figcaption',
+          { id: 'history-sent-not-kept' },
+          `Outbox: ${sum(dead).toLocaleString('en')} dead. Sent rows are deleted when sent (outbox.sentRows: 'delete'): count sends with queuebox_outbox_messages_sent_total.`,
+        ),
+      );
+    }
     return h(
       'figure',
       { class: 'history-chart' },

@@ -48,6 +48,33 @@ export const leaseCompleteBatchSql = (table: string, finished: { state: 'sent' |
 )
 SELECT c.id::text AS id FROM unnest($1::bigint[]) AS c(id) WHERE c.id NOT IN (SELECT id FROM done)`;
 
+/**
+ * $1 = id, $2 = token. The completion of `outbox.sentRows: 'delete'`: deletes the row, and its
+ * attempt history (`history`) with it, under the same fence. Returns one row (`n` = 1) when the
+ * fence held, none when the claim was lost (nothing is deleted then).
+ */
+export const leaseDeleteSql = (table: string, history: string) => `WITH done AS (
+  DELETE FROM ${table} WHERE ${FENCE} RETURNING id
+),
+history AS (
+  DELETE FROM ${history} a USING done WHERE a.row_id = done.id
+)
+SELECT 1 AS n FROM done`;
+
+/**
+ * $1 = ids, $2 = tokens (same order). `leaseDeleteSql` for a batch: returns the ids of `$1` it did
+ * not delete (their claims are lost), as leaseCompleteBatchSql does.
+ */
+export const leaseDeleteBatchSql = (table: string, history: string) => `WITH done AS (
+  DELETE FROM ${table} t USING unnest($1::bigint[], $2::uuid[]) AS c(id, token)
+  WHERE t.id = c.id AND t.id = ANY($1::bigint[]) AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
+  RETURNING t.id
+),
+history AS (
+  DELETE FROM ${history} a WHERE a.row_id IN (SELECT id FROM done)
+)
+SELECT c.id::text AS id FROM unnest($1::bigint[]) AS c(id) WHERE c.id NOT IN (SELECT id FROM done)`;
+
 /** $1 = id, $2 = token. Gives an unstarted claim back (shutdown): pending again, its attempt not counted. */
 export const leaseReleaseSql = (table: string) => `UPDATE ${table}
 SET state = 'pending', attempts = attempts - 1, claim_token = NULL, lease_expires_at = NULL

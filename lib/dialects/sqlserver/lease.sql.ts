@@ -1,4 +1,5 @@
 import { indexOf } from './quoting';
+import { GONE, historyOfGone } from './retention.sql';
 import { asUtc, msFromNow, NOW } from './time';
 
 // The fenced writes of a claim's holder. Parameters are positional (`@0`...).
@@ -52,6 +53,35 @@ OUTPUT inserted.[id]
 FROM ${table} AS t WITH (INDEX (${indexOf(table, 'pkey')}), FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
   ON t.[id] = c.[id]
 WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW}`;
+
+/**
+ * @0 = id, @1 = token. The completion of `outbox.sentRows: 'delete'`: deletes the row and its
+ * attempt history (`history`) in one transaction, under the same fence. Returns `n` = 1 when the
+ * fence held, 0 when the claim was lost (nothing is deleted then).
+ */
+export const leaseDeleteSql = (table: string, history: string) => `SET XACT_ABORT ON;
+${GONE}BEGIN TRANSACTION;
+DELETE FROM ${table}
+OUTPUT deleted.[id] INTO @gone
+WHERE ${FENCE};
+${historyOfGone(history)}
+COMMIT TRANSACTION;
+SELECT COUNT_BIG(*) AS [n] FROM @gone;`;
+
+/**
+ * @0 = the claims as one JSON array of `{ id, token }`. `leaseDeleteSql` for a batch: returns the
+ * ids it deleted (an id missing lost its claim), pinned to the primary key as leaseCompleteBatchSql.
+ */
+export const leaseDeleteBatchSql = (table: string, history: string) => `SET XACT_ABORT ON;
+${GONE}BEGIN TRANSACTION;
+DELETE t
+OUTPUT deleted.[id] INTO @gone
+FROM ${table} AS t WITH (INDEX (${indexOf(table, 'pkey')}), FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
+  ON t.[id] = c.[id]
+WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW};
+${historyOfGone(history)}
+COMMIT TRANSACTION;
+SELECT [id] FROM @gone;`;
 
 /** @0 = id, @1 = token. Gives an unstarted claim back (shutdown): pending again, its attempt not counted. */
 export const leaseReleaseSql = (table: string) => `${COUNTED}UPDATE ${table}

@@ -10,6 +10,27 @@ const H = '[messaging].[events_out_attempts]';
 const FENCE = "[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > SYSUTCDATETIME()";
 
 describe('SQL Server attempt history and dead-letter groups: statement shapes', () => {
+  it("outbox.sentRows 'delete': the fenced delete and the row's attempt history in one transaction of one batch", () => {
+    const single = sql.leaseDeleteSql(O, H);
+    assert.ok(single.includes(`DELETE FROM ${O}\nOUTPUT deleted.[id] INTO @gone\nWHERE ${FENCE};`), single);
+    const batch = sql.leaseDeleteBatchSql(O, H);
+    assert.match(batch, /WITH \(INDEX \(\[events_out_pkey\]\), FORCESEEK\)/, 'one seek of the primary key per claim');
+    assert.ok(
+      batch.includes("WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > SYSUTCDATETIME();"),
+      batch,
+    );
+    for (const statement of [single, batch]) {
+      assert.ok(statement.startsWith('SET XACT_ABORT ON;\nDECLARE @gone TABLE ('), statement.slice(0, 80));
+      assert.ok(statement.includes(`BEGIN TRANSACTION;\n`), 'one transaction');
+      assert.ok(
+        statement.includes(`DELETE h FROM ${H} AS h INNER JOIN @gone AS g ON h.[row_id] = g.[id];\nCOMMIT TRANSACTION;`),
+        'the history of the deleted rows only',
+      );
+    }
+    assert.ok(single.endsWith('SELECT COUNT_BIG(*) AS [n] FROM @gone;'), 'n = 1 when the fence held');
+    assert.ok(batch.endsWith('SELECT [id] FROM @gone;'), 'the ids it deleted');
+  });
+
   it('a retry or dead letter that records its attempt: the fenced update, the history row and the trim in one transaction of one batch', () => {
     for (const [statement, outcome, error, errorClass, keep] of [
       [sql.leaseRetryRecordedSql(O, H), 'retry', '@3', '@4', '@5'],

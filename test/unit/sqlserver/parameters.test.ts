@@ -96,6 +96,8 @@ describe('SQL Server parameters: numbered @0..@n-1', () => {
       ['attempts', sql.attemptListSql('[queuebox_inbox_attempts]'), 1],
       ['retry recorded', sql.leaseRetryRecordedSql(O, '[queuebox_outbox_attempts]'), 6],
       ['dead letter recorded', sql.leaseDeadLetterRecordedSql(O, '[queuebox_outbox_attempts]'), 7],
+      ['delete on send', sql.leaseDeleteSql(O, '[queuebox_outbox_attempts]'), 2],
+      ['delete on send, batch', sql.leaseDeleteBatchSql(O, '[queuebox_outbox_attempts]'), 1],
       ['throughput', sql.adminThroughputSql(O, I), 1],
       ['claims', sql.adminClaimListSql(O, 'outbox', { instances: '[queuebox_instances]', outbox: O, inbox: I }), 1],
       ['blocked', sql.blockedKeyListSql(O, 'outbox', { instances: '[queuebox_instances]', outbox: O, inbox: I }), 1],
