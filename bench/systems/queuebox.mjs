@@ -16,8 +16,16 @@ const DESTINATION = 'bench';
  * only the concurrency is the bench's, as for every system.
  */
 function pollerOptions(workload, concurrency) {
-  if (workload.kind === 'latency') return { concurrency };
-  return { concurrency, batchSize: batchSize(workload), pollIntervalMs: 100 };
+  if (workload.kind === 'latency') return { concurrency, ...sentRows() };
+  return { concurrency, batchSize: batchSize(workload), pollIntervalMs: 100, ...sentRows() };
+}
+
+/** `outbox.sentRows` of the outbox poller: BENCH_QB_SENT_ROWS=delete runs it deleting sent rows (issue 36 target 2); unset, the default (kept). */
+function sentRows() {
+  const value = process.env.BENCH_QB_SENT_ROWS;
+  if (value === undefined || value === '') return {};
+  if (value !== 'keep' && value !== 'delete') throw new Error(`BENCH_QB_SENT_ROWS must be keep or delete, got ${value}`);
+  return { sentRows: value };
 }
 
 /**
@@ -78,9 +86,10 @@ export default {
       return `${what}, pollIntervalMs ${o.pollIntervalMs}`;
     }
     const o = pollerOptions(workload, settings.concurrency);
+    const deleting = o.sentRows === 'delete' ? ", sentRows 'delete'" : '';
     if (o.pollIntervalMs === undefined)
-      return `concurrency ${o.concurrency}, the defaults otherwise (batchSize 50, pollIntervalMs 1000, LISTEN/NOTIFY)`;
-    return `concurrency ${o.concurrency}, batchSize ${o.batchSize}, pollIntervalMs ${o.pollIntervalMs}`;
+      return `concurrency ${o.concurrency}, the defaults otherwise (batchSize 50, pollIntervalMs 1000, LISTEN/NOTIFY)${deleting}`;
+    return `concurrency ${o.concurrency}, batchSize ${o.batchSize}, pollIntervalMs ${o.pollIntervalMs}${deleting}`;
   },
 
   /** The schema, by the migrations an application runs (README: all four). */
