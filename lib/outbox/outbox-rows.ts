@@ -1,5 +1,5 @@
-import { randomUUID } from 'node:crypto';
 import { checkName, copyHeaders, dateTimeOf, serializeHeaders, serializePayload } from '../common/payload';
+import { uuidV7 } from '../common/uuid';
 import type { OutboxInsertRow } from '../dialects/dialect';
 import { DuplicateMessageIdError, QueueBoxValidationError } from '../errors/queuebox.errors';
 import { messages } from '../texts/queuebox.messages';
@@ -31,7 +31,8 @@ export function toOutboxRows(messageList: readonly OutboxMessageInput[], maxPayl
       throw new QueueBoxValidationError('messageId', messages.messageFieldInvalid(subject, 'messageId', 'must be a UUID'));
     }
     // The database stores a uuid in lower case: the id returned must be the one stored.
-    const messageId = givenId?.toLowerCase() ?? randomUUID();
+    // Time-ordered when QueueBox makes it (uuidV7): cheaper for the message_id index than a random one.
+    const messageId = givenId?.toLowerCase() ?? uuidV7();
     if (seen.has(messageId)) throw new DuplicateMessageIdError(messageId, messages.messageIdRepeated(subject, messageId));
     seen.add(messageId);
     return {
