@@ -1,7 +1,7 @@
 import { ADMIN_COLUMNS, type Component, deadAt } from './columns';
 import { held, type InstanceTables, ownerColumns } from './instances.sql';
+import { GONE, historyOfGone } from './lease.sql';
 import { indexOf } from './quoting';
-import { GONE, historyOfGone } from './retention.sql';
 import { asUtc, NOW, utcInstant } from './time';
 
 // QueueBoxAdmin's statements. Every write touches `dead` rows only, except skip-head.

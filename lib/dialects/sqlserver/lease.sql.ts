@@ -1,5 +1,4 @@
 import { indexOf } from './quoting';
-import { GONE, historyOfGone } from './retention.sql';
 import { asUtc, msFromNow, NOW } from './time';
 
 // The fenced writes of a claim's holder. Parameters are positional (`@0`...).
@@ -24,6 +23,12 @@ export const COUNTED = 'SET NOCOUNT OFF;\n';
  * level is restored when the batch returns (as every SET inside sp_executesql).
  */
 export const PINNED_READ_COMMITTED = 'SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n';
+
+/** Declares `@gone`, the ids a delete outputs, for historyOfGone. */
+export const GONE = 'DECLARE @gone TABLE ([id] BIGINT NOT NULL PRIMARY KEY);\n';
+
+/** Deletes the attempt history (the attempts migration) of the rows in `@gone`, through its clustered key. */
+export const historyOfGone = (history: string) => `DELETE h FROM ${history} AS h INNER JOIN @gone AS g ON h.[row_id] = g.[id];`;
 
 /** The claim fence: @0 = id, @1 = claim token. */
 const FENCE = `[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ${NOW}`;

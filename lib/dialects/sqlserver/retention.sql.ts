@@ -1,5 +1,5 @@
 import { deadAt } from './columns';
-import { COUNTED } from './lease.sql';
+import { COUNTED, GONE, historyOfGone } from './lease.sql';
 import { msAgo } from './time';
 
 // RetentionService's lock and deletes.
@@ -39,9 +39,3 @@ ${where};
 ${historyOfGone(history)}
 SELECT COUNT_BIG(*) AS [n] FROM @gone;`;
 };
-
-/** Declares `@gone`, the ids a delete outputs, for historyOfGone. */
-export const GONE = 'DECLARE @gone TABLE ([id] BIGINT NOT NULL PRIMARY KEY);\n';
-
-/** Deletes the attempt history (the attempts migration) of the rows in `@gone`, through its clustered key. */
-export const historyOfGone = (history: string) => `DELETE h FROM ${history} AS h INNER JOIN @gone AS g ON h.[row_id] = g.[id];`;
