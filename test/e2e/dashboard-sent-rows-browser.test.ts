@@ -1,6 +1,7 @@
 // The dashboard of an app that deletes sent rows (`outbox.sentRows: 'delete'`, issue 36) in a real
 // browser (Debian's chromium through playwright-core): the overview says "sent not kept" for an
-// outbox destination instead of a count of zero, and the history says why it draws no sent bars.
+// outbox destination instead of a count of zero, and the history (its hint and the outbox chart's
+// caption) says why it draws no sent bars.
 // Screenshot dashboard-sent-rows.png goes where dashboard-browser.test.ts puts its own.
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -72,6 +73,13 @@ describeWithDatabase('queuebox/dashboard in Chromium: an app that deletes sent r
         .filter({ hasText: /^Inbox:/ })
         .textContent()) ?? '',
       /^Inbox: 0 processed \/ 0 dead$/,
+    );
+    assert.match(
+      (await page
+        .locator('p.hint')
+        .filter({ hasText: /one bar per hour/ })
+        .textContent()) ?? '',
+      /^By processed_at and the dead rows' last attempt, .*; sent outbox rows are deleted when sent, and rows retention deleted are not counted\.$/,
     );
     await page.screenshot({ path: join(screenshotsFolder(), 'dashboard-sent-rows.png'), fullPage: true });
     await page.close();

@@ -348,7 +348,9 @@ async function drawHistory(ctx: ViewContext, section: HTMLElement): Promise<void
     h(
       'p',
       { class: 'hint' },
-      `By sent_at / processed_at and the dead rows' last attempt, from ${time(data.since)} (UTC) on, one bar per ${data.bucket}; rows retention deleted are not counted.`,
+      data.sentRowsKept === false
+        ? `By processed_at and the dead rows' last attempt, from ${time(data.since)} (UTC) on, one bar per ${data.bucket}; sent outbox rows are deleted when sent, and rows retention deleted are not counted.`
+        : `By sent_at / processed_at and the dead rows' last attempt, from ${time(data.since)} (UTC) on, one bar per ${data.bucket}; rows retention deleted are not counted.`,
     ),
     h('div', { class: 'history-charts' }, charts),
   );
