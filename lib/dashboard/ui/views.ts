@@ -180,6 +180,8 @@ export async function overview(ctx: ViewContext): Promise<void> {
       (['outbox', 'inbox'] as const).map((c) => {
         const rows = data.rows.filter((r) => r.component === c);
         const label = LABEL[c];
+        // outbox.sentRows: 'delete': no sent rows to count by, so the totals say so instead of a zero.
+        const sentNotKept = c === 'outbox' && data.sentRowsKept === false;
         return h(
           'section',
           { 'aria-labelledby': `overview-${c}` },
@@ -237,17 +239,13 @@ export async function overview(ctx: ViewContext): Promise<void> {
                     r.deadPerMinute,
                     `${r.name}: ${plural(sum(r.finishedPerMinute), label.finished === 'sent' ? 'message sent' : 'message processed', label.finished === 'sent' ? 'messages sent' : 'messages processed')} and ${sum(r.deadPerMinute)} dead in the last ${data.minutes} minutes`,
                   ),
-                  c === 'outbox' && data.sentRowsKept === false
-                    ? h(
-                        'span',
-                        { class: 'totals', title: "Sent rows are deleted when sent (outbox.sentRows: 'delete'): not counted here" },
-                        `sent not kept / ${sum(r.deadPerMinute).toLocaleString('en')}`,
-                      )
-                    : h(
-                        'span',
-                        { class: 'totals' },
-                        `${sum(r.finishedPerMinute).toLocaleString('en')} / ${sum(r.deadPerMinute).toLocaleString('en')}`,
-                      ),
+                  h(
+                    'span',
+                    sentNotKept
+                      ? { class: 'totals', title: "Sent rows are deleted when sent (outbox.sentRows: 'delete'): not counted here" }
+                      : { class: 'totals' },
+                    `${sentNotKept ? 'sent not kept' : sum(r.finishedPerMinute).toLocaleString('en')} / ${sum(r.deadPerMinute).toLocaleString('en')}`,
+                  ),
                 ),
                 canPause ? pauseCell(ctx, r, pauseOf(r), draw) : null,
               ),
@@ -304,37 +302,22 @@ async function drawHistory(ctx: ViewContext, section: HTMLElement): Promise<void
     const finished = total('finished');
     const dead = total('dead');
     const verb = c === 'outbox' ? 'sent' : 'processed';
-    if (c === 'outbox' && data.sentRowsKept === false) {
-      return h(
-        'figure',
-        { class: 'history-chart' },
-        historyChart(
-          finished,
-          dead,
-          { since: data.since, bucket: data.bucket },
-          `Outbox: ${sum(dead).toLocaleString('en')} dead, ${chosen[1].toLowerCase()}; sent rows are not kept`,
-        ),
-        h(
-          'figcaption',
-          { id: 'history-sent-not-kept' },
-          `Outbox: ${sum(dead).toLocaleString('en')} dead. Sent rows are deleted when sent (outbox.sentRows: 'delete'): count sends with queuebox_outbox_messages_sent_total.`,
-        ),
-      );
-    }
+    const title = c === 'outbox' ? 'Outbox' : 'Inbox';
+    const deadCount = sum(dead).toLocaleString('en');
+    const range = chosen[1].toLowerCase();
+    // Without sent rows (outbox.sentRows: 'delete') there is nothing to count sends by: say so instead of a zero.
+    const notKept = c === 'outbox' && data.sentRowsKept === false;
+    const label = notKept
+      ? `${title}: ${deadCount} dead, ${range}; sent rows are not kept`
+      : `${title}: ${sum(finished).toLocaleString('en')} ${verb} and ${deadCount} dead, ${range}`;
+    const caption = notKept
+      ? `${title}: ${deadCount} dead. Sent rows are deleted when sent (outbox.sentRows: 'delete'): count sends with queuebox_outbox_messages_sent_total.`
+      : `${title}: ${sum(finished).toLocaleString('en')} ${verb} / ${deadCount} dead`;
     return h(
       'figure',
       { class: 'history-chart' },
-      historyChart(
-        finished,
-        dead,
-        { since: data.since, bucket: data.bucket },
-        `${c === 'outbox' ? 'Outbox' : 'Inbox'}: ${sum(finished).toLocaleString('en')} ${verb} and ${sum(dead).toLocaleString('en')} dead, ${chosen[1].toLowerCase()}`,
-      ),
-      h(
-        'figcaption',
-        null,
-        `${c === 'outbox' ? 'Outbox' : 'Inbox'}: ${sum(finished).toLocaleString('en')} ${verb} / ${sum(dead).toLocaleString('en')} dead`,
-      ),
+      historyChart(finished, dead, { since: data.since, bucket: data.bucket }, label),
+      h('figcaption', notKept ? { id: 'history-sent-not-kept' } : null, caption),
     );
   });
   mount(

@@ -10,6 +10,12 @@ import { msFromNow, NOW } from './time';
 /** The claim fence: $1 = id, $2 = claim token. */
 const FENCE = `id = $1 AND state = 'processing' AND claim_token = $2 AND lease_expires_at > ${NOW}`;
 
+/** The claim fence of a batch statement: row `t` joined to its claim `c` (`c.id`, `c.token`) of the ids in $1. */
+const BATCH_FENCE = `t.id = c.id AND t.id = ANY($1::bigint[]) AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}`;
+
+/** Ends a batch statement whose CTE `done` returned the ids it changed: the ids of $1 it did not (lost claims), usually none. */
+const LOST_IDS = 'SELECT c.id::text AS id FROM unnest($1::bigint[]) AS c(id) WHERE c.id NOT IN (SELECT id FROM done)';
+
 /**
  * $1 = id, $2 = token, $3 = lease in ms. `renewed_at` (migration 009) tells a replica's sweep that
  * the owner keeps this lease, whatever its heartbeat looks like: every renewal must write it.
@@ -26,7 +32,7 @@ export const leaseRenewBatchSql = (
   table: string,
 ) => `UPDATE ${table} t SET lease_expires_at = ${msFromNow('c.lease_ms')}, renewed_at = ${NOW}
 FROM unnest($1::bigint[], $2::uuid[], $3::bigint[]) AS c(id, token, lease_ms)
-WHERE t.id = c.id AND t.id = ANY($1::bigint[]) AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
+WHERE ${BATCH_FENCE}
 RETURNING t.id::text AS id, t.claim_token::text AS token, t.lease_expires_at`;
 
 /** $1 = id, $2 = token. `state`/`column`: `sent`/`sent_at` or `processed`/`processed_at`. */
@@ -43,10 +49,10 @@ export const leaseCompleteBatchSql = (table: string, finished: { state: 'sent' |
   `WITH done AS (
   UPDATE ${table} t SET state = '${finished.state}', ${finished.column} = ${NOW}, lease_expires_at = NULL
   FROM unnest($1::bigint[], $2::uuid[]) AS c(id, token)
-  WHERE t.id = c.id AND t.id = ANY($1::bigint[]) AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
+  WHERE ${BATCH_FENCE}
   RETURNING t.id
 )
-SELECT c.id::text AS id FROM unnest($1::bigint[]) AS c(id) WHERE c.id NOT IN (SELECT id FROM done)`;
+${LOST_IDS}`;
 
 /**
  * $1 = id, $2 = token. The completion of `outbox.sentRows: 'delete'`: deletes the row, and its
@@ -67,13 +73,13 @@ SELECT 1 AS n FROM done`;
  */
 export const leaseDeleteBatchSql = (table: string, history: string) => `WITH done AS (
   DELETE FROM ${table} t USING unnest($1::bigint[], $2::uuid[]) AS c(id, token)
-  WHERE t.id = c.id AND t.id = ANY($1::bigint[]) AND t.state = 'processing' AND t.claim_token = c.token AND t.lease_expires_at > ${NOW}
+  WHERE ${BATCH_FENCE}
   RETURNING t.id
 ),
 history AS (
   DELETE FROM ${history} a WHERE a.row_id IN (SELECT id FROM done)
 )
-SELECT c.id::text AS id FROM unnest($1::bigint[]) AS c(id) WHERE c.id NOT IN (SELECT id FROM done)`;
+${LOST_IDS}`;
 
 /** $1 = id, $2 = token. Gives an unstarted claim back (shutdown): pending again, its attempt not counted. */
 export const leaseReleaseSql = (table: string) => `UPDATE ${table}

@@ -33,6 +33,19 @@ export const historyOfGone = (history: string) => `DELETE h FROM ${history} AS h
 /** The claim fence: @0 = id, @1 = claim token. */
 const FENCE = `[id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ${NOW}`;
 
+/**
+ * The claims of a batch statement (@0, a JSON array of `{ id, token }`) joined to their rows `t`,
+ * under the fence. FORCESEEK pinned to the primary key (INDEX): one seek per claim, never a scan
+ * (OPENJSON's row count is a guess), and never a range seek on the outbox's lease index (its
+ * `processing` filter matches these statements too), which would U-lock every live claim and wait
+ * behind any completion in flight.
+ */
+const batchOfClaims = (
+  table: string,
+) => `FROM ${table} AS t WITH (INDEX (${indexOf(table, 'pkey')}), FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
+  ON t.[id] = c.[id]
+WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW}`;
+
 /** @0 = id, @1 = token, @2 = lease in ms. Writes `[renewed_at]` for the sweep (migration 009; see postgres/lease.sql.ts). */
 export const leaseRenewSql = (table: string) => `UPDATE ${table} SET [lease_expires_at] = ${msFromNow('@2')}, [renewed_at] = ${NOW}
 OUTPUT ${asUtc('inserted.[lease_expires_at]')} AS [lease_expires_at]
@@ -47,17 +60,12 @@ WHERE ${FENCE}`;
 
 /**
  * @0 = the claims as one JSON array of `{ id, token }`. Completes a batch with one fenced
- * statement and returns the ids it completed; an id missing from the result lost its claim.
- * FORCESEEK pinned to the primary key (INDEX): one seek per claim, never a scan (OPENJSON's row count is a
- * guess), and never a range seek on the outbox's lease index (its `processing` filter matches this
- * statement too), which would U-lock every live claim and wait behind any completion in flight.
+ * statement (batchOfClaims) and returns the ids it completed; an id missing from the result lost its claim.
  */
 export const leaseCompleteBatchSql = (table: string, finished: Finished) => `UPDATE t
 SET [state] = N'${finished.state}', [${finished.column}] = ${NOW}, [lease_expires_at] = NULL
 OUTPUT inserted.[id]
-FROM ${table} AS t WITH (INDEX (${indexOf(table, 'pkey')}), FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
-  ON t.[id] = c.[id]
-WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW}`;
+${batchOfClaims(table)}`;
 
 /**
  * @0 = id, @1 = token. The completion of `outbox.sentRows: 'delete'`: deletes the row and its
@@ -75,15 +83,13 @@ SELECT COUNT_BIG(*) AS [n] FROM @gone;`;
 
 /**
  * @0 = the claims as one JSON array of `{ id, token }`. `leaseDeleteSql` for a batch: returns the
- * ids it deleted (an id missing lost its claim), pinned to the primary key as leaseCompleteBatchSql.
+ * ids it deleted (an id missing lost its claim), through batchOfClaims.
  */
 export const leaseDeleteBatchSql = (table: string, history: string) => `SET XACT_ABORT ON;
 ${GONE}BEGIN TRANSACTION;
 DELETE t
 OUTPUT deleted.[id] INTO @gone
-FROM ${table} AS t WITH (INDEX (${indexOf(table, 'pkey')}), FORCESEEK) INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c
-  ON t.[id] = c.[id]
-WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW};
+${batchOfClaims(table)};
 ${historyOfGone(history)}
 COMMIT TRANSACTION;
 SELECT [id] FROM @gone;`;
