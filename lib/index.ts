@@ -85,6 +85,7 @@ export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metric
 export {
   createQueueBoxAttemptsMigration,
   createQueueBoxClaimFunctionsMigration,
+  createQueueBoxClaimLanesMigration,
   createQueueBoxClaimProbesMigration,
   createQueueBoxClaimsMigration,
   createQueueBoxInstancesMigration,
@@ -98,6 +99,7 @@ export {
   createQueueBoxUnkeyedClaimsMigration,
   QueueBoxAttempts1796688000000,
   QueueBoxClaimFunctions1796169600000,
+  QueueBoxClaimLanes1796860800000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
   QueueBoxInstances1796256000000,

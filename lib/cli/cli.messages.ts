@@ -53,6 +53,11 @@ export const cliMessages = {
       notApplied:
         "not applied: the claim functions are an earlier version's, so claims are sent as statements (one at a time, planned on every call) until you run `queuebox migrate`",
     },
+    claimLanes: {
+      applied: 'rewrote the claim functions: claims of rows with a key lock lanes of keys and run side by side.',
+      notApplied:
+        "not applied: the claim functions are an earlier version's, so claims are sent as statements (one at a time, planned on every call) until you run `queuebox migrate`",
+    },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',

@@ -1,4 +1,4 @@
-/** QueueBox's numbered migrations: the same twelve on every database (a driver may make one a no-op). */
+/** QueueBox's numbered migrations: the same thirteen on every database (a driver may make one a no-op). */
 
 /**
  * Which migration's statements: 001 (the tables), 002 (the operations indexes), 003 (the claims'
@@ -8,8 +8,10 @@
  * functions rewritten with this version's head probes; nothing on SQL Server), 008 (the rate limit
  * buckets of `outbox.rateLimits`), 009 (when a lease was last renewed, and each instance row's
  * heartbeat count), 010 (the paused destinations and sources), 011 (the attempt history tables
- * and the dead letters' fingerprint) or 012 (PostgreSQL's claim functions rewritten to claim rows
- * without a key without the claim lock; nothing on SQL Server).
+ * and the dead letters' fingerprint), 012 (PostgreSQL's claim functions rewritten to claim rows
+ * without a key without the claim lock; nothing on SQL Server) or 013 (PostgreSQL's claim
+ * functions rewritten so that keyed claims lock lanes of keys instead of the whole claim lock;
+ * nothing on SQL Server).
  */
 export type SchemaMigration =
   | 'schema'
@@ -23,7 +25,8 @@ export type SchemaMigration =
   | 'renewals'
   | 'pauses'
   | 'attempts'
-  | 'unkeyedClaims';
+  | 'unkeyedClaims'
+  | 'claimLanes';
 
 /** The QueueBox migrations in the order they run. */
 export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
@@ -39,6 +42,7 @@ export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
   'pauses',
   'attempts',
   'unkeyedClaims',
+  'claimLanes',
 ];
 
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
@@ -55,6 +59,7 @@ export const DEFAULT_MIGRATION_NAMES = {
   pauses: 'QueueBoxPauses1796601600000',
   attempts: 'QueueBoxAttempts1796688000000',
   unkeyedClaims: 'QueueBoxUnkeyedClaims1796774400000',
+  claimLanes: 'QueueBoxClaimLanes1796860800000',
 } as const satisfies Record<SchemaMigration, string>;
 
 /** Each migration's `sql/<dialect>/` file stem and what a script's first line calls it. */
@@ -71,6 +76,7 @@ export const MIGRATION_FILES = {
   pauses: { file: '010_queuebox_pauses', title: 'paused destinations and sources' },
   attempts: { file: '011_queuebox_attempts', title: 'attempt history and dead-letter fingerprints' },
   unkeyedClaims: { file: '012_queuebox_unkeyed_claims', title: 'claim functions that claim unkeyed rows without the claim lock' },
+  claimLanes: { file: '013_queuebox_claim_lanes', title: 'claim functions whose keyed claims lock lanes of keys' },
 } as const satisfies Record<SchemaMigration, { file: string; title: string }>;
 
 /**

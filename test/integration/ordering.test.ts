@@ -96,6 +96,103 @@ describeWithDatabase('I4: per-key order across replicas', (db) => {
     assert.ok(recorder.requests.length > recorder.accepted().length, 'failures happened and were retried');
   });
 
+  it('four poller processes keep one row of a key at the destination at a time, in order, with rows of a key committed out of id order', async () => {
+    // Issue 36: keyed claims lock lanes of keys instead of the claim lock, so the four replicas'
+    // claims run side by side. Each key's producer commits every third pair of its rows in reverse
+    // id order (either order of the pair is then right); the destination records a request that
+    // arrives while another of its key is being answered.
+    const KEYS_4 = 20;
+    const PER_KEY_4 = 24;
+    const answering = new Set<string>();
+    const overlaps: string[] = [];
+    const recorder = new HttpRecorder(async (request) => {
+      const { key } = JSON.parse(request.body) as { key: string };
+      if (answering.has(key)) overlaps.push(key);
+      answering.add(key);
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * 4));
+      answering.delete(key);
+      return Math.random() < 0.1 ? 500 : 200;
+    });
+    const publishUrl = await recorder.start();
+    const outboxOptions = {
+      concurrency: 4,
+      batchSize: 8,
+      pollIntervalMs: 20,
+      claimTimeoutMs: 15_000,
+      maxAttempts: 1000,
+      backoff: { initialMs: 5, maxMs: 30 },
+    };
+    const workers: WorkerProcess[] = await Promise.all(
+      ['a', 'b', 'c', 'd'].map((name) => startWorker({ dbUrl: db.url, publishUrl, name, options: { outbox: outboxOptions } })),
+    );
+    /** Per key: the slot of each seq (a reversed pair, the first two of each six, shares one). */
+    const slotOf = (seq: number) => (seq % 6 === 1 ? seq - 1 : seq);
+    try {
+      // Five producers, each writing six rows of each of its keys in turn: the first two in two
+      // transactions open together, the later id committed first; the other four one by one (a
+      // reversed pair holds two of the producer app's twelve connections).
+      const produceRows = async (key: string, from: number) => {
+        const first = dataSource.createQueryRunner();
+        const second = dataSource.createQueryRunner();
+        try {
+          await first.startTransaction();
+          await second.startTransaction();
+          await outbox.enqueue(first.manager, { destination: 'orders', key, payload: { key, seq: from } });
+          await outbox.enqueue(second.manager, { destination: 'orders', key, payload: { key, seq: from + 1 } });
+          await second.commitTransaction();
+          await new Promise((resolve) => setTimeout(resolve, Math.random() * 3));
+          await first.commitTransaction();
+        } finally {
+          await first.release();
+          await second.release();
+        }
+        for (let seq = from + 2; seq < from + 6; seq++) {
+          await dataSource.transaction((manager) => outbox.enqueue(manager, { destination: 'orders', key, payload: { key, seq } }));
+        }
+      };
+      await Promise.all(
+        Array.from({ length: 5 }, async (_, producer) => {
+          for (let round = 0; round < PER_KEY_4 / 6; round++) {
+            for (let k = producer; k < KEYS_4; k += 5) await produceRows(`four-${k}`, round * 6);
+          }
+        }),
+      );
+      await eventually(
+        async () => (await db.query("SELECT 1 FROM queuebox_outbox WHERE state <> 'sent' LIMIT 1")).length === 0,
+        'every message to be sent',
+        120_000,
+        100,
+      );
+    } finally {
+      for (const worker of workers) worker.child.kill('SIGTERM');
+      await Promise.all(workers.map((w) => w.exited));
+      await recorder.stop();
+    }
+
+    const slots = new Map<string, number[]>();
+    const seen = new Set<string>();
+    const byWorker: Record<string, number> = {};
+    for (const request of recorder.accepted()) {
+      const id = String(request.headers['x-message-id']);
+      if (seen.has(id)) continue;
+      seen.add(id);
+      const { key, seq } = JSON.parse(request.body) as { key: string; seq: number };
+      slots.set(key, [...(slots.get(key) ?? []), slotOf(seq)]);
+      const worker = String(request.headers['x-worker']);
+      byWorker[worker] = (byWorker[worker] ?? 0) + 1;
+    }
+    assert.equal(seen.size, KEYS_4 * PER_KEY_4, 'every message was delivered');
+    for (const [key, list] of slots) {
+      assert.deepEqual(
+        list,
+        [...list].sort((a, b) => a - b),
+        `${key} in enqueue order (a pair committed in reverse either way)`,
+      );
+    }
+    assert.deepEqual(overlaps, [], 'never two requests of one key at the destination at once');
+    assert.deepEqual(Object.keys(byWorker).sort(), ['a', 'b', 'c', 'd'], `every replica published (${JSON.stringify(byWorker)})`);
+  });
+
   it('rows of one key committed out of id order are never claimed two at a time by concurrent claimers', async () => {
     // Several LeaseService instances (separate pools) claim in tight loops while producers commit
     // pairs of rows of one key in reverse id order. A second row of a key claimed while the first

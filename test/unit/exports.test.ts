@@ -41,6 +41,8 @@ describe('public barrel', () => {
       'createQueueBoxAttemptsMigration',
       'QueueBoxUnkeyedClaims1796774400000',
       'createQueueBoxUnkeyedClaimsMigration',
+      'QueueBoxClaimLanes1796860800000',
+      'createQueueBoxClaimLanesMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -77,6 +79,7 @@ describe('public barrel', () => {
         'QueueBoxPauses1796601600000',
         'QueueBoxAttempts1796688000000',
         'QueueBoxUnkeyedClaims1796774400000',
+        'QueueBoxClaimLanes1796860800000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );

@@ -3,11 +3,17 @@ import {
   claimLockNames,
   inboxKeyedUnfinishedSql,
   inboxPullClaimSql,
+  inboxPullLaneClaimSql,
+  inboxPullLaneSearchSql,
   inboxPullUnkeyedClaimSql,
   inboxRelayClaimSql,
+  inboxRelayLaneClaimSql,
+  inboxRelayLaneSearchSql,
   inboxRelayUnkeyedClaimSql,
   outboxClaimSql,
   outboxKeyedUnfinishedSql,
+  outboxLaneClaimSql,
+  outboxLaneSearchSql,
   outboxUnkeyedClaimSql,
 } from './claims.sql';
 import { pgLiteral, pgTable, substituteParams } from './quoting';
@@ -72,7 +78,7 @@ export const claimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =
  * function each statement takes a snapshot of its own when it starts, so the claim sees every
  * claim committed before the lock was granted. What it adds: PL/pgSQL keeps the claim's plan for
  * the session, where a query string is planned on every call (the claim takes 0.45 ms to plan,
- * 0.14 ms to run, on one row). `lockKey` is an SQL expression of the lock's name; the function
+ * 0.14 ms to run, on one row). `lockName` is an SQL expression of the lock's name; the function
  * returns the claimed rows whole. `body` is the text PostgreSQL keeps as the function's source
  * (`pg_proc.prosrc`): the dialect compares it to tell a function of an older version.
  *
@@ -81,6 +87,14 @@ export const claimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =
  * order nothing asks for, and it runs `unkeyed.claim` without the lock: claims of several
  * connections and replicas then run side by side instead of one at a time. The question and the
  * claim need not agree: a keyed row committed between them is not the unkeyed claim's to take.
+ *
+ * With `lanes` (migration 013, issue 36), a keyed claim no longer takes the claim lock alone: it
+ * takes it shared, so keyed claims run side by side, and locks the lane of each key it found
+ * (CLAIM_LANES) in `lanes.search`, without waiting: a key whose lane another claim holds is left
+ * to that claim. `lanes.claim` then claims the rows found, in a snapshot taken after their lanes
+ * were locked, so it sees every claim of those keys that committed before. A claim that takes the
+ * lock exclusively (the query-string claim, or a process of an earlier version) still waits for
+ * every lane claim and makes them wait: both kinds can run during an upgrade.
  */
 export interface ClaimFunction {
   /** `name(integer, bigint)`, as `to_regprocedure` and `DROP FUNCTION` take it. */
@@ -96,16 +110,33 @@ interface UnkeyedBranch {
   claim: string;
 }
 
-function claimFunction(
-  kind: keyof ClaimFunctions,
-  fn: string,
-  table: string,
-  lockKey: string,
-  claim: string,
-  unkeyed?: UnkeyedBranch,
-): ClaimFunction {
+/** A lane claim's two statements: the search that locks the lanes it finds (ids), and the claim of `LANE_CANDIDATES`. */
+interface LaneStatements {
+  search: string;
+  claim: string;
+}
+
+/** The variable of a lane claim function that carries its search's ids to its claim. */
+const LANE_CANDIDATES = 'candidate_ids';
+
+/**
+ * Which version of the claim functions: `serialized` (every claim behind the claim lock, as
+ * migrations 003 to 007 wrote them), `unkeyedWithoutLock` (migration 012) or `lanes` (013, this
+ * version's: migrations 006, 007, 012 and 013 write it).
+ */
+export type ClaimFunctionsVersion = 'serialized' | 'unkeyedWithoutLock' | 'lanes';
+
+interface ClaimFunctionParts {
+  lockName: string;
+  claim: string;
+  unkeyed?: UnkeyedBranch;
+  lanes?: LaneStatements;
+}
+
+function claimFunction(kind: keyof ClaimFunctions, fn: string, table: string, parts: ClaimFunctionParts): ClaimFunction {
   const params = CLAIM_FUNCTION_PARAMS[kind];
   const withParams = (statement: string) => substituteParams(statement, params, ([name]) => name, 'parameter');
+  const { lockName, claim, unkeyed, lanes } = parts;
   const lockFree = unkeyed
     ? `
   IF NOT ${withParams(unkeyed.keyedUnfinished)} THEN
@@ -113,9 +144,19 @@ function claimFunction(
     RETURN;
   END IF;`
     : '';
-  const body = `
+  const body = lanes
+    ? `
+DECLARE
+  ${LANE_CANDIDATES} bigint[];
 BEGIN${lockFree}
-  PERFORM pg_advisory_xact_lock(hashtextextended(${lockKey}, 0));
+  PERFORM pg_advisory_xact_lock_shared(hashtextextended(${lockName}, 0));
+  ${LANE_CANDIDATES} := ARRAY(${withParams(lanes.search)});
+  RETURN QUERY ${withParams(lanes.claim)};
+END
+`
+    : `
+BEGIN${lockFree}
+  PERFORM pg_advisory_xact_lock(hashtextextended(${lockName}, 0));
   RETURN QUERY ${withParams(claim)};
 END
 `;
@@ -128,50 +169,62 @@ LANGUAGE plpgsql VOLATILE AS $queuebox$${body}$queuebox$`,
 }
 
 /**
- * The three claim functions of `tables`: the claim statements of claims.sql.ts behind their locks.
- * `unkeyedWithoutLock` (this version's: migrations 006, 007 and 012 write it) adds the lock-free
- * claim of unkeyed rows; without it they are the functions of the version before, which 012's
- * down writes back.
+ * The three claim functions of `tables` in `version` (this version's, `lanes`, unless told): the
+ * claim statements of claims.sql.ts behind their locks. Migration 012's down writes back
+ * `serialized`, 013's down `unkeyedWithoutLock`.
  */
-export function claimFunctions(tables: QueueBoxTables, { unkeyedWithoutLock = true } = {}): Record<keyof ClaimFunctions, ClaimFunction> {
+export function claimFunctions(
+  tables: QueueBoxTables,
+  { version = 'lanes' }: { version?: ClaimFunctionsVersion } = {},
+): Record<keyof ClaimFunctions, ClaimFunction> {
   const fn = claimFunctionNames(tables);
   const lock = claimLockNames(tables);
   const outbox = pgTable(tables.outbox);
   const inbox = pgTable(tables.inbox);
-  const unkeyed = (branch: UnkeyedBranch) => (unkeyedWithoutLock ? branch : undefined);
+  const unkeyed = (branch: UnkeyedBranch) => (version === 'serialized' ? undefined : branch);
+  const lanes = (statements: LaneStatements) => (version === 'lanes' ? statements : undefined);
+  const outboxLock = pgLiteral(lock.outbox);
+  const relayLock = pgLiteral(lock.inbox);
+  const pullLock = `${pgLiteral(lock.pullPrefix)} || p_source`;
   return {
-    outbox: claimFunction(
-      'outbox',
-      fn.outbox,
-      outbox,
-      pgLiteral(lock.outbox),
-      outboxClaimSql(outbox, 'RETURNING o.*'),
-      unkeyed({ keyedUnfinished: outboxKeyedUnfinishedSql(outbox), claim: outboxUnkeyedClaimSql(outbox, 'RETURNING o.*') }),
-    ),
-    relay: claimFunction(
-      'relay',
-      fn.relay,
-      inbox,
-      pgLiteral(lock.inbox),
-      inboxRelayClaimSql(inbox, 'RETURNING i.*'),
-      unkeyed({ keyedUnfinished: inboxKeyedUnfinishedSql(inbox, '$3::text[]'), claim: inboxRelayUnkeyedClaimSql(inbox, 'RETURNING i.*') }),
-    ),
-    pull: claimFunction(
-      'pull',
-      fn.pull,
-      inbox,
-      `${pgLiteral(lock.pullPrefix)} || p_source`,
-      inboxPullClaimSql(inbox, 'RETURNING i.*'),
-      unkeyed({
+    outbox: claimFunction('outbox', fn.outbox, outbox, {
+      lockName: outboxLock,
+      claim: outboxClaimSql(outbox, 'RETURNING o.*'),
+      unkeyed: unkeyed({ keyedUnfinished: outboxKeyedUnfinishedSql(outbox), claim: outboxUnkeyedClaimSql(outbox, 'RETURNING o.*') }),
+      lanes: lanes({
+        search: outboxLaneSearchSql(outbox, outboxLock),
+        claim: outboxLaneClaimSql(outbox, LANE_CANDIDATES, 'RETURNING o.*'),
+      }),
+    }),
+    relay: claimFunction('relay', fn.relay, inbox, {
+      lockName: relayLock,
+      claim: inboxRelayClaimSql(inbox, 'RETURNING i.*'),
+      unkeyed: unkeyed({
+        keyedUnfinished: inboxKeyedUnfinishedSql(inbox, '$3::text[]'),
+        claim: inboxRelayUnkeyedClaimSql(inbox, 'RETURNING i.*'),
+      }),
+      lanes: lanes({
+        search: inboxRelayLaneSearchSql(inbox, relayLock),
+        claim: inboxRelayLaneClaimSql(inbox, LANE_CANDIDATES, 'RETURNING i.*'),
+      }),
+    }),
+    pull: claimFunction('pull', fn.pull, inbox, {
+      lockName: pullLock,
+      claim: inboxPullClaimSql(inbox, 'RETURNING i.*'),
+      unkeyed: unkeyed({
         keyedUnfinished: inboxKeyedUnfinishedSql(inbox, 'ARRAY[$3::text]'),
         claim: inboxPullUnkeyedClaimSql(inbox, 'RETURNING i.*'),
       }),
-    ),
+      lanes: lanes({
+        search: inboxPullLaneSearchSql(inbox, pullLock),
+        claim: inboxPullLaneClaimSql(inbox, LANE_CANDIDATES, 'RETURNING i.*'),
+      }),
+    }),
   };
 }
 
 /** The CREATE OR REPLACE FUNCTION statements of the three claim functions (`claimFunctions`), as a migration runs them. */
-export function createClaimFunctionsSql(tables: QueueBoxTables, options?: { unkeyedWithoutLock?: boolean }): string[] {
+export function createClaimFunctionsSql(tables: QueueBoxTables, options?: { version?: ClaimFunctionsVersion }): string[] {
   const functions = claimFunctions(tables, options);
   return [functions.outbox.create, functions.relay.create, functions.pull.create];
 }

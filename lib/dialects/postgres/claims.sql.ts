@@ -20,6 +20,20 @@ export function claimLockNames(tables: QueueBoxTables): { outbox: string; inbox:
 }
 
 /**
+ * How many lanes a claim lock has (migration 013, issue 36). A keyed claim of a claim function
+ * takes its claim lock shared, then the lane of each key it found, without waiting: the lock's
+ * name hashed with seed 1 to CLAIM_LANES (seed 0 is the claim lock itself). A key's rows are
+ * claimed only by a claim that holds the key's lane, so two claims never take rows of one key at
+ * once, while claims of other keys run beside them. Lanes rather than a lock per key bound the
+ * advisory locks one claim holds (PostgreSQL's shared lock table has `max_locks_per_transaction`
+ * slots per connection).
+ */
+export const CLAIM_LANES = 64;
+
+/** The advisory lock key of the lane that the int4 `hash` (of a key, an aggregate) falls in, under the claim lock whose name is the SQL text `lockName`. */
+export const claimLaneLockKey = (lockName: string, hash: string) => `hashtextextended(${lockName}, 1 + (${hash} & ${CLAIM_LANES - 1}))`;
+
+/**
  * A claim and its advisory lock as one query string of two statements, sent in one round trip
  * with the simple query protocol (no parameters: each `$n` of `statement` is replaced by the
  * literal of `params[n - 1]`). PostgreSQL runs the statements of one query string as one
@@ -47,6 +61,32 @@ export const CLAIM_SCAN_WINDOW = 500;
  */
 const lockFoundSql = (table: string, alias: string) => `SELECT ${alias}.id FROM ${table} ${alias}
   WHERE ${alias}.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND ${alias}.state = 'pending'
+  ORDER BY ${alias}.available_at, ${alias}.id
+  LIMIT $1
+  FOR UPDATE OF ${alias} SKIP LOCKED`;
+
+/**
+ * A lane claim's first statement (see CLAIM_LANES): the ids of the pending rows a claim's search
+ * (`near`, `far`) found, oldest first, up to $1, not locked; a row with a key (`hash`, its lane's
+ * hash, null without one) only when its lane was free (try-locked: held from here to the end of
+ * the claim's transaction). The claim of these rows (the second statement) checks again, in a
+ * snapshot taken after the lanes were locked, that each is still pending and the head of its key.
+ */
+const laneLockedFoundSql = (table: string, alias: string, hash: string, lockName: string) => `, found AS MATERIALIZED (
+  SELECT ${alias}.id, ${hash} AS lane FROM ${table} ${alias}
+  WHERE ${alias}.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND ${alias}.state = 'pending'
+  ORDER BY ${alias}.available_at, ${alias}.id
+  LIMIT $1
+)
+SELECT f.id FROM found f WHERE f.lane IS NULL OR pg_try_advisory_xact_lock(${claimLaneLockKey(lockName, 'f.lane')})`;
+
+/**
+ * A lane claim's rows (`ids`, the first statement's), locked, in a new snapshot: those still
+ * pending, due and the head of their key (`head`), oldest first, up to $1.
+ */
+const laneCandidatesSql = (table: string, alias: string, ids: string, head: string) => `SELECT ${alias}.id FROM ${table} ${alias}
+  WHERE ${alias}.id = ANY (${ids}) AND ${alias}.state = 'pending' AND ${alias}.available_at <= ${NOW}
+    AND ${head}
   ORDER BY ${alias}.available_at, ${alias}.id
   LIMIT $1
   FOR UPDATE OF ${alias} SKIP LOCKED`;
@@ -135,10 +175,26 @@ const OUTBOX_SET_CLAIMED = `SET state = 'processing', claim_token = gen_random_u
  * once (a LIMIT in a subquery of an UPDATE can update more rows under a nested loop), and the rows
  * are reached by primary key (an id array) so no plan reads the backlog to join them.
  */
-export const outboxClaimSql = (table: string, returning = OUTBOX_CLAIM_RETURNING, paused?: string) => {
-  // Issue 40: with paused destinations (`paused`, a text[] expression), a row of one is never a
-  // candidate; it stays pending and unfinished, so the head probes still see it and no later row
-  // of its key is taken. Without, the statement is the claim as it always was.
+export const outboxClaimSql = (
+  table: string,
+  returning = OUTBOX_CLAIM_RETURNING,
+  paused?: string,
+) => `${outboxSearchSql(table, paused)}, candidates AS MATERIALIZED (
+  ${lockFoundSql(table, 'o')}
+)
+UPDATE ${table} o
+${OUTBOX_SET_CLAIMED}
+FROM candidates c
+WHERE o.id = c.id
+${returning}`;
+
+/**
+ * The search CTEs of an outbox claim (`near`, `heads`, `far`; see outboxClaimSql). $1 = limit.
+ * Issue 40: with paused destinations (`paused`, a text[] expression), a row of one is never a
+ * candidate; it stays pending and unfinished, so the head probes still see it and no later row
+ * of its key is taken. Without, the search is the claim's as it always was.
+ */
+function outboxSearchSql(table: string, paused?: string): string {
   const notPaused = (alias: string) => (paused ? ` AND ${alias}.destination <> ALL (${paused})` : '');
   return `WITH RECURSIVE near AS (
   SELECT s.id FROM (
@@ -173,15 +229,31 @@ export const outboxClaimSql = (table: string, returning = OUTBOX_CLAIM_RETURNING
    WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= ${NOW}${notPaused('o')} AND (SELECT count(*) FROM near) < $1
    ORDER BY o.available_at, o.id
    LIMIT $1)
-), candidates AS MATERIALIZED (
-  ${lockFoundSql(table, 'o')}
+)`;
+}
+
+/**
+ * $1 = limit. The first statement of a lane claim of the outbox (CLAIM_LANES): the ids of the
+ * rows outboxClaimSql's search finds, keyed ones only in a lane this claim locked. `lockName` is
+ * the claim lock's name as SQL text.
+ */
+export const outboxLaneSearchSql = (table: string, lockName: string) =>
+  `${outboxSearchSql(table)}${laneLockedFoundSql(table, 'o', 'hashtext(o."key")', lockName)}`;
+
+/**
+ * $1 = limit, $2 = lease in ms, $3 = the claiming instance. The second statement of a lane claim
+ * of the outbox: of the rows `ids` (an SQL bigint[]: the first statement's), those still pending,
+ * due and the head of their key, claimed. The head is checked again because the first statement's
+ * snapshot may predate a claim of the key that committed before this claim locked its lane.
+ */
+export const outboxLaneClaimSql = (table: string, ids: string, returning = OUTBOX_CLAIM_RETURNING) => `WITH candidates AS MATERIALIZED (
+  ${laneCandidatesSql(table, 'o', ids, outboxHeadOfKey(table, 'o'))}
 )
 UPDATE ${table} o
 ${OUTBOX_SET_CLAIMED}
 FROM candidates c
 WHERE o.id = c.id
 ${returning}`;
-};
 
 /**
  * Whether some outbox row with a key is unfinished (`pending` or `processing`): the first entry of
@@ -381,6 +453,28 @@ WHERE i.id = c.id
 ${returning}`;
 
 /**
+ * $1 = limit, $3 = sources. The first statement of a lane claim of the relay (CLAIM_LANES): the
+ * ids of the rows inboxRelayClaimSql's search finds, those with an aggregate only in a lane this
+ * claim locked (the lane of the source and aggregate). `lockName`: the claim lock's name as SQL text.
+ */
+export const inboxRelayLaneSearchSql = (table: string, lockName: string) =>
+  `WITH RECURSIVE ${inboxPendingSearch(table, '$3::text[]')}${laneLockedFoundSql(table, 'i', 'hashtext(i.source) # hashtext(i.aggregate_id)', lockName)}`;
+
+/**
+ * $1 = limit, $2 = lease in ms, $4 = the claiming instance. The second statement of a lane claim
+ * of the relay: of the rows `ids` (the first statement's), those still pending, due and the head
+ * of their aggregate, claimed (see outboxLaneClaimSql).
+ */
+export const inboxRelayLaneClaimSql = (table: string, ids: string, returning = INBOX_RETURNING) => `WITH candidates AS MATERIALIZED (
+  ${laneCandidatesSql(table, 'i', ids, inboxHeadOfAggregate(table, 'i'))}
+)
+UPDATE ${table} i
+${INBOX_SET_CLAIMED}
+FROM candidates c
+WHERE i.id = c.id
+${returning}`;
+
+/**
  * Whether some inbox row of `sources` (a text[] expression) with an aggregate is unfinished: the
  * first entry of the aggregate index for each source, or none. While none is, the relay's and the
  * pull workers' claim functions claim without their claim lock (see outboxKeyedUnfinishedSql).
@@ -436,6 +530,15 @@ WHERE state = 'processing' AND source = ANY($2::text[]) AND lease_expires_at <= 
     '$3',
   );
 
+/** $1 = limit, $3 = source: a pull claim's rows whose lease expired, oldest lease first, locked. */
+const pullExpiredSql = (table: string) => `expired AS MATERIALIZED (
+  SELECT i.id FROM ${table} i
+  WHERE i.source = $3 AND i.state = 'processing' AND i.lease_expires_at <= ${NOW}
+  ORDER BY i.lease_expires_at
+  LIMIT $1
+  FOR UPDATE OF i SKIP LOCKED
+)`;
+
 /**
  * $1 = limit, $2 = lease in ms, $3 = source, $4 = the claiming instance. A pull claim takes, in one statement, rows whose
  * lease expired (a crashed client's) and available pending rows, only the head of each aggregate.
@@ -447,14 +550,40 @@ WHERE state = 'processing' AND source = ANY($2::text[]) AND lease_expires_at <= 
  * its own index, in its own order: an OR would make the planner read and sort the whole backlog of
  * the source on every claim.
  */
-export const inboxPullClaimSql = (table: string, returning = INBOX_RETURNING) => `WITH RECURSIVE expired AS MATERIALIZED (
-  SELECT i.id FROM ${table} i
-  WHERE i.source = $3 AND i.state = 'processing' AND i.lease_expires_at <= ${NOW}
-  ORDER BY i.lease_expires_at
-  LIMIT $1
-  FOR UPDATE OF i SKIP LOCKED
-), ${inboxPendingSearch(table, 'ARRAY[$3::text]')}, pending AS MATERIALIZED (
+export const inboxPullClaimSql = (
+  table: string,
+  returning = INBOX_RETURNING,
+) => `WITH RECURSIVE ${pullExpiredSql(table)}, ${inboxPendingSearch(table, 'ARRAY[$3::text]')}, pending AS MATERIALIZED (
   ${lockFoundSql(table, 'i')}
+), candidates AS MATERIALIZED (
+  SELECT id FROM (SELECT id, 0 AS pass FROM expired UNION ALL SELECT id, 1 FROM pending) both_kinds ORDER BY pass LIMIT $1
+)
+UPDATE ${table} i
+${INBOX_SET_CLAIMED}
+FROM candidates c
+WHERE i.id = c.id
+${returning}`;
+
+/**
+ * $1 = limit, $3 = source. The first statement of a lane claim of a pull source (CLAIM_LANES): the
+ * ids of the pending rows inboxPullClaimSql's search finds, those with an aggregate only in a lane
+ * this claim locked. `lockName`: the source's claim lock's name as SQL text.
+ */
+export const inboxPullLaneSearchSql = (table: string, lockName: string) =>
+  `WITH RECURSIVE ${inboxPendingSearch(table, 'ARRAY[$3::text]')}${laneLockedFoundSql(table, 'i', 'hashtext(i.aggregate_id)', lockName)}`;
+
+/**
+ * $1 = limit, $2 = lease in ms, $3 = source, $4 = the claiming instance. The second statement of
+ * a lane claim of a pull source: rows whose lease expired first (as inboxPullClaimSql takes them:
+ * each is its aggregate's only row in flight, so taking it needs no lane), then of the rows `ids`
+ * (the first statement's) those still pending, due and the head of their aggregate.
+ */
+export const inboxPullLaneClaimSql = (
+  table: string,
+  ids: string,
+  returning = INBOX_RETURNING,
+) => `WITH ${pullExpiredSql(table)}, pending AS MATERIALIZED (
+  ${laneCandidatesSql(table, 'i', ids, inboxHeadOfAggregate(table, 'i'))}
 ), candidates AS MATERIALIZED (
   SELECT id FROM (SELECT id, 0 AS pass FROM expired UNION ALL SELECT id, 1 FROM pending) both_kinds ORDER BY pass LIMIT $1
 )

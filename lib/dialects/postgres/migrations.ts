@@ -2,6 +2,8 @@ import type { DialectDriver } from '../dialect-driver';
 import {
   postgresAttemptsDown,
   postgresAttemptsUp,
+  postgresClaimLanesDown,
+  postgresClaimLanesUp,
   postgresClaimProbesDown,
   postgresClaimProbesUp,
   postgresClaimsDown,
@@ -41,4 +43,5 @@ export const postgresMigrations: DialectDriver['migrations'] = {
   pauses: { up: postgresPausesUp, down: postgresPausesDown },
   attempts: { up: postgresAttemptsUp, down: postgresAttemptsDown },
   unkeyedClaims: { up: postgresUnkeyedClaimsUp, down: postgresUnkeyedClaimsDown },
+  claimLanes: { up: postgresClaimLanesUp, down: postgresClaimLanesDown },
 };

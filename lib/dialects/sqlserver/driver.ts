@@ -19,6 +19,8 @@ export const sqlServerDriver = {
       '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
     unkeyedClaims:
       '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
+    claimLanes:
+      '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
   },
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   script: { terminator: ';\nGO\n', folder: 'sqlserver' },
@@ -28,6 +30,7 @@ export const sqlServerDriver = {
     instances: 'instances and claim owners',
     claimProbes: 'claim probes, PostgreSQL only',
     unkeyedClaims: 'unkeyed claims without the claim lock, PostgreSQL only',
+    claimLanes: 'claim lanes, PostgreSQL only',
   },
   migrationNotes: {
     claimFunctions: {
@@ -43,6 +46,10 @@ export const sqlServerDriver = {
       notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
     },
     unkeyedClaims: {
+      applied: 'nothing to change on SQL Server (its claims are statements).',
+      notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
+    },
+    claimLanes: {
       applied: 'nothing to change on SQL Server (its claims are statements).',
       notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
     },

@@ -1,0 +1,161 @@
+import assert from 'node:assert/strict';
+import { after, afterEach, before, it } from 'node:test';
+import { Client } from 'pg';
+import { CLAIM_LANES } from '../../lib/dialects/postgres/claims.sql';
+import { describeWithDatabase } from '../support/database';
+
+// Issue 36: keyed claims of the claim functions (migration 013) take the claim lock shared and lock
+// the lane of each key they find without waiting, instead of taking the claim lock alone. Two
+// claims then run side by side, and a claim leaves the keys whose lanes another claim holds.
+// test/integration/ordering.test.ts races claimers and replicas over rows of one key committed out
+// of id order; test/integration/unkeyed-claims.test.ts shows a keyed claim still waits for a claim
+// lock held exclusively (the query-string claim, a process of an earlier version).
+
+/** Runs a statement, resolves to its rows: a session's (`rowsOf`) or the test database's pool. */
+type Run = <T>(sql: string, params?: unknown[]) => Promise<T[]>;
+
+const rowsOf =
+  (client: Client): Run =>
+  async <T>(sql: string, params?: unknown[]) =>
+    (await client.query(sql, params)).rows as T[];
+
+interface Kind {
+  name: string;
+  /** Inserts a row of `key`, returns its id. */
+  insert(run: Run, key: string): Promise<string>;
+  /** The claim function's call: the ids and keys it claimed. */
+  claim: string;
+  /** The lane of `$1` (a key), as the claim function computes it. */
+  lane: string;
+}
+
+const KINDS: Kind[] = [
+  {
+    name: 'outbox',
+    insert: async (run, key) =>
+      (
+        await run<{ id: string }>(
+          `INSERT INTO queuebox_outbox (message_id, destination, "key", payload) VALUES (gen_random_uuid(), 'd', $1, '{}') RETURNING id::text`,
+          [key],
+        )
+      )[0].id,
+    claim: 'SELECT id::text, "key" AS k FROM queuebox_outbox_claim(10, 60000, NULL)',
+    lane: 'SELECT hashtext($1) & 63 AS lane',
+  },
+  {
+    name: 'relay',
+    insert: async (run, key) =>
+      (
+        await run<{ id: string }>(
+          `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload) VALUES ('relayed', gen_random_uuid()::text, $1, '{}') RETURNING id::text`,
+          [key],
+        )
+      )[0].id,
+    claim: "SELECT id::text, aggregate_id AS k FROM queuebox_inbox_relay_claim(10, 60000, ARRAY['relayed'], NULL)",
+    lane: "SELECT (hashtext('relayed') # hashtext($1)) & 63 AS lane",
+  },
+  {
+    name: 'pull',
+    insert: async (run, key) =>
+      (
+        await run<{ id: string }>(
+          `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload) VALUES ('pulled', gen_random_uuid()::text, $1, '{}') RETURNING id::text`,
+          [key],
+        )
+      )[0].id,
+    claim: "SELECT id::text, aggregate_id AS k FROM queuebox_inbox_pull_claim(10, 60000, 'pulled', NULL)",
+    lane: 'SELECT hashtext($1) & 63 AS lane',
+  },
+];
+
+describeWithDatabase(
+  'PostgreSQL: keyed claims lock lanes of keys, not the claim lock',
+  { truncate: ['queuebox_outbox', 'queuebox_inbox'] },
+  (db) => {
+    const clients: Client[] = [];
+    const connect = async (statementTimeoutMs?: number) => {
+      const client = new Client({ connectionString: db.url });
+      await client.connect();
+      clients.push(client);
+      // A claim that waits fails the test instead of hanging it.
+      if (statementTimeoutMs) await client.query(`SET statement_timeout = ${statementTimeoutMs}`);
+      return client;
+    };
+    let producer: Client;
+    let first: Client;
+    let second: Client;
+
+    before(async () => {
+      producer = await connect();
+      first = await connect();
+      second = await connect(5_000);
+    });
+    afterEach(async () => {
+      // A failed test leaves no transaction open for the next one's TRUNCATE to wait for.
+      await Promise.all(clients.map((client) => client.query('ROLLBACK')));
+    });
+    after(async () => {
+      await Promise.all(clients.map((client) => client.end()));
+    });
+
+    const laneOf = async (kind: Kind, key: string) => (await db.query<{ lane: number }>(kind.lane, [key]))[0].lane;
+
+    /** A key whose lane differs from `key`'s. */
+    async function keyInAnotherLane(kind: Kind, key: string): Promise<string> {
+      const lane = await laneOf(kind, key);
+      for (let n = 0; n < CLAIM_LANES * 4; n++) {
+        if ((await laneOf(kind, `other-${n}`)) !== lane) return `other-${n}`;
+      }
+      throw new Error('no key in another lane');
+    }
+
+    for (const kind of KINDS) {
+      it(`${kind.name}: a second claim runs while the first is open, takes other keys, and leaves a key whose lane the first holds (rows committed out of id order)`, async () => {
+        const key = `${kind.name}-k`;
+        const other = await keyInAnotherLane(kind, key);
+
+        // Row `earlier` of the key is inserted first but commits last.
+        await producer.query('BEGIN');
+        const earlier = await kind.insert(rowsOf(producer), key);
+        const later = await kind.insert(db.query.bind(db), key);
+
+        // The first claim sees only `later` (the head of its key in its snapshot) and holds it, open.
+        await first.query('BEGIN');
+        const firstClaim = (await first.query<{ id: string; k: string }>(kind.claim)).rows;
+        assert.deepEqual(firstClaim, [{ id: later, k: key }]);
+
+        await producer.query('COMMIT');
+        const otherRow = await kind.insert(db.query.bind(db), other);
+
+        // The second claim's snapshot sees `earlier` as the head of the key, and nothing of it in
+        // flight (the first claim has not committed): only the key's lane keeps it off `earlier`. It
+        // does not wait for the first claim either: it takes the other key's row at once.
+        const secondClaim = (await second.query<{ id: string; k: string }>(kind.claim)).rows;
+        assert.deepEqual(secondClaim, [{ id: otherRow, k: other }]);
+
+        await first.query('COMMIT');
+        const inFlight = await db.query<{ id: string }>(
+          kind.name === 'outbox'
+            ? `SELECT id::text FROM queuebox_outbox WHERE "key" = $1 AND state = 'processing'`
+            : `SELECT id::text FROM queuebox_inbox WHERE aggregate_id = $1 AND state = 'processing'`,
+          [key],
+        );
+        assert.deepEqual(inFlight, [{ id: later }], `only one row of the key in flight (earlier: ${earlier})`);
+      });
+    }
+
+    it('the lanes a claim locks are released when it commits: the next claim takes the key once its row is finished', async () => {
+      const key = 'released';
+      const head = await KINDS[0].insert(db.query.bind(db), key);
+      const next = await KINDS[0].insert(db.query.bind(db), key);
+      await first.query('BEGIN');
+      assert.deepEqual((await first.query(KINDS[0].claim)).rows, [{ id: head, k: key }]);
+      await first.query('COMMIT');
+      assert.deepEqual((await second.query(KINDS[0].claim)).rows, [], 'the head is in flight');
+      await db.query("UPDATE queuebox_outbox SET state = 'sent' WHERE id = $1", [head]);
+      assert.deepEqual((await second.query(KINDS[0].claim)).rows, [{ id: next, k: key }]);
+      const held = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'");
+      assert.deepEqual(held, [{ n: 0 }], 'no lane lock outlives its claim');
+    });
+  },
+);
