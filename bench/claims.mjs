@@ -3,6 +3,9 @@
 // functions of migration 012 (rows without a key claimed without the lock) and with those of the
 // version before (every claim behind the table's advisory lock; 012's down migration writes them).
 // No worker, no publisher: each claimer is one connection that claims a batch, then completes it.
+// With BENCH_CLAIM_KEYS=<n> the rows have n keys (row g has key g mod n), and the two modes are the
+// claim functions of migration 013 (keyed claims lock lanes of keys under the claim lock taken
+// shared) and those of 012 (keyed claims behind the whole lock; 013's down migration writes them).
 //
 //   npm run build && node bench/claims.mjs
 //
@@ -19,6 +22,12 @@ const serverUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:543
 const rows = Number(process.env.BENCH_CLAIM_ROWS ?? 200_000);
 const batch = Number(process.env.BENCH_CLAIM_BATCH ?? 500);
 const claimerCounts = (process.env.BENCH_CLAIMERS ?? '1,2,4').split(',').map(Number);
+const keys = Number(process.env.BENCH_CLAIM_KEYS ?? 0);
+/** The migration whose down and up give the two modes, and what each mode is called. */
+const modes =
+  keys > 0
+    ? { migration: 'keyedClaims', locked: 'keyed claims behind the whole lock (012)', lockFree: 'keyed claims in lanes (013)' }
+    : { migration: 'unkeyedClaims', locked: 'every claim behind the lock', lockFree: 'unkeyed claims without the lock' };
 const DATABASE = 'qb_bench_claims';
 
 const { queuebox, typeorm } = loadQueueBox();
@@ -40,16 +49,16 @@ async function migrate() {
   }
 }
 
-/** Writes the claim functions of migration 012 (`up`) or of the version before (`down`). */
+/** Writes the claim functions of the mode's migration (`up`) or of the version before (`down`). */
 const claimFunctions = (direction) =>
-  withClient(url, (client) => client.query(queuebox.renderSchemaSql('postgres', { migration: 'unkeyedClaims', direction })));
+  withClient(url, (client) => client.query(queuebox.renderSchemaSql('postgres', { migration: modes.migration, direction })));
 
 async function fill() {
   await withClient(url, async (client) => {
     await client.query('TRUNCATE queuebox_outbox');
     await client.query(
-      "INSERT INTO queuebox_outbox (message_id, destination, payload) SELECT gen_random_uuid(), 'bench', jsonb_build_object('seq', g) FROM generate_series(1, $1::int) g",
-      [rows],
+      "INSERT INTO queuebox_outbox (message_id, destination, \"key\", payload) SELECT gen_random_uuid(), 'bench', CASE WHEN $2::int > 0 THEN 'k' || (g % $2::int) END, jsonb_build_object('seq', g) FROM generate_series(1, $1::int) g",
+      [rows, keys],
     );
     await client.query('VACUUM (ANALYZE) queuebox_outbox');
     await client.query('CHECKPOINT').catch(() => {});
@@ -71,7 +80,12 @@ async function drain(claimers) {
             60_000,
             null,
           ]);
-          if (claims.length === 0) return;
+          // A keyed claim may come back empty while another holds the keys left: done only once no row is pending.
+          if (claims.length === 0) {
+            const { rows: left } = await client.query("SELECT 1 FROM queuebox_outbox WHERE state = 'pending' LIMIT 1");
+            if (left.length === 0) return;
+            continue;
+          }
           claimed += claims.length;
           const { rows: notDone } = await client.query(COMPLETE, [claims.map((c) => c.id), claims.map((c) => c.claim_token)]);
           lost += notDone.length;
@@ -107,16 +121,14 @@ try {
       await claimFunctions(direction);
       await fill();
       row[mode] = await drain(claimers);
-      console.log(
-        `${claimers} claimer(s), ${mode === 'locked' ? 'every claim behind the lock' : 'unkeyed claims without the lock'}: ${Math.round(row[mode]).toLocaleString('en-US')} msg/s`,
-      );
+      console.log(`${claimers} claimer(s), ${modes[mode]}: ${Math.round(row[mode]).toLocaleString('en-US')} msg/s`);
     }
     table.push(row);
   }
   console.log(
-    `\n${rows.toLocaleString('en-US')} rows without a key, batch ${batch}; claim + fenced completion per batch, one connection per claimer\n`,
+    `\n${rows.toLocaleString('en-US')} rows ${keys > 0 ? `of ${keys.toLocaleString('en-US')} keys` : 'without a key'}, batch ${batch}; claim + fenced completion per batch, one connection per claimer\n`,
   );
-  console.log('| claimers | behind the lock (msg/s) | without it (msg/s) | ratio |');
+  console.log(`| claimers | ${modes.locked} (msg/s) | ${modes.lockFree} (msg/s) | ratio |`);
   console.log('|---|---|---|---|');
   for (const row of table)
     console.log(

@@ -53,8 +53,8 @@ export const cliMessages = {
       notApplied:
         "not applied: the claim functions are an earlier version's, so claims are sent as statements (one at a time, planned on every call) until you run `queuebox migrate`",
     },
-    claimLanes: {
-      applied: 'rewrote the claim functions: claims of rows with a key lock lanes of keys and run side by side.',
+    keyedClaims: {
+      applied: 'rewrote the claim functions: claims of rows with a key lock those keys and run side by side.',
       notApplied:
         "not applied: the claim functions are an earlier version's, so claims are sent as statements (one at a time, planned on every call) until you run `queuebox migrate`",
     },

@@ -10,7 +10,7 @@
  * heartbeat count), 010 (the paused destinations and sources), 011 (the attempt history tables
  * and the dead letters' fingerprint), 012 (PostgreSQL's claim functions rewritten to claim rows
  * without a key without the claim lock; nothing on SQL Server) or 013 (PostgreSQL's claim
- * functions rewritten so that keyed claims lock lanes of keys instead of the whole claim lock;
+ * functions rewritten so that keyed claims lock the keys they take instead of the whole claim lock;
  * nothing on SQL Server).
  */
 export type SchemaMigration =
@@ -26,7 +26,7 @@ export type SchemaMigration =
   | 'pauses'
   | 'attempts'
   | 'unkeyedClaims'
-  | 'claimLanes';
+  | 'keyedClaims';
 
 /** The QueueBox migrations in the order they run. */
 export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
@@ -42,7 +42,7 @@ export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
   'pauses',
   'attempts',
   'unkeyedClaims',
-  'claimLanes',
+  'keyedClaims',
 ];
 
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
@@ -59,7 +59,7 @@ export const DEFAULT_MIGRATION_NAMES = {
   pauses: 'QueueBoxPauses1796601600000',
   attempts: 'QueueBoxAttempts1796688000000',
   unkeyedClaims: 'QueueBoxUnkeyedClaims1796774400000',
-  claimLanes: 'QueueBoxClaimLanes1796860800000',
+  keyedClaims: 'QueueBoxKeyedClaims1796860800000',
 } as const satisfies Record<SchemaMigration, string>;
 
 /** Each migration's `sql/<dialect>/` file stem and what a script's first line calls it. */
@@ -76,7 +76,7 @@ export const MIGRATION_FILES = {
   pauses: { file: '010_queuebox_pauses', title: 'paused destinations and sources' },
   attempts: { file: '011_queuebox_attempts', title: 'attempt history and dead-letter fingerprints' },
   unkeyedClaims: { file: '012_queuebox_unkeyed_claims', title: 'claim functions that claim unkeyed rows without the claim lock' },
-  claimLanes: { file: '013_queuebox_claim_lanes', title: 'claim functions whose keyed claims lock lanes of keys' },
+  keyedClaims: { file: '013_queuebox_keyed_claims', title: 'claim functions whose keyed claims lock keys, not the claim lock' },
 } as const satisfies Record<SchemaMigration, { file: string; title: string }>;
 
 /**

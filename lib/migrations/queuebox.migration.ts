@@ -209,7 +209,7 @@ export function createQueueBoxUnkeyedClaimsMigration(
 /**
  * The thirteenth QueueBox migration, PostgreSQL only (nothing on SQL Server): the claim functions
  * rewritten so that claims of rows with a key (an aggregate) take the claim lock shared and lock
- * the lanes of the keys they find, so claims of different keys run side by side across
+ * the keys of the heads they find, so claims of different keys run side by side across
  * connections and replicas. Without it QueueBox sends the claim statements itself, one at a time,
  * and warns once. Add it after the twelfth; same `tables`, and a `name` of its own per QueueBox
  * schema in one database.
@@ -217,10 +217,10 @@ export function createQueueBoxUnkeyedClaimsMigration(
  * @example
  * migrations: [...QueueBoxMigrations]
  */
-export function createQueueBoxClaimLanesMigration(
+export function createQueueBoxKeyedClaimsMigration(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
 ): new () => MigrationInterface {
-  return migrationClass(options, DEFAULT_MIGRATION_NAMES.claimLanes, 'claimLanes');
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.keyedClaims, 'keyedClaims');
 }
 
 /**
@@ -302,8 +302,8 @@ export const QueueBoxAttempts1796688000000 = createQueueBoxAttemptsMigration();
 /** The unkeyed-claims migration for the default table names; runs after `QueueBoxAttempts1796688000000`. */
 export const QueueBoxUnkeyedClaims1796774400000 = createQueueBoxUnkeyedClaimsMigration();
 
-/** The claim-lanes migration for the default table names; runs after `QueueBoxUnkeyedClaims1796774400000`. */
-export const QueueBoxClaimLanes1796860800000 = createQueueBoxClaimLanesMigration();
+/** The keyed-claims migration for the default table names; runs after `QueueBoxUnkeyedClaims1796774400000`. */
+export const QueueBoxKeyedClaims1796860800000 = createQueueBoxKeyedClaimsMigration();
 
 /**
  * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
@@ -322,5 +322,5 @@ export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
   QueueBoxPauses1796601600000,
   QueueBoxAttempts1796688000000,
   QueueBoxUnkeyedClaims1796774400000,
-  QueueBoxClaimLanes1796860800000,
+  QueueBoxKeyedClaims1796860800000,
 ];

@@ -48,13 +48,13 @@ RETURNING o.*;
     SELECT o.id, o."key" FROM "queuebox_outbox" o
     WHERE o.state = 'pending' AND o.available_at <= clock_timestamp()
     ORDER BY o.available_at, o.id
-    LIMIT 500
+    LIMIT GREATEST(500, 4 * p_limit)
   ) s
-  WHERE (s."key" IS NULL OR (
+  WHERE CASE WHEN s."key" IS NULL THEN true WHEN (s."key" IS NULL OR (
       (SELECT e.id FROM "queuebox_outbox" e
         WHERE e.state IN ('pending', 'processing') AND e."key" >= s."key" AND (e."key", e.id) < (s."key", s.id)
         ORDER BY e."key" DESC, e.id DESC LIMIT 1) IS NULL
-      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = s."key" AND e.state = 'processing')))
+      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = s."key" AND e.state = 'processing'))) THEN pg_try_advisory_xact_lock(hashtext('queuebox_outbox_claim_queuebox_outbox'), hashtext(s."key")) ELSE false END
   LIMIT p_limit
 ), heads AS (
   (SELECT o."key", o.id, o.state, o.available_at FROM "queuebox_outbox" o
@@ -70,23 +70,19 @@ RETURNING o.*;
     LIMIT 1
   ) next
 ), far AS (
-  (SELECT h.id FROM heads h
+  (SELECT x.id FROM (SELECT h.id, h."key" FROM heads h
    WHERE h.state = 'pending' AND h.available_at <= clock_timestamp()
      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = h."key" AND e.state = 'processing')
-   ORDER BY h.available_at, h.id
-   LIMIT p_limit)
+   ORDER BY h.available_at, h.id) x
+   WHERE pg_try_advisory_xact_lock(hashtext('queuebox_outbox_claim_queuebox_outbox'), hashtext(x."key"))
+   LIMIT p_limit - (SELECT count(*) FROM near))
   UNION ALL
   (SELECT o.id FROM "queuebox_outbox" o
    WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= clock_timestamp() AND (SELECT count(*) FROM near) < p_limit
    ORDER BY o.available_at, o.id
    LIMIT p_limit)
-), found AS MATERIALIZED (
-  SELECT o.id, hashtext(o."key") AS lane FROM "queuebox_outbox" o
-  WHERE o.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND o.state = 'pending'
-  ORDER BY o.available_at, o.id
-  LIMIT p_limit
 )
-SELECT f.id FROM found f WHERE f.lane IS NULL OR pg_try_advisory_xact_lock(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 1 + (f.lane & 63))));
+SELECT id FROM near UNION ALL SELECT id FROM far);
   RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT o.id FROM "queuebox_outbox" o
   WHERE o.id = ANY (candidate_ids) AND o.state = 'pending' AND o.available_at <= clock_timestamp()
@@ -142,15 +138,15 @@ RETURNING i.*;
       SELECT i.id, i.source, i.aggregate_id FROM "queuebox_inbox" i
       WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= clock_timestamp()
       ORDER BY i.available_at, i.id
-      LIMIT 500
+      LIMIT GREATEST(500, 4 * p_limit)
     ) w
-    WHERE (w.aggregate_id IS NULL OR (
+    WHERE CASE WHEN w.aggregate_id IS NULL THEN true WHEN (w.aggregate_id IS NULL OR (
       (SELECT e.id FROM "queuebox_inbox" e
         WHERE e.source = w.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= w.aggregate_id
           AND (e.aggregate_id, e.id) < (w.aggregate_id, w.id)
         ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
       AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
-        AND e.state = 'processing' AND e.id <> w.id)))
+        AND e.state = 'processing' AND e.id <> w.id))) THEN pg_try_advisory_xact_lock(hashtext('queuebox_inbox_claim_queuebox_inbox'), hashtext(w.source) # hashtext(w.aggregate_id)) ELSE false END
     LIMIT p_limit
   ) head
 ), heads AS (
@@ -171,11 +167,12 @@ RETURNING i.*;
     LIMIT 1
   ) next
 ), far AS (
-  (SELECT h.id FROM heads h
+  (SELECT x.id FROM (SELECT h.id, h.source, h.aggregate_id FROM heads h
    WHERE h.state = 'pending' AND h.available_at <= clock_timestamp()
      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = h.source AND e.aggregate_id = h.aggregate_id AND e.state = 'processing')
-   ORDER BY h.available_at, h.id
-   LIMIT p_limit)
+   ORDER BY h.available_at, h.id) x
+   WHERE pg_try_advisory_xact_lock(hashtext('queuebox_inbox_claim_queuebox_inbox'), hashtext(x.source) # hashtext(x.aggregate_id))
+   LIMIT p_limit - (SELECT count(*) FROM near))
   UNION ALL
   (SELECT unkeyed.id FROM unnest(p_sources::text[]) AS s(source)
    CROSS JOIN LATERAL (
@@ -187,13 +184,8 @@ RETURNING i.*;
    WHERE (SELECT count(*) FROM near) < p_limit
    ORDER BY unkeyed.available_at, unkeyed.id
    LIMIT p_limit)
-), found AS MATERIALIZED (
-  SELECT i.id, hashtext(i.source) # hashtext(i.aggregate_id) AS lane FROM "queuebox_inbox" i
-  WHERE i.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND i.state = 'pending'
-  ORDER BY i.available_at, i.id
-  LIMIT p_limit
 )
-SELECT f.id FROM found f WHERE f.lane IS NULL OR pg_try_advisory_xact_lock(hashtextextended('queuebox_inbox_claim_queuebox_inbox', 1 + (f.lane & 63))));
+SELECT id FROM near UNION ALL SELECT id FROM far);
   RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
   WHERE i.id = ANY (candidate_ids) AND i.state = 'pending' AND i.available_at <= clock_timestamp()
@@ -252,15 +244,15 @@ RETURNING i.*;
       SELECT i.id, i.source, i.aggregate_id FROM "queuebox_inbox" i
       WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= clock_timestamp()
       ORDER BY i.available_at, i.id
-      LIMIT 500
+      LIMIT GREATEST(500, 4 * p_limit)
     ) w
-    WHERE (w.aggregate_id IS NULL OR (
+    WHERE CASE WHEN w.aggregate_id IS NULL THEN true WHEN (w.aggregate_id IS NULL OR (
       (SELECT e.id FROM "queuebox_inbox" e
         WHERE e.source = w.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= w.aggregate_id
           AND (e.aggregate_id, e.id) < (w.aggregate_id, w.id)
         ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
       AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
-        AND e.state = 'processing' AND e.id <> w.id)))
+        AND e.state = 'processing' AND e.id <> w.id))) THEN pg_try_advisory_xact_lock(hashtext('queuebox_pull_claim_queuebox_inbox:' || p_source), hashtext(w.aggregate_id)) ELSE false END
     LIMIT p_limit
   ) head
 ), heads AS (
@@ -281,11 +273,12 @@ RETURNING i.*;
     LIMIT 1
   ) next
 ), far AS (
-  (SELECT h.id FROM heads h
+  (SELECT x.id FROM (SELECT h.id, h.source, h.aggregate_id FROM heads h
    WHERE h.state = 'pending' AND h.available_at <= clock_timestamp()
      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = h.source AND e.aggregate_id = h.aggregate_id AND e.state = 'processing')
-   ORDER BY h.available_at, h.id
-   LIMIT p_limit)
+   ORDER BY h.available_at, h.id) x
+   WHERE pg_try_advisory_xact_lock(hashtext('queuebox_pull_claim_queuebox_inbox:' || p_source), hashtext(x.aggregate_id))
+   LIMIT p_limit - (SELECT count(*) FROM near))
   UNION ALL
   (SELECT unkeyed.id FROM unnest(ARRAY[p_source::text]) AS s(source)
    CROSS JOIN LATERAL (
@@ -297,13 +290,8 @@ RETURNING i.*;
    WHERE (SELECT count(*) FROM near) < p_limit
    ORDER BY unkeyed.available_at, unkeyed.id
    LIMIT p_limit)
-), found AS MATERIALIZED (
-  SELECT i.id, hashtext(i.aggregate_id) AS lane FROM "queuebox_inbox" i
-  WHERE i.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND i.state = 'pending'
-  ORDER BY i.available_at, i.id
-  LIMIT p_limit
 )
-SELECT f.id FROM found f WHERE f.lane IS NULL OR pg_try_advisory_xact_lock(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 1 + (f.lane & 63))));
+SELECT id FROM near UNION ALL SELECT id FROM far);
   RETURN QUERY WITH expired AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
   WHERE i.source = p_source AND i.state = 'processing' AND i.lease_expires_at <= clock_timestamp()

@@ -149,7 +149,7 @@ describeWithDatabase(
       );
       assert.deepEqual(
         [optionalToo?.severity, optionalToo?.fatal, optionalToo?.subject],
-        ['warning', false, DEFAULT_MIGRATION_NAMES.claimLanes],
+        ['warning', false, DEFAULT_MIGRATION_NAMES.keyedClaims],
       );
       await dataSource.runMigrations(); // what `queuebox migrate` runs
       assert.deepEqual(found(await examine(), 'migrations_behind'), []);

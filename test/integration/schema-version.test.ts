@@ -15,11 +15,11 @@ import {
   createQueueBoxRenewalsMigration,
   QueueBoxAttempts1796688000000,
   QueueBoxClaimFunctions1796169600000,
-  QueueBoxClaimLanes1796860800000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
   QueueBoxInstances1796256000000,
   QueueBoxKeyCollation1796083200000,
+  QueueBoxKeyedClaims1796860800000,
   QueueBoxOperations1764633600000,
   QueueBoxPauses1796601600000,
   QueueBoxRateLimits1796428800000,
@@ -85,7 +85,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxPauses1796601600000,
         QueueBoxAttempts1796688000000,
         QueueBoxUnkeyedClaims1796774400000,
-        QueueBoxClaimLanes1796860800000,
+        QueueBoxKeyedClaims1796860800000,
       ]),
     );
     const app = await start(db, { retention: { enabled: true } });
@@ -115,7 +115,7 @@ describe('schema version checked at start-up', () => {
       assert.doesNotMatch(error.message, /QueueBoxClaimFunctions/); // no statement in this version: a warning
       assert.doesNotMatch(error.message, /QueueBoxClaimProbes/); // claims are sent as statements until it runs: a warning
       assert.doesNotMatch(error.message, /QueueBoxUnkeyedClaims/); // the same
-      assert.doesNotMatch(error.message, /QueueBoxClaimLanes/); // the same
+      assert.doesNotMatch(error.message, /QueueBoxKeyedClaims/); // the same
       return true;
     });
   });
@@ -138,7 +138,7 @@ describe('schema version checked at start-up', () => {
     assert.ok(app.logger.has('warn', 'QueueBoxClaimFunctions1796169600000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxClaimProbes1796342400000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxUnkeyedClaims1796774400000 is not recorded'));
-    assert.ok(app.logger.has('warn', 'QueueBoxClaimLanes1796860800000 is not recorded'));
+    assert.ok(app.logger.has('warn', 'QueueBoxKeyedClaims1796860800000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxRateLimits1796428800000 is not recorded'), 'without outbox.rateLimits: a warning');
     assert.ok(!app.logger.has('warn', 'QueueBoxInstances1796256000000'), 'recorded: no warning');
   });

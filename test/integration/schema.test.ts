@@ -249,7 +249,7 @@ describe('schema', () => {
         assert.equal((await take.outbox.claim({ limit: 10, leaseMs: 60_000 })).length, 1);
         assert.ok(
           restarted.logger.has('warn', 'written by an older QueueBox version') &&
-            restarted.logger.has('warn', 'QueueBoxClaimLanes1796860800000'),
+            restarted.logger.has('warn', 'QueueBoxKeyedClaims1796860800000'),
           'says which migration brings them up to date',
         );
       } finally {
@@ -308,7 +308,7 @@ describe('schema', () => {
         .get<DataSource>(getDataSourceToken())
         .transaction((manager) => before.get(OutboxService).enqueue(manager, { destination: 'd', key: 'k', payload: 1 }));
       assert.equal((await claimsOf(before).outbox.claim({ limit: 10, leaseMs: 60_000 })).length, 1, 'claimed by the statement');
-      assert.ok(before.logger.has('warn', 'QueueBoxClaimLanes1796860800000'), 'names the migration that rewrites them');
+      assert.ok(before.logger.has('warn', 'QueueBoxKeyedClaims1796860800000'), 'names the migration that rewrites them');
     } finally {
       await before.app.close();
     }

@@ -3,17 +3,17 @@ import {
   claimLockNames,
   inboxKeyedUnfinishedSql,
   inboxPullClaimSql,
-  inboxPullLaneClaimSql,
-  inboxPullLaneSearchSql,
+  inboxPullKeyedClaimSql,
+  inboxPullKeyedSearchSql,
   inboxPullUnkeyedClaimSql,
   inboxRelayClaimSql,
-  inboxRelayLaneClaimSql,
-  inboxRelayLaneSearchSql,
+  inboxRelayKeyedClaimSql,
+  inboxRelayKeyedSearchSql,
   inboxRelayUnkeyedClaimSql,
   outboxClaimSql,
+  outboxKeyedClaimSql,
+  outboxKeyedSearchSql,
   outboxKeyedUnfinishedSql,
-  outboxLaneClaimSql,
-  outboxLaneSearchSql,
   outboxUnkeyedClaimSql,
 } from './claims.sql';
 import { pgLiteral, pgTable, substituteParams } from './quoting';
@@ -88,13 +88,13 @@ export const claimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =
  * connections and replicas then run side by side instead of one at a time. The question and the
  * claim need not agree: a keyed row committed between them is not the unkeyed claim's to take.
  *
- * With `lanes` (migration 013, issue 36), a keyed claim no longer takes the claim lock alone: it
- * takes it shared, so keyed claims run side by side, and locks the lane of each key it found
- * (CLAIM_LANES) in `lanes.search`, without waiting: a key whose lane another claim holds is left
- * to that claim. `lanes.claim` then claims the rows found, in a snapshot taken after their lanes
- * were locked, so it sees every claim of those keys that committed before. A claim that takes the
+ * With `keyed` (migration 013, issue 36), a keyed claim no longer takes the claim lock alone: it
+ * takes it shared, so keyed claims run side by side, and `keyed.search` tries the key lock of each
+ * head as it finds it (tryKeyLockSql), without waiting: a key another claim holds is passed over.
+ * `keyed.claim` then claims the rows found, in a snapshot taken after their key locks were
+ * granted, so it sees every claim of those keys that committed before. A claim that takes the
  * lock exclusively (the query-string claim, or a process of an earlier version) still waits for
- * every lane claim and makes them wait: both kinds can run during an upgrade.
+ * every keyed claim and makes them wait: both kinds can run during an upgrade.
  */
 export interface ClaimFunction {
   /** `name(integer, bigint)`, as `to_regprocedure` and `DROP FUNCTION` take it. */
@@ -110,33 +110,33 @@ interface UnkeyedBranch {
   claim: string;
 }
 
-/** A lane claim's two statements: the search that locks the lanes it finds (ids), and the claim of `LANE_CANDIDATES`. */
-interface LaneStatements {
+/** A keyed claim's two statements: the search that locks the keys of the heads it finds (ids), and the claim of `KEYED_CANDIDATES`. */
+interface KeyedStatements {
   search: string;
   claim: string;
 }
 
-/** The variable of a lane claim function that carries its search's ids to its claim. */
-const LANE_CANDIDATES = 'candidate_ids';
+/** The variable of a keyed claim's function that carries its search's ids to its claim. */
+const KEYED_CANDIDATES = 'candidate_ids';
 
 /**
  * Which version of the claim functions: `serialized` (every claim behind the claim lock, as
- * migrations 003 to 007 wrote them), `unkeyedWithoutLock` (migration 012) or `lanes` (013, this
+ * migrations 003 to 007 wrote them), `unkeyedWithoutLock` (migration 012) or `keyLocks` (013, this
  * version's: migrations 006, 007, 012 and 013 write it).
  */
-export type ClaimFunctionsVersion = 'serialized' | 'unkeyedWithoutLock' | 'lanes';
+export type ClaimFunctionsVersion = 'serialized' | 'unkeyedWithoutLock' | 'keyLocks';
 
 interface ClaimFunctionParts {
   lockName: string;
   claim: string;
   unkeyed?: UnkeyedBranch;
-  lanes?: LaneStatements;
+  keyed?: KeyedStatements;
 }
 
 function claimFunction(kind: keyof ClaimFunctions, fn: string, table: string, parts: ClaimFunctionParts): ClaimFunction {
   const params = CLAIM_FUNCTION_PARAMS[kind];
   const withParams = (statement: string) => substituteParams(statement, params, ([name]) => name, 'parameter');
-  const { lockName, claim, unkeyed, lanes } = parts;
+  const { lockName, claim, unkeyed, keyed } = parts;
   const lockFree = unkeyed
     ? `
   IF NOT ${withParams(unkeyed.keyedUnfinished)} THEN
@@ -144,14 +144,14 @@ function claimFunction(kind: keyof ClaimFunctions, fn: string, table: string, pa
     RETURN;
   END IF;`
     : '';
-  const body = lanes
+  const body = keyed
     ? `
 DECLARE
-  ${LANE_CANDIDATES} bigint[];
+  ${KEYED_CANDIDATES} bigint[];
 BEGIN${lockFree}
   PERFORM pg_advisory_xact_lock_shared(hashtextextended(${lockName}, 0));
-  ${LANE_CANDIDATES} := ARRAY(${withParams(lanes.search)});
-  RETURN QUERY ${withParams(lanes.claim)};
+  ${KEYED_CANDIDATES} := ARRAY(${withParams(keyed.search)});
+  RETURN QUERY ${withParams(keyed.claim)};
 END
 `
     : `
@@ -169,20 +169,20 @@ LANGUAGE plpgsql VOLATILE AS $queuebox$${body}$queuebox$`,
 }
 
 /**
- * The three claim functions of `tables` in `version` (this version's, `lanes`, unless told): the
+ * The three claim functions of `tables` in `version` (this version's, `keyLocks`, unless told): the
  * claim statements of claims.sql.ts behind their locks. Migration 012's down writes back
  * `serialized`, 013's down `unkeyedWithoutLock`.
  */
 export function claimFunctions(
   tables: QueueBoxTables,
-  { version = 'lanes' }: { version?: ClaimFunctionsVersion } = {},
+  { version = 'keyLocks' }: { version?: ClaimFunctionsVersion } = {},
 ): Record<keyof ClaimFunctions, ClaimFunction> {
   const fn = claimFunctionNames(tables);
   const lock = claimLockNames(tables);
   const outbox = pgTable(tables.outbox);
   const inbox = pgTable(tables.inbox);
   const unkeyed = (branch: UnkeyedBranch) => (version === 'serialized' ? undefined : branch);
-  const lanes = (statements: LaneStatements) => (version === 'lanes' ? statements : undefined);
+  const keyed = (statements: KeyedStatements) => (version === 'keyLocks' ? statements : undefined);
   const outboxLock = pgLiteral(lock.outbox);
   const relayLock = pgLiteral(lock.inbox);
   const pullLock = `${pgLiteral(lock.pullPrefix)} || p_source`;
@@ -191,9 +191,9 @@ export function claimFunctions(
       lockName: outboxLock,
       claim: outboxClaimSql(outbox, 'RETURNING o.*'),
       unkeyed: unkeyed({ keyedUnfinished: outboxKeyedUnfinishedSql(outbox), claim: outboxUnkeyedClaimSql(outbox, 'RETURNING o.*') }),
-      lanes: lanes({
-        search: outboxLaneSearchSql(outbox, outboxLock),
-        claim: outboxLaneClaimSql(outbox, LANE_CANDIDATES, 'RETURNING o.*'),
+      keyed: keyed({
+        search: outboxKeyedSearchSql(outbox, outboxLock),
+        claim: outboxKeyedClaimSql(outbox, KEYED_CANDIDATES, 'RETURNING o.*'),
       }),
     }),
     relay: claimFunction('relay', fn.relay, inbox, {
@@ -203,9 +203,9 @@ export function claimFunctions(
         keyedUnfinished: inboxKeyedUnfinishedSql(inbox, '$3::text[]'),
         claim: inboxRelayUnkeyedClaimSql(inbox, 'RETURNING i.*'),
       }),
-      lanes: lanes({
-        search: inboxRelayLaneSearchSql(inbox, relayLock),
-        claim: inboxRelayLaneClaimSql(inbox, LANE_CANDIDATES, 'RETURNING i.*'),
+      keyed: keyed({
+        search: inboxRelayKeyedSearchSql(inbox, relayLock),
+        claim: inboxRelayKeyedClaimSql(inbox, KEYED_CANDIDATES, 'RETURNING i.*'),
       }),
     }),
     pull: claimFunction('pull', fn.pull, inbox, {
@@ -215,9 +215,9 @@ export function claimFunctions(
         keyedUnfinished: inboxKeyedUnfinishedSql(inbox, 'ARRAY[$3::text]'),
         claim: inboxPullUnkeyedClaimSql(inbox, 'RETURNING i.*'),
       }),
-      lanes: lanes({
-        search: inboxPullLaneSearchSql(inbox, pullLock),
-        claim: inboxPullLaneClaimSql(inbox, LANE_CANDIDATES, 'RETURNING i.*'),
+      keyed: keyed({
+        search: inboxPullKeyedSearchSql(inbox, pullLock),
+        claim: inboxPullKeyedClaimSql(inbox, KEYED_CANDIDATES, 'RETURNING i.*'),
       }),
     }),
   };

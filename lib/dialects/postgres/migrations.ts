@@ -2,8 +2,6 @@ import type { DialectDriver } from '../dialect-driver';
 import {
   postgresAttemptsDown,
   postgresAttemptsUp,
-  postgresClaimLanesDown,
-  postgresClaimLanesUp,
   postgresClaimProbesDown,
   postgresClaimProbesUp,
   postgresClaimsDown,
@@ -12,6 +10,8 @@ import {
   postgresInstancesUp,
   postgresKeyCollationDown,
   postgresKeyCollationUp,
+  postgresKeyedClaimsDown,
+  postgresKeyedClaimsUp,
   postgresOperationsDown,
   postgresOperationsUp,
   postgresPausesDown,
@@ -43,5 +43,5 @@ export const postgresMigrations: DialectDriver['migrations'] = {
   pauses: { up: postgresPausesUp, down: postgresPausesDown },
   attempts: { up: postgresAttemptsUp, down: postgresAttemptsDown },
   unkeyedClaims: { up: postgresUnkeyedClaimsUp, down: postgresUnkeyedClaimsDown },
-  claimLanes: { up: postgresClaimLanesUp, down: postgresClaimLanesDown },
+  keyedClaims: { up: postgresKeyedClaimsUp, down: postgresKeyedClaimsDown },
 };

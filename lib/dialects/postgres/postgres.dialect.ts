@@ -377,7 +377,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       this.queryTimeoutMs,
     );
     const { present, current } = rows[0] ?? { present: 0, current: 0 };
-    if (present > 0 && current < kinds.length) this.log.warn(messages.claimFunctionsOutdated(DEFAULT_MIGRATION_NAMES.claimLanes));
+    if (present > 0 && current < kinds.length) this.log.warn(messages.claimFunctionsOutdated(DEFAULT_MIGRATION_NAMES.keyedClaims));
     return current === kinds.length;
   }
 

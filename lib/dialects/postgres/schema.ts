@@ -215,18 +215,18 @@ export function postgresUnkeyedClaimsDown(tables: QueueBoxTables): string[] {
 }
 
 /**
- * Migration 013 (claim lanes, issue 36): the three claim functions rewritten so that keyed claims
- * take the claim lock shared and lock the lane of each key they find instead of taking the lock
- * alone (claimFunctions, CLAIM_LANES): claims of different keys run side by side across connections
+ * Migration 013 (keyed claims, issue 36): the three claim functions rewritten so that keyed claims
+ * take the claim lock shared and try the key lock of each head they find instead of taking the lock
+ * alone (claimFunctions, tryKeyLockSql): claims of different keys run side by side across connections
  * and replicas. Locks and timing as 012's. Until it runs the dialect sees the functions are an
  * earlier version's and sends the claim statements instead (one at a time, as before), which is
  * also what 013's down leads back to: it writes back 012's functions.
  */
-export function postgresClaimLanesUp(tables: QueueBoxTables): string[] {
+export function postgresKeyedClaimsUp(tables: QueueBoxTables): string[] {
   return createClaimFunctionsSql(tables);
 }
 
-export function postgresClaimLanesDown(tables: QueueBoxTables): string[] {
+export function postgresKeyedClaimsDown(tables: QueueBoxTables): string[] {
   return createClaimFunctionsSql(tables, { version: 'unkeyedWithoutLock' });
 }
 

@@ -19,7 +19,7 @@ export const sqlServerDriver = {
       '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
     unkeyedClaims:
       '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
-    claimLanes:
+    keyedClaims:
       '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
   },
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
@@ -30,7 +30,7 @@ export const sqlServerDriver = {
     instances: 'instances and claim owners',
     claimProbes: 'claim probes, PostgreSQL only',
     unkeyedClaims: 'unkeyed claims without the claim lock, PostgreSQL only',
-    claimLanes: 'claim lanes, PostgreSQL only',
+    keyedClaims: 'keyed claims without the claim lock, PostgreSQL only',
   },
   migrationNotes: {
     claimFunctions: {
@@ -49,7 +49,7 @@ export const sqlServerDriver = {
       applied: 'nothing to change on SQL Server (its claims are statements).',
       notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
     },
-    claimLanes: {
+    keyedClaims: {
       applied: 'nothing to change on SQL Server (its claims are statements).',
       notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
     },

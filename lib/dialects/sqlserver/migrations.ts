@@ -37,5 +37,5 @@ export const sqlServerMigrations: DialectDriver['migrations'] = {
   pauses: { up: sqlServerPausesUp, down: sqlServerPausesDown },
   attempts: { up: sqlServerAttemptsUp, down: sqlServerAttemptsDown },
   unkeyedClaims: { up: () => [], down: () => [] },
-  claimLanes: { up: () => [], down: () => [] },
+  keyedClaims: { up: () => [], down: () => [] },
 };

@@ -1,9 +1,7 @@
--- QueueBox claim functions whose keyed claims lock lanes of keys (postgres, up), rendered from the TypeORM migration's statements.
+-- QueueBox claim functions whose keyed claims lock keys, not the claim lock (postgres, down), rendered from the TypeORM migration's statements.
 
 CREATE OR REPLACE FUNCTION "queuebox_outbox_claim"(p_limit integer, p_lease_ms bigint, p_instance uuid) RETURNS SETOF "queuebox_outbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
-DECLARE
-  candidate_ids bigint[];
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e.state IN ('pending', 'processing') AND e."key" IS NOT NULL) THEN
     RETURN QUERY WITH candidates AS MATERIALIZED (
@@ -21,8 +19,8 @@ WHERE o.id = c.id
 RETURNING o.*;
     RETURN;
   END IF;
-  PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0));
-  candidate_ids := ARRAY(WITH RECURSIVE near AS (
+  PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0));
+  RETURN QUERY WITH RECURSIVE near AS (
   SELECT s.id FROM (
     SELECT o.id, o."key" FROM "queuebox_outbox" o
     WHERE o.state = 'pending' AND o.available_at <= clock_timestamp()
@@ -59,21 +57,9 @@ RETURNING o.*;
    WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= clock_timestamp() AND (SELECT count(*) FROM near) < p_limit
    ORDER BY o.available_at, o.id
    LIMIT p_limit)
-), found AS MATERIALIZED (
-  SELECT o.id, hashtext(o."key") AS lane FROM "queuebox_outbox" o
-  WHERE o.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND o.state = 'pending'
-  ORDER BY o.available_at, o.id
-  LIMIT p_limit
-)
-SELECT f.id FROM found f WHERE f.lane IS NULL OR pg_try_advisory_xact_lock(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 1 + (f.lane & 63))));
-  RETURN QUERY WITH candidates AS MATERIALIZED (
+), candidates AS MATERIALIZED (
   SELECT o.id FROM "queuebox_outbox" o
-  WHERE o.id = ANY (candidate_ids) AND o.state = 'pending' AND o.available_at <= clock_timestamp()
-    AND (o."key" IS NULL OR (
-      (SELECT e.id FROM "queuebox_outbox" e
-        WHERE e.state IN ('pending', 'processing') AND e."key" >= o."key" AND (e."key", e.id) < (o."key", o.id)
-        ORDER BY e."key" DESC, e.id DESC LIMIT 1) IS NULL
-      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = o."key" AND e.state = 'processing')))
+  WHERE o.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND o.state = 'pending'
   ORDER BY o.available_at, o.id
   LIMIT p_limit
   FOR UPDATE OF o SKIP LOCKED
@@ -89,8 +75,6 @@ $queuebox$;
 
 CREATE OR REPLACE FUNCTION "queuebox_inbox_relay_claim"(p_limit integer, p_lease_ms bigint, p_sources text[], p_instance uuid) RETURNS SETOF "queuebox_inbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
-DECLARE
-  candidate_ids bigint[];
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = ANY (p_sources::text[]) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL) THEN
     RETURN QUERY WITH candidates AS MATERIALIZED (
@@ -113,8 +97,8 @@ WHERE i.id = c.id
 RETURNING i.*;
     RETURN;
   END IF;
-  PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_inbox_claim_queuebox_inbox', 0));
-  candidate_ids := ARRAY(WITH RECURSIVE near AS (
+  PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_inbox_claim_queuebox_inbox', 0));
+  RETURN QUERY WITH RECURSIVE near AS (
   SELECT head.id FROM unnest(p_sources::text[]) AS s(source)
   CROSS JOIN LATERAL (
     SELECT w.id FROM (
@@ -166,23 +150,9 @@ RETURNING i.*;
    WHERE (SELECT count(*) FROM near) < p_limit
    ORDER BY unkeyed.available_at, unkeyed.id
    LIMIT p_limit)
-), found AS MATERIALIZED (
-  SELECT i.id, hashtext(i.source) # hashtext(i.aggregate_id) AS lane FROM "queuebox_inbox" i
-  WHERE i.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND i.state = 'pending'
-  ORDER BY i.available_at, i.id
-  LIMIT p_limit
-)
-SELECT f.id FROM found f WHERE f.lane IS NULL OR pg_try_advisory_xact_lock(hashtextextended('queuebox_inbox_claim_queuebox_inbox', 1 + (f.lane & 63))));
-  RETURN QUERY WITH candidates AS MATERIALIZED (
+), candidates AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
-  WHERE i.id = ANY (candidate_ids) AND i.state = 'pending' AND i.available_at <= clock_timestamp()
-    AND (i.aggregate_id IS NULL OR (
-      (SELECT e.id FROM "queuebox_inbox" e
-        WHERE e.source = i.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= i.aggregate_id
-          AND (e.aggregate_id, e.id) < (i.aggregate_id, i.id)
-        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
-      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id
-        AND e.state = 'processing' AND e.id <> i.id)))
+  WHERE i.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND i.state = 'pending'
   ORDER BY i.available_at, i.id
   LIMIT p_limit
   FOR UPDATE OF i SKIP LOCKED
@@ -198,8 +168,6 @@ $queuebox$;
 
 CREATE OR REPLACE FUNCTION "queuebox_inbox_pull_claim"(p_limit integer, p_lease_ms bigint, p_source text, p_instance uuid) RETURNS SETOF "queuebox_inbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
-DECLARE
-  candidate_ids bigint[];
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = ANY (ARRAY[p_source::text]) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL) THEN
     RETURN QUERY WITH expired AS MATERIALIZED (
@@ -223,8 +191,14 @@ WHERE i.id = c.id
 RETURNING i.*;
     RETURN;
   END IF;
-  PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 0));
-  candidate_ids := ARRAY(WITH RECURSIVE near AS (
+  PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 0));
+  RETURN QUERY WITH RECURSIVE expired AS MATERIALIZED (
+  SELECT i.id FROM "queuebox_inbox" i
+  WHERE i.source = p_source AND i.state = 'processing' AND i.lease_expires_at <= clock_timestamp()
+  ORDER BY i.lease_expires_at
+  LIMIT p_limit
+  FOR UPDATE OF i SKIP LOCKED
+), near AS (
   SELECT head.id FROM unnest(ARRAY[p_source::text]) AS s(source)
   CROSS JOIN LATERAL (
     SELECT w.id FROM (
@@ -276,29 +250,9 @@ RETURNING i.*;
    WHERE (SELECT count(*) FROM near) < p_limit
    ORDER BY unkeyed.available_at, unkeyed.id
    LIMIT p_limit)
-), found AS MATERIALIZED (
-  SELECT i.id, hashtext(i.aggregate_id) AS lane FROM "queuebox_inbox" i
-  WHERE i.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND i.state = 'pending'
-  ORDER BY i.available_at, i.id
-  LIMIT p_limit
-)
-SELECT f.id FROM found f WHERE f.lane IS NULL OR pg_try_advisory_xact_lock(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 1 + (f.lane & 63))));
-  RETURN QUERY WITH expired AS MATERIALIZED (
-  SELECT i.id FROM "queuebox_inbox" i
-  WHERE i.source = p_source AND i.state = 'processing' AND i.lease_expires_at <= clock_timestamp()
-  ORDER BY i.lease_expires_at
-  LIMIT p_limit
-  FOR UPDATE OF i SKIP LOCKED
 ), pending AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
-  WHERE i.id = ANY (candidate_ids) AND i.state = 'pending' AND i.available_at <= clock_timestamp()
-    AND (i.aggregate_id IS NULL OR (
-      (SELECT e.id FROM "queuebox_inbox" e
-        WHERE e.source = i.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= i.aggregate_id
-          AND (e.aggregate_id, e.id) < (i.aggregate_id, i.id)
-        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
-      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id
-        AND e.state = 'processing' AND e.id <> i.id)))
+  WHERE i.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND i.state = 'pending'
   ORDER BY i.available_at, i.id
   LIMIT p_limit
   FOR UPDATE OF i SKIP LOCKED

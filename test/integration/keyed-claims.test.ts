@@ -1,12 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, it } from 'node:test';
 import { Client } from 'pg';
-import { CLAIM_LANES } from '../../lib/dialects/postgres/claims.sql';
 import { describeWithDatabase } from '../support/database';
 
-// Issue 36: keyed claims of the claim functions (migration 013) take the claim lock shared and lock
-// the lane of each key they find without waiting, instead of taking the claim lock alone. Two
-// claims then run side by side, and a claim leaves the keys whose lanes another claim holds.
+// Issue 36: keyed claims of the claim functions (migration 013) take the claim lock shared and try
+// the key lock of each head they find without waiting, instead of taking the claim lock alone. Two
+// claims then run side by side, and a claim passes over the keys another claim holds and reads on.
 // test/integration/ordering.test.ts races claimers and replicas over rows of one key committed out
 // of id order; test/integration/unkeyed-claims.test.ts shows a keyed claim still waits for a claim
 // lock held exclusively (the query-string claim, a process of an earlier version).
@@ -23,10 +22,8 @@ interface Kind {
   name: string;
   /** Inserts a row of `key`, returns its id. */
   insert(run: Run, key: string): Promise<string>;
-  /** The claim function's call: the ids and keys it claimed. */
-  claim: string;
-  /** The lane of `$1` (a key), as the claim function computes it. */
-  lane: string;
+  /** The claim function's call for up to `limit` rows: the ids and keys it claimed. */
+  claim(limit?: number): string;
 }
 
 const KINDS: Kind[] = [
@@ -39,8 +36,7 @@ const KINDS: Kind[] = [
           [key],
         )
       )[0].id,
-    claim: 'SELECT id::text, "key" AS k FROM queuebox_outbox_claim(10, 60000, NULL)',
-    lane: 'SELECT hashtext($1) & 63 AS lane',
+    claim: (limit = 10) => `SELECT id::text, "key" AS k FROM queuebox_outbox_claim(${limit}, 60000, NULL)`,
   },
   {
     name: 'relay',
@@ -51,8 +47,7 @@ const KINDS: Kind[] = [
           [key],
         )
       )[0].id,
-    claim: "SELECT id::text, aggregate_id AS k FROM queuebox_inbox_relay_claim(10, 60000, ARRAY['relayed'], NULL)",
-    lane: "SELECT (hashtext('relayed') # hashtext($1)) & 63 AS lane",
+    claim: (limit = 10) => `SELECT id::text, aggregate_id AS k FROM queuebox_inbox_relay_claim(${limit}, 60000, ARRAY['relayed'], NULL)`,
   },
   {
     name: 'pull',
@@ -63,13 +58,12 @@ const KINDS: Kind[] = [
           [key],
         )
       )[0].id,
-    claim: "SELECT id::text, aggregate_id AS k FROM queuebox_inbox_pull_claim(10, 60000, 'pulled', NULL)",
-    lane: 'SELECT hashtext($1) & 63 AS lane',
+    claim: (limit = 10) => `SELECT id::text, aggregate_id AS k FROM queuebox_inbox_pull_claim(${limit}, 60000, 'pulled', NULL)`,
   },
 ];
 
 describeWithDatabase(
-  'PostgreSQL: keyed claims lock lanes of keys, not the claim lock',
+  'PostgreSQL: keyed claims lock the keys they take, not the claim lock',
   { truncate: ['queuebox_outbox', 'queuebox_inbox'] },
   (db) => {
     const clients: Client[] = [];
@@ -98,21 +92,10 @@ describeWithDatabase(
       await Promise.all(clients.map((client) => client.end()));
     });
 
-    const laneOf = async (kind: Kind, key: string) => (await db.query<{ lane: number }>(kind.lane, [key]))[0].lane;
-
-    /** A key whose lane differs from `key`'s. */
-    async function keyInAnotherLane(kind: Kind, key: string): Promise<string> {
-      const lane = await laneOf(kind, key);
-      for (let n = 0; n < CLAIM_LANES * 4; n++) {
-        if ((await laneOf(kind, `other-${n}`)) !== lane) return `other-${n}`;
-      }
-      throw new Error('no key in another lane');
-    }
-
     for (const kind of KINDS) {
-      it(`${kind.name}: a second claim runs while the first is open, takes other keys, and leaves a key whose lane the first holds (rows committed out of id order)`, async () => {
+      it(`${kind.name}: a second claim runs while the first is open, takes other keys, and leaves the key the first holds (rows committed out of id order)`, async () => {
         const key = `${kind.name}-k`;
-        const other = await keyInAnotherLane(kind, key);
+        const other = `${kind.name}-other`;
 
         // Row `earlier` of the key is inserted first but commits last.
         await producer.query('BEGIN');
@@ -121,16 +104,16 @@ describeWithDatabase(
 
         // The first claim sees only `later` (the head of its key in its snapshot) and holds it, open.
         await first.query('BEGIN');
-        const firstClaim = (await first.query<{ id: string; k: string }>(kind.claim)).rows;
+        const firstClaim = (await first.query<{ id: string; k: string }>(kind.claim())).rows;
         assert.deepEqual(firstClaim, [{ id: later, k: key }]);
 
         await producer.query('COMMIT');
         const otherRow = await kind.insert(db.query.bind(db), other);
 
         // The second claim's snapshot sees `earlier` as the head of the key, and nothing of it in
-        // flight (the first claim has not committed): only the key's lane keeps it off `earlier`. It
+        // flight (the first claim has not committed): only the key lock keeps it off `earlier`. It
         // does not wait for the first claim either: it takes the other key's row at once.
-        const secondClaim = (await second.query<{ id: string; k: string }>(kind.claim)).rows;
+        const secondClaim = (await second.query<{ id: string; k: string }>(kind.claim())).rows;
         assert.deepEqual(secondClaim, [{ id: otherRow, k: other }]);
 
         await first.query('COMMIT');
@@ -144,18 +127,31 @@ describeWithDatabase(
       });
     }
 
-    it('the lanes a claim locks are released when it commits: the next claim takes the key once its row is finished', async () => {
+    it('the key locks a claim takes are released when it commits: the next claim takes the key once its row is finished', async () => {
       const key = 'released';
       const head = await KINDS[0].insert(db.query.bind(db), key);
       const next = await KINDS[0].insert(db.query.bind(db), key);
       await first.query('BEGIN');
-      assert.deepEqual((await first.query(KINDS[0].claim)).rows, [{ id: head, k: key }]);
+      assert.deepEqual((await first.query(KINDS[0].claim())).rows, [{ id: head, k: key }]);
       await first.query('COMMIT');
-      assert.deepEqual((await second.query(KINDS[0].claim)).rows, [], 'the head is in flight');
+      assert.deepEqual((await second.query(KINDS[0].claim())).rows, [], 'the head is in flight');
       await db.query("UPDATE queuebox_outbox SET state = 'sent' WHERE id = $1", [head]);
-      assert.deepEqual((await second.query(KINDS[0].claim)).rows, [{ id: next, k: key }]);
+      assert.deepEqual((await second.query(KINDS[0].claim())).rows, [{ id: next, k: key }]);
       const held = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'");
-      assert.deepEqual(held, [{ n: 0 }], 'no lane lock outlives its claim');
+      assert.deepEqual(held, [{ n: 0 }], 'no key lock outlives its claim');
     });
+
+    for (const kind of KINDS) {
+      it(`${kind.name}: a second claim passes over the keys the first holds and reads on to a full batch`, async () => {
+        const ids: string[] = [];
+        for (let n = 0; n < 10; n++) ids.push(await kind.insert(db.query.bind(db), `${kind.name}-batch-${n}`));
+        await first.query('BEGIN');
+        const firstClaim = (await first.query<{ id: string }>(kind.claim(5))).rows.map((row) => row.id);
+        const secondClaim = (await second.query<{ id: string }>(kind.claim(5))).rows.map((row) => row.id);
+        await first.query('COMMIT');
+        assert.deepEqual(firstClaim.sort(), ids.slice(0, 5).sort(), 'the first claim takes the five oldest heads');
+        assert.deepEqual(secondClaim.sort(), ids.slice(5).sort(), 'the second takes the next five, not fewer');
+      });
+    }
   },
 );

@@ -1,7 +1,9 @@
--- QueueBox claim functions whose keyed claims lock lanes of keys (postgres, down), rendered from the TypeORM migration's statements.
+-- QueueBox claim functions whose keyed claims lock keys, not the claim lock (postgres, up), rendered from the TypeORM migration's statements.
 
 CREATE OR REPLACE FUNCTION "queuebox_outbox_claim"(p_limit integer, p_lease_ms bigint, p_instance uuid) RETURNS SETOF "queuebox_outbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
+DECLARE
+  candidate_ids bigint[];
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e.state IN ('pending', 'processing') AND e."key" IS NOT NULL) THEN
     RETURN QUERY WITH candidates AS MATERIALIZED (
@@ -19,19 +21,19 @@ WHERE o.id = c.id
 RETURNING o.*;
     RETURN;
   END IF;
-  PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0));
-  RETURN QUERY WITH RECURSIVE near AS (
+  PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0));
+  candidate_ids := ARRAY(WITH RECURSIVE near AS (
   SELECT s.id FROM (
     SELECT o.id, o."key" FROM "queuebox_outbox" o
     WHERE o.state = 'pending' AND o.available_at <= clock_timestamp()
     ORDER BY o.available_at, o.id
-    LIMIT 500
+    LIMIT GREATEST(500, 4 * p_limit)
   ) s
-  WHERE (s."key" IS NULL OR (
+  WHERE CASE WHEN s."key" IS NULL THEN true WHEN (s."key" IS NULL OR (
       (SELECT e.id FROM "queuebox_outbox" e
         WHERE e.state IN ('pending', 'processing') AND e."key" >= s."key" AND (e."key", e.id) < (s."key", s.id)
         ORDER BY e."key" DESC, e.id DESC LIMIT 1) IS NULL
-      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = s."key" AND e.state = 'processing')))
+      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = s."key" AND e.state = 'processing'))) THEN pg_try_advisory_xact_lock(hashtext('queuebox_outbox_claim_queuebox_outbox'), hashtext(s."key")) ELSE false END
   LIMIT p_limit
 ), heads AS (
   (SELECT o."key", o.id, o.state, o.available_at FROM "queuebox_outbox" o
@@ -47,19 +49,27 @@ RETURNING o.*;
     LIMIT 1
   ) next
 ), far AS (
-  (SELECT h.id FROM heads h
+  (SELECT x.id FROM (SELECT h.id, h."key" FROM heads h
    WHERE h.state = 'pending' AND h.available_at <= clock_timestamp()
      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = h."key" AND e.state = 'processing')
-   ORDER BY h.available_at, h.id
-   LIMIT p_limit)
+   ORDER BY h.available_at, h.id) x
+   WHERE pg_try_advisory_xact_lock(hashtext('queuebox_outbox_claim_queuebox_outbox'), hashtext(x."key"))
+   LIMIT p_limit - (SELECT count(*) FROM near))
   UNION ALL
   (SELECT o.id FROM "queuebox_outbox" o
    WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= clock_timestamp() AND (SELECT count(*) FROM near) < p_limit
    ORDER BY o.available_at, o.id
    LIMIT p_limit)
-), candidates AS MATERIALIZED (
+)
+SELECT id FROM near UNION ALL SELECT id FROM far);
+  RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT o.id FROM "queuebox_outbox" o
-  WHERE o.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND o.state = 'pending'
+  WHERE o.id = ANY (candidate_ids) AND o.state = 'pending' AND o.available_at <= clock_timestamp()
+    AND (o."key" IS NULL OR (
+      (SELECT e.id FROM "queuebox_outbox" e
+        WHERE e.state IN ('pending', 'processing') AND e."key" >= o."key" AND (e."key", e.id) < (o."key", o.id)
+        ORDER BY e."key" DESC, e.id DESC LIMIT 1) IS NULL
+      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = o."key" AND e.state = 'processing')))
   ORDER BY o.available_at, o.id
   LIMIT p_limit
   FOR UPDATE OF o SKIP LOCKED
@@ -75,6 +85,8 @@ $queuebox$;
 
 CREATE OR REPLACE FUNCTION "queuebox_inbox_relay_claim"(p_limit integer, p_lease_ms bigint, p_sources text[], p_instance uuid) RETURNS SETOF "queuebox_inbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
+DECLARE
+  candidate_ids bigint[];
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = ANY (p_sources::text[]) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL) THEN
     RETURN QUERY WITH candidates AS MATERIALIZED (
@@ -97,23 +109,23 @@ WHERE i.id = c.id
 RETURNING i.*;
     RETURN;
   END IF;
-  PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_inbox_claim_queuebox_inbox', 0));
-  RETURN QUERY WITH RECURSIVE near AS (
+  PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_inbox_claim_queuebox_inbox', 0));
+  candidate_ids := ARRAY(WITH RECURSIVE near AS (
   SELECT head.id FROM unnest(p_sources::text[]) AS s(source)
   CROSS JOIN LATERAL (
     SELECT w.id FROM (
       SELECT i.id, i.source, i.aggregate_id FROM "queuebox_inbox" i
       WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= clock_timestamp()
       ORDER BY i.available_at, i.id
-      LIMIT 500
+      LIMIT GREATEST(500, 4 * p_limit)
     ) w
-    WHERE (w.aggregate_id IS NULL OR (
+    WHERE CASE WHEN w.aggregate_id IS NULL THEN true WHEN (w.aggregate_id IS NULL OR (
       (SELECT e.id FROM "queuebox_inbox" e
         WHERE e.source = w.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= w.aggregate_id
           AND (e.aggregate_id, e.id) < (w.aggregate_id, w.id)
         ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
       AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
-        AND e.state = 'processing' AND e.id <> w.id)))
+        AND e.state = 'processing' AND e.id <> w.id))) THEN pg_try_advisory_xact_lock(hashtext('queuebox_inbox_claim_queuebox_inbox'), hashtext(w.source) # hashtext(w.aggregate_id)) ELSE false END
     LIMIT p_limit
   ) head
 ), heads AS (
@@ -134,11 +146,12 @@ RETURNING i.*;
     LIMIT 1
   ) next
 ), far AS (
-  (SELECT h.id FROM heads h
+  (SELECT x.id FROM (SELECT h.id, h.source, h.aggregate_id FROM heads h
    WHERE h.state = 'pending' AND h.available_at <= clock_timestamp()
      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = h.source AND e.aggregate_id = h.aggregate_id AND e.state = 'processing')
-   ORDER BY h.available_at, h.id
-   LIMIT p_limit)
+   ORDER BY h.available_at, h.id) x
+   WHERE pg_try_advisory_xact_lock(hashtext('queuebox_inbox_claim_queuebox_inbox'), hashtext(x.source) # hashtext(x.aggregate_id))
+   LIMIT p_limit - (SELECT count(*) FROM near))
   UNION ALL
   (SELECT unkeyed.id FROM unnest(p_sources::text[]) AS s(source)
    CROSS JOIN LATERAL (
@@ -150,9 +163,18 @@ RETURNING i.*;
    WHERE (SELECT count(*) FROM near) < p_limit
    ORDER BY unkeyed.available_at, unkeyed.id
    LIMIT p_limit)
-), candidates AS MATERIALIZED (
+)
+SELECT id FROM near UNION ALL SELECT id FROM far);
+  RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
-  WHERE i.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND i.state = 'pending'
+  WHERE i.id = ANY (candidate_ids) AND i.state = 'pending' AND i.available_at <= clock_timestamp()
+    AND (i.aggregate_id IS NULL OR (
+      (SELECT e.id FROM "queuebox_inbox" e
+        WHERE e.source = i.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= i.aggregate_id
+          AND (e.aggregate_id, e.id) < (i.aggregate_id, i.id)
+        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
+      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id
+        AND e.state = 'processing' AND e.id <> i.id)))
   ORDER BY i.available_at, i.id
   LIMIT p_limit
   FOR UPDATE OF i SKIP LOCKED
@@ -168,6 +190,8 @@ $queuebox$;
 
 CREATE OR REPLACE FUNCTION "queuebox_inbox_pull_claim"(p_limit integer, p_lease_ms bigint, p_source text, p_instance uuid) RETURNS SETOF "queuebox_inbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
+DECLARE
+  candidate_ids bigint[];
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = ANY (ARRAY[p_source::text]) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL) THEN
     RETURN QUERY WITH expired AS MATERIALIZED (
@@ -191,29 +215,23 @@ WHERE i.id = c.id
 RETURNING i.*;
     RETURN;
   END IF;
-  PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 0));
-  RETURN QUERY WITH RECURSIVE expired AS MATERIALIZED (
-  SELECT i.id FROM "queuebox_inbox" i
-  WHERE i.source = p_source AND i.state = 'processing' AND i.lease_expires_at <= clock_timestamp()
-  ORDER BY i.lease_expires_at
-  LIMIT p_limit
-  FOR UPDATE OF i SKIP LOCKED
-), near AS (
+  PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 0));
+  candidate_ids := ARRAY(WITH RECURSIVE near AS (
   SELECT head.id FROM unnest(ARRAY[p_source::text]) AS s(source)
   CROSS JOIN LATERAL (
     SELECT w.id FROM (
       SELECT i.id, i.source, i.aggregate_id FROM "queuebox_inbox" i
       WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= clock_timestamp()
       ORDER BY i.available_at, i.id
-      LIMIT 500
+      LIMIT GREATEST(500, 4 * p_limit)
     ) w
-    WHERE (w.aggregate_id IS NULL OR (
+    WHERE CASE WHEN w.aggregate_id IS NULL THEN true WHEN (w.aggregate_id IS NULL OR (
       (SELECT e.id FROM "queuebox_inbox" e
         WHERE e.source = w.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= w.aggregate_id
           AND (e.aggregate_id, e.id) < (w.aggregate_id, w.id)
         ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
       AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
-        AND e.state = 'processing' AND e.id <> w.id)))
+        AND e.state = 'processing' AND e.id <> w.id))) THEN pg_try_advisory_xact_lock(hashtext('queuebox_pull_claim_queuebox_inbox:' || p_source), hashtext(w.aggregate_id)) ELSE false END
     LIMIT p_limit
   ) head
 ), heads AS (
@@ -234,11 +252,12 @@ RETURNING i.*;
     LIMIT 1
   ) next
 ), far AS (
-  (SELECT h.id FROM heads h
+  (SELECT x.id FROM (SELECT h.id, h.source, h.aggregate_id FROM heads h
    WHERE h.state = 'pending' AND h.available_at <= clock_timestamp()
      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = h.source AND e.aggregate_id = h.aggregate_id AND e.state = 'processing')
-   ORDER BY h.available_at, h.id
-   LIMIT p_limit)
+   ORDER BY h.available_at, h.id) x
+   WHERE pg_try_advisory_xact_lock(hashtext('queuebox_pull_claim_queuebox_inbox:' || p_source), hashtext(x.aggregate_id))
+   LIMIT p_limit - (SELECT count(*) FROM near))
   UNION ALL
   (SELECT unkeyed.id FROM unnest(ARRAY[p_source::text]) AS s(source)
    CROSS JOIN LATERAL (
@@ -250,9 +269,24 @@ RETURNING i.*;
    WHERE (SELECT count(*) FROM near) < p_limit
    ORDER BY unkeyed.available_at, unkeyed.id
    LIMIT p_limit)
+)
+SELECT id FROM near UNION ALL SELECT id FROM far);
+  RETURN QUERY WITH expired AS MATERIALIZED (
+  SELECT i.id FROM "queuebox_inbox" i
+  WHERE i.source = p_source AND i.state = 'processing' AND i.lease_expires_at <= clock_timestamp()
+  ORDER BY i.lease_expires_at
+  LIMIT p_limit
+  FOR UPDATE OF i SKIP LOCKED
 ), pending AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
-  WHERE i.id = ANY (ARRAY(SELECT id FROM near UNION ALL SELECT id FROM far)) AND i.state = 'pending'
+  WHERE i.id = ANY (candidate_ids) AND i.state = 'pending' AND i.available_at <= clock_timestamp()
+    AND (i.aggregate_id IS NULL OR (
+      (SELECT e.id FROM "queuebox_inbox" e
+        WHERE e.source = i.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= i.aggregate_id
+          AND (e.aggregate_id, e.id) < (i.aggregate_id, i.id)
+        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
+      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id
+        AND e.state = 'processing' AND e.id <> i.id)))
   ORDER BY i.available_at, i.id
   LIMIT p_limit
   FOR UPDATE OF i SKIP LOCKED
