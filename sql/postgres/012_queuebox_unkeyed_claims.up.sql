@@ -1,7 +1,7 @@
 -- QueueBox claim functions that claim unkeyed rows without the claim lock (postgres, up), rendered from the TypeORM migration's statements.
 
 CREATE OR REPLACE FUNCTION "queuebox_outbox_claim"(p_limit integer, p_lease_ms bigint, p_instance uuid) RETURNS SETOF "queuebox_outbox"
-LANGUAGE plpgsql VOLATILE AS $queuebox$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $queuebox$
 DECLARE
   candidate_ids bigint[];
 BEGIN
@@ -24,16 +24,20 @@ RETURNING o.*;
   PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0));
   candidate_ids := ARRAY(WITH RECURSIVE near AS (
   SELECT s.id FROM (
+  SELECT s.id, s."key" FROM (
     SELECT o.id, o."key" FROM "queuebox_outbox" o
     WHERE o.state = 'pending' AND o.available_at <= clock_timestamp()
     ORDER BY o.available_at, o.id
     LIMIT GREATEST(500, 4 * p_limit)
   ) s
-  WHERE CASE WHEN s."key" IS NULL THEN true WHEN (s."key" IS NULL OR (
+  WHERE (s."key" IS NULL OR (
       (SELECT e.id FROM "queuebox_outbox" e
         WHERE e.state IN ('pending', 'processing') AND e."key" >= s."key" AND (e."key", e.id) < (s."key", s.id)
         ORDER BY e."key" DESC, e.id DESC LIMIT 1) IS NULL
-      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = s."key" AND e.state = 'processing'))) THEN pg_try_advisory_xact_lock(hashtext('queuebox_outbox_claim_queuebox_outbox'), hashtext(s."key")) ELSE false END
+      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = s."key" AND e.state = 'processing')))
+  OFFSET 0
+  ) s
+  WHERE s."key" IS NULL OR pg_try_advisory_xact_lock(hashtext('queuebox_outbox_claim_queuebox_outbox'), hashtext(s."key"))
   LIMIT p_limit
 ), heads AS (
   (SELECT o."key", o.id, o.state, o.available_at FROM "queuebox_outbox" o
@@ -65,11 +69,7 @@ SELECT id FROM near UNION ALL SELECT id FROM far);
   RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT o.id FROM "queuebox_outbox" o
   WHERE o.id = ANY (candidate_ids) AND o.state = 'pending' AND o.available_at <= clock_timestamp()
-    AND (o."key" IS NULL OR (
-      (SELECT e.id FROM "queuebox_outbox" e
-        WHERE e.state IN ('pending', 'processing') AND e."key" >= o."key" AND (e."key", e.id) < (o."key", o.id)
-        ORDER BY e."key" DESC, e.id DESC LIMIT 1) IS NULL
-      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = o."key" AND e.state = 'processing')))
+    AND (o."key" IS NULL OR NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = o."key" AND e.state = 'processing'))
   ORDER BY o.available_at, o.id
   LIMIT p_limit
   FOR UPDATE OF o SKIP LOCKED
@@ -84,7 +84,7 @@ END
 $queuebox$;
 
 CREATE OR REPLACE FUNCTION "queuebox_inbox_relay_claim"(p_limit integer, p_lease_ms bigint, p_sources text[], p_instance uuid) RETURNS SETOF "queuebox_inbox"
-LANGUAGE plpgsql VOLATILE AS $queuebox$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $queuebox$
 DECLARE
   candidate_ids bigint[];
 BEGIN
@@ -114,18 +114,22 @@ RETURNING i.*;
   SELECT head.id FROM unnest(p_sources::text[]) AS s(source)
   CROSS JOIN LATERAL (
     SELECT w.id FROM (
+  SELECT w.id, w.source, w.aggregate_id FROM (
       SELECT i.id, i.source, i.aggregate_id FROM "queuebox_inbox" i
       WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= clock_timestamp()
       ORDER BY i.available_at, i.id
       LIMIT GREATEST(500, 4 * p_limit)
     ) w
-    WHERE CASE WHEN w.aggregate_id IS NULL THEN true WHEN (w.aggregate_id IS NULL OR (
+    WHERE (w.aggregate_id IS NULL OR (
       (SELECT e.id FROM "queuebox_inbox" e
         WHERE e.source = w.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= w.aggregate_id
           AND (e.aggregate_id, e.id) < (w.aggregate_id, w.id)
         ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
       AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
-        AND e.state = 'processing' AND e.id <> w.id))) THEN pg_try_advisory_xact_lock(hashtext('queuebox_inbox_claim_queuebox_inbox'), hashtext(w.source) # hashtext(w.aggregate_id)) ELSE false END
+        AND e.state = 'processing' AND e.id <> w.id)))
+  OFFSET 0
+  ) w
+  WHERE w.aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtext('queuebox_inbox_claim_queuebox_inbox'), hashtext(w.source) # hashtext(w.aggregate_id))
     LIMIT p_limit
   ) head
 ), heads AS (
@@ -168,13 +172,8 @@ SELECT id FROM near UNION ALL SELECT id FROM far);
   RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
   WHERE i.id = ANY (candidate_ids) AND i.state = 'pending' AND i.available_at <= clock_timestamp()
-    AND (i.aggregate_id IS NULL OR (
-      (SELECT e.id FROM "queuebox_inbox" e
-        WHERE e.source = i.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= i.aggregate_id
-          AND (e.aggregate_id, e.id) < (i.aggregate_id, i.id)
-        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
-      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id
-        AND e.state = 'processing' AND e.id <> i.id)))
+    AND (i.aggregate_id IS NULL OR NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id
+        AND e.state = 'processing' AND e.id <> i.id))
   ORDER BY i.available_at, i.id
   LIMIT p_limit
   FOR UPDATE OF i SKIP LOCKED
@@ -189,7 +188,7 @@ END
 $queuebox$;
 
 CREATE OR REPLACE FUNCTION "queuebox_inbox_pull_claim"(p_limit integer, p_lease_ms bigint, p_source text, p_instance uuid) RETURNS SETOF "queuebox_inbox"
-LANGUAGE plpgsql VOLATILE AS $queuebox$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $queuebox$
 DECLARE
   candidate_ids bigint[];
 BEGIN
@@ -220,18 +219,22 @@ RETURNING i.*;
   SELECT head.id FROM unnest(ARRAY[p_source::text]) AS s(source)
   CROSS JOIN LATERAL (
     SELECT w.id FROM (
+  SELECT w.id, w.source, w.aggregate_id FROM (
       SELECT i.id, i.source, i.aggregate_id FROM "queuebox_inbox" i
       WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= clock_timestamp()
       ORDER BY i.available_at, i.id
       LIMIT GREATEST(500, 4 * p_limit)
     ) w
-    WHERE CASE WHEN w.aggregate_id IS NULL THEN true WHEN (w.aggregate_id IS NULL OR (
+    WHERE (w.aggregate_id IS NULL OR (
       (SELECT e.id FROM "queuebox_inbox" e
         WHERE e.source = w.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= w.aggregate_id
           AND (e.aggregate_id, e.id) < (w.aggregate_id, w.id)
         ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
       AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
-        AND e.state = 'processing' AND e.id <> w.id))) THEN pg_try_advisory_xact_lock(hashtext('queuebox_pull_claim_queuebox_inbox:' || p_source), hashtext(w.aggregate_id)) ELSE false END
+        AND e.state = 'processing' AND e.id <> w.id)))
+  OFFSET 0
+  ) w
+  WHERE w.aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtext('queuebox_pull_claim_queuebox_inbox:' || p_source), hashtext(w.aggregate_id))
     LIMIT p_limit
   ) head
 ), heads AS (
@@ -280,13 +283,8 @@ SELECT id FROM near UNION ALL SELECT id FROM far);
 ), pending AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
   WHERE i.id = ANY (candidate_ids) AND i.state = 'pending' AND i.available_at <= clock_timestamp()
-    AND (i.aggregate_id IS NULL OR (
-      (SELECT e.id FROM "queuebox_inbox" e
-        WHERE e.source = i.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= i.aggregate_id
-          AND (e.aggregate_id, e.id) < (i.aggregate_id, i.id)
-        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
-      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id
-        AND e.state = 'processing' AND e.id <> i.id)))
+    AND (i.aggregate_id IS NULL OR NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = i.source AND e.aggregate_id = i.aggregate_id
+        AND e.state = 'processing' AND e.id <> i.id))
   ORDER BY i.available_at, i.id
   LIMIT p_limit
   FOR UPDATE OF i SKIP LOCKED

@@ -116,6 +116,14 @@ interface KeyedStatements {
   claim: string;
 }
 
+/**
+ * A keyed claim's function keeps one plan per statement (`force_generic_plan`, for its calls only).
+ * PostgreSQL otherwise plans its search anew on every call, since no generic plan can know the
+ * size of its window (GREATEST(500, 4 × limit)): 0.45 ms a claim, a quarter of a claim of 50 rows
+ * (measured: 2.5 against 2.0 ms; the same claim with one plan, 2.0).
+ */
+const GENERIC_PLANS = 'SET plan_cache_mode = force_generic_plan';
+
 /** The variable of a keyed claim's function that carries its search's ids to its claim. */
 const KEYED_CANDIDATES = 'candidate_ids';
 
@@ -164,7 +172,7 @@ END
     signature: claimFunctionSignature(kind, fn),
     body,
     create: `CREATE OR REPLACE FUNCTION ${fn}(${params.map(([name, type]) => `${name} ${type}`).join(', ')}) RETURNS SETOF ${table}
-LANGUAGE plpgsql VOLATILE AS $queuebox$${body}$queuebox$`,
+LANGUAGE plpgsql VOLATILE${keyed ? ` ${GENERIC_PLANS}` : ''} AS $queuebox$${body}$queuebox$`,
   };
 }
 

@@ -80,13 +80,16 @@ SELECT id FROM near UNION ALL SELECT id FROM far`;
 
 /**
  * A keyed claim's rows (`ids`, its first statement's), locked, in a new snapshot: those still
- * pending, due and the head of their key (`head`), oldest first, up to $1. The head is checked
- * again because the first statement's snapshot was taken before its key locks were granted, and
- * may predate a claim of the key that committed before.
+ * pending and due, whose key has no row in flight (`noneInFlight`), oldest first, up to $1. The
+ * in-flight probe is asked again because the first statement's snapshot was taken before its key
+ * locks were granted: a claim of the key may have committed in between (another row of it, one
+ * the first snapshot did not see committed yet). Whether an earlier row of the key committed in
+ * between is not asked again: a claim that takes the lock alone has the same window (a producer
+ * that commits an earlier row after its snapshot), and I4 orders rows by commit for that reason.
  */
-const keyedCandidatesSql = (table: string, alias: string, ids: string, head: string) => `SELECT ${alias}.id FROM ${table} ${alias}
+const keyedCandidatesSql = (table: string, alias: string, ids: string, noneInFlight: string) => `SELECT ${alias}.id FROM ${table} ${alias}
   WHERE ${alias}.id = ANY (${ids}) AND ${alias}.state = 'pending' AND ${alias}.available_at <= ${NOW}
-    AND ${head}
+    AND ${noneInFlight}
   ORDER BY ${alias}.available_at, ${alias}.id
   LIMIT $1
   FOR UPDATE OF ${alias} SKIP LOCKED`;
@@ -153,19 +156,32 @@ export const noEarlierUnfinishedOfKey = (table: string, key: string, id: string)
  */
 const outboxHeadOfKey = (table: string, alias: string) => `(${alias}."key" IS NULL OR (
       ${noEarlierUnfinishedOfKey(table, `${alias}."key"`, `${alias}.id`)}
-      AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state = 'processing')))`;
+      AND ${noneOfKeyInFlight(table, alias)}))`;
+
+/** Whether no row of outbox row `alias`'s key is in flight: one probe of the in-flight unique index. */
+const noneOfKeyInFlight = (table: string, alias: string) =>
+  `NOT EXISTS (SELECT 1 FROM ${table} e WHERE e."key" = ${alias}."key" AND e.state = 'processing')`;
 
 /** $2 = lease in ms, $3 = the claiming instance: what an outbox claim writes on each row it takes. */
 const OUTBOX_SET_CLAIMED = `SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
     lease_expires_at = ${msFromNow('$2')}, attempts = o.attempts + 1, claimed_by = $3::uuid`;
 
 /**
- * `near`'s row filter in a keyed claim: a row without a key (`key` null) passes; a head passes
- * only when its key lock was granted. CASE keeps the order (the planner may reorder ANDed
- * conditions by cost): only a head's key lock is tried.
+ * `near`'s heads in a keyed claim: `heads` (the window's heads, oldest first, with the columns the
+ * key lock hashes) behind `OFFSET 0`, which keeps PostgreSQL from merging it into this query, so
+ * the key lock (`lock`, on the alias of `heads`) is tried only on a head, after its probes, one
+ * head at a time in age order until the caller's LIMIT is reached; a row without a key (`key`
+ * null) passes as it is. (In one WHERE the planner orders conditions by cost and would try the
+ * cheap lock first, on rows that are not heads.)
  */
-const lockedHead = (key: string, head: string, lock: string) =>
-  `CASE WHEN ${key} IS NULL THEN true WHEN ${head} THEN ${lock} ELSE false END`;
+function lockedHeads(heads: string, key: string, lock: string): string {
+  const alias = key.split('.')[0];
+  return `SELECT ${alias}.id FROM (
+  ${heads}
+  OFFSET 0
+  ) ${alias}
+  WHERE ${key} IS NULL OR ${lock}`;
+}
 
 /**
  * `far`'s heads (`fromHeads`: `heads h` with its conditions and order, oldest first), up to $1:
@@ -221,14 +237,15 @@ ${returning}`;
  */
 function outboxSearchSql(table: string, paused?: string, keyLock?: KeyLock): string {
   const notPaused = (alias: string) => (paused ? ` AND ${alias}.destination <> ALL (${paused})` : '');
-  return `WITH RECURSIVE near AS (
-  SELECT s.id FROM (
+  const heads = `SELECT s.id${keyLock ? ', s."key"' : ''} FROM (
     SELECT o.id, o."key"${paused ? ', o.destination' : ''} FROM ${table} o
     WHERE o.state = 'pending' AND o.available_at <= ${NOW}
     ORDER BY o.available_at, o.id
     LIMIT ${keyLock ? KEYED_SCAN_WINDOW : CLAIM_SCAN_WINDOW}
   ) s
-  WHERE ${keyLock ? lockedHead('s."key"', outboxHeadOfKey(table, 's'), keyLock('s')) : `${outboxHeadOfKey(table, 's')}${notPaused('s')}`}
+  WHERE ${outboxHeadOfKey(table, 's')}${notPaused('s')}`;
+  return `WITH RECURSIVE near AS (
+  ${keyLock ? lockedHeads(heads, 's."key"', keyLock('s')) : heads}
   LIMIT $1
 ), heads AS (
   (SELECT o."key", o.id, o.state, o.available_at${paused ? ', o.destination' : ''} FROM ${table} o
@@ -276,7 +293,7 @@ export const outboxKeyedSearchSql = (table: string, lockName: string) =>
  * snapshot may predate a claim of the key that committed before this claim locked the key.
  */
 export const outboxKeyedClaimSql = (table: string, ids: string, returning = OUTBOX_CLAIM_RETURNING) => `WITH candidates AS MATERIALIZED (
-  ${keyedCandidatesSql(table, 'o', ids, outboxHeadOfKey(table, 'o'))}
+  ${keyedCandidatesSql(table, 'o', ids, `(o."key" IS NULL OR ${noneOfKeyInFlight(table, 'o')})`)}
 )
 UPDATE ${table} o
 ${OUTBOX_SET_CLAIMED}
@@ -403,8 +420,12 @@ export const noEarlierUnfinishedOfAggregate = (
  */
 const inboxHeadOfAggregate = (table: string, alias: string) => `(${alias}.aggregate_id IS NULL OR (
       ${noEarlierUnfinishedOfAggregate(table, `${alias}.source`, `${alias}.aggregate_id`, `${alias}.id`)}
-      AND NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = ${alias}.source AND e.aggregate_id = ${alias}.aggregate_id
-        AND e.state = 'processing' AND e.id <> ${alias}.id)))`;
+      AND ${noneOfAggregateInFlight(table, alias)}))`;
+
+/** Whether no other row of inbox row `alias`'s (source, aggregate) is in flight: one probe of the in-flight unique index. */
+const noneOfAggregateInFlight = (table: string, alias: string) =>
+  `NOT EXISTS (SELECT 1 FROM ${table} e WHERE e.source = ${alias}.source AND e.aggregate_id = ${alias}.aggregate_id
+        AND e.state = 'processing' AND e.id <> ${alias}.id)`;
 
 /**
  * The search CTEs of an inbox claim of pending rows (`near`, `heads`, `far`: the outbox claim's, per
@@ -413,13 +434,16 @@ const inboxHeadOfAggregate = (table: string, alias: string) => `(${alias}.aggreg
 const inboxPendingSearch = (table: string, sources: string, keyLock?: KeyLock) => `near AS (
   SELECT head.id FROM unnest(${sources}) AS s(source)
   CROSS JOIN LATERAL (
-    SELECT w.id FROM (
+    ${((heads: string) =>
+      keyLock
+        ? lockedHeads(heads, 'w.aggregate_id', keyLock('w'))
+        : heads)(`SELECT w.id${keyLock ? ', w.source, w.aggregate_id' : ''} FROM (
       SELECT i.id, i.source, i.aggregate_id FROM ${table} i
       WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= ${NOW}
       ORDER BY i.available_at, i.id
       LIMIT ${keyLock ? KEYED_SCAN_WINDOW : CLAIM_SCAN_WINDOW}
     ) w
-    WHERE ${keyLock ? lockedHead('w.aggregate_id', inboxHeadOfAggregate(table, 'w'), keyLock('w')) : inboxHeadOfAggregate(table, 'w')}
+    WHERE ${inboxHeadOfAggregate(table, 'w')}`)}
     LIMIT $1
   ) head
 ), heads AS (
@@ -500,7 +524,7 @@ export const inboxRelayKeyedSearchSql = (table: string, lockName: string) =>
  * of their aggregate, claimed (see outboxKeyedClaimSql).
  */
 export const inboxRelayKeyedClaimSql = (table: string, ids: string, returning = INBOX_RETURNING) => `WITH candidates AS MATERIALIZED (
-  ${keyedCandidatesSql(table, 'i', ids, inboxHeadOfAggregate(table, 'i'))}
+  ${keyedCandidatesSql(table, 'i', ids, `(i.aggregate_id IS NULL OR ${noneOfAggregateInFlight(table, 'i')})`)}
 )
 UPDATE ${table} i
 ${INBOX_SET_CLAIMED}
@@ -617,7 +641,7 @@ export const inboxPullKeyedClaimSql = (
   ids: string,
   returning = INBOX_RETURNING,
 ) => `WITH ${pullExpiredSql(table)}, pending AS MATERIALIZED (
-  ${keyedCandidatesSql(table, 'i', ids, inboxHeadOfAggregate(table, 'i'))}
+  ${keyedCandidatesSql(table, 'i', ids, `(i.aggregate_id IS NULL OR ${noneOfAggregateInFlight(table, 'i')})`)}
 ), candidates AS MATERIALIZED (
   SELECT id FROM (SELECT id, 0 AS pass FROM expired UNION ALL SELECT id, 1 FROM pending) both_kinds ORDER BY pass LIMIT $1
 )
