@@ -26,7 +26,7 @@ const keys = Number(process.env.BENCH_CLAIM_KEYS ?? 0);
 /** The migration whose down and up give the two modes, and what each mode is called. */
 const modes =
   keys > 0
-    ? { migration: 'keyedClaims', locked: 'keyed claims behind the whole lock (012)', lockFree: 'keyed claims in lanes (013)' }
+    ? { migration: 'keyedClaims', locked: 'keyed claims behind the whole lock (012)', lockFree: 'keyed claims with key locks (013)' }
     : { migration: 'unkeyedClaims', locked: 'every claim behind the lock', lockFree: 'unkeyed claims without the lock' };
 const DATABASE = 'qb_bench_claims';
 
@@ -65,29 +65,37 @@ async function fill() {
   });
 }
 
-/** `claimers` connections claim and complete until the backlog is gone; resolves to messages per second. */
+/**
+ * `claimers` connections claim and complete until the backlog is gone; resolves to messages per
+ * second, the mean time of a claim call (ms) and the rows a claim took on average.
+ */
 async function drain(claimers) {
   const clients = await Promise.all(Array.from({ length: claimers }, () => connect(url)));
   let claimed = 0;
   let lost = 0;
+  let claims = 0;
+  let claimMs = 0;
   const started = now();
   try {
     await Promise.all(
       clients.map(async (client) => {
         for (;;) {
-          const { rows: claims } = await client.query('SELECT id::text AS id, claim_token FROM queuebox_outbox_claim($1, $2, $3)', [
+          const sent = now();
+          const { rows: found } = await client.query('SELECT id::text AS id, claim_token FROM queuebox_outbox_claim($1, $2, $3)', [
             batch,
             60_000,
             null,
           ]);
+          claimMs += now() - sent;
+          claims++;
           // A keyed claim may come back empty while another holds the keys left: done only once no row is pending.
-          if (claims.length === 0) {
+          if (found.length === 0) {
             const { rows: left } = await client.query("SELECT 1 FROM queuebox_outbox WHERE state = 'pending' LIMIT 1");
             if (left.length === 0) return;
             continue;
           }
-          claimed += claims.length;
-          const { rows: notDone } = await client.query(COMPLETE, [claims.map((c) => c.id), claims.map((c) => c.claim_token)]);
+          claimed += found.length;
+          const { rows: notDone } = await client.query(COMPLETE, [found.map((c) => c.id), found.map((c) => c.claim_token)]);
           lost += notDone.length;
         }
       }),
@@ -97,7 +105,7 @@ async function drain(claimers) {
   }
   const ms = now() - started;
   if (claimed !== rows || lost !== 0) throw new Error(`claimed ${claimed} of ${rows} rows, ${lost} completions lost: the bench is wrong`);
-  return (rows / ms) * 1000;
+  return { rate: (rows / ms) * 1000, claimMs: claimMs / claims, rowsPerClaim: claimed / claims };
 }
 
 const admin = new Admin(serverUrl);
@@ -120,8 +128,11 @@ try {
     ]) {
       await claimFunctions(direction);
       await fill();
-      row[mode] = await drain(claimers);
-      console.log(`${claimers} claimer(s), ${modes[mode]}: ${Math.round(row[mode]).toLocaleString('en-US')} msg/s`);
+      const { rate, claimMs, rowsPerClaim } = await drain(claimers);
+      row[mode] = rate;
+      console.log(
+        `${claimers} claimer(s), ${modes[mode]}: ${Math.round(rate).toLocaleString('en-US')} msg/s, a claim call ${claimMs.toFixed(2)} ms on average, ${rowsPerClaim.toFixed(1)} rows a claim`,
+      );
     }
     table.push(row);
   }
