@@ -187,9 +187,9 @@ function lockedHeads(heads: string, key: string, lock: string): string {
  * `far`'s heads (`fromHeads`: `heads h` with its conditions and order, oldest first), up to $1:
  * without `keyLock`, as they are; with it, only those whose key lock was granted (`keyColumns`,
  * what the lock hashes), tried in that order until the limit less `near`'s rows were (`far` runs
- * only when `near` found fewer than $1: no key is locked that the claim cannot take). The sort is then a subquery of its
- * own, which PostgreSQL keeps, and it never pushes a volatile condition into one, so no head past
- * the limit is tried.
+ * only when `near` found fewer than $1, and no key is locked that the claim cannot take). The
+ * sort is then a subquery of its own, which PostgreSQL keeps, and it never pushes a volatile
+ * condition into one, so no head past the limit is tried.
  */
 function firstHeads(keyLock: KeyLock | undefined, keyColumns: string, fromHeads: string): string {
   if (!keyLock)
@@ -280,17 +280,15 @@ function outboxSearchSql(table: string, paused?: string, keyLock?: KeyLock): str
 /**
  * $1 = limit. The first statement of a keyed claim of the outbox: the ids of the rows
  * outboxClaimSql's search finds, heads only when their key lock was granted (tryKeyLockSql), held
- * to the end of the claim's transaction. `lockName` is
- * the claim lock's name as SQL text.
+ * to the end of the claim's transaction. `lockName` is the claim lock's name as SQL text.
  */
 export const outboxKeyedSearchSql = (table: string, lockName: string) =>
   `${outboxSearchSql(table, undefined, (alias) => tryKeyLockSql(lockName, `hashtext(${alias}."key")`))}${FOUND_IDS}`;
 
 /**
  * $1 = limit, $2 = lease in ms, $3 = the claiming instance. The second statement of a keyed claim
- * of the outbox: of the rows `ids` (an SQL bigint[]: the first statement's), those still pending,
- * due and the head of their key, claimed. The head is checked again because the first statement's
- * snapshot may predate a claim of the key that committed before this claim locked the key.
+ * of the outbox: of the rows `ids` (an SQL bigint[]: the first statement's), those still pending
+ * and due whose key has no row in flight, claimed (see keyedCandidatesSql).
  */
 export const outboxKeyedClaimSql = (table: string, ids: string, returning = OUTBOX_CLAIM_RETURNING) => `WITH candidates AS MATERIALIZED (
   ${keyedCandidatesSql(table, 'o', ids, `(o."key" IS NULL OR ${noneOfKeyInFlight(table, 'o')})`)}
@@ -431,19 +429,18 @@ const noneOfAggregateInFlight = (table: string, alias: string) =>
  * The search CTEs of an inbox claim of pending rows (`near`, `heads`, `far`: the outbox claim's, per
  * source of `sources`, a text[] expression; see outboxClaimSql). $1 = limit.
  */
-const inboxPendingSearch = (table: string, sources: string, keyLock?: KeyLock) => `near AS (
-  SELECT head.id FROM unnest(${sources}) AS s(source)
-  CROSS JOIN LATERAL (
-    ${((heads: string) =>
-      keyLock
-        ? lockedHeads(heads, 'w.aggregate_id', keyLock('w'))
-        : heads)(`SELECT w.id${keyLock ? ', w.source, w.aggregate_id' : ''} FROM (
+function inboxPendingSearch(table: string, sources: string, keyLock?: KeyLock): string {
+  const heads = `SELECT w.id${keyLock ? ', w.source, w.aggregate_id' : ''} FROM (
       SELECT i.id, i.source, i.aggregate_id FROM ${table} i
       WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= ${NOW}
       ORDER BY i.available_at, i.id
       LIMIT ${keyLock ? KEYED_SCAN_WINDOW : CLAIM_SCAN_WINDOW}
     ) w
-    WHERE ${inboxHeadOfAggregate(table, 'w')}`)}
+    WHERE ${inboxHeadOfAggregate(table, 'w')}`;
+  return `near AS (
+  SELECT head.id FROM unnest(${sources}) AS s(source)
+  CROSS JOIN LATERAL (
+    ${keyLock ? lockedHeads(heads, 'w.aggregate_id', keyLock('w')) : heads}
     LIMIT $1
   ) head
 ), heads AS (
@@ -484,6 +481,7 @@ const inboxPendingSearch = (table: string, sources: string, keyLock?: KeyLock) =
    ORDER BY unkeyed.available_at, unkeyed.id
    LIMIT $1)
 )`;
+}
 
 /** $4 = the claiming instance (`claimed_by`, null for none), the last parameter of both inbox claims. */
 const INBOX_SET_CLAIMED = `SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = ${NOW},
@@ -520,8 +518,8 @@ export const inboxRelayKeyedSearchSql = (table: string, lockName: string) =>
 
 /**
  * $1 = limit, $2 = lease in ms, $4 = the claiming instance. The second statement of a keyed claim
- * of the relay: of the rows `ids` (the first statement's), those still pending, due and the head
- * of their aggregate, claimed (see outboxKeyedClaimSql).
+ * of the relay: of the rows `ids` (the first statement's), those still pending and due whose
+ * aggregate has no row in flight, claimed (see keyedCandidatesSql).
  */
 export const inboxRelayKeyedClaimSql = (table: string, ids: string, returning = INBOX_RETURNING) => `WITH candidates AS MATERIALIZED (
   ${keyedCandidatesSql(table, 'i', ids, `(i.aggregate_id IS NULL OR ${noneOfAggregateInFlight(table, 'i')})`)}
@@ -633,8 +631,9 @@ export const inboxPullKeyedSearchSql = (table: string, lockName: string) =>
 /**
  * $1 = limit, $2 = lease in ms, $3 = source, $4 = the claiming instance. The second statement of
  * a keyed claim of a pull source: rows whose lease expired first (as inboxPullClaimSql takes them:
- * each is its aggregate's only row in flight, so taking it needs no key lock), then of the rows `ids`
- * (the first statement's) those still pending, due and the head of their aggregate.
+ * each is its aggregate's only row in flight, so taking it needs no key lock), then of the rows
+ * `ids` (the first statement's) those still pending and due whose aggregate has no other row in
+ * flight (see keyedCandidatesSql).
  */
 export const inboxPullKeyedClaimSql = (
   table: string,
