@@ -14,6 +14,34 @@ import { startWorker, type WorkerProcess } from '../support/processes';
 const KEYS = 50;
 const PER_KEY = 40;
 
+/** What the destination accepted: each message's first delivery, per key (its `seq`s), by worker, and the redeliveries. */
+function firstDeliveries(recorder: HttpRecorder) {
+  const seqs = new Map<string, number[]>();
+  const seen = new Set<string>();
+  const byWorker: Record<string, number> = {};
+  let duplicates = 0;
+  for (const request of recorder.accepted()) {
+    const id = String(request.headers['x-message-id']);
+    if (seen.has(id)) {
+      duplicates++;
+      continue;
+    }
+    seen.add(id);
+    const { key, seq } = JSON.parse(request.body) as { key: string; seq: number };
+    seqs.set(key, [...(seqs.get(key) ?? []), seq]);
+    const worker = String(request.headers['x-worker']);
+    byWorker[worker] = (byWorker[worker] ?? 0) + 1;
+  }
+  return { seqs, delivered: seen.size, duplicates, byWorker };
+}
+
+/** Stops the worker processes (SIGTERM, then their exit) and the destination. */
+async function stopAll(workers: WorkerProcess[], recorder: HttpRecorder): Promise<void> {
+  for (const worker of workers) worker.child.kill('SIGTERM');
+  await Promise.all(workers.map((w) => w.exited));
+  await recorder.stop();
+}
+
 describeWithDatabase('I4: per-key order across replicas', (db) => {
   let producer: TestApp;
   let outbox: OutboxService;
@@ -67,37 +95,20 @@ describeWithDatabase('I4: per-key order across replicas', (db) => {
         100,
       );
     } finally {
-      for (const worker of workers) worker.child.kill('SIGTERM');
-      await Promise.all(workers.map((w) => w.exited));
-      await recorder.stop();
+      await stopAll(workers, recorder);
     }
 
-    const firstDeliveries = new Map<string, number[]>();
-    const seen = new Set<string>();
-    let duplicates = 0;
-    const byWorker: Record<string, number> = {};
-    for (const request of recorder.accepted()) {
-      const id = String(request.headers['x-message-id']);
-      if (seen.has(id)) {
-        duplicates++;
-        continue;
-      }
-      seen.add(id);
-      const { key, seq } = JSON.parse(request.body) as { key: string; seq: number };
-      firstDeliveries.set(key, [...(firstDeliveries.get(key) ?? []), seq]);
-      const worker = String(request.headers['x-worker']);
-      byWorker[worker] = (byWorker[worker] ?? 0) + 1;
-    }
-    assert.equal(seen.size, KEYS * PER_KEY, 'every message was delivered');
+    const { seqs, delivered, duplicates, byWorker } = firstDeliveries(recorder);
+    assert.equal(delivered, KEYS * PER_KEY, 'every message was delivered');
     const expected = Array.from({ length: PER_KEY }, (_, i) => i);
-    for (let k = 0; k < KEYS; k++) assert.deepEqual(firstDeliveries.get(`key-${k}`), expected, `key-${k} in enqueue order`);
+    for (let k = 0; k < KEYS; k++) assert.deepEqual(seqs.get(`key-${k}`), expected, `key-${k} in enqueue order`);
     assert.equal(duplicates, 0, 'no lease expired, so nothing was delivered twice');
     assert.ok(byWorker.a > 0 && byWorker.b > 0, `both replicas published (${JSON.stringify(byWorker)})`);
     assert.ok(recorder.requests.length > recorder.accepted().length, 'failures happened and were retried');
   });
 
   it('four poller processes keep one row of a key at the destination at a time, in order, with rows of a key committed out of id order', async () => {
-    // Issue 36: keyed claims lock lanes of keys instead of the claim lock, so the four replicas'
+    // Issue 36: keyed claims lock the keys they take instead of the claim lock, so the four replicas'
     // claims run side by side. Each key's producer commits every third pair of its rows in reverse
     // id order (either order of the pair is then right); the destination records a request that
     // arrives while another of its key is being answered.
@@ -164,25 +175,13 @@ describeWithDatabase('I4: per-key order across replicas', (db) => {
         100,
       );
     } finally {
-      for (const worker of workers) worker.child.kill('SIGTERM');
-      await Promise.all(workers.map((w) => w.exited));
-      await recorder.stop();
+      await stopAll(workers, recorder);
     }
 
-    const slots = new Map<string, number[]>();
-    const seen = new Set<string>();
-    const byWorker: Record<string, number> = {};
-    for (const request of recorder.accepted()) {
-      const id = String(request.headers['x-message-id']);
-      if (seen.has(id)) continue;
-      seen.add(id);
-      const { key, seq } = JSON.parse(request.body) as { key: string; seq: number };
-      slots.set(key, [...(slots.get(key) ?? []), slotOf(seq)]);
-      const worker = String(request.headers['x-worker']);
-      byWorker[worker] = (byWorker[worker] ?? 0) + 1;
-    }
-    assert.equal(seen.size, KEYS_4 * PER_KEY_4, 'every message was delivered');
-    for (const [key, list] of slots) {
+    const { seqs, delivered, byWorker } = firstDeliveries(recorder);
+    assert.equal(delivered, KEYS_4 * PER_KEY_4, 'every message was delivered');
+    for (const [key, keySeqs] of seqs) {
+      const list = keySeqs.map(slotOf);
       assert.deepEqual(
         list,
         [...list].sort((a, b) => a - b),
