@@ -1,3 +1,7 @@
+/** Migrations 012 and 013 not applied on PostgreSQL: what the claims do meanwhile. */
+const CLAIM_FUNCTIONS_NOT_REWRITTEN =
+  "not applied: the claim functions are an earlier version's, so claims are sent as statements (one at a time, planned on every call) until you run `queuebox migrate`";
+
 /** Every line the `queuebox` CLI prints about a problem. URLs in them are already masked. */
 export const cliMessages = {
   /** What `queuebox migrate` and `queuebox status` say of each migration (a database's driver entry may say otherwise). */
@@ -50,13 +54,11 @@ export const cliMessages = {
     },
     unkeyedClaims: {
       applied: 'rewrote the claim functions: claims of rows without a key run without the claim lock.',
-      notApplied:
-        "not applied: the claim functions are an earlier version's, so claims are sent as statements (one at a time, planned on every call) until you run `queuebox migrate`",
+      notApplied: CLAIM_FUNCTIONS_NOT_REWRITTEN,
     },
     keyedClaims: {
       applied: 'rewrote the claim functions: claims of rows with a key lock those keys and run side by side.',
-      notApplied:
-        "not applied: the claim functions are an earlier version's, so claims are sent as statements (one at a time, planned on every call) until you run `queuebox migrate`",
+      notApplied: CLAIM_FUNCTIONS_NOT_REWRITTEN,
     },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,

@@ -88,13 +88,13 @@ export const claimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =
  * connections and replicas then run side by side instead of one at a time. The question and the
  * claim need not agree: a keyed row committed between them is not the unkeyed claim's to take.
  *
- * With `keyed` (migration 013, issue 36), a keyed claim no longer takes the claim lock alone: it
- * takes it shared, so keyed claims run side by side, and `keyed.search` tries the key lock of each
- * head as it finds it (tryKeyLockSql), without waiting: a key another claim holds is passed over.
- * `keyed.claim` then claims the rows found, in a snapshot taken after their key locks were
- * granted, so it sees every claim of those keys that committed before. A claim that takes the
- * lock exclusively (the query-string claim, or a process of an earlier version) still waits for
- * every keyed claim and makes them wait: both kinds can run during an upgrade.
+ * With `locked.search` (migration 013, issue 36), a keyed claim no longer takes the claim lock
+ * alone: it takes it shared, so keyed claims run side by side, and `locked.search` tries the key
+ * lock of each head as it finds it (tryKeyLockSql), without waiting: a key another claim holds is
+ * passed over. `locked.claim` then claims the rows found, in a snapshot taken after their key
+ * locks were granted, so it sees every claim of those keys that committed before. A claim that
+ * takes the lock exclusively (the query-string claim, or a process of an earlier version) still
+ * waits for every keyed claim and makes them wait: both kinds can run during an upgrade.
  */
 export interface ClaimFunction {
   /** `name(integer, bigint)`, as `to_regprocedure` and `DROP FUNCTION` take it. */
@@ -110,10 +110,14 @@ interface UnkeyedBranch {
   claim: string;
 }
 
-/** A keyed claim's two statements: the search that locks the keys of the heads it finds (ids), and the claim of `KEYED_CANDIDATES`. */
-interface KeyedStatements {
-  search: string;
+/**
+ * A claim function's claim of keyed rows: behind the claim lock taken alone (`claim` only), or
+ * with key locks: the search that locks the keys of the heads it finds (`search`, ids) and the
+ * claim of `KEYED_CANDIDATES` (`claim`).
+ */
+interface LockedClaim {
   claim: string;
+  search?: string;
 }
 
 /**
@@ -136,15 +140,15 @@ export type ClaimFunctionsVersion = 'serialized' | 'unkeyedWithoutLock' | 'keyLo
 
 interface ClaimFunctionParts {
   lockName: string;
-  claim: string;
+  locked: LockedClaim;
   unkeyed?: UnkeyedBranch;
-  keyed?: KeyedStatements;
 }
 
 function claimFunction(kind: keyof ClaimFunctions, fn: string, table: string, parts: ClaimFunctionParts): ClaimFunction {
   const params = CLAIM_FUNCTION_PARAMS[kind];
   const withParams = (statement: string) => substituteParams(statement, params, ([name]) => name, 'parameter');
-  const { lockName, claim, unkeyed, keyed } = parts;
+  const { lockName, locked, unkeyed } = parts;
+  const { search } = locked;
   const lockFree = unkeyed
     ? `
   IF NOT ${withParams(unkeyed.keyedUnfinished)} THEN
@@ -152,27 +156,28 @@ function claimFunction(kind: keyof ClaimFunctions, fn: string, table: string, pa
     RETURN;
   END IF;`
     : '';
-  const body = keyed
-    ? `
+  const body =
+    search !== undefined
+      ? `
 DECLARE
   ${KEYED_CANDIDATES} bigint[];
 BEGIN${lockFree}
   PERFORM pg_advisory_xact_lock_shared(hashtextextended(${lockName}, 0));
-  ${KEYED_CANDIDATES} := ARRAY(${withParams(keyed.search)});
-  RETURN QUERY ${withParams(keyed.claim)};
+  ${KEYED_CANDIDATES} := ARRAY(${withParams(search)});
+  RETURN QUERY ${withParams(locked.claim)};
 END
 `
-    : `
+      : `
 BEGIN${lockFree}
   PERFORM pg_advisory_xact_lock(hashtextextended(${lockName}, 0));
-  RETURN QUERY ${withParams(claim)};
+  RETURN QUERY ${withParams(locked.claim)};
 END
 `;
   return {
     signature: claimFunctionSignature(kind, fn),
     body,
     create: `CREATE OR REPLACE FUNCTION ${fn}(${params.map(([name, type]) => `${name} ${type}`).join(', ')}) RETURNS SETOF ${table}
-LANGUAGE plpgsql VOLATILE${keyed ? ` ${GENERIC_PLANS}` : ''} AS $queuebox$${body}$queuebox$`,
+LANGUAGE plpgsql VOLATILE${search !== undefined ? ` ${GENERIC_PLANS}` : ''} AS $queuebox$${body}$queuebox$`,
   };
 }
 
@@ -190,42 +195,50 @@ export function claimFunctions(
   const outbox = pgTable(tables.outbox);
   const inbox = pgTable(tables.inbox);
   const unkeyed = (branch: UnkeyedBranch) => (version === 'serialized' ? undefined : branch);
-  const keyed = (statements: KeyedStatements) => (version === 'keyLocks' ? statements : undefined);
+  // Only the version's own statements are built: the claim behind the lock alone, or the keyed pair.
+  const locked = (alone: () => string, keyed: () => Required<LockedClaim>): LockedClaim =>
+    version === 'keyLocks' ? keyed() : { claim: alone() };
   const outboxLock = pgLiteral(lock.outbox);
   const relayLock = pgLiteral(lock.inbox);
   const pullLock = `${pgLiteral(lock.pullPrefix)} || p_source`;
   return {
     outbox: claimFunction('outbox', fn.outbox, outbox, {
       lockName: outboxLock,
-      claim: outboxClaimSql(outbox, 'RETURNING o.*'),
+      locked: locked(
+        () => outboxClaimSql(outbox, 'RETURNING o.*'),
+        () => ({
+          search: outboxKeyedSearchSql(outbox, outboxLock),
+          claim: outboxKeyedClaimSql(outbox, KEYED_CANDIDATES, 'RETURNING o.*'),
+        }),
+      ),
       unkeyed: unkeyed({ keyedUnfinished: outboxKeyedUnfinishedSql(outbox), claim: outboxUnkeyedClaimSql(outbox, 'RETURNING o.*') }),
-      keyed: keyed({
-        search: outboxKeyedSearchSql(outbox, outboxLock),
-        claim: outboxKeyedClaimSql(outbox, KEYED_CANDIDATES, 'RETURNING o.*'),
-      }),
     }),
     relay: claimFunction('relay', fn.relay, inbox, {
       lockName: relayLock,
-      claim: inboxRelayClaimSql(inbox, 'RETURNING i.*'),
+      locked: locked(
+        () => inboxRelayClaimSql(inbox, 'RETURNING i.*'),
+        () => ({
+          search: inboxRelayKeyedSearchSql(inbox, relayLock),
+          claim: inboxRelayKeyedClaimSql(inbox, KEYED_CANDIDATES, 'RETURNING i.*'),
+        }),
+      ),
       unkeyed: unkeyed({
         keyedUnfinished: inboxKeyedUnfinishedSql(inbox, '$3::text[]'),
         claim: inboxRelayUnkeyedClaimSql(inbox, 'RETURNING i.*'),
       }),
-      keyed: keyed({
-        search: inboxRelayKeyedSearchSql(inbox, relayLock),
-        claim: inboxRelayKeyedClaimSql(inbox, KEYED_CANDIDATES, 'RETURNING i.*'),
-      }),
     }),
     pull: claimFunction('pull', fn.pull, inbox, {
       lockName: pullLock,
-      claim: inboxPullClaimSql(inbox, 'RETURNING i.*'),
+      locked: locked(
+        () => inboxPullClaimSql(inbox, 'RETURNING i.*'),
+        () => ({
+          search: inboxPullKeyedSearchSql(inbox, pullLock),
+          claim: inboxPullKeyedClaimSql(inbox, KEYED_CANDIDATES, 'RETURNING i.*'),
+        }),
+      ),
       unkeyed: unkeyed({
         keyedUnfinished: inboxKeyedUnfinishedSql(inbox, 'ARRAY[$3::text]'),
         claim: inboxPullUnkeyedClaimSql(inbox, 'RETURNING i.*'),
-      }),
-      keyed: keyed({
-        search: inboxPullKeyedSearchSql(inbox, pullLock),
-        claim: inboxPullKeyedClaimSql(inbox, KEYED_CANDIDATES, 'RETURNING i.*'),
       }),
     }),
   };

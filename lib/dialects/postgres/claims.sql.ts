@@ -506,6 +506,10 @@ FROM candidates c
 WHERE i.id = c.id
 ${returning}`;
 
+/** keyedCandidatesSql of the inbox (alias `i`): the rows whose aggregate has no other row in flight. */
+const inboxKeyedCandidatesSql = (table: string, ids: string) =>
+  keyedCandidatesSql(table, 'i', ids, `(i.aggregate_id IS NULL OR ${noneOfAggregateInFlight(table, 'i')})`);
+
 /**
  * $1 = limit, $3 = sources. The first statement of a keyed claim of the relay: the ids of the rows
  * inboxRelayClaimSql's search finds, heads only when the key lock of their source and aggregate
@@ -522,7 +526,7 @@ export const inboxRelayKeyedSearchSql = (table: string, lockName: string) =>
  * aggregate has no row in flight, claimed (see keyedCandidatesSql).
  */
 export const inboxRelayKeyedClaimSql = (table: string, ids: string, returning = INBOX_RETURNING) => `WITH candidates AS MATERIALIZED (
-  ${keyedCandidatesSql(table, 'i', ids, `(i.aggregate_id IS NULL OR ${noneOfAggregateInFlight(table, 'i')})`)}
+  ${inboxKeyedCandidatesSql(table, ids)}
 )
 UPDATE ${table} i
 ${INBOX_SET_CLAIMED}
@@ -640,7 +644,7 @@ export const inboxPullKeyedClaimSql = (
   ids: string,
   returning = INBOX_RETURNING,
 ) => `WITH ${pullExpiredSql(table)}, pending AS MATERIALIZED (
-  ${keyedCandidatesSql(table, 'i', ids, `(i.aggregate_id IS NULL OR ${noneOfAggregateInFlight(table, 'i')})`)}
+  ${inboxKeyedCandidatesSql(table, ids)}
 ), candidates AS MATERIALIZED (
   SELECT id FROM (SELECT id, 0 AS pass FROM expired UNION ALL SELECT id, 1 FROM pending) both_kinds ORDER BY pass LIMIT $1
 )

@@ -5,6 +5,15 @@ import { KEY_COLLATION } from './schema';
 import { SqlServerDialect } from './sqlserver.dialect';
 import { sqlServerVerifyQueries } from './verify.sql';
 
+// Migrations 007, 012 and 013 rewrite PostgreSQL's claim functions; SQL Server's claims are
+// statements QueueBox sends, so each runs nothing here and says so alike.
+const NO_FUNCTIONS_TO_REWRITE =
+  '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.';
+const NOTHING_TO_REWRITE = {
+  applied: 'nothing to change on SQL Server (its claims are statements).',
+  notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
+};
+
 /** SQL Server and Azure SQL (TypeORM driver `mssql`). */
 export const sqlServerDriver = {
   type: 'mssql',
@@ -15,12 +24,9 @@ export const sqlServerDriver = {
   noOpMigrations: {
     claimFunctions:
       '-- Nothing to do on SQL Server, which has no claim functions: on PostgreSQL the version that shipped this\n-- migration wrote them here (they now come with migration 006). The file keeps the migrations numbered alike.',
-    claimProbes:
-      '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
-    unkeyedClaims:
-      '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
-    keyedClaims:
-      '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.',
+    claimProbes: NO_FUNCTIONS_TO_REWRITE,
+    unkeyedClaims: NO_FUNCTIONS_TO_REWRITE,
+    keyedClaims: NO_FUNCTIONS_TO_REWRITE,
   },
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   script: { terminator: ';\nGO\n', folder: 'sqlserver' },
@@ -41,18 +47,9 @@ export const sqlServerDriver = {
       applied: 'created the instances table and the claim owner columns.',
       notApplied: 'not applied: this version of QueueBox does not start until you run `queuebox migrate`',
     },
-    claimProbes: {
-      applied: 'nothing to change on SQL Server (its claims are statements).',
-      notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
-    },
-    unkeyedClaims: {
-      applied: 'nothing to change on SQL Server (its claims are statements).',
-      notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
-    },
-    keyedClaims: {
-      applied: 'nothing to change on SQL Server (its claims are statements).',
-      notApplied: 'not applied (changes nothing on SQL Server; `queuebox migrate` records it)',
-    },
+    claimProbes: NOTHING_TO_REWRITE,
+    unkeyedClaims: NOTHING_TO_REWRITE,
+    keyedClaims: NOTHING_TO_REWRITE,
     keyCollation: {
       applied: `key columns now compare by code point (${KEY_COLLATION}); their indexes were rebuilt.`,
       notApplied:
