@@ -20,47 +20,42 @@ const rowsOf =
 
 interface Kind {
   name: string;
-  /** Inserts a row of `key`, returns its id. */
-  insert(run: Run, key: string): Promise<string>;
+  /** Inserts a row of key `$1`, returning its id as text. */
+  insertSql: string;
   /** The claim function's call for up to `limit` rows: the ids and keys it claimed. */
   claim(limit?: number): string;
+  /** The ids of the rows of key `$1` in flight. */
+  inFlightSql: string;
 }
+
+const inboxKind = (name: string, source: string, claim: Kind['claim']): Kind => ({
+  name,
+  insertSql: `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload) VALUES ('${source}', gen_random_uuid()::text, $1, '{}') RETURNING id::text`,
+  claim,
+  inFlightSql: `SELECT id::text FROM queuebox_inbox WHERE aggregate_id = $1 AND state = 'processing'`,
+});
 
 const KINDS: Kind[] = [
   {
     name: 'outbox',
-    insert: async (run, key) =>
-      (
-        await run<{ id: string }>(
-          `INSERT INTO queuebox_outbox (message_id, destination, "key", payload) VALUES (gen_random_uuid(), 'd', $1, '{}') RETURNING id::text`,
-          [key],
-        )
-      )[0].id,
+    insertSql: `INSERT INTO queuebox_outbox (message_id, destination, "key", payload) VALUES (gen_random_uuid(), 'd', $1, '{}') RETURNING id::text`,
     claim: (limit = 10) => `SELECT id::text, "key" AS k FROM queuebox_outbox_claim(${limit}, 60000, NULL)`,
+    inFlightSql: `SELECT id::text FROM queuebox_outbox WHERE "key" = $1 AND state = 'processing'`,
   },
-  {
-    name: 'relay',
-    insert: async (run, key) =>
-      (
-        await run<{ id: string }>(
-          `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload) VALUES ('relayed', gen_random_uuid()::text, $1, '{}') RETURNING id::text`,
-          [key],
-        )
-      )[0].id,
-    claim: (limit = 10) => `SELECT id::text, aggregate_id AS k FROM queuebox_inbox_relay_claim(${limit}, 60000, ARRAY['relayed'], NULL)`,
-  },
-  {
-    name: 'pull',
-    insert: async (run, key) =>
-      (
-        await run<{ id: string }>(
-          `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload) VALUES ('pulled', gen_random_uuid()::text, $1, '{}') RETURNING id::text`,
-          [key],
-        )
-      )[0].id,
-    claim: (limit = 10) => `SELECT id::text, aggregate_id AS k FROM queuebox_inbox_pull_claim(${limit}, 60000, 'pulled', NULL)`,
-  },
+  inboxKind(
+    'relay',
+    'relayed',
+    (limit = 10) => `SELECT id::text, aggregate_id AS k FROM queuebox_inbox_relay_claim(${limit}, 60000, ARRAY['relayed'], NULL)`,
+  ),
+  inboxKind(
+    'pull',
+    'pulled',
+    (limit = 10) => `SELECT id::text, aggregate_id AS k FROM queuebox_inbox_pull_claim(${limit}, 60000, 'pulled', NULL)`,
+  ),
 ];
+
+/** Inserts a row of `kind` with key `key` through `run`; resolves to its id. */
+const insert = async (run: Run, kind: Kind, key: string) => (await run<{ id: string }>(kind.insertSql, [key]))[0].id;
 
 describeWithDatabase(
   'PostgreSQL: keyed claims lock the keys they take, not the claim lock',
@@ -99,8 +94,8 @@ describeWithDatabase(
 
         // Row `earlier` of the key is inserted first but commits last.
         await producer.query('BEGIN');
-        const earlier = await kind.insert(rowsOf(producer), key);
-        const later = await kind.insert(db.query.bind(db), key);
+        const earlier = await insert(rowsOf(producer), kind, key);
+        const later = await insert(db.query.bind(db), kind, key);
 
         // The first claim sees only `later` (the head of its key in its snapshot) and holds it, open.
         await first.query('BEGIN');
@@ -108,7 +103,7 @@ describeWithDatabase(
         assert.deepEqual(firstClaim, [{ id: later, k: key }]);
 
         await producer.query('COMMIT');
-        const otherRow = await kind.insert(db.query.bind(db), other);
+        const otherRow = await insert(db.query.bind(db), kind, other);
 
         // The second claim's snapshot sees `earlier` as the head of the key, and nothing of it in
         // flight (the first claim has not committed): only the key lock keeps it off `earlier`. It
@@ -117,20 +112,15 @@ describeWithDatabase(
         assert.deepEqual(secondClaim, [{ id: otherRow, k: other }]);
 
         await first.query('COMMIT');
-        const inFlight = await db.query<{ id: string }>(
-          kind.name === 'outbox'
-            ? `SELECT id::text FROM queuebox_outbox WHERE "key" = $1 AND state = 'processing'`
-            : `SELECT id::text FROM queuebox_inbox WHERE aggregate_id = $1 AND state = 'processing'`,
-          [key],
-        );
+        const inFlight = await db.query<{ id: string }>(kind.inFlightSql, [key]);
         assert.deepEqual(inFlight, [{ id: later }], `only one row of the key in flight (earlier: ${earlier})`);
       });
     }
 
     it('the key locks a claim takes are released when it commits: the next claim takes the key once its row is finished', async () => {
       const key = 'released';
-      const head = await KINDS[0].insert(db.query.bind(db), key);
-      const next = await KINDS[0].insert(db.query.bind(db), key);
+      const head = await insert(db.query.bind(db), KINDS[0], key);
+      const next = await insert(db.query.bind(db), KINDS[0], key);
       await first.query('BEGIN');
       assert.deepEqual((await first.query(KINDS[0].claim())).rows, [{ id: head, k: key }]);
       await first.query('COMMIT');
@@ -144,7 +134,7 @@ describeWithDatabase(
     for (const kind of KINDS) {
       it(`${kind.name}: a second claim passes over the keys the first holds and reads on to a full batch`, async () => {
         const ids: string[] = [];
-        for (let n = 0; n < 10; n++) ids.push(await kind.insert(db.query.bind(db), `${kind.name}-batch-${n}`));
+        for (let n = 0; n < 10; n++) ids.push(await insert(db.query.bind(db), kind, `${kind.name}-batch-${n}`));
         await first.query('BEGIN');
         const firstClaim = (await first.query<{ id: string }>(kind.claim(5))).rows.map((row) => row.id);
         const secondClaim = (await second.query<{ id: string }>(kind.claim(5))).rows.map((row) => row.id);
