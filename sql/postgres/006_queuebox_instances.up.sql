@@ -26,7 +26,7 @@ LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $queuebox$
 DECLARE
   candidate_ids bigint[];
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e.state IN ('pending', 'processing') AND e."key" IS NOT NULL) THEN
+  IF NOT ((SELECT e."key" FROM "queuebox_outbox" e WHERE e.state IN ('pending', 'processing') AND e."key" IS NOT NULL ORDER BY e."key" LIMIT 1) IS NOT NULL) THEN
     RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT o.id FROM "queuebox_outbox" o
   WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= clock_timestamp()
@@ -37,8 +37,7 @@ BEGIN
 UPDATE "queuebox_outbox" o
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = o.attempts + 1, claimed_by = p_instance::uuid
-FROM candidates c
-WHERE o.id = c.id
+WHERE o.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING o.*;
     RETURN;
   END IF;
@@ -98,8 +97,7 @@ SELECT id FROM near UNION ALL SELECT id FROM far);
 UPDATE "queuebox_outbox" o
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = o.attempts + 1, claimed_by = p_instance::uuid
-FROM candidates c
-WHERE o.id = c.id
+WHERE o.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING o.*;
 END
 $queuebox$;
@@ -109,7 +107,10 @@ LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $queuebox$
 DECLARE
   candidate_ids bigint[];
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = ANY (p_sources::text[]) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL) THEN
+  IF NOT EXISTS (SELECT 1 FROM unnest(p_sources::text[]) AS s(source)
+    WHERE (SELECT e.aggregate_id FROM "queuebox_inbox" e
+      WHERE e.source = s.source AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL
+      ORDER BY e.aggregate_id LIMIT 1) IS NOT NULL) THEN
     RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT u.id FROM unnest(p_sources::text[]) AS s(source)
   CROSS JOIN LATERAL (
@@ -125,8 +126,7 @@ BEGIN
 UPDATE "queuebox_inbox" i
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = i.attempts + 1, claimed_by = p_instance::uuid
-FROM candidates c
-WHERE i.id = c.id
+WHERE i.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING i.*;
     RETURN;
   END IF;
@@ -202,8 +202,7 @@ SELECT id FROM near UNION ALL SELECT id FROM far);
 UPDATE "queuebox_inbox" i
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = i.attempts + 1, claimed_by = p_instance::uuid
-FROM candidates c
-WHERE i.id = c.id
+WHERE i.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING i.*;
 END
 $queuebox$;
@@ -213,7 +212,10 @@ LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $queuebox$
 DECLARE
   candidate_ids bigint[];
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = ANY (ARRAY[p_source::text]) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL) THEN
+  IF NOT EXISTS (SELECT 1 FROM unnest(ARRAY[p_source::text]) AS s(source)
+    WHERE (SELECT e.aggregate_id FROM "queuebox_inbox" e
+      WHERE e.source = s.source AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL
+      ORDER BY e.aggregate_id LIMIT 1) IS NOT NULL) THEN
     RETURN QUERY WITH expired AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
   WHERE i.source = p_source AND i.state = 'processing' AND i.aggregate_id IS NULL AND i.lease_expires_at <= clock_timestamp()
@@ -230,8 +232,7 @@ BEGIN
 UPDATE "queuebox_inbox" i
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = i.attempts + 1, claimed_by = p_instance::uuid
-FROM (SELECT id FROM expired UNION ALL SELECT id FROM pending) c
-WHERE i.id = c.id
+WHERE i.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM pending))
 RETURNING i.*;
     RETURN;
   END IF;
@@ -315,8 +316,7 @@ SELECT id FROM near UNION ALL SELECT id FROM far);
 UPDATE "queuebox_inbox" i
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = i.attempts + 1, claimed_by = p_instance::uuid
-FROM candidates c
-WHERE i.id = c.id
+WHERE i.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING i.*;
 END
 $queuebox$;

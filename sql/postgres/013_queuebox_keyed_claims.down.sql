@@ -3,7 +3,7 @@
 CREATE OR REPLACE FUNCTION "queuebox_outbox_claim"(p_limit integer, p_lease_ms bigint, p_instance uuid) RETURNS SETOF "queuebox_outbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e.state IN ('pending', 'processing') AND e."key" IS NOT NULL) THEN
+  IF NOT ((SELECT e."key" FROM "queuebox_outbox" e WHERE e.state IN ('pending', 'processing') AND e."key" IS NOT NULL ORDER BY e."key" LIMIT 1) IS NOT NULL) THEN
     RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT o.id FROM "queuebox_outbox" o
   WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= clock_timestamp()
@@ -14,8 +14,7 @@ BEGIN
 UPDATE "queuebox_outbox" o
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = o.attempts + 1, claimed_by = p_instance::uuid
-FROM candidates c
-WHERE o.id = c.id
+WHERE o.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING o.*;
     RETURN;
   END IF;
@@ -76,7 +75,10 @@ $queuebox$;
 CREATE OR REPLACE FUNCTION "queuebox_inbox_relay_claim"(p_limit integer, p_lease_ms bigint, p_sources text[], p_instance uuid) RETURNS SETOF "queuebox_inbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = ANY (p_sources::text[]) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL) THEN
+  IF NOT EXISTS (SELECT 1 FROM unnest(p_sources::text[]) AS s(source)
+    WHERE (SELECT e.aggregate_id FROM "queuebox_inbox" e
+      WHERE e.source = s.source AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL
+      ORDER BY e.aggregate_id LIMIT 1) IS NOT NULL) THEN
     RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT u.id FROM unnest(p_sources::text[]) AS s(source)
   CROSS JOIN LATERAL (
@@ -92,8 +94,7 @@ BEGIN
 UPDATE "queuebox_inbox" i
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = i.attempts + 1, claimed_by = p_instance::uuid
-FROM candidates c
-WHERE i.id = c.id
+WHERE i.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING i.*;
     RETURN;
   END IF;
@@ -169,7 +170,10 @@ $queuebox$;
 CREATE OR REPLACE FUNCTION "queuebox_inbox_pull_claim"(p_limit integer, p_lease_ms bigint, p_source text, p_instance uuid) RETURNS SETOF "queuebox_inbox"
 LANGUAGE plpgsql VOLATILE AS $queuebox$
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = ANY (ARRAY[p_source::text]) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL) THEN
+  IF NOT EXISTS (SELECT 1 FROM unnest(ARRAY[p_source::text]) AS s(source)
+    WHERE (SELECT e.aggregate_id FROM "queuebox_inbox" e
+      WHERE e.source = s.source AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL
+      ORDER BY e.aggregate_id LIMIT 1) IS NOT NULL) THEN
     RETURN QUERY WITH expired AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
   WHERE i.source = p_source AND i.state = 'processing' AND i.aggregate_id IS NULL AND i.lease_expires_at <= clock_timestamp()
@@ -186,8 +190,7 @@ BEGIN
 UPDATE "queuebox_inbox" i
 SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => p_lease_ms::double precision / 1000), attempts = i.attempts + 1, claimed_by = p_instance::uuid
-FROM (SELECT id FROM expired UNION ALL SELECT id FROM pending) c
-WHERE i.id = c.id
+WHERE i.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM pending))
 RETURNING i.*;
     RETURN;
   END IF;

@@ -79,6 +79,16 @@ const FOUND_IDS = `
 SELECT id FROM near UNION ALL SELECT id FROM far`;
 
 /**
+ * The WHERE of a claim function's UPDATE: the rows `ids` (a query of the claim's CTEs), found by
+ * primary key as an array. A claim function runs its statements with one plan for every call
+ * (force_generic_plan, claimFunction), and a join of the UPDATE to its CTE would be planned for
+ * the generic estimate of thousands of rows: a merge join that reads the primary key from the
+ * table's first row to the claimed ones, every finished row on every claim (W2 drained at a sixth
+ * of its rate). An array of ids is looked up row by row whatever the estimate.
+ */
+const claimedByIds = (alias: string, ids: string) => `WHERE ${alias}.id = ANY (ARRAY(${ids}))`;
+
+/**
  * A keyed claim's rows (`ids`, its first statement's), locked, in a new snapshot: those still
  * pending and due, whose key has no row in flight (`noneInFlight`), oldest first, up to $1. The
  * in-flight probe is asked again because the first statement's snapshot was taken before its key
@@ -295,8 +305,7 @@ export const outboxKeyedClaimSql = (table: string, ids: string, returning = OUTB
 )
 UPDATE ${table} o
 ${OUTBOX_SET_CLAIMED}
-FROM candidates c
-WHERE o.id = c.id
+${claimedByIds('o', 'SELECT id FROM candidates')}
 ${returning}`;
 
 /**
@@ -304,9 +313,14 @@ ${returning}`;
  * the key index, or none. While none is, a claim can only take rows without a key, whose order
  * nothing asks for: the claim function then claims them without the claim lock
  * (`outboxUnkeyedClaimSql`), and claims of several connections and replicas run side by side.
+ *
+ * The first entry in key order, not EXISTS: PostgreSQL drops an ORDER BY inside EXISTS, and under
+ * statistics taken while the rows were pending (a backlog analyzed, then drained) it expected a
+ * sequential scan to meet such a row at once and read every finished row first, on every claim
+ * (query-plans.test.ts). Ordered by key, only the key index answers in one step.
  */
 export const outboxKeyedUnfinishedSql = (table: string) =>
-  `EXISTS (SELECT 1 FROM ${table} e WHERE e.state IN ('pending', 'processing') AND e."key" IS NOT NULL)`;
+  `((SELECT e."key" FROM ${table} e WHERE e.state IN ('pending', 'processing') AND e."key" IS NOT NULL ORDER BY e."key" LIMIT 1) IS NOT NULL)`;
 
 /**
  * $1 = limit, $2 = lease in ms, $3 = the claiming instance. The claim of available pending rows
@@ -323,8 +337,7 @@ export const outboxUnkeyedClaimSql = (table: string, returning = OUTBOX_CLAIM_RE
 )
 UPDATE ${table} o
 ${OUTBOX_SET_CLAIMED}
-FROM candidates c
-WHERE o.id = c.id
+${claimedByIds('o', 'SELECT id FROM candidates')}
 ${returning}`;
 
 /** $1 = max attempts: expired claims go back to pending, or to dead on their last attempt. */
@@ -530,17 +543,20 @@ export const inboxRelayKeyedClaimSql = (table: string, ids: string, returning = 
 )
 UPDATE ${table} i
 ${INBOX_SET_CLAIMED}
-FROM candidates c
-WHERE i.id = c.id
+${claimedByIds('i', 'SELECT id FROM candidates')}
 ${returning}`;
 
 /**
  * Whether some inbox row of `sources` (a text[] expression) with an aggregate is unfinished: the
  * first entry of the aggregate index for each source, or none. While none is, the relay's and the
- * pull workers' claim functions claim without their claim lock (see outboxKeyedUnfinishedSql).
+ * pull workers' claim functions claim without their claim lock (see outboxKeyedUnfinishedSql,
+ * and why the first entry of each source in aggregate order rather than EXISTS).
  */
 export const inboxKeyedUnfinishedSql = (table: string, sources: string) =>
-  `EXISTS (SELECT 1 FROM ${table} e WHERE e.source = ANY (${sources}) AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL)`;
+  `EXISTS (SELECT 1 FROM unnest(${sources}) AS s(source)
+    WHERE (SELECT e.aggregate_id FROM ${table} e
+      WHERE e.source = s.source AND e.state IN ('pending', 'processing') AND e.aggregate_id IS NOT NULL
+      ORDER BY e.aggregate_id LIMIT 1) IS NOT NULL)`;
 
 /**
  * The available pending rows without an aggregate of `source` (a column or expression), oldest
@@ -569,8 +585,7 @@ export const inboxRelayUnkeyedClaimSql = (table: string, returning = INBOX_RETUR
 )
 UPDATE ${table} i
 ${INBOX_SET_CLAIMED}
-FROM candidates c
-WHERE i.id = c.id
+${claimedByIds('i', 'SELECT id FROM candidates')}
 ${returning}`;
 
 /** $1 = max attempts, $2 = sources. The relay's reclaim step, limited to the sources it consumes. */
@@ -650,8 +665,7 @@ export const inboxPullKeyedClaimSql = (
 )
 UPDATE ${table} i
 ${INBOX_SET_CLAIMED}
-FROM candidates c
-WHERE i.id = c.id
+${claimedByIds('i', 'SELECT id FROM candidates')}
 ${returning}`;
 
 /**
@@ -670,6 +684,5 @@ export const inboxPullUnkeyedClaimSql = (table: string, returning = INBOX_RETURN
 )
 UPDATE ${table} i
 ${INBOX_SET_CLAIMED}
-FROM (SELECT id FROM expired UNION ALL SELECT id FROM pending) c
-WHERE i.id = c.id
+${claimedByIds('i', 'SELECT id FROM expired UNION ALL SELECT id FROM pending')}
 ${returning}`;
