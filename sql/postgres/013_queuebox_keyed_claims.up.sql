@@ -20,8 +20,50 @@ WHERE o.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING o.*;
     RETURN;
   END IF;
-  PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0));
-  candidate_ids := ARRAY(WITH RECURSIVE near AS (
+  IF p_limit > 100 THEN
+    PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0));
+    candidate_ids := ARRAY(WITH RECURSIVE near AS (
+  SELECT s.id FROM (
+    SELECT o.id, o."key" FROM "queuebox_outbox" o
+    WHERE o.state = 'pending' AND o.available_at <= clock_timestamp()
+    ORDER BY o.available_at, o.id
+    LIMIT 500
+  ) s
+  WHERE (s."key" IS NULL OR (
+      (SELECT e.id FROM "queuebox_outbox" e
+        WHERE e.state IN ('pending', 'processing') AND e."key" >= s."key" AND (e."key", e.id) < (s."key", s.id)
+        ORDER BY e."key" DESC, e.id DESC LIMIT 1) IS NULL
+      AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = s."key" AND e.state = 'processing')))
+  LIMIT p_limit
+), heads AS (
+  (SELECT o."key", o.id, o.state, o.available_at FROM "queuebox_outbox" o
+   WHERE o.state IN ('pending', 'processing') AND o."key" IS NOT NULL AND (SELECT count(*) FROM near) < p_limit
+   ORDER BY o."key", o.id
+   LIMIT 1)
+  UNION ALL
+  SELECT next.* FROM heads h
+  CROSS JOIN LATERAL (
+    SELECT o."key", o.id, o.state, o.available_at FROM "queuebox_outbox" o
+    WHERE o.state IN ('pending', 'processing') AND o."key" > h."key"
+    ORDER BY o."key", o.id
+    LIMIT 1
+  ) next
+), far AS (
+  (SELECT h.id FROM heads h
+   WHERE h.state = 'pending' AND h.available_at <= clock_timestamp()
+     AND NOT EXISTS (SELECT 1 FROM "queuebox_outbox" e WHERE e."key" = h."key" AND e.state = 'processing')
+   ORDER BY h.available_at, h.id
+   LIMIT p_limit)
+  UNION ALL
+  (SELECT o.id FROM "queuebox_outbox" o
+   WHERE o.state = 'pending' AND o."key" IS NULL AND o.available_at <= clock_timestamp() AND (SELECT count(*) FROM near) < p_limit
+   ORDER BY o.available_at, o.id
+   LIMIT p_limit)
+)
+SELECT id FROM near UNION ALL SELECT id FROM far);
+  ELSE
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_outbox_claim_queuebox_outbox', 0));
+    candidate_ids := ARRAY(WITH RECURSIVE near AS (
   SELECT s.id FROM (
   SELECT s.id, s."key" FROM (
     SELECT o.id, o."key" FROM "queuebox_outbox" o
@@ -65,6 +107,7 @@ RETURNING o.*;
    LIMIT p_limit)
 )
 SELECT id FROM near UNION ALL SELECT id FROM far);
+  END IF;
   RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT o.id FROM "queuebox_outbox" o
   WHERE o.id = ANY (candidate_ids) AND o.state = 'pending' AND o.available_at <= clock_timestamp()
@@ -109,8 +152,65 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING i.*;
     RETURN;
   END IF;
-  PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_inbox_claim_queuebox_inbox', 0));
-  candidate_ids := ARRAY(WITH RECURSIVE near AS (
+  IF p_limit > 100 THEN
+    PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_inbox_claim_queuebox_inbox', 0));
+    candidate_ids := ARRAY(WITH RECURSIVE near AS (
+  SELECT head.id FROM unnest(p_sources::text[]) AS s(source)
+  CROSS JOIN LATERAL (
+    SELECT w.id FROM (
+      SELECT i.id, i.source, i.aggregate_id FROM "queuebox_inbox" i
+      WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= clock_timestamp()
+      ORDER BY i.available_at, i.id
+      LIMIT 500
+    ) w
+    WHERE (w.aggregate_id IS NULL OR (
+      (SELECT e.id FROM "queuebox_inbox" e
+        WHERE e.source = w.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= w.aggregate_id
+          AND (e.aggregate_id, e.id) < (w.aggregate_id, w.id)
+        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
+      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
+        AND e.state = 'processing' AND e.id <> w.id)))
+    LIMIT p_limit
+  ) head
+), heads AS (
+  SELECT first.* FROM unnest(p_sources::text[]) AS s(source)
+  CROSS JOIN LATERAL (
+    SELECT i.source, i.aggregate_id, i.id, i.state, i.available_at FROM "queuebox_inbox" i
+    WHERE i.source = s.source AND i.state IN ('pending', 'processing') AND i.aggregate_id IS NOT NULL
+    ORDER BY i.aggregate_id, i.id
+    LIMIT 1
+  ) first
+  WHERE (SELECT count(*) FROM near) < p_limit
+  UNION ALL
+  SELECT next.* FROM heads h
+  CROSS JOIN LATERAL (
+    SELECT i.source, i.aggregate_id, i.id, i.state, i.available_at FROM "queuebox_inbox" i
+    WHERE i.source = h.source AND i.state IN ('pending', 'processing') AND i.aggregate_id > h.aggregate_id
+    ORDER BY i.aggregate_id, i.id
+    LIMIT 1
+  ) next
+), far AS (
+  (SELECT h.id FROM heads h
+   WHERE h.state = 'pending' AND h.available_at <= clock_timestamp()
+     AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = h.source AND e.aggregate_id = h.aggregate_id AND e.state = 'processing')
+   ORDER BY h.available_at, h.id
+   LIMIT p_limit)
+  UNION ALL
+  (SELECT unkeyed.id FROM unnest(p_sources::text[]) AS s(source)
+   CROSS JOIN LATERAL (
+     SELECT i.id, i.available_at FROM "queuebox_inbox" i
+     WHERE i.source = s.source AND i.state = 'pending' AND i.aggregate_id IS NULL AND i.available_at <= clock_timestamp()
+     ORDER BY i.available_at, i.id
+     LIMIT p_limit
+   ) unkeyed
+   WHERE (SELECT count(*) FROM near) < p_limit
+   ORDER BY unkeyed.available_at, unkeyed.id
+   LIMIT p_limit)
+)
+SELECT id FROM near UNION ALL SELECT id FROM far);
+  ELSE
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_inbox_claim_queuebox_inbox', 0));
+    candidate_ids := ARRAY(WITH RECURSIVE near AS (
   SELECT head.id FROM unnest(p_sources::text[]) AS s(source)
   CROSS JOIN LATERAL (
     SELECT w.id FROM (
@@ -169,6 +269,7 @@ RETURNING i.*;
    LIMIT p_limit)
 )
 SELECT id FROM near UNION ALL SELECT id FROM far);
+  END IF;
   RETURN QUERY WITH candidates AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
   WHERE i.id = ANY (candidate_ids) AND i.state = 'pending' AND i.available_at <= clock_timestamp()
@@ -215,8 +316,65 @@ WHERE i.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM pending)
 RETURNING i.*;
     RETURN;
   END IF;
-  PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 0));
-  candidate_ids := ARRAY(WITH RECURSIVE near AS (
+  IF p_limit > 100 THEN
+    PERFORM pg_advisory_xact_lock(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 0));
+    candidate_ids := ARRAY(WITH RECURSIVE near AS (
+  SELECT head.id FROM unnest(ARRAY[p_source::text]) AS s(source)
+  CROSS JOIN LATERAL (
+    SELECT w.id FROM (
+      SELECT i.id, i.source, i.aggregate_id FROM "queuebox_inbox" i
+      WHERE i.source = s.source AND i.state = 'pending' AND i.available_at <= clock_timestamp()
+      ORDER BY i.available_at, i.id
+      LIMIT 500
+    ) w
+    WHERE (w.aggregate_id IS NULL OR (
+      (SELECT e.id FROM "queuebox_inbox" e
+        WHERE e.source = w.source AND e.state IN ('pending', 'processing') AND e.aggregate_id >= w.aggregate_id
+          AND (e.aggregate_id, e.id) < (w.aggregate_id, w.id)
+        ORDER BY e.aggregate_id DESC, e.id DESC LIMIT 1) IS NULL
+      AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = w.source AND e.aggregate_id = w.aggregate_id
+        AND e.state = 'processing' AND e.id <> w.id)))
+    LIMIT p_limit
+  ) head
+), heads AS (
+  SELECT first.* FROM unnest(ARRAY[p_source::text]) AS s(source)
+  CROSS JOIN LATERAL (
+    SELECT i.source, i.aggregate_id, i.id, i.state, i.available_at FROM "queuebox_inbox" i
+    WHERE i.source = s.source AND i.state IN ('pending', 'processing') AND i.aggregate_id IS NOT NULL
+    ORDER BY i.aggregate_id, i.id
+    LIMIT 1
+  ) first
+  WHERE (SELECT count(*) FROM near) < p_limit
+  UNION ALL
+  SELECT next.* FROM heads h
+  CROSS JOIN LATERAL (
+    SELECT i.source, i.aggregate_id, i.id, i.state, i.available_at FROM "queuebox_inbox" i
+    WHERE i.source = h.source AND i.state IN ('pending', 'processing') AND i.aggregate_id > h.aggregate_id
+    ORDER BY i.aggregate_id, i.id
+    LIMIT 1
+  ) next
+), far AS (
+  (SELECT h.id FROM heads h
+   WHERE h.state = 'pending' AND h.available_at <= clock_timestamp()
+     AND NOT EXISTS (SELECT 1 FROM "queuebox_inbox" e WHERE e.source = h.source AND e.aggregate_id = h.aggregate_id AND e.state = 'processing')
+   ORDER BY h.available_at, h.id
+   LIMIT p_limit)
+  UNION ALL
+  (SELECT unkeyed.id FROM unnest(ARRAY[p_source::text]) AS s(source)
+   CROSS JOIN LATERAL (
+     SELECT i.id, i.available_at FROM "queuebox_inbox" i
+     WHERE i.source = s.source AND i.state = 'pending' AND i.aggregate_id IS NULL AND i.available_at <= clock_timestamp()
+     ORDER BY i.available_at, i.id
+     LIMIT p_limit
+   ) unkeyed
+   WHERE (SELECT count(*) FROM near) < p_limit
+   ORDER BY unkeyed.available_at, unkeyed.id
+   LIMIT p_limit)
+)
+SELECT id FROM near UNION ALL SELECT id FROM far);
+  ELSE
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('queuebox_pull_claim_queuebox_inbox:' || p_source, 0));
+    candidate_ids := ARRAY(WITH RECURSIVE near AS (
   SELECT head.id FROM unnest(ARRAY[p_source::text]) AS s(source)
   CROSS JOIN LATERAL (
     SELECT w.id FROM (
@@ -275,6 +433,7 @@ RETURNING i.*;
    LIMIT p_limit)
 )
 SELECT id FROM near UNION ALL SELECT id FROM far);
+  END IF;
   RETURN QUERY WITH expired AS MATERIALIZED (
   SELECT i.id FROM "queuebox_inbox" i
   WHERE i.source = p_source AND i.state = 'processing' AND i.lease_expires_at <= clock_timestamp()

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { before, it } from 'node:test';
+import { KEY_LOCKS_PER_CLAIM } from '../../lib/dialects/postgres/claim-functions.sql';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { useChaosBench } from '../support/chaos-bench';
 import { describeWithDatabase, eventually } from '../support/database';
@@ -142,8 +143,18 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
         sentRows,
       },
     };
+    // Workers w0, w2, ... claim more rows than a claim takes key locks for: their keyed claims take
+    // the claim lock alone while the others' lock keys (PostgreSQL's claim functions, migration 013).
+    const bigBatches = { ...options, outbox: { ...options.outbox, batchSize: KEY_LOCKS_PER_CLAIM + 20 } };
     let started = 0;
-    const start = (name: string) => startWorker({ dbUrl: workerUrl(), publishUrl: bench.publishUrl, name, options, waitReady: false });
+    const start = (name: string) =>
+      startWorker({
+        dbUrl: workerUrl(),
+        publishUrl: bench.publishUrl,
+        name,
+        options: Number(name.slice(1)) % 2 === 0 ? bigBatches : options,
+        waitReady: false,
+      });
     workers.splice(0, workers.length, ...(await Promise.all(['w0', 'w1', 'w2'].map(start))));
 
     // The backlog: keys x perKey keyed messages on LANES lanes, each in a transaction held open

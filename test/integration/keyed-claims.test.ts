@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, it } from 'node:test';
 import { Client } from 'pg';
+import { KEY_LOCKS_PER_CLAIM } from '../../lib/dialects/postgres/claim-functions.sql';
 import { describeWithDatabase } from '../support/database';
 
 // Issue 36: keyed claims of the claim functions (migration 013) take the claim lock shared and try
@@ -20,7 +21,7 @@ const rowsOf =
 
 interface Kind {
   name: string;
-  /** Inserts a row of key `$1`, returning its id as text. */
+  /** Inserts a row for each key of `$1` (a text[]), in order, returning their ids as text. */
   insertSql: string;
   /** The claim function's call for up to `limit` rows: the ids and keys it claimed. */
   claim(limit?: number): string;
@@ -30,7 +31,8 @@ interface Kind {
 
 const inboxKind = (name: string, source: string, claim: Kind['claim']): Kind => ({
   name,
-  insertSql: `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload) VALUES ('${source}', gen_random_uuid()::text, $1, '{}') RETURNING id::text`,
+  insertSql: `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
+    SELECT '${source}', gen_random_uuid()::text, k, '{}' FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n RETURNING id::text`,
   claim,
   inFlightSql: `SELECT id::text FROM queuebox_inbox WHERE aggregate_id = $1 AND state = 'processing'`,
 });
@@ -38,7 +40,8 @@ const inboxKind = (name: string, source: string, claim: Kind['claim']): Kind => 
 const KINDS: Kind[] = [
   {
     name: 'outbox',
-    insertSql: `INSERT INTO queuebox_outbox (message_id, destination, "key", payload) VALUES (gen_random_uuid(), 'd', $1, '{}') RETURNING id::text`,
+    insertSql: `INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
+      SELECT gen_random_uuid(), 'd', k, '{}' FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n RETURNING id::text`,
     claim: (limit = 10) => `SELECT id::text, "key" AS k FROM queuebox_outbox_claim(${limit}, 60000, NULL)`,
     inFlightSql: `SELECT id::text FROM queuebox_outbox WHERE "key" = $1 AND state = 'processing'`,
   },
@@ -55,7 +58,10 @@ const KINDS: Kind[] = [
 ];
 
 /** Inserts a row of `kind` with key `key` through `run`; resolves to its id. */
-const insert = async (run: Run, kind: Kind, key: string) => (await run<{ id: string }>(kind.insertSql, [key]))[0].id;
+const insert = async (run: Run, kind: Kind, key: string) => (await run<{ id: string }>(kind.insertSql, [[key]]))[0].id;
+
+/** `<prefix>0`, ..., `<prefix><count - 1>`: as many keys. */
+const keysOf = (prefix: string, count: number) => Array.from({ length: count }, (_, n) => `${prefix}${n}`);
 
 describeWithDatabase(
   'PostgreSQL: keyed claims lock the keys they take, not the claim lock',
@@ -129,6 +135,67 @@ describeWithDatabase(
       assert.deepEqual((await second.query(KINDS[0].claim())).rows, [{ id: next, k: key }]);
       const held = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'");
       assert.deepEqual(held, [{ n: 0 }], 'no key lock outlives its claim');
+    });
+
+    const advisoryLocksOf = async (client: Client) =>
+      (
+        await db.query<{ mode: string; n: number }>(
+          `SELECT mode, count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 GROUP BY mode ORDER BY mode`,
+          [(client as unknown as { processID: number }).processID],
+        )
+      ).map(({ mode, n }) => `${mode} ${n}`);
+
+    for (const kind of KINDS) {
+      it(`${kind.name}: a claim of up to ${KEY_LOCKS_PER_CLAIM} rows holds a key lock per key; a bigger one holds the claim lock alone and makes keyed claims wait`, async () => {
+        const keys = KEY_LOCKS_PER_CLAIM + 20;
+        await db.query(kind.insertSql, [keysOf(`${kind.name}-many-`, keys)]);
+        await first.query('BEGIN');
+        assert.equal((await first.query(kind.claim(KEY_LOCKS_PER_CLAIM))).rows.length, KEY_LOCKS_PER_CLAIM);
+        assert.deepEqual(
+          await advisoryLocksOf(first),
+          [`ExclusiveLock ${KEY_LOCKS_PER_CLAIM}`, 'ShareLock 1'],
+          'a key lock per key, the claim lock shared',
+        );
+        await first.query('ROLLBACK');
+
+        await first.query('BEGIN');
+        assert.equal((await first.query(kind.claim(KEY_LOCKS_PER_CLAIM + 1))).rows.length, KEY_LOCKS_PER_CLAIM + 1);
+        assert.deepEqual(await advisoryLocksOf(first), ['ExclusiveLock 1'], 'the claim lock alone, no key locks');
+        await second.query('BEGIN');
+        await second.query('SET LOCAL statement_timeout = 300');
+        await assert.rejects(second.query(kind.claim(5)), { code: '57014' }, 'a keyed claim waits for the claim lock held alone');
+        await second.query('ROLLBACK');
+        await first.query('COMMIT');
+        assert.equal(
+          (await second.query(kind.claim(KEY_LOCKS_PER_CLAIM))).rows.length,
+          keys - KEY_LOCKS_PER_CLAIM - 1,
+          'then takes the keys left',
+        );
+      });
+    }
+
+    it('a claim of 10,000 keys (the largest batchSize) leaves the shared lock table to the other sessions of the database', async () => {
+      // The table holds about max_locks_per_transaction × max_connections entries (6,400 by
+      // default; PostgreSQL lends it some spare memory) for every lock of every session. A claim
+      // that held a key lock for each of its 10,000 rows left too little for a session taking as
+      // many locks as that ("out of shared memory").
+      const claimed = 10_000;
+      const [{ entries }] = await db.query<{ entries: number }>(
+        `SELECT current_setting('max_locks_per_transaction')::int * current_setting('max_connections')::int AS entries`,
+      );
+      await db.query(KINDS[0].insertSql, [keysOf('table-', claimed)]);
+      await first.query('BEGIN');
+      assert.equal((await first.query(KINDS[0].claim(claimed))).rows.length, claimed);
+      await second.query('BEGIN');
+      const [{ locked }] = (
+        await second.query<{ locked: number }>(
+          'SELECT count(pg_advisory_xact_lock(1, n))::int AS locked FROM generate_series(1, $1::int) n',
+          [entries],
+        )
+      ).rows;
+      assert.equal(locked, entries, `another session takes ${entries} locks while the claim is open`);
+      await second.query('ROLLBACK');
+      await first.query('COMMIT');
     });
 
     for (const kind of KINDS) {

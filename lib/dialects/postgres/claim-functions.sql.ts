@@ -92,7 +92,8 @@ export const claimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =
  * alone: it takes it shared, so keyed claims run side by side, and `locked.search` tries the key
  * lock of each head as it finds it (tryKeyLockSql), without waiting: a key another claim holds is
  * passed over. `locked.claim` then claims the rows found, in a snapshot taken after their key
- * locks were granted, so it sees every claim of those keys that committed before. A claim that
+ * locks were granted, so it sees every claim of those keys that committed before. A claim of more
+ * than KEY_LOCKS_PER_CLAIM rows takes the claim lock alone and searches without key locks. A claim that
  * takes the lock exclusively (the query-string claim, or a process of an earlier version) still
  * waits for every keyed claim and makes them wait: both kinds can run during an upgrade.
  */
@@ -112,13 +113,25 @@ interface UnkeyedBranch {
 
 /**
  * A claim function's claim of keyed rows: behind the claim lock taken alone (`claim` only), or
- * with key locks: the search that locks the keys of the heads it finds (`search`, ids) and the
- * claim of `KEYED_CANDIDATES` (`claim`).
+ * with key locks: the search that locks the keys of the heads it finds (`search`, ids), the same
+ * search without key locks for a claim above KEY_LOCKS_PER_CLAIM (`searchAlone`), and the claim of
+ * `KEYED_CANDIDATES` (`claim`).
  */
 interface LockedClaim {
   claim: string;
-  search?: string;
+  search?: { keyLocks: string; alone: string };
 }
+
+/**
+ * The most key locks a claim takes. Each is an entry of PostgreSQL's shared lock table
+ * (`max_locks_per_transaction` × `max_connections`, 6,400 entries by default, shared with every
+ * lock of every session), held until the claim commits: two claims of 10,000 keys filled it, and
+ * every session of the database then failed to take a lock ("out of shared memory"). A claim of a
+ * bigger limit takes the claim lock alone, as before migration 013, and no key locks; claims that
+ * big are few and long, so running them one at a time costs little (bench/claims.mjs, batch 500:
+ * the same rate with key locks as without).
+ */
+export const KEY_LOCKS_PER_CLAIM = 100;
 
 /**
  * A keyed claim's function keeps one plan per statement (`force_generic_plan`, for its calls only).
@@ -162,8 +175,13 @@ function claimFunction(kind: keyof ClaimFunctions, fn: string, table: string, pa
 DECLARE
   ${KEYED_CANDIDATES} bigint[];
 BEGIN${lockFree}
-  PERFORM pg_advisory_xact_lock_shared(hashtextextended(${lockName}, 0));
-  ${KEYED_CANDIDATES} := ARRAY(${withParams(search)});
+  IF ${withParams('$1')} > ${KEY_LOCKS_PER_CLAIM} THEN
+    PERFORM pg_advisory_xact_lock(hashtextextended(${lockName}, 0));
+    ${KEYED_CANDIDATES} := ARRAY(${withParams(search.alone)});
+  ELSE
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended(${lockName}, 0));
+    ${KEYED_CANDIDATES} := ARRAY(${withParams(search.keyLocks)});
+  END IF;
   RETURN QUERY ${withParams(locked.claim)};
 END
 `
@@ -207,7 +225,7 @@ export function claimFunctions(
       locked: locked(
         () => outboxClaimSql(outbox, 'RETURNING o.*'),
         () => ({
-          search: outboxKeyedSearchSql(outbox, outboxLock),
+          search: { keyLocks: outboxKeyedSearchSql(outbox, outboxLock), alone: outboxKeyedSearchSql(outbox) },
           claim: outboxKeyedClaimSql(outbox, KEYED_CANDIDATES, 'RETURNING o.*'),
         }),
       ),
@@ -218,7 +236,7 @@ export function claimFunctions(
       locked: locked(
         () => inboxRelayClaimSql(inbox, 'RETURNING i.*'),
         () => ({
-          search: inboxRelayKeyedSearchSql(inbox, relayLock),
+          search: { keyLocks: inboxRelayKeyedSearchSql(inbox, relayLock), alone: inboxRelayKeyedSearchSql(inbox) },
           claim: inboxRelayKeyedClaimSql(inbox, KEYED_CANDIDATES, 'RETURNING i.*'),
         }),
       ),
@@ -232,7 +250,7 @@ export function claimFunctions(
       locked: locked(
         () => inboxPullClaimSql(inbox, 'RETURNING i.*'),
         () => ({
-          search: inboxPullKeyedSearchSql(inbox, pullLock),
+          search: { keyLocks: inboxPullKeyedSearchSql(inbox, pullLock), alone: inboxPullKeyedSearchSql(inbox) },
           claim: inboxPullKeyedClaimSql(inbox, KEYED_CANDIDATES, 'RETURNING i.*'),
         }),
       ),

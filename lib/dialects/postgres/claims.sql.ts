@@ -290,10 +290,11 @@ function outboxSearchSql(table: string, paused?: string, keyLock?: KeyLock): str
 /**
  * $1 = limit. The first statement of a keyed claim of the outbox: the ids of the rows
  * outboxClaimSql's search finds, heads only when their key lock was granted (tryKeyLockSql), held
- * to the end of the claim's transaction. `lockName` is the claim lock's name as SQL text.
+ * to the end of the claim's transaction. `lockName` is the claim lock's name as SQL text; without
+ * it, the search of a claim that holds the claim lock alone, which takes no key locks.
  */
-export const outboxKeyedSearchSql = (table: string, lockName: string) =>
-  `${outboxSearchSql(table, undefined, (alias) => tryKeyLockSql(lockName, `hashtext(${alias}."key")`))}${FOUND_IDS}`;
+export const outboxKeyedSearchSql = (table: string, lockName?: string) =>
+  `${outboxSearchSql(table, undefined, lockName === undefined ? undefined : (alias) => tryKeyLockSql(lockName, `hashtext(${alias}."key")`))}${FOUND_IDS}`;
 
 /**
  * $1 = limit, $2 = lease in ms, $3 = the claiming instance. The second statement of a keyed claim
@@ -526,11 +527,14 @@ const inboxKeyedCandidatesSql = (table: string, ids: string) =>
 /**
  * $1 = limit, $3 = sources. The first statement of a keyed claim of the relay: the ids of the rows
  * inboxRelayClaimSql's search finds, heads only when the key lock of their source and aggregate
- * was granted. `lockName`: the claim lock's name as SQL text.
+ * was granted. `lockName`: the claim lock's name as SQL text (without: no key locks, as
+ * outboxKeyedSearchSql).
  */
-export const inboxRelayKeyedSearchSql = (table: string, lockName: string) =>
-  `WITH RECURSIVE ${inboxPendingSearch(table, '$3::text[]', (alias) =>
-    tryKeyLockSql(lockName, `hashtext(${alias}.source) # hashtext(${alias}.aggregate_id)`),
+export const inboxRelayKeyedSearchSql = (table: string, lockName?: string) =>
+  `WITH RECURSIVE ${inboxPendingSearch(
+    table,
+    '$3::text[]',
+    lockName === undefined ? undefined : (alias) => tryKeyLockSql(lockName, `hashtext(${alias}.source) # hashtext(${alias}.aggregate_id)`),
   )}${FOUND_IDS}`;
 
 /**
@@ -642,10 +646,15 @@ ${returning}`;
 /**
  * $1 = limit, $3 = source. The first statement of a keyed claim of a pull source: the ids of the
  * pending rows inboxPullClaimSql's search finds, heads only when the key lock of their aggregate
- * was granted. `lockName`: the source's claim lock's name as SQL text.
+ * was granted. `lockName`: the source's claim lock's name as SQL text (without: no key locks, as
+ * outboxKeyedSearchSql).
  */
-export const inboxPullKeyedSearchSql = (table: string, lockName: string) =>
-  `WITH RECURSIVE ${inboxPendingSearch(table, 'ARRAY[$3::text]', (alias) => tryKeyLockSql(lockName, `hashtext(${alias}.aggregate_id)`))}${FOUND_IDS}`;
+export const inboxPullKeyedSearchSql = (table: string, lockName?: string) =>
+  `WITH RECURSIVE ${inboxPendingSearch(
+    table,
+    'ARRAY[$3::text]',
+    lockName === undefined ? undefined : (alias) => tryKeyLockSql(lockName, `hashtext(${alias}.aggregate_id)`),
+  )}${FOUND_IDS}`;
 
 /**
  * $1 = limit, $2 = lease in ms, $3 = source, $4 = the claiming instance. The second statement of
