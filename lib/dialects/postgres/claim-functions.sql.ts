@@ -93,9 +93,9 @@ export const claimFunctionSignature = (kind: keyof ClaimFunctions, fn: string) =
  * lock of each head as it finds it (tryKeyLockSql), without waiting: a key another claim holds is
  * passed over. `locked.claim` then claims the rows found, in a snapshot taken after their key
  * locks were granted, so it sees every claim of those keys that committed before. A claim of more
- * than KEY_LOCKS_PER_CLAIM rows takes the claim lock alone and searches without key locks. A claim that
- * takes the lock exclusively (the query-string claim, or a process of an earlier version) still
- * waits for every keyed claim and makes them wait: both kinds can run during an upgrade.
+ * than KEY_LOCKS_PER_CLAIM rows takes the claim lock alone and searches without key locks. A
+ * claim that takes the lock exclusively (that one, the query-string claim, or a process of an
+ * earlier version) waits for every keyed claim and makes them wait: all can run during an upgrade.
  */
 export interface ClaimFunction {
   /** `name(integer, bigint)`, as `to_regprocedure` and `DROP FUNCTION` take it. */
@@ -113,9 +113,9 @@ interface UnkeyedBranch {
 
 /**
  * A claim function's claim of keyed rows: behind the claim lock taken alone (`claim` only), or
- * with key locks: the search that locks the keys of the heads it finds (`search`, ids), the same
- * search without key locks for a claim above KEY_LOCKS_PER_CLAIM (`searchAlone`), and the claim of
- * `KEYED_CANDIDATES` (`claim`).
+ * with key locks: the search that locks the keys of the heads it finds (`search.keyLocks`, ids),
+ * the same search without key locks for a claim above KEY_LOCKS_PER_CLAIM, behind the claim lock
+ * taken alone (`search.alone`), and the claim of `KEYED_CANDIDATES` (`claim`).
  */
 interface LockedClaim {
   claim: string;
