@@ -4,8 +4,9 @@
 // version before (every claim behind the table's advisory lock; 012's down migration writes them).
 // No worker, no publisher: each claimer is one connection that claims a batch, then completes it.
 // With BENCH_CLAIM_KEYS=<n> the rows have n keys (row g has key g mod n), and the two modes are the
-// claim functions of migration 013 (keyed claims lock lanes of keys under the claim lock taken
-// shared) and those of 012 (keyed claims behind the whole lock; 013's down migration writes them).
+// claim functions of migration 013 (keyed claims take the claim lock shared and lock each key they
+// take; a claim of more than 100 rows takes the claim lock alone) and those of 012 (keyed claims
+// behind the whole lock; 013's down migration writes them).
 //
 //   npm run build && node bench/claims.mjs
 //
