@@ -128,8 +128,8 @@ interface LockedClaim {
  * lock of every session), held until the claim commits: two claims of 10,000 keys filled it, and
  * every session of the database then failed to take a lock ("out of shared memory"). A claim of a
  * bigger limit takes the claim lock alone, as before migration 013, and no key locks; claims that
- * big are few and long, so running them one at a time costs little (bench/claims.mjs, batch 500:
- * the same rate with key locks as without).
+ * big are few and long, so running them one at a time costs little (bench/claims.mjs, 5,000 keys,
+ * batch 500: key locks drained at 0.95x to 1.11x the rate of the lock alone).
  */
 export const KEY_LOCKS_PER_CLAIM = 100;
 
