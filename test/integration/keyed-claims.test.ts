@@ -133,7 +133,9 @@ describeWithDatabase(
       assert.deepEqual((await second.query(KINDS[0].claim())).rows, [], 'the head is in flight');
       await db.query("UPDATE queuebox_outbox SET state = 'sent' WHERE id = $1", [head]);
       assert.deepEqual((await second.query(KINDS[0].claim())).rows, [{ id: next, k: key }]);
-      const held = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'");
+      const held = await db.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+      );
       assert.deepEqual(held, [{ n: 0 }], 'no key lock outlives its claim');
     });
 

@@ -64,7 +64,11 @@ describeWithDatabase('PostgreSQL: unkeyed claims without the claim lock', { trun
     );
 
   const waitingForAdvisoryLock = async () =>
-    (await db.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"))[0].n === 1;
+    (
+      await db.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+      )
+    )[0].n === 1;
 
   it('each claim of unkeyed rows runs while another session holds its claim lock; with a keyed row unfinished it waits for the lock', async () => {
     for (let n = 0; n < 3; n++) await enqueue();
