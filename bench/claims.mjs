@@ -27,7 +27,11 @@ const keys = Number(process.env.BENCH_CLAIM_KEYS ?? 0);
 /** The migration whose down and up give the two modes, and what each mode is called. */
 const modes =
   keys > 0
-    ? { migration: 'keyedClaims', locked: 'keyed claims behind the whole lock (012)', lockFree: 'keyed claims of 013 (key locks up to 100 rows a claim)' }
+    ? {
+        migration: 'keyedClaims',
+        locked: 'keyed claims behind the whole lock (012)',
+        lockFree: 'keyed claims of 013 (key locks up to 100 rows a claim)',
+      }
     : { migration: 'unkeyedClaims', locked: 'every claim behind the lock', lockFree: 'unkeyed claims without the lock' };
 const DATABASE = 'qb_bench_claims';
 
