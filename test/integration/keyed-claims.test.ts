@@ -202,8 +202,7 @@ describeWithDatabase(
 
     for (const kind of KINDS) {
       it(`${kind.name}: a second claim passes over the keys the first holds and reads on to a full batch`, async () => {
-        const ids: string[] = [];
-        for (let n = 0; n < 10; n++) ids.push(await insert(db.query.bind(db), kind, `${kind.name}-batch-${n}`));
+        const ids = (await db.query<{ id: string }>(kind.insertSql, [keysOf(`${kind.name}-batch-`, 10)])).map((row) => row.id);
         await first.query('BEGIN');
         const firstClaim = (await first.query<{ id: string }>(kind.claim(5))).rows.map((row) => row.id);
         const secondClaim = (await second.query<{ id: string }>(kind.claim(5))).rows.map((row) => row.id);

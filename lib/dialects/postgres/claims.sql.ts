@@ -34,6 +34,14 @@ export const tryKeyLockSql = (lockName: string, hash: string) => `pg_try_advisor
 type KeyLock = (alias: string) => string;
 
 /**
+ * The key locks of a keyed search under claim lock `lockName` (SQL text), each the lock of `hash`
+ * (the int4 hash of a head row's key, by alias); none without `lockName` (the search of a claim
+ * that holds the claim lock alone).
+ */
+const keyLockOf = (lockName: string | undefined, hash: (alias: string) => string): KeyLock | undefined =>
+  lockName === undefined ? undefined : (alias) => tryKeyLockSql(lockName, hash(alias));
+
+/**
  * A claim and its advisory lock as one query string of two statements, sent in one round trip
  * with the simple query protocol (no parameters: each `$n` of `statement` is replaced by the
  * literal of `params[n - 1]`). PostgreSQL runs the statements of one query string as one
@@ -294,7 +302,11 @@ function outboxSearchSql(table: string, paused?: string, keyLock?: KeyLock): str
  * it, the search of a claim that holds the claim lock alone, which takes no key locks.
  */
 export const outboxKeyedSearchSql = (table: string, lockName?: string) =>
-  `${outboxSearchSql(table, undefined, lockName === undefined ? undefined : (alias) => tryKeyLockSql(lockName, `hashtext(${alias}."key")`))}${FOUND_IDS}`;
+  `${outboxSearchSql(
+    table,
+    undefined,
+    keyLockOf(lockName, (alias) => `hashtext(${alias}."key")`),
+  )}${FOUND_IDS}`;
 
 /**
  * $1 = limit, $2 = lease in ms, $3 = the claiming instance. The second statement of a keyed claim
@@ -534,7 +546,7 @@ export const inboxRelayKeyedSearchSql = (table: string, lockName?: string) =>
   `WITH RECURSIVE ${inboxPendingSearch(
     table,
     '$3::text[]',
-    lockName === undefined ? undefined : (alias) => tryKeyLockSql(lockName, `hashtext(${alias}.source) # hashtext(${alias}.aggregate_id)`),
+    keyLockOf(lockName, (alias) => `hashtext(${alias}.source) # hashtext(${alias}.aggregate_id)`),
   )}${FOUND_IDS}`;
 
 /**
@@ -653,7 +665,7 @@ export const inboxPullKeyedSearchSql = (table: string, lockName?: string) =>
   `WITH RECURSIVE ${inboxPendingSearch(
     table,
     'ARRAY[$3::text]',
-    lockName === undefined ? undefined : (alias) => tryKeyLockSql(lockName, `hashtext(${alias}.aggregate_id)`),
+    keyLockOf(lockName, (alias) => `hashtext(${alias}.aggregate_id)`),
   )}${FOUND_IDS}`;
 
 /**
