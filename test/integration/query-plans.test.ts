@@ -503,9 +503,10 @@ function aggregates(n: number): string {
 /**
  * VACUUMs `table` (with `ANALYZE` when asked) until it leaves no dead row behind, so that the pages a
  * claim reads next are those of its plan. A session of the same database holding a snapshot older
- * than the drain keeps the drained rows' old versions and their index entries (in CI, a backend of
- * the server still connecting, on PostgreSQL 14, is such a session for a moment): a claim then
- * walks 200,000 dead entries of the pending index whatever its plan, 32,000 pages.
+ * than the drain keeps the drained rows' old versions and their index entries, and a claim then
+ * walks 200,000 dead entries of the pending index whatever its plan (32,000 pages: a clean-clone CI
+ * run, with files running beside this one; which session held the snapshot there is not known, so
+ * the wait is bounded rather than aimed at one kind of session).
  */
 async function vacuum(client: Client, table: string, { analyze = false } = {}): Promise<void> {
   let left = 0;
