@@ -180,7 +180,15 @@ describeWithDatabase('instances, with real processes: a dead replica’s keys mo
     const perKey = 60;
     await db.query('TRUNCATE queuebox_outbox');
     recorder.requests.length = 0;
+    // Publishes wait at the gate until the replica to pause is stopped: the claims it held when
+    // it was picked are still its own when it stops (with publishes answered at once, it could
+    // finish them in between, and then lost no claim).
+    let openGate!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      openGate = resolve;
+    });
     recorder.responder = async () => {
+      await gate;
       await sleep(20);
       return 200;
     };
@@ -190,13 +198,17 @@ describeWithDatabase('instances, with real processes: a dead replica’s keys mo
       { name: 'p2', worker: await start('p2', options) },
     ];
     await enqueue(perKey);
-    await eventually(async () => ((await busiest(replicas))?.keys.length ?? 0) > 0, 'a replica holding a key');
-    const paused = await busiest(replicas);
+    let paused!: NonNullable<Awaited<ReturnType<typeof busiest>>>;
+    await eventually(async () => {
+      paused = await busiest(replicas);
+      return paused.keys.length > 0;
+    }, 'a replica holding a key');
     const survivor = replicas.find((r) => r.name !== paused.name)!;
     const heldKeys = [...new Set(paused.keys)];
 
     paused.worker.child.kill('SIGSTOP');
     const stoppedAt = Date.now();
+    openGate();
     await eventually(
       async () =>
         heldKeys.every((key) =>
