@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import { Client } from 'pg';
 import { inboxPullClaimSql, inboxRelayClaimSql, outboxClaimSql } from '../../lib/dialects/postgres/claims.sql';
 import { inboxCompleteFollowersSql } from '../../lib/dialects/postgres/followers.sql';
-import { leaseCompleteBatchSql, leaseRenewBatchSql } from '../../lib/dialects/postgres/lease.sql';
+import { leaseCompleteBatchSql, leaseDeleteBatchSql, leaseRenewBatchSql } from '../../lib/dialects/postgres/lease.sql';
 import { testDatabases } from '../support/database';
 
 describe('query plans: pages read by claims and completions on large tables', () => {
@@ -308,7 +308,7 @@ describe('query plans: pages read by claims and completions on large tables', ()
   // the whole table by hash, reading every row of it on every statement: at batchSize 100 the W5
   // relay spent 77 ms a statement (200,000 rows) completing followers, and drained at half the
   // rate of batchSize 50.
-  it('batch writes of 1,000 claims (renewal, completion, followers) reach their rows by primary key: pages read do not grow with the table (200,000 rows against 4,000)', async () => {
+  it('batch writes of 1,000 claims (renewal, completion, deletion, followers) reach their rows by primary key, each row meeting its own entry of the arrays, with the plan of these values or a generic one: pages read do not grow with the table (200,000 rows against 4,000)', async () => {
     const db = await newDatabase();
     const client = new Client({ connectionString: db.url });
     await client.connect();
@@ -351,27 +351,32 @@ describe('query plans: pages read by claims and completions on large tables', ()
         const statements: Record<string, { sql: string; params: unknown[]; returned: number }> = {
           renewal: { sql: leaseRenewBatchSql(T), params: [ids, tokens, ids.map(() => 60_000)], returned: 1000 },
           completion: { sql: leaseCompleteBatchSql(T, { state: 'processed', column: 'processed_at' }), params: [ids, tokens], returned: 0 },
+          deletion: { sql: leaseDeleteBatchSql(T, '"queuebox_inbox_attempts"'), params: [ids, tokens], returned: 0 },
           followers: {
             sql: inboxCompleteFollowersSql(T),
             params: [followers.map((f) => f.id), followers.map((f) => f.head_id), followers.map((f) => f.token)],
             returned: 1000,
           },
         };
-        const scans: Record<string, { pages: number; seqScan: boolean }> = {};
+        const scans: Record<string, { pages: number; seqScan: boolean; pairsTried: number }> = {};
         for (const [name, { sql, params, returned }] of Object.entries(statements)) {
-          await client.query('SAVEPOINT batch');
-          const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, params);
-          await client.query('ROLLBACK TO SAVEPOINT batch');
-          const plan = rows[0]['QUERY PLAN'][0].Plan as PlanNode;
-          assert.equal(plan['Actual Rows'], returned, `${name}: rows returned`);
-          // The update's input: the rows found (and their heads checked), before any write.
-          const update = findNode(plan, (node) => node['Node Type'] === 'ModifyTable');
-          assert.ok(update?.Plans?.[0], `${name}: the plan has its update`);
-          const found = update.Plans[0] as PlanNode & Record<string, number>;
-          scans[name] = {
-            pages: found['Shared Hit Blocks'] + found['Shared Read Blocks'],
-            seqScan: findNode(plan, (node) => node['Node Type'] === 'Seq Scan' && node['Relation Name'] === 'queuebox_inbox') !== undefined,
-          };
+          for (const generic of [false, true]) {
+            await client.query('SAVEPOINT batch');
+            const plan = generic ? await explainGeneric(client, sql, params) : await explain(client, sql, params);
+            await client.query('ROLLBACK TO SAVEPOINT batch');
+            const label = `${name}${generic ? ' (generic plan)' : ''}`;
+            assert.equal(plan['Actual Rows'], returned, `${label}: rows returned`);
+            // The update's input: the rows found (and their heads checked), before any write.
+            const update = findNode(plan, (node) => node['Node Type'] === 'ModifyTable');
+            assert.ok(update?.Plans?.[0], `${label}: the plan has its update`);
+            const found = update.Plans[0] as PlanNode & Record<string, number>;
+            scans[label] = {
+              pages: found['Shared Hit Blocks'] + found['Shared Read Blocks'],
+              seqScan:
+                findNode(plan, (node) => node['Node Type'] === 'Seq Scan' && node['Relation Name'] === 'queuebox_inbox') !== undefined,
+              pairsTried: sumOver(plan, (node) => Number(node['Rows Removed by Join Filter'] ?? 0)),
+            };
+          }
         }
         return scans;
       } finally {
@@ -390,11 +395,60 @@ describe('query plans: pages read by claims and completions on large tables', ()
           large[name].pages <= small[name].pages * 3,
           `${name}: pages read to find 1,000 rows: ${small[name].pages} in a table of 4,000 rows, ${large[name].pages} in one of 200,000`,
         );
+        // Each row meets its own entry of the arrays, not every entry: a nested loop over the
+        // unnested arrays tries 1,000 x 1,000 pairs (a plan kept for every call, as under a
+        // user's plan_cache_mode = force_generic_plan, estimates arrays at 10 entries).
+        assert.ok(large[name].pairsTried < 1000, `${name}: rows removed by join filters: ${large[name].pairsTried}`);
       }
     } finally {
       await client.end();
     }
   });
+  // With plan_cache_mode = force_generic_plan (a user's role or database setting), a batch write
+  // is planned once for arrays PostgreSQL guesses at 10 entries: in a drained outbox it read the
+  // claims through the lease index and met each with every entry of the unnested arrays in a nested
+  // loop, 250,000 pairs for a batch of 500 (W2 drained at a third of its rate).
+  it('batch writes in a drained outbox under a generic plan meet each row with its own entry of the arrays (500 claims among 2,000 in flight)', async () => {
+    const db = await newDatabase();
+    const client = new Client({ connectionString: db.url });
+    await client.connect();
+    const T = '"queuebox_outbox"';
+    try {
+      await client.query('ALTER TABLE queuebox_outbox SET (autovacuum_enabled = false)');
+      await client.query(`INSERT INTO queuebox_outbox (message_id, destination, payload)
+        SELECT gen_random_uuid(), 'd', '{}' FROM generate_series(1, 200000) n ORDER BY n`);
+      await client.query('ANALYZE queuebox_outbox');
+      await client.query(`UPDATE queuebox_outbox SET state = 'sent', attempts = 1, sent_at = now() WHERE id <= 195000`);
+      await vacuum(client, 'queuebox_outbox');
+      await client.query('BEGIN');
+      const { rows: claims } = await client.query(
+        `UPDATE queuebox_outbox SET state = 'processing', claim_token = gen_random_uuid(), attempts = 1,
+           lease_expires_at = now() + interval '1 hour'
+         WHERE id IN (SELECT id FROM queuebox_outbox WHERE state = 'pending' ORDER BY id LIMIT 2000)
+         RETURNING id, claim_token`,
+      );
+      const batch = claims.slice(0, 500);
+      const ids = batch.map((c) => c.id);
+      const tokens = batch.map((c) => c.claim_token);
+      const statements = {
+        renewal: { sql: leaseRenewBatchSql(T), params: [ids, tokens, ids.map(() => 60_000)], returned: 500 },
+        completion: { sql: leaseCompleteBatchSql(T, { state: 'sent', column: 'sent_at' }), params: [ids, tokens], returned: 0 },
+        deletion: { sql: leaseDeleteBatchSql(T, '"queuebox_outbox_attempts"'), params: [ids, tokens], returned: 0 },
+      };
+      for (const [name, { sql, params, returned }] of Object.entries(statements)) {
+        await client.query('SAVEPOINT batch');
+        const plan = await explainGeneric(client, sql, params);
+        await client.query('ROLLBACK TO SAVEPOINT batch');
+        assert.equal(plan['Actual Rows'], returned, `${name}: rows returned`);
+        const pairs = sumOver(plan, (node) => Number(node['Rows Removed by Join Filter'] ?? 0));
+        assert.ok(pairs < 500, `${name}: rows removed by join filters: ${pairs}`);
+      }
+      await client.query('ROLLBACK');
+    } finally {
+      await client.end();
+    }
+  });
+
   // Issue 29: statistics taken while every row was pending (a backlog received, then ANALYZEd) and
   // a VACUUM of the drained table (autovacuum can run one on a nearly empty table) turned the
   // head probe `e.id < w.id` from the key index into a walk down the primary key (or the table)
@@ -463,6 +517,32 @@ describe('query plans: pages read by claims and completions on large tables', ()
 });
 
 type PlanNode = Record<string, unknown> & { Plans?: PlanNode[] };
+
+/** The executed plan of `sql` with `params`, planned for these values (as QueueBox's statements usually are). */
+async function explain(client: Client, sql: string, params: unknown[]): Promise<PlanNode> {
+  const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, params);
+  return rows[0]['QUERY PLAN'][0].Plan;
+}
+
+/**
+ * The executed plan of `sql` as PostgreSQL runs it when a plan is kept for every call, whatever the
+ * values (a role or database with `plan_cache_mode = force_generic_plan`): prepared, then executed
+ * with `params` written as literals (EXECUTE takes no bound parameters).
+ */
+async function explainGeneric(client: Client, sql: string, params: unknown[]): Promise<PlanNode> {
+  const literal = (value: unknown) =>
+    client.escapeLiteral(Array.isArray(value) ? `{${value.map((v) => (v === null ? 'NULL' : String(v))).join(',')}}` : String(value));
+  await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
+  await client.query(`PREPARE generic_plan AS ${sql}`);
+  const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE generic_plan(${params.map(literal).join(', ')})`);
+  await client.query('DEALLOCATE generic_plan');
+  return rows[0]['QUERY PLAN'][0].Plan;
+}
+
+/** `value` summed over every node of `plan`. */
+function sumOver(node: PlanNode, value: (node: PlanNode) => number): number {
+  return value(node) + (node.Plans ?? []).reduce((sum, child) => sum + sumOver(child, value), 0);
+}
 
 /**
  * Pages the claim read to find its rows: its search CTEs (`near`, `heads`, `far`). Locking and
