@@ -87,6 +87,53 @@ export const COUNTERS: MetricDefinition<QueueBoxCounter>[] = [
 ];
 
 /**
+ * The backlog gauges: per outbox destination or inbox source, a field of `QueueBoxAdmin.backlog()`
+ * (one query for all of them). Prometheus and OpenTelemetry read them at each scrape or collection.
+ */
+export const BACKLOG_GAUGES = [
+  { name: 'queuebox_outbox_pending_messages', help: 'Outbox rows pending (due or scheduled).', field: 'pending', component: 'outbox' },
+  { name: 'queuebox_outbox_processing_messages', help: 'Outbox rows claimed by a worker now.', field: 'processing', component: 'outbox' },
+  { name: 'queuebox_outbox_dead_messages', help: 'Outbox rows dead (waiting for replay or discard).', field: 'dead', component: 'outbox' },
+  {
+    name: 'queuebox_outbox_oldest_pending_age_seconds',
+    help: 'Age of the oldest due pending outbox row (0 when none is due).',
+    field: 'oldestPendingAgeSeconds',
+    component: 'outbox',
+  },
+  { name: 'queuebox_inbox_pending_messages', help: 'Inbox rows pending (due or scheduled).', field: 'pending', component: 'inbox' },
+  {
+    name: 'queuebox_inbox_processing_messages',
+    help: 'Inbox rows claimed by the relay or a pull worker now.',
+    field: 'processing',
+    component: 'inbox',
+  },
+  { name: 'queuebox_inbox_dead_messages', help: 'Inbox rows dead (waiting for replay or discard).', field: 'dead', component: 'inbox' },
+  {
+    name: 'queuebox_inbox_oldest_pending_age_seconds',
+    help: 'Age of the oldest due pending inbox row (0 when none is due).',
+    field: 'oldestPendingAgeSeconds',
+    component: 'inbox',
+  },
+] as const;
+
+/** The label (attribute) that names a backlog gauge's destination or source. */
+export function backlogLabel(component: 'outbox' | 'inbox'): 'destination' | 'source' {
+  return component === 'outbox' ? 'destination' : 'source';
+}
+
+/**
+ * The database warnings of each QueueBox's doctor (docs/doctor.md) by code: how many are present
+ * in its last examination, every code present (0 when none), so `max(queuebox_database_warnings) > 0`
+ * can alert and `absent()` stays quiet. Cardinality: the codes (`DATABASE_WARNING_CODES`) times
+ * the QueueBoxes. Read from the last examination: no query at scrape time.
+ */
+export const DATABASE_WARNINGS_GAUGE = {
+  name: 'queuebox_database_warnings',
+  help: 'Database warnings of the last doctor examination by code (docs/doctor.md): dead rows, bloat, autovacuum off, a held xmin horizon, lock waits, clock skew, LISTEN unavailable, a missing or invalid index, migrations behind or ahead.',
+  labelNames: ['code'],
+} as const;
+
+/**
  * The instances of a QueueBox's instances table by state (`alive`, `silent`, `dead`, by the
  * database clock; see `InstanceState`): a gauge read from the database at each scrape, every state
  * present (0 when none), so `queuebox_instances{state="silent"} > 0` can alert.

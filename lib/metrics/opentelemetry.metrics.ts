@@ -10,7 +10,8 @@ import { COUNTERS, metricUpdate, type QueueBoxCounter } from './metric-definitio
 // (queuebox/prometheus): when `@opentelemetry/api` is installed, each QueueBox records on the meter
 // `queuebox` of the global MeterProvider the application registered (the SDK's); without one the
 // API's meter records nothing. The four messaging metrics of the OpenTelemetry semantic conventions
-// where they fit, and every QueueBox counter under its own name.
+// where they fit, and every QueueBox counter under its own name. The gauges, which read the
+// database, are module/opentelemetry-gauges.ts's.
 
 /** The messaging semantic conventions' metrics QueueBox records. */
 export const MESSAGING_METRICS = {
@@ -23,7 +24,7 @@ export const MESSAGING_METRICS = {
 /** The semantic conventions' buckets for the two duration histograms (seconds). */
 const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
 
-/** A QueueBox counter's OpenTelemetry name: `queuebox_claims_lost_total` is `queuebox.claims_lost`. */
+/** A QueueBox counter's or gauge's OpenTelemetry name: `queuebox_claims_lost_total` is `queuebox.claims_lost`. */
 export function openTelemetryName(counter: string): string {
   return counter.replace(/^queuebox_/, 'queuebox.').replace(/_total$/, '');
 }
@@ -39,6 +40,23 @@ function openTelemetry(): typeof OpenTelemetry | null {
     }
   }
   return api;
+}
+
+/**
+ * The meter `queuebox` of the application's global MeterProvider, or undefined when
+ * `@opentelemetry/api` is not installed or no MeterProvider is registered yet (the API's own meter
+ * would drop every record).
+ */
+export function queueboxMeter(): OpenTelemetry.Meter | undefined {
+  const otel = openTelemetry();
+  if (!otel) return undefined;
+  const meter = otel.metrics.getMeter('queuebox', packageVersion());
+  return meter.constructor === otel.createNoopMeter().constructor ? undefined : meter;
+}
+
+/** The attributes of every QueueBox data point: the system and the QueueBox's name. */
+export function openTelemetryAttributes(instance: QueueBoxIdentity): OpenTelemetry.Attributes {
+  return { 'messaging.system': 'queuebox', 'queuebox.name': instance.name };
 }
 
 /** Outcome events of a publish or a processing attempt, and what failed them. */
@@ -76,12 +94,9 @@ export class QueueBoxOpenTelemetryMetrics implements OnApplicationBootstrap, OnM
 
   private start(): void {
     const { events, instance } = this;
-    const otel = openTelemetry();
-    if (!otel) return;
-    const meter = otel.metrics.getMeter('queuebox', packageVersion());
-    // The API's own meter when no MeterProvider is registered: every record would be dropped.
-    if (meter.constructor === otel.createNoopMeter().constructor) return;
-    const base = { 'messaging.system': 'queuebox', 'queuebox.name': instance.name };
+    const meter = queueboxMeter();
+    if (!meter) return;
+    const base = openTelemetryAttributes(instance);
     const sent = meter.createCounter(MESSAGING_METRICS.sent, {
       unit: '{message}',
       description: 'Messages the outbox poller attempted to publish (each attempt).',

@@ -21,6 +21,7 @@ import { PullHandlerExplorer } from '../pull/pull-handler.explorer';
 import { ClaimPauses } from '../workers/claim-pauses';
 import { DatabaseRecovery } from '../workers/database-recovery';
 import { InstanceLiveness } from '../workers/instance-liveness';
+import { QueueBoxOpenTelemetryGauges } from './opentelemetry-gauges';
 import { QueueBoxConfigurableModule } from './queuebox.module-definition';
 import { WorkNotifications } from './queuebox.notifications';
 import { QueueBoxPoolCheck } from './queuebox.pool-check';
@@ -53,6 +54,7 @@ import { QueueBoxCoreModule } from './queuebox-core.module';
     QueueBoxEventLog,
     QueueBoxMetrics,
     QueueBoxOpenTelemetryMetrics,
+    QueueBoxOpenTelemetryGauges,
     LeaseService,
     OutboxService,
     OutboxPoller,

@@ -9,48 +9,22 @@ import { QueueBoxEvents } from '../events/queuebox.events';
 import { DATABASE_WARNING_CODES } from '../health/database-doctor';
 import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { InboxSources } from '../inbox-runtime/inbox.sources';
-import { COUNTERS, DEAD_LETTERS_GAUGE, HISTOGRAMS, INSTANCES_GAUGE, metricUpdate, PAUSED_GAUGE } from '../metrics/metric-definitions';
+import {
+  BACKLOG_GAUGES,
+  backlogLabel,
+  COUNTERS,
+  DATABASE_WARNINGS_GAUGE,
+  DEAD_LETTERS_GAUGE,
+  HISTOGRAMS,
+  INSTANCES_GAUGE,
+  metricUpdate,
+  PAUSED_GAUGE,
+} from '../metrics/metric-definitions';
 import { OutboxPoller } from '../outbox/outbox.poller';
 import { ClaimPauses } from '../workers/claim-pauses';
 
-/** Backlog gauges, set from one backlog query per scrape. */
-export const GAUGES = [
-  { name: 'queuebox_outbox_pending_messages', help: 'Outbox rows pending (due or scheduled).', field: 'pending', component: 'outbox' },
-  { name: 'queuebox_outbox_processing_messages', help: 'Outbox rows claimed by a worker now.', field: 'processing', component: 'outbox' },
-  { name: 'queuebox_outbox_dead_messages', help: 'Outbox rows dead (waiting for replay or discard).', field: 'dead', component: 'outbox' },
-  {
-    name: 'queuebox_outbox_oldest_pending_age_seconds',
-    help: 'Age of the oldest due pending outbox row (0 when none is due).',
-    field: 'oldestPendingAgeSeconds',
-    component: 'outbox',
-  },
-  { name: 'queuebox_inbox_pending_messages', help: 'Inbox rows pending (due or scheduled).', field: 'pending', component: 'inbox' },
-  {
-    name: 'queuebox_inbox_processing_messages',
-    help: 'Inbox rows claimed by the relay or a pull worker now.',
-    field: 'processing',
-    component: 'inbox',
-  },
-  { name: 'queuebox_inbox_dead_messages', help: 'Inbox rows dead (waiting for replay or discard).', field: 'dead', component: 'inbox' },
-  {
-    name: 'queuebox_inbox_oldest_pending_age_seconds',
-    help: 'Age of the oldest due pending inbox row (0 when none is due).',
-    field: 'oldestPendingAgeSeconds',
-    component: 'inbox',
-  },
-] as const;
-
-/**
- * The database warnings of each QueueBox's doctor (docs/doctor.md) by code: how many are present
- * in its last examination, every code present (0 when none), so `max(queuebox_database_warnings) > 0`
- * can alert and `absent()` stays quiet. Cardinality: the codes (`DATABASE_WARNING_CODES`) times
- * the QueueBoxes. Read from the last examination: no query at scrape time.
- */
-export const DATABASE_WARNINGS_GAUGE = {
-  name: 'queuebox_database_warnings',
-  help: 'Database warnings of the last doctor examination by code (docs/doctor.md): dead rows, bloat, autovacuum off, a held xmin horizon, lock waits, clock skew, LISTEN unavailable, a missing or invalid index, migrations behind or ahead.',
-  labelNames: ['code'],
-} as const;
+/** Backlog gauges, set from one backlog query per scrape (their definitions are shared with OpenTelemetry). */
+export const GAUGES = BACKLOG_GAUGES;
 
 // The gauges of one scrape share one backlog query per QueueBox, and scrapes this close together
 // (two Prometheus servers of an HA pair) share the backlog, dead-letter and instances reads: a read
@@ -320,7 +294,7 @@ export function boundedSeries(
 }
 
 type GaugeDefinition = (typeof GAUGES)[number];
-const labelOf = (definition: GaugeDefinition) => (definition.component === 'outbox' ? 'destination' : 'source');
+const labelOf = (definition: GaugeDefinition) => backlogLabel(definition.component);
 
 /**
  * QueueBox metrics for `@willsoto/nestjs-prometheus`: counters, duration histograms, backlog

@@ -31,6 +31,8 @@ import {
 } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { DataSource } from 'typeorm';
+import { QueueBoxAdmin } from '../../lib/admin/queuebox.admin';
+import { DATABASE_WARNING_CODES } from '../../lib/health/database-doctor';
 import { InboxService } from '../../lib/inbox/inbox.service';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
@@ -233,5 +235,42 @@ describeWithDatabase('OpenTelemetry: the global propagator and the Meter API', e
     );
     assert.equal(points('queuebox.outbox_messages_retried')[0]?.value, 1);
     assert.equal(points('queuebox.inbox_messages_received')[0]?.attributes.source, 'ledger');
+  });
+
+  it('the gauges of queuebox/prometheus as observable gauges, read from the database at each collection', async () => {
+    await enqueue();
+    await enqueue();
+    await t.get(InboxService).receive({ source: 'ledger', idempotencyKey: 'g-1', payload: {} });
+    await t.get(QueueBoxAdmin).pause({ component: 'outbox', name: 'billing', reason: 'gauge test' });
+    await db.query(`UPDATE queuebox_outbox SET state = 'dead' WHERE id = (SELECT min(id) FROM queuebox_outbox)`);
+    const collect = async () => {
+      await reader.forceFlush();
+      const scope = metricExporter
+        .getMetrics()
+        .at(-1)
+        ?.scopeMetrics.find((s) => s.scope.name === 'queuebox');
+      assert.ok(scope, 'the meter is named queuebox');
+      return (name: string, attributes: Record<string, string>) =>
+        (scope.metrics.find((m) => m.descriptor.name === name)?.dataPoints as DataPoint<number>[] | undefined)?.find((p) =>
+          Object.entries(attributes).every(([key, value]) => p.attributes[key] === value),
+        )?.value;
+    };
+    let gauge = await collect();
+    const base = { 'messaging.system': 'queuebox', 'queuebox.name': 'default' };
+    assert.equal(gauge('queuebox.outbox_pending_messages', { ...base, destination: 'billing' }), 1);
+    assert.equal(gauge('queuebox.outbox_dead_messages', { ...base, destination: 'billing' }), 1);
+    assert.equal(gauge('queuebox.outbox_processing_messages', { ...base, destination: 'billing' }), 0);
+    assert.equal(gauge('queuebox.inbox_pending_messages', { ...base, source: 'ledger' }), 1);
+    assert.equal(typeof gauge('queuebox.inbox_oldest_pending_age_seconds', { ...base, source: 'ledger' }), 'number');
+    assert.equal(gauge('queuebox.paused', { ...base, component: 'outbox', name: 'billing' }), 1);
+    assert.equal(gauge('queuebox.instances', { ...base, state: 'dead' }), 0);
+    // Every code has its point (0 unless the doctor's last examination found it).
+    for (const code of DATABASE_WARNING_CODES) assert.equal(typeof gauge('queuebox.database_warnings', { ...base, code }), 'number', code);
+    // Read again at the next collection: the database as it is now.
+    await t.get(QueueBoxAdmin).resume({ component: 'outbox', name: 'billing' });
+    await db.query(`DELETE FROM queuebox_outbox WHERE state = 'pending'`);
+    gauge = await collect();
+    assert.equal(gauge('queuebox.outbox_pending_messages', { ...base, destination: 'billing' }), 0);
+    assert.equal(gauge('queuebox.paused', { ...base, component: 'outbox', name: 'billing' }), undefined);
   });
 });
