@@ -8,7 +8,13 @@ import { WorkNotifications } from '../module/queuebox.notifications';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { doctorMessages as messages } from '../texts/doctor.messages';
 import type { QueueBoxIdentity } from '../types/instance';
-import { type DatabaseWarning, type DoctorReport, examineDatabase } from './database-doctor';
+import {
+  DATABASE_WARNING_CODES,
+  type DatabaseWarning,
+  type DatabaseWarningCode,
+  type DoctorReport,
+  examineDatabase,
+} from './database-doctor';
 
 /**
  * The database warnings of one QueueBox in the app: examined every `doctor.intervalMs` (60 s by
@@ -41,6 +47,13 @@ export class QueueBoxDoctor implements OnApplicationBootstrap, BeforeApplication
   /** The last report, `undefined` before the first examination. */
   get latest(): DoctorReport | undefined {
     return this.last;
+  }
+
+  /** How many warnings of each code the last examination found: every code, 0 when absent (or before the first). */
+  warningCounts(): Map<DatabaseWarningCode, number> {
+    const counts = new Map(DATABASE_WARNING_CODES.map((code) => [code, 0]));
+    for (const warning of this.last?.warnings ?? []) counts.set(warning.code, (counts.get(warning.code) ?? 0) + 1);
+    return counts;
   }
 
   onApplicationBootstrap(): void {

@@ -1,4 +1,4 @@
-import { INSTANCE_STATES } from '../dialects/dialect-rows';
+import { INSTANCE_STATES, type InstanceState } from '../dialects/dialect-rows';
 import type { QueueBoxEventMap, QueueBoxEventName } from '../events/queuebox.events';
 
 /** The counters QueueBoxMetrics keeps. Names follow Prometheus conventions (`queuebox_` prefix, `_total`). */
@@ -144,6 +144,13 @@ export const INSTANCES_GAUGE = {
   labelNames: ['state'],
   states: INSTANCE_STATES,
 } as const;
+
+/** How many of `rows` (an instances table) are in each state: every state, 0 when none. */
+export function instanceCounts(rows: readonly { state: InstanceState }[]): Record<InstanceState, number> {
+  const counts = Object.fromEntries(INSTANCE_STATES.map((state) => [state, 0])) as Record<InstanceState, number>;
+  for (const row of rows) counts[row.state]++;
+  return counts;
+}
 
 /**
  * The paused destinations (`component="outbox"`) and sources (`"inbox"`) of a QueueBox (issue 40):

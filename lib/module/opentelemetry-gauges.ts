@@ -2,10 +2,16 @@ import { Inject, Injectable, type OnApplicationBootstrap, type OnModuleDestroy }
 import type * as OpenTelemetry from '@opentelemetry/api';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { QUEUEBOX_IDENTITY } from '../common/queuebox.constants';
-import { DATABASE_WARNING_CODES } from '../health/database-doctor';
 import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { InboxSources } from '../inbox-runtime/inbox.sources';
-import { BACKLOG_GAUGES, backlogLabel, DATABASE_WARNINGS_GAUGE, INSTANCES_GAUGE, PAUSED_GAUGE } from '../metrics/metric-definitions';
+import {
+  BACKLOG_GAUGES,
+  backlogLabel,
+  DATABASE_WARNINGS_GAUGE,
+  INSTANCES_GAUGE,
+  instanceCounts,
+  PAUSED_GAUGE,
+} from '../metrics/metric-definitions';
 import { openTelemetryAttributes, openTelemetryName, queueboxMeter } from '../metrics/opentelemetry.metrics';
 import { OutboxPoller } from '../outbox/outbox.poller';
 import type { QueueBoxIdentity } from '../types/instance';
@@ -71,19 +77,15 @@ export class QueueBoxOpenTelemetryGauges implements OnApplicationBootstrap, OnMo
         }
       }
       if (instanceRows.status === 'fulfilled') {
-        for (const state of INSTANCES_GAUGE.states) {
-          result.observe(instances, instanceRows.value.filter((row) => row.state === state).length, { ...base, state });
-        }
+        for (const [state, count] of Object.entries(instanceCounts(instanceRows.value)))
+          result.observe(instances, count, { ...base, state });
       }
       if (pauseRows.status === 'fulfilled') {
         for (const row of pauseRows.value.slice(0, PAUSED_GAUGE.maxSeries)) {
           result.observe(paused, 1, { ...base, component: row.component, name: row.name });
         }
       }
-      const report = this.doctor.latest;
-      for (const code of DATABASE_WARNING_CODES) {
-        result.observe(warnings, report?.warnings.filter((warning) => warning.code === code).length ?? 0, { ...base, code });
-      }
+      for (const [code, count] of this.doctor.warningCounts()) result.observe(warnings, count, { ...base, code });
     };
     const observables = [...backlog.map((b) => b.gauge), instances, warnings, paused];
     meter.addBatchObservableCallback(observe, observables);

@@ -6,7 +6,6 @@ import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { type QueueBoxEntry, QueueBoxRegistry } from '../core/queuebox.registry';
 import type { BacklogRow, InstanceRow, InstanceState } from '../dialects/dialect-rows';
 import { QueueBoxEvents } from '../events/queuebox.events';
-import { DATABASE_WARNING_CODES } from '../health/database-doctor';
 import { QueueBoxDoctor } from '../health/queuebox.doctor';
 import { InboxSources } from '../inbox-runtime/inbox.sources';
 import {
@@ -17,6 +16,7 @@ import {
   DEAD_LETTERS_GAUGE,
   HISTOGRAMS,
   INSTANCES_GAUGE,
+  instanceCounts,
   metricUpdate,
   PAUSED_GAUGE,
 } from '../metrics/metric-definitions';
@@ -144,7 +144,7 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
    * database); a detached tenant's series go.
    */
   async collect(gauge: Gauge, definition: GaugeDefinition): Promise<void> {
-    const label = labelOf(definition);
+    const label = backlogLabel(definition.component);
     const series = await Promise.all(
       [...this.watched].map(async ([entry, watched]) => {
         const known = watched.known[definition.component];
@@ -184,9 +184,7 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
     const counts = await Promise.all(
       [...this.watched].map(async ([entry, watched]) => {
         try {
-          const read = Object.fromEntries(INSTANCES_GAUGE.states.map((state) => [state, 0])) as Record<InstanceState, number>;
-          for (const row of await watched.instances.get()) read[row.state]++;
-          watched.lastInstances = read;
+          watched.lastInstances = instanceCounts(await watched.instances.get());
         } catch {
           // Its health check reports the database.
         }
@@ -204,11 +202,7 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
   collectWarnings(gauge: Gauge): void {
     gauge.reset();
     for (const entry of this.watched.keys()) {
-      const report = entry.get(QueueBoxDoctor).latest;
-      for (const code of DATABASE_WARNING_CODES) {
-        const count = report?.warnings.filter((warning) => warning.code === code).length ?? 0;
-        gauge.set({ code, [QUEUEBOX_LABEL]: entry.name }, count);
-      }
+      for (const [code, count] of entry.get(QueueBoxDoctor).warningCounts()) gauge.set({ code, [QUEUEBOX_LABEL]: entry.name }, count);
     }
   }
 
@@ -294,7 +288,6 @@ export function boundedSeries(
 }
 
 type GaugeDefinition = (typeof GAUGES)[number];
-const labelOf = (definition: GaugeDefinition) => backlogLabel(definition.component);
 
 /**
  * QueueBox metrics for `@willsoto/nestjs-prometheus`: counters, duration histograms, backlog
@@ -316,7 +309,7 @@ const labelOf = (definition: GaugeDefinition) => backlogLabel(definition.compone
       makeGaugeProvider({
         name: definition.name,
         help: definition.help,
-        labelNames: [labelOf(definition), QUEUEBOX_LABEL],
+        labelNames: [backlogLabel(definition.component), QUEUEBOX_LABEL],
         inject: [QueueBoxPrometheusExporter],
         collect(this: Gauge, exporter: QueueBoxPrometheusExporter) {
           return exporter.collect(this, definition);
