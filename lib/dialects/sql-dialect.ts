@@ -186,6 +186,17 @@ export abstract class SqlDialect<J> {
   protected abstract run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>>;
   /** Runs an admin statement (an operator waits for it). */
   protected abstract runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>>;
+
+  /**
+   * Runs the instance sweep (`sweep`, bounded as `run`) or the instances list (`admin`, as
+   * `runAdmin`). Both test each instance with subqueries over the claimed rows, so the planner
+   * multiplies their cost by its estimate of the instances table (hundreds of rows until it is
+   * analyzed) and of the rows in flight (stale after a backlog), while their work is a few index
+   * probes. PostgreSQL's dialect runs them with JIT off (see there); elsewhere they run as the others.
+   */
+  protected runInstanceStatement<T>(statement: string, params: unknown[], kind: 'sweep' | 'admin'): Promise<SqlResult<T>> {
+    return kind === 'sweep' ? this.run<T>(statement, params) : this.runAdmin<T>(statement, params);
+  }
   /** Runs a claim under the dialect's claim lock; returns the claimed records. */
   protected abstract claimRecords<T>(request: ClaimRequest): Promise<T[]>;
 
@@ -558,9 +569,10 @@ export abstract class SqlDialect<J> {
   }
 
   async instanceEndDead(p: { self: string; unregisteredAfterMs: number }): Promise<DeadInstanceRow[]> {
-    const { rows } = await this.run<DeadInstanceRecord>(
+    const { rows } = await this.runInstanceStatement<DeadInstanceRecord>(
       this.statements.instanceEndDeadSql(this.instancesTable, this.table.outbox, this.table.inbox),
       [this.params.int(p.unregisteredAfterMs), this.params.guid(p.self)],
+      'sweep',
     );
     return rows.map((r) => ({
       id: this.decoding.uuid(r.id),
@@ -620,9 +632,10 @@ export abstract class SqlDialect<J> {
   }
 
   async instanceList(): Promise<InstanceRow[]> {
-    const { rows } = await this.runAdmin<InstanceRecord>(
+    const { rows } = await this.runInstanceStatement<InstanceRecord>(
       this.statements.instanceListSql(this.instancesTable, this.table.outbox, this.table.inbox),
       [],
+      'admin',
     );
     return rows.map((r) => ({
       id: this.decoding.uuid(r.id),

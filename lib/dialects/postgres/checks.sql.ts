@@ -64,3 +64,9 @@ export const defaultIsolationSql = () => "SELECT current_setting('default_transa
  * newest version; under REPEATABLE READ or SERIALIZABLE it would fail with SQLSTATE 40001 instead.
  */
 export const readCommittedSql = (statements: string) => `SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n${statements}`;
+
+/**
+ * `statement` (its values inlined) at READ COMMITTED with JIT compilation off, in one implicit
+ * transaction: `SET LOCAL` lasts until it ends, so the session's own `jit` is left as it was.
+ */
+export const withoutJitSql = (statement: string) => readCommittedSql(`SET LOCAL jit = off;\n${statement}`);

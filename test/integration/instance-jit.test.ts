@@ -1,0 +1,76 @@
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, it } from 'node:test';
+import { Client } from 'pg';
+import { DataSource } from 'typeorm';
+import { createDialect } from '../../lib/core/create-dialect';
+import type { Dialect } from '../../lib/dialects/dialect';
+import { resolveOptions } from '../../lib/options/options.resolver';
+import { describeWithDatabase } from '../support/database';
+
+// The instance sweep (every replica, at each heartbeat) and the instances list (the admin views,
+// the instances gauges at each scrape) test each instance with subqueries over the claimed rows.
+// The planner multiplies their cost by its estimate of the instances table (hundreds of rows
+// until it is analyzed) and of the rows in flight (stale after a backlog), so at the default
+// `jit_above_cost` a server with JIT compiled them: 36-40 ms a sweep in a W5 drain, 734 ms once
+// past the optimizing threshold, for well under a millisecond of work. They run with JIT off.
+//
+// What the server ran is read from auto_explain, loaded into each new session of the test's
+// database with `log_settings`: a plan lists the settings that differ from the defaults, `jit`
+// among them. It needs no JIT on the server (the embedded builds have none), only auto_explain.
+
+describeWithDatabase('instance statements: the sweep and the instances list run with JIT off', (db) => {
+  let dataSource: DataSource;
+  let dialect: Dialect;
+  /** auto_explain's plans, as the notices of the pool's sessions. */
+  const plans: string[] = [];
+
+  before(async () => {
+    const admin = new Client({ connectionString: db.url });
+    await admin.connect();
+    try {
+      // Loaded here first: ALTER DATABASE checks the auto_explain settings it stores.
+      await admin.query(`LOAD 'auto_explain'`);
+      for (const setting of [
+        `session_preload_libraries = 'auto_explain'`,
+        'auto_explain.log_min_duration = 0',
+        'auto_explain.log_settings = on',
+        `auto_explain.log_level = 'notice'`,
+      ]) {
+        await admin.query(`ALTER DATABASE ${db.name} SET ${setting}`);
+      }
+    } finally {
+      await admin.end();
+    }
+    dataSource = new DataSource({ type: 'postgres', url: db.url, logging: false });
+    await dataSource.initialize();
+    const listening = new WeakSet<object>();
+    (dataSource.driver as unknown as { master: PoolEvents }).master.on('acquire', (client) => {
+      if (listening.has(client)) return;
+      listening.add(client);
+      client.on('notice', (notice) => plans.push(notice.message ?? ''));
+    });
+    dialect = createDialect(dataSource, resolveOptions({ workers: false }).tables);
+  });
+  after(() => dataSource?.destroy());
+
+  it('the sweep and the list each run with jit = off; the session keeps its own setting', async () => {
+    await dialect.instanceEndDead({ self: randomUUID(), unregisteredAfterMs: 15_000 });
+    await dialect.instanceList();
+    const planOf = (marker: string) => {
+      const found = plans.filter((plan) => plan.includes(marker));
+      assert.equal(found.length, 1, `one plan with ${JSON.stringify(marker)} among ${plans.length}`);
+      return found[0];
+    };
+    assert.match(planOf('DELETE FROM "queuebox_instances"'), /Settings: .*jit = 'off'/);
+    assert.match(planOf('outbox_claims'), /Settings: .*jit = 'off'/);
+    // SET LOCAL ended with the statement's transaction: the next statement on the pool runs as the session says.
+    plans.length = 0;
+    await dataSource.query(`SELECT 'after' AS marker`);
+    assert.doesNotMatch(planOf(`'after' AS marker`), /jit = 'off'/);
+  });
+});
+
+interface PoolEvents {
+  on(event: 'acquire', listener: (client: { on(event: 'notice', listener: (notice: { message?: string }) => void): void }) => void): void;
+}
