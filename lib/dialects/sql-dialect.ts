@@ -188,11 +188,12 @@ export abstract class SqlDialect<J> {
   protected abstract runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>>;
 
   /**
-   * Runs the instance sweep (`sweep`, bounded as `run`) or the instances list (`admin`, as
-   * `runAdmin`). Both test each instance with subqueries over the claimed rows, so the planner
-   * multiplies their cost by its estimate of the instances table (hundreds of rows until it is
-   * analyzed) and of the rows in flight (stale after a backlog), while their work is a few index
-   * probes. PostgreSQL's dialect runs them with JIT off (see there); elsewhere they run as the others.
+   * Runs a statement that tests instances with subqueries: the instance sweep (`sweep`, bounded as
+   * `run`), or (`admin`, as `runAdmin`) the instances list and the two views that give each row's
+   * owner and its state (claims, blocked keys). The planner multiplies their cost by its estimate
+   * of the instances table (hundreds of rows until it is analyzed) or of the rows in flight (stale
+   * after a backlog), while their work is a few index probes a row. PostgreSQL's dialect runs them
+   * with JIT off (see there); elsewhere they run as the others.
    */
   protected runInstanceStatement<T>(statement: string, params: unknown[], kind: 'sweep' | 'admin'): Promise<SqlResult<T>> {
     return kind === 'sweep' ? this.run<T>(statement, params) : this.runAdmin<T>(statement, params);
@@ -478,9 +479,10 @@ export abstract class SqlDialect<J> {
   }
 
   async blockedKeyList(p: { component: QueueTable; limit: number }): Promise<BlockedKeyRow[]> {
-    const { rows } = await this.runAdmin<BlockedKeyRecord>(
+    const { rows } = await this.runInstanceStatement<BlockedKeyRecord>(
       this.statements.blockedKeyListSql(this.table[p.component], p.component, this.instanceTables),
       [this.params.int(p.limit)],
+      'admin',
     );
     return rows.map((r) => toBlockedKeyRow(p.component, r, this.decoding.uuid));
   }
@@ -533,9 +535,10 @@ export abstract class SqlDialect<J> {
   }
 
   async adminClaimList(p: { component: QueueTable; limit: number }): Promise<ClaimRow[]> {
-    const { rows } = await this.runAdmin<ClaimRecord>(
+    const { rows } = await this.runInstanceStatement<ClaimRecord>(
       this.statements.adminClaimListSql(this.table[p.component], p.component, this.instanceTables),
       [this.params.int(p.limit)],
+      'admin',
     );
     return rows.map((r) => toClaimRow(p.component, r, this.decoding.uuid));
   }
