@@ -401,8 +401,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     const results = await onPoolConnection(this.dataSource, timeoutMs, (client) =>
       bounded(client.query({ text, query_timeout: timeoutMs }), timeoutMs),
     );
-    // One result per statement; the claim is the last.
-    return (Array.isArray(results) ? results[results.length - 1] : results).rows as T[];
+    return lastResult(results).rows as T[];
   }
 
   /**
@@ -428,6 +427,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   protected runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>> {
     return aloneOnPool<T>(this.dataSource, statement, params);
   }
+
   /**
    * The statements that test instances with subqueries, with JIT compilation off (`withoutJitSql`,
    * one round trip). At the default `jit_above_cost` (100,000) their estimates had the server
@@ -439,12 +439,8 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   protected override runInstanceStatement<T>(statement: string, params: unknown[], kind: 'sweep' | 'admin'): Promise<SqlResult<T>> {
     const timeoutMs = kind === 'sweep' ? this.queryTimeoutMs : undefined;
     return onPoolConnection(this.dataSource, timeoutMs, async (client) => {
-      const results = await bounded(
-        client.query({ text: withoutJitSql(inlineValues(statement, params)), query_timeout: timeoutMs }),
-        timeoutMs,
-      );
-      // One result per statement; the statement's is the last.
-      const result = Array.isArray(results) ? results[results.length - 1] : results;
+      const text = withoutJitSql(inlineValues(statement, params));
+      const result = lastResult(await bounded(client.query({ text, query_timeout: timeoutMs }), timeoutMs));
       return { rows: result.rows as T[], affected: result.rowCount ?? 0 };
     });
   }
@@ -650,10 +646,17 @@ async function alone<T>(client: PgClient, statement: string, params: unknown[], 
   const query = readCommitted
     ? { text: statement, values: params, query_timeout: timeoutMs }
     : { text: readCommittedSql(inlineValues(statement, params)), query_timeout: timeoutMs };
-  const results = await bounded(client.query(query), timeoutMs);
-  // Behind SET TRANSACTION: one result per statement, the statement's last.
-  const result = Array.isArray(results) ? results[results.length - 1] : results;
+  const result = lastResult(await bounded(client.query(query), timeoutMs));
   return { rows: result.rows as T[], affected: result.rowCount ?? 0 };
+}
+
+/**
+ * The result of a query string's last statement: the one QueueBox sent behind the statements that
+ * set up its transaction (SET TRANSACTION, SET LOCAL, a claim lock). node-postgres returns one
+ * result per statement when the simple query protocol ran several, and the result itself otherwise.
+ */
+function lastResult(results: PgResult | PgResult[]): PgResult {
+  return Array.isArray(results) ? results[results.length - 1] : results;
 }
 
 /** `alone` on a connection of the driver's pool, bounded by `timeoutMs` when given. */
