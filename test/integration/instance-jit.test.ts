@@ -43,7 +43,8 @@ describeWithDatabase('instance statements: the sweep, the instances list and the
     } finally {
       await admin.end();
     }
-    dataSource = new DataSource({ type: 'postgres', url: db.url, logging: false });
+    // One connection: the statement after them runs on the session that ran them.
+    dataSource = new DataSource({ type: 'postgres', url: db.url, logging: false, extra: { max: 1 } });
     await dataSource.initialize();
     const listening = new WeakSet<object>();
     (dataSource.driver as unknown as { master: PoolEvents }).master.on('acquire', (client) => {
@@ -69,7 +70,7 @@ describeWithDatabase('instance statements: the sweep, the instances list and the
     assert.match(planOf('outbox_claims'), /Settings: .*jit = 'off'/);
     assert.match(planOf('AS lease_left'), /Settings: .*jit = 'off'/);
     assert.match(planOf(`AS reason`), /Settings: .*jit = 'off'/);
-    // SET LOCAL ended with the statement's transaction: the next statement on the pool runs as the session says.
+    // SET LOCAL ended with the statement's transaction: the session's next statement runs as the session says.
     plans.length = 0;
     await dataSource.query(`SELECT 'after' AS marker`);
     assert.doesNotMatch(planOf(`'after' AS marker`), /jit = 'off'/);
