@@ -85,6 +85,7 @@ export { type QueueBoxCounter, QueueBoxMetrics } from './metrics/queuebox.metric
 export {
   createQueueBoxAttemptsMigration,
   createQueueBoxClaimFunctionsMigration,
+  createQueueBoxClaimPlansMigration,
   createQueueBoxClaimProbesMigration,
   createQueueBoxClaimsMigration,
   createQueueBoxInstancesMigration,
@@ -99,6 +100,7 @@ export {
   createQueueBoxUnkeyedClaimsMigration,
   QueueBoxAttempts1796688000000,
   QueueBoxClaimFunctions1796169600000,
+  QueueBoxClaimPlans1796947200000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
   QueueBoxInstances1796256000000,

@@ -60,6 +60,11 @@ export const cliMessages = {
       applied: 'rewrote the claim functions: claims of rows with a key lock those keys and run side by side.',
       notApplied: CLAIM_FUNCTIONS_NOT_REWRITTEN,
     },
+    claimPlans: {
+      applied: 'set the claim functions to plan with their indexes, whatever the table held when a session first claimed.',
+      notApplied:
+        'not applied: a session whose first claim found the table empty or never analyzed reads the whole table at every claim until the table is analyzed; run `queuebox migrate`',
+    },
   },
   commandUnknown: (name: string) => `unknown command ${JSON.stringify(name)}. Run \`queuebox --help\` for the list.`,
   commandMissing: () => 'no command given. Run `npx --no-install queuebox --help` for the list.',

@@ -1,4 +1,4 @@
-/** QueueBox's numbered migrations: the same thirteen on every database (a driver may make one a no-op). */
+/** QueueBox's numbered migrations: the same fourteen on every database (a driver may make one a no-op). */
 
 /**
  * Which migration's statements: 001 (the tables), 002 (the operations indexes), 003 (the claims'
@@ -11,7 +11,8 @@
  * and the dead letters' fingerprint), 012 (PostgreSQL's claim functions rewritten to claim rows
  * without a key without the claim lock; nothing on SQL Server) or 013 (PostgreSQL's claim
  * functions rewritten so that keyed claims lock the keys they take instead of the whole claim lock;
- * nothing on SQL Server).
+ * nothing on SQL Server) or 014 (PostgreSQL's claim functions set to plan with their indexes
+ * whatever the table held when a session first called them; nothing on SQL Server).
  */
 export type SchemaMigration =
   | 'schema'
@@ -26,7 +27,8 @@ export type SchemaMigration =
   | 'pauses'
   | 'attempts'
   | 'unkeyedClaims'
-  | 'keyedClaims';
+  | 'keyedClaims'
+  | 'claimPlans';
 
 /** The QueueBox migrations in the order they run. */
 export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
@@ -43,6 +45,7 @@ export const SCHEMA_MIGRATIONS: readonly SchemaMigration[] = [
   'attempts',
   'unkeyedClaims',
   'keyedClaims',
+  'claimPlans',
 ];
 
 /** The shipped migrations' names (each factory takes another `name` for a second QueueBox schema). */
@@ -60,6 +63,7 @@ export const DEFAULT_MIGRATION_NAMES = {
   attempts: 'QueueBoxAttempts1796688000000',
   unkeyedClaims: 'QueueBoxUnkeyedClaims1796774400000',
   keyedClaims: 'QueueBoxKeyedClaims1796860800000',
+  claimPlans: 'QueueBoxClaimPlans1796947200000',
 } as const satisfies Record<SchemaMigration, string>;
 
 /** Each migration's `sql/<dialect>/` file stem and what a script's first line calls it. */
@@ -77,6 +81,7 @@ export const MIGRATION_FILES = {
   attempts: { file: '011_queuebox_attempts', title: 'attempt history and dead-letter fingerprints' },
   unkeyedClaims: { file: '012_queuebox_unkeyed_claims', title: 'claim functions that claim unkeyed rows without the claim lock' },
   keyedClaims: { file: '013_queuebox_keyed_claims', title: 'claim functions whose keyed claims lock keys, not the claim lock' },
+  claimPlans: { file: '014_queuebox_claim_plans', title: 'claim functions that plan with their indexes whatever the table held' },
 } as const satisfies Record<SchemaMigration, { file: string; title: string }>;
 
 /**

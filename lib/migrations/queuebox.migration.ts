@@ -224,6 +224,22 @@ export function createQueueBoxKeyedClaimsMigration(
 }
 
 /**
+ * The fourteenth QueueBox migration, PostgreSQL only (nothing on SQL Server): the claim functions
+ * set to plan with their indexes (`enable_seqscan = off` for their calls), so a session whose first
+ * claim found the table empty or never analyzed does not read the whole table at every later
+ * claim. Claims are correct without it. Add it after the thirteenth; same `tables`, and a `name`
+ * of its own per QueueBox schema in one database.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations]
+ */
+export function createQueueBoxClaimPlansMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  return migrationClass(options, DEFAULT_MIGRATION_NAMES.claimPlans, 'claimPlans');
+}
+
+/**
  * Every QueueBox migration for `tables`, in the order they run: spread it into TypeORM's
  * `migrations`, so a version that adds one needs no change in your app. `names` gives each a
  * name of its own (a second QueueBox schema in one database; each must end in a 13-digit
@@ -305,6 +321,9 @@ export const QueueBoxUnkeyedClaims1796774400000 = createQueueBoxUnkeyedClaimsMig
 /** The keyed-claims migration for the default table names; runs after `QueueBoxUnkeyedClaims1796774400000`. */
 export const QueueBoxKeyedClaims1796860800000 = createQueueBoxKeyedClaimsMigration();
 
+/** The claim-plans migration for the default table names; runs after `QueueBoxKeyedClaims1796860800000`. */
+export const QueueBoxClaimPlans1796947200000 = createQueueBoxClaimPlansMigration();
+
 /**
  * Every QueueBox migration for the default table names, in order: `migrations: [...QueueBoxMigrations]`.
  * With other tables, use `createQueueBoxMigrations({ tables })`.
@@ -323,4 +342,5 @@ export const QueueBoxMigrations: readonly (new () => MigrationInterface)[] = [
   QueueBoxAttempts1796688000000,
   QueueBoxUnkeyedClaims1796774400000,
   QueueBoxKeyedClaims1796860800000,
+  QueueBoxClaimPlans1796947200000,
 ];

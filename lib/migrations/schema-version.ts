@@ -22,6 +22,7 @@ function optionalBecause(migration: SchemaMigration, options: ResolvedQueueBoxOp
   if (migration === 'claimProbes') return messages.claimProbesMigrationOptional();
   if (migration === 'unkeyedClaims') return messages.unkeyedClaimsMigrationOptional();
   if (migration === 'keyedClaims') return messages.keyedClaimsMigrationOptional();
+  if (migration === 'claimPlans') return messages.claimPlansMigrationOptional();
   if (migration === 'rateLimits' && Object.keys(options.outbox.rateLimits).length === 0) return messages.rateLimitsMigrationOptional();
   // Where 004 runs no statement (PostgreSQL: text already compares byte for byte) it is optional; SQL Server's schema check refuses unmigrated key columns itself.
   if (migration === 'keyCollation' && dialectDriver(dataSource.options.type).noOpMigrations.keyCollation !== undefined) {

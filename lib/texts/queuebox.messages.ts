@@ -146,6 +146,8 @@ export const messages = {
     "on PostgreSQL it rewrites the claim functions so that claims of rows without a key run side by side: until it runs QueueBox sees they are an earlier version's and sends the claim statements instead (correct, one claim at a time, planned on every call); on SQL Server it runs no statement.",
   keyedClaimsMigrationOptional: () =>
     "on PostgreSQL it rewrites the claim functions so that claims of rows with a key run side by side, each locking the keys it takes: until it runs QueueBox sees they are an earlier version's and sends the claim statements instead (correct, one claim at a time, planned on every call); on SQL Server it runs no statement.",
+  claimPlansMigrationOptional: () =>
+    'on PostgreSQL it sets the claim functions to plan with their indexes: until it runs, a session whose first claim found the table empty or never analyzed reads the whole table at every claim, until the table is analyzed (claims stay correct); on SQL Server it runs no statement.',
   keyCollationMigrationOptional: () =>
     'on PostgreSQL it runs no statement (keys already compare byte for byte); add it so the list matches SQL Server.',
   schemaVersionUnchecked: (name: string, migrationsTable: string) =>

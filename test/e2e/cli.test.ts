@@ -115,6 +115,10 @@ describe('queuebox CLI', () => {
       first.stdout,
       /Applied migration QueueBoxKeyedClaims1796860800000: rewrote the claim functions: claims of rows with a key lock those keys and run side by side/,
     );
+    assert.match(
+      first.stdout,
+      /Applied migration QueueBoxClaimPlans1796947200000: set the claim functions to plan with their indexes, whatever the table held when a session first claimed/,
+    );
     assert.match(first.stdout, /Database: postgres:\/\/qb_cli_\d+:\*\*\*@/);
     assert.deepEqual(await tableNames(db), [
       'migrations',
@@ -131,7 +135,7 @@ describe('queuebox CLI', () => {
     assert.equal(second.code, 0, second.stderr);
     assert.match(
       second.stdout,
-      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000, QueueBoxClaimFunctions1796169600000, QueueBoxInstances1796256000000, QueueBoxClaimProbes1796342400000, QueueBoxRateLimits1796428800000, QueueBoxRenewals1796515200000, QueueBoxPauses1796601600000, QueueBoxAttempts1796688000000, QueueBoxUnkeyedClaims1796774400000, QueueBoxKeyedClaims1796860800000 are already applied/,
+      /Nothing to do: migrations QueueBoxSchema1764460800000, QueueBoxOperations1764633600000, QueueBoxClaims1795996800000, QueueBoxKeyCollation1796083200000, QueueBoxClaimFunctions1796169600000, QueueBoxInstances1796256000000, QueueBoxClaimProbes1796342400000, QueueBoxRateLimits1796428800000, QueueBoxRenewals1796515200000, QueueBoxPauses1796601600000, QueueBoxAttempts1796688000000, QueueBoxUnkeyedClaims1796774400000, QueueBoxKeyedClaims1796860800000, QueueBoxClaimPlans1796947200000 are already applied/,
     );
     assert.deepEqual(await db.query('SELECT name FROM migrations ORDER BY id'), [
       { name: 'QueueBoxSchema1764460800000' },
@@ -147,6 +151,7 @@ describe('queuebox CLI', () => {
       { name: 'QueueBoxAttempts1796688000000' },
       { name: 'QueueBoxUnkeyedClaims1796774400000' },
       { name: 'QueueBoxKeyedClaims1796860800000' },
+      { name: 'QueueBoxClaimPlans1796947200000' },
     ]);
     const indexes = await db.query<{ indexname: string }>("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%dead%' ORDER BY 1");
     assert.equal(indexes.length, 2, 'the operations indexes of dead rows exist');

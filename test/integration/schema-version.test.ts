@@ -15,6 +15,7 @@ import {
   createQueueBoxRenewalsMigration,
   QueueBoxAttempts1796688000000,
   QueueBoxClaimFunctions1796169600000,
+  QueueBoxClaimPlans1796947200000,
   QueueBoxClaimProbes1796342400000,
   QueueBoxClaims1795996800000,
   QueueBoxInstances1796256000000,
@@ -86,6 +87,7 @@ describe('schema version checked at start-up', () => {
         QueueBoxAttempts1796688000000,
         QueueBoxUnkeyedClaims1796774400000,
         QueueBoxKeyedClaims1796860800000,
+        QueueBoxClaimPlans1796947200000,
       ]),
     );
     const app = await start(db, { retention: { enabled: true } });
@@ -116,6 +118,7 @@ describe('schema version checked at start-up', () => {
       assert.doesNotMatch(error.message, /QueueBoxClaimProbes/); // claims are sent as statements until it runs: a warning
       assert.doesNotMatch(error.message, /QueueBoxUnkeyedClaims/); // the same
       assert.doesNotMatch(error.message, /QueueBoxKeyedClaims/); // the same
+      assert.doesNotMatch(error.message, /QueueBoxClaimPlans/); // claims are correct without it: a warning
       return true;
     });
   });
@@ -139,6 +142,7 @@ describe('schema version checked at start-up', () => {
     assert.ok(app.logger.has('warn', 'QueueBoxClaimProbes1796342400000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxUnkeyedClaims1796774400000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxKeyedClaims1796860800000 is not recorded'));
+    assert.ok(app.logger.has('warn', 'QueueBoxClaimPlans1796947200000 is not recorded'));
     assert.ok(app.logger.has('warn', 'QueueBoxRateLimits1796428800000 is not recorded'), 'without outbox.rateLimits: a warning');
     assert.ok(!app.logger.has('warn', 'QueueBoxInstances1796256000000'), 'recorded: no warning');
   });

@@ -43,6 +43,8 @@ describe('public barrel', () => {
       'createQueueBoxUnkeyedClaimsMigration',
       'QueueBoxKeyedClaims1796860800000',
       'createQueueBoxKeyedClaimsMigration',
+      'QueueBoxClaimPlans1796947200000',
+      'createQueueBoxClaimPlansMigration',
       'createQueueBoxMigrations',
       'QueueBoxAdmin',
       'createQueueBoxAdmin',
@@ -80,6 +82,7 @@ describe('public barrel', () => {
         'QueueBoxAttempts1796688000000',
         'QueueBoxUnkeyedClaims1796774400000',
         'QueueBoxKeyedClaims1796860800000',
+        'QueueBoxClaimPlans1796947200000',
       ],
       'QueueBoxMigrations lists every migration, in order',
     );

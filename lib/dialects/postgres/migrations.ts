@@ -2,6 +2,8 @@ import type { DialectDriver } from '../dialect-driver';
 import {
   postgresAttemptsDown,
   postgresAttemptsUp,
+  postgresClaimPlansDown,
+  postgresClaimPlansUp,
   postgresClaimProbesDown,
   postgresClaimProbesUp,
   postgresClaimsDown,
@@ -44,4 +46,5 @@ export const postgresMigrations: DialectDriver['migrations'] = {
   attempts: { up: postgresAttemptsUp, down: postgresAttemptsDown },
   unkeyedClaims: { up: postgresUnkeyedClaimsUp, down: postgresUnkeyedClaimsDown },
   keyedClaims: { up: postgresKeyedClaimsUp, down: postgresKeyedClaimsDown },
+  claimPlans: { up: postgresClaimPlansUp, down: postgresClaimPlansDown },
 };

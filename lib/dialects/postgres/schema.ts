@@ -1,7 +1,13 @@
 import { attemptsTableOf, pausesTableOf, rateLimitsTableOf, type TableName } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import { serverVersionCheckSql } from './checks.sql';
-import { claimFunctionNames, claimFunctionSignature, createClaimFunctionsSql, legacyClaimFunctionSignature } from './claim-functions.sql';
+import {
+  claimFunctionNames,
+  claimFunctionPlanSettingsSql,
+  claimFunctionSignature,
+  createClaimFunctionsSql,
+  legacyClaimFunctionSignature,
+} from './claim-functions.sql';
 import { pgTable } from './quoting';
 
 /**
@@ -228,6 +234,21 @@ export function postgresKeyedClaimsUp(tables: QueueBoxTables): string[] {
 
 export function postgresKeyedClaimsDown(tables: QueueBoxTables): string[] {
   return createClaimFunctionsSql(tables, { version: 'unkeyedWithoutLock' });
+}
+
+/**
+ * Migration 014 (claim plans, issue 36): the three claim functions set to plan with their indexes
+ * whatever the table held when a session first called them (claimFunctionPlanSettingsSql). ALTER
+ * FUNCTION locks nothing but the function's catalog row, for milliseconds. Until it runs, a
+ * session whose first claim found the table empty or never analyzed reads the table whole at
+ * every claim, until the table is analyzed. Its down removes the setting.
+ */
+export function postgresClaimPlansUp(tables: QueueBoxTables): string[] {
+  return claimFunctionPlanSettingsSql(tables, 'up');
+}
+
+export function postgresClaimPlansDown(tables: QueueBoxTables): string[] {
+  return claimFunctionPlanSettingsSql(tables, 'down');
 }
 
 export function postgresInstancesDown(tables: QueueBoxTables): string[] {

@@ -5,7 +5,7 @@ import { KEY_COLLATION } from './schema';
 import { SqlServerDialect } from './sqlserver.dialect';
 import { sqlServerVerifyQueries } from './verify.sql';
 
-// Migrations 007, 012 and 013 rewrite PostgreSQL's claim functions; SQL Server's claims are
+// Migrations 007, 012, 013 and 014 rewrite PostgreSQL's claim functions; SQL Server's claims are
 // statements QueueBox sends, so each runs nothing here and says so alike.
 const NO_FUNCTIONS_TO_REWRITE =
   '-- Nothing to do on SQL Server: its claims are statements QueueBox sends, with no functions to rewrite. The file\n-- keeps the migrations numbered alike in both dialects.';
@@ -27,6 +27,7 @@ export const sqlServerDriver = {
     claimProbes: NO_FUNCTIONS_TO_REWRITE,
     unkeyedClaims: NO_FUNCTIONS_TO_REWRITE,
     keyedClaims: NO_FUNCTIONS_TO_REWRITE,
+    claimPlans: NO_FUNCTIONS_TO_REWRITE,
   },
   // sqlcmd and SSMS send a script batch by batch: `GO` ends each of SQL Server's.
   script: { terminator: ';\nGO\n', folder: 'sqlserver' },
@@ -37,6 +38,7 @@ export const sqlServerDriver = {
     claimProbes: 'claim probes, PostgreSQL only',
     unkeyedClaims: 'unkeyed claims without the claim lock, PostgreSQL only',
     keyedClaims: 'keyed claims without the claim lock, PostgreSQL only',
+    claimPlans: 'claim function plans, PostgreSQL only',
   },
   migrationNotes: {
     claimFunctions: {
@@ -50,6 +52,7 @@ export const sqlServerDriver = {
     claimProbes: NOTHING_TO_REWRITE,
     unkeyedClaims: NOTHING_TO_REWRITE,
     keyedClaims: NOTHING_TO_REWRITE,
+    claimPlans: NOTHING_TO_REWRITE,
     keyCollation: {
       applied: `key columns now compare by code point (${KEY_COLLATION}); their indexes were rebuilt.`,
       notApplied:

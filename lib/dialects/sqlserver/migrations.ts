@@ -38,4 +38,5 @@ export const sqlServerMigrations: DialectDriver['migrations'] = {
   attempts: { up: sqlServerAttemptsUp, down: sqlServerAttemptsDown },
   unkeyedClaims: { up: () => [], down: () => [] },
   keyedClaims: { up: () => [], down: () => [] },
+  claimPlans: { up: () => [], down: () => [] },
 };

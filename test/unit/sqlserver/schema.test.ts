@@ -57,7 +57,7 @@ describe('SQL Server schema through the migration classes and plain SQL', () => 
     assert.match(renderSchemaSql('postgres', { migration: 'keyCollation' }), /Nothing to do on PostgreSQL/);
   });
 
-  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions, 006_queuebox_instances, 007_queuebox_claim_probes and 008_queuebox_rate_limits, 009_queuebox_renewals, 010_queuebox_pauses, 011_queuebox_attempts, 012_queuebox_unkeyed_claims and 013_queuebox_keyed_claims .{up,down}.sql, one GO batch per statement', () => {
+  it('ships sql/sqlserver/001_queuebox, 002_queuebox_operations, 003_queuebox_claims, 004_queuebox_key_collation, 005_queuebox_claim_functions, 006_queuebox_instances, 007_queuebox_claim_probes and 008_queuebox_rate_limits, 009_queuebox_renewals, 010_queuebox_pauses, 011_queuebox_attempts, 012_queuebox_unkeyed_claims, 013_queuebox_keyed_claims and 014_queuebox_claim_plans .{up,down}.sql, one GO batch per statement', () => {
     const files = renderSchemaFiles().filter((file) => file.dir === 'sql/sqlserver');
     assert.deepEqual(
       files.map((file) => file.name),
@@ -88,6 +88,8 @@ describe('SQL Server schema through the migration classes and plain SQL', () => 
         '012_queuebox_unkeyed_claims.down.sql',
         '013_queuebox_keyed_claims.up.sql',
         '013_queuebox_keyed_claims.down.sql',
+        '014_queuebox_claim_plans.up.sql',
+        '014_queuebox_claim_plans.down.sql',
       ],
     );
     const up = renderSchemaSql('mssql');
