@@ -115,7 +115,9 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   protected override readonly completeBatchReturns = 'lost' as const;
   private readonly claimLock: ReturnType<typeof claimLockNames>;
   /** What each claim sends, built once: the call of its function (migration 006, rewritten by 007) and, without it, the statement. */
-  private readonly claims: Record<keyof ClaimFunctions, { call: string; signature: string; body: string; statement: string }>;
+  private readonly claims: Record<keyof ClaimFunctions, { call: PreparedStatement; signature: string; body: string; statement: string }>;
+  /** False once a connection lost a claim call's prepared statement (a pooler that hands out another session): calls go unnamed from then on. */
+  private preparedCalls = true;
   /**
    * The outbox claim that passes over paused destinations (`$4`, issue 40), sent as a query string
    * only while some destination is paused: the claim function (and its kept plan) serves every
@@ -157,7 +159,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     const fn = claimFunctionNames(tables);
     const functions = claimFunctions(tables);
     const claim = (kind: keyof ClaimFunctions, columns: string, statement: string) => ({
-      call: claimFunctionCallSql(kind, fn[kind], columns),
+      call: preparedStatement(`queuebox_${kind}_claim`, claimFunctionCallSql(kind, fn[kind], columns)),
       signature: functions[kind].signature,
       body: functions[kind].body,
       statement,
@@ -351,13 +353,36 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     });
     if (await this.claimFunctionsPresent) {
       try {
-        return (await aloneOnPool<T>(this.dataSource, claim.call, [...params], this.queryTimeoutMs)).rows;
+        return (await this.callClaimFunction<T>(claim.call, [...params])).rows;
       } catch (error) {
         if ((error as { code?: string }).code !== UNDEFINED_FUNCTION) throw error;
         this.claimFunctionsPresent = undefined;
       }
     }
     return this.serializedClaim<T>(lockName, claim.statement, params);
+  }
+
+  /**
+   * A claim function's call, as a prepared statement of the session: parsed once per connection
+   * instead of at every claim (0.09 ms of a W3 claim's 0.35 ms on the server, with 0.06 of binding
+   * against 0.03). A pooler in transaction mode (PgBouncer before 1.21, or without
+   * `max_prepared_statements`) hands each transaction another server session, where the statement
+   * does not exist, or exists from another client: then the call is sent again unnamed, and every
+   * later one too, with one warning.
+   */
+  private async callClaimFunction<T>(call: PreparedStatement, params: unknown[]): Promise<SqlResult<T>> {
+    return onPoolConnection(this.dataSource, this.queryTimeoutMs, async (client) => {
+      if (!this.preparedCalls) return alone<T>(client, call.text, params, this.queryTimeoutMs);
+      try {
+        return await alone<T>(client, call.text, params, this.queryTimeoutMs, call.name);
+      } catch (error) {
+        const code = (error as { code?: string }).code;
+        if (code !== PREPARED_STATEMENT_MISSING && code !== PREPARED_STATEMENT_TAKEN) throw error;
+        this.preparedCalls = false;
+        this.log.warn(messages.preparedStatementsLost(call.name, code));
+        return alone<T>(client, call.text, params, this.queryTimeoutMs);
+      }
+    });
   }
 
   /**
@@ -556,8 +581,29 @@ const UNIQUE_VIOLATION = '23505';
 /** SQLSTATE 42883: the function does not exist. */
 const UNDEFINED_FUNCTION = '42883';
 
+/** SQLSTATE 26000: no prepared statement of that name in the session. */
+const PREPARED_STATEMENT_MISSING = '26000';
+
+/** SQLSTATE 42P05: the session has a prepared statement of that name already. */
+const PREPARED_STATEMENT_TAKEN = '42P05';
+
+/**
+ * A statement node-postgres prepares once per connection under `name`. The name carries a hash of
+ * the text: node-postgres refuses one name for two texts, and two QueueBox schemas may share a pool.
+ */
+interface PreparedStatement {
+  name: string;
+  text: string;
+}
+
+function preparedStatement(prefix: string, text: string): PreparedStatement {
+  return { name: `${prefix}_${createHash('sha1').update(text).digest('hex').slice(0, 12)}`, text };
+}
+
 /** A query as node-postgres takes it. */
 interface PgQuery {
+  /** Prepares `text` under this name on the connection's first use of it, and binds it from then on. */
+  name?: string;
   text: string;
   values?: unknown[];
   /** Ends the wait client-side (ms); the connection must then be discarded (see `aloneOnPool`). */
@@ -640,11 +686,13 @@ async function askReadCommittedByDefault(client: PgClient, timeoutMs?: number): 
  * added to the hot path), else behind SET TRANSACTION in the same round trip (`readCommittedSql`,
  * its values inlined). At REPEATABLE READ or SERIALIZABLE a renewal or completion that meets a row
  * another transaction changed would fail with SQLSTATE 40001, and a failed renewal is a lost claim.
+ * With `name`, a prepared statement of the session (see `callClaimFunction`); only where the
+ * statement goes as it is, since inlined values make another text at every call.
  */
-async function alone<T>(client: PgClient, statement: string, params: unknown[], timeoutMs?: number): Promise<SqlResult<T>> {
+async function alone<T>(client: PgClient, statement: string, params: unknown[], timeoutMs?: number, name?: string): Promise<SqlResult<T>> {
   const readCommitted = SESSION_READ_COMMITTED.get(client) ?? (await askReadCommittedByDefault(client, timeoutMs));
   const query = readCommitted
-    ? { text: statement, values: params, query_timeout: timeoutMs }
+    ? { name, text: statement, values: params, query_timeout: timeoutMs }
     : { text: readCommittedSql(inlineValues(statement, params)), query_timeout: timeoutMs };
   const result = lastResult(await bounded(client.query(query), timeoutMs));
   return { rows: result.rows as T[], affected: result.rowCount ?? 0 };
