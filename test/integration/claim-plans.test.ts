@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
-import { DataSource } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { createDialect } from '../../lib/core/create-dialect';
 import type { Dialect } from '../../lib/dialects/dialect';
 import { resolveOptions } from '../../lib/options/options.resolver';
 import { describeWithDatabase } from '../support/database';
+import { explainedSession } from '../support/explained-session';
 
 // PL/pgSQL keeps a claim function's plans for the session, made with the statistics of its first
 // call; only an ANALYZE or a VACUUM of the table makes it plan again. A session whose first claim
@@ -20,30 +21,14 @@ describeWithDatabase('claim functions planned on empty tables still claim throug
   let dataSource: DataSource;
   let dialect: Dialect;
   /** auto_explain's plans, as the notices of the pool's one session. */
-  const plans: string[] = [];
+  let plans: string[] = [];
 
   before(async () => {
-    await db.query(`LOAD 'auto_explain'`); // ALTER DATABASE checks the auto_explain settings it stores
-    for (const setting of [
-      `session_preload_libraries = 'auto_explain'`,
-      'auto_explain.log_min_duration = 0',
-      'auto_explain.log_nested_statements = on',
-      `auto_explain.log_level = 'notice'`,
-    ]) {
-      await db.query(`ALTER DATABASE ${db.name} SET ${setting}`);
-    }
     // No autovacuum on the test's tables: an ANALYZE would make the session plan again and hide the fault.
     await db.query('ALTER TABLE queuebox_outbox SET (autovacuum_enabled = off)');
     await db.query('ALTER TABLE queuebox_inbox SET (autovacuum_enabled = off)');
     // One connection: every claim runs on the session whose first claims found the tables empty.
-    dataSource = new DataSource({ type: 'postgres', url: db.url, logging: false, extra: { max: 1 } });
-    await dataSource.initialize();
-    const listening = new WeakSet<object>();
-    (dataSource.driver as unknown as { master: PoolEvents }).master.on('acquire', (client) => {
-      if (listening.has(client)) return;
-      listening.add(client);
-      client.on('notice', (notice) => plans.push(notice.message ?? ''));
-    });
+    ({ dataSource, plans } = await explainedSession(db, ['auto_explain.log_nested_statements = on']));
     dialect = createDialect(dataSource, resolveOptions({ workers: false }).tables);
   });
   after(() => dataSource?.destroy());
@@ -102,7 +87,3 @@ describeWithDatabase('claim functions planned on empty tables still claim throug
     );
   });
 });
-
-interface PoolEvents {
-  on(event: 'acquire', listener: (client: { on(event: 'notice', listener: (notice: { message?: string }) => void): void }) => void): void;
-}

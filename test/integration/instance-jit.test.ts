@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, it } from 'node:test';
-import { Client } from 'pg';
-import { DataSource } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { createDialect } from '../../lib/core/create-dialect';
 import type { Dialect } from '../../lib/dialects/dialect';
 import { resolveOptions } from '../../lib/options/options.resolver';
 import { describeWithDatabase } from '../support/database';
+import { explainedSession } from '../support/explained-session';
 
 // The instance sweep (every replica, at each heartbeat), the instances list (the admin views, the
 // instances gauges at each scrape) and the claims and blocked-keys views (each row's owner and its
@@ -23,35 +23,12 @@ import { describeWithDatabase } from '../support/database';
 describeWithDatabase('instance statements: the sweep, the instances list and the owner views run with JIT off', (db) => {
   let dataSource: DataSource;
   let dialect: Dialect;
-  /** auto_explain's plans, as the notices of the pool's sessions. */
-  const plans: string[] = [];
+  /** auto_explain's plans, as the notices of the pool's session. */
+  let plans: string[] = [];
 
   before(async () => {
-    const admin = new Client({ connectionString: db.url });
-    await admin.connect();
-    try {
-      // Loaded here first: ALTER DATABASE checks the auto_explain settings it stores.
-      await admin.query(`LOAD 'auto_explain'`);
-      for (const setting of [
-        `session_preload_libraries = 'auto_explain'`,
-        'auto_explain.log_min_duration = 0',
-        'auto_explain.log_settings = on',
-        `auto_explain.log_level = 'notice'`,
-      ]) {
-        await admin.query(`ALTER DATABASE ${db.name} SET ${setting}`);
-      }
-    } finally {
-      await admin.end();
-    }
     // One connection: the statement after them runs on the session that ran them.
-    dataSource = new DataSource({ type: 'postgres', url: db.url, logging: false, extra: { max: 1 } });
-    await dataSource.initialize();
-    const listening = new WeakSet<object>();
-    (dataSource.driver as unknown as { master: PoolEvents }).master.on('acquire', (client) => {
-      if (listening.has(client)) return;
-      listening.add(client);
-      client.on('notice', (notice) => plans.push(notice.message ?? ''));
-    });
+    ({ dataSource, plans } = await explainedSession(db, ['auto_explain.log_settings = on']));
     dialect = createDialect(dataSource, resolveOptions({ workers: false }).tables);
   });
   after(() => dataSource?.destroy());
@@ -76,7 +53,3 @@ describeWithDatabase('instance statements: the sweep, the instances list and the
     assert.doesNotMatch(planOf(`'after' AS marker`), /jit = 'off'/);
   });
 });
-
-interface PoolEvents {
-  on(event: 'acquire', listener: (client: { on(event: 'notice', listener: (notice: { message?: string }) => void): void }) => void): void;
-}
