@@ -372,16 +372,17 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    */
   private async callClaimFunction<T>(call: PreparedStatement, params: unknown[]): Promise<SqlResult<T>> {
     return onPoolConnection(this.dataSource, this.queryTimeoutMs, async (client) => {
-      if (!this.preparedCalls) return alone<T>(client, call.text, params, this.queryTimeoutMs);
-      try {
-        return await alone<T>(client, call.text, params, this.queryTimeoutMs, call.name);
-      } catch (error) {
-        const code = (error as { code?: string }).code;
-        if (code !== PREPARED_STATEMENT_MISSING && code !== PREPARED_STATEMENT_TAKEN) throw error;
-        this.preparedCalls = false;
-        this.log.warn(messages.preparedStatementsLost(call.name, code));
-        return alone<T>(client, call.text, params, this.queryTimeoutMs);
+      if (this.preparedCalls) {
+        try {
+          return await alone<T>(client, call.text, params, this.queryTimeoutMs, call.name);
+        } catch (error) {
+          const code = (error as { code?: string }).code;
+          if (code !== PREPARED_STATEMENT_MISSING && code !== PREPARED_STATEMENT_TAKEN) throw error;
+          this.preparedCalls = false;
+          this.log.warn(messages.preparedStatementsLost(call.name, code));
+        }
       }
+      return alone<T>(client, call.text, params, this.queryTimeoutMs);
     });
   }
 
@@ -463,11 +464,9 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    */
   protected override runInstanceStatement<T>(statement: string, params: unknown[], kind: 'sweep' | 'admin'): Promise<SqlResult<T>> {
     const timeoutMs = kind === 'sweep' ? this.queryTimeoutMs : undefined;
-    return onPoolConnection(this.dataSource, timeoutMs, async (client) => {
-      const text = withoutJitSql(inlineValues(statement, params));
-      const result = lastResult(await bounded(client.query({ text, query_timeout: timeoutMs }), timeoutMs));
-      return { rows: result.rows as T[], affected: result.rowCount ?? 0 };
-    });
+    return onPoolConnection(this.dataSource, timeoutMs, (client) =>
+      sendQuery<T>(client, { text: withoutJitSql(inlineValues(statement, params)), query_timeout: timeoutMs }, timeoutMs),
+    );
   }
 
   /** What `queuebox doctor` reads (doctor.sql.ts): catalog and statistics views, no table scanned or locked. */
@@ -694,6 +693,11 @@ async function alone<T>(client: PgClient, statement: string, params: unknown[], 
   const query = readCommitted
     ? { name, text: statement, values: params, query_timeout: timeoutMs }
     : { text: readCommittedSql(inlineValues(statement, params)), query_timeout: timeoutMs };
+  return sendQuery<T>(client, query, timeoutMs);
+}
+
+/** Sends `query` on `client`, bounded by `timeoutMs`; the rows and row count of its last statement. */
+async function sendQuery<T>(client: PgClient, query: PgQuery, timeoutMs?: number): Promise<SqlResult<T>> {
   const result = lastResult(await bounded(client.query(query), timeoutMs));
   return { rows: result.rows as T[], affected: result.rowCount ?? 0 };
 }
