@@ -17,24 +17,21 @@ export class InboxFollowers {
 
   /**
    * The followers of `heads`: up to `room` pending rows that come right after the heads of their
-   * aggregates (at most `maxPerHead` for one head), read in `manager`'s transaction when given,
-   * spread over the heads and cut at each aggregate's first row that is not yet due; none behind
-   * a head that is no longer first of its aggregate (the dialect's read). A follower is not
-   * claimed: it rides on its head's claim (its `token` and lease are the head's, `headId` names
-   * it), since no claim takes a row of an aggregate while its head is in flight. Complete
+   * aggregates, read in `manager`'s transaction when given, spread over the heads and cut at each
+   * aggregate's first row that is not yet due; none behind a head that is no longer first of its
+   * aggregate (the dialect's read). A follower is not claimed: it rides on its head's claim (its
+   * `token` and lease are the head's, `headId` names it), since no claim takes a row of an
+   * aggregate while its head is in flight. Complete
    * followers with `complete` after their heads' fenced completion, in the same transaction:
    * that completion is what fences them. Returned by head, in id order.
    */
-  async read(
-    heads: readonly InboxClaim[],
-    p: { room: number; maxPerHead?: number; manager?: EntityManager },
-  ): Promise<Map<InboxClaim, InboxClaim[]>> {
+  async read(heads: readonly InboxClaim[], p: { room: number; manager?: EntityManager }): Promise<Map<InboxClaim, InboxClaim[]>> {
     const byHead = new Map<InboxClaim, InboxClaim[]>();
     const keyed = heads.filter((head) => head.message.aggregateId !== null);
     if (keyed.length === 0 || p.room < 1) return byHead;
     const rows = await this.dialect.inboxFollowers({
       heads: keyed.map((head) => ({ id: head.id, source: head.message.source, aggregateId: head.message.aggregateId as string })),
-      perHead: Math.min(Math.ceil(p.room / keyed.length), p.maxPerHead ?? Number.POSITIVE_INFINITY),
+      perHead: Math.ceil(p.room / keyed.length),
       manager: p.manager,
     });
     // Per head, its rows up to the first that is not due, ranked by their place behind the head;

@@ -60,10 +60,10 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
     super();
     this.logger = new Logger(logContext('QueueBox:InboxRelay', instance.name));
     this.options = rootOptions.inbox.relay;
-    const { concurrency, batchSize } = this.options;
+    const { batchSize, maxFollowers } = this.options;
     const followers = new InboxFollowers(dialect);
     const writer = new OutboxWriter(dialect, rootOptions.maxPayloadBytes);
-    this.claims = new RelayClaims(dialect, events, { reader: followers, concurrency, batchSize, logger: this.logger });
+    this.claims = new RelayClaims(dialect, events, { reader: followers, batchSize, maxFollowers, logger: this.logger });
     this.routes = new RelayRoutes(this.options, rootOptions.tables.inbox.qualified, writer);
     // At most `batchSize` claims are held, so no batch could be bigger.
     this.batcher = new ForwardBatcher(dialect, lease, followers, writer, batchSize);

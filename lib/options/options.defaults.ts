@@ -20,6 +20,13 @@ export const DEFAULT_POLL_INTERVAL_MS = SECOND_MS;
 /** Most rows claimed by one claim statement (`outbox.batchSize`, `inbox.relay.batchSize`). */
 export const DEFAULT_BATCH_SIZE = 50;
 
+/**
+ * Most followers the inbox relay holds at once (`inbox.relay.maxFollowers`): the pending rows read
+ * behind its claimed heads and forwarded in their transactions. A claim reads up to half of them,
+ * so the next claim's rows are read and routed while the previous ones are written.
+ */
+export const DEFAULT_RELAY_MAX_FOLLOWERS = 5_000;
+
 /** Most rows worked on at once per process (`outbox.concurrency`, `inbox.relay.concurrency`). */
 export const DEFAULT_CONCURRENCY = 10;
 

@@ -55,6 +55,7 @@ export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
 export interface ResolvedRelayOptions extends ResolvedWorkerOptions {
   routes: Record<string, RelayRoute>;
   handlerTimeoutMs: number;
+  maxFollowers: number;
 }
 
 export interface ResolvedPullOptions {

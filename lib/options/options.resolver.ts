@@ -235,6 +235,7 @@ function resolveRelay(relay: RelayOptions, deprecations: string[]): ResolvedRela
     ...resolveWorker('inbox.relay', relay, deprecations),
     routes: { ...routes },
     handlerTimeoutMs: handlerTimeout('inbox.relay.handlerTimeout', relay.handlerTimeout, DEFAULT_HANDLER_TIMEOUT_MS),
+    maxFollowers: integerOption('inbox.relay.maxFollowers', relay.maxFollowers, RELAY_OPTIONS.maxFollowers),
   };
 }
 

@@ -23,6 +23,7 @@ import {
   DEFAULT_POLL_INTERVAL_MS,
   DEFAULT_PULL_CONCURRENCY,
   DEFAULT_PULL_LEASE_MS,
+  DEFAULT_RELAY_MAX_FOLLOWERS,
   DEFAULT_RETENTION_BATCH_SIZE,
   DEFAULT_RETENTION_FINISHED_AFTER_MS,
   DEFAULT_RETENTION_INTERVAL_MS,
@@ -119,6 +120,7 @@ export const RELAY_OPTIONS = {
   ...WORKER_OPTIONS,
   routes: { docs: '`{}`' },
   handlerTimeout: { docs: '`300000`' },
+  maxFollowers: integerOption(DEFAULT_RELAY_MAX_FOLLOWERS, 0, 1_000_000),
   retry: {},
 } as const satisfies Record<keyof RelayOptions, OptionSpec>;
 

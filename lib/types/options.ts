@@ -87,6 +87,13 @@ export interface RelayOptions extends WorkerOptions {
    * fails (retried with backoff). Default 300000 (5 min). See docs/retries.md.
    */
   handlerTimeout?: Duration;
+  /**
+   * Most followers held at once: the pending rows right after the claimed heads of their
+   * aggregates, forwarded in their heads' transactions. One claim reads up to half of them. Each
+   * held row's payload is in memory: lower it for large payloads; 0 forwards every row as a head.
+   * Default 5000.
+   */
+  maxFollowers?: number;
   /** Retry policy (replaces `maxAttempts` and `backoff`), as for the outbox. */
   retry?: RetryOption<InboxMessage>;
 }

@@ -10,18 +10,26 @@ export interface BatchWaiter<Item, Outcome> {
 
 /**
  * Groups work handed in one item at a time: every item added during one turn of the event loop,
- * or while the previous batch runs, goes into the next batch (up to `maxBatch` items), and
+ * or while the batches in flight run, goes into the next batch (up to `maxBatch` items), and
  * `runBatch` handles the batch at once. Under load that is one round trip for many items; alone, an
  * item waits for nothing but its own batch. `runBatch` returns one outcome per item, in order; when
  * it throws, every item of that batch is rejected with the error.
+ *
+ * Up to `maxInFlight` batches run at once (default 1: each waits for the one before). With more,
+ * items added while one batch runs start the next at once; only when all are busy do they wait,
+ * gathering into the batch that starts when one ends.
  */
 export class TurnBatcher<Item, Outcome> {
   private queue: BatchWaiter<Item, Outcome>[] = [];
-  private flushing = false;
+  /** Flushes running: each takes batches off the queue until it is empty. */
+  private flushes = 0;
+  /** A flush is to start at the end of this turn. */
+  private scheduled = false;
 
   constructor(
     private readonly maxBatch: number,
     private readonly runBatch: (items: Item[]) => Promise<Outcome[]>,
+    private readonly maxInFlight = 1,
   ) {}
 
   /** Settles with this item's outcome once its batch has run. */
@@ -35,13 +43,17 @@ export class TurnBatcher<Item, Outcome> {
    */
   enqueue(waiter: BatchWaiter<Item, Outcome>): void {
     this.queue.push(waiter);
-    if (!this.flushing) {
-      this.flushing = true;
-      setImmediate(() => void this.flush());
-    }
+    if (this.scheduled || this.flushes >= this.maxInFlight) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      // A running flush may have taken the queue meanwhile.
+      if (this.queue.length > 0) void this.flush();
+    });
   }
 
   private async flush(): Promise<void> {
+    this.flushes++;
     while (this.queue.length > 0) {
       const batch = this.queue.splice(0, this.maxBatch);
       try {
@@ -51,6 +63,6 @@ export class TurnBatcher<Item, Outcome> {
         for (const waiter of batch) waiter.reject(error);
       }
     }
-    this.flushing = false;
+    this.flushes--;
   }
 }

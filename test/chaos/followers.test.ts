@@ -239,6 +239,9 @@ describeWithDatabase('chaos: followers under process and connection faults, out-
                 claimTimeoutMs: LEASE_MS,
                 pollIntervalMs: 20,
                 batchSize: 10,
+                // Few followers: claims whose room is used up by the claim before them (heads
+                // alone) alternate with claims that read some, two forward transactions at once.
+                maxFollowers: 8,
                 maxAttempts: 8,
                 backoff: { initialMs: 10, maxMs: 100 },
               },

@@ -1,7 +1,15 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
+import { setTimeout } from 'node:timers/promises';
+import { Logger } from '@nestjs/common';
+import { Client } from 'pg';
+import { QUEUEBOX_DIALECT } from '../../lib/common/queuebox.constants';
+import type { Dialect } from '../../lib/dialects/dialect';
+import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { InboxRelay } from '../../lib/inbox/inbox.relay';
 import { InboxService } from '../../lib/inbox/inbox.service';
+import { type RelayClaim, RelayClaims } from '../../lib/inbox/relay.claims';
+import { InboxFollowers } from '../../lib/inbox-runtime/inbox.followers';
 import { QueueBoxMetrics } from '../../lib/metrics/queuebox.metrics';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
@@ -120,6 +128,44 @@ describeWithDatabase('InboxRelay: forwards ready at the same time share one tran
     assert.equal(await outboxTransactions(), 1, 'the nine were forwarded in one transaction with the lost claim');
     assert.deepEqual(await db.query('SELECT state FROM queuebox_inbox WHERE id = $1', [victim]), [{ state: 'processing' }]);
     assert.ok(t.logger.has('error', 'its outbox insert was rolled back'));
+  });
+
+  it('two forward transactions run at once: a forward held up in the database does not hold up the next', async () => {
+    const [first] = await receive(1, 'held');
+    const hold = holdRoutes();
+    const held = relay.runOnce();
+    await eventually(async () => routed.length === 1, 'the first route to run');
+    // The first forward's fenced completion will wait for this lock on its head's row.
+    const blocker = new Client({ connectionString: db.url });
+    await blocker.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT id FROM queuebox_inbox WHERE id = $1 FOR UPDATE', [first.id]);
+      hold.open();
+      await eventually(
+        async () => (await db.query('SELECT 1 FROM pg_locks WHERE NOT granted')).length > 0,
+        'the first forward to wait for the row lock',
+      );
+      routeBehaviour = (message) => ({ destination: 'billing', key: message.aggregateId, payload: message.payload });
+      const second = await inbox.receive({ source: 'orders', idempotencyKey: 'next', aggregateId: 'another', payload: {} });
+      // Bounded: with one transaction at a time the second forward would wait for the lock too.
+      const timer = new AbortController();
+      const forwarded = await Promise.race([
+        relay.runOnce(),
+        setTimeout(10_000, 'still waiting after 10 s', { signal: timer.signal }).catch(() => 'cancelled'),
+      ]);
+      timer.abort();
+      assert.equal(forwarded, 1, 'the second forward commits while the first waits');
+      assert.deepEqual(await db.query('SELECT id::text AS id, state FROM queuebox_inbox ORDER BY id'), [
+        { id: first.id, state: 'processing' },
+        { id: second.id, state: 'processed' },
+      ]);
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    }
+    assert.equal(await held, 1);
+    assert.deepEqual(await db.query("SELECT count(*)::int AS n FROM queuebox_inbox WHERE state = 'processed'"), [{ n: 2 }]);
   });
 
   it('a message whose rows cannot be inserted fails only itself (dead at once: its id is taken); the rest of its batch is forwarded once', async () => {
@@ -293,17 +339,10 @@ describeWithDatabase('InboxRelay: forwards ready at the same time share one tran
       assert.deepEqual(await outboxOrder(), { changed: [0, 2] });
     });
 
-    it('a head takes at most batchSize followers, and the relay holds at most concurrency × batchSize', async () => {
-      const small = await createTestApp(db.url, {
-        workers: false,
-        inbox: {
-          relay: {
-            routes: { orders: (message) => ({ destination: 'billing', key: message.aggregateId, payload: message.payload }) },
-            batchSize: 2,
-            concurrency: 1,
-          },
-        },
-      });
+    it('one claim reads at most half of maxFollowers; 0 forwards every row as a head', async () => {
+      const route = (message: InboxMessage) => ({ destination: 'billing', key: message.aggregateId, payload: message.payload });
+      const small = await createTestApp(db.url, { workers: false, inbox: { relay: { routes: { orders: route }, maxFollowers: 4 } } });
+      const none = await createTestApp(db.url, { workers: false, inbox: { relay: { routes: { orders: route }, maxFollowers: 0 } } });
       try {
         await receiveInto(
           Array.from({ length: 6 }, (_, n) => `s${n}`),
@@ -313,13 +352,44 @@ describeWithDatabase('InboxRelay: forwards ready at the same time share one tran
         assert.deepEqual(
           (await states()).map((row) => row.state),
           ['processed', 'processed', 'processed', 'pending', 'pending', 'pending'],
-          'the head and two followers',
+          'the head and two followers (half of maxFollowers 4)',
+        );
+        assert.equal(await none.get(InboxRelay).runOnce(), 1);
+        assert.deepEqual(
+          (await states()).map((row) => row.state),
+          ['processed', 'processed', 'processed', 'processed', 'pending', 'pending'],
+          'maxFollowers 0: the head alone',
         );
         while ((await small.get(InboxRelay).runOnce()) > 0);
         assert.deepEqual(await outboxOrder(), { small: [0, 1, 2, 3, 4, 5] });
       } finally {
         await small.app.close();
+        await none.app.close();
       }
+    });
+
+    it('a claim takes at most half of batchSize heads and half of maxFollowers; followers held count until their head is finished', async () => {
+      // 8 aggregates of 4 rows. batchSize 4 and maxFollowers 6: two heads and three followers a claim,
+      // so two claims' rows can be held at once, and a third claim gets heads but no followers
+      // until a claim before it is finished.
+      await receiveInto(
+        Array.from({ length: 32 }, (_, n) => `h${n}`),
+        (n) => `agg${n % 8}`,
+      );
+      const claims = new RelayClaims(t.app.get<Dialect>(QUEUEBOX_DIALECT), t.get(QueueBoxEvents), {
+        reader: new InboxFollowers(t.app.get<Dialect>(QUEUEBOX_DIALECT)),
+        batchSize: 4,
+        maxFollowers: 6,
+        logger: new Logger('test'),
+      });
+      const claim = () => claims.claim({ sources: ['orders'], limit: 4, leaseMs: 30_000 });
+      const shape = (heads: RelayClaim[]) => [heads.length, heads.reduce((n, head) => n + head.followers.length, 0)];
+      const first = await claim();
+      assert.deepEqual(shape(first), [2, 3], 'two heads (half of batchSize 4), three followers (half of maxFollowers 6)');
+      assert.deepEqual(shape(await claim()), [2, 3], 'a second claim: the other half');
+      assert.deepEqual(shape(await claim()), [2, 0], 'six followers held: heads only');
+      for (const head of first) claims.finished(head);
+      assert.deepEqual(shape(await claim()), [2, 3], 'the first claim finished: its three followers’ room is free again');
     });
 
     it('I6 with followers: a head whose claim is lost before the write forwards neither it nor its followers', async () => {
