@@ -63,12 +63,19 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
     const { batchSize, maxFollowers } = this.options;
     const followers = new InboxFollowers(dialect);
     const writer = new OutboxWriter(dialect, rootOptions.maxPayloadBytes);
-    this.claims = new RelayClaims(dialect, events, { reader: followers, batchSize, maxFollowers, logger: this.logger });
+    this.claims = new RelayClaims(dialect, events, { reader: followers, maxFollowers, logger: this.logger });
     this.routes = new RelayRoutes(this.options, rootOptions.tables.inbox.qualified, writer);
     // At most `batchSize` claims are held, so no batch could be bigger.
     this.batcher = new ForwardBatcher(dialect, lease, followers, writer, batchSize);
     this.loop = new ClaimLoop(
-      { name: NAME, ...this.options, reclaimTimerName: `queuebox:${instance.name}:relay-reclaim`, recovery },
+      {
+        name: NAME,
+        ...this.options,
+        // Half of batchSize a claim: the loop then holds two claims' heads (see RelayClaims).
+        claimLimit: Math.ceil(batchSize / 2),
+        reclaimTimerName: `queuebox:${instance.name}:relay-reclaim`,
+        recovery,
+      },
       {
         claim: (limit) => this.claim(limit),
         step: (claim, keeper, slot) =>

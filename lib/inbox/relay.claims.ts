@@ -16,8 +16,6 @@ export interface RelayClaim extends InboxClaim {
 /** How the relay's claims take followers (see `RelayClaims`). */
 export interface RelayFollowersOptions {
   reader: InboxFollowers;
-  /** `inbox.relay.batchSize`: a claim takes at most half of it in heads. */
-  batchSize: number;
   /** `inbox.relay.maxFollowers`: most followers held at once; a claim reads at most half of them. */
   maxFollowers: number;
   logger: Logger;
@@ -28,17 +26,18 @@ export interface RelayFollowersOptions {
  * by the relay's claim lock, each with its followers: so an aggregate advances by more than one row
  * per round trip of its head. And its reclaim step over those sources.
  *
- * With followers, one claim takes at most half of `batchSize` in heads and half of `maxFollowers`
- * in followers. The heads of one claim tend to finish together (their forwards share a
- * transaction), and the loop claims again once half its heads are finished: so a relay with a
- * backlog holds two claims' rows, and claims, reads and routes the next while the previous one's
- * transaction writes (issue 36: 16,000 to 25,000 msg/s in W5 against one claim's rows at a time).
+ * One claim reads at most half of `maxFollowers`, and the relay's loop asks for at most half of
+ * `batchSize` in heads (`claimLimit`, see InboxRelay). The heads of one claim tend to finish
+ * together (their forwards share a transaction), and the loop claims again once half its heads are
+ * finished: so a relay with a backlog holds two claims' rows, and claims, reads and routes the next
+ * while the previous one's transaction writes (issue 36: 16,000 to 25,000 msg/s in W5 against one
+ * claim's rows at a time).
  */
 export class RelayClaims {
   /** Followers read and not yet finished. */
   private followersHeld = 0;
 
-  /** With `followers`, each claim reads its heads' followers within those limits; without, it claims up to `limit` heads alone. */
+  /** With `followers`, each claim reads its heads' followers within those limits; without, it claims heads alone. */
   constructor(
     private readonly dialect: Dialect,
     private readonly events: QueueBoxEvents,
@@ -47,12 +46,11 @@ export class RelayClaims {
 
   async claim(p: { sources: string[]; limit: number; leaseMs: number }): Promise<RelayClaim[]> {
     if (p.sources.length === 0) return [];
-    const limit = this.followers ? Math.min(p.limit, half(this.followers.batchSize)) : p.limit;
-    const rows = await this.dialect.inboxRelayClaimBatch({ ...p, limit });
+    const rows = await this.dialect.inboxRelayClaimBatch(p);
     const heads: RelayClaim[] = rows.map((row) => ({ component: 'relay', table: 'inbox', leaseMs: p.leaseMs, followers: [], ...row }));
     if (!this.followers) return heads;
     const { reader, maxFollowers, logger } = this.followers;
-    const room = Math.min(half(maxFollowers), maxFollowers - this.followersHeld);
+    const room = Math.min(Math.ceil(maxFollowers / 2), maxFollowers - this.followersHeld);
     if (heads.length === 0 || room < 1) return heads;
     try {
       const read = await reader.read(heads, { room });
@@ -79,9 +77,4 @@ export class RelayClaims {
     for (const counts of result.byName) this.events.emit('queuebox:reclaimed', { component: 'relay', ...counts });
     return result;
   }
-}
-
-/** Half of `n`, rounded up: a budget of 1 is still one row a claim, of 0 none. */
-function half(n: number): number {
-  return Math.ceil(n / 2);
 }

@@ -26,6 +26,11 @@ export interface ClaimLoopOptions {
   concurrency: number;
   /** Most claims held at once (see WorkSlots); one claim statement fetches up to this many. */
   batchSize: number;
+  /**
+   * Most rows one claim statement asks for, when fewer than `batchSize` (the relay's half: see
+   * RelayClaims). A claim that returns this many is not short: the loop claims again at once.
+   */
+  claimLimit?: number;
   pollIntervalMs: number;
   shutdownTimeoutMs: number;
   /** The reclaim step runs at start and then at this interval; omit when claims take expired rows themselves. */
@@ -197,7 +202,7 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
 
   /** Claims one batch and works through all of it. Returns the claims, so a caller can look up their outcome. */
   async runBatch(): Promise<C[]> {
-    const claims = await this.work.claim(this.options.batchSize);
+    const claims = await this.work.claim(Math.min(this.options.batchSize, this.options.claimLimit ?? Number.POSITIVE_INFINITY));
     this.lastCycle = new Date();
     await Promise.all(claims.map((claim) => this.hold(claim, claims).done));
     return claims;
@@ -222,7 +227,7 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
         await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
-      const limit = capacity - this.slots.counted;
+      const limit = Math.min(capacity - this.slots.counted, this.options.claimLimit ?? Number.POSITIVE_INFINITY);
       const claims = await this.claim(limit);
       if (claims === undefined) continue;
       for (const claim of claims) this.hold(claim, claims);

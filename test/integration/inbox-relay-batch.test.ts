@@ -168,6 +168,41 @@ describeWithDatabase('InboxRelay: forwards ready at the same time share one tran
     assert.deepEqual(await db.query("SELECT count(*)::int AS n FROM queuebox_inbox WHERE state = 'processed'"), [{ n: 2 }]);
   });
 
+  it('a claim takes at most half of batchSize, so that the next is claimed while one is written', async () => {
+    await receive(40, 'half');
+    assert.equal(await relay.runOnce(), 25, 'half of the default batchSize of 50');
+    await drainRelay();
+    assert.deepEqual(await db.query('SELECT count(*)::int AS n FROM queuebox_outbox'), [{ n: 40 }]);
+  });
+
+  it('a backlog of rows without an aggregate drains claim after claim, without waiting for a poll interval', async () => {
+    // Each claim asks for half of batchSize and gets it: that is a full claim, not a short one
+    // (after which the relay would sleep pollIntervalMs, a minute here).
+    await Promise.all(
+      Array.from({ length: 40 }, (_, i) => inbox.receive({ source: 'orders', idempotencyKey: `unkeyed-${i}`, payload: { i } })),
+    );
+    const running = await createTestApp(db.url, {
+      workers: { outbox: false, relay: true, pull: false },
+      inbox: {
+        relay: {
+          routes: { orders: (message) => ({ destination: 'billing', payload: message.payload }) },
+          batchSize: 4,
+          pollIntervalMs: 60_000,
+        },
+      },
+    });
+    try {
+      await eventually(
+        async () => (await db.query("SELECT 1 FROM queuebox_inbox WHERE state <> 'processed'")).length === 0,
+        'the 40 rows to be forwarded',
+        10_000,
+      );
+    } finally {
+      await running.app.close();
+    }
+    assert.deepEqual(await db.query('SELECT count(*)::int AS n FROM queuebox_outbox'), [{ n: 40 }]);
+  });
+
   it('a message whose rows cannot be inserted fails only itself (dead at once: its id is taken); the rest of its batch is forwarded once', async () => {
     const taken = '00000000-0000-4000-8000-000000000001';
     routeBehaviour = () => ({ messageId: taken, destination: 'billing', payload: 'first' });
@@ -368,24 +403,23 @@ describeWithDatabase('InboxRelay: forwards ready at the same time share one tran
       }
     });
 
-    it('a claim takes at most half of batchSize heads and half of maxFollowers; followers held count until their head is finished', async () => {
-      // 8 aggregates of 4 rows. batchSize 4 and maxFollowers 6: two heads and three followers a claim,
-      // so two claims' rows can be held at once, and a third claim gets heads but no followers
-      // until a claim before it is finished.
+    it('a claim reads at most half of maxFollowers; followers held count until their head is finished', async () => {
+      // 8 aggregates of 4 rows, claims of two heads (the relay's loop asks for half of batchSize)
+      // and maxFollowers 6: three followers a claim, so two claims' rows can be held at once, and
+      // a third claim gets heads but no followers until a claim before it is finished.
       await receiveInto(
         Array.from({ length: 32 }, (_, n) => `h${n}`),
         (n) => `agg${n % 8}`,
       );
       const claims = new RelayClaims(t.app.get<Dialect>(QUEUEBOX_DIALECT), t.get(QueueBoxEvents), {
         reader: new InboxFollowers(t.app.get<Dialect>(QUEUEBOX_DIALECT)),
-        batchSize: 4,
         maxFollowers: 6,
         logger: new Logger('test'),
       });
-      const claim = () => claims.claim({ sources: ['orders'], limit: 4, leaseMs: 30_000 });
+      const claim = () => claims.claim({ sources: ['orders'], limit: 2, leaseMs: 30_000 });
       const shape = (heads: RelayClaim[]) => [heads.length, heads.reduce((n, head) => n + head.followers.length, 0)];
       const first = await claim();
-      assert.deepEqual(shape(first), [2, 3], 'two heads (half of batchSize 4), three followers (half of maxFollowers 6)');
+      assert.deepEqual(shape(first), [2, 3], 'two heads, three followers (half of maxFollowers 6)');
       assert.deepEqual(shape(await claim()), [2, 3], 'a second claim: the other half');
       assert.deepEqual(shape(await claim()), [2, 0], 'six followers held: heads only');
       for (const head of first) claims.finished(head);

@@ -21,12 +21,12 @@ function recorderWaitingFor(writes: (() => void)[]): OutcomeRecorder<TestClaim> 
   } as unknown as OutcomeRecorder<TestClaim>;
 }
 
-function setup(keyed: boolean) {
+function setup(keyed: boolean, claimLimit?: number) {
   let next = 0;
   const claimed: number[] = [];
   const writes: (() => void)[] = [];
   const loop = new ClaimLoop<TestClaim>(
-    { name: 'test loop', concurrency: 2, batchSize: 4, pollIntervalMs: 60_000, shutdownTimeoutMs: 1000 },
+    { name: 'test loop', concurrency: 2, batchSize: 4, claimLimit, pollIntervalMs: 60_000, shutdownTimeoutMs: 1000 },
     {
       claim: async (limit) => {
         claimed.push(limit);
@@ -98,6 +98,24 @@ describe('ClaimLoop', () => {
     for (const write of writes.splice(0)) write();
     await settledWhen(() => claimed.length >= 2);
     assert.deepEqual(claimed, [4, 4]);
+    const stopping = loop.stop();
+    for (let i = 0; i < 5; i++) {
+      await settle();
+      for (const write of writes.splice(0)) write();
+    }
+    await stopping;
+  });
+
+  it('claimLimit: a claim asks for at most that many, and one that got them all is not short: the loop claims again up to batchSize', async () => {
+    const { loop, claimed, writes } = setup(true, 2);
+    loop.start();
+    // Not a poll interval (60 s) between the two: the first claim was full, not short.
+    await settledWhen(() => writes.length >= 4);
+    assert.deepEqual(claimed, [2, 2]);
+    assert.equal(loop.inFlightCount, 4);
+    for (const write of writes.splice(0, 2)) write();
+    await settledWhen(() => claimed.length >= 3);
+    assert.deepEqual(claimed, [2, 2, 2], 'half the claims finished: the next claim, while the other half is in flight');
     const stopping = loop.stop();
     for (let i = 0; i < 5; i++) {
       await settle();
