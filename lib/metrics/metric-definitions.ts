@@ -1,5 +1,6 @@
 import { INSTANCE_STATES, type InstanceState } from '../dialects/dialect-rows';
 import type { QueueBoxEventMap, QueueBoxEventName } from '../events/queuebox.events';
+import type { QueueTable } from '../types/claims';
 
 /** The counters QueueBoxMetrics keeps. Names follow Prometheus conventions (`queuebox_` prefix, `_total`). */
 export type QueueBoxCounter =
@@ -177,6 +178,38 @@ export const DEAD_LETTERS_GAUGE = {
   labelNames: ['component', 'name', 'error_class'],
   top: 20,
 } as const;
+
+/** One series of `queuebox_dead_letters`. */
+export interface DeadLetterSeries {
+  component: QueueTable;
+  name: string;
+  errorClass: string;
+  count: number;
+}
+
+/** Dead rows of one component by (name, error class), as `QueueBoxAdmin.deadLetterClasses` counts them. */
+export type DeadLetterClassCounts = (component: QueueTable) => Promise<{ name: string; errorClass: string; count: number }[]>;
+
+/** Both components' dead rows by (name, error class), each bounded by `boundedSeries`: one query per table. */
+export async function deadLetterSeries(read: DeadLetterClassCounts): Promise<DeadLetterSeries[]> {
+  const series: DeadLetterSeries[] = [];
+  for (const component of ['outbox', 'inbox'] as const) series.push(...boundedSeries(component, await read(component)));
+  return series;
+}
+
+/** The `top` largest (name, error class) counts of one component, and the rest summed as `other` (see DEAD_LETTERS_GAUGE). */
+export function boundedSeries(
+  component: QueueTable,
+  counts: { name: string; errorClass: string; count: number }[],
+  top: number = DEAD_LETTERS_GAUGE.top,
+): DeadLetterSeries[] {
+  const sorted = [...counts].sort(
+    (a, b) => b.count - a.count || (a.name < b.name ? -1 : a.name > b.name ? 1 : a.errorClass < b.errorClass ? -1 : 1),
+  );
+  const kept = sorted.slice(0, top).map((c) => ({ component, ...c }));
+  const rest = sorted.slice(top).reduce((sum, c) => sum + c.count, 0);
+  return rest > 0 ? [...kept, { component, name: 'other', errorClass: 'other', count: rest }] : kept;
+}
 
 /** Duration histograms, in seconds; `outcome` is `success` or `failure`. */
 export const HISTOGRAMS: (MetricDefinition<QueueBoxHistogram> & { buckets: number[] })[] = [

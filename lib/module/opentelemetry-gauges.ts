@@ -8,6 +8,8 @@ import {
   BACKLOG_GAUGES,
   backlogLabel,
   DATABASE_WARNINGS_GAUGE,
+  DEAD_LETTERS_GAUGE,
+  deadLetterSeries,
   INSTANCES_GAUGE,
   instanceCounts,
   PAUSED_GAUGE,
@@ -21,11 +23,11 @@ import { ClaimPauses } from '../workers/claim-pauses';
  * The gauges of queuebox/prometheus as OpenTelemetry observable gauges, beside the counters and
  * histograms of QueueBoxOpenTelemetryMetrics, under the same names and attributes: read at each
  * collection of the application's MetricReader (its export interval): one backlog query, one of
- * the instances table, the pauses the claims read (no query while the workers read them), the
- * doctor's last examination. A read that fails leaves its gauges without points for that
- * collection (the health check reports the database). The dead letters by error class stay
- * Prometheus only. As for the counters, the meter is taken when the module is made or else at
- * bootstrap; with no MeterProvider by then nothing is observed.
+ * the instances table, one of each table's dead rows by error class, the pauses the claims read
+ * (no query while the workers read them), the doctor's last examination. A read that fails leaves
+ * its gauges without points for that collection (the health check reports the database). As for
+ * the counters, the meter is taken when the module is made or else at bootstrap; with no
+ * MeterProvider by then nothing is observed.
  */
 @Injectable()
 export class QueueBoxOpenTelemetryGauges implements OnApplicationBootstrap, OnModuleDestroy {
@@ -63,8 +65,14 @@ export class QueueBoxOpenTelemetryGauges implements OnApplicationBootstrap, OnMo
     const instances = gauge(INSTANCES_GAUGE, '{instance}');
     const warnings = gauge(DATABASE_WARNINGS_GAUGE, '{warning}');
     const paused = gauge(PAUSED_GAUGE);
+    const deadLetters = gauge(DEAD_LETTERS_GAUGE, '{message}');
     const observe = async (result: OpenTelemetry.BatchObservableResult) => {
-      const [rows, instanceRows, pauseRows] = await Promise.allSettled([this.admin.backlog(), this.admin.instances(), this.pauses.rows()]);
+      const [rows, instanceRows, pauseRows, deadRows] = await Promise.allSettled([
+        this.admin.backlog(),
+        this.admin.instances(),
+        this.pauses.rows(),
+        deadLetterSeries((component) => this.admin.deadLetterClasses({ component })),
+      ]);
       if (rows.status === 'fulfilled') {
         // Configured names read 0 when they have no row, as in Prometheus.
         const configured = { outbox: this.outbox.configuredDestinations(), inbox: this.inbox.consumedSources() };
@@ -85,9 +93,14 @@ export class QueueBoxOpenTelemetryGauges implements OnApplicationBootstrap, OnMo
           result.observe(paused, 1, { ...base, component: row.component, name: row.name });
         }
       }
+      if (deadRows.status === 'fulfilled') {
+        for (const s of deadRows.value) {
+          result.observe(deadLetters, s.count, { ...base, component: s.component, name: s.name, error_class: s.errorClass });
+        }
+      }
       for (const [code, count] of this.doctor.warningCounts()) result.observe(warnings, count, { ...base, code });
     };
-    const observables = [...backlog.map((b) => b.gauge), instances, warnings, paused];
+    const observables = [...backlog.map((b) => b.gauge), instances, warnings, paused, deadLetters];
     meter.addBatchObservableCallback(observe, observables);
     this.stop = () => meter.removeBatchObservableCallback(observe, observables);
   }

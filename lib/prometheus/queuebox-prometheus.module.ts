@@ -14,6 +14,8 @@ import {
   COUNTERS,
   DATABASE_WARNINGS_GAUGE,
   DEAD_LETTERS_GAUGE,
+  type DeadLetterSeries,
+  deadLetterSeries,
   HISTOGRAMS,
   INSTANCES_GAUGE,
   instanceCounts,
@@ -53,14 +55,6 @@ class RecentRead<T> {
     this.last = next;
     return next.value;
   }
-}
-
-/** One series of `queuebox_dead_letters`. */
-interface DeadLetterSeries {
-  component: string;
-  name: string;
-  errorClass: string;
-  count: number;
 }
 
 /** The label every QueueBox metric carries: the QueueBox's name (`default` unless named). Not `instance`, which Prometheus gives the scrape target. */
@@ -124,7 +118,7 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
       this.watched.set(entry, {
         unsubscribe,
         backlog: new RecentRead(() => entry.get(QueueBoxAdmin).backlog()),
-        deadLetters: new RecentRead(() => deadLetterSeries(entry.get(QueueBoxAdmin))),
+        deadLetters: new RecentRead(() => deadLetterSeries((component) => entry.get(QueueBoxAdmin).deadLetterClasses({ component }))),
         instances: new RecentRead(() => entry.get(QueueBoxAdmin).instances()),
         known: { outbox: new Set(), inbox: new Set() },
         last: new Map(),
@@ -262,29 +256,6 @@ export class QueueBoxPrometheusExporter implements OnModuleInit, OnModuleDestroy
       }
     }
   }
-}
-
-/** Both components' dead rows by (name, error class), each bounded by `boundedSeries`: one query per table. */
-async function deadLetterSeries(admin: QueueBoxAdmin): Promise<DeadLetterSeries[]> {
-  const series: DeadLetterSeries[] = [];
-  for (const component of ['outbox', 'inbox'] as const) {
-    series.push(...boundedSeries(component, await admin.deadLetterClasses({ component })));
-  }
-  return series;
-}
-
-/** The `top` largest (name, error class) counts of one component, and the rest summed as `other` (see DEAD_LETTERS_GAUGE). */
-export function boundedSeries(
-  component: string,
-  counts: { name: string; errorClass: string; count: number }[],
-  top: number = DEAD_LETTERS_GAUGE.top,
-): DeadLetterSeries[] {
-  const sorted = [...counts].sort(
-    (a, b) => b.count - a.count || (a.name < b.name ? -1 : a.name > b.name ? 1 : a.errorClass < b.errorClass ? -1 : 1),
-  );
-  const kept = sorted.slice(0, top).map((c) => ({ component, ...c }));
-  const rest = sorted.slice(top).reduce((sum, c) => sum + c.count, 0);
-  return rest > 0 ? [...kept, { component, name: 'other', errorClass: 'other', count: rest }] : kept;
 }
 
 type GaugeDefinition = (typeof GAUGES)[number];

@@ -264,6 +264,8 @@ describeWithDatabase('OpenTelemetry: the global propagator and the Meter API', e
     assert.equal(typeof gauge('queuebox.inbox_oldest_pending_age_seconds', { ...base, source: 'ledger' }), 'number');
     assert.equal(gauge('queuebox.paused', { ...base, component: 'outbox', name: 'billing' }), 1);
     assert.equal(gauge('queuebox.instances', { ...base, state: 'dead' }), 0);
+    // The dead row has no attempt history: its error class is `unknown`, as in Prometheus.
+    assert.equal(gauge('queuebox.dead_letters', { ...base, component: 'outbox', name: 'billing', error_class: 'unknown' }), 1);
     // Every code has its point (0 unless the doctor's last examination found it).
     for (const code of DATABASE_WARNING_CODES) assert.equal(typeof gauge('queuebox.database_warnings', { ...base, code }), 'number', code);
     // Read again at the next collection: the database as it is now.
@@ -272,5 +274,12 @@ describeWithDatabase('OpenTelemetry: the global propagator and the Meter API', e
     gauge = await collect();
     assert.equal(gauge('queuebox.outbox_pending_messages', { ...base, destination: 'billing' }), 0);
     assert.equal(gauge('queuebox.paused', { ...base, component: 'outbox', name: 'billing' }), undefined);
+    await db.query(`DELETE FROM queuebox_outbox WHERE state = 'dead'`);
+    gauge = await collect();
+    assert.equal(
+      gauge('queuebox.dead_letters', { ...base, component: 'outbox', name: 'billing', error_class: 'unknown' }),
+      undefined,
+      'no dead row: no point',
+    );
   });
 });
