@@ -21,9 +21,9 @@ export class InboxFollowers {
    * aggregate's first row that is not yet due; none behind a head that is no longer first of its
    * aggregate (the dialect's read). A follower is not claimed: it rides on its head's claim (its
    * `token` and lease are the head's, `headId` names it), since no claim takes a row of an
-   * aggregate while its head is in flight. Complete
-   * followers with `complete` after their heads' fenced completion, in the same transaction:
-   * that completion is what fences them. Returned by head, in id order.
+   * aggregate while its head is in flight. Complete followers with `complete` after their heads'
+   * fenced completion, in the same transaction: that completion is what fences them. Returned by
+   * head, in id order.
    */
   async read(heads: readonly InboxClaim[], p: { room: number; manager?: EntityManager }): Promise<Map<InboxClaim, InboxClaim[]>> {
     const byHead = new Map<InboxClaim, InboxClaim[]>();

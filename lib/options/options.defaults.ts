@@ -17,7 +17,10 @@ export const DEFAULT_ATTEMPT_HISTORY = 10;
 /** Sleep between claims when there is nothing to do (`outbox`, `inbox.relay`, `pull` `.pollIntervalMs`). */
 export const DEFAULT_POLL_INTERVAL_MS = SECOND_MS;
 
-/** Most rows claimed by one claim statement (`outbox.batchSize`, `inbox.relay.batchSize`). */
+/**
+ * Most claims held at once (`outbox.batchSize`, `inbox.relay.batchSize`): the outbox claims up to
+ * that many in one statement, the relay up to half (see RelayClaims).
+ */
 export const DEFAULT_BATCH_SIZE = 50;
 
 /**
