@@ -1,12 +1,20 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, it } from 'node:test';
 import { Client } from 'pg';
-import { KEY_LOCKS_PER_CLAIM } from '../../lib/dialects/postgres/claim-functions.sql';
-import { describeWithDatabase } from '../support/database';
+import {
+  type ClaimFunctions,
+  claimFunctionNames,
+  claimFunctions,
+  KEY_LOCKS_PER_CLAIM,
+} from '../../lib/dialects/postgres/claim-functions.sql';
+import { resolveTables } from '../../lib/options/options.resolver';
+import { describeWithDatabase, eventually } from '../support/database';
 
 // Issue 36: keyed claims of the claim functions (migration 013) take the claim lock shared and try
 // the key lock of each head they find without waiting, instead of taking the claim lock alone. Two
 // claims then run side by side, and a claim passes over the keys another claim holds and reads on.
+// The window between a search's snapshot and its key lock is held open by a copy of the claim
+// function whose key locks wait a second (slowCopy): a claim that commits in it is seen.
 // test/integration/ordering.test.ts races claimers and replicas over rows of one key committed out
 // of id order; test/integration/unkeyed-claims.test.ts shows a keyed claim still waits for a claim
 // lock held exclusively (the query-string claim, a process of an earlier version).
@@ -21,6 +29,8 @@ const rowsOf =
 
 interface Kind {
   name: string;
+  /** Its claim function. */
+  fn: keyof ClaimFunctions;
   /** Inserts a row for each key of `$1` (a text[]), in order, returning their ids as text. */
   insertSql: string;
   /** The claim function's call for up to `limit` rows: the ids and keys it claimed. */
@@ -29,8 +39,9 @@ interface Kind {
   inFlightSql: string;
 }
 
-const inboxKind = (name: string, source: string, claim: Kind['claim']): Kind => ({
+const inboxKind = (name: string, fn: 'relay' | 'pull', source: string, claim: Kind['claim']): Kind => ({
   name,
+  fn,
   insertSql: `INSERT INTO queuebox_inbox (source, idempotency_key, aggregate_id, payload)
     SELECT '${source}', gen_random_uuid()::text, k, '{}' FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n RETURNING id::text`,
   claim,
@@ -40,6 +51,7 @@ const inboxKind = (name: string, source: string, claim: Kind['claim']): Kind => 
 const KINDS: Kind[] = [
   {
     name: 'outbox',
+    fn: 'outbox',
     insertSql: `INSERT INTO queuebox_outbox (message_id, destination, "key", payload)
       SELECT gen_random_uuid(), 'd', k, '{}' FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n RETURNING id::text`,
     claim: (limit = 10) => `SELECT id::text, "key" AS k FROM queuebox_outbox_claim(${limit}, 60000, NULL)`,
@@ -47,10 +59,12 @@ const KINDS: Kind[] = [
   },
   inboxKind(
     'relay',
+    'relay',
     'relayed',
     (limit = 10) => `SELECT id::text, aggregate_id AS k FROM queuebox_inbox_relay_claim(${limit}, 60000, ARRAY['relayed'], NULL)`,
   ),
   inboxKind(
+    'pull',
     'pull',
     'pulled',
     (limit = 10) => `SELECT id::text, aggregate_id AS k FROM queuebox_inbox_pull_claim(${limit}, 60000, 'pulled', NULL)`,
@@ -59,6 +73,27 @@ const KINDS: Kind[] = [
 
 /** Inserts a row of `kind` with key `key` through `run`; resolves to its id. */
 const insert = async (run: Run, kind: Kind, key: string) => (await run<{ id: string }>(kind.insertSql, [[key]]))[0].id;
+
+/** Takes a key lock as `pg_try_advisory_xact_lock(int, int)` does, a second later (see slowCopy). */
+const SLOW_TRY_LOCK = `CREATE OR REPLACE FUNCTION queuebox_test_slow_try_lock(integer, integer) RETURNS boolean
+  LANGUAGE sql VOLATILE AS $$ SELECT pg_sleep(1) IS NOT NULL AND pg_try_advisory_xact_lock($1, $2) $$`;
+
+/** `kind`'s claim function as migrations write it, named `<name>_slow`, each key lock tried through queuebox_test_slow_try_lock. */
+function slowCopy(kind: Kind): { create: string; signature: string; call: Kind['claim'] } {
+  const names = claimFunctionNames(resolveTables());
+  const fn = claimFunctions(resolveTables())[kind.fn];
+  const name = names[kind.fn];
+  const slowName = `${name.slice(0, -1)}_slow"`;
+  assert.ok(fn.create.includes('pg_try_advisory_xact_lock('), 'the keyed search tries key locks');
+  return {
+    create: fn.create.replace(name, slowName).replaceAll('pg_try_advisory_xact_lock(', 'queuebox_test_slow_try_lock('),
+    signature: fn.signature.replace(name, slowName),
+    call: (limit) => kind.claim(limit).replace(`${name.slice(1, -1)}(`, `${slowName.slice(1, -1)}(`),
+  };
+}
+
+/** The backend process id of `client`'s session. */
+const processId = (client: Client) => (client as unknown as { processID: number }).processID;
 
 /** `<prefix>0`, ..., `<prefix><count - 1>`: as many keys. */
 const keysOf = (prefix: string, count: number) => Array.from({ length: count }, (_, n) => `${prefix}${n}`);
@@ -143,7 +178,7 @@ describeWithDatabase(
       (
         await db.query<{ mode: string; n: number }>(
           `SELECT mode, count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 GROUP BY mode ORDER BY mode`,
-          [(client as unknown as { processID: number }).processID],
+          [processId(client)],
         )
       ).map(({ mode, n }) => `${mode} ${n}`);
 
@@ -199,6 +234,39 @@ describeWithDatabase(
       await second.query('ROLLBACK');
       await first.query('COMMIT');
     });
+
+    for (const kind of KINDS) {
+      it(`${kind.name}: a claim of the key that commits between a search's snapshot and its key lock is seen by the claim statement, which takes nothing`, async () => {
+        // A copy of the claim function whose key locks wait a second before they are tried: the
+        // window between the search's snapshot and the key lock, held open where a test can act.
+        const slow = slowCopy(kind);
+        await db.query(SLOW_TRY_LOCK);
+        await db.query(slow.create);
+        try {
+          const key = `${kind.name}-window`;
+          // `earlier` is inserted first but commits last: the slow search sees `later` as the head.
+          await producer.query('BEGIN');
+          const earlier = await insert(rowsOf(producer), kind, key);
+          const later = await insert(db.query.bind(db), kind, key);
+          const slowClaim = first.query<{ id: string; k: string }>(slow.call());
+          await eventually(
+            async () =>
+              (await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = $2', [processId(first), 'PgSleep'])).length >
+              0,
+            'the slow search to wait before its key lock',
+          );
+          // In the window: `earlier` commits, and a claim takes it (the key lock is free still).
+          await producer.query('COMMIT');
+          assert.deepEqual((await second.query(kind.claim())).rows, [{ id: earlier, k: key }]);
+          // The search found `later` as its key's head in its snapshot; the claim statement, in a
+          // snapshot taken after the key lock was granted, sees `earlier` in flight.
+          assert.deepEqual((await slowClaim).rows, [], 'nothing claimed');
+          assert.deepEqual(await db.query(kind.inFlightSql, [key]), [{ id: earlier }], `one row of the key in flight (later: ${later})`);
+        } finally {
+          await db.query(`DROP FUNCTION IF EXISTS ${slow.signature}`);
+        }
+      });
+    }
 
     for (const kind of KINDS) {
       it(`${kind.name}: a second claim passes over the keys the first holds and reads on to a full batch`, async () => {
