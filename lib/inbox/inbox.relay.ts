@@ -23,7 +23,7 @@ import type { StepOutcome } from '../workers/outcome-recorder';
 import type { WorkSlot } from '../workers/work-slots';
 import { SingleLoopWorker } from '../workers/worker-shell';
 import { type Forward, ForwardBatcher } from './forward-batcher';
-import { type RelayClaim, RelayClaims } from './relay.claims';
+import { claimShare, type RelayClaim, RelayClaims } from './relay.claims';
 import { RelayRoutes } from './relay.routes';
 
 const NAME = 'inbox relay';
@@ -72,7 +72,7 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
         name: NAME,
         ...this.options,
         // Half of batchSize a claim: the loop then holds two claims' heads (see RelayClaims).
-        claimLimit: Math.ceil(batchSize / 2),
+        claimLimit: claimShare(batchSize),
         reclaimTimerName: `queuebox:${instance.name}:relay-reclaim`,
         recovery,
       },

@@ -13,6 +13,14 @@ export interface RelayClaim extends InboxClaim {
   readonly followers: InboxClaim[];
 }
 
+/** Claims a relay holds at once: it claims, reads and routes one while the other's transaction writes (see `RelayClaims`). */
+const CLAIMS_HELD = 2;
+
+/** One claim's share of a relay budget (`batchSize` in heads, `maxFollowers` in followers), rounded up. */
+export function claimShare(budget: number): number {
+  return Math.ceil(budget / CLAIMS_HELD);
+}
+
 /** How the relay's claims take followers (see `RelayClaims`). */
 export interface RelayFollowersOptions {
   reader: InboxFollowers;
@@ -27,7 +35,7 @@ export interface RelayFollowersOptions {
  * per round trip of its head. And its reclaim step over those sources.
  *
  * One claim reads at most half of `maxFollowers`, and the relay's loop asks for at most half of
- * `batchSize` in heads (`claimLimit`, see InboxRelay). The heads of one claim tend to finish
+ * `batchSize` in heads (`claimShare`, the loop's `claimLimit` in InboxRelay). The heads of one claim tend to finish
  * together (their forwards share a transaction), and the loop claims again once half its heads are
  * finished: so a relay with a backlog holds two claims' rows, and claims, reads and routes the next
  * while the previous one's transaction writes (issue 36, W5 relay with 5,000 followers held:
@@ -50,7 +58,7 @@ export class RelayClaims {
     const heads: RelayClaim[] = rows.map((row) => ({ component: 'relay', table: 'inbox', leaseMs: p.leaseMs, followers: [], ...row }));
     if (!this.followers) return heads;
     const { reader, maxFollowers, logger } = this.followers;
-    const room = Math.min(Math.ceil(maxFollowers / 2), maxFollowers - this.followersHeld);
+    const room = Math.min(claimShare(maxFollowers), maxFollowers - this.followersHeld);
     if (heads.length === 0 || room < 1) return heads;
     try {
       const read = await reader.read(heads, { room });

@@ -105,6 +105,8 @@ export interface BatchedSteps<C extends WorkerClaim<unknown>> {
  */
 export class ClaimLoop<C extends WorkerClaim<unknown>> {
   private readonly slots: WorkSlots<C>;
+  /** Most rows one claim statement asks for: `batchSize`, or `claimLimit` when smaller. */
+  private readonly perClaim: number;
   private readonly failures: ClaimFailures;
   private readonly reclaimTimer?: ReclaimTimer;
   private readonly waker = new Waker();
@@ -134,6 +136,7 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
         if (this.sleepingFull) this.wakeIfRunning();
       },
     });
+    this.perClaim = Math.min(options.batchSize, options.claimLimit ?? options.batchSize);
     this.failures = new ClaimFailures(options.name, options.pollIntervalMs, logger, options.recovery);
     if (work.reclaim && options.reclaimIntervalMs) {
       const timerName = options.reclaimTimerName ?? `queuebox:${options.name.replace(/\s+/g, '-')}:reclaim`;
@@ -202,7 +205,7 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
 
   /** Claims one batch and works through all of it. Returns the claims, so a caller can look up their outcome. */
   async runBatch(): Promise<C[]> {
-    const claims = await this.work.claim(Math.min(this.options.batchSize, this.options.claimLimit ?? Number.POSITIVE_INFINITY));
+    const claims = await this.work.claim(this.perClaim);
     this.lastCycle = new Date();
     await Promise.all(claims.map((claim) => this.hold(claim, claims).done));
     return claims;
@@ -227,7 +230,7 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
         await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
-      const limit = Math.min(capacity - this.slots.counted, this.options.claimLimit ?? Number.POSITIVE_INFINITY);
+      const limit = Math.min(capacity - this.slots.counted, this.perClaim);
       const claims = await this.claim(limit);
       if (claims === undefined) continue;
       for (const claim of claims) this.hold(claim, claims);

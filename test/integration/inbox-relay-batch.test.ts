@@ -143,7 +143,8 @@ describeWithDatabase('InboxRelay: forwards ready at the same time share one tran
       await blocker.query('SELECT id FROM queuebox_inbox WHERE id = $1 FOR UPDATE', [first.id]);
       hold.open();
       await eventually(
-        async () => (await db.query('SELECT 1 FROM pg_locks WHERE NOT granted')).length > 0,
+        async () =>
+          (await db.query("SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).length > 0,
         'the first forward to wait for the row lock',
       );
       routeBehaviour = (message) => ({ destination: 'billing', key: message.aggregateId, payload: message.payload });
