@@ -63,6 +63,9 @@ type Finished = (typeof FINISHED)[QueueTable];
 
 const ALL_IDS: CompletedIds = { has: () => true };
 
+/** Marks a statement `run` may keep prepared (see `SqlDialect.run`). */
+export const REPEATED = 'repeated';
+
 /** The statement builders `SqlDialect` runs; each dialect folder writes them in its own SQL. */
 export interface SqlDialectStatements {
   outboxReclaimSql(table: string): string;
@@ -182,8 +185,17 @@ export abstract class SqlDialect<J> {
   protected abstract readonly params: SqlDialectParams;
   protected abstract readonly decoding: RecordDecoding<J>;
 
-  /** Runs one of QueueBox's own statements; in `manager`'s transaction when given. */
-  protected abstract run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>>;
+  /**
+   * Runs one of QueueBox's own statements; in `manager`'s transaction when given. `REPEATED`: a
+   * statement the workers send with the same text at every batch or message (completions, the
+   * followers' read and completion), which a dialect may keep prepared on each connection.
+   */
+  protected abstract run<T>(
+    statement: string,
+    params: unknown[],
+    manager?: EntityManager,
+    repeated?: typeof REPEATED,
+  ): Promise<SqlResult<T>>;
   /** Runs an admin statement (an operator waits for it). */
   protected abstract runAdmin<T>(statement: string, params: unknown[]): Promise<SqlResult<T>>;
 
@@ -303,6 +315,7 @@ export abstract class SqlDialect<J> {
       this.statements.inboxFollowersSql(this.table.inbox),
       [this.params.text(JSON.stringify(p.heads)), this.params.int(p.perHead)],
       p.manager,
+      REPEATED,
     );
     return rows.map((r) => toInboxFollowerRow(r, this.decoding)).sort((a, b) => byId(a.message, b.message));
   }
@@ -316,6 +329,7 @@ export abstract class SqlDialect<J> {
       this.statements.inboxCompleteFollowersSql(this.table.inbox),
       this.params.followers(p.followers),
       p.manager,
+      REPEATED,
     );
     return new Set(rows.map((r) => String(r.id)));
   }
@@ -332,11 +346,11 @@ export abstract class SqlDialect<J> {
   async leaseComplete(p: FenceParams & { manager?: EntityManager; deleteRow?: boolean }): Promise<boolean> {
     if (p.deleteRow) {
       const statement = this.statements.leaseDeleteSql(this.table[p.table], this.attemptsTable[p.table]);
-      const { rows } = await this.run<{ n: number | string }>(statement, this.params.fence(p), p.manager);
+      const { rows } = await this.run<{ n: number | string }>(statement, this.params.fence(p), p.manager, REPEATED);
       return rows.length === 1 && Number(rows[0].n) === 1;
     }
     const statement = this.statements.leaseCompleteSql(this.table[p.table], FINISHED[p.table]);
-    const { affected } = await this.run(statement, this.params.fence(p), p.manager);
+    const { affected } = await this.run(statement, this.params.fence(p), p.manager, REPEATED);
     return affected === 1;
   }
 
@@ -349,7 +363,7 @@ export abstract class SqlDialect<J> {
     const statement = p.deleteRows
       ? this.statements.leaseDeleteBatchSql(this.table[p.table], this.attemptsTable[p.table])
       : this.statements.leaseCompleteBatchSql(this.table[p.table], FINISHED[p.table]);
-    const { rows } = await this.run<{ id: string }>(statement, this.params.claims(p.claims), p.manager);
+    const { rows } = await this.run<{ id: string }>(statement, this.params.claims(p.claims), p.manager, REPEATED);
     if (this.completeBatchReturns === 'completed') return new Set(rows.map((r) => String(r.id)));
     // The statement returned the ids it did not complete: usually none, so no row per message.
     if (rows.length === 0) return ALL_IDS;

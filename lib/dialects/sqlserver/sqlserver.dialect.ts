@@ -391,6 +391,8 @@ export class SqlServerDialect extends SqlDialect<string> implements Dialect {
    * has; outside a transaction (no manager, or one whose runner has none open, such as the pull
    * workers' renewal connection: TypeORM's SQL Server runner then sends its statements to the pool)
    * at READ COMMITTED, whatever level the pooled connection was left at (PINNED_READ_COMMITTED).
+   * Repeated statements go as the others: SQL Server keeps the plan of each parameterized text
+   * (`sp_executesql`) in its plan cache, so there is no parse and plan per call to save.
    */
   protected async run<T>(statement: string, params: unknown[], manager?: EntityManager): Promise<SqlResult<T>> {
     const sent = manager?.queryRunner?.isTransactionActive ? statement : `${PINNED_READ_COMMITTED}${statement}`;
