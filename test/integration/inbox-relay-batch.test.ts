@@ -246,6 +246,64 @@ describeWithDatabase('InboxRelay: forwards ready at the same time share one tran
     );
   });
 
+  it('two forward transactions that insert the same two message ids in opposite orders deadlock; the one PostgreSQL aborts is written forward by forward, its messages dead as duplicates', async () => {
+    const [x, y] = ['00000000-0000-4000-8000-00000000000a', '00000000-0000-4000-8000-00000000000b'];
+    // Before the second row of each insert, a pause: each transaction holds the index entry of its
+    // first id while the other inserts it, then asks for its second one, which the other holds.
+    await db.query(`CREATE FUNCTION queuebox_test_pause_second() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.payload ? 'second' THEN PERFORM pg_sleep(0.5); END IF; RETURN NEW; END $$`);
+    await db.query(`CREATE TRIGGER queuebox_test_pause_second BEFORE INSERT ON queuebox_outbox
+      FOR EACH ROW EXECUTE FUNCTION queuebox_test_pause_second()`);
+    try {
+      const messageIds: Record<string, { messageId: string; payload: object }> = {
+        'first-1': { messageId: x, payload: {} },
+        'first-2': { messageId: y, payload: { second: true } },
+        'second-1': { messageId: y, payload: {} },
+        'second-2': { messageId: x, payload: { second: true } },
+      };
+      routeBehaviour = (message) => ({ destination: 'billing', ...messageIds[message.idempotencyKey] });
+      const receiveTwo = async (prefix: string) => {
+        for (const n of [1, 2]) await inbox.receive({ source: 'orders', idempotencyKey: `${prefix}-${n}`, payload: {} });
+      };
+      await receiveTwo('first');
+      const firstRoutes = holdRoutes();
+      const first = relay.runOnce();
+      await eventually(async () => routed.length === 2, 'the first claim to be routed');
+      await receiveTwo('second');
+      const secondRoutes = holdRoutes();
+      const second = relay.runOnce();
+      await eventually(async () => routed.length === 4, 'the second claim to be routed');
+      firstRoutes.open();
+      await eventually(
+        async () =>
+          (await db.query("SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'")).length > 0,
+        'the first transaction to pause before its second row',
+      );
+      secondRoutes.open();
+      assert.deepEqual(await Promise.all([first, second]), [2, 2]);
+    } finally {
+      await db.query('DROP TRIGGER queuebox_test_pause_second ON queuebox_outbox');
+      await db.query('DROP FUNCTION queuebox_test_pause_second()');
+    }
+    const outbox = await db.query<{ message_id: string; xmin: string }>(
+      'SELECT message_id, xmin::text FROM queuebox_outbox ORDER BY message_id',
+    );
+    assert.deepEqual(
+      outbox.map((row) => row.message_id),
+      [x, y],
+    );
+    assert.equal(new Set(outbox.map((row) => row.xmin)).size, 1, 'both ids from the transaction that committed');
+    const rows = await db.query<{ idempotency_key: string; state: string; last_error: string | null }>(
+      'SELECT idempotency_key, state, last_error FROM queuebox_inbox ORDER BY id',
+    );
+    const won = rows.filter((row) => row.state === 'processed').map((row) => row.idempotency_key);
+    assert.ok(won.join() === 'first-1,first-2' || won.join() === 'second-1,second-2', `one transaction's two messages: ${won.join()}`);
+    for (const row of rows.filter((row) => row.state !== 'processed')) {
+      assert.equal(row.state, 'dead', row.idempotency_key);
+      assert.match(row.last_error ?? '', /DuplicateMessageIdError/);
+    }
+  });
+
   describe('followers: the rows right after a claimed head of an aggregate go with it', () => {
     const receiveInto = async (keys: string[], aggregate: (n: number) => string) => {
       const ids: string[] = [];
