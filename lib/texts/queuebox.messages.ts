@@ -135,9 +135,9 @@ export const messages = {
     `${name}: every one of its concurrency slots is held by calls that timed out and still run (they ignore their abort signal): it claims nothing until one ends, and gave back what was waiting for a slot, for other replicas to take. Make the handler or publisher honour its signal.`,
   claimingResumed: (name: string) => `${name}: a slot held by a timed-out call was freed; claiming again.`,
   preparedStatementsLost: (name: string, code: string, inTransaction: boolean) =>
-    `the statement ${name}, prepared on its connection, was not found there (SQLSTATE ${code}): a pooler in transaction mode (PgBouncer before 1.21, or without max_prepared_statements) hands each transaction another server session. Claims and completions are sent unprepared from now on (parsed at every call); ${
+    `the statement ${name}, prepared on its connection, was not found there (SQLSTATE ${code}): a pooler in transaction mode (PgBouncer before 1.21, or without max_prepared_statements) hands each transaction another server session. Claims and QueueBox's other prepared statements are sent unprepared from now on (parsed at every call); ${
       inTransaction
-        ? 'the transaction it ran in failed, and its messages are tried again as after any failed attempt.'
+        ? "the transaction it ran in failed and rolled back (a pull handler's or a relay forward's messages are tried again, as after any failed attempt)."
         : 'it was sent again unprepared, and nothing was lost.'
     }`,
   claimFunctionsOutdated: (migration: string) =>

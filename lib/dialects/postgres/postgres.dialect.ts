@@ -120,7 +120,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    * False once a connection lost one of QueueBox's prepared statements (a pooler that hands out
    * another session): claims and repeated statements go unnamed from then on.
    */
-  private preparedCalls = true;
+  private preparesStatements = true;
   /** The repeated statements (`REPEATED`) met so far, by text: a few per table, each with its name. */
   private readonly repeatedStatements = new Map<string, PreparedStatement>();
   /**
@@ -381,7 +381,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
 
   /** `alone` as a prepared statement of the session while they hold; one that was lost is sent again unprepared. */
   private async alonePrepared<T>(client: PgClient, statement: PreparedStatement, params: unknown[]): Promise<SqlResult<T>> {
-    if (this.preparedCalls) {
+    if (this.preparesStatements) {
       try {
         return await alone<T>(client, statement.text, params, this.queryTimeoutMs, statement.name);
       } catch (error) {
@@ -395,8 +395,8 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   private preparedStatementLost(error: unknown, statement: PreparedStatement, inTransaction: boolean): boolean {
     const code = (error as { code?: string }).code;
     if (code !== PREPARED_STATEMENT_MISSING && code !== PREPARED_STATEMENT_TAKEN) return false;
-    if (this.preparedCalls) {
-      this.preparedCalls = false;
+    if (this.preparesStatements) {
+      this.preparesStatements = false;
       this.log.warn(messages.preparedStatementsLost(statement.name, code, inTransaction));
     }
     return true;
@@ -461,7 +461,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    */
   protected run<T>(statement: string, params: unknown[], manager?: EntityManager, repeated?: typeof REPEATED): Promise<SqlResult<T>> {
     const runner = manager?.queryRunner;
-    const prepared = repeated && this.preparedCalls ? this.repeatedStatement(statement) : undefined;
+    const prepared = repeated && this.preparesStatements ? this.repeatedStatement(statement) : undefined;
     if (runner?.isTransactionActive) {
       return prepared ? this.preparedInTransaction<T>(runner, prepared, params) : runSql<T>(this.dataSource, statement, params, manager);
     }
