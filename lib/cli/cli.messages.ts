@@ -103,6 +103,9 @@ export const cliMessages = {
   rowIdMissing: (command: string) => `${command} needs the row id: queuebox ${command} <id> --component outbox|inbox.`,
   extraArguments: (values: readonly string[]) => `unexpected argument(s) ${values.map((v) => JSON.stringify(v)).join(' ')}.`,
   componentMissing: () => '--component is required: outbox or inbox.',
+  /** After an empty outbox search that a deleted sent row would explain: the CLI cannot know the app's `outbox.sentRows`. */
+  sentRowsMayBeDeleted: () =>
+    "An application with outbox.sentRows: 'delete' keeps no sent rows: a message it sent is not found here (docs/delivery.md).",
   componentInvalid: (value: string) => `--component ${JSON.stringify(value)} must be outbox or inbox.`,
   optionRequired: (option: string, why: string) => `${option} is required ${why}.`,
   optionNotHere: (option: string, where: string) => `${option} applies to ${where} only.`,

@@ -64,6 +64,14 @@ describe('queuebox messages', () => {
       text.stdout,
       new RegExp(`${dead.id}\\s+${dead.message_id}\\s+billing\\s+order-124\\s+dead\\s+5\\s+2026-12-01T11:00:00Z\\s+-\\s+HTTP 503`),
     );
+    // The CLI does not know the app's outbox.sentRows: an empty search a deleted sent row would explain says so.
+    const noneSent = await queuebox(['messages', '--url', url, '--state', 'sent', '--key', 'nope']);
+    assert.equal(noneSent.code, 0, noneSent.stderr);
+    assert.match(noneSent.stdout, /No outbox messages match\.\nAn application with outbox\.sentRows: 'delete' keeps no sent rows/);
+    const unknownId = await queuebox(['messages', '--url', url, '--id', '00000000-0000-4000-8000-000000000000']);
+    assert.match(unknownId.stdout, /keeps no sent rows/);
+    const noneDead = await queuebox(['messages', '--url', url, '--state', 'dead', '--key', 'nope']);
+    assert.doesNotMatch(noneDead.stdout, /sentRows/, 'no hint where a deleted sent row cannot be the reason');
     const scanned = await queuebox(['messages', '--url', url, '--key', 'nope', '--scan', '2']);
     assert.equal(scanned.code, 0, scanned.stderr);
     assert.match(

@@ -117,8 +117,11 @@ Examples:
         return 0;
       }
       io.out(`Database: ${target.masked} (${target.type})`);
-      if (result.rows.length === 0) io.out(`No ${component} messages match.`);
-      else {
+      if (result.rows.length === 0) {
+        io.out(`No ${component} messages match.`);
+        if (component === 'outbox' && (filter.state === 'sent' || filter.messageId !== undefined))
+          io.out(cliMessages.sentRowsMayBeDeleted());
+      } else {
         const header = [
           'id',
           component === 'outbox' ? 'message id' : 'idempotency key',
