@@ -238,6 +238,11 @@ export interface Dialect {
    * subscription is up; it reconnects by itself.
    */
   workListen?(p: { onWork: (notice: WorkNotice) => void; onState: (listening: boolean, error?: unknown) => void }): Promise<WorkListener>;
+  /**
+   * Whether a notification sent through this DataSource's connections arrives within `timeoutMs`
+   * (the CLI doctor's LISTEN check). Only where `workListen` exists.
+   */
+  notificationsArrive?(timeoutMs: number): Promise<boolean>;
 
   // Admin and retention (QueueBoxAdmin, RetentionService). Every write touches `dead` rows only,
   // except skip-head, which takes a pending head or one whose lease expired, never a live claim.

@@ -69,8 +69,10 @@ export interface DoctorInput {
   dialect: Dialect;
   dataSource: DataSource;
   options: ResolvedQueueBoxOptions;
-  /** The app's notification state (`QueueBoxHealthReport.notifications`); unknown to the CLI. */
+  /** The app's notification state (`QueueBoxHealthReport.notifications`). */
   notifications?: 'listening' | 'polling' | 'off';
+  /** The CLI's: whether a notification it sent arrived within `timeoutMs` (`Dialect.notificationsArrive`). */
+  notificationProbe?: { arrived: boolean; timeoutMs: number };
 }
 
 const SEVERITY_ORDER: Record<DatabaseWarningSeverity, number> = { error: 0, warning: 1, info: 2 };
@@ -179,6 +181,9 @@ export async function examineDatabase(input: DoctorInput): Promise<DoctorReport>
 
   if (input.notifications === 'polling') {
     warn({ code: 'listen_unavailable', severity: 'warning', subject: null, message: messages.listenUnavailable(), repair: null });
+  } else if (input.notificationProbe?.arrived === false) {
+    const message = messages.listenUnavailable(input.notificationProbe.timeoutMs);
+    warn({ code: 'listen_unavailable', severity: 'warning', subject: null, message, repair: null });
   }
 
   const order = (code: DatabaseWarningCode) => DATABASE_WARNING_CODES.indexOf(code);

@@ -42,8 +42,10 @@ export const doctorMessages = {
     `Session ${session}${application ? ` (${application})` : ''} waits ${seconds(waited)} for a ${mode} lock on ${table}${blocker ? `, held by ${blocker}` : ''}: QueueBox's claims and finishing writes on this table wait behind it.`,
   clockSkew: (skewMs: number) =>
     `This host's clock is ${Math.abs(Math.round(skewMs))} ms ${skewMs > 0 ? 'behind' : 'ahead of'} the database's (compared with the database clock, round trip halved): leases and fences use the database clock, but times this host sets (availableAt, Retry-After dates, the dashboard's time filters) are off by as much. Synchronize the host's clock (NTP).`,
-  listenUnavailable: () =>
-    'LISTEN is unavailable: the notification connection is down (or refused: a pooler in transaction mode has no LISTEN), so workers find new messages only at each pollIntervalMs instead of at once.',
+  listenUnavailable: (probedMs?: number) =>
+    probedMs === undefined
+      ? 'LISTEN is unavailable: the notification connection is down (or refused: a pooler in transaction mode has no LISTEN), so workers find new messages only at each pollIntervalMs instead of at once.'
+      : `LISTEN is unavailable: a notification sent through this database URL did not arrive within ${probedMs} ms (a pooler in transaction mode hands the LISTEN session back after each statement), so the workers of an app that connects through it find new messages only at each pollIntervalMs instead of at once.`,
   checkFailed: (what: string, detail: string) => `The doctor could not read ${what}: ${detail}`,
   notChecked: (checks: string[], database: string) =>
     `Not checked on ${database}: ${checks.join(', ')} (no cheap source of it there; see docs/doctor.md).`,

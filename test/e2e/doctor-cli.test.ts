@@ -28,6 +28,7 @@ describe('queuebox doctor (CLI)', () => {
       [],
     );
     assert.deepEqual(clean.notChecked, []);
+    assert.ok(!clean.warnings.some((w) => w.code === 'listen_unavailable'), 'its notification arrived: LISTEN works on this URL');
 
     await db.query('ALTER TABLE queuebox_inbox SET (autovacuum_enabled = false)');
     const warned = await queuebox(['doctor', '--url', db.url]);

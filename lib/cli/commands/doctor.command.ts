@@ -7,6 +7,8 @@ import { openDataSource } from '../connect';
 import { wrapText } from '../table';
 
 const WIDTH = 100;
+/** How long the LISTEN check waits for its notification: a working LISTEN delivers it in milliseconds. */
+const NOTIFICATION_PROBE_MS = 2000;
 
 export const doctorCommand: Command = {
   name: 'doctor',
@@ -27,10 +29,12 @@ one can, the statement that repairs it (read it before running it):
                                      cleanup of dead rows (and whether claims must skip them)
   lock_wait                          a session waiting for a lock on a QueueBox table now
   clock_skew                         this host's clock against the database's
+  listen_unavailable                 a notification sent through this URL did not arrive within
+                                     2 s: LISTEN does not work through it (PostgreSQL)
   check_failed                       a read the doctor could not make (permissions) (error)
 
 The thresholds are the defaults of the "doctor" module option (docs/doctor.md). LISTEN is checked
-by the app only (health, dashboard, metrics): the CLI opens no notification connection.
+by sending one notification on a channel of the doctor's own (no worker listens there).
 
 Exit code: 0 without an error-level warning, 1 with one (or when it cannot connect), 2 usage.
 
@@ -50,7 +54,11 @@ Example:
     const dataSource = await openDataSource(target, migrations.classes, migrationsTable);
     try {
       const options = resolveOptions({ tables: namedTables(tables), workers: false });
-      const report = await examineDatabase({ dialect: createDialect(dataSource, options.tables), dataSource, options });
+      const dialect = createDialect(dataSource, options.tables);
+      const notificationProbe = dialect.notificationsArrive
+        ? { arrived: await dialect.notificationsArrive(NOTIFICATION_PROBE_MS).catch(() => false), timeoutMs: NOTIFICATION_PROBE_MS }
+        : undefined;
+      const report = await examineDatabase({ dialect, dataSource, options, notificationProbe });
       if (values.json === true) {
         io.out(JSON.stringify({ database: target.masked, type: target.type, ...report }, null, 2));
       } else {

@@ -57,7 +57,7 @@ import { leaseRenewBatchSql } from './lease.sql';
 import * as messagesSql from './messages.sql';
 import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
 import * as pausesSql from './pauses.sql';
-import { PostgresWorkListener } from './postgres.listener';
+import { notificationArrives, PostgresWorkListener, type ProbeClient } from './postgres.listener';
 import { type InlineParam, idArrayParam, inlineValues, pgTable, uuidArrayParam } from './quoting';
 import { retentionDeleteSql, retentionTryLockSql, retentionUnlockSql } from './retention.sql';
 
@@ -296,6 +296,22 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       p.manager,
     );
     return rows.map((row) => ({ id: row.id, token: row.token, leaseExpiresAt: row.lease_expires_at }));
+  }
+
+  async notificationsArrive(timeoutMs: number): Promise<boolean> {
+    const pool = poolOf(this.dataSource);
+    const listener = await pool.connect();
+    try {
+      const notifier = await pool.connect();
+      try {
+        // node-postgres clients are event emitters (PgClient names only what the statements use).
+        return await notificationArrives(listener as unknown as ProbeClient, notifier as unknown as ProbeClient, timeoutMs);
+      } finally {
+        notifier.release();
+      }
+    } finally {
+      listener.release();
+    }
   }
 
   async workListen(p: {

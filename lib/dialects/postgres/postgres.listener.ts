@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import type { WorkListener, WorkNotice } from '../dialect';
 
@@ -125,5 +126,43 @@ export class PostgresWorkListener implements WorkListener {
       this.connect().catch((failure) => this.scheduleReconnect(failure));
     }, delay);
     this.retryTimer.unref();
+  }
+}
+
+/** What `notificationArrives` needs of a node-postgres client. */
+export interface ProbeClient {
+  query(query: { text: string; values?: unknown[] }): Promise<unknown>;
+  on(event: 'notification', listener: (message: { channel: string }) => void): unknown;
+  removeListener(event: 'notification', listener: (message: { channel: string }) => void): unknown;
+}
+
+/**
+ * Whether a notification sent from `notifier` reaches `listener` within `timeoutMs`: LISTEN on a
+ * channel of its own (no worker listens there), NOTIFY from the other connection, wait. Through a
+ * pooler in transaction mode the LISTEN session is handed back after the statement, so nothing
+ * arrives.
+ */
+export async function notificationArrives(listener: ProbeClient, notifier: ProbeClient, timeoutMs: number): Promise<boolean> {
+  const channel = `queuebox_probe_${randomBytes(8).toString('hex')}`;
+  let heard: () => void = () => undefined;
+  const arrived = new Promise<boolean>((resolve) => {
+    heard = () => resolve(true);
+  });
+  const onNotification = (message: { channel: string }) => {
+    if (message.channel === channel) heard();
+  };
+  listener.on('notification', onNotification);
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await listener.query({ text: listenSql(channel) });
+    await notifier.query({ text: 'SELECT pg_notify($1, $2)', values: [channel, 'probe'] });
+    const timedOut = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), timeoutMs);
+    });
+    return await Promise.race([arrived, timedOut]);
+  } finally {
+    clearTimeout(timer);
+    listener.removeListener('notification', onNotification);
+    await listener.query({ text: `UNLISTEN "${channel}"` }).catch(() => undefined);
   }
 }
