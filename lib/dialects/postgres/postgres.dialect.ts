@@ -298,20 +298,13 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     return rows.map((row) => ({ id: row.id, token: row.token, leaseExpiresAt: row.lease_expires_at }));
   }
 
-  async notificationsArrive(timeoutMs: number): Promise<boolean> {
-    const pool = poolOf(this.dataSource);
-    const listener = await pool.connect();
-    try {
-      const notifier = await pool.connect();
-      try {
-        // node-postgres clients are event emitters (PgClient names only what the statements use).
-        return await notificationArrives(listener as unknown as ProbeClient, notifier as unknown as ProbeClient, timeoutMs);
-      } finally {
-        notifier.release();
-      }
-    } finally {
-      listener.release();
-    }
+  notificationsArrive(timeoutMs: number): Promise<boolean> {
+    // node-postgres clients are event emitters (PgClient names only what the statements use).
+    return onPoolConnection(this.dataSource, undefined, (listener) =>
+      onPoolConnection(this.dataSource, undefined, (notifier) =>
+        notificationArrives(listener as unknown as ProbeClient, notifier as unknown as ProbeClient, timeoutMs),
+      ),
+    );
   }
 
   async workListen(p: {
@@ -374,7 +367,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     });
     if (await this.claimFunctionsPresent) {
       try {
-        return (await this.callClaimFunction<T>(claim.call, [...params])).rows;
+        return (await this.preparedOnPool<T>(claim.call, [...params])).rows;
       } catch (error) {
         if ((error as { code?: string }).code !== UNDEFINED_FUNCTION) throw error;
         this.claimFunctionsPresent = undefined;
@@ -384,15 +377,15 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   }
 
   /**
-   * A claim function's call, as a prepared statement of the session: parsed once per connection
-   * instead of at every claim (0.09 ms of a W3 claim's 0.35 ms on the server, with 0.06 of binding
-   * against 0.03). A pooler in transaction mode (PgBouncer before 1.21, or without
-   * `max_prepared_statements`) hands each transaction another server session, where the statement
-   * does not exist, or exists from another client: then the call is sent again unnamed, and every
-   * later one too, with one warning.
+   * A statement of its own (a claim function's call, a repeated statement), as a prepared
+   * statement of a pooled session: parsed once per connection instead of at every call (0.09 ms of
+   * a W3 claim's 0.35 ms on the server, with 0.06 of binding against 0.03). A pooler in
+   * transaction mode (PgBouncer before 1.21, or without `max_prepared_statements`) hands each
+   * transaction another server session, where the statement does not exist, or exists from another
+   * client: then it is sent again unnamed, and every later one too, with one warning.
    */
-  private callClaimFunction<T>(call: PreparedStatement, params: unknown[]): Promise<SqlResult<T>> {
-    return onPoolConnection(this.dataSource, this.queryTimeoutMs, (client) => this.alonePrepared<T>(client, call, params));
+  private preparedOnPool<T>(statement: PreparedStatement, params: unknown[]): Promise<SqlResult<T>> {
+    return onPoolConnection(this.dataSource, this.queryTimeoutMs, (client) => this.alonePrepared<T>(client, statement, params));
   }
 
   /** `alone` as a prepared statement of the session while they hold; one that was lost is sent again unprepared. */
@@ -482,8 +475,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       return prepared ? this.preparedInTransaction<T>(runner, prepared, params) : runSql<T>(this.dataSource, statement, params, manager);
     }
     if (runner) return aloneOnConnectionOf<T>(runner, statement, params);
-    if (prepared)
-      return onPoolConnection(this.dataSource, this.queryTimeoutMs, (client) => this.alonePrepared<T>(client, prepared, params));
+    if (prepared) return this.preparedOnPool<T>(prepared, params);
     return aloneOnPool<T>(this.dataSource, statement, params, this.queryTimeoutMs);
   }
 
@@ -751,7 +743,7 @@ async function askReadCommittedByDefault(client: PgClient, timeoutMs?: number): 
  * added to the hot path), else behind SET TRANSACTION in the same round trip (`readCommittedSql`,
  * its values inlined). At REPEATABLE READ or SERIALIZABLE a renewal or completion that meets a row
  * another transaction changed would fail with SQLSTATE 40001, and a failed renewal is a lost claim.
- * With `name`, a prepared statement of the session (see `callClaimFunction`); only where the
+ * With `name`, a prepared statement of the session (see `preparedOnPool`); only where the
  * statement goes as it is, since inlined values make another text at every call.
  */
 async function alone<T>(client: PgClient, statement: string, params: unknown[], timeoutMs?: number, name?: string): Promise<SqlResult<T>> {

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { DataSource } from 'typeorm';
+import { settledWithin } from '../../common/wait';
 import type { WorkListener, WorkNotice } from '../dialect';
 
 /** Channel names are derived identifiers (hex digests), quoted as they are. */
@@ -145,23 +146,18 @@ export interface ProbeClient {
 export async function notificationArrives(listener: ProbeClient, notifier: ProbeClient, timeoutMs: number): Promise<boolean> {
   const channel = `queuebox_probe_${randomBytes(8).toString('hex')}`;
   let heard: () => void = () => undefined;
-  const arrived = new Promise<boolean>((resolve) => {
-    heard = () => resolve(true);
+  const arrived = new Promise<void>((resolve) => {
+    heard = resolve;
   });
   const onNotification = (message: { channel: string }) => {
     if (message.channel === channel) heard();
   };
   listener.on('notification', onNotification);
-  let timer: NodeJS.Timeout | undefined;
   try {
     await listener.query({ text: listenSql(channel) });
     await notifier.query({ text: 'SELECT pg_notify($1, $2)', values: [channel, 'probe'] });
-    const timedOut = new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(false), timeoutMs);
-    });
-    return await Promise.race([arrived, timedOut]);
+    return await settledWithin([arrived], timeoutMs);
   } finally {
-    clearTimeout(timer);
     listener.removeListener('notification', onNotification);
     await listener.query({ text: `UNLISTEN "${channel}"` }).catch(() => undefined);
   }
