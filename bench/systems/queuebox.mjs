@@ -17,7 +17,15 @@ const DESTINATION = 'bench';
  */
 function pollerOptions(workload, concurrency) {
   if (workload.kind === 'latency') return { concurrency, ...sentRows() };
-  return { concurrency, batchSize: batchSize(workload), pollIntervalMs: 100, ...sentRows() };
+  return { concurrency, batchSize: batchSize(workload), pollIntervalMs: 100, ...sentRows(), ...maxFollowers() };
+}
+
+/** `outbox.maxFollowers`: BENCH_QB_MAX_FOLLOWERS=0 runs the poller without followers (issue 36 target 3's A/B); unset, the default. */
+function maxFollowers() {
+  const value = process.env.BENCH_QB_MAX_FOLLOWERS;
+  if (value === undefined || value === '') return {};
+  if (!/^\d+$/.test(value)) throw new Error(`BENCH_QB_MAX_FOLLOWERS must be a whole number, got ${value}`);
+  return { maxFollowers: Number(value) };
 }
 
 /** `outbox.sentRows` of the outbox poller: BENCH_QB_SENT_ROWS=delete runs it deleting sent rows (issue 36 target 2); unset, the default (kept). */
@@ -66,7 +74,7 @@ export default {
     if (workload.kind === 'inbox')
       return 'per aggregate: one row in flight (unique index), receive (id) order (the relay and a batch pull handler take the rows after a claimed head with it, in id order); a failing row blocks its aggregate until processed or dead';
     if (!workload.ordered) return 'none asked (no key)';
-    return 'per key: one message in flight (unique index), enqueue order; a failing message blocks its key until sent or dead';
+    return 'per key: one message in flight (unique index), enqueue order (the rows after a claimed head of its key are published after it, under its claim); a failing message blocks its key until sent or dead';
   },
 
   orderLabel: (workload) =>

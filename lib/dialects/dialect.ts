@@ -1,7 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { TableName } from '../common/identifiers';
 import type { ClaimedRow, FollowerRow, OutboxClaim, QueueTable } from '../types/claims';
-import type { InboxMessage } from '../types/messages';
+import type { InboxMessage, OutboundMessage } from '../types/messages';
 import type {
   AttemptRow,
   BacklogRow,
@@ -187,6 +187,21 @@ export interface Dialect {
     followers: { id: string; headId: string; headToken: string }[];
     manager: EntityManager;
   }): Promise<Set<string>>;
+
+  /**
+   * The outbox's followers (issue 36): up to `perHead` pending rows of each head's key right after
+   * it, in id order; none for a head that is no longer the first unfinished row of its key. Nothing
+   * is locked: while a head is in flight no claim takes a row of its key.
+   */
+  outboxFollowers(p: { heads: { id: string; key: string }[]; perHead: number }): Promise<FollowerRow<OutboundMessage>[]>;
+  /**
+   * Completes a claimed outbox head (fenced: `sent`, or deleted with `deleteRows`) and, in the same
+   * statement and only when its fence held, the followers of `followerIds` still pending of its
+   * key after it. Returns whether the head's fence held and the followers it finished.
+   */
+  outboxCompleteWithFollowers(
+    p: FenceParams & { followerIds: string[]; deleteRows?: boolean },
+  ): Promise<{ head: boolean; followers: Set<string> }>;
 
   /** Extends the lease to now + `leaseMs`; returns the new expiry, or null when the claim is lost. */
   leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null>;

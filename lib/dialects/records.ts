@@ -1,5 +1,5 @@
 import type { FollowerRow, OutboxClaim, QueueTable } from '../types/claims';
-import type { InboxMessage } from '../types/messages';
+import type { InboxMessage, OutboundMessage } from '../types/messages';
 import { MESSAGE_ID_HEADER } from '../wire-headers';
 import type { InboxClaimedRow } from './dialect';
 import type {
@@ -108,30 +108,39 @@ function headersOf<J>(value: J | null, decode: RecordDecoding<J>): Record<string
  * the poller works with, not a copy of it.
  */
 export function toOutboxClaim<J>(r: OutboxClaimedRecord<J>, decode: RecordDecoding<J>, leaseMs: number): OutboxClaim {
+  const message = outboundMessageOf(r, r.attempts, decode);
+  return {
+    component: 'outbox',
+    table: 'outbox',
+    id: message.id,
+    token: decode.uuid(r.claim_token),
+    leaseMs,
+    leaseExpiresAt: dateOf(r.lease_expires_at),
+    attempt: r.attempts,
+    message,
+  };
+}
+
+/** The message of an outbox row statement (claims and followers), decoded, at `attempt`. */
+function outboundMessageOf<J>(
+  r: Pick<OutboxClaimedRecord<J>, 'id' | 'message_id' | 'destination' | 'key' | 'payload' | 'headers' | 'created_at'>,
+  attempt: number,
+  decode: RecordDecoding<J>,
+): OutboundMessage {
   const messageId = decode.uuid(r.message_id);
-  const id = String(r.id);
   // The decoded headers are this row's own object: X-Message-Id is set on it (last, or where the
   // stored headers had it), as a spread into a copy would place it, without the copy.
   const headers = headersOf(r.headers, decode);
   headers[MESSAGE_ID_HEADER] = messageId;
   return {
-    component: 'outbox',
-    table: 'outbox',
-    id,
-    token: decode.uuid(r.claim_token),
-    leaseMs,
-    leaseExpiresAt: dateOf(r.lease_expires_at),
-    attempt: r.attempts,
-    message: {
-      id,
-      messageId,
-      destination: r.destination,
-      key: r.key,
-      payload: decode.json(r.payload),
-      headers,
-      attempt: r.attempts,
-      createdAt: dateOf(r.created_at),
-    },
+    id: String(r.id),
+    messageId,
+    destination: r.destination,
+    key: r.key,
+    payload: decode.json(r.payload),
+    headers,
+    attempt,
+    createdAt: dateOf(r.created_at),
   };
 }
 
@@ -173,8 +182,19 @@ export interface InboxFollowerRecord<J> {
 }
 
 /** A follower: its message at the attempt that completing it counts. */
-export function toInboxFollowerRow<J>(r: InboxFollowerRecord<J>, decode: RecordDecoding<J>): FollowerRow {
+export function toInboxFollowerRow<J>(r: InboxFollowerRecord<J>, decode: RecordDecoding<J>): FollowerRow<InboxMessage> {
   return { headId: String(r.head_id), due: r.due === true || r.due === 1, message: inboxMessageOf(r, r.attempts + 1, decode) };
+}
+
+/** An outbox follower row as a driver returns it (`due`: a boolean, or 1/0 from SQL Server). */
+export interface OutboxFollowerRecord<J> extends Omit<OutboxClaimedRecord<J>, 'claim_token' | 'lease_expires_at'> {
+  head_id: string;
+  due: boolean | number;
+}
+
+/** An outbox follower: its message at the attempt that completing it counts. */
+export function toOutboxFollowerRow<J>(r: OutboxFollowerRecord<J>, decode: RecordDecoding<J>): FollowerRow<OutboundMessage> {
+  return { headId: String(r.head_id), due: r.due === true || r.due === 1, message: outboundMessageOf(r, r.attempts + 1, decode) };
 }
 
 /** One count of the backlog statement: a (component, name, state) group. */

@@ -1,6 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import type { SqlResult } from '../common/sql-runner';
 import type { FollowerRow, OutboxClaim, QueueTable } from '../types/claims';
+import type { OutboundMessage } from '../types/messages';
 import type {
   CompletedIds,
   DeadSelection,
@@ -44,6 +45,7 @@ import {
   type InboxClaimedRecord,
   type InboxFollowerRecord,
   type OutboxClaimedRecord,
+  type OutboxFollowerRecord,
   type ReclaimedRecord,
   type RecordDecoding,
   type ThroughputRecord,
@@ -56,6 +58,7 @@ import {
   toInboxClaimedRow,
   toInboxFollowerRow,
   toOutboxClaim,
+  toOutboxFollowerRow,
   toThroughput,
 } from './records';
 
@@ -76,6 +79,10 @@ export interface SqlDialectStatements {
   inboxFindSql(table: string): string;
   inboxFollowersSql(table: string): string;
   inboxCompleteFollowersSql(table: string): string;
+  outboxFollowersSql(table: string): string;
+  /** A head's fenced completion with its followers': one row (`kind`, `id`) for the head if its fence held, one per follower finished. */
+  outboxCompleteWithFollowersSql(table: string): string;
+  outboxDeleteWithFollowersSql(table: string, history: string): string;
   leaseRenewSql(table: string): string;
   leaseCompleteSql(table: string, finished: Finished): string;
   /** Returns the ids it completed, or (`completeBatchReturns: 'lost'`) those of `$1` it did not. */
@@ -332,6 +339,38 @@ export abstract class SqlDialect<J> {
       REPEATED,
     );
     return new Set(rows.map((r) => String(r.id)));
+  }
+
+  async outboxFollowers(p: { heads: { id: string; key: string }[]; perHead: number }): Promise<FollowerRow<OutboundMessage>[]> {
+    if (p.heads.length === 0 || p.perHead < 1) return [];
+    const { rows } = await this.run<OutboxFollowerRecord<J>>(
+      this.statements.outboxFollowersSql(this.table.outbox),
+      [this.params.text(JSON.stringify(p.heads)), this.params.int(p.perHead)],
+      undefined,
+      REPEATED,
+    );
+    return rows.map((r) => toOutboxFollowerRow(r, this.decoding)).sort((a, b) => byId(a.message, b.message));
+  }
+
+  async outboxCompleteWithFollowers(
+    p: FenceParams & { followerIds: string[]; deleteRows?: boolean },
+  ): Promise<{ head: boolean; followers: Set<string> }> {
+    const statement = p.deleteRows
+      ? this.statements.outboxDeleteWithFollowersSql(this.table.outbox, this.attemptsTable.outbox)
+      : this.statements.outboxCompleteWithFollowersSql(this.table.outbox);
+    const { rows } = await this.run<{ kind: 'head' | 'follower'; id: string }>(
+      statement,
+      [...this.params.fence(p), this.params.ids(p.followerIds)],
+      undefined,
+      REPEATED,
+    );
+    const followers = new Set<string>();
+    let head = false;
+    for (const row of rows) {
+      if (row.kind === 'head') head = true;
+      else followers.add(String(row.id));
+    }
+    return { head, followers };
   }
 
   async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {

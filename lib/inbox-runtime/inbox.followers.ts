@@ -5,8 +5,8 @@
 
 import type { EntityManager } from 'typeorm';
 import type { Dialect } from '../dialects/dialect';
-import { byId } from '../dialects/records';
 import type { InboxClaim } from '../types/claims';
+import { shareFollowers } from '../workers/followers-share';
 
 /** A follower changed between its read and its completion (`InboxFollowers.complete`): nothing of its transaction may commit. */
 export class FollowersChangedError extends Error {}
@@ -34,25 +34,8 @@ export class InboxFollowers {
       perHead: Math.ceil(p.room / keyed.length),
       manager: p.manager,
     });
-    // Per head, its rows up to the first that is not due, ranked by their place behind the head;
-    // the room goes to the lowest ranks first, so every aggregate gets its share.
     const headById = new Map(keyed.map((head) => [head.id, head]));
-    const ranked: { rank: number; row: (typeof rows)[number] }[] = [];
-    const stopped = new Set<string>();
-    const taken = new Map<string, number>();
-    for (const row of rows) {
-      if (stopped.has(row.headId)) continue;
-      if (!row.due) {
-        stopped.add(row.headId);
-        continue;
-      }
-      const rank = taken.get(row.headId) ?? 0;
-      taken.set(row.headId, rank + 1);
-      ranked.push({ rank, row });
-    }
-    const byRowId = (a: { row: (typeof rows)[number] }, b: { row: (typeof rows)[number] }) => byId(a.row.message, b.row.message);
-    ranked.sort((a, b) => a.rank - b.rank || byRowId(a, b));
-    for (const { row } of ranked.slice(0, p.room).sort(byRowId)) {
+    for (const row of shareFollowers(rows, p.room, (row) => !row.due)) {
       const head = headById.get(row.headId) as InboxClaim;
       const follower: InboxClaim = {
         component: head.component,

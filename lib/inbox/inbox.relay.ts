@@ -87,6 +87,8 @@ export class InboxRelay extends SingleLoopWorker<RelayClaim> {
         keyOf: (claim) => claim.message.aggregateId,
         keep: (claim) => lease.keep(claim),
         reclaim: () => this.reclaim(),
+        // A head given back unstarted never runs its step, whose end would count its followers off.
+        released: (claim) => this.claims.finished(claim),
       },
       inboxOutcomeRecorder(lease, events, this.logger),
       this.logger,

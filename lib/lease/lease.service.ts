@@ -11,7 +11,7 @@ import { QueueBoxEvents } from '../events/queuebox.events';
 import { DEFAULT_ATTEMPT_HISTORY } from '../options/options.defaults';
 import type { ResolvedQueueBoxOptions } from '../options/options.resolved';
 import { messages } from '../texts/queuebox.messages';
-import type { Claim } from '../types/claims';
+import type { Claim, OutboxClaim } from '../types/claims';
 import type { QueueBoxIdentity } from '../types/instance';
 import { LeaseKeeper, type LeaseKeeperGroup } from './lease-keeper';
 
@@ -111,6 +111,18 @@ export class LeaseService {
     this.checkManager(manager, 'LeaseService.complete');
     const deleteRow = claim.table === 'outbox' && this.deleteSent;
     return this.fenced(claim, await this.dialect.leaseComplete({ ...this.fence(claim), manager, deleteRow }));
+  }
+
+  /**
+   * Completes a claimed outbox head and the followers published after it (issue 36), in one
+   * statement: the head under its fence, the followers (rows of its key after it, read while it was
+   * held) with it, each only while still pending. Returns whether the head's fence held (false: the
+   * claim is lost, counted, and no follower changed) and the ids of the followers it finished.
+   */
+  async completeWithFollowers(claim: OutboxClaim, followerIds: string[]): Promise<{ head: boolean; followers: Set<string> }> {
+    const done = await this.dialect.outboxCompleteWithFollowers({ ...this.fence(claim), followerIds, deleteRows: this.deleteSent });
+    this.fenced(claim, done.head);
+    return done;
   }
 
   /**

@@ -30,6 +30,12 @@ export const DEFAULT_BATCH_SIZE = 50;
  */
 export const DEFAULT_RELAY_MAX_FOLLOWERS = 5_000;
 
+/**
+ * Most followers the outbox poller holds at once (`outbox.maxFollowers`): the pending rows of a
+ * claimed message's key right after it, published after it in its slot. A claim reads up to half.
+ */
+export const DEFAULT_OUTBOX_MAX_FOLLOWERS = 1_000;
+
 /** Most rows worked on at once per process (`outbox.concurrency`, `inbox.relay.concurrency`). */
 export const DEFAULT_CONCURRENCY = 10;
 

@@ -50,6 +50,7 @@ export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
   rateLimits: Record<string, { perSecond: number; burst: number }>;
   /** `outbox.sentRows`: whether the completion of a sent message keeps its row or deletes it. */
   sentRows: SentRowsOption;
+  maxFollowers: number;
 }
 
 export interface ResolvedRelayOptions extends ResolvedWorkerOptions {

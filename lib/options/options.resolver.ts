@@ -184,6 +184,7 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean, deprecations:
     publishTimeoutMs,
     rateLimits: resolveRateLimits(outbox.rateLimits),
     sentRows: resolveSentRows(outbox.sentRows),
+    maxFollowers: integerOption('outbox.maxFollowers', outbox.maxFollowers, OUTBOX_OPTIONS.maxFollowers),
   };
 }
 

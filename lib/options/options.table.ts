@@ -20,6 +20,7 @@ import {
   DEFAULT_HEARTBEAT_MS,
   DEFAULT_MAX_ATTEMPTS,
   DEFAULT_MAX_PAYLOAD_BYTES,
+  DEFAULT_OUTBOX_MAX_FOLLOWERS,
   DEFAULT_POLL_INTERVAL_MS,
   DEFAULT_PULL_CONCURRENCY,
   DEFAULT_PULL_LEASE_MS,
@@ -107,6 +108,7 @@ export const OUTBOX_OPTIONS = {
   publishTimeout: { docs: '`claimTimeoutMs / 3`' },
   rateLimits: { docs: '`{}`' },
   sentRows: { docs: "`'keep'`" },
+  maxFollowers: integerOption(DEFAULT_OUTBOX_MAX_FOLLOWERS, 0, 1_000_000),
 } as const satisfies Record<keyof OutboxOptions, OptionSpec>;
 
 /** `outbox.rateLimits.<destination>: { ... }`. */

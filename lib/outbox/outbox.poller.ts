@@ -21,9 +21,10 @@ import { ClaimLoop, type WorkSlot } from '../workers/claim-loop';
 import { ClaimPauses } from '../workers/claim-pauses';
 import { DatabaseRecovery } from '../workers/database-recovery';
 import { InstanceLiveness } from '../workers/instance-liveness';
-import { OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
+import { type FinishedFollower, OutcomeRecorder, type StepOutcome } from '../workers/outcome-recorder';
 import { SingleLoopWorker } from '../workers/worker-shell';
 import { OutboxClaims } from './outbox.claims';
+import { OutboxFollowers } from './outbox.followers';
 import { OutboxRateLimits } from './outbox.rate-limits';
 import { configuredDestinations } from './outbox-publishers';
 import { type PublishAbort, PublishCall, PublishDeadlines, type PublishFailure } from './publish-call';
@@ -59,6 +60,10 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   private readonly options: ResolvedOutboxOptions;
   protected readonly loop: ClaimLoop<OutboxClaim>;
   private readonly claims: OutboxClaims;
+  /** `outbox.maxFollowers` (issue 36): the rows of a claimed head's key published after it, in its slot; none when 0. */
+  private readonly followers?: OutboxFollowers;
+  /** The followers each head's step published, for `runBatch` (`queuebox/testing` reports them too). */
+  private readonly publishedFollowers = new WeakMap<OutboxClaim, OutboxClaim[]>();
   /**
    * Each claim statement's batch: the one renewal timer of its claims, and when the statement was
    * sent (their leases began no earlier: see `LeaseKeeper.leaseFrom`). Keyed by the array the loop
@@ -89,6 +94,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     this.logger = new Logger(logContext('QueueBox:OutboxPoller', instance.name));
     this.options = rootOptions.outbox;
     this.claims = new OutboxClaims(dialect, events);
+    if (this.options.maxFollowers > 0) this.followers = new OutboxFollowers(dialect, this.options.maxFollowers, this.logger);
     const rateLimits = new OutboxRateLimits(dialect, this.options.rateLimits, this.logger);
     if (rateLimits.enabled) {
       this.rateLimits = rateLimits;
@@ -104,6 +110,11 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
       // Retrying cannot help.
       isFinal: (failure) => isInstance(failure, PermanentPublishError),
       complete: (waiter) => completer.complete(waiter),
+      completeWithFollowers: (claim, followers) =>
+        lease.completeWithFollowers(
+          claim,
+          followers.map((follower) => follower.id),
+        ),
       completionLost: (claim) => messages.markSentLost(claim.message.messageId, this.liveness.explainLoss(claim.leaseMs)),
     });
     const timeoutMs = this.options.publishTimeoutMs;
@@ -116,6 +127,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
         keyOf: (claim) => claim.message.key,
         reclaim: () => this.reclaim(),
         keep: (claim, batch) => this.keep(claim, batch),
+        released: (claim) => void this.followers?.take(claim),
       },
       recorder,
       this.logger,
@@ -137,6 +149,12 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     return configuredDestinations(this.options);
   }
 
+  /** Like `runOnce()`, but resolves to the claims it worked on, each followed by the followers its step published. */
+  override async runBatch(): Promise<OutboxClaim[]> {
+    const claims = await super.runBatch();
+    return claims.flatMap((claim) => [claim, ...(this.publishedFollowers.get(claim) ?? [])]);
+  }
+
   /** Claims now instead of at the end of the current sleep (new messages were committed). */
   wake(): void {
     this.loop.wake();
@@ -151,6 +169,15 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     // Issue 41: the batch's claims of rate-limited destinations take their tokens now, together.
     if (this.rateLimits && claims.length > 0) {
       for (const [claim, delayMs] of (await this.rateLimits.admit(claims)) ?? []) this.deferrals?.set(claim, delayMs);
+    }
+    // The rows right after the claimed heads of their keys; a head put off (no token) takes none, and
+    // each head's run stops before a row of a paused or rate-limited destination (claimed on its own).
+    if (this.followers && claims.length > 0) {
+      const { rateLimits } = this;
+      await this.followers.read(
+        this.deferrals ? claims.filter((claim) => !this.deferrals?.has(claim)) : claims,
+        (destination) => paused.includes(destination) || (rateLimits?.limited(destination) ?? false),
+      );
     }
     // One renewal timer for the batch (its claims are due together), and when their leases began.
     this.batches.set(claims, { group: new LeaseKeeperGroup(this.options.leaseMs), sentAt });
@@ -174,6 +201,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
    * is not published now.
    */
   private async publish(claim: OutboxClaim, keeper: LeaseKeeper, slot: WorkSlot): Promise<StepOutcome<OutboxClaim>> {
+    const followers = this.followers?.take(claim);
     const deferMs = this.deferrals?.get(claim);
     if (deferMs !== undefined) return this.putOff(claim, keeper, slot, deferMs);
     const { message } = claim;
@@ -203,10 +231,56 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
       failure = { error, overran: false };
     }
     const durationMs = performance.now() - startedAt;
+    const published = failure === undefined && followers ? await this.publishFollowers(claim, followers, keeper, slot) : undefined;
+    if (published?.length)
+      this.publishedFollowers.set(
+        claim,
+        published.map((follower) => follower.claim as OutboxClaim),
+      );
     slot.release();
     // Renewals stop before the finishing write (a renewal under way is waited for).
     await keeper.stop();
-    return this.outcomeOf(claim, keeper, durationMs, failure);
+    return this.outcomeOf(claim, keeper, durationMs, failure, published);
+  }
+
+  /**
+   * After its head published: the head's followers, one at a time in key order, in the head's slot
+   * and under its claim (its lease checked before each, and renewed when short). Stops at the first
+   * that fails (it stays `pending`, its attempt not counted, and is claimed next as a head, where
+   * a failure counts), when the claim is lost, or when the poller stops. Returns those published,
+   * which the recorder marks sent with the head, in one statement.
+   */
+  private async publishFollowers(
+    claim: OutboxClaim,
+    followers: readonly OutboxClaim[],
+    keeper: LeaseKeeper,
+    slot: WorkSlot,
+  ): Promise<FinishedFollower<OutboxClaim>[]> {
+    const published: FinishedFollower<OutboxClaim>[] = [];
+    for (const follower of followers) {
+      if (this.loop.stopped || !(this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) break;
+      const startedAt = performance.now();
+      const failure = await this.publishFollower(follower.message, keeper, slot);
+      if (failure !== undefined) {
+        const error = describeError(failure.error);
+        this.logger.warn(messages.outboxFollowerFailed(follower.message.messageId, claim.message.messageId, error));
+        break;
+      }
+      published.push({ claim: follower, details: { durationMs: performance.now() - startedAt } });
+    }
+    return published;
+  }
+
+  /** One follower's publish: as the head's, in a span when traced; how it failed, if it did. */
+  private async publishFollower(message: OutboundMessage, keeper: LeaseKeeper, slot: WorkSlot): Promise<PublishFailure | undefined> {
+    try {
+      const publisher = this.publisherFor(message);
+      if (spanNeeded(message.headers)) return await this.publishInSpan(publisher, message, keeper, slot);
+      const call = this.publishCall(message, keeper);
+      return this.slotKeptIfOverran(call, await call.start(publisher), slot);
+    } catch (error) {
+      return { error, overran: false };
+    }
   }
 
   /** A claim its destination's rate limit had no token for: not published, put off for `delayMs` (no attempt charged). */
@@ -218,12 +292,13 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     return { kind: 'deferred', delayMs };
   }
 
-  /** How a publish ended, once its keeper stopped: abandoned (shutdown), lost, failed or succeeded. */
+  /** How a publish ended, once its keeper stopped: abandoned (shutdown), lost, failed or succeeded (with the followers published after it). */
   private outcomeOf(
     claim: OutboxClaim,
     keeper: LeaseKeeper,
     durationMs: number,
     failure: PublishFailure | undefined,
+    followers?: readonly FinishedFollower<OutboxClaim>[],
   ): StepOutcome<OutboxClaim> {
     const { message } = claim;
     if (this.loop.abandoned) return { kind: 'abandoned' };
@@ -242,7 +317,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
         retryLog: (error, delayMs) => messages.publishFailed(message.messageId, claim.attempt, error, delayMs),
       };
     }
-    return { kind: 'succeeded', durationMs };
+    return { kind: 'succeeded', durationMs, followers };
   }
 
   /** The publisher `outbox.route` names; a throwing route or an unknown name is permanent (retrying cannot help). */

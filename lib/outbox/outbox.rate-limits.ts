@@ -24,6 +24,11 @@ export class OutboxRateLimits {
     return Object.keys(this.limits).length > 0;
   }
 
+  /** Whether `destination` has a rate limit (its messages take tokens). */
+  limited(destination: string): boolean {
+    return Object.hasOwn(this.limits, destination);
+  }
+
   /**
    * Takes the tokens `claims` need; returns how long each claim without one is put off (ms), or
    * undefined when none of them goes to a rate-limited destination. A take that fails (the
@@ -34,7 +39,7 @@ export class OutboxRateLimits {
     let byDestination: Map<string, OutboxClaim[]> | undefined;
     for (const claim of claims) {
       const { destination } = claim.message;
-      if (!Object.hasOwn(this.limits, destination)) continue;
+      if (!this.limited(destination)) continue;
       byDestination ??= new Map();
       const group = byDestination.get(destination);
       if (group) group.push(claim);

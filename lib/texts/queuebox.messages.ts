@@ -310,6 +310,10 @@ export const messages = {
     `Forward of inbox message ${id} failed on attempt ${attempt}: ${error}. Retrying in ${delayMs} ms.`,
   relayMarkLost: (source: string, key: string, silence?: string) =>
     `Lost the claim on inbox message ${source}/${key} before marking it processed: its outbox insert was rolled back and the new owner forwards it. ${silence ?? 'Raise "inbox.relay.claimTimeoutMs" if this repeats.'}`,
+  outboxFollowersReadFailed: (error: string) =>
+    `The outbox poller could not read the messages after those it claimed (${error}); publishing the claimed ones alone.`,
+  outboxFollowerFailed: (messageId: string, headId: string, error: string) =>
+    `Publishing outbox message ${messageId} after ${headId} (a follower of its key) failed: ${error}. It stays pending, its attempt not counted, and is published next as a claim of its own.`,
   relayFollowersReadFailed: (error: string) =>
     `The inbox relay could not read the rows after the heads it claimed (${error}); forwarding the heads alone.`,
   relayClaimLost: (source: string, key: string, silence?: string) =>

@@ -64,12 +64,12 @@ export interface ClaimedRow<M> {
   message: M;
 }
 
-/** A pending inbox row right after a claimed head of its aggregate (the followers read). */
-export interface FollowerRow {
+/** A pending row right after a claimed head of its aggregate or key (the followers read). */
+export interface FollowerRow<M = InboxMessage> {
   /** The claimed row it follows. */
   headId: string;
   /** Available now: the rows after the first that is not are left for later. */
   due: boolean;
   /** `attempt` is the one completing it would count. */
-  message: InboxMessage;
+  message: M;
 }

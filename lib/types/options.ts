@@ -63,6 +63,15 @@ export interface OutboxOptions extends WorkerOptions {
    * sent counts. Dead rows are kept either way. See docs/delivery.md ("Sent rows: keep or delete").
    */
   sentRows?: SentRowsOption;
+  /**
+   * Most followers held at once: the pending rows right after a claimed message of the same key,
+   * published after it, one by one in key order, in its concurrency slot and under its claim, and
+   * marked sent with it in one statement. A key then moves by more than one message per claim.
+   * One claim reads up to half of them; each held row's payload is in memory: lower it for large
+   * payloads; 0 publishes every message as a claim of its own. Default 1000. See docs/delivery.md
+   * ("Followers keep the same order").
+   */
+  maxFollowers?: number;
 }
 
 /** `outbox.sentRows`: keep sent rows (`'keep'`, the default) or delete them when sent (`'delete'`). */

@@ -75,6 +75,8 @@ export interface ClaimLoopWork<C extends WorkerClaim<unknown>> {
   keyOf(claim: C): string | null;
   /** The reclaim step of expired leases, for workers whose claims do not take expired rows. */
   reclaim?(): Promise<void>;
+  /** A claim the loop gave back unstarted (shutdown, or every slot stuck): its step will not run. */
+  released?(claim: C): void;
 }
 
 /**
@@ -151,6 +153,11 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
 
   get running(): boolean {
     return this.state === 'running';
+  }
+
+  /** `stop()` was called (stopping or stopped): work in flight should end without taking on more (an outbox head's followers). */
+  get stopped(): boolean {
+    return this.state === 'stopping' || this.state === 'stopped';
   }
 
   get status(): WorkerLoopStatus {
@@ -317,6 +324,7 @@ export class ClaimLoop<C extends WorkerClaim<unknown>> {
       this.slots.takeWaiting().map(async (held) => {
         await held.keeper.stop();
         await this.recorder.record(held.claim, { kind: 'released' });
+        this.work.released?.(held.claim);
         this.slots.letGo(held);
       }),
     );

@@ -45,7 +45,8 @@ export interface CompletedDetails {
 
 /**
  * How one step on a claim ended:
- * - `succeeded`: the work is done (a publish); the recorder writes the row's completion, fenced;
+ * - `succeeded`: the work is done (a publish); the recorder writes the row's completion, fenced
+ *   (with `followers`, published after it under its claim, finished with it in one statement);
  * - `committed`: the step wrote the row's completion itself, in its own transaction (with
  *   `followers`, finished under it); the recorder only reports it;
  * - `failed`: the attempt failed; the recorder retries it after the policy's backoff, or dead-letters it;
@@ -59,8 +60,8 @@ export interface CompletedDetails {
  *   releases the row (`pending`, the attempt not counted), or the lease ends it if that cannot run.
  */
 export type StepOutcome<C extends WorkerClaim<unknown>> =
-  | { kind: 'succeeded'; durationMs: number }
-  | { kind: 'committed'; details: CompletedDetails; followers?: readonly { claim: WorkerClaim<C['message']>; details: CompletedDetails }[] }
+  | { kind: 'succeeded'; durationMs: number; followers?: readonly FinishedFollower<C>[] }
+  | { kind: 'committed'; details: CompletedDetails; followers?: readonly FinishedFollower<C>[] }
   | {
       kind: 'failed';
       failure: unknown;
@@ -74,6 +75,12 @@ export type StepOutcome<C extends WorkerClaim<unknown>> =
   | { kind: 'released' }
   | { kind: 'deferred'; delayMs: number }
   | { kind: 'abandoned' };
+
+/** A follower whose work was done under its head's claim, and what its completed event says. */
+export interface FinishedFollower<C extends WorkerClaim<unknown>> {
+  claim: WorkerClaim<C['message']>;
+  details: CompletedDetails;
+}
 
 /** What the recorder needs to know about one worker. */
 export interface RecordingWorker<C extends WorkerClaim<unknown>> {
@@ -92,6 +99,11 @@ export interface RecordingWorker<C extends WorkerClaim<unknown>> {
    * it, `lease.complete`.
    */
   complete?(waiter: CompletionWaiter): void;
+  /**
+   * Completes a head and the followers published under its claim (`succeeded` outcomes with
+   * followers), in one statement: whether the head's fence held, and the followers it finished.
+   */
+  completeWithFollowers?(claim: C, followers: readonly WorkerClaim<C['message']>[]): Promise<{ head: boolean; followers: Set<string> }>;
   /** The log line of a `succeeded` outcome whose completion lost the claim (the work was done: a duplicate follows). */
   completionLost?(claim: C): string;
 }
@@ -150,13 +162,36 @@ export class OutcomeRecorder<C extends WorkerClaim<unknown>> {
   }
 
   /** Completes the row, fenced (with others, when the worker batches completions), and reports it. */
-  private complete(claim: C, outcome: CompletedDetails): Promise<Recorded> {
-    const { complete } = this.worker;
+  private complete(claim: C, outcome: Extract<StepOutcome<C>, { kind: 'succeeded' }>): Promise<Recorded> {
+    const { complete, completeWithFollowers } = this.worker;
+    if (outcome.followers?.length && completeWithFollowers)
+      return this.withFollowers(claim, outcome, outcome.followers, completeWithFollowers);
     if (complete) return new Promise((resolve) => complete(new Completion(this, claim, outcome, resolve)));
     return this.worker.lease.complete(claim).then(
       (completed) => this.completionWritten(claim, outcome, completed),
       (error: unknown) => this.completionFailed(claim, error),
     );
+  }
+
+  /** Completes the head and its followers in one statement; reports the head, and each follower it finished. */
+  private async withFollowers(
+    claim: C,
+    outcome: CompletedDetails,
+    followers: readonly FinishedFollower<C>[],
+    write: NonNullable<RecordingWorker<C>['completeWithFollowers']>,
+  ): Promise<Recorded> {
+    let done: { head: boolean; followers: Set<string> };
+    try {
+      done = await write(
+        claim,
+        followers.map((follower) => follower.claim),
+      );
+    } catch (error) {
+      return this.completionFailed(claim, error);
+    }
+    const recorded = this.completionWritten(claim, outcome, done.head);
+    for (const follower of followers) if (done.followers.has(follower.claim.id)) this.completed(follower.claim, follower.details);
+    return recorded;
   }
 
   /** @internal A completion was written: reported, or lost (logged). */

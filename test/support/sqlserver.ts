@@ -178,6 +178,7 @@ export const ADMIN_BUILDERS = new Set([
   'inboxReclaimRecordedSql',
   'leaseDeleteSql',
   'leaseDeleteBatchSql',
+  'outboxDeleteWithFollowersSql',
 ]);
 
 /** Exported fragments of statements, not statements: each is checked inside the statements that use it. */
@@ -225,6 +226,10 @@ export function adminStatements(): { name: string; statement: string }[] {
       {
         name: `leaseDeleteBatchSql(${table.outbox})`,
         statement: sql.leaseDeleteBatchSql(table.outbox, mssqlTable(attemptsTableOf(tables.outbox))),
+      },
+      {
+        name: `outboxDeleteWithFollowersSql(${table.outbox})`,
+        statement: sql.outboxDeleteWithFollowersSql(table.outbox, mssqlTable(attemptsTableOf(tables.outbox))),
       },
       ...RETENTION_KINDS.map((kind) => {
         const t = kind.startsWith('outbox') ? table.outbox : table.inbox;

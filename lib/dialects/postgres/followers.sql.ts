@@ -1,4 +1,4 @@
-import { noEarlierUnfinishedOfAggregate } from './claims.sql';
+import { noEarlierUnfinishedOfAggregate, noEarlierUnfinishedOfKey } from './claims.sql';
 import { NOW } from './time';
 
 // Followers (batch pull handlers, the inbox relay): the pending rows of an aggregate right after its
@@ -57,3 +57,75 @@ WHERE t.id = c.id AND t.id = ANY($1::bigint[])
          AND h.source = t.source AND h.aggregate_id = t.aggregate_id AND h.id < t.id
        FROM ${table} h WHERE h.id = c.head_id)
 RETURNING t.id`;
+
+/**
+ * $1 = the outbox heads as a JSON array of `{ id, key }`, $2 = most rows per head. The outbox's
+ * followers read (issue 36): per head that is still the first unfinished row of its key, the next
+ * pending rows of the key in id order, each with `due`; none for a head below which an earlier
+ * row of the key is unfinished (it committed after the head's claim), for the reason and in the
+ * one snapshot inboxFollowersSql gives. Nothing is locked or written: while the head is
+ * `processing` no claim takes a row of its key, and the followers are completed with the head
+ * (outboxCompleteWithFollowersSql) or stay pending. Both probes go through the key index.
+ */
+export const outboxFollowersSql = (table: string) => `SELECT ${outboxFollowerColumns('f')}, f.due, h.id::text AS head_id
+FROM jsonb_to_recordset($1::jsonb) AS h(id bigint, "key" text)
+CROSS JOIN LATERAL (
+  SELECT o.id, o.message_id, o.destination, o."key", o.payload, o.headers, o.attempts, o.created_at,
+         o.available_at <= ${NOW} AS due
+  FROM ${table} o
+  WHERE o."key" = h."key" AND o.state = 'pending' AND o.id > h.id
+  ORDER BY o.id
+  LIMIT $2
+) f
+WHERE ${noEarlierUnfinishedOfKey(table, 'h."key"', 'h.id')}`;
+
+/** The columns of a follower as the outbox claims return theirs (ids as text, times as epoch ms). */
+const outboxFollowerColumns = (alias: string) =>
+  `${alias}.id::text AS id, ${alias}.message_id, ${alias}.destination, ${alias}."key", ${alias}.payload, ${alias}.headers, ` +
+  `${alias}.attempts, (extract(epoch FROM ${alias}.created_at) * 1000)::float8 AS created_at`;
+
+/**
+ * The fenced completion of a head with followers, as one statement: CTE `head` completes the
+ * claimed head ($1 = id, $2 = token) under its fence; `followers` then finishes the rows of $3
+ * (ids) that are still pending, of the head's key and after it: only when `head` did. The
+ * followers are fenced by the head: while it is `processing` under $2 no claim takes a row of its
+ * key, so a follower can only have changed through an operator (then it is left as it is).
+ */
+const HEAD_AND_FOLLOWERS = "SELECT 'head' AS kind, id::text AS id FROM head UNION ALL SELECT 'follower', id::text FROM followers";
+
+const headWithFollowers = (finishHead: string, finishFollowers: string) => `WITH head AS (
+  ${finishHead}
+  WHERE id = $1 AND state = 'processing' AND claim_token = $2 AND lease_expires_at > ${NOW}
+  RETURNING id, "key", claimed_by
+),
+followers AS (
+  ${finishFollowers}
+  WHERE t.id = ANY($3::bigint[]) AND t.state = 'pending' AND t."key" = head."key" AND t.id > head.id
+  RETURNING t.id
+)`;
+
+/**
+ * $1 = head id, $2 = its claim token, $3 = follower ids. Marks the head `sent` (fenced) and its
+ * followers `sent` with it, each follower's attempt counted and `claimed_by` the head's. Returns
+ * a row (`kind`, `id`) for the head when its fence held (`head`) and one for each follower it
+ * finished (`follower`).
+ */
+export const outboxCompleteWithFollowersSql = (table: string) => `${headWithFollowers(
+  `UPDATE ${table} SET state = 'sent', sent_at = ${NOW}, lease_expires_at = NULL`,
+  `UPDATE ${table} t SET state = 'sent', sent_at = ${NOW}, claimed_at = ${NOW}, attempts = t.attempts + 1, claimed_by = head.claimed_by
+  FROM head`,
+)}
+${HEAD_AND_FOLLOWERS}`;
+
+/**
+ * `outboxCompleteWithFollowersSql` for `outbox.sentRows: 'delete'`: the head and its followers are
+ * deleted, with their attempt history (`history`), under the same fence.
+ */
+export const outboxDeleteWithFollowersSql = (table: string, history: string) => `${headWithFollowers(
+  `DELETE FROM ${table}`,
+  `DELETE FROM ${table} t USING head`,
+)},
+history AS (
+  DELETE FROM ${history} a WHERE a.row_id IN (SELECT id FROM head UNION ALL SELECT id FROM followers)
+)
+${HEAD_AND_FOLLOWERS}`;

@@ -81,3 +81,87 @@ FROM ${table} AS t ${byId}
 WHERE t.[state] = N'pending' AND h.[claim_token] = c.[head_token] AND h.[state] = N'processed'
   AND h.[source] = t.[source] AND h.[aggregate_id] = t.[aggregate_id] AND h.[id] < t.[id]`;
 };
+
+/**
+ * @0 = the outbox heads as a JSON array of `{ id, key }`, @1 = most rows per head. The outbox's
+ * followers read (issue 36; see postgres/followers.sql.ts): per head still first of its key, the
+ * next pending rows of the key in id order with `due`; none behind a head with an earlier
+ * unfinished row. Read as inboxFollowersSql reads (READ COMMITTED, no locking hint, at most
+ * FOLLOWERS_LOCK_WAIT_MS for a row lock: then no follower at all). The pending filter states the
+ * key index's own, so that filtered index matches.
+ */
+export const outboxFollowersSql = (table: string) => `SET XACT_ABORT OFF;
+SET LOCK_TIMEOUT ${FOLLOWERS_LOCK_WAIT_MS};
+DECLARE @followers TABLE ([id] BIGINT NOT NULL, [message_id] UNIQUEIDENTIFIER NOT NULL, [destination] NVARCHAR(255) NOT NULL,
+  [key] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL, [payload] NVARCHAR(MAX) NOT NULL, [headers] NVARCHAR(MAX) NOT NULL,
+  [attempts] INT NOT NULL, [created_at] DATETIME2 NOT NULL, [due] INT NOT NULL, [head_id] BIGINT NOT NULL);
+BEGIN TRY
+  INSERT INTO @followers ([id], [message_id], [destination], [key], [payload], [headers], [attempts], [created_at], [due], [head_id])
+  SELECT f.[id], f.[message_id], f.[destination], f.[key], f.[payload], f.[headers], f.[attempts], f.[created_at], f.[due], h.[id]
+  FROM OPENJSON(@0) WITH ([id] BIGINT '$.id', [key] NVARCHAR(255) '$.key') AS h
+  CROSS APPLY (
+    SELECT TOP (@1) o.[id], o.[message_id], o.[destination], o.[key], o.[payload], o.[headers], o.[attempts], o.[created_at],
+           CASE WHEN o.[available_at] <= ${NOW} THEN 1 ELSE 0 END AS [due]
+    FROM ${table} AS o
+    WHERE o.[key] = h.[key] COLLATE ${KEY_COLLATION} AND o.[key] IS NOT NULL
+      AND o.[state] IN (N'pending', N'processing') AND o.[state] = N'pending' AND o.[id] > h.[id]
+    ORDER BY o.[id]
+  ) AS f
+  WHERE NOT EXISTS (SELECT 1 FROM ${table} AS e
+    WHERE e.[key] = h.[key] COLLATE ${KEY_COLLATION} AND e.[key] IS NOT NULL
+      AND e.[state] IN (N'pending', N'processing') AND e.[id] < h.[id]);
+END TRY
+BEGIN CATCH
+  IF ERROR_NUMBER() <> ${LOCK_TIMEOUT_ERROR} OR XACT_STATE() = -1
+    THROW;
+  DELETE FROM @followers;
+END CATCH;
+SELECT [id], [message_id], [destination], [key], [payload], [headers], [attempts], ${asUtc('[created_at]')} AS [created_at],
+       [due], [head_id]
+FROM @followers`;
+
+/**
+ * The fenced completion of an outbox head with followers (see postgres/followers.sql.ts), in one
+ * transaction: @0 = head id, @1 = its claim token, @2 = the follower ids as a JSON array. The head
+ * under its fence first; the followers only when it held, each still pending, of the head's key
+ * and after it. Rows by primary-key seek. Returns a row (`kind`, `id`) for the head when its fence
+ * held (`head`) and one for each follower finished (`follower`).
+ */
+const headWithFollowers = (table: string, finishHead: string, finishFollowers: string, after = '') => {
+  const byId = `WITH (INDEX (${indexOf(table, 'pkey')}), FORCESEEK)`;
+  return `SET XACT_ABORT ON;
+DECLARE @head TABLE ([id] BIGINT NOT NULL, [key] NVARCHAR(255) COLLATE ${KEY_COLLATION} NULL, [claimed_by] UNIQUEIDENTIFIER NULL);
+DECLARE @gone TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
+BEGIN TRANSACTION;
+${finishHead}
+WHERE [id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ${NOW};
+${finishFollowers}
+FROM ${table} AS t ${byId}
+  INNER JOIN OPENJSON(@2) WITH ([id] BIGINT '$') AS c ON t.[id] = c.[id]
+  INNER JOIN @head AS h ON t.[key] = h.[key] AND t.[id] > h.[id]
+WHERE t.[state] = N'pending';
+${after}COMMIT TRANSACTION;
+SELECT N'head' AS [kind], [id] FROM @head UNION ALL SELECT N'follower', [id] FROM @gone;`;
+};
+
+/** @0 = head id, @1 = token, @2 = follower ids. The head and its followers marked `sent` (followers' attempts counted, `claimed_by` the head's). */
+export const outboxCompleteWithFollowersSql = (table: string) =>
+  headWithFollowers(
+    table,
+    `UPDATE ${table} SET [state] = N'sent', [sent_at] = ${NOW}, [lease_expires_at] = NULL
+OUTPUT inserted.[id], inserted.[key], inserted.[claimed_by] INTO @head`,
+    `UPDATE t SET [state] = N'sent', [sent_at] = ${NOW}, [claimed_at] = ${NOW}, [attempts] = t.[attempts] + 1, [claimed_by] = h.[claimed_by]
+OUTPUT inserted.[id] INTO @gone`,
+  );
+
+/** `outboxCompleteWithFollowersSql` for `outbox.sentRows: 'delete'`: both deleted, with their attempt history. */
+export const outboxDeleteWithFollowersSql = (table: string, history: string) =>
+  headWithFollowers(
+    table,
+    `DELETE FROM ${table}
+OUTPUT deleted.[id], deleted.[key], deleted.[claimed_by] INTO @head`,
+    `DELETE t
+OUTPUT deleted.[id] INTO @gone`,
+    `DELETE a FROM ${history} AS a INNER JOIN (SELECT [id] FROM @head UNION ALL SELECT [id] FROM @gone) AS d ON a.[row_id] = d.[id];
+`,
+  );

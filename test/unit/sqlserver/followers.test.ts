@@ -46,4 +46,46 @@ describe('SQL Server followers', () => {
       statement,
     );
   });
+
+  const O = '[messaging].[events_out]';
+
+  it("the outbox's read: all or nothing after 500 ms of lock wait, the key index's filter, and only behind a head first of its key", () => {
+    const statement = sql.outboxFollowersSql(O);
+    assert.ok(statement.startsWith('SET XACT_ABORT OFF;\nSET LOCK_TIMEOUT 500;\n'), statement);
+    const blocks = lockTolerant(statement);
+    assert.equal(blocks.length, 1);
+    assert.equal(blocks[0].orElse, 'DELETE FROM @followers;');
+    assert.match(
+      statement,
+      /AND o\.\[key\] IS NOT NULL\n {6}AND o\.\[state\] IN \(N'pending', N'processing'\) AND o\.\[state\] = N'pending' AND o\.\[id\] > h\.\[id\]\n {4}ORDER BY o\.\[id\]/,
+    );
+    assert.match(
+      statement,
+      /WHERE NOT EXISTS \(SELECT 1 FROM \[messaging\]\.\[events_out\] AS e\n.*AND e\.\[state\] IN \(N'pending', N'processing'\) AND e\.\[id\] < h\.\[id\]\);/s,
+    );
+    assert.match(statement.slice(statement.indexOf('END CATCH;')), /\nFROM @followers$/);
+  });
+
+  it("the outbox head's completion with its followers: one transaction, the head under its fence first, the followers only behind it", () => {
+    for (const statement of [
+      sql.outboxCompleteWithFollowersSql(O),
+      sql.outboxDeleteWithFollowersSql(O, '[messaging].[events_out_attempts]'),
+    ]) {
+      assert.ok(statement.startsWith('SET XACT_ABORT ON;\n'), statement);
+      const head = statement.indexOf("WHERE [id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ");
+      const followers = statement.indexOf('INNER JOIN @head AS h ON t.[key] = h.[key] AND t.[id] > h.[id]');
+      assert.ok(head > statement.indexOf('BEGIN TRANSACTION;') && followers > head, statement);
+      assert.ok(statement.indexOf('COMMIT TRANSACTION;') > followers);
+      assert.match(
+        statement,
+        /OPENJSON\(@2\) WITH \(\[id\] BIGINT '\$'\) AS c ON t\.\[id\] = c\.\[id\]\n.*\nWHERE t\.\[state\] = N'pending';/,
+      );
+      assert.ok(statement.endsWith("SELECT N'head' AS [kind], [id] FROM @head UNION ALL SELECT N'follower', [id] FROM @gone;"));
+    }
+    assert.match(sql.outboxCompleteWithFollowersSql(O), /\[attempts\] = t\.\[attempts\] \+ 1, \[claimed_by\] = h\.\[claimed_by\]/);
+    assert.match(
+      sql.outboxDeleteWithFollowersSql(O, '[messaging].[events_out_attempts]'),
+      /DELETE a FROM \[messaging\]\.\[events_out_attempts\] AS a INNER JOIN \(SELECT \[id\] FROM @head UNION ALL SELECT \[id\] FROM @gone\)/,
+    );
+  });
 });
