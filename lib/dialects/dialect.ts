@@ -195,13 +195,15 @@ export interface Dialect {
    */
   outboxFollowers(p: { heads: { id: string; key: string }[]; perHead: number }): Promise<FollowerRow<OutboundMessage>[]>;
   /**
-   * Completes a claimed outbox head (fenced: `sent`, or deleted with `deleteRows`) and, in the same
-   * statement and only when its fence held, the followers of `followerIds` still pending of its
-   * key after it. Returns whether the head's fence held and the followers it finished.
+   * Completes claimed outbox heads (fenced: `sent`, or deleted with `deleteRows`) and, in the same
+   * statement, each follower still pending of its head's key after it, only behind a head whose
+   * fence held. Returns the heads whose fence held and the followers it finished.
    */
-  outboxCompleteWithFollowers(
-    p: FenceParams & { followerIds: string[]; deleteRows?: boolean },
-  ): Promise<{ head: boolean; followers: Set<string> }>;
+  outboxCompleteWithFollowers(p: {
+    heads: readonly { id: string; token: string }[];
+    followers: readonly { id: string; headId: string }[];
+    deleteRows?: boolean;
+  }): Promise<{ heads: Set<string>; followers: Set<string> }>;
 
   /** Extends the lease to now + `leaseMs`; returns the new expiry, or null when the claim is lost. */
   leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null>;

@@ -154,6 +154,8 @@ export interface SqlDialectParams {
   guid(value: string): unknown;
   /** The claims of a batch completion. */
   claims(claims: readonly { id: string; token: string }[]): unknown[];
+  /** Outbox heads and the followers completed with them, each with its head's id. */
+  headsWithFollowers(heads: readonly { id: string; token: string }[], followers: readonly { id: string; headId: string }[]): unknown[];
   /** The followers of a completion, each with its head's id and token. */
   followers(followers: { id: string; headId: string; headToken: string }[]): unknown[];
   /** A dead-row selection, the first six parameters of every dead-letter statement. */
@@ -352,25 +354,23 @@ export abstract class SqlDialect<J> {
     return rows.map((r) => toOutboxFollowerRow(r, this.decoding)).sort((a, b) => byId(a.message, b.message));
   }
 
-  async outboxCompleteWithFollowers(
-    p: FenceParams & { followerIds: string[]; deleteRows?: boolean },
-  ): Promise<{ head: boolean; followers: Set<string> }> {
+  async outboxCompleteWithFollowers(p: {
+    heads: readonly { id: string; token: string }[];
+    followers: readonly { id: string; headId: string }[];
+    deleteRows?: boolean;
+  }): Promise<{ heads: Set<string>; followers: Set<string> }> {
     const statement = p.deleteRows
       ? this.statements.outboxDeleteWithFollowersSql(this.table.outbox, this.attemptsTable.outbox)
       : this.statements.outboxCompleteWithFollowersSql(this.table.outbox);
     const { rows } = await this.run<{ kind: 'head' | 'follower'; id: string }>(
       statement,
-      [...this.params.fence(p), this.params.ids(p.followerIds)],
+      this.params.headsWithFollowers(p.heads, p.followers),
       undefined,
       REPEATED,
     );
-    const followers = new Set<string>();
-    let head = false;
-    for (const row of rows) {
-      if (row.kind === 'head') head = true;
-      else followers.add(String(row.id));
-    }
-    return { head, followers };
+    const done = { heads: new Set<string>(), followers: new Set<string>() };
+    for (const row of rows) (row.kind === 'head' ? done.heads : done.followers).add(String(row.id));
+    return done;
   }
 
   async leaseRenew(p: FenceParams & { leaseMs: number; manager?: EntityManager }): Promise<Date | null> {

@@ -114,15 +114,23 @@ export class LeaseService {
   }
 
   /**
-   * Completes a claimed outbox head and the followers published after it (issue 36), in one
-   * statement: the head under its fence, the followers (rows of its key after it, read while it was
-   * held) with it, each only while still pending. Returns whether the head's fence held (false: the
-   * claim is lost, counted, and no follower changed) and the ids of the followers it finished.
+   * Completes claimed outbox heads and the followers published after each (issue 36), in one
+   * statement: each head under its fence, its followers (rows of its key after it, read while it
+   * was held) with it, each only while still pending. Returns the heads whose fence held (any
+   * other is lost, and counted: none of its followers changed) and the ids of the followers it
+   * finished.
    */
-  async completeWithFollowers(claim: OutboxClaim, followerIds: string[]): Promise<{ head: boolean; followers: Set<string> }> {
-    const done = await this.dialect.outboxCompleteWithFollowers({ ...this.fence(claim), followerIds, deleteRows: this.deleteSent });
-    this.fenced(claim, done.head);
-    return done;
+  async completeWithFollowers(
+    batch: readonly { head: OutboxClaim; followerIds: readonly string[] }[],
+  ): Promise<{ heads: Set<OutboxClaim>; followers: Set<string> }> {
+    const done = await this.dialect.outboxCompleteWithFollowers({
+      heads: batch.map(({ head }) => head),
+      followers: batch.flatMap(({ head, followerIds }) => followerIds.map((id) => ({ id, headId: head.id }))),
+      deleteRows: this.deleteSent,
+    });
+    const heads = new Set<OutboxClaim>();
+    for (const { head } of batch) if (this.fenced(head, done.heads.has(head.id))) heads.add(head);
+    return { heads, followers: done.followers };
   }
 
   /**

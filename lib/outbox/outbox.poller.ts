@@ -94,7 +94,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     this.logger = new Logger(logContext('QueueBox:OutboxPoller', instance.name));
     this.options = rootOptions.outbox;
     this.claims = new OutboxClaims(dialect, events);
-    if (this.options.maxFollowers > 0) this.followers = new OutboxFollowers(dialect, this.options.maxFollowers, this.logger);
+    if (this.options.maxFollowers > 0) this.followers = new OutboxFollowers(dialect, lease, this.options.maxFollowers, this.logger);
     const rateLimits = new OutboxRateLimits(dialect, this.options.rateLimits, this.logger);
     if (rateLimits.enabled) {
       this.rateLimits = rateLimits;
@@ -111,7 +111,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
       isFinal: (failure) => isInstance(failure, PermanentPublishError),
       complete: (waiter) => completer.complete(waiter),
       completeWithFollowers: (claim, followers) =>
-        lease.completeWithFollowers(
+        (this.followers as OutboxFollowers).complete(
           claim,
           followers.map((follower) => follower.id),
         ),

@@ -95,6 +95,11 @@ describeWithDatabase(
       // A follower is finished as its head's claim: by the same instance.
       assert.equal(new Set(after.map((row) => row.claimed_by)).size, 1);
       assert.equal(events.length, 9, 'one published event per message, followers included');
+      // Both heads' runs ended in the same turn: one statement (one transaction) completed them all.
+      const [{ transactions }] = await db.query<{ transactions: number }>(
+        'SELECT count(DISTINCT xmin::text)::int AS transactions FROM queuebox_outbox',
+      );
+      assert.equal(transactions, 1);
     });
 
     it('with maxFollowers 0, a claim publishes its heads only', async () => {
@@ -218,6 +223,40 @@ describeWithDatabase(
       await poller.runOnce();
       assert.equal(published().length, 5);
       assert.deepEqual(await rows(), []);
+    });
+
+    it("the completion finishes only pending rows of the head's key after it, and nothing behind a head whose fence failed", async () => {
+      const dialect = (t as TestApp).get(QUEUEBOX_DIALECT as never) as Dialect;
+      await enqueue('a', 3);
+      await enqueue('b', 3);
+      const id = async (key: string, seq: number) =>
+        (
+          await db.query<{ id: string }>('SELECT id::text AS id FROM queuebox_outbox WHERE "key" = $1 AND (payload->>\'seq\')::int = $2', [
+            key,
+            seq,
+          ])
+        )[0].id;
+      // a:0 is dead while the claim runs (a:1 is the head), then pending again (an operator's replay).
+      await db.query("UPDATE queuebox_outbox SET state = 'dead' WHERE id = $1", [await id('a', 0)]);
+      const heads = await dialect.outboxClaimBatch({ limit: 10, leaseMs: 5000 });
+      await db.query("UPDATE queuebox_outbox SET state = 'pending' WHERE id = $1", [await id('a', 0)]);
+      const head = heads.find((claim) => claim.message.key === 'a') as (typeof heads)[number];
+      const lostHead = {
+        id: (heads.find((claim) => claim.message.key === 'b') as (typeof heads)[number]).id,
+        token: '00000000-0000-4000-8000-000000000000',
+      };
+      const done = await dialect.outboxCompleteWithFollowers({
+        heads: [head, lostHead],
+        followers: [
+          { id: await id('a', 2), headId: head.id },
+          // Another key; before the head; behind a head whose fence fails.
+          { id: await id('b', 1), headId: head.id },
+          { id: await id('a', 0), headId: head.id },
+          { id: await id('b', 2), headId: lostHead.id },
+        ],
+      });
+      assert.deepEqual([...done.heads], [head.id]);
+      assert.deepEqual([...done.followers], [await id('a', 2)]);
     });
 
     it('the read gives a head no followers once an earlier row of its key committed after its claim (I4)', async () => {

@@ -91,41 +91,49 @@ const outboxFollowerColumns = (alias: string) =>
  * followers are fenced by the head: while it is `processing` under $2 no claim takes a row of its
  * key, so a follower can only have changed through an operator (then it is left as it is).
  */
-const HEAD_AND_FOLLOWERS = "SELECT 'head' AS kind, id::text AS id FROM head UNION ALL SELECT 'follower', id::text FROM followers";
+const HEADS_AND_FOLLOWERS = "SELECT 'head' AS kind, id::text AS id FROM heads UNION ALL SELECT 'follower', id::text FROM followers";
 
-const headWithFollowers = (finishHead: string, finishFollowers: string) => `WITH head AS (
-  ${finishHead}
-  WHERE id = $1 AND state = 'processing' AND claim_token = $2 AND lease_expires_at > ${NOW}
-  RETURNING id, "key", claimed_by
+/**
+ * The fenced completion of outbox heads with followers, as one statement: CTE `heads` completes
+ * the claimed heads ($1 = ids, $2 = their claim tokens) under their fence; `followers` then
+ * finishes the rows of $3 (ids; $4 = each one's head id) that are still pending, of their head's
+ * key and after it: only behind a head that `heads` completed. The followers are fenced by their
+ * head: while it is `processing` under its token no claim takes a row of its key, so a follower
+ * can only have changed through an operator (then it is left as it is). Rows by primary key.
+ */
+const headsWithFollowers = (finishHeads: string, finishFollowers: string) => `WITH heads AS (
+  ${finishHeads}
+  WHERE t.id = ANY($1::bigint[]) AND t.claim_token = ANY($2::uuid[]) AND t.state = 'processing' AND t.lease_expires_at > ${NOW}
+  RETURNING t.id, t."key", t.claimed_by
 ),
 followers AS (
   ${finishFollowers}
-  WHERE t.id = ANY($3::bigint[]) AND t.state = 'pending' AND t."key" = head."key" AND t.id > head.id
+  WHERE t.id = f.id AND t.id = ANY($3::bigint[]) AND t.state = 'pending' AND t."key" = h."key" AND t.id > h.id
   RETURNING t.id
 )`;
 
 /**
- * $1 = head id, $2 = its claim token, $3 = follower ids. Marks the head `sent` (fenced) and its
- * followers `sent` with it, each follower's attempt counted and `claimed_by` the head's. Returns
- * a row (`kind`, `id`) for the head when its fence held (`head`) and one for each follower it
- * finished (`follower`).
+ * $1 = head ids, $2 = their claim tokens, $3 = follower ids, $4 = each follower's head id. Marks
+ * the heads `sent` (fenced) and their followers `sent` with them, each follower's attempt counted
+ * and `claimed_by` its head's. Returns a row (`kind`, `id`) for each head whose fence held
+ * (`head`) and for each follower it finished (`follower`).
  */
-export const outboxCompleteWithFollowersSql = (table: string) => `${headWithFollowers(
-  `UPDATE ${table} SET state = 'sent', sent_at = ${NOW}, lease_expires_at = NULL`,
-  `UPDATE ${table} t SET state = 'sent', sent_at = ${NOW}, claimed_at = ${NOW}, attempts = t.attempts + 1, claimed_by = head.claimed_by
-  FROM head`,
+export const outboxCompleteWithFollowersSql = (table: string) => `${headsWithFollowers(
+  `UPDATE ${table} t SET state = 'sent', sent_at = ${NOW}, lease_expires_at = NULL`,
+  `UPDATE ${table} t SET state = 'sent', sent_at = ${NOW}, claimed_at = ${NOW}, attempts = t.attempts + 1, claimed_by = h.claimed_by
+  FROM unnest($3::bigint[], $4::bigint[]) AS f(id, head_id) JOIN heads h ON h.id = f.head_id`,
 )}
-${HEAD_AND_FOLLOWERS}`;
+${HEADS_AND_FOLLOWERS}`;
 
 /**
- * `outboxCompleteWithFollowersSql` for `outbox.sentRows: 'delete'`: the head and its followers are
- * deleted, with their attempt history (`history`), under the same fence.
+ * `outboxCompleteWithFollowersSql` for `outbox.sentRows: 'delete'`: the heads and their followers
+ * are deleted, with their attempt history (`history`), under the same fences.
  */
-export const outboxDeleteWithFollowersSql = (table: string, history: string) => `${headWithFollowers(
-  `DELETE FROM ${table}`,
-  `DELETE FROM ${table} t USING head`,
+export const outboxDeleteWithFollowersSql = (table: string, history: string) => `${headsWithFollowers(
+  `DELETE FROM ${table} t`,
+  `DELETE FROM ${table} t USING unnest($3::bigint[], $4::bigint[]) AS f(id, head_id) JOIN heads h ON h.id = f.head_id`,
 )},
 history AS (
-  DELETE FROM ${history} a WHERE a.row_id IN (SELECT id FROM head UNION ALL SELECT id FROM followers)
+  DELETE FROM ${history} a WHERE a.row_id IN (SELECT id FROM heads UNION ALL SELECT id FROM followers)
 )
-${HEAD_AND_FOLLOWERS}`;
+${HEADS_AND_FOLLOWERS}`;

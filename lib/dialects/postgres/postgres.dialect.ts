@@ -80,6 +80,11 @@ const STATEMENTS: SqlDialectStatements = {
 
 // Values go as they are: node-postgres infers their types; lists are arrays (`= ANY($n)`, `unnest`).
 const same = <T>(value: T) => value;
+/** A batch of claims as two arrays: ids and tokens (`$n::bigint[]`, `$m::uuid[]`). */
+const claimArrays = (claims: readonly { id: string; token: string }[]) => [
+  idArrayParam(claims.map((c) => c.id)),
+  uuidArrayParam(claims.map((c) => c.token)),
+];
 const PARAMS: SqlDialectParams = {
   guid: same,
   int: same,
@@ -91,7 +96,12 @@ const PARAMS: SqlDialectParams = {
   names: same,
   ids: same,
   fence: (p) => [p.id, p.token],
-  claims: (claims) => [idArrayParam(claims.map((c) => c.id)), uuidArrayParam(claims.map((c) => c.token))],
+  claims: (claims) => claimArrays(claims),
+  headsWithFollowers: (heads, followers) => [
+    ...claimArrays(heads),
+    idArrayParam(followers.map((f) => f.id)),
+    idArrayParam(followers.map((f) => f.headId)),
+  ],
   followers: (followers) => [
     idArrayParam(followers.map((f) => f.id)),
     idArrayParam(followers.map((f) => f.headId)),

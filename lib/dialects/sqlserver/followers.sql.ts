@@ -121,47 +121,50 @@ SELECT [id], [message_id], [destination], [key], [payload], [headers], [attempts
 FROM @followers`;
 
 /**
- * The fenced completion of an outbox head with followers (see postgres/followers.sql.ts), in one
- * transaction: @0 = head id, @1 = its claim token, @2 = the follower ids as a JSON array. The head
- * under its fence first; the followers only when it held, each still pending, of the head's key
- * and after it. Rows by primary-key seek. Returns a row (`kind`, `id`) for the head when its fence
- * held (`head`) and one for each follower finished (`follower`).
+ * The fenced completion of outbox heads with followers (see postgres/followers.sql.ts), in one
+ * transaction: @0 = the heads as a JSON array of `{ id, token }`, @1 = the followers as a JSON
+ * array of `{ id, headId }`. The heads under their fence first; then each follower still pending,
+ * of its head's key and after it, only behind a head completed here. Rows by primary-key seek.
+ * Returns a row (`kind`, `id`) for each head whose fence held (`head`) and for each follower
+ * finished (`follower`).
  */
-const headWithFollowers = (table: string, finishHead: string, finishFollowers: string, after = '') => {
+const headsWithFollowers = (table: string, finishHeads: string, finishFollowers: string, after = '') => {
   const byId = `WITH (INDEX (${indexOf(table, 'pkey')}), FORCESEEK)`;
   return `SET XACT_ABORT ON;
-DECLARE @head TABLE ([id] BIGINT NOT NULL, [key] NVARCHAR(255) COLLATE ${KEY_COLLATION} NULL, [claimed_by] UNIQUEIDENTIFIER NULL);
+DECLARE @heads TABLE ([id] BIGINT NOT NULL PRIMARY KEY, [key] NVARCHAR(255) COLLATE ${KEY_COLLATION} NULL, [claimed_by] UNIQUEIDENTIFIER NULL);
 DECLARE @gone TABLE ([id] BIGINT NOT NULL PRIMARY KEY);
 BEGIN TRANSACTION;
-${finishHead}
-WHERE [id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ${NOW};
+${finishHeads}
+FROM ${table} AS t ${byId}
+  INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c ON t.[id] = c.[id]
+WHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ${NOW};
 ${finishFollowers}
 FROM ${table} AS t ${byId}
-  INNER JOIN OPENJSON(@2) WITH ([id] BIGINT '$') AS c ON t.[id] = c.[id]
-  INNER JOIN @head AS h ON t.[key] = h.[key] AND t.[id] > h.[id]
-WHERE t.[state] = N'pending';
+  INNER JOIN OPENJSON(@1) WITH ([id] BIGINT '$.id', [head_id] BIGINT '$.headId') AS f ON t.[id] = f.[id]
+  INNER JOIN @heads AS h ON h.[id] = f.[head_id]
+WHERE t.[state] = N'pending' AND t.[key] = h.[key] AND t.[id] > h.[id];
 ${after}COMMIT TRANSACTION;
-SELECT N'head' AS [kind], [id] FROM @head UNION ALL SELECT N'follower', [id] FROM @gone;`;
+SELECT N'head' AS [kind], [id] FROM @heads UNION ALL SELECT N'follower', [id] FROM @gone;`;
 };
 
-/** @0 = head id, @1 = token, @2 = follower ids. The head and its followers marked `sent` (followers' attempts counted, `claimed_by` the head's). */
+/** @0 = heads, @1 = followers. The heads and their followers marked `sent` (followers' attempts counted, `claimed_by` their head's). */
 export const outboxCompleteWithFollowersSql = (table: string) =>
-  headWithFollowers(
+  headsWithFollowers(
     table,
-    `UPDATE ${table} SET [state] = N'sent', [sent_at] = ${NOW}, [lease_expires_at] = NULL
-OUTPUT inserted.[id], inserted.[key], inserted.[claimed_by] INTO @head`,
+    `UPDATE t SET [state] = N'sent', [sent_at] = ${NOW}, [lease_expires_at] = NULL
+OUTPUT inserted.[id], inserted.[key], inserted.[claimed_by] INTO @heads`,
     `UPDATE t SET [state] = N'sent', [sent_at] = ${NOW}, [claimed_at] = ${NOW}, [attempts] = t.[attempts] + 1, [claimed_by] = h.[claimed_by]
 OUTPUT inserted.[id] INTO @gone`,
   );
 
 /** `outboxCompleteWithFollowersSql` for `outbox.sentRows: 'delete'`: both deleted, with their attempt history. */
 export const outboxDeleteWithFollowersSql = (table: string, history: string) =>
-  headWithFollowers(
+  headsWithFollowers(
     table,
-    `DELETE FROM ${table}
-OUTPUT deleted.[id], deleted.[key], deleted.[claimed_by] INTO @head`,
+    `DELETE t
+OUTPUT deleted.[id], deleted.[key], deleted.[claimed_by] INTO @heads`,
     `DELETE t
 OUTPUT deleted.[id] INTO @gone`,
-    `DELETE a FROM ${history} AS a INNER JOIN (SELECT [id] FROM @head UNION ALL SELECT [id] FROM @gone) AS d ON a.[row_id] = d.[id];
+    `DELETE a FROM ${history} AS a INNER JOIN (SELECT [id] FROM @heads UNION ALL SELECT [id] FROM @gone) AS d ON a.[row_id] = d.[id];
 `,
   );

@@ -84,6 +84,10 @@ const PARAMS: SqlDialectParams = {
   fence,
   claims: (claims) => [text(JSON.stringify(claims.map((c) => ({ id: c.id, token: c.token }))))],
   followers: (followers) => [text(JSON.stringify(followers.map((f) => ({ id: f.id, headId: f.headId, headToken: f.headToken }))))],
+  headsWithFollowers: (heads, followers) => [
+    text(JSON.stringify(heads.map((c) => ({ id: c.id, token: c.token })))),
+    text(JSON.stringify(followers.map((f) => ({ id: f.id, headId: f.headId })))),
+  ],
   selection: selectionParams,
   instant,
 };

@@ -66,26 +66,30 @@ describe('SQL Server followers', () => {
     assert.match(statement.slice(statement.indexOf('END CATCH;')), /\nFROM @followers$/);
   });
 
-  it("the outbox head's completion with its followers: one transaction, the head under its fence first, the followers only behind it", () => {
+  it("the outbox heads' completion with their followers: one transaction, the heads under their fence first, each follower only behind its own", () => {
     for (const statement of [
       sql.outboxCompleteWithFollowersSql(O),
       sql.outboxDeleteWithFollowersSql(O, '[messaging].[events_out_attempts]'),
     ]) {
       assert.ok(statement.startsWith('SET XACT_ABORT ON;\n'), statement);
-      const head = statement.indexOf("WHERE [id] = @0 AND [state] = N'processing' AND [claim_token] = @1 AND [lease_expires_at] > ");
-      const followers = statement.indexOf('INNER JOIN @head AS h ON t.[key] = h.[key] AND t.[id] > h.[id]');
-      assert.ok(head > statement.indexOf('BEGIN TRANSACTION;') && followers > head, statement);
+      const heads = statement.indexOf(
+        "INNER JOIN OPENJSON(@0) WITH ([id] BIGINT '$.id', [token] UNIQUEIDENTIFIER '$.token') AS c ON t.[id] = c.[id]\nWHERE t.[state] = N'processing' AND t.[claim_token] = c.[token] AND t.[lease_expires_at] > ",
+      );
+      const followers = statement.indexOf(
+        "INNER JOIN @heads AS h ON h.[id] = f.[head_id]\nWHERE t.[state] = N'pending' AND t.[key] = h.[key] AND t.[id] > h.[id];",
+      );
+      assert.ok(heads > statement.indexOf('BEGIN TRANSACTION;') && followers > heads, statement);
       assert.ok(statement.indexOf('COMMIT TRANSACTION;') > followers);
       assert.match(
         statement,
-        /OPENJSON\(@2\) WITH \(\[id\] BIGINT '\$'\) AS c ON t\.\[id\] = c\.\[id\]\n.*\nWHERE t\.\[state\] = N'pending';/,
+        /OPENJSON\(@1\) WITH \(\[id\] BIGINT '\$\.id', \[head_id\] BIGINT '\$\.headId'\) AS f ON t\.\[id\] = f\.\[id\]/,
       );
-      assert.ok(statement.endsWith("SELECT N'head' AS [kind], [id] FROM @head UNION ALL SELECT N'follower', [id] FROM @gone;"));
+      assert.ok(statement.endsWith("SELECT N'head' AS [kind], [id] FROM @heads UNION ALL SELECT N'follower', [id] FROM @gone;"));
     }
     assert.match(sql.outboxCompleteWithFollowersSql(O), /\[attempts\] = t\.\[attempts\] \+ 1, \[claimed_by\] = h\.\[claimed_by\]/);
     assert.match(
       sql.outboxDeleteWithFollowersSql(O, '[messaging].[events_out_attempts]'),
-      /DELETE a FROM \[messaging\]\.\[events_out_attempts\] AS a INNER JOIN \(SELECT \[id\] FROM @head UNION ALL SELECT \[id\] FROM @gone\)/,
+      /DELETE a FROM \[messaging\]\.\[events_out_attempts\] AS a INNER JOIN \(SELECT \[id\] FROM @heads UNION ALL SELECT \[id\] FROM @gone\)/,
     );
   });
 });
