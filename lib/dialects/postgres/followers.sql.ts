@@ -1,8 +1,8 @@
 import { noEarlierUnfinishedOfAggregate, noEarlierUnfinishedOfKey } from './claims.sql';
 import { NOW } from './time';
 
-// Followers (batch pull handlers, the inbox relay): the pending rows of an aggregate right after its
-// claimed head, taken under the head's claim (see inboxFollowersSql). Parameters are positional (`$1`...).
+// Followers (batch pull handlers, the inbox relay, the outbox poller): the pending rows of an
+// aggregate or key right after its claimed head, taken under the head's claim (see inboxFollowersSql). Parameters are positional (`$1`...).
 
 /**
  * $1 = the heads as a JSON array of `{ id, source, aggregateId }`, $2 = most rows per head.

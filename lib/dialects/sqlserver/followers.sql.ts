@@ -4,7 +4,7 @@ import { indexOf } from './quoting';
 import { KEY_COLLATION } from './schema';
 import { asUtc, NOW } from './time';
 
-// Followers (batch pull handlers, the inbox relay; see postgres/followers.sql.ts). Parameters are positional (`@0`...).
+// Followers (batch pull handlers, the inbox relay, the outbox poller; see postgres/followers.sql.ts). Parameters are positional (`@0`...).
 
 /**
  * How long the followers read waits for one row lock. With READ_COMMITTED_SNAPSHOT OFF it waits for
@@ -15,30 +15,45 @@ import { asUtc, NOW } from './time';
 export const FOLLOWERS_LOCK_WAIT_MS = 500;
 
 /**
+ * A followers read under FOLLOWERS_LOCK_WAIT_MS that hands out all its rows or none: `declare`
+ * declares the table variable `@followers`, `fill` inserts into it, `select` sends it. When the
+ * lock wait runs out it returns no follower at all (a head is always handled correctly alone) and
+ * leaves the caller's transaction as it was: `XACT_ABORT OFF` (restored when the batch returns,
+ * like every SET in sp_executesql) makes the lock timeout end that statement only. The rows are
+ * read into the table variable first, and sent only once the read is complete: a result streamed
+ * before the timeout would hand out part of it.
+ */
+const allOrNoFollowers = (declare: string, fill: string, select: string) => `SET XACT_ABORT OFF;
+SET LOCK_TIMEOUT ${FOLLOWERS_LOCK_WAIT_MS};
+${declare}
+BEGIN TRY
+${fill}
+END TRY
+BEGIN CATCH
+  IF ERROR_NUMBER() <> ${LOCK_TIMEOUT_ERROR} OR XACT_STATE() = -1
+    THROW;
+  DELETE FROM @followers;
+END CATCH;
+${select}`;
+
+/**
  * @0 = the heads as a JSON array of `{ id, source, aggregateId }`, @1 = most rows per head.
  * Per head that is still the first unfinished row of its aggregate, the next pending rows of its
  * aggregate in id order, each with `due` (available now); none for a head below which an earlier
  * row of the aggregate is unfinished (it committed after the head's claim: see
  * postgres/followers.sql.ts). Read under READ COMMITTED with no locking hint: the head's claim
  * keeps every other claim off these rows, and they are completed with the head or stay pending.
- *
- * The read waits at most FOLLOWERS_LOCK_WAIT_MS for a row lock; when that runs out it returns no
- * follower at all (a head is always handled correctly alone), and leaves the caller's transaction
- * as it was: `XACT_ABORT OFF` (restored when the batch returns, like every SET in sp_executesql)
- * makes the lock timeout end that statement only. So the rows are read into a table variable
- * first, and sent only once the read is complete: a result streamed before the timeout would hand
- * out part of it. The pending filter also states the aggregate index's own (`IN (N'pending',
+ * All or none after a lock wait (allOrNoFollowers). The pending filter also states the aggregate index's own (`IN (N'pending',
  * N'processing') AND [aggregate_id] IS NOT NULL`), so that filtered index matches without relying
  * on SQL Server to infer it from `= N'pending'`.
  */
-export const inboxFollowersSql = (table: string) => `SET XACT_ABORT OFF;
-SET LOCK_TIMEOUT ${FOLLOWERS_LOCK_WAIT_MS};
-DECLARE @followers TABLE ([id] BIGINT NOT NULL, [source] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL,
+export const inboxFollowersSql = (table: string) =>
+  allOrNoFollowers(
+    `DECLARE @followers TABLE ([id] BIGINT NOT NULL, [source] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL,
   [idempotency_key] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL, [aggregate_id] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL,
   [payload] NVARCHAR(MAX) NOT NULL, [headers] NVARCHAR(MAX) NOT NULL, [attempts] INT NOT NULL, [received_at] DATETIME2 NOT NULL,
-  [due] INT NOT NULL, [head_id] BIGINT NOT NULL);
-BEGIN TRY
-  INSERT INTO @followers ([id], [source], [idempotency_key], [aggregate_id], [payload], [headers], [attempts], [received_at], [due], [head_id])
+  [due] INT NOT NULL, [head_id] BIGINT NOT NULL);`,
+    `  INSERT INTO @followers ([id], [source], [idempotency_key], [aggregate_id], [payload], [headers], [attempts], [received_at], [due], [head_id])
   SELECT f.[id], f.[source], f.[idempotency_key], f.[aggregate_id], f.[payload], f.[headers], f.[attempts], f.[received_at], f.[due], h.[id]
   FROM OPENJSON(@0) WITH ([id] BIGINT '$.id', [source] NVARCHAR(255) '$.source', [aggregate_id] NVARCHAR(255) '$.aggregateId') AS h
   CROSS APPLY (
@@ -51,16 +66,11 @@ BEGIN TRY
   ) AS f
   WHERE NOT EXISTS (SELECT 1 FROM ${table} AS e
     WHERE e.[source] = h.[source] COLLATE ${KEY_COLLATION} AND e.[aggregate_id] = h.[aggregate_id] COLLATE ${KEY_COLLATION}
-      AND e.[aggregate_id] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] < h.[id]);
-END TRY
-BEGIN CATCH
-  IF ERROR_NUMBER() <> ${LOCK_TIMEOUT_ERROR} OR XACT_STATE() = -1
-    THROW;
-  DELETE FROM @followers;
-END CATCH;
-SELECT [id], [source], [idempotency_key], [aggregate_id], [payload], [headers], [attempts], ${asUtc('[received_at]')} AS [received_at],
+      AND e.[aggregate_id] IS NOT NULL AND e.[state] IN (N'pending', N'processing') AND e.[id] < h.[id]);`,
+    `SELECT [id], [source], [idempotency_key], [aggregate_id], [payload], [headers], [attempts], ${asUtc('[received_at]')} AS [received_at],
        [due], [head_id]
-FROM @followers`;
+FROM @followers`,
+  );
 
 /**
  * @0 = the followers as a JSON array of `{ id, headId, headToken }`. Marks followers processed,
@@ -90,13 +100,12 @@ WHERE t.[state] = N'pending' AND h.[claim_token] = c.[head_token] AND h.[state] 
  * FOLLOWERS_LOCK_WAIT_MS for a row lock: then no follower at all). The pending filter states the
  * key index's own, so that filtered index matches.
  */
-export const outboxFollowersSql = (table: string) => `SET XACT_ABORT OFF;
-SET LOCK_TIMEOUT ${FOLLOWERS_LOCK_WAIT_MS};
-DECLARE @followers TABLE ([id] BIGINT NOT NULL, [message_id] UNIQUEIDENTIFIER NOT NULL, [destination] NVARCHAR(255) NOT NULL,
+export const outboxFollowersSql = (table: string) =>
+  allOrNoFollowers(
+    `DECLARE @followers TABLE ([id] BIGINT NOT NULL, [message_id] UNIQUEIDENTIFIER NOT NULL, [destination] NVARCHAR(255) NOT NULL,
   [key] NVARCHAR(255) COLLATE ${KEY_COLLATION} NOT NULL, [payload] NVARCHAR(MAX) NOT NULL, [headers] NVARCHAR(MAX) NOT NULL,
-  [attempts] INT NOT NULL, [created_at] DATETIME2 NOT NULL, [due] INT NOT NULL, [head_id] BIGINT NOT NULL);
-BEGIN TRY
-  INSERT INTO @followers ([id], [message_id], [destination], [key], [payload], [headers], [attempts], [created_at], [due], [head_id])
+  [attempts] INT NOT NULL, [created_at] DATETIME2 NOT NULL, [due] INT NOT NULL, [head_id] BIGINT NOT NULL);`,
+    `  INSERT INTO @followers ([id], [message_id], [destination], [key], [payload], [headers], [attempts], [created_at], [due], [head_id])
   SELECT f.[id], f.[message_id], f.[destination], f.[key], f.[payload], f.[headers], f.[attempts], f.[created_at], f.[due], h.[id]
   FROM OPENJSON(@0) WITH ([id] BIGINT '$.id', [key] NVARCHAR(255) '$.key') AS h
   CROSS APPLY (
@@ -109,16 +118,11 @@ BEGIN TRY
   ) AS f
   WHERE NOT EXISTS (SELECT 1 FROM ${table} AS e
     WHERE e.[key] = h.[key] COLLATE ${KEY_COLLATION} AND e.[key] IS NOT NULL
-      AND e.[state] IN (N'pending', N'processing') AND e.[id] < h.[id]);
-END TRY
-BEGIN CATCH
-  IF ERROR_NUMBER() <> ${LOCK_TIMEOUT_ERROR} OR XACT_STATE() = -1
-    THROW;
-  DELETE FROM @followers;
-END CATCH;
-SELECT [id], [message_id], [destination], [key], [payload], [headers], [attempts], ${asUtc('[created_at]')} AS [created_at],
+      AND e.[state] IN (N'pending', N'processing') AND e.[id] < h.[id]);`,
+    `SELECT [id], [message_id], [destination], [key], [payload], [headers], [attempts], ${asUtc('[created_at]')} AS [created_at],
        [due], [head_id]
-FROM @followers`;
+FROM @followers`,
+  );
 
 /**
  * The fenced completion of outbox heads with followers (see postgres/followers.sql.ts), in one
