@@ -80,7 +80,7 @@ export interface SqlDialectStatements {
   inboxFollowersSql(table: string): string;
   inboxCompleteFollowersSql(table: string): string;
   outboxFollowersSql(table: string): string;
-  /** A head's fenced completion with its followers': one row (`kind`, `id`) for the head if its fence held, one per follower finished. */
+  /** Outbox heads' fenced completion with their followers': a row (`kind`, `id`) for each head whose fence held, and for each follower finished. */
   outboxCompleteWithFollowersSql(table: string): string;
   outboxDeleteWithFollowersSql(table: string, history: string): string;
   leaseRenewSql(table: string): string;
