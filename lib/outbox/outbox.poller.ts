@@ -63,7 +63,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   /** `outbox.maxFollowers` (issue 36): the rows of a claimed head's key published after it, in its slot; none when 0. */
   private readonly followers?: OutboxFollowers;
   /** The followers each head's step published, for `runBatch` (`queuebox/testing` reports them too). */
-  private readonly publishedFollowers = new WeakMap<OutboxClaim, OutboxClaim[]>();
+  private readonly publishedFollowers = new WeakMap<OutboxClaim, readonly FinishedFollower<OutboxClaim>[]>();
   /**
    * Each claim statement's batch: the one renewal timer of its claims, and when the statement was
    * sent (their leases began no earlier: see `LeaseKeeper.leaseFrom`). Keyed by the array the loop
@@ -152,7 +152,10 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   /** Like `runOnce()`, but resolves to the claims it worked on, each followed by the followers its step published. */
   override async runBatch(): Promise<OutboxClaim[]> {
     const claims = await super.runBatch();
-    return claims.flatMap((claim) => [claim, ...(this.publishedFollowers.get(claim) ?? [])]);
+    return claims.flatMap((claim) => [
+      claim,
+      ...(this.publishedFollowers.get(claim) ?? []).map((follower) => follower.claim as OutboxClaim),
+    ]);
   }
 
   /** Claims now instead of at the end of the current sleep (new messages were committed). */
@@ -232,11 +235,8 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     }
     const durationMs = performance.now() - startedAt;
     const published = failure === undefined && followers ? await this.publishFollowers(claim, followers, keeper, slot) : undefined;
-    if (published?.length)
-      this.publishedFollowers.set(
-        claim,
-        published.map((follower) => follower.claim as OutboxClaim),
-      );
+    // The list the outcome carries, kept as it is: no copy per head on the publish path.
+    if (published?.length) this.publishedFollowers.set(claim, published);
     slot.release();
     // Renewals stop before the finishing write (a renewal under way is waited for).
     await keeper.stop();
