@@ -89,6 +89,8 @@ export class WorkSlots<C extends WorkerClaim<unknown>> {
   private kept = 0;
   /** Held claims in phase `finishing` that hold no key. */
   private finishingUnkeyed = 0;
+  /** `startWaiting` is running (a start that frees a slot at once leaves the next start to it). */
+  private starting = false;
 
   constructor(
     private readonly limits: { concurrency: number; batchSize: number },
@@ -165,13 +167,24 @@ export class WorkSlots<C extends WorkerClaim<unknown>> {
     void until.then(free, free);
   }
 
+  /**
+   * Starts waiting claims while slots are free. A step may give its slot back before it returns
+   * (an outbox step that joins a `publishBatch` call does): that frees a slot inside `start`, and
+   * this loop, not a nested one, starts the next claim, so the stack does not grow with the batch.
+   */
   private startWaiting(): void {
-    while (this.taken < this.limits.concurrency && this.waiting.length > 0) {
-      const held = this.waiting.shift() as HeldClaim<C>;
-      held.phase = 'running';
-      held.slot = 'taken';
-      this.taken++;
-      this.events.start(held);
+    if (this.starting) return;
+    this.starting = true;
+    try {
+      while (this.taken < this.limits.concurrency && this.waiting.length > 0) {
+        const held = this.waiting.shift() as HeldClaim<C>;
+        held.phase = 'running';
+        held.slot = 'taken';
+        this.taken++;
+        this.events.start(held);
+      }
+    } finally {
+      this.starting = false;
     }
   }
 

@@ -102,6 +102,46 @@ describe('WorkSlots', () => {
     await stopKeepers();
   });
 
+  it('a step that gives back its slot as it starts lets the next start from the same loop, not a nested one (a publishBatch join)', async () => {
+    // 20,000 claims wait for the one slot; once it is free each start gives it back at once, as an
+    // outbox step joining a publishBatch call does. Nested starts would need 20,000 levels: a RangeError.
+    const started: string[] = [];
+    let nested = 0;
+    let deepest = 0;
+    const slots = new WorkSlots<TestClaim>(
+      { concurrency: 1, batchSize: 20_001 },
+      {
+        start: (held) => {
+          started.push(held.claim.id);
+          nested++;
+          deepest = Math.max(deepest, nested);
+          if (held.claim.id !== '0') held.release();
+          nested--;
+        },
+        keptSlotFreed: () => undefined,
+        unkeyedFinishing: () => undefined,
+      },
+    );
+    const keepers: LeaseKeeper[] = [];
+    const hold = (id: number) => {
+      const keeper = new LeaseKeeper(
+        claim(id),
+        async () => true,
+        () => undefined,
+      );
+      keepers.push(keeper);
+      return slots.hold(claim(id), keeper, false);
+    };
+    const first = hold(0);
+    for (let id = 1; id <= 20_000; id++) hold(id);
+    assert.deepEqual(started, ['0'], 'the others wait for the slot');
+    first.release();
+    assert.equal(started.length, 20_001);
+    assert.equal(started[20_000], '20000', 'in the order held');
+    assert.equal(deepest, 1, 'no start ran inside another');
+    await Promise.all(keepers.map((keeper) => keeper.stop()));
+  });
+
   it('gives back the claims still waiting for a slot, and none that started', async () => {
     const { slots, hold, stopKeepers } = setup({ concurrency: 1, batchSize: 3 });
     [1, 2, 3].map((id) => hold(id));

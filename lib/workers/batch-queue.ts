@@ -1,9 +1,10 @@
 /**
  * Groups items handed in one at a time into batches of up to `size`, and runs at most
  * `concurrency` batches at once. Items handed in during one turn of the event loop (the claims of
- * one claim statement) form batches together, shared out over the free slots (50 items and 5 free
- * slots make 5 batches of 10); a partial batch runs at the end of that turn when a slot is free,
- * or else takes in more items until one is.
+ * one claim statement) form batches together: shared out over the free slots (`spread`: 50 items
+ * and 5 free slots make 5 batches of 10), or each batch filled before the next (`fill`: 50 items
+ * and a size of 20 make batches of 20, 20 and 10). A partial batch runs at the end of that turn
+ * when a slot is free, or else takes in more items until one is.
  */
 export class BatchQueue<T, R> {
   private readonly forming: { item: T; done: (result: R) => void; failed: (error: unknown) => void }[] = [];
@@ -19,6 +20,8 @@ export class BatchQueue<T, R> {
     private readonly run: (items: T[], holdSlot: (until: Promise<unknown>) => void) => Promise<R[]>,
     /** Called when a kept slot is freed (its hung call ended). */
     private readonly onSlotFreed: () => void = () => undefined,
+    /** `spread` for batches that run side by side (a pull batch); `fill` for fewer, fuller ones (a `publishBatch` call: a round trip each). */
+    private readonly share: 'spread' | 'fill' = 'spread',
   ) {}
 
   /** Slots kept by calls that timed out and still run. */
@@ -30,8 +33,9 @@ export class BatchQueue<T, R> {
   add(item: T): Promise<R> {
     return new Promise((done, failed) => {
       this.forming.push({ item, done, failed });
-      // Enough to fill every free slot: no need to wait for the rest of the turn.
-      if (this.forming.length >= this.size * Math.max(1, this.concurrency - this.running)) this.dispatch();
+      // Enough to fill every free slot (`spread`) or one batch (`fill`): no need to wait for the rest of the turn.
+      const enough = this.share === 'fill' ? this.size : this.size * Math.max(1, this.concurrency - this.running);
+      if (this.forming.length >= enough) this.dispatch();
       else if (!this.scheduled) {
         this.scheduled = true;
         queueMicrotask(() => {
@@ -53,7 +57,7 @@ export class BatchQueue<T, R> {
     while (this.running < this.concurrency && this.forming.length > 0) {
       // Spread over the free slots rather than fill one batch first: the batches run side by side,
       // and a pull batch fills the room its claims leave with their aggregates' next rows.
-      const share = Math.ceil(this.forming.length / (this.concurrency - this.running));
+      const share = this.share === 'fill' ? this.size : Math.ceil(this.forming.length / (this.concurrency - this.running));
       const group = this.forming.splice(0, Math.min(this.size, share));
       this.running++;
       let until: Promise<unknown> | undefined;
@@ -79,7 +83,7 @@ export class BatchQueue<T, R> {
       };
       ran.then(
         (results) => {
-          for (const [i, entry] of group.entries()) entry.done(results[i]);
+          for (let i = 0; i < group.length; i++) group[i].done(results[i]);
           settled();
         },
         (error: unknown) => {
