@@ -176,7 +176,7 @@ export type {
   WorkerOptions,
   WorkersOptions,
 } from './types/options';
-export type { EnqueueOptions, EnqueueResult, OutboxMessageInput, Publisher } from './types/outbox';
+export type { EnqueueOptions, EnqueueResult, OutboxMessageInput, PublishBatchResult, Publisher } from './types/outbox';
 export {
   CAUSATION_HEADER,
   IDEMPOTENCY_KEY_HEADER,

@@ -36,6 +36,13 @@ export const DEFAULT_RELAY_MAX_FOLLOWERS = 5_000;
  */
 export const DEFAULT_OUTBOX_MAX_FOLLOWERS = 1_000;
 
+/**
+ * Most messages one `publishBatch` call takes (`outbox.publishBatchSize`), for publishers that have
+ * it: the claims of one claim statement (up to `batchSize`, 500 by default) are shared out over
+ * the `concurrency` calls, in calls of up to this many.
+ */
+export const DEFAULT_OUTBOX_PUBLISH_BATCH_SIZE = 100;
+
 /** Most rows worked on at once per process (`outbox.concurrency`, `inbox.relay.concurrency`). */
 export const DEFAULT_CONCURRENCY = 10;
 

@@ -51,6 +51,7 @@ export interface ResolvedOutboxOptions extends ResolvedWorkerOptions {
   /** `outbox.sentRows`: whether the completion of a sent message keeps its row or deletes it. */
   sentRows: SentRowsOption;
   maxFollowers: number;
+  publishBatchSize: number;
 }
 
 export interface ResolvedRelayOptions extends ResolvedWorkerOptions {

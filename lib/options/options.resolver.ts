@@ -185,6 +185,7 @@ function resolveOutbox(outbox: OutboxOptions, workerRuns: boolean, deprecations:
     rateLimits: resolveRateLimits(outbox.rateLimits),
     sentRows: resolveSentRows(outbox.sentRows),
     maxFollowers: integerOption('outbox.maxFollowers', outbox.maxFollowers, OUTBOX_OPTIONS.maxFollowers),
+    publishBatchSize: integerOption('outbox.publishBatchSize', outbox.publishBatchSize, OUTBOX_OPTIONS.publishBatchSize),
   };
 }
 

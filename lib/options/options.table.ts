@@ -21,6 +21,7 @@ import {
   DEFAULT_MAX_ATTEMPTS,
   DEFAULT_MAX_PAYLOAD_BYTES,
   DEFAULT_OUTBOX_MAX_FOLLOWERS,
+  DEFAULT_OUTBOX_PUBLISH_BATCH_SIZE,
   DEFAULT_POLL_INTERVAL_MS,
   DEFAULT_PULL_CONCURRENCY,
   DEFAULT_PULL_LEASE_MS,
@@ -109,6 +110,7 @@ export const OUTBOX_OPTIONS = {
   rateLimits: { docs: '`{}`' },
   sentRows: { docs: "`'keep'`" },
   maxFollowers: integerOption(DEFAULT_OUTBOX_MAX_FOLLOWERS, 0, 1_000_000),
+  publishBatchSize: integerOption(DEFAULT_OUTBOX_PUBLISH_BATCH_SIZE, 1, 10_000),
 } as const satisfies Record<keyof OutboxOptions, OptionSpec>;
 
 /** `outbox.rateLimits.<destination>: { ... }`. */

@@ -27,6 +27,7 @@ import { OutboxClaims } from './outbox.claims';
 import { OutboxFollowers } from './outbox.followers';
 import { OutboxRateLimits } from './outbox.rate-limits';
 import { configuredDestinations } from './outbox-publishers';
+import { PublishBatches } from './publish-batches';
 import { type PublishAbort, PublishCall, PublishDeadlines, type PublishFailure } from './publish-call';
 
 const NAME = 'outbox poller';
@@ -38,11 +39,13 @@ const NAME = 'outbox poller';
  */
 export const ABORT_GRACE_MS = 500;
 
-/** How a publish abandoned at shutdown ended, as far as QueueBox saw it. */
+/** How a publish (one message's, or a batch call's: shared by its messages) abandoned at shutdown ended, as far as QueueBox saw it. */
 type AbandonedPublish = { ended?: 'published' | 'failed'; settled: Promise<void> };
 
 /**
  * Claims outbox rows, publishes them with bounded concurrency and records the outcome, fenced.
+ * A publisher with `publishBatch` gets the messages claimed together in calls of up to
+ * `outbox.publishBatchSize` (`PublishBatches`), each message's outcome recorded on its own.
  *
  * Starts with the application when `workers.outbox` is on; on shutdown it stops claiming and waits
  * up to `outbox.shutdownTimeoutMs` for in-flight publishes, before TypeORM closes its DataSource.
@@ -72,6 +75,8 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   private readonly batches = new WeakMap<readonly OutboxClaim[], { group: LeaseKeeperGroup; sentAt: number }>();
   /** The `publishTimeout` of every publish in flight, on one timer. */
   private readonly deadlines: PublishDeadlines;
+  /** The `publishBatch` calls of the publishers that have the method (`outbox.publishBatchSize` messages a call at most). */
+  private readonly publishBatches: PublishBatches;
   private overrunningPublishes = 0;
   /** `outbox.rateLimits` (issue 41), and the claims of the current batches that got no token: how long each is put off. */
   private readonly rateLimits?: OutboxRateLimits;
@@ -119,6 +124,15 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     });
     const timeoutMs = this.options.publishTimeoutMs;
     this.deadlines = new PublishDeadlines(timeoutMs, () => new PublishError(messages.publishTimedOut(timeoutMs)));
+    this.publishBatches = new PublishBatches(
+      { size: this.options.publishBatchSize, concurrency: this.options.concurrency },
+      this.deadlines,
+      {
+        abandoned: () => this.loop.abandoned,
+        overran: (publishing, messageIds, abortedBy) => this.overrunning(publishing, messageIds, abortedBy),
+        slotFreed: () => this.loop.wake(),
+      },
+    );
     this.loop = new ClaimLoop(
       { name: NAME, ...this.options, reclaimTimerName: `queuebox:${instance.name}:outbox-reclaim`, recovery },
       {
@@ -132,6 +146,9 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
       recorder,
       this.logger,
       scheduler,
+      // Call slots of publishBatch calls that timed out and still run; messages waiting for a call
+      // are handed back when every slot is.
+      { stuckSlots: () => this.publishBatches.stuckSlots, releaseUnstarted: () => this.publishBatches.releaseWaiting() },
     );
   }
 
@@ -201,7 +218,8 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
    * recorder marks it `sent`; `failed`; `lost`) is written outside the slot, so the next publish
    * starts while it is; a publish that ignored its aborted signal keeps the slot until it ends. A
    * lease too short for the publish is renewed first: a lost or failed renewal means the message
-   * is not published now.
+   * is not published now. A message for a `publishBatch` publisher (without followers, untraced)
+   * joins that publisher's next call instead, and gives its slot to the next claim while it waits.
    */
   private async publish(claim: OutboxClaim, keeper: LeaseKeeper, slot: WorkSlot): Promise<StepOutcome<OutboxClaim>> {
     const followers = this.followers?.take(claim);
@@ -224,7 +242,18 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
         }
         return { kind: 'abandoned' };
       }
-      if (spanNeeded(message.headers)) failure = await this.publishInSpan(publisher, message, keeper, slot);
+      if (publisher.publishBatch && !followers?.length && !spanNeeded(message.headers)) {
+        // With the messages claimed beside it, in a call of up to `publishBatchSize`. The slot goes
+        // to the next claim at once: `concurrency` bounds the calls, which is where messages wait.
+        const joined = this.publishBatches.publish(publisher, { claim, keeper });
+        slot.release();
+        const ended = await joined;
+        if (ended === 'released') {
+          await keeper.stop();
+          return this.loop.abandoned ? { kind: 'abandoned' } : { kind: 'released' };
+        }
+        failure = ended;
+      } else if (spanNeeded(message.headers)) failure = await this.publishInSpan(publisher, message, keeper, slot);
       else {
         // Awaited here rather than in a function of its own: one async frame per message fewer.
         const call = this.publishCall(message, keeper);
@@ -372,7 +401,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
 
   /** Returns how `call` ended; one still running after its abort keeps its concurrency slot until it ends. */
   private slotKeptIfOverran(call: PublishCall, failure: PublishFailure | undefined, slot: WorkSlot): PublishFailure | undefined {
-    if (failure?.overran && call.publishing) slot.holdUntil(this.overrunning(call.publishing, call.message.messageId, failure.abortedBy));
+    if (failure?.overran && call.publishing) slot.holdUntil(this.overrunning(call.publishing, [call.message.messageId], failure.abortedBy));
     return failure;
   }
 
@@ -414,24 +443,28 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
    * logged as ignoring its signal, with the cause that aborted it; one abandoned at shutdown is
    * kept for the instance's deregistration, which names it when it may be delivered twice.
    */
-  private overrunning(publishing: PromiseLike<unknown>, messageId: string, abortedBy: PublishAbort = 'timeout'): Promise<void> {
+  private overrunning(publishing: PromiseLike<unknown>, messageIds: readonly string[], abortedBy: PublishAbort = 'timeout'): Promise<void> {
     this.overrunningPublishes++;
     let running = true;
     const ignoring = setTimeout(() => {
-      if (running) this.logger.warn(this.overrunningLog(messageId, abortedBy));
+      if (running) this.logger.warn(this.overrunningLog(messages.publishBatchMessages(messageIds[0], messageIds.length), abortedBy));
     }, ABORT_GRACE_MS);
     ignoring.unref();
+    const abandoned: AbandonedPublish | undefined = abortedBy === 'shutdown' ? { settled: Promise.resolve() } : undefined;
     const end = (how: 'published' | 'failed') => {
       running = false;
       clearTimeout(ignoring);
       this.overrunningPublishes--;
-      if (abortedBy === 'shutdown') (this.abandoned.get(messageId) as AbandonedPublish).ended = how;
+      if (abandoned) abandoned.ended = how;
     };
     const settled = Promise.resolve(publishing).then(
       () => end('published'),
       () => end('failed'),
     );
-    if (abortedBy === 'shutdown') this.abandoned.set(messageId, { settled });
+    if (abandoned) {
+      abandoned.settled = settled;
+      for (const messageId of messageIds) this.abandoned.set(messageId, abandoned);
+    }
     return settled;
   }
 
@@ -448,7 +481,9 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
    * end, so that those that honour their signal are not named as duplicates at deregistration.
    */
   protected override async afterStop(): Promise<void> {
-    const running = [...this.abandoned.values()].filter((publish) => publish.ended === undefined);
+    // Messages still waiting for a publishBatch call (every call slot kept by an overrunning call): their steps end abandoned.
+    await this.publishBatches.releaseWaiting();
+    const running = [...new Set(this.abandoned.values())].filter((publish) => publish.ended === undefined);
     if (running.length > 0)
       await settledWithin(
         running.map((publish) => publish.settled),

@@ -26,10 +26,10 @@ export interface PublishFailure {
  * (its signal aborted: timeout, lost claim, shutdown). A publish given up that still runs is
  * `publishing`; the caller keeps its concurrency slot until that settles.
  */
-export class PublishCall implements KeeperWatcher {
+export class PublishCall implements KeeperWatcher, TimedPublish {
   /** Deadline list links (`PublishDeadlines`). */
-  prev?: PublishCall;
-  next?: PublishCall;
+  prev?: TimedPublish;
+  next?: TimedPublish;
   deadline = 0;
   /** Ended: published, failed, timed out or aborted (what the publisher does after that is not waited for here). */
   ended = false;
@@ -121,12 +121,20 @@ export class PublishCall implements KeeperWatcher {
   }
 }
 
-function isThenable(value: unknown): value is PromiseLike<unknown> {
+export function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (
     value !== null &&
     (typeof value === 'object' || typeof value === 'function') &&
     typeof (value as PromiseLike<unknown>).then === 'function'
   );
+}
+
+/** A publish call with a deadline: one message's (`PublishCall`) or a batch's (`PublishBatchCall`). */
+export interface TimedPublish {
+  prev?: TimedPublish;
+  next?: TimedPublish;
+  deadline: number;
+  timedOut(reason: unknown): void;
 }
 
 /**
@@ -135,8 +143,8 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
  * it ends, and one timer for the oldest, moved on when it fires. No timer while none is in flight.
  */
 export class PublishDeadlines {
-  private head?: PublishCall;
-  private tail?: PublishCall;
+  private head?: TimedPublish;
+  private tail?: TimedPublish;
   private timer?: NodeJS.Timeout;
 
   constructor(
@@ -144,7 +152,7 @@ export class PublishDeadlines {
     private readonly reason: () => unknown,
   ) {}
 
-  add(call: PublishCall): void {
+  add(call: TimedPublish): void {
     call.deadline = performance.now() + this.timeoutMs;
     call.prev = this.tail;
     call.next = undefined;
@@ -154,7 +162,7 @@ export class PublishDeadlines {
     if (!this.timer) this.arm(this.timeoutMs);
   }
 
-  remove(call: PublishCall): void {
+  remove(call: TimedPublish): void {
     if (call.prev === undefined && this.head !== call) return; // not in the list
     if (call.prev) call.prev.next = call.next;
     else this.head = call.next;

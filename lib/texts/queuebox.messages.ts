@@ -255,6 +255,10 @@ export const messages = {
   routeUnknown: (name: unknown) => `no publisher named ${show(name)} (check "outbox.route" and "outbox.publishers")`,
   routeFailed: (error: string) => `"outbox.route" threw, so no publisher could be chosen: ${error}`,
   publishTimedOut: (timeoutMs: number) => `the publish took longer than "outbox.publishTimeout" (${timeoutMs} ms) and was aborted`,
+  publishBatchResultInvalid: (count: number, given: string) =>
+    `"publishBatch" resolved to ${given}, not nothing or one settled result ({ status: 'fulfilled' } or { status: 'rejected', reason }) for each of its ${count} message(s), in their order: the call counts as failed for every message (retried)`,
+  publishBatchMessages: (messageId: string, count: number) =>
+    count === 1 ? messageId : `${messageId} (and ${count - 1} more of its "publishBatch" call)`,
   publishOverrunningTimeout: (messageId: string, timeoutMs: number, graceMs: number, count: number) =>
     `The publish of message ${messageId} was aborted by its timeout ("outbox.publishTimeout", ${timeoutMs} ms), but the publisher ignores its signal and is still running ${graceMs} ms later: its concurrency slot stays taken until it ends (${count} such publish(es) now), and the retry may deliver the message a second time. Make the publisher honour its AbortSignal.`,
   publishOverrunningClaimLost: (messageId: string, graceMs: number, count: number) =>

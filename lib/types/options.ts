@@ -72,6 +72,13 @@ export interface OutboxOptions extends WorkerOptions {
    * ("Followers keep the same order").
    */
   maxFollowers?: number;
+  /**
+   * Most messages one `publishBatch` call takes, for publishers that have that method (the others
+   * publish one message a call). The messages claimed together are shared out over the
+   * `concurrency` calls; a call may take fewer. An integer from 1 to 10000. Default 100. See
+   * docs/publishing.md ("Publishing in batches").
+   */
+  publishBatchSize?: number;
 }
 
 /** `outbox.sentRows`: keep sent rows (`'keep'`, the default) or delete them when sent (`'delete'`). */

@@ -47,6 +47,12 @@ export interface EnqueueResult {
 }
 
 /**
+ * How each message of a `publishBatch` call ended, in the order the call was given them (the shape
+ * `Promise.allSettled` resolves to): `fulfilled` is published, `rejected` failed with `reason`.
+ */
+export type PublishBatchResult = readonly PromiseSettledResult<unknown>[];
+
+/**
  * Delivers outbox messages. Return normally when the destination has the message; throw to have
  * it retried with backoff; throw `PermanentPublishError` to dead-letter it now. Stop work when
  * `signal` aborts: the claim was lost or the application is shutting down. The signal is the
@@ -60,6 +66,27 @@ export interface EnqueueResult {
  */
 export interface Publisher {
   publish(message: OutboundMessage, signal: AbortSignal): Promise<void>;
+  /**
+   * Optional: delivers several messages in one call (one broker round trip for many messages).
+   * When a publisher has it, the outbox poller hands it the messages claimed together, up to
+   * `outbox.publishBatchSize` a call and `outbox.concurrency` calls at once; `publish` still serves
+   * the rows published after a head of their key (its followers) and traced messages.
+   *
+   * Resolve with nothing when the destination has every message. To fail some, resolve with one
+   * result per message, in the order given (what `Promise.allSettled` returns): a `rejected` one
+   * is retried with backoff, or dead-lettered now for a `PermanentPublishError`, as a throwing
+   * `publish` would be. A call that throws, or whose signal aborts (`publishTimeout` for the whole
+   * call, or shutdown), fails every message of it. A batch holds at most one message per ordering
+   * key, so its messages may go out in any order. See docs/publishing.md ("Publishing in batches").
+   *
+   * @example
+   * async publishBatch(messages, signal) {
+   *   await producer.send({ topic: 'events', messages: messages.map(toKafkaMessage) }, { signal });
+   * }
+   */
+  // void: an `async` method that returns nothing (every message published) needs no `return undefined`.
+  // biome-ignore lint/suspicious/noConfusingVoidType: the return type of such a method is Promise<void>
+  publishBatch?(messages: readonly OutboundMessage[], signal: AbortSignal): Promise<PublishBatchResult | void>;
   /**
    * The destinations this publisher is configured for, when it knows them (`HttpPublisher` with a
    * `destinations` object does). Optional: QueueBox's metrics show a gauge of 0 for each from

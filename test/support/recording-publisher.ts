@@ -1,5 +1,5 @@
 import type { OutboundMessage } from '../../lib/types/messages';
-import type { Publisher } from '../../lib/types/outbox';
+import type { PublishBatchResult, Publisher } from '../../lib/types/outbox';
 
 type Behaviour = (message: OutboundMessage, signal: AbortSignal) => Promise<void> | void;
 
@@ -40,4 +40,50 @@ export function gate(): { promise: Promise<void>; open: () => void } {
     open = resolve;
   });
   return { promise, open };
+}
+
+type BatchBehaviour = (
+  messages: readonly OutboundMessage[],
+  signal: AbortSignal,
+) => Promise<PublishBatchResult | undefined> | PublishBatchResult | undefined;
+
+/**
+ * A publisher with `publishBatch`: records every call's messages and how many calls ran at once;
+ * `batchBehaviour` decides what each call does (all published by default). A message counts as
+ * delivered when its call resolved and did not reject it. Its `publish` (followers, traced
+ * messages) is `RecordingPublisher`'s.
+ */
+export class RecordingBatchPublisher extends RecordingPublisher {
+  readonly batches: OutboundMessage[][] = [];
+  inFlight = 0;
+  mostInFlight = 0;
+  private batchWaiters: { count: number; resolve: () => void }[] = [];
+
+  constructor(public batchBehaviour: BatchBehaviour = () => undefined) {
+    super();
+  }
+
+  async publishBatch(messages: readonly OutboundMessage[], signal: AbortSignal): Promise<PublishBatchResult | undefined> {
+    this.batches.push([...messages]);
+    this.batchWaiters = this.batchWaiters.filter((waiter) => {
+      if (this.batches.length < waiter.count) return true;
+      waiter.resolve();
+      return false;
+    });
+    this.inFlight++;
+    this.mostInFlight = Math.max(this.mostInFlight, this.inFlight);
+    try {
+      const results = await this.batchBehaviour(messages, signal);
+      for (const [i, message] of messages.entries()) if (results?.[i]?.status !== 'rejected') this.delivered.push(message);
+      return results;
+    } finally {
+      this.inFlight--;
+    }
+  }
+
+  /** Resolves once `count` publishBatch calls have started. */
+  waitForBatches(count: number): Promise<void> {
+    if (this.batches.length >= count) return Promise.resolve();
+    return new Promise((resolve) => this.batchWaiters.push({ count, resolve }));
+  }
 }

@@ -1,0 +1,265 @@
+import { PublishError } from '../errors/queuebox.errors';
+import type { KeeperWatcher, LeaseKeeper } from '../lease/lease-keeper';
+import { messages } from '../texts/queuebox.messages';
+import type { OutboxClaim } from '../types/claims';
+import type { OutboundMessage } from '../types/messages';
+import type { PublishBatchResult, Publisher } from '../types/outbox';
+import { BatchQueue } from '../workers/batch-queue';
+import { isThenable, type PublishAbort, type PublishDeadlines, type PublishFailure, type TimedPublish } from './publish-call';
+
+/** A claimed message that waits for, or is in, a `publishBatch` call, with the keeper renewing its claim. */
+export interface BatchedClaim {
+  claim: OutboxClaim;
+  keeper: LeaseKeeper;
+}
+
+/**
+ * How a batched message's publish ended: `undefined` published, its failure, or `released`: it
+ * was handed back before any call took it (every call slot was stuck, or shutdown stopped waiting).
+ */
+export type BatchedEnd = PublishFailure | undefined | 'released';
+
+/** What `PublishBatches` asks of the poller. */
+export interface PublishBatchesHooks {
+  /** Shutdown stopped waiting for work in flight: a keeper that aborts now aborts its whole call. */
+  abandoned(): boolean;
+  /** A call given up (timeout, shutdown) still runs: resolves when it ends (its call slot stays taken until then). */
+  overran(publishing: PromiseLike<unknown>, messageIds: readonly string[], abortedBy: PublishAbort): Promise<void>;
+  /** A call slot kept by a call that overran is free again. */
+  slotFreed(): void;
+}
+
+/**
+ * The outbox poller's `publishBatch` calls (issue 36): for each publisher that has the method, a
+ * queue that gathers the claimed messages routed to it, in calls of up to `size` messages and at
+ * most `concurrency` calls at once. The messages a claim statement returned join in one turn and
+ * fill each call before the next (500 claims and a size of 100: 5 calls of 100; 50 claims: one
+ * call), since each call is a round trip to the broker.
+ */
+export class PublishBatches {
+  private readonly queues = new Map<Publisher, BatchQueue<BatchedClaim, BatchedEnd>>();
+
+  constructor(
+    private readonly limits: { size: number; concurrency: number },
+    private readonly deadlines: PublishDeadlines,
+    private readonly hooks: PublishBatchesHooks,
+  ) {}
+
+  /** Has `claimed` published in the next call of `publisher` that has room; resolves to how its publish ended (never rejects). */
+  publish(publisher: Publisher, claimed: BatchedClaim): Promise<BatchedEnd> {
+    let queue = this.queues.get(publisher);
+    if (!queue) {
+      queue = new BatchQueue(
+        this.limits.size,
+        this.limits.concurrency,
+        (batch, holdSlot) => this.call(publisher, batch, holdSlot),
+        () => this.hooks.slotFreed(),
+        'fill',
+      );
+      this.queues.set(publisher, queue);
+    }
+    return queue.add(claimed);
+  }
+
+  /** Call slots kept by calls that timed out and still run, of the publisher with the most (each publisher has `concurrency`). */
+  get stuckSlots(): number {
+    let most = 0;
+    for (const queue of this.queues.values()) most = Math.max(most, queue.stuckSlots);
+    return most;
+  }
+
+  /** Hands back every message that waits for a call (its publish ends `released`); resolves to their claims. */
+  async releaseWaiting(): Promise<OutboxClaim[]> {
+    const released: OutboxClaim[] = [];
+    for (const queue of this.queues.values()) {
+      for (const { claim } of await queue.takeWaiting(async () => 'released')) released.push(claim);
+    }
+    return released;
+  }
+
+  private async call(publisher: Publisher, batch: BatchedClaim[], holdSlot: (until: Promise<unknown>) => void): Promise<BatchedEnd[]> {
+    const call = new PublishBatchCall(batch, new AbortController(), this.deadlines, this.hooks.abandoned);
+    const ends = await call.start(publisher);
+    if (call.overran && call.publishing) {
+      holdSlot(
+        this.hooks.overran(
+          call.publishing,
+          call.sent.map(({ claim }) => claim.message.messageId),
+          call.abortedBy ?? 'timeout',
+        ),
+      );
+    }
+    return ends;
+  }
+}
+
+/**
+ * One `publishBatch` call: its own signal, its deadline (`publishTimeout`, for the whole call, on
+ * the poller's one deadline timer) and its messages' keepers watched. A message whose claim was
+ * lost before the call is left out of it; one lost during the call is not waited for (its
+ * outcome is `lost`). Shutdown stopping its wait aborts the call. It ends once: when the
+ * publisher's promise settles, or when it is given up (timeout, shutdown).
+ */
+export class PublishBatchCall implements KeeperWatcher, TimedPublish {
+  prev?: TimedPublish;
+  next?: TimedPublish;
+  deadline = 0;
+  private ended = false;
+  /** The publisher's promise, once it was called. */
+  publishing?: PromiseLike<unknown>;
+  /** What gave the call up, if something did. */
+  abortedBy?: PublishAbort;
+  /** The messages handed to the publisher (those whose claim was held when it was called). */
+  readonly sent: BatchedClaim[] = [];
+  /** Each message's end, in the batch's order; filled in as the call ends. */
+  private readonly ends: BatchedEnd[];
+  private tell?: (ends: BatchedEnd[]) => void;
+
+  constructor(
+    private readonly batch: readonly BatchedClaim[],
+    private readonly controller: AbortController,
+    private readonly deadlines: PublishDeadlines,
+    private readonly abandoned: () => boolean,
+  ) {
+    this.ends = new Array(batch.length).fill(undefined);
+  }
+
+  /** The call was given up while the publisher's promise had not settled: it may still run. */
+  get overran(): boolean {
+    return this.abortedBy !== undefined && this.publishing !== undefined;
+  }
+
+  /** Calls the publisher and resolves once the call ended, to each message's end (never rejects). */
+  start(publisher: Publisher): Promise<BatchedEnd[]> {
+    return new Promise((resolve) => {
+      this.tell = resolve;
+      this.call(publisher);
+    });
+  }
+
+  private call(publisher: Publisher): void {
+    const outgoing: OutboundMessage[] = [];
+    // Index loops here and below: an iterator's entries would cost an array per message.
+    for (let i = 0; i < this.batch.length; i++) {
+      const claimed = this.batch[i];
+      const { keeper } = claimed;
+      if (keeper.watch(this)) {
+        this.sent.push(claimed);
+        outgoing.push(claimed.claim.message);
+      } else if (keeper.lost) {
+        this.ends[i] = { error: keeper.signal.reason, overran: false, abortedBy: 'claim lost' };
+      } else {
+        this.giveUp(keeper.signal.reason, 'shutdown');
+        return;
+      }
+    }
+    if (outgoing.length === 0) {
+      this.settle();
+      this.tell?.(this.ends);
+      return;
+    }
+    this.deadlines.add(this);
+    let publishing: unknown;
+    try {
+      publishing = (publisher.publishBatch as NonNullable<Publisher['publishBatch']>)(outgoing, this.controller.signal);
+    } catch (error) {
+      this.rejected(error);
+      return;
+    }
+    if (isThenable(publishing)) {
+      this.publishing = publishing;
+      publishing.then(
+        (results) => this.fulfilled(results),
+        (error: unknown) => this.rejected(error),
+      );
+    } else {
+      queueMicrotask(() => this.fulfilled(publishing));
+    }
+  }
+
+  timedOut(reason: unknown): void {
+    this.giveUp(reason, 'timeout');
+  }
+
+  /** A keeper of the call aborted: shutdown stopped waiting (the call is given up), or one claim was lost (not waited for). */
+  keeperAborted(reason: unknown): void {
+    if (this.abandoned()) this.giveUp(reason, 'shutdown');
+  }
+
+  private fulfilled(results: unknown): void {
+    if (!this.settle()) return;
+    if (results === undefined || results === null) {
+      this.tell?.(this.ends);
+      return;
+    }
+    if (!isSettledResults(results, this.sent.length)) {
+      const error = new PublishError(messages.publishBatchResultInvalid(this.sent.length, describeResults(results)));
+      this.endSent({ error, overran: false });
+      return;
+    }
+    let next = 0;
+    for (let i = 0; i < this.batch.length; i++) {
+      if (this.sent[next] !== this.batch[i]) continue;
+      const result = results[next++];
+      if (result.status === 'rejected') this.ends[i] = { error: result.reason, overran: false };
+    }
+    this.tell?.(this.ends);
+  }
+
+  private rejected(error: unknown): void {
+    if (this.settle()) this.endSent({ error, overran: false });
+  }
+
+  /** Ends every message handed to the publisher with `failure`. */
+  private endSent(failure: PublishFailure): void {
+    let next = 0;
+    for (let i = 0; i < this.batch.length; i++) {
+      if (this.sent[next] !== this.batch[i]) continue;
+      next++;
+      this.ends[i] = failure;
+    }
+    this.tell?.(this.ends);
+  }
+
+  private settle(): boolean {
+    if (this.ended) return false;
+    this.ended = true;
+    this.deadlines.remove(this);
+    for (const { keeper } of this.sent) keeper.unwatch();
+    return true;
+  }
+
+  /** Aborts the signal and ends the call with its reason: every message of it fails (and may still be published, if it overran). */
+  private giveUp(reason: unknown, abortedBy: PublishAbort): void {
+    if (!this.settle()) return;
+    this.abortedBy = abortedBy;
+    const { signal } = this.controller;
+    if (!signal.aborted) this.controller.abort(reason);
+    const failure: PublishFailure = { error: signal.reason, overran: this.publishing !== undefined, abortedBy };
+    if (this.publishing === undefined && abortedBy === 'shutdown') {
+      // Not called yet (a keeper was aborted by the shutdown): nothing of the batch went out.
+      this.ends.fill(failure);
+      this.tell?.(this.ends);
+      return;
+    }
+    this.endSent(failure);
+  }
+}
+
+function isSettledResults(results: unknown, count: number): results is PublishBatchResult {
+  return (
+    Array.isArray(results) &&
+    results.length === count &&
+    results.every(
+      (result) =>
+        typeof result === 'object' &&
+        result !== null &&
+        (result.status === 'fulfilled' || (result.status === 'rejected' && 'reason' in result)),
+    )
+  );
+}
+
+function describeResults(results: unknown): string {
+  if (Array.isArray(results)) return `an array of ${results.length} item(s)`;
+  return typeof results === 'object' ? 'an object' : `a ${typeof results}`;
+}

@@ -1,0 +1,240 @@
+import assert from 'node:assert/strict';
+import { after, beforeEach, it } from 'node:test';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import { PermanentPublishError } from '../../lib/errors/queuebox.errors';
+import { QueueBoxEvents } from '../../lib/events/queuebox.events';
+import { OutboxPoller } from '../../lib/outbox/outbox.poller';
+import { OutboxService } from '../../lib/outbox/outbox.service';
+import type { OutboxOptions } from '../../lib/types/options';
+import type { OutboxMessageInput } from '../../lib/types/outbox';
+import { createTestApp, type TestApp } from '../support/app';
+import { describeWithDatabase, eventually } from '../support/database';
+import { gate, RecordingBatchPublisher } from '../support/recording-publisher';
+
+/**
+ * `Publisher.publishBatch` (issue 36): the messages claimed together go to the publisher in calls
+ * of up to `outbox.publishBatchSize`, at most `concurrency` calls at once, each message's result
+ * recorded on its own row.
+ */
+describeWithDatabase('OutboxPoller: publishBatch (PostgreSQL)', { truncate: ['queuebox_outbox'] }, (db) => {
+  let publisher: RecordingBatchPublisher;
+  let t: TestApp | undefined;
+  let outbox: OutboxService;
+  let poller: OutboxPoller;
+  let dataSource: DataSource;
+
+  async function start(options: Partial<OutboxOptions> = {}, root: { loop?: boolean } = {}): Promise<void> {
+    await t?.app.close();
+    t = await createTestApp(db.url, {
+      outbox: {
+        publisher,
+        pollIntervalMs: 20,
+        claimTimeoutMs: 5000,
+        retry: { attempts: 3, backoff: { delay: 10, jitter: false } },
+        ...options,
+      },
+      workers: root.loop ? { outbox: true, relay: false, pull: false } : false,
+    });
+    outbox = t.get(OutboxService);
+    poller = t.get(OutboxPoller);
+    dataSource = t.app.get(getDataSourceToken());
+  }
+
+  beforeEach(async () => {
+    publisher = new RecordingBatchPublisher();
+    await start();
+  });
+  after(async () => {
+    await t?.app.close();
+  });
+
+  /** Enqueues `count` messages (payload `{ seq }`; of `key` when given), in one transaction. */
+  const enqueue = (count: number, key?: string) =>
+    dataSource.transaction((manager) =>
+      outbox.enqueueMany(
+        manager,
+        Array.from({ length: count }, (_, seq): OutboxMessageInput => ({ destination: 'billing', key, payload: { seq } })),
+      ),
+    );
+  const seqOf = (message: { payload: unknown }) => (message.payload as { seq: number }).seq;
+  const rows = () =>
+    db.query<{ seq: number; state: string; attempts: number; last_error: string | null }>(
+      "SELECT (payload->>'seq')::int AS seq, state, attempts, last_error FROM queuebox_outbox ORDER BY id",
+    );
+
+  it('hands the messages claimed together to publishBatch, each call filled up to publishBatchSize before the next, and marks each sent', async () => {
+    await start({ concurrency: 3, batchSize: 40, publishBatchSize: 15 });
+    await enqueue(40);
+    const published: string[] = [];
+    t?.get(QueueBoxEvents).on('queuebox:published', (event) => published.push(event.messageId));
+    assert.equal(await poller.runOnce(), 40);
+    // 40 claims, 3 free slots: calls of 15, 15 and 10 (not 14, 13 and 13: each call is a round trip).
+    assert.deepEqual(
+      publisher.batches.map((batch) => batch.length),
+      [15, 15, 10],
+    );
+    assert.equal(publisher.mostInFlight, 3, 'the three calls ran at once');
+    assert.deepEqual(
+      publisher.batches.flat().map(seqOf),
+      Array.from({ length: 40 }, (_, seq) => seq),
+    );
+    assert.equal(publisher.calls.length, 0, 'publish itself is not called');
+    assert.ok((await rows()).every((row) => row.state === 'sent' && row.attempts === 1));
+    assert.equal(published.length, 40, 'one published event per message');
+  });
+
+  it('fails only the messages a result rejects: retried with backoff, or dead at once for a PermanentPublishError', async () => {
+    publisher.batchBehaviour = (messages) =>
+      messages.map((message) => {
+        if (seqOf(message) === 1) return { status: 'rejected', reason: new Error('broker said no to 1') };
+        if (seqOf(message) === 3) return { status: 'rejected', reason: new PermanentPublishError('3 can never go') };
+        return { status: 'fulfilled', value: undefined };
+      });
+    await enqueue(5);
+    assert.equal(await poller.runOnce(), 5);
+    assert.equal(publisher.batches.length, 1);
+    const after = await rows();
+    assert.deepEqual(
+      after.map((row) => row.state),
+      ['sent', 'pending', 'sent', 'dead', 'sent'],
+    );
+    assert.match(after[1].last_error ?? '', /broker said no to 1/);
+    assert.match(after[3].last_error ?? '', /3 can never go/);
+    assert.equal(after[1].attempts, 1);
+  });
+
+  it('a call that throws fails every message of it; a result of the wrong shape fails them all with an error that says what it was', async () => {
+    publisher.batchBehaviour = () => {
+      throw new Error('connection reset');
+    };
+    await enqueue(3);
+    await poller.runOnce();
+    assert.ok(
+      (await rows()).every((row) => row.state === 'pending' && row.attempts === 1 && /connection reset/.test(row.last_error ?? '')),
+      JSON.stringify(await rows()),
+    );
+    await db.query("UPDATE queuebox_outbox SET available_at = now() - interval '1 second'");
+    publisher.batchBehaviour = () => [{ status: 'fulfilled', value: undefined }];
+    await poller.runOnce();
+    const after = await rows();
+    assert.ok(
+      after.every((row) => row.state === 'pending' && row.attempts === 2),
+      JSON.stringify(after),
+    );
+    assert.match(
+      after[0].last_error ?? '',
+      /"publishBatch" resolved to an array of 1 item\(s\), not nothing or one settled result .* for each of its 3 message\(s\)/,
+    );
+  });
+
+  it('publishTimeout bounds the whole call: its signal aborts and each message of it is retried; a call that ignores it keeps its slot and is named with its messages', async () => {
+    const stuck = gate();
+    let aborted: unknown;
+    publisher.batchBehaviour = async (_messages, signal) => {
+      signal.addEventListener('abort', () => {
+        aborted = signal.reason;
+      });
+      await stuck.promise; // never honours its signal
+      return undefined;
+    };
+    await start({ concurrency: 1, batchSize: 6, publishBatchSize: 3, publishTimeout: 50 }, { loop: true });
+    await enqueue(6);
+    await eventually(
+      async () => (await rows()).filter((row) => /publishTimeout/.test(row.last_error ?? '')).length === 3,
+      'the first call to time out',
+    );
+    assert.match(String(aborted), /publishTimeout/);
+    assert.equal(publisher.batches.length, 1, 'its slot stays taken: the second call does not start');
+    assert.equal(poller.overrunningCount, 1);
+    await eventually(
+      async () =>
+        (t?.logger.lines ?? []).some(
+          (line) =>
+            line.level === 'warn' &&
+            line.message.includes(`(and 2 more of its "publishBatch" call) was aborted by its timeout ("outbox.publishTimeout", 50 ms)`),
+        ),
+      'the warning that names the call still running',
+    );
+    // Every call slot kept: the messages waiting for a call go back, the attempt not counted.
+    await eventually(
+      async () => (await rows()).filter((row) => row.state === 'pending' && row.attempts === 0).length === 3,
+      'the three that waited for a call to be handed back',
+    );
+    stuck.open();
+    await eventually(async () => (await rows()).every((row) => row.state === 'sent'), 'every message sent once the call ended');
+    assert.equal(publisher.mostInFlight, 1);
+  });
+
+  it("a keyed message with followers is published by publish, then its followers in order; a claim's other messages go in a batch", async () => {
+    await enqueue(3, 'k');
+    await dataSource.transaction((manager) =>
+      outbox.enqueueMany(
+        manager,
+        [10, 11].map((seq) => ({ destination: 'billing', payload: { seq } })),
+      ),
+    );
+    assert.equal(await poller.runOnce(), 3, 'the head of k and the two without a key');
+    assert.deepEqual(
+      publisher.calls.map(({ message }) => seqOf(message)),
+      [0, 1, 2],
+      'the head and its followers, one at a time in key order',
+    );
+    assert.deepEqual(
+      publisher.batches.map((batch) => batch.map(seqOf)),
+      [[10, 11]],
+    );
+    assert.ok((await rows()).every((row) => row.state === 'sent'));
+  });
+
+  it("a message whose claim was taken over during the call is not marked sent by this claim; the call's other messages are", async () => {
+    const held = gate();
+    publisher.batchBehaviour = () => held.promise.then(() => undefined);
+    await enqueue(3);
+    const running = poller.runOnce();
+    await publisher.waitForBatches(1);
+    // As if its lease had ended and another replica claimed it: a new token.
+    await db.query("UPDATE queuebox_outbox SET claim_token = gen_random_uuid() WHERE payload->>'seq' = '1'");
+    held.open();
+    await running;
+    assert.deepEqual(
+      (await rows()).map((row) => row.state),
+      ['sent', 'processing', 'sent'],
+    );
+    assert.ok(t?.logger.has('error', 'Lost the claim on message'), JSON.stringify(t?.logger.lines));
+  });
+
+  it('shutdown: a call running past shutdownTimeoutMs has its signal aborted and its rows released, no attempt charged; one that ignores it names every message as a possible duplicate', async () => {
+    const late = gate();
+    let aborted: unknown;
+    publisher.batchBehaviour = (_messages, signal) => {
+      signal.addEventListener('abort', () => {
+        aborted = signal.reason;
+      });
+      return late.promise.then(() => undefined); // never honours its signal
+    };
+    await start({ shutdownTimeoutMs: 300 }, { loop: true });
+    const [first, second] = await enqueue(2);
+    await publisher.waitForBatches(1);
+    const { logger } = t as TestApp;
+    await t?.app.close();
+    t = undefined;
+    assert.match(String(aborted), /not running|shut/i, 'the shutdown aborted the call');
+    assert.deepEqual(
+      (await rows()).map(({ state, attempts }) => ({ state, attempts })),
+      [
+        { state: 'pending', attempts: 0 },
+        { state: 'pending', attempts: 0 },
+      ],
+      'released at deregistration, the attempt not charged',
+    );
+    const lines = JSON.stringify(logger.lines);
+    assert.ok(
+      logger.has('warn', `The publish of message ${first.messageId} (and 1 more of its "publishBatch" call) was aborted by the shutdown`),
+      lines,
+    );
+    assert.ok(logger.has('warn', `The publish of message(s) ${first.messageId}, ${second.messageId} ignored its abort signal`), lines);
+    late.open();
+    await eventually(async () => publisher.delivered.length === 2, 'the ignoring call to deliver after all');
+  });
+});
