@@ -22,7 +22,10 @@ import { startWorker } from '../support/processes';
 // - the same with messages without a key only: every claim then runs without the claim lock
 //   (issue 36), side by side across the workers;
 // - the keyed run again with `outbox.sentRows: 'delete'` (issue 36): the completions delete the
-//   rows, so afterwards only the poison row is left, and the deliveries alone prove I1 and I4.
+//   rows, so afterwards only the poison row is left, and the deliveries alone prove I1 and I4;
+// - the keyed run again with a publisher that has `publishBatch` (issue 36), half the workers
+//   without followers: claimed messages go out in batch calls whose requests hang, fail or are
+//   slow one by one, and whose calls a kill, a pause or a poison message interrupts.
 
 const LEASE_MS = 1500;
 /** More lanes than keys: most of the time two transactions of one key are open at once. */
@@ -109,11 +112,14 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     perKey,
     unkeyed,
     sentRows = 'keep',
+    publishBatch = false,
   }: {
     keys: number;
     perKey: number;
     unkeyed: number;
     sentRows?: 'keep' | 'delete';
+    /** The workers' publisher has `publishBatch`; the odd ones take no followers (their keyed claims go in batches too). */
+    publishBatch?: boolean;
   }): Promise<void> {
     // Each run reads only its own rows and deliveries.
     await db.query('TRUNCATE queuebox_outbox');
@@ -146,14 +152,16 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     // Workers w0, w2, ... claim more rows than a claim takes key locks for: their keyed claims take
     // the claim lock alone while the others' lock keys (PostgreSQL's claim functions, migration 013).
     const bigBatches = { ...options, outbox: { ...options.outbox, batchSize: KEY_LOCKS_PER_CLAIM + 20 } };
+    const noFollowers = { ...options, outbox: { ...options.outbox, maxFollowers: 0 } };
     let started = 0;
     const start = (name: string) =>
       startWorker({
         dbUrl: workerUrl(),
         publishUrl: bench.publishUrl,
         name,
-        options: Number(name.slice(1)) % 2 === 0 ? bigBatches : options,
+        options: Number(name.slice(1)) % 2 === 0 ? bigBatches : publishBatch ? noFollowers : options,
         waitReady: false,
+        publishBatch,
       });
     workers.splice(0, workers.length, ...(await Promise.all(['w0', 'w1', 'w2'].map(start))));
 
@@ -252,11 +260,13 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     const [{ followers }] = await db.query<{ followers: number }>(
       "SELECT count(*)::int AS followers FROM queuebox_outbox WHERE destination = 'chaos' AND state = 'sent' AND claim_token IS NULL",
     );
+    const batched = accepted.filter((request) => request.headers['x-batch'] === '1').length;
     console.log(
-      `chaos (outbox): ${produced.length} messages, ${outOfOrder} committed after a later one of their key, ${faults.kills} kills, ${faults.pauses} pauses past the lease, ${faults.terminations} backend terminations, ${faults.poisoned} workers killed by the poison message; ${names.length - new Set(names).size} duplicate deliveries; ${sentRows === 'keep' ? `${followers} sent as followers of their key's head` : 'followers not counted (sent rows deleted)'}`,
+      `chaos (outbox${publishBatch ? ', publishBatch' : ''}): ${publishBatch ? `${batched} of ${accepted.length} accepted requests from publishBatch calls; ` : ''}${produced.length} messages, ${outOfOrder} committed after a later one of their key, ${faults.kills} kills, ${faults.pauses} pauses past the lease, ${faults.terminations} backend terminations, ${faults.poisoned} workers killed by the poison message; ${names.length - new Set(names).size} duplicate deliveries; ${sentRows === 'keep' ? `${followers} sent as followers of their key's head` : 'followers not counted (sent rows deleted)'}`,
     );
     if (keys > 0) assert.ok(outOfOrder > 0, 'rows of one key committed out of enqueue order');
     if (keys > 0 && sentRows === 'keep') assert.ok(followers > 0, 'some rows went out as followers of their head');
+    if (publishBatch) assert.ok(batched > accepted.length / 4, `${batched} of ${accepted.length} accepted from publishBatch calls`);
     assert.ok(faults.poisoned > 0, 'the poison message killed workers');
 
     const states = await db.query<{ name: string; state: string; attempts: number }>(
@@ -304,5 +314,11 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     "three workers deleting sent rows (outbox.sentRows 'delete'): every message sent at least once and in commit order per key, only the poison row left",
     { timeout: 180_000 },
     () => threeWorkersUnderFaults({ keys: 5, perKey: 40, unkeyed: 50, sentRows: 'delete' }),
+  );
+
+  it(
+    'three workers publishing in batches (publishBatch), half without followers: every message sent at least once and in commit order per key, the poison one dead',
+    { timeout: 180_000 },
+    () => threeWorkersUnderFaults({ keys: 5, perKey: 40, unkeyed: 50, publishBatch: true }),
   );
 });
