@@ -5,13 +5,29 @@
 import { createQueueBoxApp, loadQueueBox, pullBatchSize } from './queuebox-lib.mjs';
 import { serveWorker } from './worker-common.mjs';
 
+/**
+ * BENCH_QB_PUBLISH_DELAY_MS: every publish call (one message, or one publishBatch call) waits that
+ * long first, as a broker's round trip would (0, unset: none).
+ */
+const publishDelayMs = Number(process.env.BENCH_QB_PUBLISH_DELAY_MS ?? 0);
+const roundTrip = () => new Promise((resolve) => setTimeout(resolve, publishDelayMs));
+
 /** The app's options and providers for each run, and which workers run once it goes. */
 function outboxSetup(config, record) {
   const publisher = {
     async publish(message) {
+      if (publishDelayMs > 0) await roundTrip();
       record(message.payload);
     },
   };
+  // BENCH_QB_PUBLISH_BATCH=1: the publisher has publishBatch too (issue 36), one call for the
+  // messages claimed together, up to outbox.publishBatchSize (BENCH_QB_PUBLISH_BATCH_SIZE).
+  if (process.env.BENCH_QB_PUBLISH_BATCH === '1') {
+    publisher.publishBatch = async (messages) => {
+      if (publishDelayMs > 0) await roundTrip();
+      for (const message of messages) record(message.payload);
+    };
+  }
   return { options: { outbox: { publisher, ...config.options } }, providers: [], workers: { outbox: true, relay: false, pull: false } };
 }
 

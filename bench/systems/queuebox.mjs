@@ -17,7 +17,15 @@ const DESTINATION = 'bench';
  */
 function pollerOptions(workload, concurrency) {
   if (workload.kind === 'latency') return { concurrency, ...sentRows() };
-  return { concurrency, batchSize: batchSize(workload), pollIntervalMs: 100, ...sentRows(), ...maxFollowers() };
+  return { concurrency, batchSize: batchSize(workload), pollIntervalMs: 100, ...sentRows(), ...maxFollowers(), ...publishBatchSize() };
+}
+
+/** `outbox.publishBatchSize` (BENCH_QB_PUBLISH_BATCH_SIZE), for runs with BENCH_QB_PUBLISH_BATCH=1; unset, the default. */
+function publishBatchSize() {
+  const value = process.env.BENCH_QB_PUBLISH_BATCH_SIZE;
+  if (value === undefined || value === '') return {};
+  if (!/^\d+$/.test(value)) throw new Error(`BENCH_QB_PUBLISH_BATCH_SIZE must be a whole number, got ${value}`);
+  return { publishBatchSize: Number(value) };
 }
 
 /** `outbox.maxFollowers`: BENCH_QB_MAX_FOLLOWERS=0 runs the poller without followers (issue 36 target 3's A/B); unset, the default. */
