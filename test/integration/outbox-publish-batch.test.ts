@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, beforeEach, it } from 'node:test';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { PermanentPublishError } from '../../lib/errors/queuebox.errors';
+import { PermanentPublishError, PublishError } from '../../lib/errors/queuebox.errors';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
 import { OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
@@ -84,24 +84,32 @@ describeWithDatabase('OutboxPoller: publishBatch (PostgreSQL)', { truncate: ['qu
     assert.equal(published.length, 40, 'one published event per message');
   });
 
-  it('fails only the messages a result rejects: retried with backoff, or dead at once for a PermanentPublishError', async () => {
+  it('fails only the messages a result rejects: retried with backoff (or at its Retry-After), or dead at once for a PermanentPublishError', async () => {
     publisher.batchBehaviour = (messages) =>
       messages.map((message) => {
         if (seqOf(message) === 1) return { status: 'rejected', reason: new Error('broker said no to 1') };
         if (seqOf(message) === 3) return { status: 'rejected', reason: new PermanentPublishError('3 can never go') };
+        if (seqOf(message) === 4) return { status: 'rejected', reason: new PublishError('throttled', 429, { retryAfterMs: 60_000 }) };
         return { status: 'fulfilled', value: undefined };
       });
-    await enqueue(5);
-    assert.equal(await poller.runOnce(), 5);
+    await enqueue(6);
+    assert.equal(await poller.runOnce(), 6);
     assert.equal(publisher.batches.length, 1);
     const after = await rows();
     assert.deepEqual(
       after.map((row) => row.state),
-      ['sent', 'pending', 'sent', 'dead', 'sent'],
+      ['sent', 'pending', 'sent', 'dead', 'pending', 'sent'],
     );
     assert.match(after[1].last_error ?? '', /broker said no to 1/);
     assert.match(after[3].last_error ?? '', /3 can never go/);
     assert.equal(after[1].attempts, 1);
+    const [waits] = await db.query<{ backoff: number; retry_after: number }>(
+      `SELECT max(extract(epoch FROM available_at - now()) * 1000) FILTER (WHERE payload->>'seq' = '1') AS backoff,
+              max(extract(epoch FROM available_at - now()) * 1000) FILTER (WHERE payload->>'seq' = '4') AS retry_after
+         FROM queuebox_outbox`,
+    );
+    assert.ok(waits.backoff < 1000, `1 waits its backoff (${waits.backoff} ms)`);
+    assert.ok(waits.retry_after > 55_000, `4 waits its Retry-After (${waits.retry_after} ms)`);
   });
 
   it('a call that throws fails every message of it; a result of the wrong shape fails them all with an error that says what it was', async () => {
