@@ -38,8 +38,8 @@ export const DEFAULT_OUTBOX_MAX_FOLLOWERS = 1_000;
 
 /**
  * Most messages one `publishBatch` call takes (`outbox.publishBatchSize`), for publishers that have
- * it: the claims of one claim statement (up to `batchSize`, 500 by default) are shared out over
- * the `concurrency` calls, in calls of up to this many.
+ * it: the claims of one claim statement (up to `batchSize`, 50 by default) fill calls of up to
+ * this many, one after the other, at most `concurrency` running at once.
  */
 export const DEFAULT_OUTBOX_PUBLISH_BATCH_SIZE = 100;
 
