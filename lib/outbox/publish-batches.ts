@@ -5,7 +5,7 @@ import type { OutboxClaim } from '../types/claims';
 import type { OutboundMessage } from '../types/messages';
 import type { PublishBatchResult, Publisher } from '../types/outbox';
 import { BatchQueue } from '../workers/batch-queue';
-import { isThenable, type PublishAbort, type PublishDeadlines, type PublishFailure, type TimedPublish } from './publish-call';
+import { follow, type PublishAbort, type PublishDeadlines, type PublishFailure, type TimedPublish } from './publish-call';
 
 /** A claimed message that waits for, or is in, a `publishBatch` call, with the keeper renewing its claim. */
 export interface BatchedClaim {
@@ -166,15 +166,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
       this.rejected(error);
       return;
     }
-    if (isThenable(publishing)) {
-      this.publishing = publishing;
-      publishing.then(
-        (results) => this.fulfilled(results),
-        (error: unknown) => this.rejected(error),
-      );
-    } else {
-      queueMicrotask(() => this.fulfilled(publishing));
-    }
+    this.publishing = follow(this, publishing);
   }
 
   timedOut(reason: unknown): void {
@@ -186,7 +178,8 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
     if (this.abandoned()) this.giveUp(reason, 'shutdown');
   }
 
-  private fulfilled(results: unknown): void {
+  /** @internal (`follow`) */
+  fulfilled(results: unknown): void {
     if (!this.settle()) return;
     if (results === undefined || results === null) {
       this.tell?.(this.ends);
@@ -206,7 +199,8 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
     this.tell?.(this.ends);
   }
 
-  private rejected(error: unknown): void {
+  /** @internal (`follow`) */
+  rejected(error: unknown): void {
     if (this.settle()) this.endSent({ error, overran: false });
   }
 

@@ -72,17 +72,7 @@ export class PublishCall implements KeeperWatcher, TimedPublish {
       this.rejected(error);
       return;
     }
-    if (isThenable(publishing)) {
-      this.publishing = publishing;
-      publishing.then(
-        () => this.fulfilled(),
-        (error: unknown) => this.rejected(error),
-      );
-    } else {
-      // A publisher that returned no promise ended already; its end is heard in a microtask, as a
-      // promise's would be (ending now would start the next publish inside this one's call).
-      queueMicrotask(() => this.fulfilled());
-    }
+    this.publishing = follow(this, publishing);
   }
 
   /** The publish timed out (`PublishDeadlines`). */
@@ -95,11 +85,13 @@ export class PublishCall implements KeeperWatcher, TimedPublish {
     this.giveUp(reason, this.keeper.lost ? 'claim lost' : 'shutdown');
   }
 
-  private fulfilled(): void {
+  /** @internal (`follow`) */
+  fulfilled(): void {
     if (this.settle()) this.tell?.(undefined);
   }
 
-  private rejected(error: unknown): void {
+  /** @internal (`follow`) */
+  rejected(error: unknown): void {
     if (this.settle()) this.tell?.({ error, overran: false });
   }
 
@@ -121,7 +113,27 @@ export class PublishCall implements KeeperWatcher, TimedPublish {
   }
 }
 
-export function isThenable(value: unknown): value is PromiseLike<unknown> {
+/**
+ * Hands what a publisher's method returned to `call`: a promise's outcome when it settles, any
+ * other value as fulfilled in a microtask, as a promise's would be (ending now would start the
+ * next publish inside this one's call). Returns the promise, when there is one.
+ */
+export function follow(
+  call: { fulfilled(value: unknown): void; rejected(error: unknown): void },
+  publishing: unknown,
+): PromiseLike<unknown> | undefined {
+  if (isThenable(publishing)) {
+    publishing.then(
+      (value) => call.fulfilled(value),
+      (error: unknown) => call.rejected(error),
+    );
+    return publishing;
+  }
+  queueMicrotask(() => call.fulfilled(publishing));
+  return undefined;
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (
     value !== null &&
     (typeof value === 'object' || typeof value === 'function') &&
