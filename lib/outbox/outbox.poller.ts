@@ -218,7 +218,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
    * recorder marks it `sent`; `failed`; `lost`) is written outside the slot, so the next publish
    * starts while it is; a publish that ignored its aborted signal keeps the slot until it ends. A
    * lease too short for the publish is renewed first: a lost or failed renewal means the message
-   * is not published now. A message for a `publishBatch` publisher (without followers, untraced)
+   * is not published now. A message for a `publishBatch` publisher (without followers)
    * joins that publisher's next call instead, and gives its slot to the next claim while it waits.
    */
   private async publish(claim: OutboxClaim, keeper: LeaseKeeper, slot: WorkSlot): Promise<StepOutcome<OutboxClaim>> {
@@ -242,7 +242,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
         }
         return { kind: 'abandoned' };
       }
-      if (publisher.publishBatch && !followers?.length && !spanNeeded(message.headers)) {
+      if (publisher.publishBatch && !followers?.length) {
         // With the messages claimed beside it, in a call of up to `publishBatchSize`. The slot goes
         // to the next claim at once: `concurrency` bounds the calls, which is where messages wait.
         const joined = this.publishBatches.publish(publisher, { claim, keeper });

@@ -1,6 +1,7 @@
 import { PublishError } from '../errors/queuebox.errors';
 import type { KeeperWatcher, LeaseKeeper } from '../lease/lease-keeper';
 import { messages } from '../texts/queuebox.messages';
+import { type BatchedSpan, spanNeeded, startBatchedSpan } from '../tracing/trace-context';
 import type { OutboxClaim } from '../types/claims';
 import type { OutboundMessage } from '../types/messages';
 import type { PublishBatchResult, Publisher } from '../types/outbox';
@@ -113,6 +114,8 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
   readonly sent: BatchedClaim[] = [];
   /** Each message's end, in the batch's order; filled in as the call ends. */
   private readonly ends: BatchedEnd[];
+  /** The publish span of each traced message (an OpenTelemetry tracer set up, or a trace to continue), in the batch's order. */
+  private spans?: (BatchedSpan | undefined)[];
   private tell?: (ends: BatchedEnd[]) => void;
 
   constructor(
@@ -145,7 +148,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
       const { keeper } = claimed;
       if (keeper.watch(this)) {
         this.sent.push(claimed);
-        outgoing.push(claimed.claim.message);
+        outgoing.push(this.traced(i, claimed.claim.message));
       } else if (keeper.lost) {
         this.ends[i] = { error: keeper.signal.reason, overran: false, abortedBy: 'claim lost' };
       } else {
@@ -155,7 +158,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
     }
     if (outgoing.length === 0) {
       this.settle();
-      this.tell?.(this.ends);
+      this.finish();
       return;
     }
     this.deadlines.add(this);
@@ -167,6 +170,27 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
       return;
     }
     this.publishing = follow(this, publishing);
+  }
+
+  /** `message` as the publisher gets it: with its span's context in its headers when it is traced (a copy then). */
+  private traced(i: number, message: OutboundMessage): OutboundMessage {
+    if (!spanNeeded(message.headers)) return message;
+    const span = startBatchedSpan(message);
+    if (!span) return message;
+    this.spans ??= new Array(this.batch.length);
+    this.spans[i] = span;
+    return { ...message, headers: span.headers };
+  }
+
+  /** Tells the waiting messages how the call ended, once each span ended with its own message's result. */
+  private finish(): void {
+    if (this.spans) {
+      for (let i = 0; i < this.spans.length; i++) {
+        const end = this.ends[i];
+        this.spans[i]?.end(end === undefined || end === 'released' ? undefined : end.error);
+      }
+    }
+    this.tell?.(this.ends);
   }
 
   timedOut(reason: unknown): void {
@@ -182,7 +206,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
   fulfilled(results: unknown): void {
     if (!this.settle()) return;
     if (results === undefined || results === null) {
-      this.tell?.(this.ends);
+      this.finish();
       return;
     }
     if (!isSettledResults(results, this.sent.length)) {
@@ -196,7 +220,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
       const result = results[next++];
       if (result.status === 'rejected') this.ends[i] = { error: result.reason, overran: false };
     }
-    this.tell?.(this.ends);
+    this.finish();
   }
 
   /** @internal (`follow`) */
@@ -212,7 +236,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
       next++;
       this.ends[i] = failure;
     }
-    this.tell?.(this.ends);
+    this.finish();
   }
 
   private settle(): boolean {
@@ -233,7 +257,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
     if (this.publishing === undefined && abortedBy === 'shutdown') {
       // Not called yet (a keeper was aborted by the shutdown): nothing of the batch went out.
       this.ends.fill(failure);
-      this.tell?.(this.ends);
+      this.finish();
       return;
     }
     this.endSent(failure);

@@ -164,19 +164,59 @@ async function inActiveSpan<T>(
     try {
       return await work();
     } catch (error) {
-      // Whatever was thrown (describeError never throws; reading a hostile Error's fields may).
-      const text = describeError(error);
-      try {
-        active.recordException(isInstance(error, Error) ? error : text);
-      } catch {
-        active.recordException(text);
-      }
-      active.setStatus({ code: otel.SpanStatusCode.ERROR, message: text });
+      recordFailure(otel, active, error);
       throw error;
     } finally {
       active.end();
     }
   });
+}
+
+/** Marks `span` failed with `error`: whatever was thrown (describeError never throws; reading a hostile Error's fields may). */
+function recordFailure(otel: typeof OpenTelemetry, span: OpenTelemetry.Span, error: unknown): void {
+  const text = describeError(error);
+  try {
+    span.recordException(isInstance(error, Error) ? error : text);
+  } catch {
+    span.recordException(text);
+  }
+  span.setStatus({ code: otel.SpanStatusCode.ERROR, message: text });
+}
+
+/** The publish span of one message of a `publishBatch` call: the headers it goes out with, and its end. */
+export interface BatchedSpan {
+  /** The message's headers carrying this span's context (the destination continues from it). */
+  headers: Record<string, string>;
+  /** Ends the span: failed with `error`, or published when there is none. */
+  end(error?: unknown): void;
+}
+
+/**
+ * For one message of a `publishBatch` call: its publish span, as `inSpan` would start it (its
+ * parent the context its headers carry) but not made active, since the call serves many messages;
+ * the caller ends it with the message's own result. Undefined when `spanNeeded` is false.
+ */
+export function startBatchedSpan(message: {
+  destination: string;
+  messageId: string;
+  attempt: number;
+  headers: Record<string, string>;
+}): BatchedSpan | undefined {
+  const otel = openTelemetry();
+  if (!otel || (!carriesContext(otel, message.headers) && noTracerProvider(otel))) return undefined;
+  const description = publishSpan(message);
+  const parent = parentContext(otel, message.headers);
+  const span = otel.trace
+    .getTracer('queuebox')
+    .startSpan(description.name, { kind: otel.SpanKind.PRODUCER, attributes: description.attributes }, parent);
+  const headers = otel.context.with(otel.trace.setSpan(parent, span), () => activeTraceContext(message.headers)) ?? message.headers;
+  return {
+    headers,
+    end(error?: unknown) {
+      if (error !== undefined) recordFailure(otel, span, error);
+      span.end();
+    },
+  };
 }
 
 /**

@@ -70,7 +70,8 @@ export interface Publisher {
    * Optional: delivers several messages in one call (one broker round trip for many messages).
    * When a publisher has it, the outbox poller hands it the messages claimed together, up to
    * `outbox.publishBatchSize` a call and `outbox.concurrency` calls at once; `publish` still serves
-   * the rows published after a head of their key (its followers) and traced messages.
+   * the rows published after a head of their key (its followers). Each message keeps its own
+   * publish span when tracing is on: its headers carry that span's context.
    *
    * Resolve with nothing when the destination has every message. To fail some, resolve with one
    * result per message, in the order given (what `Promise.allSettled` returns): a `rejected` one

@@ -21,7 +21,7 @@ import { PullHandler } from '../../lib/pull/pull-handler.decorator';
 import type { InboxMessage } from '../../lib/types/messages';
 import { createTestApp, type TestApp } from '../support/app';
 import { describeWithDatabase } from '../support/database';
-import { RecordingPublisher } from '../support/recording-publisher';
+import { RecordingBatchPublisher, RecordingPublisher } from '../support/recording-publisher';
 
 const exporter = new InMemorySpanExporter();
 const tracer = () => trace.getTracer('test');
@@ -118,6 +118,46 @@ describeWithDatabase('trace context through the tables (OpenTelemetry)', { trunc
     );
     const sent = publisher.calls[1].message.headers.traceparent;
     assert.equal(sent, `00-${caller.traceId}-${spans[1].spanContext().spanId}-01`, 'the destination continues from the publish span');
+  });
+
+  it('publishBatch: each message of a call has its own publish span, a child of its enqueue span, ended with its own result; the publisher sees each span in its headers', async () => {
+    const batchPublisher = new RecordingBatchPublisher((messages) =>
+      messages.map((message) =>
+        (message.payload as { n: number }).n === 2
+          ? { status: 'rejected', reason: new Error('broker refused 2') }
+          : { status: 'fulfilled', value: undefined },
+      ),
+    );
+    const own = await createTestApp(db.url, { workers: false, outbox: { publisher: batchPublisher, maxAttempts: 3, backoff: () => 0 } });
+    try {
+      const caller = await inActiveSpan(() =>
+        own.app.get<DataSource>(getDataSourceToken()).transaction((manager) =>
+          own.get(OutboxService).enqueueMany(
+            manager,
+            [1, 2, 3].map((n) => ({ destination: 'billing', payload: { n } })),
+          ),
+        ),
+      );
+      await own.get(OutboxPoller).runOnce();
+      assert.equal(batchPublisher.batches.length, 1, 'one call for the three');
+      const spans = spansNamed('billing publish');
+      assert.equal(spans.length, 3, 'one span per message');
+      const sent = batchPublisher.batches[0];
+      for (const [i, message] of sent.entries()) {
+        const span = spans.find((candidate) => candidate.attributes['messaging.message.id'] === message.messageId);
+        assert.ok(span, `a span for message ${i + 1}`);
+        assert.equal(span.spanContext().traceId, caller.traceId);
+        assert.equal(span.parentSpanContext?.spanId, caller.spanId, 'its parent is the enqueue span');
+        assert.equal(
+          message.headers.traceparent,
+          `00-${caller.traceId}-${span.spanContext().spanId}-01`,
+          'the destination continues from it',
+        );
+        assert.equal(span.status.code, i === 1 ? SpanStatusCode.ERROR : SpanStatusCode.UNSET, `message ${i + 1}'s own result`);
+      }
+    } finally {
+      await own.app.close();
+    }
   });
 
   it('survives dead-letter and replay: the replayed publish joins the original trace', async () => {
