@@ -273,11 +273,12 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   }
 
   /**
-   * After its head published: the head's followers, one at a time in key order, in the head's slot
-   * and under its claim (its lease checked before each, and renewed when short). Stops at the first
-   * that fails (it stays `pending`, its attempt not counted, and is claimed next as a head, where
-   * a failure counts), when the claim is lost, or when the poller stops. Returns those published,
-   * which the recorder marks sent with the head, in one statement.
+   * After its head published: the head's followers in key order, in the head's slot and under its
+   * claim (its lease checked before each publish, and renewed when short): one at a time, or, for
+   * a publisher that `keepsBatchOrder`, in `publishBatch` calls of up to `publishBatchSize`. Stops
+   * at the first that fails (it stays `pending`, its attempt not counted, and is claimed next as a
+   * head, where a failure counts), when the claim is lost, or when the poller stops. Returns those
+   * published, which the recorder marks sent with the head, in one statement.
    */
   private async publishFollowers(
     claim: OutboxClaim,
@@ -286,18 +287,71 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     slot: WorkSlot,
   ): Promise<FinishedFollower<OutboxClaim>[]> {
     const published: FinishedFollower<OutboxClaim>[] = [];
-    for (const follower of followers) {
+    let next = 0;
+    while (next < followers.length) {
       if (this.loop.stopped || !(this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) break;
       const startedAt = performance.now();
+      const run = this.orderedRun(followers, next);
+      if (run) {
+        const ends = await this.publishBatches.call(
+          run.publisher,
+          run.followers.map((follower) => ({ claim: follower, keeper })),
+          (until) => slot.holdUntil(until),
+        );
+        const durationMs = performance.now() - startedAt;
+        const failed = ends.findIndex((end) => end !== undefined);
+        for (const follower of failed === -1 ? run.followers : run.followers.slice(0, failed))
+          published.push({ claim: follower, details: { durationMs } });
+        if (failed !== -1) {
+          this.followerFailed(run.followers[failed], claim, ends[failed]);
+          const later = ends.findIndex((end, i) => i > failed && end === undefined);
+          if (later !== -1)
+            this.logger.error(
+              messages.outboxBatchOrderBroken(run.followers[failed].message.messageId, run.followers[later].message.messageId),
+            );
+          break;
+        }
+        next += run.followers.length;
+        continue;
+      }
+      const follower = followers[next++];
       const failure = await this.publishFollower(follower.message, keeper, slot);
       if (failure !== undefined) {
-        const error = describeError(failure.error);
-        this.logger.warn(messages.outboxFollowerFailed(follower.message.messageId, claim.message.messageId, error));
+        this.followerFailed(follower, claim, failure);
         break;
       }
       published.push({ claim: follower, details: { durationMs: performance.now() - startedAt } });
     }
     return published;
+  }
+
+  /**
+   * The followers from `from` that go out in one `publishBatch` call: those of one publisher that
+   * `keepsBatchOrder`, up to `publishBatchSize`. Undefined when the next one goes alone.
+   */
+  private orderedRun(followers: readonly OutboxClaim[], from: number): { publisher: Publisher; followers: OutboxClaim[] } | undefined {
+    const publisher = this.routedOrNone(followers[from].message);
+    if (!publisher?.publishBatch || publisher.keepsBatchOrder !== true) return undefined;
+    const run = [followers[from]];
+    for (let i = from + 1; i < followers.length && run.length < this.options.publishBatchSize; i++) {
+      if (this.routedOrNone(followers[i].message) !== publisher) break;
+      run.push(followers[i]);
+    }
+    return { publisher, followers: run };
+  }
+
+  /** The publisher `outbox.route` names, or none when the route fails (the publish then fails on its own). */
+  private routedOrNone(message: OutboundMessage): Publisher | undefined {
+    try {
+      return this.publisherFor(message);
+    } catch {
+      return undefined;
+    }
+  }
+
+  private followerFailed(follower: OutboxClaim, head: OutboxClaim, failure: PublishFailure | 'released' | undefined): void {
+    const error = typeof failure === 'object' ? describeError(failure.error) : String(failure);
+    this.logger.warn(messages.outboxFollowerFailed(follower.message.messageId, head.message.messageId, error));
   }
 
   /** One follower's publish: as the head's, in a span when traced; how it failed, if it did. */

@@ -78,7 +78,11 @@ export class PublishBatches {
     return released;
   }
 
-  private async call(publisher: Publisher, batch: BatchedClaim[], holdSlot: (until: Promise<unknown>) => void): Promise<BatchedEnd[]> {
+  /**
+   * One call of `publisher` with `batch`, outside the queues (a head's followers, in the head's
+   * slot: `holdSlot` keeps that slot while a call given up still runs). Resolves to each message's end.
+   */
+  async call(publisher: Publisher, batch: BatchedClaim[], holdSlot: (until: Promise<unknown>) => void): Promise<BatchedEnd[]> {
     const call = new PublishBatchCall(batch, new AbortController(), this.deadlines, this.hooks.abandoned);
     const ends = await call.start(publisher);
     if (call.overran && call.publishing) {

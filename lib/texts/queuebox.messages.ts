@@ -316,6 +316,8 @@ export const messages = {
     `Lost the claim on inbox message ${source}/${key} before marking it processed: its outbox insert was rolled back and the new owner forwards it. ${silence ?? 'Raise "inbox.relay.claimTimeoutMs" if this repeats.'}`,
   outboxFollowersReadFailed: (error: string) =>
     `The outbox poller could not read the messages after those it claimed (${error}); publishing the claimed ones alone.`,
+  outboxBatchOrderBroken: (failedId: string, laterId: string) =>
+    `"publishBatch" reported outbox message ${laterId} published although ${failedId}, before it in the same call and of the same key, failed, and its publisher sets "keepsBatchOrder": ${laterId} is not marked sent and goes out again after ${failedId}, so the destination may have it twice and out of order. Set "keepsBatchOrder" only on a publisher that sends a call's messages in order and stops at a failure.`,
   outboxFollowerFailed: (messageId: string, headId: string, error: string) =>
     `Publishing outbox message ${messageId} after ${headId} (a follower of its key) failed: ${error}. It stays pending, its attempt not counted, and is published next as a claim of its own.`,
   relayFollowersReadFailed: (error: string) =>

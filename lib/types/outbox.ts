@@ -89,6 +89,15 @@ export interface Publisher {
   // biome-ignore lint/suspicious/noConfusingVoidType: the return type of such a method is Promise<void>
   publishBatch?(messages: readonly OutboundMessage[], signal: AbortSignal): Promise<PublishBatchResult | void>;
   /**
+   * `true` when `publishBatch` delivers a call's messages in the order given and, once one fails,
+   * none after it (it reports those failed too): as a Kafka producer does for one partition, or a
+   * loop that sends one message after another and stops at a failure. Then the rows published
+   * after a head of their key (its followers) go out in `publishBatch` calls as well, in key order,
+   * instead of one `publish` each. Default: a call's messages may go out in any order (sent side
+   * by side), so a key's messages never share one. See docs/publishing.md ("Publishing in batches").
+   */
+  readonly keepsBatchOrder?: boolean;
+  /**
    * The destinations this publisher is configured for, when it knows them (`HttpPublisher` with a
    * `destinations` object does). Optional: QueueBox's metrics show a gauge of 0 for each from
    * start-up, so an `absent()` alert does not fire on a fresh replica.

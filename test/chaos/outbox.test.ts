@@ -25,7 +25,9 @@ import { startWorker } from '../support/processes';
 //   rows, so afterwards only the poison row is left, and the deliveries alone prove I1 and I4;
 // - the keyed run again with a publisher that has `publishBatch` (issue 36), half the workers
 //   without followers: claimed messages go out in batch calls whose requests hang, fail or are
-//   slow one by one, and whose calls a kill, a pause or a poison message interrupts.
+//   slow one by one, and whose calls a kill, a pause or a poison message interrupts;
+// - and with a publisher that `keepsBatchOrder` (its calls send one request after another and stop
+//   at a failure): a head's followers go out in its calls too.
 
 const LEASE_MS = 1500;
 /** More lanes than keys: most of the time two transactions of one key are open at once. */
@@ -118,8 +120,12 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     perKey: number;
     unkeyed: number;
     sentRows?: 'keep' | 'delete';
-    /** The workers' publisher has `publishBatch`; the odd ones take no followers (their keyed claims go in batches too). */
-    publishBatch?: boolean;
+    /**
+     * The workers' publisher has `publishBatch`: side by side (`true`; the odd workers take no
+     * followers, so that their keyed claims go in batches too), or `ordered` (`keepsBatchOrder`:
+     * followers go in its calls).
+     */
+    publishBatch?: boolean | 'ordered';
   }): Promise<void> {
     // Each run reads only its own rows and deliveries.
     await db.query('TRUNCATE queuebox_outbox');
@@ -159,7 +165,7 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
         dbUrl: workerUrl(),
         publishUrl: bench.publishUrl,
         name,
-        options: Number(name.slice(1)) % 2 === 0 ? bigBatches : publishBatch ? noFollowers : options,
+        options: Number(name.slice(1)) % 2 === 0 ? bigBatches : publishBatch === true ? noFollowers : options,
         waitReady: false,
         publishBatch,
       });
@@ -262,7 +268,7 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     );
     const batched = accepted.filter((request) => request.headers['x-batch'] === '1').length;
     console.log(
-      `chaos (outbox${publishBatch ? ', publishBatch' : ''}): ${publishBatch ? `${batched} of ${accepted.length} accepted requests from publishBatch calls; ` : ''}${produced.length} messages, ${outOfOrder} committed after a later one of their key, ${faults.kills} kills, ${faults.pauses} pauses past the lease, ${faults.terminations} backend terminations, ${faults.poisoned} workers killed by the poison message; ${names.length - new Set(names).size} duplicate deliveries; ${sentRows === 'keep' ? `${followers} sent as followers of their key's head` : 'followers not counted (sent rows deleted)'}`,
+      `chaos (outbox${publishBatch ? `, publishBatch${publishBatch === 'ordered' ? ' keeping order' : ''}` : ''}): ${publishBatch ? `${batched} of ${accepted.length} accepted requests from publishBatch calls; ` : ''}${produced.length} messages, ${outOfOrder} committed after a later one of their key, ${faults.kills} kills, ${faults.pauses} pauses past the lease, ${faults.terminations} backend terminations, ${faults.poisoned} workers killed by the poison message; ${names.length - new Set(names).size} duplicate deliveries; ${sentRows === 'keep' ? `${followers} sent as followers of their key's head` : 'followers not counted (sent rows deleted)'}`,
     );
     if (keys > 0) assert.ok(outOfOrder > 0, 'rows of one key committed out of enqueue order');
     if (keys > 0 && sentRows === 'keep') assert.ok(followers > 0, 'some rows went out as followers of their head');
@@ -320,5 +326,11 @@ describeWithDatabase('chaos: the outbox poller under process and connection faul
     'three workers publishing in batches (publishBatch), half without followers: every message sent at least once and in commit order per key, the poison one dead',
     { timeout: 180_000 },
     () => threeWorkersUnderFaults({ keys: 5, perKey: 40, unkeyed: 50, publishBatch: true }),
+  );
+
+  it(
+    'three workers publishing in ordered batches (keepsBatchOrder: followers in the calls): every message sent at least once and in commit order per key, the poison one dead',
+    { timeout: 180_000 },
+    () => threeWorkersUnderFaults({ keys: 5, perKey: 40, unkeyed: 50, publishBatch: 'ordered' }),
   );
 });

@@ -195,6 +195,53 @@ describeWithDatabase('OutboxPoller: publishBatch (PostgreSQL)', { truncate: ['qu
     assert.ok((await rows()).every((row) => row.state === 'sent'));
   });
 
+  it("with keepsBatchOrder, a head's followers go out in publishBatch calls of up to publishBatchSize, in key order, after the head", async () => {
+    publisher.keepsBatchOrder = true;
+    await start({ publishBatchSize: 3 });
+    await enqueue(7, 'k');
+    assert.equal(await poller.runOnce(), 1, 'one claim: the head');
+    assert.deepEqual(
+      publisher.calls.map(({ message }) => seqOf(message)),
+      [0],
+      'the head alone, by publish',
+    );
+    assert.deepEqual(
+      publisher.batches.map((batch) => batch.map(seqOf)),
+      [
+        [1, 2, 3],
+        [4, 5, 6],
+      ],
+    );
+    assert.ok((await rows()).every((row) => row.state === 'sent' && row.attempts === 1));
+  });
+
+  it('an ordered call that fails at a follower: those before it are sent, it and those after stay pending uncharged; one reported published after it is not counted, and logged', async () => {
+    publisher.keepsBatchOrder = true;
+    // Breaks its own promise: reports 4 and 5 published after 3 failed.
+    publisher.batchBehaviour = (messages) =>
+      messages.map((message) =>
+        seqOf(message) === 3 ? { status: 'rejected', reason: new Error('3 refused') } : { status: 'fulfilled', value: undefined },
+      );
+    await enqueue(6, 'k');
+    await poller.runOnce();
+    assert.deepEqual(
+      publisher.batches.map((batch) => batch.map(seqOf)),
+      [[1, 2, 3, 4, 5]],
+    );
+    assert.deepEqual(
+      (await rows()).map(({ state, attempts }) => `${state}/${attempts}`),
+      ['sent/1', 'sent/1', 'sent/1', 'pending/0', 'pending/0', 'pending/0'],
+    );
+    const [third, fourth] = await db.query<{ message_id: string }>(
+      "SELECT message_id::text FROM queuebox_outbox WHERE payload->>'seq' IN ('3', '4') ORDER BY id",
+    );
+    assert.ok(t?.logger.has('warn', `Publishing outbox message ${third.message_id} after`), JSON.stringify(t?.logger.lines));
+    assert.ok(
+      t?.logger.has('error', `"publishBatch" reported outbox message ${fourth.message_id} published although ${third.message_id}`),
+      JSON.stringify(t?.logger.lines),
+    );
+  });
+
   it("a message whose claim was taken over during the call is not marked sent by this claim; the call's other messages are", async () => {
     const held = gate();
     publisher.batchBehaviour = () => held.promise.then(() => undefined);

@@ -57,8 +57,8 @@ export async function startWorker(env: {
   signal?: AbortSignal;
   /** Print its Nest log lines, for `logs()`. */
   printLogs?: boolean;
-  /** Its outbox publisher has `publishBatch` too (requests sent with `x-batch: 1`). */
-  publishBatch?: boolean;
+  /** Its outbox publisher has `publishBatch` too (requests sent with `x-batch: 1`): side by side, or `ordered` (one after another, `keepsBatchOrder`). */
+  publishBatch?: boolean | 'ordered';
 }): Promise<WorkerProcess> {
   env.signal?.throwIfAborted();
   const child = spawn(process.execPath, [join(__dirname, '..', 'fixtures', 'worker.js')], {
@@ -73,7 +73,7 @@ export async function startWorker(env: {
       QUEUEBOX_TEST_BATCH_HOLD_MS: String(env.batchHoldMs ?? 0),
       QUEUEBOX_TEST_MANUAL_INIT: env.manualInitialization ? '1' : '',
       ...(env.printLogs ? { QUEUEBOX_TEST_PRINT_LOGS: '1' } : {}),
-      ...(env.publishBatch ? { QUEUEBOX_TEST_PUBLISH_BATCH: '1' } : {}),
+      ...(env.publishBatch ? { QUEUEBOX_TEST_PUBLISH_BATCH: env.publishBatch === 'ordered' ? 'ordered' : '1' } : {}),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

@@ -55,6 +55,8 @@ type BatchBehaviour = (
  */
 export class RecordingBatchPublisher extends RecordingPublisher {
   readonly batches: OutboundMessage[][] = [];
+  /** `Publisher.keepsBatchOrder`: set it to have a head's followers sent in calls too. */
+  keepsBatchOrder = false;
   inFlight = 0;
   mostInFlight = 0;
   private batchWaiters: { count: number; resolve: () => void }[] = [];
