@@ -21,12 +21,15 @@ function outboxSetup(config, record) {
     },
   };
   // BENCH_QB_PUBLISH_BATCH=1: the publisher has publishBatch too (issue 36), one call for the
-  // messages claimed together, up to outbox.publishBatchSize (BENCH_QB_PUBLISH_BATCH_SIZE).
-  if (process.env.BENCH_QB_PUBLISH_BATCH === '1') {
+  // messages claimed together, up to outbox.publishBatchSize (BENCH_QB_PUBLISH_BATCH_SIZE);
+  // `ordered`: it also sets keepsBatchOrder, so a head's followers go in calls too.
+  const batchMode = process.env.BENCH_QB_PUBLISH_BATCH;
+  if (batchMode === '1' || batchMode === 'ordered') {
     publisher.publishBatch = async (messages) => {
       if (publishDelayMs > 0) await roundTrip();
       for (const message of messages) record(message.payload);
     };
+    publisher.keepsBatchOrder = batchMode === 'ordered';
   }
   return { options: { outbox: { publisher, ...config.options } }, providers: [], workers: { outbox: true, relay: false, pull: false } };
 }
