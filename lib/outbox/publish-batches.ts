@@ -101,9 +101,10 @@ export class PublishBatches {
 /**
  * One `publishBatch` call: its own signal, its deadline (`publishTimeout`, for the whole call, on
  * the poller's one deadline timer) and its messages' keepers watched. A message whose claim was
- * lost before the call is left out of it; one lost during the call is not waited for (its
- * outcome is `lost`). Shutdown stopping its wait aborts the call. It ends once: when the
- * publisher's promise settles, or when it is given up (timeout, shutdown).
+ * lost before the call is left out of it; one lost during a call of many claims is not waited for
+ * (its outcome is `lost`), while a call under one claim (a head's followers) is given up when that
+ * claim is lost. Shutdown stopping its wait aborts the call. It ends once: when the publisher's
+ * promise settles, or when it is given up (timeout, lost claim, shutdown).
  */
 export class PublishBatchCall implements KeeperWatcher, TimedPublish {
   prev?: TimedPublish;
@@ -201,9 +202,19 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
     this.giveUp(reason, 'timeout');
   }
 
-  /** A keeper of the call aborted: shutdown stopped waiting (the call is given up), or one claim was lost (not waited for). */
+  /**
+   * A keeper of the call aborted: shutdown stopped waiting, or a claim was lost. The call is given
+   * up, unless the lost claim is one of several: the others' messages go on.
+   */
   keeperAborted(reason: unknown): void {
     if (this.abandoned()) this.giveUp(reason, 'shutdown');
+    else if (this.underOneClaim()) this.giveUp(reason, 'claim lost');
+  }
+
+  /** Every message of the call is under the same claim (a head's followers, or a call of one). */
+  private underOneClaim(): boolean {
+    const [first] = this.batch;
+    return this.batch.every((claimed) => claimed.keeper === first.keeper);
   }
 
   /** @internal (`follow`) */

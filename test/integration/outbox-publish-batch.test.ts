@@ -242,6 +242,31 @@ describeWithDatabase('OutboxPoller: publishBatch (PostgreSQL)', { truncate: ['qu
     );
   });
 
+  it("a call of a head's followers is aborted when the head's claim is lost during it; the followers stay pending", async () => {
+    publisher.keepsBatchOrder = true;
+    let abortedWith: unknown;
+    publisher.batchBehaviour = (_messages, signal) =>
+      new Promise((_resolve, reject) =>
+        signal.addEventListener('abort', () => {
+          abortedWith = signal.reason;
+          reject(signal.reason);
+        }),
+      );
+    // Renewals every second; the call's own timeout (2.9 s) would come later.
+    await start({ claimTimeoutMs: 3000, publishTimeout: 2900 });
+    await enqueue(3, 'k');
+    const running = poller.runOnce();
+    await publisher.waitForBatches(1);
+    // As if the lease had ended and another replica claimed the head: its next renewal fails.
+    await db.query("UPDATE queuebox_outbox SET claim_token = gen_random_uuid() WHERE payload->>'seq' = '0'");
+    await running;
+    assert.match(String(abortedWith), /claim.*lost|lost.*claim/i);
+    assert.deepEqual(
+      (await rows()).map(({ state, attempts }) => `${state}/${attempts}`),
+      ['processing/1', 'pending/0', 'pending/0'],
+    );
+  });
+
   it("a message whose claim was taken over during the call is not marked sent by this claim; the call's other messages are", async () => {
     const held = gate();
     publisher.batchBehaviour = () => held.promise.then(() => undefined);
