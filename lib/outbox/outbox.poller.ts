@@ -291,31 +291,29 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     while (next < followers.length) {
       if (this.loop.stopped || !(this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) break;
       const startedAt = performance.now();
-      const run = this.orderedRun(followers, next);
-      if (run) {
+      // Routed once: the publisher serves the run, or this follower's publish alone.
+      const publisher = this.routedOrNone(followers[next].message);
+      if (publisher?.publishBatch && publisher.keepsBatchOrder === true) {
+        const run = this.orderedRun(publisher, followers, next);
         const ends = await this.publishBatches.call(
-          run.publisher,
-          run.followers.map((follower) => ({ claim: follower, keeper })),
+          publisher,
+          run.map((follower) => ({ claim: follower, keeper })),
           (until) => slot.holdUntil(until),
         );
         const durationMs = performance.now() - startedAt;
         const failed = ends.findIndex((end) => end !== undefined);
-        for (const follower of failed === -1 ? run.followers : run.followers.slice(0, failed))
-          published.push({ claim: follower, details: { durationMs } });
+        for (const follower of failed === -1 ? run : run.slice(0, failed)) published.push({ claim: follower, details: { durationMs } });
         if (failed !== -1) {
-          this.followerFailed(run.followers[failed], claim, ends[failed]);
+          this.followerFailed(run[failed], claim, ends[failed]);
           const later = ends.findIndex((end, i) => i > failed && end === undefined);
-          if (later !== -1)
-            this.logger.error(
-              messages.outboxBatchOrderBroken(run.followers[failed].message.messageId, run.followers[later].message.messageId),
-            );
+          if (later !== -1) this.logger.error(messages.outboxBatchOrderBroken(run[failed].message.messageId, run[later].message.messageId));
           break;
         }
-        next += run.followers.length;
+        next += run.length;
         continue;
       }
       const follower = followers[next++];
-      const failure = await this.publishFollower(follower.message, keeper, slot);
+      const failure = await this.publishFollower(follower.message, publisher, keeper, slot);
       if (failure !== undefined) {
         this.followerFailed(follower, claim, failure);
         break;
@@ -326,21 +324,19 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   }
 
   /**
-   * The followers from `from` that go out in one `publishBatch` call: those of one publisher that
-   * `keepsBatchOrder`, up to `publishBatchSize`. Undefined when the next one goes alone.
+   * The followers from `from` that go out in one `publishBatch` call of `publisher` (the one the
+   * follower at `from` is routed to, which `keepsBatchOrder`): those routed to it, up to `publishBatchSize`.
    */
-  private orderedRun(followers: readonly OutboxClaim[], from: number): { publisher: Publisher; followers: OutboxClaim[] } | undefined {
-    const publisher = this.routedOrNone(followers[from].message);
-    if (!publisher?.publishBatch || publisher.keepsBatchOrder !== true) return undefined;
+  private orderedRun(publisher: Publisher, followers: readonly OutboxClaim[], from: number): OutboxClaim[] {
     const run = [followers[from]];
     for (let i = from + 1; i < followers.length && run.length < this.options.publishBatchSize; i++) {
       if (this.routedOrNone(followers[i].message) !== publisher) break;
       run.push(followers[i]);
     }
-    return { publisher, followers: run };
+    return run;
   }
 
-  /** The publisher `outbox.route` names, or none when the route fails (the publish then fails on its own). */
+  /** The publisher `outbox.route` names, or none when the route fails (`publishFollower` then fails with the route's error). */
   private routedOrNone(message: OutboundMessage): Publisher | undefined {
     try {
       return this.publisherFor(message);
@@ -354,10 +350,15 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     this.logger.warn(messages.outboxFollowerFailed(follower.message.messageId, head.message.messageId, error));
   }
 
-  /** One follower's publish: as the head's, in a span when traced; how it failed, if it did. */
-  private async publishFollower(message: OutboundMessage, keeper: LeaseKeeper, slot: WorkSlot): Promise<PublishFailure | undefined> {
+  /** One follower's publish, by `routed` (none: the route failed, and fails again here); as the head's, in a span when traced; how it failed, if it did. */
+  private async publishFollower(
+    message: OutboundMessage,
+    routed: Publisher | undefined,
+    keeper: LeaseKeeper,
+    slot: WorkSlot,
+  ): Promise<PublishFailure | undefined> {
     try {
-      const publisher = this.publisherFor(message);
+      const publisher = routed ?? this.publisherFor(message);
       if (spanNeeded(message.headers)) return await this.publishInSpan(publisher, message, keeper, slot);
       const call = this.publishCall(message, keeper);
       return this.slotKeptIfOverran(call, await call.start(publisher), slot);
@@ -504,7 +505,6 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
       if (running) this.logger.warn(this.overrunningLog(messages.publishBatchMessages(messageIds[0], messageIds.length), abortedBy));
     }, ABORT_GRACE_MS);
     ignoring.unref();
-    const abandoned: AbandonedPublish | undefined = abortedBy === 'shutdown' ? { settled: Promise.resolve() } : undefined;
     const end = (how: 'published' | 'failed') => {
       running = false;
       clearTimeout(ignoring);
@@ -515,8 +515,9 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
       () => end('published'),
       () => end('failed'),
     );
+    // Shared by the messages of a batch call; `end` runs later, once `publishing` settles.
+    const abandoned: AbandonedPublish | undefined = abortedBy === 'shutdown' ? { settled } : undefined;
     if (abandoned) {
-      abandoned.settled = settled;
       for (const messageId of messageIds) this.abandoned.set(messageId, abandoned);
     }
     return settled;

@@ -1,7 +1,7 @@
 import { PublishError } from '../errors/queuebox.errors';
 import type { KeeperWatcher, LeaseKeeper } from '../lease/lease-keeper';
 import { messages } from '../texts/queuebox.messages';
-import { type BatchedSpan, spanNeeded, startBatchedSpan } from '../tracing/trace-context';
+import { type BatchedSpan, startBatchedSpan } from '../tracing/trace-context';
 import type { OutboxClaim } from '../types/claims';
 import type { OutboundMessage } from '../types/messages';
 import type { PublishBatchResult, Publisher } from '../types/outbox';
@@ -86,13 +86,7 @@ export class PublishBatches {
     const call = new PublishBatchCall(batch, new AbortController(), this.deadlines, this.hooks.abandoned);
     const ends = await call.start(publisher);
     if (call.overran && call.publishing) {
-      holdSlot(
-        this.hooks.overran(
-          call.publishing,
-          call.sent.map(({ claim }) => claim.message.messageId),
-          call.abortedBy ?? 'timeout',
-        ),
-      );
+      holdSlot(this.hooks.overran(call.publishing, call.sentMessageIds(), call.abortedBy ?? 'timeout'));
     }
     return ends;
   }
@@ -115,8 +109,8 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
   publishing?: PromiseLike<unknown>;
   /** What gave the call up, if something did. */
   abortedBy?: PublishAbort;
-  /** The messages handed to the publisher (those whose claim was held when it was called). */
-  readonly sent: BatchedClaim[] = [];
+  /** Where in the batch the messages handed to the publisher are (those whose claim was held when it was called), in order. */
+  private readonly sentAt: number[] = [];
   /** Each message's end, in the batch's order; filled in as the call ends. */
   private readonly ends: BatchedEnd[];
   /** The publish span of each traced message (an OpenTelemetry tracer set up, or a trace to continue), in the batch's order. */
@@ -137,6 +131,11 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
     return this.abortedBy !== undefined && this.publishing !== undefined;
   }
 
+  /** The message ids of those handed to the publisher. */
+  sentMessageIds(): string[] {
+    return this.sentAt.map((i) => this.batch[i].claim.message.messageId);
+  }
+
   /** Calls the publisher and resolves once the call ended, to each message's end (never rejects). */
   start(publisher: Publisher): Promise<BatchedEnd[]> {
     return new Promise((resolve) => {
@@ -147,12 +146,12 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
 
   private call(publisher: Publisher): void {
     const outgoing: OutboundMessage[] = [];
-    // Index loops here and below: an iterator's entries would cost an array per message.
+    // An index loop: an iterator's entries would cost an array per message.
     for (let i = 0; i < this.batch.length; i++) {
       const claimed = this.batch[i];
       const { keeper } = claimed;
       if (keeper.watch(this)) {
-        this.sent.push(claimed);
+        this.sentAt.push(i);
         outgoing.push(this.traced(i, claimed.claim.message));
       } else if (keeper.lost) {
         this.ends[i] = { error: keeper.signal.reason, overran: false, abortedBy: 'claim lost' };
@@ -179,7 +178,6 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
 
   /** `message` as the publisher gets it: with its span's context in its headers when it is traced (a copy then). */
   private traced(i: number, message: OutboundMessage): OutboundMessage {
-    if (!spanNeeded(message.headers)) return message;
     const span = startBatchedSpan(message);
     if (!span) return message;
     this.spans ??= new Array(this.batch.length);
@@ -224,16 +222,14 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
       this.finish();
       return;
     }
-    if (!isSettledResults(results, this.sent.length)) {
-      const error = new PublishError(messages.publishBatchResultInvalid(this.sent.length, describeResults(results)));
+    if (!isSettledResults(results, this.sentAt.length)) {
+      const error = new PublishError(messages.publishBatchResultInvalid(this.sentAt.length, describeResults(results)));
       this.endSent({ error, overran: false });
       return;
     }
-    let next = 0;
-    for (let i = 0; i < this.batch.length; i++) {
-      if (this.sent[next] !== this.batch[i]) continue;
-      const result = results[next++];
-      if (result.status === 'rejected') this.ends[i] = { error: result.reason, overran: false };
+    for (let n = 0; n < results.length; n++) {
+      const result = results[n];
+      if (result.status === 'rejected') this.ends[this.sentAt[n]] = { error: result.reason, overran: false };
     }
     this.finish();
   }
@@ -245,12 +241,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
 
   /** Ends every message handed to the publisher with `failure`. */
   private endSent(failure: PublishFailure): void {
-    let next = 0;
-    for (let i = 0; i < this.batch.length; i++) {
-      if (this.sent[next] !== this.batch[i]) continue;
-      next++;
-      this.ends[i] = failure;
-    }
+    for (const i of this.sentAt) this.ends[i] = failure;
     this.finish();
   }
 
@@ -258,7 +249,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
     if (this.ended) return false;
     this.ended = true;
     this.deadlines.remove(this);
-    for (const { keeper } of this.sent) keeper.unwatch();
+    for (const i of this.sentAt) this.batch[i].keeper.unwatch();
     return true;
   }
 

@@ -55,8 +55,9 @@ export class BatchQueue<T, R> {
 
   private dispatch(): void {
     while (this.running < this.concurrency && this.forming.length > 0) {
-      // Spread over the free slots rather than fill one batch first: the batches run side by side,
-      // and a pull batch fills the room its claims leave with their aggregates' next rows.
+      // `spread`: over the free slots rather than fill one batch first, so the batches run side by
+      // side (a pull batch fills the room its claims leave with their aggregates' next rows).
+      // `fill`: a full batch first, since each is a round trip (a publishBatch call).
       const share = this.share === 'fill' ? this.size : Math.ceil(this.forming.length / (this.concurrency - this.running));
       const group = this.forming.splice(0, Math.min(this.size, share));
       this.running++;
