@@ -28,16 +28,11 @@ import { OutboxFollowers } from './outbox.followers';
 import { OutboxRateLimits } from './outbox.rate-limits';
 import { configuredDestinations } from './outbox-publishers';
 import { PublishBatches } from './publish-batches';
-import { type PublishAbort, PublishCall, PublishDeadlines, type PublishFailure } from './publish-call';
+import { ABORT_GRACE_MS, type PublishAbort, PublishCall, PublishDeadlines, type PublishFailure } from './publish-call';
 
 const NAME = 'outbox poller';
 
-/**
- * How long a publish may still run after its signal aborted before it counts as ignoring the
- * signal: one that honours it settles within a few event-loop turns (fetch rejects at once), so
- * half a second tells the two apart without a false warning on a busy process.
- */
-export const ABORT_GRACE_MS = 500;
+export { ABORT_GRACE_MS } from './publish-call';
 
 /** How a publish (one message's, or a batch call's: shared by its messages) abandoned at shutdown ended, as far as QueueBox saw it. */
 type AbandonedPublish = { ended?: 'published' | 'failed'; settled: Promise<void> };
@@ -495,16 +490,19 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
   /**
    * Counts a publish QueueBox stopped waiting for while it ran (its slot stays taken until it
    * ends) and settles when it ends. Only one still running `ABORT_GRACE_MS` after its abort is
-   * logged as ignoring its signal, with the cause that aborted it; one abandoned at shutdown is
-   * kept for the instance's deregistration, which names it when it may be delivered twice.
+   * logged as ignoring its signal, with the cause that aborted it (a timed-out one has had that
+   * grace already: it is logged at once); one abandoned at shutdown is kept for the instance's
+   * deregistration, which names it when it may be delivered twice.
    */
   private overrunning(publishing: PromiseLike<unknown>, messageIds: readonly string[], abortedBy: PublishAbort = 'timeout'): Promise<void> {
     this.overrunningPublishes++;
     let running = true;
-    const ignoring = setTimeout(() => {
+    const warn = () => {
       if (running) this.logger.warn(this.overrunningLog(messages.publishBatchMessages(messageIds[0], messageIds.length), abortedBy));
-    }, ABORT_GRACE_MS);
-    ignoring.unref();
+    };
+    const ignoring = abortedBy === 'timeout' ? undefined : setTimeout(warn, ABORT_GRACE_MS);
+    ignoring?.unref();
+    if (!ignoring) warn();
     const end = (how: 'published' | 'failed') => {
       running = false;
       clearTimeout(ignoring);

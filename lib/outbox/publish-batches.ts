@@ -6,7 +6,15 @@ import type { OutboxClaim } from '../types/claims';
 import type { OutboundMessage } from '../types/messages';
 import type { PublishBatchResult, Publisher } from '../types/outbox';
 import { BatchQueue } from '../workers/batch-queue';
-import { follow, type PublishAbort, type PublishDeadlines, type PublishFailure, type TimedPublish } from './publish-call';
+import {
+  afterTimeout,
+  failureOf,
+  follow,
+  type PublishAbort,
+  type PublishDeadlines,
+  type PublishFailure,
+  type TimedPublish,
+} from './publish-call';
 
 /** A claimed message that waits for, or is in, a `publishBatch` call, with the keeper renewing its claim. */
 export interface BatchedClaim {
@@ -98,7 +106,9 @@ export class PublishBatches {
  * lost before the call is left out of it; one lost during a call of many claims is not waited for
  * (its outcome is `lost`), while a call under one claim (a head's followers) is given up when that
  * claim is lost. Shutdown stopping its wait aborts the call. It ends once: when the publisher's
- * promise settles, or when it is given up (timeout, lost claim, shutdown).
+ * promise settles, or when it is given up (lost claim, shutdown, or a timeout it outlived by
+ * `ABORT_GRACE_MS`). A call that settles within that grace after its timeout keeps its results:
+ * the messages it reports published are not sent again.
  */
 export class PublishBatchCall implements KeeperWatcher, TimedPublish {
   prev?: TimedPublish;
@@ -109,6 +119,8 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
   publishing?: PromiseLike<unknown>;
   /** What gave the call up, if something did. */
   abortedBy?: PublishAbort;
+  /** Set while a call that timed out has its grace to settle (`afterTimeout`). */
+  private graceTimer?: NodeJS.Timeout;
   /** Where in the batch the messages handed to the publisher are (those whose claim was held when it was called), in order. */
   private readonly sentAt: number[] = [];
   /** Each message's end, in the batch's order; filled in as the call ends. */
@@ -197,7 +209,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
   }
 
   timedOut(reason: unknown): void {
-    this.giveUp(reason, 'timeout');
+    this.graceTimer = afterTimeout(this, this.controller, this.deadlines, reason);
   }
 
   /**
@@ -227,16 +239,17 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
       this.endSent({ error, overran: false });
       return;
     }
+    const { signal } = this.controller;
     for (let n = 0; n < results.length; n++) {
       const result = results[n];
-      if (result.status === 'rejected') this.ends[this.sentAt[n]] = { error: result.reason, overran: false };
+      if (result.status === 'rejected') this.ends[this.sentAt[n]] = failureOf(result.reason, signal);
     }
     this.finish();
   }
 
   /** @internal (`follow`) */
   rejected(error: unknown): void {
-    if (this.settle()) this.endSent({ error, overran: false });
+    if (this.settle()) this.endSent(failureOf(error, this.controller.signal));
   }
 
   /** Ends every message handed to the publisher with `failure`. */
@@ -249,12 +262,13 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
     if (this.ended) return false;
     this.ended = true;
     this.deadlines.remove(this);
+    clearTimeout(this.graceTimer);
     for (const i of this.sentAt) this.batch[i].keeper.unwatch();
     return true;
   }
 
   /** Aborts the signal and ends the call with its reason: every message of it fails (and may still be published, if it overran). */
-  private giveUp(reason: unknown, abortedBy: PublishAbort): void {
+  giveUp(reason: unknown, abortedBy: PublishAbort): void {
     if (!this.settle()) return;
     this.abortedBy = abortedBy;
     const { signal } = this.controller;

@@ -2,6 +2,14 @@ import type { KeeperWatcher, LeaseKeeper } from '../lease/lease-keeper';
 import type { OutboundMessage } from '../types/messages';
 import type { Publisher } from '../types/outbox';
 
+/**
+ * How long a publish may still run after its signal aborted before it counts as ignoring the
+ * signal: one that honours it settles within a few event-loop turns (fetch rejects at once), so
+ * half a second tells the two apart without a false warning on a busy process. A publish that
+ * timed out is waited for that long: what it settles to by then is its outcome.
+ */
+export const ABORT_GRACE_MS = 500;
+
 /** What aborted a publish's signal: its `publishTimeout`, the loss of its claim, or the shutdown that stopped waiting for it. */
 export type PublishAbort = 'timeout' | 'claim lost' | 'shutdown';
 
@@ -23,8 +31,9 @@ export interface PublishFailure {
  * with no closures but the two its promise is given.
  *
  * It ends once (`start` resolves): when the publisher's promise settles, or when it is given up
- * (its signal aborted: timeout, lost claim, shutdown). A publish given up that still runs is
- * `publishing`; the caller keeps its concurrency slot until that settles.
+ * (its signal aborted: lost claim, shutdown, or a timeout it outlived by `ABORT_GRACE_MS`). A
+ * publish given up that still runs is `publishing`; the caller keeps its concurrency slot until
+ * that settles.
  */
 export class PublishCall implements KeeperWatcher, TimedPublish {
   /** Deadline list links (`PublishDeadlines`). */
@@ -35,6 +44,8 @@ export class PublishCall implements KeeperWatcher, TimedPublish {
   ended = false;
   /** The publisher's promise, once it was called. */
   publishing?: PromiseLike<unknown>;
+  /** Set while a publish that timed out has its grace to settle (`afterTimeout`). */
+  private graceTimer?: NodeJS.Timeout;
 
   constructor(
     readonly message: OutboundMessage,
@@ -75,9 +86,9 @@ export class PublishCall implements KeeperWatcher, TimedPublish {
     this.publishing = follow(this, publishing);
   }
 
-  /** The publish timed out (`PublishDeadlines`). */
+  /** The publish timed out (`PublishDeadlines`): its signal aborts, and what it settles to within the grace is its outcome. */
   timedOut(reason: unknown): void {
-    this.giveUp(reason, 'timeout');
+    this.graceTimer = afterTimeout(this, this.controller, this.deadlines, reason);
   }
 
   /** The claim was lost (a `ClaimLostError`), or shutdown stopped waiting (the keeper aborted). */
@@ -92,7 +103,7 @@ export class PublishCall implements KeeperWatcher, TimedPublish {
 
   /** @internal (`follow`) */
   rejected(error: unknown): void {
-    if (this.settle()) this.tell?.({ error, overran: false });
+    if (this.settle()) this.tell?.(failureOf(error, this.controller.signal));
   }
 
   /** Ends the call (the publisher's work settled, or it was given up): false when it had ended already. */
@@ -100,17 +111,46 @@ export class PublishCall implements KeeperWatcher, TimedPublish {
     if (this.ended) return false;
     this.ended = true;
     this.deadlines.remove(this);
+    clearTimeout(this.graceTimer);
     this.keeper.unwatch();
     return true;
   }
 
   /** Aborts the signal and ends the call with its reason; a publish still running overruns. */
-  private giveUp(reason: unknown, abortedBy: PublishAbort): void {
+  giveUp(reason: unknown, abortedBy: PublishAbort): void {
     if (!this.settle()) return;
     const { signal } = this.controller;
     if (!signal.aborted) this.controller.abort(reason);
     this.tell?.({ error: signal.reason, overran: this.publishing !== undefined, abortedBy });
   }
+}
+
+/**
+ * A publish (or call) past its deadline: out of the deadline list, its signal aborted, and given
+ * `ABORT_GRACE_MS` to settle. A publisher that honours the signal settles in that time, and what
+ * it settles to is the outcome: a call's messages it reports published are not sent again. One
+ * still running then is given up (`timeout`), as it ignores its signal. Returns the grace's timer.
+ */
+export function afterTimeout(
+  call: TimedPublish & { giveUp(reason: unknown, abortedBy: PublishAbort): void },
+  controller: AbortController,
+  deadlines: PublishDeadlines,
+  reason: unknown,
+): NodeJS.Timeout {
+  deadlines.remove(call);
+  controller.abort(reason);
+  return setTimeout(() => call.giveUp(reason, 'timeout'), ABORT_GRACE_MS);
+}
+
+/**
+ * A publish's failure from what it rejected with. After its timeout aborted it, a rejection with
+ * the signal's reason or an `AbortError` is the timeout (its error names the limit that was
+ * passed); any other error is the publisher's own (a `PermanentPublishError` stays permanent).
+ */
+export function failureOf(error: unknown, signal: AbortSignal): PublishFailure {
+  if (signal.aborted && (error === signal.reason || (error instanceof Error && error.name === 'AbortError')))
+    return { error: signal.reason, overran: false, abortedBy: 'timeout' };
+  return { error, overran: false };
 }
 
 /**

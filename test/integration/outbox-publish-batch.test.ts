@@ -4,7 +4,7 @@ import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { PermanentPublishError, PublishError } from '../../lib/errors/queuebox.errors';
 import { QueueBoxEvents } from '../../lib/events/queuebox.events';
-import { OutboxPoller } from '../../lib/outbox/outbox.poller';
+import { ABORT_GRACE_MS, OutboxPoller } from '../../lib/outbox/outbox.poller';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import type { OutboxOptions } from '../../lib/types/options';
 import type { OutboxMessageInput } from '../../lib/types/outbox';
@@ -172,6 +172,77 @@ describeWithDatabase('OutboxPoller: publishBatch (PostgreSQL)', { truncate: ['qu
     stuck.open();
     await eventually(async () => (await rows()).every((row) => row.state === 'sent'), 'every message sent once the call ended');
     assert.equal(publisher.mostInFlight, 1);
+  });
+
+  it('a call that honours its timed-out signal keeps its results: what it delivered before the abort is sent, not retried, and only the rest goes again', async () => {
+    const delivered: number[] = [];
+    publisher.batchBehaviour = async (messages, signal) => {
+      // A broker's call that sends one message at a time and stops at the abort, reporting each.
+      const results: PromiseSettledResult<unknown>[] = [];
+      for (const message of messages) {
+        if (signal.aborted) {
+          results.push({ status: 'rejected', reason: signal.reason });
+          continue;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 30));
+        delivered.push(seqOf(message));
+        results.push({ status: 'fulfilled', value: undefined });
+      }
+      return results;
+    };
+    await start({ concurrency: 1, batchSize: 6, publishBatchSize: 6, publishTimeout: 100 });
+    await enqueue(6);
+    assert.equal(await poller.runOnce(), 6);
+    const after = await rows();
+    const sent = after.filter((row) => row.state === 'sent').map((row) => row.seq);
+    assert.ok(sent.length >= 2 && sent.length < 6, `the call delivered some before its timeout: ${JSON.stringify(after)}`);
+    assert.deepEqual(sent, delivered, 'exactly the messages it delivered are sent');
+    for (const row of after.filter((row) => row.state !== 'sent')) {
+      assert.equal(row.state, 'pending');
+      assert.equal(row.attempts, 1);
+      assert.match(row.last_error ?? '', /took longer than "outbox.publishTimeout" \(100 ms\)/, 'the timeout is named, not an AbortError');
+    }
+    await db.query("UPDATE queuebox_outbox SET available_at = now() - interval '1 second' WHERE state = 'pending'");
+    publisher.batchBehaviour = () => undefined;
+    await poller.runOnce();
+    assert.ok((await rows()).every((row) => row.state === 'sent'));
+    const deliveries = [...delivered, ...publisher.batches.slice(1).flat().map(seqOf)].sort((a, b) => a - b);
+    assert.deepEqual(deliveries, [0, 1, 2, 3, 4, 5], 'each message delivered once');
+    assert.equal(poller.overrunningCount, 0);
+    assert.ok(!JSON.stringify(t?.logger.lines).includes('ignores its signal'), 'a call that honours its signal is not said to ignore it');
+  });
+
+  it('after its timeout a call is waited for only ABORT_GRACE_MS: a later answer is not taken, and a rejection after the abort that is its own stays its own', async () => {
+    const late = gate();
+    publisher.batchBehaviour = async (messages, signal) => {
+      await new Promise((resolve) => signal.addEventListener('abort', resolve));
+      if (seqOf(messages[0]) === 0) {
+        await late.promise; // answers long after the grace: its word comes too late
+        return undefined;
+      }
+      return messages.map(() => ({ status: 'rejected', reason: new PermanentPublishError('refused while aborting') }));
+    };
+    await start({ concurrency: 2, batchSize: 4, publishBatchSize: 2, publishTimeout: 50 });
+    await enqueue(4);
+    const startedAt = performance.now();
+    assert.equal(await poller.runOnce(), 4);
+    const tookMs = performance.now() - startedAt;
+    assert.ok(tookMs >= 50 + ABORT_GRACE_MS - 20, `the ignoring call was waited for its grace (${tookMs} ms)`);
+    const after = await rows();
+    assert.deepEqual(
+      after.map((row) => row.state),
+      ['pending', 'pending', 'dead', 'dead'],
+    );
+    assert.match(after[0].last_error ?? '', /publishTimeout/);
+    assert.match(after[2].last_error ?? '', /refused while aborting/);
+    assert.equal(poller.overrunningCount, 1);
+    assert.ok(
+      (t?.logger.lines ?? []).some((line) => line.level === 'warn' && line.message.includes('ignores its signal')),
+      'the call still running after its grace is named at once',
+    );
+    late.open();
+    await eventually(async () => poller.overrunningCount === 0, 'the late call to end');
+    assert.equal((await rows())[0].state, 'pending', 'its late answer changed nothing');
   });
 
   it("a keyed message with followers is published by publish, then its followers in order; a claim's other messages go in a batch", async () => {

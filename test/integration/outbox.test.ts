@@ -361,6 +361,30 @@ describeWithDatabase('OutboxService and OutboxPoller on PostgreSQL', (db) => {
     }
   });
 
+  it('a publish that answers within ABORT_GRACE_MS of its timeout is taken at its word: published is sent, not retried', async () => {
+    // A broker's answer that was on its way when the timeout aborted the publish.
+    const answering = new RecordingPublisher(
+      (_message, signal) => new Promise((resolve) => signal.addEventListener('abort', () => setTimeout(resolve, 20))),
+    );
+    const own = await createTestApp(db.url, {
+      outbox: { publisher: answering, pollIntervalMs: 10, claimTimeoutMs: 3000, publishTimeout: 50 },
+      workers: false,
+    });
+    try {
+      await own.app
+        .get<DataSource>(getDataSourceToken())
+        .transaction((manager) => own.get(OutboxService).enqueue(manager, { destination: 'billing', payload: 1 }));
+      await own.get(OutboxPoller).runOnce();
+      const rows = await db.query<{ state: string; attempts: number }>('SELECT state, attempts FROM queuebox_outbox');
+      assert.deepEqual(rows, [{ state: 'sent', attempts: 1 }]);
+      assert.equal(answering.calls.length, 1, 'published once');
+      assert.equal(own.get(OutboxPoller).overrunningCount, 0);
+      assert.ok(!JSON.stringify(own.logger.lines).includes('ignores its signal'));
+    } finally {
+      await own.app.close();
+    }
+  });
+
   it('publishes, marks sent, and hands the publisher X-Message-Id and the headers', async () => {
     const { messageId } = await dataSource.transaction((manager) =>
       outbox.enqueue(manager, { destination: 'billing', key: 'k', payload: { total: 42 }, headers: { 'x-tenant': 'acme' } }),
