@@ -55,8 +55,8 @@ export const settings = {
   allocMessages: intFromEnv('BENCH_ALLOC_MESSAGES', quick ? 20_000 : 50_000),
   /** Bytes between two samples of the sampling heap profiler (V8's default is 32 KiB; smaller is finer). */
   allocSamplingInterval: intFromEnv('BENCH_ALLOC_INTERVAL', 4096),
-  /** Distinct keys of the ordered workloads. */
-  keys: 100,
+  /** Distinct keys of the ordered workloads (BENCH_KEYS; more keys, shorter runs of a key in the backlog). */
+  keys: intFromEnv('BENCH_KEYS', 100),
   /** Messages per enqueue transaction in the drain workloads. */
   txSize: 100,
   /** Handlers in flight in each worker process, for every system. */

@@ -37,6 +37,13 @@ export { ABORT_GRACE_MS } from './publish-call';
 /** How a publish (one message's, or a batch call's: shared by its messages) abandoned at shutdown ended, as far as QueueBox saw it. */
 type AbandonedPublish = { ended?: 'published' | 'failed'; settled: Promise<void> };
 
+/** A head's publish in its followers' first call (`publishLeading`): the head's failure, the followers published, and whether a failure stopped them. */
+interface LedCall {
+  failure: PublishFailure | undefined;
+  published: FinishedFollower<OutboxClaim>[];
+  stopped: boolean;
+}
+
 /**
  * Claims outbox rows, publishes them with bounded concurrency and records the outcome, fenced.
  * A publisher with `publishBatch` gets the messages claimed together in calls of up to
@@ -223,6 +230,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     const { message } = claim;
     const startedAt = performance.now();
     let failure: PublishFailure | undefined;
+    let led: LedCall | undefined;
     try {
       const publisher = this.publisherFor(message);
       if (!(this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) {
@@ -248,6 +256,10 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
           return this.loop.abandoned ? { kind: 'abandoned' } : { kind: 'released' };
         }
         failure = ended;
+      } else if (followers?.length && this.leadsItsFollowers(publisher)) {
+        // The head goes in its followers' first call: the key's messages in one round trip.
+        led = await this.publishLeading(publisher, claim, followers, keeper, slot);
+        failure = led.failure;
       } else if (spanNeeded(message.headers)) failure = await this.publishInSpan(publisher, message, keeper, slot);
       else {
         // Awaited here rather than in a function of its own: one async frame per message fewer.
@@ -258,7 +270,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
       failure = { error, overran: false };
     }
     const durationMs = performance.now() - startedAt;
-    const published = failure === undefined && followers ? await this.publishFollowers(claim, followers, keeper, slot) : undefined;
+    const published = failure === undefined && followers ? await this.publishFollowers(claim, followers, keeper, slot, led) : undefined;
     // The list the outcome carries, kept as it is: no copy per head on the publish path.
     if (published?.length) this.publishedFollowers.set(claim, published);
     slot.release();
@@ -280,9 +292,12 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     followers: readonly OutboxClaim[],
     keeper: LeaseKeeper,
     slot: WorkSlot,
+    led?: LedCall,
   ): Promise<FinishedFollower<OutboxClaim>[]> {
-    const published: FinishedFollower<OutboxClaim>[] = [];
-    let next = 0;
+    // Those of the head's own call (`publishLeading`) first.
+    const published: FinishedFollower<OutboxClaim>[] = led?.published ?? [];
+    if (led?.stopped) return published;
+    let next = published.length;
     while (next < followers.length) {
       if (this.loop.stopped || !(this.leaseLeftNow(claim, keeper) ?? (await this.leaseLeftAfterRenewal(claim, keeper)))) break;
       const startedAt = performance.now();
@@ -295,15 +310,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
           run.map((follower) => ({ claim: follower, keeper })),
           (until) => slot.holdUntil(until),
         );
-        const durationMs = performance.now() - startedAt;
-        const failed = ends.findIndex((end) => end !== undefined);
-        for (const follower of failed === -1 ? run : run.slice(0, failed)) published.push({ claim: follower, details: { durationMs } });
-        if (failed !== -1) {
-          this.followerFailed(run[failed], claim, ends[failed]);
-          const later = ends.findIndex((end, i) => i > failed && end === undefined);
-          if (later !== -1) this.logger.error(messages.outboxBatchOrderBroken(run[failed].message.messageId, run[later].message.messageId));
-          break;
-        }
+        if (!this.takeOrderedEnds(claim, run, ends, performance.now() - startedAt, published)) break;
         next += run.length;
         continue;
       }
@@ -318,13 +325,78 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     return published;
   }
 
+  /** A head's publisher takes the head in its followers' first call: it `keepsBatchOrder`, and a call holds more than one message. */
+  private leadsItsFollowers(publisher: Publisher): boolean {
+    return publisher.publishBatch !== undefined && publisher.keepsBatchOrder === true && this.options.publishBatchSize > 1;
+  }
+
+  /**
+   * The head and the followers after it routed to the same publisher (which `keepsBatchOrder`), in
+   * one `publishBatch` call of up to `publishBatchSize`: the head's end is its publish's, and the
+   * followers' ends are taken as `publishFollowers` takes a call's. A head that failed (or whose
+   * claim was lost during the call) stops its followers, whatever the call reported for them.
+   */
+  private async publishLeading(
+    publisher: Publisher,
+    head: OutboxClaim,
+    followers: readonly OutboxClaim[],
+    keeper: LeaseKeeper,
+    slot: WorkSlot,
+  ): Promise<LedCall> {
+    const startedAt = performance.now();
+    const run =
+      this.routedOrNone(followers[0].message) === publisher
+        ? [head, ...this.orderedRun(publisher, followers, 0, this.options.publishBatchSize - 1)]
+        : [head];
+    const [headEnd, ...ends] = await this.publishBatches.call(
+      publisher,
+      run.map((claimed) => ({ claim: claimed, keeper })),
+      (until) => slot.holdUntil(until),
+    );
+    const published: FinishedFollower<OutboxClaim>[] = [];
+    if (headEnd !== undefined) {
+      const reported = ends.findIndex((end) => end === undefined);
+      if (reported !== -1) this.logger.error(messages.outboxBatchOrderBroken(head.message.messageId, run[reported + 1].message.messageId));
+      return { failure: headEnd, published, stopped: true };
+    }
+    const taken = this.takeOrderedEnds(head, run.slice(1), ends, performance.now() - startedAt, published);
+    return { failure: undefined, published, stopped: !taken };
+  }
+
+  /**
+   * How an ordered call of `head`'s followers (`run`) ended (`ends`, in the same order): those
+   * before the first failure join `published`; the failed one is logged, and one reported published
+   * after it is not counted and logged as a broken promise. False when one failed (stop there).
+   */
+  private takeOrderedEnds(
+    head: OutboxClaim,
+    run: readonly OutboxClaim[],
+    ends: readonly (PublishFailure | undefined)[],
+    durationMs: number,
+    published: FinishedFollower<OutboxClaim>[],
+  ): boolean {
+    const failed = ends.findIndex((end) => end !== undefined);
+    for (const follower of failed === -1 ? run : run.slice(0, failed)) published.push({ claim: follower, details: { durationMs } });
+    if (failed === -1) return true;
+    this.followerFailed(run[failed], head, ends[failed]);
+    const later = ends.findIndex((end, i) => i > failed && end === undefined);
+    if (later !== -1) this.logger.error(messages.outboxBatchOrderBroken(run[failed].message.messageId, run[later].message.messageId));
+    return false;
+  }
+
   /**
    * The followers from `from` that go out in one `publishBatch` call of `publisher` (the one the
-   * follower at `from` is routed to, which `keepsBatchOrder`): those routed to it, up to `publishBatchSize`.
+   * follower at `from` is routed to, which `keepsBatchOrder`): those routed to it, up to `room`
+   * (`publishBatchSize`, or less beside a head).
    */
-  private orderedRun(publisher: Publisher, followers: readonly OutboxClaim[], from: number): OutboxClaim[] {
+  private orderedRun(
+    publisher: Publisher,
+    followers: readonly OutboxClaim[],
+    from: number,
+    room = this.options.publishBatchSize,
+  ): OutboxClaim[] {
     const run = [followers[from]];
-    for (let i = from + 1; i < followers.length && run.length < this.options.publishBatchSize; i++) {
+    for (let i = from + 1; i < followers.length && run.length < room; i++) {
       if (this.routedOrNone(followers[i].message) !== publisher) break;
       run.push(followers[i]);
     }

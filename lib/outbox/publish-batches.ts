@@ -58,7 +58,7 @@ export class PublishBatches {
   publish(publisher: Publisher, claimed: BatchedClaim): Promise<BatchedEnd> {
     let queue = this.queues.get(publisher);
     if (!queue) {
-      queue = new BatchQueue(
+      queue = new BatchQueue<BatchedClaim, BatchedEnd>(
         this.limits.size,
         this.limits.concurrency,
         (batch, holdSlot) => this.call(publisher, batch, holdSlot),
@@ -90,7 +90,11 @@ export class PublishBatches {
    * One call of `publisher` with `batch`, outside the queues (a head's followers, in the head's
    * slot: `holdSlot` keeps that slot while a call given up still runs). Resolves to each message's end.
    */
-  async call(publisher: Publisher, batch: BatchedClaim[], holdSlot: (until: Promise<unknown>) => void): Promise<BatchedEnd[]> {
+  async call(
+    publisher: Publisher,
+    batch: BatchedClaim[],
+    holdSlot: (until: Promise<unknown>) => void,
+  ): Promise<(PublishFailure | undefined)[]> {
     const call = new PublishBatchCall(batch, new AbortController(), this.deadlines, this.hooks.abandoned);
     const ends = await call.start(publisher);
     if (call.overran && call.publishing) {
@@ -124,10 +128,10 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
   /** Where in the batch the messages handed to the publisher are (those whose claim was held when it was called), in order. */
   private readonly sentAt: number[] = [];
   /** Each message's end, in the batch's order; filled in as the call ends. */
-  private readonly ends: BatchedEnd[];
+  private readonly ends: (PublishFailure | undefined)[];
   /** The publish span of each traced message (an OpenTelemetry tracer set up, or a trace to continue), in the batch's order. */
   private spans?: (BatchedSpan | undefined)[];
-  private tell?: (ends: BatchedEnd[]) => void;
+  private tell?: (ends: (PublishFailure | undefined)[]) => void;
 
   constructor(
     private readonly batch: readonly BatchedClaim[],
@@ -149,7 +153,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
   }
 
   /** Calls the publisher and resolves once the call ended, to each message's end (never rejects). */
-  start(publisher: Publisher): Promise<BatchedEnd[]> {
+  start(publisher: Publisher): Promise<(PublishFailure | undefined)[]> {
     return new Promise((resolve) => {
       this.tell = resolve;
       this.call(publisher);
@@ -202,7 +206,7 @@ export class PublishBatchCall implements KeeperWatcher, TimedPublish {
     if (this.spans) {
       for (let i = 0; i < this.spans.length; i++) {
         const end = this.ends[i];
-        this.spans[i]?.end(end === undefined || end === 'released' ? undefined : end.error);
+        this.spans[i]?.end(end?.error);
       }
     }
     this.tell?.(this.ends);

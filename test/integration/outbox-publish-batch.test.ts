@@ -266,24 +266,43 @@ describeWithDatabase('OutboxPoller: publishBatch (PostgreSQL)', { truncate: ['qu
     assert.ok((await rows()).every((row) => row.state === 'sent'));
   });
 
-  it("with keepsBatchOrder, a head's followers go out in publishBatch calls of up to publishBatchSize, in key order, after the head", async () => {
+  it('with keepsBatchOrder, a head and its followers go out in publishBatch calls of up to publishBatchSize, in key order, the head leading the first', async () => {
     publisher.keepsBatchOrder = true;
     await start({ publishBatchSize: 3 });
     await enqueue(7, 'k');
     assert.equal(await poller.runOnce(), 1, 'one claim: the head');
-    assert.deepEqual(
-      publisher.calls.map(({ message }) => seqOf(message)),
-      [0],
-      'the head alone, by publish',
-    );
+    assert.equal(publisher.calls.length, 0, 'publish itself is not called: the head is in the first call');
     assert.deepEqual(
       publisher.batches.map((batch) => batch.map(seqOf)),
-      [
-        [1, 2, 3],
-        [4, 5, 6],
-      ],
+      [[0, 1, 2], [3, 4, 5], [6]],
     );
     assert.ok((await rows()).every((row) => row.state === 'sent' && row.attempts === 1));
+  });
+
+  it('with keepsBatchOrder, a head that fails in its call is retried with its attempt counted, and its followers stay pending uncharged whatever the call said of them', async () => {
+    publisher.keepsBatchOrder = true;
+    // Breaks its own promise: reports 1 published after the head failed.
+    publisher.batchBehaviour = (messages) =>
+      messages.map((message) =>
+        seqOf(message) === 0 ? { status: 'rejected', reason: new Error('head refused') } : { status: 'fulfilled', value: undefined },
+      );
+    await enqueue(3, 'k');
+    await poller.runOnce();
+    assert.deepEqual(
+      publisher.batches.map((batch) => batch.map(seqOf)),
+      [[0, 1, 2]],
+    );
+    const after = await rows();
+    assert.deepEqual(
+      after.map(({ state, attempts }) => `${state}/${attempts}`),
+      ['pending/1', 'pending/0', 'pending/0'],
+    );
+    assert.match(after[0].last_error ?? '', /head refused/);
+    const [head, first] = await db.query<{ message_id: string }>('SELECT message_id::text FROM queuebox_outbox ORDER BY id');
+    assert.ok(
+      t?.logger.has('error', `"publishBatch" reported outbox message ${first.message_id} published although ${head.message_id}`),
+      JSON.stringify(t?.logger.lines),
+    );
   });
 
   it('an ordered call that fails at a follower: those before it are sent, it and those after stay pending uncharged; one reported published after it is not counted, and logged', async () => {
@@ -297,7 +316,7 @@ describeWithDatabase('OutboxPoller: publishBatch (PostgreSQL)', { truncate: ['qu
     await poller.runOnce();
     assert.deepEqual(
       publisher.batches.map((batch) => batch.map(seqOf)),
-      [[1, 2, 3, 4, 5]],
+      [[0, 1, 2, 3, 4, 5]],
     );
     assert.deepEqual(
       (await rows()).map(({ state, attempts }) => `${state}/${attempts}`),
@@ -313,7 +332,7 @@ describeWithDatabase('OutboxPoller: publishBatch (PostgreSQL)', { truncate: ['qu
     );
   });
 
-  it("a call of a head's followers is aborted when the head's claim is lost during it; the followers stay pending", async () => {
+  it("a call of a head and its followers is aborted when the head's claim is lost during it; the followers stay pending", async () => {
     publisher.keepsBatchOrder = true;
     let abortedWith: unknown;
     publisher.batchBehaviour = (_messages, signal) =>
