@@ -355,7 +355,7 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     );
     const published: FinishedFollower<OutboxClaim>[] = [];
     if (headEnd !== undefined) {
-      const reported = ends.findIndex((end) => end === undefined);
+      const reported = ends.indexOf(undefined);
       if (reported !== -1) this.logger.error(messages.outboxBatchOrderBroken(head.message.messageId, run[reported + 1].message.messageId));
       return { failure: headEnd, published, stopped: true };
     }
