@@ -17,7 +17,7 @@
 import { loadavg } from 'node:os';
 import { now } from './clock.mjs';
 import { Admin, connect, databaseUrl, withClient } from './pg.mjs';
-import { loadQueueBox, requireFromDist } from './queuebox-lib.mjs';
+import { loadQueueBox, migrateQueueBox, requireFromDist } from './queuebox-lib.mjs';
 
 const serverUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const rows = Number(process.env.BENCH_CLAIM_ROWS ?? 200_000);
@@ -35,7 +35,7 @@ const modes =
     : { migration: 'unkeyedClaims', locked: 'every claim behind the lock', lockFree: 'unkeyed claims without the lock' };
 const DATABASE = 'qb_bench_claims';
 
-const { queuebox, typeorm } = loadQueueBox();
+const { queuebox } = loadQueueBox();
 const url = databaseUrl(serverUrl, DATABASE);
 
 /** The fenced completion QueueBox sends for a batch of claims (lease.sql.ts). */
@@ -43,16 +43,6 @@ const COMPLETE = requireFromDist('dialects/postgres/lease.sql.js').leaseComplete
   state: 'sent',
   column: 'sent_at',
 });
-
-async function migrate() {
-  const dataSource = new typeorm.DataSource({ type: 'postgres', url, migrations: [...queuebox.QueueBoxMigrations], logging: false });
-  await dataSource.initialize();
-  try {
-    await dataSource.runMigrations();
-  } finally {
-    await dataSource.destroy();
-  }
-}
 
 /** Writes the claim functions of the mode's migration (`up`) or of the version before (`down`). */
 const claimFunctions = (direction) =>
@@ -123,7 +113,7 @@ try {
   );
   await admin.dropDatabase(DATABASE);
   await admin.createDatabase(DATABASE);
-  await migrate();
+  await migrateQueueBox(url);
   const table = [];
   for (const claimers of claimerCounts) {
     const row = { claimers };

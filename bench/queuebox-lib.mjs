@@ -43,6 +43,18 @@ export function loadQueueBox() {
   };
 }
 
+/** QueueBox's schema on `url`, by the migrations an application runs (README: all of them). */
+export async function migrateQueueBox(url) {
+  const { queuebox, typeorm } = loadQueueBox();
+  const dataSource = new typeorm.DataSource({ type: 'postgres', url, migrations: [...queuebox.QueueBoxMigrations], logging: false });
+  await dataSource.initialize();
+  try {
+    await dataSource.runMigrations();
+  } finally {
+    await dataSource.destroy();
+  }
+}
+
 /**
  * A Nest application context with TypeORM on `url` and QueueBoxModule with `options`, like an
  * application that uses QueueBox, plus the application's own `providers` (W5's @PullHandler class).

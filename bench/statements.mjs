@@ -13,7 +13,7 @@
 import { loadavg } from 'node:os';
 import { now } from './clock.mjs';
 import { Admin, databaseUrl, withClient } from './pg.mjs';
-import { loadQueueBox, requireFromDist } from './queuebox-lib.mjs';
+import { migrateQueueBox, requireFromDist } from './queuebox-lib.mjs';
 
 const serverUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const rows = Number(process.env.BENCH_STATEMENT_ROWS ?? 200_000);
@@ -21,7 +21,6 @@ const batch = Number(process.env.BENCH_CLAIM_BATCH ?? 500);
 const repeat = Number(process.env.BENCH_REPEAT ?? 2);
 const DATABASE = 'qb_bench_statements';
 const url = databaseUrl(serverUrl, DATABASE);
-const { queuebox, typeorm } = loadQueueBox();
 const lease = requireFromDist('dialects/postgres/lease.sql.js');
 
 /** The fenced completion the poller sends for a batch, in each `sentRows` mode (lease.sql.ts). */
@@ -34,16 +33,6 @@ const loads = () =>
   loadavg()
     .map((l) => l.toFixed(2))
     .join(' ');
-
-async function migrate() {
-  const dataSource = new typeorm.DataSource({ type: 'postgres', url, migrations: [...queuebox.QueueBoxMigrations], logging: false });
-  await dataSource.initialize();
-  try {
-    await dataSource.runMigrations();
-  } finally {
-    await dataSource.destroy();
-  }
-}
 
 async function fill(client) {
   await client.query('TRUNCATE queuebox_outbox');
@@ -90,7 +79,7 @@ try {
   console.log(`load average before: ${loads()}`);
   await admin.dropDatabase(DATABASE);
   await admin.createDatabase(DATABASE);
-  await migrate();
+  await migrateQueueBox(url);
   const results = [];
   await withClient(url, async (client) => {
     for (let run = 0; run < repeat; run++) {

@@ -2,7 +2,7 @@
 // inside TypeORM transactions (as an application does), worker = OutboxPoller + no-op Publisher.
 import { createRequire } from 'node:module';
 import { withClient } from '../pg.mjs';
-import { createQueueBoxApp, loadQueueBox, pullBatchSize } from '../queuebox-lib.mjs';
+import { createQueueBoxApp, migrateQueueBox, pullBatchSize } from '../queuebox-lib.mjs';
 
 const require = createRequire(import.meta.url);
 const TABLE = 'queuebox_outbox';
@@ -109,20 +109,8 @@ export default {
   },
 
   /** The schema, by the migrations an application runs (README: all four). */
-  async setup(url) {
-    const { queuebox, typeorm } = loadQueueBox();
-    const dataSource = new typeorm.DataSource({
-      type: 'postgres',
-      url,
-      migrations: [...queuebox.QueueBoxMigrations],
-      logging: false,
-    });
-    await dataSource.initialize();
-    try {
-      await dataSource.runMigrations();
-    } finally {
-      await dataSource.destroy();
-    }
+  setup(url) {
+    return migrateQueueBox(url);
   },
 
   /**
