@@ -348,18 +348,18 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
       this.routedOrNone(followers[0].message) === publisher
         ? [head, ...this.orderedRun(publisher, followers, 0, this.options.publishBatchSize - 1)]
         : [head];
-    const [headEnd, ...ends] = await this.publishBatches.call(
+    const ends = await this.publishBatches.call(
       publisher,
       run.map((claimed) => ({ claim: claimed, keeper })),
       (until) => slot.holdUntil(until),
     );
     const published: FinishedFollower<OutboxClaim>[] = [];
+    const [headEnd] = ends;
     if (headEnd !== undefined) {
-      const reported = ends.indexOf(undefined);
-      if (reported !== -1) this.logger.error(messages.outboxBatchOrderBroken(head.message.messageId, run[reported + 1].message.messageId));
+      this.reportBrokenOrder(run, ends, 0);
       return { failure: headEnd, published, stopped: true };
     }
-    const taken = this.takeOrderedEnds(head, run.slice(1), ends, performance.now() - startedAt, published);
+    const taken = this.takeOrderedEnds(head, run.slice(1), ends.slice(1), performance.now() - startedAt, published);
     return { failure: undefined, published, stopped: !taken };
   }
 
@@ -379,9 +379,14 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     for (const follower of failed === -1 ? run : run.slice(0, failed)) published.push({ claim: follower, details: { durationMs } });
     if (failed === -1) return true;
     this.followerFailed(run[failed], head, ends[failed]);
+    this.reportBrokenOrder(run, ends, failed);
+    return false;
+  }
+
+  /** Logs a message of an ordered call (`run`) reported published after the one at `failed` failed: the publisher broke `keepsBatchOrder`. */
+  private reportBrokenOrder(run: readonly OutboxClaim[], ends: readonly (PublishFailure | undefined)[], failed: number): void {
     const later = ends.findIndex((end, i) => i > failed && end === undefined);
     if (later !== -1) this.logger.error(messages.outboxBatchOrderBroken(run[failed].message.messageId, run[later].message.messageId));
-    return false;
   }
 
   /**
@@ -572,9 +577,10 @@ export class OutboxPoller extends SingleLoopWorker<OutboxClaim> {
     const warn = () => {
       if (running) this.logger.warn(this.overrunningLog(messages.publishBatchMessages(messageIds[0], messageIds.length), abortedBy));
     };
-    const ignoring = abortedBy === 'timeout' ? undefined : setTimeout(warn, ABORT_GRACE_MS);
-    ignoring?.unref();
-    if (!ignoring) warn();
+    // A timed-out publish was given up only after its grace (`afterTimeout`): it ignores its signal now.
+    let ignoring: NodeJS.Timeout | undefined;
+    if (abortedBy === 'timeout') warn();
+    else ignoring = setTimeout(warn, ABORT_GRACE_MS).unref();
     const end = (how: 'published' | 'failed') => {
       running = false;
       clearTimeout(ignoring);
