@@ -49,3 +49,12 @@ export function attemptsTableOf(table: TableName): TableName {
   const name = `${table.name}_attempts`;
   return table.schema ? { schema: table.schema, name, qualified: `${table.schema}.${name}` } : { name, qualified: name };
 }
+
+/**
+ * The bookkeeping of a partitioned table's partitions (issue 37, docs/partitioning.md):
+ * `<table>_partitions`, in the table's schema.
+ */
+export function partitionsTableOf(table: TableName): TableName {
+  const name = `${table.name}_partitions`;
+  return table.schema ? { schema: table.schema, name, qualified: `${table.schema}.${name}` } : { name, qualified: name };
+}

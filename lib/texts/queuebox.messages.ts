@@ -460,6 +460,18 @@ export const messages = {
   retentionFailed: (error: string, intervalMs: number) =>
     `Retention failed: ${error}. Rows deleted so far stay deleted; it runs again in ${intervalMs} ms.`,
 
+  // The partitioned layout's upkeep (issue 37)
+  partitionCreated: (table: string, name: string, from: string, to: string, spanMs: number) =>
+    `Partition ${show(name)} of ${show(table)} created ahead for ids ${from} to ${to} (excluded): about ${spanMs} ms of traffic at the highest recent rate.`,
+  partitionSettled: (table: string, name: string) =>
+    `Partition ${show(name)} of ${show(table)} is settled: no insert can reach it and none of its rows is pending or processing, so claims no longer look into it.`,
+  partitionUnsettled: (table: string, name: string) =>
+    `Partition ${show(name)} of ${show(table)} was settled but holds a pending or processing row again: claims look into it again from now on. A replay unsettles its partition itself; if none ran, a transaction that took an id of this partition had not yet written its row when the partition was settled. The row is claimed now; nothing was lost.`,
+  partitionDropped: (table: string, name: string, from: string, to: string) =>
+    `Retention dropped partition ${show(name)} of ${show(table)} (ids ${from} to ${to}, excluded): every row of it was finished and past its retention age.`,
+  partitionReattached: (table: string, name: string, unfinished: boolean) =>
+    `Retention detached partition ${show(name)} of ${show(table)}, then found it ${unfinished ? 'holds a pending or processing row' : 'holds a row finished more recently than its retention age'} (a replay, or a transaction that committed late) and attached it again: nothing was dropped, and its rows are claimed and kept as before. The next run tries again.`,
+
   // PostgreSQL
   postgresVersionUnsupported: (version: string, minimumMajor: number) =>
     `QueueBox supports PostgreSQL ${minimumMajor} and later; this server runs PostgreSQL ${version}. Upgrade the server (${minimumMajor} to 18 are tested). See ${doc('operations.md')}.`,

@@ -1,0 +1,102 @@
+// The partitioned layout's retention (issue 37, docs/partitioning.md, decision 5): drops the settled
+// partitions whose finished rows are all past their retention age, without a lock on the parent
+// that would stop inserts or claims. PostgreSQL only. Not wired into RetentionService yet; its
+// caller holds the retention lock (one replica at a time). A dialect leaf: it logs through the
+// callbacks its creator gives it.
+
+import type { TableName } from '../../common/identifiers';
+import { messages } from '../../texts/queuebox.messages';
+import type { PartitionLog, PartitionSql } from './partition-upkeep';
+import {
+  detachPartitionConcurrentlySql,
+  dropPartitionSql,
+  finalizeDetachSql,
+  listPartitionsSql,
+  type PartitionedKind,
+  partitionExpiredSql,
+  partitionStateSql,
+  partitionUnfinishedSql,
+  reattachPartitionSql,
+} from './partitions.sql';
+import { pgTable } from './quoting';
+
+export interface PartitionRetentionOptions {
+  table: TableName;
+  kind: PartitionedKind;
+  /** Drops are logged; a partition attached again is warned of. */
+  logger: PartitionLog;
+}
+
+/** The ages of one run, database clock. */
+export interface PartitionRetentionAges {
+  /** Finished rows (`sent`, `processed`) older than this may go. */
+  finishedAfterMs: number;
+  /** Dead rows older than this may go; `false` keeps them, and the partitions that hold one. */
+  deadAfterMs: number | false;
+}
+
+export interface PartitionRetentionRun {
+  dropped: string[];
+  /** Detached, found to hold an unfinished or recent row, and attached again. */
+  reattached: string[];
+}
+
+/**
+ * Drops settled partitions, oldest first, whose finished rows are all past `finishedAfterMs` (and
+ * dead rows past `deadAfterMs`, or none). For each:
+ *
+ * 1. `DETACH PARTITION ... CONCURRENTLY`: SHARE UPDATE EXCLUSIVE on the parent, so inserts and
+ *    claims go on; it waits for every transaction that could still see the partition, including
+ *    one that took an id of it long ago and has not committed;
+ * 2. the detached table is checked again, now that nothing can write it: a row that is unfinished
+ *    or recent (a replay since the partition was settled, or a row a late transaction committed)
+ *    puts the partition back (ATTACH), and the run stops there, since the partitions after it are
+ *    younger;
+ * 3. `DROP TABLE`, which locks the detached table alone, and its bookkeeping row.
+ *
+ * A detach that stopped half way (a crash or a cancel between its two transactions) is finished
+ * first (`FINALIZE`); one that completed before a crash is not detached again. The run stops at the
+ * first partition it may not drop.
+ */
+export class PartitionRetention {
+  constructor(
+    private readonly sql: PartitionSql,
+    private readonly options: PartitionRetentionOptions,
+  ) {}
+
+  async runOnce(ages: PartitionRetentionAges): Promise<PartitionRetentionRun> {
+    const { table, kind } = this.options;
+    const dropped: string[] = [];
+    const reattached: string[] = [];
+    const rows = await this.sql.query<{ name: string; from_id: string; to_id: string; settled_at: Date | null }>(listPartitionsSql(table));
+    const params = [ages.finishedAfterMs, ages.deadAfterMs === false ? null : ages.deadAfterMs];
+    for (const partition of rows) {
+      if (partition.settled_at === null) break; // the oldest unsettled one: the rest are younger
+      const [{ expired }] = await this.sql.query<{ expired: boolean }>(partitionExpiredSql(table, kind, partition.name), params);
+      if (!expired) break;
+      const [found] = await this.sql.query<{ state: 'attached' | 'pending' | 'detached' }>(partitionStateSql(table), [
+        pgTable({ ...table, name: partition.name }),
+      ]);
+      if (found?.state === 'attached') await this.sql.query(detachPartitionConcurrentlySql(table, partition.name));
+      if (found?.state === 'pending') await this.sql.query(finalizeDetachSql(table, partition.name));
+      // Nothing can write it now: this check is the one that counts.
+      const [{ unfinished }] = await this.sql.query<{ unfinished: boolean }>(partitionUnfinishedSql(table, partition.name));
+      const [{ expired: stillExpired }] = await this.sql.query<{ expired: boolean }>(
+        partitionExpiredSql(table, kind, partition.name),
+        params,
+      );
+      if (unfinished || !stillExpired) {
+        await this.sql.query(reattachPartitionSql(table, { name: partition.name, from: partition.from_id, to: partition.to_id }));
+        this.options.logger.warn(messages.partitionReattached(table.qualified, partition.name, unfinished));
+        reattached.push(partition.name);
+        break;
+      }
+      await this.sql.transaction(async (query) => {
+        for (const statement of dropPartitionSql(table, partition.name)) await query(statement);
+      });
+      this.options.logger.log(messages.partitionDropped(table.qualified, partition.name, partition.from_id, partition.to_id));
+      dropped.push(partition.name);
+    }
+    return { dropped, reattached };
+  }
+}

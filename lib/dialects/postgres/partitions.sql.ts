@@ -1,0 +1,153 @@
+import { partitionsTableOf, type TableName } from '../../common/identifiers';
+import { ADMIN_COLUMNS, deadAt } from './columns';
+import { pgTable } from './quoting';
+import { msAgo } from './time';
+
+// The partitioned layout's upkeep (issue 37, docs/partitioning.md): partitions of a table by `id`
+// range, created ahead, and settled once no row of theirs can be unfinished. PostgreSQL only.
+
+/** Which table a partition upkeep keeps: its columns differ in the unique index each partition holds on its own. */
+export type PartitionedKind = 'outbox' | 'inbox';
+
+/**
+ * The index each partition holds on its own: I4's net, one `processing` row per key, can only be
+ * unique within a partition (a unique index of a partitioned table must contain `id`). Across
+ * partitions the keyed claim's key locks hold I4 (docs/partitioning.md, decision 4).
+ */
+const LOCAL_UNIQUE_INDEX: Record<PartitionedKind, string> = {
+  outbox: `("key") WHERE state = 'processing' AND "key" IS NOT NULL`,
+  inbox: `(source, aggregate_id) WHERE state = 'processing' AND aggregate_id IS NOT NULL`,
+};
+
+/**
+ * The bookkeeping of a partitioned table: `<table>_partitions`, one row per partition with its
+ * `id` range [from_id, to_id), and `settled_at` once no row of it can be unfinished (no insert can
+ * reach it and none of its rows is `pending` or `processing`): claims start at the first id of
+ * the oldest partition not settled (the low mark).
+ */
+export const createPartitionsTableSql = (table: TableName) => `CREATE TABLE IF NOT EXISTS ${pgTable(partitionsTableOf(table))} (
+  name text PRIMARY KEY,
+  ordinal integer NOT NULL UNIQUE,
+  from_id bigint NOT NULL UNIQUE,
+  to_id bigint NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  settled_at timestamptz,
+  CHECK (from_id < to_id)
+)`;
+
+/** $1 = lock name. One upkeep at a time per table; tried, never waited for; released with the transaction. */
+export const partitionUpkeepTryLockSql = () => 'SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS locked';
+
+/** The partitions, oldest first (by the bigint column: the text alias would order 12001 before 2001). */
+export const listPartitionsSql = (table: TableName) =>
+  `SELECT p.name, p.ordinal, p.from_id::text AS from_id, p.to_id::text AS to_id, p.settled_at FROM ${pgTable(partitionsTableOf(table))} p ORDER BY p.from_id`;
+
+/**
+ * The last id handed out (NULL before the first) and the current snapshot's xmax (the next
+ * transaction id) and xmin (the oldest transaction still running), read in one statement: the
+ * sample from which the upkeep learns the rate of ids and when a range can no longer be written.
+ * $1 = the table, quoted (`pgTable`).
+ */
+export const idSampleSql = () => `SELECT
+  pg_sequence_last_value(pg_get_serial_sequence($1, 'id')::regclass)::text AS last_id,
+  pg_snapshot_xmax(pg_current_snapshot())::text AS xmax,
+  pg_snapshot_xmin(pg_current_snapshot())::text AS xmin`;
+
+/**
+ * A partition for ids [from, to), made so that the parent is never locked against inserts: a table
+ * of its own (its columns and defaults from the parent), its unique index of its own, a CHECK of
+ * the range (which spares the attach a scan), the attach (SHARE UPDATE EXCLUSIVE on the parent:
+ * inserts and claims go on), then the CHECK dropped, and its bookkeeping row. `CREATE TABLE ...
+ * PARTITION OF` would take ACCESS EXCLUSIVE on the parent and wait behind every open transaction
+ * with every insert queued behind it (measured: docs/partitioning.md). Run in one transaction.
+ */
+export function createPartitionSql(
+  table: TableName,
+  kind: PartitionedKind,
+  partition: { name: string; ordinal: number; from: string; to: string },
+): string[] {
+  const parent = pgTable(table);
+  const qualified = pgTable(partitionTableName(table, partition.name));
+  const check = `"${partition.name}_range"`;
+  return [
+    `CREATE TABLE ${qualified} (LIKE ${parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+    `CREATE UNIQUE INDEX ON ${qualified} ${LOCAL_UNIQUE_INDEX[kind]}`,
+    `ALTER TABLE ${qualified} ADD CONSTRAINT ${check} CHECK (id >= ${partition.from} AND id < ${partition.to})`,
+    `ALTER TABLE ${parent} ATTACH PARTITION ${qualified} FOR VALUES FROM (${partition.from}) TO (${partition.to})`,
+    `ALTER TABLE ${qualified} DROP CONSTRAINT ${check}`,
+    `INSERT INTO ${pgTable(partitionsTableOf(table))} (name, ordinal, from_id, to_id) VALUES ('${partition.name}', ${partition.ordinal}, ${partition.from}, ${partition.to})`,
+  ];
+}
+
+/** A partition's table name: `<table>_p<ordinal>`, in the table's schema (within the 63 bytes PostgreSQL keeps: the table's name has at most 48). */
+export const partitionName = (table: TableName, ordinal: number) => `${table.name}_p${ordinal}`;
+
+function partitionTableName(table: TableName, name: string): TableName {
+  return table.schema ? { schema: table.schema, name, qualified: `${table.schema}.${name}` } : { name, qualified: name };
+}
+
+/**
+ * Whether a partition holds a row that is not finished (`pending` or `processing`): two probes of
+ * the partition's partial indexes (the claim's and the lease's), however many finished rows it has.
+ */
+export const partitionUnfinishedSql = (table: TableName, name: string) => {
+  const partition = pgTable(partitionTableName(table, name));
+  return `SELECT EXISTS (SELECT 1 FROM ${partition} WHERE state = 'pending') OR EXISTS (SELECT 1 FROM ${partition} WHERE state = 'processing') AS unfinished`;
+};
+
+/** $1 = partition name. Locks its bookkeeping row (a replay that unsettles it locks the same row, so neither misses the other). */
+export const lockPartitionRowSql = (table: TableName) =>
+  `SELECT settled_at FROM ${pgTable(partitionsTableOf(table))} WHERE name = $1 FOR UPDATE`;
+
+/** $1 = partition name, $2 = settled (true) or not. */
+export const settlePartitionSql = (table: TableName) =>
+  `UPDATE ${pgTable(partitionsTableOf(table))} SET settled_at = CASE WHEN $2::boolean THEN now() END WHERE name = $1`;
+
+/** The low mark: the first id of the oldest partition not settled (claims need look no lower); NULL without partitions. */
+export const lowMarkSql = (table: TableName) =>
+  `SELECT coalesce(min(from_id) FILTER (WHERE settled_at IS NULL), max(to_id))::text AS low FROM ${pgTable(partitionsTableOf(table))}`;
+
+// Retention by dropping settled partitions (docs/partitioning.md, decision 5).
+
+/**
+ * $1 = partition name. Whether it is attached (`attached`), half detached by a `DETACH ...
+ * CONCURRENTLY` that did not finish (`pending`: a crash or a cancel between its two transactions),
+ * or detached (`detached`); no row when the table is gone.
+ */
+export const partitionStateSql = (
+  table: TableName,
+) => `SELECT CASE WHEN i.inhrelid IS NULL THEN 'detached' WHEN i.inhdetachpending THEN 'pending' ELSE 'attached' END AS state
+FROM pg_class c
+LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = '${pgTable(table).replaceAll("'", "''")}'::regclass
+WHERE c.oid = to_regclass($1)`;
+
+/**
+ * Whether every finished row of a partition is past its retention age (database clock):
+ * `$1` = finished age in ms (`sent_at`, `processed_at`), `$2` = dead age in ms, NULL to keep dead
+ * rows (then any dead row keeps the partition). Each probe reads a partial index of one state.
+ */
+export function partitionExpiredSql(table: TableName, kind: PartitionedKind, name: string): string {
+  const partition = pgTable(partitionTableName(table, name));
+  const finished = kind === 'outbox' ? { state: 'sent', at: 'sent_at' } : { state: 'processed', at: 'processed_at' };
+  const columns = ADMIN_COLUMNS[kind];
+  return `SELECT NOT EXISTS (SELECT 1 FROM ${partition} WHERE state = '${finished.state}' AND ${finished.at} >= ${msAgo('$1')})
+  AND NOT EXISTS (SELECT 1 FROM ${partition} WHERE state = 'dead' AND ($2::double precision IS NULL OR ${deadAt(columns)} >= ${msAgo('$2')})) AS expired`;
+}
+
+/** Detaches a partition without locking the parent against inserts or claims; waits for the transactions that could see it. Not in a transaction. */
+export const detachPartitionConcurrentlySql = (table: TableName, name: string) =>
+  `ALTER TABLE ${pgTable(table)} DETACH PARTITION ${pgTable(partitionTableName(table, name))} CONCURRENTLY`;
+
+/** Ends a `DETACH ... CONCURRENTLY` that stopped half way. */
+export const finalizeDetachSql = (table: TableName, name: string) =>
+  `ALTER TABLE ${pgTable(table)} DETACH PARTITION ${pgTable(partitionTableName(table, name))} FINALIZE`;
+
+/** Puts a detached partition back: PostgreSQL checks its rows against the range (SHARE UPDATE EXCLUSIVE on the parent). */
+export const reattachPartitionSql = (table: TableName, partition: { name: string; from: string; to: string }) =>
+  `ALTER TABLE ${pgTable(table)} ATTACH PARTITION ${pgTable(partitionTableName(table, partition.name))} FOR VALUES FROM (${partition.from}) TO (${partition.to})`;
+
+/** Drops a detached partition (ACCESS EXCLUSIVE on it alone) and its bookkeeping row. Run in one transaction. */
+export const dropPartitionSql = (table: TableName, name: string) => [
+  `DROP TABLE ${pgTable(partitionTableName(table, name))}`,
+  `DELETE FROM ${pgTable(partitionsTableOf(table))} WHERE name = '${name}'`,
+];
