@@ -74,8 +74,9 @@ export class PartitionRetention {
       if (partition.settled_at === null) break; // the oldest unsettled one: the rest are younger
       const [{ expired }] = await this.sql.query<{ expired: boolean }>(partitionExpiredSql(table, kind, partition.name), params);
       if (!expired) break;
-      const [found] = await this.sql.query<{ state: 'attached' | 'pending' | 'detached' }>(partitionStateSql(table), [
+      const [found] = await this.sql.query<{ state: 'attached' | 'pending' | 'detached' }>(partitionStateSql(), [
         pgTable({ ...table, name: partition.name }),
+        pgTable(table),
       ]);
       if (found?.state === 'attached') await this.sql.query(detachPartitionConcurrentlySql(table, partition.name));
       if (found?.state === 'pending') await this.sql.query(finalizeDetachSql(table, partition.name));

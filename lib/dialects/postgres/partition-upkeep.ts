@@ -71,7 +71,11 @@ interface Partition {
 interface IdSample {
   at: number;
   lastId: bigint;
-  /** The next transaction id: every transaction that had taken an id by then has a smaller one. */
+  /**
+   * The next transaction id: every transaction that had a transaction id by then has a smaller one
+   * (one that had taken an id of the table but not yet its transaction id, a moment later in the
+   * same statement, is covered by the next sample: see `sealedThrough`).
+   */
   xmax: bigint;
 }
 

@@ -110,15 +110,15 @@ export const lowMarkSql = (table: TableName) =>
 // Retention by dropping settled partitions (docs/partitioning.md, decision 5).
 
 /**
- * $1 = partition name. Whether it is attached (`attached`), half detached by a `DETACH ...
- * CONCURRENTLY` that did not finish (`pending`: a crash or a cancel between its two transactions),
- * or detached (`detached`); no row when the table is gone.
+ * $1 = the partition, $2 = its parent, both quoted (`pgTable`). Whether it is attached
+ * (`attached`), half detached by a `DETACH ... CONCURRENTLY` that did not finish (`pending`: a
+ * crash or a cancel between its two transactions), or detached (`detached`); no row when the
+ * table is gone.
  */
-export const partitionStateSql = (
-  table: TableName,
-) => `SELECT CASE WHEN i.inhrelid IS NULL THEN 'detached' WHEN i.inhdetachpending THEN 'pending' ELSE 'attached' END AS state
+export const partitionStateSql =
+  () => `SELECT CASE WHEN i.inhrelid IS NULL THEN 'detached' WHEN i.inhdetachpending THEN 'pending' ELSE 'attached' END AS state
 FROM pg_class c
-LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = '${pgTable(table).replaceAll("'", "''")}'::regclass
+LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = $2::regclass
 WHERE c.oid = to_regclass($1)`;
 
 /**
