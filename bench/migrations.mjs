@@ -19,6 +19,7 @@ import { loadavg } from 'node:os';
 import { now } from './clock.mjs';
 import { Admin, connect, databaseUrl, withClient } from './pg.mjs';
 import { loadQueueBox, migrateQueueBox } from './queuebox-lib.mjs';
+import { traffic } from './traffic.mjs';
 
 const serverUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const rows = Number(process.env.BENCH_MIGRATION_ROWS ?? 10_000_000);
@@ -60,40 +61,6 @@ async function fill(client) {
   log(`  ${rows.toLocaleString('en-US')} rows, ${size[0].size} with indexes, in ${((now() - started) / 1000).toFixed(0)} s`);
 }
 
-/** Runs `work` on its own connection until `stop()`: each statement's time, and the longest within a window. */
-function traffic(name, work) {
-  let running = true;
-  let longest = 0;
-  let count = 0;
-  const done = (async () => {
-    const client = await connect(url);
-    try {
-      while (running) {
-        const started = now();
-        await work(client);
-        longest = Math.max(longest, now() - started);
-        count++;
-      }
-    } finally {
-      await client.end();
-    }
-  })();
-  return {
-    name,
-    /** The longest statement since the last call, and how many ran. */
-    window() {
-      const seen = { longest, count };
-      longest = 0;
-      count = 0;
-      return seen;
-    },
-    async stop() {
-      running = false;
-      await done;
-    },
-  };
-}
-
 const admin = new Admin(serverUrl);
 await admin.open();
 try {
@@ -104,10 +71,10 @@ try {
   await withClient(url, fill);
 
   const instance = '00000000-0000-0000-0000-0000000000b1';
-  const producer = traffic('producer', (client) =>
+  const producer = traffic(url, (client) =>
     client.query("INSERT INTO queuebox_outbox (message_id, destination, payload) VALUES (gen_random_uuid(), 'bench', '{}')"),
   );
-  const claimer = traffic('claimer', async (client) => {
+  const claimer = traffic(url, async (client) => {
     const { rows: claimed } = await client.query('SELECT id, claim_token FROM queuebox_outbox_claim(50, 60000, $1)', [instance]);
     if (claimed.length === 0) return;
     await client.query(

@@ -23,6 +23,7 @@ import { loadavg } from 'node:os';
 import { now, sleep } from './clock.mjs';
 import { Admin, connect, databaseUrl, withClient } from './pg.mjs';
 import { migrateQueueBox, requireFromDist } from './queuebox-lib.mjs';
+import { traffic } from './traffic.mjs';
 
 const serverUrl = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const parts = (process.env.BENCH_PARTITION_PARTS ?? 'claims,ddl,retention').split(',');
@@ -173,38 +174,6 @@ async function claimsPart() {
 
 // --- ddl ------------------------------------------------------------------------------------------
 
-/** Runs `work` on its own connection until `stop()`, and keeps the longest statement of each window. */
-function traffic(work) {
-  let running = true;
-  let longest = 0;
-  let statements = 0;
-  const done = (async () => {
-    const client = await connect(url);
-    try {
-      while (running) {
-        const started = now();
-        await work(client);
-        longest = Math.max(longest, now() - started);
-        statements++;
-      }
-    } finally {
-      await client.end();
-    }
-  })();
-  return {
-    window() {
-      const seen = { longest, statements };
-      longest = 0;
-      statements = 0;
-      return seen;
-    },
-    async stop() {
-      running = false;
-      await done;
-    },
-  };
-}
-
 /** Samples the locks a backend holds or waits for, every 5 ms, until the returned function is called. */
 function watchLocks(watcher, pid) {
   const locks = new Set();
@@ -242,7 +211,7 @@ async function ddlPart() {
     await client.query('VACUUM (ANALYZE) p_outbox');
   });
   const low = 1 + partitions * perPartition;
-  const producer = traffic(async (client) => {
+  const producer = traffic(url, async (client) => {
     await client.query('BEGIN');
     const { rows } = await client.query(
       "INSERT INTO p_outbox (message_id, destination, payload) VALUES (gen_random_uuid(), 'bench', '{}') RETURNING id, message_id",
@@ -250,7 +219,7 @@ async function ddlPart() {
     await client.query('INSERT INTO p_outbox_message_ids VALUES ($1, $2)', [rows[0].message_id, rows[0].id]);
     await client.query('COMMIT');
   });
-  const claimer = traffic(async (client) => {
+  const claimer = traffic(url, async (client) => {
     const claimed = await client.query({ name: 'claim', text: claimSql('p_outbox', true), values: [50, low] });
     if (claimed.rows.length === 0) return sleep(1);
     await client.query({

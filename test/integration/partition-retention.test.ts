@@ -1,17 +1,16 @@
 import assert from 'node:assert/strict';
-import { after, before, it } from 'node:test';
+import { it } from 'node:test';
 import { Client } from 'pg';
 import { PartitionRetention } from '../../lib/dialects/postgres/partition-retention';
-import { type PartitionSql, PartitionUpkeep } from '../../lib/dialects/postgres/partition-upkeep';
+import type { PartitionUpkeep } from '../../lib/dialects/postgres/partition-upkeep';
 import { describeWithDatabase, eventually } from '../support/database';
 import {
   attachedPartitions,
   createPartitionedOutbox,
   insertRows,
   PARTITIONED_TABLE,
+  partitionFixture,
   partitionRows,
-  partitionSql,
-  recordingPartitionLog,
   runUpkeepUntil,
 } from '../support/partitioned-table';
 
@@ -22,26 +21,7 @@ import {
 const WEEK = { finishedAfterMs: 7 * 86_400_000, deadAfterMs: false as const };
 
 describeWithDatabase('partition retention on PostgreSQL', (db) => {
-  let sql: PartitionSql;
-  let end: () => Promise<void>;
-
-  before(() => {
-    ({ sql, end } = partitionSql(db.url));
-  });
-
-  after(() => end());
-
-  const log = recordingPartitionLog();
-  const upkeep = () =>
-    new PartitionUpkeep(sql, {
-      table: PARTITIONED_TABLE,
-      kind: 'outbox',
-      intervalMs: 3_600_000,
-      aheadMs: 86_400_000,
-      minSpan: 1_000,
-      now: () => 0,
-      logger: log,
-    });
+  const { sql, log, upkeep } = partitionFixture(db);
   const retention = () => new PartitionRetention(sql, { table: PARTITIONED_TABLE, kind: 'outbox', logger: log });
 
   /** Marks rows [from, to] sent `daysAgo` days ago. */

@@ -1,16 +1,14 @@
 import assert from 'node:assert/strict';
-import { after, before, it } from 'node:test';
+import { it } from 'node:test';
 import { Client } from 'pg';
-import { type PartitionSql, PartitionUpkeep, type PartitionUpkeepOptions } from '../../lib/dialects/postgres/partition-upkeep';
+import type { PartitionUpkeep } from '../../lib/dialects/postgres/partition-upkeep';
 import { describeWithDatabase } from '../support/database';
 import {
   attachedPartitions,
   createPartitionedOutbox,
   insertRows,
-  PARTITIONED_TABLE,
+  partitionFixture,
   partitionRows,
-  partitionSql,
-  recordingPartitionLog,
   runUpkeepUntil,
 } from '../support/partitioned-table';
 
@@ -20,33 +18,11 @@ import {
 // and indexes partitioned by id (test/support/partitioned-table.ts), until the layout's migration.
 
 describeWithDatabase('partition upkeep on PostgreSQL', (db) => {
-  let sql: PartitionSql;
-  let end: () => Promise<void>;
-
-  before(() => {
-    ({ sql, end } = partitionSql(db.url));
-  });
-
-  after(() => end());
-
-  const log = recordingPartitionLog();
+  const { log, upkeep } = partitionFixture(db);
   const createTable = () => createPartitionedOutbox(db);
   const partitions = () => partitionRows(db);
   const attached = () => attachedPartitions(db);
   const insert = (count: number) => insertRows(db, count);
-
-  const upkeep = (options: Partial<PartitionUpkeepOptions> = {}) =>
-    new PartitionUpkeep(sql, {
-      table: PARTITIONED_TABLE,
-      kind: 'outbox',
-      intervalMs: 3_600_000,
-      aheadMs: 86_400_000,
-      minSpan: 1_000,
-      now: () => 0,
-      logger: log,
-      ...options,
-    });
-
   const runUntilSettled = (keeper: PartitionUpkeep, name: string, settled = true) => runUpkeepUntil(db, keeper, name, settled);
 
   /** Hands out ids up to `id` without rows (a producer's traffic, for the rate). */

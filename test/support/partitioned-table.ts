@@ -1,6 +1,12 @@
+import { after, before } from 'node:test';
 import { Pool } from 'pg';
 import { parseTableName } from '../../lib/common/identifiers';
-import type { PartitionLog, PartitionSql, PartitionUpkeep } from '../../lib/dialects/postgres/partition-upkeep';
+import {
+  type PartitionLog,
+  type PartitionSql,
+  PartitionUpkeep,
+  type PartitionUpkeepOptions,
+} from '../../lib/dialects/postgres/partition-upkeep';
 import { createPartitionsTableSql } from '../../lib/dialects/postgres/partitions.sql';
 import { eventually, type TestDatabase } from './database';
 
@@ -97,4 +103,39 @@ export function recordingPartitionLog(): PartitionLog & { lines: { level: 'log' 
     log: (message) => lines.push({ level: 'log', message }),
     warn: (message) => lines.push({ level: 'warn', message }),
   };
+}
+
+/**
+ * What the partition tests of one describe block share: statements on a pool opened in its
+ * `before` hook and closed in its `after` hook (registered here), a log that keeps its lines, and
+ * an upkeep of `p_outbox` whose clock stands still unless a test gives it one (no rate: partitions
+ * of `minSpan`, 1,000 ids).
+ */
+export function partitionFixture(db: TestDatabase) {
+  let opened: ReturnType<typeof partitionSql> | undefined;
+  before(() => {
+    opened = partitionSql(db.url);
+  });
+  after(() => opened?.end());
+  const pool = () => {
+    if (!opened) throw new Error('the partition fixture opens its pool in its before hook: use it from the tests');
+    return opened.sql;
+  };
+  const sql: PartitionSql = {
+    query: (text, params) => pool().query(text, params),
+    transaction: (work) => pool().transaction(work),
+  };
+  const log = recordingPartitionLog();
+  const upkeep = (options: Partial<PartitionUpkeepOptions> = {}) =>
+    new PartitionUpkeep(sql, {
+      table: PARTITIONED_TABLE,
+      kind: 'outbox',
+      intervalMs: 3_600_000,
+      aheadMs: 86_400_000,
+      minSpan: 1_000,
+      now: () => 0,
+      logger: log,
+      ...options,
+    });
+  return { sql, log, upkeep };
 }
