@@ -136,6 +136,11 @@ describeWithDatabase('partition retention on PostgreSQL', (db) => {
       (await attachedPartitions(db)).some((p) => p.startsWith('p_outbox_p1 ')),
       'p1 is attached again',
     );
+    assert.equal(
+      (await partitionRows(db)).find((p) => p.name === 'p_outbox_p1')?.settled,
+      false,
+      'and unsettled: claims look into it again',
+    );
   });
 
   it('finishes a DETACH ... CONCURRENTLY that stopped half way (cancelled while it waited) without locking the parent, then drops the partition', async () => {

@@ -17,6 +17,7 @@ import {
   partitionStateSql,
   partitionUnfinishedSql,
   reattachPartitionSql,
+  settlePartitionSql,
 } from './partitions.sql';
 import { pgTable } from './quoting';
 
@@ -50,8 +51,8 @@ export interface PartitionRetentionRun {
  *    one that took an id of it long ago and has not committed;
  * 2. the detached table is checked again, now that nothing can write it: a row that is unfinished
  *    or recent (a replay since the partition was settled, or a row a late transaction committed)
- *    puts the partition back (ATTACH), and the run stops there, since the partitions after it are
- *    younger;
+ *    puts the partition back (ATTACH; unsettled when a row is unfinished, so that claims look into
+ *    it again), and the run stops there, since the partitions after it are younger;
  * 3. `DROP TABLE`, which locks the detached table alone, and its bookkeeping row.
  *
  * A detach that stopped half way (a crash or a cancel between its two transactions) is finished
@@ -88,6 +89,8 @@ export class PartitionRetention {
       );
       if (unfinished || !stillExpired) {
         await this.sql.query(reattachPartitionSql(table, { name: partition.name, from: partition.from_id, to: partition.to_id }));
+        // Claims look into it again at once, not after the upkeep's next run finds the row.
+        if (unfinished) await this.sql.query(settlePartitionSql(table), [partition.name, false]);
         this.options.logger.warn(messages.partitionReattached(table.qualified, partition.name, unfinished));
         reattached.push(partition.name);
         break;
