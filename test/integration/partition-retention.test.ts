@@ -58,7 +58,7 @@ describeWithDatabase('partition retention on PostgreSQL', (db) => {
     assert.equal((await attachedPartitions(db)).length, left.length, 'every partition left is attached');
     assert.equal((await db.query<{ n: number }>('SELECT count(*)::int AS n FROM p_outbox'))[0].n, 1_500, 'p2 and p3 keep their rows');
 
-    // A day later by the ages: p2 goes too.
+    // With an age of an hour, p2 (sent yesterday) goes too.
     assert.deepEqual(await retention().runOnce({ ...WEEK, finishedAfterMs: 3_600_000 }), { dropped: ['p_outbox_p2'], reattached: [] });
   });
 
@@ -104,7 +104,7 @@ describeWithDatabase('partition retention on PostgreSQL', (db) => {
         async () =>
           (
             await db.query<{ n: number }>(
-              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE%DETACH PARTITION%' AND wait_event_type = 'Lock'",
+              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'ALTER TABLE%DETACH PARTITION%' AND wait_event_type = 'Lock'",
             )
           )[0].n > 0,
         'the detach waiting for the open transaction',
@@ -180,12 +180,12 @@ describeWithDatabase('partition retention on PostgreSQL', (db) => {
         async () =>
           (
             await db.query<{ n: number }>(
-              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE%' AND wait_event_type = 'Lock'",
+              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'ALTER TABLE%' AND wait_event_type = 'Lock'",
             )
           )[0].n > 0 ||
           (
             await db.query<{ n: number }>(
-              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'DROP TABLE%' AND wait_event_type = 'Lock'",
+              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'DROP TABLE%' AND wait_event_type = 'Lock'",
             )
           )[0].n > 0,
         'retention waiting for the reader',
