@@ -23,13 +23,17 @@ export function parseTableName(option: string, value: unknown): TableName {
   return parts.length === 2 ? { schema: parts[0], name: parts[1], qualified: value } : { name: parts[0], qualified: value };
 }
 
+/** The table `name` in the schema of `table` (a QueueBox table's companions live beside it). */
+export function tableBeside(table: TableName, name: string): TableName {
+  return table.schema ? { schema: table.schema, name, qualified: `${table.schema}.${name}` } : { name, qualified: name };
+}
+
 /**
  * The table of the outbox's rate limit buckets (migration 008): `<outbox>_rate_limits`, in the
  * outbox's schema, so two QueueBoxes of one database keep buckets of their own.
  */
 export function rateLimitsTableOf(outbox: TableName): TableName {
-  const name = `${outbox.name}_rate_limits`;
-  return outbox.schema ? { schema: outbox.schema, name, qualified: `${outbox.schema}.${name}` } : { name, qualified: name };
+  return tableBeside(outbox, `${outbox.name}_rate_limits`);
 }
 
 /**
@@ -37,8 +41,7 @@ export function rateLimitsTableOf(outbox: TableName): TableName {
  * outbox's schema, so two QueueBoxes of one database pause their own (issue 40).
  */
 export function pausesTableOf(outbox: TableName): TableName {
-  const name = `${outbox.name}_pauses`;
-  return outbox.schema ? { schema: outbox.schema, name, qualified: `${outbox.schema}.${name}` } : { name, qualified: name };
+  return tableBeside(outbox, `${outbox.name}_pauses`);
 }
 
 /**
@@ -46,8 +49,7 @@ export function pausesTableOf(outbox: TableName): TableName {
  * row per failed attempt of one of its rows.
  */
 export function attemptsTableOf(table: TableName): TableName {
-  const name = `${table.name}_attempts`;
-  return table.schema ? { schema: table.schema, name, qualified: `${table.schema}.${name}` } : { name, qualified: name };
+  return tableBeside(table, `${table.name}_attempts`);
 }
 
 /**
@@ -55,6 +57,5 @@ export function attemptsTableOf(table: TableName): TableName {
  * `<table>_partitions`, in the table's schema.
  */
 export function partitionsTableOf(table: TableName): TableName {
-  const name = `${table.name}_partitions`;
-  return table.schema ? { schema: table.schema, name, qualified: `${table.schema}.${name}` } : { name, qualified: name };
+  return tableBeside(table, `${table.name}_partitions`);
 }

@@ -8,10 +8,13 @@ import {
   attachedPartitions,
   createPartitionedOutbox,
   insertRows,
+  openInsert,
   PARTITIONED_TABLE,
   partitionFixture,
   partitionRows,
   runUpkeepUntil,
+  runWithin,
+  untilWaitingForLock,
 } from '../support/partitioned-table';
 
 // Issue 37's retention by dropping partitions (docs/partitioning.md, decision 5), on a real
@@ -81,14 +84,9 @@ describeWithDatabase('partition retention on PostgreSQL', (db) => {
     const keeper = upkeep();
     await createPartitionedOutbox(db);
     await keeper.runOnce(); // p1, p2
-    const producer = new Client({ connectionString: db.url });
-    await producer.connect();
+    const producer = await openInsert(db);
     try {
-      await producer.query('BEGIN');
-      const { rows } = await producer.query(
-        "INSERT INTO p_outbox (message_id, destination, payload) VALUES (gen_random_uuid(), 'd', '{}') RETURNING id::text",
-      );
-      assert.equal(rows[0].id, '1');
+      assert.equal(producer.id, '1');
       await insertRows(db, 1_500); // the rest of p1 and half of p2
       await keeper.runOnce();
       await insertRows(db, 1_000);
@@ -100,25 +98,13 @@ describeWithDatabase('partition retention on PostgreSQL', (db) => {
       // detach waits for the open transaction and the check after it finds the row.
       await db.query("UPDATE p_outbox_partitions SET settled_at = now() WHERE name = 'p_outbox_p1'");
       const running = retention().runOnce(WEEK);
-      await eventually(
-        async () =>
-          (
-            await db.query<{ n: number }>(
-              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'ALTER TABLE%DETACH PARTITION%' AND wait_event_type = 'Lock'",
-            )
-          )[0].n > 0,
-        'the detach waiting for the open transaction',
-      );
+      await untilWaitingForLock(db, 'the detach waiting for the open transaction', ['ALTER TABLE%DETACH PARTITION%']);
       // Meanwhile producers and claims go on: the detach holds nothing they wait for.
-      const other = new Client({ connectionString: db.url, statement_timeout: 3_000 });
-      await other.connect();
-      try {
-        await other.query("INSERT INTO p_outbox (message_id, destination, payload) VALUES (gen_random_uuid(), 'd', '{}')");
-        await other.query("UPDATE p_outbox SET state = 'processing', claim_token = gen_random_uuid() WHERE id = 1600");
-      } finally {
-        await other.end();
-      }
-      await producer.query('COMMIT');
+      await runWithin(db, 3_000, [
+        "INSERT INTO p_outbox (message_id, destination, payload) VALUES (gen_random_uuid(), 'd', '{}')",
+        "UPDATE p_outbox SET state = 'processing', claim_token = gen_random_uuid() WHERE id = 1600",
+      ]);
+      await producer.commit();
       assert.deepEqual(await running, { dropped: [], reattached: ['p_outbox_p1'] });
       assert.ok(
         log.lines.some(
@@ -176,27 +162,8 @@ describeWithDatabase('partition retention on PostgreSQL', (db) => {
       // locking the parent: a DROP TABLE of the half-detached partition would take ACCESS
       // EXCLUSIVE on it and stop every insert behind the reader.
       const running = retention().runOnce(WEEK);
-      await eventually(
-        async () =>
-          (
-            await db.query<{ n: number }>(
-              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'ALTER TABLE%' AND wait_event_type = 'Lock'",
-            )
-          )[0].n > 0 ||
-          (
-            await db.query<{ n: number }>(
-              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'DROP TABLE%' AND wait_event_type = 'Lock'",
-            )
-          )[0].n > 0,
-        'retention waiting for the reader',
-      );
-      const other = new Client({ connectionString: db.url, statement_timeout: 3_000 });
-      await other.connect();
-      try {
-        await other.query("INSERT INTO p_outbox (message_id, destination, payload) VALUES (gen_random_uuid(), 'd', '{}')");
-      } finally {
-        await other.end();
-      }
+      await untilWaitingForLock(db, 'retention waiting for the reader', ['ALTER TABLE%', 'DROP TABLE%']);
+      await runWithin(db, 3_000);
       await reader.query('COMMIT');
       assert.deepEqual(await running, { dropped: ['p_outbox_p1'], reattached: [] });
     } finally {

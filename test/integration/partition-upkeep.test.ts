@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { Client } from 'pg';
 import type { PartitionUpkeep } from '../../lib/dialects/postgres/partition-upkeep';
 import { describeWithDatabase } from '../support/database';
 import {
   attachedPartitions,
   createPartitionedOutbox,
   insertRows,
+  openInsert,
   partitionFixture,
   partitionRows,
   runUpkeepUntil,
@@ -112,14 +112,9 @@ describeWithDatabase('partition upkeep on PostgreSQL', (db) => {
     await createTable();
     const keeper = upkeep({ minSpan: 1_000 });
     await keeper.runOnce(); // p1 [1, 1001), p2 [1001, 2001)
-    const producer = new Client({ connectionString: db.url });
-    await producer.connect();
+    const producer = await openInsert(db);
     try {
-      await producer.query('BEGIN');
-      const { rows } = await producer.query(
-        "INSERT INTO p_outbox (message_id, destination, payload) VALUES (gen_random_uuid(), 'd', '{}') RETURNING id::text",
-      );
-      assert.equal(rows[0].id, '1', 'the open transaction holds the first id of p1');
+      assert.equal(producer.id, '1', 'the open transaction holds the first id of p1');
       await insert(999); // the rest of p1, committed
       await insert(900); // into p2
       await db.query("UPDATE p_outbox SET state = 'sent', sent_at = now() WHERE id < 1001");
@@ -128,7 +123,7 @@ describeWithDatabase('partition upkeep on PostgreSQL', (db) => {
         assert.deepEqual(result.settled, [], `run ${run}: p1 is not settled while a transaction that took one of its ids is open`);
       }
       assert.equal(await keeper.lowMark(), 1n);
-      await producer.query('COMMIT');
+      await producer.commit();
     } finally {
       await producer.end();
     }

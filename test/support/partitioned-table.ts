@@ -1,5 +1,5 @@
 import { after, before } from 'node:test';
-import { Pool } from 'pg';
+import { Client, Pool } from 'pg';
 import { parseTableName } from '../../lib/common/identifiers';
 import {
   type PartitionLog,
@@ -71,6 +71,50 @@ export const attachedPartitions = async (db: TestDatabase) =>
         WHERE i.inhparent = 'p_outbox'::regclass ORDER BY c.relname`,
     )
   ).map((row) => `${row.name} ${row.bound}`);
+
+const INSERT_ONE = "INSERT INTO p_outbox (message_id, destination, payload) VALUES (gen_random_uuid(), 'd', '{}')";
+
+/**
+ * A producer's transaction that inserted one row through the parent (its `id`) and stays open until
+ * `commit()`; `end()` closes its connection (a transaction not committed rolls back).
+ */
+export async function openInsert(db: TestDatabase): Promise<{ id: string; commit(): Promise<void>; end(): Promise<void> }> {
+  const producer = new Client({ connectionString: db.url });
+  await producer.connect();
+  await producer.query('BEGIN');
+  const { rows } = await producer.query(`${INSERT_ONE} RETURNING id::text`);
+  return {
+    id: rows[0].id,
+    commit: async () => {
+      await producer.query('COMMIT');
+    },
+    end: () => producer.end(),
+  };
+}
+
+/** Runs `statements` (default: one insert through the parent) on a connection of its own, each failing after `withinMs`: what must not wait for an upkeep step. */
+export async function runWithin(db: TestDatabase, withinMs: number, statements: string[] = [INSERT_ONE]): Promise<void> {
+  const client = new Client({ connectionString: db.url, statement_timeout: withinMs });
+  await client.connect();
+  try {
+    for (const statement of statements) await client.query(statement);
+  } finally {
+    await client.end();
+  }
+}
+
+/** Waits until a statement of the test's database whose text is like one of `patterns` waits for a lock. */
+export const untilWaitingForLock = (db: TestDatabase, what: string, patterns: string[]) =>
+  eventually(
+    async () =>
+      (
+        await db.query(
+          "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE ANY ($1::text[])",
+          [patterns],
+        )
+      ).length > 0,
+    what,
+  );
 
 /** Inserts `count` pending rows through the parent; returns their ids. */
 export const insertRows = async (db: TestDatabase, count: number) =>

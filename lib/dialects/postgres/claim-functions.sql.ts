@@ -1,3 +1,4 @@
+import { tableBeside } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import {
   claimLockNames,
@@ -29,8 +30,7 @@ export interface ClaimFunctions {
 
 /** The claim functions of migration 003, quoted, in the schema of their table. */
 export function claimFunctionNames(tables: QueueBoxTables): ClaimFunctions {
-  const fn = (table: QueueBoxTables['outbox'], suffix: string) =>
-    table.schema ? `"${table.schema}"."${table.name}_${suffix}"` : `"${table.name}_${suffix}"`;
+  const fn = (table: QueueBoxTables['outbox'], suffix: string) => pgTable(tableBeside(table, `${table.name}_${suffix}`));
   return { outbox: fn(tables.outbox, 'claim'), relay: fn(tables.inbox, 'relay_claim'), pull: fn(tables.inbox, 'pull_claim') };
 }
 

@@ -4,14 +4,13 @@
 // caller holds the retention lock (one replica at a time). A dialect leaf: it logs through the
 // callbacks its creator gives it.
 
-import type { TableName } from '../../common/identifiers';
+import { type TableName, tableBeside } from '../../common/identifiers';
 import { messages } from '../../texts/queuebox.messages';
-import type { PartitionLog, PartitionSql } from './partition-upkeep';
+import { listPartitions, type PartitionLog, type PartitionSql } from './partition-upkeep';
 import {
   detachPartitionConcurrentlySql,
   dropPartitionSql,
   finalizeDetachSql,
-  listPartitionsSql,
   type PartitionedKind,
   partitionExpiredSql,
   partitionStateSql,
@@ -69,14 +68,13 @@ export class PartitionRetention {
     const { table, kind } = this.options;
     const dropped: string[] = [];
     const reattached: string[] = [];
-    const rows = await this.sql.query<{ name: string; from_id: string; to_id: string; settled_at: Date | null }>(listPartitionsSql(table));
     const params = [ages.finishedAfterMs, ages.deadAfterMs === false ? null : ages.deadAfterMs];
-    for (const partition of rows) {
-      if (partition.settled_at === null) break; // the oldest unsettled one: the rest are younger
+    for (const partition of await listPartitions(this.sql.query, table)) {
+      if (!partition.settled) break; // the oldest unsettled one: the rest are younger
       const [{ expired }] = await this.sql.query<{ expired: boolean }>(partitionExpiredSql(table, kind, partition.name), params);
       if (!expired) break;
       const [found] = await this.sql.query<{ state: 'attached' | 'pending' | 'detached' }>(partitionStateSql(), [
-        pgTable({ ...table, name: partition.name }),
+        pgTable(tableBeside(table, partition.name)),
         pgTable(table),
       ]);
       if (found?.state === 'attached') await this.sql.query(detachPartitionConcurrentlySql(table, partition.name));
@@ -88,7 +86,7 @@ export class PartitionRetention {
         params,
       );
       if (unfinished || !stillExpired) {
-        await this.sql.query(reattachPartitionSql(table, { name: partition.name, from: partition.from_id, to: partition.to_id }));
+        await this.sql.query(reattachPartitionSql(table, { name: partition.name, from: String(partition.from), to: String(partition.to) }));
         // Claims look into it again at once, not after the upkeep's next run finds the row.
         if (unfinished) await this.sql.query(settlePartitionSql(table), [partition.name, false]);
         this.options.logger.warn(messages.partitionReattached(table.qualified, partition.name, unfinished));
@@ -98,7 +96,7 @@ export class PartitionRetention {
       await this.sql.transaction(async (query) => {
         for (const statement of dropPartitionSql(table, partition.name)) await query(statement);
       });
-      this.options.logger.log(messages.partitionDropped(table.qualified, partition.name, partition.from_id, partition.to_id));
+      this.options.logger.log(messages.partitionDropped(table.qualified, partition.name, String(partition.from), String(partition.to)));
       dropped.push(partition.name);
     }
     return { dropped, reattached };

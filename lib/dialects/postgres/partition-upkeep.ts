@@ -59,7 +59,8 @@ export interface PartitionUpkeepRun {
   unsettled: string[];
 }
 
-interface Partition {
+/** A partition as its bookkeeping row has it. */
+export interface Partition {
   name: string;
   ordinal: number;
   from: bigint;
@@ -163,7 +164,7 @@ export class PartitionUpkeep {
     return this.sql.transaction(async (query) => {
       const [lock] = await query<{ locked: boolean }>(partitionUpkeepTryLockSql(), [`queuebox_partitions_${table.qualified}`]);
       if (!lock.locked) return [];
-      const partitions = await this.partitions(query);
+      const partitions = await listPartitions(query, table);
       const last = partitions.at(-1);
       let top = last?.to ?? 1n;
       let ordinal = last?.ordinal ?? 0;
@@ -192,7 +193,7 @@ export class PartitionUpkeep {
     const sealedThrough = this.sealedThrough(xmin);
     const settled: string[] = [];
     const unsettled: string[] = [];
-    for (const partition of await this.partitions(this.sql.query)) {
+    for (const partition of await listPartitions(this.sql.query, table)) {
       if (!partition.settled && (sealedThrough === undefined || partition.to - 1n > sealedThrough)) continue;
       const changed = await this.sql.transaction(async (query) => {
         const [row] = await query<{ settled_at: Date | null }>(lockPartitionRowSql(table), [partition.name]);
@@ -226,17 +227,18 @@ export class PartitionUpkeep {
     }
     return undefined;
   }
+}
 
-  private async partitions(query: PartitionQuery): Promise<Partition[]> {
-    const rows = await query<{ name: string; ordinal: number; from_id: string; to_id: string; settled_at: Date | null }>(
-      listPartitionsSql(this.options.table),
-    );
-    return rows.map((row) => ({
-      name: row.name,
-      ordinal: row.ordinal,
-      from: BigInt(row.from_id),
-      to: BigInt(row.to_id),
-      settled: row.settled_at !== null,
-    }));
-  }
+/** A table's partitions from its bookkeeping, oldest first. */
+export async function listPartitions(query: PartitionQuery, table: TableName): Promise<Partition[]> {
+  const rows = await query<{ name: string; ordinal: number; from_id: string; to_id: string; settled_at: Date | null }>(
+    listPartitionsSql(table),
+  );
+  return rows.map((row) => ({
+    name: row.name,
+    ordinal: row.ordinal,
+    from: BigInt(row.from_id),
+    to: BigInt(row.to_id),
+    settled: row.settled_at !== null,
+  }));
 }

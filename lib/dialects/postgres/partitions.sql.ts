@@ -1,4 +1,4 @@
-import { partitionsTableOf, type TableName } from '../../common/identifiers';
+import { partitionsTableOf, type TableName, tableBeside } from '../../common/identifiers';
 import { ADMIN_COLUMNS, deadAt } from './columns';
 import { pgTable } from './quoting';
 import { msAgo } from './time';
@@ -67,7 +67,7 @@ export function createPartitionSql(
   partition: { name: string; ordinal: number; from: string; to: string },
 ): string[] {
   const parent = pgTable(table);
-  const qualified = pgTable(partitionTableName(table, partition.name));
+  const qualified = pgTable(tableBeside(table, partition.name));
   const check = `"${partition.name}_range"`;
   return [
     `CREATE TABLE ${qualified} (LIKE ${parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
@@ -82,16 +82,12 @@ export function createPartitionSql(
 /** A partition's table name: `<table>_p<ordinal>`, in the table's schema (within the 63 bytes PostgreSQL keeps: the table's name has at most 48). */
 export const partitionName = (table: TableName, ordinal: number) => `${table.name}_p${ordinal}`;
 
-function partitionTableName(table: TableName, name: string): TableName {
-  return table.schema ? { schema: table.schema, name, qualified: `${table.schema}.${name}` } : { name, qualified: name };
-}
-
 /**
  * Whether a partition holds a row that is not finished (`pending` or `processing`): two probes of
  * the partition's partial indexes (the claim's and the lease's), however many finished rows it has.
  */
 export const partitionUnfinishedSql = (table: TableName, name: string) => {
-  const partition = pgTable(partitionTableName(table, name));
+  const partition = pgTable(tableBeside(table, name));
   return `SELECT EXISTS (SELECT 1 FROM ${partition} WHERE state = 'pending') OR EXISTS (SELECT 1 FROM ${partition} WHERE state = 'processing') AS unfinished`;
 };
 
@@ -127,7 +123,7 @@ WHERE c.oid = to_regclass($1)`;
  * rows (then any dead row keeps the partition). Each probe reads a partial index of one state.
  */
 export function partitionExpiredSql(table: TableName, kind: PartitionedKind, name: string): string {
-  const partition = pgTable(partitionTableName(table, name));
+  const partition = pgTable(tableBeside(table, name));
   const finished = kind === 'outbox' ? { state: 'sent', at: 'sent_at' } : { state: 'processed', at: 'processed_at' };
   const columns = ADMIN_COLUMNS[kind];
   return `SELECT NOT EXISTS (SELECT 1 FROM ${partition} WHERE state = '${finished.state}' AND ${finished.at} >= ${msAgo('$1')})
@@ -136,18 +132,18 @@ export function partitionExpiredSql(table: TableName, kind: PartitionedKind, nam
 
 /** Detaches a partition without locking the parent against inserts or claims; waits for the transactions that could see it. Not in a transaction. */
 export const detachPartitionConcurrentlySql = (table: TableName, name: string) =>
-  `ALTER TABLE ${pgTable(table)} DETACH PARTITION ${pgTable(partitionTableName(table, name))} CONCURRENTLY`;
+  `ALTER TABLE ${pgTable(table)} DETACH PARTITION ${pgTable(tableBeside(table, name))} CONCURRENTLY`;
 
 /** Ends a `DETACH ... CONCURRENTLY` that stopped half way. */
 export const finalizeDetachSql = (table: TableName, name: string) =>
-  `ALTER TABLE ${pgTable(table)} DETACH PARTITION ${pgTable(partitionTableName(table, name))} FINALIZE`;
+  `ALTER TABLE ${pgTable(table)} DETACH PARTITION ${pgTable(tableBeside(table, name))} FINALIZE`;
 
 /** Puts a detached partition back: PostgreSQL checks its rows against the range (SHARE UPDATE EXCLUSIVE on the parent). */
 export const reattachPartitionSql = (table: TableName, partition: { name: string; from: string; to: string }) =>
-  `ALTER TABLE ${pgTable(table)} ATTACH PARTITION ${pgTable(partitionTableName(table, partition.name))} FOR VALUES FROM (${partition.from}) TO (${partition.to})`;
+  `ALTER TABLE ${pgTable(table)} ATTACH PARTITION ${pgTable(tableBeside(table, partition.name))} FOR VALUES FROM (${partition.from}) TO (${partition.to})`;
 
 /** Drops a detached partition (ACCESS EXCLUSIVE on it alone) and its bookkeeping row. Run in one transaction. */
 export const dropPartitionSql = (table: TableName, name: string) => [
-  `DROP TABLE ${pgTable(partitionTableName(table, name))}`,
+  `DROP TABLE ${pgTable(tableBeside(table, name))}`,
   `DELETE FROM ${pgTable(partitionsTableOf(table))} WHERE name = '${name}'`,
 ];

@@ -1,4 +1,4 @@
-import { attemptsTableOf, pausesTableOf, rateLimitsTableOf, type TableName } from '../../common/identifiers';
+import { attemptsTableOf, pausesTableOf, rateLimitsTableOf, type TableName, tableBeside } from '../../common/identifiers';
 import type { QueueBoxTables } from '../dialect';
 import { serverVersionCheckSql } from './checks.sql';
 import {
@@ -109,7 +109,7 @@ export function postgresOperationsDown(tables: QueueBoxTables): string[] {
 
 /** Drops index `<table>_<name>` (an index lives in its table's schema). */
 function dropIndexSql(table: QueueBoxTables['outbox'], name: string): string {
-  return `DROP INDEX IF EXISTS ${table.schema ? `"${table.schema}".` : ''}"${table.name}_${name}"`;
+  return `DROP INDEX IF EXISTS ${pgTable(tableBeside(table, `${table.name}_${name}`))}`;
 }
 
 /**
