@@ -59,3 +59,19 @@ export function attemptsTableOf(table: TableName): TableName {
 export function partitionsTableOf(table: TableName): TableName {
   return tableBeside(table, `${table.name}_partitions`);
 }
+
+/**
+ * The partitioned layout's side table of outbox message ids (issue 37): `<outbox>_message_ids`,
+ * where `message_id` stays unique across partitions.
+ */
+export function messageIdsTableOf(outbox: TableName): TableName {
+  return tableBeside(outbox, `${outbox.name}_message_ids`);
+}
+
+/**
+ * The partitioned layout's side table of inbox dedupe keys (issue 37): `<inbox>_keys`, where
+ * `(source, idempotency_key)` stays unique across partitions.
+ */
+export function inboxKeysTableOf(inbox: TableName): TableName {
+  return tableBeside(inbox, `${inbox.name}_keys`);
+}

@@ -6,7 +6,7 @@ import type { PartitionUpkeep } from '../../lib/dialects/postgres/partition-upke
 import { describeWithDatabase, eventually } from '../support/database';
 import {
   attachedPartitions,
-  createPartitionedOutbox,
+  createPartitionedTable,
   insertRows,
   openInsert,
   PARTITIONED_TABLE,
@@ -37,7 +37,7 @@ describeWithDatabase('partition retention on PostgreSQL', (db) => {
 
   /** p1 [1, 1001) and p2 [1001, 2001) full, rows in p3: p1 and p2 can be sealed. */
   const fill = async (keeper: PartitionUpkeep) => {
-    await createPartitionedOutbox(db);
+    await createPartitionedTable(db);
     await keeper.runOnce(); // p1, p2
     await insertRows(db, 1_500);
     await keeper.runOnce(); // p3, p4
@@ -82,7 +82,7 @@ describeWithDatabase('partition retention on PostgreSQL', (db) => {
 
   it('never drops a partition a transaction inserted into long ago and has not committed: held open across the retention step', async () => {
     const keeper = upkeep();
-    await createPartitionedOutbox(db);
+    await createPartitionedTable(db);
     await keeper.runOnce(); // p1, p2
     const producer = await openInsert(db);
     try {

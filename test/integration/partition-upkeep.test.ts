@@ -4,7 +4,7 @@ import type { PartitionUpkeep } from '../../lib/dialects/postgres/partition-upke
 import { describeWithDatabase } from '../support/database';
 import {
   attachedPartitions,
-  createPartitionedOutbox,
+  createPartitionedTable,
   insertRows,
   openInsert,
   partitionFixture,
@@ -19,7 +19,7 @@ import {
 
 describeWithDatabase('partition upkeep on PostgreSQL', (db) => {
   const { log, upkeep } = partitionFixture(db);
-  const createTable = () => createPartitionedOutbox(db);
+  const createTable = () => createPartitionedTable(db);
   const partitions = () => partitionRows(db);
   const attached = () => attachedPartitions(db);
   const insert = (count: number) => insertRows(db, count);
@@ -108,6 +108,25 @@ describeWithDatabase('partition upkeep on PostgreSQL', (db) => {
     await insert(5_000); // still room: the partitions ahead were made for the highest rate seen
   });
 
+  it('covers ids handed out past the last partition (inserts that failed for want of one) with one partition, and keeps two ahead of them', async () => {
+    await createTable();
+    const keeper = upkeep(); // partitions of 1,000 ids
+    await keeper.runOnce(); // [1, 1001) and [1001, 2001)
+    await useIdsThrough(50_000); // failed inserts burn ids too
+    await assert.rejects(insert(1), /no partition of relation/, 'no partition holds the next id yet');
+    const run = await keeper.runOnce();
+    assert.deepEqual(run.created, ['p_outbox_p3', 'p_outbox_p4', 'p_outbox_p5'], `created: ${run.created}`);
+    assert.deepEqual(
+      (await partitions()).slice(2).map((p) => [p.name, p.from_id, p.to_id]),
+      [
+        ['p_outbox_p3', '2001', '50002'],
+        ['p_outbox_p4', '50002', '51002'],
+        ['p_outbox_p5', '51002', '52002'],
+      ],
+      'one partition over the ids burnt, then two of 1,000 ahead',
+    );
+    await insert(1_500);
+  });
   it('settles a partition only once no insert can reach it: an open transaction that took one of its ids keeps it unsettled', async () => {
     await createTable();
     const keeper = upkeep({ minSpan: 1_000 });

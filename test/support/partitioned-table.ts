@@ -1,37 +1,60 @@
+import { randomUUID } from 'node:crypto';
 import { after, before } from 'node:test';
 import { Client, Pool } from 'pg';
-import { parseTableName } from '../../lib/common/identifiers';
+import { inboxKeysTableOf, messageIdsTableOf, parseTableName, partitionsTableOf } from '../../lib/common/identifiers';
 import {
   type PartitionLog,
   type PartitionSql,
   PartitionUpkeep,
   type PartitionUpkeepOptions,
 } from '../../lib/dialects/postgres/partition-upkeep';
-import { createPartitionsTableSql } from '../../lib/dialects/postgres/partitions.sql';
+import {
+  createPartitionsTableSql,
+  createSideTableSql,
+  type PartitionedKind,
+  partitionedInboxInsertSql,
+  partitionedOutboxInsertSql,
+} from '../../lib/dialects/postgres/partitions.sql';
 import { eventually, type TestDatabase } from './database';
 
-// Issue 37's partitioned outbox for the upkeep and retention tests: the outbox's columns and
-// indexes partitioned by id range (as bench/partitions.mjs builds it), without partitions; the
-// upkeep makes them. Until the layout has its migration.
+// Issue 37's partitioned outbox and inbox for the upkeep, retention and uniqueness tests: the
+// plain tables' columns and indexes partitioned by id range (as bench/partitions.mjs builds them),
+// without partitions; the upkeep makes them. Until the layout has its migration.
 
 export const PARTITIONED_TABLE = parseTableName('test', 'p_outbox');
+export const PARTITIONED_INBOX = parseTableName('test', 'p_inbox');
 
-/** A fresh `p_outbox` and its bookkeeping table (dropped first with their partitions). */
-export async function createPartitionedOutbox(db: TestDatabase): Promise<void> {
-  await db.query('DROP TABLE IF EXISTS p_outbox, p_outbox_partitions CASCADE');
-  await db.query(
-    'CREATE TABLE p_outbox (LIKE queuebox_outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY) PARTITION BY RANGE (id)',
-  );
-  await db.query('ALTER TABLE p_outbox ADD PRIMARY KEY (id)');
-  for (const index of [
+/** The partial indexes of the partitioned parent (each partition gets its own). */
+const PARENT_INDEXES: Record<PartitionedKind, string[]> = {
+  outbox: [
     `(available_at, id) WHERE state = 'pending'`,
     `(lease_expires_at) WHERE state = 'processing'`,
     `(sent_at) WHERE state = 'sent'`,
     `(destination, id) WHERE state = 'dead'`,
-  ]) {
-    await db.query(`CREATE INDEX ON p_outbox ${index}`);
-  }
-  await db.query(createPartitionsTableSql(PARTITIONED_TABLE));
+  ],
+  inbox: [
+    `(source, available_at, id) WHERE state = 'pending'`,
+    `(source, lease_expires_at) WHERE state = 'processing'`,
+    `(processed_at) WHERE state = 'processed'`,
+    `(source, id) WHERE state = 'dead'`,
+  ],
+};
+
+/**
+ * A fresh `p_outbox` (or `p_inbox`), its bookkeeping table and its side table (dropped first with
+ * their partitions): the plain table's columns, partitioned by id range, without partitions.
+ */
+export async function createPartitionedTable(db: TestDatabase, kind: PartitionedKind = 'outbox'): Promise<void> {
+  const table = kind === 'outbox' ? PARTITIONED_TABLE : PARTITIONED_INBOX;
+  const [partitions, side] = [partitionsTableOf(table), kind === 'outbox' ? messageIdsTableOf(table) : inboxKeysTableOf(table)];
+  await db.query(`DROP TABLE IF EXISTS ${table.name}, ${partitions.name}, ${side.name} CASCADE`);
+  await db.query(
+    `CREATE TABLE ${table.name} (LIKE queuebox_${kind} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY) PARTITION BY RANGE (id)`,
+  );
+  await db.query(`ALTER TABLE ${table.name} ADD PRIMARY KEY (id)`);
+  for (const index of PARENT_INDEXES[kind]) await db.query(`CREATE INDEX ON ${table.name} ${index}`);
+  await db.query(createPartitionsTableSql(table));
+  await db.query(createSideTableSql(table, kind));
 }
 
 /** The upkeep's and retention's statements on a pool of their own: alone (autocommit), or in a transaction. */
@@ -116,11 +139,39 @@ export const untilWaitingForLock = (db: TestDatabase, what: string, patterns: st
     what,
   );
 
-/** Inserts `count` pending rows through the parent; returns their ids. */
-export const insertRows = async (db: TestDatabase, count: number) =>
-  db.query<{ id: string }>(
-    `INSERT INTO p_outbox (message_id, destination, payload) SELECT gen_random_uuid(), 'd', '{}' FROM generate_series(1, $1::int) RETURNING id::text`,
-    [count],
+/** What runs a statement: the test database, or a client of a transaction. */
+type Runs = { query: (text: string, params?: unknown[]) => Promise<unknown> };
+const rowsOf = <T>(result: unknown): T[] => (Array.isArray(result) ? result : (result as { rows: T[] }).rows);
+
+/**
+ * Enqueues one pending message per id through the partitioned layout's outbox insert (the side
+ * table of message ids first); returns the rows stored (`ifAbsent`: only the new ones).
+ */
+export async function enqueue(runs: Runs, messageIds: string[], ifAbsent = false): Promise<{ id: string; message_id: string }[]> {
+  const none = messageIds.map(() => null);
+  const result = await runs.query(partitionedOutboxInsertSql(PARTITIONED_TABLE, ifAbsent), [
+    messageIds,
+    messageIds.map(() => 'd'),
+    none,
+    messageIds.map(() => '{}'),
+    messageIds.map(() => '{}'),
+    none,
+    'p_outbox_work',
+  ]);
+  return rowsOf<{ id: string; message_id: string }>(result);
+}
+
+/** Receives one message through the partitioned layout's inbox insert; the id stored, or `undefined` for a duplicate. */
+export async function receive(runs: Runs, source: string, key: string): Promise<string | undefined> {
+  const result = await runs.query(partitionedInboxInsertSql(PARTITIONED_INBOX), [source, key, null, '{}', '{}', 'p_inbox_work']);
+  return rowsOf<{ id: string }>(result)[0]?.id;
+}
+
+/** Inserts `count` pending rows through the layout's outbox insert; returns their ids. */
+export const insertRows = (db: TestDatabase, count: number) =>
+  enqueue(
+    db,
+    Array.from({ length: count }, () => randomUUID()),
   );
 
 /**

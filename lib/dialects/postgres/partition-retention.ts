@@ -11,6 +11,7 @@ import {
   detachPartitionConcurrentlySql,
   dropPartitionSql,
   finalizeDetachSql,
+  forgetSideRowsSql,
   type PartitionedKind,
   partitionExpiredSql,
   partitionStateSql,
@@ -52,7 +53,9 @@ export interface PartitionRetentionRun {
  *    or recent (a replay since the partition was settled, or a row a late transaction committed)
  *    puts the partition back (ATTACH; unsettled when a row is unfinished, so that claims look into
  *    it again), and the run stops there, since the partitions after it are younger;
- * 3. `DROP TABLE`, which locks the detached table alone, and its bookkeeping row.
+ * 3. the side rows of its rows (message ids, dedupe keys) deleted, `FORGET_BATCH` ids a
+ *    statement, so that no transaction holds back vacuum for long;
+ * 4. `DROP TABLE`, which locks the detached table alone, and its bookkeeping row.
  *
  * A detach that stopped half way (a crash or a cancel between its two transactions) is finished
  * first (`FINALIZE`); one that completed before a crash is not detached again. The run stops at the
@@ -93,6 +96,7 @@ export class PartitionRetention {
         reattached.push(partition.name);
         break;
       }
+      await this.forgetSideRows(partition);
       await this.sql.transaction(async (query) => {
         for (const statement of dropPartitionSql(table, partition.name)) await query(statement);
       });
@@ -101,4 +105,16 @@ export class PartitionRetention {
     }
     return { dropped, reattached };
   }
+
+  /** Each statement its own transaction: a run stopped half way deletes the rest next time, from the detached table. */
+  private async forgetSideRows(partition: { name: string; from: bigint; to: bigint }): Promise<void> {
+    const statement = forgetSideRowsSql(this.options.table, this.options.kind, partition.name);
+    for (let from = partition.from; from < partition.to; from += FORGET_BATCH) {
+      const to = from + FORGET_BATCH < partition.to ? from + FORGET_BATCH : partition.to;
+      await this.sql.query(statement, [String(from), String(to)]);
+    }
+  }
 }
+
+/** Ids of a dropped partition whose side rows one statement deletes. */
+const FORGET_BATCH = 10_000n;

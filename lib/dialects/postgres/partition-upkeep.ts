@@ -174,14 +174,16 @@ export class PartitionUpkeep {
         ordinal++;
         const name = partitionName(table, ordinal);
         const from = top;
-        top += span;
+        // Ids handed out past the last partition (inserts that failed for want of one) get one
+        // partition of their own, rather than a partition of `span` for each.
+        top = from + span > lastId + 1n ? from + span : lastId + 1n;
         for (const statement of createPartitionSql(table, kind, { name, ordinal, from: String(from), to: String(top) }))
           await query(statement);
         this.options.logger.log(
           messages.partitionCreated(table.qualified, name, String(from), String(top), rate > 0 ? Math.round(Number(span) / rate) : 0),
         );
         created.push(name);
-        partitionsAhead++;
+        if (from > lastId) partitionsAhead++;
       }
       return created;
     });

@@ -1,6 +1,6 @@
-import { partitionsTableOf, type TableName, tableBeside } from '../../common/identifiers';
+import { inboxKeysTableOf, messageIdsTableOf, partitionsTableOf, type TableName, tableBeside } from '../../common/identifiers';
 import { ADMIN_COLUMNS, deadAt } from './columns';
-import { pgTable } from './quoting';
+import { pgLiteral, pgTable } from './quoting';
 import { msAgo } from './time';
 
 // The partitioned layout's upkeep (issue 37, docs/partitioning.md): partitions of a table by `id`
@@ -147,3 +147,95 @@ export const dropPartitionSql = (table: TableName, name: string) => [
   `DROP TABLE ${pgTable(tableBeside(table, name))}`,
   `DELETE FROM ${pgTable(partitionsTableOf(table))} WHERE name = '${name}'`,
 ];
+
+// Uniqueness that must stay global (docs/partitioning.md, decision 4). A unique index of a
+// partitioned table must contain the partition key, so an outbox `message_id` and an inbox
+// `(source, idempotency_key)` are kept unique in a side table of their own, written in the same
+// statement as the row. Each side row holds its row's `id` (`row_id`): a duplicate's row is found
+// with one probe, however many partitions there are. The row's id is taken from the table's own
+// sequence before the side row is written, so that a duplicate never reaches the partitioned table.
+
+/**
+ * A partitioned table's side table: `<outbox>_message_ids` or `<inbox>_keys`. Its key keeps the
+ * plain layout's constraint name, so a duplicate raises the unique violation the dialect already
+ * recognises (`<outbox>_message_id_key`).
+ */
+export const createSideTableSql = (table: TableName, kind: PartitionedKind) =>
+  kind === 'outbox'
+    ? `CREATE TABLE IF NOT EXISTS ${pgTable(messageIdsTableOf(table))} (
+  message_id uuid NOT NULL,
+  row_id bigint NOT NULL,
+  CONSTRAINT "${table.name}_message_id_key" PRIMARY KEY (message_id)
+)`
+    : `CREATE TABLE IF NOT EXISTS ${pgTable(inboxKeysTableOf(table))} (
+  source text NOT NULL,
+  idempotency_key text NOT NULL,
+  row_id bigint NOT NULL,
+  CONSTRAINT "${table.name}_source_idempotency_key_key" PRIMARY KEY (source, idempotency_key)
+)`;
+
+/** The next id of a table's identity sequence (looked up once a statement). */
+const nextId = (table: TableName) => `nextval((SELECT pg_get_serial_sequence(${pgLiteral(pgTable(table))}, 'id'))::regclass)`;
+
+/**
+ * The partitioned layout's outbox insert: the plain layout's `outboxInsertSql` and
+ * `outboxInsertIfAbsentSql`, with the same parameters ($1..$6 the rows' arrays, $7 the notification
+ * channel) and the same rows back. Each message id is written to the side table first: a duplicate
+ * raises the unique violation there (strict), or, with `ifAbsent`, is skipped there and never
+ * reaches the outbox (a concurrent insert of the same id is waited for, as in the plain layout; a
+ * duplicate within the batch keeps its first row).
+ */
+export const partitionedOutboxInsertSql = (outbox: TableName, ifAbsent: boolean) => `WITH m AS (
+  SELECT ${nextId(outbox)} AS id, m.message_id, m.destination, m.key, m.payload, m.headers, m.available_at
+  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::timestamptz[])
+    AS m(message_id, destination, key, payload, headers, available_at)
+), ids AS (
+  INSERT INTO ${pgTable(messageIdsTableOf(outbox))} (message_id, row_id)
+  SELECT m.message_id, m.id FROM m${ifAbsent ? '\n  ON CONFLICT (message_id) DO NOTHING' : ''}
+  RETURNING row_id
+), inserted AS (
+  INSERT INTO ${pgTable(outbox)} (id, message_id, destination, "key", payload, headers, available_at) OVERRIDING SYSTEM VALUE
+  SELECT m.id, m.message_id, m.destination, m.key, m.payload, m.headers, coalesce(m.available_at, now())
+  FROM m JOIN ids ON ids.row_id = m.id
+  RETURNING id, message_id
+)
+SELECT inserted.id, inserted.message_id FROM inserted, (SELECT pg_notify($7, '')) AS wake`;
+
+/** $1 = message ids: the rows the outbox holds for them (`outboxFindSql` of the partitioned layout). */
+export const partitionedOutboxFindSql = (outbox: TableName) =>
+  `SELECT row_id AS id, message_id FROM ${pgTable(messageIdsTableOf(outbox))} WHERE message_id = ANY($1::uuid[])`;
+
+/**
+ * The partitioned layout's inbox insert, with `inboxInsertSql`'s parameters and rows: the key is
+ * written to the side table first, and a duplicate (stored, or being stored by a concurrent
+ * receive, which is waited for) stops there: no row back, no notification.
+ */
+export const partitionedInboxInsertSql = (inbox: TableName) => `WITH k AS (
+  INSERT INTO ${pgTable(inboxKeysTableOf(inbox))} (source, idempotency_key, row_id)
+  VALUES ($1, $2, ${nextId(inbox)})
+  ON CONFLICT (source, idempotency_key) DO NOTHING
+  RETURNING row_id
+), inserted AS (
+  INSERT INTO ${pgTable(inbox)} (id, source, idempotency_key, aggregate_id, payload, headers) OVERRIDING SYSTEM VALUE
+  SELECT k.row_id, $1, $2, $3, $4::jsonb, $5::jsonb FROM k
+  RETURNING id
+)
+SELECT id, pg_notify($6, $1) AS wake FROM inserted`;
+
+/** $1 = source, $2 = idempotency key: the row that holds it (`inboxFindSql` of the partitioned layout). */
+export const partitionedInboxFindSql = (inbox: TableName) =>
+  `SELECT row_id AS id FROM ${pgTable(inboxKeysTableOf(inbox))} WHERE source = $1 AND idempotency_key = $2`;
+
+/**
+ * $1, $2: a range of ids [from, to) of a detached partition. Forgets the side rows of its rows
+ * (their message ids or dedupe keys may be used again, as after the plain layout's deletes), one
+ * range at a time, before the partition is dropped: a probe of the side table's key per row.
+ */
+export function forgetSideRowsSql(table: TableName, kind: PartitionedKind, name: string): string {
+  const partition = pgTable(tableBeside(table, name));
+  return kind === 'outbox'
+    ? `DELETE FROM ${pgTable(messageIdsTableOf(table))} s USING ${partition} p
+  WHERE p.id >= $1::bigint AND p.id < $2::bigint AND s.message_id = p.message_id AND s.row_id = p.id`
+    : `DELETE FROM ${pgTable(inboxKeysTableOf(table))} s USING ${partition} p
+  WHERE p.id >= $1::bigint AND p.id < $2::bigint AND s.source = p.source AND s.idempotency_key = p.idempotency_key AND s.row_id = p.id`;
+}
