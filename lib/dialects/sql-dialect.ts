@@ -302,8 +302,8 @@ export abstract class SqlDialect<J> {
     for (let tries = 0; tries < 3; tries++) {
       const inserted = await this.inboxInsertRecords(row, p.manager);
       if (inserted.length === 1) return { id: String(inserted[0].id), duplicate: false };
-      const found = await this.run<{ id: string }>(this.statements.inboxFindSql(this.table.inbox), key, p.manager);
-      if (found.rows.length === 1) return { id: String(found.rows[0].id), duplicate: true };
+      const found = await this.inboxFindRecords(key, p.manager);
+      if (found.length === 1) return { id: String(found[0].id), duplicate: true };
     }
     throw new Error(`inbox row (${row.source}, ${row.idempotencyKey}) neither inserted nor found after 3 tries`);
   }
@@ -313,6 +313,11 @@ export abstract class SqlDialect<J> {
 
   /** The insert of `inboxInsertIfAbsent`: the new row's id, or no row when the key exists. */
   protected abstract inboxInsertRecords(row: InboxInsertRow, manager: EntityManager | undefined): Promise<{ id: string }[]>;
+
+  /** The lookup of `inboxInsertIfAbsent` after a duplicate: the row that holds the key (`key`: source and idempotency key as parameters). */
+  protected async inboxFindRecords(key: unknown[], manager: EntityManager | undefined): Promise<{ id: string }[]> {
+    return (await this.run<{ id: string }>(this.statements.inboxFindSql(this.table.inbox), key, manager)).rows;
+  }
 
   async inboxFollowers(p: {
     heads: { id: string; source: string; aggregateId: string }[];

@@ -1,5 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { schemaStatements } from '../dialects/drivers';
+import { partitionedLayoutStatements, schemaStatements } from '../dialects/drivers';
 import { DEFAULT_MIGRATION_NAMES, SCHEMA_MIGRATIONS, type SchemaMigration } from '../dialects/schema-migrations';
 import { QueueBoxConfigError } from '../errors/queuebox.errors';
 import { resolveTables } from '../options/options.resolver';
@@ -256,14 +256,54 @@ export function createQueueBoxMigrations(
   );
 }
 
+/**
+ * The partitioned layout (PostgreSQL; docs/partitioning.md): the outbox and inbox made again as
+ * tables partitioned by id range, with side tables that keep a message id and an inbox dedupe key
+ * unique across partitions, and their first two partitions. Add it after every numbered QueueBox
+ * migration, on empty tables (it refuses tables with rows: moving them is not built yet); same
+ * `tables`, and a `name` of its own per QueueBox schema in one database. Its `down` makes the
+ * tables plain again, empty.
+ *
+ * @example
+ * migrations: [...QueueBoxMigrations, createQueueBoxPartitionedLayoutMigration()]
+ */
+export function createQueueBoxPartitionedLayoutMigration(
+  options: { tables?: QueueBoxModuleOptions['tables']; name?: string } = {},
+): new () => MigrationInterface {
+  const tables = resolveTables(options.tables);
+  const name = checkedName(options.name ?? PARTITIONED_LAYOUT_MIGRATION_NAME);
+  const run = async (queryRunner: QueryRunner, direction: 'up' | 'down') => {
+    const type = queryRunner.connection.options.type;
+    const statements = partitionedLayoutStatements(type, tables, direction);
+    if (!statements) throw new QueueBoxConfigError('migrations', messages.partitionedLayoutUnsupported(String(type)));
+    for (const statement of statements) await queryRunner.query(statement);
+  };
+  return class QueueBoxPartitionedLayoutMigration implements MigrationInterface {
+    readonly name = name;
+    async up(queryRunner: QueryRunner): Promise<void> {
+      await run(queryRunner, 'up');
+    }
+    async down(queryRunner: QueryRunner): Promise<void> {
+      await run(queryRunner, 'down');
+    }
+  };
+}
+
+/** The partitioned layout migration's name for the default table names. */
+export const PARTITIONED_LAYOUT_MIGRATION_NAME = 'QueueBoxPartitionedLayout1797033600000';
+
+function checkedName(name: string): string {
+  if (!/^[A-Za-z_][A-Za-z0-9_]*\d{13}$/.test(name)) throw new QueueBoxConfigError('name', messages.migrationNameInvalid(name));
+  return name;
+}
+
 function migrationClass(
   options: { tables?: QueueBoxModuleOptions['tables']; name?: string },
   defaultName: string,
   migration: SchemaMigration,
 ): new () => MigrationInterface {
   const tables = resolveTables(options.tables);
-  const name = options.name ?? defaultName;
-  if (!/^[A-Za-z_][A-Za-z0-9_]*\d{13}$/.test(name)) throw new QueueBoxConfigError('name', messages.migrationNameInvalid(name));
+  const name = checkedName(options.name ?? defaultName);
   const run = async (queryRunner: QueryRunner, direction: 'up' | 'down') => {
     for (const statement of schemaStatements(queryRunner.connection.options.type, tables, direction, migration)) {
       await queryRunner.query(statement);

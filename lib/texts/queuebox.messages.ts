@@ -471,6 +471,10 @@ export const messages = {
     `Retention dropped partition ${show(name)} of ${show(table)} (ids ${from} to ${to}, excluded): every row of it was finished and past its retention age.`,
   partitionReattached: (table: string, name: string, unfinished: boolean) =>
     `Retention detached partition ${show(name)} of ${show(table)}, then found it ${unfinished ? 'holds a pending or processing row' : 'holds a row finished more recently than its retention age'} (a replay, or a transaction that committed late) and attached it again: nothing was dropped, and its rows are claimed and kept as before. The next run tries again.`,
+  partitionedLayoutUnsupported: (type: string) =>
+    `The partitioned layout is built for PostgreSQL only; this DataSource is ${show(type)}. Leave createQueueBoxPartitionedLayoutMigration out of its migrations (docs/partitioning.md).`,
+  partitionedLayoutNeedsEmptyTables: (outbox: string, inbox: string) =>
+    `The partitioned layout is made from empty tables, and ${show(outbox)} or ${show(inbox)} holds a row: nothing was changed. Moving tables with rows to the partitioned layout is not built yet (docs/partitioning.md, step 5).`,
 
   // PostgreSQL
   postgresVersionUnsupported: (version: string, minimumMajor: number) =>

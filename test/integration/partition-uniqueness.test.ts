@@ -214,6 +214,53 @@ describeWithDatabase('global uniqueness in the partitioned layout on PostgreSQL'
     assert.ok(!(await partitionRows(db)).some((p) => p.name === 'p_outbox_p1'));
   });
 
+  it('registers a row another statement inserts, and raises its duplicate as the plain constraint would', async () => {
+    await partitioned('outbox', 1);
+    const messageId = randomUUID();
+    const insertDirectly = () =>
+      db.query<{ id: string }>("INSERT INTO p_outbox (message_id, destination, payload) VALUES ($1, 'd', '{}') RETURNING id::text", [
+        messageId,
+      ]);
+    const [{ id }] = await insertDirectly();
+    assert.deepEqual(await db.query('SELECT row_id::text FROM p_outbox_message_ids WHERE message_id = $1', [messageId]), [{ row_id: id }]);
+    await assert.rejects(insertDirectly(), {
+      code: '23505',
+      constraint: 'p_outbox_message_id_key',
+      detail: `Key (message_id)=(${messageId}) already exists.`,
+    });
+    await assert.rejects(enqueue(db, [messageId]), { code: '23505', constraint: 'p_outbox_message_id_key' });
+    assert.deepEqual(await enqueue(db, [messageId], true), [], 'skipped by the layout statement');
+    assert.equal((await db.query('SELECT 1 FROM p_outbox')).length, 1);
+
+    await partitioned('inbox', 1);
+    await db.query("INSERT INTO p_inbox (source, idempotency_key, payload) VALUES ('s', 'k', '{}')");
+    assert.equal(await receive(db, 's', 'k'), undefined, 'a redelivery of a row inserted directly is a duplicate (I5)');
+    await assert.rejects(db.query("INSERT INTO p_inbox (source, idempotency_key, payload) VALUES ('s', 'k', '{}')"), {
+      constraint: 'p_inbox_source_idempotency_key_key',
+      detail: 'Key (source, idempotency_key)=(s, k) already exists.',
+    });
+  });
+
+  it('forgets the side rows of rows deleted or truncated through the table, in the same statement', async () => {
+    await partitioned('outbox', 1);
+    const [first, second] = await enqueue(db, [randomUUID(), randomUUID(), randomUUID()]);
+    await db.query('DELETE FROM p_outbox WHERE id = $1', [first.id]);
+    const sideRows = async () =>
+      (await db.query<{ message_id: string }>('SELECT message_id FROM p_outbox_message_ids')).map((r) => r.message_id);
+    assert.ok(!(await sideRows()).includes(first.message_id), "a deleted row's message id is forgotten");
+    assert.ok((await sideRows()).includes(second.message_id), 'the others are kept');
+    assert.equal((await enqueue(db, [first.message_id])).length, 1, 'and may be used again');
+    await db.query('TRUNCATE p_outbox');
+    assert.deepEqual(await sideRows(), [], 'a truncation empties the side table');
+    assert.equal((await enqueue(db, [second.message_id])).length, 1);
+
+    await partitioned('inbox', 1);
+    const id = await receive(db, 's', 'k');
+    await db.query('DELETE FROM p_inbox WHERE id = $1', [id]);
+    assert.deepEqual(await db.query('SELECT * FROM p_inbox_keys'), [], "a deleted row's dedupe key is forgotten");
+    assert.ok(await receive(db, 's', 'k'), 'and received again');
+  });
+
   it('forgets the message ids of a partition that a stopped run left detached, and drops it', async () => {
     const keeper = await partitioned('outbox', 1);
     await enqueue(

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { after, before, beforeEach, describe, type TestOptions } from 'node:test';
 import { Client } from 'pg';
 import { DataSource, type DataSourceOptions } from 'typeorm';
-import { createQueueBoxMigrations } from '../../lib/migrations/queuebox.migration';
+import { createQueueBoxMigrations, createQueueBoxPartitionedLayoutMigration } from '../../lib/migrations/queuebox.migration';
 
 /** The server the test runner gave us (`scripts/test.mjs` starts an embedded one when none is set). */
 export function serverUrl(): string {
@@ -119,9 +119,13 @@ export function testDatabases(): (options?: Parameters<typeof createTestDatabase
   };
 }
 
-/** Applies the QueueBox schema through its TypeORM migration classes, as users do. */
+/**
+ * Applies the QueueBox schema through its TypeORM migration classes, as users do; with
+ * `QUEUEBOX_TEST_LAYOUT=partitioned`, in the partitioned layout (issue 37).
+ */
 export async function migrate(url: string, tables?: { outbox?: string; inbox?: string }): Promise<void> {
-  await runMigrations(url, createQueueBoxMigrations({ tables }));
+  const layout = process.env.QUEUEBOX_TEST_LAYOUT === 'partitioned' ? [createQueueBoxPartitionedLayoutMigration({ tables })] : [];
+  await runMigrations(url, [...createQueueBoxMigrations({ tables }), ...layout]);
 }
 
 /** Runs `migrations` (TypeORM migration classes) on the database at `url`, recorded in `migrationsTableName` when given. */

@@ -11,9 +11,11 @@ import {
 import {
   createPartitionsTableSql,
   createSideTableSql,
+  dropSideTableTriggersSql,
   type PartitionedKind,
   partitionedInboxInsertSql,
   partitionedOutboxInsertSql,
+  sideTableTriggersSql,
 } from '../../lib/dialects/postgres/partitions.sql';
 import { eventually, type TestDatabase } from './database';
 
@@ -55,6 +57,7 @@ export async function createPartitionedTable(db: TestDatabase, kind: Partitioned
   for (const index of PARENT_INDEXES[kind]) await db.query(`CREATE INDEX ON ${table.name} ${index}`);
   await db.query(createPartitionsTableSql(table));
   await db.query(createSideTableSql(table, kind));
+  for (const statement of [...dropSideTableTriggersSql(table), ...sideTableTriggersSql(table, kind)]) await db.query(statement);
 }
 
 /** The upkeep's and retention's statements on a pool of their own: alone (autocommit), or in a transaction. */

@@ -12,6 +12,7 @@ import { pathToFileURL } from 'node:url';
 interface TestFiles {
   BUILD_DIR: string;
   SLOW: string[];
+  PARTITIONED: string[];
   findTests(dir?: string): string[];
   laneFiles(options?: { fast?: boolean; dir?: string }): string[];
 }
@@ -66,6 +67,12 @@ describe('test lanes', () => {
       assert.ok(existsSync(source), `${slow}: test/ has no ${source}`);
       assert.equal(statSync(source).isDirectory(), slow.endsWith('/'), source);
     }
+  });
+
+  it('every test of the partitioned lane exists in test/', async () => {
+    const { PARTITIONED } = await load();
+    assert.ok(PARTITIONED.length > 0);
+    for (const file of PARTITIONED) assert.ok(existsSync(join('test', file.replace(/\.js$/, '.ts'))), `${file}: test/ has no such test`);
   });
 
   it('package.json: npm test runs every test and is what CI runs; npm run test:fast is the fast lane', () => {

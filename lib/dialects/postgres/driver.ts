@@ -1,6 +1,7 @@
 import type { DialectDriver } from '../dialect-driver';
 import { CLAIM_FUNCTIONS_MIGRATION_NOTE } from '../schema-migrations';
 import { finishedCountQuery, rowStatesQuery } from './inspection.sql';
+import { postgresPartitionedLayoutDown, postgresPartitionedLayoutUp } from './layout.sql';
 import { postgresMigrations } from './migrations';
 import { PostgresDialect } from './postgres.dialect';
 import { postgresVerifyQueries } from './verify.sql';
@@ -12,6 +13,7 @@ export const postgresDriver = {
   logContext: 'QueueBox:Postgres',
   create: ({ dataSource, tables, settings, log }) => new PostgresDialect(dataSource, tables, settings, log),
   migrations: postgresMigrations,
+  partitionedLayout: { up: postgresPartitionedLayoutUp, down: postgresPartitionedLayoutDown },
   noOpMigrations: {
     claimFunctions: CLAIM_FUNCTIONS_MIGRATION_NOTE,
     claimProbes:

@@ -174,6 +174,83 @@ export const createSideTableSql = (table: TableName, kind: PartitionedKind) =>
   CONSTRAINT "${table.name}_source_idempotency_key_key" PRIMARY KEY (source, idempotency_key)
 )`;
 
+/** What a side table keys on, and the constraint a duplicate violates (the plain layout's name). */
+function sideKey(table: TableName, kind: PartitionedKind) {
+  return kind === 'outbox'
+    ? { columns: ['message_id'], constraint: `${table.name}_message_id_key` }
+    : { columns: ['source', 'idempotency_key'], constraint: `${table.name}_source_idempotency_key_key` };
+}
+
+/**
+ * What keeps a side table in step with its table, whatever writes it:
+ *
+ * - a row inserted by another statement than the layout's (an operator's, another service's)
+ *   is registered before it is stored (`<table>_register`, a `BEFORE INSERT` row trigger): a key
+ *   the side table holds for another row raises the unique violation the plain layout's
+ *   constraint would, under its name. A row of the layout's own statements finds its side row
+ *   already written with its id: one probe;
+ * - a `DELETE` through the table (the plain retention's batches, `sentRows: 'delete'`, a discard,
+ *   an operator's own) deletes their side rows in the same statement, from its transition table
+ *   (`<table>_forget`); a `TRUNCATE` of the table empties its side table (`<table>_forget_all`).
+ *
+ * A partition's drop fires none of them; retention follows it itself (`forgetSideRowsSql`).
+ * Functions in the table's schema.
+ */
+export function sideTableTriggersSql(table: TableName, kind: PartitionedKind): string[] {
+  const side = pgTable(sideTableOf(table, kind));
+  const [register, forget, forgetAll] = SIDE_FUNCTIONS.map((suffix) => pgTable(tableBeside(table, `${table.name}_${suffix}`)));
+  const key = sideKey(table, kind);
+  const sameKey = (alias: string, row: string) => key.columns.map((column) => `${alias}.${column} = ${row}.${column}`).join(' AND ');
+  const newKey = key.columns.map((column) => `NEW.${column}`);
+  return [
+    `CREATE FUNCTION ${register}() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  held bigint;
+BEGIN
+  SELECT s.row_id INTO held FROM ${side} s WHERE ${sameKey('s', 'NEW')};
+  IF held IS NULL THEN
+    INSERT INTO ${side} (${key.columns.join(', ')}, row_id) VALUES (${newKey.join(', ')}, NEW.id) ON CONFLICT DO NOTHING;
+    IF FOUND THEN
+      RETURN NEW;
+    END IF;
+    SELECT s.row_id INTO held FROM ${side} s WHERE ${sameKey('s', 'NEW')};
+  END IF;
+  IF held = NEW.id THEN
+    RETURN NEW;
+  END IF;
+  RAISE unique_violation USING
+    MESSAGE = 'duplicate key value violates unique constraint "${key.constraint}"',
+    DETAIL = format('Key (${key.columns.join(', ')})=(%s) already exists.', concat_ws(', ', ${newKey.join(', ')})),
+    CONSTRAINT = '${key.constraint}',
+    TABLE = '${table.name}';
+END $$`,
+    `CREATE FUNCTION ${forget}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM ${side} s USING gone g WHERE ${sameKey('s', 'g')} AND s.row_id = g.id;
+  RETURN NULL;
+END $$`,
+    `CREATE FUNCTION ${forgetAll}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  TRUNCATE ${side};
+  RETURN NULL;
+END $$`,
+    `CREATE TRIGGER register_side_row BEFORE INSERT ON ${pgTable(table)} FOR EACH ROW EXECUTE FUNCTION ${register}()`,
+    `CREATE TRIGGER forget_side_rows AFTER DELETE ON ${pgTable(table)} REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION ${forget}()`,
+    `CREATE TRIGGER forget_all_side_rows AFTER TRUNCATE ON ${pgTable(table)} FOR EACH STATEMENT EXECUTE FUNCTION ${forgetAll}()`,
+  ];
+}
+
+/** The trigger functions of `sideTableTriggersSql`: `<table>_<suffix>`. */
+const SIDE_FUNCTIONS = ['register', 'forget', 'forget_all'] as const;
+
+/** The functions of `sideTableTriggersSql`, dropped with their triggers. */
+export const dropSideTableTriggersSql = (table: TableName) =>
+  SIDE_FUNCTIONS.map((suffix) => `DROP FUNCTION IF EXISTS ${pgTable(tableBeside(table, `${table.name}_${suffix}`))}() CASCADE`);
+
+/** A partitioned table's side table: its message ids (outbox) or dedupe keys (inbox). */
+export const sideTableOf = (table: TableName, kind: PartitionedKind) =>
+  kind === 'outbox' ? messageIdsTableOf(table) : inboxKeysTableOf(table);
+
 /** The next id of a table's identity sequence (looked up once a statement). */
 const nextId = (table: TableName) => `nextval((SELECT pg_get_serial_sequence(${pgLiteral(pgTable(table))}, 'id'))::regclass)`;
 

@@ -52,10 +52,12 @@ import * as followersSql from './followers.sql';
 import * as inboxSql from './inbox.sql';
 import { inboxInsertSql } from './inbox.sql';
 import * as instancesSql from './instances.sql';
+import { tableLayoutSql } from './layout.sql';
 import * as leaseSql from './lease.sql';
 import { leaseRenewBatchSql } from './lease.sql';
 import * as messagesSql from './messages.sql';
 import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
+import { partitionedInboxFindSql, partitionedInboxInsertSql, partitionedOutboxFindSql, partitionedOutboxInsertSql } from './partitions.sql';
 import * as pausesSql from './pauses.sql';
 import { notificationArrives, PostgresWorkListener, type ProbeClient } from './postgres.listener';
 import { type InlineParam, idArrayParam, inlineValues, pgTable, uuidArrayParam } from './quoting';
@@ -144,6 +146,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    * at the first claim, again after one went missing.
    */
   private claimFunctionsPresent?: Promise<boolean>;
+  private partitionedLayout?: Promise<boolean>;
   private readonly channel: Record<QueueTable, string>;
   private readonly retentionLock: string;
   /** Whether the DataSource names another level than READ COMMITTED (`isolationLevel`) for the transactions TypeORM begins. */
@@ -229,6 +232,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
         messages.instancesTableMissing(this.tables.instances.qualified, DEFAULT_MIGRATION_NAMES.instances),
       );
     }
+    await this.partitioned();
     const pauses = await this.run<{ found: string | null }>(tableExistsSql(), [this.pausesTable]);
     if (!pauses.rows[0]?.found) {
       throw new QueueBoxConfigError(
@@ -238,9 +242,29 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
     }
   }
 
+  /**
+   * Whether the outbox and inbox are in the partitioned layout (issue 37): read from the catalog
+   * once, at the start-up check or before the first write that differs by layout, so every way in
+   * (the module, the admin, the CLI) writes what the database holds. Read on the caller's
+   * transaction when there is one: a pool whose every connection is in a transaction would
+   * otherwise wait for itself.
+   */
+  private partitioned(manager?: EntityManager): Promise<boolean> {
+    this.partitionedLayout ??= this.run<{ layout: string }>(tableLayoutSql(), [this.table.outbox], manager).then(
+      ({ rows }) => rows[0]?.layout === 'partitioned',
+      (error) => {
+        this.partitionedLayout = undefined;
+        throw error;
+      },
+    );
+    return this.partitionedLayout;
+  }
+
   protected async outboxInsertRecords(rows: OutboxInsertRow[], manager: EntityManager, ifAbsent: boolean): Promise<Map<string, string>> {
     const inserted = await this.run<{ id: string; message_id: string }>(
-      (ifAbsent ? outboxInsertIfAbsentSql : outboxInsertSql)(this.table.outbox),
+      (await this.partitioned(manager))
+        ? partitionedOutboxInsertSql(this.tables.outbox, ifAbsent)
+        : (ifAbsent ? outboxInsertIfAbsentSql : outboxInsertSql)(this.table.outbox),
       [
         rows.map((r) => r.messageId),
         rows.map((r) => r.destination),
@@ -271,7 +295,8 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
   }
 
   protected async outboxFindRecords(messageIds: string[], manager: EntityManager): Promise<Map<string, string>> {
-    const found = await this.run<{ id: string; message_id: string }>(outboxFindSql(this.table.outbox), [messageIds], manager);
+    const statement = (await this.partitioned(manager)) ? partitionedOutboxFindSql(this.tables.outbox) : outboxFindSql(this.table.outbox);
+    const found = await this.run<{ id: string; message_id: string }>(statement, [messageIds], manager);
     return new Map(found.rows.map((r) => [r.message_id, String(r.id)]));
   }
 
@@ -288,11 +313,16 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    */
   protected async inboxInsertRecords(row: InboxInsertRow, manager: EntityManager | undefined): Promise<{ id: string }[]> {
     const inserted = await this.run<{ id: string }>(
-      inboxInsertSql(this.table.inbox),
+      (await this.partitioned(manager)) ? partitionedInboxInsertSql(this.tables.inbox) : inboxInsertSql(this.table.inbox),
       [row.source, row.idempotencyKey, row.aggregateId, row.payloadJson, row.headersJson, this.channel.inbox],
       manager,
     );
     return inserted.rows;
+  }
+
+  protected override async inboxFindRecords(key: unknown[], manager: EntityManager | undefined): Promise<{ id: string }[]> {
+    if (!(await this.partitioned(manager))) return super.inboxFindRecords(key, manager);
+    return (await this.run<{ id: string }>(partitionedInboxFindSql(this.tables.inbox), key, manager)).rows;
   }
 
   async leaseRenewBatch(p: {

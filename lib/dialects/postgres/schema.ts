@@ -137,7 +137,7 @@ export function postgresClaimsDown(tables: QueueBoxTables): string[] {
 }
 
 /** Drops the three claim functions of one signature, if they exist. */
-function dropClaimFunctionsSql(tables: QueueBoxTables, signature: typeof claimFunctionSignature): string[] {
+export function dropClaimFunctionsSql(tables: QueueBoxTables, signature: typeof claimFunctionSignature): string[] {
   const fn = claimFunctionNames(tables);
   return (['pull', 'relay', 'outbox'] as const).map((kind) => `DROP FUNCTION IF EXISTS ${signature(kind, fn[kind])}`);
 }
