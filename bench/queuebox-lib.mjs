@@ -43,10 +43,19 @@ export function loadQueueBox() {
   };
 }
 
-/** QueueBox's schema on `url`, by the migrations an application runs (README: all of them). */
+/**
+ * QueueBox's schema on `url`, by the migrations an application runs (README: all of them); with
+ * `BENCH_QB_LAYOUT=partitioned`, then the partitioned layout's migration (issue 37, not exported
+ * yet: read from dist/).
+ */
 export async function migrateQueueBox(url) {
   const { queuebox, typeorm } = loadQueueBox();
-  const dataSource = new typeorm.DataSource({ type: 'postgres', url, migrations: [...queuebox.QueueBoxMigrations], logging: false });
+  const layout =
+    process.env.BENCH_QB_LAYOUT === 'partitioned'
+      ? [requireFromDist('migrations/queuebox.migration.js').createQueueBoxPartitionedLayoutMigration()]
+      : [];
+  const migrations = [...queuebox.QueueBoxMigrations, ...layout];
+  const dataSource = new typeorm.DataSource({ type: 'postgres', url, migrations, logging: false });
   await dataSource.initialize();
   try {
     await dataSource.runMigrations();

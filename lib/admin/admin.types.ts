@@ -53,4 +53,9 @@ export interface RetentionResult {
   inboxDeleted: number;
   deadDeleted: number;
   skipped: boolean;
+  /**
+   * In the partitioned layout (docs/partitioning.md), which retention runs by dropping whole
+   * partitions instead of deleting rows (the three counts are then 0): the partitions it dropped.
+   */
+  partitionsDropped?: string[];
 }

@@ -3,7 +3,7 @@ import { describeError } from '../common/errors';
 import { logContext } from '../common/log-context';
 import { QUEUEBOX_DIALECT, QUEUEBOX_IDENTITY, QUEUEBOX_RESOLVED_OPTIONS } from '../common/queuebox.constants';
 import { settledWithin } from '../common/wait';
-import type { Dialect } from '../dialects/dialect';
+import type { Dialect, PartitionKeeping } from '../dialects/dialect';
 import type { RetentionKind } from '../dialects/dialect-rows';
 import type { ResolvedQueueBoxOptions, ResolvedRetentionOptions } from '../options/options.resolved';
 import { messages } from '../texts/queuebox.messages';
@@ -94,26 +94,44 @@ export class RetentionService implements BeforeApplicationShutdown {
 
   private async run(): Promise<RetentionResult> {
     const started = Date.now();
+    const keeping = await this.dialect.partitionKeeping?.();
     const result = await this.dialect.retentionWithLock(async () => {
       const o = this.options;
-      const outboxDeleted = await this.drain('outbox-sent', o.finishedAfterMs);
-      const inboxDeleted = await this.drain('inbox-processed', o.inboxFinishedAfterMs);
       // A dead inbox row still dedupes its key: deleting it inside the dedupe window would let a
       // redelivery in as a new message. So the window bounds it too (its last attempt came after
       // its receive, so this age also covers the receive).
+      const inboxDeadAfterMs = o.deadAfterMs === false ? false : Math.max(o.deadAfterMs, o.inboxFinishedAfterMs);
+      if (keeping) return this.dropPartitions(keeping, inboxDeadAfterMs);
+      const outboxDeleted = await this.drain('outbox-sent', o.finishedAfterMs);
+      const inboxDeleted = await this.drain('inbox-processed', o.inboxFinishedAfterMs);
       const deadDeleted =
-        o.deadAfterMs === false
+        o.deadAfterMs === false || inboxDeadAfterMs === false
           ? 0
-          : (await this.drain('outbox-dead', o.deadAfterMs)) +
-            (await this.drain('inbox-dead', Math.max(o.deadAfterMs, o.inboxFinishedAfterMs)));
+          : (await this.drain('outbox-dead', o.deadAfterMs)) + (await this.drain('inbox-dead', inboxDeadAfterMs));
       return { outboxDeleted, inboxDeleted, deadDeleted, skipped: false };
     });
     if (result === null) {
       this.logger.log(messages.retentionSkipped());
       return { outboxDeleted: 0, inboxDeleted: 0, deadDeleted: 0, skipped: true };
     }
-    this.logger.log(messages.retentionDone(result.outboxDeleted, result.inboxDeleted, result.deadDeleted, Date.now() - started));
+    if (!result.partitionsDropped) {
+      this.logger.log(messages.retentionDone(result.outboxDeleted, result.inboxDeleted, result.deadDeleted, Date.now() - started));
+    }
     return result;
+  }
+
+  /**
+   * The partitioned layout's retention: settled partitions whose rows are all past their ages
+   * dropped whole, oldest first (no row deletes: nothing to vacuum). Each drop is logged.
+   */
+  private async dropPartitions(keeping: PartitionKeeping, inboxDeadAfterMs: number | false): Promise<RetentionResult> {
+    const o = this.options;
+    const { outbox, inbox } = await keeping.dropExpired({
+      outbox: { finishedAfterMs: o.finishedAfterMs, deadAfterMs: o.deadAfterMs },
+      inbox: { finishedAfterMs: o.inboxFinishedAfterMs, deadAfterMs: inboxDeadAfterMs },
+    });
+    this.logger.log(messages.partitionsDropped(outbox.dropped, inbox.dropped));
+    return { outboxDeleted: 0, inboxDeleted: 0, deadDeleted: 0, skipped: false, partitionsDropped: [...outbox.dropped, ...inbox.dropped] };
   }
 
   /** Deletes batch after batch until one comes back short (or shutdown begins). */

@@ -6,9 +6,10 @@ import type { SchemaMigration } from './schema-migrations';
 
 // What one database's driver entry says (each dialect folder's driver.ts writes one; drivers.ts lists them).
 
-/** Where a dialect sends its warnings; the Nest provider that creates it passes a Nest `Logger`. */
+/** Where a dialect sends its warnings (and, with `log`, what it did); the Nest provider that creates it passes a Nest `Logger`. */
 export interface DialectLog {
   warn(message: string): void;
+  log?(message: string): void;
 }
 
 /** Why a database URL cannot be used; the CLI turns each into its usage error (each throws). */

@@ -310,6 +310,11 @@ export interface Dialect {
   retentionWithLock<T>(work: () => Promise<T>): Promise<T | null>;
   /** Deletes up to `limit` rows of one kind whose age passed `olderThanMs` (database clock); returns how many. */
   retentionDeleteBatch(p: { kind: RetentionKind; olderThanMs: number; limit: number }): Promise<number>;
+  /**
+   * The partitioned layout's partitions (issue 37, docs/partitioning.md), read from the catalog
+   * once: `undefined` where the tables are plain, or the database has no partitioned layout.
+   */
+  partitionKeeping?(): Promise<PartitionKeeping | undefined>;
 
   // Instances (migration 006): each QueueBox process registers, heartbeats, and ends dead ones' leases.
 
@@ -379,6 +384,34 @@ export interface DeadSelection {
 }
 
 /** How a dialect runs QueueBox's own statements. */
+/** What one upkeep run did to one table's partitions (names of partitions). */
+export interface PartitionUpkeepResult {
+  created: string[];
+  settled: string[];
+  /** Settled partitions found holding an unfinished row again. */
+  unsettled: string[];
+}
+
+/** What one retention run did to one table's partitions (names of partitions). */
+export interface PartitionDropResult {
+  dropped: string[];
+  /** Detached, found to hold an unfinished or recent row, and attached again. */
+  reattached: string[];
+}
+
+/** The partitions of the outbox and inbox in the partitioned layout. */
+export interface PartitionKeeping {
+  /** Creates partitions ahead and settles what can be, on both tables; a replica that finds another running it skips. */
+  upkeep(): Promise<Record<QueueTable, PartitionUpkeepResult>>;
+  /**
+   * Drops settled partitions whose finished rows are all past their age (dead rows: `deadAfterMs`,
+   * `false` keeps them and their partitions), oldest first. The caller holds the retention lock.
+   */
+  dropExpired(
+    ages: Record<QueueTable, { finishedAfterMs: number; deadAfterMs: number | false }>,
+  ): Promise<Record<QueueTable, PartitionDropResult>>;
+}
+
 export interface DialectSettings {
   /**
    * Client-side bound (ms) on each of QueueBox's own statements outside a caller's transaction

@@ -11,6 +11,7 @@ import {
 } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
+import { PartitionKeeper } from '../admin/partition-keeper.service';
 import { RetentionService } from '../admin/retention.service';
 import { followInitialization, type Initialization } from '../common/data-source-initialization';
 import { describeError } from '../common/errors';
@@ -106,6 +107,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     private readonly pull: PullWorker,
     private readonly notifications: WorkNotifications,
     private readonly retention: RetentionService,
+    private readonly partitions: PartitionKeeper,
     private readonly liveness: InstanceLiveness,
     @Optional() private readonly scheduler?: SchedulerRegistry,
   ) {
@@ -193,7 +195,7 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
 
   /**
    * Heartbeats, then starts what this process runs: its workers, the notifications that wake them,
-   * retention. Each part starts once: a late start that failed half-way runs it again.
+   * the partitions' upkeep (in the partitioned layout, in every process), retention. Each part starts once: a late start that failed half-way runs it again.
    */
   private async startWork(): Promise<void> {
     if (!this.timer) {
@@ -203,6 +205,9 @@ export class QueueBoxInstance implements OnModuleInit, OnApplicationBootstrap, B
     }
     const workers = [this.outbox, this.relay, this.pull].filter((worker) => worker.enabled);
     await Promise.all([...workers.map((worker) => worker.start()), this.notifications.start()]);
+    // Not awaited: its statements wait for a connection of the pool like any other, and the
+    // partitions made ahead hold the inserts meanwhile; its failures are its own to log.
+    void this.partitions.start();
     this.retention.startWithWorkers();
   }
 

@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { PartitionKeeper } from '../admin/partition-keeper.service';
 import { QueueBoxAdmin } from '../admin/queuebox.admin';
 import { RetentionService } from '../admin/retention.service';
 import { QueueBoxEventLog } from '../events/event-log';
@@ -67,6 +68,7 @@ import { QueueBoxCoreModule } from './queuebox-core.module';
     WorkNotifications,
     QueueBoxPoolCheck,
     RetentionService,
+    PartitionKeeper,
     QueueBoxAdmin,
     QueueBoxHealth,
     QueueBoxDoctor,

@@ -471,6 +471,12 @@ export const messages = {
     `Retention dropped partition ${show(name)} of ${show(table)} (ids ${from} to ${to}, excluded): every row of it was finished and past its retention age.`,
   partitionReattached: (table: string, name: string, unfinished: boolean) =>
     `Retention detached partition ${show(name)} of ${show(table)}, then found it ${unfinished ? 'holds a pending or processing row' : 'holds a row finished more recently than its retention age'} (a replay, or a transaction that committed late) and attached it again: nothing was dropped, and its rows are claimed and kept as before. The next run tries again.`,
+  partitionUpkeepStarted: (everyMs: number) =>
+    `Partition upkeep started (every ${everyMs} ms; one replica at a time): the outbox and inbox are partitioned, and partitions are kept ahead of the ids in use.`,
+  partitionUpkeepFailed: (error: string, everyMs: number) =>
+    `Partition upkeep failed: ${error}. It runs again in ${everyMs} ms; inserts go on into the partitions made ahead (docs/partitioning.md).`,
+  partitionsDropped: (outbox: readonly string[], inbox: readonly string[]) =>
+    `Retention dropped ${outbox.length + inbox.length} partition(s) whose rows were all past their age${outbox.length + inbox.length ? `: ${[...outbox, ...inbox].join(', ')}` : ''}.`,
   partitionedLayoutUnsupported: (type: string) =>
     `The partitioned layout is built for PostgreSQL only; this DataSource is ${show(type)}. Leave createQueueBoxPartitionedLayoutMigration out of its migrations (docs/partitioning.md).`,
   partitionedLayoutNeedsEmptyTables: (outbox: string, inbox: string) =>

@@ -163,7 +163,12 @@ describeWithDatabase('enqueue with onDuplicate: ignore (PostgreSQL)', { truncate
     );
   });
 
-  it('an id retention deleted is stored again, as a new message', async () => {
+  // In the partitioned layout retention drops whole settled partitions, not rows: the same
+  // promise is tested there by test/integration/partition-uniqueness.test.ts.
+  const retentionDropsPartitions =
+    process.env.QUEUEBOX_TEST_LAYOUT === 'partitioned' &&
+    'the partitioned layout drops partitions, not rows: partition-uniqueness.test.ts covers an id used again';
+  it('an id retention deleted is stored again, as a new message', { skip: retentionDropsPartitions }, async () => {
     const id = randomUUID();
     const [old] = await dataSource.transaction((m) => outbox.enqueueMany(m, [{ destination: 'billing', payload: 'old', messageId: id }]));
     await db.query(`UPDATE queuebox_outbox SET state = 'sent', sent_at = now() - interval '30 days' WHERE id = $1`, [old.id]);

@@ -1,7 +1,7 @@
 // The partitioned layout's retention (issue 37, docs/partitioning.md, decision 5): drops the settled
 // partitions whose finished rows are all past their retention age, without a lock on the parent
-// that would stop inserts or claims. PostgreSQL only. Not wired into RetentionService yet; its
-// caller holds the retention lock (one replica at a time). A dialect leaf: it logs through the
+// that would stop inserts or claims. PostgreSQL only. RetentionService runs it (through
+// `createPartitionKeeping`) under the retention lock (one replica at a time). A dialect leaf: it logs through the
 // callbacks its creator gives it.
 
 import { type TableName, tableBeside } from '../../common/identifiers';

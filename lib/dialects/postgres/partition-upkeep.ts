@@ -1,8 +1,8 @@
 // The partitioned layout's upkeep (issue 37, docs/partitioning.md): keeps partitions of a table by
 // `id` range created ahead of the ids handed out, and settles the partitions no row of which can be
-// unfinished any more, which moves the claims' low mark up. PostgreSQL only. Not wired into the
-// module yet: the layout's migration and the claims' low mark come next (docs/partitioning.md, the
-// plan). A dialect leaf: it logs through the callbacks its creator gives it.
+// unfinished any more, which moves the claims' low mark up. PostgreSQL only. The module's
+// PartitionKeeper runs it (through `createPartitionKeeping`); the claims' low mark comes next
+// (docs/partitioning.md, the plan). A dialect leaf: it logs through the callbacks its creator gives it.
 
 import type { TableName } from '../../common/identifiers';
 import { messages } from '../../texts/queuebox.messages';

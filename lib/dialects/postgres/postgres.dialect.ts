@@ -12,6 +12,7 @@ import type {
   DialectSettings,
   InboxInsertRow,
   OutboxInsertRow,
+  PartitionKeeping,
   QueueBoxTables,
   RenewedClaim,
   WorkListener,
@@ -57,6 +58,8 @@ import * as leaseSql from './lease.sql';
 import { leaseRenewBatchSql } from './lease.sql';
 import * as messagesSql from './messages.sql';
 import { outboxFindSql, outboxInsertIfAbsentSql, outboxInsertSql, rateLimitTakeSql } from './outbox.sql';
+import { createPartitionKeeping } from './partition-keeping';
+import type { PartitionSql } from './partition-upkeep';
 import { partitionedInboxFindSql, partitionedInboxInsertSql, partitionedOutboxFindSql, partitionedOutboxInsertSql } from './partitions.sql';
 import * as pausesSql from './pauses.sql';
 import { notificationArrives, PostgresWorkListener, type ProbeClient } from './postgres.listener';
@@ -147,6 +150,7 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
    */
   private claimFunctionsPresent?: Promise<boolean>;
   private partitionedLayout?: Promise<boolean>;
+  private keeping?: Promise<PartitionKeeping | undefined>;
   private readonly channel: Record<QueueTable, string>;
   private readonly retentionLock: string;
   /** Whether the DataSource names another level than READ COMMITTED (`isolationLevel`) for the transactions TypeORM begins. */
@@ -258,6 +262,32 @@ export class PostgresDialect extends SqlDialect<unknown> implements Dialect {
       },
     );
     return this.partitionedLayout;
+  }
+
+  /**
+   * The partitions' upkeep and retention, where the tables are partitioned. Their statements run as
+   * long as they need (`runAdmin`): a `DETACH ... CONCURRENTLY` waits for every transaction that
+   * could see its partition.
+   */
+  partitionKeeping(): Promise<PartitionKeeping | undefined> {
+    this.keeping ??= this.partitioned().then(
+      (partitioned) => {
+        if (!partitioned) return undefined;
+        const sql: PartitionSql = {
+          query: async <R>(text: string, params?: unknown[]) => (await this.runAdmin<R>(text, params ?? [])).rows,
+          transaction: (work) =>
+            this.transaction((manager) =>
+              work(async <R>(text: string, params?: unknown[]) => (await this.run<R>(text, params ?? [], manager)).rows),
+            ),
+        };
+        return createPartitionKeeping(sql, this.tables, this.log);
+      },
+      (error) => {
+        this.keeping = undefined;
+        throw error;
+      },
+    );
+    return this.keeping;
   }
 
   protected async outboxInsertRecords(rows: OutboxInsertRow[], manager: EntityManager, ifAbsent: boolean): Promise<Map<string, string>> {
