@@ -160,19 +160,15 @@ export const dropPartitionSql = (table: TableName, name: string) => [
  * plain layout's constraint name, so a duplicate raises the unique violation the dialect already
  * recognises (`<outbox>_message_id_key`).
  */
-export const createSideTableSql = (table: TableName, kind: PartitionedKind) =>
-  kind === 'outbox'
-    ? `CREATE TABLE IF NOT EXISTS ${pgTable(messageIdsTableOf(table))} (
-  message_id uuid NOT NULL,
+export function createSideTableSql(table: TableName, kind: PartitionedKind): string {
+  const key = sideKey(table, kind);
+  const columns = kind === 'outbox' ? 'message_id uuid NOT NULL' : 'source text NOT NULL,\n  idempotency_key text NOT NULL';
+  return `CREATE TABLE IF NOT EXISTS ${pgTable(sideTableOf(table, kind))} (
+  ${columns},
   row_id bigint NOT NULL,
-  CONSTRAINT "${table.name}_message_id_key" PRIMARY KEY (message_id)
-)`
-    : `CREATE TABLE IF NOT EXISTS ${pgTable(inboxKeysTableOf(table))} (
-  source text NOT NULL,
-  idempotency_key text NOT NULL,
-  row_id bigint NOT NULL,
-  CONSTRAINT "${table.name}_source_idempotency_key_key" PRIMARY KEY (source, idempotency_key)
+  CONSTRAINT "${key.constraint}" PRIMARY KEY (${key.columns.join(', ')})
 )`;
+}
 
 /** What a side table keys on, and the constraint a duplicate violates (the plain layout's name). */
 function sideKey(table: TableName, kind: PartitionedKind) {
@@ -180,6 +176,10 @@ function sideKey(table: TableName, kind: PartitionedKind) {
     ? { columns: ['message_id'], constraint: `${table.name}_message_id_key` }
     : { columns: ['source', 'idempotency_key'], constraint: `${table.name}_source_idempotency_key_key` };
 }
+
+/** `<side>.<column> = <row>.<column>` for each column of a side table's key. */
+const sameSideKey = (columns: readonly string[], side: string, row: string) =>
+  columns.map((column) => `${side}.${column} = ${row}.${column}`).join(' AND ');
 
 /**
  * What keeps a side table in step with its table, whatever writes it:
@@ -200,7 +200,7 @@ export function sideTableTriggersSql(table: TableName, kind: PartitionedKind): s
   const side = pgTable(sideTableOf(table, kind));
   const [register, forget, forgetAll] = SIDE_FUNCTIONS.map((suffix) => pgTable(tableBeside(table, `${table.name}_${suffix}`)));
   const key = sideKey(table, kind);
-  const sameKey = (alias: string, row: string) => key.columns.map((column) => `${alias}.${column} = ${row}.${column}`).join(' AND ');
+  const sameKey = (alias: string, row: string) => sameSideKey(key.columns, alias, row);
   const newKey = key.columns.map((column) => `NEW.${column}`);
   return [
     `CREATE FUNCTION ${register}() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -310,9 +310,6 @@ export const partitionedInboxFindSql = (inbox: TableName) =>
  */
 export function forgetSideRowsSql(table: TableName, kind: PartitionedKind, name: string): string {
   const partition = pgTable(tableBeside(table, name));
-  return kind === 'outbox'
-    ? `DELETE FROM ${pgTable(messageIdsTableOf(table))} s USING ${partition} p
-  WHERE p.id >= $1::bigint AND p.id < $2::bigint AND s.message_id = p.message_id AND s.row_id = p.id`
-    : `DELETE FROM ${pgTable(inboxKeysTableOf(table))} s USING ${partition} p
-  WHERE p.id >= $1::bigint AND p.id < $2::bigint AND s.source = p.source AND s.idempotency_key = p.idempotency_key AND s.row_id = p.id`;
+  return `DELETE FROM ${pgTable(sideTableOf(table, kind))} s USING ${partition} p
+  WHERE p.id >= $1::bigint AND p.id < $2::bigint AND ${sameSideKey(sideKey(table, kind).columns, 's', 'p')} AND s.row_id = p.id`;
 }
