@@ -383,13 +383,21 @@ export interface DeadSelection {
   fingerprint?: string | null;
 }
 
-/** How a dialect runs QueueBox's own statements. */
 /** What one upkeep run did to one table's partitions (names of partitions). */
 export interface PartitionUpkeepResult {
+  /** Partitions created ahead (none when another replica held the upkeep lock). */
   created: string[];
   settled: string[];
-  /** Settled partitions found holding an unfinished row again. */
+  /** Settled partitions found to hold an unfinished row again (logged as a warning). */
   unsettled: string[];
+}
+
+/** The ages of one retention run of one table's partitions, database clock. */
+export interface PartitionAges {
+  /** Finished rows (`sent`, `processed`) older than this may go. */
+  finishedAfterMs: number;
+  /** Dead rows older than this may go; `false` keeps them, and the partitions that hold one. */
+  deadAfterMs: number | false;
 }
 
 /** What one retention run did to one table's partitions (names of partitions). */
@@ -407,11 +415,10 @@ export interface PartitionKeeping {
    * Drops settled partitions whose finished rows are all past their age (dead rows: `deadAfterMs`,
    * `false` keeps them and their partitions), oldest first. The caller holds the retention lock.
    */
-  dropExpired(
-    ages: Record<QueueTable, { finishedAfterMs: number; deadAfterMs: number | false }>,
-  ): Promise<Record<QueueTable, PartitionDropResult>>;
+  dropExpired(ages: Record<QueueTable, PartitionAges>): Promise<Record<QueueTable, PartitionDropResult>>;
 }
 
+/** How a dialect runs QueueBox's own statements. */
 export interface DialectSettings {
   /**
    * Client-side bound (ms) on each of QueueBox's own statements outside a caller's transaction

@@ -4,10 +4,9 @@ import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { PartitionKeeper } from '../../lib/admin/partition-keeper.service';
 import { RetentionService } from '../../lib/admin/retention.service';
-import { createQueueBoxMigrations, createQueueBoxPartitionedLayoutMigration } from '../../lib/migrations/queuebox.migration';
 import { OutboxService } from '../../lib/outbox/outbox.service';
 import { createTestApp, type TestApp } from '../support/app';
-import { createTestDatabase, eventually, runMigrations, type TestDatabase } from '../support/database';
+import { eventually, type TestDatabase, type TestLayout, testDatabases } from '../support/database';
 import { RecordingPublisher } from '../support/recording-publisher';
 
 // The partitioned layout run by the module (issue 37, docs/partitioning.md): PartitionKeeper keeps
@@ -15,20 +14,11 @@ import { RecordingPublisher } from '../support/recording-publisher';
 // instead of deleting rows.
 
 describe('the partitioned layout kept by the module on PostgreSQL', () => {
-  const databases: TestDatabase[] = [];
+  // The apps close before their databases are dropped: hooks run in the order they were registered.
   const apps: TestApp[] = [];
-  after(async () => {
-    await Promise.all(apps.map((t) => t.app.close()));
-    await Promise.all(databases.map((db) => db.drop()));
-  });
-
-  const database = async (layout: 'plain' | 'partitioned') => {
-    const db = await createTestDatabase({ migrate: false });
-    databases.push(db);
-    const partitioned = layout === 'partitioned' ? [createQueueBoxPartitionedLayoutMigration()] : [];
-    await runMigrations(db.url, [...createQueueBoxMigrations(), ...partitioned]);
-    return db;
-  };
+  after(() => Promise.all(apps.map((t) => t.app.close())));
+  const newDatabase = testDatabases();
+  const database = (layout: TestLayout) => newDatabase({ layout });
   const app = async (db: TestDatabase) => {
     const t = await createTestApp(db.url, { workers: false, outbox: { publisher: new RecordingPublisher() } });
     apps.push(t);

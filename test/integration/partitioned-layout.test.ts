@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { DataSource } from 'typeorm';
 import { claimFunctionsLookupSql } from '../../lib/dialects/postgres/checks.sql';
 import { claimFunctions } from '../../lib/dialects/postgres/claim-functions.sql';
@@ -8,7 +8,7 @@ import { expectedIndexes } from '../../lib/dialects/postgres/doctor.sql';
 import { SCHEMA_MIGRATIONS } from '../../lib/dialects/schema-migrations';
 import { createQueueBoxMigrations, createQueueBoxPartitionedLayoutMigration } from '../../lib/migrations/queuebox.migration';
 import { resolveTables } from '../../lib/options/options.resolver';
-import { createTestDatabase, runMigrations, type TestDatabase } from '../support/database';
+import { runMigrations, type TestDatabase, testDatabases } from '../support/database';
 
 // Issue 37's layout migration (docs/partitioning.md): the outbox and inbox, empty, made again
 // partitioned by id range after the numbered migrations, and plain again by its down.
@@ -17,14 +17,8 @@ const tables = resolveTables(undefined);
 const PLAIN_ONLY_UNIQUE = ['queuebox_outbox_key_in_flight_idx', 'queuebox_inbox_aggregate_in_flight_idx'];
 
 describe('the partitioned layout migration on PostgreSQL', () => {
-  const databases: TestDatabase[] = [];
-  after(() => Promise.all(databases.map((db) => db.drop())));
-  const plainDatabase = async () => {
-    const db = await createTestDatabase({ migrate: false });
-    databases.push(db);
-    await runMigrations(db.url, createQueueBoxMigrations());
-    return db;
-  };
+  const newDatabase = testDatabases();
+  const plainDatabase = () => newDatabase({ layout: 'plain' });
   const layoutMigration = () => [...createQueueBoxMigrations(), createQueueBoxPartitionedLayoutMigration()];
 
   const relkinds = (db: TestDatabase) =>

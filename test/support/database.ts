@@ -21,7 +21,7 @@ export interface TestDatabase {
 
 /** A new, empty database per test file, so files run in parallel without touching each other. */
 export async function createTestDatabase(
-  options: { migrate?: boolean; tables?: { outbox?: string; inbox?: string } } = {},
+  options: { migrate?: boolean; tables?: { outbox?: string; inbox?: string }; layout?: TestLayout } = {},
 ): Promise<TestDatabase> {
   const name = `qb_test_${randomBytes(6).toString('hex')}`;
   const admin = new Client({ connectionString: serverUrl() });
@@ -55,7 +55,7 @@ export async function createTestDatabase(
       }
     },
   };
-  if (options.migrate ?? true) await migrate(db.url, options.tables);
+  if (options.migrate ?? true) await migrate(db.url, options.tables, options.layout);
   return db;
 }
 
@@ -119,13 +119,20 @@ export function testDatabases(): (options?: Parameters<typeof createTestDatabase
   };
 }
 
+/** The layout of the tables (issue 37): the partitioned lane's, `QUEUEBOX_TEST_LAYOUT`, unless a test names one. */
+export type TestLayout = 'plain' | 'partitioned';
+
 /**
- * Applies the QueueBox schema through its TypeORM migration classes, as users do; with
- * `QUEUEBOX_TEST_LAYOUT=partitioned`, in the partitioned layout (issue 37).
+ * Applies the QueueBox schema through its TypeORM migration classes, as users do; in the
+ * partitioned layout (issue 37) when `layout` says so, or, without one, `QUEUEBOX_TEST_LAYOUT`.
  */
-export async function migrate(url: string, tables?: { outbox?: string; inbox?: string }): Promise<void> {
-  const layout = process.env.QUEUEBOX_TEST_LAYOUT === 'partitioned' ? [createQueueBoxPartitionedLayoutMigration({ tables })] : [];
-  await runMigrations(url, [...createQueueBoxMigrations({ tables }), ...layout]);
+export async function migrate(
+  url: string,
+  tables?: { outbox?: string; inbox?: string },
+  layout: TestLayout = process.env.QUEUEBOX_TEST_LAYOUT === 'partitioned' ? 'partitioned' : 'plain',
+): Promise<void> {
+  const partitioned = layout === 'partitioned' ? [createQueueBoxPartitionedLayoutMigration({ tables })] : [];
+  await runMigrations(url, [...createQueueBoxMigrations({ tables }), ...partitioned]);
 }
 
 /** Runs `migrations` (TypeORM migration classes) on the database at `url`, recorded in `migrationsTableName` when given. */

@@ -3,6 +3,7 @@
 // (issue 37, docs/partitioning.md). A dialect leaf: its statements go through the functions its
 // creator gives it.
 
+import type { QueueTable } from '../../types/claims';
 import type { PartitionKeeping, QueueBoxTables } from '../dialect';
 import type { DialectLog } from '../dialect-driver';
 import { PartitionRetention } from './partition-retention';
@@ -17,17 +18,16 @@ export const PARTITION_SIZES = { intervalMs: 3_600_000, aheadMs: 2 * 86_400_000,
 
 export function createPartitionKeeping(sql: PartitionSql, tables: QueueBoxTables, log: DialectLog): PartitionKeeping {
   const logger = { log: (message: string) => log.log?.(message), warn: (message: string) => log.warn(message) };
-  const kinds = ['outbox', 'inbox'] as const;
-  const upkeeps = kinds.map((kind) => new PartitionUpkeep(sql, { table: tables[kind], kind, logger, ...PARTITION_SIZES }));
-  const retentions = kinds.map((kind) => new PartitionRetention(sql, { table: tables[kind], kind, logger }));
+  const upkeep = (kind: QueueTable) => new PartitionUpkeep(sql, { table: tables[kind], kind, logger, ...PARTITION_SIZES });
+  const retention = (kind: QueueTable) => new PartitionRetention(sql, { table: tables[kind], kind, logger });
+  const upkeeps = { outbox: upkeep('outbox'), inbox: upkeep('inbox') };
+  const retentions = { outbox: retention('outbox'), inbox: retention('inbox') };
+  // One table after the other: each run holds one connection at a time.
   return {
-    async upkeep() {
-      const [outbox, inbox] = [await upkeeps[0].runOnce(), await upkeeps[1].runOnce()];
-      return { outbox, inbox };
-    },
-    async dropExpired(ages) {
-      const [outbox, inbox] = [await retentions[0].runOnce(ages.outbox), await retentions[1].runOnce(ages.inbox)];
-      return { outbox, inbox };
-    },
+    upkeep: async () => ({ outbox: await upkeeps.outbox.runOnce(), inbox: await upkeeps.inbox.runOnce() }),
+    dropExpired: async (ages) => ({
+      outbox: await retentions.outbox.runOnce(ages.outbox),
+      inbox: await retentions.inbox.runOnce(ages.inbox),
+    }),
   };
 }

@@ -1,11 +1,12 @@
 // The partitioned layout's retention (issue 37, docs/partitioning.md, decision 5): drops the settled
 // partitions whose finished rows are all past their retention age, without a lock on the parent
 // that would stop inserts or claims. PostgreSQL only. RetentionService runs it (through
-// `createPartitionKeeping`) under the retention lock (one replica at a time). A dialect leaf: it logs through the
-// callbacks its creator gives it.
+// `createPartitionKeeping`) under the retention lock (one replica at a time). A dialect leaf: it
+// logs through the callbacks its creator gives it.
 
 import { type TableName, tableBeside } from '../../common/identifiers';
 import { messages } from '../../texts/queuebox.messages';
+import type { PartitionAges, PartitionDropResult } from '../dialect';
 import { listPartitions, type PartitionLog, type PartitionSql } from './partition-upkeep';
 import {
   detachPartitionConcurrentlySql,
@@ -26,20 +27,6 @@ export interface PartitionRetentionOptions {
   kind: PartitionedKind;
   /** Drops are logged; a partition attached again is warned of. */
   logger: PartitionLog;
-}
-
-/** The ages of one run, database clock. */
-export interface PartitionRetentionAges {
-  /** Finished rows (`sent`, `processed`) older than this may go. */
-  finishedAfterMs: number;
-  /** Dead rows older than this may go; `false` keeps them, and the partitions that hold one. */
-  deadAfterMs: number | false;
-}
-
-export interface PartitionRetentionRun {
-  dropped: string[];
-  /** Detached, found to hold an unfinished or recent row, and attached again. */
-  reattached: string[];
 }
 
 /**
@@ -67,7 +54,7 @@ export class PartitionRetention {
     private readonly options: PartitionRetentionOptions,
   ) {}
 
-  async runOnce(ages: PartitionRetentionAges): Promise<PartitionRetentionRun> {
+  async runOnce(ages: PartitionAges): Promise<PartitionDropResult> {
     const { table, kind } = this.options;
     const dropped: string[] = [];
     const reattached: string[] = [];

@@ -6,6 +6,7 @@
 
 import type { TableName } from '../../common/identifiers';
 import { messages } from '../../texts/queuebox.messages';
+import type { PartitionUpkeepResult } from '../dialect';
 import {
   createPartitionSql,
   idSampleSql,
@@ -51,14 +52,6 @@ export interface PartitionUpkeepOptions {
 }
 
 /** What one run did. */
-export interface PartitionUpkeepRun {
-  /** Partitions created ahead (none when another replica held the upkeep lock). */
-  created: string[];
-  settled: string[];
-  /** Settled partitions found to hold an unfinished row again (logged as a warning). */
-  unsettled: string[];
-}
-
 /** A partition as its bookkeeping row has it. */
 export interface Partition {
   name: string;
@@ -119,7 +112,7 @@ export class PartitionUpkeep {
     this.now = options.now ?? Date.now;
   }
 
-  async runOnce(): Promise<PartitionUpkeepRun> {
+  async runOnce(): Promise<PartitionUpkeepResult> {
     const sample = await this.sample();
     const created = await this.createAhead(sample.lastId);
     const { settled, unsettled } = await this.settle(sample.xmin);
@@ -190,7 +183,7 @@ export class PartitionUpkeep {
   }
 
   /** Settles what can be, and unsettles a settled partition that holds an unfinished row again. */
-  private async settle(xmin: bigint): Promise<Omit<PartitionUpkeepRun, 'created'>> {
+  private async settle(xmin: bigint): Promise<Omit<PartitionUpkeepResult, 'created'>> {
     const { table } = this.options;
     const sealedThrough = this.sealedThrough(xmin);
     const settled: string[] = [];
